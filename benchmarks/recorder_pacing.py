@@ -1,0 +1,141 @@
+"""How many paced sessions one recorder process holds: send lateness and client CPU per session.
+
+Starts a minimal echo server of the turn-based session protocol in a child process (its CPU is
+not counted), then records one session alone (the baseline) and N concurrent sessions of the
+same audio through ``recorders.batch.record_many``, and prints the max and p99 send lateness of
+the 80 ms input packets and the recorder's CPU seconds per session-second of audio.
+
+    python benchmarks/recorder_pacing.py --sessions 32 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fdb.audio import Audio  # noqa: E402
+from recorders.batch import SessionJob, record_many  # noqa: E402
+from recorders.pacing import sends_from_trace  # noqa: E402
+from recorders.records import read_trace  # noqa: E402
+
+TD = {"type": "server_vad", "silence_duration_ms": 500}
+
+
+# --------------------------------------------------------------------------- echo server
+async def _echo_session(ws) -> None:
+    """Acknowledge every append, close 200 ms units, echo the input as one reply's audio."""
+    send = lambda event: ws.send(json.dumps(event))  # noqa: E731
+    await send({"type": "session.created", "session": {"id": "s"}})
+    update = json.loads(await ws.recv())
+    await send({"type": "session.updated", "client_event_id": update["event_id"], "session": {
+        "audio": {"input": {"format": {"rate": 16000}, "turn_detection": update["session"]["audio"]["input"]["turn_detection"]},
+                  "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}})
+    samples, units, rid = 0, 0, "resp_echo"
+    async for message in ws:
+        event = json.loads(message)
+        if event["type"] == "input_audio_buffer.append":
+            audio = event["audio"]
+            samples += len(base64.b64decode(audio)) // 2
+            await send({"type": "sglang.input_audio.accepted", "seq": event["sglang"]["seq"],
+                        "accepted_end_ms": samples / 16, "client_event_id": event["event_id"]})
+            if event["sglang"]["seq"] == 0:
+                await send({"type": "response.created", "response": {"id": rid, "status": "in_progress"}})
+            await send({"type": "response.output_audio.delta", "response_id": rid, "item_id": "i", "delta": audio})
+            while samples - units * 3200 >= 3200:
+                await send(_unit(units, 200))
+                units += 1
+        elif event["type"] == "sglang.input_audio.end":
+            ms = samples / 16
+            await send({"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "flush"})
+            if samples > units * 3200:
+                await send(_unit(units, (samples - units * 3200) / 16))
+            await send({"type": "response.done", "response": {
+                "id": rid, "status": "completed", "status_details": {"type": "completed", "reason": "stop"}}})
+            await send({"type": "sglang.input_audio.drained", "accepted_end_ms": ms, "consumed_ms": ms,
+                        "discarded_ms": 0, "padding_ms": 0})
+        elif event["type"] == "session.close":
+            await send({"type": "session.closed", "reason": "client_closed"})
+            await ws.close(1000)
+            return
+
+
+def _unit(k: int, ms: float) -> dict:
+    return {"type": "sglang.unit.done", "unit_id": f"unit_{k}",
+            "sglang": {"media_time": {"t_start_ms": k * 200, "duration_ms": ms}}}
+
+
+def _serve(ports: mp.Queue) -> None:
+    from websockets.asyncio.server import serve
+
+    async def main() -> None:
+        async with serve(_echo_session, "127.0.0.1", 0, compression=None, ping_interval=None,
+                         max_size=16 * 2**20) as server:
+            ports.put(server.sockets[0].getsockname()[1])
+            await asyncio.Future()
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- measurement
+def measure(url: str, sessions: int, seconds: float, out: Path) -> dict:
+    t = np.arange(int(seconds * 16000)) / 16000
+    audio = Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
+    jobs = [SessionJob(url, audio, out / f"s{k:03d}", f"bench/{k}", "main", "turn-based", TD, timeout_s=seconds + 30)
+            for k in range(sessions)]
+    cpu, wall = time.process_time(), time.perf_counter()
+    records = asyncio.run(record_many(jobs, concurrency=sessions))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    lateness = np.array([s.lateness_s * 1000 for job in jobs
+                         for s in sends_from_trace(read_trace(job.out_dir / "trace.jsonl"))])
+    return {
+        "sessions": sessions,
+        "ok": sum(r.status == "ok" and r.verdict.status == "pass" for r in records),
+        "packets": int(lateness.size),
+        "violations": sum(r.pacing.violations for r in records),
+        "max_ms": float(lateness.max()),
+        "p99_ms": float(np.percentile(lateness, 99)),
+        "cpu_per_session_s": cpu / (sessions * seconds),
+        "wall_s": wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    ports: mp.Queue = mp.Queue()
+    server = mp.Process(target=_serve, args=(ports,), daemon=True)
+    server.start()
+    url = f"ws://127.0.0.1:{ports.get(timeout=30)}/v1/realtime"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = [measure(url, 1, args.seconds, Path(tmp) / "base"),
+                    measure(url, args.sessions, args.seconds, Path(tmp) / "load")]
+    finally:
+        server.terminate()
+        server.join()
+    print(f"{'sessions':>8} {'ok':>4} {'packets':>8} {'late>80ms':>9} {'max ms':>8} {'p99 ms':>8} "
+          f"{'CPU s per session-s':>20} {'wall s':>7}")
+    for r in rows:
+        print(f"{r['sessions']:>8} {r['ok']:>4} {r['packets']:>8} {r['violations']:>9} {r['max_ms']:>8.2f} "
+              f"{r['p99_ms']:>8.2f} {r['cpu_per_session_s']:>20.5f} {r['wall_s']:>7.2f}")
+    base, load = rows
+    print(f"p99 lateness at {load['sessions']} sessions: {load['p99_ms']:.2f} ms "
+          f"(baseline 1 session: {base['p99_ms']:.2f} ms); recorder CPU {100 * load['cpu_per_session_s']:.2f}% "
+          f"of one core per session ({load['cpu_per_session_s'] / base['cpu_per_session_s']:.2f}x the baseline)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`python -m fdb generate`: record one repeat (and, with --all-stages, score and report it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def generate(
+    run_name: str = typer.Option(..., help="Name of the run: $FDB_WORK/runs/RUN_NAME."),
+    repeat: int = typer.Option(1, help="Names the output directory repeat-N/; one command runs once."),
+    v15_per_subset: str | None = typer.Option(None, help="v1.5 pairs per category, first N in numeric id order (default 12); 'all'; 0 leaves v1.5 out."),
+    v10_per_subset: str | None = typer.Option(None, help="v1.0 samples per subset, first N in numeric id order (default 12); 'all'; 0 leaves v1.0 out."),
+    v15_subset_count: list[str] = typer.Option([], help="NAME=N: override the count of one v1.5 category (repeatable)."),
+    v10_subset_count: list[str] = typer.Option([], help="NAME=N: override the count of one v1.0 subset (repeatable)."),
+    v15_sample_id: list[str] = typer.Option([], help="NAME/ID: record exactly these v1.5 pairs (repeatable)."),
+    v10_sample_id: list[str] = typer.Option([], help="NAME/ID: record exactly these v1.0 samples (repeatable)."),
+    v15_sample_ids_file: Path | None = typer.Option(None, help="File with one v1.5 NAME/ID per line, e.g. another run's repeat-1/sample-ids.txt."),
+    v10_sample_ids_file: Path | None = typer.Option(None, help="File with one v1.0 NAME/ID per line, e.g. repeat-1/v10/sample-ids.txt."),
+    url: str | None = typer.Option(None, help="ws://HOST:PORT/v1/realtime of your own server; without it generate starts the bundled one."),
+    model: str | None = typer.Option(None, help="Model name sent in session.update (must match the server's)."),
+    system: str = typer.Option("embedded-cascade", help="Bundled system to start when --url is not given."),
+    turn_detection: str | None = typer.Option(None, help='Turn detection JSON sent in session.update (default {"type": "server_vad", "silence_duration_ms": 500}).'),
+    num_shards: int = typer.Option(1, help="Sessions recorded at once (they share the server: latencies are measured under load)."),
+    v15_dataset_root: Path | None = typer.Option(None, help="v1.5 tree (default $FDB_DATASET, $FDB_WORK/dataset/v1.5, else the synthetic set)."),
+    v10_dataset_root: Path | None = typer.Option(None, help="v1.0 tree (default $FDB10_DATASET, $FDB_WORK/dataset/v1.0, else the synthetic set)."),
+    all_stages: bool = typer.Option(False, help="Continue with asr and aggregate after recording."),
+    log_level: str = typer.Option("warning", help="debug, info, warning or error."),
+) -> None:
+    """Record a repeat of a run: select samples, start the model server it needs (or use
+    --url), stream every selected input to /v1/realtime in real time (80 ms packets; two
+    sessions per v1.5 pair, one per v1.0 sample), stop the server, and cut the observation
+    windows. With no official dataset installed it uses fdb's synthetic datasets (created on
+    demand). Refuses a repeat that already holds a recording.
+    """
+    from rich.console import Console
+
+    from fdb.cli import configure_logging
+    from runs.generate import generate as run_generate
+    from runs.options import DatasetChoice, GenerateOptions, parse_turn_detection
+
+    configure_logging(log_level)
+    console = Console(stderr=True)
+    opts = GenerateOptions(
+        run_name=run_name, repeat=repeat,
+        v15=DatasetChoice(per_subset=v15_per_subset, subset_counts=v15_subset_count,
+                          sample_ids=v15_sample_id, sample_ids_file=v15_sample_ids_file),
+        v10=DatasetChoice(per_subset=v10_per_subset, subset_counts=v10_subset_count,
+                          sample_ids=v10_sample_id, sample_ids_file=v10_sample_ids_file),
+        url=url, model=model, system=system, turn_detection=parse_turn_detection(turn_detection),
+        num_shards=num_shards, all_stages=all_stages, log_level=log_level,
+        v15_root=v15_dataset_root, v10_root=v10_dataset_root,
+    )
+    run_generate(opts, console)
+    if all_stages:
+        from runs.phases import run_aggregate, run_asr
+
+        run_asr(run_name, repeat, console)
+        run_aggregate(run_name, console, show=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate", short_help="Record a repeat against a server (bundled or --url); --all-stages also scores and reports.")(generate)

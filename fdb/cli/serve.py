@@ -1,0 +1,34 @@
+"""`python -m fdb serve`: host a system on /v1/realtime (foreground, Ctrl-C stops it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def serve(
+    system: str = typer.Option("embedded-cascade", help="The system to host (see serving/systems.py)."),
+    config: Path | None = typer.Option(None, help="A launch.yaml describing the system instead of --system."),
+    host: str = typer.Option("127.0.0.1", help="Bind address; loopback unless you mean to expose it."),
+    port: int = typer.Option(0, help="Port (default: SERVER_PORT, or 8097 + 10 x GPU)."),
+    next_free_port: bool = typer.Option(False, help="If the port is busy, serve on the next free one instead of failing."),
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+) -> None:
+    """Serve a system on /v1/realtime, /v1/realtime/capabilities, /v1/models and /health.
+
+    The default, embedded-cascade, is fdb's offline CPU system: Silero VAD ends the user's
+    turn, Whisper tiny.en transcribes it, SmolLM2-135M writes a short reply and Piper speaks it,
+    streamed as response.output_audio.delta (24 kHz PCM16) over the turn-based session protocol.
+    """
+    from fdb.cli import configure_logging
+    from fdb.settings import load_settings
+    from serving.launcher import serve as run_server
+
+    configure_logging(log_level)
+    run_server(system=system, host=host, port=port or load_settings().server_port, config=config,
+               next_free_port=next_free_port, log_level=log_level)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", short_help="Host a system (default: the embedded offline cascade) on /v1/realtime.")(serve)

@@ -1,0 +1,199 @@
+"""Loaders for the official Full-Duplex-Bench layouts (v1.0 subsets and v1.5 categories).
+
+Layout (docs/formats.md): ``<root>/<subset>/<ID>/input.wav`` plus the task's annotation for
+v1.0, and ``input.wav``, ``clean_input.wav``, ``metadata.json`` for v1.5. IDs are digit-only
+folder names (other folders are skipped, as the official scripts do), sorted numerically.
+Only WAV headers are read (rate, length, channels), so loading all 727 v1.0 samples is fast.
+
+``strict=True`` (the default) raises the first ``SampleError``; ``strict=False`` returns the
+loadable samples together with a list of ``SampleProblem`` so a run can continue and report.
+A missing dataset root or subset directory is never per-sample: it always raises ``FdbError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Literal, TypeVar, overload
+
+from fdb.datasets.annotations import (
+    parse_interrupt,
+    parse_metadata,
+    parse_pauses,
+    parse_turn_taking,
+    read_annotation,
+)
+from fdb.datasets.types import (
+    DATASET_SUBSETS,
+    V10_ANNOTATION,
+    V10_TASK,
+    DatasetName,
+    SampleProblem,
+    V10Sample,
+    V15Pair,
+)
+from fdb.errors import FdbError, SampleError
+
+T = TypeVar("T")
+SETUP_HINT = (
+    "run `python -m fdb setup`, or point FDB_WORK at a directory whose dataset/{name} holds "
+    "the official tree"
+)
+
+
+@overload
+def load_v10(root: Path, subsets: Iterable[str] | None = None,
+             *, strict: Literal[True] = True) -> dict[str, list[V10Sample]]: ...
+@overload
+def load_v10(root: Path, subsets: Iterable[str] | None = None, *, strict: Literal[False]
+             ) -> tuple[dict[str, list[V10Sample]], list[SampleProblem]]: ...
+def load_v10(root, subsets=None, *, strict=True):
+    """Load v1.0 samples per subset (all subsets present under ``root`` when ``subsets`` is None)."""
+    root = Path(root)
+    loaded, errors = _load(root, "v1.0", subsets, _load_v10_sample)
+    return _finish(loaded, errors, strict)
+
+
+@overload
+def load_v15(root: Path, categories: Iterable[str] | None = None,
+             *, strict: Literal[True] = True) -> dict[str, list[V15Pair]]: ...
+@overload
+def load_v15(root: Path, categories: Iterable[str] | None = None, *, strict: Literal[False]
+             ) -> tuple[dict[str, list[V15Pair]], list[SampleProblem]]: ...
+def load_v15(root, categories=None, *, strict=True):
+    """Load v1.5 pairs per category (all categories present under ``root`` when None)."""
+    root = Path(root)
+    loaded, errors = _load(root, "v1.5", categories, _load_v15_pair)
+    return _finish(loaded, errors, strict)
+
+
+def list_ids(root: Path, dataset: DatasetName, subsets: Iterable[str] | None = None
+             ) -> dict[str, list[str]]:
+    """Sample ids per subset in numeric order, from folder names only (no file is opened)."""
+    root = Path(root)
+    return {name: [d.name for d in sample_dirs(root / name)]
+            for name in resolve_subsets(root, dataset, subsets)}
+
+
+def sample_dirs(subset_dir: Path) -> list[Path]:
+    """Digit-only sample folders of one subset, sorted numerically (1, 2, ..., 10, 11)."""
+    dirs = [d for d in subset_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    return sorted(dirs, key=lambda d: (int(d.name), d.name))
+
+
+def resolve_subsets(root: Path, dataset: DatasetName, subsets: Iterable[str] | None) -> list[str]:
+    """Check the dataset root and the requested subsets; None means every subset present."""
+    known = DATASET_SUBSETS[dataset]
+    _check_root(root, dataset)
+    if subsets is None:
+        present = [name for name in known if (root / name).is_dir()]
+        if not present:
+            raise FdbError(
+                f"the {dataset} dataset root {root} holds none of its subsets ({', '.join(known)})",
+                SETUP_HINT.format(name=dataset),
+            )
+        return present
+    wanted = list(dict.fromkeys(subsets))
+    for name in wanted:
+        if name not in known:
+            raise FdbError(f"'{name}' is not a {dataset} subset",
+                           f"use one of: {', '.join(known)}")
+        if not (root / name).is_dir():
+            raise FdbError(f"the {dataset} subset directory {root / name} is missing",
+                           SETUP_HINT.format(name=dataset))
+    return wanted
+
+
+def _check_root(root: Path, dataset: DatasetName) -> None:
+    if root.is_dir():
+        return
+    hint = SETUP_HINT.format(name=dataset)
+    if (root.parent / dataset).is_dir() and root.name != dataset:
+        hint = f"did you mean {root.parent / dataset}? otherwise {hint}"
+    raise FdbError(f"the {dataset} dataset root {root} does not exist", hint)
+
+
+def _load(root: Path, dataset: DatasetName, subsets: Iterable[str] | None,
+          loader: Callable[[str, Path], T]) -> tuple[dict[str, list[T]], list[SampleError]]:
+    loaded: dict[str, list[T]] = {}
+    errors: list[SampleError] = []
+    for name in resolve_subsets(root, dataset, subsets):
+        loaded[name] = []
+        for sample_dir in sample_dirs(root / name):
+            try:
+                loaded[name].append(loader(name, sample_dir))
+            except SampleError as exc:
+                errors.append(exc)
+    return loaded, errors
+
+
+def problem_of(exc: SampleError) -> SampleProblem:
+    """The typed record of a per-sample error (the message without the sample/path prefix)."""
+    prefix = f"{exc.sample}: " + (f"{exc.path}: " if exc.path else "")
+    return SampleProblem(sample_id=exc.sample, path=exc.path,
+                         message=exc.message.removeprefix(prefix), hint=exc.hint)
+
+
+def _finish(loaded: dict, errors: list[SampleError], strict: bool):
+    if strict:
+        if errors:
+            raise errors[0]
+        return loaded
+    return loaded, [problem_of(exc) for exc in errors]
+
+
+def wav_header(path: Path, sample_id: str) -> tuple[int, int, int]:
+    """(rate, frames, channels) from the WAV header; a missing/unreadable/empty file is an error."""
+    import soundfile as sf
+
+    if not path.is_file():
+        raise SampleError(sample_id, "audio file is missing",
+                          f"restore {path.name} from the official archive", str(path))
+    try:
+        info = sf.info(str(path))
+    except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError variants
+        raise SampleError(sample_id, f"unreadable WAV ({exc})",
+                          "replace the file with a valid PCM WAV", str(path)) from exc
+    if info.frames <= 0 or info.samplerate <= 0:
+        raise SampleError(sample_id, "WAV holds no samples", "replace the file", str(path))
+    return int(info.samplerate), int(info.frames), int(info.channels)
+
+
+def _load_v10_sample(subset: str, sample_dir: Path) -> V10Sample:
+    sample_id = f"{subset}/{sample_dir.name}"
+    task = V10_TASK[subset]
+    input_wav = sample_dir / "input.wav"
+    rate, frames, channels = wav_header(input_wav, sample_id)
+    duration = frames / rate
+    name = V10_ANNOTATION[task]
+    annotation = sample_dir / name if name else None
+    fields: dict = {}
+    if annotation is not None:
+        data = read_annotation(annotation, sample_id)
+        if task == "pause_handling":
+            fields["pauses"] = parse_pauses(data, sample_id, annotation, duration)
+        elif task == "turn_taking":
+            fields["turn_end_s"] = parse_turn_taking(data, sample_id, annotation, duration)
+        else:
+            interrupt = parse_interrupt(data, sample_id, annotation, duration)
+            fields.update(interrupt=interrupt.span, interrupt_context=interrupt.context,
+                          interrupt_text=interrupt.text)
+    return V10Sample(subset=subset, id=sample_dir.name, task=task, dir=sample_dir,
+                     input_wav=input_wav, annotation=annotation, rate=rate,
+                     duration_s=duration, channels=channels, **fields)
+
+
+def _load_v15_pair(category: str, pair_dir: Path) -> V15Pair:
+    sample_id = f"{category}/{pair_dir.name}"
+    input_wav, clean_wav = pair_dir / "input.wav", pair_dir / "clean_input.wav"
+    rate, frames, channels = wav_header(input_wav, sample_id)
+    clean_rate, clean_frames, _ = wav_header(clean_wav, sample_id)
+    duration = frames / rate
+    metadata_path = pair_dir / "metadata.json"
+    meta = parse_metadata(read_annotation(metadata_path, sample_id), sample_id,
+                          metadata_path, duration)
+    return V15Pair(category=category, id=pair_dir.name, dir=pair_dir, input_wav=input_wav,
+                   clean_input_wav=clean_wav, metadata=metadata_path, rate=rate,
+                   duration_s=duration, clean_duration_s=clean_frames / clean_rate,
+                   channels=channels, overlap=meta.overlap, context_text=meta.context_text,
+                   current_turn_text=meta.current_turn_text)

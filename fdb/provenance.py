@@ -1,0 +1,86 @@
+"""Provenance: what produced an output (fdb revision, package versions, command, inputs)."""
+
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from pydantic import BaseModel
+
+import fdb
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CORE_PACKAGES = (
+    "numpy", "scipy", "soundfile", "soxr", "pydantic", "websockets", "fastapi", "uvicorn",
+    "torch", "silero-vad", "onnxruntime", "faster-whisper", "ctranslate2", "piper-tts",
+    "llama-cpp-python", "jiwer", "whisper-normalizer",
+)
+
+
+class Provenance(BaseModel):
+    fdb_version: str
+    fdb_revision: str | None
+    python: str
+    platform: str
+    packages: dict[str, str | None]
+    command: list[str]
+
+
+@functools.lru_cache(maxsize=1)
+def git_revision() -> str | None:
+    """The fdb git revision, with '+dirty' when the work tree has uncommitted changes."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except Exception:
+        return None
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def redact_command(argv: list[str]) -> list[str]:
+    """Drop values of options that might carry secrets."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        lowered = arg.lower()
+        if any(k in lowered for k in ("key", "token", "secret", "password")):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def current(packages: tuple[str, ...] = CORE_PACKAGES) -> Provenance:
+    return Provenance(
+        fdb_version=fdb.__version__,
+        fdb_revision=git_revision(),
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        packages={name: package_version(name) for name in packages},
+        command=redact_command(list(sys.argv)),
+    )

@@ -1,0 +1,89 @@
+"""Machine settings from environment variables, mirroring the runbook's names."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fdb.errors import FdbError
+
+DEFAULT_SERVER_BASE_PORT = 8097
+DEFAULT_JUDGE_BASE_PORT = 30000
+MAX_SESSION_TIMEOUT_S = 230.0
+
+
+def _float_env(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise FdbError(f"{name}={raw!r} is not a number", f"export {name} as seconds") from exc
+    if value <= 0 or value > MAX_SESSION_TIMEOUT_S:
+        raise FdbError(
+            f"{name}={raw} is outside (0, {MAX_SESSION_TIMEOUT_S:g}] s",
+            f"neither session deadline may exceed the recorder's {MAX_SESSION_TIMEOUT_S:g} s",
+        )
+    return value
+
+
+def job_gpu() -> int:
+    """The job GPU: first index of CUDA_VISIBLE_DEVICES, else GPU, else 0."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpu = os.environ.get("GPU")
+    if cvd:
+        parts = [p.strip() for p in cvd.split(",") if p.strip()]
+        if not parts or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
+            raise FdbError(
+                "CUDA_VISIBLE_DEVICES must list distinct numeric GPU indices",
+                "export indices such as 0 or 0,1, not GPU UUIDs",
+            )
+        first = int(parts[0])
+        if gpu not in (None, "") and int(gpu) != first:
+            raise FdbError("GPU and CUDA_VISIBLE_DEVICES disagree", "unset GPU, or set it to the first index")
+        return first
+    if gpu not in (None, ""):
+        if not gpu.isdigit():
+            raise FdbError(f"GPU={gpu!r} is not a GPU index", "export GPU as a number such as 0")
+        return int(gpu)
+    return 0
+
+
+@dataclass(frozen=True)
+class Settings:
+    work: Path
+    judge: str
+    gpu: int
+    server_port: int
+    judge_port: int
+    session_timeout_s: float
+    v10_session_timeout_s: float
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.work / "runs"
+
+    @property
+    def dataset_dir(self) -> Path:
+        return self.work / "dataset"
+
+
+def load_settings() -> Settings:
+    work = Path(os.environ.get("FDB_WORK") or Path.home() / "fdb").expanduser()
+    gpu = job_gpu()
+    server_port = int(os.environ.get("SERVER_PORT") or DEFAULT_SERVER_BASE_PORT + 10 * gpu)
+    judge_port = int(os.environ.get("JUDGE_PORT") or DEFAULT_JUDGE_BASE_PORT + 10 * gpu)
+    judge = os.environ.get("JUDGE") or "qwen"
+    if judge not in ("qwen", "gpt"):
+        raise FdbError(f"JUDGE={judge!r} is not a known judge", "export JUDGE=qwen or JUDGE=gpt")
+    return Settings(
+        work=work,
+        judge=judge,
+        gpu=gpu,
+        server_port=server_port,
+        judge_port=judge_port,
+        session_timeout_s=_float_env("SESSION_TIMEOUT_S", 90.0),
+        v10_session_timeout_s=_float_env("V10_SESSION_TIMEOUT_S", 230.0),
+    )

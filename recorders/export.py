@@ -1,0 +1,212 @@
+"""Observation-window export of recorded sessions (docs/formats.md, "Export").
+
+A session is eligible when its recording exists, its status is ``ok``, the protocol oracle
+(re-run here on the stored trace) passes, no input packet was more than 80 ms off its schedule,
+the recorded input is the dataset input, and the stored files are the ones the recorder wrote.
+An eligible session gets its window [0, T] as 16 kHz mono PCM16 with exactly the input's sample
+count; an ineligible one gets no audio folder and keeps its reasons. A v1.5 pair is eligible only
+when both its sessions are. Export is deterministic: the same recordings give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fdb.audio import pcm16_to_float, wav_bytes
+from fdb.datasets.types import V10Sample, V15Pair
+from fdb.errors import FdbError
+from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes, sha256_file
+from fdb.provenance import current
+from fdb.records import ExportManifest, ExportSample
+from recorders.playout import PlayoutWindow, playout_window  # noqa: F401  (public re-export)
+from recorders.profiles import TURN_BASED
+from recorders.variant import VariantResult, analyze_variant, dataset_input, source_hashes
+
+V10_MANIFEST = "manifest.json"
+V15_MANIFEST = "reference-manifest.json"
+V15_VARIANTS = (("overlap", "input.wav", "output.wav"), ("clean", "clean_input.wav", "clean_output.wav"))
+
+
+def find_session(recordings: Sequence[Path], rel: Path) -> tuple[Path | None, str | None]:
+    """The one recording root holding ``rel``/session.json; a reason when none or several do."""
+    found = [Path(root) / rel for root in recordings if (Path(root) / rel / "session.json").is_file()]
+    if len(found) > 1:
+        return None, f"duplicate: recorded in {len(found)} runs ({', '.join(map(str, found))})"
+    return (found[0], None) if found else (None, None)
+
+
+def export_v10(
+    recordings: Sequence[Path], samples: Sequence[V10Sample], out_dir: Path,
+    dataset_revision: str | None = None,
+) -> ExportManifest:
+    """Export v1.0 windows: ``<subset>/<id>/output.wav`` plus the annotation copy, and
+    ``manifest.json``. ``recordings`` are run roots holding ``<subset>/<id>/main/``."""
+    out_dir = Path(out_dir)
+    located = [(s, *find_session(recordings, Path(s.subset) / s.id / "main")) for s in samples]
+    sources = {s.sample_id: _v10_sources(s, where) for s, where, _ in located}
+    digest = sha256_bytes(_canonical(sources).encode())
+    _prepare_out_dir(out_dir, V10_MANIFEST, digest)
+    rows = [_export_v10_sample(s, where, dup, out_dir) for s, where, dup in located]
+    manifest = ExportManifest(
+        dataset="v1.0", dataset_revision=dataset_revision, trace_format=TURN_BASED.trace_format,
+        samples=rows, provenance=_provenance(recordings, sources, digest),
+    )
+    atomic_write_json(out_dir / V10_MANIFEST, manifest.dump())
+    return manifest
+
+
+def _export_v10_sample(sample: V10Sample, where: Path | None, dup: str | None, out_dir: Path) -> ExportSample:
+    label = sample.sample_id
+    result = _analyze(where, dup, sample.input_wav, label)
+    row = _row(label, sample.subset, sample.id, result, [result])
+    if not row.eligible:
+        return row
+    folder = out_dir / sample.subset / sample.id
+    row.files["output.wav"] = _write(folder / "output.wav", wav_bytes(result.window, 16000))
+    if sample.annotation is not None:
+        row.files[sample.annotation.name] = _write(folder / sample.annotation.name, sample.annotation.read_bytes())
+    return row
+
+
+def export_v15(
+    recordings: Sequence[Path], pairs: Sequence[V15Pair], out_dir: Path,
+    dataset_revision: str | None = None,
+) -> ExportManifest:
+    """Export v1.5 pairs: ``<category>/<id>/{input.wav, output.wav, clean_input.wav,
+    clean_output.wav, metadata.json}`` and ``reference-manifest.json``. ``recordings`` are run
+    roots holding ``<category>/<id>/{overlap,clean}/``."""
+    out_dir = Path(out_dir)
+    located = []
+    for pair in pairs:
+        base = Path(pair.category) / pair.id
+        located.append((pair, {v: find_session(recordings, base / v) for v, _, _ in V15_VARIANTS}))
+    sources = {p.sample_id: _v15_sources(p, where) for p, where in located}
+    digest = sha256_bytes(_canonical(sources).encode())
+    _prepare_out_dir(out_dir, V15_MANIFEST, digest)
+    rows = [_export_v15_pair(p, where, out_dir) for p, where in located]
+    manifest = ExportManifest(
+        dataset="v1.5", dataset_revision=dataset_revision, trace_format=TURN_BASED.trace_format,
+        samples=rows, provenance=_provenance(recordings, sources, digest),
+    )
+    atomic_write_json(out_dir / V15_MANIFEST, manifest.dump())
+    return manifest
+
+
+def _export_v15_pair(pair: V15Pair, where: dict[str, tuple[Path | None, str | None]], out_dir: Path) -> ExportSample:
+    inputs = {"overlap": pair.input_wav, "clean": pair.clean_input_wav}
+    results = {
+        v: _analyze(where[v][0], where[v][1], inputs[v], f"{pair.sample_id} [{v}]") for v, _, _ in V15_VARIANTS
+    }
+    reasons = [f"{v}: {r}" for v, _, _ in V15_VARIANTS for r in results[v].reasons]
+    row = _row(pair.sample_id, pair.category, pair.id, results["overlap"], list(results.values()), reasons)
+    if not row.eligible:
+        return row
+    folder = out_dir / pair.category / pair.id
+    for variant, input_name, output_name in V15_VARIANTS:
+        result = results[variant]
+        row.files[input_name] = _write(folder / input_name, wav_bytes(pcm16_to_float(result.input_pcm), 16000))
+        row.files[output_name] = _write(folder / output_name, wav_bytes(result.window, 16000))
+    row.files["metadata.json"] = _write(folder / "metadata.json", pair.metadata.read_bytes())
+    return row
+
+
+def _analyze(where: Path | None, dup: str | None, input_wav: Path, label: str) -> VariantResult:
+    if dup is not None:
+        return VariantResult.missing(dup, verdict="fail")
+    try:
+        expected = dataset_input(input_wav, label)
+    except FdbError as exc:
+        return VariantResult.missing(f"dataset: {exc.one_line()}", verdict="fail")
+    return analyze_variant(where, expected, label)
+
+
+def _row(
+    sample_id: str, subset: str, id_: str, main: VariantResult, parts: list[VariantResult],
+    reasons: list[str] | None = None,
+) -> ExportSample:
+    verdicts = {p.verdict for p in parts}
+    verdict = "missing" if "missing" in verdicts else "fail" if "fail" in verdicts else "pass"
+    eligible = all(p.eligible for p in parts)
+    return ExportSample(
+        sample_id=sample_id, subset=subset, id=id_, eligible=eligible,
+        reasons=[] if eligible else (reasons if reasons is not None else main.reasons),
+        T_s=main.T_s, input_samples=main.input_samples,
+        barge_in_cuts=sum(p.barge_in_cuts for p in parts) if eligible else 0, verdict=verdict,
+    )
+
+
+def _write(path: Path, data: bytes) -> str:
+    atomic_write_bytes(path, data)
+    return sha256_bytes(data)
+
+
+def _v10_sources(sample: V10Sample, where: Path | None) -> dict[str, Any]:
+    files = [("input", sample.input_wav)] + ([("annotation", sample.annotation)] if sample.annotation else [])
+    return {"dataset": {k: _file_sha(p) for k, p in files}, "main": source_hashes(where)}
+
+
+def _v15_sources(pair: V15Pair, where: dict[str, tuple[Path | None, str | None]]) -> dict[str, Any]:
+    files = [("input", pair.input_wav), ("clean_input", pair.clean_input_wav), ("metadata", pair.metadata)]
+    out: dict[str, Any] = {"dataset": {k: _file_sha(p) for k, p in files}}
+    for variant, _, _ in V15_VARIANTS:
+        out[variant] = source_hashes(where[variant][0])
+    return out
+
+
+def _file_sha(path: Path) -> str | None:
+    return sha256_file(path) if Path(path).is_file() else None
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str) -> dict[str, Any]:
+    return {
+        "fdb": current().model_dump(mode="json"),
+        "recordings": [str(r) for r in recordings],
+        "sources_sha256": digest,
+        "sources": sources,
+        "policy": {
+            "window": "[0, T], T the input length from the first packet's send start",
+            "playout": "fifo from receipt; cancelled response.done drops that response's queued audio",
+            "resample": "soxr HQ, output rate -> 16000 Hz, fixed to the input's sample count",
+            "pacing_tolerance_ms": TURN_BASED.pacing_tolerance_ms,
+        },
+    }
+
+
+def _prepare_out_dir(out_dir: Path, manifest_name: str, digest: str) -> None:
+    """Refuse a non-empty ``out_dir`` unless it holds only a previous export of the same
+    recordings; that export's sample folders are removed before writing again."""
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return
+    refuse = FdbError(
+        f"export directory {out_dir} is not empty and holds no previous export of these recordings",
+        "export into a new directory",
+    )
+    try:
+        old = read_json(out_dir / manifest_name)
+        if old["provenance"]["sources_sha256"] != digest:
+            raise refuse
+        folders = {(s["subset"], s["id"]) for s in old["samples"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise refuse from exc
+    subsets = {subset for subset, _ in folders}
+    for entry in out_dir.iterdir():
+        if entry.name == manifest_name:
+            continue
+        if not entry.is_dir() or entry.name not in subsets:
+            raise refuse
+        if any((entry.name, child.name) not in folders for child in entry.iterdir()):
+            raise refuse
+    for subset, id_ in sorted(folders):
+        shutil.rmtree(out_dir / subset / id_, ignore_errors=True)
+    for subset in subsets:
+        if (out_dir / subset).is_dir() and not any((out_dir / subset).iterdir()):
+            (out_dir / subset).rmdir()

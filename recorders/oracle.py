@@ -1,0 +1,300 @@
+"""The protocol oracle: a pure function of a trace that says whether a session followed its profile.
+
+Rules for the ``turn-based`` profile (each violation names its rule and the event index):
+
+- ``clock``: trace times never decrease.
+- ``handshake``: exactly one session.created, then one session.update, then one
+  session.updated answering it; session.updated echoes the requested turn_detection.type under
+  session.audio.input.turn_detection, and any declared audio rates match the profile.
+- ``input``: appends are sent after session.updated and before sglang.input_audio.end, with
+  seq 0, 1, 2, ... and audio totalling the input length.
+- ``accepted``: one sglang.input_audio.accepted per append, in seq order, with accepted_end_ms
+  equal to the cumulative input ms (to within 1 ms of rounding).
+- ``units``: sglang.unit.done ids unit_0, unit_1, ... with media_time.t_start_ms = k * unit_ms;
+  every unit but the last lasts unit_ms, durations sum to the input ms, all before drained.
+- ``end``: one sglang.input_audio.end after the last append; one sglang.input_audio.ended after
+  it with the profile's tail_policy; one sglang.input_audio.drained after that with
+  consumed_ms = input ms, discarded_ms = 0 and the profile's padding; one session.close after
+  drained; one session.closed after the close; nothing sent or received after session.closed.
+- ``responses``: every response.created gets exactly one response.done; completed responses end
+  with reason stop or empty_turn, cancelled ones with interrupted, and each cancellation consumes
+  its own earlier input_audio_buffer.speech_started (one speech_started cannot justify two
+  cancellations); no audio delta for a response before its response.created or after its
+  response.done.
+- ``error``: any server error event fails the session; so does any client-side ``failure`` note.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from recorders.profiles import Profile
+from recorders.records import TraceEvent, Verdict
+
+MS_TOLERANCE = 1.0  # servers may round receipt times to whole milliseconds
+
+
+class _Checker:
+    def __init__(self, events: Sequence[TraceEvent]):
+        self.events = events
+        self.violations: list[str] = []
+
+    def add(self, rule: str, message: str, index: int | None = None) -> None:
+        where = f" (event {index})" if index is not None else ""
+        self.violations.append(f"{rule}: {message}{where}")
+
+    def find(self, direction: str, type_: str) -> list[int]:
+        return [i for i, ev in enumerate(self.events) if ev.dir == direction and ev.type == type_]
+
+    def one(self, rule: str, direction: str, type_: str, after: int | None, after_name: str) -> int | None:
+        """The single ``type_`` event, which must come after index ``after``; None when absent."""
+        found = self.find(direction, type_)
+        if not found:
+            self.add(rule, f"no {type_}")
+            return None
+        if len(found) > 1:
+            self.add(rule, f"{len(found)} {type_} events, expected one", found[1])
+        if after is not None and found[0] < after:
+            self.add(rule, f"{type_} before {after_name}", found[0])
+        return found[0]
+
+    def ev(self, index: int) -> dict[str, Any]:
+        return self.events[index].event
+
+
+def judge_trace(
+    events: Sequence[TraceEvent],
+    profile: Profile,
+    requested_turn_detection: dict[str, Any] | None,
+    input_ms: float,
+) -> Verdict:
+    """Judge a session trace against ``profile``; ``input_ms`` is the input length sent."""
+    c = _Checker(events)
+    _check_clock(c)
+    _check_errors(c)
+    updated = _check_handshake(c, profile, requested_turn_detection)
+    appends = _check_input(c, updated, input_ms)
+    if profile.expects_receipts:
+        _check_accepted(c, appends)
+    _check_end(c, profile, appends, input_ms)
+    if profile.expects_unit_done:
+        _check_units(c, profile, input_ms)
+    _check_responses(c, profile)
+    return Verdict(status="fail" if c.violations else "pass", violations=c.violations)
+
+
+def _check_clock(c: _Checker) -> None:
+    for i in range(1, len(c.events)):
+        if c.events[i].t < c.events[i - 1].t:
+            c.add("clock", "trace time went backwards", i)
+            return
+
+
+def _check_errors(c: _Checker) -> None:
+    for i, ev in enumerate(c.events):
+        if ev.dir == "recv" and ev.type == "error":
+            err = ev.event.get("error") or {}
+            c.add("error", f"server error {err.get('code')}: {err.get('message')}", i)
+        elif ev.dir == "note" and ev.type == "failure":
+            c.add("error", f"session failed: {ev.event.get('reason')}", i)
+
+
+def _check_handshake(c: _Checker, profile: Profile, requested: dict[str, Any] | None) -> int | None:
+    """session.created -> session.update -> session.updated, with the turn_detection echo."""
+    created = c.one("handshake", "recv", "session.created", None, "")
+    update = c.one("handshake", "send", "session.update", created, "session.created")
+    updated = c.one("handshake", "recv", "session.updated", update, "session.update")
+    if update is None or updated is None:
+        return updated
+    answered = c.ev(updated).get("client_event_id")
+    if answered is not None and answered != c.ev(update).get("event_id"):
+        c.add("handshake", "session.updated answers another client event", updated)
+    audio = (c.ev(updated).get("session") or {}).get("audio") or {}
+    in_rate = ((audio.get("input") or {}).get("format") or {}).get("rate")
+    out_rate = ((audio.get("output") or {}).get("format") or {}).get("rate")
+    if in_rate is not None and in_rate != profile.input_rate:
+        c.add("handshake", f"input rate {in_rate}, expected {profile.input_rate}", updated)
+    if out_rate is not None and out_rate != profile.output_rate:
+        c.add("handshake", f"output rate {out_rate}, expected {profile.output_rate}", updated)
+    if requested is not None:
+        echoed = (audio.get("input") or {}).get("turn_detection")
+        got = echoed.get("type") if isinstance(echoed, dict) else None
+        if got != requested.get("type"):
+            c.add(
+                "handshake",
+                f"session.updated echoes turn_detection type {got!r}, requested {requested.get('type')!r}",
+                updated,
+            )
+    return updated
+
+
+def _check_input(c: _Checker, updated: int | None, input_ms: float) -> list[int]:
+    """Appends after session.updated, seq contiguous from 0, totalling the input."""
+    appends = c.find("send", "input_audio_buffer.append")
+    total_bytes = 0
+    for k, i in enumerate(appends):
+        if updated is not None and i < updated:
+            c.add("input", "append before session.updated", i)
+        seq = (c.ev(i).get("sglang") or {}).get("seq")
+        if seq != k:
+            c.add("input", f"append seq {seq}, expected {k}", i)
+        total_bytes += int(c.ev(i).get("audio_bytes", 0))
+    sent_ms = total_bytes / 2 / 16.0
+    if abs(sent_ms - input_ms) > 1e-6:
+        c.add("input", f"appends carry {sent_ms:g} ms of audio, the input is {input_ms:g} ms")
+    return appends
+
+
+def _check_accepted(c: _Checker, appends: list[int]) -> None:
+    """One accepted receipt per append, in seq order, at the cumulative input ms."""
+    accepted = c.find("recv", "sglang.input_audio.accepted")
+    if len(accepted) != len(appends):
+        c.add("accepted", f"{len(accepted)} accepted receipts for {len(appends)} appends")
+    cumulative = 0.0
+    for k, i in enumerate(accepted):
+        event = c.ev(i)
+        if event.get("seq") != k:
+            c.add("accepted", f"accepted seq {event.get('seq')}, expected {k}", i)
+        if k >= len(appends):
+            continue
+        cumulative += int(c.ev(appends[k]).get("audio_bytes", 0)) / 2 / 16.0
+        if i < appends[k]:
+            c.add("accepted", f"seq {k} accepted before it was sent", i)
+        end_ms = event.get("accepted_end_ms")
+        if not _near(end_ms, cumulative):
+            c.add("accepted", f"seq {k} accepted_end_ms {end_ms}, expected {cumulative:g}", i)
+        client_id = event.get("client_event_id")
+        if client_id is not None and client_id != c.ev(appends[k]).get("event_id"):
+            c.add("accepted", f"seq {k} receipt names another client event", i)
+
+
+def _check_end(c: _Checker, profile: Profile, appends: list[int], input_ms: float) -> None:
+    """end -> ended -> drained -> close -> closed, with the drain arithmetic."""
+    end = c.one("end", "send", "sglang.input_audio.end", appends[-1] if appends else None, "the last append")
+    for i in appends:
+        if end is not None and i > end:
+            c.add("input", "append after sglang.input_audio.end", i)
+    drain_after, drain_name = end, "sglang.input_audio.end"
+    if profile.expects_receipts:
+        ended = c.one("end", "recv", "sglang.input_audio.ended", end, "sglang.input_audio.end")
+        if ended is not None:
+            policy = c.ev(ended).get("tail_policy")
+            if policy != profile.tail_policy:
+                c.add("end", f"tail_policy {policy!r}, expected {profile.tail_policy!r}", ended)
+            _check_ms(c, ended, "accepted_end_ms", input_ms)
+        drained = c.one("end", "recv", "sglang.input_audio.drained", ended, "sglang.input_audio.ended")
+        if drained is not None:
+            for key, want in (
+                ("accepted_end_ms", input_ms), ("consumed_ms", input_ms),
+                ("discarded_ms", 0.0), ("padding_ms", profile.padding_ms(input_ms)),
+            ):
+                _check_ms(c, drained, key, want)
+        drain_after, drain_name = drained, "sglang.input_audio.drained"
+    close = c.one("end", "send", "session.close", drain_after, drain_name)
+    closed = c.one("end", "recv", "session.closed", close, "session.close")
+    if closed is not None:
+        for i in range(closed + 1, len(c.events)):
+            if c.events[i].dir != "note":
+                c.add("end", f"{c.events[i].type} after session.closed", i)
+
+
+def _check_ms(c: _Checker, index: int, key: str, want: float) -> None:
+    value = c.ev(index).get(key)
+    if not _near(value, want):
+        c.add("end", f"{c.events[index].type} {key} {value}, expected {want:g}", index)
+
+
+def _near(value: Any, want: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value - want) < MS_TOLERANCE
+
+
+def _check_units(c: _Checker, profile: Profile, input_ms: float) -> None:
+    """unit_k tiles the input in unit_ms steps; the flushed last unit may be short."""
+    units = c.find("recv", "sglang.unit.done")
+    drained = c.find("recv", "sglang.input_audio.drained")
+    expected = math.ceil(input_ms / profile.unit_ms - 1e-9) if input_ms > 0 else 0
+    if len(units) != expected:
+        c.add("units", f"{len(units)} units for {input_ms:g} ms of input, expected {expected}")
+    total = 0.0
+    for k, i in enumerate(units):
+        event = c.ev(i)
+        if event.get("unit_id") != f"unit_{k}":
+            c.add("units", f"unit id {event.get('unit_id')!r}, expected 'unit_{k}'", i)
+        media = (event.get("sglang") or {}).get("media_time") or {}
+        start, duration = media.get("t_start_ms"), media.get("duration_ms")
+        if not _near(start, k * profile.unit_ms):
+            c.add("units", f"unit_{k} t_start_ms {start}, expected {k * profile.unit_ms}", i)
+        if not isinstance(duration, int | float) or not 0 < duration <= profile.unit_ms:
+            c.add("units", f"unit_{k} duration_ms {duration} outside (0, {profile.unit_ms}]", i)
+            continue
+        if k < len(units) - 1 and not _near(duration, profile.unit_ms):
+            c.add("units", f"unit_{k} lasts {duration} ms but is not the last unit", i)
+        total += duration
+        if drained and i > drained[0]:
+            c.add("units", f"unit_{k} done after sglang.input_audio.drained", i)
+    if units and not _near(total, input_ms):
+        c.add("units", f"unit durations sum to {total:g} ms, the input is {input_ms:g} ms")
+
+
+def _check_responses(c: _Checker, profile: Profile) -> None:
+    """Lifecycle of every response, with one speech_started consumed per cancellation."""
+    state: dict[str, str] = {}  # response id -> "open" | "done"
+    unused_speech_starts = 0
+    for i, ev in enumerate(c.events):
+        if ev.dir != "recv":
+            continue
+        if ev.type == "input_audio_buffer.speech_started":
+            unused_speech_starts += 1
+        elif ev.type == "response.created":
+            _on_created(c, i, state)
+        elif ev.type == "response.done":
+            unused_speech_starts -= _on_done(c, profile, i, state, unused_speech_starts)
+        elif ev.type in profile.audio_delta_events:
+            rid = ev.event.get("response_id")
+            if rid not in state:
+                c.add("responses", f"audio for response {rid!r} before its response.created", i)
+            elif state[rid] == "done":
+                c.add("responses", f"audio for response {rid!r} after its response.done", i)
+    for rid, st in state.items():
+        if st == "open":
+            c.add("responses", f"response {rid!r} has no response.done")
+
+
+def _on_created(c: _Checker, i: int, state: dict[str, str]) -> None:
+    response = c.ev(i).get("response") or {}
+    rid, status = response.get("id"), response.get("status")
+    if not isinstance(rid, str) or not rid:
+        c.add("responses", "response.created without a response id", i)
+    elif rid in state:
+        c.add("responses", f"response {rid!r} created twice", i)
+    else:
+        state[rid] = "open"
+    if status is not None and status != "in_progress":
+        c.add("responses", f"response.created with status {status!r}", i)
+
+
+def _on_done(c: _Checker, profile: Profile, i: int, state: dict[str, str], unused: int) -> int:
+    """Check one response.done; returns how many speech_started events it consumed (0 or 1)."""
+    response = c.ev(i).get("response") or {}
+    rid, status = response.get("id"), response.get("status")
+    reason = (response.get("status_details") or {}).get("reason")
+    if rid not in state:
+        c.add("responses", f"response.done for {rid!r}, which was never created", i)
+    elif state[rid] == "done":
+        c.add("responses", f"second response.done for {rid!r}", i)
+    state[rid] = "done"
+    if status == "completed":
+        if reason not in profile.completed_reasons:
+            c.add("responses", f"completed response {rid!r} with reason {reason!r}", i)
+        return 0
+    if status == "cancelled":
+        if reason not in profile.cancelled_reasons:
+            c.add("responses", f"cancelled response {rid!r} with reason {reason!r}", i)
+        if unused <= 0:
+            c.add("responses", f"cancelled response {rid!r} has no speech_started of its own before it", i)
+            return 0
+        return 1
+    c.add("responses", f"response {rid!r} ended with status {status!r}", i)
+    return 0

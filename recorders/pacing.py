@@ -1,0 +1,90 @@
+"""Real-time input pacing in 80 ms packets on an absolute schedule.
+
+Packet ``seq`` is due at ``t0 + seq * packet_s``, t0 being the send start of packet 0. The
+schedule never drifts: a sender that falls behind sends its overdue packets at once and returns
+to the schedule. A packet whose send starts more than the tolerance (80 ms) after its slot is a
+pacing violation; it means the load generator fell behind, and the session is ineligible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import numpy as np
+
+from recorders.records import PacingStats, PacketSend, TraceEvent
+
+MAX_VIOLATION_SEQS = 20
+
+
+def split_packets(pcm: bytes, packet_samples: int = 1280) -> list[bytes]:
+    """PCM16 bytes cut into packets of ``packet_samples``; the last one may be short."""
+    step = packet_samples * 2
+    return [pcm[i : i + step] for i in range(0, len(pcm), step)]
+
+
+async def send_paced(
+    packets: Sequence[bytes],
+    send: Callable[[int, bytes, float, float], Awaitable[None]],
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[None]],
+    packet_s: float = 0.08,
+    on_start: Callable[[float], None] | None = None,
+) -> tuple[float, list[PacketSend]]:
+    """Send ``packets`` on the absolute schedule; returns (t0, receipts on the t0 clock).
+
+    ``send(seq, packet, scheduled, start)`` writes one packet (absolute clock times);
+    ``on_start(t0)`` is called just before packet 0, whose send starts at t0, so the caller can
+    anchor its trace clock there.
+    """
+    receipts: list[PacketSend] = []
+    t0 = clock()
+    if on_start is not None:
+        on_start(t0)
+    for seq, packet in enumerate(packets):
+        due = t0 + seq * packet_s
+        start = t0 if seq == 0 else clock()
+        if start < due:
+            await sleep(due - start)
+            start = clock()
+        await send(seq, packet, due, start)
+        end = clock()
+        receipts.append(
+            PacketSend(seq=seq, samples=len(packet) // 2, scheduled=due - t0, start=start - t0, end=end - t0)
+        )
+    return t0, receipts
+
+
+def pacing_stats(sends: Sequence[PacketSend], packet_ms: int = 80, tolerance_ms: float = 80.0) -> PacingStats:
+    """Lateness = send start - scheduled slot; a violation is lateness beyond ``tolerance_ms``
+    (early sends count by their absolute offset too, though this sender never sends early)."""
+    if not sends:
+        return PacingStats(packets=0, packet_ms=packet_ms, tolerance_ms=tolerance_ms)
+    late_ms = np.array([s.lateness_s * 1000.0 for s in sends], dtype=np.float64)
+    send_ms = np.array([(s.end - s.start) * 1000.0 for s in sends], dtype=np.float64)
+    bad = [s.seq for s, lat in zip(sends, late_ms, strict=True) if abs(lat) > tolerance_ms]
+    return PacingStats(
+        packets=len(sends),
+        packet_ms=packet_ms,
+        tolerance_ms=tolerance_ms,
+        max_lateness_ms=round(float(late_ms.max()), 3),
+        p99_lateness_ms=round(float(np.percentile(late_ms, 99)), 3),
+        mean_lateness_ms=round(float(late_ms.mean()), 3),
+        max_send_ms=round(float(send_ms.max()), 3),
+        violations=len(bad),
+        violation_seqs=bad[:MAX_VIOLATION_SEQS],
+    )
+
+
+def sends_from_trace(events: Sequence[TraceEvent]) -> list[PacketSend]:
+    """Packet receipts rebuilt from the trace's sent appends (``scheduled``/``t``/``t_end``)."""
+    sends: list[PacketSend] = []
+    for ev in events:
+        if ev.dir != "send" or ev.type != "input_audio_buffer.append":
+            continue
+        seq = (ev.event.get("sglang") or {}).get("seq", len(sends))
+        scheduled = ev.scheduled if ev.scheduled is not None else ev.t
+        end = ev.t_end if ev.t_end is not None else ev.t
+        samples = int(ev.event.get("audio_bytes", 0)) // 2
+        sends.append(PacketSend(seq=int(seq), samples=samples, scheduled=scheduled, start=ev.t, end=end))
+    return sends

@@ -1,0 +1,122 @@
+"""Writing a session directory: input.wav, trace.jsonl, output.pcm and (last) session.json."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fdb.audio import pcm16_to_float, wav_bytes
+from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_bytes
+from recorders.oracle import judge_trace
+from recorders.pacing import pacing_stats, sends_from_trace
+from recorders.profiles import Profile
+from recorders.records import InputInfo, ResponseCounts, SessionRecord, SessionStatus, TraceEvent
+
+SESSION_FILES = ("session.json", "trace.jsonl", "input.wav", "output.pcm")
+
+
+def session_update_body(
+    profile: Profile, turn_detection: dict[str, Any] | None, model: str | None, instructions: str | None
+) -> dict[str, Any]:
+    """The ``session`` object of session.update: turn detection under session.audio.input."""
+    body: dict[str, Any] = {"type": "realtime"}
+    if model:
+        body["model"] = model
+    if instructions:
+        body["instructions"] = instructions
+    if turn_detection is not None:
+        body["audio"] = {"input": {"turn_detection": dict(turn_detection)}}
+    return body
+
+
+def write_input_wav(out_dir: Path, pcm: bytes, rate: int) -> str:
+    """Write input.wav (the PCM16 stream exactly as sent); returns its sha256."""
+    data = wav_bytes(pcm16_to_float(pcm), rate)  # PCM16 -> float -> PCM16 is exact
+    atomic_write_bytes(out_dir / "input.wav", data)
+    return sha256_bytes(data)
+
+
+def response_counts(trace: Sequence[TraceEvent], profile: Profile, output_bytes: int) -> ResponseCounts:
+    counts = ResponseCounts(output_bytes=output_bytes)
+    counts.output_duration_s = round(output_bytes / 2 / profile.output_rate, 6)
+    for ev in trace:
+        if ev.dir != "recv":
+            continue
+        if ev.type == "response.created":
+            counts.created += 1
+        elif ev.type in profile.audio_delta_events:
+            counts.audio_deltas += 1
+        elif ev.type == "response.done":
+            status = (ev.event.get("response") or {}).get("status")
+            if status == "completed":
+                counts.completed += 1
+            elif status == "cancelled":
+                counts.cancelled += 1
+            else:
+                counts.other += 1
+    return counts
+
+
+@dataclass
+class SessionOutcome:
+    """What a finished session run hands to ``write_recording``."""
+
+    trace: list[TraceEvent]
+    output: bytes
+    status: SessionStatus
+    failure: str | None
+    close_code: int | None
+    close_reason: str | None
+    admission_denials: int
+    granted_session: dict[str, Any] | None
+    t0_wall: str | None
+    elapsed_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def write_recording(
+    out_dir: Path, outcome: SessionOutcome, *, base: dict[str, Any], profile: Profile,
+    pcm: bytes, source_rate: int, input_wav_sha256: str,
+    turn_detection: dict[str, Any] | None,
+) -> SessionRecord:
+    """Write trace.jsonl and output.pcm, judge the trace, then write session.json atomically."""
+    trace_text = "".join(ev.line() + "\n" for ev in outcome.trace)
+    atomic_write_text(out_dir / "trace.jsonl", trace_text)
+    atomic_write_bytes(out_dir / "output.pcm", outcome.output)
+    samples = len(pcm) // 2
+    input_ms = samples * 1000.0 / profile.input_rate
+    granted = outcome.granted_session or {}
+    audio_in = ((granted.get("audio") or {}).get("input") or {}) if isinstance(granted, dict) else {}
+    record = SessionRecord(
+        **base,
+        profile=profile.name,
+        trace_format=profile.trace_format,
+        turn_detection_requested=turn_detection,
+        turn_detection_granted=audio_in.get("turn_detection") if isinstance(audio_in, dict) else None,
+        granted=(granted.get("sglang") or {}).get("granted") if isinstance(granted.get("sglang"), dict) else None,
+        input=InputInfo(
+            rate=profile.input_rate, samples=samples, duration_s=samples / profile.input_rate,
+            pcm_sha256=sha256_bytes(pcm), source_rate=source_rate,
+        ),
+        output_rate=profile.output_rate,
+        t0_wall=outcome.t0_wall,
+        elapsed_s=round(outcome.elapsed_s, 3),
+        pacing=pacing_stats(sends_from_trace(outcome.trace), profile.packet_ms, profile.pacing_tolerance_ms),
+        status=outcome.status,
+        failure=outcome.failure,
+        close_code=outcome.close_code,
+        close_reason=outcome.close_reason,
+        admission_denials=outcome.admission_denials,
+        verdict=judge_trace(outcome.trace, profile, turn_detection, input_ms),
+        responses=response_counts(outcome.trace, profile, len(outcome.output)),
+        files={
+            "input.wav": input_wav_sha256,
+            "trace.jsonl": sha256_bytes(trace_text.encode("utf-8")),
+            "output.pcm": sha256_bytes(outcome.output),
+        },
+        extra=outcome.extra,
+    )
+    atomic_write_json(out_dir / "session.json", record.dump())
+    return record

@@ -1,0 +1,411 @@
+"""Record one paced /v1/realtime session into a directory (docs/formats.md, "Recording").
+
+The client connects, waits for session.created, sends session.update and waits for
+session.updated, then sends the 16 kHz input in 80 ms packets on an absolute schedule while it
+receives and logs every server event. At the input end it sends sglang.input_audio.end, waits
+for sglang.input_audio.drained, sends session.close and waits for session.closed. The whole
+session has one deadline. A bad server never raises out of ``record_session``: a disconnect, a
+close code, an error event, invalid JSON or the deadline becomes the session's recorded failure,
+and the trace and audio received so far are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import datetime as dt
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.protocol import State
+
+from fdb.audio import Audio, float_to_pcm16
+from fdb.errors import FdbError, SampleError
+from recorders.pacing import send_paced, split_packets
+from recorders.profiles import Profile, get_profile
+from recorders.recording import (
+    SessionOutcome,
+    session_update_body,
+    write_input_wav,
+    write_recording,
+)
+from recorders.records import SessionRecord, SessionStatus, TraceEvent
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+ADMISSION_RETRIES = 3
+ADMISSION_BACKOFF_S = 0.25
+CLOSE_GRACE_S = 2.0
+
+
+def input_pcm16(audio: Audio, rate: int = 16000) -> bytes:
+    """The input stream exactly as sent: mono PCM16 at ``rate`` (soxr HQ resampling)."""
+    return float_to_pcm16(audio.resample(rate).samples)
+
+
+def redact_url(url: str) -> str:
+    """Drop query values that might be secrets (key, token, secret, password)."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    secret = ("key", "token", "secret", "password")
+    query = [
+        (k, "<redacted>" if any(s in k.lower() for s in secret) else v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _event_id() -> str:
+    return f"evt_{uuid.uuid4().hex[:24]}"
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name}")
+
+
+class _Session:
+    """State of one session run; ``run()`` never raises for server-side problems."""
+
+    def __init__(self, url: str, pcm: bytes, profile: Profile, session_update: dict[str, Any], timeout_s: float):
+        self.url, self.pcm, self.profile, self.timeout_s = url, pcm, profile, timeout_s
+        self.session_update = session_update
+        self.loop = asyncio.get_running_loop()
+        # Trace rows (t, dir, type, event JSON, scheduled, t_end) with absolute loop times. Events
+        # are kept as JSON text: strings and float tuples are not tracked by the garbage collector,
+        # so many long sessions in one process do not cause long GC pauses that delay packets.
+        self.raw: list[tuple[float, str, str, str, float | None, float | None]] = []
+        self.output = bytearray()
+        self.t0: float | None = None
+        self.t0_wall: str | None = None
+        self.status: SessionStatus = "ok"
+        self.failure: str | None = None
+        self.phase = "connecting"
+        self.admission_denials = 0
+        self.granted_session: dict[str, Any] | None = None
+        self.fatal = False  # error.sglang.fatal or a broken stream: do not send session.close
+        self.sent_close = False
+        self.close_code: int | None = None
+        self.close_reason: str | None = None
+        self.flags = {name: asyncio.Event() for name in ("created", "updated", "drained", "closed")}
+        self.ws: ClientConnection | None = None
+        self.flow_task: asyncio.Task | None = None
+        self.recv_task: asyncio.Task | None = None
+
+    # ----------------------------------------------------------------- trace
+    def log(
+        self, direction: str, type_: str, event: dict[str, Any] | str, t: float | None = None,
+        scheduled: float | None = None,
+    ) -> int:
+        """Append a trace row (``event`` as a dict or its JSON text); returns its index."""
+        text = event if isinstance(event, str) else json.dumps(event)
+        self.raw.append((self.loop.time() if t is None else t, direction, type_, text, scheduled, None))
+        return len(self.raw) - 1
+
+    def set_end(self, index: int, t_end: float) -> None:
+        self.raw[index] = (*self.raw[index][:5], t_end)
+
+    def note(self, type_: str, **fields: Any) -> None:
+        self.log("note", type_, fields)
+
+    def fail(self, status: SessionStatus, reason: str) -> None:
+        """Record the session's failure (the first one wins) and stop the client flow."""
+        if self.failure is None:
+            self.status, self.failure = status, reason
+            self.note("failure", status=status, reason=reason)
+        if self.flow_task is not None and not self.flow_task.done():
+            self.flow_task.cancel()
+
+    def trace(self) -> list[TraceEvent]:
+        """The trace on the t0 clock (seconds from the first packet's send start)."""
+        origin = self.t0 if self.t0 is not None else (self.raw[0][0] if self.raw else 0.0)
+
+        def rel(value: float | None) -> float | None:
+            return None if value is None else round(value - origin, 6)
+
+        return [
+            TraceEvent(t=rel(t), dir=d, type=k, event=json.loads(text), scheduled=rel(sched), t_end=rel(end))
+            for t, d, k, text, sched, end in self.raw
+        ]
+
+    def outcome(self, elapsed_s: float, extra: dict[str, Any] | None) -> SessionOutcome:
+        return SessionOutcome(
+            trace=self.trace(), output=bytes(self.output), status=self.status, failure=self.failure,
+            close_code=self.close_code, close_reason=self.close_reason,
+            admission_denials=self.admission_denials, granted_session=self.granted_session,
+            t0_wall=self.t0_wall, elapsed_s=elapsed_s, extra=dict(extra or {}),
+        )
+
+    # ------------------------------------------------------------ connection
+    async def _connect(self) -> ClientConnection | None:
+        """Open the WebSocket; HTTP 503 is retried ADMISSION_RETRIES times, 0.25 s apart."""
+        for attempt in range(1, ADMISSION_RETRIES + 2):
+            self.note("connect", url=redact_url(self.url), attempt=attempt)
+            try:
+                return await connect(
+                    self.url, max_size=MAX_MESSAGE_BYTES, compression=None, ping_interval=None,
+                    proxy=None, open_timeout=None, close_timeout=CLOSE_GRACE_S,
+                )
+            except InvalidStatus as exc:
+                code = exc.response.status_code
+                if code != 503:
+                    self.fail("error", f"server refused the WebSocket with HTTP {code}")
+                    return None
+                self.admission_denials += 1
+                self.note("admission_denied", http_status=503, attempt=attempt)
+                if attempt <= ADMISSION_RETRIES:
+                    await asyncio.sleep(ADMISSION_BACKOFF_S)
+            except (OSError, InvalidHandshake) as exc:
+                self.fail("error", f"cannot connect to {redact_url(self.url)}: {exc}")
+                return None
+        self.fail("admission_denied", f"HTTP 503 on all {ADMISSION_RETRIES + 1} connection attempts")
+        return None
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._converse()
+        except TimeoutError:
+            self.fail("timeout", f"session deadline of {self.timeout_s:g} s passed while {self.phase}")
+        finally:
+            await self._shutdown()
+
+    async def _converse(self) -> None:
+        """Connect, run the client flow beside the receiver until either ends, classify the end."""
+        self.ws = await self._connect()
+        if self.ws is None:
+            return
+        self.recv_task = asyncio.create_task(self._receive(self.ws))
+        self.flow_task = asyncio.create_task(self._flow(self.ws))
+        await asyncio.wait({self.recv_task, self.flow_task}, return_when=asyncio.FIRST_COMPLETED)
+        if self.flow_task.done() and not self.flow_task.cancelled():
+            exc = self.flow_task.exception()
+            if isinstance(exc, ConnectionClosed):
+                self._on_connection_lost()
+            elif exc is not None:
+                self.fail("error", f"client error while {self.phase}: {exc!r}")
+
+    @property
+    def finished(self) -> bool:
+        """The server confirmed our session.close with session.closed."""
+        return self.sent_close and self.flags["closed"].is_set()
+
+    async def _shutdown(self) -> None:
+        """Bounded cleanup outside the deadline: say goodbye if useful, close, note the code."""
+        if self.flow_task is not None and not self.flow_task.done():
+            self.flow_task.cancel()
+        ws = self.ws
+        if self.failure is None and self.finished and self.recv_task is not None:
+            done, _ = await asyncio.wait({self.recv_task}, timeout=CLOSE_GRACE_S)  # the server closes
+            if not done:
+                self.note("server_did_not_close", waited_s=CLOSE_GRACE_S)
+        if ws is not None and ws.state is State.OPEN and self.failure and not self.sent_close and not self.fatal:
+            try:
+                self.sent_close = True
+                await self._send(ws, {"type": "session.close"})
+                if self.recv_task is not None:
+                    await asyncio.wait({self.recv_task}, timeout=CLOSE_GRACE_S)
+            except ConnectionClosed:
+                pass
+        if ws is not None:
+            try:
+                await asyncio.wait_for(ws.close(), CLOSE_GRACE_S + 1)
+            except (TimeoutError, OSError):
+                pass
+            self.close_code, self.close_reason = ws.close_code, ws.close_reason or None
+            self.note("connection.closed", code=self.close_code, reason=self.close_reason)
+            if self.failure is None and self.close_code != 1000:
+                self.fail("error", f"connection closed with code {self.close_code} after session.closed")
+        for task in (self.flow_task, self.recv_task):
+            if task is not None and not task.done():
+                task.cancel()
+        await asyncio.gather(*(t for t in (self.flow_task, self.recv_task) if t), return_exceptions=True)
+
+    # ------------------------------------------------------------------ send
+    async def _send(
+        self, ws: ClientConnection, event: dict[str, Any], trace_event: dict | None = None,
+        t: float | None = None, scheduled: float | None = None,
+    ) -> int:
+        """Send ``event`` with a fresh event_id; the trace logs ``trace_event`` (no audio) at ``t``."""
+        event = {"event_id": _event_id(), **event}
+        logged = event if trace_event is None else {**trace_event, "event_id": event["event_id"]}
+        index = self.log("send", event["type"], logged, t, scheduled)
+        await ws.send(json.dumps(event))
+        return index
+
+    async def _send_append(self, seq: int, packet: bytes, due: float, start: float) -> None:
+        assert self.ws is not None
+        body = {"type": "input_audio_buffer.append", "sglang": {"seq": seq}}
+        wire = {**body, "audio": base64.b64encode(packet).decode("ascii")}
+        trace_event = {**body, "audio_bytes": len(packet)}
+        index = await self._send(self.ws, wire, trace_event=trace_event, t=start, scheduled=due)
+        self.set_end(index, self.loop.time())
+
+    def _anchor(self, t0: float) -> None:
+        self.t0 = t0
+        self.t0_wall = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+    async def _flow(self, ws: ClientConnection) -> None:
+        """The client's side of the session protocol, step by step."""
+        self.phase = "waiting for session.created"
+        await self.flags["created"].wait()
+        await self._send(ws, {"type": "session.update", "session": self.session_update})
+        self.phase = "waiting for session.updated"
+        await self.flags["updated"].wait()
+        self.phase = "sending input"
+        packets = split_packets(self.pcm, self.profile.packet_samples)
+        packet_s = self.profile.packet_ms / 1000.0
+        t0, _ = await send_paced(packets, self._send_append, self.loop.time, asyncio.sleep, packet_s, self._anchor)
+        input_s = len(self.pcm) / 2 / self.profile.input_rate
+        await asyncio.sleep(max(0.0, t0 + input_s - self.loop.time()))
+        await self._send(ws, {"type": "sglang.input_audio.end"})
+        self.phase = "waiting for sglang.input_audio.drained"
+        await self.flags["drained"].wait()
+        self.sent_close = True
+        await self._send(ws, {"type": "session.close"})
+        self.phase = "waiting for session.closed"
+        await self.flags["closed"].wait()
+
+    # --------------------------------------------------------------- receive
+    async def _receive(self, ws: ClientConnection) -> None:
+        """Log every server event with its receipt time until the connection closes."""
+        while True:
+            try:
+                message = await ws.recv()
+            except ConnectionClosed:
+                self._on_connection_lost()
+                return
+            t = self.loop.time()
+            event = self._parse(message, t)
+            if event is None:
+                return
+            self._dispatch(event, message, t)
+
+    def _parse(self, message: str | bytes, t: float) -> dict[str, Any] | None:
+        """A JSON object with a string type, or None after recording the failure."""
+        problem = None
+        if isinstance(message, bytes):
+            problem, text = "a binary frame", f"<{len(message)} bytes>"
+        else:
+            text = message
+            try:
+                event = json.loads(message, parse_constant=_reject_constant)
+            except ValueError as exc:
+                problem = f"invalid JSON ({exc})"
+            else:
+                if isinstance(event, dict) and isinstance(event.get("type"), str):
+                    return event
+                problem = "a JSON message that is not an event object with a type"
+        self.log("note", "invalid_message", {"problem": problem, "text": text[:200]}, t)
+        self.fatal = True
+        self.fail("error", f"server sent {problem} while {self.phase}")
+        return None
+
+    def _dispatch(self, event: dict[str, Any], message: str | bytes, t: float) -> None:
+        type_ = event["type"]
+        if type_ in self.profile.audio_delta_events:
+            logged = self._take_audio(event, t)
+            if logged is None:
+                return
+            self.log("recv", type_, logged, t)
+        else:
+            self.log("recv", type_, message, t)
+        flag = {
+            "session.created": "created", "session.updated": "updated",
+            "sglang.input_audio.drained": "drained", "session.closed": "closed",
+        }.get(type_)
+        if flag == "updated":
+            self.granted_session = event.get("session") if isinstance(event.get("session"), dict) else {}
+        if flag is not None:
+            self.flags[flag].set()
+        if type_ == "error":
+            self._on_error(event)
+
+    def _take_audio(self, event: dict[str, Any], t: float) -> dict[str, Any] | None:
+        """Move a delta's audio into output.pcm; the trace keeps its offset and length."""
+        try:
+            data = base64.b64decode(event.get("delta") or "", validate=True)
+        except (binascii.Error, TypeError, ValueError) as exc:
+            self.log("recv", event["type"], {**event, "delta": None}, t)
+            self.fail("error", f"undecodable audio delta ({exc})")
+            return None
+        offset = len(self.output)
+        self.output.extend(data)
+        return {**event, "delta": None, "audio_offset": offset, "audio_bytes": len(data)}
+
+    def _on_error(self, event: dict[str, Any]) -> None:
+        err = event.get("error") if isinstance(event.get("error"), dict) else {}
+        self.fatal = bool((event.get("sglang") or {}).get("fatal"))
+        self.fail("error", f"server error {err.get('code')} ({err.get('type')}): {err.get('message')}")
+
+    def _on_connection_lost(self) -> None:
+        if self.finished:
+            return
+        ws = self.ws
+        code = ws.close_code if ws is not None else None
+        reason = (ws.close_reason if ws is not None else "") or ""
+        self.fail("disconnected", f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}")
+
+
+async def record_session(
+    url: str,
+    audio: Audio,
+    out_dir: Path,
+    *,
+    sample_id: str,
+    variant: str,
+    profile: Profile | str,
+    turn_detection: dict[str, Any] | str | None,
+    model: str | None = None,
+    instructions: str | None = None,
+    timeout_s: float = 90.0,
+    extra_meta: dict[str, Any] | None = None,
+) -> SessionRecord:
+    """Record one session of ``audio`` against ``url`` into ``out_dir``.
+
+    Bad local input (an invalid --turn-detection, empty audio, an existing recording) raises
+    FdbError/SampleError before anything is sent; everything the server does is recorded.
+    """
+    profile = get_profile(profile)
+    turn_detection = profile.validate_turn_detection(turn_detection)
+    label = f"{sample_id} [{variant}]"
+    out_dir = Path(out_dir)
+    if (out_dir / "session.json").exists():
+        raise SampleError(label, "is already recorded", "delete it or record into a new output", str(out_dir))
+    if not timeout_s > 0:
+        raise FdbError(f"{label}: timeout_s must be positive, got {timeout_s}")
+    pcm = await asyncio.to_thread(input_pcm16, audio, profile.input_rate)  # keep the loop free
+    if not pcm:
+        raise SampleError(label, "input audio is empty", "check the dataset file")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    input_sha = await asyncio.to_thread(write_input_wav, out_dir, pcm, profile.input_rate)
+    body = session_update_body(profile, turn_detection, model, instructions)
+    session = _Session(url, pcm, profile, body, timeout_s)
+    started = session.loop.time()
+
+    base = {
+        "sample_id": sample_id, "variant": variant, "url": redact_url(url), "model": model,
+        "instructions": instructions, "timeout_s": timeout_s,
+    }
+
+    def write() -> SessionRecord:
+        return write_recording(
+            out_dir, session.outcome(elapsed, extra_meta), base=base, profile=profile, pcm=pcm,
+            source_rate=audio.rate, input_wav_sha256=input_sha, turn_detection=turn_detection,
+        )
+
+    try:
+        await session.run()
+    except asyncio.CancelledError:
+        session.fail("error", f"recording was cancelled while {session.phase}")
+        elapsed = session.loop.time() - started
+        write()
+        raise
+    elapsed = session.loop.time() - started
+    # Judging and fsync-ed writes run in a thread so other sessions' packets stay on schedule.
+    return await asyncio.to_thread(write)

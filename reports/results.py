@@ -1,0 +1,56 @@
+"""RESULTS.md and results.json for a run: reads phase outputs only, never audio."""
+
+from __future__ import annotations
+
+from fdb.io import atomic_write_json, atomic_write_text, read_json
+from fdb.provenance import current
+from reports.v10 import official_section, replies_section, unified_section
+from reports.v15 import v15_section
+from runs.layout import RunPaths
+
+RESULTS_SCHEMA = "fdb-results-1"
+
+
+def _header(run: RunPaths, manifest: dict | None, repeats: list) -> list[str]:
+    lines = [f"# fdb results: {run.name}", ""]
+    lines.append(f"Repeats: {', '.join(f'repeat-{r.number}' for r in repeats) or 'none yet'}.")
+    if manifest:
+        server = manifest["server"]
+        target = server["url"] or f"bundled system `{server['system']}` (started by generate)"
+        lines.append(f"Server: {target}; turn detection `{server['turn_detection']}`; shards {manifest['num_shards']}.")
+        for name, use in sorted(manifest["datasets"].items()):
+            lines.append(f"Dataset {name}: {use['source']} tree `{use['root']}`, revision "
+                         f"`{(use['revision'] or 'n/a')[:16]}`, {len(use['sample_ids'])} selected.")
+        prov = manifest.get("provenance", {})
+        lines.append(f"fdb {prov.get('fdb_version')} at revision `{prov.get('fdb_revision')}`.")
+    lines += ["", "Every number below comes from the recorded audio of these repeats: the observation "
+              "windows the recorder exported, their ASR transcripts and VAD spans. `n/a` means no data; "
+              "`not measured` means fdb has no producer for that column yet.", ""]
+    return lines
+
+
+def build_results(run: RunPaths) -> tuple[str, dict]:
+    manifest = read_json(run.manifest) if run.manifest.exists() else None
+    repeats = run.repeats()
+    lines = _header(run, manifest, repeats)
+    data: dict = {"schema": RESULTS_SCHEMA, "run": run.name, "repeats": [r.number for r in repeats]}
+    datasets = (manifest or {}).get("datasets", {})
+    if "v1.5" in datasets or not manifest:
+        section, data["v1.5"] = v15_section(repeats)
+        lines += section
+    if "v1.0" in datasets or not manifest:
+        section, data["v1.0_unified"] = unified_section(repeats)
+        lines += section
+        section, data["v1.0_official_rules"] = official_section(repeats)
+        lines += section
+        if repeats:
+            lines += replies_section(repeats[-1])
+    data["provenance"] = current().model_dump(mode="json")
+    return "\n".join(lines).rstrip() + "\n", data
+
+
+def write_results(run: RunPaths) -> str:
+    text, data = build_results(run)
+    atomic_write_text(run.results_md, text)
+    atomic_write_json(run.results_json, data)
+    return text

@@ -1,0 +1,134 @@
+"""The v1.0 sections: unified metrics per repeat, the official-rule reference table, replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fdb.io import read_json
+from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, percent, seconds, table
+from runs.layout import RepeatPaths
+
+UNIFIED_ORDER = {
+    "pause_handling": ["pause_intrusion_rate", "pause_intrusion_per_pause", "intrusion_s_per_pause_s",
+                       "inside_pause_onset_rate", "pre_pause_speech_rate", "carry_in_rate", "any_speech_rate"],
+    "turn_taking": ["early_start_rate", "response_rate_1s", "response_rate_2s", "response_rate_5s",
+                    "no_response_rate", "response_latency_s"],
+    "user_interruption": ["exercised_rate", "speaking_at_end_rate", "response_rate_1s", "response_rate_2s",
+                          "response_rate_5s", "no_response_rate", "response_latency_s", "stop_latency_s",
+                          "speech_s_per_interruption_s", "restart_rate"],
+}
+
+
+def _load(path: Path):
+    return read_json(path) if path.exists() else None
+
+
+def _metric_row(name: str, m: dict) -> list[str]:
+    if "wilson95" in m:  # a share of samples
+        return [name, percent(m["value"]), interval(m["wilson95"], percent), f"{m['count']}/{m['n']}",
+                interval(m["selected_bounds"], percent), m["better"]]
+    if "bootstrap95" in m:  # a pooled ratio
+        value = NA if m["value"] is None else f"{m['value']:.3f}"
+        ci = interval(m["bootstrap95"], lambda v: f"{v:.3f}")
+        return [name, value, ci, f"{m['numerator']:.3f}/{m['denominator']:.3f}", NA, m["better"]]
+    median = seconds(m["median_s"])
+    return [name, f"median {median} s, p90 {seconds(m['p90_s'])} s", interval(m["median_bootstrap95"]),
+            f"{m['observed']}/{m['n']} responded", NA, m["better"]]
+
+
+def unified_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
+    lines, data = ["## v1.0 unified metrics", ""], {}
+    for rep in repeats:
+        unified = _load(rep.v10_reference / "unified.json")
+        if unified is None:
+            lines += [f"repeat-{rep.number}: unified metrics unavailable (no v10/reference/unified.json); "
+                      f"run `python -m fdb asr --run-name RUN --repeat {rep.number}`, then aggregate.", ""]
+            continue
+        data[f"repeat-{rep.number}"] = unified
+        lines += [f"### repeat-{rep.number}", "", f"Definitions `{unified['definitions']}`; ASR "
+                  f"`{unified['inputs']['asr_backend'].get('name')}`; VAD "
+                  f"`{(unified.get('vad') or {}).get('name', 'not used')}`.", ""]
+        lines += _coverage(unified)
+        for name, subset in unified["subsets"].items():
+            metrics = subset["metrics"]
+            rows = [_metric_row(k, metrics[k]) for k in UNIFIED_ORDER[subset["task"]] if k in metrics]
+            lines += [f"**{name}** ({subset['task']})", ""]
+            lines += table(["metric", "value", "95% interval", "count", "all-selected bounds", "better"], rows)
+            lines.append("")
+        for name, why in unified.get("not_scored", {}).items():
+            lines += [f"{name}: not scored by the unified metrics ({why}).", ""]
+    return lines, data
+
+
+def _coverage(unified: dict) -> list[str]:
+    rows = []
+    for name, subset in unified["subsets"].items():
+        c = subset["counts"]
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(c["ineligible_reasons"].items())) or "-"
+        horizon = subset["metrics"].get("min_observable_s")
+        rows.append([name, c["declared"], c["selected"], c["eligible"], c["ineligible"], reasons,
+                     seconds(horizon) if "min_observable_s" in subset["metrics"] else NA])
+    return table(["subset", "declared", "selected", "eligible", "ineligible", "reasons", "min observable (s)"],
+                 rows) + [""]
+
+
+OFFICIAL_HEADER = ["Subset", "Selected", "Eligible", "Evaluated", "Takeover rate", "Latency (s)",
+                   "Relevance (0-5)", "Judge retries", "Backchannel frequency", "Backchannel JSD"]
+
+
+def official_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
+    per_repeat = {r.number: _load(r.v10_reference / "official.json") for r in repeats}
+    found = {n: s for n, s in per_repeat.items() if s}
+    lines = ["## v1.0 official-rule reference", ""]
+    if not found:
+        return lines + ["Not evaluated yet (no official.json in any repeat).", ""], {}
+    lines += ["Takeover and latency by the official evaluator's rules, reimplemented clean-room "
+              "(negative latencies clamped to 0, averaged over takeover samples). Relevance needs the "
+              "LLM judge and backchannel the official VAD rules: not measured yet.", ""]
+    subsets = sorted({k for s in found.values() for k in s["subsets"]})
+    rows = []
+    for name in subsets:
+        cells = [s["subsets"].get(name) for s in found.values()]
+        cells = [c for c in cells if c]
+        backchannel = cells[0]["task"] == "backchannel"
+        rows.append([
+            name, count_range([c["selected"] for c in cells]), count_range([c["eligible"] for c in cells]),
+            count_range([c["evaluated"] for c in cells]),
+            NOT_MEASURED if backchannel else mean_sd([c["takeover_rate"] for c in cells]),
+            NOT_MEASURED if backchannel else mean_sd([c["latency_s"] for c in cells]),
+            NOT_MEASURED if cells[0]["task"] == "user_interruption" else NA, NA,
+            NOT_MEASURED if backchannel else NA, NOT_MEASURED if backchannel else NA,
+        ])
+    missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s]
+    lines += table(OFFICIAL_HEADER, rows) + [""]
+    if missing:
+        lines += [f"Not evaluated yet: {', '.join(missing)}.", ""]
+    return lines, {f"repeat-{n}": s for n, s in found.items()}
+
+
+def replies_section(rep: RepeatPaths, max_words: int = 14) -> list[str]:
+    """What the system said in each v1.0 window, as the ASR heard it (latest repeat)."""
+    samples = rep.v10_reference / "unified-samples.jsonl"
+    manifest = _load(rep.v10_reference / "manifest.json")
+    if manifest is None:
+        return []
+    outcomes = {}
+    if samples.exists():
+        import json
+
+        for line in samples.read_text().splitlines():
+            row = json.loads(line)
+            outcomes[row["sample_id"]] = row.get("outcome") or ("intrusion" if row.get("pause_intrusion") else "-")
+    rows = []
+    for sample in manifest["samples"]:
+        out = _load(rep.v10_reference / sample["subset"] / sample["id"] / "output.json")
+        if not sample["eligible"]:
+            rows.append([sample["sample_id"], "ineligible: " + ", ".join(sample["reasons"]), NA, NA, ""])
+            continue
+        words = (out or {}).get("chunks", [])
+        text = " ".join(w["text"].strip() for w in words[:max_words]) + (" …" if len(words) > max_words else "")
+        first = seconds(min(w["timestamp"][0] for w in words)) if words else NA
+        rows.append([sample["sample_id"], outcomes.get(sample["sample_id"], "-"), len(words), first,
+                     text or "(no words)"])
+    return [f"## v1.0 replies as transcribed (repeat-{rep.number})", ""] + table(
+        ["sample", "outcome", "words", "first word (s)", "transcript"], rows) + [""]

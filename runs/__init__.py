@@ -1,0 +1,1 @@
+"""The run store and the runbook: layout, selection, phase orchestration, server lifecycle."""

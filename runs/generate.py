@@ -1,0 +1,214 @@
+"""`generate`: select, start the server (unless --url), record, stop it, export the windows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fdb.datasets.official import list_ids, load_v10, load_v15
+from fdb.datasets.pinning import read_revision, tree_revision
+from fdb.datasets.selection import (
+    SelectionSpec,
+    count_by_subset,
+    format_ids,
+    require_some_selection,
+    select,
+)
+from fdb.errors import FdbError
+from fdb.io import atomic_write_text
+from fdb.provenance import current as provenance
+from fdb.settings import Settings, load_settings
+from runs.datasets import DatasetTree, resolve_tree
+from runs.layout import RepeatPaths, RunPaths
+from runs.manifest import (
+    DatasetUse,
+    RunManifest,
+    ServerUse,
+    check_compatible,
+    load_manifest,
+    save_manifest,
+)
+from runs.options import DatasetChoice, GenerateOptions
+from runs.server import ManagedServer
+
+V15_VARIANTS = (("overlap", "input_wav"), ("clean", "clean_input_wav"))
+
+
+@dataclass
+class Selected:
+    dataset: str
+    tree: DatasetTree
+    spec: SelectionSpec
+    ids: list[str]
+    samples: list = field(default_factory=list)  # V10Sample | V15Pair, in id order
+    problems: list[str] = field(default_factory=list)
+    revision: str | None = None
+
+
+def _spec(dataset: str, choice: DatasetChoice) -> SelectionSpec:
+    return SelectionSpec.from_options(dataset, choice.per_subset, choice.subset_counts, choice.sample_ids,
+                                      choice.sample_ids_file)
+
+
+def _revision(tree: DatasetTree) -> str:
+    stored = read_revision(tree.root.parent / f"{tree.root.name}.revision")
+    return stored or tree_revision(tree.root)
+
+
+def select_dataset(dataset: str, choice: DatasetChoice, root: Path | None, settings: Settings,
+                   console: Console) -> Selected | None:
+    spec = _spec(dataset, choice)
+    if spec.leaves_out:
+        return None
+    tree = resolve_tree(dataset, settings, root, console)
+    ids = select(spec, list_ids(tree.root, dataset, spec.subsets_to_load()))
+    loader = load_v10 if dataset == "v1.0" else load_v15
+    loaded, problems = loader(tree.root, sorted({i.split("/")[0] for i in ids}), strict=False)
+    by_id = {s.sample_id: s for group in loaded.values() for s in group}
+    chosen = Selected(dataset, tree, spec, ids, revision=_revision(tree))
+    bad = {p.sample_id: p for p in problems}
+    for sample_id in ids:
+        if sample_id in by_id:
+            chosen.samples.append(by_id[sample_id])
+        elif sample_id in bad:
+            chosen.problems.append(bad[sample_id].one_line())
+    return chosen
+
+
+def _jobs(sel: Selected, rep: RepeatPaths, url: str, opts: GenerateOptions, timeout_s: float) -> list:
+    from recorders.batch import SessionJob
+
+    base = rep.recording if sel.dataset == "v1.5" else rep.v10_recording
+    jobs = []
+    for index, sample in enumerate(sel.samples):
+        shard = base / f"shard-{index % opts.num_shards}"
+        variants = V15_VARIANTS if sel.dataset == "v1.5" else (("main", "input_wav"),)
+        for variant, attr in variants:
+            jobs.append(SessionJob(
+                url=url, audio=getattr(sample, attr), out_dir=shard / sample.sample_id / variant,
+                sample_id=sample.sample_id, variant=variant, profile="turn-based",
+                turn_detection=opts.turn_detection, model=opts.model, timeout_s=timeout_s,
+                extra_meta={"dataset": sel.dataset, "dataset_source": sel.tree.source},
+            ))
+    return jobs
+
+
+def _record(jobs: list, concurrency: int, console: Console, server: ManagedServer | None) -> list:
+    from recorders.batch import record_many
+
+    columns = (TextColumn("[bold]recording"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[last]}"))
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("sessions", total=len(jobs), last="")
+
+        def tick(done: int, total: int, record) -> None:
+            bar.update(task, completed=done, last=f"{record.sample_id} [{record.variant}] {record.status}")
+            if server is not None:
+                server.check_alive()
+
+        return asyncio.run(record_many(jobs, concurrency=concurrency, progress=tick))
+
+
+def _export(sel: Selected, rep: RepeatPaths, num_shards: int):
+    from recorders.export import export_v10, export_v15
+
+    if sel.dataset == "v1.5":
+        shards = [rep.recording / f"shard-{k}" for k in range(num_shards)]
+        return export_v15(shards, sel.samples, rep.reference_audio, dataset_revision=sel.revision)
+    shards = [rep.v10_recording / f"shard-{k}" for k in range(num_shards)]
+    return export_v10(shards, sel.samples, rep.v10_reference, dataset_revision=sel.revision)
+
+
+def _manifest(opts: GenerateOptions, selections: list[Selected]) -> RunManifest:
+    return RunManifest(
+        run_name=opts.run_name,
+        datasets={s.dataset: DatasetUse(dataset=s.dataset, root=str(s.tree.root), source=s.tree.source,
+                                        revision=s.revision, selection=s.spec.normalized(), sample_ids=s.ids)
+                  for s in selections},
+        server=ServerUse(url=opts.url, system=None if opts.url else opts.system, model=opts.model,
+                         turn_detection=opts.turn_detection),
+        num_shards=opts.num_shards,
+        provenance=provenance().model_dump(mode="json"),
+    )
+
+
+def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tuple[RunPaths, RepeatPaths, list[Selected]]:
+    run = RunPaths.of(settings.runs_dir, opts.run_name)
+    rep = run.repeat(opts.repeat)
+    if rep.holds_recording():
+        raise FdbError(f"{rep.root} already holds a recording",
+                       "use the next --repeat, or delete the directory to redo it")
+    if opts.num_shards < 1:
+        raise FdbError(f"--num-shards {opts.num_shards} is not allowed", "use 1 or more shards")
+    v15 = select_dataset("v1.5", opts.v15, opts.v15_root, settings, console)
+    v10 = select_dataset("v1.0", opts.v10, opts.v10_root, settings, console)
+    require_some_selection(v10.ids if v10 else [], v15.ids if v15 else [])
+    selections = [s for s in (v15, v10) if s is not None]
+    manifest = _manifest(opts, selections)
+    previous = load_manifest(run)
+    if previous is not None:
+        check_compatible(previous, manifest, rep)
+    else:
+        save_manifest(run, manifest)
+    rep.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(rep.sample_ids, format_ids(v15.ids) if v15 else "")
+    if v10:
+        atomic_write_text(rep.v10_sample_ids, format_ids(v10.ids))
+    return run, rep, selections
+
+
+def _print_selection(selections: list[Selected], console: Console) -> None:
+    for sel in selections:
+        counts = ", ".join(f"{k}: {v}" for k, v in count_by_subset(sel.ids).items())
+        console.print(f"{sel.dataset} ({sel.tree.source}, {sel.tree.root}): {len(sel.ids)} selected — {counts}")
+        for problem in sel.problems:
+            console.print(f"[yellow]WARNING[/]: not recorded, the dataset sample is broken: {problem}")
+
+
+def generate(opts: GenerateOptions, console: Console | None = None) -> dict:
+    """Record one repeat. Returns a summary dict per dataset (also printed)."""
+    console = console or Console(stderr=True)
+    settings = load_settings()
+    run, rep, selections = _prepare(opts, settings, console)
+    console.print(f"Job GPU {settings.gpu}: model port {settings.server_port}, run {run.root}, repeat {rep.number}")
+    _print_selection(selections, console)
+    server = None if opts.url else ManagedServer(system=opts.system, host="127.0.0.1", port=settings.server_port,
+                                                 log_path=rep.logs / f"model-server-gpu{settings.gpu}.log")
+    url = opts.url
+    try:
+        if server is not None:
+            console.print(f"starting the bundled server ({opts.system}) on :{settings.server_port} …")
+            server.start()
+            url = server.ws_url
+        jobs = []
+        for sel in selections:
+            timeout = settings.session_timeout_s if sel.dataset == "v1.5" else settings.v10_session_timeout_s
+            jobs += _jobs(sel, rep, url, opts, timeout)
+        records = _record(jobs, opts.num_shards, console, server)
+    finally:
+        if server is not None:
+            server.stop()
+    return _finish(selections, rep, records, opts, console)
+
+
+def _finish(selections: list[Selected], rep: RepeatPaths, records: list, opts: GenerateOptions, console: Console) -> dict:
+    summary: dict[str, dict] = {}
+    for sel in selections:
+        mine = [r for r in records if r.extra.get("dataset") == sel.dataset]
+        verdicts = Counter(r.verdict.status if r.status == "ok" else r.status for r in mine)
+        manifest = _export(sel, rep, opts.num_shards)
+        eligible = sum(1 for s in manifest.samples if s.eligible)
+        key = "eligible_pairs" if sel.dataset == "v1.5" else "eligible_samples"
+        summary[sel.dataset] = {"sessions": dict(sorted(verdicts.items())), key: eligible,
+                                "selected": len(sel.ids)}
+        console.print(f"{sel.dataset}: {dict(sorted(verdicts.items()))} {{'{key}': {eligible}, 'selected': {len(sel.ids)}}}")
+        for record in mine:
+            if record.status != "ok" or record.verdict.status != "pass":
+                reason = record.failure or "; ".join(record.verdict.violations[:2])
+                console.print(f"  [yellow]{record.sample_id} [{record.variant}][/]: {record.status}: {reason}")
+    return summary

@@ -1,0 +1,70 @@
+"""run.json: what every repeat of a run must share (selection, datasets, server, shards)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from fdb.errors import FdbError
+from fdb.io import atomic_write_json, read_json
+from runs.layout import RepeatPaths, RunPaths
+
+RUN_SCHEMA = "fdb-run-1"
+
+
+class DatasetUse(BaseModel):
+    dataset: str
+    root: str
+    source: str  # official | synthetic | user
+    revision: str | None
+    selection: dict  # SelectionSpec.normalized()
+    sample_ids: list[str]
+
+
+class ServerUse(BaseModel):
+    url: str | None  # None: the bundled server, started by generate
+    system: str | None
+    model: str | None
+    turn_detection: dict
+
+
+class RunManifest(BaseModel):
+    schema_: str = Field(RUN_SCHEMA, alias="schema")
+    run_name: str
+    datasets: dict[str, DatasetUse]  # "v1.0" / "v1.5"; absent = left out
+    server: ServerUse
+    num_shards: int
+    provenance: dict[str, object] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True}
+
+
+def load_manifest(run: RunPaths) -> RunManifest | None:
+    if not run.manifest.exists():
+        return None
+    return RunManifest.model_validate(read_json(run.manifest))
+
+
+def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPaths) -> None:
+    """Every repeat of a run must use the same selection, datasets, shards and server system."""
+    for dataset in ("v1.5", "v1.0"):
+        old, cur = previous.datasets.get(dataset), new.datasets.get(dataset)
+        label = "pairs" if dataset == "v1.5" else f"{dataset} samples"
+        if (old is None) != (cur is None):
+            which = "left out" if cur is None else "selected"
+            raise FdbError(
+                f"{repeat.root} would have {dataset} {which}, unlike the earlier repeats of {new.run_name}",
+                "pass the same selection options as before, or use a new run name",
+            )
+        if old and cur and (old.sample_ids != cur.sample_ids or old.revision != cur.revision):
+            raise FdbError(f"{repeat.root} selects different {label} than the earlier repeats",
+                           "pass the same options, or use a new run name")
+    if previous.num_shards != new.num_shards:
+        raise FdbError(f"--num-shards {new.num_shards} differs from the run's {previous.num_shards}",
+                       "keep the settings fixed across repeats, or use a new run name")
+    if previous.server.url != new.server.url or previous.server.system != new.server.system:
+        raise FdbError("the server differs from the earlier repeats of this run",
+                       "use the same --url/--system, or use a new run name")
+
+
+def save_manifest(run: RunPaths, manifest: RunManifest) -> None:
+    atomic_write_json(run.manifest, manifest.model_dump(mode="json", by_alias=True))

@@ -1,0 +1,110 @@
+"""Lifecycle of a model server that a phase starts: spawn, wait for /health, watch, stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import httpx
+
+from fdb.errors import FdbError
+
+
+def port_is_served(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines))
+    except FileNotFoundError:
+        return "(no log)"
+
+
+class ManagedServer:
+    """A bundled server (`python -m fdb serve`) run as a child process for one phase."""
+
+    def __init__(self, *, system: str, host: str, port: int, log_path: Path, ready_timeout_s: float = 300.0):
+        self.system = system
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/v1/realtime"
+
+    def start(self) -> None:
+        if port_is_served(self.host, self.port):
+            raise FdbError(
+                f"something already serves {self.host}:{self.port}",
+                "stop it (often a server left from an interrupted run), set SERVER_PORT, or pass --url to use it",
+            )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        cmd = [sys.executable, "-m", "fdb", "serve", "--system", self.system, "--host", self.host,
+               "--port", str(self.port)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive("while starting")
+            try:
+                if httpx.get(f"{self.http_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise FdbError(
+            f"the model server did not become ready within {self.ready_timeout_s:.0f} s; last log lines:\n"
+            + tail(self.log_path),
+            f"full log: {self.log_path}",
+        )
+
+    def check_alive(self, phase: str = "during the recordings") -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            code = self.proc.returncode
+            raise FdbError(
+                f"the model server exited with code {code} {phase}; last log lines:\n" + tail(self.log_path),
+                f"full log: {self.log_path}",
+            )
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=5)
+
+    def __enter__(self) -> ManagedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

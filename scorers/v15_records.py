@@ -1,0 +1,84 @@
+"""Typed records of the v1.5 timing outputs: ``intervals.jsonl`` rows and ``summary.json``
+(schema ``fdb-v1.5-timing-1``). Seconds; null where a set is empty, never 0."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+TIMING_SCHEMA = "fdb-v1.5-timing-1"
+Interval = tuple[float, float]
+
+
+class SessionIntervals(BaseModel):
+    """One session (pair x variant): VAD spans, merged spans, intervals and latencies."""
+
+    sample_id: str
+    category: str
+    id: str
+    variant: Literal["overlap", "clean"]
+    status: Literal["ok", "failed", "ineligible"]
+    error: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+    input_sha256: str | None = None
+    output_sha256: str | None = None
+    user_vad: list[Interval] = Field(default_factory=list)
+    model_vad: list[Interval] = Field(default_factory=list)
+    user_spans: list[Interval] = Field(default_factory=list)
+    model_spans: list[Interval] = Field(default_factory=list)
+    stop_intervals: list[Interval] = Field(default_factory=list)
+    response_intervals: list[Interval] = Field(default_factory=list)
+    stop_latencies_s: list[float] = Field(default_factory=list)
+    response_latencies_s: list[float] = Field(default_factory=list)
+
+    @property
+    def timed(self) -> bool:
+        return self.status == "ok" and bool(self.stop_intervals or self.response_intervals)
+
+
+class LatencyStats(BaseModel):
+    """Pooled mean and median of a latency over sessions, with sample-cluster bootstrap 95%
+    intervals (2000 resamples of pairs, default_rng(0); ceil(0.025 B)-th / ceil(0.975 B)-th)."""
+
+    intervals: int
+    sessions: int
+    mean_s: float | None
+    median_s: float | None
+    mean_bootstrap95: Interval | None
+    median_bootstrap95: Interval | None
+    valid_resamples: int
+
+
+class CategoryTiming(BaseModel):
+    category: str
+    pairs: int
+    eligible_pairs: int
+    timed_overlap_sessions: int
+    timed_clean_sessions: int
+    failed_sessions: int
+    stop_latency: LatencyStats
+    response_latency: LatencyStats
+    clean_stop_latency: LatencyStats
+    clean_response_latency: LatencyStats
+
+
+class TimingVad(BaseModel):
+    name: str
+    version: str | None
+    model_sha256: str | None
+    settings: dict[str, object]
+
+
+class TimingSummary(BaseModel):
+    schema_: str = Field(TIMING_SCHEMA, alias="schema")
+    definitions: dict[str, object]
+    manifest_sha256: str
+    vad: TimingVad
+    categories: dict[str, CategoryTiming]
+    provenance: dict[str, object] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,112 @@
+"""Starting a server: ``serve()`` is what ``python -m fdb serve`` calls.
+
+Order: resolve the system (registry name or ``--config launch.yaml``), bind the port (a busy
+port fails here, before any model loads), check that every backend package is installed (a
+missing one raises :class:`fdb.errors.MissingExtraError`), then run uvicorn on the bound socket.
+Models load in the background; ``/health`` answers 503 until they are ready, and the line
+``fdb server ready on http://HOST:PORT (system NAME)`` is logged once they are. If loading
+fails, the server stops and ``serve()`` raises the loading error.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from pathlib import Path
+
+from fdb.errors import FdbError
+from serving.app import create_app
+from serving.models import check_dependencies
+from serving.systems import resolve_system
+
+log = logging.getLogger("fdb.serving")
+PORT_SEARCH = 100
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def open_port(host: str, port: int, next_free_port: bool = False) -> socket.socket:
+    """A socket bound to ``host:port`` (not yet listening). A busy port raises FdbError, or,
+    with ``next_free_port``, the next free port above it is taken and logged."""
+    last = port + (PORT_SEARCH if next_free_port else 0)
+    for candidate in range(port, min(last, 65535) + 1):
+        try:
+            sock = _bind(host, candidate)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                continue
+            raise FdbError(f"cannot bind {host}:{candidate} ({exc.strerror})",
+                           "pass another --host or --port") from exc
+        if candidate != port:
+            log.info("port %d on %s is in use. Using port %d instead", port, host, candidate)
+        return sock
+    if next_free_port:
+        raise FdbError(f"ports {port}-{last} on {host} are all in use", "stop other servers or pass --port")
+    raise FdbError(f"port {port} on {host} is already in use", "stop the other server or pass --port")
+
+
+class _DenialNoise(logging.Filter):
+    """uvicorn's sans-I/O WebSocket protocol logs "ASGI callable returned without completing
+    handshake." after every upgrade refused with an HTTP response (our 503s); the refusal is
+    already logged as such, so that line is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing handshake" not in record.getMessage()
+
+
+def _setup_logging(level: str) -> None:
+    logger = logging.getLogger("fdb")
+    logger.setLevel(level.upper())
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        logger.addHandler(handler)
+    logging.getLogger("uvicorn.error").addFilter(_DenialNoise())
+
+
+def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int = 8097,
+          config: Path | None = None, next_free_port: bool = False, log_level: str = "info") -> None:
+    """Serve ``system`` on ``host:port`` until interrupted (blocking)."""
+    import uvicorn
+
+    _setup_logging(log_level)
+    resolved = resolve_system(system, config)
+    sock = open_port(host, port, next_free_port)
+    try:
+        check_dependencies(resolved)
+    except BaseException:
+        sock.close()
+        raise
+    bound_port = sock.getsockname()[1]
+    failure: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def ready() -> None:
+        log.info("fdb server ready on http://%s:%d (system %s)", host, bound_port, resolved.name)
+
+    def failed(error: BaseException) -> None:
+        failure.append(error)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(resolved, on_ready=ready, on_failure=failed)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level.lower(), ws_per_message_deflate=False))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
+        log.info("fdb server on port %d stopped", bound_port)
+    finally:
+        sock.close()
+    if failure:
+        raise failure[0]

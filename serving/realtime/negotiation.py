@@ -1,0 +1,243 @@
+"""session.update rules, the effective session configuration and the capability grant.
+
+Rules (the Full-Duplex Guide, "Session settings" and "Rejected in a realtime session"):
+
+- ``session.type``, when sent, must be ``realtime``; ``session.model`` must be the deployment's
+  model id (``model_mismatch``); audio formats must be ``audio/pcm`` at 16 kHz in and 24 kHz out.
+- ``audio.input.turn_detection`` is ``{"type": "server_vad", threshold?, prefix_padding_ms?,
+  silence_duration_ms?, interrupt_response?, create_response?}`` or ``null`` (utterances then
+  end only at ``input_audio_buffer.commit``); any other type is ``unsupported_turn_detection``.
+  ``interrupt_response`` is accepted and has no effect: speech always interrupts a reply.
+- ``sglang.sampling`` takes ``temperature`` (0 to 2) and ``max_new_tokens_per_unit`` (>= 1).
+- After the first session.update only instructions, turn detection, output_modalities and
+  sampling may change; sending any other field with a different value is ``frozen_field``
+  ("session field is frozen"). Re-sending an unchanged value is allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from serving.realtime.protocol import ProtocolError, SessionPatch, describe_validation_error
+from serving.systems import SystemConfig
+
+INPUT_RATE = 16000
+OUTPUT_RATE = 24000
+UNIT_MS = 200
+VOICE = "en_US-joe-medium"
+SAMPLING_PARAMETERS = ("temperature", "max_new_tokens_per_unit")
+MODALITIES = ({"audio"}, {"text"}, {"text", "audio"})
+
+
+class ServerVad(BaseModel):
+    """The granted server_vad settings, echoed in full in session.updated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["server_vad"] = "server_vad"
+    threshold: float = Field(ge=0.0, le=1.0)
+    prefix_padding_ms: int = Field(ge=0, le=5000)
+    silence_duration_ms: int = Field(ge=32, le=10000)
+    interrupt_response: bool = True
+    create_response: bool = True
+
+
+class Sampling(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(ge=0.0, le=2.0)
+    max_new_tokens_per_unit: int = Field(ge=1, le=4096)
+
+
+class SessionConfig(BaseModel):
+    """The effective settings of one session."""
+
+    model_config = ConfigDict(frozen=True)
+
+    instructions: str
+    output_modalities: tuple[str, ...] = ("text", "audio")
+    turn_detection: ServerVad | None
+    sampling: Sampling
+
+
+def initial_config(system: SystemConfig) -> SessionConfig:
+    vad = system.vad
+    return SessionConfig(
+        instructions=system.instructions,
+        turn_detection=ServerVad(threshold=vad.threshold, prefix_padding_ms=vad.prefix_padding_ms,
+                                 silence_duration_ms=vad.silence_duration_ms),
+        sampling=Sampling(temperature=system.temperature, max_new_tokens_per_unit=system.max_tokens),
+    )
+
+
+def capabilities(system: SystemConfig) -> dict[str, Any]:
+    """What this deployment grants; served at /v1/realtime/capabilities and in the grant."""
+    return {
+        "model": system.model,
+        "system": system.name,
+        "interaction": "turn_based",
+        "native_full_duplex": False,
+        "turn_control": ["server_vad", None],
+        "client_commit": True,
+        "input_audio_format": {"type": "audio/pcm", "rate": INPUT_RATE},
+        "output_audio_format": {"type": "audio/pcm", "rate": OUTPUT_RATE},
+        "output_modalities": ["text", "audio"],
+        "native_unit_ms": UNIT_MS,
+        "tail_policy": "flush",
+        "microturn_ms": None,
+        "proactive_output": False,
+        "supports_cancel": True,
+        "supports_truncate": False,
+        "supports_resume": False,
+        "sampling_parameters": list(SAMPLING_PARAMETERS),
+        "supports_instruction_updates": True,
+        "supports_sampling_updates": True,
+        "voices": [VOICE],
+        "max_output_lead_ms": system.max_output_lead_ms,
+        "max_sessions": system.max_sessions,
+        "limits": {
+            "max_input_bytes": system.max_input_bytes,
+            "max_output_bytes": system.max_output_bytes,
+            "max_instructions_chars": system.max_instructions_chars,
+            "session_update_timeout_s": system.session_update_timeout_s,
+            "idle_timeout_s": system.idle_timeout_s,
+        },
+    }
+
+
+def _fail(code: str, message: str, param: str, event_id: str | None) -> ProtocolError:
+    return ProtocolError(code, message, param=param, event_id=event_id)
+
+
+def _turn_detection(raw: dict[str, Any] | None, system: SystemConfig, event_id: str | None) -> ServerVad | None:
+    param = "session.audio.input.turn_detection"
+    if raw is None:
+        return None
+    kind = raw.get("type")
+    if kind != "server_vad":
+        raise _fail("unsupported_turn_detection",
+                    f"turn detection type {kind!r} is unavailable; use server_vad or null", param, event_id)
+    defaults = system.vad.model_dump()
+    try:
+        return ServerVad.model_validate({**defaults, **{k: v for k, v in raw.items() if v is not None}})
+    except ValidationError as exc:
+        where, message = describe_validation_error(exc)
+        raise _fail("invalid_turn_detection", f"turn_detection.{message}", param, event_id) from exc
+
+
+def _sampling(raw: dict[str, Any], current: Sampling, event_id: str | None) -> Sampling:
+    unknown = sorted(set(raw) - set(SAMPLING_PARAMETERS))
+    if unknown:
+        raise _fail("unsupported_sampling", "unsupported sampling parameters: " + ", ".join(unknown),
+                    "session.sglang.sampling", event_id)
+    merged = {**current.model_dump(), **{k: v for k, v in raw.items() if v is not None}}
+    try:
+        return Sampling.model_validate(merged)
+    except ValidationError as exc:
+        _where, message = describe_validation_error(exc)
+        raise _fail("invalid_sampling", f"sampling.{message}", "session.sglang.sampling", event_id) from exc
+
+
+def _frozen_changes(patch: SessionPatch, system: SystemConfig) -> list[str]:
+    """The non-hot fields ``patch`` sends with a value other than the granted one."""
+    changed: list[str] = []
+    if patch.type is not None and patch.type != "realtime":
+        changed.append("session.type")
+    if patch.model is not None and patch.model != system.model:
+        changed.append("session.model")
+    audio = patch.audio
+    for side, rate in (("input", INPUT_RATE), ("output", OUTPUT_RATE)):
+        part = getattr(audio, side) if audio else None
+        fmt = part.format if part else None
+        if fmt is not None and (fmt.type, fmt.rate or rate) != ("audio/pcm", rate):
+            changed.append(f"session.audio.{side}.format")
+    out = audio.output if audio else None
+    if out is not None and out.voice is not None and out.voice != VOICE:
+        changed.append("session.audio.output.voice")
+    if out is not None and out.speed is not None and out.speed != 1.0:
+        changed.append("session.audio.output.speed")
+    if audio and audio.input and audio.input.noise_reduction is not None:
+        changed.append("session.audio.input.noise_reduction")
+    return changed
+
+
+def _check_fixed(patch: SessionPatch, system: SystemConfig, event_id: str | None) -> None:
+    """Fields that can never take another value: type, model, formats, voice, speed."""
+    if patch.type is not None and patch.type != "realtime":
+        raise _fail("invalid_session_type", f"session type {patch.type!r} is not served; use 'realtime'",
+                    "session.type", event_id)
+    if patch.model is not None and patch.model != system.model:
+        raise _fail("model_mismatch", f"model differs from deployment: {patch.model!r} is not "
+                    f"{system.model!r}", "session.model", event_id)
+    audio = patch.audio
+    for side, rate in (("input", INPUT_RATE), ("output", OUTPUT_RATE)):
+        part = getattr(audio, side) if audio else None
+        fmt = part.format if part else None
+        if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate not in (None, rate)):
+            raise _fail("unsupported_audio_format", f"unsupported PCM format or sample rate for {side}: "
+                        f"{fmt.type} at {fmt.rate} Hz (use audio/pcm at {rate} Hz)",
+                        f"session.audio.{side}.format", event_id)
+    voice = audio.output.voice if audio and audio.output else None
+    if voice is not None and voice != VOICE:
+        raise _fail("unsupported_voice", f"voice {voice!r} is not available; use {VOICE!r}",
+                    "session.audio.output.voice", event_id)
+    speed = audio.output.speed if audio and audio.output else None
+    if speed is not None and speed != 1.0:
+        raise _fail("unsupported_speed", f"speed {speed} is not available; use 1.0",
+                    "session.audio.output.speed", event_id)
+    if audio and audio.input and audio.input.noise_reduction is not None:
+        raise _fail("unsupported_noise_reduction", "noise_reduction is not available; send null",
+                    "session.audio.input.noise_reduction", event_id)
+
+
+def apply_update(current: SessionConfig, patch: SessionPatch, system: SystemConfig,
+                 event_id: str | None, opened: bool) -> SessionConfig:
+    """The configuration after ``patch``; ProtocolError when the update is refused (the
+    session then keeps ``current``). Once ``opened``, a non-hot field sent with another value
+    is ``frozen_field``; before that it gets the specific reason it cannot be granted."""
+    frozen = _frozen_changes(patch, system) if opened else []
+    if frozen:
+        raise _fail("frozen_field", f"session field is frozen: {frozen[0]}", frozen[0], event_id)
+    _check_fixed(patch, system, event_id)
+    changes: dict[str, Any] = {}
+    if patch.instructions is not None:
+        if len(patch.instructions) > system.max_instructions_chars:
+            raise _fail("instructions_too_long", "instructions exceed context or have invalid type "
+                        f"({len(patch.instructions)} > {system.max_instructions_chars} characters)",
+                        "session.instructions", event_id)
+        changes["instructions"] = patch.instructions
+    if patch.output_modalities is not None:
+        if set(patch.output_modalities) not in MODALITIES:
+            raise _fail("unsupported_modalities", "output_modalities must be ['audio'], ['text'] or "
+                        "['text', 'audio']", "session.output_modalities", event_id)
+        changes["output_modalities"] = tuple(patch.output_modalities)
+    audio_in = patch.audio.input if patch.audio else None
+    if audio_in is not None and "turn_detection" in audio_in.model_fields_set:
+        changes["turn_detection"] = _turn_detection(audio_in.turn_detection, system, event_id)
+    if patch.sglang is not None and patch.sglang.sampling is not None:
+        changes["sampling"] = _sampling(patch.sglang.sampling, current.sampling, event_id)
+    return current.model_copy(update=changes)
+
+
+def session_object(session_id: str, system: SystemConfig, config: SessionConfig | None) -> dict[str, Any]:
+    """The ``session`` of session.created (``config`` None: nothing granted yet) and of
+    session.updated (the full effective configuration and the grant)."""
+    body: dict[str, Any] = {"id": session_id, "object": "realtime.session", "type": "realtime",
+                            "model": system.model}
+    if config is None:
+        body["sglang"] = {"granted": None}
+        return body
+    turn = config.turn_detection.model_dump() if config.turn_detection else None
+    body.update({
+        "instructions": config.instructions,
+        "output_modalities": list(config.output_modalities),
+        "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": INPUT_RATE}, "turn_detection": turn,
+                      "transcription": {"model": "faster-whisper/whisper-tiny.en"}},
+            "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": VOICE},
+        },
+        "sglang": {"granted": capabilities(system), "sampling": config.sampling.model_dump()},
+    })
+    return body

@@ -1,0 +1,210 @@
+"""The responder: answers a session's utterances one at a time (ASR → LLM → TTS).
+
+Per turn: the utterance is transcribed (``conversation.item.input_audio_transcription
+.completed``), a response is created, and then
+
+- no words: ``response.done`` completed with reason ``empty_turn``;
+- otherwise the LLM replies (system prompt = the session's instructions, with the history),
+  the reply is synthesized sentence by sentence, resampled to 24 kHz PCM16 and delivered with
+  pacing; ``response.done`` completed with reason ``stop``.
+
+Interruption: speech that starts while a turn is queued or being answered (or while its audio is
+still playing out) cancels it, as does ``response.cancel``: its remaining audio is dropped and
+``response.done`` arrives cancelled with reason ``interrupted``. The history keeps the sentences
+whose audio was delivered in full; a reply that kept nothing leaves no answer, and the user's
+words join the next utterance in one user message, as if they had kept talking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from fdb.audio import float_to_pcm16, resample
+from serving.models import ModelHub
+from serving.realtime.delivery import OUTPUT_RATE, AudioDelivery
+from serving.realtime.events import TranscriptionCompleted
+from serving.realtime.negotiation import SessionConfig
+from serving.realtime.outbox import Outbox
+from serving.realtime.reply import Reply, speakable, split_sentences
+from serving.realtime.turn import Turn, TurnInterrupted, Utterance
+
+
+def synthesize_pcm24(tts, text: str) -> bytes:
+    """Blocking: ``text`` as 24 kHz mono PCM16 (Piper renders 22.05 kHz float)."""
+    samples = tts.synthesize(text)
+    return float_to_pcm16(resample(np.asarray(samples, dtype=np.float32), tts.rate, OUTPUT_RATE))
+
+
+class Responder:
+    def __init__(self, hub: ModelHub, outbox: Outbox, config: Callable[[], SessionConfig],
+                 input_ended: Callable[[], bool]) -> None:
+        self._hub = hub
+        self._system = hub.system
+        self._outbox = outbox
+        self._config = config
+        self._input_ended = input_ended
+        self._pending: deque[Turn | Callable[[], Awaitable[None]]] = deque()
+        self._wakeup = asyncio.Event()
+        self.current: Turn | None = None
+        self.history: list[dict[str, str]] = []
+        self._carry: list[str] = []  # user words whose reply was interrupted before it spoke
+
+    @property
+    def busy(self) -> bool:
+        """A turn is being answered or waits to be."""
+        return self.current is not None or bool(self._pending)
+
+    # --- called by the session and the listener ------------------------------------------
+
+    def submit(self, utterance: Utterance) -> None:
+        self._pending.append(Turn(utterance))
+        self._wakeup.set()
+
+    def after_pending(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` once every turn submitted so far is answered and delivered."""
+        self._pending.append(callback)
+        self._wakeup.set()
+
+    def _turns(self) -> list[Turn]:
+        queued = [item for item in self._pending if isinstance(item, Turn)]
+        return ([self.current] if self.current else []) + queued
+
+    def interrupt_all(self) -> None:
+        """The user started speaking: cancel every turn not yet answered in full."""
+        for turn in self._turns():
+            turn.interrupt("interrupted")
+
+    def cancel_response(self) -> bool:
+        """``response.cancel``: cancel the reply in progress; no reply, no effect."""
+        turn = self.current
+        if turn is None or turn.response_id is None or turn.done or turn.interrupted:
+            return False
+        turn.interrupt("interrupted")
+        return True
+
+    def wake_all(self) -> None:
+        """The input ended: stop pacing the reply being delivered."""
+        for turn in self._turns():
+            turn.wake()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            while not self._pending:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            item = self._pending.popleft()
+            if isinstance(item, Turn):
+                self.current = item
+                try:
+                    await self._answer(item)
+                finally:
+                    item.done = True
+                    self.current = None
+            else:
+                await item()
+
+    async def _answer(self, turn: Turn) -> None:
+        if self._input_ended():
+            turn.wake()
+        utterance = turn.utterance
+        transcript = await self._hub.run(self._hub.asr.transcribe, utterance.samples)
+        text = transcript.text.strip()
+        await self._outbox.send(TranscriptionCompleted(item_id=utterance.item_id, transcript=text))
+        config = self._config()
+        reply = Reply(self._outbox, config.output_modalities)
+        await reply.created()
+        turn.response_id = reply.response_id
+        if turn.interrupted:
+            if text:
+                self._carry.append(text)
+            await reply.finish("cancelled", turn.cancel_reason or "interrupted")
+        elif not text:
+            await reply.finish("completed", "empty_turn")
+        else:
+            await self._reply(turn, reply, config, " ".join([*self._carry, text]))
+
+    def _messages(self, config: SessionConfig, user_text: str) -> list[dict[str, str]]:
+        keep = self._system.max_history_messages
+        history = self.history[-keep:] if keep else []
+        return [{"role": "system", "content": config.instructions}, *history,
+                {"role": "user", "content": user_text}]
+
+    async def _reply(self, turn: Turn, reply: Reply, config: SessionConfig, user_text: str) -> None:
+        self._carry.clear()
+        llm = self._hub.llm
+        messages = self._messages(config, user_text)
+        sampling = config.sampling
+        try:
+            text = await turn.race(self._hub.run(llm.reply, messages, sampling.max_new_tokens_per_unit,
+                                                 sampling.temperature))
+            await self._speak(turn, reply, split_sentences(speakable(text)))
+        except TurnInterrupted:
+            pass
+        if turn.interrupted:
+            self._remember(user_text, " ".join(reply.spoken), cut=True)
+            await reply.finish("cancelled", turn.cancel_reason or "interrupted")
+        else:
+            self._remember(user_text, " ".join(reply.spoken), cut=False)
+            await reply.finish("completed", "stop")
+
+    def _remember(self, user_text: str, said: str, cut: bool) -> None:
+        if not said:
+            if cut:
+                self._carry.append(user_text)
+            return
+        self.history += [{"role": "user", "content": user_text},
+                         {"role": "assistant", "content": said + ("…" if cut else "")}]
+
+    async def _speak(self, turn: Turn, reply: Reply, sentences: list[str]) -> None:
+        if not reply.audio:
+            for sentence in sentences:
+                await reply.text_delta(sentence)
+                reply.spoken.append(sentence)
+            return
+        queue: asyncio.Queue[tuple[str, bytes] | BaseException | None] = asyncio.Queue()
+        producer = asyncio.create_task(self._synthesize(sentences, queue))
+        delivery = AudioDelivery(self._outbox, turn, reply.response_id, reply.item_id,
+                                 self._system.max_output_lead_ms, lambda: not self._input_ended())
+        try:
+            await self._deliver(turn, reply, delivery, queue)
+        finally:
+            producer.cancel()
+            reply.audio_started = delivery.sent_bytes > 0
+
+    async def _deliver(self, turn: Turn, reply: Reply, delivery: AudioDelivery,
+                       queue: asyncio.Queue[tuple[str, bytes] | BaseException | None]) -> None:
+        budget = self._system.max_output_bytes
+        while True:
+            item = await turn.race(queue.get())
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            sentence, pcm = item
+            pcm = pcm[:max(0, budget - delivery.sent_bytes) // 2 * 2]
+            if not pcm:
+                break  # max_output_bytes reached: the reply ends here
+            await reply.text_delta(sentence)
+            if not await delivery.send(pcm):
+                return
+            reply.spoken.append(sentence)
+        await delivery.wait_playout()
+
+    async def _synthesize(self, sentences: list[str],
+                          queue: asyncio.Queue[tuple[str, bytes] | BaseException | None]) -> None:
+        try:
+            for sentence in sentences:
+                pcm = await self._hub.run(synthesize_pcm24, self._hub.tts, sentence)
+                if pcm:
+                    await queue.put((sentence, pcm))
+            await queue.put(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed to the consumer, which fails the session
+            await queue.put(exc)

@@ -1,0 +1,223 @@
+"""One ``/v1/realtime`` connection: the turn-based session state machine.
+
+Lifecycle (the Full-Duplex Guide, "Full-duplex protocol" and the turn-based session protocol):
+
+1. On connect the server sends ``session.created`` (nothing granted yet) and waits up to
+   ``session_update_timeout_s`` for a session.update that it can grant; else it closes with
+   1008 ``session_update_timeout``.
+2. A granted ``session.update`` is answered with ``session.updated`` (the effective settings
+   and the grant). Refused updates get an ``error`` and change nothing.
+3. ``input_audio_buffer.append`` needs an open session, ``sglang.seq`` counting up from 0
+   without gaps (else ``bad_seq``) and is acknowledged with ``sglang.input_audio.accepted``.
+4. ``sglang.input_audio.end`` is acknowledged with ``sglang.input_audio.ended`` (tail policy
+   ``flush``); once the tail unit is flushed and every reply delivered, the server sends
+   ``sglang.input_audio.drained``. No append may follow the end.
+5. ``session.close`` is answered with ``session.closed`` and close code 1000.
+
+A session with neither input nor output (and no reply in the works) for ``idle_timeout_s``
+closes with 1008 ``idle_timeout``; an internal failure sends a fatal ``server_error`` and closes
+with 1011. Every other refusal is a non-fatal ``error`` event and the session continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+
+from starlette.websockets import WebSocket
+
+from serving.models import ModelHub
+from serving.realtime import protocol as p
+from serving.realtime.audio_input import decode_pcm16, samples_to_ms
+from serving.realtime.events import (
+    InputAudioAccepted,
+    InputAudioDrained,
+    InputAudioEnded,
+    ServerEvent,
+    SessionClosed,
+    SessionCreated,
+    SessionUpdated,
+    error_event,
+    new_id,
+)
+from serving.realtime.listener import AudioChunk, CommitMark, DetectionChange, EndMark, Listener
+from serving.realtime.negotiation import apply_update, initial_config, session_object
+from serving.realtime.outbox import Activity, Outbox
+from serving.realtime.responder import Responder
+
+log = logging.getLogger("fdb.serving")
+
+
+class RealtimeSession:
+    def __init__(self, websocket: WebSocket, hub: ModelHub) -> None:
+        self.id = new_id("sess")
+        self._ws = websocket
+        self._hub = hub
+        self._system = hub.system
+        self._activity = Activity()
+        self._outbox = Outbox(websocket, self._activity)
+        self.config = initial_config(self._system)
+        self.opened = False
+        self.input_ended = False
+        self._next_seq = 0
+        self._accepted_samples = 0
+        self._responder = Responder(hub, self._outbox, lambda: self.config, lambda: self.input_ended)
+        self._listener = Listener(hub, self._outbox, self._responder)
+        self._finished = asyncio.Event()
+        self._closing = False
+        self._close: tuple[int, str] | None = None
+        self._started = time.monotonic()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the connection until it closes (the socket must already be accepted)."""
+        await self._outbox.send(SessionCreated(session=session_object(self.id, self._system, None)))
+        tasks = [asyncio.create_task(coro) for coro in (
+            self._guard(self._read()), self._guard(self._listener.run()),
+            self._guard(self._responder.run()), self._guard(self._watchdog()))]
+        try:
+            await self._finished.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._close_socket()
+
+    async def _guard(self, work: Awaitable[None]) -> None:
+        """Any failure inside the session is fatal: a server_error event, then close 1011."""
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("session %s failed", self.id)
+            await self._finish(1011, "internal", error_event(
+                "internal_error", f"{type(exc).__name__}: {exc}", kind="server_error", fatal=True))
+
+    async def _finish(self, code: int, reason: str, last: ServerEvent | None) -> None:
+        """Send ``last`` as the final event and end the session with close ``code``."""
+        if self._closing:
+            return
+        self._closing = True
+        self._close = (code, reason)
+        await self._outbox.send_last(last)
+        self._finished.set()
+
+    async def _close_socket(self) -> None:
+        if self._outbox.broken or self._close is None:
+            return
+        code, reason = self._close
+        try:
+            await self._ws.close(code=code, reason=reason)
+        except Exception as exc:  # already closed by the client
+            log.debug("close of session %s: %s", self.id, exc)
+
+    async def _watchdog(self) -> None:
+        system = self._system
+        tick = max(0.05, min(1.0, system.session_update_timeout_s / 10, system.idle_timeout_s / 10))
+        while True:
+            await asyncio.sleep(tick)
+            if not self.opened and time.monotonic() - self._started > system.session_update_timeout_s:
+                message = f"no session.update granted within {system.session_update_timeout_s:g} s"
+                await self._finish(1008, "session_update_timeout", error_event(
+                    "session_update_timeout", message, kind="server_error", fatal=True))
+            elif self._activity.idle_for() > system.idle_timeout_s and not self._responder.busy:
+                message = f"no input and no output for {system.idle_timeout_s:g} s"
+                await self._finish(1008, "idle_timeout", error_event(
+                    "idle_timeout", message, kind="server_error", fatal=True))
+
+    # --- reading -----------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        while not self._closing:
+            message = await self._ws.receive()
+            if message["type"] == "websocket.disconnect":
+                self._outbox.broken = True
+                await self._finish(1000, "disconnect", None)
+                return
+            self._activity.touch()
+            try:
+                text = message.get("text")
+                if text is None:
+                    raise p.ProtocolError("binary_frame", "binary frames are not accepted; send JSON text")
+                await self._dispatch(p.parse_client_event(text))
+            except p.ProtocolError as exc:
+                await self._outbox.send(error_event(exc.code, exc.message, param=exc.param,
+                                                    event_id=exc.event_id, kind=exc.kind, fatal=exc.fatal))
+
+    async def _dispatch(self, event: object) -> None:
+        handlers = {
+            p.SessionUpdate: self._on_update, p.InputAudioBufferAppend: self._on_append,
+            p.InputAudioBufferCommit: self._on_commit, p.InputAudioEnd: self._on_end,
+            p.ResponseCancel: self._on_cancel, p.SessionClose: self._on_close,
+            p.InputAudioBufferClear: self._refuse, p.ResponseCreate: self._refuse,
+            p.ConversationItemTruncate: self._refuse,
+        }
+        await handlers[type(event)](event)
+
+    def _require_input_open(self, event_id: str | None) -> None:
+        if not self.opened:
+            raise p.ProtocolError("session_not_open", "send session.update and wait for session.updated "
+                                  "before sending input", event_id=event_id)
+        if self.input_ended:
+            raise p.ProtocolError("input_ended", "the input already ended with sglang.input_audio.end",
+                                  event_id=event_id)
+
+    # --- handlers ----------------------------------------------------------------------------
+
+    async def _on_update(self, event: p.SessionUpdate) -> None:
+        new = apply_update(self.config, event.session, self._system, event.event_id, self.opened)
+        if not self.opened or new.turn_detection != self.config.turn_detection:
+            self._listener.put(DetectionChange(new.turn_detection))
+        self.config, self.opened = new, True
+        await self._outbox.send(SessionUpdated(client_event_id=event.event_id,
+                                               session=session_object(self.id, self._system, new)))
+
+    async def _on_append(self, event: p.InputAudioBufferAppend) -> None:
+        """Contiguous seq from 0; the receipt reports the input accepted so far in ms."""
+        self._require_input_open(event.event_id)
+        seq = event.sglang.seq if event.sglang and event.sglang.seq is not None else self._next_seq
+        if seq != self._next_seq:
+            raise p.ProtocolError("bad_seq", f"seq {seq} is out of order; expected {self._next_seq}",
+                                  param="sglang.seq", event_id=event.event_id)
+        samples = decode_pcm16(event.audio, self._system.max_input_bytes, event.event_id)
+        self._next_seq += 1
+        self._accepted_samples += len(samples)
+        self._listener.put(AudioChunk(samples))
+        await self._outbox.send(InputAudioAccepted(
+            seq=seq, accepted_end_ms=samples_to_ms(self._accepted_samples), client_event_id=event.event_id))
+
+    async def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
+        self._require_input_open(event.event_id)
+        self._listener.put(CommitMark(event.event_id))
+
+    async def _on_end(self, event: p.InputAudioEnd) -> None:
+        self._require_input_open(event.event_id)
+        self.input_ended = True
+        await self._outbox.send(InputAudioEnded(accepted_end_ms=samples_to_ms(self._accepted_samples),
+                                                client_event_id=event.event_id))
+        self._responder.wake_all()
+
+        async def drained() -> None:
+            await self._outbox.send(InputAudioDrained(
+                accepted_end_ms=samples_to_ms(self._accepted_samples),
+                consumed_ms=samples_to_ms(self._listener.consumed_samples), client_event_id=event.event_id))
+
+        self._listener.put(EndMark(drained))
+
+    async def _on_cancel(self, event: p.ResponseCancel) -> None:
+        """Cancel the reply in progress; with none (or cancelled already) it does nothing."""
+        self._responder.cancel_response()
+
+    async def _on_close(self, event: p.SessionClose) -> None:
+        await self._finish(1000, "client_closed", SessionClosed(reason="client_closed",
+                                                               client_event_id=event.event_id))
+
+    async def _refuse(self, event: p.InputAudioBufferClear | p.ResponseCreate | p.ConversationItemTruncate) -> None:
+        if isinstance(event, p.ResponseCreate):
+            raise p.ProtocolError("not_granted", "manual turn commands are not granted", event_id=event.event_id)
+        raise p.ProtocolError("not_supported", f"{event.type} is not supported by this server",
+                              event_id=event.event_id)

@@ -1,0 +1,63 @@
+"""Server-wide state: the system, its loaded models (once ready) and session admission."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from serving.models import ModelHub, load_models
+from serving.systems import SystemConfig
+
+log = logging.getLogger("fdb.serving")
+
+
+class ServerRuntime:
+    """Readiness and admission for one server. Everything but model loading runs on the
+    event loop, so the session counter needs no lock."""
+
+    def __init__(self, system: SystemConfig, hub: ModelHub | None = None) -> None:
+        self.system = system
+        self.hub = hub
+        self.failure: BaseException | None = None
+        self.sessions = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.hub is not None
+
+    @property
+    def status(self) -> str:
+        if self.hub is not None:
+            return "healthy"
+        return "failed" if self.failure is not None else "starting"
+
+    def admit(self) -> bool:
+        """Take a session slot; False when ``max_sessions`` sessions are open."""
+        if self.sessions >= self.system.max_sessions:
+            return False
+        self.sessions += 1
+        return True
+
+    def release(self) -> None:
+        self.sessions = max(0, self.sessions - 1)
+
+    def load_in_background(self, done: Callable[[BaseException | None], None]) -> threading.Thread:
+        """Load the models in a daemon thread; ``done(error)`` is called from that thread."""
+
+        def work() -> None:
+            try:
+                self.hub = load_models(self.system)
+            except BaseException as exc:  # reported through /health and done()
+                self.failure = exc
+                done(exc)
+                return
+            done(None)
+
+        thread = threading.Thread(target=work, name="fdb-model-load", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        if self.hub is not None:
+            self.hub.close()

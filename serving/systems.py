@@ -1,0 +1,128 @@
+"""The systems the server hosts, and how a deployment is configured.
+
+A *system* names one backend per role (VAD, ASR, LLM, TTS) plus the deployment's limits and
+session defaults. The registry holds the bundled systems; a ``launch.yaml`` picks one with
+``system:`` and overrides any field, for example::
+
+    system: embedded-cascade
+    max_sessions: 2
+    vad: {silence_duration_ms: 800}
+    instructions: Answer in one short English sentence.
+
+Settings that a session cannot change (limits, timeouts, ``max_output_lead_ms``) need a restart;
+instructions, sampling and turn detection are only defaults that each session may override.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fdb.errors import FdbError
+
+DEFAULT_INSTRUCTIONS = "You are a helpful voice assistant. Answer in one short sentence."
+
+
+class VadDefaults(BaseModel):
+    """server_vad defaults used when a session sends turn detection without these fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    prefix_padding_ms: int = Field(300, ge=0, le=5000)
+    silence_duration_ms: int = Field(500, ge=32, le=10000)
+
+
+class Backends(BaseModel):
+    """Registry keys of the backend per role (see ``serving.models``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vad: str = "silero"
+    asr: str = "faster-whisper"
+    llm: str = "smollm2"
+    tts: str = "piper"
+
+
+class SystemConfig(BaseModel):
+    """One deployment: which backends run, its model id, limits and session defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "embedded-cascade"
+    model: str = "fdb/embedded-cascade"
+    description: str = "Silero VAD + faster-whisper tiny.en + SmolLM2-135M + Piper (offline CPU)"
+    backends: Backends = Backends()
+    max_sessions: int = Field(4, ge=1, le=256)
+    vad: VadDefaults = VadDefaults()
+    instructions: str = DEFAULT_INSTRUCTIONS
+    max_tokens: int = Field(48, ge=1, le=1024)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_history_messages: int = Field(12, ge=0, le=200)
+    max_output_lead_ms: int = Field(1000, ge=100, le=60000)
+    session_update_timeout_s: float = Field(60.0, gt=0)
+    idle_timeout_s: float = Field(300.0, gt=0)
+    max_input_bytes: int = Field(1_920_000, ge=3200)
+    max_output_bytes: int = Field(33_554_432, ge=48000)
+    max_instructions_chars: int = Field(65536, ge=1)
+    asr_threads: int = Field(2, ge=1, le=64)
+    llm_threads: int = Field(2, ge=1, le=64)
+    model_workers: int = Field(4, ge=1, le=64)
+    warmup: bool = True
+
+
+SYSTEMS: dict[str, SystemConfig] = {
+    "embedded-cascade": SystemConfig(),
+}
+
+
+def get_system(name: str) -> SystemConfig:
+    """The registered system ``name``; an unknown name lists the known ones."""
+    try:
+        return SYSTEMS[name]
+    except KeyError as exc:
+        raise FdbError(f"unknown system {name!r}", f"choose one of {sorted(SYSTEMS)}") from exc
+
+
+def apply_overrides(base: SystemConfig, overrides: dict[str, Any], source: str) -> SystemConfig:
+    """``base`` with ``overrides`` merged in (nested tables merge field by field)."""
+    merged = base.model_dump()
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    try:
+        return SystemConfig.model_validate(merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise FdbError(f"{source}: {where}: {first['msg']}", "fix the launch configuration") from exc
+
+
+def load_config_file(path: str | Path, default_system: str = "embedded-cascade") -> SystemConfig:
+    """A YAML launch file: ``system:`` picks the base (default ``default_system``), every
+    other key overrides a field of :class:`SystemConfig`."""
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError as exc:
+        raise FdbError(f"launch configuration {path} does not exist", "pass an existing --config") from exc
+    except yaml.YAMLError as exc:
+        raise FdbError(f"{path} is not valid YAML ({exc})", "fix the launch configuration") from exc
+    if not isinstance(raw, dict):
+        raise FdbError(f"{path} must hold a mapping of settings", "see serving/systems.py")
+    raw = dict(raw)
+    base = get_system(str(raw.pop("system", default_system)))
+    return apply_overrides(base, raw, str(path))
+
+
+def resolve_system(name: str = "embedded-cascade", config: str | Path | None = None) -> SystemConfig:
+    """The system to serve: the registered ``name``, or the launch file's (which may name it)."""
+    if config is not None:
+        return load_config_file(config, default_system=name)
+    return get_system(name)

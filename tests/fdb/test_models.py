@@ -1,0 +1,72 @@
+"""The embedded backends, for real, on short clips: Piper -> Whisper tiny.en, Silero VAD, SmolLM2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fdb.audio import resample
+from fdb.errors import MissingExtraError
+from fdb.models import require
+
+
+@pytest.fixture(scope="module")
+def tts():
+    from fdb.models.tts import PiperTts
+
+    return PiperTts(deterministic=True)
+
+
+def test_missing_package_names_the_extra():
+    with pytest.raises(MissingExtraError) as err:
+        require("fdb_no_such_module", "no-such-package", "embedded", "a test backend")
+    assert "pip install 'fdb[embedded]'" in err.value.one_line()
+
+
+def test_piper_is_deterministic_and_whisper_reads_it(tts):
+    from fdb.models.asr import WHISPER_TINY_EN_SHA256, FasterWhisperAsr
+
+    text = "What is the capital of France?"
+    a, b = tts.synthesize(text), tts.synthesize(text)
+    assert tts.rate == 22050 and np.array_equal(a, b)
+    clip = np.concatenate([np.zeros(8000, np.float32), resample(a, tts.rate, 16000)])
+    asr = FasterWhisperAsr()
+    assert asr.identity.checkpoint_sha256 == WHISPER_TINY_EN_SHA256
+    out = asr.transcribe(clip)
+    words = [w.text.strip(",.?!").lower() for w in out.words]
+    assert "capital" in words and "france" in words
+    assert all(w.end is None or w.end >= w.start for w in out.words)
+
+
+def test_asr_refuses_a_wrong_checkpoint_hash():
+    from fdb.errors import FdbError
+    from fdb.models.asr import FasterWhisperAsr
+
+    with pytest.raises(FdbError, match="sha256"):
+        FasterWhisperAsr(expected_sha256="0" * 64)
+
+
+def test_silero_segments_and_streaming(tts):
+    from fdb.models.vad import SileroVad, StreamingVad
+
+    speech = resample(tts.synthesize("Hello there, how are you today?"), tts.rate, 16000)
+    x = np.concatenate([np.zeros(8000, np.float32), speech, np.zeros(16000, np.float32)])
+    segs = SileroVad().segments(x)
+    assert segs and 0.3 < segs[0][0] < 0.8 and segs[-1][1] < len(x) / 16000
+    vad = StreamingVad(silence_duration_ms=500, prefix_padding_ms=0)
+    events = []
+    for i in range(0, len(x), 1280):
+        events += vad.feed(x[i:i + 1280])
+    kinds = [k for k, _ in events]
+    assert kinds[0] == "speech_started" and kinds[-1] == "speech_stopped"
+    assert 300 <= events[0][1] <= 800
+
+
+def test_smollm2_replies_deterministically():
+    from fdb.models.llm import SmolLm2
+
+    llm = SmolLm2()
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    first = llm.reply(msgs, max_tokens=24)
+    assert first and first == llm.reply(msgs, max_tokens=24)
+    assert llm.identity.checkpoint_sha256 and len(llm.identity.checkpoint_sha256) == 64

@@ -1,0 +1,201 @@
+"""record_session against scripted servers: a clean session, and each way a server can fail.
+
+Every failure ends as a recorded status with its reason; the trace and the audio received so far
+are kept, and no exception escapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fdb.audio import Audio, read_wav
+from fdb.errors import FdbError, SampleError
+from fdb.io import sha256_file
+from recorders.batch import SessionJob, record_many
+from recorders.records import SessionRecord, read_trace
+from recorders.session import input_pcm16, record_session
+from tests.recorders.recorder_fakes import Script, ScriptedServer
+
+TD = {"type": "server_vad", "silence_duration_ms": 500}
+
+
+def speech(seconds: float = 0.6, rate: int = 16000) -> Audio:
+    t = np.arange(int(seconds * rate)) / rate
+    return Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate)
+
+
+def record(script: Script, out: Path, audio: Audio | None = None, timeout_s: float = 5.0) -> SessionRecord:
+    async def main():
+        async with ScriptedServer(script) as server:
+            return await record_session(
+                server.url, audio or speech(), out, sample_id="synthetic_pause_handling/1", variant="main",
+                profile="turn-based", turn_detection=TD, model="m", timeout_s=timeout_s,
+            )
+
+    return asyncio.run(main())
+
+
+def stored(out: Path) -> SessionRecord:
+    return SessionRecord.model_validate(json.loads((out / "session.json").read_text()))
+
+
+def test_clean_session_writes_the_directory(tmp_path):
+    out = tmp_path / "s"
+    rec = record(Script(reply_at_packet=3, reply_ms=300), out)
+    assert rec.status == "ok" and rec.failure is None, rec.failure
+    assert rec.verdict.status == "pass", rec.verdict.violations
+    assert sorted(p.name for p in out.iterdir()) == ["input.wav", "output.pcm", "session.json", "trace.jsonl"]
+    assert stored(out) == rec and json.loads((out / "session.json").read_text())["schema"] == "fdb-session-1"
+    assert rec.close_code == 1000 and rec.pacing.packets == 8 and rec.pacing.violations == 0
+    assert rec.turn_detection_requested == TD and rec.turn_detection_granted["type"] == "server_vad"
+    assert rec.responses.created == rec.responses.completed == 1
+    assert (out / "output.pcm").stat().st_size == rec.responses.output_bytes == 3 * 2400 * 2
+    assert rec.input.samples == 9600 and rec.input.duration_s == pytest.approx(0.6)
+    assert read_wav(out / "input.wav").rate == 16000
+    assert rec.files["input.wav"] == sha256_file(out / "input.wav")
+    trace = read_trace(out / "trace.jsonl")
+    first = next(e for e in trace if e.type == "input_audio_buffer.append")
+    assert first.t == 0.0 and first.scheduled == 0.0 and first.t_end >= 0.0
+    assert all("audio" not in e.event for e in trace if e.dir == "send")
+    deltas = [e for e in trace if e.type == "response.output_audio.delta"]
+    assert all(e.event["delta"] is None for e in deltas)
+    assert [e.event["audio_offset"] for e in deltas] == [0, 4800, 9600]
+    assert trace[0].t < 0 and not list(out.glob(".*.tmp"))
+
+
+def test_input_is_resampled_to_16k(tmp_path):
+    audio = speech(0.5, rate=24000)
+    rec = record(Script(reply_at_packet=None), tmp_path / "s", audio=audio)
+    assert rec.status == "ok" and rec.verdict.status == "pass", rec.verdict.violations
+    assert rec.input.samples == 8000 and rec.input.source_rate == 24000
+    assert rec.responses.created == 0 and (tmp_path / "s" / "output.pcm").read_bytes() == b""
+    assert rec.input.pcm_sha256 == __import__("hashlib").sha256(input_pcm16(audio)).hexdigest()
+
+
+def test_cancelled_reply_is_recorded(tmp_path):
+    rec = record(Script(cancel_reply=True), tmp_path / "s")
+    assert rec.status == "ok" and rec.verdict.status == "pass"
+    assert rec.responses.cancelled == 1
+
+
+def test_disconnect_mid_stream(tmp_path):
+    out = tmp_path / "s"
+    rec = record(Script(disconnect_at_packet=4), out)
+    assert rec.status == "disconnected" and rec.close_code == 1011
+    assert "code 1011" in rec.failure and "sending input" in rec.failure
+    assert rec.verdict.status == "fail"
+    trace = read_trace(out / "trace.jsonl")
+    assert sum(e.type == "sglang.input_audio.accepted" for e in trace) == 4
+    assert (out / "output.pcm").stat().st_size == 14400  # the reply received before the drop
+    assert stored(out).status == "disconnected"
+
+
+@pytest.mark.parametrize("code", [1000, 1008])
+def test_server_closing_the_session_unasked_is_a_disconnect(tmp_path, code):
+    rec = record(Script(server_close_at_packet=3, server_close_code=code), tmp_path / "s")
+    assert rec.status == "disconnected" and rec.close_code == code
+    assert f"code {code}, idle_timeout" in rec.failure and rec.verdict.status == "fail"
+
+
+@pytest.mark.parametrize("fatal", [True, False])
+def test_error_event_fails_the_session(tmp_path, fatal):
+    out = tmp_path / "s"
+    rec = record(Script(error_at_packet=4, fatal_error=fatal), out)
+    assert rec.status == "error" and "internal" in rec.failure and "boom" in rec.failure
+    assert rec.verdict.status == "fail"
+    assert any(v.startswith("error: server error internal") for v in rec.verdict.violations)
+    sent_close = [e for e in read_trace(out / "trace.jsonl") if e.type == "session.close"]
+    assert len(sent_close) == (0 if fatal else 1)  # a non-fatal error still closes politely
+
+
+def test_server_that_never_drains_times_out(tmp_path):
+    out = tmp_path / "s"
+    rec = record(Script(never_drain=True), out, timeout_s=1.5)
+    assert rec.status == "timeout" and "sglang.input_audio.drained" in rec.failure
+    assert rec.elapsed_s < 4.5
+    assert any("no sglang.input_audio.drained" in v for v in rec.verdict.violations)
+    assert any(e.type == "sglang.input_audio.ended" for e in read_trace(out / "trace.jsonl"))
+
+
+def test_admission_503_is_retried(tmp_path):
+    out = tmp_path / "s"
+    rec = record(Script(deny_admissions=2), out)
+    assert rec.status == "ok" and rec.admission_denials == 2 and rec.verdict.status == "pass"
+    notes = [e for e in read_trace(out / "trace.jsonl") if e.type == "admission_denied"]
+    assert [n.event["attempt"] for n in notes] == [1, 2] and notes[0].event["http_status"] == 503
+
+
+def test_admission_denied_after_three_retries(tmp_path):
+    out = tmp_path / "s"
+    rec = record(Script(deny_admissions=10), out)
+    assert rec.status == "admission_denied" and rec.admission_denials == 4
+    assert stored(out).status == "admission_denied" and (out / "trace.jsonl").exists()
+
+
+def test_invalid_json_fails_the_session(tmp_path):
+    rec = record(Script(invalid_json_at_packet=2), tmp_path / "s")
+    assert rec.status == "error" and "invalid JSON" in rec.failure
+
+
+def test_broken_seq_order_is_a_protocol_violation(tmp_path):
+    rec = record(Script(bad_seq_at_packet=2), tmp_path / "s")
+    assert rec.status == "ok" and rec.verdict.status == "fail"
+    assert any("accepted seq 3, expected 2" in v for v in rec.verdict.violations)
+
+
+def test_wrong_turn_detection_echo_fails_the_verdict(tmp_path):
+    rec = record(Script(echo_type="semantic_vad"), tmp_path / "s")
+    assert rec.verdict.status == "fail" and any("semantic_vad" in v for v in rec.verdict.violations)
+
+
+def test_connection_refused_is_recorded(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "s"
+    rec = asyncio.run(record_session(
+        f"ws://127.0.0.1:{port}/v1/realtime?api_key=secret", speech(), out, sample_id="a/1", variant="main",
+        profile="turn-based", turn_detection=TD, timeout_s=3,
+    ))
+    assert rec.status == "error" and "cannot connect" in rec.failure
+    assert "secret" not in (out / "session.json").read_text() + (out / "trace.jsonl").read_text()
+
+
+def test_local_input_problems_raise_before_sending(tmp_path):
+    out = tmp_path / "s"
+    record(Script(), out)
+    with pytest.raises(SampleError, match="already recorded"):
+        record(Script(), out)
+    with pytest.raises(FdbError, match="requires --turn-detection"):
+        asyncio.run(record_session("ws://x", speech(), tmp_path / "t", sample_id="a/1", variant="main",
+                                   profile="turn-based", turn_detection=None))
+    with pytest.raises(SampleError, match="empty"):
+        asyncio.run(record_session("ws://x", Audio(np.zeros(0, np.float32), 16000), tmp_path / "u",
+                                   sample_id="a/1", variant="main", profile="turn-based", turn_detection=TD))
+
+
+def test_record_many_isolates_failures_and_keeps_order(tmp_path):
+    seen = []
+
+    async def main():
+        async with ScriptedServer(Script()) as good, ScriptedServer(Script(disconnect_at_packet=2)) as bad:
+            jobs = [
+                SessionJob(good.url, speech(), tmp_path / "a", "s/a", "main", "turn-based", TD),
+                SessionJob(bad.url, speech(), tmp_path / "b", "s/b", "main", "turn-based", TD),
+                SessionJob(good.url, tmp_path / "missing.wav", tmp_path / "c", "s/c", "main", "turn-based", TD),
+                SessionJob(good.url, speech(), tmp_path / "d", "s/d", "main", "turn-based", TD),
+            ]
+            return await record_many(jobs, concurrency=2, progress=lambda d, n, r: seen.append((d, n, r.sample_id)))
+
+    records = asyncio.run(main())
+    assert [r.sample_id for r in records] == ["s/a", "s/b", "s/c", "s/d"]
+    assert [r.status for r in records] == ["ok", "disconnected", "error", "ok"]
+    assert "s/c" in records[2].failure and "audio file is missing" in records[2].failure
+    assert stored(tmp_path / "c").status == "error"
+    assert sorted(d for d, _, _ in seen) == [1, 2, 3, 4] and all(n == 4 for _, n, _ in seen)

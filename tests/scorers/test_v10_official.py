@@ -1,0 +1,65 @@
+"""The official takeover / latency rules (clean-room) on the three reference examples."""
+
+from __future__ import annotations
+
+import pytest
+
+from fdb.io import read_json
+from scorers.v10_official import (
+    OFFICIAL_LABEL,
+    chunk_times,
+    official_latency,
+    official_takeover,
+    score_official,
+    summarize_subset,
+)
+from tests.scorers.test_v10_unified import reference_tree
+
+
+def words_of(reference, example):
+    return chunk_times(example, read_json(reference / example / "1" / "output.json"))
+
+
+def test_reference_takeover_and_latency(reference):
+    pause = words_of(reference, "pause_handling_example")
+    assert official_takeover(pause) == 1  # spans 0.00-4.68 s
+    smooth = words_of(reference, "smooth_turn_taking_example")
+    assert len(smooth) == 22 and official_takeover(smooth) == 1
+    E = read_json(reference / "smooth_turn_taking_example/1/turn_taking.json")[0]["timestamp"][0]
+    assert official_latency(smooth, E) == pytest.approx(1.35, abs=1e-12)
+    inter = words_of(reference, "user_interruption_example")
+    assert len(inter) == 32 and inter[0][0] == 17.224
+    R = read_json(reference / "user_interruption_example/1/interrupt.json")[0]["timestamp"][1]
+    assert R == 13.144 and official_latency(inter, R) == pytest.approx(4.08, abs=1e-12)
+
+
+def test_takeover_thresholds():
+    assert official_takeover([]) == 0
+    assert official_takeover([(1.0, 1.5), (1.6, 1.9), (1.9, 1.99)]) == 0  # 3 words under 1 s
+    assert official_takeover([(1.0, 1.1), (1.2, 1.3), (1.4, 1.5), (1.6, 1.7)]) == 1  # 4 words
+    assert official_takeover([(1.0, 2.0)]) == 1  # span exactly 1 s
+    assert official_takeover([(1.0, 1.2), (1.9, None)]) == 0  # null end falls back to its start
+    assert official_latency([(1.0, 1.2)], 2.0) == 0.0  # early start clamped to 0
+
+
+def test_latency_mean_over_takeovers_only():
+    samples = [([(3.0, 4.5)], 2.0), ([(2.5, 2.6)], 2.0), ([], 2.0)]
+    out = summarize_subset("candor_turn_taking", 3, 3, samples)
+    assert (out.takeovers, out.takeover_rate, out.latency_s, out.latency_n) == (1, 1 / 3, 1.0, 1)
+    none = summarize_subset("candor_turn_taking", 1, 1, [([], 2.0)])
+    assert none.latency_s is None and none.takeover_rate == 0.0
+
+
+def test_score_official_on_reference_tree(tmp_path, reference):
+    root = reference_tree(tmp_path, reference)
+    summary = score_official(root)
+    doc = read_json(root / "official.json")
+    assert doc["label"] == OFFICIAL_LABEL
+    subsets = summary.subsets
+    assert subsets["synthetic_pause_handling"].takeover_rate == 1.0
+    assert subsets["synthetic_pause_handling"].latency_s is None
+    assert subsets["candor_turn_taking"].latency_s == pytest.approx(1.35)
+    assert (subsets["candor_turn_taking"].selected, subsets["candor_turn_taking"].evaluated) == (2, 1)
+    assert subsets["synthetic_user_interruption"].latency_s == pytest.approx(4.08)
+    assert subsets["synthetic_user_interruption"].relevance is None
+    assert subsets["icc_backchannel"].takeover_rate is None and subsets["icc_backchannel"].backchannel_jsd is None
