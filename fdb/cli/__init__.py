@@ -27,11 +27,15 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    from fdb.cli import aggregate, asr, generate, serve, setup
+# One module per verb, in the order `--help` lists them. Each module has register(app).
+VERB_MODULES = ["setup", "serve", "generate", "asr", "aggregate"]
 
-    for module in (setup, serve, generate, asr, aggregate):
-        module.register(app)
+
+def _register() -> None:
+    import importlib
+
+    for name in VERB_MODULES:
+        importlib.import_module(f"fdb.cli.{name}").register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
