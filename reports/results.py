@@ -49,8 +49,9 @@ def build_results(run: RunPaths) -> tuple[str, dict]:
     return "\n".join(lines).rstrip() + "\n", data
 
 
-def write_results(run: RunPaths) -> str:
+def write_results(run: RunPaths) -> tuple[str, dict]:
+    """Write RESULTS.md and results.json; returns both contents."""
     text, data = build_results(run)
     atomic_write_text(run.results_md, text)
     atomic_write_json(run.results_json, data)
-    return text
+    return text, data

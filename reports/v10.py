@@ -118,7 +118,10 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> list[str]:
 
         for line in samples.read_text().splitlines():
             row = json.loads(line)
-            outcomes[row["sample_id"]] = row.get("outcome") or ("intrusion" if row.get("pause_intrusion") else "-")
+            if "outcome" in row:
+                outcomes[row["sample_id"]] = row["outcome"]
+            elif "pause_intrusion" in row:
+                outcomes[row["sample_id"]] = "pause intrusion" if row["pause_intrusion"] else "no intrusion"
     rows = []
     for sample in manifest["samples"]:
         out = _load(rep.v10_reference / sample["subset"] / sample["id"] / "output.json")

@@ -113,13 +113,13 @@ def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = F
 
 
 def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:
+    from reports.headline import headline
     from reports.results import write_results
 
     run = _run(run_name)
-    text = write_results(run)
-    console.print(f"RESULTS.md: {run.results_md}")
+    _, data = write_results(run)
     if show:
-        from rich.markdown import Markdown
-
-        Console().print(Markdown(text))
+        print(headline(run, data), flush=True)
+    else:
+        console.print(f"RESULTS.md: {run.results_md}")
     return run.results_md

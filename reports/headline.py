@@ -1,0 +1,49 @@
+"""The one-screen summary `aggregate` prints: the headline numbers of RESULTS.md."""
+
+from __future__ import annotations
+
+from reports.cells import interval, mean_sd, percent, seconds, table
+from reports.v10 import replies_section
+from runs.layout import RunPaths
+
+HEADLINE = {
+    "pause_handling": [("pause intrusion", "pause_intrusion_rate")],
+    "turn_taking": [("response within 2 s", "response_rate_2s"), ("median latency", "response_latency_s")],
+    "user_interruption": [("exercised", "exercised_rate"), ("response within 2 s", "response_rate_2s"),
+                          ("median stop latency", "stop_latency_s")],
+}
+
+
+def _cell(metric: dict) -> str:
+    if "wilson95" in metric:
+        return f"{percent(metric['value'])} {interval(metric['wilson95'], percent)} ({metric['count']}/{metric['n']})"
+    return f"{seconds(metric['median_s'])} s {interval(metric['median_bootstrap95'])}"
+
+
+def headline(run: RunPaths, data: dict) -> str:
+    lines = [f"RESULTS.md: {run.results_md}", ""]
+    v15 = data.get("v1.5") or {}
+    if v15:
+        rows = []
+        categories = next(iter(v15.values()))["categories"]
+        for name in categories:
+            cells = [s["categories"][name] for s in v15.values() if name in s["categories"]]
+            rows.append([name, cells[0]["pairs"], cells[0]["timed_overlap_sessions"],
+                         mean_sd([c["stop_latency"]["mean_s"] for c in cells]),
+                         mean_sd([c["response_latency"]["mean_s"] for c in cells])])
+        lines += ["v1.5 timing (behavior labels: not measured)", ""]
+        lines += table(["category", "pairs", "timed overlap sessions", "stop latency (s)", "response latency (s)"],
+                       rows) + [""]
+    unified = data.get("v1.0_unified") or {}
+    for repeat, result in unified.items():
+        rows = []
+        for name, subset in result["subsets"].items():
+            cells = [f"{label} {_cell(subset['metrics'][key])}" for label, key in HEADLINE[subset["task"]]]
+            counts = subset["counts"]
+            rows.append([name, f"{counts['eligible']}/{counts['selected']}", "; ".join(cells)])
+        lines += [f"v1.0 unified, {repeat} (95% intervals)", ""]
+        lines += table(["subset", "eligible/selected", "headline"], rows) + [""]
+    repeats = run.repeats()
+    if unified and repeats:
+        lines += replies_section(repeats[-1])
+    return "\n".join(lines)
