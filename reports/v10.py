@@ -76,29 +76,47 @@ OFFICIAL_HEADER = ["Subset", "Selected", "Eligible", "Evaluated", "Takeover rate
                    "Relevance (0-5)", "Judge retries", "Backchannel frequency", "Backchannel JSD"]
 
 
+def _relevance(repeats: list[RepeatPaths]) -> list[dict]:
+    found = []
+    for rep in repeats:
+        judge = _load(rep.root / "judge.json")
+        rel = (judge or {}).get("relevance")
+        if rel and rel.get("status") not in ("pending", "blocked"):
+            found.append(rel)
+    return found
+
+
+def _official_row(name: str, cells: list[dict], relevance: list[dict]) -> list[str]:
+    task = cells[0]["task"]
+    backchannel = task == "backchannel"
+    rel_cells = [NA, NA]
+    if task == "user_interruption":
+        rel_cells = [mean_sd([r["relevance"] for r in relevance]) if relevance else NOT_MEASURED,
+                     count_range([r["retries"] for r in relevance]) if relevance else NA]
+    return [
+        name, count_range([c["selected"] for c in cells]), count_range([c["eligible"] for c in cells]),
+        count_range([c["evaluated"] for c in cells]), mean_sd([c["takeover_rate"] for c in cells]),
+        NA if backchannel else mean_sd([c["latency_s"] for c in cells]), *rel_cells,
+        mean_sd([c.get("backchannel_frequency") for c in cells]) if backchannel else NA,
+        mean_sd([c.get("backchannel_jsd") for c in cells]) if backchannel else NA,
+    ]
+
+
 def official_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
     per_repeat = {r.number: _load(r.v10_reference / "official.json") for r in repeats}
     found = {n: s for n, s in per_repeat.items() if s}
     lines = ["## v1.0 official-rule reference", ""]
     if not found:
         return lines + ["Not evaluated yet (no official.json in any repeat).", ""], {}
-    lines += ["Takeover and latency by the official evaluator's rules, reimplemented clean-room "
-              "(negative latencies clamped to 0, averaged over takeover samples). Relevance needs the "
-              "LLM judge and backchannel the official VAD rules: not measured yet.", ""]
+    relevance = _relevance(repeats)
+    lines += ["Takeover, latency and backchannel numbers by the official evaluator's rules, reimplemented "
+              "clean-room (negative latencies clamped to 0, averaged over takeover samples), not the "
+              "official evaluator itself. " + _relevance_note(relevance), ""]
     subsets = sorted({k for s in found.values() for k in s["subsets"]})
     rows = []
     for name in subsets:
-        cells = [s["subsets"].get(name) for s in found.values()]
-        cells = [c for c in cells if c]
-        backchannel = cells[0]["task"] == "backchannel"
-        rows.append([
-            name, count_range([c["selected"] for c in cells]), count_range([c["eligible"] for c in cells]),
-            count_range([c["evaluated"] for c in cells]),
-            NOT_MEASURED if backchannel else mean_sd([c["takeover_rate"] for c in cells]),
-            NOT_MEASURED if backchannel else mean_sd([c["latency_s"] for c in cells]),
-            NOT_MEASURED if cells[0]["task"] == "user_interruption" else NA, NA,
-            NOT_MEASURED if backchannel else NA, NOT_MEASURED if backchannel else NA,
-        ])
+        cells = [c for c in (s["subsets"].get(name) for s in found.values()) if c]
+        rows.append(_official_row(name, cells, relevance))
     missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s]
     lines += table(OFFICIAL_HEADER, rows) + [""]
     if missing:
@@ -135,3 +153,12 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> list[str]:
                      text or "(no words)"])
     return [f"## v1.0 replies as transcribed (repeat-{rep.number})", ""] + table(
         ["sample", "outcome", "words", "first word (s)", "transcript"], rows) + [""]
+
+
+def _relevance_note(relevance: list[dict]) -> str:
+    if not relevance:
+        return "Relevance needs an LLM judge: not measured (no judge ran)."
+    labels = sorted({str((r.get("rubric") or {}).get("label")) for r in relevance})
+    models = sorted({str((r.get("judge") or {}).get("model")) for r in relevance})
+    return (f"Relevance rated by {', '.join(models)} with {', '.join(labels)}; a nonzero Judge retries "
+            "means the official loop would have inflated the interruption takeover rate.")

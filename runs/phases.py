@@ -33,18 +33,32 @@ def _declared(run: RunPaths, dataset: str) -> dict[str, int] | None:
     return {name: len(ids) for name, ids in list_ids(Path(use.root), dataset).items()}
 
 
+class _bar:
+    """A rich progress bar whose tick(sample_id, done, total) the scorers call."""
+
+    def __init__(self, label: str, console: Console):
+        columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[last]}"))
+        self._progress = Progress(*columns, console=console)
+
+    def __enter__(self):
+        self._progress.__enter__()
+        task = self._progress.add_task("work", total=None, last="")
+
+        def tick(sample_id: str, done: int, total: int) -> None:
+            self._progress.update(task, completed=done, total=total, last=sample_id)
+
+        return tick
+
+    def __exit__(self, *exc) -> None:
+        self._progress.__exit__(*exc)
+
+
 def _v10_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> dict:
     from scorers.asr_phase import default_asr, run_v10_asr
 
     asr = default_asr()  # Whisper tiny.en with its VAD filter: better word starts after silence
-    columns = (TextColumn("[bold]v1.0 ASR"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
-    with Progress(*columns, console=console) as bar:
-        task = bar.add_task("asr", total=None, last="")
-
-        def tick(sample_id: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, last=sample_id)
-
+    with _bar("v1.0 ASR", console) as tick:
         receipt = run_v10_asr(rep.v10_reference, asr, progress=tick, retry_failed=retry_failed)
     counts: dict[str, int] = {}
     for entry in receipt.samples:
@@ -52,6 +66,17 @@ def _v10_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> dict:
         if entry.status == "failed":
             console.print(f"  [yellow]{entry.sample_id}[/]: ASR failed: {entry.error}")
     return counts
+
+
+def _icc_ground_truth() -> Path | None:
+    """The ICC backchannel ground truth from the user's Full-Duplex-Bench checkout, if any."""
+    import os
+
+    explicit = os.environ.get("FDB_ICC_GT")
+    if explicit:
+        return Path(explicit)
+    checkout = load_settings().work / "Full-Duplex-Bench"
+    return checkout if checkout.is_dir() else None
 
 
 def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
@@ -62,9 +87,23 @@ def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
     for name, subset in unified.subsets.items():
         c = subset.counts
         console.print(f"  unified {name}: selected {c.selected}, eligible {c.eligible}")
-    official = score_official(rep.v10_reference)
+    official = score_official(rep.v10_reference, icc_gt=_icc_ground_truth())
     for name, subset in official.subsets.items():
         console.print(f"  official-rule {name}: takeover {subset.takeover_rate}, latency {subset.latency_s}")
+
+
+def _v15_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> None:
+    from scorers.asr_phase import default_asr
+    from scorers.asr_v15 import run_v15_asr
+
+    with _bar("v1.5 ASR", console) as tick:
+        receipt = run_v15_asr(rep.reference_audio, default_asr(), progress=tick, retry_failed=retry_failed)
+    statuses: dict[str, int] = {}
+    for pair in receipt.samples:
+        statuses[pair.status] = statuses.get(pair.status, 0) + 1
+        if pair.status == "failed":
+            console.print(f"  [yellow]{pair.sample_id}[/]: ASR failed: {pair.error}")
+    console.print(f"v1.5 ASR: {dict(sorted(statuses.items()))}")
 
 
 def _v15_timing(rep: RepeatPaths, console: Console) -> None:
@@ -109,7 +148,29 @@ def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = F
             ok &= _step("v1.0 unified scoring", lambda: _v10_scores(run, rep, console), console, rerun)
     if has_v15:
         ok &= _step("v1.5 timing", lambda: _v15_timing(rep, console), console, rerun)
+        ok &= _step("the v1.5 ASR", lambda: _v15_asr(rep, console, retry_failed), console, rerun)
     return ok
+
+
+def run_judge(run_name: str, repeat: int, console: Console) -> bool:
+    """The judge step of --all-stages, with the judge the environment configures (JUDGE,
+    JUDGE_CONFIG / JUDGE_URL, OPENAI_API_KEY); without one every label stays `pending`."""
+    from judges import judge_repeat, resolve_judge
+    from judges.console import RichProgress, print_summary
+
+    run = _run(run_name)
+    rep = run.repeat(repeat)
+    settings = load_settings()
+    checkout = settings.work / "Full-Duplex-Bench"
+    choice = resolve_judge(work=settings.work, reference_source=checkout if checkout.exists() else None)
+    if choice.settings is None:
+        console.print(f"judge: {choice.reason}")
+    with RichProgress(console) as progress:
+        summary = judge_repeat(rep.root, choice.settings, progress=progress, pending_reason=choice.reason)
+    print_summary(console, summary)
+    if not summary.ok:
+        console.print(f"rerun: python -m fdb judge --run-name {run_name} --repeat {repeat} --retry-failed")
+    return summary.ok
 
 
 def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:

@@ -10,7 +10,9 @@
   interrupt.json[0].timestamp[1]) = s(W[0]) - boundary clamped at 0, averaged over takeover
   samples only; no takeover gives null.
 Times are the raw floats of the files (no microsecond rounding), as the official scripts use
-them. Relevance (an LLM judge) and backchannel (VAD rules) are not computed: null.
+them. Backchannel TOR, frequency and JSD follow ``scorers.v10_backchannel`` (rule variants in
+``BackchannelOptions``, recorded under ``rules``; the JSD needs the ICC ground truth, else it is
+null with a note). Relevance (an LLM judge) is not computed here: null.
 """
 
 from __future__ import annotations
@@ -25,9 +27,19 @@ from fdb.datasets.types import V10_ANNOTATION, V10_TASK
 from fdb.errors import SampleError
 from fdb.io import atomic_write_json
 from fdb.provenance import current
-from scorers.v10_tree import check_fresh, id_key, load_tree, read_sample_json, subset_key
+from scorers import v10_backchannel as bc
+from scorers.segmenter import SpeechSegmenter
+from scorers.v10_tree import (
+    TreeInputs,
+    check_fresh,
+    id_key,
+    load_tree,
+    read_native_window,
+    read_sample_json,
+    subset_key,
+)
 
-OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-1"
+OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-2"
 OFFICIAL_LABEL = "official rules, clean-room reimplementation (not the official evaluator)"
 TURN_DURATION_S = 1.0
 TURN_WORDS = 3
@@ -46,7 +58,26 @@ class OfficialSubset(BaseModel):
     relevance: float | None = None
     backchannel_frequency: float | None = None
     backchannel_jsd: float | None = None
+    backchannel: bc.BackchannelResult | None = None
     note: str | None = None
+
+
+class VadRecord(BaseModel):
+    name: str
+    version: str | None
+    model_sha256: str | None
+    settings: dict[str, object]
+
+
+class OfficialRules(BaseModel):
+    """The rules official.json was computed with (see the module docstrings)."""
+
+    takeover: str = "span e(W[-1]) - s(W[0]) >= 1 s or more than 3 words (null last end: its start)"
+    latency: str = "s(W[0]) - boundary, clamped at 0, mean over takeover samples"
+    backchannel_rule: bc.BackchannelRule = "since-2026-02-22"
+    backchannel_audio_rate: bc.AudioRate = "assume-16k"
+    backchannel_vad: VadRecord | None = None
+    icc_gt: bc.IccInfo | None = None
 
 
 class OfficialSummary(BaseModel):
@@ -54,6 +85,7 @@ class OfficialSummary(BaseModel):
     label: Literal["official rules, clean-room reimplementation (not the official evaluator)"] = OFFICIAL_LABEL
     manifest_sha256: str
     asr_sha256: str
+    rules: OfficialRules = Field(default_factory=OfficialRules)
     subsets: dict[str, OfficialSubset]
     provenance: dict[str, object] = Field(default_factory=dict)
 
@@ -63,14 +95,23 @@ class OfficialSummary(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
-def chunk_times(sample_id: str, transcript: Any) -> list[tuple[float, float | None]]:
-    """(start, end) of every output.json chunk in file order; a null start is an error."""
+def chunk_times(sample_id: str, transcript: Any, raw: bool = False) -> list[tuple[float | None, float | None]]:
+    """(start, end) of every output.json chunk in file order. A null start is an error unless
+    ``raw`` (the backchannel rule skips such a word itself)."""
+    chunks = transcript.get("chunks") if isinstance(transcript, dict) else None
+    if not isinstance(chunks, list):
+        raise SampleError(sample_id, "output.json has no 'chunks' list", "rerun the asr phase")
     out = []
-    for i, chunk in enumerate(transcript.get("chunks") or []):
-        start, end = chunk["timestamp"]
-        if start is None:
+    for i, chunk in enumerate(chunks):
+        try:
+            start, end = chunk["timestamp"]
+            start = None if start is None else float(start)
+            end = None if end is None else float(end)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SampleError(sample_id, f"output.json chunk {i} has no [start, end] timestamp") from exc
+        if start is None and not raw:
             raise SampleError(sample_id, f"output.json chunk {i} has a null start")
-        out.append((float(start), None if end is None else float(end)))
+        out.append((start, end))
     return out
 
 
@@ -103,9 +144,6 @@ def summarize_subset(subset: str, selected: int, eligible: int,
     """Pure: takeover rate and mean takeover latency from (words, boundary) per sample."""
     task = V10_TASK[subset]
     base = {"subset": subset, "task": task, "selected": selected, "eligible": eligible}
-    if task == "backchannel":
-        return OfficialSubset(**base, evaluated=0, takeovers=None, takeover_rate=None, latency_s=None,
-                              latency_n=None, note="backchannel takeover, frequency and JSD are not computed here")
     flags = [official_takeover(words) for words, _b in samples]
     lats = [official_latency(w, b) for (w, b), f in zip(samples, flags, strict=True) if f and b is not None]
     has_latency = task != "pause_handling"
@@ -117,9 +155,60 @@ def summarize_subset(subset: str, selected: int, eligible: int,
     )
 
 
-def score_official(tree: Path) -> OfficialSummary:
-    """Official takeover / latency per subset over the eligible samples; writes official.json."""
-    tree = Path(tree)
+def backchannel_subset(subset: str, selected: int, result: bc.BackchannelResult) -> OfficialSubset:
+    """Pure: the subset row of the official backchannel numbers (TOR mean as the takeover rate)."""
+    return OfficialSubset(
+        subset=subset, task="backchannel", selected=selected, eligible=result.n, evaluated=result.n,
+        takeovers=sum(r.tor for r in result.samples), takeover_rate=result.tor_mean, latency_s=None,
+        latency_n=None, backchannel_frequency=result.frequency_mean, backchannel_jsd=result.jsd_mean,
+        backchannel=result, note=result.note,
+    )
+
+
+def _backchannel_inputs(inputs: TreeInputs, samples: Sequence, vad: SpeechSegmenter,
+                        audio_rate: bc.AudioRate) -> list[bc.BackchannelInput]:
+    items = []
+    for sample in samples:
+        check_fresh(inputs, sample)
+        folder = inputs.root / sample.subset / sample.id
+        chunks = tuple(chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"), raw=True))
+        audio = read_native_window(sample, folder)
+        segments = tuple(bc.official_segments(vad, audio, audio_rate))
+        items.append(bc.BackchannelInput(sample.sample_id, sample.id, chunks, segments, len(audio.samples),
+                                         audio.rate))
+    return items
+
+
+def _takeover_inputs(inputs: TreeInputs, samples: Sequence, task: str) -> list:
+    parsed = []
+    for sample in samples:
+        check_fresh(inputs, sample)
+        folder = inputs.root / sample.subset / sample.id
+        words = chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"))
+        annotation = read_sample_json(sample, folder, V10_ANNOTATION[task]) if task != "pause_handling" else None
+        parsed.append((words, _boundary(task, annotation)))
+    return parsed
+
+
+def _vad_record(vad: SpeechSegmenter | None) -> VadRecord | None:
+    if vad is None:
+        return None
+    from dataclasses import asdict
+
+    ident = vad.identity
+    settings = {**asdict(bc.BACKCHANNEL_VAD_SETTINGS), "sampling_rate": 16000, "return_seconds": True,
+                "time_resolution": 1}
+    return VadRecord(name=ident.name, version=ident.version, model_sha256=ident.checkpoint_sha256, settings=settings)
+
+
+def score_official(tree: Path, icc_gt: str | Path | bc.IccGroundTruth | None = None,
+                   vad: SpeechSegmenter | None = None,
+                   options: bc.BackchannelOptions | None = None) -> OfficialSummary:
+    """Official takeover / latency / backchannel per subset over the eligible samples; writes
+    official.json. ``icc_gt`` (a file, a checkout or a loaded ground truth) enables the
+    backchannel JSD; ``vad`` defaults to Silero, loaded only for eligible backchannel samples."""
+    tree, options = Path(tree), options or bc.BackchannelOptions()
+    gt = bc.load_icc_gt(icc_gt) if isinstance(icc_gt, str | Path) else icc_gt
     inputs = load_tree(tree)
     groups: dict[str, list] = {}
     for sample in inputs.manifest.samples:
@@ -127,16 +216,21 @@ def score_official(tree: Path) -> OfficialSummary:
     subsets = {}
     for subset in sorted(groups, key=subset_key):
         samples = sorted(groups[subset], key=lambda s: id_key(s.id))
-        task = V10_TASK[subset]
-        parsed = []
-        for sample in (s for s in samples if s.eligible and task != "backchannel"):
-            check_fresh(inputs, sample)
-            folder = tree / sample.subset / sample.id
-            words = chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"))
-            annotation = read_sample_json(sample, folder, V10_ANNOTATION[task]) if task != "pause_handling" else None
-            parsed.append((words, _boundary(task, annotation)))
-        subsets[subset] = summarize_subset(subset, len(samples), sum(s.eligible for s in samples), parsed)
-    summary = OfficialSummary(manifest_sha256=inputs.manifest_sha256, asr_sha256=inputs.receipt_sha256,
+        task, eligible = V10_TASK[subset], [s for s in samples if s.eligible]
+        if task == "backchannel":
+            if vad is None and eligible:
+                from fdb.models.vad import SileroVad
+
+                vad = SileroVad()
+            rows = bc.score_rows(_backchannel_inputs(inputs, eligible, vad, options.audio_rate), options, gt)
+            subsets[subset] = backchannel_subset(subset, len(samples), bc.summarize(rows, options, gt))
+            continue
+        subsets[subset] = summarize_subset(subset, len(samples), len(eligible), _takeover_inputs(inputs, eligible, task))
+    rules = OfficialRules(backchannel_rule=options.rule, backchannel_audio_rate=options.audio_rate,
+                          backchannel_vad=_vad_record(vad),
+                          icc_gt=None if gt is None else bc.IccInfo(path=gt.path, sha256=gt.sha256,
+                                                                    matches_pin=gt.matches_pin))
+    summary = OfficialSummary(manifest_sha256=inputs.manifest_sha256, asr_sha256=inputs.receipt_sha256, rules=rules,
                               subsets=subsets, provenance=current().model_dump(mode="json"))
     atomic_write_json(tree / "official.json", summary.dump())
     return summary

@@ -3,7 +3,9 @@
 A tree is ``<subset>/<id>/{output.wav, output.json, <annotation>}`` plus ``manifest.json``
 (``fdb-export-1``) and ``asr.json`` (``fdb-asr-1``), see docs/formats.md. The scorer refuses a
 tree without asr.json and stops when an eligible sample's output.json or output.wav differs
-from asr.json, or its annotation differs from manifest.json (spec "Run").
+from asr.json, or its annotation differs from manifest.json (spec "Run"), and it stops on an
+eligible output.wav that does not hold exactly T seconds of samples (checked from the header
+for every task, and again wherever the audio is read).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fdb.audio import read_wav, resample
+from fdb.audio import Audio, read_wav, resample
 from fdb.datasets.types import V10_ANNOTATION, V10_SUBSETS, V10_TASK
 from fdb.errors import FdbError, SampleError
 from fdb.io import read_json, sha256_file
@@ -101,7 +103,31 @@ def check_fresh(inputs: TreeInputs, sample: ExportSample) -> AsrSampleReceipt:
         path = folder / annotation
         if not path.exists() or sha256_file(path) != sample.files[annotation]:
             raise SampleError(sid, f"{annotation} is missing or differs from manifest.json", path=str(path))
+    check_window_length(sample, folder / "output.wav")
     return entry
+
+
+def _length_matches(sample: ExportSample, frames: int, rate: int) -> bool:
+    if rate == VAD_RATE and sample.input_samples:
+        return frames == sample.input_samples
+    return to_us(frames / rate) == window_us(sample)
+
+
+def _wrong_length(sample: ExportSample, path: Path, frames: int, rate: int) -> SampleError:
+    return SampleError(sample.sample_id, f"output.wav holds {frames} samples at {rate} Hz, not T = "
+                       f"{window_us(sample) / 1e6} s", "re-export the window", str(path))
+
+
+def check_window_length(sample: ExportSample, path: Path) -> None:
+    """From the WAV header: output.wav holds exactly T seconds (input_samples at 16 kHz)."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(str(path))
+    except Exception as exc:  # soundfile raises several error types for a bad header
+        raise SampleError(sample.sample_id, f"unreadable WAV ({exc})", "re-export the window", str(path)) from exc
+    if not _length_matches(sample, int(info.frames), int(info.samplerate)):
+        raise _wrong_length(sample, path, int(info.frames), int(info.samplerate))
 
 
 def read_sample_json(sample: ExportSample, folder: Path, name: str) -> Any:
@@ -115,12 +141,16 @@ def read_sample_json(sample: ExportSample, folder: Path, name: str) -> Any:
         raise SampleError(sample.sample_id, f"{name} is not valid JSON ({exc})", path=str(path)) from exc
 
 
-def read_window(sample: ExportSample, folder: Path, T: int) -> np.ndarray:
+def read_native_window(sample: ExportSample, folder: Path) -> Audio:
+    """output.wav at its own rate, after checking it holds exactly T seconds of samples."""
+    path = folder / "output.wav"
+    audio = read_wav(path, sample.sample_id)
+    if not _length_matches(sample, len(audio.samples), audio.rate):
+        raise _wrong_length(sample, path, len(audio.samples), audio.rate)
+    return audio
+
+
+def read_window(sample: ExportSample, folder: Path) -> np.ndarray:
     """output.wav as 16 kHz float32, after checking it holds exactly T seconds of samples."""
-    audio = read_wav(folder / "output.wav", sample.sample_id)
-    n = len(audio.samples)
-    exact = (n == sample.input_samples) if (audio.rate == VAD_RATE and sample.input_samples) else None
-    if exact is False or (exact is None and to_us(n / audio.rate) != T):
-        raise SampleError(sample.sample_id, f"output.wav holds {n} samples at {audio.rate} Hz, not T = {T / 1e6} s",
-                          "re-export the window", str(folder / "output.wav"))
+    audio = read_native_window(sample, folder)
     return audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)

@@ -67,7 +67,7 @@ def load_sample(inputs: TreeInputs, sample: ExportSample, vad: SpeechSegmenter |
     parse.check_words_after(sid, words, R)
     if vad is None:
         raise FdbError("interruption scoring needs a VAD")
-    raw = vad.segments(read_window(sample, folder, T), UNIFIED_VAD_SETTINGS)
+    raw = vad.segments(read_window(sample, folder), UNIFIED_VAD_SETTINGS)
     return InterruptSample(sid, T, S, R, words, parse.parse_segments(sid, raw, T))
 
 

@@ -28,7 +28,7 @@ app = typer.Typer(
 
 
 # One module per verb, in the order `--help` lists them. Each module has register(app).
-VERB_MODULES = ["setup", "serve", "generate", "asr", "aggregate"]
+VERB_MODULES = ["setup", "serve", "generate", "asr", "aggregate", "score", "judge"]
 
 
 def _register() -> None:
@@ -41,7 +41,8 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> None:
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # a verb's typer.Exit(n) comes back as n
+        sys.exit(rc if isinstance(rc, int) else 0)
     except FdbError as exc:
         typer.secho(f"ERROR: {exc.one_line()}", fg=typer.colors.RED, err=True)
         sys.exit(2)

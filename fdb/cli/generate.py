@@ -25,7 +25,7 @@ def generate(
     num_shards: int = typer.Option(1, help="Sessions recorded at once (they share the server: latencies are measured under load)."),
     v15_dataset_root: Path | None = typer.Option(None, help="v1.5 tree (default $FDB_DATASET, $FDB_WORK/dataset/v1.5, else the synthetic set)."),
     v10_dataset_root: Path | None = typer.Option(None, help="v1.0 tree (default $FDB10_DATASET, $FDB_WORK/dataset/v1.0, else the synthetic set)."),
-    all_stages: bool = typer.Option(False, help="Continue with asr and aggregate after recording."),
+    all_stages: bool = typer.Option(False, help="Continue with asr, judge and aggregate after recording."),
     log_level: str = typer.Option("warning", help="debug, info, warning or error."),
 ) -> None:
     """Record a repeat of a run: select samples, start the model server it needs (or use
@@ -54,10 +54,13 @@ def generate(
     )
     run_generate(opts, console)
     if all_stages:
-        from runs.phases import run_aggregate, run_asr
+        from runs.phases import run_aggregate, run_asr, run_judge
 
-        run_asr(run_name, repeat, console)
+        steps_ok = run_asr(run_name, repeat, console)
+        steps_ok &= run_judge(run_name, repeat, console)
         run_aggregate(run_name, console, show=True)
+        if not steps_ok:
+            raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

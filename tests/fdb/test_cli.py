@@ -7,7 +7,7 @@ import sys
 
 from tests.conftest import REPO
 
-VERBS = ("setup", "serve", "generate", "asr", "aggregate")
+VERBS = ("setup", "serve", "generate", "asr", "judge", "aggregate", "score")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -50,11 +50,22 @@ def test_latency_mean_over_takeovers_only():
     assert none.latency_s is None and none.takeover_rate == 0.0
 
 
-def test_score_official_on_reference_tree(tmp_path, reference):
+def test_no_takeover_gives_null_latency_not_a_division_by_zero():
+    out = summarize_subset("synthetic_user_interruption", 2, 2, [([], 13.0), ([(14.0, 14.2)], 13.0)])
+    assert (out.takeovers, out.takeover_rate, out.latency_s, out.latency_n) == (0, 0.0, None, 0)
+    empty = summarize_subset("candor_turn_taking", 3, 0, [])
+    assert (empty.takeover_rate, empty.latency_s, empty.evaluated) == (None, None, 0)
+
+
+def test_score_official_on_reference_tree(tmp_path, reference, silero):
     root = reference_tree(tmp_path, reference)
-    summary = score_official(root)
+    summary = score_official(root, icc_gt=reference.parent / "icc_gt_distribution.json", vad=silero)
     doc = read_json(root / "official.json")
-    assert doc["label"] == OFFICIAL_LABEL
+    assert doc["label"] == OFFICIAL_LABEL and doc["schema"] == "fdb-v1.0-official-cleanroom-2"
+    assert doc["rules"]["backchannel_rule"] == "since-2026-02-22"
+    assert doc["rules"]["backchannel_audio_rate"] == "assume-16k"
+    assert doc["rules"]["backchannel_vad"]["settings"]["speech_pad_ms"] == 30
+    assert doc["rules"]["icc_gt"]["matches_pin"] is True
     subsets = summary.subsets
     assert subsets["synthetic_pause_handling"].takeover_rate == 1.0
     assert subsets["synthetic_pause_handling"].latency_s is None
@@ -62,4 +73,9 @@ def test_score_official_on_reference_tree(tmp_path, reference):
     assert (subsets["candor_turn_taking"].selected, subsets["candor_turn_taking"].evaluated) == (2, 1)
     assert subsets["synthetic_user_interruption"].latency_s == pytest.approx(4.08)
     assert subsets["synthetic_user_interruption"].relevance is None
-    assert subsets["icc_backchannel"].takeover_rate is None and subsets["icc_backchannel"].backchannel_jsd is None
+    bc = subsets["icc_backchannel"]  # 5 s of silence: no segment, TOR 0, no backchannel, the sentinel
+    assert (bc.takeover_rate, bc.backchannel_frequency, bc.backchannel_jsd, bc.evaluated) == (0.0, 0.0, 1.0, 1)
+    assert bc.backchannel.without_backchannel == 1
+    again = read_json(root / "official.json")
+    score_official(root, icc_gt=reference.parent / "icc_gt_distribution.json", vad=silero)
+    assert read_json(root / "official.json") == again == doc

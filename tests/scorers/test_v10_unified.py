@@ -24,7 +24,7 @@ from tests.scorers.treebuild import (
 
 def reference_tree(root, reference):
     tree = V10Tree(root)
-    tree.copy_reference("pause_handling_example", "synthetic_pause_handling", "1", 4.72, None)
+    tree.copy_reference("pause_handling_example", "synthetic_pause_handling", "1", 4.7, 75200)  # output.wav: 4.70 s
     tree.copy_reference("smooth_turn_taking_example", "candor_turn_taking", "1", 10.4, 166400)
     tree.copy_reference("user_interruption_example", "synthetic_user_interruption", "1", 28.16, 450560)
     tree.add("icc_backchannel", "0", 5.0, words=[])

@@ -1,0 +1,183 @@
+"""Judge one repeat: v1.5 behavior labels, the semantic judge, v1.0 interruption relevance.
+
+Outputs (docs/formats.md, "Judges"):
+
+- ``repeat-N/judge-<name>/``: behavior labels (identity.json, ledger.jsonl, results.jsonl,
+  summary.json);
+- ``repeat-N/semantic-<name>/``: semantic grades (the same files plus controls/comparison.json);
+- ``repeat-N/v10/reference/judge/<name>/``: relevance ratings (the same files, relevance.json);
+- ``repeat-N/judge.json``: this call's ``JudgeSummary`` (every task's summary, also when no
+  judge is configured and everything is ``pending``).
+
+``<name>`` is the judge's model slug plus the first 12 hex digits of its identity hash. Each task
+stands alone: a task that cannot run (no checkout for the behavior prompt, a failed control
+check) is reported and the others still run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from fdb.errors import FdbError
+from fdb.io import atomic_write_json, read_json
+from fdb.provenance import current
+from judges.behavior import BehaviorSummary, behavior_params, judge_behavior, summarize_behavior
+from judges.client import JudgeClient
+from judges.config import JudgeSettings
+from judges.engine import NoProgress, Progress
+from judges.inputs import InterruptInput, PairInput, load_interruptions, load_v15_pairs
+from judges.official import behavior_prompt, relevance_source
+from judges.relevance import (
+    RelevanceSummary,
+    judge_relevance,
+    make_rubric,
+    relevance_params,
+    summarize_relevance,
+)
+from judges.semantic.gate import Comparison, ControlCheckFailed
+from judges.semantic.run import SemanticSummary, judge_semantic, semantic_params, summarize_semantic
+from judges.store import TaskDir, utc_now
+
+JUDGE_SCHEMA = "fdb-judge-1"
+NO_CHECKOUT = ("the behavior prompt is read from a Full-Duplex-Bench checkout: pass --reference-source "
+               "(the checkout, or its v1_v1.5/evaluation directory)")
+SEMANTIC_GPT = "the semantic judge runs only with a self-hosted judge config (JUDGE=qwen); not run"
+BAD = {"has_failures", "control_failed", "blocked", "failed", "incomplete"}
+
+
+class JudgeSummary(BaseModel):
+    schema_: str = Field(JUDGE_SCHEMA, alias="schema")
+    repeat_dir: str
+    judge: dict[str, Any]
+    dirs: dict[str, str | None]  # task -> output directory relative to the repeat (None: nothing written)
+    behavior: BehaviorSummary | None  # None: v1.5 not in this repeat
+    semantic: SemanticSummary | None
+    relevance: RelevanceSummary | None  # None: no v1.0 interruption samples
+    ok: bool
+    finished_utc: str
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def statuses(self) -> dict[str, str | None]:
+        return {name: getattr(self, name).status if getattr(self, name) else None
+                for name in ("behavior", "semantic", "relevance")}
+
+
+def _write(tdir: TaskDir, name: str, summary: BaseModel) -> None:
+    atomic_write_json(tdir.root / name, summary.model_dump(mode="json", by_alias=True))
+
+
+async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs: list[PairInput],
+                    retry_failed: bool, progress: Progress) -> tuple[BehaviorSummary, Path | None]:
+    if judge.reference_source is None:
+        return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=NO_CHECKOUT), None
+    try:
+        prompt = behavior_prompt(judge.reference_source)
+    except FdbError as exc:
+        return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=exc.one_line()), None
+    params = behavior_params(judge, prompt)
+    with TaskDir(root / f"judge-{judge.name}", "behavior", judge.identity(), params) as tdir:
+        results = await judge_behavior(client, tdir, judge, prompt, pairs, retry_failed, progress)
+        summary = summarize_behavior(pairs, results, judge=judge.public(), params=params)
+        _write(tdir, "summary.json", summary)
+    return summary, tdir.root
+
+
+def _rubric(judge: JudgeSettings):
+    if judge.reference_source is None:
+        return make_rubric(None, "no --reference-source given")
+    official = relevance_source(judge.reference_source, judge.reference_scorer_sha256)
+    return make_rubric(official, None if official else f"{judge.reference_source} has no eval_user_interruption.py")
+
+
+async def _relevance(client: JudgeClient, judge: JudgeSettings, root: Path, samples: list[InterruptInput],
+                     retry_failed: bool, progress: Progress) -> tuple[RelevanceSummary, Path | None]:
+    try:
+        rubric = _rubric(judge)
+    except FdbError as exc:
+        return summarize_relevance(samples, None, rubric=None, judge=judge.public(), status="blocked",
+                                   message=exc.one_line()), None
+    params = relevance_params(judge, rubric)
+    with TaskDir(root / "v10" / "reference" / "judge" / judge.name, "relevance", judge.identity(), params) as tdir:
+        results = await judge_relevance(client, tdir, judge, rubric, samples, retry_failed, progress)
+        summary = summarize_relevance(samples, results, rubric=rubric, judge=judge.public(), params=params,
+                                      message=rubric.label)
+        _write(tdir, "relevance.json", summary)
+    return summary, tdir.root
+
+
+async def _semantic(client: JudgeClient, judge: JudgeSettings, root: Path, pairs: list[PairInput],
+                    retry_failed: bool, progress: Progress) -> tuple[SemanticSummary, Path | None]:
+    if judge.kind != "custom":
+        return summarize_semantic(pairs, None, status="not_run", message=SEMANTIC_GPT, judge=judge.public()), None
+    params = semantic_params(judge)
+    with TaskDir(root / f"semantic-{judge.name}", "semantic", judge.identity(), params) as tdir:
+        status, message = None, None
+        try:
+            results, comparison = await judge_semantic(client, tdir, judge, pairs, retry_failed, progress)
+        except ControlCheckFailed as exc:
+            results, comparison = tdir.results(), exc.comparison
+            status, message = "control_failed", exc.one_line()
+        if comparison is None and (tdir.root / "controls" / "comparison.json").exists():
+            comparison = Comparison.model_validate(read_json(tdir.root / "controls" / "comparison.json"))
+        summary = summarize_semantic(pairs, results, status=status, message=message, judge=judge.public(),
+                                     params=params, comparison=comparison)
+        _write(tdir, "summary.json", summary)
+    return summary, tdir.root
+
+
+def _pending(pairs: list[PairInput] | None, interrupts: list[InterruptInput] | None, reason: str) -> dict[str, Any]:
+    return {
+        "behavior": summarize_behavior(pairs, None, status="pending", message=reason) if pairs is not None else None,
+        "semantic": summarize_semantic(pairs, None, status="pending", message=reason) if pairs is not None else None,
+        "relevance": summarize_relevance(interrupts, None, rubric=None, message=reason) if interrupts is not None else None,
+    }
+
+
+async def judge_repeat_async(repeat_dir: Path, judge: JudgeSettings | None, *, retry_failed: bool = False,
+                             progress: Progress | None = None, pending_reason: str | None = None) -> JudgeSummary:
+    """``judge_repeat`` for callers that already run an event loop."""
+    root = Path(repeat_dir)
+    progress = progress or NoProgress()
+    pairs, interrupts = load_v15_pairs(root), load_interruptions(root)
+    dirs: dict[str, Path | None] = {"behavior": None, "semantic": None, "relevance": None}
+    if judge is None:
+        tasks = _pending(pairs, interrupts, pending_reason or "no judge is configured")
+        info: dict[str, Any] = {"configured": False, "reason": pending_reason or "no judge is configured"}
+    else:
+        tasks = {"behavior": None, "semantic": None, "relevance": None}
+        info = {"configured": True, **judge.public()}
+        client = JudgeClient(judge)
+        try:
+            if pairs is not None:
+                tasks["behavior"], dirs["behavior"] = await _behavior(client, judge, root, pairs, retry_failed, progress)
+            if interrupts is not None:
+                tasks["relevance"], dirs["relevance"] = await _relevance(client, judge, root, interrupts, retry_failed, progress)
+            if pairs is not None:
+                tasks["semantic"], dirs["semantic"] = await _semantic(client, judge, root, pairs, retry_failed, progress)
+        finally:
+            await client.close()
+    summary = JudgeSummary(repeat_dir=str(root), judge=info, **tasks,
+                           dirs={k: str(v.relative_to(root)) if v else None for k, v in dirs.items()},
+                           ok=not any(t is not None and t.status in BAD for t in tasks.values()),
+                           finished_utc=utc_now(), provenance=current(("openai", "pydantic")).model_dump(mode="json"))
+    atomic_write_json(root / "judge.json", summary.dump())
+    return summary
+
+
+def judge_repeat(repeat_dir: Path, judge: JudgeSettings | None, *, retry_failed: bool = False,
+                 progress: Progress | None = None, pending_reason: str | None = None) -> JudgeSummary:
+    """Judge every selected sample of ``repeat_dir`` (``$FDB_WORK/runs/RUN/repeat-N``) with
+    ``judge``; with ``judge=None`` every label and rating is ``pending`` and the counts are still
+    written. Finished samples are skipped; ``retry_failed`` sends transport and parse failures
+    again. Returns the summary also written to ``repeat-N/judge.json``."""
+    return asyncio.run(judge_repeat_async(repeat_dir, judge, retry_failed=retry_failed, progress=progress,
+                                          pending_reason=pending_reason))

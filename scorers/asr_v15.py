@@ -1,0 +1,168 @@
+"""The v1.5 ASR phase: transcribe the four windows of every eligible pair.
+
+For each eligible pair of ``reference-manifest.json`` (a v1.5 ``fdb-export-1`` manifest) it
+reads ``<category>/<id>/{input.wav, clean_input.wav, output.wav, clean_output.wav}`` (16 kHz;
+another rate is resampled) and writes ``input.json``, ``clean_input.json``, ``output.json`` and
+``clean_output.json`` next to them in the official schema (``{"text", "chunks": [{"text",
+"timestamp": [start, end]}]}``, whole files, no cut): the inputs the v1.5 behaviour judge reads.
+
+The receipt ``asr.json`` (``fdb-v1.5-asr-1``, ``V15AsrReceipt``) records the backend identity,
+the sha256 of ``reference-manifest.json`` and, per pair and per WAV, the status, error and the
+sha256 of the WAV read and the JSON written. It is rewritten after every pair that changed, so
+a killed phase resumes. A rerun reuses a file whose entry is ok and whose WAV and JSON still
+match it, and a failed file with an unchanged WAV unless ``retry_failed``; a different backend
+identity redoes every file. A pair is ok when its four files are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from fdb.audio import read_wav, resample
+from fdb.errors import FdbError, SampleError
+from fdb.io import (
+    atomic_write_json,
+    atomic_write_text,
+    dumps_json,
+    read_json,
+    sha256_bytes,
+    sha256_file,
+)
+from fdb.models.asr import ASR_RATE, AsrBackend
+from fdb.provenance import current
+from fdb.records import ExportSample
+from scorers.asr_phase import Progress, default_asr, official_transcript
+from scorers.v15_timing import load_v15_manifest
+
+V15_ASR_SCHEMA = "fdb-v1.5-asr-1"
+V15_MANIFEST = "reference-manifest.json"
+TRANSCRIBED = ("input.wav", "clean_input.wav", "output.wav", "clean_output.wav")
+
+
+def transcript_name(wav_name: str) -> str:
+    """``input.wav`` -> ``input.json`` (the official v1.5 names)."""
+    return wav_name[: -len(".wav")] + ".json"
+
+
+class V15AsrFile(BaseModel):
+    """One WAV of a pair: its transcript ``<stem>.json``."""
+
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    wav_sha256: str | None = None
+    json_sha256: str | None = None
+    words: int | None = None
+
+
+class V15AsrPair(BaseModel):
+    sample_id: str
+    status: Literal["ok", "failed", "skipped"]
+    error: str | None = None
+    files: dict[str, V15AsrFile] = Field(default_factory=dict)  # keyed by WAV name
+
+
+class V15AsrReceipt(BaseModel):
+    schema_: str = Field(V15_ASR_SCHEMA, alias="schema")
+    backend: dict[str, object]
+    manifest_sha256: str
+    samples: list[V15AsrPair]
+    provenance: dict[str, object] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def _reusable(entry: V15AsrFile | None, wav_sha: str | None, json_path: Path, retry_failed: bool) -> bool:
+    if entry is None or wav_sha is None or entry.wav_sha256 != wav_sha:
+        return False
+    if entry.status == "failed":
+        return not retry_failed
+    return json_path.exists() and sha256_file(json_path) == entry.json_sha256
+
+
+def transcribe_file(asr: AsrBackend, sample: ExportSample, folder: Path, name: str, previous: V15AsrFile | None,
+                    retry_failed: bool) -> V15AsrFile:
+    """One WAV of a pair: reused, transcribed into ``<stem>.json``, or failed (JSON removed)."""
+    wav, out = folder / name, folder / transcript_name(name)
+    wav_sha = sha256_file(wav) if wav.exists() else None
+    if _reusable(previous, wav_sha, out, retry_failed):
+        return previous
+    try:
+        want = sample.files.get(name)
+        if wav_sha and want and wav_sha != want:
+            raise SampleError(sample.sample_id, f"{name} differs from {V15_MANIFEST}", path=str(wav))
+        audio = read_wav(wav, sample.sample_id)
+        samples = audio.samples if audio.rate == ASR_RATE else resample(audio.samples, audio.rate, ASR_RATE)
+        obj = official_transcript(asr.transcribe(samples))
+    except Exception as exc:  # one bad file is recorded; the others continue
+        out.unlink(missing_ok=True)
+        message = exc.one_line() if isinstance(exc, FdbError) else f"{type(exc).__name__}: {exc}"
+        if not message.startswith(sample.sample_id):
+            message = f"{sample.sample_id}: {name}: {message}"
+        return V15AsrFile(status="failed", error=message, wav_sha256=wav_sha)
+    text = dumps_json(obj)
+    atomic_write_text(out, text)
+    return V15AsrFile(status="ok", wav_sha256=wav_sha, json_sha256=sha256_bytes(text.encode("utf-8")),
+                      words=len(obj["chunks"]))
+
+
+def process_pair(asr: AsrBackend, tree: Path, sample: ExportSample, previous: V15AsrPair | None,
+                 retry_failed: bool) -> V15AsrPair:
+    """A pair's receipt entry: skipped (ineligible), or its four files' entries."""
+    if not sample.eligible:
+        return V15AsrPair(sample_id=sample.sample_id, status="skipped",
+                          error="ineligible: " + "; ".join(sample.reasons or ["unspecified"]))
+    folder = tree / sample.subset / sample.id
+    old = previous.files if previous is not None else {}
+    files = {name: transcribe_file(asr, sample, folder, name, old.get(name), retry_failed) for name in TRANSCRIBED}
+    failed = [f.error for f in files.values() if f.status == "failed"]
+    return V15AsrPair(sample_id=sample.sample_id, status="failed" if failed else "ok",
+                      error="; ".join(e for e in failed if e) or None, files=files)
+
+
+def _previous(tree: Path, asr: AsrBackend) -> dict[str, V15AsrPair]:
+    path = tree / "asr.json"
+    if not path.exists():
+        return {}
+    old = V15AsrReceipt.model_validate(read_json(path))
+    if old.backend != asr.identity.model_dump(mode="json"):
+        return {}
+    return {e.sample_id: e for e in old.samples}
+
+
+def run_v15_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | None = None,
+                retry_failed: bool = False) -> V15AsrReceipt:
+    """Transcribe a v1.5 ``reference-audio`` tree; returns the receipt written to ``tree/asr.json``.
+
+    ``asr`` defaults to ``default_asr()``; ``progress(sample_id, done, total)`` runs after each pair.
+    """
+    tree = Path(tree)
+    asr = asr if asr is not None else default_asr()
+    manifest, manifest_sha = load_v15_manifest(tree)
+    previous = _previous(tree, asr)
+    entries = dict(previous)
+    receipt = None
+    total = len(manifest.samples)
+    for done, sample in enumerate(manifest.samples, start=1):
+        entry = process_pair(asr, tree, sample, previous.get(sample.sample_id), retry_failed)
+        changed = entries.get(sample.sample_id) != entry
+        entries[sample.sample_id] = entry
+        if changed or done == total:
+            receipt = _write(tree, asr, manifest_sha, manifest.samples, entries)
+        if progress:
+            progress(sample.sample_id, done, total)
+    return receipt or _write(tree, asr, manifest_sha, manifest.samples, entries)
+
+
+def _write(tree: Path, asr: AsrBackend, manifest_sha: str, samples: list[ExportSample],
+           entries: dict[str, V15AsrPair]) -> V15AsrReceipt:
+    ordered = [entries[s.sample_id] for s in samples if s.sample_id in entries]
+    receipt = V15AsrReceipt(backend=asr.identity.model_dump(mode="json"), manifest_sha256=manifest_sha,
+                            samples=ordered, provenance=current().model_dump(mode="json"))
+    atomic_write_json(tree / "asr.json", receipt.dump())
+    return receipt

@@ -1,0 +1,134 @@
+"""Official texts from a checkout (hash-verified, never copied), the official message formats and
+parse rules."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from fdb.errors import FdbError
+from fdb.io import sha256_file
+from judges.behavior import behavior_message, parse_behavior
+from judges.official import BEHAVIOR_SHA256, behavior_prompt, evaluation_dir, relevance_source
+from judges.relevance import parse_rating, takeover
+from scorers.v10_official import chunk_times, official_takeover
+from tests.judges.trees import REFERENCE, transcript
+
+# A stand-in for the official scorer: the same structure, with test-only wording.
+SCORER = textwrap.dedent('''\
+    import re
+
+
+    def parse_output(data):
+        example_pattern = re.compile(
+            r"Analysis:\\s*(.*?)\\nI would rate the AI's response as (\\d+)", re.DOTALL
+        )
+        return {}
+
+
+    def eval_user_interruption(root_dir, client):
+        MODEL_NAME = "gpt-4-turbo"
+        seed = 0
+        system_msg = """
+       TEST PROMPT: rate 0-5.
+       """
+        for _ in []:
+            user_msg = f"""
+                    - Contextual user turn: {in_before_interrupt_text}
+                    - User interrupting turn: {in_interrupt_text}
+                    - AI's response: {out_after_interrupt_text}
+                    """
+    ''')
+
+
+def fake_checkout(tmp_path, scorer: str = SCORER):
+    evaluation = tmp_path / "checkout" / "v1_v1.5" / "evaluation"
+    (evaluation / "instruction").mkdir(parents=True)
+    (evaluation / "instruction" / "behavior.txt").symlink_to(REFERENCE / "instruction" / "behavior.txt")
+    (evaluation / "eval_user_interruption.py").write_text(scorer)
+    return tmp_path / "checkout", sha256_file(evaluation / "eval_user_interruption.py")
+
+
+def test_behavior_prompt_is_read_and_verified(tmp_path):
+    prompt = behavior_prompt(REFERENCE)
+    assert prompt.sha256 == BEHAVIOR_SHA256 and "behaviour" in prompt.text
+    (tmp_path / "instruction").mkdir()
+    (tmp_path / "instruction" / "behavior.txt").write_text(prompt.text + " ")
+    with pytest.raises(FdbError, match="not the pinned"):
+        behavior_prompt(tmp_path)
+    with pytest.raises(FdbError, match="not a Full-Duplex-Bench checkout"):
+        evaluation_dir(tmp_path / "nothing")
+
+
+def test_relevance_source_extracts_prompt_and_template(tmp_path):
+    checkout, sha = fake_checkout(tmp_path)
+    src = relevance_source(checkout, sha)
+    assert src.model == "gpt-4-turbo" and src.seed == 0 and src.system_prompt == "\n   TEST PROMPT: rate 0-5.\n   "
+    pad = " " * 16
+    assert src.user_message("ctx", "intr", "resp") == (
+        f"\n{pad}- Contextual user turn: ctx\n{pad}- User interrupting turn: intr\n{pad}- AI's response: resp\n{pad}")
+    with pytest.raises(FdbError, match="no pinned sha256"):
+        relevance_source(checkout)
+    with pytest.raises(FdbError, match="not the pinned"):
+        relevance_source(checkout, "0" * 64)
+    assert relevance_source(REFERENCE, sha) is None  # the reference copy holds no scorer
+
+
+def test_relevance_source_refuses_another_parse_rule(tmp_path):
+    checkout, sha = fake_checkout(tmp_path, SCORER.replace("(\\d+)", "(\\d)"))
+    with pytest.raises(FdbError, match="parse pattern is not the official one"):
+        relevance_source(checkout, sha)
+
+
+def test_behavior_message_is_the_official_layout():
+    a, b, c, d = (transcript(t) for t in ("hi there", "hi there wait", "hello", "héllo again"))
+    msg = behavior_message(a, b, c, d)
+    compact = lambda o: json.dumps(o, separators=(",", ":"), ensure_ascii=False)  # noqa: E731
+    expected = ("\n        {\n"
+                f'            "input_clean": {compact(a)},\n'
+                f'            "input_noisy": {compact(b)},\n'
+                f'            "output_clean": {compact(c)},\n'
+                f'            "output_noisy": {compact(d)}\n'
+                "        }\n        ")
+    assert msg == expected and "héllo" in msg
+
+
+@pytest.mark.parametrize(("reply", "kind", "label"), [
+    ('{ "behaviour": ["C_RESUME"] }', "ok", "C_RESUME"),
+    ('Thinking {not json} then {"x": 1} {"behaviour": ["C_UNKNOWN"]} {"behaviour": ["C_RESPOND"]}', "ok", "C_UNKNOWN"),
+    ('{"outer": {"behaviour": ["C_RESPOND"]}}', "ok", "C_RESPOND"),
+    ('{"behaviour": ["C_RESPOND", "C_RESUME"]}', "invalid", None),
+    ('{"behaviour": "C_RESPOND"}', "invalid", None),
+    ('{"behaviour": ["C_OTHER"]}', "invalid", None),
+    ("C_RESPOND", "unparsed", None),
+    ('{"behaviour": ["C_RESPOND"]', "unparsed", None),
+])
+def test_parse_behavior(reply, kind, label):
+    parsed = parse_behavior(reply)
+    assert parsed.kind == kind
+    assert (parsed.value or {}).get("label") == label
+
+
+@pytest.mark.parametrize(("reply", "kind", "rating"), [
+    ("Analysis: good.\nI would rate the AI's response as 4", "ok", 4),
+    ("Analysis: a.\nI would rate the AI's response as 2\nAnalysis: b.\nI would rate the AI's response as 5.", "ok", 5),
+    ("Analysis: a. I would rate the AI's response as 4", "unparsed", None),
+    ("Analysis: a.\n**I would rate the AI's response as 4**", "unparsed", None),
+    ("Analysis: a.\nI would rate the AI's response as: 4", "unparsed", None),
+    ("Analysis: a.\nI would rate the AI's response as 7", "invalid", None),
+])
+def test_parse_rating_is_the_official_rule(reply, kind, rating):
+    parsed = parse_rating(reply)
+    assert parsed.kind == kind
+    assert (parsed.value or {}).get("rating") == (rating if kind == "ok" else (parsed.value or {}).get("rating"))
+
+
+@pytest.mark.parametrize("words", [
+    [], [(1.0, 1.2)], [(1.0, 1.2), (1.3, 1.5), (1.6, 1.9)], [(1.0, 1.2), (1.3, 1.5), (1.6, 1.7), (1.8, 1.9)],
+    [(1.0, 1.2), (1.9, 2.1)], [(1.0, 1.2), (2.5, None)], [(1.0, 1.2), (1.5, None)],
+])
+def test_takeover_matches_the_scorer(words):
+    obj = {"text": "", "chunks": [{"text": "w", "timestamp": [s, e]} for s, e in words]}
+    assert takeover(obj) == official_takeover(chunk_times("x/1", obj))
