@@ -8,11 +8,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fdb.datasets.types import DATASET_SUBSETS
 from fdb.errors import FdbError
 from fdb.settings import Settings
 
-ENV_ROOT = {"v1.0": "FDB10_DATASET", "v1.5": "FDB_DATASET"}
+ENV_ROOT = {"v1.0": "FDB10_DATASET", "v1.5": "FDB_DATASET", "seed-tts": "SEED_TTS_DATASET"}
 
 
 @dataclass(frozen=True)
@@ -22,18 +21,19 @@ class DatasetTree:
     source: str  # official | synthetic | user
 
 
-def prepare_synthetic(settings: Settings, force: bool = False, console: Console | None = None) -> Path:
-    """Create (or reuse) $FDB_WORK/dataset/synthetic and return it."""
-    import shutil
-
-    from fdb.datasets.synthetic import ensure_synthetic
+def prepare_synthetic(settings: Settings, force: bool = False, console: Console | None = None,
+                      progress=None) -> Path:
+    """Create (or reuse) $FDB_WORK/dataset/synthetic and return it; ``force`` regenerates it
+    (into a staging directory first, so the old one stays until the new one is complete)."""
+    from fdb.datasets.synthetic import ensure_synthetic, install_synthetic, synthetic_complete
 
     dest = settings.dataset_dir / "synthetic"
-    if force and dest.exists():
-        shutil.rmtree(dest)
-    if console is not None and not dest.exists():
-        console.print("generating fdb's synthetic FDB v1.0/v1.5 datasets (Piper voice, ~30 s)…")
-    return ensure_synthetic(settings.work)
+    if console is not None and (force or not synthetic_complete(dest)):
+        console.print("generating fdb's synthetic FDB v1.0/v1.5 and Seed-TTS datasets (Piper voices, < 1 min)…")
+    if force:
+        install_synthetic(dest, progress=progress)
+        return dest
+    return ensure_synthetic(settings.work, progress=progress)
 
 
 def resolve_tree(dataset: str, settings: Settings, explicit: Path | None, console: Console | None = None) -> DatasetTree:
@@ -53,16 +53,18 @@ def resolve_tree(dataset: str, settings: Settings, explicit: Path | None, consol
     return DatasetTree(dataset, synthetic, "synthetic")
 
 
-def describe_datasets(settings: Settings) -> list[str]:
-    lines = []
-    for dataset in ("v1.0", "v1.5"):
-        official = settings.dataset_dir / dataset
-        if official.is_dir():
-            present = [s for s in DATASET_SUBSETS[dataset] if (official / s).is_dir()]
-            lines.append(f"official {dataset}: {official} ({len(present)} of {len(DATASET_SUBSETS[dataset])} subsets)")
-        else:
-            lines.append(
-                f"official {dataset}: not installed at {official} (generate uses the synthetic set; "
-                f"download the Full-Duplex-Bench {dataset} archive there to use it)"
-            )
-    return lines
+def resolve_seedtts(settings: Settings, explicit: Path | None = None) -> DatasetTree:
+    """The Seed-TTS root: explicit, else $SEED_TTS_DATASET, else $FDB_WORK/dataset/seed-tts
+    (linked by setup), else the synthetic list (generated on demand)."""
+    env = os.environ.get(ENV_ROOT["seed-tts"])
+    for candidate in (explicit, Path(env) if env else None):
+        if candidate is not None:
+            if not candidate.is_dir():
+                raise FdbError(f"the Seed-TTS dataset root {candidate} does not exist",
+                               "point it at the unpacked seedtts_testset/, or unset it to use the synthetic list")
+            return DatasetTree("seed-tts", candidate, "user")
+    official = settings.dataset_dir / "seed-tts"
+    if official.is_dir():
+        return DatasetTree("seed-tts", official, "official")
+    return DatasetTree("seed-tts", prepare_synthetic(settings) / "seedtts", "synthetic")
+

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fdb.datasets.official import list_ids, load_v10, load_v15
-from fdb.datasets.pinning import read_revision, tree_revision
+from fdb.datasets.pinning import read_revision, sample_inventory, tree_revision
 from fdb.datasets.selection import (
     SelectionSpec,
     count_by_subset,
@@ -30,6 +30,7 @@ from runs.manifest import (
     RunManifest,
     ServerUse,
     check_compatible,
+    check_files,
     load_manifest,
     save_manifest,
 )
@@ -48,6 +49,7 @@ class Selected:
     samples: list = field(default_factory=list)  # V10Sample | V15Pair, in id order
     problems: list[str] = field(default_factory=list)
     revision: str | None = None
+    files: dict[str, str] = field(default_factory=dict)  # pinned inventory of the selected samples
 
 
 def _spec(dataset: str, choice: DatasetChoice) -> SelectionSpec:
@@ -70,7 +72,7 @@ def select_dataset(dataset: str, choice: DatasetChoice, root: Path | None, setti
     loader = load_v10 if dataset == "v1.0" else load_v15
     loaded, problems = loader(tree.root, sorted({i.split("/")[0] for i in ids}), strict=False)
     by_id = {s.sample_id: s for group in loaded.values() for s in group}
-    chosen = Selected(dataset, tree, spec, ids, revision=_revision(tree))
+    chosen = Selected(dataset, tree, spec, ids, revision=_revision(tree), files=sample_inventory(tree.root, ids))
     bad = {p.sample_id: p for p in problems}
     for sample_id in ids:
         if sample_id in by_id:
@@ -128,7 +130,8 @@ def _manifest(opts: GenerateOptions, selections: list[Selected]) -> RunManifest:
     return RunManifest(
         run_name=opts.run_name,
         datasets={s.dataset: DatasetUse(dataset=s.dataset, root=str(s.tree.root), source=s.tree.source,
-                                        revision=s.revision, selection=s.spec.normalized(), sample_ids=s.ids)
+                                        revision=s.revision, selection=s.spec.normalized(), sample_ids=s.ids,
+                                        files=s.files)
                   for s in selections},
         server=ServerUse(url=opts.url, system=None if opts.url else opts.system, model=opts.model,
                          turn_detection=opts.turn_detection),
@@ -193,6 +196,9 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> dict:
     finally:
         if server is not None:
             server.stop()
+    for sel in selections:  # the inputs must still be the files the run pinned before export
+        check_files(sel.dataset, str(sel.tree.root), sel.files, sample_inventory(sel.tree.root, sel.ids),
+                    "the recording started")
     return _finish(selections, rep, records, opts, console)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from fdb.datasets.pinning import inventory_changes
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, read_json
 from runs.layout import RepeatPaths, RunPaths
@@ -18,6 +19,7 @@ class DatasetUse(BaseModel):
     revision: str | None
     selection: dict  # SelectionSpec.normalized()
     sample_ids: list[str]
+    files: dict[str, str] = Field(default_factory=dict)  # "subset/id/name" -> sha256 (pinning.sample_inventory)
 
 
 class ServerUse(BaseModel):
@@ -55,7 +57,9 @@ def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPath
                 f"{repeat.root} would have {dataset} {which}, unlike the earlier repeats of {new.run_name}",
                 "pass the same selection options as before, or use a new run name",
             )
-        if old and cur and (old.sample_ids != cur.sample_ids or old.revision != cur.revision):
+        if old and cur and old.sample_ids == cur.sample_ids and old.files and cur.files:
+            check_files(dataset, cur.root, old.files, cur.files, f"run {new.run_name} started")
+        elif old and cur and (old.sample_ids != cur.sample_ids or old.revision != cur.revision):
             raise FdbError(f"{repeat.root} selects different {label} than the earlier repeats",
                            "pass the same options, or use a new run name")
     if previous.num_shards != new.num_shards:
@@ -64,6 +68,15 @@ def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPath
     if previous.server.url != new.server.url or previous.server.system != new.server.system:
         raise FdbError("the server differs from the earlier repeats of this run",
                        "use the same --url/--system, or use a new run name")
+
+
+def check_files(dataset: str, root: str, pinned: dict[str, str], current: dict[str, str], since: str) -> None:
+    """Refuse to continue when a selected sample's file differs from the pinned inventory."""
+    changes = inventory_changes(pinned, current)
+    if changes:
+        more = f" (and {len(changes) - 1} more)" if len(changes) > 1 else ""
+        raise FdbError(f"{dataset} dataset file {root}/{changes[0]} since {since}{more}",
+                       "restore the dataset files the run pinned in run.json, or use a new run name")
 
 
 def save_manifest(run: RunPaths, manifest: RunManifest) -> None:

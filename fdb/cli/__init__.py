@@ -28,7 +28,7 @@ app = typer.Typer(
 
 
 # One module per verb, in the order `--help` lists them. Each module has register(app).
-VERB_MODULES = ["setup", "serve", "generate", "asr", "aggregate", "score", "judge"]
+VERB_MODULES = ["setup", "serve", "generate", "asr", "aggregate", "score", "judge", "dataset"]
 
 
 def _register() -> None:

@@ -2,7 +2,10 @@
 
 Layout (docs/formats.md): ``<root>/<subset>/<ID>/input.wav`` plus the task's annotation for
 v1.0, and ``input.wav``, ``clean_input.wav``, ``metadata.json`` for v1.5. IDs are digit-only
-folder names (other folders are skipped, as the official scripts do), sorted numerically.
+(ASCII) folder names sorted numerically. Any other folder (``notes/``, ``__MACOSX/``, ``1a/``) is
+skipped, as the official scripts do, but never silently: it is logged as a warning and, with
+``strict=False``, reported as a ``SampleProblem`` of kind ``"skipped"``. Hidden folders
+(``.name``) and plain files next to the sample folders are ignored.
 Only WAV headers are read (rate, length, channels), so loading all 727 v1.0 samples is fast.
 
 ``strict=True`` (the default) raises the first ``SampleError``; ``strict=False`` returns the
@@ -12,6 +15,7 @@ A missing dataset root or subset directory is never per-sample: it always raises
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal, TypeVar, overload
@@ -35,6 +39,7 @@ from fdb.datasets.types import (
 from fdb.errors import FdbError, SampleError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 SETUP_HINT = (
     "run `python -m fdb setup`, or point FDB_WORK at a directory whose dataset/{name} holds "
     "the official tree"
@@ -75,10 +80,31 @@ def list_ids(root: Path, dataset: DatasetName, subsets: Iterable[str] | None = N
             for name in resolve_subsets(root, dataset, subsets)}
 
 
+def is_sample_id(name: str) -> bool:
+    """A sample folder name: ASCII digits only (``"7"``, ``"012"``)."""
+    return name.isascii() and name.isdigit()
+
+
 def sample_dirs(subset_dir: Path) -> list[Path]:
     """Digit-only sample folders of one subset, sorted numerically (1, 2, ..., 10, 11)."""
-    dirs = [d for d in subset_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    dirs = [d for d in subset_dir.iterdir() if d.is_dir() and is_sample_id(d.name)]
     return sorted(dirs, key=lambda d: (int(d.name), d.name))
+
+
+def skipped_dirs(subset_dir: Path) -> list[Path]:
+    """Folders of a subset that are not samples (non-digit names; hidden ones left out)."""
+    return sorted(d for d in subset_dir.iterdir()
+                  if d.is_dir() and not is_sample_id(d.name) and not d.name.startswith("."))
+
+
+def _skipped(subset: str, folder: Path) -> SampleProblem:
+    problem = SampleProblem(
+        sample_id=f"{subset}/{folder.name}", path=str(folder), kind="skipped",
+        message="not a sample folder (its name is not all digits): skipped",
+        hint="sample folders are numbered (1, 2, ...); rename or remove it",
+    )
+    log.warning("%s", problem.one_line())
+    return problem
 
 
 def resolve_subsets(root: Path, dataset: DatasetName, subsets: Iterable[str] | None) -> list[str]:
@@ -113,12 +139,13 @@ def _check_root(root: Path, dataset: DatasetName) -> None:
     raise FdbError(f"the {dataset} dataset root {root} does not exist", hint)
 
 
-def _load(root: Path, dataset: DatasetName, subsets: Iterable[str] | None,
-          loader: Callable[[str, Path], T]) -> tuple[dict[str, list[T]], list[SampleError]]:
+def _load(root: Path, dataset: DatasetName, subsets: Iterable[str] | None, loader: Callable[[str, Path], T]
+          ) -> tuple[dict[str, list[T]], list[SampleError | SampleProblem]]:
     loaded: dict[str, list[T]] = {}
-    errors: list[SampleError] = []
+    errors: list[SampleError | SampleProblem] = []
     for name in resolve_subsets(root, dataset, subsets):
         loaded[name] = []
+        errors += [_skipped(name, folder) for folder in skipped_dirs(root / name)]
         for sample_dir in sample_dirs(root / name):
             try:
                 loaded[name].append(loader(name, sample_dir))
@@ -134,12 +161,13 @@ def problem_of(exc: SampleError) -> SampleProblem:
                          message=exc.message.removeprefix(prefix), hint=exc.hint)
 
 
-def _finish(loaded: dict, errors: list[SampleError], strict: bool):
+def _finish(loaded: dict, errors: list[SampleError | SampleProblem], strict: bool):
     if strict:
-        if errors:
-            raise errors[0]
+        for exc in errors:
+            if isinstance(exc, SampleError):
+                raise exc
         return loaded
-    return loaded, [problem_of(exc) for exc in errors]
+    return loaded, [exc if isinstance(exc, SampleProblem) else problem_of(exc) for exc in errors]
 
 
 def wav_header(path: Path, sample_id: str) -> tuple[int, int, int]:

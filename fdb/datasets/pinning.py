@@ -4,7 +4,11 @@ The revision is the sha256 of the sorted lines ``<relative posix path>\\0<file s
 every regular file under the root (symlinks are followed, so a tree of links to the official
 files pins the same content as a copy). Hidden entries (names starting with ``.``, such as an
 interrupted atomic write's temp file or ``.DS_Store``) are left out. A revision file holds the
-hex digest on one line.
+hex digest on one line; fdb's synthetic trees prefix it with ``fdb-synth-`` so a synthetic
+revision can never be mistaken for an official one.
+
+Runs pin the files they read with ``sample_inventory`` (the files of the selected sample folders
+only) and compare it later with ``inventory_changes``.
 """
 
 from __future__ import annotations
@@ -52,9 +56,10 @@ def tree_revision(root: Path) -> str:
     return revision_of(inventory(root))
 
 
-def write_revision(root: Path, dest_file: Path) -> str:
-    """Compute ``root``'s revision, write it atomically to ``dest_file`` and return it."""
-    revision = tree_revision(root)
+def write_revision(root: Path, dest_file: Path, prefix: str = "") -> str:
+    """Compute ``root``'s revision, write ``prefix + revision`` atomically to ``dest_file`` and
+    return what it wrote."""
+    revision = prefix + tree_revision(root)
     atomic_write_text(dest_file, revision + "\n")
     return revision
 
@@ -66,3 +71,33 @@ def read_revision(revision_file: Path) -> str | None:
     except FileNotFoundError:
         return None
     return text.split()[0] if text else None
+
+
+def sample_inventory(root: Path, sample_ids: list[str]) -> dict[str, str]:
+    """sha256 of every file in each selected ``<subset>/<id>`` folder, keyed by its path relative
+    to ``root`` (``"candor_turn_taking/1/input.wav"``). A missing folder contributes nothing."""
+    root = Path(root)
+    files: dict[str, str] = {}
+    for sample_id in sample_ids:
+        folder = root / sample_id
+        if not folder.is_dir():
+            continue
+        for rel, path in _files(folder):
+            files[f"{sample_id}/{rel}"] = sha256_file(path)
+    return dict(sorted(files.items()))
+
+
+def inventory_changes(pinned: dict[str, str], current: dict[str, str]) -> list[str]:
+    """What differs between two inventories, one phrase per file, in path order."""
+    changes = []
+    for rel in sorted(set(pinned) | set(current)):
+        before, now = pinned.get(rel), current.get(rel)
+        if before == now:
+            continue
+        if now is None:
+            changes.append(f"{rel} is missing (pinned sha256 {before[:12]}…)")
+        elif before is None:
+            changes.append(f"{rel} is new (sha256 {now[:12]}…)")
+        else:
+            changes.append(f"{rel} changed (sha256 {before[:12]}… is now {now[:12]}…)")
+    return changes

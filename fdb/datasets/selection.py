@@ -42,7 +42,7 @@ def parse_count(text: str | int, what: str = "count") -> Count:
 def parse_sample_id(text: str, dataset: DatasetName) -> str:
     """Check ``NAME/ID`` (a known subset and a digit-only id) and return it stripped."""
     name, sep, sample = text.strip().partition("/")
-    if not sep or not sample.isdigit():
+    if not sep or not (sample.isascii() and sample.isdigit()):
         raise FdbError(f"sample id {text!r} is not NAME/ID", "write it like candor_turn_taking/37")
     _check_subset(name, dataset)
     return f"{name}/{sample}"

@@ -2,6 +2,10 @@
 
 Annotation times are never nominal: each synthesized utterance's speech edges are measured with
 a frame-energy threshold, and the timeline reports where those measured edges land.
+
+Speech starts are placed on a 32 ms grid (512 samples, Silero VAD's window at 16 kHz, counted
+from the start of the file). Silero then sees every utterance onset at the same phase of its
+window, so its view of a given utterance does not depend on where a sample happens to put it.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import numpy as np
 
 RATE = 16000
 FRAME = 160  # 10 ms at 16 kHz
-EDGE_REL_DB = -40.0  # a frame is speech when its RMS is within 40 dB of the clip's loudest frame
-EDGE_FLOOR_RMS = 1e-4
+GRID = 512  # speech starts are multiples of 32 ms (Silero's window)
+EDGE_REL_DB = -50.0  # a frame is speech when its RMS is within 50 dB of the clip's loudest frame
+EDGE_FLOOR_RMS = 1e-5
 
 
 def frame_rms(samples: np.ndarray, frame: int = FRAME) -> np.ndarray:
@@ -51,6 +56,11 @@ class Clip:
     @property
     def speech_s(self) -> float:
         return (self.end - self.start) / RATE
+
+
+def on_grid(index: int) -> int:
+    """``index`` rounded up to the next multiple of ``GRID`` samples."""
+    return -(-int(index) // GRID) * GRID
 
 
 def seconds(index: int) -> float:

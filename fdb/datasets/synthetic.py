@@ -1,10 +1,11 @@
-"""fdb's synthetic datasets: small, license-free trees in the official v1.0/v1.5 layouts.
+"""fdb's synthetic datasets: small, license-free trees in the official layouts.
 
-``generate_synthetic(root)`` writes ``root/v1.0/<subset>/<id>/`` and ``root/v1.5/<category>/<id>/``
-with 16 kHz mono PCM16 inputs spoken by Piper (joe, deterministic), annotations placed at the
-*measured* speech edges, a README and ``root/v1.0.revision``, ``root/v1.5.revision``. The same
-arguments give the same bytes on every run: the only randomness is a fixed-seed
-``numpy.random.default_rng`` per sample, so a larger set extends a smaller one.
+``generate_synthetic(root)`` writes ``root/v1.0/<subset>/<id>/`` (all five subsets),
+``root/v1.5/<category>/<id>/`` (all four categories) and ``root/seedtts/en/meta.lst`` with its
+wavs, spoken by Piper voices derived from joe (``synth_voices``), plus ``README.md``,
+``synthetic.json`` and one revision file per tree (``v1.0.revision``, ``v1.5.revision``,
+``seedtts.revision``) holding ``fdb-synth-<sha256 of the tree>``. The same seed and sizes give
+the same bytes on every run; a larger set extends a smaller one.
 """
 
 from __future__ import annotations
@@ -12,204 +13,163 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, field_validator
 
-from fdb.audio import resample, write_wav
 from fdb.datasets.pinning import read_revision, tree_revision, write_revision
-from fdb.datasets.synth_audio import EDGE_REL_DB, RATE, Clip, Timeline, seconds, word_times
-from fdb.datasets.synthetic_text import INTERRUPTIONS, PAUSE_PARTS, QUESTIONS, V15_OVERLAPS, pick
-from fdb.datasets.types import V15_CATEGORIES
+from fdb.datasets.synth_readme import README_MARKER, readme
+from fdb.datasets.synth_v10 import FIRST_ID, V10_BUILDERS
+from fdb.datasets.synth_v15 import seedtts_list, v15_pair
+from fdb.datasets.synth_voices import SynthContext, VoiceBank
+from fdb.datasets.types import V10_SUBSETS, V15_CATEGORIES
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_text
 
 SEED = 20250617
-VOICE_PEAK = 0.6  # every utterance is peak-normalized to this level
-BACKGROUND_GAIN = 0.2  # background talker, relative to VOICE_PEAK (about -14 dB)
-LEAD_S = 0.5
-PAUSE_S = (1.5, 2.5)
-PAUSE_TAIL_S = 1.0
-TURN_TAIL_S = 5.0
-TURN_WINDOW_S = 0.4
-INTERRUPT_GAP_S = (2.5, 3.0)  # question end -> interruption start (a replying model is talking)
-INTERRUPT_TAIL_S = 5.0
-V15_GAP_S = (2.25, 2.75)  # question end -> overlap start
-V15_CLEAN_TAIL_S = 6.0
-V15_MIN_TAIL_S = 1.0
-V10_SYNTHETIC_SUBSETS = ("synthetic_pause_handling", "candor_turn_taking",
-                         "synthetic_user_interruption")
-README_MARKER = "<!-- fdb synthetic dataset -->"
+SYNTH_PREFIX = "fdb-synth-"
+SYNTH_SCHEMA = "fdb-synthetic-1"
+TREES = ("v1.0", "v1.5", "seedtts")
+SEEDTTS_PART = "seedtts"
+Progress = Callable[[str], None]  # called with "v1.0/<subset>/<id>" after each sample
+
+
+class SynthSizes(BaseModel):
+    """How many samples each part gets (0 writes an empty subset folder)."""
+
+    v10: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(V10_SUBSETS, 3))
+    v15: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(V15_CATEGORIES, 2))
+    seedtts: int = 8
+
+    @field_validator("v10", "v15")
+    @classmethod
+    def _counts(cls, value: dict[str, int]) -> dict[str, int]:
+        if any(n < 0 for n in value.values()):
+            raise ValueError("sample counts must be >= 0")
+        return value
+
+    @classmethod
+    def build(cls, v10_per_subset: int = 3, v15_per_category: int = 2, seedtts_rows: int = 8,
+              counts: Iterable[str] = ()) -> SynthSizes:
+        """Uniform counts, then ``NAME=N`` overrides (a v1.0 subset, a v1.5 category or seedtts)."""
+        sizes = {"v10": dict.fromkeys(V10_SUBSETS, v10_per_subset),
+                 "v15": dict.fromkeys(V15_CATEGORIES, v15_per_category), "seedtts": seedtts_rows}
+        for text in counts:
+            name, sep, value = text.partition("=")
+            name = name.strip()
+            if not sep or not value.strip().isdigit():
+                raise FdbError(f"count {text!r} is not NAME=N", "write it like icc_backchannel=1")
+            part = "v10" if name in V10_SUBSETS else "v15" if name in V15_CATEGORIES else None
+            if part is None and name != SEEDTTS_PART:
+                known = ", ".join((*V10_SUBSETS, *V15_CATEGORIES, SEEDTTS_PART))
+                raise FdbError(f"unknown synthetic part '{name}'", f"use one of: {known}")
+            if part is None:
+                sizes["seedtts"] = int(value)
+            else:
+                sizes[part][name] = int(value)
+        if min([*sizes["v10"].values(), *sizes["v15"].values(), sizes["seedtts"]]) < 0:
+            raise FdbError("sample counts must be >= 0", "pass counts of 0 or more")
+        return cls(**sizes)
+
+    def total(self) -> int:
+        return sum(self.v10.values()) + sum(self.v15.values()) + self.seedtts
 
 
 class SyntheticReport(BaseModel):
     """What ``generate_synthetic`` wrote."""
 
     root: Path
-    v10_revision: str
-    v15_revision: str
-    samples: dict[str, int]  # "v1.0/<subset>" or "v1.5/<category>" -> count
-    input_seconds: dict[str, float]  # same keys -> total input.wav duration
+    seed: int
+    revisions: dict[str, str]  # "v1.0" / "v1.5" / "seedtts" -> "fdb-synth-<hash>"
+    samples: dict[str, int]  # "v1.0/<subset>", "v1.5/<category>", "seedtts/en" -> count
+    input_seconds: dict[str, float]  # same keys -> total audio duration
     elapsed_s: float
     tts: dict[str, object]
 
+    @property
+    def v10_revision(self) -> str:
+        return self.revisions["v1.0"]
 
-class _Voice:
-    """Synthesizes each text once (16 kHz, peak-normalized) and measures its speech edges."""
-
-    def __init__(self, tts) -> None:
-        self.tts = tts
-        self._cache: dict[str, Clip] = {}
-
-    def clip(self, text: str) -> Clip:
-        if text not in self._cache:
-            audio = resample(self.tts.synthesize(text), int(self.tts.rate), RATE)
-            peak = float(np.abs(audio).max()) if len(audio) else 0.0
-            if peak <= 0.0:
-                raise FdbError(f"the TTS returned silence for {text!r}", "check the Piper voice")
-            self._cache[text] = Clip.measure(text, (audio * (VOICE_PEAK / peak)).astype(np.float32))
-        return self._cache[text]
+    @property
+    def v15_revision(self) -> str:
+        return self.revisions["v1.5"]
 
 
-def _n(seconds_: float) -> int:
-    return int(round(seconds_ * RATE))
+def generate_synthetic(root: Path, v10_per_subset: int = 3, v15_per_category: int = 2, tts=None, *,
+                       sizes: SynthSizes | None = None, seed: int = SEED,
+                       progress: Progress | None = None, voices: VoiceBank | None = None) -> SyntheticReport:
+    """Write the synthetic trees, their revision files, README.md and synthetic.json under ``root``.
 
-
-def _draw(name: str, number: int, bounds: tuple[float, float]) -> int:
-    """A per-sample draw in ``bounds`` seconds, on a 10 ms grid, as samples."""
-    rng = np.random.default_rng([SEED, zlib.crc32(name.encode()), number])
-    return _n(round(float(rng.uniform(*bounds)), 2))
-
-
-def _write_input(sample_dir: Path, name: str, audio: np.ndarray) -> float:
-    write_wav(sample_dir / name, audio, RATE)
-    return len(audio) / RATE
-
-
-def _pause_sample(voice: _Voice, number: int, sample_dir: Path) -> float:
-    """Part 1, a 1.5-2.5 s pause between the measured edges, part 2, then 1 s of silence."""
-    part1, part2 = (voice.clip(t) for t in pick(PAUSE_PARTS, number))
-    line = Timeline()
-    s1, a = line.put(part1, _n(LEAD_S))
-    b, e2 = line.put(part2, a + _draw("synthetic_pause_handling", number, PAUSE_S))
-    atomic_write_json(sample_dir / "pause.json", [{"text": "[PAUSE]", "timestamp": [seconds(a), seconds(b)]}])
-    words = word_times(part1.text, seconds(s1), seconds(a)) + word_times(part2.text, seconds(b), seconds(e2))
-    atomic_write_json(sample_dir / "transcription.json", [{"speaker": 1, "item": words}])
-    return _write_input(sample_dir, "input.wav", line.samples(e2 + _n(PAUSE_TAIL_S)))
-
-
-def _turn_sample(voice: _Voice, number: int, sample_dir: Path) -> float:
-    """0.5 s of silence, a question, 5 s of silence; E is the question's measured end."""
-    question = voice.clip(pick(QUESTIONS, number))
-    line = Timeline()
-    start, end = line.put(question, _n(LEAD_S))
-    stamp = [seconds(end), seconds(end + _n(TURN_WINDOW_S))]
-    atomic_write_json(sample_dir / "turn_taking.json", [{"text": "[TURN-TAKING]", "timestamp": stamp}])
-    words = word_times(question.text, seconds(start), seconds(end))
-    atomic_write_json(sample_dir / "transcription.json", [{"speaker": 1, "item": words}])
-    return _write_input(sample_dir, "input.wav", line.samples(end + _n(TURN_TAIL_S)))
-
-
-def _interrupt_sample(voice: _Voice, number: int, sample_dir: Path) -> float:
-    """Question, 2.5-3 s for the model to start answering, the interruption [S, R], 5 s."""
-    context_text, interrupt_text = pick(INTERRUPTIONS, number)
-    context, interrupt = voice.clip(context_text), voice.clip(interrupt_text)
-    line = Timeline()
-    _, question_end = line.put(context, _n(LEAD_S))
-    s, r = line.put(interrupt, question_end + _draw("synthetic_user_interruption", number, INTERRUPT_GAP_S))
-    audio = line.samples(r + _n(INTERRUPT_TAIL_S))
-    atomic_write_json(sample_dir / "interrupt.json", [
-        {"context": context_text, "interrupt": interrupt_text, "timestamp": [seconds(s), seconds(r)]}
-    ])
-    _write_input(sample_dir, "context.wav", audio[:s])
-    _write_input(sample_dir, "interrupt.wav", audio[s:r])
-    return _write_input(sample_dir, "input.wav", audio)
-
-
-def _v15_pair(voice: _Voice, category: str, number: int, pair_dir: Path) -> float:
-    """clean_input = question + 6 s; input = the same plus the overlap ~2.5 s after its end."""
-    offset = 3 * (V15_CATEGORIES.index(category) + 1)
-    question = voice.clip(pick(QUESTIONS, number, offset))
-    overlap = voice.clip(pick(V15_OVERLAPS[category], number))
-    clean, mixed = Timeline(), Timeline()
-    clean.put(question, _n(LEAD_S))
-    _, end = mixed.put(question, _n(LEAD_S))
-    gain = BACKGROUND_GAIN if category == "background_speech" else 1.0
-    start, stop = mixed.put(overlap, end + _draw(category, number, V15_GAP_S), gain=gain)
-    length = max(end + _n(V15_CLEAN_TAIL_S), stop + _n(V15_MIN_TAIL_S))
-    atomic_write_json(pair_dir / "metadata.json", {
-        "context_text": "", "current_turn_text": question.text,
-        "timestamps": [seconds(start), seconds(stop)],
-    })
-    _write_input(pair_dir, "clean_input.wav", clean.samples(length))
-    return _write_input(pair_dir, "input.wav", mixed.samples(length))
-
-
-V10_BUILDERS: dict[str, Callable[[_Voice, int, Path], float]] = {
-    "synthetic_pause_handling": _pause_sample,
-    "candor_turn_taking": _turn_sample,
-    "synthetic_user_interruption": _interrupt_sample,
-}
-
-
-def generate_synthetic(root: Path, v10_per_subset: int = 3, v15_per_category: int = 2,
-                       tts=None) -> SyntheticReport:
-    """Write the synthetic v1.0 and v1.5 trees, their revision files and a README under ``root``.
-
-    ``tts`` defaults to ``PiperTts(deterministic=True)``; any backend with ``rate``,
-    ``synthesize(text)`` and ``identity`` works. Existing synthetic trees under ``root`` are
-    replaced; a ``root`` holding other data is refused.
+    ``sizes`` (default: ``v10_per_subset`` per v1.0 subset, ``v15_per_category`` per v1.5
+    category, 8 Seed-TTS rows). ``tts``: None uses the Piper voices of ``synth_voices``; any
+    backend with ``rate`` and ``synthesize(text)`` is used for every voice instead; ``voices``
+    passes a ``VoiceBank`` directly. Existing synthetic trees under ``root`` are replaced; a
+    ``root`` holding other data is refused.
     """
-    if v10_per_subset < 0 or v15_per_category < 0:
-        raise FdbError("sample counts must be >= 0", "pass v10_per_subset/v15_per_category >= 0")
+    sizes = sizes or SynthSizes.build(v10_per_subset, v15_per_category)
+    if seed < 0:
+        raise FdbError(f"seed {seed} is negative", "pass a seed >= 0")
     began = time.perf_counter()
     root = Path(root)
-    if tts is None:
-        from fdb.models.tts import PiperTts
-
-        tts = PiperTts(deterministic=True)
-    identity = _tts_identity(tts)
+    if voices is None:
+        voices = VoiceBank.piper() if tts is None else VoiceBank(tts)
+    ctx = SynthContext(voices=voices, seed=seed)
     _prepare_root(root)
-    atomic_write_text(root / "README.md", _readme(identity, v10_per_subset, v15_per_category))
-    voice = _Voice(tts)
+    atomic_write_text(root / "README.md", readme(sizes.model_dump(), seed))
+    tick = progress or (lambda _label: None)
+    samples, seconds_ = _write_fdb_trees(ctx, root, sizes, tick)
+    samples["seedtts/en"] = sizes.seedtts
+    seconds_["seedtts/en"] = round(seedtts_list(ctx, sizes.seedtts, root / SEEDTTS_PART, tick), 3)
+    revisions = {tree: write_revision(root / tree, root / f"{tree}.revision", prefix=SYNTH_PREFIX)
+                 for tree in TREES}
+    identity = voices.identity()
+    atomic_write_json(root / "synthetic.json", {
+        "schema": SYNTH_SCHEMA, "synthetic": True, "label": "fdb synthetic dataset (not Full-Duplex-Bench"
+        " or Seed-TTS data; never mix its numbers with official ones)", "seed": seed,
+        "sizes": sizes.model_dump(), "samples": samples, "revisions": revisions, "tts": identity,
+    })
+    return SyntheticReport(root=root, seed=seed, revisions=revisions, samples=samples, input_seconds=seconds_,
+                           elapsed_s=round(time.perf_counter() - began, 3), tts=identity)
+
+
+def _write_fdb_trees(ctx: SynthContext, root: Path, sizes: SynthSizes,
+                     tick: Progress) -> tuple[dict[str, int], dict[str, float]]:
     samples: dict[str, int] = {}
     seconds_: dict[str, float] = {}
-    for subset, build in V10_BUILDERS.items():
-        durations = [build(voice, k, _fresh_dir(root / "v1.0" / subset / str(k)))
-                     for k in range(1, v10_per_subset + 1)]
-        samples[f"v1.0/{subset}"], seconds_[f"v1.0/{subset}"] = len(durations), round(sum(durations), 3)
-    for category in V15_CATEGORIES:
-        durations = [_v15_pair(voice, category, k, _fresh_dir(root / "v1.5" / category / str(k)))
-                     for k in range(1, v15_per_category + 1)]
-        samples[f"v1.5/{category}"], seconds_[f"v1.5/{category}"] = len(durations), round(sum(durations), 3)
-    v10_rev = write_revision(root / "v1.0", root / "v1.0.revision")
-    v15_rev = write_revision(root / "v1.5", root / "v1.5.revision")
-    return SyntheticReport(root=root, v10_revision=v10_rev, v15_revision=v15_rev, samples=samples,
-                           input_seconds=seconds_, elapsed_s=round(time.perf_counter() - began, 3),
-                           tts=identity)
-
-
-def _fresh_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    jobs = [("v1.0", name, V10_BUILDERS[name], sizes.v10.get(name, 0)) for name in V10_SUBSETS]
+    jobs += [("v1.5", name, None, sizes.v15.get(name, 0)) for name in V15_CATEGORIES]
+    for tree, name, build, count in jobs:
+        first = FIRST_ID.get(name, 1) if tree == "v1.0" else 1
+        folder = root / tree / name
+        folder.mkdir(parents=True, exist_ok=True)
+        durations = []
+        for number in range(first, first + count):
+            sample_dir = folder / str(number)
+            sample_dir.mkdir()
+            if build is None:
+                durations.append(v15_pair(ctx, name, number, sample_dir))
+            else:
+                durations.append(build(ctx, number, sample_dir))
+            tick(f"{tree}/{name}/{number}")
+        samples[f"{tree}/{name}"], seconds_[f"{tree}/{name}"] = count, round(sum(durations), 3)
+    return samples, seconds_
 
 
 def _prepare_root(root: Path) -> None:
     """Remove earlier synthetic trees and revisions (a dataset is complete only once its revision
     files are written again); refuse a root whose trees are not marked synthetic."""
-    trees = [root / "v1.0", root / "v1.5"]
+    trees = [root / tree for tree in TREES]
     if any(t.exists() for t in trees) and not is_synthetic(root):
-        raise FdbError(f"{root} already holds v1.0/ or v1.5/ trees that are not fdb's synthetic data",
+        raise FdbError(f"{root} already holds v1.0/, v1.5/ or seedtts/ trees that are not fdb's synthetic data",
                        "choose an empty directory for the synthetic dataset")
     for tree in trees:
         if tree.exists():
             shutil.rmtree(tree)
     root.mkdir(parents=True, exist_ok=True)
-    for name in ("v1.0.revision", "v1.5.revision"):
-        (root / name).unlink(missing_ok=True)
+    for tree in TREES:
+        (root / f"{tree}.revision").unlink(missing_ok=True)
+    (root / "synthetic.json").unlink(missing_ok=True)
 
 
 def is_synthetic(root: Path) -> bool:
@@ -220,88 +180,48 @@ def is_synthetic(root: Path) -> bool:
         return False
 
 
-def _tts_identity(tts) -> dict[str, object]:
-    identity = getattr(tts, "identity", None)
-    if identity is None:
-        return {"name": type(tts).__name__}
-    data = identity.model_dump(mode="json") if hasattr(identity, "model_dump") else dict(identity)
-    data.pop("checkpoint", None)  # a local path: differs between machines
-    return data
-
-
-def _readme(identity: dict[str, object], v10_per_subset: int, v15_per_category: int) -> str:
-    v10 = ", ".join(f"`{s}`" for s in V10_SYNTHETIC_SUBSETS)
-    v15 = ", ".join(f"`{c}`" for c in V15_CATEGORIES)
-    return f"""{README_MARKER}
-# fdb synthetic dataset
-
-Synthetic, license-free stand-ins for Full-Duplex-Bench v1.0 and v1.5, written by
-`fdb.datasets.synthetic.generate_synthetic`. No recording of a real person is included: every
-utterance is a fixed English sentence written for fdb (`fdb/datasets/synthetic_text.py`) spoken
-by Piper TTS (voice {identity.get("name")}, piper-tts {identity.get("version")}, voice sha256
-{identity.get("checkpoint_sha256")}) with noise scales 0 (deterministic), resampled to 16 kHz
-mono PCM16 and peak-normalized to {VOICE_PEAK}. The only randomness is a fixed-seed
-`numpy.random.default_rng([{SEED}, crc32(subset), id])` per sample; regenerating gives the
-same bytes, and a larger set extends a smaller one (ids 1, 2, ...).
-
-Use it to smoke-test a system and the pipeline. Its numbers are not comparable to the
-official benchmark's.
-
-Layout (the official one): `v1.0/<subset>/<id>/` for {v10} ({v10_per_subset} each;
-`candor_pause_handling` and `icc_backchannel` are not synthesized), and
-`v1.5/<category>/<id>/` for {v15} ({v15_per_category} each). `v1.0.revision` and
-`v1.5.revision` hold each tree's content hash (`fdb.datasets.pinning.tree_revision`).
-
-Every annotation time is a *measured* speech edge: each utterance's first and last 10 ms frame
-within {-EDGE_REL_DB:g} dB of its loudest frame, at its place in the input.
-
-- `synthetic_pause_handling`: {LEAD_S} s silence, part 1, a pause of {PAUSE_S[0]}-{PAUSE_S[1]} s,
-  part 2, {PAUSE_TAIL_S} s silence. `pause.json` = [end of part 1, start of part 2].
-- `candor_turn_taking`: {LEAD_S} s silence, a question, {TURN_TAIL_S} s silence.
-  `turn_taking.json` = [E, E + {TURN_WINDOW_S}], E the question's end.
-- `synthetic_user_interruption`: {LEAD_S} s silence, a question, a gap of
-  {INTERRUPT_GAP_S[0]}-{INTERRUPT_GAP_S[1]} s (a model that answers is speaking by then), the
-  interruption [S, R], {INTERRUPT_TAIL_S} s silence.
-  Also `context.wav` (input before S) and `interrupt.wav` (input from S to R).
-- v1.5: `clean_input.wav` = {LEAD_S} s silence, a question, {V15_CLEAN_TAIL_S} s silence; `input.wav`
-  = the same plus the overlap starting {V15_GAP_S[0]}-{V15_GAP_S[1]} s after the question ends
-  (an interruption, a backchannel, speech to someone else, or a background talker mixed at
-  {BACKGROUND_GAIN} of the voice's level). `metadata.json` "timestamps" = the overlap's edges.
-- `transcription.json` (speaker 1): word times inside each measured phrase are an estimate,
-  spread in proportion to word length.
-"""
+def is_synthetic_revision(revision: str | None) -> bool:
+    return bool(revision) and revision.startswith(SYNTH_PREFIX)
 
 
 def synthetic_complete(root: Path) -> bool:
     """True when ``root`` is a finished synthetic dataset whose trees match their revisions."""
     root = Path(root)
-    if not is_synthetic(root):
+    if not is_synthetic(root) or not (root / "synthetic.json").is_file():
         return False
-    for tree in ("v1.0", "v1.5"):
+    for tree in TREES:
         stored = read_revision(root / f"{tree}.revision")
-        if stored is None or not (root / tree).is_dir() or tree_revision(root / tree) != stored:
+        if stored is None or not (root / tree).is_dir() or SYNTH_PREFIX + tree_revision(root / tree) != stored:
             return False
     return True
 
 
-def ensure_synthetic(work: Path, tts=None, v10_per_subset: int = 3,
-                     v15_per_category: int = 2) -> Path:
-    """Return ``work/dataset/synthetic``, generating it first when missing or incomplete.
-
-    Generation happens in a hidden sibling directory that is renamed into place, so a killed
-    run never leaves a half-written dataset that looks complete.
-    """
-    dest = Path(work) / "dataset" / "synthetic"
-    if synthetic_complete(dest):
-        return dest
-    if dest.exists() and any(dest.iterdir()) and not is_synthetic(dest):
+def install_synthetic(dest: Path, tts=None, *, sizes: SynthSizes | None = None, seed: int = SEED,
+                      progress: Progress | None = None) -> SyntheticReport:
+    """Generate into a hidden sibling of ``dest`` and rename it into place, so a killed run never
+    leaves a half-written dataset that looks complete. A ``dest`` holding other data is refused."""
+    dest = Path(dest)
+    if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not is_synthetic(dest))):
         raise FdbError(f"{dest} holds files that are not fdb's synthetic dataset",
-                       "move them away, then rerun")
-    staging = dest.parent / f".synthetic.tmp-{os.getpid()}"
+                       "move them away or choose another --out, then rerun")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)
-    generate_synthetic(staging, v10_per_subset, v15_per_category, tts)
+    report = generate_synthetic(staging, tts=tts, sizes=sizes, seed=seed, progress=progress)
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(staging, dest)
+    return report.model_copy(update={"root": dest})
+
+
+def ensure_synthetic(work: Path, tts=None, v10_per_subset: int = 3, v15_per_category: int = 2, *,
+                     sizes: SynthSizes | None = None, seed: int = SEED,
+                     progress: Progress | None = None) -> Path:
+    """Return ``work/dataset/synthetic``, generating it first when missing or incomplete (a
+    complete one is reused whatever its sizes)."""
+    dest = Path(work) / "dataset" / "synthetic"
+    if not synthetic_complete(dest):
+        sizes = sizes or SynthSizes.build(v10_per_subset, v15_per_category)
+        install_synthetic(dest, tts, sizes=sizes, seed=seed, progress=progress)
     return dest

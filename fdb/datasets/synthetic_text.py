@@ -79,3 +79,60 @@ V15_OVERLAPS = {
 def pick(items: tuple, sample_number: int, offset: int = 0):
     """Entry for 1-based ``sample_number`` (see the module docstring)."""
     return items[(sample_number - 1 + offset) % len(items)]
+
+
+# (part 1, part 2, part 3) of a conversational turn with two pauses (candor_pause_handling).
+CANDOR_PAUSE_PARTS = (
+    ("I think the best part of the trip was", "probably the food,", "especially the little place by the harbor."),
+    ("So my plan for the summer is", "to fix up the old bike", "and ride it to work every day."),
+    ("What I keep wondering about is", "whether we should move", "somewhere a bit closer to the city."),
+    ("The thing about my job is", "that nobody really knows", "what the final deadline is."),
+    ("When my sister visited last week", "we went to the market", "and bought way too many apples."),
+    ("Honestly the hardest part was", "getting up so early", "for the whole first month."),
+    ("I was going to say that", "the movie was too long", "but the ending was worth it."),
+    ("My neighbor has this dog", "that barks at every bird", "from morning until night."),
+    ("If I could learn one thing", "it would be how to paint", "with those bright water colors."),
+    ("The other day at the library", "I found an old map", "of the town from a hundred years ago."),
+)
+
+# Sentences of the long user monologues (icc_backchannel); sample k starts at a rotating offset.
+ICC_SENTENCES = (
+    "So last weekend I finally went camping with my brother.",
+    "We drove up to the lake on Friday evening after work.",
+    "It took us almost three hours because of the traffic.",
+    "By the time we got there it was already getting dark.",
+    "We had to set up the tent with our phone lights.",
+    "And of course we forgot the hammer at home.",
+    "So my brother used a big flat rock instead.",
+    "The next morning the lake was completely still.",
+    "We rented a small boat and went out fishing.",
+    "I did not catch anything for the first two hours.",
+    "Then suddenly I caught a really big trout.",
+    "My brother did not believe me until he saw it.",
+    "We cooked it over the fire for dinner that night.",
+    "Honestly it was the best fish I have ever eaten.",
+    "On Sunday it started raining so we packed up early.",
+    "But I think we are going back there next month.",
+)
+
+# Seed-TTS-format synthetic list: prompt sentences (the reference voice) and target sentences.
+SEEDTTS_PROMPTS = (
+    "I usually take the early train into the city.",
+    "The garden looks lovely after the rain.",
+    "We talked about it for a long time yesterday.",
+    "She left the keys on the kitchen table.",
+    "The museum is closed on Mondays.",
+    "He plays the guitar every evening.",
+    "Our team won the match on Saturday.",
+    "The bakery on the corner sells fresh bread.",
+)
+SEEDTTS_TARGETS = (
+    "Please remember to bring your umbrella tomorrow.",
+    "The weather forecast says it will be sunny all week.",
+    "Could you send me the report before lunch?",
+    "Reading a good book is the best way to relax.",
+    "The concert starts at eight o'clock tonight.",
+    "Turn left at the second traffic light.",
+    "I have never seen so many stars in the sky.",
+    "Let's meet at the coffee shop near the station.",
+)

@@ -40,6 +40,7 @@ class SampleProblem(BaseModel):
     path: str | None = None
     message: str
     hint: str | None = None
+    kind: Literal["error", "skipped"] = "error"  # skipped: a non-sample folder, not a broken sample
 
     def one_line(self) -> str:
         where = f"{self.path}: " if self.path else ""

@@ -7,7 +7,7 @@ import sys
 
 from tests.conftest import REPO
 
-VERBS = ("setup", "serve", "generate", "asr", "judge", "aggregate", "score")
+VERBS = ("setup", "serve", "generate", "asr", "judge", "aggregate", "score", "dataset")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -39,7 +39,7 @@ def _lay_out(root: Path, subset: str, sample: str, example: str, copy: bool = Fa
 def v10_root(tmp_path: Path) -> Path:
     root = tmp_path / "v1.0"
     for subset, example in LAYOUT.items():
-        _lay_out(root, subset, "1", example)
+        _lay_out(root, subset, "1", example, copy=True)  # copied, as the official archive unpacks
     return root
 
 
@@ -84,7 +84,7 @@ def test_missing_root_and_subset_name_the_fix(tmp_path: Path, v10_root: Path) ->
 
 
 def _break(root: Path, subset: str, name: str, text: str | None) -> Path:
-    """Replace one file of sample 1 (a symlink) with ``text`` (None: delete it)."""
+    """Replace one file of sample 1 with ``text`` (None: delete it)."""
     path = root / subset / "1" / name
     path.unlink()
     if text is not None:
@@ -170,3 +170,29 @@ def test_backchannel_has_no_annotation(v10_root: Path) -> None:
     (icc,) = loaded["icc_backchannel"]
     assert icc.annotation is None and icc.task == "backchannel"
     assert icc.channels == 2 and icc.duration_s == pytest.approx(0.5)
+
+
+def test_non_digit_folders_are_skipped_with_a_warning(v10_root: Path, caplog) -> None:
+    subset = v10_root / "candor_turn_taking"
+    for name in ("notes", "1a", "²", "__MACOSX"):
+        shutil.copytree(subset / "1", subset / name, symlinks=True)
+    (subset / ".cache").mkdir()  # hidden: ignored without a word
+    with caplog.at_level("WARNING", logger="fdb.datasets.official"):
+        loaded = load_v10(v10_root, ["candor_turn_taking"])  # strict: a warning, not an error
+    assert [s.id for s in loaded["candor_turn_taking"]] == ["1"]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 4 and any("candor_turn_taking/notes" in m and "not all digits" in m for m in warned)
+    _, problems = load_v10(v10_root, ["candor_turn_taking"], strict=False)
+    assert sorted(p.sample_id for p in problems) == [
+        "candor_turn_taking/1a", "candor_turn_taking/__MACOSX", "candor_turn_taking/notes", "candor_turn_taking/²"]
+    assert {p.kind for p in problems} == {"skipped"} and all(p.hint for p in problems)
+    assert list_ids(v10_root, "v1.0", ["candor_turn_taking"]) == {"candor_turn_taking": ["1"]}
+
+
+@pytest.mark.parametrize("text", ["candor_turn_taking/../1", "../candor_turn_taking/1",
+                                  "candor_turn_taking/1/../../x", "/etc/1", "candor_turn_taking/²"])
+def test_sample_ids_cannot_escape_the_root(text: str) -> None:
+    from fdb.datasets.selection import SelectionSpec
+
+    with pytest.raises(FdbError):
+        SelectionSpec.from_options("v1.0", sample_ids=[text])
