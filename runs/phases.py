@@ -68,9 +68,18 @@ def _v10_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> dict:
     return counts
 
 
-def _icc_ground_truth() -> Path | None:
-    """The ICC backchannel ground truth from the user's Full-Duplex-Bench checkout, if any."""
+def _icc_ground_truth(run: RunPaths) -> Path | None:
+    """The ICC backchannel ground truth from the user's Full-Duplex-Bench checkout, if any.
+
+    None for a run on fdb's synthetic v1.0 set: its monologues are not the ICC conversations, so a
+    JSD against the official distribution would be meaningless (the scorer then reports null).
+    """
     import os
+
+    manifest = load_manifest(run)
+    use = manifest.datasets.get("v1.0") if manifest else None
+    if use is not None and use.source == "synthetic":
+        return None
 
     explicit = os.environ.get("FDB_ICC_GT")
     if explicit:
@@ -87,7 +96,7 @@ def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
     for name, subset in unified.subsets.items():
         c = subset.counts
         console.print(f"  unified {name}: selected {c.selected}, eligible {c.eligible}")
-    official = score_official(rep.v10_reference, icc_gt=_icc_ground_truth())
+    official = score_official(rep.v10_reference, icc_gt=_icc_ground_truth(run))
     for name, subset in official.subsets.items():
         console.print(f"  official-rule {name}: takeover {subset.takeover_rate}, latency {subset.latency_s}")
 

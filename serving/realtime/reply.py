@@ -1,8 +1,9 @@
 """The events of one response, from ``response.created`` to ``response.done``.
 
-Order for an audio reply: ``response.created`` (status in_progress), then per sentence one
-``response.output_audio_transcript.delta`` followed by that sentence's
-``response.output_audio.delta`` chunks, then ``response.output_audio.done``,
+Order for an audio reply: ``response.created`` (status in_progress), then per chunk of the
+reply (a sentence, or part of one: see :mod:`serving.realtime.chunker`) one
+``response.output_audio_transcript.delta`` followed by that chunk's
+``response.output_audio.delta`` events, then ``response.output_audio.done``,
 ``response.output_audio_transcript.done`` and ``response.done``. A text-only session gets
 ``response.output_text.delta`` / ``.done`` instead. ``response.done`` always comes, whatever the
 outcome: completed with reason ``stop`` or ``empty_turn``, or cancelled with ``interrupted``.
@@ -11,8 +12,6 @@ The ``.done`` events of a part are sent only when the part started, and always b
 """
 
 from __future__ import annotations
-
-import re
 
 from serving.realtime.events import (
     OutputAudioDone,
@@ -30,19 +29,6 @@ from serving.realtime.events import (
 )
 from serving.realtime.outbox import Outbox
 
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+(?=\S)")
-_MARKUP = re.compile(r"[*_#`~<>\[\]{}|]+")
-
-
-def speakable(text: str) -> str:
-    """LLM text with markup characters removed and whitespace collapsed."""
-    return " ".join(_MARKUP.sub(" ", text).split())
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences to synthesize one by one (a reply cut by max_tokens keeps its last piece)."""
-    return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
-
 
 class Reply:
     """Builds and sends the events of one response and remembers what the client got."""
@@ -55,7 +41,7 @@ class Reply:
         self.item_id = new_id("item")
         self.text_sent = ""  # transcript / text deltas sent so far
         self.audio_started = False
-        self.spoken: list[str] = []  # sentences delivered in full (their audio, or their text)
+        self.spoken: list[str] = []  # chunks delivered in full (their audio, or their text)
 
     def _body(self, status: str, details: StatusDetails | None) -> ResponseBody:
         item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")
@@ -74,9 +60,9 @@ class Reply:
     async def created(self) -> None:
         await self._outbox.send(ResponseCreated(response=self._body("in_progress", None)))
 
-    async def text_delta(self, sentence: str) -> None:
-        """One sentence of reply text (the transcript of the audio that follows, when audio)."""
-        delta = (" " if self.text_sent else "") + sentence
+    async def text_delta(self, chunk: str) -> None:
+        """One chunk of reply text (the transcript of the audio that follows, when audio)."""
+        delta = (" " if self.text_sent else "") + chunk
         self.text_sent += delta
         event = (OutputAudioTranscriptDelta(**self._part(), delta=delta) if self.audio
                  else OutputTextDelta(**self._part(), delta=delta))

@@ -4,15 +4,19 @@ Per turn: the utterance is transcribed (``conversation.item.input_audio_transcri
 .completed``), a response is created, and then
 
 - no words: ``response.done`` completed with reason ``empty_turn``;
-- otherwise the LLM replies (system prompt = the session's instructions, with the history),
-  the reply is synthesized sentence by sentence, resampled to 24 kHz PCM16 and delivered with
-  pacing; ``response.done`` completed with reason ``stop``.
+- otherwise the LLM replies (system prompt = the session's instructions, with the history).
+  Its tokens are streamed and cut into speakable chunks (sentences; the first chunk is cut
+  short at a clause boundary or a word cap, see :mod:`serving.realtime.chunker`); each chunk is
+  synthesized as soon as it is complete, resampled to 24 kHz PCM16 and delivered with pacing,
+  while the LLM goes on and later chunks are synthesized; ``response.done`` completed with
+  reason ``stop``.
 
 Interruption: speech that starts while a turn is queued or being answered (or while its audio is
 still playing out) cancels it, as does ``response.cancel``: its remaining audio is dropped and
-``response.done`` arrives cancelled with reason ``interrupted``. The history keeps the sentences
-whose audio was delivered in full; a reply that kept nothing leaves no answer, and the user's
-words join the next utterance in one user message, as if they had kept talking.
+``response.done`` arrives cancelled with reason ``interrupted``; the LLM stops at its next
+token. The history keeps the chunks whose audio was delivered in full; a reply that kept
+nothing leaves no answer, and the user's words join the next utterance in one user message, as
+if they had kept talking.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from serving.realtime.delivery import OUTPUT_RATE, AudioDelivery
 from serving.realtime.events import TranscriptionCompleted
 from serving.realtime.negotiation import SessionConfig
 from serving.realtime.outbox import Outbox
-from serving.realtime.reply import Reply, speakable, split_sentences
+from serving.realtime.reply import Reply
+from serving.realtime.reply_stream import ReplyStream
 from serving.realtime.turn import Turn, TurnInterrupted, Utterance
 
 
@@ -137,15 +142,16 @@ class Responder:
 
     async def _reply(self, turn: Turn, reply: Reply, config: SessionConfig, user_text: str) -> None:
         self._carry.clear()
-        llm = self._hub.llm
-        messages = self._messages(config, user_text)
         sampling = config.sampling
+        stream = ReplyStream(self._hub.llm, turn, self._messages(config, user_text),
+                             sampling.max_new_tokens_per_unit, sampling.temperature, hold_first=reply.audio)
         try:
-            text = await turn.race(self._hub.run(llm.reply, messages, sampling.max_new_tokens_per_unit,
-                                                 sampling.temperature))
-            await self._speak(turn, reply, split_sentences(speakable(text)))
+            stream.start(self._hub.executor)
+            await self._speak(turn, reply, stream)
         except TurnInterrupted:
             pass
+        finally:
+            stream.stop()
         if turn.interrupted:
             self._remember(user_text, " ".join(reply.spoken), cut=True)
             await reply.finish("cancelled", turn.cancel_reason or "interrupted")
@@ -161,14 +167,14 @@ class Responder:
         self.history += [{"role": "user", "content": user_text},
                          {"role": "assistant", "content": said + ("…" if cut else "")}]
 
-    async def _speak(self, turn: Turn, reply: Reply, sentences: list[str]) -> None:
+    async def _speak(self, turn: Turn, reply: Reply, stream: ReplyStream) -> None:
         if not reply.audio:
-            for sentence in sentences:
-                await reply.text_delta(sentence)
-                reply.spoken.append(sentence)
+            while (chunk := await turn.race(stream.get())) is not None:
+                await reply.text_delta(chunk)
+                reply.spoken.append(chunk)
             return
         queue: asyncio.Queue[tuple[str, bytes] | BaseException | None] = asyncio.Queue()
-        producer = asyncio.create_task(self._synthesize(sentences, queue))
+        producer = asyncio.create_task(self._synthesize(stream, queue))
         delivery = AudioDelivery(self._outbox, turn, reply.response_id, reply.item_id,
                                  self._system.max_output_lead_ms, lambda: not self._input_ended())
         try:
@@ -186,23 +192,25 @@ class Responder:
                 break
             if isinstance(item, BaseException):
                 raise item
-            sentence, pcm = item
+            chunk, pcm = item
             pcm = pcm[:max(0, budget - delivery.sent_bytes) // 2 * 2]
             if not pcm:
                 break  # max_output_bytes reached: the reply ends here
-            await reply.text_delta(sentence)
+            await reply.text_delta(chunk)
             if not await delivery.send(pcm):
                 return
-            reply.spoken.append(sentence)
+            reply.spoken.append(chunk)
         await delivery.wait_playout()
 
-    async def _synthesize(self, sentences: list[str],
+    async def _synthesize(self, stream: ReplyStream,
                           queue: asyncio.Queue[tuple[str, bytes] | BaseException | None]) -> None:
+        """Synthesize each chunk as soon as the LLM completes it (the consumer cancels this)."""
         try:
-            for sentence in sentences:
-                pcm = await self._hub.run(synthesize_pcm24, self._hub.tts, sentence)
+            while (chunk := await stream.get()) is not None:
+                pcm = await self._hub.run(synthesize_pcm24, self._hub.tts, chunk)
+                stream.release()
                 if pcm:
-                    await queue.put((sentence, pcm))
+                    await queue.put((chunk, pcm))
             await queue.put(None)
         except asyncio.CancelledError:
             raise

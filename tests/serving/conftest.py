@@ -100,6 +100,7 @@ def speech():
         return resample(tts.synthesize(text), tts.rate, 16000)
 
     return {"question": say("What is the capital of France?"),
+            "long_question": say("Why is the sky blue?"),  # SmolLM2 answers it at length
             "barge_in": say("Tell me about the weather in Spain instead, please.")}
 
 

@@ -97,6 +97,34 @@ def test_one_spoken_turn(server, question_pcm):
     assert spoken and done["output"][0]["content"][0]["transcript"] == spoken
 
 
+def test_a_long_reply_starts_speaking_with_its_first_chunk(server, speech):
+    """The reply is streamed: its first audio is synthesized from a short first chunk (at most
+    12 words) and leaves before the later chunks' transcripts, well before the reply is done."""
+    pcm = _pcm16(np.concatenate([silence(0.25), speech["long_question"], silence(1.0)]))
+
+    async def scenario() -> Client:
+        client = await Client.connect(server.ws_url)
+        await client.open_session()
+        await client.send_audio(pcm, interval_s=0.02)
+        await client.until("response.output_audio.delta", 30)
+        await client.until("response.done", 60)
+        await _end_and_close(client)
+        return client
+
+    client = asyncio.run(scenario())
+    assert "error" not in client.types()
+    done = client.of_type("response.done")[0]["response"]
+    assert done["status"] == "completed" and done["status_details"]["reason"] == "stop"
+    deltas = [r for r in client.received if r.type == "response.output_audio_transcript.delta"]
+    first_audio = next(r for r in client.received if r.type == "response.output_audio.delta")
+    transcript_done = next(r for r in client.received if r.type == "response.output_audio_transcript.done")
+    spoken = transcript_done.event["transcript"]
+    assert "".join(d.event["delta"] for d in deltas) == spoken
+    assert len(deltas) >= 2 and len(deltas[0].event["delta"].split()) <= 12 < len(spoken.split())
+    assert deltas[0].t <= first_audio.t < deltas[1].t
+    assert transcript_done.t - first_audio.t > 1.0  # the rest of the reply played after it
+
+
 def _check_pacing(client: Client, response_id: str) -> None:
     """Before the input ended, no audio left more than LEAD_MS ahead of the reply's clock."""
     ended_at = next(r.t for r in client.received if r.type == "sglang.input_audio.ended")
