@@ -60,6 +60,20 @@ class Settings:
     judge_port: int
     session_timeout_s: float
     v10_session_timeout_s: float
+    model_path: Path | None = None  # MODEL_PATH: checkpoint of the model under test (a server you host)
+    model_revision: str | None = None  # MODEL_REVISION: recorded in the run manifest
+    judge_model_path: Path | None = None  # JUDGE_MODEL_PATH: checkpoint of the Qwen judge you serve
+    scoring_venv: Path | None = None  # SCORING_VENV: fdb scores in its own venv unless set
+
+    def recorded(self) -> dict[str, str]:
+        """The machine settings a run manifest records (only those set)."""
+        pairs = (("MODEL_PATH", self.model_path), ("MODEL_REVISION", self.model_revision),
+                 ("JUDGE_MODEL_PATH", self.judge_model_path))
+        return {name: str(value) for name, value in pairs if value}
+
+    @property
+    def judge_config(self) -> Path:
+        return self.work / "judge" / f"port-{self.judge_port}" / "judge-config.json"
 
     @property
     def runs_dir(self) -> Path:
@@ -86,4 +100,13 @@ def load_settings() -> Settings:
         judge_port=judge_port,
         session_timeout_s=_float_env("SESSION_TIMEOUT_S", 90.0),
         v10_session_timeout_s=_float_env("V10_SESSION_TIMEOUT_S", 230.0),
+        model_path=_path_env("MODEL_PATH"),
+        model_revision=os.environ.get("MODEL_REVISION") or None,
+        judge_model_path=_path_env("JUDGE_MODEL_PATH"),
+        scoring_venv=_path_env("SCORING_VENV"),
     )
+
+
+def _path_env(name: str) -> Path | None:
+    raw = os.environ.get(name)
+    return Path(raw).expanduser() if raw else None

@@ -40,7 +40,7 @@ from judges.relevance import (
 )
 from judges.semantic.gate import Comparison, ControlCheckFailed
 from judges.semantic.run import SemanticSummary, judge_semantic, semantic_params, summarize_semantic
-from judges.store import TaskDir, utc_now
+from judges.store import TaskDir
 
 JUDGE_SCHEMA = "fdb-judge-1"
 NO_CHECKOUT = ("the behavior prompt is read from a Full-Duplex-Bench checkout: pass --reference-source "
@@ -57,8 +57,7 @@ class JudgeSummary(BaseModel):
     behavior: BehaviorSummary | None  # None: v1.5 not in this repeat
     semantic: SemanticSummary | None
     relevance: RelevanceSummary | None  # None: no v1.0 interruption samples
-    ok: bool
-    finished_utc: str
+    ok: bool  # judge.json holds no timestamps: the same inputs give the same bytes (the ledgers log times)
     provenance: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
@@ -168,7 +167,7 @@ async def judge_repeat_async(repeat_dir: Path, judge: JudgeSettings | None, *, r
     summary = JudgeSummary(repeat_dir=str(root), judge=info, **tasks,
                            dirs={k: str(v.relative_to(root)) if v else None for k, v in dirs.items()},
                            ok=not any(t is not None and t.status in BAD for t in tasks.values()),
-                           finished_utc=utc_now(), provenance=current(("openai", "pydantic")).model_dump(mode="json"))
+                           provenance=current(("openai", "pydantic")).model_dump(mode="json"))
     atomic_write_json(root / "judge.json", summary.dump())
     return summary
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fdb.audio import pcm16_to_float, wav_bytes
+from fdb.audio import pcm16_to_float, read_wav, wav_bytes
 from fdb.datasets.types import V10Sample, V15Pair
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes, sha256_file
@@ -24,6 +24,7 @@ from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
 from recorders.playout import PlayoutWindow, playout_window  # noqa: F401  (public re-export)
 from recorders.profiles import TURN_BASED
+from recorders.recording import input_pcm16
 from recorders.variant import VariantResult, analyze_variant, dataset_input, source_hashes
 
 V10_MANIFEST = "manifest.json"
@@ -121,7 +122,7 @@ def _analyze(where: Path | None, dup: str | None, input_wav: Path, label: str) -
         expected = dataset_input(input_wav, label)
     except FdbError as exc:
         return VariantResult.missing(f"dataset: {exc.one_line()}", verdict="fail")
-    return analyze_variant(where, expected, label)
+    return analyze_variant(where, expected, label, lambda rate: input_pcm16(read_wav(input_wav, label), rate))
 
 
 def _row(

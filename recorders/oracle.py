@@ -1,6 +1,18 @@
 """The protocol oracle: a pure function of a trace that says whether a session followed its profile.
 
-Rules for the ``turn-based`` profile (each violation names its rule and the event index):
+Each violation names its rule and the event index. The rules below are the ``turn-based``
+profile's; the others differ where their profile says so:
+
+- native (``minicpmo-native-pr2377``): tail policy ``pad`` (drained reports the padding up to
+  a whole 1 s unit), the granted capabilities named in ``Profile.required_grant`` must be
+  granted, responses end completed/stop, or cancelled/client_closed only after session.close.
+- legacy and OpenAI (``end_mode == "tail"``): no receipts and no units; the appends carry no
+  seq; the session ends with a second, no-op session.update after the last append that a second
+  session.updated answers; turn_detection is echoed where the profile's session shape puts it
+  (flat for beta); a response cancelled with reason turn_detected needs an
+  input_audio_buffer.speech_started *during* it (after its response.created).
+- any profile: an audio delta that names a ``sample_rate_hz`` other than the profile's output
+  rate, or a session.updated that declares another output rate, is a ``handshake`` violation.
 
 - ``clock``: trace times never decrease.
 - ``handshake``: exactly one session.created, then one session.update, then one
@@ -30,7 +42,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from recorders.profiles import Profile
+from recorders.profiles import Profile, declared_output_rate, echoed_turn_detection
 from recorders.records import TraceEvent, Verdict
 
 MS_TOLERANCE = 1.0  # servers may round receipt times to whole milliseconds
@@ -75,10 +87,13 @@ def judge_trace(
     _check_clock(c)
     _check_errors(c)
     updated = _check_handshake(c, profile, requested_turn_detection)
-    appends = _check_input(c, updated, input_ms)
+    appends = _check_input(c, profile, updated, input_ms)
     if profile.expects_receipts:
-        _check_accepted(c, appends)
-    _check_end(c, profile, appends, input_ms)
+        _check_accepted(c, profile, appends)
+    if profile.end_mode == "tail":
+        _check_tail_end(c, appends)
+    else:
+        _check_end(c, profile, appends, input_ms)
     if profile.expects_unit_done:
         _check_units(c, profile, input_ms)
     _check_responses(c, profile)
@@ -104,50 +119,72 @@ def _check_errors(c: _Checker) -> None:
 def _check_handshake(c: _Checker, profile: Profile, requested: dict[str, Any] | None) -> int | None:
     """session.created -> session.update -> session.updated, with the turn_detection echo."""
     created = c.one("handshake", "recv", "session.created", None, "")
-    update = c.one("handshake", "send", "session.update", created, "session.created")
-    updated = c.one("handshake", "recv", "session.updated", update, "session.update")
+    if profile.end_mode == "tail":  # the second update/updated pair is the liveness tail
+        update = _first(c, "handshake", "send", "session.update", created, "session.created")
+        updated = _first(c, "handshake", "recv", "session.updated", update, "session.update")
+    else:
+        update = c.one("handshake", "send", "session.update", created, "session.created")
+        updated = c.one("handshake", "recv", "session.updated", update, "session.update")
     if update is None or updated is None:
         return updated
     answered = c.ev(updated).get("client_event_id")
     if answered is not None and answered != c.ev(update).get("event_id"):
         c.add("handshake", "session.updated answers another client event", updated)
-    audio = (c.ev(updated).get("session") or {}).get("audio") or {}
-    in_rate = ((audio.get("input") or {}).get("format") or {}).get("rate")
-    out_rate = ((audio.get("output") or {}).get("format") or {}).get("rate")
+    session = c.ev(updated).get("session") or {}
+    in_rate = ((((session.get("audio") or {}).get("input") or {}).get("format")) or {}).get("rate")
+    out_rate = declared_output_rate(profile, session)
     if in_rate is not None and in_rate != profile.input_rate:
         c.add("handshake", f"input rate {in_rate}, expected {profile.input_rate}", updated)
     if out_rate is not None and out_rate != profile.output_rate:
         c.add("handshake", f"output rate {out_rate}, expected {profile.output_rate}", updated)
     if requested is not None:
-        echoed = (audio.get("input") or {}).get("turn_detection")
-        got = echoed.get("type") if isinstance(echoed, dict) else None
+        echoed = echoed_turn_detection(profile, session)
+        got = echoed.get("type") if echoed else None
         if got != requested.get("type"):
             c.add(
                 "handshake",
                 f"session.updated echoes turn_detection type {got!r}, requested {requested.get('type')!r}",
                 updated,
             )
+    _check_grant(c, profile, session, updated)
     return updated
 
 
-def _check_input(c: _Checker, updated: int | None, input_ms: float) -> list[int]:
-    """Appends after session.updated, seq contiguous from 0, totalling the input."""
+def _first(c: _Checker, rule: str, direction: str, type_: str, after: int | None, after_name: str) -> int | None:
+    found = c.find(direction, type_)
+    if not found:
+        c.add(rule, f"no {type_}")
+        return None
+    if after is not None and found[0] < after:
+        c.add(rule, f"{type_} before {after_name}", found[0])
+    return found[0]
+
+
+def _check_grant(c: _Checker, profile: Profile, session: dict[str, Any], updated: int) -> None:
+    granted = ((session.get("sglang") or {}).get("granted")) or {}
+    for key, want in profile.required_grant:
+        if granted.get(key) != want:
+            c.add("handshake", f"granted {key} is {granted.get(key)!r}, the profile needs {want!r}", updated)
+
+
+def _check_input(c: _Checker, profile: Profile, updated: int | None, input_ms: float) -> list[int]:
+    """Appends after session.updated, seq contiguous from 0 (where sent), totalling the input."""
     appends = c.find("send", "input_audio_buffer.append")
     total_bytes = 0
     for k, i in enumerate(appends):
         if updated is not None and i < updated:
             c.add("input", "append before session.updated", i)
         seq = (c.ev(i).get("sglang") or {}).get("seq")
-        if seq != k:
+        if profile.sends_seq and seq != k:
             c.add("input", f"append seq {seq}, expected {k}", i)
         total_bytes += int(c.ev(i).get("audio_bytes", 0))
-    sent_ms = total_bytes / 2 / 16.0
+    sent_ms = total_bytes / 2 / (profile.input_rate / 1000.0)
     if abs(sent_ms - input_ms) > 1e-6:
         c.add("input", f"appends carry {sent_ms:g} ms of audio, the input is {input_ms:g} ms")
     return appends
 
 
-def _check_accepted(c: _Checker, appends: list[int]) -> None:
+def _check_accepted(c: _Checker, profile: Profile, appends: list[int]) -> None:
     """One accepted receipt per append, in seq order, at the cumulative input ms."""
     accepted = c.find("recv", "sglang.input_audio.accepted")
     if len(accepted) != len(appends):
@@ -159,7 +196,7 @@ def _check_accepted(c: _Checker, appends: list[int]) -> None:
             c.add("accepted", f"accepted seq {event.get('seq')}, expected {k}", i)
         if k >= len(appends):
             continue
-        cumulative += int(c.ev(appends[k]).get("audio_bytes", 0)) / 2 / 16.0
+        cumulative += int(c.ev(appends[k]).get("audio_bytes", 0)) / 2 / (profile.input_rate / 1000.0)
         if i < appends[k]:
             c.add("accepted", f"seq {k} accepted before it was sent", i)
         end_ms = event.get("accepted_end_ms")
@@ -198,6 +235,25 @@ def _check_end(c: _Checker, profile: Profile, appends: list[int], input_ms: floa
         for i in range(closed + 1, len(c.events)):
             if c.events[i].dir != "note":
                 c.add("end", f"{c.events[i].type} after session.closed", i)
+
+
+def _check_tail_end(c: _Checker, appends: list[int]) -> None:
+    """The --legacy-tail end: exactly two session.update; the second, after the last append, is
+    answered by a second session.updated."""
+    updates, updateds = c.find("send", "session.update"), c.find("recv", "session.updated")
+    if len(updates) != 2:
+        c.add("end", f"{len(updates)} session.update events, expected the handshake and the tail")
+        return
+    tail = updates[1]
+    if appends and tail < appends[-1]:
+        c.add("end", "the tail session.update before the last append", tail)
+    answers = [i for i in updateds if i > tail]
+    if len(updateds) != 2 or not answers:
+        c.add("end", f"{len(updateds)} session.updated events; the tail session.update has no answer", tail)
+        return
+    answered = c.ev(answers[0]).get("client_event_id")
+    if answered is not None and answered != c.ev(tail).get("event_id"):
+        c.add("end", "the tail session.updated answers another client event", answers[0])
 
 
 def _check_ms(c: _Checker, index: int, key: str, want: float) -> None:
@@ -241,17 +297,24 @@ def _check_units(c: _Checker, profile: Profile, input_ms: float) -> None:
 def _check_responses(c: _Checker, profile: Profile) -> None:
     """Lifecycle of every response, with one speech_started consumed per cancellation."""
     state: dict[str, str] = {}  # response id -> "open" | "done"
+    speech_during: set[str] = set()  # open responses that saw a speech_started
     unused_speech_starts = 0
     for i, ev in enumerate(c.events):
+        if ev.dir == "send" and ev.type == "session.close":
+            speech_during.add("<close>")
         if ev.dir != "recv":
             continue
         if ev.type == "input_audio_buffer.speech_started":
             unused_speech_starts += 1
+            speech_during.update(rid for rid, st in state.items() if st == "open")
         elif ev.type == "response.created":
             _on_created(c, i, state)
         elif ev.type == "response.done":
-            unused_speech_starts -= _on_done(c, profile, i, state, unused_speech_starts)
+            unused_speech_starts -= _on_done(c, profile, i, state, unused_speech_starts, speech_during)
         elif ev.type in profile.audio_delta_events:
+            rate = ev.event.get("sample_rate_hz")
+            if rate is not None and rate != profile.output_rate:
+                c.add("handshake", f"audio delta at {rate} Hz, expected {profile.output_rate}", i)
             rid = ev.event.get("response_id")
             if rid not in state:
                 c.add("responses", f"audio for response {rid!r} before its response.created", i)
@@ -275,7 +338,9 @@ def _on_created(c: _Checker, i: int, state: dict[str, str]) -> None:
         c.add("responses", f"response.created with status {status!r}", i)
 
 
-def _on_done(c: _Checker, profile: Profile, i: int, state: dict[str, str], unused: int) -> int:
+def _on_done(
+    c: _Checker, profile: Profile, i: int, state: dict[str, str], unused: int, speech_during: set[str]
+) -> int:
     """Check one response.done; returns how many speech_started events it consumed (0 or 1)."""
     response = c.ev(i).get("response") or {}
     rid, status = response.get("id"), response.get("status")
@@ -292,6 +357,14 @@ def _on_done(c: _Checker, profile: Profile, i: int, state: dict[str, str], unuse
     if status == "cancelled":
         if reason not in profile.cancelled_reasons:
             c.add("responses", f"cancelled response {rid!r} with reason {reason!r}", i)
+        if profile.cancel_rule == "speech_during":
+            if rid not in speech_during:
+                c.add("responses", f"cancelled response {rid!r} saw no speech_started during it", i)
+            return 0
+        if profile.cancel_rule == "after_close":
+            if "<close>" not in speech_during:
+                c.add("responses", f"response {rid!r} cancelled before session.close", i)
+            return 0
         if unused <= 0:
             c.add("responses", f"cancelled response {rid!r} has no speech_started of its own before it", i)
             return 0

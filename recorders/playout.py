@@ -3,9 +3,11 @@
 Rule (docs/formats.md, "Export"): received audio plays first-in first-out from its receipt
 time: a chunk starts at max(receipt time, end of the previous chunk), so initial delay, gaps and
 queueing stay in. Audio still queued at T is cut and the rest of the window is silence. For the
-turn-based profile, a ``response.done`` with status ``cancelled`` drops that response's audio not
-yet played at its receipt time; each such drop that removes audio inside the window is a
-barge-in cut. The window is built at the output rate, resampled once (soxr HQ) and fixed to
+turn-based and native profiles, a ``response.done`` with status ``cancelled`` drops that
+response's audio not yet played at its receipt time; for the legacy and OpenAI profiles an
+``output_audio_buffer.cleared`` drops the queued audio (of its response_id, else all), and so
+does an ``input_audio_buffer.speech_started`` unless the session set ``interrupt_response:
+false``. Each drop that removes audio inside the window is a barge-in cut. The window is built at the output rate, resampled once (soxr HQ) and fixed to
 exactly the input's 16 kHz sample count.
 """
 
@@ -22,7 +24,8 @@ from recorders.profiles import Profile
 from recorders.records import TraceEvent
 
 Delta = tuple[float, bytes, str | None]  # (receipt time s, PCM16 bytes, response id)
-Cancellation = tuple[float, str | None]  # (receipt time s, response id)
+Cancellation = tuple[float, str | None]  # (receipt time s, response id, or ALL)
+ALL = "*"  # a cut that drops every queued response
 
 
 class PlayoutWindow(NamedTuple):
@@ -56,7 +59,7 @@ class _Player:
 
     def drop(self, response_id: str | None) -> bool:
         """Drop the response's audio not yet played; True when any was dropped."""
-        kept = deque(item for item in self.queue if item[0] != response_id)
+        kept = deque(item for item in self.queue if response_id != ALL and item[0] != response_id)
         dropped = len(kept) != len(self.queue)
         self.queue = kept
         return dropped
@@ -109,11 +112,13 @@ def _fit(samples: np.ndarray, n: int) -> np.ndarray:
 
 
 def trace_playout_inputs(
-    trace: Sequence[TraceEvent], output: bytes, profile: Profile
+    trace: Sequence[TraceEvent], output: bytes, profile: Profile, turn_detection: dict | None = None,
 ) -> tuple[list[Delta], list[Cancellation]]:
-    """Audio deltas (sliced from output.pcm by their trace offsets) and the cancellations that
-    cut playout under ``profile``. Raises ValueError when output.pcm is shorter than the trace
+    """Audio deltas (sliced from output.pcm by their trace offsets) and the cuts of playout under
+    ``profile`` (``turn_detection`` is the session's request: its interrupt_response decides
+    whether speech_started cuts). Raises ValueError when output.pcm is shorter than the trace
     says."""
+    speech_cuts = profile.playout_cut == "cleared_or_speech_started" and profile.interrupts(turn_detection)
     deltas: list[Delta] = []
     cancels: list[Cancellation] = []
     for ev in trace:
@@ -124,6 +129,11 @@ def trace_playout_inputs(
             if offset + size > len(output):
                 raise ValueError(f"output.pcm holds {len(output)} bytes, the trace needs {offset + size}")
             deltas.append((ev.t, output[offset : offset + size], ev.event.get("response_id")))
+        elif profile.playout_cut == "cleared_or_speech_started":
+            if ev.type == "output_audio_buffer.cleared":
+                cancels.append((ev.t, ev.event.get("response_id") or ALL))
+            elif ev.type == "input_audio_buffer.speech_started" and speech_cuts:
+                cancels.append((ev.t, ALL))
         elif ev.type == "response.done" and profile.playout_cut == "cancelled_response":
             response = ev.event.get("response") or {}
             if response.get("status") == "cancelled":

@@ -1,11 +1,19 @@
 """Protocol profiles: what a recorder sends and expects, what the oracle checks, how export cuts.
 
-Only the ``turn-based`` profile is registered: a turn-based endpoint speaking the session
-protocol. It takes ``turn_detection`` under ``session.audio.input`` in ``session.update``,
-grants 200 ms units with a flushed input tail (no padding), sends the ``sglang.input_audio.*``
-receipts and ``sglang.unit.done``, detects turns itself and streams
-``response.output_audio.delta`` at 24 kHz. Its playout is cut when a ``response.done`` with
-status ``cancelled`` arrives (it sends no ``output_audio_buffer.cleared``).
+- ``turn-based`` (``realtime-turn-based-pcm16-v1``): the session protocol with server-side turn
+  detection under ``session.audio.input``, 200 ms units, a flushed tail, ``sglang.input_audio.*``
+  receipts and ``sglang.unit.done``, ``response.output_audio.delta`` at 24 kHz; playout is cut
+  when a ``response.done`` with status ``cancelled`` arrives.
+- ``minicpmo-native-pr2377`` (``realtime-pcm16-v1``): the native session protocol, 1 s units,
+  tail policy ``pad``, the same receipts; ``--turn-detection`` is rejected; one response per
+  session ending completed/stop (or cancelled/client_closed after session.close).
+- ``qwen3-omni-half-duplex`` (``realtime-legacy-pcm16-v1``): the legacy conversation protocol:
+  flat (beta) ``turn_detection`` in session.update, ``response.audio.delta``, no receipts; the
+  session ends ``tail_s`` after the input with a no-op session.update whose session.updated
+  proves liveness; playout is cut at ``output_audio_buffer.cleared`` or at
+  ``input_audio_buffer.speech_started`` unless ``interrupt_response`` is false.
+- ``openai-ga`` / ``openai-beta``: plain OpenAI Realtime (24 kHz in and out; GA names and the
+  ``session.audio`` shape, or beta names and the flat session), ended like the legacy profile.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ from pydantic import BaseModel, ConfigDict
 
 from fdb.errors import FdbError
 
-PlayoutCut = Literal["cancelled_response"]
+PlayoutCut = Literal["cancelled_response", "cleared_or_speech_started"]
+CancelRule = Literal["own_speech_started", "speech_during", "after_close"]
 
 
 class Profile(BaseModel):
@@ -41,8 +50,18 @@ class Profile(BaseModel):
     turn_detection_required: bool
     turn_detection_types: tuple[str, ...]
     turn_detection_keys: tuple[str, ...]
-    completed_reasons: tuple[str, ...]
+    completed_reasons: tuple[str | None, ...]
     cancelled_reasons: tuple[str, ...]
+    cancel_rule: CancelRule = "own_speech_started"
+    session_shape: Literal["ga", "beta"] = "ga"  # turn_detection under audio.input, or flat
+    end_mode: Literal["drain", "tail"] = "drain"  # sglang end/drained/close, or a no-op update
+    tail_s: float = 1.0  # --legacy-tail: seconds after the input before the no-op update
+    sends_seq: bool = True  # input_audio_buffer.append carries sglang.seq
+    sends_t_start: bool = False  # ... and sglang.t_start_ms
+    required_grant: tuple[tuple[str, Any], ...] = ()  # session.updated session.sglang.granted
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    declares_formats: bool = False  # session.update names the audio formats (OpenAI profiles)
+    interrupt_default: bool = True  # interrupt_response when the request leaves it out
 
     @property
     def packet_samples(self) -> int:
@@ -53,6 +72,12 @@ class Profile(BaseModel):
         if self.tail_policy == "flush":
             return 0.0
         return math.ceil(input_ms / self.unit_ms) * self.unit_ms - input_ms
+
+    def interrupts(self, turn_detection: dict[str, Any] | None) -> bool:
+        """Whether speech_started cuts playout (``cleared_or_speech_started`` profiles)."""
+        if turn_detection is None:
+            return self.interrupt_default
+        return bool(turn_detection.get("interrupt_response", self.interrupt_default))
 
     def validate_turn_detection(self, value: str | dict[str, Any] | None) -> dict[str, Any] | None:
         """Parse and check ``--turn-detection``; raises FdbError naming the problem."""
@@ -97,7 +122,12 @@ def _check_turn_detection(data: dict[str, Any], profile: Profile) -> None:
             f"--turn-detection has unknown keys: {', '.join(unknown)}",
             f"allowed: {', '.join(profile.turn_detection_keys)}",
         )
+    wrong = sorted(set(data) & set(_TYPE_ONLY_KEYS.get(kind, ())))
+    if wrong:
+        raise FdbError(f"--turn-detection {kind} does not take {', '.join(wrong)}", _RANGES)
     checks = {
+        "eagerness": lambda v: v in ("low", "medium", "high", "auto"),
+        "create_response": lambda v: isinstance(v, bool),
         "threshold": lambda v: _is_number(v) and 0.0 <= v <= 1.0,
         "prefix_padding_ms": lambda v: _is_number(v) and v >= 0,
         "silence_duration_ms": lambda v: _is_number(v) and v > 0,
@@ -108,7 +138,12 @@ def _check_turn_detection(data: dict[str, Any], profile: Profile) -> None:
             raise FdbError(f"--turn-detection {key}={data[key]!r} is out of range", _RANGES)
 
 
-_RANGES = "threshold is in [0, 1], prefix_padding_ms >= 0, silence_duration_ms > 0, interrupt_response a boolean"
+_TYPE_ONLY_KEYS = {
+    "server_vad": ("eagerness",),
+    "semantic_vad": ("threshold", "prefix_padding_ms", "silence_duration_ms"),
+}
+_RANGES = ("threshold is in [0, 1], prefix_padding_ms >= 0, silence_duration_ms > 0, eagerness one of "
+           "low/medium/high/auto, interrupt_response and create_response booleans")
 
 
 def _is_number(value: Any) -> bool:
@@ -133,7 +168,53 @@ TURN_BASED = Profile(
     cancelled_reasons=("interrupted",),
 )
 
-PROFILES: dict[str, Profile] = {TURN_BASED.name: TURN_BASED}
+NATIVE = Profile(
+    name="minicpmo-native-pr2377",
+    trace_format="realtime-pcm16-v1",
+    unit_ms=1000,
+    tail_policy="pad",
+    expects_receipts=True,
+    expects_unit_done=True,
+    audio_delta_events=("response.output_audio.delta",),
+    playout_cut="cancelled_response",
+    turn_detection_required=False,
+    turn_detection_types=(),
+    turn_detection_keys=(),
+    completed_reasons=("stop",),
+    cancelled_reasons=("client_closed",),
+    cancel_rule="after_close",
+    sends_t_start=True,
+    required_grant=(("interaction", "native"), ("tail_policy", "pad"), ("native_unit_ms", 1000)),
+)
+
+_VAD_KEYS = (
+    "type", "threshold", "prefix_padding_ms", "silence_duration_ms", "interrupt_response",
+    "create_response", "eagerness",
+)
+_CONVERSATION = dict(
+    unit_ms=80, tail_policy="flush", expects_receipts=False, expects_unit_done=False,
+    playout_cut="cleared_or_speech_started", turn_detection_required=True,
+    turn_detection_types=("server_vad", "semantic_vad"), turn_detection_keys=_VAD_KEYS,
+    completed_reasons=(None, "stop", "max_output_tokens"), cancelled_reasons=("turn_detected",),
+    cancel_rule="speech_during", end_mode="tail", sends_seq=False,
+)
+
+LEGACY = Profile(
+    name="qwen3-omni-half-duplex", trace_format="realtime-legacy-pcm16-v1",
+    audio_delta_events=("response.audio.delta",), session_shape="beta", **_CONVERSATION,
+)
+OPENAI_GA = Profile(
+    name="openai-ga", trace_format="openai-ga-pcm16-v1", input_rate=24000,
+    audio_delta_events=("response.output_audio.delta",), session_shape="ga", declares_formats=True,
+    **_CONVERSATION,
+)
+OPENAI_BETA = Profile(
+    name="openai-beta", trace_format="openai-beta-pcm16-v1", input_rate=24000,
+    audio_delta_events=("response.audio.delta",), session_shape="beta",
+    extra_headers=(("OpenAI-Beta", "realtime=v1"),), declares_formats=True, **_CONVERSATION,
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (TURN_BASED, NATIVE, LEGACY, OPENAI_GA, OPENAI_BETA)}
 BY_TRACE_FORMAT: dict[str, Profile] = {p.trace_format: p for p in PROFILES.values()}
 
 
@@ -157,3 +238,25 @@ def profile_for_trace_format(trace_format: str) -> Profile:
             f"unknown trace format {trace_format!r}",
             f"known trace formats: {', '.join(sorted(BY_TRACE_FORMAT))}",
         ) from None
+
+
+def echoed_turn_detection(profile: Profile, session: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The turn_detection a session.updated's ``session`` reports, where the profile puts it."""
+    if not isinstance(session, dict):
+        return None
+    if profile.session_shape == "beta":
+        found = session.get("turn_detection")
+    else:
+        found = ((session.get("audio") or {}).get("input") or {}).get("turn_detection")
+    return found if isinstance(found, dict) else None
+
+
+def declared_output_rate(profile: Profile, session: dict[str, Any] | None) -> int | str | None:
+    """The output rate a session.updated declares (GA: audio.output.format.rate; beta: the
+    ``output_audio_format`` name, where ``pcm16`` means 24 kHz); None when it declares none."""
+    if not isinstance(session, dict):
+        return None
+    if profile.session_shape == "beta":
+        fmt = session.get("output_audio_format")
+        return None if fmt is None else 24000 if fmt == "pcm16" else str(fmt)
+    return (((session.get("audio") or {}).get("output") or {}).get("format") or {}).get("rate")

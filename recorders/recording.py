@@ -6,13 +6,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from fdb.audio import pcm16_to_float, wav_bytes
+from fdb.audio import Audio, float_to_pcm16, pcm16_to_float, wav_bytes
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_bytes
 from recorders.oracle import judge_trace
 from recorders.pacing import pacing_stats, sends_from_trace
-from recorders.profiles import Profile
-from recorders.records import InputInfo, ResponseCounts, SessionRecord, SessionStatus, TraceEvent
+from recorders.profiles import Profile, echoed_turn_detection
+from recorders.records import (
+    InputInfo,
+    LoopLagStats,
+    ResponseCounts,
+    SessionRecord,
+    SessionStatus,
+    TraceEvent,
+)
 
 SESSION_FILES = ("session.json", "trace.jsonl", "input.wav", "output.pcm")
 
@@ -20,15 +28,61 @@ SESSION_FILES = ("session.json", "trace.jsonl", "input.wav", "output.pcm")
 def session_update_body(
     profile: Profile, turn_detection: dict[str, Any] | None, model: str | None, instructions: str | None
 ) -> dict[str, Any]:
-    """The ``session`` object of session.update: turn detection under session.audio.input."""
-    body: dict[str, Any] = {"type": "realtime"}
+    """The ``session`` object of session.update in the profile's shape: GA (``type: realtime``,
+    turn detection under session.audio.input) or beta (flat ``turn_detection``, ``modalities``)."""
+    if profile.session_shape == "beta":
+        body: dict[str, Any] = {"modalities": ["text", "audio"]}
+        if instructions:
+            body["instructions"] = instructions
+        if turn_detection is not None:
+            body["turn_detection"] = dict(turn_detection)
+        if profile.declares_formats:
+            body["input_audio_format"] = body["output_audio_format"] = "pcm16"
+        return body
+    body = {"type": "realtime"}
     if model:
         body["model"] = model
     if instructions:
         body["instructions"] = instructions
+    audio: dict[str, Any] = {}
     if turn_detection is not None:
-        body["audio"] = {"input": {"turn_detection": dict(turn_detection)}}
+        audio["input"] = {"turn_detection": dict(turn_detection)}
+    if profile.declares_formats:
+        audio.setdefault("input", {})["format"] = {"type": "audio/pcm", "rate": profile.input_rate}
+        audio["output"] = {"format": {"type": "audio/pcm", "rate": profile.output_rate}}
+    if audio:
+        body["audio"] = audio
     return body
+
+
+def noop_session_update(profile: Profile) -> dict[str, Any]:
+    """The --legacy-tail session.update: changes nothing; its session.updated proves liveness."""
+    return {} if profile.session_shape == "beta" else {"type": "realtime"}
+
+
+def input_pcm16(audio: Audio, rate: int = 16000) -> bytes:
+    """The input stream exactly as sent: mono PCM16 at ``rate`` (soxr HQ resampling)."""
+    return float_to_pcm16(audio.resample(rate).samples)
+
+
+def redact_url(url: str) -> str:
+    """Drop query values that might be secrets (key, token, secret, password)."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    secret = ("key", "token", "secret", "password")
+    query = [
+        (k, "<redacted>" if any(s in k.lower() for s in secret) else v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def drain_seconds(trace: Sequence[TraceEvent]) -> float | None:
+    """Seconds from the sent sglang.input_audio.end to the received drained (None if either is absent)."""
+    end = next((e.t for e in trace if e.dir == "send" and e.type == "sglang.input_audio.end"), None)
+    drained = next((e.t for e in trace if e.dir == "recv" and e.type == "sglang.input_audio.drained"), None)
+    return None if end is None or drained is None else round(drained - end, 6)
 
 
 def write_input_wav(out_dir: Path, pcm: bytes, rate: int) -> str:
@@ -74,6 +128,7 @@ class SessionOutcome:
     t0_wall: str | None
     elapsed_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+    loop_lag: LoopLagStats | None = None
 
 
 def write_recording(
@@ -88,13 +143,12 @@ def write_recording(
     samples = len(pcm) // 2
     input_ms = samples * 1000.0 / profile.input_rate
     granted = outcome.granted_session or {}
-    audio_in = ((granted.get("audio") or {}).get("input") or {}) if isinstance(granted, dict) else {}
     record = SessionRecord(
         **base,
         profile=profile.name,
         trace_format=profile.trace_format,
         turn_detection_requested=turn_detection,
-        turn_detection_granted=audio_in.get("turn_detection") if isinstance(audio_in, dict) else None,
+        turn_detection_granted=echoed_turn_detection(profile, granted),
         granted=(granted.get("sglang") or {}).get("granted") if isinstance(granted.get("sglang"), dict) else None,
         input=InputInfo(
             rate=profile.input_rate, samples=samples, duration_s=samples / profile.input_rate,
@@ -110,6 +164,8 @@ def write_recording(
         close_reason=outcome.close_reason,
         admission_denials=outcome.admission_denials,
         verdict=judge_trace(outcome.trace, profile, turn_detection, input_ms),
+        drain_s=drain_seconds(outcome.trace),
+        loop_lag=outcome.loop_lag or LoopLagStats(),
         responses=response_counts(outcome.trace, profile, len(outcome.output)),
         files={
             "input.wav": input_wav_sha256,

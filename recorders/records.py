@@ -82,6 +82,20 @@ class PacingStats(BaseModel):
     violation_seqs: list[int] = Field(default_factory=list)  # first 20
 
 
+class LoopLagStats(BaseModel):
+    """The recorder's own event-loop lag while the session ran: how late a ticker that sleeps
+    ``interval_ms`` woke up. A large lag means the load generator (this process) fell behind;
+    pacing violations then belong to the client, not the server (``client_behind``)."""
+
+    interval_ms: float = 20.0
+    ticks: int = 0
+    max_ms: float | None = None
+    p99_ms: float | None = None
+    mean_ms: float | None = None
+    over_tolerance: int = 0  # ticks later than the pacing tolerance (whole session)
+    client_behind: bool = False  # some tick during the input was later than the tolerance
+
+
 class Verdict(BaseModel):
     """The protocol oracle's verdict: ``fail`` when any rule is violated."""
 
@@ -134,6 +148,8 @@ class SessionRecord(BaseModel):
     admission_denials: int = 0
     verdict: Verdict
     responses: ResponseCounts = Field(default_factory=ResponseCounts)
+    drain_s: float | None = None  # sglang.input_audio.end sent -> drained received
+    loop_lag: LoopLagStats = Field(default_factory=LoopLagStats)
     files: dict[str, str] = Field(default_factory=dict)  # name -> sha256
     extra: dict[str, Any] = Field(default_factory=dict)
 

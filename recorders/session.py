@@ -1,9 +1,12 @@
 """Record one paced /v1/realtime session into a directory (docs/formats.md, "Recording").
 
 The client connects, waits for session.created, sends session.update and waits for
-session.updated, then sends the 16 kHz input in 80 ms packets on an absolute schedule while it
-receives and logs every server event. At the input end it sends sglang.input_audio.end, waits
-for sglang.input_audio.drained, sends session.close and waits for session.closed. The whole
+session.updated, then sends the input in 80 ms packets on an absolute schedule while it
+receives and logs every server event. At the input end a ``drain`` profile sends
+sglang.input_audio.end, waits for sglang.input_audio.drained, sends session.close and waits for
+session.closed; a ``tail`` profile (legacy, OpenAI) sends a no-op session.update ``tail_s``
+later and closes once session.updated answers it. The client's event-loop lag is measured
+throughout (``recorders.looplag``). The whole
 session has one deadline. A bad server never raises out of ``record_session``: a disconnect, a
 close code, an error event, invalid JSON or the deadline becomes the session's recorded failure,
 and the trace and audio received so far are kept.
@@ -16,57 +19,34 @@ import base64
 import binascii
 import datetime as dt
 import json
-import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.protocol import State
 
-from fdb.audio import Audio, float_to_pcm16
+from fdb.audio import Audio
 from fdb.errors import FdbError, SampleError
+from recorders.looplag import monitor
 from recorders.pacing import send_paced, split_packets
 from recorders.profiles import Profile, get_profile
-from recorders.recording import (
+from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are re-exported)
     SessionOutcome,
+    input_pcm16,
+    noop_session_update,
+    redact_url,
     session_update_body,
     write_input_wav,
     write_recording,
 )
 from recorders.records import SessionRecord, SessionStatus, TraceEvent
+from recorders.wire import CLOSE_CODES, event_id, parse_server_message
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 ADMISSION_RETRIES = 3
 ADMISSION_BACKOFF_S = 0.25
 CLOSE_GRACE_S = 2.0
-
-
-def input_pcm16(audio: Audio, rate: int = 16000) -> bytes:
-    """The input stream exactly as sent: mono PCM16 at ``rate`` (soxr HQ resampling)."""
-    return float_to_pcm16(audio.resample(rate).samples)
-
-
-def redact_url(url: str) -> str:
-    """Drop query values that might be secrets (key, token, secret, password)."""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    secret = ("key", "token", "secret", "password")
-    query = [
-        (k, "<redacted>" if any(s in k.lower() for s in secret) else v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-def _event_id() -> str:
-    return f"evt_{uuid.uuid4().hex[:24]}"
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name}")
 
 
 class _Session:
@@ -92,10 +72,12 @@ class _Session:
         self.sent_close = False
         self.close_code: int | None = None
         self.close_reason: str | None = None
-        self.flags = {name: asyncio.Event() for name in ("created", "updated", "drained", "closed")}
+        self.flags = {name: asyncio.Event() for name in ("created", "updated", "drained", "closed", "tail")}
+        self.updates_answered = 0
         self.ws: ClientConnection | None = None
         self.flow_task: asyncio.Task | None = None
         self.recv_task: asyncio.Task | None = None
+        self.loop_lag = None
 
     # ----------------------------------------------------------------- trace
     def log(
@@ -138,7 +120,7 @@ class _Session:
             trace=self.trace(), output=bytes(self.output), status=self.status, failure=self.failure,
             close_code=self.close_code, close_reason=self.close_reason,
             admission_denials=self.admission_denials, granted_session=self.granted_session,
-            t0_wall=self.t0_wall, elapsed_s=elapsed_s, extra=dict(extra or {}),
+            t0_wall=self.t0_wall, elapsed_s=elapsed_s, extra=dict(extra or {}), loop_lag=self.loop_lag,
         )
 
     # ------------------------------------------------------------ connection
@@ -150,6 +132,7 @@ class _Session:
                 return await connect(
                     self.url, max_size=MAX_MESSAGE_BYTES, compression=None, ping_interval=None,
                     proxy=None, open_timeout=None, close_timeout=CLOSE_GRACE_S,
+                    additional_headers=list(self.profile.extra_headers) or None,
                 )
             except InvalidStatus as exc:
                 code = exc.response.status_code
@@ -167,12 +150,17 @@ class _Session:
         return None
 
     async def run(self) -> None:
+        ticker = monitor()
+        start = ticker.acquire()
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self._converse()
         except TimeoutError:
             self.fail("timeout", f"session deadline of {self.timeout_s:g} s passed while {self.phase}")
         finally:
+            t0, input_s = self.t0, len(self.pcm) / 2 / self.profile.input_rate
+            window = None if t0 is None else (t0, t0 + input_s)
+            self.loop_lag = ticker.release(start, self.profile.pacing_tolerance_ms, window)
             await self._shutdown()
 
     async def _converse(self) -> None:
@@ -192,7 +180,10 @@ class _Session:
 
     @property
     def finished(self) -> bool:
-        """The server confirmed our session.close with session.closed."""
+        """The server confirmed our session.close with session.closed (or, for a ``tail``
+        profile, answered the no-op session.update after the input)."""
+        if self.profile.end_mode == "tail":
+            return self.flags["tail"].is_set()
         return self.sent_close and self.flags["closed"].is_set()
 
     async def _shutdown(self) -> None:
@@ -200,11 +191,13 @@ class _Session:
         if self.flow_task is not None and not self.flow_task.done():
             self.flow_task.cancel()
         ws = self.ws
-        if self.failure is None and self.finished and self.recv_task is not None:
+        drain = self.profile.end_mode == "drain"
+        if drain and self.failure is None and self.finished and self.recv_task is not None:
             done, _ = await asyncio.wait({self.recv_task}, timeout=CLOSE_GRACE_S)  # the server closes
             if not done:
                 self.note("server_did_not_close", waited_s=CLOSE_GRACE_S)
-        if ws is not None and ws.state is State.OPEN and self.failure and not self.sent_close and not self.fatal:
+        polite = drain and self.failure and not self.sent_close and not self.fatal
+        if ws is not None and ws.state is State.OPEN and polite:
             try:
                 self.sent_close = True
                 await self._send(ws, {"type": "session.close"})
@@ -220,7 +213,7 @@ class _Session:
             self.close_code, self.close_reason = ws.close_code, ws.close_reason or None
             self.note("connection.closed", code=self.close_code, reason=self.close_reason)
             if self.failure is None and self.close_code != 1000:
-                self.fail("error", f"connection closed with code {self.close_code} after session.closed")
+                self.fail("error", f"connection closed with code {self.close_code} after the session ended")
         for task in (self.flow_task, self.recv_task):
             if task is not None and not task.done():
                 task.cancel()
@@ -232,7 +225,7 @@ class _Session:
         t: float | None = None, scheduled: float | None = None,
     ) -> int:
         """Send ``event`` with a fresh event_id; the trace logs ``trace_event`` (no audio) at ``t``."""
-        event = {"event_id": _event_id(), **event}
+        event = {"event_id": event_id(), **event}
         logged = event if trace_event is None else {**trace_event, "event_id": event["event_id"]}
         index = self.log("send", event["type"], logged, t, scheduled)
         await ws.send(json.dumps(event))
@@ -240,7 +233,11 @@ class _Session:
 
     async def _send_append(self, seq: int, packet: bytes, due: float, start: float) -> None:
         assert self.ws is not None
-        body = {"type": "input_audio_buffer.append", "sglang": {"seq": seq}}
+        body: dict[str, Any] = {"type": "input_audio_buffer.append"}
+        if self.profile.sends_seq:
+            body["sglang"] = {"seq": seq}
+            if self.profile.sends_t_start:
+                body["sglang"]["t_start_ms"] = seq * self.profile.packet_ms
         wire = {**body, "audio": base64.b64encode(packet).decode("ascii")}
         trace_event = {**body, "audio_bytes": len(packet)}
         index = await self._send(self.ws, wire, trace_event=trace_event, t=start, scheduled=due)
@@ -262,6 +259,12 @@ class _Session:
         packet_s = self.profile.packet_ms / 1000.0
         t0, _ = await send_paced(packets, self._send_append, self.loop.time, asyncio.sleep, packet_s, self._anchor)
         input_s = len(self.pcm) / 2 / self.profile.input_rate
+        if self.profile.end_mode == "tail":
+            await asyncio.sleep(max(0.0, t0 + input_s + self.profile.tail_s - self.loop.time()))
+            await self._send(ws, {"type": "session.update", "session": noop_session_update(self.profile)})
+            self.phase = "waiting for the session.updated of the --legacy-tail session.update"
+            await self.flags["tail"].wait()
+            return
         await asyncio.sleep(max(0.0, t0 + input_s - self.loop.time()))
         await self._send(ws, {"type": "sglang.input_audio.end"})
         self.phase = "waiting for sglang.input_audio.drained"
@@ -277,8 +280,8 @@ class _Session:
         while True:
             try:
                 message = await ws.recv()
-            except ConnectionClosed:
-                self._on_connection_lost()
+            except ConnectionClosed as exc:
+                self._on_connection_lost(exc)
                 return
             t = self.loop.time()
             event = self._parse(message, t)
@@ -288,19 +291,9 @@ class _Session:
 
     def _parse(self, message: str | bytes, t: float) -> dict[str, Any] | None:
         """A JSON object with a string type, or None after recording the failure."""
-        problem = None
-        if isinstance(message, bytes):
-            problem, text = "a binary frame", f"<{len(message)} bytes>"
-        else:
-            text = message
-            try:
-                event = json.loads(message, parse_constant=_reject_constant)
-            except ValueError as exc:
-                problem = f"invalid JSON ({exc})"
-            else:
-                if isinstance(event, dict) and isinstance(event.get("type"), str):
-                    return event
-                problem = "a JSON message that is not an event object with a type"
+        event, problem, text = parse_server_message(message)
+        if event is not None:
+            return event
         self.log("note", "invalid_message", {"problem": problem, "text": text[:200]}, t)
         self.fatal = True
         self.fail("error", f"server sent {problem} while {self.phase}")
@@ -320,7 +313,11 @@ class _Session:
             "sglang.input_audio.drained": "drained", "session.closed": "closed",
         }.get(type_)
         if flag == "updated":
-            self.granted_session = event.get("session") if isinstance(event.get("session"), dict) else {}
+            self.updates_answered += 1
+            if self.updates_answered > 1:
+                flag = "tail"
+            else:
+                self.granted_session = event.get("session") if isinstance(event.get("session"), dict) else {}
         if flag is not None:
             self.flags[flag].set()
         if type_ == "error":
@@ -343,12 +340,14 @@ class _Session:
         self.fatal = bool((event.get("sglang") or {}).get("fatal"))
         self.fail("error", f"server error {err.get('code')} ({err.get('type')}): {err.get('message')}")
 
-    def _on_connection_lost(self) -> None:
+    def _on_connection_lost(self, exc: ConnectionClosed | None = None) -> None:
         if self.finished:
             return
         ws = self.ws
         code = ws.close_code if ws is not None else None
-        reason = (ws.close_reason if ws is not None else "") or ""
+        reason = (ws.close_reason if ws is not None else "") or CLOSE_CODES.get(code or 0, "")
+        if exc is not None and exc.rcvd is None and exc.sent is not None:  # we failed the connection
+            code, reason = exc.sent.code, f"client closed it: {CLOSE_CODES.get(exc.sent.code, '')} {exc.sent.reason}"
         self.fail("disconnected", f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}")
 
 
@@ -365,6 +364,7 @@ async def record_session(
     instructions: str | None = None,
     timeout_s: float = 90.0,
     extra_meta: dict[str, Any] | None = None,
+    tail_s: float | None = None,
 ) -> SessionRecord:
     """Record one session of ``audio`` against ``url`` into ``out_dir``.
 
@@ -372,6 +372,10 @@ async def record_session(
     FdbError/SampleError before anything is sent; everything the server does is recorded.
     """
     profile = get_profile(profile)
+    if tail_s is not None and profile.end_mode == "tail":  # --legacy-tail
+        if not 0 <= tail_s <= 30:
+            raise FdbError(f"--legacy-tail must be in [0, 30] s, got {tail_s}")
+        profile = profile.model_copy(update={"tail_s": tail_s})
     turn_detection = profile.validate_turn_detection(turn_detection)
     label = f"{sample_id} [{variant}]"
     out_dir = Path(out_dir)

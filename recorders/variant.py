@@ -14,6 +14,7 @@ Reasons a session is ineligible (each a string in the manifest):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -66,8 +67,14 @@ def _sha_or_none(path: Path) -> str | None:
     return sha256_file(path) if path.is_file() else None
 
 
-def analyze_variant(session_dir: Path | None, expected_pcm: bytes, label: str) -> VariantResult:
-    """Judge one session for export and, when it is eligible, build its window."""
+def analyze_variant(
+    session_dir: Path | None, expected_pcm: bytes, label: str,
+    input_at_rate: Callable[[int], bytes] | None = None,
+) -> VariantResult:
+    """Judge one session for export and, when it is eligible, build its window.
+
+    ``expected_pcm`` is the dataset input at 16 kHz; ``input_at_rate(rate)`` gives it at the
+    rate a profile sends (24 kHz for the OpenAI profiles), for the integrity check."""
     n = len(expected_pcm) // 2
     result = VariantResult(
         eligible=False, reasons=[], verdict="fail", T_s=n / EXPORT_RATE, input_samples=n, input_pcm=expected_pcm,
@@ -88,15 +95,18 @@ def analyze_variant(session_dir: Path | None, expected_pcm: bytes, label: str) -
         return result
     input_ms = (record.input.samples if record.input else 0) * 1000.0 / profile.input_rate
     verdict = judge_trace(trace, profile, record.turn_detection_requested, input_ms)
+    sent_pcm = expected_pcm
+    if profile.input_rate != EXPORT_RATE:  # the integrity check compares the stream as sent
+        sent_pcm = input_at_rate(profile.input_rate) if input_at_rate else b""
     result.verdict = verdict.status if record.status == "ok" else "fail"
     result.reasons = (
         _status_reasons(record) + _protocol_reasons(verdict.violations) + _pacing_reasons(trace, profile)
-        + _integrity_reasons(session_dir, record, expected_pcm)
+        + _integrity_reasons(session_dir, record, sent_pcm)
     )
     if result.reasons:
         return result
     try:
-        deltas, cancels = trace_playout_inputs(trace, output, profile)
+        deltas, cancels = trace_playout_inputs(trace, output, profile, record.turn_detection_requested)
     except ValueError as exc:
         result.reasons = [f"unreadable: {label}: {exc}"]
         return result

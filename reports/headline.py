@@ -31,7 +31,7 @@ def headline(run: RunPaths, data: dict) -> str:
             rows.append([name, cells[0]["pairs"], cells[0]["timed_overlap_sessions"],
                          mean_sd([c["stop_latency"]["mean_s"] for c in cells]),
                          mean_sd([c["response_latency"]["mean_s"] for c in cells])])
-        lines += ["v1.5 timing (behavior labels: not measured)", ""]
+        lines += ["v1.5 timing (labels: see RESULTS.md)", ""]
         lines += table(["category", "pairs", "timed overlap sessions", "stop latency (s)", "response latency (s)"],
                        rows) + [""]
     unified = data.get("v1.0_unified") or {}

@@ -45,13 +45,35 @@ def build_results(run: RunPaths) -> tuple[str, dict]:
         lines += section
         if repeats:
             lines += replies_section(repeats[-1])
+    section, listening = listening_tables(repeats)
+    lines += section
+    if listening is not None:
+        data["listening"] = listening
     data["provenance"] = current().model_dump(mode="json")
     return "\n".join(lines).rstrip() + "\n", data
 
 
+def listening_tables(repeats: list) -> tuple[list[str], dict | None]:
+    """HOOK: the listening-quality section comes from `reports.listening.listening_section(repeats)
+    -> (lines, data)` when that module exists; until then RESULTS.md says it is not measured."""
+    try:
+        from reports.listening import listening_section
+    except ImportError:
+        return ["## Listening quality", "", "Not measured: fdb has no listening-quality scorer yet "
+                "(reports/listening.py).", ""], None
+    return listening_section(repeats)
+
+
 def write_results(run: RunPaths) -> tuple[str, dict]:
-    """Write RESULTS.md and results.json; returns both contents."""
+    """Write RESULTS.md, results.json, tables/*.csv and plots/*.png; returns the first two.
+
+    results.json and the tables are written before RESULTS.md, so a RESULTS.md on disk always
+    has its tables beside it."""
+    from reports.exports import write_csvs, write_plots
+
     text, data = build_results(run)
-    atomic_write_text(run.results_md, text)
+    data["files"] = {"tables": [p.name for p in write_csvs(run, text)],
+                     "plots": [p.name for p in write_plots(run, run.repeats())]}
     atomic_write_json(run.results_json, data)
+    atomic_write_text(run.results_md, text)
     return text, data

@@ -39,10 +39,13 @@ def _metric_row(name: str, m: dict) -> list[str]:
 def unified_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
     lines, data = ["## v1.0 unified metrics", ""], {}
     for rep in repeats:
+        if not (rep.v10_reference / "manifest.json").exists() and not rep.v10_recording.exists():
+            continue  # this repeat left v1.0 out
         unified = _load(rep.v10_reference / "unified.json")
-        if unified is None:
-            lines += [f"repeat-{rep.number}: unified metrics unavailable (no v10/reference/unified.json); "
-                      f"run `python -m fdb asr --run-name RUN --repeat {rep.number}`, then aggregate.", ""]
+        problem = unified_problem(rep, unified)
+        if problem is not None:
+            lines += [f"### repeat-{rep.number}", "", f"Unified metrics unavailable: {problem}. "
+                      f"{backfill_hint(rep)}", ""]
             continue
         data[f"repeat-{rep.number}"] = unified
         lines += [f"### repeat-{rep.number}", "", f"Definitions `{unified['definitions']}`; ASR "
@@ -58,6 +61,40 @@ def unified_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
         for name, why in unified.get("not_scored", {}).items():
             lines += [f"{name}: not scored by the unified metrics ({why}).", ""]
     return lines, data
+
+
+def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
+    """Why a repeat's unified.json cannot be shown (missing, stale, unsupported, incomplete), or None."""
+    from fdb.datasets.types import V10_TASK
+    from fdb.io import sha256_file
+    from scorers.v10_records import UNIFIED_SCHEMA
+
+    tree = rep.v10_reference
+    for name in ("manifest.json", "asr.json"):
+        if not (tree / name).exists():
+            return f"v10/reference/{name} is missing"
+    if unified is None:
+        return "v10/reference/unified.json is missing"
+    if unified.get("schema") != UNIFIED_SCHEMA:
+        return f"unified.json has the unsupported version {unified.get('schema')!r} (fdb reads {UNIFIED_SCHEMA})"
+    inputs = unified.get("inputs") or {}
+    if inputs.get("manifest_sha256") != sha256_file(tree / "manifest.json"):
+        return "unified.json is stale: its manifest.json hash differs from the export's"
+    if inputs.get("asr_sha256") != sha256_file(tree / "asr.json"):
+        return "unified.json is stale: its asr.json hash differs from the ASR receipt's"
+    if not (tree / "unified-samples.jsonl").exists():
+        return "the output pair is incomplete: v10/reference/unified-samples.jsonl is missing"
+    subsets = {s["subset"] for s in (_load(tree / "manifest.json") or {}).get("samples", [])}
+    scored = set(unified.get("subsets", {})) | set(unified.get("not_scored", {}))
+    missing = sorted(sub for sub in subsets - scored if V10_TASK.get(sub) != "backchannel")
+    if missing:
+        return f"subset(s) {', '.join(missing)} incomplete in unified.json"
+    return None
+
+
+def backfill_hint(rep: RepeatPaths) -> str:
+    return (f"Repair the export or ASR if named, then run the CPU-only backfill `python -m fdb score v10 --tree "
+            f"{rep.v10_reference}` (no ASR, no v1.5 work) and rerun aggregate.")
 
 
 def _coverage(unified: dict) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from fdb.provenance import current as provenance
 from fdb.settings import Settings, load_settings
 from runs.datasets import DatasetTree, resolve_tree
 from runs.layout import RepeatPaths, RunPaths
+from runs.logstream import RecordLog
 from runs.manifest import (
     DatasetUse,
     RunManifest,
@@ -35,7 +37,7 @@ from runs.manifest import (
     save_manifest,
 )
 from runs.options import DatasetChoice, GenerateOptions
-from runs.server import ManagedServer
+from runs.server import ServerFleet
 
 V15_VARIANTS = (("overlap", "input_wav"), ("clean", "clean_input_wav"))
 
@@ -82,38 +84,64 @@ def select_dataset(dataset: str, choice: DatasetChoice, root: Path | None, setti
     return chosen
 
 
-def _jobs(sel: Selected, rep: RepeatPaths, url: str, opts: GenerateOptions, timeout_s: float) -> list:
+def _jobs(sel: Selected, rep: RepeatPaths, urls: list[str], opts: GenerateOptions, timeout_s: float) -> list:
+    """Session jobs in id order; sample k goes to shard k mod --num-shards, shard i to server i mod n."""
     from recorders.batch import SessionJob
+    from runs.gpus import shard_server
 
     base = rep.recording if sel.dataset == "v1.5" else rep.v10_recording
     jobs = []
     for index, sample in enumerate(sel.samples):
-        shard = base / f"shard-{index % opts.num_shards}"
+        shard_index = index % opts.num_shards
+        url = urls[shard_server(shard_index, len(urls))]
         variants = V15_VARIANTS if sel.dataset == "v1.5" else (("main", "input_wav"),)
         for variant, attr in variants:
             jobs.append(SessionJob(
-                url=url, audio=getattr(sample, attr), out_dir=shard / sample.sample_id / variant,
+                url=url, audio=getattr(sample, attr), out_dir=base / f"shard-{shard_index}" / sample.sample_id / variant,
                 sample_id=sample.sample_id, variant=variant, profile="turn-based",
                 turn_detection=opts.turn_detection, model=opts.model, timeout_s=timeout_s,
-                extra_meta={"dataset": sel.dataset, "dataset_source": sel.tree.source},
+                extra_meta={"dataset": sel.dataset, "dataset_source": sel.tree.source, "shard": shard_index},
             ))
     return jobs
 
 
-def _record(jobs: list, concurrency: int, console: Console, server: ManagedServer | None) -> list:
+def _record_logs(rep: RepeatPaths, opts: GenerateOptions) -> dict[tuple[str, int], RecordLog]:
+    debug = opts.log_level.lower() == "debug"
+    logs = {}
+    for dataset, directory in (("v1.5", rep.logs), ("v1.0", rep.v10_logs)):
+        for shard in range(opts.num_shards):
+            logs[(dataset, shard)] = RecordLog(directory, shard, echo=debug)
+    return logs
+
+
+def _record(jobs: list, opts: GenerateOptions, rep: RepeatPaths, console: Console, fleet: ServerFleet | None) -> list:
+    """Record every shard at once, each shard one session at a time (shard i on server i mod n)."""
     from recorders.batch import record_many
 
+    logs = _record_logs(rep, opts)
     columns = (TextColumn("[bold]recording"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[last]}"))
+    shards: dict[int, list] = {}
+    for job in jobs:
+        shards.setdefault(job.extra_meta["shard"], []).append(job)
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("sessions", total=len(jobs), last="")
+        finished = [0]
 
-        def tick(done: int, total: int, record) -> None:
-            bar.update(task, completed=done, last=f"{record.sample_id} [{record.variant}] {record.status}")
-            if server is not None:
-                server.check_alive()
+        def tick(_done: int, _total: int, record) -> None:
+            finished[0] += 1
+            verdict = record.verdict.status if record.status == "ok" else record.status
+            logs[(record.extra["dataset"], record.extra["shard"])].write(
+                f"{record.sample_id} [{record.variant}] {record.status} {verdict} {record.failure or ''}")
+            bar.update(task, completed=finished[0], last=f"{record.sample_id} [{record.variant}] {record.status}")
+            if fleet is not None:
+                fleet.check_alive()
 
-        return asyncio.run(record_many(jobs, concurrency=concurrency, progress=tick))
+        async def all_shards() -> list:
+            parts = await asyncio.gather(*(record_many(shards[k], concurrency=1, progress=tick) for k in sorted(shards)))
+            return [record for part in parts for record in part]
+
+        return asyncio.run(all_shards())
 
 
 def _export(sel: Selected, rep: RepeatPaths, num_shards: int):
@@ -126,7 +154,7 @@ def _export(sel: Selected, rep: RepeatPaths, num_shards: int):
     return export_v10(shards, sel.samples, rep.v10_reference, dataset_revision=sel.revision)
 
 
-def _manifest(opts: GenerateOptions, selections: list[Selected]) -> RunManifest:
+def _manifest(opts: GenerateOptions, selections: list[Selected], settings: Settings) -> RunManifest:
     return RunManifest(
         run_name=opts.run_name,
         datasets={s.dataset: DatasetUse(dataset=s.dataset, root=str(s.tree.root), source=s.tree.source,
@@ -136,6 +164,9 @@ def _manifest(opts: GenerateOptions, selections: list[Selected]) -> RunManifest:
         server=ServerUse(url=opts.url, system=None if opts.url else opts.system, model=opts.model,
                          turn_detection=opts.turn_detection),
         num_shards=opts.num_shards,
+        gpus=len(opts.gpus.split(",")) if opts.gpus else 1,
+        judge=settings.judge,
+        settings=settings.recorded(),
         provenance=provenance().model_dump(mode="json"),
     )
 
@@ -148,11 +179,14 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
                        "use the next --repeat, or delete the directory to redo it")
     if opts.num_shards < 1:
         raise FdbError(f"--num-shards {opts.num_shards} is not allowed", "use 1 or more shards")
+    if opts.url and opts.gpus:
+        raise FdbError("--gpus starts bundled model servers, but --url names your own server",
+                       "drop --gpus, or drop --url to let generate start one server per GPU")
     v15 = select_dataset("v1.5", opts.v15, opts.v15_root, settings, console)
     v10 = select_dataset("v1.0", opts.v10, opts.v10_root, settings, console)
     require_some_selection(v10.ids if v10 else [], v15.ids if v15 else [])
     selections = [s for s in (v15, v10) if s is not None]
-    manifest = _manifest(opts, selections)
+    manifest = _manifest(opts, selections, settings)
     previous = load_manifest(run)
     if previous is not None:
         check_compatible(previous, manifest, rep)
@@ -175,27 +209,31 @@ def _print_selection(selections: list[Selected], console: Console) -> None:
 
 def generate(opts: GenerateOptions, console: Console | None = None) -> dict:
     """Record one repeat. Returns a summary dict per dataset (also printed)."""
+    from runs.gpus import check_capacity, parse_gpus, plan_servers, read_max_sessions
+
     console = console or Console(stderr=True)
     settings = load_settings()
+    plans = None if opts.url else plan_servers(parse_gpus(opts.gpus), opts.num_shards)
     run, rep, selections = _prepare(opts, settings, console)
-    console.print(f"Job GPU {settings.gpu}: model port {settings.server_port}, run {run.root}, repeat {rep.number}")
+    console.print(f"Job GPU {settings.gpu}: model port {plans[0].port if plans else settings.server_port}, judge port "
+                  f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {run.root}, repeat {rep.number}")
     _print_selection(selections, console)
-    server = None if opts.url else ManagedServer(system=opts.system, host="127.0.0.1", port=settings.server_port,
-                                                 log_path=rep.logs / f"model-server-gpu{settings.gpu}.log")
-    url = opts.url
+    fleet = None if opts.url else ServerFleet(plans, opts, settings, rep)
     try:
-        if server is not None:
-            console.print(f"starting the bundled server ({opts.system}) on :{settings.server_port} …")
-            server.start()
-            url = server.ws_url
+        if fleet is not None:
+            console.print("starting the bundled server(s) " + ", ".join(
+                f"{p.name} ({opts.system}) on :{p.port}" for p in plans) + " …")
+            fleet.start()
+        urls = fleet.ws_urls if fleet is not None else [opts.url]
+        check_capacity(opts.num_shards, len(urls), read_max_sessions(urls[0]))
         jobs = []
         for sel in selections:
             timeout = settings.session_timeout_s if sel.dataset == "v1.5" else settings.v10_session_timeout_s
-            jobs += _jobs(sel, rep, url, opts, timeout)
-        records = _record(jobs, opts.num_shards, console, server)
+            jobs += _jobs(sel, rep, urls, opts, timeout)
+        records = _record(jobs, opts, rep, console, fleet)
     finally:
-        if server is not None:
-            server.stop()
+        if fleet is not None:
+            fleet.stop()
     for sel in selections:  # the inputs must still be the files the run pinned before export
         check_files(sel.dataset, str(sel.tree.root), sel.files, sample_inventory(sel.tree.root, sel.ids),
                     "the recording started")
@@ -210,9 +248,11 @@ def _finish(selections: list[Selected], rep: RepeatPaths, records: list, opts: G
         manifest = _export(sel, rep, opts.num_shards)
         eligible = sum(1 for s in manifest.samples if s.eligible)
         key = "eligible_pairs" if sel.dataset == "v1.5" else "eligible_samples"
-        summary[sel.dataset] = {"sessions": dict(sorted(verdicts.items())), key: eligible,
-                                "selected": len(sel.ids)}
-        console.print(f"{sel.dataset}: {dict(sorted(verdicts.items()))} {{'{key}': {eligible}, 'selected': {len(sel.ids)}}}")
+        per_subset = Counter(s.subset for s in manifest.samples if s.eligible)
+        counts = {key: eligible, "selected": len(sel.ids), "per_subset": dict(sorted(per_subset.items()))}
+        summary[sel.dataset] = {"sessions": dict(sorted(verdicts.items())), **counts}
+        console.print(f"{sel.dataset}: {json.dumps(dict(sorted(verdicts.items())))} {json.dumps(counts)}",
+                      markup=False, highlight=False)
         for record in mine:
             if record.status != "ok" or record.verdict.status != "pass":
                 reason = record.failure or "; ".join(record.verdict.violations[:2])

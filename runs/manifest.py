@@ -35,6 +35,9 @@ class RunManifest(BaseModel):
     datasets: dict[str, DatasetUse]  # "v1.0" / "v1.5"; absent = left out
     server: ServerUse
     num_shards: int
+    gpus: int = 1  # bundled model servers (one per --gpus index)
+    judge: str | None = None  # JUDGE at generate time
+    settings: dict[str, str] = Field(default_factory=dict)  # MODEL_PATH, MODEL_REVISION, JUDGE_MODEL_PATH when set
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
@@ -52,22 +55,34 @@ def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPath
         old, cur = previous.datasets.get(dataset), new.datasets.get(dataset)
         label = "pairs" if dataset == "v1.5" else f"{dataset} samples"
         if (old is None) != (cur is None):
-            which = "left out" if cur is None else "selected"
-            raise FdbError(
-                f"{repeat.root} would have {dataset} {which}, unlike the earlier repeats of {new.run_name}",
-                "pass the same selection options as before, or use a new run name",
-            )
+            _refuse_dataset_change(dataset, old is None, repeat, new.run_name)
         if old and cur and old.sample_ids == cur.sample_ids and old.files and cur.files:
             check_files(dataset, cur.root, old.files, cur.files, f"run {new.run_name} started")
         elif old and cur and (old.sample_ids != cur.sample_ids or old.revision != cur.revision):
             raise FdbError(f"{repeat.root} selects different {label} than the earlier repeats",
                            "pass the same options, or use a new run name")
+    if previous.judge and new.judge and previous.judge != new.judge:
+        raise FdbError(f"JUDGE={new.judge} differs from the run's JUDGE={previous.judge}",
+                       "keep the judge fixed across repeats, or use a new run name")
+    if previous.gpus != new.gpus:
+        raise FdbError(f"--gpus lists {new.gpus} GPU(s), the run's earlier repeats used {previous.gpus}",
+                       "keep the settings fixed across repeats, or use a new run name")
     if previous.num_shards != new.num_shards:
         raise FdbError(f"--num-shards {new.num_shards} differs from the run's {previous.num_shards}",
                        "keep the settings fixed across repeats, or use a new run name")
     if previous.server.url != new.server.url or previous.server.system != new.server.system:
         raise FdbError("the server differs from the earlier repeats of this run",
                        "use the same --url/--system, or use a new run name")
+
+
+def _refuse_dataset_change(dataset: str, earlier_left_out: bool, repeat: RepeatPaths, run_name: str) -> None:
+    other = "v1.5" if dataset == "v1.0" else "v1.0"
+    flag = "--v10-per-subset 0" if dataset == "v1.0" else "--v15-per-subset 0"
+    if earlier_left_out:
+        raise FdbError(f"{repeat.root} is a {other}-only repeat: the earlier repeats of {run_name} left "
+                       f"{dataset} out", f"continue with {flag} added, or use a new run name")
+    raise FdbError(f"{repeat.root} would have {dataset} left out, unlike the earlier repeats of {run_name}",
+                   "pass the same selection options as before, or use a new run name")
 
 
 def check_files(dataset: str, root: str, pinned: dict[str, str], current: dict[str, str], since: str) -> None:

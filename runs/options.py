@@ -31,6 +31,7 @@ class GenerateOptions(BaseModel):
     system: str = "embedded-cascade"
     turn_detection: dict = Field(default_factory=lambda: dict(DEFAULT_TURN_DETECTION))
     num_shards: int = 1
+    gpus: str | None = None  # --gpus 0,1: one bundled model server per listed GPU
     all_stages: bool = False
     log_level: str = "info"
     v15_root: Path | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import traceback
 from pathlib import Path
 
@@ -61,11 +62,22 @@ def _v10_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> dict:
     with _bar("v1.0 ASR", console) as tick:
         receipt = run_v10_asr(rep.v10_reference, asr, progress=tick, retry_failed=retry_failed)
     counts: dict[str, int] = {}
+    transcripts: dict[str, int] = {}
     for entry in receipt.samples:
         counts[entry.status] = counts.get(entry.status, 0) + 1
+        if entry.status == "ok":
+            subset = entry.sample_id.split("/")[0]
+            transcripts[subset] = transcripts.get(subset, 0) + 1
         if entry.status == "failed":
             console.print(f"  [yellow]{entry.sample_id}[/]: ASR failed: {entry.error}")
+    _json_line(console, "v1.0 ASR", dict(sorted(counts.items())))
+    _json_line(console, "v1.0 transcripts per subset", dict(sorted(transcripts.items())))
     return counts
+
+
+def _json_line(console: Console, label: str, counts: dict) -> None:
+    """A count line in the runbook's format, e.g. `v1.5 ASR: {"ok": 16}`."""
+    console.print(f"{label}: {json.dumps(counts)}", markup=False, highlight=False)
 
 
 def _icc_ground_truth(run: RunPaths) -> Path | None:
@@ -107,12 +119,15 @@ def _v15_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> None:
 
     with _bar("v1.5 ASR", console) as tick:
         receipt = run_v15_asr(rep.reference_audio, default_asr(), progress=tick, retry_failed=retry_failed)
-    statuses: dict[str, int] = {}
+    statuses: dict[str, int] = {}  # per transcribed WAV (four per pair), like the runbook's {"ok": 16}
     for pair in receipt.samples:
-        statuses[pair.status] = statuses.get(pair.status, 0) + 1
+        for wav in pair.files.values():
+            statuses[wav.status] = statuses.get(wav.status, 0) + 1
+        if pair.status == "skipped":
+            statuses["skipped"] = statuses.get("skipped", 0) + 1
         if pair.status == "failed":
             console.print(f"  [yellow]{pair.sample_id}[/]: ASR failed: {pair.error}")
-    console.print(f"v1.5 ASR: {dict(sorted(statuses.items()))}")
+    _json_line(console, "v1.5 ASR", dict(sorted(statuses.items())))
 
 
 def _v15_timing(rep: RepeatPaths, console: Console) -> None:
@@ -121,6 +136,9 @@ def _v15_timing(rep: RepeatPaths, console: Console) -> None:
     summary = score_v15_timing(rep.reference_audio, out=rep.scores)
     overall = summary.categories.get("all")
     if overall is not None:
+        sessions = 2 * overall.pairs
+        counts = {"ok": sessions - overall.failed_sessions, "failed": overall.failed_sessions}
+        _json_line(console, "v1.5 timing sessions", {k: v for k, v in counts.items() if v})
         console.print(f"  v1.5 timing: {overall.timed_overlap_sessions} timed overlap sessions of "
                       f"{overall.pairs} pairs")
 
@@ -137,22 +155,33 @@ def _step(name: str, fn, console: Console, rerun: str) -> bool:
     return False
 
 
+def exported(rep: RepeatPaths) -> tuple[bool, bool]:
+    """(v1.0, v1.5) exports of a repeat; refuses a recording whose export did not finish."""
+    if not rep.root.is_dir():
+        raise FdbError(f"no {rep.root}", "check --run-name, --repeat and FDB_WORK, or record it with generate")
+    found = []
+    for recording, manifest in ((rep.v10_recording, rep.v10_reference / "manifest.json"),
+                                (rep.recording, rep.reference_audio / "reference-manifest.json")):
+        recorded = recording.is_dir() and any(recording.rglob("session.json"))
+        if recorded and not manifest.exists():
+            raise FdbError(f"{manifest} is missing: generate recorded that dataset but did not finish its export",
+                           "delete the repeat and generate it again")
+        found.append(manifest.exists())
+    if not any(found):
+        raise FdbError(f"{rep.root} holds no recording", "generate it first, or delete the repeat and generate it again")
+    return found[0], found[1]
+
+
 def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = False) -> bool:
     """Transcribe and score one repeat. Returns True when every step succeeded."""
     run = _run(run_name)
     rep = run.repeat(repeat)
     rerun = f"python -m fdb asr --run-name {run_name} --repeat {repeat}"
-    has_v10 = (rep.v10_reference / "manifest.json").exists()
-    has_v15 = (rep.reference_audio / "reference-manifest.json").exists()
-    if not (has_v10 or has_v15):
-        raise FdbError(f"{rep.root} has no exported recording (no v10/reference/manifest.json or "
-                       "reference-audio/reference-manifest.json)",
-                       "generate it first, or delete the repeat and generate it again")
+    has_v10, has_v15 = exported(rep)
     ok = True
     if has_v10:
         counts: dict[str, int] = {}
         ok &= _step("the v1.0 ASR", lambda: counts.update(_v10_asr(rep, console, retry_failed)), console, rerun)
-        console.print(f"v1.0 ASR: {counts}")
         if counts:
             ok &= _step("v1.0 unified scoring", lambda: _v10_scores(run, rep, console), console, rerun)
     if has_v15:
@@ -193,3 +222,26 @@ def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:
     else:
         console.print(f"RESULTS.md: {run.results_md}")
     return run.results_md
+
+
+def continue_commands(run_name: str, repeat: int, step: str) -> list[str]:
+    """The commands that continue an --all-stages run stopped at ``step`` (asr or judge)."""
+    base = f"--run-name {run_name} --repeat {repeat}"
+    steps = {"asr": f"python -m fdb asr {base} --retry-failed",
+             "judge": f"python -m fdb judge {base} --retry-failed",
+             "aggregate": f"python -m fdb aggregate --run-name {run_name}"}
+    names = list(steps)
+    return [steps[name] for name in names[names.index(step):]]
+
+
+def run_all_stages(run_name: str, repeat: int, console: Console) -> bool:
+    """asr, judge and aggregate after generate; stops at the first step that failed and names
+    the commands that continue the run."""
+    for step, fn in (("asr", run_asr), ("judge", run_judge)):
+        if not fn(run_name, repeat, console):
+            console.print(f"[red]ERROR[/]: {step} stopped the --all-stages run of {run_name} repeat-{repeat}; "
+                          "fix the cause above, then continue with: " + " && ".join(continue_commands(run_name, repeat, step)),
+                          soft_wrap=True)
+            return False
+    run_aggregate(run_name, console, show=True)
+    return True

@@ -33,13 +33,21 @@ def tail(path: Path, lines: int = 15) -> str:
 class ManagedServer:
     """A bundled server (`python -m fdb serve`) run as a child process for one phase."""
 
-    def __init__(self, *, system: str, host: str, port: int, log_path: Path, ready_timeout_s: float = 300.0):
+    def __init__(self, *, system: str, host: str, port: int, log_path: Path, ready_timeout_s: float = 300.0,
+                 env: dict[str, str] | None = None, follow: bool = False):
         self.system = system
         self.host = host
         self.port = port
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
+        self.env = env or {}
+        self.follow = follow  # --log-level debug: print the log prefixed with its name
         self.proc: subprocess.Popen | None = None
+        self._follower = None
+
+    @property
+    def name(self) -> str:
+        return self.log_path.stem
 
     @property
     def http_url(self) -> str:
@@ -49,6 +57,10 @@ class ManagedServer:
     def ws_url(self) -> str:
         return f"ws://{self.host}:{self.port}/v1/realtime"
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "fdb", "serve", "--system", self.system, "--host", self.host,
+                "--port", str(self.port)]
+
     def start(self) -> None:
         if port_is_served(self.host, self.port):
             raise FdbError(
@@ -57,9 +69,12 @@ class ManagedServer:
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", "fdb", "serve", "--system", self.system, "--host", self.host,
-               "--port", str(self.port)]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        cmd = self.command()
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+        if self.follow:
+            from runs.logstream import LogFollower
+
+            self._follower = LogFollower(self.name, self.log_path).start()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         self._wait_ready()
@@ -84,12 +99,20 @@ class ManagedServer:
     def check_alive(self, phase: str = "during the recordings") -> None:
         if self.proc is not None and self.proc.poll() is not None:
             code = self.proc.returncode
+            fix = f"full log: {self.log_path}"
+            if phase == "during the recordings":
+                fix = f"fix the cause (full log: {self.log_path}), delete the repeat and generate it again"
             raise FdbError(
-                f"the model server exited with code {code} {phase}; last log lines:\n" + tail(self.log_path),
-                f"full log: {self.log_path}",
-            )
+                f"the model server exited with code {code} {phase}; last log lines:\n" + tail(self.log_path), fix)
 
     def stop(self) -> None:
+        try:
+            self._stop_process()
+        finally:
+            if self._follower is not None:
+                self._follower.stop()
+
+    def _stop_process(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         try:
@@ -108,3 +131,33 @@ class ManagedServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class ServerFleet:
+    """The bundled model servers of one generate: one per planned GPU, each on its own port
+    with its own caches ($FDB_WORK/cache/gpu-<index>) and log (logs/model-server-gpu<N>.log)."""
+
+    def __init__(self, plans, opts, settings, rep):
+        debug = opts.log_level.lower() == "debug"
+        self.servers = []
+        for plan in plans:
+            cache = settings.work / "cache" / f"gpu-{plan.gpu}"
+            env = {"CUDA_VISIBLE_DEVICES": str(plan.gpu), "XDG_CACHE_HOME": str(cache)}
+            self.servers.append(ManagedServer(system=opts.system, host="127.0.0.1", port=plan.port,
+                                              log_path=rep.logs / f"{plan.name}.log", env=env, follow=debug))
+
+    @property
+    def ws_urls(self) -> list[str]:
+        return [server.ws_url for server in self.servers]
+
+    def start(self) -> None:
+        for server in self.servers:
+            server.start()
+
+    def check_alive(self) -> None:
+        for server in self.servers:
+            server.check_alive()
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()

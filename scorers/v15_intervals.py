@@ -73,3 +73,50 @@ def response_intervals(user: Sequence[Interval], model: Sequence[Interval]) -> l
 def latencies(intervals: Sequence[Interval]) -> list[float]:
     """end - start of each output interval, rounded to the millisecond."""
     return [round(end - start, 3) for start, end in intervals]
+
+
+# --- fdb event-anchored variant (not official) -------------------------------------------------
+#
+# The official intervals are whole-file: a session with two user turns gives two response
+# intervals, and nothing says which one belongs to the overlap event. The anchored rule picks
+# one of each, using metadata.json's overlap span [os, oe]:
+#
+# 1. event span: the merged user span (0.6 s gap) with the largest intersection with [os, oe];
+#    ties go to the earlier span; no user span intersecting [os, oe] (intersection > 0) means
+#    no event span, and both anchored intervals are null;
+# 2. anchored stop interval: the first (earliest-starting) positive overlap of the event span
+#    with a merged model span (0.5 s gap), i.e. the model speech the overlap ran into;
+#    [max(starts), min(ends)], null when the model was silent throughout the event span;
+# 3. anchored response interval: [event end, start of the first merged model span starting
+#    strictly after the event end], null when none follows;
+# values rounded to 3 decimals as in the official output. No dedupe is needed: one each.
+
+
+def event_span(user: Sequence[Interval], overlap: Interval) -> Interval | None:
+    """The merged user span that holds the overlap event (largest intersection, earliest on ties)."""
+    best: Interval | None = None
+    best_len = 0.0
+    for start, end in user:
+        inter = min(end, overlap[1]) - max(start, overlap[0])
+        if inter > best_len:
+            best, best_len = (start, end), inter
+    return best
+
+
+def anchored_stop(event: Interval | None, model: Sequence[Interval]) -> Interval | None:
+    """The first positive overlap of the event span with a model span."""
+    if event is None:
+        return None
+    for start, end in sorted(model):
+        lo, hi = max(event[0], start), min(event[1], end)
+        if hi > lo:
+            return (round(lo, 3), round(hi, 3))
+    return None
+
+
+def anchored_response(event: Interval | None, model: Sequence[Interval]) -> Interval | None:
+    """[event end, first model start strictly after it]."""
+    if event is None:
+        return None
+    nxt = next((s for s, _e in sorted(model) if s > event[1]), None)
+    return None if nxt is None else (round(event[1], 3), round(nxt, 3))

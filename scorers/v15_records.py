@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 TIMING_SCHEMA = "fdb-v1.5-timing-1"
 Interval = tuple[float, float]
+ANCHORED_LABEL = "fdb event-anchored, not official"
 
 
 class SessionIntervals(BaseModel):
@@ -31,6 +32,13 @@ class SessionIntervals(BaseModel):
     response_intervals: list[Interval] = Field(default_factory=list)
     stop_latencies_s: list[float] = Field(default_factory=list)
     response_latencies_s: list[float] = Field(default_factory=list)
+    # fdb event-anchored, not official (scorers/v15_intervals.py): overlap variant only
+    overlap_span: Interval | None = None  # metadata.json "timestamps"
+    event_span: Interval | None = None
+    anchored_stop_interval: Interval | None = None
+    anchored_response_interval: Interval | None = None
+    anchored_stop_latency_s: float | None = None
+    anchored_response_latency_s: float | None = None
 
     @property
     def timed(self) -> bool:
@@ -61,6 +69,11 @@ class CategoryTiming(BaseModel):
     response_latency: LatencyStats
     clean_stop_latency: LatencyStats
     clean_response_latency: LatencyStats
+    # "fdb event-anchored, not official": one interval per overlap session at most
+    anchored_label: str = ANCHORED_LABEL
+    anchored_event_sessions: int = 0
+    anchored_stop_latency: LatencyStats | None = None
+    anchored_response_latency: LatencyStats | None = None
 
 
 class TimingVad(BaseModel):

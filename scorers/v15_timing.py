@@ -13,6 +13,7 @@ overlap sessions that produced any interval. Writes ``intervals.jsonl`` and ``su
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 from fdb.audio import read_wav, resample
 from fdb.datasets.types import V15_CATEGORIES
 from fdb.errors import FdbError, SampleError
-from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_file
+from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_bytes, sha256_file
 from fdb.models.vad import VadSettings
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
@@ -33,12 +34,16 @@ from scorers.v15_intervals import (
     MODEL_MERGE_GAP_S,
     USER_MERGE_GAP_S,
     Interval,
+    anchored_response,
+    anchored_stop,
+    event_span,
     latencies,
     merge_spans,
     response_intervals,
     stop_intervals,
 )
 from scorers.v15_records import (
+    ANCHORED_LABEL,
     CategoryTiming,
     LatencyStats,
     SessionIntervals,
@@ -53,17 +58,55 @@ VARIANTS = {"overlap": ("input.wav", "output.wav"), "clean": ("clean_input.wav",
 _SPAN_CACHE: dict[tuple, list[Interval]] = {}
 
 
-def vad_spans(vad: SpeechSegmenter, path: Path, sample_id: str) -> tuple[list[Interval], str]:
-    """(VAD spans in seconds, file sha256); cached in-process by (VAD identity, sha256)."""
+def _disk_key(vad: SpeechSegmenter, sha: str) -> str:
+    """File name of a cached span list: sha256 of (VAD identity, settings, file sha256)."""
+    ident = vad.identity.model_dump(mode="json")
+    blob = json.dumps({"vad": ident, "settings": asdict(TIMING_VAD_SETTINGS), "file": sha}, sort_keys=True)
+    return sha256_bytes(blob.encode()) + ".json"
+
+
+def vad_spans(vad: SpeechSegmenter, path: Path, sample_id: str,
+              cache_dir: Path | None = None) -> tuple[list[Interval], str]:
+    """(VAD spans in seconds, file sha256); cached in-process by (VAD identity, sha256) and,
+    with ``cache_dir``, on disk as ``<sha256(identity, settings, file sha256)>.json``."""
     if not path.exists():
         raise SampleError(sample_id, f"{path.name} is missing", path=str(path))
     sha = sha256_file(path)
     key = (vad.identity.name, vad.identity.checkpoint_sha256, sha, TIMING_VAD_SETTINGS)
+    disk = cache_dir / _disk_key(vad, sha) if cache_dir is not None else None
+    if key not in _SPAN_CACHE and disk is not None and disk.exists():
+        _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in read_json(disk)["spans"]]
     if key not in _SPAN_CACHE:
         audio = read_wav(path, sample_id)
         samples = audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)
         _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in vad.segments(samples, TIMING_VAD_SETTINGS)]
+        if disk is not None:
+            atomic_write_json(disk, {"schema": "fdb-vad-cache-1", "vad": vad.identity.model_dump(mode="json"),
+                                     "file_sha256": sha, "spans": _SPAN_CACHE[key]})
     return list(_SPAN_CACHE[key]), sha
+
+
+def overlap_span(folder: Path) -> Interval | None:
+    """metadata.json's "timestamps" [start, end], or None when absent or malformed."""
+    path = folder / "metadata.json"
+    try:
+        start, end = read_json(path)["timestamps"]
+        return (float(start), float(end))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def anchor_session(row: SessionIntervals, span: Interval | None) -> None:
+    """Fill the fdb event-anchored fields (not official) of an overlap row."""
+    row.overlap_span = span
+    if span is None:
+        return
+    row.event_span = event_span(row.user_spans, span)
+    row.anchored_stop_interval = anchored_stop(row.event_span, row.model_spans)
+    row.anchored_response_interval = anchored_response(row.event_span, row.model_spans)
+    for field, iv in (("anchored_stop_latency_s", row.anchored_stop_interval),
+                      ("anchored_response_latency_s", row.anchored_response_interval)):
+        setattr(row, field, None if iv is None else latencies([iv])[0])
 
 
 def intervals_from_spans(row: SessionIntervals, user_vad: list[Interval], model_vad: list[Interval]) -> None:
@@ -77,7 +120,8 @@ def intervals_from_spans(row: SessionIntervals, user_vad: list[Interval], model_
     row.response_latencies_s = latencies(row.response_intervals)
 
 
-def time_session(vad: SpeechSegmenter, tree: Path, sample: ExportSample, variant: str) -> SessionIntervals:
+def time_session(vad: SpeechSegmenter, tree: Path, sample: ExportSample, variant: str,
+                 cache_dir: Path | None = None) -> SessionIntervals:
     """One session's row; an unreadable or changed file gives a failed row with the error."""
     row = SessionIntervals(sample_id=sample.sample_id, category=sample.subset, id=sample.id, variant=variant,
                            status="ok")
@@ -88,7 +132,7 @@ def time_session(vad: SpeechSegmenter, tree: Path, sample: ExportSample, variant
     names = VARIANTS[variant]
     try:
         (user, row.input_sha256), (model, row.output_sha256) = (
-            vad_spans(vad, folder / name, sample.sample_id) for name in names)
+            vad_spans(vad, folder / name, sample.sample_id, cache_dir) for name in names)
         for name, sha in zip(names, (row.input_sha256, row.output_sha256), strict=True):
             if sample.files.get(name) not in (None, sha):
                 raise SampleError(sample.sample_id, f"{name} differs from reference-manifest.json")
@@ -96,6 +140,8 @@ def time_session(vad: SpeechSegmenter, tree: Path, sample: ExportSample, variant
         row.status, row.error = "failed", exc.one_line()
         return row
     intervals_from_spans(row, user, model)
+    if variant == "overlap":
+        anchor_session(row, overlap_span(folder))
     return row
 
 
@@ -153,7 +199,15 @@ def category_timing(category: str, pairs: Sequence[ExportSample], rows: dict[tup
         response_latency=cluster_stats(clusters("overlap", "response_latencies_s")),
         clean_stop_latency=cluster_stats(clusters("clean", "stop_latencies_s")),
         clean_response_latency=cluster_stats(clusters("clean", "response_latencies_s")),
+        anchored_event_sessions=sum(1 for c in clusters("overlap", "event_span") if c is not None),
+        anchored_stop_latency=cluster_stats(_one(clusters("overlap", "anchored_stop_latency_s"))),
+        anchored_response_latency=cluster_stats(_one(clusters("overlap", "anchored_response_latency_s"))),
     )
+
+
+def _one(values: Sequence[float | None]) -> list[list[float]]:
+    """Clusters of at most one anchored latency per session."""
+    return [[] if v is None else [v] for v in values]
 
 
 def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
@@ -182,12 +236,18 @@ def definitions() -> dict[str, object]:
         "bootstrap": "2000 resamples of the pairs whose session of the variant was read (status ok, with "
                      "or without intervals), a fresh default_rng(0) per statistic; a resample without "
                      "intervals is skipped; ceil(0.025 B)-th and ceil(0.975 B)-th valid statistic",
+        "anchored": f"{ANCHORED_LABEL}: metadata.json's overlap span picks the merged user span "
+                    "with the largest intersection (earliest on ties); stop = its first positive "
+                    "overlap with a merged model span; response = [its end, next model start "
+                    "strictly after]; at most one of each per overlap session, same bootstrap",
     }
 
 
-def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path | None = None) -> TimingSummary:
+def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path | None = None,
+                     cache_dir: Path | None = None) -> TimingSummary:
     """Time every session of a v1.5 reference-audio tree; writes ``out/intervals.jsonl`` and
-    ``out/summary.json`` (``out`` defaults to ``tree/../scores``)."""
+    ``out/summary.json`` (``out`` defaults to ``tree/../scores``); ``cache_dir`` keeps VAD spans
+    on disk by (VAD identity, settings, file sha256)."""
     tree = Path(tree)
     out = Path(out) if out is not None else tree.parent / "scores"
     manifest, manifest_sha = load_v15_manifest(tree)
@@ -196,7 +256,7 @@ def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path |
 
         vad = SileroVad()
     pairs = sorted(manifest.samples, key=lambda s: (_category_key(s.subset), id_key(s.id)))
-    rows = {(p.sample_id, v): time_session(vad, tree, p, v) for p in pairs for v in VARIANTS}
+    rows = {(p.sample_id, v): time_session(vad, tree, p, v, cache_dir) for p in pairs for v in VARIANTS}
     categories = {"all": category_timing("all", pairs, rows)}
     for category in sorted({p.subset for p in pairs}, key=_category_key):
         categories[category] = category_timing(category, [p for p in pairs if p.subset == category], rows)

@@ -2,7 +2,8 @@
 
 The ASR, LLM and TTS backends are shared (each holds an internal lock); the VAD keeps per-stream
 state, so every session gets its own :class:`fdb.models.vad.StreamingVad`. All model calls run
-in the hub's thread pool so that no session's event loop ever waits on a model.
+in the hub's thread pools (a reply's LLM token stream in a thread of its own, see
+:mod:`serving.realtime.reply_stream`) so that no session's event loop ever waits on a model.
 """
 
 from __future__ import annotations

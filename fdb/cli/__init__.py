@@ -28,7 +28,8 @@ app = typer.Typer(
 
 
 # One module per verb, in the order `--help` lists them. Each module has register(app).
-VERB_MODULES = ["setup", "serve", "generate", "asr", "aggregate", "score", "judge", "dataset"]
+VERB_MODULES = ["setup", "serve", "serve_model", "serve_judge", "generate", "asr", "judge", "aggregate",
+                "env", "score", "dataset", "conformance"]
 
 
 def _register() -> None:

@@ -22,11 +22,12 @@ def generate(
     model: str | None = typer.Option(None, help="Model name sent in session.update (must match the server's)."),
     system: str = typer.Option("embedded-cascade", help="Bundled system to start when --url is not given."),
     turn_detection: str | None = typer.Option(None, help='Turn detection JSON sent in session.update (default {"type": "server_vad", "silence_duration_ms": 500}).'),
-    num_shards: int = typer.Option(1, help="Sessions recorded at once (they share the server: latencies are measured under load)."),
+    num_shards: int = typer.Option(1, help="Sessions recorded at once (they share the server: latencies are measured under load); refused beyond the servers' max_sessions."),
+    gpus: str | None = typer.Option(None, help="GPU indices, e.g. 0,1: one bundled model server per GPU on port 8097 + 10 x GPU; shard i records on server i mod n. Needs at least as many shards."),
     v15_dataset_root: Path | None = typer.Option(None, help="v1.5 tree (default $FDB_DATASET, $FDB_WORK/dataset/v1.5, else the synthetic set)."),
     v10_dataset_root: Path | None = typer.Option(None, help="v1.0 tree (default $FDB10_DATASET, $FDB_WORK/dataset/v1.0, else the synthetic set)."),
     all_stages: bool = typer.Option(False, help="Continue with asr, judge and aggregate after recording."),
-    log_level: str = typer.Option("warning", help="debug, info, warning or error."),
+    log_level: str = typer.Option("warning", help="debug, info, warning or error; debug prints the server and recorder logs prefixed by their name."),
 ) -> None:
     """Record a repeat of a run: select samples, start the model server it needs (or use
     --url), stream every selected input to /v1/realtime in real time (80 ms packets; two
@@ -49,18 +50,15 @@ def generate(
         v10=DatasetChoice(per_subset=v10_per_subset, subset_counts=v10_subset_count,
                           sample_ids=v10_sample_id, sample_ids_file=v10_sample_ids_file),
         url=url, model=model, system=system, turn_detection=parse_turn_detection(turn_detection),
-        num_shards=num_shards, all_stages=all_stages, log_level=log_level,
+        num_shards=num_shards, gpus=gpus, all_stages=all_stages, log_level=log_level,
         v15_root=v15_dataset_root, v10_root=v10_dataset_root,
     )
     run_generate(opts, console)
     if all_stages:
-        from runs.phases import run_aggregate, run_asr, run_judge
+        from runs.phases import run_all_stages
 
-        steps_ok = run_asr(run_name, repeat, console)
-        steps_ok &= run_judge(run_name, repeat, console)
-        run_aggregate(run_name, console, show=True)
-        if not steps_ok:
-            raise typer.Exit(1)
+        if not run_all_stages(run_name, repeat, console):
+            raise SystemExit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -59,6 +59,7 @@ class SmolLm2:
     def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str:
         """The whole reply, stripped."""
         with self._lock:
+            self._llm.reset()  # no prompt-prefix reuse: the same messages always give the same reply
             out = self._llm.create_chat_completion(messages=messages, **self._sampling(max_tokens, temperature))
         return (out["choices"][0]["message"]["content"] or "").strip()
 
@@ -69,6 +70,7 @@ class SmolLm2:
         The model stays locked until the generator is exhausted or closed: iterate it in one
         thread and ``close()`` it when stopping early, so generation ends at the next token."""
         with self._lock:
+            self._llm.reset()  # as in reply(): independent of earlier calls and other sessions
             chunks = self._llm.create_chat_completion(
                 messages=messages, stream=True, **self._sampling(max_tokens, temperature))
             try:

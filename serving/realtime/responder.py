@@ -144,9 +144,10 @@ class Responder:
         self._carry.clear()
         sampling = config.sampling
         stream = ReplyStream(self._hub.llm, turn, self._messages(config, user_text),
-                             sampling.max_new_tokens_per_unit, sampling.temperature, hold_first=reply.audio)
+                             sampling.max_new_tokens_per_unit, sampling.temperature,
+                             hold_first=reply.audio)
         try:
-            stream.start(self._hub.executor)
+            stream.start()
             await self._speak(turn, reply, stream)
         except TurnInterrupted:
             pass

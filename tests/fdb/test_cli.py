@@ -7,7 +7,8 @@ import sys
 
 from tests.conftest import REPO
 
-VERBS = ("setup", "serve", "generate", "asr", "judge", "aggregate", "score", "dataset")
+VERBS = ("setup", "serve", "serve-model", "serve-judge", "generate", "asr", "judge", "aggregate", "env", "score",
+         "dataset", "conformance")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

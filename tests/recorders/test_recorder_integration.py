@@ -98,3 +98,44 @@ def test_real_server_session_and_export(tmp_path, server_url, question):
     first_audio = min(e.t for e in read_trace(session_dir / "trace.jsonl") if e.type == "response.output_audio.delta")
     if first_audio < row.T_s - 0.2:  # the reply started inside the window: it must be heard there
         assert np.abs(window.samples).max() > 0.05
+
+
+def test_recording_twice_passes_and_exports_deterministically(tmp_path, server_url, question):
+    """Acceptance: the same input recorded twice gives pass verdicts and eligible exports; exporting
+    the same traces again reproduces every byte."""
+    subset = "synthetic_pause_handling"
+    samples = []
+    for sid in ("a", "b"):
+        dataset = tmp_path / "dataset" / subset / sid
+        write_wav(dataset / "input.wav", question.samples, question.rate)
+        source = read_wav(dataset / "input.wav")
+        rec = asyncio.run(record_session(
+            server_url, source, tmp_path / "recording" / subset / sid / "main", sample_id=f"{subset}/{sid}",
+            variant="main", profile="turn-based", turn_detection=TD, timeout_s=60.0,
+        ))
+        assert rec.status == "ok" and rec.verdict.status == "pass", (rec.failure, rec.verdict.violations)
+        assert rec.loop_lag.ticks > 0 and rec.pacing.violations == 0
+        samples.append(V10Sample(subset=subset, id=sid, task="pause_handling", dir=dataset,
+                                 input_wav=dataset / "input.wav", annotation=None, rate=source.rate,
+                                 duration_s=source.duration_s))
+    out = tmp_path / "reference"
+    first = export_v10([tmp_path / "recording"], samples, out)
+    assert all(row.eligible for row in first.samples), [row.reasons for row in first.samples]
+    wavs = {sid: (out / subset / sid / "output.wav").read_bytes() for sid in ("a", "b")}
+    again = export_v10([tmp_path / "recording"], samples, out)
+    assert {sid: (out / subset / sid / "output.wav").read_bytes() for sid in ("a", "b")} == wavs
+    assert [r.files for r in again.samples] == [r.files for r in first.samples]
+
+
+def test_conformance_against_the_bundled_server_passes(tmp_path, server_url, question):
+    write_wav(tmp_path / "question.wav", question.samples, question.rate)
+    cmd = [sys.executable, "-m", "fdb", "conformance", "--url", server_url, "--profile", "turn-based",
+           "--turn-detection", '{"type": "server_vad", "silence_duration_ms": 500}',
+           "--question", str(tmp_path / "question.wav")]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rule in ("handshake", "receipts", "end-drain-close", "question-answered", "invalid-json",
+                 "out-of-order-seq", "model-mismatch"):
+        assert rule in done.stdout
+    assert "failed:" not in done.stdout

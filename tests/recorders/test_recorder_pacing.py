@@ -87,8 +87,9 @@ def test_real_event_loop_keeps_the_schedule():
         return await send_paced([b"\0\0" * 1280] * 8, send, loop.time, asyncio.sleep, 0.08)
 
     _, receipts = asyncio.run(main())
-    assert pacing_stats(receipts).max_lateness_ms < 30.0
-    assert receipts[-1].start == pytest.approx(0.56, abs=0.03)
+    # The rule's tolerance is one 80 ms packet; a shared CI core can add tens of ms of jitter.
+    assert pacing_stats(receipts).violations == 0
+    assert receipts[-1].start == pytest.approx(0.56, abs=0.08)
 
 
 def test_pacing_can_be_rebuilt_from_the_trace():

@@ -25,8 +25,10 @@ def test_unknown_profile_and_trace_format_name_the_known_ones():
         get_profile("nemotron")
     assert "'nemotron'" in err.value.one_line() and "turn-based" in err.value.one_line()
     with pytest.raises(FdbError) as err:
-        profile_for_trace_format("realtime-pcm16-v1")
+        profile_for_trace_format("realtime-pcm16-v2")
     assert "realtime-turn-based-pcm16-v1" in err.value.one_line()
+    assert profile_for_trace_format("realtime-pcm16-v1").name == "minicpmo-native-pr2377"
+    assert profile_for_trace_format("realtime-legacy-pcm16-v1").name == "qwen3-omni-half-duplex"
 
 
 def test_turn_detection_accepts_json_and_dicts():

@@ -1,0 +1,129 @@
+"""Recorder capacity: how many concurrent paced sessions one recorder process drives.
+
+Starts the loopback echo sink of ``benchmarks/recorder_pacing.py`` (turn-based session protocol:
+receipts, units, and every append echoed back as reply audio) in a separate process, then runs
+a ladder of concurrencies through ``recorders.batch.record_many`` in this process. A step
+passes when every session is ok with a passing verdict, no packet starts more than 80 ms off
+its schedule, and the p99 packet lateness is at most 2 ms. For each step it prints the
+violations, lateness, the recorder's event-loop lag, CPU, and the peak RSS growth per session
+(traces, input and received audio included). Goals: 512 sessions; under 2 MiB RSS per session.
+
+    python benchmarks/recorder_capacity.py --ladder 64,128,256,512 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.recorder_pacing import TD, _serve  # noqa: E402
+from fdb.audio import Audio  # noqa: E402
+from recorders.batch import SessionJob, record_many  # noqa: E402
+from recorders.pacing import sends_from_trace  # noqa: E402
+from recorders.records import read_trace  # noqa: E402
+
+P99_GOAL_MS = 2.0
+MIB = 1024 * 1024
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class PeakRss:
+    """Polls this process's RSS every 50 ms in a thread; ``peak`` is the largest seen."""
+
+    def __init__(self) -> None:
+        self.peak, self._stop = rss_bytes(), threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, rss_bytes())
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def step(url: str, sessions: int, seconds: float, out: Path) -> dict:
+    t = np.arange(int(seconds * 16000)) / 16000
+    audio = Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
+    jobs = [SessionJob(url, audio, out / f"s{k:04d}", f"bench/{k}", "main", "turn-based", TD, timeout_s=seconds + 60)
+            for k in range(sessions)]
+    before = rss_bytes()
+    cpu, wall = time.process_time(), time.perf_counter()
+    with PeakRss() as rss:
+        records = asyncio.run(record_many(jobs, concurrency=sessions))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    lateness = np.array([s.lateness_s * 1000 for job in jobs
+                         for s in sends_from_trace(read_trace(job.out_dir / "trace.jsonl"))])
+    lag = [r.loop_lag.max_ms for r in records if r.loop_lag.max_ms is not None]
+    row = {
+        "sessions": sessions,
+        "ok": sum(r.status == "ok" and r.verdict.status == "pass" for r in records),
+        "violations": sum(r.pacing.violations for r in records),
+        "client_behind": sum(r.loop_lag.client_behind for r in records),
+        "p99_ms": float(np.percentile(lateness, 99)) if lateness.size else float("nan"),
+        "max_ms": float(lateness.max()) if lateness.size else float("nan"),
+        "loop_lag_max_ms": max(lag) if lag else float("nan"),
+        "cpu_share": cpu / wall,
+        "rss_per_session_mib": (rss.peak - before) / sessions / MIB,
+        "wall_s": wall,
+    }
+    row["passes"] = row["ok"] == sessions and row["violations"] == 0 and row["p99_ms"] <= P99_GOAL_MS
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ladder", default="64,128,256,512", help="comma-separated concurrencies")
+    parser.add_argument("--seconds", type=float, default=10.0, help="input length per session")
+    parser.add_argument("--keep-going", action="store_true", help="run every step even after one fails")
+    args = parser.parse_args()
+    ports: mp.Queue = mp.Queue()
+    server = mp.Process(target=_serve, args=(ports,), daemon=True)
+    server.start()
+    url = f"ws://127.0.0.1:{ports.get(timeout=30)}/v1/realtime"
+    rows = []
+    header = (f"{'sessions':>8} {'ok':>5} {'late>80':>7} {'behind':>6} {'p99 ms':>7} {'max ms':>8} "
+              f"{'lag max':>8} {'CPU':>5} {'MiB/sess':>8} {'wall s':>7} pass")
+    print(header, flush=True)
+    try:
+        for n in (int(x) for x in args.ladder.split(",")):
+            with tempfile.TemporaryDirectory() as tmp:
+                r = step(url, n, args.seconds, Path(tmp))
+            rows.append(r)
+            print(f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
+                  f"{r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['cpu_share']:>5.2f} "
+                  f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}", flush=True)
+            if not r["passes"] and not args.keep_going:
+                break
+    finally:
+        server.terminate()
+        server.join()
+    best = max((r["sessions"] for r in rows if r["passes"]), default=0)
+    print(f"capacity: {best} concurrent paced sessions with zero violations and p99 <= {P99_GOAL_MS:g} ms "
+          f"(goal 512); RSS per session at the largest step: {rows[-1]['rss_per_session_mib']:.3f} MiB (goal < 2)")
+
+
+if __name__ == "__main__":
+    main()

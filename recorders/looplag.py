@@ -1,0 +1,87 @@
+"""The recorder's own event-loop lag, measured by one ticker task per event loop.
+
+A ticker sleeps ``interval`` and records how late it woke up. Every session in the loop shares
+the ticker (a per-session ticker would itself load the loop at high concurrency); a session
+takes the samples between its start and its end. A lag beyond the pacing tolerance while the input
+is being sent means this process fell behind its own schedule (``client_behind``), so the
+session's pacing violations are the load generator's, not the server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from array import array
+
+import numpy as np
+
+from recorders.records import LoopLagStats
+
+TICK_S = 0.02
+
+
+class LoopMonitor:
+    """Shared ticker of one event loop; ``acquire`` / ``release`` count the sessions using it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval: float = TICK_S):
+        self.loop, self.interval = loop, interval
+        self.lags = array("d")  # lag in seconds per tick (untracked by the GC)
+        self.times = array("d")  # loop time of each tick's wake-up
+        self.base = 0  # index of lags[0] in the ever-growing tick count
+        self.users = 0
+        self.task: asyncio.Task | None = None
+
+    def acquire(self) -> int:
+        self.users += 1
+        if self.task is None:
+            self.task = self.loop.create_task(self._tick())
+        return self.base + len(self.lags)
+
+    def release(self, start: int, tolerance_ms: float, window: tuple[float, float] | None = None) -> LoopLagStats:
+        stats = self.stats(start, tolerance_ms, window)
+        self.users -= 1
+        if self.users == 0 and self.task is not None:
+            self.task.cancel()
+            self.task = None
+            self.base += len(self.lags)
+            self.lags, self.times = array("d"), array("d")
+        return stats
+
+    def stats(self, start: int, tolerance_ms: float, window: tuple[float, float] | None = None) -> LoopLagStats:
+        """Lag over the session's ticks; ``client_behind`` counts only ticks inside ``window``
+        (loop times of the input being sent), where lag can delay packets."""
+        first = max(0, start - self.base)
+        lags = np.frombuffer(self.lags, dtype=np.float64)[first:] * 1000.0
+        times = np.frombuffer(self.times, dtype=np.float64)[first:]
+        interval_ms = self.interval * 1000.0
+        if len(lags) == 0:
+            return LoopLagStats(interval_ms=interval_ms)
+        over = int((lags > tolerance_ms).sum())
+        inside = np.ones(len(lags), bool) if window is None else (times >= window[0]) & (times <= window[1] + tolerance_ms / 1000)
+        behind = bool(((lags > tolerance_ms) & inside).any())
+        return LoopLagStats(
+            interval_ms=interval_ms, ticks=len(lags), max_ms=round(float(lags.max()), 3),
+            p99_ms=round(float(np.percentile(lags, 99)), 3), mean_ms=round(float(lags.mean()), 3),
+            over_tolerance=over, client_behind=behind,
+        )
+
+    async def _tick(self) -> None:
+        loop, interval = self.loop, self.interval
+        while True:
+            due = loop.time() + interval
+            await asyncio.sleep(interval)
+            now = loop.time()
+            self.lags.append(max(0.0, now - due))
+            self.times.append(now)
+
+
+_MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMonitor] = weakref.WeakKeyDictionary()
+
+
+def monitor() -> LoopMonitor:
+    """The running loop's monitor (created on first use)."""
+    loop = asyncio.get_running_loop()
+    found = _MONITORS.get(loop)
+    if found is None:
+        found = _MONITORS[loop] = LoopMonitor(loop)
+    return found

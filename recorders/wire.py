@@ -1,0 +1,31 @@
+"""Wire-level helpers of the session client: event ids, close-code names, parsing server frames."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+CLOSE_CODES = {1006: "abnormal closure", 1008: "policy violation", 1009: "message too big", 1011: "server error"}
+
+
+def event_id() -> str:
+    return f"evt_{uuid.uuid4().hex[:24]}"
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name}")
+
+
+def parse_server_message(message: str | bytes) -> tuple[dict[str, Any] | None, str | None, str]:
+    """(event, None, text) for a JSON object with a string ``type``; else (None, problem, text):
+    a binary frame, invalid JSON (non-finite numbers included) or a non-event JSON value."""
+    if isinstance(message, bytes):
+        return None, "a binary frame", f"<{len(message)} bytes>"
+    try:
+        event = json.loads(message, parse_constant=_reject_constant)
+    except ValueError as exc:
+        return None, f"invalid JSON ({exc})", message
+    if isinstance(event, dict) and isinstance(event.get("type"), str):
+        return event, None, message
+    return None, "a JSON message that is not an event object with a type", message

@@ -1,0 +1,109 @@
+"""The files aggregate writes next to RESULTS.md: one CSV per table and PNG latency plots.
+
+CSV: every Markdown table of RESULTS.md, in `tables/NN-<section>.csv`, cells exactly as shown
+(`n/a` stays `n/a`). PNG: histograms of the per-session latencies (v1.5 stop and response,
+over the overlap sessions, from scores/intervals.jsonl) and the per-sample v1.0 latencies
+(unified-samples.jsonl), pooled over the repeats, in `plots/`. Files left from an earlier
+aggregate that this one does not write are removed. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+from fdb.io import atomic_write_bytes, atomic_write_text
+from runs.layout import RepeatPaths, RunPaths
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "table"
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def markdown_tables(text: str) -> list[tuple[str, list[list[str]]]]:
+    """(title, rows) of every Markdown table, titled by its heading and bold caption."""
+    tables, heading, caption, current = [], "results", "", None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading, caption = line.lstrip("#").strip(), ""
+        elif line.startswith("**"):
+            caption = line.split("**")[1]
+        if line.startswith("|"):
+            if current is None:
+                current = (f"{heading} {caption}".strip(), [])
+                tables.append(current)
+            if not re.fullmatch(r"\|( --- \|)+", line.strip()):
+                current[1].append(_cells(line))
+        else:
+            current = None
+    return tables
+
+
+def write_csvs(run: RunPaths, text: str) -> list[Path]:
+    out = run.root / "tables"
+    written = []
+    for index, (title, rows) in enumerate(markdown_tables(text), start=1):
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows(rows)
+        written.append(atomic_write_text(out / f"{index:02d}-{_slug(title)}.csv", buffer.getvalue()))
+    _prune(out, "*.csv", written)
+    return written
+
+
+def _prune(folder: Path, pattern: str, keep: list[Path]) -> None:
+    if folder.is_dir():
+        for stale in set(folder.glob(pattern)) - set(keep):
+            stale.unlink()
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def latency_samples(repeats: list[RepeatPaths]) -> dict[str, list[float]]:
+    """Latency values per plot, pooled over repeats, in a fixed order."""
+    series: dict[str, list[float]] = {}
+    for rep in repeats:
+        for row in _jsonl(rep.scores / "intervals.jsonl"):
+            if row.get("variant") == "overlap" and row.get("status") == "ok":
+                series.setdefault("v15-stop-latency", []).extend(row.get("stop_latencies_s") or [])
+                series.setdefault("v15-response-latency", []).extend(row.get("response_latencies_s") or [])
+        for row in _jsonl(rep.v10_reference / "unified-samples.jsonl"):
+            if row.get("latency_s") is not None:
+                series.setdefault(f"v10-{row['subset']}-response-latency", []).append(row["latency_s"])
+    return {name: values for name, values in sorted(series.items()) if values}
+
+
+def _plot(name: str, values: list[float]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 3.5), dpi=100)
+    axes = figure.add_subplot()
+    axes.hist(values, bins=min(30, max(5, len(values))), color="#4c72b0", edgecolor="white")
+    axes.set_title(f"{name} (n = {len(values)})")
+    axes.set_xlabel("seconds")
+    axes.set_ylabel("count")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})  # no version stamp: byte-stable
+    return buffer.getvalue()
+
+
+def write_plots(run: RunPaths, repeats: list[RepeatPaths]) -> list[Path]:
+    out = run.root / "plots"
+    written = [atomic_write_bytes(out / f"{name}.png", _plot(name, values))
+               for name, values in latency_samples(repeats).items()]
+    _prune(out, "*.png", written)
+    return written

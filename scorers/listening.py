@@ -1,0 +1,198 @@
+"""Listening quality of every reply of a repeat (spec "Listening quality").
+
+``score_listening(repeat_root, asr=None, mos=None, speaker=None)`` walks
+``recording/shard-*/<category>/<id>/<variant>/`` (v1.5) and ``v10/recording/shard-*/<subset>/
+<id>/main/`` (v1.0), cuts each reply (``scorers.listening_cut``), writes it as a 16 kHz WAV
+under ``listening/wav/``, transcribes it, and scores:
+
+- omission rate: omitted (deleted) reference words / reference words, pooled over the
+  compared replies of a group; compared = status ``completed`` with a non-empty normalized
+  transcript (cancelled replies are not compared; short ones are, for omission only);
+- WER: (S + D + I) / reference words, pooled over compared replies of at least 3 s;
+- MOS of every reply of at least 3 s (backend labeled in ``backends.mos``); mean and p10;
+- voice similarity of every reply of at least 3 s: 100 x cosine of the embedding of its middle
+  3 s (written to ``voice-window/``) with the mean embedding of the same window of every other
+  such reply of the repeat (both datasets); mean and p10 (``np.percentile``, linear).
+
+A backend argument of None loads the default (``default_asr()``, DNSMOS via speechmos,
+resemblyzer); ``False`` turns that metric off. A metric whose backend is off or missing is
+null with a note, never 0. Groups: each v1.5 category and each v1.0 subset, plus one "all"
+per dataset; never pooled across datasets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from fdb.audio import write_wav
+from fdb.io import atomic_write_json, read_json
+from fdb.provenance import current
+from scorers.listening_cut import REPLY_RATE, CutReply, cut_replies, read_events
+from scorers.listening_records import (
+    REPLIES_SCHEMA,
+    SCORES_SCHEMA,
+    ListeningSummary,
+    ReplyRow,
+    ReplyScores,
+)
+from scorers.listening_stats import group_summaries
+from scorers.listening_text import align
+
+MIN_SCORED_S = 3.0
+WINDOW_S = 3.0
+
+
+def discover_sessions(root: Path) -> list[tuple[str, str, str, str, Path]]:
+    """(dataset, category, id, variant, folder) of every recorded session, sorted."""
+    found = []
+    for dataset, rec in (("v1.5", root / "recording"), ("v1.0", root / "v10" / "recording")):
+        for session in rec.glob("shard-*/*/*/*/session.json"):
+            folder = session.parent
+            found.append((dataset, folder.parent.parent.name, folder.parent.name, folder.name, folder))
+    return sorted(found, key=lambda s: (s[0], s[1], _id_key(s[2]), s[3], str(s[4])))
+
+
+def _id_key(sid: str) -> tuple[int, str]:
+    return (int(sid), sid) if sid.isdigit() else (1 << 62, sid)
+
+
+def _load(kind: str, given, notes: list[str]):
+    if given is False:
+        notes.append(f"{kind}: turned off; its metrics are null")
+        return None
+    if given is not None:
+        return given
+    try:
+        if kind == "asr":
+            from scorers.asr_phase import default_asr
+
+            return default_asr()
+        if kind == "mos":
+            from fdb.models.mos import load_mos
+
+            return load_mos()
+        from fdb.models.speaker import load_speaker
+
+        return load_speaker()
+    except Exception as exc:  # a missing extra or an unloadable checkpoint: null with a note
+        notes.append(f"{kind}: backend unavailable ({exc}); its metrics are null")
+        return None
+
+
+def session_replies(folder: Path) -> tuple[list[CutReply], int]:
+    session = read_json(folder / "session.json")
+    rate = int(session.get("output_rate") or 24000)
+    pcm = (folder / "output.pcm").read_bytes() if (folder / "output.pcm").exists() else b""
+    return cut_replies(read_events(folder / "trace.jsonl"), pcm, rate), rate
+
+
+def _row(out: Path, key: tuple, reply: CutReply, audio: np.ndarray) -> ReplyRow:
+    dataset, category, sid, variant, _folder = key
+    rid = f"{dataset}/{category}/{sid}/{variant}/{reply.index}"
+    rel = f"wav/{rid}.wav"
+    write_wav(out / rel, audio, REPLY_RATE)
+    duration = len(audio) / REPLY_RATE
+    compared = reply.status == "completed" and align(reply.transcript, "") is not None
+    return ReplyRow(reply_id=rid, dataset=dataset, category=category, sample_id=f"{category}/{sid}",
+                    variant=variant, response_id=reply.response_id, status=reply.status,
+                    barge_in_cut=reply.barge_in_cut, duration_s=round(duration, 6),
+                    short=duration < MIN_SCORED_S, compared=compared, transcript=reply.transcript,
+                    asr_text=None, wav=rel)
+
+
+def middle_window(audio: np.ndarray) -> np.ndarray:
+    n = int(WINDOW_S * REPLY_RATE)
+    start = (len(audio) - n) // 2
+    return audio[start: start + n]
+
+
+def _text_scores(row: ReplyRow, score: ReplyScores) -> None:
+    if not row.compared:
+        score.notes.append(f"not compared: status {row.status}" if row.status != "completed"
+                           else "not compared: empty transcript")
+        return
+    counts = align(row.transcript, row.asr_text or "")
+    score.counts = counts
+    score.omission_rate = counts.deletions / counts.reference_words
+    if not row.short:
+        score.wer = (counts.substitutions + counts.deletions + counts.insertions) / counts.reference_words
+
+
+def _voice_scores(rows, scores, windows: dict[int, np.ndarray], speaker) -> None:
+    keys = sorted(windows)
+    embs = {k: np.asarray(speaker.embed(windows[k]), dtype=np.float64) for k in keys}
+    if len(keys) < 2:
+        for k in keys:
+            scores[k].notes.append("voice: no other reply of >= 3 s in the repeat")
+        return
+    total = np.sum([embs[k] for k in keys], axis=0)
+    for k in keys:
+        others = (total - embs[k]) / (len(keys) - 1)
+        cos = float(embs[k] @ others / (np.linalg.norm(embs[k]) * np.linalg.norm(others)))
+        scores[k].voice_similarity = 100.0 * cos
+
+
+def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None) -> ListeningSummary:
+    """Cut, transcribe and score every reply of a repeat; writes ``listening/``."""
+    root, notes = Path(repeat_root), []
+    out = root / "listening"
+    asr, mos, speaker = (_load(k, b, notes) for k, b in (("asr", asr), ("mos", mos), ("speaker", speaker)))
+    rows: list[ReplyRow] = []
+    audios: list[np.ndarray] = []
+    for key in discover_sessions(root):
+        try:
+            replies, _rate = session_replies(key[4])
+        except (OSError, ValueError) as exc:
+            notes.append(f"{key[0]}/{key[1]}/{key[2]}/{key[3]}: session not read ({exc})")
+            continue
+        for reply in replies:
+            audio = reply.audio(_rate)
+            rows.append(_row(out, key, reply, audio))
+            audios.append(audio)
+    scores = [ReplyScores(reply_id=r.reply_id, dataset=r.dataset, category=r.category, duration_s=r.duration_s,
+                          short=r.short, compared=r.compared) for r in rows]
+    windows: dict[int, np.ndarray] = {}
+    for k, (row, audio) in enumerate(zip(rows, audios, strict=True)):
+        if asr is not None and len(audio):
+            row.asr_text = asr.transcribe(audio).text.strip()
+        if asr is not None:
+            _text_scores(row, scores[k])
+        if not row.short:
+            scores[k].mos = mos.score(audio) if mos is not None else None
+            windows[k] = middle_window(audio)
+            row.voice_window = f"voice-window/{row.reply_id}.wav"
+            write_wav(out / row.voice_window, windows[k], REPLY_RATE)
+    if speaker is not None:
+        _voice_scores(rows, scores, windows, speaker)
+    return _finish(out, rows, scores, notes, asr, mos, speaker)
+
+
+def _finish(out: Path, rows, scores, notes, asr, mos, speaker) -> ListeningSummary:
+    backends = {kind: (b.identity.model_dump(mode="json") if b is not None else None)
+                for kind, b in (("asr", asr), ("mos", mos), ("speaker", speaker))}
+    summary = ListeningSummary(definitions=definitions(), backends=backends, notes=notes,
+                               datasets=group_summaries(rows, scores),
+                               provenance=current().model_dump(mode="json"))
+    atomic_write_json(out / "replies.json", {"schema": REPLIES_SCHEMA, "replies": [r.model_dump() for r in rows]})
+    atomic_write_json(out / "scores.json", {"schema": SCORES_SCHEMA, "backends": backends,
+                                            "replies": [s.model_dump() for s in scores]})
+    atomic_write_json(out / "summary.json", summary.dump())
+    return summary
+
+
+def definitions() -> dict[str, object]:
+    return {
+        "reply": "a response's audio deltas back to back, cut where simulated FIFO playout stopped "
+                 "at a cancelled response.done; late-arrival gaps left out; 16 kHz (soxr HQ)",
+        "compared": "status completed with a non-empty normalized response.done transcript",
+        "omission_rate": "deleted reference words / reference words, pooled over compared replies",
+        "wer": "(S + D + I) / reference words, pooled over compared replies of >= 3 s",
+        "normalizer": "whisper_normalizer.english.EnglishTextNormalizer; alignment jiwer.process_words",
+        "short_s": MIN_SCORED_S,
+        "mos": "per reply of >= 3 s, whole reply; mean and p10 (np.percentile, linear)",
+        "voice_similarity": "100 x cosine(embedding of the middle 3 s, mean embedding of the middle 3 s "
+                            "of every other reply of >= 3 s in the repeat); mean and p10",
+        "groups": "each v1.5 category and v1.0 subset plus one 'all' per dataset; never across datasets",
+    }

@@ -1,0 +1,80 @@
+"""Typed records of the listening-quality outputs under ``repeat-N/listening/``:
+``replies.json`` (``fdb-listening-replies-1``), ``scores.json`` (``fdb-listening-scores-1``)
+and ``summary.json`` (``fdb-listening-1``). Missing values are null, never 0."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from scorers.listening_text import WordCounts
+
+REPLIES_SCHEMA = "fdb-listening-replies-1"
+SCORES_SCHEMA = "fdb-listening-scores-1"
+SUMMARY_SCHEMA = "fdb-listening-1"
+
+
+class ReplyRow(BaseModel):
+    reply_id: str  # dataset/category/id/variant/index
+    dataset: str  # v1.5 | v1.0
+    category: str
+    sample_id: str
+    variant: str
+    response_id: str
+    status: str  # completed | cancelled | incomplete | failed | ...
+    barge_in_cut: bool
+    duration_s: float
+    short: bool
+    compared: bool
+    transcript: str | None
+    asr_text: str | None
+    wav: str | None  # relative to listening/
+    voice_window: str | None = None
+
+
+class ReplyScores(BaseModel):
+    reply_id: str
+    dataset: str
+    category: str
+    duration_s: float
+    short: bool
+    compared: bool
+    counts: WordCounts | None = None
+    omission_rate: float | None = None
+    wer: float | None = None  # compared replies of >= 3 s only
+    mos: float | None = None
+    voice_similarity: float | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class GroupSummary(BaseModel):
+    dataset: str
+    category: str
+    replies: int
+    short_replies: int
+    compared_replies: int
+    cancelled_replies: int
+    reference_words: int
+    omitted_words: int
+    omission_rate: float | None
+    wer: float | None
+    wer_reference_words: int
+    mos_n: int
+    mos_mean: float | None
+    mos_p10: float | None
+    voice_n: int
+    voice_mean: float | None
+    voice_p10: float | None
+
+
+class ListeningSummary(BaseModel):
+    schema_: str = Field(SUMMARY_SCHEMA, alias="schema")
+    definitions: dict[str, object]
+    backends: dict[str, dict | None]
+    notes: list[str] = Field(default_factory=list)
+    datasets: dict[str, dict[str, GroupSummary]]
+    provenance: dict[str, object] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,82 @@
+"""Cutting a reply's token stream into speakable chunks, so that TTS can start early.
+
+The LLM's text arrives piece by piece; :class:`SpeechChunker` hands out a chunk as soon as it is
+complete, and the first one is kept short, since the first audio waits for its synthesis:
+
+- a sentence end (``. ! ? ; …`` followed by whitespace) always ends a chunk;
+- the first chunk also ends at a clause boundary (``,`` ``:`` or a dash, followed by whitespace)
+  once it has ``first_clause_words`` words, and in any case after ``first_max_words`` words;
+- a later chunk ends at a clause boundary once it has ``clause_words`` words, and in any case
+  after ``max_words`` (so that a long sentence does not hold up synthesis while audio plays).
+
+Chunks are the reply's text cleaned by :func:`speakable` (markup dropped, whitespace collapsed)
+and cut only at whitespace, so the chunks joined with spaces are ``speakable(reply)``. A cut is
+made only once the whitespace after it has arrived: "1,000" or "3.5" are never cut.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MARKUP = re.compile(r"[*_#`~<>\[\]{}|]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+")
+_CLAUSE_END = re.compile(r"(?:(?<=[,:—–])|(?<=\s-)|(?<=\s--))\s+")
+_GAP = re.compile(r"\s+")
+
+
+def speakable(text: str) -> str:
+    """LLM text with markup characters removed and whitespace collapsed."""
+    return " ".join(_MARKUP.sub(" ", text).split())
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class SpeechChunker:
+    """Feed it the LLM's pieces with :meth:`push`, then :meth:`finish`; each returns the chunks
+    completed by then, in order."""
+
+    def __init__(self, first_clause_words: int = 4, first_max_words: int = 12,
+                 clause_words: int = 12, max_words: int = 30) -> None:
+        self._first_rule = (first_clause_words, first_max_words)
+        self._later_rule = (clause_words, max_words)
+        self._text = ""  # cleaned of markup; whitespace not yet collapsed
+        self.chunks = 0  # chunks handed out so far
+
+    def push(self, piece: str) -> list[str]:
+        self._text += _MARKUP.sub(" ", piece)
+        out = []
+        while (cut := self._cut()) is not None:
+            chunk = " ".join(self._text[:cut[0]].split())
+            self._text = self._text[cut[1]:]
+            if chunk:
+                out.append(chunk)
+                self.chunks += 1
+        return out
+
+    def finish(self) -> list[str]:
+        """The rest of the reply (a reply cut by max_tokens keeps its last piece)."""
+        rest = " ".join(self._text.split())
+        self._text = ""
+        if not rest:
+            return []
+        self.chunks += 1
+        return [rest]
+
+    def _cut(self) -> tuple[int, int] | None:
+        """(end of the chunk, start of the rest) at the earliest allowed cut, if any."""
+        text = self._text
+        clause_words, max_words = self._later_rule if self.chunks else self._first_rule
+        cuts = []
+        if (end := _SENTENCE_END.search(text)) is not None:
+            cuts.append(end.span())
+        for clause in _CLAUSE_END.finditer(text):
+            if _words(text[:clause.start()]) >= clause_words:
+                cuts.append(clause.span())
+                break
+        for gap in _GAP.finditer(text):
+            if gap.start() > 0 and _words(text[:gap.start()]) >= max_words:
+                cuts.append(gap.span())
+                break
+        return min(cuts) if cuts else None

@@ -1,0 +1,78 @@
+"""Three repeats -> mean ± sd cells; CSV tables and PNG plots; unavailable unified artifacts."""
+
+from __future__ import annotations
+
+import json
+
+from reports.results import build_results, write_results
+from runs.layout import RunPaths
+from tests.reports.test_results_tables import _summary
+
+
+def _judge(share_respond: float) -> dict:
+    cell = {"judged": 2, "labels": {"C_RESPOND": {"share": share_respond}, "C_RESUME": {"share": 1 - share_respond},
+                                    "C_UNCERTAIN_HANDLING": {"share": 0.0}, "C_UNKNOWN": {"share": 0.0}}}
+    return {"judge": {"model": "qwen-test"}, "behavior": {"status": "complete", "all": cell,
+                                                          "categories": {"user_interruption": cell}}}
+
+
+def _three_repeats(tmp_path) -> RunPaths:
+    run = RunPaths.of(tmp_path, "three")
+    for n, (stop, respond) in enumerate([(1.0, 0.5), (2.0, 1.0), (3.0, 0.0)], start=1):
+        rep = run.repeat(n)
+        rep.scores.mkdir(parents=True)
+        (rep.scores / "summary.json").write_text(json.dumps(_summary(stop, 2.0)))
+        rows = [{"variant": "overlap", "status": "ok", "stop_latencies_s": [stop, stop + 0.5],
+                 "response_latencies_s": [2.0]}, {"variant": "clean", "status": "ok", "stop_latencies_s": [9.0]}]
+        (rep.scores / "intervals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (rep.root / "judge.json").write_text(json.dumps(_judge(respond)))
+    return run
+
+
+def test_three_repeats_give_mean_and_sd_cells(tmp_path):
+    text, _ = build_results(_three_repeats(tmp_path))
+    row = next(line for line in text.splitlines() if line.startswith("| user_interruption | 2 | 2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "2.000 ± 1.000"  # stop latency over repeats 1, 2, 3
+    assert cells[4] == "2.000 ± 0.000"
+    assert cells[5] == "50.0 ± 50.0%" and cells[6] == "50.0 ± 50.0%" and cells[9] == "2"
+
+
+def test_aggregate_writes_csv_tables_and_png_plots(tmp_path):
+    run = _three_repeats(tmp_path)
+    (run.root / "tables").mkdir()
+    (run.root / "tables" / "99-stale.csv").write_text("old")
+    _, data = write_results(run)
+    tables = sorted(p.name for p in (run.root / "tables").glob("*.csv"))
+    assert "99-stale.csv" not in tables and tables == data["files"]["tables"]
+    v15 = (run.root / "tables" / tables[0]).read_text().splitlines()
+    assert v15[0].startswith("Category,Pairs,Timed overlap sessions,Stop latency (s)")
+    assert any(line.startswith("user_interruption,2,2,2.000 ± 1.000") for line in v15)
+    plots = sorted(p.name for p in (run.root / "plots").glob("*.png"))
+    assert plots == ["v15-response-latency.png", "v15-stop-latency.png"]
+    first = {p: (run.root / "plots" / p).read_bytes() for p in plots}
+    assert all(b.startswith(b"\x89PNG") for b in first.values())
+    write_results(run)
+    assert {p: (run.root / "plots" / p).read_bytes() for p in plots} == first, "plots are byte-stable"
+    assert "## Listening quality" in (run.root / "RESULTS.md").read_text()
+
+
+def test_missing_or_stale_unified_is_labeled_unavailable_with_backfill(tmp_path):
+    run = RunPaths.of(tmp_path, "v10")
+    rep = run.repeat(1)
+    ref = rep.v10_reference
+    ref.mkdir(parents=True)
+    sample = {"sample_id": "candor_turn_taking/1", "subset": "candor_turn_taking", "id": "1", "eligible": False,
+              "reasons": ["missing"]}
+    (ref / "manifest.json").write_text(json.dumps({"samples": [sample]}))
+    (ref / "asr.json").write_text("{}")
+    text, _ = build_results(run)
+    assert "Unified metrics unavailable: v10/reference/unified.json is missing" in text
+    assert f"python -m fdb score v10 --tree {ref}" in text
+    stale = {"schema": "fdb-v1.0-unified-4", "inputs": {"manifest_sha256": "0" * 64, "asr_sha256": "0" * 64}}
+    (ref / "unified.json").write_text(json.dumps(stale))
+    text, data = build_results(run)
+    assert "unified.json is stale: its manifest.json hash differs" in text
+    assert data["v1.0_unified"] == {}, "stale numbers are never shown"
+    (ref / "unified.json").write_text(json.dumps(dict(stale, schema="fdb-v1.0-unified-1")))
+    assert "unsupported version 'fdb-v1.0-unified-1'" in build_results(run)[0]

@@ -1,0 +1,79 @@
+"""One real recording shared by the runbook tests: generate against the bundled server on a free
+loopback port (one v1.5 pair, one v1.0 sample of fdb's synthetic sets), then each later phase
+run on its own, with a snapshot of the run after every phase (the kill tests start from them)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port
+
+SELECT = ["--v15-per-subset", "0", "--v15-subset-count", "user_interruption=1",
+          "--v10-per-subset", "0", "--v10-subset-count", "candor_turn_taking=1"]
+PHASES = {"asr": ["asr", "--run-name", "e2e"], "judge": ["judge", "--run-name", "e2e"],
+          "aggregate": ["aggregate", "--run-name", "e2e", "--quiet"]}
+
+
+def fdb(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# judges/ stamps judge.json with the time it finished (its owner's format); the one field that
+# legitimately differs between two uninterrupted runs, so it is blanked before comparing.
+STAMP = re.compile(rb'"finished_utc": "[^"]*"')
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every file of a run except logs and atomic-write leftovers, by relative path."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and "logs" not in rel.parts and not path.name.endswith(".tmp"):
+            data = path.read_bytes()
+            found[str(rel)] = STAMP.sub(b'"finished_utc": ""', data) if path.name == "judge.json" else data
+    return found
+
+
+@dataclass
+class DemoRun:
+    work: Path
+    env: dict
+    outputs: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
+    snapshots: dict[str, Path] = field(default_factory=dict)  # state after each phase
+
+    @property
+    def run(self) -> Path:
+        return self.work / "runs" / "e2e"
+
+    def restore(self, phase: str) -> None:
+        shutil.rmtree(self.run)
+        shutil.copytree(self.snapshots[phase], self.run, symlinks=True)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> DemoRun:
+    from fdb.datasets.synthetic import ensure_synthetic
+
+    root = tmp_path_factory.mktemp("fdbwork")
+    ensure_synthetic(root, v10_per_subset=1, v15_per_category=1)
+    env = dict(os.environ, FDB_WORK=str(root), SERVER_PORT=str(free_port()))
+    for name in ("CUDA_VISIBLE_DEVICES", "GPU", "JUDGE_CONFIG", "JUDGE_URL", "OPENAI_API_KEY"):
+        env.pop(name, None)
+    demo = DemoRun(root, env)
+    snaps = tmp_path_factory.mktemp("snapshots")
+    for phase, args in [("generate", ["generate", "--run-name", "e2e", *SELECT]), *PHASES.items()]:
+        done = fdb(args, env)
+        assert done.returncode == 0, f"{phase}: {done.stderr[-3000:]}"
+        demo.outputs[phase] = done
+        demo.snapshots[phase] = snaps / phase
+        shutil.copytree(demo.run, snaps / phase, symlinks=True)
+    return demo

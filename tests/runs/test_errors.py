@@ -1,0 +1,101 @@
+"""The runbook's Troubleshooting rows as real one-line errors with the fix."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from rich.console import Console
+
+from fdb.errors import FdbError
+from runs.layout import RunPaths
+from runs.manifest import DatasetUse, RunManifest, ServerUse, check_compatible
+from runs.server import ManagedServer
+
+
+class FakeServer(ManagedServer):
+    """A child that logs and then sleeps, or exits: the lifecycle without the real model server."""
+
+    def __init__(self, tmp_path, script: str, **kw):
+        super().__init__(system="x", host="127.0.0.1", port=1, log_path=tmp_path / "logs/model-server-gpu0.log", **kw)
+        self.script = script
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", self.script]
+
+
+LOG_THEN = "import time,sys; print('loading weights'); print('boom: no module named onnx'); sys.stdout.flush(); "
+
+
+def test_server_not_ready_ends_with_the_log_tail(tmp_path, monkeypatch):
+    monkeypatch.setattr("runs.server.port_is_served", lambda host, port: False)
+    server = FakeServer(tmp_path, LOG_THEN + "time.sleep(30)", ready_timeout_s=1.5)
+    with pytest.raises(FdbError, match="the model server did not become ready") as err:
+        server.start()
+    assert "boom: no module named onnx" in str(err.value) and "model-server-gpu0.log" in err.value.one_line()
+    assert server.proc.poll() is not None, "the unready server is stopped"
+
+
+def test_server_exit_during_recordings(tmp_path, monkeypatch):
+    monkeypatch.setattr("runs.server.port_is_served", lambda host, port: False)
+    server = FakeServer(tmp_path, LOG_THEN + "time.sleep(30)", ready_timeout_s=0.5)
+    with pytest.raises(FdbError):
+        server.start()
+    with pytest.raises(FdbError, match="the model server exited with code -?\\d+ during the recordings") as err:
+        server.check_alive()
+    assert "boom" in str(err.value) and "delete the repeat and generate it again" in err.value.one_line()
+    early = FakeServer(tmp_path, LOG_THEN + "sys.exit(3)")
+    with pytest.raises(FdbError, match="exited with code 3 while starting"):
+        early.start()
+
+
+def _manifest(v10: bool, v15: bool) -> RunManifest:
+    uses = {}
+    for name, on in (("v1.0", v10), ("v1.5", v15)):
+        if on:
+            uses[name] = DatasetUse(dataset=name, root="/d", source="synthetic", revision="r", selection={},
+                                    sample_ids=["a/1"])
+    return RunManifest(run_name="x", datasets=uses, num_shards=1,
+                       server=ServerUse(url=None, system="embedded-cascade", model=None, turn_detection={}))
+
+
+def test_v15_only_repeat_names_the_option(tmp_path):
+    rep = RunPaths.of(tmp_path, "x").repeat(2)
+    with pytest.raises(FdbError, match="repeat-2 is a v1.5-only repeat") as err:
+        check_compatible(_manifest(v10=False, v15=True), _manifest(v10=True, v15=True), rep)
+    assert "--v10-per-subset 0" in err.value.one_line()
+    with pytest.raises(FdbError, match="is a v1.0-only repeat"):
+        check_compatible(_manifest(v10=True, v15=False), _manifest(v10=True, v15=True), rep)
+    prev, new = _manifest(True, True), _manifest(True, True)
+    new.judge, prev.judge = "gpt", "qwen"
+    with pytest.raises(FdbError, match="JUDGE=gpt differs"):
+        check_compatible(prev, new, rep)
+
+
+@pytest.mark.parametrize("dataset", ["v1.5", "v1.0"])
+def test_unfinished_export_is_named(tmp_path, dataset):
+    from runs.phases import exported
+
+    rep = RunPaths.of(tmp_path, "x").repeat(1)
+    base = rep.recording if dataset == "v1.5" else rep.v10_recording
+    (base / "shard-0/s/1/main").mkdir(parents=True)
+    (base / "shard-0/s/1/main/session.json").write_text("{}")
+    name = "reference-audio/reference-manifest.json" if dataset == "v1.5" else "v10/reference/manifest.json"
+    with pytest.raises(FdbError, match=f"{name} is missing") as err:
+        exported(rep)
+    assert "delete the repeat and generate it again" in err.value.one_line()
+
+
+def test_all_stages_stop_names_the_continuing_commands(monkeypatch):
+    import runs.phases as phases
+
+    monkeypatch.setattr(phases, "run_asr", lambda *a, **k: True)
+    monkeypatch.setattr(phases, "run_judge", lambda *a, **k: False)
+    monkeypatch.setattr(phases, "run_aggregate", lambda *a, **k: pytest.fail("aggregate must not run"))
+    console = Console(record=True, width=400)
+    assert not phases.run_all_stages("demo", 2, console)
+    text = console.export_text()
+    assert "judge stopped the --all-stages run of demo repeat-2" in text
+    assert ("python -m fdb judge --run-name demo --repeat 2 --retry-failed && "
+            "python -m fdb aggregate --run-name demo") in text
+    assert phases.continue_commands("r", 1, "asr")[0] == "python -m fdb asr --run-name r --repeat 1 --retry-failed"

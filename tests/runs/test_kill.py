@@ -1,0 +1,68 @@
+"""SIGKILL each phase at a random point, rerun it: the outputs are byte-identical to an
+uninterrupted run, and every JSON file seen right after the kill is whole (atomic writes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+from tests.runs.conftest import PHASES, fdb, tree_bytes
+
+BEFORE = {"asr": "generate", "judge": "asr", "aggregate": "judge"}
+KILL_WINDOW_S = {"asr": (0.5, 12.0), "judge": (0.3, 3.0), "aggregate": (0.3, 3.0)}
+
+
+def _kill_at(args: list[str], env: dict, delay_s: float) -> bool:
+    """Run a phase and SIGKILL its process group after ``delay_s``; True if it was still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=delay_s)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True
+
+
+def _all_whole(root) -> None:
+    for path in root.rglob("*"):
+        if path.is_file() and not path.name.endswith(".tmp"):
+            if path.suffix == ".json":
+                json.loads(path.read_text())
+            elif path.suffix == ".jsonl":
+                [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("phase", ["asr", "judge", "aggregate"])
+def test_sigkilled_phase_reruns_to_identical_outputs(demo_run, phase):
+    expected = tree_bytes(demo_run.snapshots[phase])
+    rng = random.Random(f"kill-{phase}")
+    for attempt in range(2):
+        demo_run.restore(BEFORE[phase])
+        low, high = KILL_WINDOW_S[phase]
+        _kill_at(PHASES[phase], demo_run.env, rng.uniform(low, high) * (attempt + 1) / 2)
+        _all_whole(demo_run.run)
+        again = fdb(PHASES[phase], demo_run.env)
+        assert again.returncode == 0, again.stderr[-2000:]
+        got = tree_bytes(demo_run.run)
+        assert sorted(got) == sorted(expected)
+        changed = [name for name in expected if got[name] != expected[name]]
+        assert not changed, f"{phase} rerun after SIGKILL differs in {changed[:5]}"
+
+
+def test_killing_twice_in_a_row_still_converges(demo_run):
+    demo_run.restore("asr")
+    for delay in (0.4, 0.8):
+        _kill_at(PHASES["judge"], demo_run.env, delay)
+        time.sleep(0.05)
+    assert fdb(PHASES["judge"], demo_run.env).returncode == 0
+    assert tree_bytes(demo_run.run) == tree_bytes(demo_run.snapshots["judge"])

@@ -1,0 +1,75 @@
+"""Reply cutting from traces and the text metrics, without models."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fdb.io import read_json
+from scorers.listening import score_listening
+from scorers.listening_cut import cut_replies, read_events
+from scorers.listening_text import align
+from tests.scorers.listening_build import OUT_RATE, write_session
+
+
+def tone(seconds: float, freq: float = 220.0) -> np.ndarray:
+    t = np.arange(int(seconds * OUT_RATE)) / OUT_RATE
+    return (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def test_late_gaps_left_out_and_barge_in_cut(tmp_path):
+    folder = tmp_path / "s"
+    # r0 arrives slower than real time (gaps), completes; r1 arrives 4x real time from t=10 and is
+    # cancelled at 11.0, when FIFO playout has played 1.0 s of it
+    write_session(folder, [
+        {"id": "r0", "audio": tone(2.0), "t": 0.0, "transcript": "red green", "rate_x": 0.5},
+        {"id": "r1", "audio": tone(4.0), "t": 10.0, "transcript": "blue sky", "status": "cancelled",
+         "done_t": 11.0},
+    ])
+    replies = cut_replies(read_events(folder / "trace.jsonl"), (folder / "output.pcm").read_bytes(), OUT_RATE)
+    assert [r.response_id for r in replies] == ["r0", "r1"]
+    assert len(replies[0].audio(OUT_RATE)) == 2 * 16000  # back to back: 2.0 s, not 4.0 s of wall time
+    assert replies[0].status == "completed" and not replies[0].barge_in_cut
+    assert replies[1].status == "cancelled" and replies[1].barge_in_cut
+    assert len(replies[1].audio(OUT_RATE)) == 16000  # 1.0 s played before the cancellation
+    assert replies[1].transcript == "blue sky"
+
+
+def test_align_counts_deletions_as_omissions():
+    counts = align("Hello, Mr. Smith! It's 5 o'clock.", "hello mister smith")
+    assert counts.reference_words > 3 and counts.deletions >= 2 and counts.hits >= 2
+    assert align("", "anything") is None
+    assert align("red green blue", "").deletions == 3
+
+
+class FakeAsr:
+    from fdb.models import BackendIdentity
+
+    identity = BackendIdentity(kind="asr", name="fake")
+
+    def transcribe(self, samples):
+        from fdb.models.asr import Transcript
+
+        return Transcript(text="red green", words=[])
+
+
+def test_missing_backends_are_null_with_notes(tmp_path):
+    root = tmp_path / "repeat-1"
+    write_session(root / "recording/shard-0/user_interruption/1/overlap",
+                  [{"id": "a", "audio": tone(4.0), "t": 0.5, "transcript": "red green blue"}])
+    write_session(root / "v10/recording/shard-0/synthetic_pause_handling/3/main",
+                  [{"id": "b", "audio": tone(1.0), "t": 0.5, "transcript": "red green"},
+                   {"id": "c", "audio": tone(3.5), "t": 5.0, "transcript": "x", "status": "cancelled",
+                    "done_t": 9.0}])
+    summary = score_listening(root, asr=FakeAsr(), mos=False, speaker=False)
+    v15, v10 = summary.datasets["v1.5"]["user_interruption"], summary.datasets["v1.0"]["all"]
+    assert v15.omission_rate == 1 / 3 and v15.wer == 1 / 3 and v15.mos_mean is None and v15.voice_mean is None
+    assert (v10.replies, v10.short_replies, v10.compared_replies, v10.cancelled_replies) == (2, 1, 1, 1)
+    assert v10.omission_rate == 0.0 and v10.wer is None  # the short reply is compared for omission only
+    assert summary.backends["mos"] is None and any("mos" in n for n in summary.notes)
+    replies = read_json(root / "listening/replies.json")["replies"]
+    assert [r["reply_id"] for r in replies] == ["v1.0/synthetic_pause_handling/3/main/0",
+                                                "v1.0/synthetic_pause_handling/3/main/1",
+                                                "v1.5/user_interruption/1/overlap/0"]
+    assert (root / "listening/wav/v1.5/user_interruption/1/overlap/0.wav").exists()
+    assert (root / "listening/voice-window/v1.5/user_interruption/1/overlap/0.wav").exists()
+    assert read_json(root / "listening/summary.json")["schema"] == "fdb-listening-1"

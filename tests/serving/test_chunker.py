@@ -1,0 +1,73 @@
+"""SpeechChunker: where a streamed reply is cut for synthesis (no models)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from serving.realtime.chunker import SpeechChunker, speakable
+
+SKY = ("The answer to this question is that the sky appears blue because of a process called "
+       "Rayleigh scattering, which is a natural phenomenon where light encounters molecules of air "
+       "and is scattered in all directions, but primarily in the direction of shortest distance. This")
+
+
+def tokens(text: str) -> list[str]:
+    """Pieces as a llama tokenizer streams them: a word with its leading space, punctuation apart."""
+    return re.findall(r"\s*\w+|\s*[^\w\s]", text)
+
+
+def chunk(pieces: list[str], **rules: int) -> list[str]:
+    chunker = SpeechChunker(**rules)
+    out = [c for piece in pieces for c in chunker.push(piece)]
+    return out + chunker.finish()
+
+
+def test_sentences_are_cut_as_soon_as_they_end():
+    chunker = SpeechChunker()
+    assert chunker.push("Sure") == [] and chunker.push(".") == []
+    assert chunker.push(" The") == ["Sure."]  # the space after the period confirms the end
+    assert chunker.push(" capital is Paris!") == []
+    assert chunker.push(" Next; one") == ["The capital is Paris!", "Next;"]
+    assert chunker.finish() == ["one"] and chunker.finish() == []
+
+
+def test_first_chunk_ends_at_a_clause_after_four_words_or_twelve_words():
+    assert chunk(tokens("Yes, the capital of France is Paris, which is a lovely city.")) == [
+        "Yes, the capital of France is Paris,", "which is a lovely city."]
+    assert chunk(tokens("Well: there are three things - first, the sun and the rain.")) == [
+        "Well: there are three things -", "first, the sun and the rain."]
+    assert chunk(tokens(SKY)) == [
+        "The answer to this question is that the sky appears blue because",
+        "of a process called Rayleigh scattering, which is a natural phenomenon where light "
+        "encounters molecules of air and is scattered in all directions,",
+        "but primarily in the direction of shortest distance.", "This"]
+
+
+def test_later_chunks_cut_at_clauses_only_when_long_and_capped():
+    words = " ".join(f"w{k}" for k in range(70))
+    pieces = tokens("Okay. " + words)
+    assert [len(c.split()) for c in chunk(pieces)] == [1, 30, 30, 10]
+    assert chunk(tokens("Okay. One, two, three.")) == ["Okay.", "One, two, three."]
+
+
+def test_numbers_markup_and_whitespace():
+    assert chunk(tokens("It costs 1,000 dollars or 3.5 euros in total, they say.")) == [
+        "It costs 1,000 dollars or 3.5 euros in total,", "they say."]
+    pieces = ["**Paris**", " is", "\n\n", " `big`", ".", " *Yes*", "."]
+    assert chunk(pieces) == ["Paris is big .", "Yes ."] == [speakable("**Paris** is `big`."), "Yes ."]
+    assert chunk(["   ", "\n"]) == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_chunks_joined_are_the_speakable_reply_however_it_is_split(seed):
+    rng = random.Random(seed)
+    text = rng.choice([SKY, "A *rainbow*, they say: light - and water. Or not?! Fine… ok; 3.5, 1,000."])
+    cuts = sorted(rng.sample(range(1, len(text)), rng.randint(1, 30)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    chunks = chunk(pieces)
+    assert " ".join(chunks) == speakable(text)
+    assert all(c == c.strip() and c for c in chunks)
+    assert len(chunks[0].split()) <= 12
