@@ -110,7 +110,9 @@ def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
         console.print(f"  unified {name}: selected {c.selected}, eligible {c.eligible}")
     official = score_official(rep.v10_reference, icc_gt=_icc_ground_truth(run))
     for name, subset in official.subsets.items():
-        console.print(f"  official-rule {name}: takeover {subset.takeover_rate}, latency {subset.latency_s}")
+        rate = "n/a" if subset.takeover_rate is None else f"{subset.takeover_rate:.3f}"
+        latency = "n/a" if subset.latency_s is None else f"{subset.latency_s:.3f} s"
+        console.print(f"  official-rule {name}: takeover {rate}, latency {latency}")
 
 
 def _v15_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> None:
