@@ -98,7 +98,7 @@ def _jobs(sel: Selected, rep: RepeatPaths, urls: list[str], opts: GenerateOption
         for variant, attr in variants:
             jobs.append(SessionJob(
                 url=url, audio=getattr(sample, attr), out_dir=base / f"shard-{shard_index}" / sample.sample_id / variant,
-                sample_id=sample.sample_id, variant=variant, profile="turn-based",
+                sample_id=sample.sample_id, variant=variant, profile=opts.profile,
                 turn_detection=opts.turn_detection, model=opts.model, timeout_s=timeout_s,
                 extra_meta={"dataset": sel.dataset, "dataset_source": sel.tree.source, "shard": shard_index},
             ))
@@ -162,7 +162,7 @@ def _manifest(opts: GenerateOptions, selections: list[Selected], settings: Setti
                                         files=s.files)
                   for s in selections},
         server=ServerUse(url=opts.url, system=None if opts.url else opts.system, model=opts.model,
-                         turn_detection=opts.turn_detection),
+                         turn_detection=opts.turn_detection, profile=opts.profile),
         num_shards=opts.num_shards,
         gpus=len(opts.gpus.split(",")) if opts.gpus else 1,
         judge=settings.judge,
@@ -182,6 +182,9 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
     if opts.url and opts.gpus:
         raise FdbError("--gpus starts bundled model servers, but --url names your own server",
                        "drop --gpus, or drop --url to let generate start one server per GPU")
+    if not opts.url and opts.profile != "turn-based":
+        raise FdbError(f"the bundled server speaks the turn-based session protocol, not {opts.profile}",
+                       "pass --url of a server that speaks that dialect, or drop --profile")
     v15 = select_dataset("v1.5", opts.v15, opts.v15_root, settings, console)
     v10 = select_dataset("v1.0", opts.v10, opts.v10_root, settings, console)
     require_some_selection(v10.ids if v10 else [], v15.ids if v15 else [])

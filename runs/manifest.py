@@ -26,7 +26,8 @@ class ServerUse(BaseModel):
     url: str | None  # None: the bundled server, started by generate
     system: str | None
     model: str | None
-    turn_detection: dict
+    turn_detection: dict | None
+    profile: str = "turn-based"
 
 
 class RunManifest(BaseModel):
@@ -70,7 +71,8 @@ def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPath
     if previous.num_shards != new.num_shards:
         raise FdbError(f"--num-shards {new.num_shards} differs from the run's {previous.num_shards}",
                        "keep the settings fixed across repeats, or use a new run name")
-    if previous.server.url != new.server.url or previous.server.system != new.server.system:
+    if (previous.server.url, previous.server.system, previous.server.profile) != (
+            new.server.url, new.server.system, new.server.profile):
         raise FdbError("the server differs from the earlier repeats of this run",
                        "use the same --url/--system, or use a new run name")
 

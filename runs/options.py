@@ -29,7 +29,8 @@ class GenerateOptions(BaseModel):
     url: str | None = None
     model: str | None = None
     system: str = "embedded-cascade"
-    turn_detection: dict = Field(default_factory=lambda: dict(DEFAULT_TURN_DETECTION))
+    profile: str = "turn-based"  # the recorder's protocol dialect (recorders/profiles.py)
+    turn_detection: dict | None = Field(default_factory=lambda: dict(DEFAULT_TURN_DETECTION))
     num_shards: int = 1
     gpus: str | None = None  # --gpus 0,1: one bundled model server per listed GPU
     all_stages: bool = False
@@ -38,15 +39,18 @@ class GenerateOptions(BaseModel):
     v10_root: Path | None = None
 
 
-def parse_turn_detection(raw: str | None) -> dict:
-    if raw is None:
+def parse_turn_detection(raw: str | None, profile: str = "turn-based") -> dict | None:
+    """--turn-detection checked by the profile: required (server_vad 500 ms by default) for the
+    turn-based and legacy dialects, refused for native ones."""
+    from recorders.profiles import get_profile
+
+    dialect = get_profile(profile)
+    if raw is None and dialect.turn_detection_required:
         return dict(DEFAULT_TURN_DETECTION)
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise FdbError(f"--turn-detection is not JSON: {exc}",
-                       'pass e.g. \'{"type": "server_vad", "silence_duration_ms": 500}\'') from exc
-    if not isinstance(value, dict) or value.get("type") != "server_vad":
-        raise FdbError("--turn-detection must be an object with type server_vad",
-                       "the turn-based session protocol accepts only server_vad")
-    return value
+    if raw is not None:
+        try:
+            json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise FdbError(f"--turn-detection is not JSON: {exc}",
+                           'pass e.g. \'{"type": "server_vad", "silence_duration_ms": 500}\'') from exc
+    return dialect.validate_turn_detection(raw)
