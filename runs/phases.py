@@ -189,7 +189,28 @@ def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = F
     if has_v15:
         ok &= _step("v1.5 timing", lambda: _v15_timing(rep, console), console, rerun)
         ok &= _step("the v1.5 ASR", lambda: _v15_asr(rep, console, retry_failed), console, rerun)
+    ok &= _step("the listening-quality phase", lambda: _listening(rep, console), console, rerun)
     return ok
+
+
+def _listening(rep: RepeatPaths, console: Console) -> None:
+    """Every reply of the repeat cut, transcribed and scored (omission, WER, MOS, voice)."""
+    from scorers.asr_phase import default_asr
+    from scorers.listening import score_listening
+
+    console.print("listening quality: cutting, transcribing and scoring every reply …")
+    summary = score_listening(rep.root, asr=default_asr())
+    for dataset, groups in summary.datasets.items():
+        overall = groups.get("all")
+        if overall is not None:
+            console.print(f"  listening {dataset}: {overall.replies} replies, omission "
+                          f"{_pct(overall.omission_rate)}, WER {_pct(overall.wer)}")
+    for note in summary.notes:
+        console.print(f"  note: {note}")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def run_judge(run_name: str, repeat: int, console: Console) -> bool:
