@@ -1,0 +1,332 @@
+"""Serving metrics of one concurrency level, computed only from what the client recorded.
+
+A level is a directory of recorded sessions (``session.json`` + ``trace.jsonl`` each). Every
+time here is a client-side time on the trace clock of its session (seconds from the first
+packet's send start); ``level_row`` turns one level into one ``ServingRow`` and ``capacity``
+reads the rows of a sweep. A value that cannot be measured is None, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from fractions import Fraction
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from recorders.profiles import Profile, get_profile
+from recorders.records import SessionRecord, TraceEvent, read_trace
+from scorers.stats import ceil_quantile
+
+DEFAULT_RESERVE_MS = 80.0
+UNIT_MISS_TARGET = 0.01
+P50, P90, P95 = Fraction(1, 2), Fraction(9, 10), Fraction(19, 20)
+APPEND = "input_audio_buffer.append"
+
+
+class Reply(BaseModel):
+    """One response: when response.created arrived and each audio chunk's (arrival, seconds)."""
+
+    response_id: str | None
+    created_t: float | None = None
+    chunks: list[tuple[float, float]] = Field(default_factory=list)
+
+
+class Session(BaseModel):
+    """One recorded session of a level."""
+
+    record: SessionRecord
+    trace: list[TraceEvent]
+
+
+class ServingRow(BaseModel):
+    """One level of a sweep (docs: "Serving metrics"); times in milliseconds."""
+
+    concurrency: int
+    profile: str
+    native: bool
+    sessions: int
+    mean_open: float | None = None
+    sessions_failed: int = 0
+    admission_denied: int = 0
+    pacing_violations: int = 0
+    client_behind: int = 0  # sessions whose recorder loop fell behind (load generator limit)
+    units: int | None = None
+    unit_misses: int | None = None
+    unit_miss_rate: float | None = None
+    unit_lag_p50_ms: float | None = None
+    unit_lag_p95_ms: float | None = None
+    replies: int = 0
+    empty_replies: int = 0
+    first_audio_p50_ms: float | None = None
+    first_audio_p95_ms: float | None = None
+    buffer_needed_p90_ms: float | None = None
+    playback_reserve_ms: float = DEFAULT_RESERVE_MS
+    underrun_replies: int | None = None
+    rtf_p90: float | None = None
+    meets_targets: bool = False
+    missed_targets: list[str] = Field(default_factory=list)
+
+
+class Capacity(BaseModel):
+    """The highest level below the first that misses; ``at_least`` when every level meets."""
+
+    sessions: int | None
+    at_least: bool = False
+    first_miss: int | None = None
+
+    def line(self) -> str:
+        if self.sessions is None and self.first_miss is None:
+            return "Capacity: no level recorded"
+        if self.sessions is None:
+            return f"Capacity: below the lowest level recorded ({self.first_miss} sessions miss the targets)"
+        if self.at_least:
+            return f"Capacity: at least {self.sessions} sessions (every level meets the targets; record a higher one)"
+        return f"Capacity: {self.sessions} sessions ({self.first_miss} sessions miss the targets)"
+
+
+def quantile_ms(values: list[float], q: Fraction) -> float | None:
+    found = ceil_quantile(values, q) if values else None
+    return None if found is None else round(found * 1000.0, 3)
+
+
+def _packets(trace: list[TraceEvent], input_rate: int) -> list[tuple[float, float]]:
+    """(cumulative input end in ms, t_end) of each paced append, in send order."""
+    total, out = 0.0, []
+    for ev in trace:
+        if ev.dir == "send" and ev.type == APPEND:
+            total += int(ev.event.get("audio_bytes", 0)) / 2 / (input_rate / 1000.0)
+            out.append((total, ev.t_end if ev.t_end is not None else ev.t))
+    return out
+
+
+def unit_readiness(trace: list[TraceEvent], profile: Profile) -> tuple[list[tuple[float, float]], int]:
+    """(receipt of sglang.unit.done, t_end of the packet holding the unit's last audio) per unit,
+    the input end standing in for a short or padded last unit; and the expected unit count."""
+    packets = _packets(trace, profile.input_rate)
+    if not packets:
+        return [], 0
+    input_ms = packets[-1][0]
+    expected = math.ceil(input_ms / profile.unit_ms - 1e-9)
+    units = []
+    for ev in trace:
+        if ev.dir != "recv" or ev.type != "sglang.unit.done":
+            continue
+        media = (ev.event.get("sglang") or {}).get("media_time") or {}
+        start, duration = media.get("t_start_ms"), media.get("duration_ms")
+        if not isinstance(start, int | float) or not isinstance(duration, int | float):
+            continue
+        end_ms = min(start + duration, input_ms)
+        ready = next((t_end for cum, t_end in packets if cum >= end_ms - 1e-6), packets[-1][1])
+        units.append((ev.t, ready))
+    return units, expected
+
+
+def unit_lags(trace: list[TraceEvent], profile: Profile) -> tuple[list[float], int]:
+    """Lag (s) of each unit: its sglang.unit.done receipt minus its input being ready."""
+    units, expected = unit_readiness(trace, profile)
+    return [done - ready for done, ready in units], expected
+
+
+def native_first_audio_s(reply: Reply, units: list[tuple[float, float]]) -> float | None:
+    """Native: from the input of the unit that carried the reply's first audio (the last unit
+    done at or before that audio) being ready to the audio's receipt."""
+    if not reply.chunks:
+        return None
+    arrival = reply.chunks[0][0]
+    carried = [ready for done, ready in units if done <= arrival]
+    return arrival - carried[-1] if carried else None
+
+
+def replies(trace: list[TraceEvent], profile: Profile, output_rate: int) -> list[Reply]:
+    """Responses in order of response.created (or of their first audio), with their chunks."""
+    found: dict[str | None, Reply] = {}
+    for ev in trace:
+        if ev.dir != "recv":
+            continue
+        if ev.type == "response.created":
+            rid = (ev.event.get("response") or {}).get("id")
+            found.setdefault(rid, Reply(response_id=rid)).created_t = ev.t
+        elif ev.type in profile.audio_delta_events:
+            rid = ev.event.get("response_id")
+            seconds = int(ev.event.get("audio_bytes", 0)) / 2 / output_rate
+            found.setdefault(rid, Reply(response_id=rid)).chunks.append((ev.t, seconds))
+    return list(found.values())
+
+
+def first_audio_s(reply: Reply) -> float | None:
+    if reply.created_t is None or not reply.chunks:
+        return None
+    return reply.chunks[0][0] - reply.created_t
+
+
+def buffer_needed_s(reply: Reply) -> float | None:
+    """The smallest startup buffer with which the reply plays without a gap: the largest
+    lateness of a chunk against playback that started at the first chunk's arrival."""
+    if not reply.chunks:
+        return None
+    first, before, need = reply.chunks[0][0], 0.0, 0.0
+    for arrival, seconds in reply.chunks:
+        need = max(need, arrival - (first + before))
+        before += seconds
+    return need
+
+
+def reply_rtf(reply: Reply) -> float | None:
+    """(last arrival - first arrival) / audio before the last chunk; None under two chunks."""
+    if len(reply.chunks) < 2:
+        return None
+    audio = sum(seconds for _, seconds in reply.chunks[:-1])
+    return (reply.chunks[-1][0] - reply.chunks[0][0]) / audio if audio > 0 else None
+
+
+def _wall(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def session_span(session: Session) -> tuple[float, float] | None:
+    """Wall-clock (start, end) of a session: its first and last trace event around t0_wall."""
+    t0 = _wall(session.record.t0_wall)
+    if t0 is None or not session.trace:
+        return None
+    times = [ev.t for ev in session.trace]
+    return t0 + min(times), t0 + max(times)
+
+
+def mean_open(spans: list[tuple[float, float]]) -> float | None:
+    """Sessions open at once, averaged over the level (first start to last end)."""
+    if not spans:
+        return None
+    length = max(end for _, end in spans) - min(start for start, _ in spans)
+    if length <= 0:
+        return None
+    return round(sum(end - start for start, end in spans) / length, 3)
+
+
+def is_failed(record: SessionRecord) -> bool:
+    """Replay failed or broke off; a session denied admission is counted as a 503 instead."""
+    if record.status == "admission_denied":
+        return False
+    return record.status != "ok" or record.verdict.status != "pass"
+
+
+def denials(record: SessionRecord) -> int:
+    return max(record.admission_denials, 1 if record.status == "admission_denied" else 0)
+
+
+def _unit_columns(sessions: list[Session], profile: Profile) -> dict:
+    """Unit miss and lag over the level; every unit of a failed session is a miss."""
+    lags: list[float] = []
+    units = misses = 0
+    unit_s = profile.unit_ms / 1000.0
+    for session in sessions:
+        found, expected = unit_lags(session.trace, profile)
+        lags += found
+        units += expected
+        if is_failed(session.record) or session.record.status == "admission_denied":
+            misses += expected
+            continue
+        misses += sum(1 for lag in found if lag > unit_s) + max(expected - len(found), 0)
+    return {"units": units, "unit_misses": misses,
+            "unit_miss_rate": round(misses / units, 6) if units else None,
+            "unit_lag_p50_ms": quantile_ms(lags, P50), "unit_lag_p95_ms": quantile_ms(lags, P95)}
+
+
+def _reply_columns(sessions: list[Session], profile: Profile, native: bool, reserve_ms: float) -> dict:
+    all_replies = [r for s in sessions for r in replies(s.trace, profile, s.record.output_rate)]
+    heard = [r for r in all_replies if r.chunks]
+    buffers = [b for b in (buffer_needed_s(r) for r in heard) if b is not None]
+    firsts = _first_audio(sessions, profile) if native else [
+        f for f in (first_audio_s(r) for r in heard) if f is not None]
+    rtfs = [] if native else [x for x in (reply_rtf(r) for r in heard) if x is not None]
+    rtf = ceil_quantile(rtfs, P90) if rtfs else None
+    return {"replies": len(all_replies), "empty_replies": len(all_replies) - len(heard),
+            "first_audio_p50_ms": quantile_ms(firsts, P50), "first_audio_p95_ms": quantile_ms(firsts, P95),
+            "buffer_needed_p90_ms": quantile_ms(buffers, P90),
+            "underrun_replies": sum(1 for b in buffers if b * 1000.0 > reserve_ms) if heard else None,
+            "rtf_p90": None if rtf is None else round(rtf, 4)}
+
+
+def _first_audio(sessions: list[Session], profile: Profile) -> list[float]:
+    found = []
+    for session in sessions:
+        units, _ = unit_readiness(session.trace, profile)
+        for reply in replies(session.trace, profile, session.record.output_rate):
+            value = native_first_audio_s(reply, units)
+            if value is not None:
+                found.append(value)
+    return found
+
+
+def missed_targets(row: ServingRow) -> list[str]:
+    """Targets: no failed session, no 503, no pacing violation, unit miss <= 1% (native) or
+    reply RTF p90 < 1 (turn-based)."""
+    missed = []
+    if row.sessions == 0:
+        missed.append("no sessions recorded")
+    if row.sessions_failed:
+        missed.append(f"{row.sessions_failed} failed sessions")
+    if row.admission_denied:
+        missed.append(f"{row.admission_denied} admission denials (503)")
+    if row.pacing_violations:
+        missed.append(f"{row.pacing_violations} pacing violations")
+    if row.native:
+        if row.unit_miss_rate is None or row.unit_miss_rate > UNIT_MISS_TARGET:
+            missed.append(f"unit miss {_pct(row.unit_miss_rate)} > 1%")
+    elif row.rtf_p90 is None or row.rtf_p90 >= 1.0:
+        missed.append(f"reply RTF p90 {'-' if row.rtf_p90 is None else row.rtf_p90} not < 1")
+    return missed
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.2f}%"
+
+
+def level_row(concurrency: int, sessions: list[Session], profile: str | Profile = "turn-based",
+              reserve_ms: float = DEFAULT_RESERVE_MS) -> ServingRow:
+    """The serving row of one level. The profile is the sessions' own when they name one."""
+    dialect = get_profile(sessions[0].record.profile if sessions else profile)
+    native = dialect.tail_policy == "pad"
+    spans = [span for span in (session_span(s) for s in sessions) if span is not None]
+    row = ServingRow(
+        concurrency=concurrency, profile=dialect.name, native=native, sessions=len(sessions),
+        mean_open=mean_open(spans),
+        sessions_failed=sum(1 for s in sessions if is_failed(s.record)),
+        admission_denied=sum(denials(s.record) for s in sessions),
+        pacing_violations=sum(1 for s in sessions if s.record.pacing.violations > 0),
+        client_behind=sum(1 for s in sessions if s.record.loop_lag.client_behind),
+        playback_reserve_ms=reserve_ms,
+        **(_unit_columns(sessions, dialect) if native else {}),
+        **_reply_columns(sessions, dialect, native, reserve_ms),
+    )
+    row.missed_targets = missed_targets(row)
+    row.meets_targets = not row.missed_targets
+    return row
+
+
+def capacity(rows: list[ServingRow]) -> Capacity:
+    """The highest level below the first that misses; "at least N" when all meet."""
+    ordered = sorted(rows, key=lambda r: r.concurrency)
+    best = None
+    for row in ordered:
+        if not row.meets_targets:
+            return Capacity(sessions=best, first_miss=row.concurrency)
+        best = row.concurrency
+    return Capacity(sessions=best, at_least=True)
+
+
+def load_level(directory: str | Path) -> list[Session]:
+    """Every recorded session under ``directory`` (any depth), in path order."""
+    sessions = []
+    for path in sorted(Path(directory).rglob("session.json")):
+        record = SessionRecord.model_validate_json(path.read_text(encoding="utf-8"))
+        trace_path = path.with_name("trace.jsonl")
+        trace = read_trace(trace_path) if trace_path.is_file() else []
+        sessions.append(Session(record=record, trace=trace))
+    return sessions

@@ -1,0 +1,66 @@
+"""A real sweep against the bundled server (levels 1 and 2 on one synthetic v1.5 pair), then the
+report subcommand over the recorded levels; and the sweep's refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from runs.sweep import level_concurrency, parse_levels
+from tests.conftest import free_port
+from tests.runs.conftest import fdb
+
+
+@pytest.fixture(scope="module")
+def sweep_env(tmp_path_factory) -> dict:
+    from fdb.datasets.synthetic import ensure_synthetic
+
+    root = tmp_path_factory.mktemp("sweepwork")
+    ensure_synthetic(root, v10_per_subset=1, v15_per_category=1)
+    env = dict(os.environ, FDB_WORK=str(root), SERVER_PORT=str(free_port()), COLUMNS="200")
+    for name in ("CUDA_VISIBLE_DEVICES", "GPU", "FDB_DATASET", "FDB10_DATASET"):
+        env.pop(name, None)
+    return env
+
+
+def test_sweep_records_levels_and_reports_capacity(sweep_env, tmp_path):
+    out = tmp_path / "sweep"
+    done = fdb(["sweep", "run", "--output", str(out), "--concurrency", "1,2", "--sample-id", "user_interruption/1"],
+               sweep_env, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((out / "serving.json").read_text())
+    rows = {row["concurrency"]: row for row in data["rows"]}
+    assert set(rows) == {1, 2}
+    for level, row in rows.items():
+        assert row["sessions"] == 2 and row["profile"] == "turn-based"
+        assert row["first_audio_p50_ms"] is not None and row["first_audio_p50_ms"] > 0
+        assert row["unit_lag_p50_ms"] is None  # native-only column
+        assert row["meets_targets"] == (not row["missed_targets"])
+        assert len(list((out / f"concurrency-{level}").rglob("session.json"))) == 2
+    assert rows[2]["mean_open"] > rows[1]["mean_open"]
+    text = (out / "SERVING.md").read_text()
+    assert data["capacity"]["line"] in text and "client-side times" in text
+    assert text.count("\n| 1 | 2 |") == 1 and text.count("\n| 2 | 2 |") == 1
+    assert "Capacity:" in done.stderr
+
+    again = fdb(["sweep", "report", "--run", str(out / "concurrency-2"), "--run", str(out / "concurrency-1"),
+                 "--output", str(tmp_path / "again" / "serving.json")], sweep_env, timeout=60)
+    assert again.returncode == 0, again.stderr[-3000:]
+    redone = json.loads((tmp_path / "again" / "serving.json").read_text())
+    assert redone["rows"] == data["rows"] and redone["capacity"] == data["capacity"]
+    assert data["capacity"]["line"] in (tmp_path / "again" / "SERVING.md").read_text()
+
+    refused = fdb(["sweep", "run", "--output", str(out), "--concurrency", "1", "--sample-id", "user_interruption/1",
+                   "--url", "ws://127.0.0.1:9/v1/realtime"], sweep_env, timeout=60)
+    assert refused.returncode == 2 and "already holds a recording" in refused.stderr
+
+
+def test_levels_parse_and_name(tmp_path):
+    assert parse_levels("1,2,4") == [1, 2, 4]
+    for bad in ("", "2,1", "0,1", "a"):
+        with pytest.raises(Exception, match="--concurrency"):
+            parse_levels(bad)
+    (tmp_path / "concurrency-8").mkdir()
+    assert level_concurrency(tmp_path / "concurrency-8") == 8
