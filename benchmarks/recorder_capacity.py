@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.recorder_pacing import TD, _serve  # noqa: E402
 from fdb.audio import Audio  # noqa: E402
+from fdb.session_records import read_trace  # noqa: E402
 from recorders.batch import SessionJob, record_many  # noqa: E402
 from recorders.pacing import sends_from_trace  # noqa: E402
-from recorders.records import read_trace  # noqa: E402
 
 P99_GOAL_MS = 2.0
 MIB = 1024 * 1024

@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fdb.audio import Audio  # noqa: E402
+from fdb.session_records import read_trace  # noqa: E402
 from recorders.batch import SessionJob, record_many  # noqa: E402
 from recorders.pacing import sends_from_trace  # noqa: E402
-from recorders.records import read_trace  # noqa: E402
 
 TD = {"type": "server_vad", "silence_duration_ms": 500}
 

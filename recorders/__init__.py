@@ -1,11 +1,11 @@
 """Client side of fdb: record paced /v1/realtime sessions, judge their traces, export windows.
 
-- ``recorders.profiles``: protocol profiles (``turn-based``) and ``--turn-detection`` validation
+- ``fdb.profiles``: protocol profiles (``turn-based``) and ``--turn-detection`` validation
 - ``recorders.session``: ``record_session`` writes one session directory (docs/formats.md)
 - ``recorders.batch``: ``record_many`` runs ``SessionJob``s with bounded concurrency
 - ``recorders.pacing``: the absolute 80 ms packet schedule and pacing statistics
 - ``recorders.oracle``: ``judge_trace``, the protocol verdict as a pure function of a trace
 - ``recorders.playout``: ``playout_window``, the simulated FIFO playout over [0, T]
 - ``recorders.export``: ``export_v10`` / ``export_v15`` (eligibility in ``recorders.variant``)
-- ``recorders.records``: ``TraceEvent``, ``SessionRecord`` and friends
+- ``fdb.session_records``: ``TraceEvent``, ``SessionRecord`` and friends
 """

@@ -17,8 +17,8 @@ from typing import Any
 from fdb.audio import Audio, read_wav
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json
-from recorders.profiles import Profile, get_profile
-from recorders.records import SessionRecord, Verdict
+from fdb.profiles import Profile, get_profile
+from fdb.session_records import SessionRecord, Verdict
 from recorders.session import record_session, redact_url
 
 Progress = Callable[[int, int, SessionRecord], None]

@@ -21,9 +21,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from fdb.audio import Audio
-from recorders.profiles import Profile, get_profile
+from fdb.profiles import Profile, get_profile
+from fdb.session_records import SessionRecord
 from recorders.recording import session_update_body
-from recorders.records import SessionRecord
 from recorders.session import record_session
 
 PROBE_TIMEOUT_S = 5.0

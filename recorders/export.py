@@ -20,10 +20,10 @@ from fdb.audio import pcm16_to_float, read_wav, wav_bytes
 from fdb.datasets.types import V10Sample, V15Pair
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes, sha256_file
+from fdb.profiles import TURN_BASED
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
 from recorders.playout import PlayoutWindow, playout_window  # noqa: F401  (public re-export)
-from recorders.profiles import TURN_BASED
 from recorders.recording import input_pcm16
 from recorders.variant import VariantResult, analyze_variant, dataset_input, source_hashes
 

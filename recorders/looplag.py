@@ -15,7 +15,7 @@ from array import array
 
 import numpy as np
 
-from recorders.records import LoopLagStats
+from fdb.session_records import LoopLagStats
 
 TICK_S = 0.02
 

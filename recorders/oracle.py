@@ -42,8 +42,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from recorders.profiles import Profile, declared_output_rate, echoed_turn_detection
-from recorders.records import TraceEvent, Verdict
+from fdb.profiles import Profile, declared_output_rate, echoed_turn_detection
+from fdb.session_records import TraceEvent, Verdict
 
 MS_TOLERANCE = 1.0  # servers may round receipt times to whole milliseconds
 

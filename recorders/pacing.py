@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
-from recorders.records import PacingStats, PacketSend, TraceEvent
+from fdb.session_records import PacingStats, PacketSend, TraceEvent
 
 MAX_VIOLATION_SEQS = 20
 

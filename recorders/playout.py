@@ -20,8 +20,8 @@ from typing import NamedTuple
 import numpy as np
 
 from fdb.audio import pcm16_to_float, resample
-from recorders.profiles import Profile
-from recorders.records import TraceEvent
+from fdb.profiles import Profile
+from fdb.session_records import TraceEvent
 
 Delta = tuple[float, bytes, str | None]  # (receipt time s, PCM16 bytes, response id)
 Cancellation = tuple[float, str | None]  # (receipt time s, response id, or ALL)

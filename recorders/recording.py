@@ -10,10 +10,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fdb.audio import Audio, float_to_pcm16, pcm16_to_float, wav_bytes
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_bytes
-from recorders.oracle import judge_trace
-from recorders.pacing import pacing_stats, sends_from_trace
-from recorders.profiles import Profile, echoed_turn_detection
-from recorders.records import (
+from fdb.profiles import Profile, echoed_turn_detection
+from fdb.session_records import (
     InputInfo,
     LoopLagStats,
     ResponseCounts,
@@ -21,6 +19,8 @@ from recorders.records import (
     SessionStatus,
     TraceEvent,
 )
+from recorders.oracle import judge_trace
+from recorders.pacing import pacing_stats, sends_from_trace
 
 SESSION_FILES = ("session.json", "trace.jsonl", "input.wav", "output.pcm")
 

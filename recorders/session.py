@@ -28,9 +28,10 @@ from websockets.protocol import State
 
 from fdb.audio import Audio
 from fdb.errors import FdbError, SampleError
+from fdb.profiles import Profile, get_profile
+from fdb.session_records import SessionRecord, SessionStatus, TraceEvent
 from recorders.looplag import monitor
 from recorders.pacing import send_paced, split_packets
-from recorders.profiles import Profile, get_profile
 from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are re-exported)
     SessionOutcome,
     input_pcm16,
@@ -40,7 +41,6 @@ from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are
     write_input_wav,
     write_recording,
 )
-from recorders.records import SessionRecord, SessionStatus, TraceEvent
 from recorders.wire import CLOSE_CODES, event_id, parse_server_message
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024

@@ -29,7 +29,7 @@ class GenerateOptions(BaseModel):
     url: str | None = None
     model: str | None = None
     system: str = "embedded-cascade"
-    profile: str = "turn-based"  # the recorder's protocol dialect (recorders/profiles.py)
+    profile: str = "turn-based"  # the recorder's protocol dialect (fdb/profiles.py)
     turn_detection: dict | None = Field(default_factory=lambda: dict(DEFAULT_TURN_DETECTION))
     num_shards: int = 1
     gpus: str | None = None  # --gpus 0,1: one bundled model server per listed GPU
@@ -42,7 +42,7 @@ class GenerateOptions(BaseModel):
 def parse_turn_detection(raw: str | None, profile: str = "turn-based") -> dict | None:
     """--turn-detection checked by the profile: required (server_vad 500 ms by default) for the
     turn-based and legacy dialects, refused for native ones."""
-    from recorders.profiles import get_profile
+    from fdb.profiles import get_profile
 
     dialect = get_profile(profile)
     if raw is None and dialect.turn_detection_required:

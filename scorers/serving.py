@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from recorders.profiles import Profile, get_profile
-from recorders.records import SessionRecord, TraceEvent, read_trace
+from fdb.profiles import Profile, get_profile
+from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from scorers.stats import ceil_quantile
 
 DEFAULT_RESERVE_MS = 80.0

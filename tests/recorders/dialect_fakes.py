@@ -14,7 +14,7 @@ from http import HTTPStatus
 
 from websockets.asyncio.server import ServerConnection, serve
 
-from recorders.profiles import Profile, get_profile
+from fdb.profiles import Profile, get_profile
 from tests.recorders.recorder_fakes import tone
 
 

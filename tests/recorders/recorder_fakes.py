@@ -191,7 +191,7 @@ def good_trace(
     late_packet: int | None = None, late_s: float = 0.0, echo_type: str = "server_vad",
 ):
     """(events, output.pcm bytes) of a clean turn-based session of ``input_samples`` at 16 kHz."""
-    from recorders.records import TraceEvent
+    from fdb.session_records import TraceEvent
 
     rows: list[tuple[float, str, str, dict, dict]] = []
 
@@ -269,7 +269,7 @@ def write_session(out_dir, pcm: bytes, events, output: bytes, status: str = "ok"
     """A session directory written by the recorder's own writer from a hand-built trace."""
     from pathlib import Path
 
-    from recorders.profiles import TURN_BASED
+    from fdb.profiles import TURN_BASED
     from recorders.recording import SessionOutcome, write_input_wav, write_recording
 
     out_dir = Path(out_dir)

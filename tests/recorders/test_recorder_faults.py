@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
+from fdb.profiles import LEGACY, NATIVE
+from fdb.session_records import read_trace
 from recorders.batch import SessionJob, record_many
-from recorders.profiles import LEGACY, NATIVE
-from recorders.records import read_trace
 from tests.recorders.dialect_fakes import DialectServer, Faults
 from tests.recorders.test_recorder_dialects import TD, record
 from tests.recorders.test_recorder_session import speech

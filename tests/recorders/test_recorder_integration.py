@@ -17,8 +17,8 @@ import pytest
 
 from fdb.audio import Audio, read_wav, write_wav
 from fdb.datasets.types import V10Sample
+from fdb.session_records import read_trace
 from recorders.export import export_v10
-from recorders.records import read_trace
 from recorders.session import record_session
 from tests.conftest import REPO, free_port
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from fdb.profiles import TURN_BASED
+from fdb.session_records import TraceEvent
 from recorders.oracle import judge_trace
-from recorders.profiles import TURN_BASED
-from recorders.records import TraceEvent
 from tests.recorders.recorder_fakes import Reply, good_trace
 
 TD = {"type": "server_vad", "silence_duration_ms": 500}

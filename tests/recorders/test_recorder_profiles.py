@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fdb.errors import FdbError
-from recorders.profiles import TURN_BASED, get_profile, profile_for_trace_format
+from fdb.profiles import TURN_BASED, get_profile, profile_for_trace_format
 
 
 def test_turn_based_profile_contract():

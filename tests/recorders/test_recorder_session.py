@@ -17,8 +17,8 @@ import pytest
 from fdb.audio import Audio, read_wav
 from fdb.errors import FdbError, SampleError
 from fdb.io import sha256_file
+from fdb.session_records import SessionRecord, read_trace
 from recorders.batch import SessionJob, record_many
-from recorders.records import SessionRecord, read_trace
 from recorders.session import input_pcm16, record_session
 from tests.recorders.recorder_fakes import Script, ScriptedServer
 

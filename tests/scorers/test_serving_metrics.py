@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recorders.profiles import NATIVE, TURN_BASED
-from recorders.records import LoopLagStats, PacingStats, SessionRecord, TraceEvent, Verdict
+from fdb.profiles import NATIVE, TURN_BASED
+from fdb.session_records import LoopLagStats, PacingStats, SessionRecord, TraceEvent, Verdict
 from scorers.serving import (
     Reply,
     ServingRow,
