@@ -142,25 +142,34 @@ def run_v10_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | 
     tree = Path(tree)
     asr = asr if asr is not None else default_asr()
     manifest, manifest_sha = load_manifest(tree)
-    previous = previous_entries(tree, asr)
+    return transcribe_tree(tree, asr, manifest.samples, manifest_sha, previous_entries(tree, asr),
+                           process_sample, AsrReceipt, progress, retry_failed)
+
+
+def transcribe_tree(tree: Path, asr: AsrBackend, samples: list[ExportSample], manifest_sha: str,
+                    previous: dict, process, receipt_cls, progress: Progress | None, retry_failed: bool):
+    """The resumable driver both ASR phases share: ``process(asr, tree, sample, previous_entry,
+    retry_failed)`` per sample in manifest order; ``tree/asr.json`` (a ``receipt_cls``) is
+    rewritten after every changed entry, so a killed run resumes where it stopped."""
     entries = dict(previous)
+    prov = current().model_dump(mode="json")
     receipt = None
-    total = len(manifest.samples)
-    for done, sample in enumerate(manifest.samples, start=1):
-        entry = process_sample(asr, tree, sample, previous.get(sample.sample_id), retry_failed)
+    total = len(samples)
+    for done, sample in enumerate(samples, start=1):
+        entry = process(asr, tree, sample, previous.get(sample.sample_id), retry_failed)
         changed = entries.get(sample.sample_id) != entry
         entries[sample.sample_id] = entry
         if changed or done == total:
-            receipt = _write_receipt(tree, asr, manifest_sha, manifest.samples, entries)
+            receipt = _write_receipt(tree, asr, manifest_sha, samples, entries, receipt_cls, prov)
         if progress:
             progress(sample.sample_id, done, total)
-    return receipt or _write_receipt(tree, asr, manifest_sha, manifest.samples, entries)
+    return receipt or _write_receipt(tree, asr, manifest_sha, samples, entries, receipt_cls, prov)
 
 
 def _write_receipt(tree: Path, asr: AsrBackend, manifest_sha: str, samples: list[ExportSample],
-                   entries: dict[str, AsrSampleReceipt]) -> AsrReceipt:
+                   entries: dict, receipt_cls, provenance: dict):
     ordered = [entries[s.sample_id] for s in samples if s.sample_id in entries]
-    receipt = AsrReceipt(backend=asr.identity.model_dump(mode="json"), manifest_sha256=manifest_sha,
-                         samples=ordered, provenance=current().model_dump(mode="json"))
+    receipt = receipt_cls(backend=asr.identity.model_dump(mode="json"), manifest_sha256=manifest_sha,
+                          samples=ordered, provenance=provenance)
     atomic_write_json(tree / "asr.json", receipt.dump())
     return receipt

@@ -24,7 +24,6 @@ from pydantic import BaseModel, Field
 from fdb.audio import read_wav, resample
 from fdb.errors import FdbError, SampleError
 from fdb.io import (
-    atomic_write_json,
     atomic_write_text,
     dumps_json,
     read_json,
@@ -32,9 +31,8 @@ from fdb.io import (
     sha256_file,
 )
 from fdb.models.asr import ASR_RATE, AsrBackend
-from fdb.provenance import current
 from fdb.records import ExportSample
-from scorers.asr_phase import Progress, default_asr, official_transcript
+from scorers.asr_phase import Progress, default_asr, official_transcript, transcribe_tree
 from scorers.v15_timing import load_v15_manifest
 
 V15_ASR_SCHEMA = "fdb-v1.5-asr-1"
@@ -144,25 +142,5 @@ def run_v15_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | 
     tree = Path(tree)
     asr = asr if asr is not None else default_asr()
     manifest, manifest_sha = load_v15_manifest(tree)
-    previous = _previous(tree, asr)
-    entries = dict(previous)
-    receipt = None
-    total = len(manifest.samples)
-    for done, sample in enumerate(manifest.samples, start=1):
-        entry = process_pair(asr, tree, sample, previous.get(sample.sample_id), retry_failed)
-        changed = entries.get(sample.sample_id) != entry
-        entries[sample.sample_id] = entry
-        if changed or done == total:
-            receipt = _write(tree, asr, manifest_sha, manifest.samples, entries)
-        if progress:
-            progress(sample.sample_id, done, total)
-    return receipt or _write(tree, asr, manifest_sha, manifest.samples, entries)
-
-
-def _write(tree: Path, asr: AsrBackend, manifest_sha: str, samples: list[ExportSample],
-           entries: dict[str, V15AsrPair]) -> V15AsrReceipt:
-    ordered = [entries[s.sample_id] for s in samples if s.sample_id in entries]
-    receipt = V15AsrReceipt(backend=asr.identity.model_dump(mode="json"), manifest_sha256=manifest_sha,
-                            samples=ordered, provenance=current().model_dump(mode="json"))
-    atomic_write_json(tree / "asr.json", receipt.dump())
-    return receipt
+    return transcribe_tree(tree, asr, manifest.samples, manifest_sha, _previous(tree, asr), process_pair,
+                           V15AsrReceipt, progress, retry_failed)
