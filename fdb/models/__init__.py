@@ -29,3 +29,19 @@ def require(module: str, package: str, extra: str, role: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(package, extra, role) from exc
+
+
+def load_torchscript_checkpoint(path, expected_sha256: str, role: str):
+    """A local TorchScript checkpoint, its sha256 checked before loading (never downloaded).
+
+    Returns ``(torch, model, sha256)``; a mismatch raises FdbError naming the file and both hashes.
+    """
+    from fdb.errors import FdbError
+    from fdb.io import sha256_file
+
+    torch = require("torch", "torch==2.13.0", "embedded", role)
+    sha = sha256_file(path)
+    if sha != expected_sha256:
+        raise FdbError(f"{role} checkpoint {path} has sha256 {sha}, expected {expected_sha256}",
+                       "point at the pinned checkpoint, or pass the sha256 of the one you mean to use")
+    return torch, torch.jit.load(str(path), map_location="cpu").eval(), sha

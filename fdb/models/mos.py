@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from fdb.errors import FdbError
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, load_torchscript_checkpoint, require
 from fdb.provenance import package_version
 
 MOS_RATE = 16000
@@ -53,14 +53,7 @@ class UtmosCheckpoint:
     """UTMOS from a local TorchScript checkpoint, hash-checked before loading."""
 
     def __init__(self, path: str | os.PathLike, expected_sha256: str):
-        from fdb.io import sha256_file
-
-        torch = require("torch", "torch==2.13.0", "embedded", "UTMOS")
-        sha = sha256_file(path)
-        if sha != expected_sha256:
-            raise FdbError(f"UTMOS checkpoint {path} has sha256 {sha}, expected {expected_sha256}")
-        self._torch = torch
-        self._model = torch.jit.load(str(path), map_location="cpu").eval()
+        self._torch, self._model, sha = load_torchscript_checkpoint(path, expected_sha256, "UTMOS")
         self.identity = BackendIdentity(kind="mos", name="utmos", version=None, checkpoint=str(path),
                                         checkpoint_sha256=sha, settings={"rate": MOS_RATE})
 

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from fdb.errors import FdbError
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, load_torchscript_checkpoint, require
 from fdb.provenance import package_version
 
 SPEAKER_RATE = 16000
@@ -49,14 +49,8 @@ class Resemblyzer:
 
 class EcapaCheckpoint:
     def __init__(self, path: str | os.PathLike, expected_sha256: str):
-        from fdb.io import sha256_file
-
-        torch = require("torch", "torch==2.13.0", "embedded", "the WavLM ECAPA speaker encoder")
-        sha = sha256_file(path)
-        if sha != expected_sha256:
-            raise FdbError(f"speaker checkpoint {path} has sha256 {sha}, expected {expected_sha256}")
-        self._torch = torch
-        self._model = torch.jit.load(str(path), map_location="cpu").eval()
+        self._torch, self._model, sha = load_torchscript_checkpoint(
+            path, expected_sha256, "the WavLM ECAPA speaker encoder")
         self.identity = BackendIdentity(kind="speaker", name="wavlm-large-ecapa", checkpoint=str(path),
                                         checkpoint_sha256=sha, settings={"rate": SPEAKER_RATE})
 
