@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 
 from fdb.profiles import Profile, get_profile
-from tests.recorders.recorder_fakes import tone
+from tests.recorders.recorder_fakes import LoopbackPeer, tone
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Faults:
     deny_admissions: int = 0
 
 
-class DialectServer:
+class DialectServer(LoopbackPeer):
     """Speaks ``profile`` (not turn-based: see recorder_fakes.ScriptedServer) with ``faults``."""
 
     def __init__(self, profile: str | Profile, faults: Faults | None = None):
@@ -46,21 +46,9 @@ class DialectServer:
         self.headers: list[dict[str, str]] = []
         self.received: list[dict] = []
 
-    async def __aenter__(self) -> DialectServer:
-        self._server = await serve(self._handler, "127.0.0.1", 0, process_request=self._admit,
-                                   compression=None, ping_interval=None, max_size=None)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
+    serve_options = {"max_size": None}
 
-    async def __aexit__(self, *exc) -> None:
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime"
-
-    def _admit(self, connection, request):
+    def _process_request(self, connection, request):
         self.headers.append(dict(request.headers))
         if self.denied < self.f.deny_admissions:
             self.denied += 1

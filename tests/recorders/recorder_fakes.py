@@ -42,18 +42,17 @@ def tone(ms: int, rate: int = 24000, freq: float = 440.0) -> bytes:
     return (np.sin(2 * np.pi * freq * t) * 8000).astype("<i2").tobytes()
 
 
-class ScriptedServer:
-    def __init__(self, script: Script):
-        self.script = script
-        self.denied = 0
-        self.port = 0
-        self._server = None
+class LoopbackPeer:
+    """A real WebSocket server on a free loopback port; subclasses give ``_handler`` and
+    ``_process_request`` (admission)."""
 
-    async def __aenter__(self) -> ScriptedServer:
-        self._server = await serve(
-            self._handler, "127.0.0.1", 0, process_request=self._process_request, compression=None,
-            ping_interval=None,
-        )
+    serve_options: dict = {}
+    port = 0
+    _server = None
+
+    async def __aenter__(self):
+        self._server = await serve(self._handler, "127.0.0.1", 0, process_request=self._process_request,
+                                   compression=None, ping_interval=None, **self.serve_options)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -64,6 +63,12 @@ class ScriptedServer:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/v1/realtime"
+
+
+class ScriptedServer(LoopbackPeer):
+    def __init__(self, script: Script):
+        self.script = script
+        self.denied = 0
 
     def _process_request(self, connection, request):
         if self.denied < self.script.deny_admissions:
