@@ -22,13 +22,10 @@ from judges.bodies import chat, decoding
 from judges.client import JudgeClient
 from judges.config import GPT_BEHAVIOR_MODEL, JudgeSettings
 from judges.engine import (
-    NoProgress,
     Parsed,
     Progress,
     TaskSpec,
-    judge_sample,
-    request_sha256,
-    run_bounded,
+    judge_pending,
 )
 from judges.inputs import PairInput
 from judges.official import OfficialText
@@ -98,23 +95,8 @@ async def judge_behavior(client: JudgeClient, tdir: TaskDir, settings: JudgeSett
                          progress: Progress | None = None) -> dict[str, SampleResult]:
     """Label every ready pair not finished before; return the latest result of every pair."""
     spec = TaskSpec("behavior", settings.model, parse_behavior, require_stop=settings.config is not None)
-    done = tdir.results()
-    todo = []
-    for pair in (p for p in pairs if p.ready):
-        requests = behavior_requests(settings, prompt, pair)
-        if tdir.needs_judging(done.get(pair.sample_id), request_sha256(requests), retry_failed):
-            todo.append((pair.sample_id, requests))
-
-    async def one(item: tuple[str, list[dict[str, Any]]]) -> SampleResult:
-        result = await judge_sample(client, tdir.ledger, spec, *item)
-        tdir.record(result)
-        return result
-
-    progress = progress or NoProgress()
-    progress.start("behavior", len(todo))
-    for result in await run_bounded(todo, one, lambda: progress.advance("behavior")):
-        done[result.sample_id] = result
-    return done
+    candidates = ((pair.sample_id, behavior_requests(settings, prompt, pair)) for pair in pairs if pair.ready)
+    return await judge_pending(client, tdir, spec, candidates, retry_failed, progress)
 
 
 class BehaviorSample(BaseModel):

@@ -14,13 +14,13 @@ Every attempt is appended to the ledger before the next one starts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from judges.client import JudgeClient, Reply, TransportFailure, model_matches
 from judges.config import canonical_sha256
-from judges.store import Ledger, SampleResult, utc_now
+from judges.store import Ledger, SampleResult, TaskDir, utc_now
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -123,3 +123,24 @@ async def run_bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]],
         for i, item in enumerate(items):
             group.create_task(one(i, item))
     return results
+
+
+async def judge_pending(client: JudgeClient, tdir: TaskDir, spec: TaskSpec,
+                        candidates: Iterable[tuple[str, list[dict[str, Any]]]], retry_failed: bool,
+                        progress: Progress | None = None) -> dict[str, SampleResult]:
+    """Judge the candidates (sample id, requests) a rerun has not finished yet, record each
+    result in the task directory, and return every result, earlier ones included."""
+    done = tdir.results()
+    todo = [(sample_id, requests) for sample_id, requests in candidates
+            if tdir.needs_judging(done.get(sample_id), request_sha256(requests), retry_failed)]
+
+    async def one(item: tuple[str, list[dict[str, Any]]]) -> SampleResult:
+        result = await judge_sample(client, tdir.ledger, spec, *item)
+        tdir.record(result)
+        return result
+
+    progress = progress or NoProgress()
+    progress.start(spec.task, len(todo))
+    for result in await run_bounded(todo, one, lambda: progress.advance(spec.task)):
+        done[result.sample_id] = result
+    return done

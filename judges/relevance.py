@@ -23,13 +23,10 @@ from judges.bodies import chat, decoding
 from judges.client import JudgeClient
 from judges.config import JudgeSettings
 from judges.engine import (
-    NoProgress,
     Parsed,
     Progress,
     TaskSpec,
-    judge_sample,
-    request_sha256,
-    run_bounded,
+    judge_pending,
 )
 from judges.inputs import INTERRUPTION, InterruptInput
 from judges.official import OFFICIAL_PARSE_PATTERN, RelevanceSource
@@ -121,23 +118,8 @@ async def judge_relevance(client: JudgeClient, tdir: TaskDir, settings: JudgeSet
                           samples: list[InterruptInput], retry_failed: bool,
                           progress: Progress | None = None) -> dict[str, SampleResult]:
     spec = TaskSpec("relevance", settings.relevance_model, parse_rating, require_stop=settings.config is not None)
-    done = tdir.results()
-    todo = []
-    for sample in filter(_rated, samples):
-        requests = relevance_requests(settings, rubric, sample)
-        if tdir.needs_judging(done.get(sample.sample_id), request_sha256(requests), retry_failed):
-            todo.append((sample.sample_id, requests))
-
-    async def one(item: tuple[str, list[dict[str, Any]]]) -> SampleResult:
-        result = await judge_sample(client, tdir.ledger, spec, *item)
-        tdir.record(result)
-        return result
-
-    progress = progress or NoProgress()
-    progress.start("relevance", len(todo))
-    for result in await run_bounded(todo, one, lambda: progress.advance("relevance")):
-        done[result.sample_id] = result
-    return done
+    candidates = ((s.sample_id, relevance_requests(settings, rubric, s)) for s in filter(_rated, samples))
+    return await judge_pending(client, tdir, spec, candidates, retry_failed, progress)
 
 
 class RelevanceSample(BaseModel):
