@@ -116,10 +116,15 @@ def official_segments(vad: SpeechSegmenter, audio: Audio, audio_rate: AudioRate)
 
     ``assume-16k`` feeds the samples at their own rate to a VAD that takes them for 16 kHz.
     """
-    samples = audio.samples
-    if audio_rate == "resample" and audio.rate != VAD_RATE:
-        samples = resample(samples, audio.rate, VAD_RATE)
+    samples = vad_samples(audio, audio_rate)
     return [(round(a, 1), round(b, 1)) for a, b in vad.segments(samples, BACKCHANNEL_VAD_SETTINGS)]
+
+
+def vad_samples(audio: Audio, audio_rate: AudioRate) -> np.ndarray:
+    """The samples the official call hands the VAD under the ``audio_rate`` rule."""
+    if audio_rate == "resample" and audio.rate != VAD_RATE:
+        return resample(audio.samples, audio.rate, VAD_RATE)
+    return audio.samples
 
 
 def words_in_segment(chunks: Sequence[Chunk], a: float, b: float) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from fdb.datasets.types import V10_ANNOTATION, V10_TASK
@@ -28,7 +29,7 @@ from fdb.errors import SampleError
 from fdb.io import atomic_write_json
 from fdb.provenance import current
 from scorers import v10_backchannel as bc
-from scorers.segmenter import SpeechSegmenter
+from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
 from scorers.v10_tree import (
     TreeInputs,
     check_fresh,
@@ -168,12 +169,17 @@ def backchannel_subset(subset: str, selected: int, result: bc.BackchannelResult)
 def _backchannel_inputs(inputs: TreeInputs, samples: Sequence, vad: SpeechSegmenter,
                         audio_rate: bc.AudioRate) -> list[bc.BackchannelInput]:
     items = []
-    for sample in samples:
+    memo = SegmentMemo(vad)
+
+    def load(sample) -> list[np.ndarray]:
+        return [bc.vad_samples(read_native_window(sample, inputs.root / sample.subset / sample.id), audio_rate)]
+
+    for sample in (s for block in prefetch_blocks(memo, samples, load, bc.BACKCHANNEL_VAD_SETTINGS) for s in block):
         check_fresh(inputs, sample)
         folder = inputs.root / sample.subset / sample.id
         chunks = tuple(chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"), raw=True))
         audio = read_native_window(sample, folder)
-        segments = tuple(bc.official_segments(vad, audio, audio_rate))
+        segments = tuple(bc.official_segments(memo, audio, audio_rate))
         items.append(bc.BackchannelInput(sample.sample_id, sample.id, chunks, segments, len(audio.samples),
                                          audio.rate))
     return items

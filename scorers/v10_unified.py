@@ -10,7 +10,7 @@ tested on parsed inputs; the same inputs always give the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from fdb.models.vad import VadSettings
 from fdb.provenance import current
 from fdb.records import ExportSample
 from scorers import v10_inputs as parse
-from scorers.segmenter import SpeechSegmenter
+from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
 from scorers.v10_common import counts
 from scorers.v10_inputs import InterruptSample, PauseSample, TurnSample
 from scorers.v10_interrupt import interrupt_metrics, score_interrupt_sample
@@ -124,6 +124,16 @@ def _needs_vad(groups: dict[str, list[ExportSample]]) -> bool:
     return any(V10_TASK[k] == "user_interruption" and any(s.eligible for s in v) for k, v in groups.items())
 
 
+def _vad_blocks(inputs: TreeInputs, subset: str, eligible: list[ExportSample],
+                vad: SegmentMemo | None) -> Iterator[list[ExportSample]]:
+    """The eligible samples in blocks; for interruption, each block's VAD is computed batched."""
+    if vad is None or V10_TASK[subset] != "user_interruption":
+        yield eligible
+        return
+    yield from prefetch_blocks(vad, eligible, lambda s: [read_window(s, inputs.root / s.subset / s.id)],
+                               UNIFIED_VAD_SETTINGS)
+
+
 def score_unified(tree: Path, vad: SpeechSegmenter | None = None,
                   declared: dict[str, int] | None = None) -> UnifiedResult:
     """Score a v1.0 reference tree and write unified.json and unified-samples.jsonl into it.
@@ -138,12 +148,15 @@ def score_unified(tree: Path, vad: SpeechSegmenter | None = None,
         from fdb.models.vad import SileroVad
 
         vad = SileroVad()
+    vad = SegmentMemo(vad) if vad is not None else None
     subsets, rows, not_scored = {}, [], {}
     for subset, samples in groups.items():
         if V10_TASK[subset] == "backchannel":
             not_scored[subset] = BACKCHANNEL_NOTE
             continue
-        parsed = {s.sample_id: load_sample(inputs, s, vad) for s in samples if s.eligible}
+        parsed = {}
+        for block in _vad_blocks(inputs, subset, [s for s in samples if s.eligible], vad):
+            parsed.update({s.sample_id: load_sample(inputs, s, vad) for s in block})
         result, subset_rows = score_subset(subset, samples, parsed, (declared or {}).get(subset))
         subsets[subset] = result
         rows.extend(subset_rows)

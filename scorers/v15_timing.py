@@ -27,7 +27,7 @@ from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_byte
 from fdb.models.vad import VadSettings
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
-from scorers.segmenter import SpeechSegmenter
+from scorers.segmenter import PREFETCH_BLOCK, SegmentMemo, SpeechSegmenter, prefetch_blocks
 from scorers.stats import bootstrap_indices, percentile_interval
 from scorers.v10_tree import id_key
 from scorers.v15_intervals import (
@@ -65,6 +65,20 @@ def _disk_key(vad: SpeechSegmenter, sha: str) -> str:
     return sha256_bytes(blob.encode()) + ".json"
 
 
+def _cached(vad: SpeechSegmenter, sha: str, cache_dir: Path | None) -> tuple[tuple, Path | None]:
+    """The in-process cache key of a file's spans (loaded from ``cache_dir`` when there)."""
+    key = (vad.identity.name, vad.identity.checkpoint_sha256, sha, TIMING_VAD_SETTINGS)
+    disk = cache_dir / _disk_key(vad, sha) if cache_dir is not None else None
+    if key not in _SPAN_CACHE and disk is not None and disk.exists():
+        _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in read_json(disk)["spans"]]
+    return key, disk
+
+
+def _vad_input(path: Path, sample_id: str) -> np.ndarray:
+    audio = read_wav(path, sample_id)
+    return audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)
+
+
 def vad_spans(vad: SpeechSegmenter, path: Path, sample_id: str,
               cache_dir: Path | None = None) -> tuple[list[Interval], str]:
     """(VAD spans in seconds, file sha256); cached in-process by (VAD identity, sha256) and,
@@ -72,18 +86,27 @@ def vad_spans(vad: SpeechSegmenter, path: Path, sample_id: str,
     if not path.exists():
         raise SampleError(sample_id, f"{path.name} is missing", path=str(path))
     sha = sha256_file(path)
-    key = (vad.identity.name, vad.identity.checkpoint_sha256, sha, TIMING_VAD_SETTINGS)
-    disk = cache_dir / _disk_key(vad, sha) if cache_dir is not None else None
-    if key not in _SPAN_CACHE and disk is not None and disk.exists():
-        _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in read_json(disk)["spans"]]
+    key, disk = _cached(vad, sha, cache_dir)
     if key not in _SPAN_CACHE:
-        audio = read_wav(path, sample_id)
-        samples = audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)
+        samples = _vad_input(path, sample_id)
         _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in vad.segments(samples, TIMING_VAD_SETTINGS)]
         if disk is not None:
             atomic_write_json(disk, {"schema": "fdb-vad-cache-1", "vad": vad.identity.model_dump(mode="json"),
                                      "file_sha256": sha, "spans": _SPAN_CACHE[key]})
     return list(_SPAN_CACHE[key]), sha
+
+
+def _uncached_inputs(vad: SpeechSegmenter, tree: Path, sample: ExportSample,
+                     cache_dir: Path | None) -> list[np.ndarray]:
+    """A pair's four files that no cache holds yet, as VAD input (for batched prefetch)."""
+    if not sample.eligible:
+        return []
+    folder, arrays = tree / sample.subset / sample.id, []
+    for name in (n for names in VARIANTS.values() for n in names):
+        path = folder / name
+        if path.exists() and _cached(vad, sha256_file(path), cache_dir)[0] not in _SPAN_CACHE:
+            arrays.append(_vad_input(path, sample.sample_id))
+    return arrays
 
 
 def overlap_span(folder: Path) -> Interval | None:
@@ -256,7 +279,11 @@ def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path |
 
         vad = SileroVad()
     pairs = sorted(manifest.samples, key=lambda s: (_category_key(s.subset), id_key(s.id)))
-    rows = {(p.sample_id, v): time_session(vad, tree, p, v, cache_dir) for p in pairs for v in VARIANTS}
+    memo, rows = SegmentMemo(vad), {}
+    blocks = prefetch_blocks(memo, pairs, lambda p: _uncached_inputs(vad, tree, p, cache_dir), TIMING_VAD_SETTINGS,
+                             block=PREFETCH_BLOCK // 4)
+    for block in blocks:
+        rows.update({(p.sample_id, v): time_session(memo, tree, p, v, cache_dir) for p in block for v in VARIANTS})
     categories = {"all": category_timing("all", pairs, rows)}
     for category in sorted({p.subset for p in pairs}, key=_category_key):
         categories[category] = category_timing(category, [p for p in pairs if p.subset == category], rows)
