@@ -25,6 +25,7 @@ from serving.models import ModelHub
 from serving.realtime.endpoint import realtime_endpoint
 from serving.realtime.negotiation import capabilities
 from serving.runtime import ServerRuntime
+from serving.speech import router as speech_router
 from serving.systems import SystemConfig
 
 log = logging.getLogger("fdb.serving")
@@ -93,4 +94,5 @@ def create_app(system: SystemConfig, *, hub: ModelHub | None = None,
         return JSONResponse(capabilities(system))
 
     app.add_api_websocket_route("/v1/realtime", realtime_endpoint)
+    app.include_router(speech_router)  # POST /v1/audio/speech (serving/speech.py)
     return app

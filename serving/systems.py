@@ -46,6 +46,19 @@ class Backends(BaseModel):
     tts: str = "piper"
 
 
+class SpeechService(BaseModel):
+    """An OpenAI-compatible speech service that ``/v1/audio/speech`` passes requests through to
+    (``POST {base_url}/audio/speech``). The key is read from the environment variable named by
+    ``api_key_env`` at request time; it never appears in a configuration file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    model: str | None = None  # replaces the request's model when given
+    api_key_env: str | None = None  # e.g. OPENAI_API_KEY; None: no Authorization header
+    timeout_s: float = Field(300.0, gt=0)
+
+
 class SystemConfig(BaseModel):
     """One deployment: which backends run, its model id, limits and session defaults."""
 
@@ -71,6 +84,7 @@ class SystemConfig(BaseModel):
     llm_threads: int = Field(2, ge=1, le=64)
     model_workers: int = Field(4, ge=1, le=64)
     warmup: bool = True
+    speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
 
 
 SYSTEMS: dict[str, SystemConfig] = {

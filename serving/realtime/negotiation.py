@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from serving.realtime.protocol import ProtocolError, SessionPatch, describe_validation_error
+from serving.speech import speech_capabilities
 from serving.systems import SystemConfig
 
 INPUT_RATE = 16000
@@ -104,6 +105,7 @@ def capabilities(system: SystemConfig) -> dict[str, Any]:
             "session_update_timeout_s": system.session_update_timeout_s,
             "idle_timeout_s": system.idle_timeout_s,
         },
+        "speech": speech_capabilities(system),
     }
 
 
