@@ -1,0 +1,339 @@
+"""The TTS streaming client: one Seed-TTS row -> one ``POST /v1/audio/speech`` -> one
+``TtsRequestRecord`` plus the PCM it received.
+
+Request body: ``model`` (when given), ``input`` (the target text), ``ref_audio`` (inline
+``data:audio/wav;base64,...`` or a ``file://`` URI of the prompt wav, or left out),
+``ref_text`` (the prompt text, with ``ref_audio``), ``stream``, ``stream_format``,
+``response_format`` (``pcm``), then the extra body merged over them.
+
+The response is read by its Content-Type, never by what was asked for:
+
+- ``audio/pcm``, ``audio/l16``, ``audio/raw``, ``application/octet-stream``: raw PCM16. The rate
+  comes from ``X-Sample-Rate``, else a ``rate=`` parameter of the Content-Type, else
+  ``--sample-rate``; with none of them the request fails ("refusing to guess"). Channels from
+  ``X-Channels`` (or ``channels=``), else ``--channels``, else 1; ``X-Bit-Depth`` must be 16.
+- ``audio/wav`` / ``audio/x-wav``: the RIFF header is parsed as it streams; only the ``data``
+  payload counts as audio; rate and channels come from the ``fmt`` chunk.
+- ``text/event-stream``: OpenAI ``speech.audio.delta`` (base64 PCM) and ``speech.audio.done``,
+  and the older sglang ``audio.speech.chunk`` (base64 WAV chunks, ``sample_rate`` in the event)
+  ending with ``finish_reason`` or ``[DONE]``. The end the server declares is ``done_s``; audio
+  that arrives after it is counted in ``bytes_after_done``.
+- anything else (a JSON error, HTML): the request fails with the status and the body's start.
+
+Every time is ``time.perf_counter()`` minus the instant just before the request is sent. An
+arrival is one read from the response stream that carried audio payload bytes (for SSE: the read
+that completed an event with audio); empty reads and framing bytes are not arrivals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, Field
+
+from fdb.datasets.seedtts import SeedTtsItem
+from fdb.tts_records import TtsRequestRecord
+
+SPEECH_PATH = "/v1/audio/speech"
+RAW_TYPES = ("audio/pcm", "audio/l16", "audio/raw", "application/octet-stream")
+WAV_TYPES = ("audio/wav", "audio/x-wav", "audio/wave")
+SSE_TYPE = "text/event-stream"
+AUDIO_HEADERS = ("content-type", "x-sample-rate", "x-channels", "x-bit-depth", "transfer-encoding")
+UNDECLARED = ("the server sent raw PCM without declaring its sample rate (no X-Sample-Rate header, no "
+              "rate= in the Content-Type); refusing to guess: pass --sample-rate HZ if you know the model's rate")
+
+
+class SpeechClientOptions(BaseModel):
+    """How every request of a run is made."""
+
+    url: str  # the server's base URL, http://HOST:PORT (SPEECH_PATH is appended)
+    model: str | None = None
+    stream: bool = True
+    stream_format: str = "audio"  # audio (raw bytes) | sse
+    response_format: str = "pcm"
+    ref_audio: Literal["inline", "file", "none"] = "inline"
+    extra_body: dict[str, object] = Field(default_factory=dict)
+    sample_rate: int | None = None  # used only when the server declares no rate
+    channels: int | None = None  # used only when the server declares no channel count
+    timeout_s: float = 120.0
+    max_audio_s: float | None = None  # stop-condition bound recorded with each request
+
+    @property
+    def endpoint(self) -> str:
+        return self.url.rstrip("/") + SPEECH_PATH
+
+
+def ref_audio_value(path: Path, mode: str) -> str | None:
+    if mode == "none":
+        return None
+    if mode == "file":
+        return path.resolve().as_uri()
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def build_body(item: SeedTtsItem, opts: SpeechClientOptions) -> dict[str, object]:
+    body: dict[str, object] = {"input": item.target_text, "stream": opts.stream,
+                               "stream_format": opts.stream_format, "response_format": opts.response_format}
+    if opts.model:
+        body["model"] = opts.model
+    ref = ref_audio_value(item.prompt_wav, opts.ref_audio)
+    if ref is not None:
+        body["ref_audio"] = ref
+        body["ref_text"] = item.prompt_text
+    return {**body, **opts.extra_body}
+
+
+class _Failed(Exception):
+    """A request that cannot be read; the message goes into the record."""
+
+
+def _param(content_type: str, name: str) -> str | None:
+    for part in content_type.split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        if key.strip().lower() == name:
+            return value.strip().strip('"')
+    return None
+
+
+def _int(value: str | None, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(float(value))
+    except ValueError:
+        raise _Failed(f"{what} {value!r} is not a number") from None
+    if number <= 0:
+        raise _Failed(f"{what} {value!r} is not positive")
+    return number
+
+
+class _Stream:
+    """Collects audio arrivals of one response: times, byte counts, the PCM itself."""
+
+    def __init__(self, t0: float, record: TtsRequestRecord):
+        self.t0 = t0
+        self.record = record
+        self.pcm = bytearray()
+
+    def now(self) -> float:
+        return round(time.perf_counter() - self.t0, 6)
+
+    def audio(self, data: bytes, at: float) -> None:
+        if not data:
+            return
+        self.pcm += data
+        self.record.chunks.append((at, len(data)))
+        if self.record.done_s is not None:
+            self.record.bytes_after_done += len(data)
+
+    def done(self, at: float) -> None:
+        if self.record.done_s is None:
+            self.record.done_s = at
+
+
+def _raw_format(response: httpx.Response, opts: SpeechClientOptions, record: TtsRequestRecord) -> None:
+    ctype = record.content_type or ""
+    rate = _int(response.headers.get("x-sample-rate"), "X-Sample-Rate")
+    record.rate_source = "header" if rate else None
+    if rate is None:
+        rate = _int(_param(ctype, "rate"), "the Content-Type rate")
+        record.rate_source = "content-type" if rate else None
+    if rate is None and opts.sample_rate:
+        rate, record.rate_source = opts.sample_rate, "option"
+    if rate is None:
+        raise _Failed(UNDECLARED)
+    channels = (_int(response.headers.get("x-channels"), "X-Channels") or _int(_param(ctype, "channels"), "channels")
+                or opts.channels or 1)
+    depth = _int(response.headers.get("x-bit-depth"), "X-Bit-Depth") or 16
+    if depth != 16:
+        raise _Failed(f"X-Bit-Depth is {depth}; only 16-bit PCM is supported")
+    record.sample_rate, record.channels, record.bit_depth = rate, channels, depth
+
+
+class _WavHeader:
+    """Parses a streamed RIFF/WAVE header; returns payload bytes once the data chunk starts."""
+
+    def __init__(self, record: TtsRequestRecord):
+        self.record = record
+        self.buffer = bytearray()
+        self.in_data = False
+
+    def feed(self, data: bytes) -> bytes:
+        if self.in_data:
+            return data
+        self.buffer += data
+        buf = self.buffer
+        if len(buf) < 12:
+            return b""
+        if buf[:4] != b"RIFF" or buf[8:12] != b"WAVE":
+            raise _Failed("the audio/wav response does not start with a RIFF/WAVE header")
+        pos = 12
+        while len(buf) >= pos + 8:
+            kind, size = bytes(buf[pos:pos + 4]), int.from_bytes(buf[pos + 4:pos + 8], "little")
+            if kind == b"data":
+                self.in_data = True
+                return bytes(buf[pos + 8:])
+            if len(buf) < pos + 8 + size:
+                return b""
+            if kind == b"fmt ":
+                self._fmt(bytes(buf[pos + 8:pos + 8 + size]))
+            pos += 8 + size + (size & 1)
+        return b""
+
+    def _fmt(self, chunk: bytes) -> None:
+        fmt, channels = int.from_bytes(chunk[0:2], "little"), int.from_bytes(chunk[2:4], "little")
+        rate, depth = int.from_bytes(chunk[4:8], "little"), int.from_bytes(chunk[14:16], "little")
+        if fmt not in (1, 0xFFFE) or depth != 16:
+            raise _Failed(f"the WAV stream is format {fmt} at {depth} bits; only PCM16 is supported")
+        rec = self.record
+        rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = rate, channels, depth, "wav-header"
+
+
+async def _read_raw(response: httpx.Response, stream: _Stream, wav: _WavHeader | None) -> None:
+    async for data in response.aiter_bytes():
+        at = stream.now()
+        stream.audio(wav.feed(data) if wav is not None else data, at)
+    if wav is not None and not wav.in_data:
+        raise _Failed("the audio/wav response ended before its data chunk")
+
+
+def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptions) -> None:
+    """One SSE ``data:`` payload: audio, the declared end, or an error."""
+    if payload.strip() == "[DONE]":
+        stream.done(at)
+        return
+    try:
+        event = json.loads(payload)
+    except json.JSONDecodeError:
+        raise _Failed(f"an SSE event is not JSON: {payload[:120]!r}") from None
+    rec = stream.record
+    kind = event.get("type") or event.get("object")
+    if kind == "error" or (kind is None and "error" in event):
+        raise _Failed(f"the server sent an error event: {json.dumps(event)[:300]}")
+    if kind == "speech.audio.delta":
+        if rec.sample_rate is None:
+            raise _Failed(UNDECLARED.replace("raw PCM", "SSE speech.audio.delta PCM"))
+        stream.audio(base64.b64decode(event.get("audio") or ""), at)
+    elif kind == "speech.audio.done":
+        stream.done(at)
+    elif kind == "audio.speech.chunk":
+        audio = event.get("audio") or {}
+        if audio.get("sample_rate") and rec.sample_rate is None:
+            rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = int(audio["sample_rate"]), 1, 16, "sse-event"
+        data = base64.b64decode(audio.get("data") or "")
+        if data[:4] == b"RIFF":
+            data = _WavHeader(rec).feed(data)
+        if data and rec.sample_rate is None:
+            raise _Failed(UNDECLARED.replace("raw PCM", "SSE audio.speech.chunk audio"))
+        stream.audio(data, at)
+        if event.get("finish_reason"):
+            stream.done(at)
+
+
+async def _read_sse(response: httpx.Response, stream: _Stream, opts: SpeechClientOptions) -> None:
+    rec = stream.record
+    rate = _int(response.headers.get("x-sample-rate"), "X-Sample-Rate") or opts.sample_rate
+    if rate:
+        rec.rate_source = "header" if response.headers.get("x-sample-rate") else "option"
+        rec.sample_rate, rec.channels, rec.bit_depth = rate, opts.channels or 1, 16
+    buffer = ""
+    async for text in response.aiter_text():
+        at = stream.now()
+        buffer += text.replace("\r\n", "\n")
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            data = "\n".join(line[5:].lstrip() for line in block.split("\n") if line.startswith("data:"))
+            if data:
+                _sse_event(data, stream, at, opts)
+
+
+async def _read(response: httpx.Response, stream: _Stream, opts: SpeechClientOptions) -> None:
+    rec = stream.record
+    rec.http_status = response.status_code
+    ctype = response.headers.get("content-type", "")
+    rec.content_type = ctype
+    rec.headers = {k: v for k, v in response.headers.items() if k.lower() in AUDIO_HEADERS}
+    if response.status_code != 200:
+        body = (await response.aread())[:400].decode("utf-8", "replace")
+        raise _Failed(f"HTTP {response.status_code}: {body}")
+    base = ctype.split(";")[0].strip().lower()
+    if base == SSE_TYPE:
+        rec.transport = "sse"
+        await _read_sse(response, stream, opts)
+    elif base in WAV_TYPES:
+        rec.transport = "wav"
+        await _read_raw(response, stream, _WavHeader(rec))
+    elif base in RAW_TYPES:
+        rec.transport = "pcm"
+        _raw_format(response, opts, rec)
+        await _read_raw(response, stream, None)
+    else:
+        body = (await response.aread())[:300].decode("utf-8", "replace")
+        raise _Failed(f"unexpected Content-Type {ctype or '(none)'!r} (expected audio/pcm, audio/wav or "
+                      f"text/event-stream): {body}")
+
+
+async def synthesize(client: httpx.AsyncClient, item: SeedTtsItem, opts: SpeechClientOptions, *,
+                     concurrency: int, index: int, warmup: bool = False,
+                     level_t0: float | None = None) -> tuple[TtsRequestRecord, bytes]:
+    """Send one request and read its whole response. Never raises for a server's fault: the
+    record's ``status`` is ``failed`` with the reason in ``error``."""
+    body = build_body(item, opts)
+    record = TtsRequestRecord(id=item.id, list_name=item.list_name, index=index, warmup=warmup,
+                              concurrency=concurrency, status="ok", target_text=item.target_text,
+                              max_audio_s=opts.max_audio_s)
+    record.started_wall = datetime.now(UTC).isoformat(timespec="milliseconds")
+    t0 = time.perf_counter()
+    if level_t0 is not None:
+        record.start_s = round(t0 - level_t0, 6)
+    stream = _Stream(t0, record)
+    try:
+        async with client.stream("POST", opts.endpoint, json=body, timeout=opts.timeout_s) as response:
+            await _read(response, stream, opts)
+    except _Failed as exc:
+        record.status, record.error = "failed", str(exc)
+    except httpx.HTTPError as exc:
+        record.status, record.error = "failed", f"{type(exc).__name__}: {exc or 'no detail'}"
+    record.end_s = stream.now()
+    record.audio_bytes = len(stream.pcm)
+    frame = 2 * (record.channels or 1)
+    record.partial_frame_bytes = len(stream.pcm) % frame
+    pcm = bytes(stream.pcm[: len(stream.pcm) - record.partial_frame_bytes])
+    return record, pcm
+
+
+Result = tuple[TtsRequestRecord, bytes]
+
+
+async def replay(items: list[SeedTtsItem], opts: SpeechClientOptions, concurrency: int, warmups: int = 0,
+                 progress: Callable[[TtsRequestRecord], None] | None = None) -> list[Result]:
+    """Closed loop: ``warmups`` requests one after another (the first rows again, marked
+    ``warmup``), then every item with ``concurrency`` requests in flight, each worker sending its
+    next request as soon as its last one ended. Results in index order."""
+    results: list[Result] = []
+    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
+    async with httpx.AsyncClient(limits=limits, timeout=opts.timeout_s) as client:
+        for number in range(warmups):
+            results.append(await synthesize(client, items[number % len(items)], opts, concurrency=concurrency,
+                                            index=number, warmup=True))
+        pending = list(enumerate(items, start=warmups))
+        level_t0 = time.perf_counter()
+
+        async def worker() -> None:
+            while pending:
+                index, item = pending.pop(0)
+                result = await synthesize(client, item, opts, concurrency=concurrency, index=index, level_t0=level_t0)
+                results.append(result)
+                if progress is not None:
+                    progress(result[0])
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)))))
+    return sorted(results, key=lambda pair: pair[0].index)
