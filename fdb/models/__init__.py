@@ -36,10 +36,15 @@ def load_torchscript_checkpoint(path, expected_sha256: str, role: str):
 
     Returns ``(torch, model, sha256)``; a mismatch raises FdbError naming the file and both hashes.
     """
+    from pathlib import Path
+
     from fdb.errors import FdbError
     from fdb.io import sha256_file
 
     torch = require("torch", "torch==2.13.0", "embedded", role)
+    if not Path(path).is_file():
+        raise FdbError(f"{role} checkpoint {path} does not exist",
+                       "pass the local path of the checkpoint file (fdb never downloads weights)")
     sha = sha256_file(path)
     if sha != expected_sha256:
         raise FdbError(f"{role} checkpoint {path} has sha256 {sha}, expected {expected_sha256}",
