@@ -95,9 +95,14 @@ def _plot(name: str, values: list[float]) -> bytes:
     axes.set_title(f"{name} (n = {len(values)})")
     axes.set_xlabel("seconds")
     axes.set_ylabel("count")
+    return figure_png(figure)
+
+
+def figure_png(figure) -> bytes:
+    """A matplotlib Figure as PNG bytes, byte-stable for the same figure (no version stamp)."""
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": None})  # no version stamp: byte-stable
+    figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()
 
 

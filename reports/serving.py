@@ -1,11 +1,12 @@
-"""SERVING.md: one row per concurrency level, the capacity line, the targets, and what the times are."""
+"""SERVING.md: one row per concurrency level, the capacity line, the targets, warnings and what the
+times are; serving.png: unit lag, first audio and reply RTF against concurrency."""
 
 from __future__ import annotations
 
 from scorers.serving import Capacity, ServingRow
 
 COLUMNS = ("sessions at once", "sessions", "mean open", "failed", "503", "pacing violations", "client behind",
-           "unit miss", "unit lag p50/p95 ms", "first audio p50/p95 ms", "buffer needed p90 ms",
+           "client CPU", "unit miss", "unit lag p50/p95 ms", "first audio p50/p95 ms", "buffer needed p90 ms",
            "underrun replies", "RTF p90", "meets targets")
 
 
@@ -31,9 +32,32 @@ def _underruns(row: ServingRow) -> str:
     return f"{row.underrun_replies}/{row.replies - row.empty_replies}"
 
 
+def _client(row: ServingRow) -> str:
+    return f"{row.client_behind} (client-limited)" if row.client_limited else str(row.client_behind)
+
+
+def _cpu(row: ServingRow) -> str:
+    return "-" if row.client_cpu is None else f"{row.client_cpu * 100:.0f}%"
+
+
+def warnings(rows: list[ServingRow]) -> list[str]:
+    """Levels above the server's max_sessions (their 503s are by design) and client-limited levels."""
+    found = []
+    for row in sorted(rows, key=lambda r: r.concurrency):
+        if row.server_max_sessions is not None and row.concurrency > row.server_max_sessions:
+            found.append(f"level {row.concurrency} exceeds the server's max_sessions {row.server_max_sessions}: "
+                         f"sessions beyond {row.server_max_sessions} at once are refused with 503 by design")
+        if row.client_limited:
+            found.append(f"level {row.concurrency} was limited by the load generator, not the server: its pacing "
+                         "violations coincide with the client's own event-loop lag or a saturated client CPU; "
+                         "record it with more client CPU (or on another host)")
+    return found
+
+
 def row_cells(row: ServingRow) -> list[str]:
-    return [str(row.concurrency), str(row.sessions), _num(row.mean_open, 2), str(row.sessions_failed),
-            str(row.admission_denied), str(row.pacing_violations), str(row.client_behind), _unit_miss(row),
+    sessions = f"{row.sessions} ({row.repeats} repeats)" if row.repeats > 1 else str(row.sessions)
+    return [str(row.concurrency), sessions, _num(row.mean_open, 2), str(row.sessions_failed),
+            str(row.admission_denied), str(row.pacing_violations), _client(row), _cpu(row), _unit_miss(row),
             _pair(row.unit_lag_p50_ms, row.unit_lag_p95_ms), _pair(row.first_audio_p50_ms, row.first_audio_p95_ms),
             _num(row.buffer_needed_p90_ms), _underruns(row), _num(row.rtf_p90, 2),
             "yes" if row.meets_targets else "no: " + "; ".join(row.missed_targets)]
@@ -45,7 +69,6 @@ def render(rows: list[ServingRow], cap: Capacity, title: str = "Serving capacity
     lines = [f"# {title}", "", f"Profile: {profile}. {cap.line()}.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row_cells(row)) + " |" for row in sorted(rows, key=lambda r: r.concurrency)]
-    behind = [str(r.concurrency) for r in rows if r.client_behind or r.pacing_violations]
     lines += ["", "## Targets", "",
               "A level meets the targets when no session failed, no session was denied admission (503), no input "
               "pacing was violated, and the unit miss rate is at most 1% (native profiles) or the reply RTF p90 is "
@@ -61,10 +84,64 @@ def render(rows: list[ServingRow], cap: Capacity, title: str = "Serving capacity
               f"- buffer needed: the smallest startup buffer with which a reply plays without a gap; underrun "
               f"replies would pause with a {reserve:g} ms playback reserve.",
               "- RTF p90: (last - first audio arrival) / audio before the last chunk, turn-based only.",
-              "- client behind: sessions in which the load generator's own event loop fell behind; a level with "
-              "pacing violations or client-behind sessions measured the client, not the server.", "",
+              "- client behind: sessions in which the load generator's own event loop fell behind while it sent "
+              "input; client-limited marks a level whose pacing violations coincide with that lag (or with a "
+              "client CPU of at least 90% of one core): the load generator, not the server, was the limit, so "
+              "the level does not count against the server and the capacity reads \"at least\".",
+              "- client CPU: CPU time of the level's client process over its wall time (100% = one core busy).",
+              "- With repeats, the columns pool every repeat's sessions (mean open and client CPU: the mean "
+              "and the highest of the repeats'), and a level meets the targets only if every repeat does.", "",
               "These are client-side times on the client's host: they include the network to the server and leave "
               "out the player's device and the acoustics."]
-    if behind:
-        lines += ["", f"Load-generator limited levels: {', '.join(behind)}."]
+    limited = [str(r.concurrency) for r in rows if r.client_limited]
+    lines += ["", "Load-generator limited levels: " + (", ".join(limited) if limited else "none") + "."]
+    found = warnings(rows)
+    if found:
+        lines += ["", "## Warnings", ""] + [f"- {line}." for line in found]
     return "\n".join(lines) + "\n"
+
+
+PLOTS = (("unit lag (ms)", "unit_lag_p50_ms", "unit_lag_p95_ms", None),
+         ("first audio (ms)", "first_audio_p50_ms", "first_audio_p95_ms", None),
+         ("reply RTF p90", "rtf_p90", None, 1.0))
+
+
+def plot_png(rows: list[ServingRow]) -> bytes:
+    """serving.png: unit lag p50/p95, first audio p50/p95 and reply RTF p90 against concurrency;
+    a level that misses the targets is drawn as a red cross, a column no level has says so."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from reports.exports import figure_png
+
+    ordered = sorted(rows, key=lambda r: r.concurrency)
+    figure = Figure(figsize=(11, 3.4), dpi=100)
+    for k, (title, main, upper, target) in enumerate(PLOTS):
+        axes = figure.add_subplot(1, 3, k + 1)
+        axes.set_title(title)
+        axes.set_xlabel("sessions at once")
+        points = [(r.concurrency, getattr(r, main), getattr(r, upper) if upper else None, r.meets_targets)
+                  for r in ordered]
+        shown = [p for p in points if p[1] is not None]
+        if not shown:
+            axes.text(0.5, 0.5, "not measured\n(not a column of this profile)", ha="center", va="center",
+                      transform=axes.transAxes)
+            axes.set_xticks([])
+            axes.set_yticks([])
+            continue
+        axes.plot([p[0] for p in shown], [p[1] for p in shown], "o-", color="#4c72b0", label="p50" if upper else "p90")
+        highs = [p for p in shown if p[2] is not None]
+        if highs:
+            axes.plot([p[0] for p in highs], [p[2] for p in highs], "s--", color="#dd8452", label="p95")
+        misses = [p for p in shown if not p[3]]
+        if misses:
+            axes.plot([p[0] for p in misses], [p[1] for p in misses], "x", color="red", markersize=10, label="misses")
+        if target is not None:
+            axes.axhline(target, color="grey", linewidth=1, linestyle=":", label="target")
+        axes.set_xscale("log", base=2)
+        axes.minorticks_off()
+        axes.set_xticks([p[0] for p in points], [str(p[0]) for p in points])
+        axes.legend(fontsize=8)
+    return figure_png(figure)

@@ -34,8 +34,9 @@ class ManagedServer:
     """A bundled server (`python -m fdb serve`) run as a child process for one phase."""
 
     def __init__(self, *, system: str, host: str, port: int, log_path: Path, ready_timeout_s: float = 300.0,
-                 env: dict[str, str] | None = None, follow: bool = False):
+                 env: dict[str, str] | None = None, follow: bool = False, config: Path | None = None):
         self.system = system
+        self.config = config  # a launch.yaml overriding the system's settings (`fdb serve --config`)
         self.host = host
         self.port = port
         self.log_path = log_path
@@ -59,7 +60,7 @@ class ManagedServer:
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "fdb", "serve", "--system", self.system, "--host", self.host,
-                "--port", str(self.port)]
+                "--port", str(self.port), *(["--config", str(self.config)] if self.config else [])]
 
     def start(self) -> None:
         if port_is_served(self.host, self.port):

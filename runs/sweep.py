@@ -1,17 +1,27 @@
-"""`sweep`: record the same cohort at rising concurrency, one level after another, each level in a
-fresh client process (``python -m runs.sweep LEVEL_DIR/level.json``), then one serving row per
-level (scorers/serving.py), serving.json and SERVING.md (reports/serving.py).
+"""`sweep`: record the same cohort at rising concurrency, one level after another, each level (and
+each repeat of it) in a fresh client process (``python -m runs.sweep LEVEL_DIR/level.json``), then
+one serving row per level (scorers/serving.py), serving.json, SERVING.md and serving.png
+(reports/serving.py).
 
-A level's failed sessions are part of the result: the sweep goes on to the next level.
+A level's failed sessions are part of the result: the sweep goes on to the next level. With
+``--search`` the levels are not given but found: doubling from 1 until a level misses the targets
+(or ``--max-concurrency``), then bisecting between the last passing and the first failing level.
+With ``--repeats N`` every level is recorded N times (``concurrency-C/repeat-K/``); its row pools
+the repeats' sessions and meets the targets only when every repeat does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -20,24 +30,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_text, read_json
-from runs.options import DatasetChoice
+from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from runs.sweep_args import RecordOptions
 
-SERVING_SCHEMA = "fdb-serving-1"
+SERVING_SCHEMA = "fdb-serving-2"
+CLIENT_SCHEMA = "fdb-sweep-client-1"
 
 
 class SweepOptions(BaseModel):
     output: Path
-    concurrency: list[int]
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
     dataset: str = "v1.5"
-    url: str | None = None
-    system: str = "embedded-cascade"
-    choice: DatasetChoice = DatasetChoice()
-    dataset_root: Path | None = None
-    profile: str = "turn-based"
-    turn_detection: dict | None = None
-    model: str | None = None
+    record: RecordOptions = RecordOptions()
     playback_reserve_ms: float = 80.0
+    repeats: int = 1
+    search: bool = False
+    max_concurrency: int = 64
+
+    @property
+    def top_level(self) -> int:
+        return self.max_concurrency if self.search else max(self.concurrency)
 
 
 class LevelJob(BaseModel):
@@ -48,16 +60,31 @@ class LevelJob(BaseModel):
 
 
 class LevelSpec(BaseModel):
-    """level.json: what one level records; the child process reads it."""
+    """level.json: what one recording of a level does; the child process reads it."""
 
     concurrency: int
+    repeat: int = 1
     url: str
     dataset: str
     profile: str
     turn_detection: dict | None = None
     model: str | None = None
+    instructions: str | None = None
     timeout_s: float = 90.0
+    max_sessions: int | None = None  # the server's, as /v1/realtime/capabilities reported it
+    record_args: list[str] = Field(default_factory=list)
     jobs: list[LevelJob] = Field(default_factory=list)
+
+
+class ClientStats(BaseModel):
+    """client.json: what the level's client process (the load generator) itself used."""
+
+    schema_: str = Field(CLIENT_SCHEMA, alias="schema")
+    cpu_s: float
+    wall_s: float
+    cpu_share: float  # cpu_s / wall_s: 1.0 is one core busy the whole time
+    load_1m: float | None = None  # the host's 1-minute load average at the end
+    cpus: int | None = None
 
 
 def parse_levels(text: str) -> list[int]:
@@ -71,12 +98,39 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
+def search_capacity(meets: Callable[[int], bool], max_level: int, start: int = 1) -> list[int]:
+    """Levels to run, in order, to find the capacity: double from ``start`` until a level misses
+    (or ``max_level``, itself run last), then bisect between the last passing and the first failing
+    level. ``meets(level)`` records a level and says whether it met the targets."""
+    if not 1 <= start <= max_level:
+        raise FdbError(f"--max-concurrency {max_level} is below the first level {start}", "raise --max-concurrency")
+    visited, level, passed = [], start, 0
+    while True:
+        visited.append(level)
+        if not meets(level):
+            failed = level
+            break
+        passed = level
+        if level >= max_level:
+            return visited
+        level = min(level * 2, max_level)
+    while failed - passed > 1:
+        middle = (passed + failed) // 2
+        visited.append(middle)
+        if meets(middle):
+            passed = middle
+        else:
+            failed = middle
+    return visited
+
+
 def plan_jobs(opts: SweepOptions, console: Console) -> list[LevelJob]:
     """The cohort every level records: two sessions per v1.5 pair, one per v1.0 sample."""
     from fdb.settings import load_settings
     from runs.generate import V15_VARIANTS, select_dataset
 
-    selected = select_dataset(opts.dataset, opts.choice, opts.dataset_root, load_settings(), console)
+    record = opts.record
+    selected = select_dataset(opts.dataset, record.choice, record.dataset_root, load_settings(), console)
     if selected is None or not selected.samples:
         raise FdbError(f"the selection leaves no {opts.dataset} sample to record", "raise --per-subset")
     console.print(f"{opts.dataset} ({selected.tree.source}, {selected.tree.root}): {len(selected.samples)} selected")
@@ -90,6 +144,17 @@ def level_dir(output: Path, concurrency: int) -> Path:
     return output / f"concurrency-{concurrency}"
 
 
+def recording_dir(output: Path, concurrency: int, repeat: int, repeats: int) -> Path:
+    """concurrency-C/ for a single recording, concurrency-C/repeat-K/ when a level is repeated."""
+    return level_dir(output, concurrency) / f"repeat-{repeat}" if repeats > 1 else level_dir(output, concurrency)
+
+
+def recordings(directory: Path) -> list[Path]:
+    """The recordings of a level: its repeat-K/ folders in order, else the level folder itself."""
+    found = [d for d in directory.glob("repeat-*") if d.is_dir() and re.fullmatch(r"repeat-\d+", d.name)]
+    return sorted(found, key=lambda d: int(d.name.split("-")[1])) or [directory]
+
+
 def run_level(spec: LevelSpec, directory: Path, console: Console) -> int:
     """Record one level in a fresh client process; returns its exit code."""
     if any(directory.rglob("session.json")):
@@ -97,7 +162,8 @@ def run_level(spec: LevelSpec, directory: Path, console: Console) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     spec_path = directory / "level.json"
     atomic_write_json(spec_path, spec.model_dump(mode="json"))
-    columns = (TextColumn(f"[bold]{spec.concurrency} at once"), BarColumn(), MofNCompleteColumn(),
+    label = f"{spec.concurrency} at once" + (f", repeat {spec.repeat}" if spec.repeat > 1 else "")
+    columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[last]}"))
     with open(directory / "record.log", "ab") as log, Progress(*columns, console=console) as bar:
         task = bar.add_task("sessions", total=len(spec.jobs), last="")
@@ -114,14 +180,15 @@ def run_level(spec: LevelSpec, directory: Path, console: Console) -> int:
 
 
 def _record_level(spec_path: Path) -> None:
-    """The child process: record every job of the level, ``concurrency`` at a time."""
+    """The child process: record every job of the level, ``concurrency`` at a time, then write
+    client.json with this process's CPU share (the load generator's own load)."""
     from recorders.batch import SessionJob, record_many
 
     spec = LevelSpec.model_validate(read_json(spec_path))
     root = spec_path.parent
     jobs = [SessionJob(url=spec.url, audio=job.audio, out_dir=root / job.out, sample_id=job.sample_id,
                        variant=job.variant, profile=spec.profile, turn_detection=spec.turn_detection,
-                       model=spec.model, timeout_s=spec.timeout_s,
+                       model=spec.model, instructions=spec.instructions, timeout_s=spec.timeout_s,
                        extra_meta={"dataset": spec.dataset, "concurrency": spec.concurrency})
             for job in spec.jobs]
 
@@ -129,38 +196,69 @@ def _record_level(spec_path: Path) -> None:
         label = f"{record.sample_id} [{record.variant}]"
         print(json.dumps({"done": done, "total": total, "label": label, "status": record.status}), flush=True)
 
+    cpu0, wall0 = time.process_time(), time.monotonic()
     asyncio.run(record_many(jobs, concurrency=spec.concurrency, progress=tick))
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    stats = ClientStats(cpu_s=round(cpu, 3), wall_s=round(wall, 3), cpu_share=round(cpu / wall, 3) if wall > 0 else 0.0,
+                        load_1m=round(os.getloadavg()[0], 2), cpus=os.cpu_count())
+    atomic_write_json(root / "client.json", stats.model_dump(mode="json", by_alias=True))
+
+
+def _level_spec(directory: Path) -> dict | None:
+    for candidate in (directory / "level.json", directory / "repeat-1" / "level.json"):
+        if candidate.is_file():
+            return read_json(candidate)
+    return None
 
 
 def level_concurrency(directory: Path) -> int:
-    spec = directory / "level.json"
-    if spec.is_file():
-        return int(read_json(spec)["concurrency"])
+    spec = _level_spec(directory)
+    if spec is not None:
+        return int(spec["concurrency"])
     found = re.search(r"concurrency-(\d+)$", directory.name)
     if found:
         return int(found.group(1))
     raise FdbError(f"{directory} names no concurrency", "name it concurrency-N or keep its level.json")
 
 
-def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: str = "turn-based") -> dict:
-    """serving.json at ``output`` and SERVING.md next to it from recorded level directories."""
-    from reports.serving import render
-    from scorers.serving import capacity, level_row, load_level
+def _client_cpu(directory: Path) -> float | None:
+    path = directory / "client.json"
+    return ClientStats.model_validate(read_json(path)).cpu_share if path.is_file() else None
 
-    found = []
-    for directory in levels:
-        if not directory.is_dir():
-            raise FdbError(f"{directory} is not a recorded level", "pass --run DIR/concurrency-N")
-        found.append((level_row(level_concurrency(directory), load_level(directory), profile, reserve_ms), directory))
-    found.sort(key=lambda pair: pair[0].concurrency)
+
+def measure_level(directory: Path, profile: str = "turn-based", reserve_ms: float = 80.0):
+    """The serving row of one recorded level directory (its repeats combined)."""
+    from scorers.serving import combine_repeats, level_row, load_level
+
+    if not directory.is_dir():
+        raise FdbError(f"{directory} is not a recorded level", "pass --run DIR/concurrency-N")
+    concurrency = level_concurrency(directory)
+    per_repeat = [(load_level(d), _client_cpu(d)) for d in recordings(directory)]
+    rows = [level_row(concurrency, sessions, profile, reserve_ms, cpu) for sessions, cpu in per_repeat]
+    pooled = rows[0] if len(rows) == 1 else level_row(
+        concurrency, [s for sessions, _ in per_repeat for s in sessions], profile, reserve_ms)
+    row = combine_repeats(pooled, rows)
+    spec = _level_spec(directory)
+    return row.model_copy(update={"server_max_sessions": spec.get("max_sessions") if spec else None})
+
+
+def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: str = "turn-based") -> dict:
+    """serving.json at ``output``, SERVING.md and serving.png next to it, from level directories."""
+    from reports.serving import plot_png, render, warnings
+    from scorers.serving import capacity
+
+    found = sorted(((measure_level(d, profile, reserve_ms), d) for d in levels), key=lambda pair: pair[0].concurrency)
     rows = [row for row, _ in found]
     cap = capacity(rows)
     data = {"schema": SERVING_SCHEMA, "playback_reserve_ms": reserve_ms,
             "capacity": {**cap.model_dump(mode="json"), "line": cap.line()},
+            "client_limited_levels": [r.concurrency for r in rows if r.client_limited],
+            "warnings": warnings(rows),
             "levels": {str(row.concurrency): str(directory) for row, directory in found},
             "rows": [r.model_dump(mode="json") for r in rows]}
     atomic_write_json(output, data)
     atomic_write_text(output.parent / "SERVING.md", render(rows, cap))
+    atomic_write_bytes(output.parent / "serving.png", plot_png(rows))
     return data
 
 
@@ -176,40 +274,87 @@ def summary_table(data: dict) -> Table:
     return table
 
 
-def sweep(opts: SweepOptions, console: Console | None = None) -> dict:
-    """Record every level (starting the bundled server unless --url), then write the report."""
+@contextlib.contextmanager
+def _serving(opts: SweepOptions, console: Console) -> Iterator[tuple[str, Callable[[], None]]]:
+    """(url, check_alive): --url as given, or the bundled server with max_sessions = the top level."""
+    if opts.record.url is not None:
+        yield opts.record.url, lambda: None
+        return
+    server = bundled_server(opts)
+    console.print(f"starting the bundled server {opts.record.system} on :{server.port} (max_sessions {opts.top_level}) …")
+    server.start()
+    try:
+        yield server.ws_url, server.check_alive
+    finally:
+        server.stop()
+
+
+def bundled_server(opts: SweepOptions):
+    """The bundled server of a sweep (not started): SERVER_PORT, max_sessions = the top level,
+    its launch.yaml and log under DIR/logs/."""
     from fdb.settings import load_settings
     from runs.server import ManagedServer
+
+    if opts.record.profile != "turn-based":
+        raise FdbError(f"the bundled server speaks turn-based, not {opts.record.profile}", "pass --url of your server")
+    config = atomic_write_text(opts.output / "logs" / "launch.yaml",
+                               f"system: {opts.record.system}\nmax_sessions: {opts.top_level}\n")
+    return ManagedServer(system=opts.record.system, host="127.0.0.1", port=load_settings().server_port, config=config,
+                         log_path=opts.output / "logs" / "model-server.log")
+
+
+def _warn_over(level: int, max_sessions: int | None, console: Console) -> None:
+    if max_sessions is not None and level > max_sessions:
+        console.print(f"[yellow]WARNING[/]: level {level} exceeds the server's max_sessions {max_sessions}: "
+                      f"sessions beyond {max_sessions} at once are refused with 503 by design")
+
+
+def sweep(opts: SweepOptions, console: Console | None = None,
+          around_level: Callable[[int], AbstractContextManager] | None = None) -> dict:
+    """Record every level (or search for the capacity), then write the report. ``around_level(n)``
+    is entered around each recording of level n (the capacity benchmark samples server memory)."""
+    from fdb.settings import load_settings
+    from runs.gpus import read_max_sessions
 
     console = console or Console(stderr=True)
     settings = load_settings()
     jobs = plan_jobs(opts, console)
-    server = None
-    if opts.url is None:
-        if opts.profile != "turn-based":
-            raise FdbError(f"the bundled server speaks turn-based, not {opts.profile}", "pass --url of your server")
-        server = ManagedServer(system=opts.system, host="127.0.0.1", port=settings.server_port,
-                               log_path=opts.output / "logs" / "model-server.log")
-        console.print(f"starting the bundled server {opts.system} on :{settings.server_port} …")
-        server.start()
-    timeout = settings.session_timeout_s if opts.dataset == "v1.5" else settings.v10_session_timeout_s
-    try:
-        url = opts.url or server.ws_url
-        for level in opts.concurrency:
-            spec = LevelSpec(concurrency=level, url=url, dataset=opts.dataset, profile=opts.profile,
-                             turn_detection=opts.turn_detection, model=opts.model, timeout_s=timeout, jobs=jobs)
-            rc = run_level(spec, level_dir(opts.output, level), console)
-            if rc != 0:
-                console.print(f"[yellow]WARNING[/]: the level {level} client exited with code {rc} "
-                              f"(log: {level_dir(opts.output, level) / 'record.log'}); going on")
-            if server is not None:
-                server.check_alive()
-    finally:
-        if server is not None:
-            server.stop()
-    levels = [level_dir(opts.output, n) for n in opts.concurrency]
-    data = report(levels, opts.output / "serving.json", opts.playback_reserve_ms, opts.profile)
+    timeout = opts.record.timeout_s or (settings.session_timeout_s if opts.dataset == "v1.5"
+                                        else settings.v10_session_timeout_s)
+    recorded: list[int] = []
+    with _serving(opts, console) as (url, check_alive):
+        max_sessions = read_max_sessions(url)
+
+        def measure(level: int) -> bool:
+            _warn_over(level, max_sessions, console)
+            for repeat in range(1, opts.repeats + 1):
+                spec = LevelSpec(concurrency=level, repeat=repeat, url=url, dataset=opts.dataset,
+                                 profile=opts.record.profile, turn_detection=opts.record.turn_detection,
+                                 model=opts.record.model, instructions=opts.record.instructions, timeout_s=timeout,
+                                 max_sessions=max_sessions, record_args=opts.record.args, jobs=jobs)
+                where = recording_dir(opts.output, level, repeat, opts.repeats)
+                with around_level(level) if around_level else contextlib.nullcontext():
+                    rc = run_level(spec, where, console)
+                if rc != 0:
+                    console.print(f"[yellow]WARNING[/]: the level {level} client exited with code {rc} "
+                                  f"(log: {where / 'record.log'}); going on")
+                check_alive()
+            recorded.append(level)
+            row = measure_level(level_dir(opts.output, level), opts.record.profile, opts.playback_reserve_ms)
+            verdict = "meets the targets" if row.meets_targets else "misses: " + "; ".join(row.missed_targets)
+            console.print(f"level {level}: {verdict}")
+            return row.meets_targets
+
+        if opts.search:
+            search_capacity(measure, opts.max_concurrency)
+        else:
+            for level in opts.concurrency:
+                measure(level)
+    levels = [level_dir(opts.output, n) for n in sorted(set(recorded))]
+    data = report(levels, opts.output / "serving.json", opts.playback_reserve_ms, opts.record.profile)
     console.print(summary_table(data))
+    for line in data["warnings"]:
+        console.print(f"[yellow]WARNING[/]: {line}")
     return data
 
 

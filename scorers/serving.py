@@ -21,6 +21,7 @@ from scorers.stats import ceil_quantile
 
 DEFAULT_RESERVE_MS = 80.0
 UNIT_MISS_TARGET = 0.01
+CLIENT_CPU_SATURATED = 0.9  # share of one core: the recorder's single event loop is saturated
 P50, P90, P95 = Fraction(1, 2), Fraction(9, 10), Fraction(19, 20)
 APPEND = "input_audio_buffer.append"
 
@@ -52,6 +53,11 @@ class ServingRow(BaseModel):
     admission_denied: int = 0
     pacing_violations: int = 0
     client_behind: int = 0  # sessions whose recorder loop fell behind (load generator limit)
+    client_limited_sessions: int = 0  # sessions with a pacing violation while the client loop lagged
+    client_cpu: float | None = None  # the level's client process: CPU seconds / wall seconds (one core = 1)
+    client_limited: bool = False  # the load generator, not the server, broke the pacing
+    server_max_sessions: int | None = None  # as the server reported it before the level
+    repeats: int = 1
     units: int | None = None
     unit_misses: int | None = None
     unit_miss_rate: float | None = None
@@ -75,10 +81,15 @@ class Capacity(BaseModel):
     sessions: int | None
     at_least: bool = False
     first_miss: int | None = None
+    client_limited: bool = False  # the first miss is the load generator's, not the server's
 
     def line(self) -> str:
         if self.sessions is None and self.first_miss is None:
             return "Capacity: no level recorded"
+        if self.client_limited:
+            floor = f"at least {self.sessions} sessions" if self.sessions else "not measured"
+            return (f"Capacity: {floor} (at {self.first_miss} sessions the load generator, not the server, fell "
+                    "behind its pacing: that level does not measure the server)")
         if self.sessions is None:
             return f"Capacity: below the lowest level recorded ({self.first_miss} sessions miss the targets)"
         if self.at_least:
@@ -117,10 +128,29 @@ def unit_readiness(trace: list[TraceEvent], profile: Profile) -> tuple[list[tupl
         start, duration = media.get("t_start_ms"), media.get("duration_ms")
         if not isinstance(start, int | float) or not isinstance(duration, int | float):
             continue
-        end_ms = min(start + duration, input_ms)
-        ready = next((t_end for cum, t_end in packets if cum >= end_ms - 1e-6), packets[-1][1])
-        units.append((ev.t, ready))
+        units.append((ev.t, _ready(packets, min(start + duration, input_ms))))
     return units, expected
+
+
+def _ready(packets: list[tuple[float, float]], input_ms: float) -> float:
+    """t_end of the packet holding input time ``input_ms`` (the last packet past the input end)."""
+    return next((t_end for cum, t_end in packets if cum >= input_ms - 1e-6), packets[-1][1])
+
+
+def speech_end_first_audio_s(trace: list[TraceEvent], profile: Profile, output_rate: int,
+                             speech_end_s: float) -> float | None:
+    """First audio after the user's speech end: the speech end (an input time, e.g. a dataset's
+    turn-end annotation) is ready when the packet holding it was sent; the reply to it is the first
+    response created after that. Its first audio's receipt minus that moment; None when no reply
+    with audio was created after the speech end."""
+    packets = _packets(trace, profile.input_rate)
+    if not packets:
+        return None
+    ready = _ready(packets, speech_end_s * 1000.0)
+    for reply in replies(trace, profile, output_rate):
+        if reply.created_t is not None and reply.created_t >= ready:
+            return reply.chunks[0][0] - ready if reply.chunks else None
+    return None
 
 
 def unit_lags(trace: list[TraceEvent], profile: Profile) -> tuple[list[float], int]:
@@ -275,7 +305,8 @@ def missed_targets(row: ServingRow) -> list[str]:
     if row.admission_denied:
         missed.append(f"{row.admission_denied} admission denials (503)")
     if row.pacing_violations:
-        missed.append(f"{row.pacing_violations} pacing violations")
+        who = " (client-limited: the load generator fell behind)" if row.client_limited else ""
+        missed.append(f"{row.pacing_violations} pacing violations{who}")
     if row.native:
         if row.unit_miss_rate is None or row.unit_miss_rate > UNIT_MISS_TARGET:
             missed.append(f"unit miss {_pct(row.unit_miss_rate)} > 1%")
@@ -288,9 +319,22 @@ def _pct(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.2f}%"
 
 
+def client_limited_sessions(sessions: list[Session]) -> int:
+    """Sessions whose pacing violations coincide with the recorder's own loop lag during the input."""
+    return sum(1 for s in sessions if s.record.pacing.violations > 0 and s.record.loop_lag.client_behind)
+
+
+def is_client_limited(row: ServingRow) -> bool:
+    """The load generator limited the level: a session's pacing broke while its client loop lagged,
+    or pacing broke while the client process used at least 90% of a core (a saturated loop)."""
+    saturated = row.client_cpu is not None and row.client_cpu >= CLIENT_CPU_SATURATED
+    return row.client_limited_sessions > 0 or (row.pacing_violations > 0 and saturated)
+
+
 def level_row(concurrency: int, sessions: list[Session], profile: str | Profile = "turn-based",
-              reserve_ms: float = DEFAULT_RESERVE_MS) -> ServingRow:
-    """The serving row of one level. The profile is the sessions' own when they name one."""
+              reserve_ms: float = DEFAULT_RESERVE_MS, client_cpu: float | None = None) -> ServingRow:
+    """The serving row of one level. The profile is the sessions' own when they name one;
+    ``client_cpu`` is the client process's CPU share of one core while it recorded the level."""
     dialect = get_profile(sessions[0].record.profile if sessions else profile)
     native = dialect.tail_policy == "pad"
     spans = [span for span in (session_span(s) for s in sessions) if span is not None]
@@ -301,22 +345,42 @@ def level_row(concurrency: int, sessions: list[Session], profile: str | Profile 
         admission_denied=sum(denials(s.record) for s in sessions),
         pacing_violations=sum(1 for s in sessions if s.record.pacing.violations > 0),
         client_behind=sum(1 for s in sessions if s.record.loop_lag.client_behind),
+        client_limited_sessions=client_limited_sessions(sessions), client_cpu=client_cpu,
         playback_reserve_ms=reserve_ms,
         **(_unit_columns(sessions, dialect) if native else {}),
         **_reply_columns(sessions, dialect, native, reserve_ms),
     )
+    row.client_limited = is_client_limited(row)
     row.missed_targets = missed_targets(row)
     row.meets_targets = not row.missed_targets
     return row
 
 
+def combine_repeats(pooled: ServingRow, repeats: list[ServingRow]) -> ServingRow:
+    """One row for a level recorded several times: the columns pool every repeat's sessions
+    (``pooled`` is the row over all of them), mean open is the mean of the repeats', the client
+    CPU the highest, and the level meets the targets only when every repeat does (each miss
+    names its repeat)."""
+    if len(repeats) < 2:
+        return repeats[0] if repeats else pooled
+    opens = [r.mean_open for r in repeats if r.mean_open is not None]
+    cpus = [r.client_cpu for r in repeats if r.client_cpu is not None]
+    missed = [f"repeat {k}: {miss}" for k, r in enumerate(repeats, start=1) for miss in r.missed_targets]
+    return pooled.model_copy(update={
+        "repeats": len(repeats), "mean_open": round(sum(opens) / len(opens), 3) if opens else None,
+        "client_cpu": max(cpus) if cpus else None, "client_limited": any(r.client_limited for r in repeats),
+        "missed_targets": missed, "meets_targets": not missed})
+
+
 def capacity(rows: list[ServingRow]) -> Capacity:
-    """The highest level below the first that misses; "at least N" when all meet."""
+    """The highest level below the first that misses; "at least N" when all meet. When the first
+    miss is client-limited the level did not measure the server, so the capacity is "at least"."""
     ordered = sorted(rows, key=lambda r: r.concurrency)
     best = None
     for row in ordered:
         if not row.meets_targets:
-            return Capacity(sessions=best, first_miss=row.concurrency)
+            return Capacity(sessions=best, first_miss=row.concurrency, at_least=row.client_limited,
+                            client_limited=row.client_limited)
         best = row.concurrency
     return Capacity(sessions=best, at_least=True)
 

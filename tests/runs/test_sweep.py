@@ -1,5 +1,5 @@
-"""A real sweep against the bundled server (levels 1 and 2 on one synthetic v1.5 pair), then the
-report subcommand over the recorded levels; and the sweep's refusals."""
+"""A real sweep against the bundled server (levels 1 and 2 on one synthetic v1.5 pair, record options
+after ``--``), then the report subcommand over the recorded levels; and the sweep's refusals."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def sweep_env(tmp_path_factory) -> dict:
 
 def test_sweep_records_levels_and_reports_capacity(sweep_env, tmp_path):
     out = tmp_path / "sweep"
-    done = fdb(["sweep", "run", "--output", str(out), "--concurrency", "1,2", "--sample-id", "user_interruption/1"],
-               sweep_env, timeout=150)
+    done = fdb(["sweep", "--output", str(out), "--concurrency", "1,2", "--",
+                "--sample-id", "user_interruption/1", "--timeout", "60"], sweep_env, timeout=150)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((out / "serving.json").read_text())
     rows = {row["concurrency"]: row for row in data["rows"]}
@@ -40,9 +40,18 @@ def test_sweep_records_levels_and_reports_capacity(sweep_env, tmp_path):
         assert row["meets_targets"] == (not row["missed_targets"])
         assert len(list((out / f"concurrency-{level}").rglob("session.json"))) == 2
     assert rows[2]["mean_open"] > rows[1]["mean_open"]
+    assert "max_sessions: 2" in (out / "logs" / "launch.yaml").read_text()  # the bundled server admits the top level
+    for level in (1, 2):
+        spec = json.loads((out / f"concurrency-{level}" / "level.json").read_text())
+        assert spec["timeout_s"] == 60 and spec["max_sessions"] == 2 and spec["record_args"][-2:] == ["--timeout", "60"]
+        client = json.loads((out / f"concurrency-{level}" / "client.json").read_text())
+        assert 0 < client["cpu_share"] < 1.5 and rows[level]["client_cpu"] == client["cpu_share"]
+    assert data["warnings"] == [] and data["client_limited_levels"] == []
+    assert (out / "serving.png").read_bytes().startswith(b"\x89PNG")
     text = (out / "SERVING.md").read_text()
     assert data["capacity"]["line"] in text and "client-side times" in text
     assert text.count("\n| 1 | 2 |") == 1 and text.count("\n| 2 | 2 |") == 1
+    assert "Load-generator limited levels: none." in text
     assert "Capacity:" in done.stderr
 
     again = fdb(["sweep", "report", "--run", str(out / "concurrency-2"), "--run", str(out / "concurrency-1"),
@@ -50,10 +59,11 @@ def test_sweep_records_levels_and_reports_capacity(sweep_env, tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     redone = json.loads((tmp_path / "again" / "serving.json").read_text())
     assert redone["rows"] == data["rows"] and redone["capacity"] == data["capacity"]
+    assert (tmp_path / "again" / "serving.png").read_bytes() == (out / "serving.png").read_bytes()
     assert data["capacity"]["line"] in (tmp_path / "again" / "SERVING.md").read_text()
 
-    refused = fdb(["sweep", "run", "--output", str(out), "--concurrency", "1", "--sample-id", "user_interruption/1",
-                   "--url", "ws://127.0.0.1:9/v1/realtime"], sweep_env, timeout=60)
+    refused = fdb(["sweep", "run", "--output", str(out), "--concurrency", "1", "--", "--sample-id",
+                   "user_interruption/1", "--url", "ws://127.0.0.1:9/v1/realtime"], sweep_env, timeout=60)
     assert refused.returncode == 2 and "already holds a recording" in refused.stderr
 
 

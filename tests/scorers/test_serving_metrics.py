@@ -12,10 +12,12 @@ from scorers.serving import (
     Session,
     buffer_needed_s,
     capacity,
+    combine_repeats,
     first_audio_s,
     level_row,
     mean_open,
     reply_rtf,
+    speech_end_first_audio_s,
     unit_lags,
 )
 
@@ -125,7 +127,9 @@ def test_failures_503_and_pacing_are_counted_and_miss():
     row = level_row(4, [denied, late, broken])
     assert (row.sessions, row.sessions_failed, row.admission_denied) == (3, 1, 1)
     assert (row.pacing_violations, row.client_behind) == (1, 1)
-    assert row.missed_targets[:3] == ["1 failed sessions", "1 admission denials (503)", "1 pacing violations"]
+    assert row.missed_targets[:3] == ["1 failed sessions", "1 admission denials (503)",
+                                      "1 pacing violations (client-limited: the load generator fell behind)"]
+    assert row.client_limited and row.client_limited_sessions == 1
     empty = level_row(1, [])
     assert empty.first_audio_p50_ms is None and empty.mean_open is None and empty.underrun_replies is None
 
@@ -143,3 +147,51 @@ def test_capacity_rule():
     none = capacity([_row(1, False), _row(2, True)])
     assert none.sessions is None and none.first_miss == 1 and "below the lowest" in none.line()
     assert capacity([]).line() == "Capacity: no level recorded"
+
+
+def _paced(violations: int, behind: bool) -> Session:
+    record = _record(pacing=PacingStats(violations=violations), loop_lag=LoopLagStats(client_behind=behind))
+    return Session(record=record, trace=_appends(3) + _reply("a", 0.1, [0.2, 0.21]))
+
+
+def test_client_limited_when_pacing_breaks_with_client_loop_lag():
+    limited = level_row(8, [_paced(3, True), _paced(0, False)])
+    assert (limited.client_limited_sessions, limited.client_behind, limited.client_limited) == (1, 1, True)
+    assert limited.missed_targets == ["1 pacing violations (client-limited: the load generator fell behind)"]
+    # late packets while the client loop kept time: the server stopped reading (backpressure)
+    server = level_row(8, [_paced(3, False)], client_cpu=0.4)
+    assert not server.client_limited and server.missed_targets == ["1 pacing violations"]
+    # ... unless the client process used (nearly) a whole core: a saturated load generator
+    assert level_row(8, [_paced(3, False)], client_cpu=0.95).client_limited
+    # loop lag without any pacing violation does not make the level client-limited
+    assert not level_row(8, [_paced(0, True)], client_cpu=0.95).client_limited
+    found = capacity([_row(4, True), limited.model_copy(update={"concurrency": 8})])
+    assert (found.sessions, found.at_least, found.first_miss, found.client_limited) == (4, True, 8, True)
+    assert found.line().startswith("Capacity: at least 4 sessions (at 8 sessions the load generator")
+    alone = capacity([limited])
+    assert alone.sessions is None and "not measured" in alone.line()
+
+
+def test_repeats_pool_sessions_and_meet_only_when_every_repeat_does():
+    good = [Session(record=_record(), trace=_appends(10) + _reply("a", 1.0, [1.2, 1.21, 1.22]))]
+    slow = [Session(record=_record(), trace=_appends(10) + _reply("b", 1.0, [1.2, 1.5, 1.8]))]
+    rows = [level_row(2, good, client_cpu=0.2), level_row(2, slow, client_cpu=0.3)]
+    pooled = level_row(2, good + slow)
+    row = combine_repeats(pooled, rows)
+    assert row.repeats == 2 and row.sessions == 2 and row.replies == 2 and row.client_cpu == 0.3
+    assert not row.meets_targets and row.missed_targets == ["repeat 2: reply RTF p90 3.0 not < 1"]
+    assert row.rtf_p90 == pytest.approx(3.0) and row.first_audio_p50_ms == pytest.approx(200.0)
+    assert combine_repeats(pooled, rows[:1]) == rows[0]
+    both_good = combine_repeats(level_row(2, good + good), [rows[0], rows[0]])
+    assert both_good.meets_targets and both_good.missed_targets == []
+
+
+def test_first_audio_after_the_speech_end():
+    # speech ends at 0.5 s of input: packet 6 ([480, 560) ms) holds it and was sent by 0.481
+    early = _reply("early", 0.3, [0.6])  # created before the speech end: a reply to an earlier pause
+    trace = _appends(20) + early + _reply("turn", 1.0, [1.281, 1.4])
+    assert speech_end_first_audio_s(trace, TURN_BASED, 24000, 0.5) == pytest.approx(0.8)
+    assert speech_end_first_audio_s(trace, TURN_BASED, 24000, 1.2) is None  # no reply created after it
+    silent = _appends(20) + _reply("empty", 1.0, [])
+    assert speech_end_first_audio_s(silent, TURN_BASED, 24000, 0.5) is None
+    assert speech_end_first_audio_s([], TURN_BASED, 24000, 0.5) is None

@@ -1,0 +1,89 @@
+"""The record options of a sweep: what each level's recording takes, given after ``--``.
+
+``python -m fdb sweep --concurrency 1,2,4 --output DIR -- --url ws://… --profile … --timeout 60``
+hands everything after ``--`` (and any option the sweep itself does not know) to this parser;
+every level records with exactly these options. They are checked once, before anything is
+recorded, and a bad one is named in the error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from pydantic import BaseModel, Field
+
+from fdb.errors import FdbError
+from runs.options import DatasetChoice, parse_turn_detection
+
+SWEEP_OPTIONS = ("--output", "--concurrency", "--dataset", "--search", "--max-concurrency", "--repeats",
+                 "--playback-reserve-ms")
+
+_OPTIONS = (
+    ("--url", str, "ws://HOST:PORT/v1/realtime of your server (max_sessions at least the top level); "
+                   "without it the bundled server is started with max_sessions raised to the top level."),
+    ("--profile", str, "Protocol dialect: turn-based (default, the bundled server), minicpmo-native-pr2377, "
+                       "qwen3-omni-half-duplex, openai-ga, openai-beta."),
+    ("--turn-detection", str, 'Turn detection JSON for turn-based/legacy profiles (default {"type": '
+                              '"server_vad", "silence_duration_ms": 500}); refused by native ones.'),
+    ("--model", str, "Model name sent in session.update."),
+    ("--instructions", str, "Instructions sent in session.update."),
+    ("--timeout", float, "Deadline of each session in seconds (default SESSION_TIMEOUT_S for v1.5, "
+                         "V10_SESSION_TIMEOUT_S for v1.0)."),
+    ("--system", str, "Bundled system to start when --url is not given (default embedded-cascade)."),
+    ("--per-subset", str, "Samples per subset/category, first N in id order (default 12); 'all'."),
+    ("--subset-count", str, "NAME=N: the count of one subset/category (repeatable)."),
+    ("--sample-id", str, "NAME/ID: record exactly these samples (repeatable)."),
+    ("--sample-ids-file", Path, "File with one NAME/ID per line."),
+    ("--dataset-root", Path, "Dataset tree (default the official one under $FDB_WORK, else the synthetic set)."),
+)
+_MULTIPLE = {"--subset-count", "--sample-id"}
+
+
+class RecordOptions(BaseModel):
+    """What every level's recording uses (the parsed record options)."""
+
+    url: str | None = None
+    profile: str = "turn-based"
+    turn_detection: dict | None = None
+    model: str | None = None
+    instructions: str | None = None
+    timeout_s: float | None = None
+    system: str = "embedded-cascade"
+    choice: DatasetChoice = DatasetChoice()
+    dataset_root: Path | None = None
+    args: list[str] = Field(default_factory=list)  # as given, for the level's provenance
+
+
+def _command() -> click.Command:
+    params = [click.Option([name], type=kind, multiple=name in _MULTIPLE, help=text)
+              for name, kind, text in _OPTIONS]
+    return click.Command("record options", params=params, add_help_option=False)
+
+
+def help_text() -> str:
+    """The record options, one per line, for the sweep's --help."""
+    return "\n\n".join(f"{name} {kind.__name__.upper()}: {text}" for name, kind, text in _OPTIONS)
+
+
+def parse_record_options(args: list[str]) -> RecordOptions:
+    """Parse and check the record options; an unknown or malformed one raises FdbError naming it."""
+    try:
+        values = _command().make_context("record options", list(args)).params
+    except click.NoSuchOption as exc:
+        where = "a sweep option: put it before --" if exc.option_name in SWEEP_OPTIONS else "neither a sweep nor a record option"
+        raise FdbError(f"{exc.option_name} is {where}",
+                       "record options: " + ", ".join(name for name, _, _ in _OPTIONS)) from None
+    except click.UsageError as exc:  # a missing value, a non-number, a stray argument
+        raise FdbError(f"record options {' '.join(args)!r}: {exc.format_message()}",
+                       "see `python -m fdb sweep run --help`") from None
+    if values["timeout"] is not None and not values["timeout"] > 0:
+        raise FdbError(f"--timeout must be positive, got {values['timeout']:g}", "e.g. --timeout 90")
+    profile = values["profile"] or "turn-based"
+    choice = DatasetChoice(per_subset=values["per_subset"], subset_counts=list(values["subset_count"]),
+                           sample_ids=list(values["sample_id"]), sample_ids_file=values["sample_ids_file"])
+    return RecordOptions(
+        url=values["url"], profile=profile, turn_detection=parse_turn_detection(values["turn_detection"], profile),
+        model=values["model"], instructions=values["instructions"], timeout_s=values["timeout"],
+        system=values["system"] or "embedded-cascade", choice=choice, dataset_root=values["dataset_root"],
+        args=list(args))
