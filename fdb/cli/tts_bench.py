@@ -1,0 +1,115 @@
+"""`python -m fdb tts-bench`: TTS serving and quality on Seed-TTS against /v1/audio/speech."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from fdb.errors import FdbError
+
+HELP = (
+    "Replay a Seed-TTS list against POST /v1/audio/speech (--url, or the bundled server started here) at each "
+    "--concurrency level in turn, closed loop, warm-ups excluded; then score serving metrics per level (TTFA "
+    "p50/p95, RTF mean, throughput in audio-s/s and, with --frame-rate, frames/s, gaps, underruns, stop-condition "
+    "violations) and quality on the lowest level's audio (Seed-TTS WER, SIM to the prompt wav, MOS), and write "
+    "DIR/TTS.md, DIR/tts.json, DIR/tables/*.csv and DIR/plots/tts-concurrency.png. Definitions: docs/tts.md."
+)
+
+
+def _json_object(text: str | None, option: str) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FdbError(f"{option} is not JSON: {exc}", f"pass e.g. {option} '{{\"max_new_tokens\": 2048}}'") from exc
+    if not isinstance(value, dict):
+        raise FdbError(f"{option} must be a JSON object", f"pass e.g. {option} '{{\"max_new_tokens\": 2048}}'")
+    return value
+
+
+def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
+    if value not in allowed:
+        raise FdbError(f"{option} {value!r} is not one of {', '.join(allowed)}", f"pass {option} {allowed[0]}")
+    return value
+
+
+def tts_bench(
+    output: Path = typer.Option(..., help="Run directory: concurrency-N/ per level, quality/, tts.json, TTS.md."),
+    concurrency: str = typer.Option("1,2,4,8", help="Rising levels, e.g. 1,2,4,8: requests in flight at once."),
+    num_prompts: int = typer.Option(8, min=1, help="Measured requests per level: the list's first N rows (cycled when shorter)."),
+    num_warmups: int = typer.Option(1, min=0, help="Warm-up requests before each level (the first rows again), excluded."),
+    url: str | None = typer.Option(None, help="http://HOST:PORT of the server; without it the bundled server is started."),
+    system: str = typer.Option("embedded-cascade", help="Bundled system to start when --url is not given."),
+    seed_tts: Path | None = typer.Option(None, help="seedtts_testset/ root (default $SEED_TTS_DATASET, the linked one, else the synthetic list)."),
+    list_name: str = typer.Option("en/meta.lst", "--list", help="Which list: en/meta.lst, zh/meta.lst or zh/hardcase.lst."),
+    model: str | None = typer.Option(None, help="model sent in the body (left out when not given)."),
+    stream_format: str = typer.Option("audio", help="audio (raw PCM bytes) or sse (speech.audio.delta events)."),
+    ref_audio: str = typer.Option("inline", help="inline (data:audio/wav;base64), file (file:// URI; the server needs the dataset path) or none."),
+    extra_body: str | None = typer.Option(None, help='JSON merged into every body, e.g. \'{"task_type": "Base", "max_new_tokens": 2048}\'.'),
+    sample_rate: int | None = typer.Option(None, help="Rate to use ONLY when the server declares none (otherwise such requests fail)."),
+    channels: int | None = typer.Option(None, help="Channel count to use only when the server declares none (default 1)."),
+    frame_rate: float | None = typer.Option(None, help="The model's codec frame rate in Hz (e.g. 21.5, 12.5): adds frames/s."),
+    max_audio_s: float | None = typer.Option(None, help="Stop-condition bound: audio beyond it is a violation (0: the request must return no audio)."),
+    playback_reserve_ms: float = typer.Option(80.0, help="Startup buffer of the simulated player: a request needing more underruns."),
+    timeout_s: float = typer.Option(120.0, help="Per-request timeout."),
+    quality: bool = typer.Option(True, help="Score WER/SIM/MOS on the lowest level's audio."),
+    asr_model: str | None = typer.Option(None, help="Local CTranslate2 Whisper-large-v3 directory (else the embedded tiny.en, labeled)."),
+    asr_model_sha256: str | None = typer.Option(None, help="sha256 of --asr-model's model.bin."),
+    speaker_checkpoint: str | None = typer.Option(None, help="Local WavLM-large ECAPA TorchScript file (else resemblyzer, a proxy)."),
+    speaker_sha256: str | None = typer.Option(None, help="sha256 of --speaker-checkpoint."),
+    utmos_checkpoint: str | None = typer.Option(None, help="Local UTMOS TorchScript file (else DNSMOS, labeled)."),
+    utmos_sha256: str | None = typer.Option(None, help="sha256 of --utmos-checkpoint."),
+    sim: bool = typer.Option(True, help="Speaker similarity to the prompt wav."),
+    mos: bool = typer.Option(True, help="MOS of each generated wav."),
+    report_only: bool = typer.Option(False, help="Rebuild tts.json/TTS.md/CSV/plot from an existing --output (no requests)."),
+) -> None:
+    """Record, score and report. Times are client-side; a level's failures are part of its result."""
+    from rich.console import Console
+
+    from runs.sweep import parse_levels
+    from runs.tts_bench import QualityOptions, TtsBenchOptions, bench, build_report
+
+    console = Console(stderr=True)
+    if report_only:
+        data = build_report(output)
+    else:
+        opts = TtsBenchOptions(
+            output=output, concurrency=parse_levels(concurrency), num_prompts=num_prompts, num_warmups=num_warmups,
+            url=url, system=system, dataset_root=seed_tts, list_name=list_name, model=model,
+            stream_format=_choice(stream_format, ("audio", "sse"), "--stream-format"),
+            ref_audio=_choice(ref_audio, ("inline", "file", "none"), "--ref-audio"),
+            extra_body=_json_object(extra_body, "--extra-body"), sample_rate=sample_rate, channels=channels,
+            frame_rate=frame_rate, max_audio_s=max_audio_s, playback_reserve_ms=playback_reserve_ms,
+            timeout_s=timeout_s,
+            quality=QualityOptions(enabled=quality, asr_model=asr_model, asr_model_sha256=asr_model_sha256,
+                                   speaker_checkpoint=speaker_checkpoint, speaker_sha256=speaker_sha256,
+                                   utmos_checkpoint=utmos_checkpoint, utmos_sha256=utmos_sha256, sim=sim, mos=mos))
+        data = bench(opts, console)
+    console.print(summary_table(data))
+    console.print(f"wrote {output / 'TTS.md'}")
+
+
+def summary_table(data: dict):
+    from rich.table import Table
+
+    from reports.tts import SERVING_COLUMNS, serving_cells
+    from scorers.tts_serving import LevelRow
+
+    table = Table(*SERVING_COLUMNS, "Failed", "Stop violations", title="TTS serving (client-side)")
+    for raw in data["rows"]:
+        row = LevelRow.model_validate(raw)
+        stops = "-" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
+        table.add_row(*serving_cells(row), f"{row.failed}/{row.requests}", stops)
+    q = data.get("quality")
+    if q is not None and q.get("wer_mean_pct") is not None:
+        table.caption = (f"WER {q['wer_mean_pct']:.2f}% (corpus {q['wer_corpus_pct']:.2f}%, {q['asr_label']}); "
+                         f"SIM {q['sim_mean']}; MOS {q['mos_mean']}")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tts-bench", help=HELP, short_help="TTS serving and quality on Seed-TTS against /v1/audio/speech.")(
+        tts_bench)

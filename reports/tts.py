@@ -1,0 +1,176 @@
+"""TTS.md, tables/*.csv and plots/tts-concurrency.png from a tts-bench's tts.json.
+
+The serving table has the shape of the Drama 3 serving table (Concurrency, Throughput, TTFA p50,
+TTFA p95, RTF mean), with throughput both in audio seconds per second and, when the model's
+codec frame rate was given, in acoustic frames per second. Nothing here recomputes a metric: it
+formats what tts.json holds (scorers.tts_serving / scorers.tts_quality computed it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+from fdb.io import atomic_write_bytes, atomic_write_text
+from reports.exports import markdown_tables
+from scorers.tts_serving import LevelRow
+
+SERVING_COLUMNS = ("Concurrency", "Throughput (audio-s/s)", "Throughput (frames/s)", "TTFA p50", "TTFA p95",
+                   "RTF (mean)")
+DETAIL_COLUMNS = ("Concurrency", "Requests", "Failed", "No audio", "Wall s", "E2E p50", "E2E p95", "Max gap p95",
+                  "Underrun p95", "Underruns", "Stop violations")
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f} ms"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def serving_cells(row: LevelRow) -> list[str]:
+    return [str(row.concurrency), _num(row.throughput_audio_s_per_s, ",.2f"), _num(row.throughput_frames_per_s, ",.1f"),
+            _ms(row.ttfa_p50_ms), _ms(row.ttfa_p95_ms), _num(row.rtf_mean, ".3f")]
+
+
+def detail_cells(row: LevelRow) -> list[str]:
+    under = "n/a" if row.underrun_requests is None else f"{row.underrun_requests}/{row.ok - row.empty}"
+    stops = "not checked" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
+    return [str(row.concurrency), str(row.requests), str(row.failed), str(row.empty), _num(row.wall_s, ".2f"),
+            _ms(row.e2e_p50_ms), _ms(row.e2e_p95_ms), _ms(row.max_gap_p95_ms), _ms(row.underrun_p95_ms), under, stops]
+
+
+def _table(columns, lines) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns),
+            *("| " + " | ".join(cells) + " |" for cells in lines)]
+
+
+def _quality(q: dict | None) -> list[str]:
+    if q is None:
+        return ["## Quality", "", "Not scored (--no-quality).", ""]
+    wer = f"{q['wer_mean_pct']:.3f}" if q["wer_mean_pct"] is not None else "n/a"
+    corpus = f"{q['wer_corpus_pct']:.3f}" if q["wer_corpus_pct"] is not None else "n/a"
+    excl = f"{q['wer_mean_excl_outliers_pct']:.3f}" if q["wer_mean_excl_outliers_pct"] is not None else "n/a"
+    outliers = "n/a" if q["wer_outliers"] is None else f"{q['wer_outliers']}/{q['evaluated']}"
+    lines = [("WER % (mean of per-utterance WER; headline)", wer, q["asr_label"] or "n/a"),
+             ("WER % (corpus)", corpus, q["asr_label"] or "n/a"),
+             ("Utterances with WER > 50%", outliers, ""),
+             ("WER % (mean, without those)", excl, ""),
+             ("SIM (generated vs prompt wav)", _num(q["sim_mean"], ".3f") + f" (n = {q['sim_n']})",
+              q["sim_label"] or "off"),
+             ("MOS", _num(q["mos_mean"], ".3f") + f" (n = {q['mos_n']})", q["mos_label"] or "off")]
+    out = ["## Quality", "", f"{q['evaluated']} of {q['expected']} utterances have a WER ({q['lang']}).", "",
+           *_table(("Metric", "Value", "Backend"), lines), ""]
+    return out + [f"- {note}" for note in q.get("notes", [])] + [""]
+
+
+def _stops(found: list[dict]) -> list[str]:
+    out = ["## Stop condition", ""]
+    if not found:
+        return out + ["No request received audio after the server's declared end or beyond --max-audio-s.", ""]
+    out.append(f"{len(found)} requests broke it (audio after the declared end, or beyond the bound):")
+    out.append("")
+    rows = [(str(v["concurrency"]), v["id"], _num(v["audio_after_done_s"], ".3f"), _num(v["overrun_s"], ".3f"))
+            for v in found]
+    return out + _table(("Concurrency", "Request", "Audio after end (s)", "Audio beyond bound (s)"), rows) + [""]
+
+
+DEFINITIONS = [
+    "## Definitions", "",
+    "All times are on the client's clock (time.perf_counter), from just before the request was sent; they "
+    "include the network to the server. Warm-up requests are excluded; failed requests stay in the counts.", "",
+    "- TTFA: arrival of the first non-empty audio payload (SSE framing and WAV headers are not audio).",
+    "- E2E: end of the response body.",
+    "- Audio duration: PCM bytes / (2 x channels x the sample rate the server declared: X-Sample-Rate, a rate= "
+    "Content-Type parameter, the WAV header or the SSE event; --sample-rate only when it declared none).",
+    "- RTF: arrival of the last audio chunk / audio duration, per request; RTF (mean) averages requests with audio.",
+    "- Throughput (audio-s/s): audio seconds of the successful requests / the level's wall time (first send to "
+    "last body end). Throughput (frames/s) multiplies it by --frame-rate (the model's codec frame rate).",
+    "- TTFA p50/p95, E2E p50/p95: the ceil(qN)-th smallest value over the requests with audio (no interpolation).",
+    "- Max gap: the largest time between two consecutive audio arrivals of a request (p95 over requests).",
+    "- Underrun: the worst deficit of a real-time player starting at the first arrival, max over chunks of arrival "
+    "- (first arrival + audio before it); a request underruns when it exceeds the playback reserve.",
+    "- Stop violation: audio received after the server declared the end (SSE speech.audio.done, finish_reason or "
+    "[DONE]), or audio beyond --max-audio-s; 'not checked' when neither applies.",
+    "",
+]
+
+
+def render(data: dict) -> str:
+    run = data["run"]
+    opts, dataset = run["options"], run["dataset"]
+    rows = [LevelRow.model_validate(row) for row in data["rows"]]
+    rates = sorted({rate for row in rows for rate in row.sample_rates})
+    reserve = rows[0].playback_reserve_ms if rows else opts["playback_reserve_ms"]
+    frame = f"{opts['frame_rate']:g} Hz" if opts.get("frame_rate") else "not given (--frame-rate)"
+    lines = ["# TTS serving", "",
+             f"Endpoint {run['endpoint']}" + (f" (bundled system {run['server']})" if run.get("server") else "") + ". "
+             f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): {opts['num_prompts']} "
+             f"requests per level, {opts['num_warmups']} warm-up(s) excluded, closed loop. stream_format "
+             f"{opts['stream_format']}, response_format pcm, ref_audio {opts['ref_audio']}. Declared sample rate(s): "
+             f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.", ""]
+    lines += [f"- {note}" for note in run.get("notes", [])] + ([""] if run.get("notes") else [])
+    lines += ["## Serving", "", *_table(SERVING_COLUMNS, [serving_cells(r) for r in rows]), "",
+              f"**Details** (playback reserve {reserve:g} ms)", "",
+              *_table(DETAIL_COLUMNS, [detail_cells(r) for r in rows]), ""]
+    errors = [(r.concurrency, e) for r in rows for e in r.errors]
+    if errors:
+        lines += ["Failures (first distinct reasons):", "", *(f"- concurrency {n}: {e}" for n, e in errors), ""]
+    lines += _quality(data.get("quality")) + _stops(data.get("stop_violations") or []) + DEFINITIONS
+    return "\n".join(lines)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "table"
+
+
+def write_csvs(output: Path, text: str) -> list[Path]:
+    written = []
+    for index, (title, rows) in enumerate(markdown_tables(text), start=1):
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows(rows)
+        written.append(atomic_write_text(output / "tables" / f"{index:02d}-{_slug(title)}.csv", buffer.getvalue()))
+    return written
+
+
+def plot(rows: list[LevelRow]) -> bytes:
+    """Throughput and TTFA p50/p95 against concurrency, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    levels = [r.concurrency for r in rows]
+    figure = Figure(figsize=(9, 3.5), dpi=100)
+    left, right = figure.subplots(1, 2)
+    frames = all(r.throughput_frames_per_s is not None for r in rows)
+    left.plot(levels, [(r.throughput_frames_per_s if frames else r.throughput_audio_s_per_s) or float("nan")
+                       for r in rows], marker="o", color="#4c72b0")
+    left.set_ylabel("frames/s" if frames else "audio-s/s")
+    left.set_title("Throughput")
+    for key, label in (("ttfa_p50_ms", "p50"), ("ttfa_p95_ms", "p95")):
+        right.plot(levels, [getattr(r, key) or float("nan") for r in rows], marker="o", label=label)
+    right.set_ylabel("ms")
+    right.set_title("TTFA")
+    right.legend()
+    for axes in (left, right):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(levels, [str(n) for n in levels])
+        axes.set_xlabel("concurrency")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})  # byte-stable
+    return buffer.getvalue()
+
+
+def write_report(output: Path, data: dict) -> str:
+    text = render(data)
+    atomic_write_text(output / "TTS.md", text)
+    write_csvs(output, text)
+    rows = [LevelRow.model_validate(row) for row in data["rows"]]
+    if rows:
+        atomic_write_bytes(output / "plots" / "tts-concurrency.png", plot(rows))
+    return text
