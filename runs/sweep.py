@@ -244,6 +244,7 @@ def measure_level(directory: Path, profile: str = "turn-based", reserve_ms: floa
 
 def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: str = "turn-based") -> dict:
     """serving.json at ``output``, SERVING.md and serving.png next to it, from level directories."""
+    from fdb.provenance import current
     from reports.serving import plot_png, render, warnings
     from scorers.serving import capacity
 
@@ -255,7 +256,7 @@ def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: 
             "client_limited_levels": [r.concurrency for r in rows if r.client_limited],
             "warnings": warnings(rows),
             "levels": {str(row.concurrency): str(directory) for row, directory in found},
-            "rows": [r.model_dump(mode="json") for r in rows]}
+            "rows": [r.model_dump(mode="json") for r in rows], "provenance": current().model_dump(mode="json")}
     atomic_write_json(output, data)
     atomic_write_text(output.parent / "SERVING.md", render(rows, cap))
     atomic_write_bytes(output.parent / "serving.png", plot_png(rows))
@@ -313,6 +314,7 @@ def sweep(opts: SweepOptions, console: Console | None = None,
           around_level: Callable[[int], AbstractContextManager] | None = None) -> dict:
     """Record every level (or search for the capacity), then write the report. ``around_level(n)``
     is entered around each recording of level n (the capacity benchmark samples server memory)."""
+    from fdb.provenance import redact_command
     from fdb.settings import load_settings
     from runs.gpus import read_max_sessions
 
@@ -331,7 +333,7 @@ def sweep(opts: SweepOptions, console: Console | None = None,
                 spec = LevelSpec(concurrency=level, repeat=repeat, url=url, dataset=opts.dataset,
                                  profile=opts.record.profile, turn_detection=opts.record.turn_detection,
                                  model=opts.record.model, instructions=opts.record.instructions, timeout_s=timeout,
-                                 max_sessions=max_sessions, record_args=opts.record.args, jobs=jobs)
+                                 max_sessions=max_sessions, record_args=redact_command(opts.record.args), jobs=jobs)
                 where = recording_dir(opts.output, level, repeat, opts.repeats)
                 with around_level(level) if around_level else contextlib.nullcontext():
                     rc = run_level(spec, where, console)

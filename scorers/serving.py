@@ -88,7 +88,7 @@ class Capacity(BaseModel):
             return "Capacity: no level recorded"
         if self.client_limited:
             floor = f"at least {self.sessions} sessions" if self.sessions else "not measured"
-            return (f"Capacity: {floor} (at {self.first_miss} sessions the load generator, not the server, fell "
+            return (f"Capacity: {floor} (at level {self.first_miss} the load generator, not the server, fell "
                     "behind its pacing: that level does not measure the server)")
         if self.sessions is None:
             return f"Capacity: below the lowest level recorded ({self.first_miss} sessions miss the targets)"

@@ -167,7 +167,7 @@ def test_client_limited_when_pacing_breaks_with_client_loop_lag():
     assert not level_row(8, [_paced(0, True)], client_cpu=0.95).client_limited
     found = capacity([_row(4, True), limited.model_copy(update={"concurrency": 8})])
     assert (found.sessions, found.at_least, found.first_miss, found.client_limited) == (4, True, 8, True)
-    assert found.line().startswith("Capacity: at least 4 sessions (at 8 sessions the load generator")
+    assert found.line().startswith("Capacity: at least 4 sessions (at level 8 the load generator")
     alone = capacity([limited])
     assert alone.sessions is None and "not measured" in alone.line()
 
