@@ -179,6 +179,8 @@ def build_report(output: Path) -> dict:
     from reports.tts import write_report
     from scorers.tts_serving import level_row
 
+    if not (output / "run.json").is_file():
+        raise FdbError(f"{output} holds no run.json", "pass the --output of an earlier tts-bench run")
     run = read_json(output / "run.json")
     opts = TtsBenchOptions.model_validate(run["options"])
     rows = [level_row(n, load_records(level_dir(output, n)), opts.playback_reserve_ms / 1000.0, opts.frame_rate)
@@ -247,6 +249,21 @@ def _start_server(opts: TtsBenchOptions, console: Console):
     return server
 
 
+def server_info(url: str) -> dict | None:
+    """What the server says about itself (GET /health and /v1/models), best effort: a server
+    without them is measured all the same."""
+    import httpx
+
+    found = {}
+    for path in ("/health", "/v1/models"):
+        try:
+            reply = httpx.get(url.rstrip("/") + path, timeout=5.0)
+            found[path] = reply.json() if reply.status_code == 200 else {"http_status": reply.status_code}
+        except (httpx.HTTPError, ValueError):
+            found[path] = None
+    return found
+
+
 def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     """Record every level (starting the bundled server unless --url), score, report."""
     console = console or Console(stderr=True)
@@ -264,6 +281,7 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     url = opts.url or server.http_url
     run = {"schema": TTS_BENCH_SCHEMA, "options": opts.model_dump(mode="json"), "dataset": dataset,
            "endpoint": url.rstrip("/") + "/v1/audio/speech", "server": None if server is None else opts.system,
+           "server_info": server_info(url),
            "prompt_wavs": {item.id: str(item.prompt_wav) for item in items}, "notes": notes}
     atomic_write_json(opts.output / "run.json", run)
     try:

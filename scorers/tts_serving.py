@@ -118,7 +118,8 @@ def stop_check(record: TtsRequestRecord, audio_s: float | None) -> tuple[float |
 
 def request_metrics(record: TtsRequestRecord, reserve_s: float = DEFAULT_RESERVE_S) -> RequestMetrics:
     audio_bytes = record.audio_bytes - record.partial_frame_bytes
-    audio_s = _bytes_to_s(audio_bytes, record) if audio_bytes > 0 else None
+    seconds = _bytes_to_s(audio_bytes, record) if audio_bytes > 0 else None
+    audio_s = None if seconds is None else round(seconds, 6)
     out = RequestMetrics(id=record.id, index=record.index, status=record.status, error=record.error,
                          sample_rate=record.sample_rate, chunks=len(record.chunks),
                          e2e_s=record.end_s if record.status == "ok" else None, audio_s=audio_s,

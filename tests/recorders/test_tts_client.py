@@ -67,6 +67,9 @@ def test_rate_from_content_type_wav_header_and_sse(scripted, item):
     sse, pcm = _one(scripted.url("sse"), item)
     assert sse.status == "ok" and sse.transport == "sse" and sse.sample_rate == 24000
     assert len(pcm) == 9600 and sse.done_s is not None and sse.bytes_after_done == 0
+    legacy, pcm = _one(scripted.url("sse-legacy"), item)
+    assert legacy.status == "ok" and legacy.sample_rate == 24000 and legacy.rate_source in ("sse-event", "wav-header")
+    assert len(pcm) == 9600 and len(legacy.chunks) == 2 and legacy.done_s is not None and legacy.bytes_after_done == 0
 
 
 def test_undeclared_rate_is_refused_not_guessed(scripted, item):

@@ -11,6 +11,8 @@ Variants (rate, [(send at s, audio bytes)], extras):
 - ``sse``: OpenAI ``speech.audio.delta`` at 24 kHz (X-Sample-Rate), 0.1 s at 0.10 and 0.20, then done;
 - ``sse-late``: 0.1 s at 0.10, ``speech.audio.done`` at 0.15, then 80 ms more at 0.20 (audio
   published after the stream should have ended);
+- ``sse-legacy``: sglang's older ``audio.speech.chunk`` events (base64 WAV at 24 kHz), 0.1 s at
+  0.05 and 0.10, then ``finish_reason`` and ``[DONE]`` (no X-Sample-Rate header);
 - ``stop80``: raw PCM at 24 kHz, 80 ms at 0.05 (a request that should have stopped at once);
 - ``error``: HTTP 500 with a JSON error.
 """
@@ -40,7 +42,8 @@ SCRIPTS = {
     "stop80": ("audio/pcm", {"X-Sample-Rate": "24000"}, [(0.05, 3840)]),
 }
 SSE = {"sse": [(0.10, 4800), (0.20, 4800), (0.21, None)],
-       "sse-late": [(0.10, 4800), (0.15, None), (0.20, 3840)]}
+       "sse-late": [(0.10, 4800), (0.15, None), (0.20, 3840)],
+       "sse-legacy": [(0.05, 4800), (0.10, 4800), (0.11, None)]}
 
 
 def _wav_header(rate: int) -> bytes:
@@ -61,10 +64,21 @@ async def _raw(start: float, variant: str):
         yield b"\x10\x00" * (size // 2)
 
 
+def _legacy(size: int | None) -> bytes:
+    """sglang's older SSE: base64 WAV chunks with their rate, a finish_reason chunk, [DONE]."""
+    if size is None:
+        return b'data: {"object": "audio.speech.chunk", "finish_reason": "stop"}\n\ndata: [DONE]\n\n'
+    wav = base64.b64encode(_wav_header(24000) + b"\x10\x00" * (size // 2)).decode()
+    event = {"object": "audio.speech.chunk", "audio": {"data": wav, "format": "wav", "sample_rate": 24000}}
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
 async def _sse(start: float, variant: str):
     for t, size in SSE[variant]:
         await _at(start, t)
-        if size is None:
+        if variant == "sse-legacy":
+            yield _legacy(size)
+        elif size is None:
             yield b'data: {"type": "speech.audio.done"}\n\n'
         else:
             audio = base64.b64encode(b"\x10\x00" * (size // 2)).decode()
@@ -78,8 +92,8 @@ async def speech(request: Request):
     if variant == "error":
         return JSONResponse({"error": {"message": "engine exploded"}}, status_code=500)
     if variant in SSE:
-        return StreamingResponse(_sse(start, variant), media_type="text/event-stream",
-                                 headers={"X-Sample-Rate": "24000"})
+        headers = {} if variant == "sse-legacy" else {"X-Sample-Rate": "24000"}
+        return StreamingResponse(_sse(start, variant), media_type="text/event-stream", headers=headers)
     ctype, headers, _ = SCRIPTS[variant]
     return StreamingResponse(_raw(start, variant), headers={**headers, "Content-Type": ctype})
 

@@ -59,6 +59,9 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     info = sf.info(str(wav))
     assert info.samplerate == 22050 and info.frames * 2 == records[1]["audio_bytes"]
     assert "ignore_ref_audio" in json.loads((out / "concurrency-1" / "level.json").read_text())["body"]
+    run = json.loads((out / "run.json").read_text())
+    assert run["server_info"]["/health"]["backends"]["tts"]["name"] == "piper/en_US-joe-medium"
+    assert run["dataset"]["source"] == "user" and run["dataset"]["rows"] == 2
 
     quality = data["quality"]
     assert quality["expected"] == 2 and quality["evaluated"] == 2
@@ -78,6 +81,8 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     refused = fdb(["tts-bench", "--output", str(out), "--concurrency", "1", "--num-prompts", "1",
                    "--seed-tts", str(seedtts), "--no-quality"], env)
     assert refused.returncode == 2 and "already holds recorded levels" in refused.stderr
+    nothing = fdb(["tts-bench", "--output", str(tmp_path / "nothing"), "--report-only"], env)
+    assert nothing.returncode == 2 and "holds no run.json" in nothing.stderr
 
 
 def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_path):
