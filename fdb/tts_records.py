@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 TTS_REQUEST_SCHEMA = "fdb-tts-request-1"
 TTS_LEVEL_SCHEMA = "fdb-tts-level-1"
 
-Transport = Literal["pcm", "sse", "wav"]
-RateSource = Literal["header", "content-type", "wav-header", "sse-event", "option"]
+Transport = Literal["pcm", "sse", "wav", "realtime"]
+RateSource = Literal["header", "content-type", "wav-header", "sse-event", "session", "option"]
 
 
 class TtsRequestRecord(BaseModel):
@@ -47,7 +47,7 @@ class TtsRequestRecord(BaseModel):
     start_s: float | None = None  # send time, seconds from the level's first send (client clock)
     chunks: list[tuple[float, int]] = Field(default_factory=list)  # (t_s, audio bytes) per arrival
     end_s: float | None = None  # the response body ended (or the request failed)
-    done_s: float | None = None  # the server declared the end of the audio (SSE done event)
+    done_s: float | None = None  # the server declared the end of the audio (SSE done, response.done)
     bytes_after_done: int = 0  # audio bytes that arrived after done_s
     audio_bytes: int = 0
     partial_frame_bytes: int = 0  # trailing bytes that do not fill one sample frame

@@ -43,6 +43,7 @@ from fdb.datasets.seedtts import SeedTtsItem
 from fdb.tts_records import TtsRequestRecord
 
 SPEECH_PATH = "/v1/audio/speech"
+REALTIME_PATH = "/v1/realtime"
 RAW_TYPES = ("audio/pcm", "audio/l16", "audio/raw", "application/octet-stream")
 WAV_TYPES = ("audio/wav", "audio/x-wav", "audio/wave")
 SSE_TYPE = "text/event-stream"
@@ -65,9 +66,14 @@ class SpeechClientOptions(BaseModel):
     channels: int | None = None  # used only when the server declares no channel count
     timeout_s: float = 120.0
     max_audio_s: float | None = None  # stop-condition bound recorded with each request
+    transport: Literal["http", "realtime"] = "http"  # realtime: recorders.tts_realtime
+    drain_s: float = 0.5  # realtime: how long to keep listening after response.done
 
     @property
     def endpoint(self) -> str:
+        if self.transport == "realtime":
+            base = self.url.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+            return base + REALTIME_PATH
         return self.url.rstrip("/") + SPEECH_PATH
 
 
@@ -313,6 +319,15 @@ async def synthesize(client: httpx.AsyncClient, item: SeedTtsItem, opts: SpeechC
 Result = tuple[TtsRequestRecord, bytes]
 
 
+def _sender(client: httpx.AsyncClient, opts: SpeechClientOptions):
+    """The request function of ``opts.transport``: HTTP here, a realtime session per request there."""
+    if opts.transport == "realtime":
+        from recorders.tts_realtime import synthesize_realtime
+
+        return lambda item, **kw: synthesize_realtime(item, opts, **kw)
+    return lambda item, **kw: synthesize(client, item, opts, **kw)
+
+
 async def replay(items: list[SeedTtsItem], opts: SpeechClientOptions, concurrency: int, warmups: int = 0,
                  progress: Callable[[TtsRequestRecord], None] | None = None) -> list[Result]:
     """Closed loop: ``warmups`` requests one after another (the first rows again, marked
@@ -321,16 +336,16 @@ async def replay(items: list[SeedTtsItem], opts: SpeechClientOptions, concurrenc
     results: list[Result] = []
     limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
     async with httpx.AsyncClient(limits=limits, timeout=opts.timeout_s) as client:
+        send = _sender(client, opts)
         for number in range(warmups):
-            results.append(await synthesize(client, items[number % len(items)], opts, concurrency=concurrency,
-                                            index=number, warmup=True))
+            results.append(await send(items[number % len(items)], concurrency=concurrency, index=number, warmup=True))
         pending = list(enumerate(items, start=warmups))
         level_t0 = time.perf_counter()
 
         async def worker() -> None:
             while pending:
                 index, item = pending.pop(0)
-                result = await synthesize(client, item, opts, concurrency=concurrency, index=index, level_t0=level_t0)
+                result = await send(item, concurrency=concurrency, index=index, level_t0=level_t0)
                 results.append(result)
                 if progress is not None:
                     progress(result[0])

@@ -99,6 +99,12 @@ DEFINITIONS = [
 ]
 
 
+def _sent(opts: dict) -> str:
+    if opts.get("transport") == "realtime":
+        return "One /v1/realtime session per request (times from response.create, E2E at response.done)"
+    return f"stream_format {opts['stream_format']}, response_format pcm"
+
+
 def render(data: dict) -> str:
     run = data["run"]
     opts, dataset = run["options"], run["dataset"]
@@ -109,8 +115,8 @@ def render(data: dict) -> str:
     lines = ["# TTS serving", "",
              f"Endpoint {run['endpoint']}" + (f" (bundled system {run['server']})" if run.get("server") else "") + ". "
              f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): {opts['num_prompts']} "
-             f"requests per level, {opts['num_warmups']} warm-up(s) excluded, closed loop. stream_format "
-             f"{opts['stream_format']}, response_format pcm, ref_audio {opts['ref_audio']}. Declared sample rate(s): "
+             f"requests per level, {opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
+             f"{opts['ref_audio']}. Declared sample rate(s): "
              f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.", ""]
     lines += [f"- {note}" for note in run.get("notes", [])] + ([""] if run.get("notes") else [])
     lines += ["## Serving", "", *_table(SERVING_COLUMNS, [serving_cells(r) for r in rows]), "",

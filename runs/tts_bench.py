@@ -57,6 +57,7 @@ class TtsBenchOptions(BaseModel):
     list_name: str = "en/meta.lst"
     model: str | None = None
     stream_format: str = "audio"
+    transport: str = "http"  # http (/v1/audio/speech) | realtime (/v1/realtime, recorders.tts_realtime)
     ref_audio: str = "inline"
     extra_body: dict[str, object] = Field(default_factory=dict)
     sample_rate: int | None = None
@@ -217,7 +218,7 @@ def _client_options(opts: TtsBenchOptions, url: str):
     return SpeechClientOptions(url=url, model=opts.model, stream=True, stream_format=opts.stream_format,
                                response_format="pcm", ref_audio=opts.ref_audio, extra_body=opts.extra_body,
                                sample_rate=opts.sample_rate, channels=opts.channels, timeout_s=opts.timeout_s,
-                               max_audio_s=opts.max_audio_s)
+                               max_audio_s=opts.max_audio_s, transport=opts.transport)
 
 
 def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsItem], dict]:
@@ -269,6 +270,9 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     console = console or Console(stderr=True)
     if any(level_dir(opts.output, n).joinpath("requests.jsonl").exists() for n in opts.concurrency):
         raise FdbError(f"{opts.output} already holds recorded levels", "use another --output, or --report-only")
+    if opts.transport == "realtime" and opts.url is None:
+        raise FdbError("the bundled server's /v1/realtime is a spoken-dialogue cascade, not a TTS session",
+                       "pass --url of a server that reads text aloud over /v1/realtime, or use --transport http")
     items, dataset = _load_items(opts, console)
     notes: list[str] = []
     server = None
@@ -280,7 +284,7 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
                          "and the built-in Piper voice spoke")
     url = opts.url or server.http_url
     run = {"schema": TTS_BENCH_SCHEMA, "options": opts.model_dump(mode="json"), "dataset": dataset,
-           "endpoint": url.rstrip("/") + "/v1/audio/speech", "server": None if server is None else opts.system,
+           "endpoint": _client_options(opts, url).endpoint, "server": None if server is None else opts.system,
            "server_info": server_info(url),
            "prompt_wavs": {item.id: str(item.prompt_wav) for item in items}, "notes": notes}
     atomic_write_json(opts.output / "run.json", run)

@@ -104,3 +104,32 @@ def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_p
         row = json.loads((blind / "tts.json").read_text())["rows"][0]
         assert row["failed"] == 1 and "refusing to guess" in row["errors"][0]
         assert "refusing to guess" in (blind / "TTS.md").read_text()
+
+
+def test_realtime_transport_through_the_cli(seedtts, env, tmp_path):
+    import asyncio
+    import threading
+
+    from tests.recorders.tts_realtime_fakes import RealtimeTtsPeer
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    peer = RealtimeTtsPeer()
+    asyncio.run_coroutine_threadsafe(peer.__aenter__(), loop).result(10)
+    try:
+        out = tmp_path / "rt"
+        done = fdb(["tts-bench", "--output", str(out), "--transport", "realtime", "--url",
+                    f"http://127.0.0.1:{peer.port}", "--concurrency", "1,2", "--num-prompts", "2",
+                    "--seed-tts", str(seedtts), "--no-quality"], env)
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        asyncio.run_coroutine_threadsafe(peer.__aexit__(None, None, None), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+    data = json.loads((out / "tts.json").read_text())
+    assert data["run"]["endpoint"] == f"ws://127.0.0.1:{peer.port}/v1/realtime"
+    assert [(r["failed"], r["stop_violations"]) for r in data["rows"]] == [(0, 2), (0, 2)]
+    assert "/v1/realtime session per request" in (out / "TTS.md").read_text()
+    bundled = fdb(["tts-bench", "--output", str(tmp_path / "no"), "--transport", "realtime",
+                   "--seed-tts", str(seedtts)], env)
+    assert bundled.returncode == 2 and "not a TTS session" in bundled.stderr
