@@ -44,6 +44,15 @@ class AudioDelivery:
     def sent_ms(self) -> float:
         return self.sent_bytes / BYTES_PER_MS
 
+    def played_ms(self, at: float | None) -> float:
+        """The reply's audio the client had played at monotonic time ``at``: the wall clock
+        since the first audio left, at most what was sent (all of it when unpaced)."""
+        if self._t0 is None:
+            return 0.0
+        if at is None or not self._paced():
+            return self.sent_ms
+        return max(0.0, min(self.sent_ms, (at - self._t0) * 1000.0))
+
     def _delay(self, chunk_bytes: int) -> float:
         """Seconds until a chunk of ``chunk_bytes`` may leave (<= 0: now)."""
         if self._t0 is None:

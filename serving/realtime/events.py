@@ -119,12 +119,28 @@ class Committed(ServerEvent):
     previous_item_id: str | None
 
 
+class TranscriptionUsage(BaseModel):
+    type: Literal["duration"] = "duration"
+    seconds: float  # the utterance's audio that was transcribed
+
+
 class TranscriptionCompleted(ServerEvent):
     type: Literal["conversation.item.input_audio_transcription.completed"] = (
         "conversation.item.input_audio_transcription.completed")
     item_id: str
     content_index: int = 0
     transcript: str
+    usage: TranscriptionUsage
+
+
+class ItemTruncated(ServerEvent):
+    """The answer to ``conversation.item.truncate``; ``audio_end_ms`` is the cut position the
+    server used (the client's, clamped to the audio the server sent)."""
+
+    type: Literal["conversation.item.truncated"] = "conversation.item.truncated"
+    item_id: str
+    content_index: int = 0
+    audio_end_ms: int
 
 
 # --- responses ---------------------------------------------------------------------------
@@ -210,9 +226,45 @@ class OutputTextDone(_Part):
     text: str
 
 
+# --- sglang extensions: how much of a reply was spoken and heard ----------------------------
+
+class ResponseProgress(ServerEvent):
+    """A boundary of an audio reply (the end of a chunk, see :mod:`serving.realtime.chunker`)
+    whose audio has been sent in full: ``text_end`` characters of the reply's transcript are
+    spoken by the first ``audio_ms`` of its audio."""
+
+    type: Literal["sglang.response.progress"] = "sglang.response.progress"
+    response_id: str
+    item_id: str
+    text_end: int
+    audio_ms: float
+
+
+class ResponseHeard(ServerEvent):
+    """What the history keeps of a cut reply: its first ``text_end`` characters (``text``),
+    ending at ``audio_ms`` of its audio. Sent when an interruption or a
+    ``conversation.item.truncate`` sets the cut, again whenever the cut moves."""
+
+    type: Literal["sglang.response.heard"] = "sglang.response.heard"
+    response_id: str
+    item_id: str
+    text_end: int
+    audio_ms: float
+    text: str
+
+
 def error_event(code: str, message: str, *, param: str | None = None, event_id: str | None = None,
                 kind: str = "invalid_request_error", fatal: bool = False) -> ErrorEvent:
     return ErrorEvent(
         error=ErrorBody(type=kind, code=code, message=message, param=param, event_id=event_id),
         sglang=ErrorSglang(fatal=fatal),
     )
+
+
+# Server events outside the OpenAI Realtime GA set: the Guide's session receipts and the
+# ``sglang.*`` extensions (docs/formats.md, "Realtime extension events").
+EXTENSION_EVENTS: dict[str, type[ServerEvent]] = {
+    model.model_fields["type"].default: model for model in (
+        SessionClosed, InputAudioAccepted, InputAudioEnded, InputAudioDrained, UnitDone,
+        ResponseProgress, ResponseHeard)
+}

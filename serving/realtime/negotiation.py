@@ -90,7 +90,7 @@ def capabilities(system: SystemConfig) -> dict[str, Any]:
         "microturn_ms": None,
         "proactive_output": False,
         "supports_cancel": True,
-        "supports_truncate": False,
+        "supports_truncate": True,
         "supports_resume": False,
         "sampling_parameters": list(SAMPLING_PARAMETERS),
         "supports_instruction_updates": True,

@@ -41,7 +41,6 @@ class Reply:
         self.item_id = new_id("item")
         self.text_sent = ""  # transcript / text deltas sent so far
         self.audio_started = False
-        self.spoken: list[str] = []  # chunks delivered in full (their audio, or their text)
 
     def _body(self, status: str, details: StatusDetails | None) -> ResponseBody:
         item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")

@@ -14,9 +14,9 @@ Per turn: the utterance is transcribed (``conversation.item.input_audio_transcri
 Interruption: speech that starts while a turn is queued or being answered (or while its audio is
 still playing out) cancels it, as does ``response.cancel``: its remaining audio is dropped and
 ``response.done`` arrives cancelled with reason ``interrupted``; the LLM stops at its next
-token. The history keeps the chunks whose audio was delivered in full; a reply that kept
-nothing leaves no answer, and the user's words join the next utterance in one user message, as
-if they had kept talking.
+token. Each chunk whose audio was sent in full is a boundary (``sglang.response.progress``); the
+history keeps an interrupted reply up to the last boundary the client had played, and
+``sglang.response.heard`` says what it kept (see :mod:`serving.realtime.dialog`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ import numpy as np
 from fdb.audio import float_to_pcm16, resample
 from serving.models import ModelHub
 from serving.realtime.delivery import OUTPUT_RATE, AudioDelivery
-from serving.realtime.events import TranscriptionCompleted
+from serving.realtime.dialog import Boundary, Dialog, ReplyRecord
+from serving.realtime.events import (
+    ResponseHeard,
+    ResponseProgress,
+    TranscriptionCompleted,
+    TranscriptionUsage,
+)
 from serving.realtime.negotiation import SessionConfig
 from serving.realtime.outbox import Outbox
 from serving.realtime.reply import Reply
@@ -55,8 +61,11 @@ class Responder:
         self._pending: deque[Turn | Callable[[], Awaitable[None]]] = deque()
         self._wakeup = asyncio.Event()
         self.current: Turn | None = None
-        self.history: list[dict[str, str]] = []
-        self._carry: list[str] = []  # user words whose reply was interrupted before it spoke
+        self.dialog = Dialog(self._system.max_history_messages)
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        return self.dialog.history
 
     @property
     def busy(self) -> bool:
@@ -120,72 +129,79 @@ class Responder:
         utterance = turn.utterance
         transcript = await self._hub.run(self._hub.asr.transcribe, utterance.samples)
         text = transcript.text.strip()
-        await self._outbox.send(TranscriptionCompleted(item_id=utterance.item_id, transcript=text))
+        await self._outbox.send(TranscriptionCompleted(
+            item_id=utterance.item_id, transcript=text,
+            usage=TranscriptionUsage(seconds=round(len(utterance.samples) / 16000, 3))))
         config = self._config()
         reply = Reply(self._outbox, config.output_modalities)
         await reply.created()
         turn.response_id = reply.response_id
         if turn.interrupted:
-            if text:
-                self._carry.append(text)
+            self.dialog.carry(text)
             await reply.finish("cancelled", turn.cancel_reason or "interrupted")
         elif not text:
             await reply.finish("completed", "empty_turn")
         else:
-            await self._reply(turn, reply, config, " ".join([*self._carry, text]))
-
-    def _messages(self, config: SessionConfig, user_text: str) -> list[dict[str, str]]:
-        keep = self._system.max_history_messages
-        history = self.history[-keep:] if keep else []
-        return [{"role": "system", "content": config.instructions}, *history,
-                {"role": "user", "content": user_text}]
+            await self._reply(turn, reply, config, self.dialog.user_turn(text))
 
     async def _reply(self, turn: Turn, reply: Reply, config: SessionConfig, user_text: str) -> None:
-        self._carry.clear()
         sampling = config.sampling
-        stream = ReplyStream(self._hub.llm, turn, self._messages(config, user_text),
+        record = self.dialog.open(reply.response_id, reply.item_id, user_text, reply.audio)
+        stream = ReplyStream(self._hub.llm, turn, self.dialog.messages(config.instructions, user_text),
                              sampling.max_new_tokens_per_unit, sampling.temperature,
                              hold_first=reply.audio)
         try:
             stream.start()
-            await self._speak(turn, reply, stream)
+            await self._speak(turn, reply, stream, record)
         except TurnInterrupted:
             pass
         finally:
             stream.stop()
+        record.text = reply.text_sent
+        kept = self.dialog.close(record, finished=not turn.interrupted)
+        if reply.audio and (turn.interrupted or record.limit_ms is not None):
+            await self.send_heard(record, kept)
         if turn.interrupted:
-            self._remember(user_text, " ".join(reply.spoken), cut=True)
             await reply.finish("cancelled", turn.cancel_reason or "interrupted")
         else:
-            self._remember(user_text, " ".join(reply.spoken), cut=False)
             await reply.finish("completed", "stop")
 
-    def _remember(self, user_text: str, said: str, cut: bool) -> None:
-        if not said:
-            if cut:
-                self._carry.append(user_text)
-            return
-        self.history += [{"role": "user", "content": user_text},
-                         {"role": "assistant", "content": said + ("…" if cut else "")}]
+    async def send_heard(self, record: ReplyRecord, kept: Boundary) -> None:
+        await self._outbox.send(ResponseHeard(
+            response_id=record.response_id, item_id=record.item_id, text_end=kept.text_end,
+            audio_ms=kept.audio_ms, text=record.text[:kept.text_end]))
 
-    async def _speak(self, turn: Turn, reply: Reply, stream: ReplyStream) -> None:
+    async def _speak(self, turn: Turn, reply: Reply, stream: ReplyStream, record: ReplyRecord) -> None:
         if not reply.audio:
             while (chunk := await turn.race(stream.get())) is not None:
                 await reply.text_delta(chunk)
-                reply.spoken.append(chunk)
+                record.boundaries.append(Boundary(len(reply.text_sent), 0.0))
             return
         queue: asyncio.Queue[tuple[str, bytes] | BaseException | None] = asyncio.Queue()
         producer = asyncio.create_task(self._synthesize(stream, queue))
         delivery = AudioDelivery(self._outbox, turn, reply.response_id, reply.item_id,
                                  self._system.max_output_lead_ms, lambda: not self._input_ended())
         try:
-            await self._deliver(turn, reply, delivery, queue)
+            await self._deliver(turn, reply, delivery, queue, record)
         finally:
             producer.cancel()
             reply.audio_started = delivery.sent_bytes > 0
+            record.sent_ms = delivery.sent_ms
+            if turn.interrupted:
+                record.played_ms = delivery.played_ms(turn.interrupted_at)
+
+    async def _progress(self, reply: Reply, record: ReplyRecord, sent_ms: float) -> None:
+        """A chunk's audio left in full: a boundary, and ``sglang.response.progress``."""
+        boundary = Boundary(len(reply.text_sent), round(sent_ms, 3))
+        record.boundaries.append(boundary)
+        record.sent_ms, record.text = sent_ms, reply.text_sent
+        await self._outbox.send(ResponseProgress(
+            response_id=reply.response_id, item_id=reply.item_id, text_end=boundary.text_end,
+            audio_ms=boundary.audio_ms))
 
     async def _deliver(self, turn: Turn, reply: Reply, delivery: AudioDelivery,
-                       queue: asyncio.Queue[tuple[str, bytes] | BaseException | None]) -> None:
+                       queue: asyncio.Queue[tuple[str, bytes] | BaseException | None],
+                       record: ReplyRecord) -> None:
         budget = self._system.max_output_bytes
         while True:
             item = await turn.race(queue.get())
@@ -200,7 +216,7 @@ class Responder:
             await reply.text_delta(chunk)
             if not await delivery.send(pcm):
                 return
-            reply.spoken.append(chunk)
+            await self._progress(reply, record, delivery.sent_ms)
         await delivery.wait_playout()
 
     async def _synthesize(self, stream: ReplyStream,

@@ -35,6 +35,7 @@ from serving.realtime.events import (
     InputAudioAccepted,
     InputAudioDrained,
     InputAudioEnded,
+    ItemTruncated,
     ServerEvent,
     SessionClosed,
     SessionCreated,
@@ -154,7 +155,7 @@ class RealtimeSession:
             p.InputAudioBufferCommit: self._on_commit, p.InputAudioEnd: self._on_end,
             p.ResponseCancel: self._on_cancel, p.SessionClose: self._on_close,
             p.InputAudioBufferClear: self._refuse, p.ResponseCreate: self._refuse,
-            p.ConversationItemTruncate: self._refuse,
+            p.ConversationItemTruncate: self._on_truncate,
         }
         await handlers[type(event)](event)
 
@@ -212,11 +213,27 @@ class RealtimeSession:
         """Cancel the reply in progress; with none (or cancelled already) it does nothing."""
         self._responder.cancel_response()
 
+    async def _on_truncate(self, event: p.ConversationItemTruncate) -> None:
+        """Cut a reply's history at the last boundary heard by ``audio_end_ms`` (clamped to the
+        audio sent): ``conversation.item.truncated``, then ``sglang.response.heard``."""
+        if event.item_id is None or event.audio_end_ms is None:
+            missing = "item_id" if event.item_id is None else "audio_end_ms"
+            raise p.ProtocolError("missing_required_parameter", f"conversation.item.truncate needs {missing}",
+                                  param=missing, event_id=event.event_id)
+        if event.audio_end_ms < 0 or event.content_index not in (None, 0):
+            param = "audio_end_ms" if event.audio_end_ms < 0 else "content_index"
+            raise p.ProtocolError("invalid_value", f"{param} must be {'>= 0' if param == 'audio_end_ms' else '0'}",
+                                  param=param, event_id=event.event_id)
+        record, kept, position = self._responder.dialog.truncate(event.item_id, event.audio_end_ms,
+                                                                 event.event_id)
+        await self._outbox.send(ItemTruncated(item_id=record.item_id, audio_end_ms=int(position)))
+        await self._responder.send_heard(record, kept)
+
     async def _on_close(self, event: p.SessionClose) -> None:
         await self._finish(1000, "client_closed", SessionClosed(reason="client_closed",
                                                                client_event_id=event.event_id))
 
-    async def _refuse(self, event: p.InputAudioBufferClear | p.ResponseCreate | p.ConversationItemTruncate) -> None:
+    async def _refuse(self, event: p.InputAudioBufferClear | p.ResponseCreate) -> None:
         if isinstance(event, p.ResponseCreate):
             raise p.ProtocolError("not_granted", "manual turn commands are not granted", event_id=event.event_id)
         raise p.ProtocolError("not_supported", f"{event.type} is not supported by this server",

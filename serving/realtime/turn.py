@@ -9,6 +9,7 @@ at once even while a model call is still running in the pool (its result is then
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -38,6 +39,7 @@ class Turn:
     response_id: str | None = None  # set once response.created was sent
     done: bool = False
     cancel_reason: str | None = None
+    interrupted_at: float | None = None  # time.monotonic() of the interruption
     _cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -48,6 +50,7 @@ class Turn:
     def interrupt(self, reason: str = "interrupted") -> None:
         if not self._cancelled.is_set():
             self.cancel_reason = reason
+            self.interrupted_at = time.monotonic()
             self._cancelled.set()
             self._wake.set()
 

@@ -39,7 +39,7 @@ def test_health_models_and_capabilities(server):
     assert caps["input_audio_format"] == {"type": "audio/pcm", "rate": 16000}
     assert caps["output_audio_format"] == {"type": "audio/pcm", "rate": 24000}
     assert caps["native_unit_ms"] == 200 and caps["tail_policy"] == "flush"
-    assert caps["supports_cancel"] is True and caps["supports_truncate"] is False
+    assert caps["supports_cancel"] is True and caps["supports_truncate"] is True
     assert caps["sampling_parameters"] == ["temperature", "max_new_tokens_per_unit"]
     assert caps["max_sessions"] == 2  # from launch.yaml
     assert caps["limits"]["session_update_timeout_s"] == 1.0
