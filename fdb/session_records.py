@@ -137,7 +137,7 @@ class SessionRecord(BaseModel):
     granted: dict[str, Any] | None = None  # session.updated's session.sglang.granted
     input: InputInfo | None = None
     output_rate: int
-    t0_wall: str | None = None  # ISO wall time of the first packet's send start (log only)
+    t0_wall: str | None = None  # ISO wall time of the first packet's slot (log only)
     elapsed_s: float | None = None
     timeout_s: float
     pacing: PacingStats = Field(default_factory=PacingStats)

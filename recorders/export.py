@@ -173,7 +173,7 @@ def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str
         "sources_sha256": digest,
         "sources": sources,
         "policy": {
-            "window": "[0, T], T the input length from the first packet's send start",
+            "window": "[0, T], T the input length from the first packet's slot",
             "playout": "fifo from receipt; cancelled response.done drops that response's queued audio",
             "resample": "soxr HQ, output rate -> 16000 Hz, fixed to the input's sample count",
             "pacing_tolerance_ms": TURN_BASED.pacing_tolerance_ms,

@@ -1,9 +1,11 @@
 """Real-time input pacing in 80 ms packets on an absolute schedule.
 
-Packet ``seq`` is due at ``t0 + seq * packet_s``, t0 being the send start of packet 0. The
-schedule never drifts: a sender that falls behind sends its overdue packets at once and returns
-to the schedule. A packet whose send starts more than the tolerance (80 ms) after its slot is a
-pacing violation; it means the load generator fell behind, and the session is ineligible.
+Packet ``seq`` is due at ``t0 + seq * packet_s``, t0 being packet 0's slot (its send starts
+there, give or take the event loop's timer resolution; with a ``PhaseSpreader`` the slot is
+the session's phase within the period). The schedule never drifts: a sender that falls behind
+sends its overdue packets at once and returns to the schedule. A packet whose send starts more
+than the tolerance (80 ms) after its slot is a pacing violation; it means the load generator
+fell behind, and the session is ineligible.
 """
 
 from __future__ import annotations
@@ -23,6 +25,31 @@ def split_packets(pcm: bytes, packet_samples: int = 1280) -> list[bytes]:
     return [pcm[i : i + step] for i in range(0, len(pcm), step)]
 
 
+class PhaseSpreader:
+    """Gives each new session a packet phase, so concurrent sessions' packets interleave.
+
+    Sessions that start together would otherwise send their packets in the same millisecond
+    every 80 ms, and the last of N waits for the N-1 sends before it. Session k starts its
+    schedule at the next instant whose offset within the packet period is frac(k * 0.618...)
+    of the period (a low-discrepancy sequence: any number of sessions spreads about evenly).
+    The wait before packet 0 is under one period; the trace clock starts at packet 0.
+    """
+
+    GOLDEN = (5 ** 0.5 - 1) / 2
+
+    def __init__(self) -> None:
+        self._count = 0
+
+    def start(self, now: float, packet_s: float) -> float:
+        phase = (self._count * self.GOLDEN) % 1.0 * packet_s
+        self._count += 1
+        slot = now - now % packet_s + phase
+        return slot if slot >= now else slot + packet_s
+
+
+SPREADER = PhaseSpreader()  # one per process: every session of a batch draws from it
+
+
 async def send_paced(
     packets: Sequence[bytes],
     send: Callable[[int, bytes, float, float], Awaitable[None]],
@@ -30,20 +57,23 @@ async def send_paced(
     sleep: Callable[[float], Awaitable[None]],
     packet_s: float = 0.08,
     on_start: Callable[[float], None] | None = None,
+    spreader: PhaseSpreader | None = None,
 ) -> tuple[float, list[PacketSend]]:
     """Send ``packets`` on the absolute schedule; returns (t0, receipts on the t0 clock).
 
     ``send(seq, packet, scheduled, start)`` writes one packet (absolute clock times);
-    ``on_start(t0)`` is called just before packet 0, whose send starts at t0, so the caller can
-    anchor its trace clock there.
+    ``on_start(t0)`` is called with packet 0's slot t0, so the caller can anchor its trace clock
+    there. With a ``spreader`` packet 0 waits for the session's phase slot (under one period).
     """
     receipts: list[PacketSend] = []
     t0 = clock()
+    if spreader is not None:
+        t0 = spreader.start(t0, packet_s)
     if on_start is not None:
         on_start(t0)
     for seq, packet in enumerate(packets):
         due = t0 + seq * packet_s
-        start = t0 if seq == 0 else clock()
+        start = t0 if seq == 0 and spreader is None else clock()
         if start < due:
             await sleep(due - start)
             start = clock()

@@ -31,7 +31,7 @@ from fdb.errors import FdbError, SampleError
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus, TraceEvent
 from recorders.looplag import monitor
-from recorders.pacing import send_paced, split_packets
+from recorders.pacing import SPREADER, send_paced, split_packets
 from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are re-exported)
     SessionOutcome,
     input_pcm16,
@@ -104,7 +104,7 @@ class _Session:
             self.flow_task.cancel()
 
     def trace(self) -> list[TraceEvent]:
-        """The trace on the t0 clock (seconds from the first packet's send start)."""
+        """The trace on the t0 clock (seconds from the first packet's slot, where its send starts)."""
         origin = self.t0 if self.t0 is not None else (self.raw[0][0] if self.raw else 0.0)
 
         def rel(value: float | None) -> float | None:
@@ -257,7 +257,8 @@ class _Session:
         self.phase = "sending input"
         packets = split_packets(self.pcm, self.profile.packet_samples)
         packet_s = self.profile.packet_ms / 1000.0
-        t0, _ = await send_paced(packets, self._send_append, self.loop.time, asyncio.sleep, packet_s, self._anchor)
+        t0, _ = await send_paced(packets, self._send_append, self.loop.time, asyncio.sleep, packet_s,
+                                 self._anchor, SPREADER)
         input_s = len(self.pcm) / 2 / self.profile.input_rate
         if self.profile.end_mode == "tail":
             await asyncio.sleep(max(0.0, t0 + input_s + self.profile.tail_s - self.loop.time()))

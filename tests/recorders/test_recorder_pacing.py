@@ -6,7 +6,13 @@ import asyncio
 
 import pytest
 
-from recorders.pacing import pacing_stats, send_paced, sends_from_trace, split_packets
+from recorders.pacing import (
+    PhaseSpreader,
+    pacing_stats,
+    send_paced,
+    sends_from_trace,
+    split_packets,
+)
 from tests.recorders.recorder_fakes import good_trace
 
 
@@ -51,6 +57,21 @@ def test_schedule_is_absolute_from_the_first_packet():
         assert r.scheduled == pytest.approx(r.seq * 0.08)
         assert r.start == pytest.approx(r.scheduled)  # per-send cost never accumulates as drift
         assert r.end - r.start == pytest.approx(0.01)
+
+
+def test_spreader_interleaves_sessions_that_start_together():
+    spreader, period = PhaseSpreader(), 0.08
+    starts = [spreader.start(100.013, period) for _ in range(64)]
+    assert all(100.013 <= t < 100.013 + period for t in starts)  # packet 0 waits under one period
+    phases = sorted(t % period for t in starts)
+    gaps = [b - a for a, b in zip(phases, phases[1:] + [phases[0] + period], strict=True)]
+    assert min(gaps) > 0.3 * period / 64 and max(gaps) < 3 * period / 64  # about evenly spread
+    clock = FakeClock(cost=0.001)
+    t0, receipts = asyncio.run(send_paced([b"\0\0" * 1280] * 3, clock.send, clock.time, clock.sleep, period,
+                                          spreader=PhaseSpreader()))
+    assert t0 == pytest.approx(100.0)  # the first session's phase is 0, and 100.0 is on the 80 ms grid
+    assert [r.scheduled for r in receipts] == pytest.approx([0.0, 0.08, 0.16])
+    assert all(r.start >= r.scheduled for r in receipts)
 
 
 def test_late_sender_sends_overdue_packets_at_once_then_returns_to_schedule():

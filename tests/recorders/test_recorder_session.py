@@ -61,7 +61,7 @@ def test_clean_session_writes_the_directory(tmp_path):
     assert rec.files["input.wav"] == sha256_file(out / "input.wav")
     trace = read_trace(out / "trace.jsonl")
     first = next(e for e in trace if e.type == "input_audio_buffer.append")
-    assert first.t == 0.0 and first.scheduled == 0.0 and first.t_end >= 0.0
+    assert first.scheduled == 0.0 and 0.0 <= first.t < 0.08 and first.t_end >= first.t
     assert all("audio" not in e.event for e in trace if e.dir == "send")
     deltas = [e for e in trace if e.type == "response.output_audio.delta"]
     assert all(e.event["delta"] is None for e in deltas)
