@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from fdb.errors import FdbError
+from serving.duplex.negotiation import native_capabilities
 from serving.models import ModelHub
 from serving.realtime.endpoint import realtime_endpoint
 from serving.realtime.negotiation import capabilities
@@ -91,7 +92,7 @@ def create_app(system: SystemConfig, *, hub: ModelHub | None = None,
         if not runtime.ready:
             return JSONResponse({"error": {"type": "server_error", "code": "not_ready",
                                            "message": "instance is not ready"}}, status_code=503)
-        return JSONResponse(capabilities(system))
+        return JSONResponse(capabilities(system) if system.duplex is None else native_capabilities(system))
 
     app.add_api_websocket_route("/v1/realtime", realtime_endpoint)
     app.include_router(speech_router)  # POST /v1/audio/speech (serving/speech.py)

@@ -59,6 +59,27 @@ class SpeechService(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
 
 
+class DuplexSettings(BaseModel):
+    """The native full-duplex policy of a ``duplex`` system (see :mod:`serving.duplex.policy`).
+
+    A system with ``duplex`` set speaks the native session protocol instead of the turn-based
+    one: no turn detection, no commit, input units of ``unit_ms`` with a padded tail.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unit_ms: int = 1000  # the default grant; a session may ask for another of unit_ms_choices
+    unit_ms_choices: tuple[int, ...] = (200, 1000)
+    vad_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    end_of_turn_ms: int = Field(700, ge=100, le=10000)  # silence after speech that ends the turn
+    min_utterance_ms: int = Field(200, ge=0, le=10000)  # shorter speech is ignored (clicks, coughs)
+    yield_after_ms: int = Field(300, ge=32, le=10000)  # user speech over a reply that makes it yield
+    backchannel: bool = True  # the session default; session.update sglang.duplex.backchannel
+    backchannel_after_ms: int = Field(4000, ge=500, le=60000)  # continuous user speech before one
+    backchannel_text: str = "Mm-hmm."
+    max_context_ms: int = Field(600_000, ge=1000)  # input a session may send: context_exhausted
+
+
 class SystemConfig(BaseModel):
     """One deployment: which backends run, its model id, limits and session defaults."""
 
@@ -85,10 +106,16 @@ class SystemConfig(BaseModel):
     model_workers: int = Field(4, ge=1, le=64)
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
+    duplex: DuplexSettings | None = None  # set: a native full-duplex system (serving.duplex)
 
 
 SYSTEMS: dict[str, SystemConfig] = {
     "embedded-cascade": SystemConfig(),
+    "duplex-baseline": SystemConfig(
+        name="duplex-baseline", model="fdb/duplex-baseline",
+        description="Native full-duplex baseline on 1 s units: Silero VAD decides per unit, "
+                    "faster-whisper tiny.en + SmolLM2-135M + Piper answer (offline CPU)",
+        duplex=DuplexSettings()),
 }
 
 

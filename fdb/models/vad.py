@@ -154,6 +154,11 @@ class StreamingVad:
     def position_ms(self) -> int:
         return int(self._consumed * 1000 / VAD_RATE)
 
+    @property
+    def last_speech_end_ms(self) -> int:
+        """End of the last frame scored as speech, on the input timeline."""
+        return int(self._last_speech_end * 1000 / VAD_RATE)
+
     def feed(self, samples: np.ndarray) -> list[tuple[str, int]]:
         events: list[tuple[str, int]] = []
         self._pending = np.concatenate([self._pending, samples.astype(np.float32)])

@@ -59,8 +59,8 @@ class Unit:
         return f"unit_{self.index}"
 
     @property
-    def t_start_ms(self) -> int:
-        return self.index * UNIT_MS
+    def t_start_ms(self) -> int | float:
+        return samples_to_ms(self.start)
 
     @property
     def duration_ms(self) -> int | float:
@@ -72,9 +72,10 @@ class Unit:
 
 
 class UnitCutter:
-    """Cuts a stream of arbitrary chunks into consecutive units."""
+    """Cuts a stream of arbitrary chunks into consecutive units (200 ms unless told)."""
 
-    def __init__(self) -> None:
+    def __init__(self, unit_samples: int = UNIT_SAMPLES) -> None:
+        self.unit_samples = unit_samples
         self._pending: list[np.ndarray] = []
         self._pending_len = 0
         self._next_index = 0
@@ -87,7 +88,7 @@ class UnitCutter:
         return head
 
     def _unit(self, samples: np.ndarray) -> Unit:
-        unit = Unit(self._next_index, self._next_index * UNIT_SAMPLES, samples)
+        unit = Unit(self._next_index, self._next_index * self.unit_samples, samples)
         self._next_index += 1
         return unit
 
@@ -96,8 +97,8 @@ class UnitCutter:
             self._pending.append(samples)
             self._pending_len += len(samples)
         units = []
-        while self._pending_len >= UNIT_SAMPLES:
-            units.append(self._unit(self._take(UNIT_SAMPLES)))
+        while self._pending_len >= self.unit_samples:
+            units.append(self._unit(self._take(self.unit_samples)))
         return units
 
     def flush(self) -> Unit | None:

@@ -26,6 +26,15 @@ async def deny(websocket: WebSocket, status: int, code: str, message: str) -> No
         await websocket.close(code=1013, reason=code)
 
 
+def _session_class(runtime: ServerRuntime) -> type[RealtimeSession]:
+    """A native session for a duplex system, else the turn-based one."""
+    if runtime.system.duplex is not None:
+        from serving.duplex.session import NativeSession
+
+        return NativeSession
+    return RealtimeSession
+
+
 async def realtime_endpoint(websocket: WebSocket) -> None:
     runtime: ServerRuntime = websocket.app.state.runtime
     if runtime.hub is None:
@@ -37,7 +46,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         return
     try:
         await websocket.accept()
-        session = RealtimeSession(websocket, runtime.hub)
+        session = _session_class(runtime)(websocket, runtime.hub)
         log.info("session %s opened (%d/%d)", session.id, runtime.sessions, runtime.system.max_sessions)
         await session.run()
         log.info("session %s closed", session.id)

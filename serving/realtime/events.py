@@ -73,7 +73,7 @@ class InputAudioAccepted(ServerEvent):
 class InputAudioEnded(ServerEvent):
     type: Literal["sglang.input_audio.ended"] = "sglang.input_audio.ended"
     accepted_end_ms: float | int
-    tail_policy: Literal["flush"] = "flush"
+    tail_policy: Literal["flush", "pad"] = "flush"
     client_event_id: str | None
 
 

@@ -220,6 +220,9 @@ def apply_update(current: SessionConfig, patch: SessionPatch, system: SystemConf
         changes["turn_detection"] = _turn_detection(audio_in.turn_detection, system, event_id)
     if patch.sglang is not None and patch.sglang.sampling is not None:
         changes["sampling"] = _sampling(patch.sglang.sampling, current.sampling, event_id)
+    if patch.sglang is not None and (patch.sglang.timebase is not None or patch.sglang.duplex is not None):
+        raise _fail("not_applicable", "sglang.timebase and sglang.duplex are only available for native "
+                    "sessions", "session.sglang", event_id)
     return current.model_copy(update=changes)
 
 

@@ -59,6 +59,9 @@ class AudioPatch(_Strict):
 
 class SglangSessionPatch(_Strict):
     sampling: dict[str, Any] | None = None
+    # Native sessions only (serving.duplex); a turn-based session refuses them.
+    timebase: dict[str, Any] | None = None  # {"native_unit_ms": 200 | 1000}
+    duplex: dict[str, Any] | None = None  # {"backchannel": bool}
 
 
 class SessionPatch(_Strict):

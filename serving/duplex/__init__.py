@@ -1,0 +1,7 @@
+"""The native full-duplex side of the server: the ``duplex-baseline`` system.
+
+Modules: ``policy`` (the published decision policy), ``negotiation`` (native session.update
+rules and the grant), ``engine`` (units, VAD, decisions, unit-aligned output), ``worker``
+(ASR → LLM → TTS per user turn), ``speaker`` (one reply's events and audio) and ``session``
+(the native session, built on :class:`serving.realtime.session.RealtimeSession`).
+"""

@@ -1,0 +1,219 @@
+"""The unit loop of a native session: units, VAD, the policy's decisions, unit-aligned output.
+
+Input arrives from the reader in order. It is cut into units of the session's ``unit_ms``
+(:class:`serving.realtime.audio_input.UnitCutter`); per unit, in this order:
+
+1. the unit is scored by the session's streaming Silero VAD (the partial last unit is padded
+   with silence first: tail policy ``pad``);
+2. :class:`serving.duplex.policy.DuplexPolicy` decides (respond, yield, backchannel) and the
+   decisions are carried out (a turn goes to the :class:`~serving.duplex.worker.ReplyWorker`);
+3. up to ``unit_ms`` of reply audio goes out (:class:`~serving.duplex.speaker.SpokenReply`);
+4. ``sglang.unit.done`` reports the unit, with its real (unpadded) duration.
+
+A unit that would take the session past ``max_context_ms`` ends it with ``context_exhausted``.
+``response.cancel`` ends the reply being spoken at the next unit (cancelled / ``interrupted``).
+At the input's end the tail unit is processed, an open turn is answered, every remaining reply
+is emitted at once, and then the drain callback runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from serving.duplex.negotiation import NativeConfig, duplex_settings
+from serving.duplex.policy import Decision, DuplexPolicy, Heard
+from serving.duplex.speaker import SpokenReply
+from serving.duplex.worker import ReplyWorker
+from serving.models import ModelHub
+from serving.realtime.audio_input import SAMPLES_PER_MS, InputTimeline, Unit, UnitCutter
+from serving.realtime.events import MediaTime, UnitDone, UnitSglang, new_id
+from serving.realtime.listener import ASR_TAIL_MS, AudioChunk, EndMark
+from serving.realtime.outbox import Outbox
+from serving.realtime.responder import synthesize_pcm24
+from serving.realtime.turn import Turn, Utterance
+
+KEEP_MS = 1000  # input kept before the present while no turn is open
+DRAIN_POLL_S = 0.02
+BYTES_PER_MS = 48  # 24 kHz PCM16 mono
+_BACKCHANNEL_PCM: dict[str, bytes] = {}  # text -> 24 kHz PCM16, synthesized once per process
+
+
+class DuplexEngine:
+    def __init__(self, hub: ModelHub, outbox: Outbox, config: Callable[[], NativeConfig],
+                 on_exhausted: Callable[[], Awaitable[None]]) -> None:
+        self._hub = hub
+        self._outbox = outbox
+        self._config = config
+        self._settings = duplex_settings(hub.system)
+        self._on_exhausted = on_exhausted
+        self._queue: asyncio.Queue[AudioChunk | EndMark] = asyncio.Queue()
+        self._timeline = InputTimeline()
+        self._cutter: UnitCutter | None = None
+        self._vad = None
+        self._policy: DuplexPolicy | None = None
+        self._playing: deque[SpokenReply] = deque()
+        self._cancel = False
+        self.worker = ReplyWorker(hub, outbox, config, self._playing.append)
+        self.consumed_samples = 0  # real input that went through units
+        self.padding_samples = 0  # silence added to the last unit
+
+    def put(self, item: AudioChunk | EndMark) -> None:
+        self._queue.put_nowait(item)
+
+    @property
+    def replying(self) -> bool:
+        """A reply (not a backchannel) is being spoken or prepared."""
+        return self.worker.busy or any(not r.backchannel and not r.done for r in self._playing)
+
+    def cancel(self) -> None:
+        """``response.cancel``: the reply being spoken ends at the next unit; none, no effect."""
+        self._cancel = any(r.created and not r.done and not r.backchannel for r in self._playing)
+
+    async def close_open(self, reason: str) -> None:
+        """The session closes: every response still open ends cancelled with ``reason``."""
+        for reply in list(self._playing):
+            await reply.end("cancelled", reason)
+
+    async def run(self) -> None:
+        asyncio.get_running_loop().create_task(self._prepare_backchannel())
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, AudioChunk):
+                self._timeline.append(item.samples)
+                for unit in self._units().push(item.samples):
+                    await self._process_unit(unit)
+            else:
+                await self._end(item)
+
+    # --- units ---------------------------------------------------------------------------------
+
+    def _units(self) -> UnitCutter:
+        if self._cutter is None:  # the unit is fixed once the session is open
+            config = self._config()
+            self._cutter = UnitCutter(config.unit_ms * SAMPLES_PER_MS)
+            self._policy = DuplexPolicy(self._settings, config.backchannel)
+        return self._cutter
+
+    async def _heard(self, samples: np.ndarray, final: bool) -> Heard:
+        if self._vad is None:
+            s = self._settings
+            self._vad = await self._hub.run_vad(self._hub.new_vad, s.vad_threshold, s.end_of_turn_ms, 0)
+        events = await self._hub.run_vad(self._vad.feed, samples) if len(samples) else []
+        if final:
+            events += self._vad.flush()
+        return Heard(events, self._vad.in_speech, self._vad.last_speech_end_ms)
+
+    async def _process_unit(self, unit: Unit, final: bool = False) -> None:
+        if unit.end > self._settings.max_context_ms * SAMPLES_PER_MS:
+            await self._on_exhausted()
+            return
+        unit_samples = self._units().unit_samples
+        samples = unit.samples
+        if len(samples) < unit_samples:  # tail policy pad
+            self.padding_samples = unit_samples - len(samples)
+            samples = np.concatenate([samples, np.zeros(self.padding_samples, dtype=np.float32)])
+        await self._decide(await self._heard(samples, final), final)
+        await self._emit(unit_samples // SAMPLES_PER_MS * BYTES_PER_MS)
+        self.consumed_samples = unit.end
+        await self._outbox.send(UnitDone(unit_id=unit.unit_id, sglang=UnitSglang(
+            media_time=MediaTime(t_start_ms=unit.t_start_ms, duration_ms=unit.duration_ms))))
+        self._trim()
+
+    def _trim(self) -> None:
+        keep = self._timeline.end - KEEP_MS * SAMPLES_PER_MS
+        assert self._policy is not None
+        starts = [self._policy.turn_start_ms] + [r.turn.utterance.start_ms for r in self._playing]
+        starts += [self.worker.current.utterance.start_ms] if self.worker.current else []
+        for start in starts:
+            if start is not None:
+                keep = min(keep, start * SAMPLES_PER_MS)
+        self._timeline.trim(keep)
+
+    # --- decisions -----------------------------------------------------------------------------
+
+    async def _decide(self, heard: Heard, final: bool) -> None:
+        assert self._policy is not None
+        for decision in self._policy.decide(heard, self.replying, final):
+            if decision.kind == "respond":
+                self._respond(decision)
+            elif decision.kind == "yield":
+                await self._yield()
+            else:
+                self._backchannel()
+
+    def _respond(self, decision: Decision) -> None:
+        stop = min(decision.end_ms + ASR_TAIL_MS, self._timeline.end // SAMPLES_PER_MS)
+        samples = self._timeline.slice(decision.start_ms * SAMPLES_PER_MS, stop * SAMPLES_PER_MS)
+        self.worker.submit(Utterance(new_id("item"), samples, decision.start_ms, decision.end_ms))
+
+    async def _yield(self) -> None:
+        assert self._policy is not None
+        for turn in self.worker.drop_pending():
+            self._policy.reopen(turn.utterance.start_ms)
+        for reply in list(self._playing):
+            if reply.backchannel:
+                continue
+            if not reply.created:
+                self._policy.reopen(reply.turn.utterance.start_ms)
+            await reply.end("completed", "stop")
+        self._drop_finished()
+
+    def _backchannel(self) -> None:
+        pcm = _BACKCHANNEL_PCM.get(self._settings.backchannel_text)
+        if not pcm or self._playing:
+            return
+        now_ms = self._timeline.end // SAMPLES_PER_MS
+        turn = Turn(Utterance(new_id("item"), np.zeros(0, dtype=np.float32), now_ms, now_ms))
+        reply = SpokenReply(self._outbox, turn, self._config().output_modalities,
+                            self._config().unit_ms * BYTES_PER_MS, backchannel=True)
+        reply.add(self._settings.backchannel_text, pcm)
+        reply.generation_done()
+        self._playing.append(reply)
+
+    async def _prepare_backchannel(self) -> None:
+        text = self._settings.backchannel_text
+        if text not in _BACKCHANNEL_PCM:
+            _BACKCHANNEL_PCM[text] = await self._hub.run(synthesize_pcm24, self._hub.tts, text)
+
+    # --- output --------------------------------------------------------------------------------
+
+    def _drop_finished(self) -> None:
+        while self._playing and self._playing[0].done:
+            self._playing.popleft()
+
+    async def _emit(self, budget: int | None) -> None:
+        """Up to ``budget`` bytes of reply audio (None: everything ready), replies in order."""
+        if self._cancel:
+            self._cancel = False
+            self.worker.drop_pending()
+            for reply in list(self._playing):
+                if not reply.backchannel:
+                    await reply.end("cancelled", "interrupted")
+        self._drop_finished()
+        for reply in list(self._playing):
+            before = reply.emitted
+            await reply.emit(budget)
+            if budget is not None:
+                budget -= reply.emitted - before
+            if not reply.done or (budget is not None and budget <= 0):
+                break
+        self._drop_finished()
+
+    async def _end(self, mark: EndMark) -> None:
+        """End of input: the padded tail unit (or a final decision), then everything still to
+        be said, then the drain."""
+        self._units()
+        tail = self._cutter.flush() if self._cutter else None
+        if tail is not None:
+            await self._process_unit(tail, final=True)
+        elif self._policy is not None:
+            await self._decide(await self._heard(np.zeros(0, dtype=np.float32), True), True)
+        while self.worker.busy or self._playing:
+            await self._emit(None)
+            if self.worker.busy or self._playing:
+                await asyncio.sleep(DRAIN_POLL_S)
+        await mark.on_drained()

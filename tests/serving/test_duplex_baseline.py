@@ -1,0 +1,180 @@
+"""The duplex-baseline system on a real server (real Silero, faster-whisper, SmolLM2, Piper):
+the native grant, a spoken question answered through the recorder's native profile, yielding
+when the user talks over a reply, units and the drain, and the native session.update rules."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from fdb.audio import Audio, float_to_pcm16
+from fdb.profiles import NATIVE
+from recorders.session import record_session
+from tests.conftest import REPO, free_port
+from tests.serving.conftest import ServerInfo, _wait_healthy, silence
+from tests.serving.realtime_client import PACKET_BYTES, Client
+
+LAUNCH_YAML = """\
+system: duplex-baseline
+max_sessions: 2
+session_update_timeout_s: 2.0
+idle_timeout_s: 5.0
+"""
+
+
+@pytest.fixture(scope="module")
+def native_server(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("duplex")
+    config = folder / "launch.yaml"
+    config.write_text(LAUNCH_YAML, encoding="utf-8")
+    log_path = folder / "server.log"
+    port = free_port()
+    code = (f"from pathlib import Path; from serving.launcher import serve; "
+            f"serve(port={port}, config=Path({str(config)!r}))")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(proc, base_url, log_path)
+        yield ServerInfo(port, base_url, f"ws://127.0.0.1:{port}/v1/realtime", log_path, False)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_capabilities_grant_what_the_native_profile_requires(native_server):
+    caps = httpx.get(f"{native_server.base_url}/v1/realtime/capabilities").json()
+    for key, want in NATIVE.required_grant:
+        assert caps[key] == want, key
+    assert caps["native_full_duplex"] is True and caps["first_unit_ms"] == 1000
+    assert caps["turn_control"] == [None] and caps["client_commit"] is False
+    assert caps["supports_cancel"] is True and caps["supports_truncate"] is False
+    assert caps["sampling_parameters"] == ["temperature", "max_new_tokens_per_unit"]
+    assert caps["output_audio_format"] == {"type": "audio/pcm", "rate": 24000}
+    assert set(caps["limits"]) >= {"max_input_bytes", "idle_timeout_s", "session_update_timeout_s"}
+
+
+def test_a_spoken_question_is_answered_and_the_native_oracle_passes(native_server, speech, tmp_path):
+    audio = np.concatenate([silence(0.25), speech["question"], silence(5.0)])
+    rec = asyncio.run(record_session(
+        native_server.ws_url, Audio(audio, 16000), tmp_path / "s", sample_id="duplex/question",
+        variant="main", profile=NATIVE, turn_detection=None, timeout_s=60))
+    assert rec.status == "ok", rec.failure
+    assert rec.verdict.status == "pass", rec.verdict.violations
+    assert rec.granted["interaction"] == "native" and rec.granted["native_unit_ms"] == 1000
+    assert rec.responses.completed >= 1 and rec.responses.output_duration_s > 0.5
+    trace = _trace(tmp_path / "s")
+    recv = [e for e in trace if e["dir"] == "recv"]
+    input_ms = len(audio) / 16
+    units = [e["event"] for e in recv if e["type"] == "sglang.unit.done"]
+    assert len(units) == math.ceil(input_ms / 1000)  # the tail unit is padded, reported at its length
+    assert units[-1]["sglang"]["media_time"]["duration_ms"] == pytest.approx(input_ms - 1000 * (len(units) - 1))
+    accepted = [e for e in recv if e["type"] == "sglang.input_audio.accepted"]
+    appends = [e for e in trace if e["type"] == "input_audio_buffer.append"]
+    assert len(accepted) == len(appends)
+    order = [e["type"] for e in trace if e["type"] in (
+        "sglang.input_audio.end", "sglang.input_audio.ended", "sglang.input_audio.drained",
+        "session.close", "session.closed")]
+    assert order == ["sglang.input_audio.end", "sglang.input_audio.ended", "sglang.input_audio.drained",
+                     "session.close", "session.closed"]
+    drained = next(e["event"] for e in recv if e["type"] == "sglang.input_audio.drained")
+    assert drained["padding_ms"] == pytest.approx(len(units) * 1000 - input_ms)
+
+
+def _trace(directory: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (directory / "trace.jsonl").read_text().splitlines()]
+
+
+async def _reply_after_onset(url: str, question: bytes, overlap: bytes) -> tuple[float, list[dict]]:
+    """Ask ``question`` on 200 ms units; 0.6 s after the reply's first audio send ``overlap``
+    (speech or silence) and 3 s of silence. Returns the first reply's audio (ms) received after
+    the overlap began, and its response.done."""
+    client = await Client.connect(url)
+    try:
+        await client.open_session({"type": "realtime", "sglang": {"timebase": {"native_unit_ms": 200}}})
+        seq = await client.send_audio(question)
+        idle = float_to_pcm16(silence(0.08))
+        while not client.of_type("response.output_audio.delta"):
+            await asyncio.sleep(0.08)  # real time, one packet at a time
+            seq = await client.send_audio(idle, first_seq=seq)
+            assert seq < 400, "no reply within 30 s"
+        seq = await client.send_audio(float_to_pcm16(silence(0.6)), first_seq=seq)
+        onset = client.now()
+        seq = await client.send_audio(overlap + float_to_pcm16(silence(3.0)), first_seq=seq)
+        await client.send("sglang.input_audio.end")
+        await client.until("sglang.input_audio.drained", 30)
+        first = client.of_type("response.created")[0]["response"]["id"]
+        after = sum(len(base64.b64decode(r.event["delta"])) for r in client.received
+                    if r.type == "response.output_audio.delta" and r.event["response_id"] == first and r.t >= onset)
+        done = [e for e in client.of_type("response.done") if e["response"]["id"] == first]
+        return after / 48, done
+    finally:
+        await client.close()
+
+
+def test_talking_over_the_reply_makes_it_yield(native_server, speech):
+    question = float_to_pcm16(np.concatenate([silence(0.25), speech["long_question"], silence(0.1)]))
+    barge_in = float_to_pcm16(speech["barge_in"])
+    quiet = float_to_pcm16(silence(len(speech["barge_in"]) / 16000))
+    heard_ms, done_heard = asyncio.run(_reply_after_onset(native_server.ws_url, question, quiet))
+    yielded_ms, done_yielded = asyncio.run(_reply_after_onset(native_server.ws_url, question, barge_in))
+    assert heard_ms > 1500, "without overlap the reply keeps talking"
+    assert yielded_ms < heard_ms - 500
+    assert yielded_ms <= 1200  # the yield unit plus one more on a loaded machine
+    for done in (done_heard, done_yielded):
+        assert [d["response"]["status_details"] for d in done] == [{"type": "completed", "reason": "stop"}]
+
+
+def test_native_session_update_rules(native_server):
+    async def scenario() -> list[dict]:
+        client = await Client.connect(native_server.ws_url)
+        try:
+            await client.until("session.created", 5)
+            await client.send("session.update", session={
+                "type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
+            refused = [(await client.until("error", 5)).event]
+            await client.send("session.update", session={"sglang": {"timebase": {"native_unit_ms": 500}}})
+            refused.append((await client.until("error", 5)).event)
+            await client.send("session.update", session={"type": "realtime", "model": "fdb/duplex-baseline"})
+            updated = (await client.until("session.updated", 5)).event
+            assert updated["session"]["audio"]["input"]["turn_detection"] is None
+            await client.send("input_audio_buffer.commit")
+            refused.append((await client.until("error", 5)).event)
+            await client.send("session.update", session={"sglang": {"timebase": {"native_unit_ms": 200}}})
+            refused.append((await client.until("error", 5)).event)
+            await client.send("input_audio_buffer.append", audio=base64.b64encode(b"\0" * PACKET_BYTES).decode(),
+                              sglang={"seq": 0})
+            await client.until("sglang.input_audio.accepted", 5)
+            await client.send("sglang.input_audio.end")
+            ended = (await client.until("sglang.input_audio.ended", 5)).event
+            drained = (await client.until("sglang.input_audio.drained", 10)).event
+            assert ended["tail_policy"] == "pad"
+            assert (drained["consumed_ms"], drained["padding_ms"]) == (80, 920)
+            assert len(client.of_type("sglang.unit.done")) == 1
+            await client.send("session.close")
+            await client.until("session.closed", 5)
+            assert (await client.wait_closed()) == (1000, "client_closed")
+            return refused
+        finally:
+            await client.close()
+
+    codes = [e["error"]["code"] for e in asyncio.run(scenario())]
+    assert codes == ["not_applicable", "unsupported_unit", "not_granted", "frozen_field"]
