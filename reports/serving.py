@@ -3,7 +3,7 @@ times are; serving.png: unit lag, first audio and reply RTF against concurrency.
 
 from __future__ import annotations
 
-from scorers.serving import Capacity, ServingRow
+from scorers.serving import CLIENT_CPU_SATURATED, Capacity, ServingRow
 
 COLUMNS = ("sessions at once", "sessions", "mean open", "failed", "503", "pacing violations", "client behind",
            "client CPU", "unit miss", "unit lag p50/p95 ms", "first audio p50/p95 ms", "buffer needed p90 ms",
@@ -48,10 +48,19 @@ def warnings(rows: list[ServingRow]) -> list[str]:
             found.append(f"level {row.concurrency} exceeds the server's max_sessions {row.server_max_sessions}: "
                          f"sessions beyond {row.server_max_sessions} at once are refused with 503 by design")
         if row.client_limited:
-            found.append(f"level {row.concurrency} was limited by the load generator, not the server: its pacing "
-                         "violations coincide with the client's own event-loop lag or a saturated client CPU; "
-                         "record it with more client CPU (or on another host)")
+            found.append(f"level {row.concurrency} was limited by the load generator, not the server: "
+                         + _client_cause(row))
     return found
+
+
+def _client_cause(row: ServingRow) -> str:
+    if row.client_cpu is not None and row.client_cpu >= CLIENT_CPU_SATURATED:
+        return (f"the client process used {row.client_cpu * 100:.0f}% of a core while its pacing broke; "
+                "record the level from more client processes or a faster host")
+    cpu = "unknown" if row.client_cpu is None else f"only {row.client_cpu * 100:.0f}% of a core"
+    return (f"its pacing violations coincide with the client's own event-loop lag while its CPU was {cpu}, so "
+            "other processes on the client's host starved it (the server too, when it shares the host); record "
+            "the level with the client on another host or on a reserved core")
 
 
 def row_cells(row: ServingRow) -> list[str]:

@@ -107,3 +107,28 @@ def test_report_repeats_warnings_and_plot(tmp_path):
     assert png.startswith(b"\x89PNG") and json.loads((tmp_path / "out" / "serving.json").read_text()) == data
     again = report(levels, tmp_path / "again" / "serving.json")
     assert (tmp_path / "again" / "serving.png").read_bytes() == png and again["rows"] == data["rows"]
+
+
+def test_sweep_search_with_repeats_records_each_visited_level(tmp_path, monkeypatch):
+    """sweep() wiring: --search visits 1, 2, 4, 8, 6, 5 against a fake recorder whose levels above
+    5 stream too slowly, every level twice (--repeats 2), then reports the capacity."""
+    import runs.sweep as sweep_module
+    from runs.sweep import SweepOptions, sweep
+    from runs.sweep_args import parse_record_options
+
+    calls: list[tuple[int, int]] = []
+
+    def fake_run_level(spec, directory, console) -> int:
+        calls.append((spec.concurrency, spec.repeat))
+        _level(directory, spec.concurrency, 64, 0.1, slow=spec.concurrency > 5)
+        return 0
+
+    monkeypatch.setattr(sweep_module, "plan_jobs", lambda opts, console: [])
+    monkeypatch.setattr(sweep_module, "run_level", fake_run_level)
+    record = parse_record_options(["--url", "ws://127.0.0.1:9/v1/realtime"])  # nothing listens: no max_sessions
+    data = sweep(SweepOptions(output=tmp_path, record=record, search=True, max_concurrency=16, repeats=2))
+    assert calls == [(n, k) for n in (1, 2, 4, 8, 6, 5) for k in (1, 2)]
+    assert [row["concurrency"] for row in data["rows"]] == [1, 2, 4, 5, 6, 8]
+    assert all(row["repeats"] == 2 for row in data["rows"])
+    assert data["capacity"]["sessions"] == 5 and data["capacity"]["first_miss"] == 6
+    assert (tmp_path / "concurrency-6" / "repeat-2" / "client.json").is_file() and (tmp_path / "SERVING.md").is_file()
