@@ -41,9 +41,14 @@ def _cpu(row: ServingRow) -> str:
 
 
 def warnings(rows: list[ServingRow]) -> list[str]:
-    """Levels above the server's max_sessions (their 503s are by design) and client-limited levels."""
+    """Levels with a cohort smaller than the level, levels above the server's max_sessions (their 503s
+    are by design) and client-limited levels."""
     found = []
     for row in sorted(rows, key=lambda r: r.concurrency):
+        cohort = row.sessions // max(row.repeats, 1)
+        if 0 < cohort < row.concurrency:
+            found.append(f"level {row.concurrency} recorded a cohort of only {cohort} sessions, so it never had "
+                         f"{row.concurrency} open at once; select more samples")
         if row.server_max_sessions is not None and row.concurrency > row.server_max_sessions:
             found.append(f"level {row.concurrency} exceeds the server's max_sessions {row.server_max_sessions}: "
                          f"sessions beyond {row.server_max_sessions} at once are refused with 503 by design")
