@@ -62,6 +62,7 @@ class Profile(BaseModel):
     extra_headers: tuple[tuple[str, str], ...] = ()
     declares_formats: bool = False  # session.update names the audio formats (OpenAI profiles)
     interrupt_default: bool = True  # interrupt_response when the request leaves it out
+    native_rules: bool = False  # the oracle's native rules: output ends at the drain, empty EOS unit
 
     @property
     def packet_samples(self) -> int:
@@ -185,6 +186,7 @@ NATIVE = Profile(
     cancel_rule="after_close",
     sends_t_start=True,
     required_grant=(("interaction", "native"), ("tail_policy", "pad"), ("native_unit_ms", 1000)),
+    native_rules=True,
 )
 
 _VAD_KEYS = (

@@ -6,6 +6,10 @@ profile's; the others differ where their profile says so:
 - native (``minicpmo-native-pr2377``): tail policy ``pad`` (drained reports the padding up to
   a whole 1 s unit), the granted capabilities named in ``Profile.required_grant`` must be
   granted, responses end completed/stop, or cancelled/client_closed only after session.close.
+  With ``Profile.native_rules``: ``drain``: no response.created, no audio delta and no completed
+  response.done after sglang.input_audio.drained (a reply must be over before the drain); no
+  response.created before session.updated; one audio item per response (``responses``); for
+  unit-aligned input one extra empty (0 ms) unit may close the input (``units``).
 - legacy and OpenAI (``end_mode == "tail"``): no receipts and no units; the appends carry no
   seq; the session ends with a second, no-op session.update after the last append that a second
   session.updated answers; turn_detection is echoed where the profile's session shape puts it
@@ -23,7 +27,9 @@ profile's; the others differ where their profile says so:
 - ``accepted``: one sglang.input_audio.accepted per append, in seq order, with accepted_end_ms
   equal to the cumulative input ms (to within 1 ms of rounding).
 - ``units``: sglang.unit.done ids unit_0, unit_1, ... with media_time.t_start_ms = k * unit_ms;
-  every unit but the last lasts unit_ms, durations sum to the input ms, all before drained.
+  every unit but the last lasts unit_ms, durations sum to the input ms (every accepted byte is
+  accounted in exactly one unit), all before drained, and none before the client sent the audio
+  that completes it.
 - ``end``: one sglang.input_audio.end after the last append; one sglang.input_audio.ended after
   it with the profile's tail_policy; one sglang.input_audio.drained after that with
   consumed_ms = input ms, discarded_ms = 0 and the profile's padding; one session.close after
@@ -97,6 +103,8 @@ def judge_trace(
     if profile.expects_unit_done:
         _check_units(c, profile, input_ms)
     _check_responses(c, profile)
+    if profile.native_rules:
+        _check_native(c, profile)
     return Verdict(status="fail" if c.violations else "pass", violations=c.violations)
 
 
@@ -271,9 +279,12 @@ def _check_units(c: _Checker, profile: Profile, input_ms: float) -> None:
     units = c.find("recv", "sglang.unit.done")
     drained = c.find("recv", "sglang.input_audio.drained")
     expected = math.ceil(input_ms / profile.unit_ms - 1e-9) if input_ms > 0 else 0
+    if profile.native_rules and len(units) == expected + 1 and _empty_eos_unit(c, units[-1], input_ms, profile):
+        units = units[:-1]  # the empty unit that closes unit-aligned input
     if len(units) != expected:
         c.add("units", f"{len(units)} units for {input_ms:g} ms of input, expected {expected}")
     total = 0.0
+    sent = _sent_ms_before(c, profile)
     for k, i in enumerate(units):
         event = c.ev(i)
         if event.get("unit_id") != f"unit_{k}":
@@ -288,10 +299,55 @@ def _check_units(c: _Checker, profile: Profile, input_ms: float) -> None:
         if k < len(units) - 1 and not _near(duration, profile.unit_ms):
             c.add("units", f"unit_{k} lasts {duration} ms but is not the last unit", i)
         total += duration
+        if sent[i] + MS_TOLERANCE < k * profile.unit_ms + duration:
+            c.add("units", f"unit_{k} done when only {sent[i]:g} ms of its audio had been sent", i)
         if drained and i > drained[0]:
             c.add("units", f"unit_{k} done after sglang.input_audio.drained", i)
     if units and not _near(total, input_ms):
         c.add("units", f"unit durations sum to {total:g} ms, the input is {input_ms:g} ms")
+
+
+def _sent_ms_before(c: _Checker, profile: Profile) -> list[float]:
+    """Per trace index: the input ms the client had sent before that event."""
+    out, sent = [], 0.0
+    for ev in c.events:
+        out.append(sent)
+        if ev.dir == "send" and ev.type == "input_audio_buffer.append":
+            sent += int(ev.event.get("audio_bytes", 0)) / 2 / (profile.input_rate / 1000.0)
+    return out
+
+
+def _empty_eos_unit(c: _Checker, index: int, input_ms: float, profile: Profile) -> bool:
+    """A 0 ms last unit at the input end, allowed only when the input fills whole units."""
+    media = (c.ev(index).get("sglang") or {}).get("media_time") or {}
+    aligned = input_ms > 0 and _near(input_ms % profile.unit_ms, 0.0)
+    return aligned and media.get("duration_ms") == 0 and _near(media.get("t_start_ms"), input_ms)
+
+
+def _check_native(c: _Checker, profile: Profile) -> None:
+    """Output ends before the drain; responses start after session.updated; one audio item each."""
+    drained = c.find("recv", "sglang.input_audio.drained")
+    updated = c.find("recv", "session.updated")
+    items: dict[str, Any] = {}
+    for i, ev in enumerate(c.events):
+        if ev.dir != "recv":
+            continue
+        response = ev.event.get("response") or {}
+        after_drain = bool(drained) and i > drained[0]
+        if ev.type == "response.created":
+            if updated and i < updated[0]:
+                c.add("responses", "response.created before session.updated", i)
+            if after_drain:
+                c.add("drain", f"response {response.get('id')!r} created after sglang.input_audio.drained", i)
+        elif ev.type == "response.done" and after_drain and response.get("status") == "completed":
+            c.add("drain", f"response {response.get('id')!r} completed after sglang.input_audio.drained", i)
+        elif ev.type in profile.audio_delta_events:
+            rid = ev.event.get("response_id")
+            if after_drain:
+                c.add("drain", f"audio for response {rid!r} after sglang.input_audio.drained", i)
+            item = items.setdefault(rid, ev.event.get("item_id"))
+            if item != ev.event.get("item_id"):
+                c.add("responses", f"response {rid!r} audio moved from item {item!r} to {ev.event.get('item_id')!r}", i)
 
 
 def _check_responses(c: _Checker, profile: Profile) -> None:
