@@ -27,7 +27,7 @@ class ExportManifest(BaseModel):
     schema_: str = Field(EXPORT_SCHEMA, alias="schema")
     dataset: Literal["v1.0", "v1.5"]
     dataset_revision: str | None = None
-    trace_format: str = "realtime-turn-based-pcm16-v1"
+    trace_format: str | None = "realtime-turn-based-pcm16-v1"  # null: no session was recorded
     samples: list[ExportSample]
     provenance: dict[str, object] = Field(default_factory=dict)
 

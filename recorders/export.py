@@ -6,6 +6,11 @@ the recorded input is the dataset input, and the stored files are the ones the r
 An eligible session gets its window [0, T] as 16 kHz mono PCM16 with exactly the input's sample
 count; an ineligible one gets no audio folder and keeps its reasons. A v1.5 pair is eligible only
 when both its sessions are. Export is deterministic: the same recordings give the same bytes.
+
+The manifest's ``trace_format`` names the protocol the cohort was recorded in (each profile has
+its own, see :mod:`fdb.profiles`): the one passed (``--trace-format``), else the recordings' own
+(the first recorded session's). A session recorded in another format is ineligible
+(``trace_format``); with no session recorded at all it is null.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from fdb.audio import pcm16_to_float, read_wav, wav_bytes
 from fdb.datasets.types import V10Sample, V15Pair
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes, sha256_file
-from fdb.profiles import TURN_BASED
+from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
+from fdb.session_records import SessionRecord
 from recorders.playout import PlayoutWindow, playout_window  # noqa: F401  (public re-export)
 from recorders.recording import input_pcm16
 from recorders.variant import VariantResult, analyze_variant, dataset_input, source_hashes
@@ -42,27 +48,30 @@ def find_session(recordings: Sequence[Path], rel: Path) -> tuple[Path | None, st
 
 def export_v10(
     recordings: Sequence[Path], samples: Sequence[V10Sample], out_dir: Path,
-    dataset_revision: str | None = None,
+    dataset_revision: str | None = None, trace_format: str | None = None,
 ) -> ExportManifest:
     """Export v1.0 windows: ``<subset>/<id>/output.wav`` plus the annotation copy, and
     ``manifest.json``. ``recordings`` are run roots holding ``<subset>/<id>/main/``."""
     out_dir = Path(out_dir)
     located = [(s, *find_session(recordings, Path(s.subset) / s.id / "main")) for s in samples]
+    fmt = _cohort_format(trace_format, [where for _, where, _ in located])
     sources = {s.sample_id: _v10_sources(s, where) for s, where, _ in located}
     digest = sha256_bytes(_canonical(sources).encode())
     _prepare_out_dir(out_dir, V10_MANIFEST, digest)
-    rows = [_export_v10_sample(s, where, dup, out_dir) for s, where, dup in located]
+    rows = [_export_v10_sample(s, where, dup, out_dir, fmt) for s, where, dup in located]
     manifest = ExportManifest(
-        dataset="v1.0", dataset_revision=dataset_revision, trace_format=TURN_BASED.trace_format,
-        samples=rows, provenance=_provenance(recordings, sources, digest),
+        dataset="v1.0", dataset_revision=dataset_revision, trace_format=fmt,
+        samples=rows, provenance=_provenance(recordings, sources, digest, fmt),
     )
     atomic_write_json(out_dir / V10_MANIFEST, manifest.dump())
     return manifest
 
 
-def _export_v10_sample(sample: V10Sample, where: Path | None, dup: str | None, out_dir: Path) -> ExportSample:
+def _export_v10_sample(
+    sample: V10Sample, where: Path | None, dup: str | None, out_dir: Path, fmt: str | None,
+) -> ExportSample:
     label = sample.sample_id
-    result = _analyze(where, dup, sample.input_wav, label)
+    result = _analyze(where, dup, sample.input_wav, label, fmt)
     row = _row(label, sample.subset, sample.id, result, [result])
     if not row.eligible:
         return row
@@ -75,7 +84,7 @@ def _export_v10_sample(sample: V10Sample, where: Path | None, dup: str | None, o
 
 def export_v15(
     recordings: Sequence[Path], pairs: Sequence[V15Pair], out_dir: Path,
-    dataset_revision: str | None = None,
+    dataset_revision: str | None = None, trace_format: str | None = None,
 ) -> ExportManifest:
     """Export v1.5 pairs: ``<category>/<id>/{input.wav, output.wav, clean_input.wav,
     clean_output.wav, metadata.json}`` and ``reference-manifest.json``. ``recordings`` are run
@@ -85,22 +94,25 @@ def export_v15(
     for pair in pairs:
         base = Path(pair.category) / pair.id
         located.append((pair, {v: find_session(recordings, base / v) for v, _, _ in V15_VARIANTS}))
+    fmt = _cohort_format(trace_format, [where[v][0] for _, where in located for v, _, _ in V15_VARIANTS])
     sources = {p.sample_id: _v15_sources(p, where) for p, where in located}
     digest = sha256_bytes(_canonical(sources).encode())
     _prepare_out_dir(out_dir, V15_MANIFEST, digest)
-    rows = [_export_v15_pair(p, where, out_dir) for p, where in located]
+    rows = [_export_v15_pair(p, where, out_dir, fmt) for p, where in located]
     manifest = ExportManifest(
-        dataset="v1.5", dataset_revision=dataset_revision, trace_format=TURN_BASED.trace_format,
-        samples=rows, provenance=_provenance(recordings, sources, digest),
+        dataset="v1.5", dataset_revision=dataset_revision, trace_format=fmt,
+        samples=rows, provenance=_provenance(recordings, sources, digest, fmt),
     )
     atomic_write_json(out_dir / V15_MANIFEST, manifest.dump())
     return manifest
 
 
-def _export_v15_pair(pair: V15Pair, where: dict[str, tuple[Path | None, str | None]], out_dir: Path) -> ExportSample:
+def _export_v15_pair(
+    pair: V15Pair, where: dict[str, tuple[Path | None, str | None]], out_dir: Path, fmt: str | None,
+) -> ExportSample:
     inputs = {"overlap": pair.input_wav, "clean": pair.clean_input_wav}
     results = {
-        v: _analyze(where[v][0], where[v][1], inputs[v], f"{pair.sample_id} [{v}]") for v, _, _ in V15_VARIANTS
+        v: _analyze(where[v][0], where[v][1], inputs[v], f"{pair.sample_id} [{v}]", fmt) for v, _, _ in V15_VARIANTS
     }
     reasons = [f"{v}: {r}" for v, _, _ in V15_VARIANTS for r in results[v].reasons]
     row = _row(pair.sample_id, pair.category, pair.id, results["overlap"], list(results.values()), reasons)
@@ -115,14 +127,28 @@ def _export_v15_pair(pair: V15Pair, where: dict[str, tuple[Path | None, str | No
     return row
 
 
-def _analyze(where: Path | None, dup: str | None, input_wav: Path, label: str) -> VariantResult:
+def _analyze(where: Path | None, dup: str | None, input_wav: Path, label: str, fmt: str | None) -> VariantResult:
     if dup is not None:
         return VariantResult.missing(dup, verdict="fail")
     try:
         expected = dataset_input(input_wav, label)
     except FdbError as exc:
         return VariantResult.missing(f"dataset: {exc.one_line()}", verdict="fail")
-    return analyze_variant(where, expected, label, lambda rate: input_pcm16(read_wav(input_wav, label), rate))
+    return analyze_variant(where, expected, label, lambda rate: input_pcm16(read_wav(input_wav, label), rate), fmt)
+
+
+def _cohort_format(given: str | None, sessions: Sequence[Path | None]) -> str | None:
+    """The export's trace format: ``given`` (checked), else the first readable recording's."""
+    if given is not None:
+        return profile_for_trace_format(given).trace_format
+    for where in sessions:
+        if where is None:
+            continue
+        try:
+            return SessionRecord.model_validate(read_json(where / "session.json")).trace_format
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _row(
@@ -166,7 +192,10 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str) -> dict[str, Any]:
+def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str, fmt: str | None) -> dict[str, Any]:
+    profile = profile_for_trace_format(fmt) if fmt else None
+    cut = {"cancelled_response": "a cancelled response.done drops that response's queued audio",
+           "cleared_or_speech_started": "output_audio_buffer.cleared or speech_started drops queued audio"}
     return {
         "fdb": current().model_dump(mode="json"),
         "recordings": [str(r) for r in recordings],
@@ -174,9 +203,9 @@ def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str
         "sources": sources,
         "policy": {
             "window": "[0, T], T the input length from the first packet's slot",
-            "playout": "fifo from receipt; cancelled response.done drops that response's queued audio",
+            "playout": "fifo from receipt" + (f"; {cut[profile.playout_cut]}" if profile else ""),
             "resample": "soxr HQ, output rate -> 16000 Hz, fixed to the input's sample count",
-            "pacing_tolerance_ms": TURN_BASED.pacing_tolerance_ms,
+            "pacing_tolerance_ms": profile.pacing_tolerance_ms if profile else None,
         },
     }
 

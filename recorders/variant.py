@@ -10,6 +10,7 @@ Reasons a session is ineligible (each a string in the manifest):
 - ``pacing``: some input packet started more than 80 ms off its schedule.
 - ``input``: the recorded input is not the dataset input resampled to 16 kHz.
 - ``files``: a stored file's sha256 differs from the one the recorder wrote in session.json.
+- ``trace_format``: the session was recorded in another protocol than the export's.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _sha_or_none(path: Path) -> str | None:
 
 def analyze_variant(
     session_dir: Path | None, expected_pcm: bytes, label: str,
-    input_at_rate: Callable[[int], bytes] | None = None,
+    input_at_rate: Callable[[int], bytes] | None = None, trace_format: str | None = None,
 ) -> VariantResult:
     """Judge one session for export and, when it is eligible, build its window.
 
@@ -103,6 +104,8 @@ def analyze_variant(
         _status_reasons(record) + _protocol_reasons(verdict.violations) + _pacing_reasons(trace, profile)
         + _integrity_reasons(session_dir, record, sent_pcm)
     )
+    if trace_format is not None and record.trace_format != trace_format:
+        result.reasons.insert(0, f"trace_format: recorded as {record.trace_format}, the export is {trace_format}")
     if result.reasons:
         return result
     try:

@@ -42,7 +42,7 @@ def native_trace(input_samples: int = 40000, reply_at: float | None = 1.5, empty
         add(at, "recv", "response.created", {"response": {"id": "r1", "status": "in_progress"}})
         for k in range(2):
             add(at + 0.001 * (k + 1), "recv", "response.output_audio.delta",
-                {"response_id": "r1", "item_id": "i1", "audio_bytes": 4800})
+                {"response_id": "r1", "item_id": "i1", "audio_offset": 4800 * k, "audio_bytes": 4800})
         add(at + 0.004, "recv", "response.done", {"response": {
             "id": "r1", "status": "completed", "status_details": {"type": "completed", "reason": "stop"}}})
     add(T, "send", "sglang.input_audio.end", {"event_id": "e1"})
