@@ -1,6 +1,6 @@
 """tts-bench end to end: the bundled endpoint on a 2-row synthetic Seed-TTS list at concurrency
-1 and 2 (real Piper, real ASR/SIM/MOS), and a scripted server whose audio outlives its declared
-end, through the CLI."""
+1 and 2 through the CLI (real Piper, real ASR/SIM/MOS); then, in process, scripted HTTP and
+realtime servers whose audio outlives its declared end or whose rate is undeclared."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import sys
 import pytest
 import soundfile as sf
 
+from fdb.errors import FdbError
+from runs.tts_bench import bench
 from tests.conftest import REPO, free_port
 from tests.recorders.tts_fakes import ScriptedServer
 
@@ -67,6 +69,8 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     assert quality["expected"] == 2 and quality["evaluated"] == 2
     assert quality["wer_mean_pct"] < 30, _jsonl(out / "quality" / "quality.jsonl")
     assert "not Whisper-large-v3" in quality["asr_label"] and "proxy" in quality["sim_label"]
+    assert 0.3 < quality["sim_mean"] <= 1.0 and 1.0 <= quality["mos_mean"] <= 5.0  # resemblyzer, DNSMOS
+    assert quality["sim_n"] == quality["mos_n"] == 2
 
     text = (out / "TTS.md").read_text()
     assert "| Concurrency | Throughput (audio-s/s) | Throughput (frames/s) | TTFA p50 | TTFA p95 | RTF (mean) |" in text
@@ -75,22 +79,29 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     assert (out / "plots" / "tts-concurrency.png").stat().st_size > 1000
     assert "TTS serving" in done.stderr
 
-    again = fdb(["tts-bench", "--output", str(out), "--report-only"], env)
-    assert again.returncode == 0, again.stderr[-2000:]
+    from runs.tts_bench import build_report
+
+    (out / "TTS.md").unlink()
+    build_report(out)  # what --report-only runs
     assert (out / "TTS.md").read_text() == text
-    refused = fdb(["tts-bench", "--output", str(out), "--concurrency", "1", "--num-prompts", "1",
-                   "--seed-tts", str(seedtts), "--no-quality"], env)
-    assert refused.returncode == 2 and "already holds recorded levels" in refused.stderr
-    nothing = fdb(["tts-bench", "--output", str(tmp_path / "nothing"), "--report-only"], env)
-    assert nothing.returncode == 2 and "holds no run.json" in nothing.stderr
+    with pytest.raises(FdbError, match="already holds recorded levels"):
+        bench(_opts(out, seedtts, [1], 1))
+    with pytest.raises(FdbError, match="holds no run.json"):
+        build_report(tmp_path / "nothing")
 
 
-def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_path):
+def _opts(out, seedtts, levels, prompts, **extra):
+    from runs.tts_bench import QualityOptions, TtsBenchOptions
+
+    return TtsBenchOptions(output=out, concurrency=levels, num_prompts=prompts, dataset_root=seedtts,
+                           quality=QualityOptions(enabled=False), **extra)
+
+
+def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_path, monkeypatch):
+    monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
     with ScriptedServer() as scripted:
         late = tmp_path / "late"
-        done = fdb(["tts-bench", "--output", str(late), "--url", scripted.url("sse-late"), "--concurrency", "1",
-                    "--num-prompts", "2", "--seed-tts", str(seedtts), "--no-quality", "--stream-format", "sse"], env)
-        assert done.returncode == 0, done.stderr[-3000:]
+        bench(_opts(late, seedtts, [1], 2, url=scripted.url("sse-late"), stream_format="sse"))
         metrics = _jsonl(late / "concurrency-1" / "metrics.jsonl")
         assert all(m["stop_violation"] and m["audio_after_done_s"] == pytest.approx(0.08) for m in metrics)
         text = (late / "TTS.md").read_text()
@@ -98,15 +109,13 @@ def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_p
         assert scripted.app.state.bodies[-1]["stream_format"] == "sse"
 
         blind = tmp_path / "blind"
-        done = fdb(["tts-bench", "--output", str(blind), "--url", scripted.url("undeclared"), "--concurrency", "1",
-                    "--num-prompts", "1", "--num-warmups", "0", "--seed-tts", str(seedtts), "--no-quality"], env)
-        assert done.returncode == 0, done.stderr[-3000:]
+        bench(_opts(blind, seedtts, [1], 1, url=scripted.url("undeclared"), num_warmups=0))
         row = json.loads((blind / "tts.json").read_text())["rows"][0]
         assert row["failed"] == 1 and "refusing to guess" in row["errors"][0]
         assert "refusing to guess" in (blind / "TTS.md").read_text()
 
 
-def test_realtime_transport_through_the_cli(seedtts, env, tmp_path):
+def test_realtime_transport(seedtts, tmp_path):
     import asyncio
     import threading
 
@@ -119,10 +128,7 @@ def test_realtime_transport_through_the_cli(seedtts, env, tmp_path):
     asyncio.run_coroutine_threadsafe(peer.__aenter__(), loop).result(10)
     try:
         out = tmp_path / "rt"
-        done = fdb(["tts-bench", "--output", str(out), "--transport", "realtime", "--url",
-                    f"http://127.0.0.1:{peer.port}", "--concurrency", "1,2", "--num-prompts", "2",
-                    "--seed-tts", str(seedtts), "--no-quality"], env)
-        assert done.returncode == 0, done.stderr[-3000:]
+        bench(_opts(out, seedtts, [1, 2], 2, url=f"http://127.0.0.1:{peer.port}", transport="realtime"))
     finally:
         asyncio.run_coroutine_threadsafe(peer.__aexit__(None, None, None), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
@@ -130,6 +136,5 @@ def test_realtime_transport_through_the_cli(seedtts, env, tmp_path):
     assert data["run"]["endpoint"] == f"ws://127.0.0.1:{peer.port}/v1/realtime"
     assert [(r["failed"], r["stop_violations"]) for r in data["rows"]] == [(0, 2), (0, 2)]
     assert "/v1/realtime session per request" in (out / "TTS.md").read_text()
-    bundled = fdb(["tts-bench", "--output", str(tmp_path / "no"), "--transport", "realtime",
-                   "--seed-tts", str(seedtts)], env)
-    assert bundled.returncode == 2 and "not a TTS session" in bundled.stderr
+    with pytest.raises(FdbError, match="not a TTS session"):
+        bench(_opts(tmp_path / "no", seedtts, [1], 1, transport="realtime"))
