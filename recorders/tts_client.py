@@ -225,9 +225,10 @@ def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptio
     if kind == "error" or (kind is None and "error" in event):
         raise _Failed(f"the server sent an error event: {json.dumps(event)[:300]}")
     if kind == "speech.audio.delta":
-        if rec.sample_rate is None:
-            raise _Failed(UNDECLARED.replace("raw PCM", "SSE speech.audio.delta PCM"))
-        stream.audio(base64.b64decode(event.get("audio") or ""), at)
+        data = base64.b64decode(event.get("audio") or "")
+        if data and rec.sample_rate is None:
+            _fallback_rate(rec, opts, "SSE speech.audio.delta PCM")
+        stream.audio(data, at)
     elif kind == "speech.audio.done":
         stream.done(at)
     elif kind == "audio.speech.chunk":
@@ -238,18 +239,25 @@ def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptio
         if data[:4] == b"RIFF":
             data = _WavHeader(rec).feed(data)
         if data and rec.sample_rate is None:
-            raise _Failed(UNDECLARED.replace("raw PCM", "SSE audio.speech.chunk audio"))
+            _fallback_rate(rec, opts, "SSE audio.speech.chunk audio")
         stream.audio(data, at)
         if event.get("finish_reason"):
             stream.done(at)
 
 
+def _fallback_rate(rec: TtsRequestRecord, opts: SpeechClientOptions, what: str) -> None:
+    """Audio arrived and nothing declared its rate: --sample-rate, else refuse."""
+    if not opts.sample_rate:
+        raise _Failed(UNDECLARED.replace("raw PCM", what))
+    rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = opts.sample_rate, opts.channels or 1, 16, "option"
+
+
 async def _read_sse(response: httpx.Response, stream: _Stream, opts: SpeechClientOptions) -> None:
     rec = stream.record
-    rate = _int(response.headers.get("x-sample-rate"), "X-Sample-Rate") or opts.sample_rate
+    rate = _int(response.headers.get("x-sample-rate"), "X-Sample-Rate")
     if rate:
-        rec.rate_source = "header" if response.headers.get("x-sample-rate") else "option"
-        rec.sample_rate, rec.channels, rec.bit_depth = rate, opts.channels or 1, 16
+        channels = _int(response.headers.get("x-channels"), "X-Channels") or opts.channels or 1
+        rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = rate, channels, 16, "header"
     buffer = ""
     async for text in response.aiter_text():
         at = stream.now()

@@ -70,6 +70,8 @@ def test_rate_from_content_type_wav_header_and_sse(scripted, item):
     legacy, pcm = _one(scripted.url("sse-legacy"), item)
     assert legacy.status == "ok" and legacy.sample_rate == 24000 and legacy.rate_source in ("sse-event", "wav-header")
     assert len(pcm) == 9600 and len(legacy.chunks) == 2 and legacy.done_s is not None and legacy.bytes_after_done == 0
+    declared, _ = _one(scripted.url("sse-legacy"), item, sample_rate=16000)  # the option never beats a declaration
+    assert declared.sample_rate == 24000 and declared.rate_source != "option"
 
 
 def test_undeclared_rate_is_refused_not_guessed(scripted, item):
