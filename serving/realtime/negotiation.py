@@ -6,8 +6,10 @@ Rules (the Full-Duplex Guide, "Session settings" and "Rejected in a realtime ses
   model id (``model_mismatch``); audio formats must be ``audio/pcm`` at 16 kHz in and 24 kHz out.
 - ``audio.input.turn_detection`` is ``{"type": "server_vad", threshold?, prefix_padding_ms?,
   silence_duration_ms?, interrupt_response?, create_response?}`` or ``null`` (utterances then
-  end only at ``input_audio_buffer.commit``); any other type is ``unsupported_turn_detection``.
-  ``interrupt_response`` is accepted and has no effect: speech always interrupts a reply.
+  end only at ``input_audio_buffer.commit``); ``{"type": "semantic_vad", eagerness?}`` (low,
+  medium, high or auto, see :mod:`serving.realtime.end_of_turn`) where Smart Turn is installed;
+  any other type is ``unsupported_turn_detection``. ``interrupt_response`` is accepted and has
+  no effect: speech always interrupts a reply.
 - ``sglang.sampling`` takes ``temperature`` (0 to 2) and ``max_new_tokens_per_unit`` (>= 1).
 - After the first session.update only instructions, turn detection, output_modalities and
   sampling may change; sending any other field with a different value is ``frozen_field``
@@ -20,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fdb.models.turn import smart_turn_installed
 from serving.realtime.protocol import ProtocolError, SessionPatch, describe_validation_error
 from serving.speech import speech_capabilities
 from serving.systems import SystemConfig
@@ -45,6 +48,17 @@ class ServerVad(BaseModel):
     create_response: bool = True
 
 
+class SemanticVad(BaseModel):
+    """The granted semantic_vad settings (see :mod:`serving.realtime.end_of_turn`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["semantic_vad"] = "semantic_vad"
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    interrupt_response: bool = True
+    create_response: bool = True
+
+
 class Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -59,7 +73,7 @@ class SessionConfig(BaseModel):
 
     instructions: str
     output_modalities: tuple[str, ...] = ("text", "audio")
-    turn_detection: ServerVad | None
+    turn_detection: ServerVad | SemanticVad | None
     sampling: Sampling
 
 
@@ -80,7 +94,7 @@ def capabilities(system: SystemConfig) -> dict[str, Any]:
         "system": system.name,
         "interaction": "turn_based",
         "native_full_duplex": False,
-        "turn_control": ["server_vad", None],
+        "turn_control": ["server_vad", *(["semantic_vad"] if smart_turn_installed() else []), None],
         "client_commit": True,
         "input_audio_format": {"type": "audio/pcm", "rate": INPUT_RATE},
         "output_audio_format": {"type": "audio/pcm", "rate": OUTPUT_RATE},
@@ -113,17 +127,19 @@ def _fail(code: str, message: str, param: str, event_id: str | None) -> Protocol
     return ProtocolError(code, message, param=param, event_id=event_id)
 
 
-def _turn_detection(raw: dict[str, Any] | None, system: SystemConfig, event_id: str | None) -> ServerVad | None:
+def _turn_detection(raw: dict[str, Any] | None, system: SystemConfig,
+                    event_id: str | None) -> ServerVad | SemanticVad | None:
     param = "session.audio.input.turn_detection"
     if raw is None:
         return None
     kind = raw.get("type")
-    if kind != "server_vad":
-        raise _fail("unsupported_turn_detection",
-                    f"turn detection type {kind!r} is unavailable; use server_vad or null", param, event_id)
-    defaults = system.vad.model_dump()
+    granted = [k for k in capabilities(system)["turn_control"] if k]
+    if kind not in granted:
+        raise _fail("unsupported_turn_detection", f"turn detection type {kind!r} is unavailable; "
+                    f"use {' or '.join(granted)} or null", param, event_id)
+    model, defaults = (ServerVad, system.vad.model_dump()) if kind == "server_vad" else (SemanticVad, {})
     try:
-        return ServerVad.model_validate({**defaults, **{k: v for k, v in raw.items() if v is not None}})
+        return model.model_validate({**defaults, **{k: v for k, v in raw.items() if v is not None}})
     except ValidationError as exc:
         where, message = describe_validation_error(exc)
         raise _fail("invalid_turn_detection", f"turn_detection.{message}", param, event_id) from exc

@@ -23,7 +23,7 @@ def test_health_models_and_capabilities(server):
     body = health.json()
     assert body["status"] == "healthy"
     assert body["model"] == "fdb/embedded-cascade"
-    assert set(body["backends"]) == {"vad", "asr", "llm", "tts"}
+    assert set(body["backends"]) == {"vad", "asr", "llm", "tts", "turn"}
     assert server.saw_starting, "health should answer 503 starting while the models load"
     assert "fdb server ready on http://127.0.0.1:" in server.log()
 
@@ -34,7 +34,7 @@ def test_health_models_and_capabilities(server):
     caps = httpx.get(f"{server.base_url}/v1/realtime/capabilities").json()
     assert caps["interaction"] == "turn_based"
     assert caps["native_full_duplex"] is False
-    assert caps["turn_control"] == ["server_vad", None]
+    assert caps["turn_control"] == ["server_vad", "semantic_vad", None]
     assert caps["client_commit"] is True
     assert caps["input_audio_format"] == {"type": "audio/pcm", "rate": 16000}
     assert caps["output_audio_format"] == {"type": "audio/pcm", "rate": 24000}

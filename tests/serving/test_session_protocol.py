@@ -30,7 +30,7 @@ def test_session_update_rules(server):
         await client.send("input_audio_buffer.append", audio=PACKET, sglang={"seq": 0})
         assert (await _error(client))["code"] == "session_not_open"
 
-        await client.send("session.update", session={"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}})
+        await client.send("session.update", session={"audio": {"input": {"turn_detection": {"type": "far_field_vad"}}}})
         assert (await _error(client))["code"] == "unsupported_turn_detection"
         await client.send("session.update", session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}})
         assert (await _error(client))["code"] == "unsupported_audio_format"
