@@ -9,9 +9,11 @@ complete, and the first one is kept short, since the first audio waits for its s
 - a later chunk ends at a clause boundary once it has ``clause_words`` words, and in any case
   after ``max_words`` (so that a long sentence does not hold up synthesis while audio plays).
 
-Chunks are the reply's text cleaned by :func:`speakable` (markup dropped, whitespace collapsed)
-and cut only at whitespace, so the chunks joined with spaces are ``speakable(reply)``. A cut is
-made only once the whitespace after it has arrived: "1,000" or "3.5" are never cut.
+Chunks are the reply's text cleaned by :func:`speakable` (markdown characters, emoji and URLs
+dropped, so a markdown link keeps its text alone; whitespace collapsed) and cut only at
+whitespace, so the chunks joined with spaces are ``speakable(reply)``: no markdown or emoji
+reaches the TTS. A cut is made only once the whitespace after it has arrived: "1,000" or "3.5"
+are never cut, nor is a URL (it holds no whitespace), so it is removed from its chunk whole.
 """
 
 from __future__ import annotations
@@ -19,14 +21,27 @@ from __future__ import annotations
 import re
 
 _MARKUP = re.compile(r"[*_#`~<>\[\]{}|]+")
+# Pictographs, symbols, dingbats, flags, keycaps, variation selectors and joiners.
+_EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE00-\uFE0F\u200D\u20E3]+")
+_URL = re.compile(r"\(?\b(?:https?://|www\.)[^\s)]*\)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+")
 _CLAUSE_END = re.compile(r"(?:(?<=[,:—–])|(?<=\s-)|(?<=\s--))\s+")
 _GAP = re.compile(r"\s+")
 
 
+def _strip(piece: str) -> str:
+    """Markup characters and emoji become spaces (safe on any piece of the stream)."""
+    return _EMOJI.sub(" ", _MARKUP.sub(" ", piece))
+
+
+def _collapse(text: str) -> str:
+    """URLs removed (whole words only), whitespace collapsed."""
+    return " ".join(_URL.sub(" ", text).split())
+
+
 def speakable(text: str) -> str:
-    """LLM text with markup characters removed and whitespace collapsed."""
-    return " ".join(_MARKUP.sub(" ", text).split())
+    """LLM text with markup, emoji and URLs removed and whitespace collapsed."""
+    return _collapse(_strip(text))
 
 
 def _words(text: str) -> int:
@@ -45,10 +60,10 @@ class SpeechChunker:
         self.chunks = 0  # chunks handed out so far
 
     def push(self, piece: str) -> list[str]:
-        self._text += _MARKUP.sub(" ", piece)
+        self._text += _strip(piece)
         out = []
         while (cut := self._cut()) is not None:
-            chunk = " ".join(self._text[:cut[0]].split())
+            chunk = _collapse(self._text[:cut[0]])
             self._text = self._text[cut[1]:]
             if chunk:
                 out.append(chunk)
@@ -57,7 +72,7 @@ class SpeechChunker:
 
     def finish(self) -> list[str]:
         """The rest of the reply (a reply cut by max_tokens keeps its last piece)."""
-        rest = " ".join(self._text.split())
+        rest = _collapse(self._text)
         self._text = ""
         if not rest:
             return []

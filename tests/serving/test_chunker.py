@@ -61,10 +61,23 @@ def test_numbers_markup_and_whitespace():
     assert chunk(["   ", "\n"]) == []
 
 
+def test_no_markdown_emoji_or_url_reaches_the_tts():
+    """A markdown link keeps its text alone; emoji (with joiners and variation selectors) go."""
+    text = ("## Paris 🇫🇷 is **the capital** 😀! See [Paris](https://en.wikipedia.org/wiki/Paris). "
+            "Family: 👨‍👩‍👧 ❤️ ok ✅.")
+    assert speakable(text) == "Paris is the capital ! See Paris . Family: ok ."
+    pieces = tokens(text)
+    assert " ".join(chunk(pieces)) == speakable(text)
+    for piece in chunk(pieces):
+        assert not set(piece) & set("*_#`~<>[]{}|()") and "http" not in piece
+        assert all(ord(ch) < 0x2000 for ch in piece), piece
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_chunks_joined_are_the_speakable_reply_however_it_is_split(seed):
     rng = random.Random(seed)
-    text = rng.choice([SKY, "A *rainbow*, they say: light - and water. Or not?! Fine… ok; 3.5, 1,000."])
+    text = rng.choice([SKY, "A *rainbow*, they say: light - and water. Or not?! Fine… ok; 3.5, 1,000.",
+                       "Hi 👋🏽 there! A [link](http://x.org/a_b) and 🎉🎉 more… `code` 😀."])
     cuts = sorted(rng.sample(range(1, len(text)), rng.randint(1, 30)))
     pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
     chunks = chunk(pieces)
