@@ -57,13 +57,14 @@ def export_v10(
     fmt = _cohort_format(trace_format, [where for _, where, _ in located])
     sources = {s.sample_id: _v10_sources(s, where) for s, where, _ in located}
     digest = sha256_bytes(_canonical(sources).encode())
-    _prepare_out_dir(out_dir, V10_MANIFEST, digest)
+    _prepare_out_dir(out_dir, V10_MANIFEST, digest, [(s.subset, s.id) for s in samples])
     rows = [_export_v10_sample(s, where, dup, out_dir, fmt) for s, where, dup in located]
     manifest = ExportManifest(
         dataset="v1.0", dataset_revision=dataset_revision, trace_format=fmt,
         samples=rows, provenance=_provenance(recordings, sources, digest, fmt),
     )
     atomic_write_json(out_dir / V10_MANIFEST, manifest.dump())
+    (out_dir / EXPORT_MARKER).unlink()
     return manifest
 
 
@@ -97,13 +98,14 @@ def export_v15(
     fmt = _cohort_format(trace_format, [where[v][0] for _, where in located for v, _, _ in V15_VARIANTS])
     sources = {p.sample_id: _v15_sources(p, where) for p, where in located}
     digest = sha256_bytes(_canonical(sources).encode())
-    _prepare_out_dir(out_dir, V15_MANIFEST, digest)
+    _prepare_out_dir(out_dir, V15_MANIFEST, digest, [(p.category, p.id) for p in pairs])
     rows = [_export_v15_pair(p, where, out_dir, fmt) for p, where in located]
     manifest = ExportManifest(
         dataset="v1.5", dataset_revision=dataset_revision, trace_format=fmt,
         samples=rows, provenance=_provenance(recordings, sources, digest, fmt),
     )
     atomic_write_json(out_dir / V15_MANIFEST, manifest.dump())
+    (out_dir / EXPORT_MARKER).unlink()
     return manifest
 
 
@@ -210,33 +212,52 @@ def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str
     }
 
 
-def _prepare_out_dir(out_dir: Path, manifest_name: str, digest: str) -> None:
-    """Refuse a non-empty ``out_dir`` unless it holds only a previous export of the same
-    recordings; that export's sample folders are removed before writing again."""
-    if not out_dir.exists() or not any(out_dir.iterdir()):
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return
-    refuse = FdbError(
-        f"export directory {out_dir} is not empty and holds no previous export of these recordings",
-        "export into a new directory",
-    )
-    try:
-        old = read_json(out_dir / manifest_name)
-        if old["provenance"]["sources_sha256"] != digest:
-            raise refuse
-        folders = {(s["subset"], s["id"]) for s in old["samples"]}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise refuse from exc
-    subsets = {subset for subset, _ in folders}
-    for entry in out_dir.iterdir():
-        if entry.name == manifest_name:
+EXPORT_MARKER = ".export-in-progress.json"  # written before the first sample, removed after the manifest
+
+
+def _previous_folders(out_dir: Path, manifest_name: str, digest: str) -> set[tuple[str, str]] | None:
+    """The sample folders of a previous export of the same recordings in ``out_dir`` (finished:
+    its manifest; interrupted: its in-progress marker), or None when there is none."""
+    for name in (manifest_name, EXPORT_MARKER):
+        try:
+            old = read_json(out_dir / name)
+        except (OSError, ValueError):
             continue
-        if not entry.is_dir() or entry.name not in subsets:
+        try:
+            if name == manifest_name and old["provenance"]["sources_sha256"] == digest:
+                return {(s["subset"], s["id"]) for s in old["samples"]}
+            if name == EXPORT_MARKER and old["sources_sha256"] == digest:
+                return {(subset, id_) for subset, id_ in old["folders"]}
+        except (KeyError, TypeError, ValueError):
+            continue
+    return None
+
+
+def _prepare_out_dir(out_dir: Path, manifest_name: str, digest: str, planned: Sequence[tuple[str, str]]) -> None:
+    """Refuse a non-empty ``out_dir`` unless it holds only a previous export of the same
+    recordings, finished or interrupted (a killed export leaves its marker); that export's
+    sample folders are removed before writing again. Then mark the export as in progress."""
+    if out_dir.exists() and any(out_dir.iterdir()):
+        refuse = FdbError(
+            f"export directory {out_dir} is not empty and holds no previous export of these recordings",
+            "export into a new directory",
+        )
+        folders = _previous_folders(out_dir, manifest_name, digest)
+        if folders is None:
             raise refuse
-        if any((entry.name, child.name) not in folders for child in entry.iterdir()):
-            raise refuse
-    for subset, id_ in sorted(folders):
-        shutil.rmtree(out_dir / subset / id_, ignore_errors=True)
-    for subset in subsets:
-        if (out_dir / subset).is_dir() and not any((out_dir / subset).iterdir()):
-            (out_dir / subset).rmdir()
+        subsets = {subset for subset, _ in folders}
+        for entry in out_dir.iterdir():
+            if entry.name in (manifest_name, EXPORT_MARKER):
+                continue
+            if not entry.is_dir() or entry.name not in subsets:
+                raise refuse
+            if any((entry.name, child.name) not in folders for child in entry.iterdir()):
+                raise refuse
+        for subset, id_ in sorted(folders):
+            shutil.rmtree(out_dir / subset / id_, ignore_errors=True)
+        for subset in subsets:
+            if (out_dir / subset).is_dir() and not any((out_dir / subset).iterdir()):
+                (out_dir / subset).rmdir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / EXPORT_MARKER, {"schema": "fdb-export-progress-1", "sources_sha256": digest,
+                                                "folders": sorted({tuple(f) for f in planned})})

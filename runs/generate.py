@@ -176,7 +176,8 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
     rep = run.repeat(opts.repeat)
     if rep.holds_recording():
         raise FdbError(f"{rep.root} already holds a recording",
-                       "use the next --repeat, or delete the directory to redo it")
+                       "use the next --repeat, or delete the directory to redo it "
+                       "(--export-only cuts the windows again when only the export was interrupted)")
     if opts.num_shards < 1:
         raise FdbError(f"--num-shards {opts.num_shards} is not allowed", "use 1 or more shards")
     if opts.url and opts.gpus:
@@ -240,15 +241,49 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> dict:
     for sel in selections:  # the inputs must still be the files the run pinned before export
         check_files(sel.dataset, str(sel.tree.root), sel.files, sample_inventory(sel.tree.root, sel.ids),
                     "the recording started")
-    return _finish(selections, rep, records, opts, console)
+    return _finish(selections, rep, records, opts.num_shards, console)
 
 
-def _finish(selections: list[Selected], rep: RepeatPaths, records: list, opts: GenerateOptions, console: Console) -> dict:
+def export_recorded(run_name: str, repeat: int, console: Console | None = None) -> dict:
+    """Cut the windows again from a repeat whose recording finished (a generate killed or
+    failed during export): the selection, shards and pinned inputs come from the run manifest,
+    the verdicts from each session.json. Exporting is deterministic, so the result is what the
+    uninterrupted generate would have written."""
+    from fdb.session_records import SessionRecord
+
+    console = console or Console(stderr=True)
+    settings = load_settings()
+    run = RunPaths.of(settings.runs_dir, run_name)
+    rep = run.repeat(repeat)
+    manifest = load_manifest(run)
+    if manifest is None or not rep.holds_recording():
+        raise FdbError(f"{rep.root} holds no recording to export", "run generate without --export-only first")
+    selections, records, missing = [], [], []
+    for dataset, use in sorted(manifest.datasets.items(), key=lambda kv: kv[0] != "v1.5"):
+        sel = select_dataset(dataset, DatasetChoice(sample_ids=use.sample_ids), Path(use.root), settings, console)
+        check_files(dataset, use.root, use.files, sample_inventory(sel.tree.root, sel.ids), "the recording started")
+        selections.append(sel)
+        opts = GenerateOptions(run_name=run_name, repeat=repeat, num_shards=manifest.num_shards)
+        for job in _jobs(sel, rep, [""], opts, 0.0):
+            path = job.out_dir / "session.json"
+            if path.is_file():
+                records.append(SessionRecord.model_validate_json(path.read_bytes()))
+            else:
+                missing.append(job.label)
+    if missing:
+        raise FdbError(f"{rep.root}: {len(missing)} selected session(s) were never recorded, first {missing[0]}: "
+                       "the recording itself was interrupted",
+                       f"delete {rep.root} and run generate again (a recording cannot be resumed)")
+    console.print(f"exporting {len(records)} recorded sessions of {rep.root}")
+    return _finish(selections, rep, records, manifest.num_shards, console)
+
+
+def _finish(selections: list[Selected], rep: RepeatPaths, records: list, num_shards: int, console: Console) -> dict:
     summary: dict[str, dict] = {}
     for sel in selections:
         mine = [r for r in records if r.extra.get("dataset") == sel.dataset]
         verdicts = Counter(r.verdict.status if r.status == "ok" else r.status for r in mine)
-        manifest = _export(sel, rep, opts.num_shards)
+        manifest = _export(sel, rep, num_shards)
         eligible = sum(1 for s in manifest.samples if s.eligible)
         key = "eligible_pairs" if sel.dataset == "v1.5" else "eligible_samples"
         per_subset = Counter(s.subset for s in manifest.samples if s.eligible)

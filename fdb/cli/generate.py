@@ -29,12 +29,14 @@ def generate(
     v10_dataset_root: Path | None = typer.Option(None, help="v1.0 tree (default $FDB10_DATASET, $FDB_WORK/dataset/v1.0, else the synthetic set)."),
     all_stages: bool = typer.Option(False, help="Continue with asr, judge and aggregate after recording."),
     log_level: str = typer.Option("warning", help="debug, info, warning or error; debug prints the server and recorder logs prefixed by their name."),
+    export_only: bool = typer.Option(False, help="Record nothing: cut the windows again from this repeat's finished recording (after generate was killed or failed during export). Selection and shards come from the run manifest."),
 ) -> None:
     """Record a repeat of a run: select samples, start the model server it needs (or use
     --url), stream every selected input to /v1/realtime in real time (80 ms packets; two
     sessions per v1.5 pair, one per v1.0 sample), stop the server, and cut the observation
     windows. With no official dataset installed it uses fdb's synthetic datasets (created on
-    demand). Refuses a repeat that already holds a recording.
+    demand). Refuses a repeat that already holds a recording; --export-only cuts the windows
+    again from a finished recording whose export was interrupted.
     """
     from rich.console import Console
 
@@ -44,6 +46,16 @@ def generate(
 
     configure_logging(log_level)
     console = Console(stderr=True)
+    if export_only:
+        from runs.generate import export_recorded
+
+        export_recorded(run_name, repeat, console)
+        if all_stages:
+            from runs.phases import run_all_stages
+
+            if not run_all_stages(run_name, repeat, console):
+                raise SystemExit(1)
+        return
     opts = GenerateOptions(
         run_name=run_name, repeat=repeat,
         v15=DatasetChoice(per_subset=v15_per_subset, subset_counts=v15_subset_count,

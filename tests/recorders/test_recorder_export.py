@@ -12,7 +12,7 @@ from fdb.audio import read_wav, write_wav
 from fdb.datasets.types import V10Sample, V15Pair
 from fdb.errors import FdbError
 from fdb.io import sha256_file
-from recorders.export import export_v10, export_v15
+from recorders.export import EXPORT_MARKER, export_v10, export_v15
 from recorders.variant import dataset_input
 from tests.recorders.recorder_fakes import Reply, good_trace, write_session
 
@@ -131,6 +131,32 @@ def test_v10_export_is_deterministic_and_guards_its_directory(tmp_path, v10):
     (a / SUBSET / "extra.txt").write_text("stray")
     with pytest.raises(FdbError, match="not empty"):
         export_v10(recordings, samples, a)
+
+
+def test_an_interrupted_export_is_redone_in_place(tmp_path, v10):
+    """A killed export leaves sample folders and its in-progress marker but no manifest; the
+    next export of the same recordings redoes it, byte for byte; other recordings are refused."""
+    samples, recordings = v10
+    done, cut = tmp_path / "done", tmp_path / "cut"
+    export_v10(recordings, samples, done)
+    assert not (done / EXPORT_MARKER).exists()
+    export_v10(recordings, samples, cut)
+    (cut / "manifest.json").unlink()  # as if killed after the samples, before the manifest
+    (cut / EXPORT_MARKER).write_text(json.dumps({"schema": "fdb-export-progress-1",
+                                                 "sources_sha256": "0" * 64, "folders": []}))
+    with pytest.raises(FdbError, match="not empty"):  # a marker of other recordings
+        export_v10(recordings, samples, cut)
+    first = tree_bytes(done)
+    folders = sorted((cut / SUBSET).iterdir())
+    for path in folders[1:]:  # keep only a part, as a kill mid-way would
+        for child in path.iterdir():
+            child.unlink()
+        path.rmdir()
+    digest = json.loads((done / "manifest.json").read_text())["provenance"]["sources_sha256"]
+    (cut / EXPORT_MARKER).write_text(json.dumps({"schema": "fdb-export-progress-1", "sources_sha256": digest,
+                                                 "folders": [[s.subset, s.id] for s in samples]}))
+    export_v10(recordings, samples, cut)
+    assert tree_bytes(cut) == first
 
 
 def test_duplicate_recordings_are_ineligible(tmp_path, v10):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
-from tests.runs.conftest import PHASES, fdb, tree_bytes
+from tests.runs.conftest import PHASES, SELECT, fdb, tree_bytes
 
 BEFORE = {"asr": "generate", "judge": "asr", "aggregate": "judge"}
 KILL_WINDOW_S = {"asr": (0.5, 12.0), "judge": (0.3, 3.0), "aggregate": (0.3, 3.0)}
@@ -57,6 +59,50 @@ def test_sigkilled_phase_reruns_to_identical_outputs(demo_run, phase):
         assert sorted(got) == sorted(expected)
         changed = [name for name in expected if got[name] != expected[name]]
         assert not changed, f"{phase} rerun after SIGKILL differs in {changed[:5]}"
+
+
+def _drop_exports(run) -> None:
+    for rep in run.glob("repeat-*"):
+        for folder in (rep / "reference-audio", rep / "v10" / "reference"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_sigkilled_export_reruns_to_identical_windows(demo_run):
+    """generate's export step (``generate --export-only`` on the finished recording) killed at
+    random points, then rerun: byte-identical to an uninterrupted export, and that equals what
+    generate itself wrote except for the command line recorded in the manifests' provenance."""
+    args = ["generate", "--run-name", "e2e", "--export-only"]
+    demo_run.restore("generate")
+    _drop_exports(demo_run.run)
+    assert fdb(args, demo_run.env).returncode == 0
+    expected = tree_bytes(demo_run.run)
+    generated = tree_bytes(demo_run.snapshots["generate"])
+    assert sorted(expected) == sorted(generated)
+    command = re.compile(rb'"command": \[[^\]]*\]')
+    assert all(command.sub(b"", expected[k]) == command.sub(b"", generated[k]) for k in expected)
+    rng = random.Random("kill-export")
+    for attempt in range(2):
+        demo_run.restore("generate")
+        _drop_exports(demo_run.run)
+        _kill_at(args, demo_run.env, rng.uniform(0.8, 4.0) * (attempt + 1) / 2)
+        _all_whole(demo_run.run)
+        again = fdb(args, demo_run.env)
+        assert again.returncode == 0, again.stderr[-2000:]
+        got = tree_bytes(demo_run.run)
+        assert sorted(got) == sorted(expected)
+        assert [name for name in expected if got[name] != expected[name]] == []
+
+
+def test_generate_refuses_a_recorded_repeat_and_export_only_needs_every_session(demo_run):
+    demo_run.restore("generate")
+    again = fdb(["generate", "--run-name", "e2e", *SELECT], demo_run.env)
+    assert again.returncode == 2 and "already holds a recording" in again.stderr and "--export-only" in again.stderr
+    session = next(demo_run.run.rglob("v10/recording/**/session.json"))
+    session.unlink()
+    done = fdb(["generate", "--run-name", "e2e", "--export-only"], demo_run.env)
+    assert done.returncode == 2
+    assert "were never recorded" in done.stderr and "candor_turn_taking/" in done.stderr
+    assert "delete" in done.stderr
 
 
 def test_killing_twice_in_a_row_still_converges(demo_run):
