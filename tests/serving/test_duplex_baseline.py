@@ -182,3 +182,35 @@ def test_native_session_update_rules(native_server):
 
     codes = [e["error"]["code"] for e in asyncio.run(scenario())]
     assert codes == ["not_applicable", "unsupported_unit", "not_granted", "frozen_field"]
+
+
+def test_a_long_user_turn_gets_one_backchannel_while_the_user_talks(native_server, speech):
+    from fdb.audio import resample
+    from fdb.models.tts import PiperTts
+
+    tts = PiperTts(deterministic=True)
+    long_turn = resample(tts.synthesize(
+        "Yesterday I walked to the market and bought apples and pears and bananas and oranges and a "
+        "big loaf of fresh bread for the weekend with my whole family"), tts.rate, 16000)
+    assert len(long_turn) > 5.5 * 16000
+
+    async def scenario() -> tuple[float, Client]:
+        client = await Client.connect(native_server.ws_url)
+        try:
+            await client.open_session({"type": "realtime", "sglang": {"timebase": {"native_unit_ms": 200}}})
+            start = client.now()
+            await client.send_audio(float_to_pcm16(np.concatenate([long_turn, silence(0.4)])))
+            speech_end = start + len(long_turn) / 16000
+            await client.send("session.close")  # no need to wait for the answer to the turn
+            await client.until("session.closed", 10)
+            return speech_end, client
+        finally:
+            await client.close()
+
+    speech_end, client = asyncio.run(scenario())
+    backchannels = [r for r in client.received if r.type == "response.output_audio_transcript.delta"
+                    and r.event["delta"] == "Mm-hmm."]
+    assert len(backchannels) == 1, [r.event["delta"] for r in client.received if "transcript" in r.type]
+    assert backchannels[0].t < speech_end, "the backchannel comes while the user still talks"
+    done = client.of_type("response.done")
+    assert done[0]["response"]["status_details"] == {"type": "completed", "reason": "stop"}
