@@ -220,6 +220,18 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (TURN_BASED, NATIVE, LEGACY, 
 BY_TRACE_FORMAT: dict[str, Profile] = {p.trace_format: p for p in PROFILES.values()}
 
 
+# The dialect each bundled system of serving/systems.py speaks (a system not named here: turn-based).
+BUNDLED_SYSTEM_PROFILES = {"embedded-cascade": TURN_BASED.name, "duplex-baseline": NATIVE.name}
+
+
+def check_bundled_profile(system: str, profile: str) -> None:
+    """FdbError unless the bundled ``system`` speaks ``profile``."""
+    speaks = BUNDLED_SYSTEM_PROFILES.get(system, TURN_BASED.name)
+    if profile != speaks:
+        raise FdbError(f"the bundled system {system} speaks {speaks}, not {profile}",
+                       f"pass --profile {speaks}, another --system, or --url of a server that speaks {profile}")
+
+
 def get_profile(name: str | Profile) -> Profile:
     """The registered profile ``name``; an unknown name raises FdbError listing the known ones."""
     if isinstance(name, Profile):

@@ -22,6 +22,7 @@ from fdb.datasets.selection import (
 )
 from fdb.errors import FdbError
 from fdb.io import atomic_write_text
+from fdb.profiles import check_bundled_profile
 from fdb.provenance import current as provenance
 from fdb.settings import Settings, load_settings
 from runs.datasets import DatasetTree, resolve_tree
@@ -183,9 +184,8 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
     if opts.url and opts.gpus:
         raise FdbError("--gpus starts bundled model servers, but --url names your own server",
                        "drop --gpus, or drop --url to let generate start one server per GPU")
-    if not opts.url and opts.profile != "turn-based":
-        raise FdbError(f"the bundled server speaks the turn-based session protocol, not {opts.profile}",
-                       "pass --url of a server that speaks that dialect, or drop --profile")
+    if not opts.url:
+        check_bundled_profile(opts.system, opts.profile)
     v15 = select_dataset("v1.5", opts.v15, opts.v15_root, settings, console)
     v10 = select_dataset("v1.0", opts.v10, opts.v10_root, settings, console)
     require_some_selection(v10.ids if v10 else [], v15.ids if v15 else [])

@@ -31,6 +31,7 @@ from rich.table import Table
 
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from fdb.profiles import check_bundled_profile
 from runs.sweep_args import RecordOptions
 
 SERVING_SCHEMA = "fdb-serving-2"
@@ -296,8 +297,7 @@ def bundled_server(opts: SweepOptions):
     from fdb.settings import load_settings
     from runs.server import ManagedServer
 
-    if opts.record.profile != "turn-based":
-        raise FdbError(f"the bundled server speaks turn-based, not {opts.record.profile}", "pass --url of your server")
+    check_bundled_profile(opts.record.system, opts.record.profile)
     config = atomic_write_text(opts.output / "logs" / "launch.yaml",
                                f"system: {opts.record.system}\nmax_sessions: {opts.top_level}\n")
     return ManagedServer(system=opts.record.system, host="127.0.0.1", port=load_settings().server_port, config=config,

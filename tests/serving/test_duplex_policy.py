@@ -82,3 +82,18 @@ def test_a_turn_open_at_the_input_end_is_answered():
     policy.decide(started(300), replying=False)
     final = Heard([("speech_stopped", 1500)], False, 1500)  # the VAD's flush at the end
     assert policy.decide(final, replying=False, final=True) == [Decision("respond", 300, 1500)]
+
+
+def test_every_bundled_system_is_recorded_with_the_dialect_it_speaks():
+    import pytest
+
+    from fdb.errors import FdbError
+    from fdb.profiles import BUNDLED_SYSTEM_PROFILES, NATIVE, TURN_BASED, check_bundled_profile
+    from serving.systems import SYSTEMS
+
+    for name, system in SYSTEMS.items():
+        assert BUNDLED_SYSTEM_PROFILES.get(name, TURN_BASED.name) == (
+            NATIVE.name if system.duplex is not None else TURN_BASED.name), name
+    check_bundled_profile("duplex-baseline", NATIVE.name)
+    with pytest.raises(FdbError, match="speaks turn-based"):
+        check_bundled_profile("embedded-cascade", NATIVE.name)
