@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fdb.errors import FdbError
 
@@ -78,6 +78,13 @@ class DuplexSettings(BaseModel):
     backchannel_after_ms: int = Field(4000, ge=500, le=60000)  # continuous user speech before one
     backchannel_text: str = "Mm-hmm."
     max_context_ms: int = Field(600_000, ge=1000)  # input a session may send: context_exhausted
+
+    @model_validator(mode="after")
+    def _unit_is_a_choice(self) -> DuplexSettings:
+        if any(ms < 20 for ms in self.unit_ms_choices) or self.unit_ms not in self.unit_ms_choices:
+            raise ValueError(f"unit_ms {self.unit_ms} must be one of unit_ms_choices "
+                             f"{list(self.unit_ms_choices)}, each at least 20 ms")
+        return self
 
 
 class SystemConfig(BaseModel):
