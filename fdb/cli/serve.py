@@ -20,6 +20,9 @@ def serve(
     The default, embedded-cascade, is fdb's offline CPU system: Silero VAD ends the user's
     turn, Whisper tiny.en transcribes it, SmolLM2-135M writes a short reply and Piper speaks it,
     streamed as response.output_audio.delta (24 kHz PCM16) over the turn-based session protocol.
+    duplex-baseline is fdb's native full-duplex baseline on the same components: the native
+    session protocol (profile minicpmo-native-pr2377, 1 s units), deciding per unit when to
+    speak, yield and backchannel (serving/duplex/policy.py).
     """
     from fdb.cli import configure_logging
     from fdb.settings import load_settings

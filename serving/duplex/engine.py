@@ -206,11 +206,10 @@ class DuplexEngine:
     async def _end(self, mark: EndMark) -> None:
         """End of input: the padded tail unit (or a final decision), then everything still to
         be said, then the drain."""
-        self._units()
-        tail = self._cutter.flush() if self._cutter else None
+        tail = self._units().flush()
         if tail is not None:
             await self._process_unit(tail, final=True)
-        elif self._policy is not None:
+        else:  # unit-aligned input: the last decision without a unit
             await self._decide(await self._heard(np.zeros(0, dtype=np.float32), True), True)
         while self.worker.busy or self._playing:
             await self._emit(None)
