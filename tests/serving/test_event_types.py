@@ -148,12 +148,13 @@ async def _timeout(url: str) -> Client:
 
 
 def test_every_server_event_validates(server, speech, question_pcm):
+    long_question = _pcm16(np.concatenate([silence(0.25), speech["long_question"], silence(0.8)]))
     barge_in = _pcm16(np.concatenate([speech["barge_in"], silence(1.0)]))
 
     async def scenario() -> list[Client]:
         return [await _errors_question_text_truncate(server.ws_url, question_pcm),
                 await _commit_and_cancel(server.ws_url, question_pcm),
-                await _barge_in(server.ws_url, question_pcm, barge_in),
+                await _barge_in(server.ws_url, long_question, barge_in),
                 await _timeout(server.ws_url)]
 
     clients = asyncio.run(scenario())
