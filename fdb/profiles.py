@@ -161,9 +161,9 @@ TURN_BASED = Profile(
     audio_delta_events=("response.output_audio.delta",),
     playout_cut="cancelled_response",
     turn_detection_required=True,
-    turn_detection_types=("server_vad",),
+    turn_detection_types=("server_vad", "semantic_vad"),
     turn_detection_keys=(
-        "type", "threshold", "prefix_padding_ms", "silence_duration_ms", "interrupt_response",
+        "type", "threshold", "prefix_padding_ms", "silence_duration_ms", "interrupt_response", "eagerness",
     ),
     completed_reasons=("stop", "empty_turn"),
     cancelled_reasons=("interrupted",),

@@ -47,8 +47,9 @@ def test_repeats_must_share_selection_and_shards(tmp_path):
 
 def test_turn_detection_option():
     assert parse_turn_detection(None)["type"] == "server_vad"
+    assert parse_turn_detection('{"type": "semantic_vad", "eagerness": "high"}')["eagerness"] == "high"
     with pytest.raises(FdbError):
-        parse_turn_detection('{"type": "semantic_vad"}')
+        parse_turn_detection('{"type": "near_field"}')
     with pytest.raises(FdbError):
         parse_turn_detection('{"type": "server_vad"}', "minicpmo-native-pr2377")
     assert parse_turn_detection(None, "minicpmo-native-pr2377") is None
