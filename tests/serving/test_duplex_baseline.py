@@ -214,3 +214,31 @@ def test_a_long_user_turn_gets_one_backchannel_while_the_user_talks(native_serve
     assert backchannels[0].t < speech_end, "the backchannel comes while the user still talks"
     done = client.of_type("response.done")
     assert done[0]["response"]["status_details"] == {"type": "completed", "reason": "stop"}
+
+
+def test_response_cancel_ends_the_reply_at_the_next_unit(native_server, speech):
+    async def scenario() -> Client:
+        client = await Client.connect(native_server.ws_url)
+        try:
+            await client.open_session({"type": "realtime", "sglang": {"timebase": {"native_unit_ms": 200}}})
+            seq = await client.send_audio(float_to_pcm16(np.concatenate([speech["long_question"], silence(0.1)])))
+            idle = float_to_pcm16(silence(0.08))
+            while not client.of_type("response.output_audio.delta"):
+                await asyncio.sleep(0.08)
+                seq = await client.send_audio(idle, first_seq=seq)
+                assert seq < 400, "no reply within 30 s"
+            await client.send("response.cancel")
+            await client.send_audio(float_to_pcm16(silence(0.6)), first_seq=seq)
+            await client.until("response.done", 5)
+            await client.send("session.close")
+            await client.until("session.closed", 5)
+            return client
+        finally:
+            await client.close()
+
+    client = asyncio.run(scenario())
+    done = client.of_type("response.done")[0]["response"]
+    assert done["status_details"] == {"type": "cancelled", "reason": "interrupted"}
+    kinds = client.types()
+    after = kinds[kinds.index("response.done"):]
+    assert "response.output_audio.delta" not in after
