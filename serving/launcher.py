@@ -6,6 +6,11 @@ missing one raises :class:`fdb.errors.MissingExtraError`), then run uvicorn on t
 Models load in the background; ``/health`` answers 503 until they are ready, and the line
 ``fdb server ready on http://HOST:PORT (system NAME)`` is logged once they are. If loading
 fails, the server stops and ``serve()`` raises the loading error.
+
+A launch file's ``services`` start (or are reused) after the dependency check and before
+uvicorn runs (:mod:`serving.services`); the models' loading then probes the service nodes. A
+started service that exits stops the server, and stopping the server stops the services it
+started.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 from fdb.errors import FdbError
 from serving.app import create_app
 from serving.models import check_dependencies
+from serving.services import Services
 from serving.systems import resolve_system
 
 log = logging.getLogger("fdb.serving")
@@ -83,8 +89,10 @@ def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int =
     _setup_logging(log_level)
     resolved = resolve_system(system, config)
     sock = open_port(host, port, next_free_port)
+    services = Services(resolved.services)
     try:
         check_dependencies(resolved)
+        services.start()
     except BaseException:
         sock.close()
         raise
@@ -100,13 +108,19 @@ def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int =
         if server is not None:
             server.should_exit = True
 
+    def service_exited(error: BaseException) -> None:  # from the watcher's thread
+        log.error("%s", error)
+        failed(error)
+
     app = create_app(resolved, on_ready=ready, on_failure=failed)
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level.lower(), ws_per_message_deflate=False))
+    services.watch(service_exited)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
         log.info("fdb server on port %d stopped", bound_port)
     finally:
         sock.close()
+        services.stop()
     if failure:
         raise failure[0]

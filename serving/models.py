@@ -40,7 +40,9 @@ ROLE_NAMES = {"vad": "the VAD", "asr": "the ASR", "llm": "the reply LLM", "tts":
 def check_dependencies(system: SystemConfig) -> None:
     """Raise :class:`MissingExtraError` for the first backend package that is not installed
     (without importing anything heavy), or FdbError for an unknown backend key."""
-    for role, key in system.backends.model_dump().items():
+    for role, key in system.backends:
+        if not isinstance(key, str):  # a service node: httpx only, a core dependency
+            continue
         options = REQUIREMENTS[role]
         if key not in options:
             raise FdbError(f"unknown {role} backend {key!r} in system {system.name!r}",
@@ -108,10 +110,12 @@ def load_models(system: SystemConfig) -> ModelHub:
     from fdb.models.turn import SmartTurn, smart_turn_installed
     from fdb.models.vad import SileroVad
 
+    nodes = probe_nodes(system)  # a service that does not answer fails the start before any load
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
-    asr = _timed("faster-whisper tiny.en", lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
-    llm = _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads))
-    tts = _timed("Piper", PiperTts)
+    asr = nodes.get("asr") or _timed("faster-whisper tiny.en",
+                                     lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
+    llm = nodes.get("llm") or _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads))
+    tts = nodes.get("tts") or _timed("Piper", PiperTts)
     turn = _timed("Smart Turn v3.2", SmartTurn) if smart_turn_installed() else None
     hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity, turn=turn,
                    executor=ThreadPoolExecutor(system.model_workers, thread_name_prefix="fdb-model"),
@@ -121,13 +125,31 @@ def load_models(system: SystemConfig) -> ModelHub:
     return hub
 
 
+def probe_nodes(system: SystemConfig) -> dict[str, Any]:
+    """The clients of the system's service nodes, each probed once (raises FdbError naming the
+    node and URL of the first that fails, see :func:`serving.service_nodes.probe`)."""
+    from serving.service_nodes import build, probe
+
+    clients = {}
+    for role, node in system.backends.nodes().items():
+        clients[role] = build(node)
+        start = time.monotonic()
+        probe(role, node, clients[role])
+        log.info("%s node %s answered at %s in %.1f s", role, node.kind, node.base_url, time.monotonic() - start)
+    return clients
+
+
 def warm_up(hub: ModelHub) -> None:
-    """One small call per backend, so the first real turn does not pay the first-call costs."""
-    spoken = hub.tts.synthesize("Hello there.")
+    """One small call per embedded backend, so the first real turn does not pay the first-call
+    costs (a service node's probe was its warm-up)."""
     from fdb.audio import resample
 
-    hub.asr.transcribe(resample(spoken, hub.tts.rate, 16000))
-    hub.llm.reply([{"role": "user", "content": "Hi"}], max_tokens=4)
+    if not getattr(hub.tts, "remote", False):
+        spoken = hub.tts.synthesize("Hello there.")
+        if not getattr(hub.asr, "remote", False):
+            hub.asr.transcribe(resample(spoken, hub.tts.rate, 16000))
+    if not getattr(hub.llm, "remote", False):
+        hub.llm.reply([{"role": "user", "content": "Hi"}], max_tokens=4)
     hub.new_vad(0.5, 500, 300).feed(np.zeros(1024, dtype=np.float32))
     if hub.turn is not None:
         hub.turn.complete_probability(np.zeros(1600, dtype=np.float32))

@@ -9,6 +9,15 @@ session defaults. The registry holds the bundled systems; a ``launch.yaml`` pick
     vad: {silence_duration_ms: 800}
     instructions: Answer in one short English sentence.
 
+A role's backend may also be a service node, an OpenAI-compatible endpoint (see
+``serving.service_nodes``), and ``services`` lists processes to start, wait for and stop with
+the server (see ``serving.services``)::
+
+    services:
+      - {name: tts, command: [python, -m, fdb, serve, --port, "8105"], port: 8105, env: {}}
+    backends:
+      tts: {kind: openai_speech, base_url: http://127.0.0.1:8105/v1, model: fdb/embedded-cascade}
+
 Settings that a session cannot change (limits, timeouts, ``max_output_lead_ms``) need a restart;
 instructions, sampling and turn detection are only defaults that each session may override.
 """
@@ -21,6 +30,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fdb.errors import FdbError
+from serving.service_nodes import (
+    OpenAiChatNode,
+    OpenAiSpeechNode,
+    OpenAiTranscriptionNode,
+    ServiceNode,
+    parse_node,
+)
+from serving.services import ServiceEntry
 
 DEFAULT_INSTRUCTIONS = "You are a helpful voice assistant. Answer in one short sentence."
 
@@ -36,14 +53,29 @@ class VadDefaults(BaseModel):
 
 
 class Backends(BaseModel):
-    """Registry keys of the backend per role (see ``serving.models``)."""
+    """The backend per role: a registry key (see ``serving.models``) or, for asr, llm and tts,
+    a service node (a mapping with ``kind``, see ``serving.service_nodes``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     vad: str = "silero"
-    asr: str = "faster-whisper"
-    llm: str = "smollm2"
-    tts: str = "piper"
+    asr: str | OpenAiTranscriptionNode = "faster-whisper"
+    llm: str | OpenAiChatNode = "smollm2"
+    tts: str | OpenAiSpeechNode = "piper"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes(cls, data: Any) -> Any:
+        """A mapping becomes the role's node, so an error names the node's own field."""
+        if isinstance(data, dict):
+            data = {role: parse_node(role, value) if isinstance(value, dict) else value
+                    for role, value in data.items()}
+        return data
+
+    def nodes(self) -> dict[str, ServiceNode]:
+        """The roles served by service nodes."""
+        return {role: value for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
+                if not isinstance(value, str)}
 
 
 class SpeechService(BaseModel):
@@ -114,6 +146,20 @@ class SystemConfig(BaseModel):
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
     duplex: DuplexSettings | None = None  # set: a native full-duplex system (serving.duplex)
+    services: list[ServiceEntry] = []  # started in order before the models load (serving.services)
+
+    @model_validator(mode="after")
+    def _services_and_nodes(self) -> SystemConfig:
+        if len({s.name for s in self.services}) < len(self.services) or \
+                len({s.port for s in self.services}) < len(self.services):
+            raise ValueError("services must have distinct names and ports")
+        llm = self.backends.llm
+        if isinstance(llm, OpenAiChatNode):  # the node's sampling settings are the sessions' defaults
+            updates = {"max_tokens": llm.max_tokens, "temperature": llm.temperature}
+            updates = {k: v for k, v in updates.items() if v is not None and v != getattr(self, k)}
+            if updates:
+                return self.model_copy(update=updates)
+        return self
 
 
 SYSTEMS: dict[str, SystemConfig] = {
@@ -146,8 +192,9 @@ def apply_overrides(base: SystemConfig, overrides: dict[str, Any], source: str) 
         return SystemConfig.model_validate(merged)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise FdbError(f"{source}: {where}: {first['msg']}", "fix the launch configuration") from exc
+        where = ".".join(str(part) for part in first["loc"]) or "settings"
+        message = first["msg"].removeprefix("Value error, ")
+        raise FdbError(f"{source}: {where}: {message}", "fix the launch configuration") from exc
 
 
 def load_config_file(path: str | Path, default_system: str = "embedded-cascade") -> SystemConfig:

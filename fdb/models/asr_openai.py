@@ -11,6 +11,10 @@ put in the Authorization header: the identity records the variable's name, error
 200 characters of a reply body, and nothing here logs. Transport errors, timeouts, 408, 409,
 429 and 5xx replies are retried up to ``max_attempts`` in all, with ``retry_sleep_s`` doubling
 between attempts; any other 4xx reply fails at once.
+
+The cascade's ``openai_transcription`` node (:mod:`serving.service_nodes`) uses this client with
+``key_required=False`` (no Authorization header while the variable is unset),
+``response_format="json"`` where asked, and ``words_required=False`` (only the text is needed).
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ class OpenAiCompatibleAsr:
     """Word-timestamped transcripts from an OpenAI-compatible transcription endpoint."""
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", language: str | None = "en",
-                 timeout_s: float = 120.0, max_attempts: int = 3, retry_sleep_s: float = 2.0):
+                 timeout_s: float = 120.0, max_attempts: int = 3, retry_sleep_s: float = 2.0,
+                 key_required: bool = True, response_format: str = "verbose_json", words_required: bool = True):
         if not base_url.startswith(("http://", "https://")):
             raise FdbError(f"ASR endpoint {base_url!r} is not an http(s) URL", "pass e.g. http://host:8000/v1")
         if max_attempts < 1:
             raise FdbError("max_attempts must be at least 1")
-        if not os.environ.get(api_key_env):
+        if key_required and not os.environ.get(api_key_env):
             raise FdbError(f"the ASR endpoint key variable {api_key_env} is not set",
                            f"export {api_key_env}=<key> (or {api_key_env}=EMPTY for an endpoint without authentication)")
         self._url = base_url.rstrip("/") + "/audio/transcriptions"
@@ -51,16 +56,19 @@ class OpenAiCompatibleAsr:
         self._timeout = timeout_s
         self._attempts = max_attempts
         self._sleep = retry_sleep_s
+        self._format = response_format
+        self._words_required = words_required
         self.identity = BackendIdentity(
             kind="asr", name=f"openai-compatible/{model}", version=None, checkpoint=None,
-            settings={"base_url": base_url.rstrip("/"), "model": model, "response_format": "verbose_json",
+            settings={"base_url": base_url.rstrip("/"), "model": model, "response_format": response_format,
                       "timestamp_granularities": ["word"], "temperature": 0.0, "language": language,
                       "api_key_env": api_key_env, "client": f"httpx {package_version('httpx')}"},
         )
 
     def _form(self) -> dict[str, str]:
-        form = {"model": self._model, "response_format": "verbose_json", "timestamp_granularities[]": "word",
-                "temperature": "0"}
+        form = {"model": self._model, "response_format": self._format, "temperature": "0"}
+        if self._format == "verbose_json":
+            form["timestamp_granularities[]"] = "word"
         if self._language:
             form["language"] = self._language
         return form
@@ -69,7 +77,8 @@ class OpenAiCompatibleAsr:
         """One transcription request with bounded retries; the parsed JSON reply."""
         import httpx
 
-        headers = {"Authorization": f"Bearer {os.environ.get(self._key_env, '')}"}
+        key = os.environ.get(self._key_env)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         last = "no attempt"
         for attempt in range(1, self._attempts + 1):
             if attempt > 1:
@@ -99,7 +108,10 @@ class OpenAiCompatibleAsr:
         samples = np.ascontiguousarray(samples, dtype=np.float32)
         if len(samples) == 0:
             return Transcript("", [])
-        return parse_verbose_json(self._post(wav_bytes(samples, ASR_RATE)), self._url)
+        reply = self._post(wav_bytes(samples, ASR_RATE))
+        if not self._words_required and not (isinstance(reply, dict) and isinstance(reply.get("words"), list)):
+            return Transcript(str(reply.get("text") or "").strip() if isinstance(reply, dict) else "", [])
+        return parse_verbose_json(reply, self._url)
 
 
 def _hint(status: int, key_env: str) -> str:

@@ -1,0 +1,144 @@
+"""The ``services`` of a launch file: processes the server starts, waits for and stops.
+
+Each entry is started in the order listed, before the models load. A service that already
+answers ``http://127.0.0.1:<port>/v1/models`` with 200 is reused (``service 'tts' already serving
+on :8105``) and left running when the server stops. Otherwise ``command`` runs with the server's
+environment plus ``env``, in the directory the server was started from, in a process group of
+its own; the port is polled every second for up to 600 s. A service that exits first fails the
+start with ``service '<name>' exited with code <n> before :<port> answered``, one that does not
+answer in time with ``service '<name>' did not answer on :<port> within 600 s``.
+
+While the server runs, a started service that exits stops the server (``service '<name>' exited
+with code <n>``). Stopping sends SIGTERM to every started service's process group and SIGKILL to
+any still running 15 s later.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fdb.errors import FdbError
+
+log = logging.getLogger("fdb.serving")
+
+
+class ServiceEntry(BaseModel):
+    """One ``services`` entry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    command: list[str] = Field(min_length=1)  # argv, no shell
+    port: int = Field(ge=1, le=65535)
+    env: dict[str, str] = {}
+
+
+def answers(port: int, timeout_s: float = 2.0) -> bool:
+    """Whether ``http://127.0.0.1:<port>/v1/models`` answers 200."""
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class _Started:
+    entry: ServiceEntry
+    process: subprocess.Popen
+
+
+class Services:
+    """Starts, watches and stops the services of one server (all methods are blocking)."""
+
+    def __init__(self, entries: list[ServiceEntry], poll_s: float = 1.0, ready_timeout_s: float = 600.0,
+                 stop_grace_s: float = 15.0) -> None:
+        self._entries = list(entries)
+        self._poll_s = poll_s
+        self._ready_timeout_s = ready_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self.started: list[_Started] = []
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        """Start (or reuse) every service in order; on a failure the ones started are stopped."""
+        try:
+            for entry in self._entries:
+                self._start_one(entry)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_one(self, entry: ServiceEntry) -> None:
+        if answers(entry.port):
+            log.info("service '%s' already serving on :%d", entry.name, entry.port)
+            return
+        log.info("starting service '%s' on :%d", entry.name, entry.port)
+        try:
+            process = subprocess.Popen(entry.command, env={**os.environ, **entry.env}, start_new_session=True)
+        except OSError as exc:
+            raise FdbError(f"service '{entry.name}' could not start: {exc.strerror}: {entry.command[0]}",
+                           "fix the service's command in the launch file") from exc
+        self.started.append(_Started(entry, process))
+        deadline = time.monotonic() + self._ready_timeout_s
+        while True:
+            if process.poll() is not None:
+                raise FdbError(f"service '{entry.name}' exited with code {process.returncode} "
+                               f"before :{entry.port} answered", "run its command by hand to see why")
+            if answers(entry.port):
+                log.info("service '%s' ready on :%d", entry.name, entry.port)
+                return
+            if time.monotonic() >= deadline:
+                raise FdbError(f"service '{entry.name}' did not answer on :{entry.port} within "
+                               f"{self._ready_timeout_s:g} s", "check its command, port and log")
+            time.sleep(self._poll_s)
+
+    def watch(self, on_exit: Callable[[BaseException], None], poll_s: float = 0.5) -> threading.Thread:
+        """Call ``on_exit(error)`` (from a daemon thread) once a started service exits on its own."""
+
+        def work() -> None:
+            while not self._stopping.wait(poll_s):
+                for item in self.started:
+                    code = item.process.poll()
+                    if code is not None:
+                        on_exit(FdbError(f"service '{item.entry.name}' exited with code {code}",
+                                         "the server stopped with it; see the service's log"))
+                        return
+
+        thread = threading.Thread(target=work, name="fdb-services-watch", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        """SIGTERM to every started service (last first), SIGKILL after the grace period."""
+        self._stopping.set()
+        running = [item for item in reversed(self.started) if item.process.poll() is None]
+        for item in running:
+            log.info("stopping service '%s'", item.entry.name)
+            _signal(item.process, signal.SIGTERM)
+        deadline = time.monotonic() + self._stop_grace_s
+        for item in running:
+            try:
+                item.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("service '%s' ignored SIGTERM; killing it", item.entry.name)
+                _signal(item.process, signal.SIGKILL)
+                item.process.wait()
+
+
+def _signal(process: subprocess.Popen, sig: signal.Signals) -> None:
+    """``sig`` to the service's process group (its own children too)."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass

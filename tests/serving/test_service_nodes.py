@@ -1,0 +1,286 @@
+"""Service nodes (openai_transcription, openai_chat, openai_speech) and launch-file services.
+
+The user's own services are stood in for by :mod:`tests.serving.openai_services` (real
+faster-whisper and Piper behind OpenAI-compatible routes, a scripted chat stream), in a thread
+of the test process or started by the server as a ``services`` entry."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fdb.errors import FdbError
+from serving.launcher import serve
+from serving.models import probe_nodes
+from serving.service_nodes import OpenAiChat, OpenAiSpeech, sentences
+from serving.services import ServiceEntry, Services, answers
+from serving.systems import apply_overrides, get_system
+from tests.conftest import REPO, free_port
+from tests.serving.conftest import _wait_healthy
+from tests.serving.openai_services import start_in_thread
+from tests.serving.realtime_client import Client
+
+SECRET = "sk-node-test-not-a-real-key-91c2"
+KEY_ENV = "FDB_TEST_NODE_KEY"
+SERVICE = [sys.executable, "-m", "tests.serving.openai_services"]
+
+
+def _nodes(base_url: str, **extra) -> dict:
+    common = {"base_url": base_url, "api_key_env": KEY_ENV}
+    return {"backends": {
+        "asr": {"kind": "openai_transcription", "model": "whisper-tiny", "response_format": "json", **common},
+        "llm": {"kind": "openai_chat", "model": "scripted-chat", "max_tokens": 64, **common,
+                **extra.get("llm", {})},
+        "tts": {"kind": "openai_speech", "model": "piper-joe", **common}}}
+
+
+def _system(base_url: str, **extra):
+    return apply_overrides(get_system("embedded-cascade"), _nodes(base_url, **extra), "launch.yaml")
+
+
+@pytest.fixture(scope="module")
+def fake():
+    server = start_in_thread(tone=True)
+    yield server
+    server.stop()
+
+
+# ------------------------------------------------------------------------------ the launch file
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"backends": {"llm": {"kind": "openai_chat", "base_url": "localhost:1/v1", "model": "m"}}},
+     "backends: llm.base_url: String should match pattern"),
+    ({"backends": {"tts": {"kind": "openai_speech", "base_url": "http://h/v1", "model": "m", "voise": "x"}}},
+     "backends: tts.voise: Extra inputs are not permitted"),
+    ({"backends": {"llm": {"kind": "openai_speech", "base_url": "http://h/v1", "model": "m"}}},
+     "llm.kind: 'openai_speech' is not a service node kind for llm"),
+    ({"backends": {"llm": {"kind": "openai_chat", "base_url": "http://h/v1"}}}, "llm.model: Field required"),
+    ({"backends": {"llm": {"kind": "openai_chat", "base_url": "http://h/v1", "model": "m",
+                           "extra_body": {"stream": False}}}}, "extra_body cannot set ['stream']"),
+    ({"services": [{"name": "a", "command": ["x"], "port": 9001}, {"name": "a", "command": ["y"], "port": 9002}]},
+     "services must have distinct names and ports"),
+    ({"services": [{"name": "a", "command": ["x"], "port": 70000}]}, "services.0.port"),
+])
+def test_launch_file_errors_name_the_field(override, message):
+    with pytest.raises(FdbError) as err:
+        apply_overrides(get_system("embedded-cascade"), override, "launch.yaml")
+    assert message in err.value.message
+
+
+def test_chat_node_sets_session_defaults():
+    system = _system("http://127.0.0.1:1/v1", llm={"temperature": 0.7})
+    assert (system.max_tokens, system.temperature) == (64, 0.7)
+    assert system.backends.llm.kind == "openai_chat" and system.backends.vad == "silero"
+
+
+# ------------------------------------------------------------------------------ the clients
+
+
+def test_chat_streams_pieces_with_key_and_extra_body(fake, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    system = _system(fake.base_url, llm={"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}})
+    chat = OpenAiChat(system.backends.llm)
+    fake.state.requests.clear()
+    pieces = list(chat.stream_reply([{"role": "user", "content": "And France?"}], 64, None))
+    assert len(pieces) > 3 and "".join(pieces) == "The capital of France is Paris. 😀"
+    request = fake.state.requests[-1]
+    assert request["auth"] == f"Bearer {SECRET}"
+    assert request["body"]["stream"] is True and request["body"]["max_tokens"] == 64
+    assert "temperature" not in request["body"]  # null: left out
+    assert request["body"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert chat.reply([{"role": "user", "content": "Hm"}], 3, 0.2) == "Sorry, I did"
+    assert fake.state.requests[-1]["body"]["temperature"] == 0.2
+    assert SECRET not in chat.identity.model_dump_json() and KEY_ENV in chat.identity.model_dump_json()
+
+
+def test_speech_sends_one_clean_request_per_sentence(fake, monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    speech = OpenAiSpeech(_system(fake.base_url).backends.tts)
+    fake.state.requests.clear()
+    chunks = list(speech.stream("Hello **there**. 😀 🎉. Read [the `docs`](https://x.example/d) now!\nBye"))
+    bodies = [r["body"] for r in fake.state.requests]
+    assert [b["input"] for b in bodies] == ["Hello there.", "Read the docs now!", "Bye"]
+    assert all(b["response_format"] == "pcm" and b["stream"] is True and b["voice"] == "default"
+               and b["model"] == "piper-joe" and "language" not in b for b in bodies)
+    assert all(r["auth"] is None for r in fake.state.requests)  # key variable unset: no header
+    assert speech.rate == 24000 and len(chunks) == 3
+    assert all(abs(len(c) - 0.3 * 24000) < 50 for c in chunks)  # 22,050 Hz tone resampled
+
+
+def test_sentences_cut_long_ones_at_a_comma():
+    words = " ".join(f"w{k}" for k in range(30))
+    assert sentences(f"“Yes.” Then {words}", 24)[0] == "“Yes.”"
+    cut = sentences("one two three four five six, seven eight nine ten", 8)
+    assert cut == ["one two three four five six,", "seven eight nine ten"]
+
+
+# ------------------------------------------------------------------------------ probes
+
+
+def test_probes_fail_with_the_node_and_url(fake, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    system = _system(fake.base_url)
+    clients = probe_nodes(system)  # all answer: one chat token streamed
+    assert set(clients) == {"asr", "llm", "tts"}
+    chat_probe = [r for r in fake.state.requests if r["path"] == "/v1/chat/completions"][-1]
+    assert chat_probe["body"]["max_tokens"] == 1
+    url = f"{fake.base_url}/models"
+    try:
+        fake.state.models_status = 500
+        with pytest.raises(FdbError, match=rf"asr node \(openai_transcription.*{url} answered 500"):
+            probe_nodes(system)
+        fake.state.models_status = 200
+        fake.state.models = ["whisper-tiny", "piper-joe"]
+        with pytest.raises(FdbError, match=r"llm node \(openai_chat.* does not list model 'scripted-chat'"):
+            probe_nodes(system)
+        fake.state.models = ["whisper-tiny", "scripted-chat", "piper-joe"]
+        fake.state.chat_status = 500
+        with pytest.raises(FdbError, match=r"first token failed: llm node.*chat/completions answered 500"):
+            probe_nodes(system)
+    finally:
+        fake.state.models_status, fake.state.chat_status = 200, 200
+        fake.state.models = ["whisper-tiny", "scripted-chat", "piper-joe"]
+
+
+def test_server_stops_when_a_node_cannot_be_reached(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    config = tmp_path / "launch.yaml"
+    config.write_text(f"backends:\n  llm: {{kind: openai_chat, base_url: '{dead}', model: m}}\n")
+    started = time.monotonic()
+    with pytest.raises(FdbError, match=rf"llm node \(openai_chat, model 'm'\): cannot reach {dead}/models"):
+        serve(port=free_port(), config=config, log_level="warning")
+    assert time.monotonic() - started < 15
+
+
+# ------------------------------------------------------------------------------ services
+
+
+def _entry(name: str, port: int, *args: str) -> ServiceEntry:
+    return ServiceEntry(name=name, command=[*SERVICE, "--port", str(port), *args], port=port,
+                        env={"PYTHONPATH": str(REPO)})
+
+
+def test_running_service_is_reused_and_left_running(fake):
+    never_run = ServiceEntry(name="tts", command=[sys.executable, "-c", "raise SystemExit(9)"], port=fake.port)
+    services = Services([never_run], poll_s=0.2)
+    services.start()
+    assert services.started == []
+    services.stop()
+    assert answers(fake.port)
+
+
+def test_service_exiting_or_silent_fails_the_start():
+    port = free_port()
+    quits = ServiceEntry(name="asr", command=[sys.executable, "-c", "raise SystemExit(3)"], port=port)
+    with pytest.raises(FdbError, match=rf"^service 'asr' exited with code 3 before :{port} answered$"):
+        Services([quits], poll_s=0.2).start()
+    silent = ServiceEntry(name="llm", command=[sys.executable, "-c", "import time; time.sleep(60)"], port=port)
+    services = Services([silent], poll_s=0.2, ready_timeout_s=1.0)
+    with pytest.raises(FdbError, match=rf"service 'llm' did not answer on :{port} within 1 s"):
+        services.start()
+    assert services.started[0].process.returncode is not None  # stopped after the failure
+
+
+def test_serve_reports_a_service_that_exits_before_ready(tmp_path):
+    port = free_port()
+    config = tmp_path / "launch.yaml"
+    config.write_text(f"services:\n  - name: tts\n    command: ['{sys.executable}', -c, 'raise SystemExit(4)']\n"
+                      f"    port: {port}\n")
+    with pytest.raises(FdbError, match=rf"service 'tts' exited with code 4 before :{port} answered"):
+        serve(port=free_port(), config=config, log_level="warning")
+
+
+def test_stop_escalates_to_sigkill_and_watch_sees_an_exit():
+    port, other = free_port(), free_port()
+    stubborn = _entry("stubborn", port, "--ignore-sigterm")
+    quitter = _entry("quitter", other, "--ignore-sigterm", "--exit-after", "1.5", "--exit-code", "5")
+    services = Services([stubborn, quitter], poll_s=0.1, stop_grace_s=1.0)
+    services.start()
+    exited: list[BaseException] = []
+    seen = threading.Event()
+    services.watch(lambda error: (exited.append(error), seen.set()), poll_s=0.1)
+    assert seen.wait(10)
+    assert str(exited[0]) == "service 'quitter' exited with code 5"
+    started = time.monotonic()
+    services.stop()
+    assert services.started[0].process.returncode == -signal.SIGKILL
+    assert time.monotonic() - started >= 0.9 and not answers(port)
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+def _launch_yaml(port: int) -> str:
+    base = f"http://127.0.0.1:{port}/v1"
+    nodes = _nodes(base)["backends"]
+    flow = ", ".join
+    lines = ["system: embedded-cascade", "max_sessions: 1", "services:", "  - name: voice-stack",
+             f"    command: [{flow(repr(a) for a in [*SERVICE, '--port', str(port)])}]",
+             f"    port: {port}", f"    env: {{PYTHONPATH: '{REPO}'}}", "backends:"]
+    for role, node in nodes.items():
+        lines.append(f"  {role}: {{{flow(f'{k}: {v!r}' for k, v in node.items())}}}")
+    return "\n".join(lines) + "\n"
+
+
+async def _one_turn(ws_url: str, pcm: bytes) -> Client:
+    client = await Client.connect(ws_url)
+    await client.open_session()
+    await client.send_audio(pcm, interval_s=0.02)
+    await client.until("response.done", 40)
+    await client.close()
+    return client
+
+
+def test_spoken_question_through_three_service_nodes(tmp_path, question_pcm):
+    """The server starts the services entry, probes the three nodes, answers a spoken question
+    over /v1/realtime with the services' words and voice, and stops the service on shutdown;
+    the key reaches every Authorization header and no file or log."""
+    port, server_port = free_port(), free_port()
+    config = tmp_path / "launch.yaml"
+    config.write_text(_launch_yaml(port), encoding="utf-8")
+    log_path = tmp_path / "server.log"
+    code = f"from pathlib import Path; from serving.launcher import serve; serve(port={server_port}, config=Path({str(config)!r}))"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", KEY_ENV: SECRET}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{server_port}"
+    try:
+        _wait_healthy(proc, base, log_path, timeout=120)
+        health = httpx.get(f"{base}/health").text
+        caps = httpx.get(f"{base}/v1/realtime/capabilities").json()
+        client = asyncio.run(_one_turn(f"ws://127.0.0.1:{server_port}/v1/realtime", question_pcm))
+        seen = httpx.get(f"http://127.0.0.1:{port}/test/requests").json()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    heard = client.of_type("conversation.item.input_audio_transcription.completed")[0]["transcript"]
+    assert "france" in heard.lower()
+    said = client.of_type("response.output_audio_transcript.done")[0]["transcript"]
+    assert "Paris" in said
+    audio = sum(len(base64.b64decode(e["delta"])) for e in client.of_type("response.output_audio.delta"))
+    assert audio / 2 / 24000 > 1.0  # Piper's "The capital of France is Paris." at 24 kHz
+    assert caps["service_nodes"]["llm"] == {"kind": "openai_chat", "model": "scripted-chat"}
+    paths = {r["path"] for r in seen["requests"]}
+    assert {"/v1/audio/transcriptions", "/v1/chat/completions", "/v1/audio/speech"} <= paths
+    assert all(r["auth"] == f"Bearer {SECRET}" for r in seen["requests"] if r["path"] != "/v1/models"
+               or r["auth"] is not None)
+    text = log_path.read_text(errors="replace")
+    assert "service 'voice-stack' ready" in text and "stopping service 'voice-stack'" in text
+    assert not answers(port), "the started service must stop with the server"
+    with pytest.raises(ProcessLookupError):
+        os.kill(seen["pid"], 0)
+    assert SECRET not in health and KEY_ENV in health
+    for path in Path(tmp_path).rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), path
