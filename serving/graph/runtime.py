@@ -1,0 +1,311 @@
+"""The asyncio runtime of a validated session graph.
+
+- Nodes open upstream first (``GraphDecl.order``) and close downstream first.
+- Every data edge is a bounded queue (``capacity``; ``overflow: block`` holds the producer's
+  ``emit``, ``drop_oldest`` drops the edge's oldest chunk). A client append that would block is
+  rejected instead (``append`` returns False) and nothing of it is queued.
+- Control edges bypass the data queues: a node takes its pending controls, in arrival order,
+  before its next data chunk; ``preempt`` cancels the node's ``on_chunk`` in flight first.
+- An ``interrupt`` or ``turn.interrupted`` naming turn N fences N for the graph's lifetime:
+  chunks of N queued on edges from nodes (never the client's input) and in the publish sink are
+  dropped, and later chunks of N reach no reader and no sink. The controls about the interruption
+  (``streams.PASS_FENCE``) still pass.
+- ``end_input()`` ends the input; each node's ``on_end`` runs once its upstream has ended and its
+  edges are empty, so ``wait_done()`` returns when the graph has drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+from fdb.errors import FdbError
+from serving.graph.declare import INPUT, DataEdge, GraphDecl, NodeDecl
+from serving.graph.streams import PASS_FENCE, Chunk
+
+Emit = Callable[[Chunk], Awaitable[None]]
+FENCING = ("interrupt", "turn.interrupted")
+
+
+class Node:
+    """A node adapter. Override what the node needs; ``emit`` sends one chunk of this node."""
+
+    async def open(self) -> None:
+        return None
+
+    async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
+        return None
+
+    async def on_control(self, chunk: Chunk, emit: Emit) -> None:
+        return None
+
+    async def on_end(self, emit: Emit) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class Sink(Protocol):
+    def put(self, chunk: Chunk) -> None: ...
+
+    def purge(self, turn: int) -> int: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _keeps(chunk: Chunk, turn: int) -> bool:
+    return chunk.turn != turn or chunk.control in PASS_FENCE
+
+
+class PublishSink:
+    """The published chunks, in order, for one reader (the session's outbox in the server)."""
+
+    def __init__(self) -> None:
+        self._items: deque[Chunk] = deque()
+        self._ready = asyncio.Event()
+        self._closed = False
+        self._error: BaseException | None = None
+
+    def put(self, chunk: Chunk) -> None:
+        self._items.append(chunk)
+        self._ready.set()
+
+    def purge(self, turn: int) -> int:
+        before = len(self._items)
+        self._items = deque(c for c in self._items if _keeps(c, turn))
+        return before - len(self._items)
+
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+        self._ready.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
+
+    async def get(self) -> Chunk | None:
+        """The next published chunk; None once the graph has drained. Raises a node's failure."""
+        while not self._items:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def drain(self) -> list[Chunk]:
+        items, self._items = list(self._items), deque()
+        return items
+
+
+class Edge:
+    """One bounded data edge into a node."""
+
+    def __init__(self, decl: DataEdge, wake: asyncio.Event):
+        self.decl = decl
+        self.items: deque[tuple[int, Chunk]] = deque()
+        self.dropped = 0  # by drop_oldest
+        self._wake = wake
+        self._space = asyncio.Event()
+
+    def full(self) -> bool:
+        return len(self.items) >= self.decl.capacity
+
+    async def put(self, seq: int, chunk: Chunk, fenced: set[int]) -> None:
+        while self.full() and self.decl.overflow == "block":
+            self._space.clear()
+            await self._space.wait()
+        if self.decl.source != INPUT and chunk.turn in fenced and chunk.control not in PASS_FENCE:
+            return  # fenced while the producer waited for room
+        if self.full():
+            self.items.popleft()
+            self.dropped += 1
+        self.items.append((seq, chunk))
+        self._wake.set()
+
+    def pop(self) -> Chunk:
+        self._space.set()
+        return self.items.popleft()[1]
+
+    def purge(self, turn: int) -> int:
+        before = len(self.items)
+        self.items = deque(i for i in self.items if _keeps(i[1], turn))
+        if len(self.items) < before:
+            self._space.set()
+        return before - len(self.items)
+
+
+class _Runner:
+    """Drives one node: its pending controls first, then its data in arrival order."""
+
+    def __init__(self, graph: SessionGraph, decl: NodeDecl, node: Node):
+        self.graph, self.decl, self.node = graph, decl, node
+        self.wake = asyncio.Event()
+        self.edges = {e.source: Edge(e, self.wake) for e in decl.data_inputs}
+        self.controls: deque[Chunk] = deque()
+        self.current: asyncio.Task | None = None
+        self.task: asyncio.Task | None = None
+        self.ended = False
+
+    async def emit(self, chunk: Chunk) -> None:
+        await self.graph._route(dataclasses.replace(chunk, source=self.decl.name))
+
+    def deliver_control(self, chunk: Chunk, preempt: bool) -> None:
+        self.controls.append(chunk)
+        if preempt and self.current is not None and not self.current.done():
+            self.current.cancel()
+        self.wake.set()
+
+    def _next_data(self) -> Chunk | None:
+        heads = [e for e in self.edges.values() if e.items]
+        return min(heads, key=lambda e: e.items[0][0]).pop() if heads else None
+
+    def _upstream_ended(self) -> bool:
+        return all(self.graph._ended(src) for src, e in self.edges.items() if not e.decl.feedback)
+
+    async def loop(self) -> None:
+        while True:
+            if self.controls:
+                await self.node.on_control(self.controls.popleft(), self.emit)
+                continue
+            chunk = self._next_data()
+            if chunk is not None:
+                self.current = asyncio.ensure_future(self.node.on_chunk(chunk, self.emit))
+                try:
+                    await asyncio.wait({self.current})
+                except asyncio.CancelledError:
+                    self.current.cancel()
+                    raise
+                if not self.current.cancelled() and self.current.exception() is not None:
+                    raise self.current.exception()
+                continue
+            if self._upstream_ended():
+                await self.node.on_end(self.emit)
+                self.ended = True
+                self.graph._wake_all()
+                return
+            self.wake.clear()
+            await self.wake.wait()
+
+
+class SessionGraph:
+    """One session's graph: ``open()``, ``append()``/``control()`` client chunks, read ``sink``,
+    ``end_input()`` + ``wait_done()``, ``close()``."""
+
+    def __init__(self, decl: GraphDecl, nodes: Mapping[str, Node], sink: Sink | None = None):
+        missing = [n for n in decl.nodes if n not in nodes]
+        if missing:
+            raise FdbError(f"session graph has no node adapter for {missing}",
+                           "build the nodes with serving.graph.nodes.build_nodes or pass one per declared node")
+        self.decl = decl
+        self.sink = sink if sink is not None else PublishSink()
+        self.fenced: set[int] = set()
+        self.dropped_fenced = 0
+        self.events: list[tuple[str, str]] = []  # ("open" | "close", node): the lifecycle order
+        self._runners = {name: _Runner(self, d, nodes[name]) for name, d in decl.nodes.items()}
+        self._seq = 0
+        self._input_ended = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def open(self) -> None:
+        for name in self.decl.order:
+            runner = self._runners[name]
+            await runner.node.open()
+            self.events.append(("open", name))
+            runner.task = asyncio.ensure_future(runner.loop())
+            runner.task.add_done_callback(self._on_runner_done)
+
+    def _on_runner_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.sink.fail(task.exception())
+
+    async def close(self) -> None:
+        for name in reversed(self.decl.order):
+            runner = self._runners[name]
+            if runner.task is not None and not runner.task.done():
+                runner.task.cancel()
+                await asyncio.gather(runner.task, return_exceptions=True)
+            await runner.node.close()
+            self.events.append(("close", name))
+        self.sink.close()
+
+    def end_input(self) -> None:
+        self._input_ended = True
+        self._wake_all()
+
+    async def wait_done(self, timeout_s: float | None = None) -> None:
+        """Until every node has ended after ``end_input``; a node's failure is raised."""
+        tasks = [r.task for r in self._runners.values() if r.task is not None]
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+        if pending:
+            raise FdbError(f"session graph did not drain within {timeout_s} s: nodes "
+                           f"{[n for n, r in self._runners.items() if r.task in pending]} still running")
+        self.sink.close()
+
+    # -- client side -----------------------------------------------------------------------
+    async def append(self, chunk: Chunk) -> bool:
+        """A client chunk (pcm16 audio or a session control). False: a blocking edge is full and
+        the chunk was rejected whole (nothing of it was queued)."""
+        chunk = dataclasses.replace(chunk, source=INPUT)
+        for runner in self._runners.values():
+            edge = runner.edges.get(INPUT)
+            if edge and chunk.format in edge.decl.formats and edge.full() and edge.decl.overflow == "block":
+                if not any(c.reader == runner.decl.name and c.event == chunk.event
+                           for c in self.decl.controls_from(INPUT)):
+                    return False
+        await self._route(chunk)
+        return True
+
+    control = append
+
+    def edge(self, reader: str, source: str) -> Edge:
+        return self._runners[reader].edges[source]
+
+    # -- routing ---------------------------------------------------------------------------
+    def _ended(self, source: str) -> bool:
+        return self._input_ended if source == INPUT else self._runners[source].ended
+
+    def _wake_all(self) -> None:
+        for runner in self._runners.values():
+            runner.wake.set()
+
+    def fence(self, turn: int) -> None:
+        """Fence ``turn`` for the graph's lifetime and drop what is queued of it."""
+        if turn in self.fenced:
+            return
+        self.fenced.add(turn)
+        for runner in self._runners.values():
+            for source, edge in runner.edges.items():
+                if source != INPUT:
+                    self.dropped_fenced += edge.purge(turn)
+            runner.controls = deque(c for c in runner.controls if _keeps(c, turn))
+        self.dropped_fenced += self.sink.purge(turn)
+
+    async def _route(self, chunk: Chunk) -> None:
+        if chunk.control in FENCING and chunk.turn is not None:
+            self.fence(chunk.turn)
+        if chunk.source != INPUT and chunk.turn in self.fenced and chunk.control not in PASS_FENCE:
+            self.dropped_fenced += 1
+            return
+        controlled = set()
+        for edge in self.decl.controls_from(chunk.source):
+            if edge.event == chunk.event:
+                self._runners[edge.reader].deliver_control(chunk, edge.preempt)
+                controlled.add(edge.reader)
+        if chunk.format in self.decl.publish.get(chunk.source, ()):
+            self.sink.put(chunk)
+        self._seq += 1
+        seq = self._seq
+        for reader, edge in self.decl.readers(chunk.source):
+            if reader.name not in controlled and chunk.format in edge.formats:
+                await self._runners[reader.name].edges[chunk.source].put(seq, chunk, self.fenced)
