@@ -19,6 +19,7 @@ import base64
 import binascii
 import datetime as dt
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +353,17 @@ class _Session:
         self.fail("disconnected", f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}")
 
 
+# One worker thread for the CPU-bound parts of every session (input resampling, judging the
+# trace, writing files). With the default executor several such threads at once each hold the
+# GIL for a switch interval in turn, and the event loop that paces every session waits behind
+# all of them; with one, it waits at most one switch interval.
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fdb-recorder-work")
+
+
+async def _off_loop(fn, *args):
+    return await asyncio.get_running_loop().run_in_executor(_WORKER, fn, *args)
+
+
 async def record_session(
     url: str,
     audio: Audio,
@@ -384,11 +396,11 @@ async def record_session(
         raise SampleError(label, "is already recorded", "delete it or record into a new output", str(out_dir))
     if not timeout_s > 0:
         raise FdbError(f"{label}: timeout_s must be positive, got {timeout_s}")
-    pcm = await asyncio.to_thread(input_pcm16, audio, profile.input_rate)  # keep the loop free
+    pcm = await _off_loop(input_pcm16, audio, profile.input_rate)  # keep the loop free
     if not pcm:
         raise SampleError(label, "input audio is empty", "check the dataset file")
     out_dir.mkdir(parents=True, exist_ok=True)
-    input_sha = await asyncio.to_thread(write_input_wav, out_dir, pcm, profile.input_rate)
+    input_sha = await _off_loop(write_input_wav, out_dir, pcm, profile.input_rate)
     body = session_update_body(profile, turn_detection, model, instructions)
     session = _Session(url, pcm, profile, body, timeout_s)
     started = session.loop.time()
@@ -412,5 +424,5 @@ async def record_session(
         write()
         raise
     elapsed = session.loop.time() - started
-    # Judging and fsync-ed writes run in a thread so other sessions' packets stay on schedule.
-    return await asyncio.to_thread(write)
+    # Judging and fsync-ed writes run off the loop so other sessions' packets stay on schedule.
+    return await _off_loop(write)
