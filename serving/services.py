@@ -71,13 +71,19 @@ class Services:
         self._stopping = threading.Event()
 
     def start(self) -> None:
-        """Start (or reuse) every service in order; on a failure the ones started are stopped."""
+        """Start (or reuse) every service in order; on a failure the ones started are stopped.
+        A SIGTERM meanwhile (in the main thread) stops them too, then raises KeyboardInterrupt."""
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupt) if main and self._entries else None
         try:
             for entry in self._entries:
                 self._start_one(entry)
         except BaseException:
             self.stop()
             raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     def _start_one(self, entry: ServiceEntry) -> None:
         if answers(entry.port):
@@ -134,6 +140,10 @@ class Services:
                 log.warning("service '%s' ignored SIGTERM; killing it", item.entry.name)
                 _signal(item.process, signal.SIGKILL)
                 item.process.wait()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _signal(process: subprocess.Popen, sig: signal.Signals) -> None:

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from yaml import safe_dump as yaml_dump
 
 from fdb.errors import FdbError
 from serving.launcher import serve
 from serving.models import probe_nodes
-from serving.service_nodes import OpenAiChat, OpenAiSpeech, sentences
+from serving.service_nodes import OpenAiChat, OpenAiSpeech, probe, sentences
 from serving.services import ServiceEntry, Services, answers
 from serving.systems import apply_overrides, get_system
 from tests.conftest import REPO, free_port
@@ -116,6 +117,17 @@ def test_speech_sends_one_clean_request_per_sentence(fake, monkeypatch):
     assert all(r["auth"] is None for r in fake.state.requests)  # key variable unset: no header
     assert speech.rate == 24000 and len(chunks) == 3
     assert all(abs(len(c) - 0.3 * 24000) < 50 for c in chunks)  # 22,050 Hz tone resampled
+
+
+def test_a_bundled_fdb_server_is_an_openai_speech_target(server):
+    node = apply_overrides(get_system("embedded-cascade"), {"backends": {"tts": {
+        "kind": "openai_speech", "base_url": f"{server.base_url}/v1", "model": "fdb/embedded-cascade"}}},
+        "launch.yaml").backends.tts
+    speech = OpenAiSpeech(node)
+    probe("tts", node, speech)
+    samples = speech.synthesize("Hello there. How are you today?")
+    assert speech.rate == 24000 and 1.0 < len(samples) / 24000 < 6.0  # 22,050 Hz Piper, resampled
+    assert float(abs(samples).max()) > 0.05
 
 
 def test_sentences_cut_long_ones_at_a_comma():
@@ -218,19 +230,26 @@ def test_stop_escalates_to_sigkill_and_watch_sees_an_exit():
     assert time.monotonic() - started >= 0.9 and not answers(port)
 
 
+def test_a_service_exiting_while_serving_stops_the_server(tmp_path, fake):
+    port = free_port()
+    config = tmp_path / "launch.yaml"
+    entry = _entry("flaky", port, "--ignore-sigterm", "--exit-after", "3", "--exit-code", "6")
+    config.write_text(yaml_dump({"services": [entry.model_dump()], **_nodes(fake.base_url)}), encoding="utf-8")
+    code = f"from pathlib import Path; from serving.launcher import serve; serve(port={free_port()}, config=Path({str(config)!r}))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "service 'flaky' exited with code 6" in run.stderr
+
+
 # ------------------------------------------------------------------------------ end to end
 
 
 def _launch_yaml(port: int) -> str:
-    base = f"http://127.0.0.1:{port}/v1"
-    nodes = _nodes(base)["backends"]
-    flow = ", ".join
-    lines = ["system: embedded-cascade", "max_sessions: 1", "services:", "  - name: voice-stack",
-             f"    command: [{flow(repr(a) for a in [*SERVICE, '--port', str(port)])}]",
-             f"    port: {port}", f"    env: {{PYTHONPATH: '{REPO}'}}", "backends:"]
-    for role, node in nodes.items():
-        lines.append(f"  {role}: {{{flow(f'{k}: {v!r}' for k, v in node.items())}}}")
-    return "\n".join(lines) + "\n"
+    services = [{"name": "voice-stack", "command": [*SERVICE, "--port", str(port)], "port": port,
+                 "env": {"PYTHONPATH": str(REPO)}}]
+    return yaml_dump({"system": "embedded-cascade", "max_sessions": 1, "services": services,
+                      **_nodes(f"http://127.0.0.1:{port}/v1")})
 
 
 async def _one_turn(ws_url: str, pcm: bytes) -> Client:
