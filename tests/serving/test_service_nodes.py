@@ -216,7 +216,7 @@ def test_serve_reports_a_service_that_exits_before_ready(tmp_path):
 def test_stop_escalates_to_sigkill_and_watch_sees_an_exit():
     port, other = free_port(), free_port()
     stubborn = _entry("stubborn", port, "--ignore-sigterm")
-    quitter = _entry("quitter", other, "--ignore-sigterm", "--exit-after", "1.5", "--exit-code", "5")
+    quitter = _entry("quitter", other, "--ignore-sigterm", "--exit-after", "2.5", "--exit-code", "5")
     services = Services([stubborn, quitter], poll_s=0.1, stop_grace_s=1.0)
     services.start()
     exited: list[BaseException] = []
