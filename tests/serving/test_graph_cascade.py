@@ -1,0 +1,117 @@
+"""The bundled embedded-cascade declaration run on the graph runtime with the real models: a
+Piper question at 16 kHz -> Silero VAD boundaries -> tiny.en transcript -> dialog turn 1 ->
+SmolLM2 reply text -> Piper reply audio (24 kHz pcm_f32le), every reply chunk in turn 1."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving.graph.declare import load_graph
+from serving.graph.nodes import EmbeddedModels, build_nodes
+from serving.graph.runtime import SessionGraph
+from serving.graph.streams import Chunk, Pcm16
+from tests.serving.conftest import _pcm16, silence
+
+CASCADE = Path(__file__).resolve().parents[2] / "serving" / "graph" / "embedded-cascade.yaml"
+UNIT = 1280 * 2  # 80 ms of 16 kHz PCM16
+
+
+@pytest.fixture(scope="module")
+def say():
+    from fdb.audio import resample
+    from fdb.models.tts import PiperTts
+
+    tts = PiperTts(deterministic=True)
+    return lambda text: resample(tts.synthesize(text), tts.rate, 16000)
+
+
+@pytest.fixture(scope="module")
+def question(say) -> bytes:
+    return _pcm16(np.concatenate([silence(0.3), say("What is the capital of France?"), silence(1.0)]))
+
+
+async def feed(graph: SessionGraph, pcm: bytes) -> None:
+    for at in range(0, len(pcm), UNIT):
+        while not await graph.append(Chunk("pcm16", Pcm16(pcm[at:at + UNIT]))):
+            await asyncio.sleep(0.01)  # a full input edge: the client retries
+
+
+async def converse(pcm: bytes) -> tuple[list[Chunk], float]:
+    decl = load_graph(CASCADE)
+    graph = SessionGraph(decl, build_nodes(decl, EmbeddedModels()))
+    await graph.open()
+    start = time.monotonic()
+    try:
+        await feed(graph, pcm)
+        graph.end_input()
+        await graph.wait_done(timeout_s=60)
+    finally:
+        await graph.close()
+    return graph.sink.drain(), time.monotonic() - start
+
+
+def test_the_embedded_cascade_graph_answers_a_spoken_question(question):
+    published, elapsed = asyncio.run(converse(question))
+    sessions = [(c.source, c.control, c.turn) for c in published if c.format == "session"]
+    assert ("vad", "speech.started", None) in sessions and ("vad", "speech.stopped", None) in sessions
+    started = next(c for c in published if c.control == "speech.started")
+    assert 0 <= started.t_ms <= 300  # speech at 0.3 s, reported prefix_padding_ms (300) earlier
+    transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
+    assert len(transcripts) == 1 and "capital" in transcripts[0] and "france" in transcripts[0]
+    assert ("dialog", "turn.queued", 1) in sessions
+    reply_text = "".join(c.payload.text for c in published if c.format == "text_delta")
+    assert reply_text.strip() and {c.turn for c in published if c.format == "text_delta"} == {1}
+    audio = [c for c in published if c.format == "pcm_f32le"]
+    assert audio and {c.turn for c in audio} == {1} and {c.payload.rate for c in audio} == {24000}
+    assert sum(len(c.payload.samples) for c in audio) > 24000 * 0.3
+    tts_turn = [ctl for src, ctl, turn in sessions if src == "tts" and turn == 1]
+    assert tts_turn == ["turn.started", "turn.done"]
+    order = [c.format for c in published]
+    assert order.index("transcript") < order.index("text_delta") < order.index("pcm_f32le")
+    print(f"graph cascade: {elapsed:.2f} s for {len(question) / 32000:.2f} s of input; reply {reply_text!r}")
+
+
+async def barge_in(first: bytes, second: bytes) -> list[Chunk]:
+    """Feeds ``first``, and ``second`` once the reply to it has begun; returns all it published."""
+    import yaml
+
+    raw = yaml.safe_load(CASCADE.read_text(encoding="utf-8"))
+    raw["session_nodes"]["llm"]["max_tokens"] = 96  # a reply long enough to speak over
+    decl = load_graph(raw)
+    graph = SessionGraph(decl, build_nodes(decl, EmbeddedModels()))
+    published: list[Chunk] = []
+    await graph.open()
+    try:
+        await feed(graph, first)
+        while not any(c.format == "text_delta" for c in published):
+            chunk = await asyncio.wait_for(graph.sink.get(), timeout=60)
+            published.append(chunk)
+        await feed(graph, second)
+        graph.end_input()
+        await graph.wait_done(timeout_s=60)
+    finally:
+        await graph.close()
+    return published + graph.sink.drain()
+
+
+def test_speech_during_a_reply_fences_the_rest_of_it(say):
+    """SmolLM2 answers "Why is the sky blue?" at length; the user speaks during the answer: turn 1
+    is interrupted and nothing more of it (text, audio, turn.done) is published; turn 2 is answered."""
+    first = _pcm16(np.concatenate([silence(0.3), say("Why is the sky blue?"), silence(0.8)]))
+    second = _pcm16(np.concatenate([say("Tell me about the weather in Spain instead, please."), silence(1.0)]))
+    published = asyncio.run(barge_in(first, second))
+    cut = next(i for i, c in enumerate(published) if c.control == "turn.interrupted")
+    assert published[cut].turn == 1 and published[cut].source == "dialog"
+    after = published[cut + 1:]
+    assert not [c for c in after if c.turn == 1 and c.control not in ("interrupt", "turn.interrupted")]
+    assert ("tts", "turn.done", 1) not in [(c.source, c.control, c.turn) for c in published]
+    transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
+    assert len(transcripts) == 2 and "spain" in transcripts[1]
+    assert [c.turn for c in published if c.control == "turn.queued"] == [1, 2]
+    assert any(c.format == "pcm_f32le" and c.turn == 2 for c in after)
+    assert ("tts", "turn.done", 2) in [(c.source, c.control, c.turn) for c in after]
