@@ -126,9 +126,15 @@ def _failure(role: str, node: _Node, message: str) -> FdbError:
                     "check that the service runs and that the node's base_url, model and api_key_env are right")
 
 
-def _answer_text(reply: Any) -> str:
+def redact(text: str, node: _Node) -> str:
+    """``text`` without the node's key (a service may echo it: "Incorrect API key provided")."""
+    key = os.environ.get(node.api_key_env) or ""
+    return text.replace(key, "<redacted>") if len(key) >= 4 else text
+
+
+def _answer_text(reply: Any, node: _Node) -> str:
     try:
-        return reply.text[:200]
+        return redact(reply.text, node)[:200]
     except Exception:  # a streamed body that was not read
         return ""
 
@@ -153,7 +159,10 @@ class OpenAiTranscription:
                                         settings=node.settings())
 
     def transcribe(self, samples: np.ndarray):
-        return self._client.transcribe(samples)
+        try:
+            return self._client.transcribe(samples)
+        except FdbError as exc:  # no chained original: it may quote a reply that echoes the key
+            raise _failure("asr", self.node, redact(exc.message, self.node)) from None
 
 
 class OpenAiChat:
@@ -185,8 +194,8 @@ class OpenAiChat:
                     if reply.status_code != 200:
                         reply.read()
                         raise _failure("llm", self.node, f"{url} answered {reply.status_code}: "
-                                       f"{_answer_text(reply)!r}")
-                    yield from _sse_pieces(reply.iter_lines(), url)
+                                       f"{_answer_text(reply, self.node)!r}")
+                    yield from _sse_pieces(reply.iter_lines(), url, self.node)
             except httpx.HTTPError as exc:
                 raise _failure("llm", self.node, f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
 
@@ -194,7 +203,7 @@ class OpenAiChat:
         return "".join(self.stream_reply(messages, max_tokens, temperature)).strip()
 
 
-def _sse_pieces(lines: Iterator[str], url: str) -> Iterator[str]:
+def _sse_pieces(lines: Iterator[str], url: str, node: _Node) -> Iterator[str]:
     """The ``choices[0].delta.content`` pieces of a chat completion event stream."""
     for line in lines:
         if not line.startswith("data:"):
@@ -207,7 +216,7 @@ def _sse_pieces(lines: Iterator[str], url: str) -> Iterator[str]:
         except ValueError as exc:
             raise FdbError(f"{url} streamed a line that is not JSON: {data[:120]!r}") from exc
         if "error" in event:
-            raise FdbError(f"{url} streamed an error: {str(event['error'])[:200]}")
+            raise FdbError(f"{url} streamed an error: {redact(str(event['error']), node)[:200]}")
         choices = event.get("choices") or [{}]
         piece = (choices[0].get("delta") or {}).get("content")
         if piece:
@@ -265,7 +274,8 @@ class OpenAiSpeech:
             with client.stream("POST", url, json=self._body(sentence), headers=self.node.headers()) as reply:
                 if reply.status_code != 200:
                     reply.read()
-                    raise _failure("tts", self.node, f"{url} answered {reply.status_code}: {_answer_text(reply)!r}")
+                    raise _failure("tts", self.node,
+                                   f"{url} answered {reply.status_code}: {_answer_text(reply, self.node)!r}")
                 rate = int(reply.headers.get("x-sample-rate") or self.node.sample_rate)
                 pcm = b"".join(reply.iter_bytes())
         except httpx.HTTPError as exc:

@@ -111,8 +111,9 @@ def build_app(state: Behaviour) -> FastAPI:
     async def chat(request: Request) -> Response:
         body = await request.json()
         record(request, body)
-        if state.chat_status != 200:
-            return JSONResponse({"error": {"message": "the kernel failed"}}, state.chat_status)
+        if state.chat_status != 200:  # echoes the key, as OpenAI's 401 does
+            auth = request.headers.get("authorization", "")
+            return JSONResponse({"error": {"message": f"failed; key provided: {auth[7:]}"}}, state.chat_status)
         text = _reply_text(body["messages"])
         words = text.split(" ")[: max(1, int(body.get("max_tokens", 512)))]
         return _sse(" ".join(words), body["model"])

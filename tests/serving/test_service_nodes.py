@@ -158,8 +158,9 @@ def test_probes_fail_with_the_node_and_url(fake, monkeypatch):
             probe_nodes(system)
         fake.state.models = ["whisper-tiny", "scripted-chat", "piper-joe"]
         fake.state.chat_status = 500
-        with pytest.raises(FdbError, match=r"first token failed: llm node.*chat/completions answered 500"):
+        with pytest.raises(FdbError, match=r"first token failed: llm node.*chat/completions answered 500") as err:
             probe_nodes(system)
+        assert "key provided: <redacted>" in err.value.message and SECRET not in err.value.one_line()
     finally:
         fake.state.models_status, fake.state.chat_status = 200, 200
         fake.state.models = ["whisper-tiny", "scripted-chat", "piper-joe"]
