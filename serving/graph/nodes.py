@@ -215,6 +215,9 @@ class DialogNode(Node):
             self._finish(chunk.turn)
             await self._next(emit)
 
+    def idle(self) -> bool:
+        return self._open is None and not self._waiting
+
     def _finish(self, turn: int) -> None:
         reply = self._reply.pop(turn, "").strip()
         if reply:

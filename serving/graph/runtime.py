@@ -10,8 +10,8 @@
   chunks of N queued on edges from nodes (never the client's input) and in the publish sink are
   dropped, and later chunks of N reach no reader and no sink. The controls about the interruption
   (``streams.PASS_FENCE``) still pass.
-- ``end_input()`` ends the input; each node's ``on_end`` runs once its upstream has ended and its
-  edges are empty, so ``wait_done()`` returns when the graph has drained.
+- ``end_input()`` ends the input; each node's ``on_end`` runs once its upstream has ended, its
+  edges are empty and it is ``idle()``, so ``wait_done()`` returns when the graph has drained.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ class Node:
 
     async def on_end(self, emit: Emit) -> None:
         return None
+
+    def idle(self) -> bool:
+        """False while the node still waits for controls (e.g. a dialog for its reply's turn.done):
+        after the input ends, the node keeps running until it is idle."""
+        return True
 
     async def close(self) -> None:
         return None
@@ -186,7 +191,7 @@ class _Runner:
                 if not self.current.cancelled() and self.current.exception() is not None:
                     raise self.current.exception()
                 continue
-            if self._upstream_ended():
+            if self._upstream_ended() and self.node.idle():
                 await self.node.on_end(self.emit)
                 self.ended = True
                 self.graph._wake_all()

@@ -229,3 +229,36 @@ def test_nodes_open_upstream_first_and_close_downstream_first():
     graph = asyncio.run(run(decl, {n: Track(n, log) for n in "abc"}, lambda g: asyncio.sleep(0)))
     assert log == [("open", "a"), ("open", "b"), ("open", "c"), ("close", "c"), ("close", "b"), ("close", "a")]
     assert graph.events == log
+
+
+def test_after_the_input_ends_a_node_that_is_not_idle_keeps_taking_controls():
+    """Like the dialog waiting for its reply's turn.done from a downstream node (a control edge)."""
+    class Opener(Node):
+        def __init__(self):
+            self.open_turn: int | None = None
+
+        async def on_chunk(self, chunk, emit):
+            self.open_turn = 1
+            await emit(text("reply", turn=1))
+
+        async def on_control(self, chunk, emit):
+            if chunk.control == "turn.done":
+                self.open_turn = None
+
+        def idle(self):
+            return self.open_turn is None
+
+    class Ender(Node):
+        async def on_chunk(self, chunk, emit):
+            await asyncio.sleep(0.1)
+            await emit(control("turn.done", turn=chunk.turn))
+
+    opener = Opener()
+    decl = graph_of({"opener": ["input:pcm16", {"kind": "control", "source": "ender", "event": "turn.done"}],
+                     "ender": ["opener"]})
+
+    async def script(graph):
+        await graph.append(audio())
+
+    asyncio.run(run(decl, {"opener": opener, "ender": Ender()}, script, timeout=5.0))
+    assert opener.open_turn is None  # it took turn.done after the input had ended
