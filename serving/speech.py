@@ -67,6 +67,12 @@ def speech_capabilities(system: SystemConfig) -> dict[str, Any]:
     if service is not None:
         return {"endpoint": "/v1/audio/speech", "backend": "pass-through", "voice_cloning": "service-defined",
                 "service_model": service.model}
+    node = system.backends.tts
+    if not isinstance(node, str):  # an openai_speech node speaks (serving/service_nodes.py)
+        return {"endpoint": "/v1/audio/speech", "backend": node.kind, "service_model": node.model,
+                "voices": [node.voice], "sample_rate": node.sample_rate, "channels": 1, "bit_depth": 16,
+                "response_formats": ["pcm", "wav"], "stream_formats": ["audio", "sse"],
+                "chunking": "one chunk per sentence"}
     return {"endpoint": "/v1/audio/speech", "backend": "piper", "voices": [VOICE], "voice_cloning": False,
             "ref_audio": "refused (400 voice_cloning_unsupported) unless ignore_ref_audio is true",
             "sample_rate": PIPER_RATE, "channels": 1, "bit_depth": 16, "response_formats": ["pcm", "wav"],
@@ -81,8 +87,9 @@ def _error(status: int, code: str, message: str, param: str | None = None) -> JS
 def _check(req: SpeechRequest, system: SystemConfig) -> JSONResponse | None:
     if req.model not in (None, system.model):
         return _error(400, "model_not_found", f"this server serves {system.model!r}, not {req.model!r}", "model")
-    if req.voice not in (None, *VOICES):
-        return _error(400, "voice_not_found", f"unknown voice {req.voice!r}; voices: {list(VOICES)}", "voice")
+    voices = VOICES if isinstance(system.backends.tts, str) else (system.backends.tts.voice, "default")
+    if req.voice not in (None, *voices):
+        return _error(400, "voice_not_found", f"unknown voice {req.voice!r}; voices: {list(voices)}", "voice")
     if (req.ref_audio is not None or req.references is not None) and not req.ignore_ref_audio:
         return _error(400, "voice_cloning_unsupported",
                       f"{system.name} speaks with the built-in Piper voice {VOICE} and cannot clone a voice from "

@@ -291,6 +291,8 @@ def test_spoken_question_through_three_service_nodes(tmp_path, question_pcm):
     audio = sum(len(base64.b64decode(e["delta"])) for e in client.of_type("response.output_audio.delta"))
     assert audio / 2 / 24000 > 1.0  # Piper's "The capital of France is Paris." at 24 kHz
     assert caps["service_nodes"]["llm"] == {"kind": "openai_chat", "model": "scripted-chat"}
+    assert caps["voices"] == ["default"] and caps["speech"]["backend"] == "openai_speech"
+    assert caps["speech"]["sample_rate"] == 24000
     paths = {r["path"] for r in seen["requests"]}
     assert {"/v1/audio/transcriptions", "/v1/chat/completions", "/v1/audio/speech"} <= paths
     assert all(r["auth"] == f"Bearer {SECRET}" for r in seen["requests"] if r["path"] != "/v1/models"
