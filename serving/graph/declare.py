@@ -279,7 +279,25 @@ def _check_publish(publish: Mapping[str, Any], nodes: dict[str, NodeDecl]) -> di
     unpublished = [n for n in openers if "session" not in out.get(n, ())]
     if unpublished:
         raise _fail(f"nodes {unpublished} open turns and must publish 'session'.")
+    _check_interrupt_reaches_audio(nodes[openers[0]], nodes, out)
     return out
+
+
+def _check_interrupt_reaches_audio(dialog: NodeDecl, nodes: dict[str, NodeDecl],
+                                   publish: dict[str, frozenset[str]]) -> None:
+    """The dialog's interrupt must reach a node that publishes audio, on a control edge, and the
+    dialog must read that node's session (where reply.delivered and turn.done come from)."""
+    audio = {n for n, formats in publish.items() if formats & {"pcm16", "pcm_f32le"}}
+    takers = {e.reader for n in nodes.values() for e in n.control_inputs
+              if e.source == dialog.name and e.event == "interrupt"}
+    if not audio and not takers:
+        return
+    heard = {e.source for e in dialog.data_inputs if "session" in e.formats}
+    heard |= {e.source for e in dialog.control_inputs}
+    if not audio & takers & heard:
+        raise _fail(f"node '{dialog.name}' waits for reply.delivered after it interrupts a reply: no node that "
+                    f"publishes audio ({sorted(audio)}) takes its interrupt on a control edge with its session "
+                    f"read by '{dialog.name}'.")
 
 
 def _shapes(session_nodes: Mapping[str, Any]) -> dict[str, _Shape]:

@@ -53,10 +53,12 @@ def test_guide_shaped_graphs_validate(cascade):
                     "inputs": ["input", "vad:session"]},
             "dialog": {"kind": "dialog", "inputs": ["asr", "vad:session",
                                                     {"source": "llm:text_delta", "feedback": True,
-                                                     "overflow": "drop_oldest"}]},
+                                                     "overflow": "drop_oldest"},
+                                                    {"kind": "control", "source": "tts", "event": "turn.done"}]},
             "llm": {"kind": "openai_chat", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                     "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}, "inputs": ["dialog"]},
-            "tts": {"kind": "openai_speech", "base_url": "http://127.0.0.1:9/v1", "model": "t", "inputs": ["llm"]},
+            "tts": {"kind": "openai_speech", "base_url": "http://127.0.0.1:9/v1", "model": "t",
+                    "inputs": ["llm", {"kind": "control", "source": "dialog", "event": "interrupt"}]},
         },
         "session_publish": {"asr": ["transcript"], "dialog": ["session"], "tts": ["pcm_f32le", "session"]},
     }
@@ -175,3 +177,13 @@ def test_control_and_turn_rules(cascade):
     d = copy.deepcopy(cascade)
     nodes(d)["dialog2"] = copy.deepcopy(nodes(d)["dialog"])
     fails(d, "nodes ['dialog', 'dialog2'] open turns; a session has one node of kind 'dialog'.")
+
+
+def test_the_dialogs_interrupt_must_reach_the_audio_node(cascade):
+    message = "node 'dialog' waits for reply.delivered after it interrupts a reply:"
+    d = copy.deepcopy(cascade)
+    nodes(d)["tts"]["inputs"] = ["llm"]  # tts no longer takes the interrupt
+    fails(d, message)
+    d = copy.deepcopy(cascade)
+    nodes(d)["dialog"]["inputs"].pop()  # the dialog no longer hears tts's session
+    fails(d, message)
