@@ -12,7 +12,8 @@ A launch file picks a node for a role instead of an embedded backend's registry 
 - ``openai_chat`` streams one chat completion (SSE) from ``{base_url}/chat/completions`` per
   turn, with the session's ``max_tokens`` and ``temperature`` plus ``extra_body``;
 - ``openai_speech`` cuts the text into sentences, drops markup, emoji and URLs
-  (:func:`serving.realtime.chunker.speakable`), skips a sentence with no word left, and sends
+  (:func:`serving.realtime.chunker.speakable`), skips a sentence with no word left, writes the
+  numbers of an English-tagged sentence as words (:mod:`serving.spoken_numbers`), and sends
   one streaming request per sentence to ``{base_url}/audio/speech`` with ``response_format:
   pcm`` and ``stream: true``. The answer is PCM16 at its ``X-Sample-Rate`` header's rate, else
   at ``sample_rate`` (24 kHz, as OpenAI's pcm), resampled to ``sample_rate``.
@@ -37,12 +38,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fdb.errors import FdbError
 from fdb.models import BackendIdentity
+from serving.spoken_numbers import spoken_numbers
 
 HTTP_URL = r"^https?://"
 FORBIDDEN_EXTRA = ("model", "messages", "stream", "max_tokens", "temperature")
 _SENTENCE_END = re.compile(r"([.!?;…][\"')\]”’]*)\s+")
 _WORD = re.compile(r"\w")
 _TIGHT = re.compile(r"\s+([.,!?;:…])")
+_CHINESE = re.compile(r"[\u3400-\u9fff]")
+_CHINESE_END = re.compile(r"([。！？；][”’」』）]*)(?=\S)")
 
 
 class _Node(BaseModel):
@@ -224,11 +228,13 @@ def _sse_pieces(lines: Iterator[str], url: str, node: _Node) -> Iterator[str]:
 
 
 def sentences(text: str, max_words: int) -> list[str]:
-    """``text`` cut after ``. ! ? ; …`` (closing quotes and brackets included) and at line ends,
+    """``text`` cut after ``. ! ? ; …`` (closing quotes and brackets included), after Chinese end
+    punctuation followed by more text, and at line ends,
     each piece at most ``max_words`` words (a longer one is cut at a comma, colon or dash in its
     second half of words, else at ``max_words``)."""
     out = []
-    for sentence in _SENTENCE_END.sub("\\1\n", text).split("\n"):
+    text = _CHINESE_END.sub("\\1\n", _SENTENCE_END.sub("\\1\n", text))
+    for sentence in text.split("\n"):
         words = sentence.split()
         while len(words) > max_words:
             cut = max_words
@@ -254,12 +260,25 @@ class OpenAiSpeech:
         self.rate = node.sample_rate
         self.identity = BackendIdentity(kind="tts", name=f"openai_speech/{node.model}", settings=node.settings())
 
+    def _language(self, sentence: str) -> str | None:
+        """The sentence's tag: none without ``language``; Chinese for a sentence with Chinese
+        characters; otherwise the fixed name, or English for ``auto`` (the recognizer's language
+        is not followed yet)."""
+        if not self.node.language:
+            return None
+        if _CHINESE.search(sentence):
+            return "Chinese"
+        return "English" if self.node.language == "auto" else self.node.language
+
     def _body(self, sentence: str) -> dict[str, Any]:
         node = self.node
+        language = self._language(sentence)
+        if language is not None and language.lower() in ("english", "en"):
+            sentence = spoken_numbers(sentence)
         body: dict[str, Any] = {"model": node.model, "voice": node.voice, "input": sentence,
                                 "response_format": "pcm", "stream": True}
-        if node.language:
-            body["language"] = node.language
+        if language is not None:
+            body["language"] = language
         if node.reference_audio_path:
             body["references"] = [{"audio_path": node.reference_audio_path, "text": node.reference_text}]
         return body

@@ -25,6 +25,7 @@ from serving.launcher import serve
 from serving.models import probe_nodes
 from serving.service_nodes import OpenAiChat, OpenAiSpeech, probe, sentences
 from serving.services import ServiceEntry, Services, answers
+from serving.spoken_numbers import spoken_numbers
 from serving.systems import apply_overrides, get_system
 from tests.conftest import REPO, free_port
 from tests.serving.conftest import _wait_healthy
@@ -128,6 +129,25 @@ def test_a_bundled_fdb_server_is_an_openai_speech_target(server):
     samples = speech.synthesize("Hello there. How are you today?")
     assert speech.rate == 24000 and 1.0 < len(samples) / 24000 < 6.0  # 22,050 Hz Piper, resampled
     assert float(abs(samples).max()) > 0.05
+
+
+def test_speech_language_tags_and_spoken_numbers(fake):
+    node = _system(fake.base_url).backends.tts.model_copy(update={"language": "auto"})
+    speech = OpenAiSpeech(node)
+    fake.state.requests.clear()
+    list(speech.stream("In 1999 I paid 3.50 dollars. 你好。我是21号。Call 555 010 4477 on the 21st!"))
+    sent = [(r["body"]["input"], r["body"]["language"]) for r in fake.state.requests]
+    assert sent == [("In nineteen ninety nine I paid three point five zero dollars.", "English"),
+                    ("你好。", "Chinese"), ("我是21号。", "Chinese"),
+                    ("Call five five five zero one zero four four seven seven on the twenty first!", "English")]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("2024", "twenty twenty four"), ("1900", "nineteen hundred"), ("2007", "two thousand seven"),
+    ("1905", "nineteen oh five"), ("1,500 and 42", "one thousand five hundred and forty two"),
+    ("3rd 12th 40th 101st", "third twelfth fortieth one hundred first"), ("no digits", "no digits")])
+def test_spoken_numbers(text, words):
+    assert spoken_numbers(text) == words
 
 
 def test_sentences_cut_long_ones_at_a_comma():
