@@ -176,6 +176,15 @@ class _Runner:
         return all(self.graph._ended(src) for src, e in self.edges.items() if not e.decl.feedback)
 
     async def loop(self) -> None:
+        try:
+            await self._loop()
+        except FdbError as err:
+            raise FdbError(f"session graph node '{self.decl.name}': {err.message}", err.hint) from err
+        except Exception as err:
+            raise FdbError(f"session graph node '{self.decl.name}' failed: {type(err).__name__}: {err}",
+                           "see the server log for the traceback") from err
+
+    async def _loop(self) -> None:
         while True:
             if self.controls:
                 await self.node.on_control(self.controls.popleft(), self.emit)
@@ -248,7 +257,7 @@ class SessionGraph:
     async def wait_done(self, timeout_s: float | None = None) -> None:
         """Until every node has ended after ``end_input``; a node's failure is raised."""
         tasks = [r.task for r in self._runners.values() if r.task is not None]
-        done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        done, pending = await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 raise task.exception()

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from fdb.errors import FdbError
 from serving.graph.declare import load_graph
 from serving.graph.kinds import COMPONENTS, ComponentKind, KindOptions, register
 from serving.graph.runtime import Node, SessionGraph
@@ -262,3 +263,24 @@ def test_after_the_input_ends_a_node_that_is_not_idle_keeps_taking_controls():
 
     asyncio.run(run(decl, {"opener": opener, "ender": Ender()}, script, timeout=5.0))
     assert opener.open_turn is None  # it took turn.done after the input had ended
+
+
+def test_a_failing_node_fails_the_graph_with_its_name():
+    class Broken(Node):
+        async def on_chunk(self, chunk, emit):
+            raise RuntimeError("boom")
+
+    decl = graph_of({"prod": ["input"], "cons": ["prod"]})
+
+    async def scenario():
+        graph = SessionGraph(load_graph(decl), {"prod": Broken(), "cons": Slow()})
+        await graph.open()
+        await graph.append(audio())
+        graph.end_input()
+        with pytest.raises(FdbError, match="session graph node 'prod' failed: RuntimeError: boom"):
+            await graph.sink.get()  # a reader of the published output learns it too
+        with pytest.raises(FdbError, match="node 'prod'"):
+            await graph.wait_done(timeout_s=5)
+        await graph.close()
+
+    asyncio.run(scenario())
