@@ -10,8 +10,8 @@ turn ids on every chunk, interruption fencing and bounded edges.
   ``session_publish`` with the guide's error messages; the result is a ``GraphDecl``.
 - ``runtime``: ``SessionGraph`` runs a ``GraphDecl`` over ``Node`` adapters in asyncio and
   publishes to a sink (``PublishSink`` by default; anything with ``put/purge/fail/close``).
-- ``nodes``: adapters over the embedded models (Silero VAD stage, whisper_transcription,
-  dialog, llama_chat, piper_speech) and ``build_nodes``.
+- ``nodes``: adapters over the embedded models (Silero VAD and Smart Turn stages,
+  whisper_transcription, dialog, llama_chat, piper_speech) and ``build_nodes``.
 - ``embedded-cascade.yaml``: the bundled embedded-cascade as a declaration.
 
 Declaration format: docs/formats.md, "Session graph".
@@ -34,7 +34,7 @@ conversation.item.input_audio_transcription.*, text_delta -> response.output_tex
 pcm_f32le -> response.output_audio.delta as PCM16 at the negotiated rate, session ->
 speech boundaries and the response lifecycle) and applies delivery pacing
 (max_output_lead_ms, turn.done held until the audio's end, reply.delivered back to the dialog);
-(3) the dialog to cut an interrupted reply at reply.delivered / truncate (reply.heard), plus
-semantic_vad as a turn_detection stage adapter over ``fdb.models.turn`` and the
-openai_* service nodes as adapters.
+(3) the dialog to cut an interrupted reply at reply.delivered / truncate (reply.heard), and
+the openai_* / realtime_transcription service nodes as adapters. The ``turn_detection``
+adapter times held pauses on the input it has received, which is exact at real-time pace.
 """

@@ -1,6 +1,6 @@
 """Node adapters over the embedded models (``fdb.models``): the ``vad`` stage (Silero
-``StreamingVad``), ``whisper_transcription`` (faster-whisper tiny.en), ``dialog``,
-``llama_chat`` (SmolLM2) and ``piper_speech`` (Piper, 24 kHz pcm_f32le).
+``StreamingVad``), the ``turn_detection`` stage (Smart Turn), ``whisper_transcription``
+(faster-whisper tiny.en), ``dialog``, ``llama_chat`` (SmolLM2) and ``piper_speech`` (Piper, 24 kHz pcm_f32le).
 
 ``build_nodes(decl, models)`` makes one node per declared node; ``EmbeddedModels`` loads each
 model once and is shared by every session's graph. Model calls run in worker threads.
@@ -56,6 +56,12 @@ class EmbeddedModels:
         from fdb.models.llm import SmolLm2
 
         return SmolLm2()
+
+    @cached_property
+    def turn(self):
+        from fdb.models.turn import load_turn_backend
+
+        return load_turn_backend()
 
     def tts(self, options: PiperSpeechOptions):
         from fdb.models.tts import PiperTts
@@ -133,47 +139,123 @@ class VadNode(Node):
         await self._send(self._vad.flush(), emit)
 
 
+class Timeline:
+    """The input audio on its timeline (16 kHz samples); while no utterance is open only the
+    last IDLE_KEEP_MS are kept."""
+
+    def __init__(self) -> None:
+        self.audio = np.zeros(0, dtype=np.float32)
+        self.base = 0  # input sample index of audio[0]
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.audio)
+
+    @property
+    def end_ms(self) -> int:
+        return self.end * 1000 // PCM16_RATE
+
+    def append(self, data: bytes, keep_all: bool) -> None:
+        self.audio = np.concatenate([self.audio, pcm16_to_float(data)])
+        keep = IDLE_KEEP_MS * PCM16_RATE // 1000
+        if not keep_all and len(self.audio) > keep:
+            self.base += len(self.audio) - keep
+            self.audio = self.audio[-keep:]
+
+    def index(self, t_ms: int) -> int:
+        return min(max(self.base, t_ms * PCM16_RATE // 1000), self.end)
+
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        return self.audio[start - self.base:max(start, stop) - self.base]
+
+
 class WhisperNode(Node):
     """``whisper_transcription``: one final transcript per utterance (speech.started ->
     speech.stopped + pad_ms, or up to a commit / the end of input)."""
 
     def __init__(self, models: EmbeddedModels, options: WhisperTranscriptionOptions):
         self._models, self._options = models, options
-        self._audio = np.zeros(0, dtype=np.float32)
-        self._base = 0  # input sample index of self._audio[0]
+        self._timeline = Timeline()
         self._start: int | None = None  # utterance start, input sample index
-
-    @property
-    def _end(self) -> int:
-        return self._base + len(self._audio)
 
     async def open(self) -> None:
         await asyncio.to_thread(lambda: self._models.asr)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "pcm16":
-            self._audio = np.concatenate([self._audio, pcm16_to_float(chunk.payload.data)])
-            keep = IDLE_KEEP_MS * PCM16_RATE // 1000
-            if self._start is None and len(self._audio) > keep:
-                self._base += len(self._audio) - keep
-                self._audio = self._audio[-keep:]
+            self._timeline.append(chunk.payload.data, keep_all=self._start is not None)
         elif chunk.control == "speech.started":
-            self._start = max(self._base, chunk.t_ms * PCM16_RATE // 1000)
+            self._start = self._timeline.index(chunk.t_ms)
         elif chunk.control == "speech.stopped" and self._start is not None:
             await self._utterance((chunk.t_ms + self._options.pad_ms) * PCM16_RATE // 1000, emit)
         elif chunk.control == "commit":
-            await self._utterance(self._end, emit)
+            await self._utterance(self._timeline.end, emit)
 
     async def _utterance(self, stop: int, emit: Emit) -> None:
-        start = self._base if self._start is None else self._start
-        samples = self._audio[start - self._base:max(start, stop) - self._base]
+        start = self._timeline.base if self._start is None else self._start
+        samples = self._timeline.slice(start, stop)
         self._start = None
         result = await asyncio.to_thread(self._models.asr.transcribe, samples)
         await emit(Chunk("transcript", Transcript(result.text.strip(), True), t_ms=stop * 1000 // PCM16_RATE))
 
     async def on_end(self, emit: Emit) -> None:
         if self._start is not None:
-            await self._utterance(self._end, emit)
+            await self._utterance(self._timeline.end, emit)
+
+
+class TurnDetectionNode(Node):
+    """Stage ``turn_detection`` (Smart Turn v3.2): the VAD's speech.started opens a turn; at each
+    VAD speech.stopped the turn's audio is scored and the turn ends once the input has run that
+    score's silence past the stop (``serving.realtime.end_of_turn``); speech resuming before then
+    continues the turn; commit forgets it. ``server_vad`` passes the VAD's boundaries through.
+
+    Held pauses are timed on the input this node has received, so the input must arrive at its
+    real-time pace (as a realtime client sends it) for a resumed speech to be seen in time."""
+
+    def __init__(self, models: EmbeddedModels, eagerness: str = "medium"):
+        self._models, self._eagerness, self._semantic = models, eagerness, True
+        self._timeline = Timeline()
+        self._start_ms: int | None = None
+        self._held = None  # end_of_turn.HeldPause
+
+    async def open(self) -> None:
+        await asyncio.to_thread(lambda: self._models.turn)
+
+    async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
+        if chunk.format == "pcm16":
+            self._timeline.append(chunk.payload.data, keep_all=self._start_ms is not None)
+        elif chunk.control == "speech.started":
+            self._held = None  # a held pause resumes the same turn
+            if self._start_ms is None:
+                self._start_ms = chunk.t_ms
+                await emit(chunk)
+        elif chunk.control == "speech.stopped" and self._start_ms is not None:
+            await self._pause(chunk.t_ms, emit)
+        elif chunk.control == "commit":
+            self._start_ms, self._held = None, None
+        elif chunk.control == "configure" and (td := chunk.payload.data.get("turn_detection")):
+            self._semantic = td.get("type", "semantic_vad") == "semantic_vad"
+            self._eagerness = td.get("eagerness", self._eagerness)
+        if self._held is not None and self._held.due(self._timeline.end_ms):
+            await self._end_turn(self._held.end_ms, emit)
+
+    async def _pause(self, t_ms: int, emit: Emit) -> None:
+        from serving.realtime.end_of_turn import HeldPause, required_silence_ms
+
+        if not self._semantic:
+            await self._end_turn(t_ms, emit)
+            return
+        audio = self._timeline.slice(self._timeline.index(self._start_ms), self._timeline.index(t_ms))
+        p = await asyncio.to_thread(self._models.turn.complete_probability, audio)
+        self._held = HeldPause(t_ms, p, required_silence_ms(p, self._eagerness))
+
+    async def _end_turn(self, t_ms: int, emit: Emit) -> None:
+        self._start_ms, self._held = None, None
+        await emit(control("speech.stopped", t_ms=t_ms))
+
+    async def on_end(self, emit: Emit) -> None:
+        if self._start_ms is not None:
+            await self._end_turn(self._held.end_ms if self._held else self._timeline.end_ms, emit)
 
 
 class DialogNode(Node):
@@ -304,6 +386,8 @@ class PiperSpeechNode(Node):
 def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict) -> Node:
     if decl.stages == ("vad",):
         return VadNode(**vad_settings)
+    if decl.stages == ("turn_detection",):
+        return TurnDetectionNode(models)
     builders = {"whisper_transcription": lambda: WhisperNode(models, decl.options),
                 "dialog": lambda: DialogNode(decl.options),
                 "llama_chat": lambda: LlamaChatNode(models, decl.options),
@@ -313,7 +397,7 @@ def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict) -> Node:
         what = f"kind '{decl.kind}'" if decl.kind else f"stages {list(decl.stages)}"
         raise FdbError(f"node '{decl.name}': no graph adapter runs {what} yet",
                        "use the embedded kinds (whisper_transcription, dialog, llama_chat, piper_speech, "
-                       "stages: [vad]) in a graph, or serve this system through serving/realtime")
+                       "stages: [vad] or [turn_detection]) in a graph, or serve this system through serving/realtime")
     return build()
 
 

@@ -115,3 +115,43 @@ def test_speech_during_a_reply_fences_the_rest_of_it(say):
     assert [c.turn for c in published if c.control == "turn.queued"] == [1, 2]
     assert any(c.format == "pcm_f32le" and c.turn == 2 for c in after)
     assert ("tts", "turn.done", 2) in [(c.source, c.control, c.turn) for c in after]
+
+
+SEMANTIC = {
+    "session_nodes": {
+        "vad": {"stages": ["vad"], "inputs": ["input"]},
+        "turn_detection": {"stages": ["turn_detection"], "inputs": ["input:pcm16", "input:session", "vad:session"]},
+        "asr": {"kind": "whisper_transcription", "inputs": ["input", "turn_detection:session"]},
+    },
+    "session_publish": {"vad": ["session"], "turn_detection": ["session"], "asr": ["transcript"]},
+}
+
+
+def test_turn_detection_holds_a_mid_sentence_pause(say):
+    """The guide's turn_detection stage beside the VAD (200 ms candidate pauses): Smart Turn holds
+    the 0.8 s pause after "um," that ends the VAD's first utterance, so the recognizer gets one
+    utterance. The input is sent at its real-time pace, as a realtime client sends it."""
+    pcm = _pcm16(np.concatenate([silence(0.25), say("Could you tell me, um,"), silence(0.8),
+                                 say("what is the capital of France?"), silence(1.0)]))
+
+    async def scenario() -> list[Chunk]:
+        decl = load_graph(SEMANTIC)
+        graph = SessionGraph(decl, build_nodes(decl, EmbeddedModels(), vad_settings={"silence_duration_ms": 200}))
+        await graph.open()
+        start = time.monotonic()
+        try:
+            for n, at in enumerate(range(0, len(pcm), UNIT)):
+                await asyncio.sleep(max(0.0, start + n * 0.08 - time.monotonic()))
+                assert await graph.append(Chunk("pcm16", Pcm16(pcm[at:at + UNIT])))
+            graph.end_input()
+            await graph.wait_done(timeout_s=30)
+        finally:
+            await graph.close()
+        return graph.sink.drain()
+
+    published = asyncio.run(scenario())
+    stops = [(c.source, c.t_ms) for c in published if c.control == "speech.stopped"]
+    assert [s for s, _ in stops].count("vad") >= 2  # the VAD cut the question at its pauses
+    assert [s for s, _ in stops].count("turn_detection") == 1  # the turn held across the pause
+    transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
+    assert len(transcripts) == 1 and "could you" in transcripts[0] and "france" in transcripts[0]
