@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,3 +35,62 @@ def reference_dir() -> Path:
     if not REFERENCE.exists():
         pytest.fail(f"reference data missing at {REFERENCE}: CI must provide ../shared")
     return REFERENCE
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    port: int
+    base_url: str
+    ws_url: str
+    log_path: Path
+    saw_starting: bool  # /health answered 503 "starting" while the models loaded
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+def wait_healthy(proc: subprocess.Popen, base_url: str, log_path: Path, timeout: float = 120.0) -> bool:
+    """Poll /health until 200; True when it answered 503 "starting" on the way."""
+    saw_starting = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
+        try:
+            reply = httpx.get(f"{base_url}/health", timeout=2.0)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+            continue
+        if reply.status_code == 200:
+            return saw_starting
+        saw_starting = saw_starting or reply.json().get("status") == "starting"
+        time.sleep(0.1)
+    pytest.fail(f"server not healthy after {timeout} s:\n{log_path.read_text()}")
+
+
+@contextmanager
+def launched_server(folder: Path, launch_yaml: str, env: dict[str, str] | None = None) -> Iterator[ServerInfo]:
+    """``serving.launcher.serve`` with ``launch_yaml`` in a subprocess on a free loopback port
+    (real models, ``env`` added to the environment); stopped with SIGINT (then SIGKILL) on exit.
+    Its log is ``folder/server.log``."""
+    config = folder / "launch.yaml"
+    config.write_text(launch_yaml, encoding="utf-8")
+    log_path = folder / "server.log"
+    port = free_port()
+    code = (f"from pathlib import Path; from serving.launcher import serve; "
+            f"serve(port={port}, config=Path({str(config)!r}))")
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=full_env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        saw_starting = wait_healthy(proc, base_url, log_path)
+        yield ServerInfo(port, base_url, f"ws://127.0.0.1:{port}/v1/realtime", log_path, saw_starting)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

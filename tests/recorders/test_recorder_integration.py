@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
-import time
 
-import httpx
 import numpy as np
 import pytest
 
@@ -20,7 +17,7 @@ from fdb.datasets.types import V10Sample
 from fdb.session_records import read_trace
 from recorders.export import export_v10
 from recorders.session import record_session
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, launched_server
 
 pytestmark = pytest.mark.slow
 
@@ -30,36 +27,8 @@ TD = {"type": "server_vad", "silence_duration_ms": 500}
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory):
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    code = f"from serving.launcher import serve; serve(system='embedded-cascade', host='127.0.0.1', port={port})"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        _wait_healthy(proc, port, log_path)
-        yield f"ws://127.0.0.1:{port}/v1/realtime"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _wait_healthy(proc: subprocess.Popen, port: int, log_path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"server not healthy after {timeout} s:\n{log_path.read_text()}")
+    with launched_server(tmp_path_factory.mktemp("server"), "system: embedded-cascade\n") as info:
+        yield info.ws_url
 
 
 @pytest.fixture(scope="module")

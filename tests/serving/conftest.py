@@ -3,19 +3,14 @@ loopback port, with real models and a launch.yaml that shortens the timeouts."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 
-import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import ServerInfo, launched_server
+
+__all__ = ["LAUNCH_YAML", "ServerInfo", "launched_server"]
 
 LAUNCH_YAML = """\
 system: embedded-cascade
@@ -26,60 +21,10 @@ vad: {silence_duration_ms: 500}
 """
 
 
-@dataclass(frozen=True)
-class ServerInfo:
-    port: int
-    base_url: str
-    ws_url: str
-    log_path: Path
-    saw_starting: bool  # /health answered 503 "starting" while the models loaded
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-
-def _wait_healthy(proc: subprocess.Popen, base_url: str, log_path: Path, timeout: float = 90.0) -> bool:
-    saw_starting = False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
-        try:
-            reply = httpx.get(f"{base_url}/health", timeout=2.0)
-        except httpx.HTTPError:
-            time.sleep(0.1)
-            continue
-        if reply.status_code == 200:
-            return saw_starting
-        saw_starting = saw_starting or reply.json().get("status") == "starting"
-        time.sleep(0.1)
-    pytest.fail(f"server not healthy after {timeout} s:\n{log_path.read_text()}")
-
-
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("server")
-    config = folder / "launch.yaml"
-    config.write_text(LAUNCH_YAML, encoding="utf-8")
-    log_path = folder / "server.log"
-    port = free_port()
-    code = (f"from pathlib import Path; from serving.launcher import serve; "
-            f"serve(port={port}, config=Path({str(config)!r}))")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        saw_starting = _wait_healthy(proc, base_url, log_path)
-        yield ServerInfo(port, base_url, f"ws://127.0.0.1:{port}/v1/realtime", log_path, saw_starting)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
+    with launched_server(tmp_path_factory.mktemp("server"), LAUNCH_YAML) as info:
+        yield info
 
 
 def _pcm16(samples: np.ndarray) -> bytes:

@@ -7,10 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import math
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -20,8 +16,7 @@ import pytest
 from fdb.audio import Audio, float_to_pcm16
 from fdb.profiles import NATIVE
 from recorders.session import record_session
-from tests.conftest import REPO, free_port
-from tests.serving.conftest import ServerInfo, _wait_healthy, silence
+from tests.serving.conftest import launched_server, silence
 from tests.serving.realtime_client import PACKET_BYTES, Client
 
 LAUNCH_YAML = """\
@@ -34,28 +29,8 @@ idle_timeout_s: 5.0
 
 @pytest.fixture(scope="module")
 def native_server(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("duplex")
-    config = folder / "launch.yaml"
-    config.write_text(LAUNCH_YAML, encoding="utf-8")
-    log_path = folder / "server.log"
-    port = free_port()
-    code = (f"from pathlib import Path; from serving.launcher import serve; "
-            f"serve(port={port}, config=Path({str(config)!r}))")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(proc, base_url, log_path)
-        yield ServerInfo(port, base_url, f"ws://127.0.0.1:{port}/v1/realtime", log_path, False)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with launched_server(tmp_path_factory.mktemp("duplex"), LAUNCH_YAML) as info:
+        yield info
 
 
 def test_capabilities_grant_what_the_native_profile_requires(native_server):

@@ -27,8 +27,7 @@ from serving.service_nodes import OpenAiChat, OpenAiSpeech, probe, sentences
 from serving.services import ServiceEntry, Services, answers
 from serving.spoken_numbers import spoken_numbers
 from serving.systems import apply_overrides, get_system
-from tests.conftest import REPO, free_port
-from tests.serving.conftest import _wait_healthy
+from tests.conftest import REPO, free_port, launched_server
 from tests.serving.openai_services import start_in_thread
 from tests.serving.realtime_client import Client
 
@@ -286,24 +285,13 @@ def test_spoken_question_through_three_service_nodes(tmp_path, question_pcm):
     """The server starts the services entry, probes the three nodes, answers a spoken question
     over /v1/realtime with the services' words and voice, and stops the service on shutdown;
     the key reaches every Authorization header and no file or log."""
-    port, server_port = free_port(), free_port()
-    config = tmp_path / "launch.yaml"
-    config.write_text(_launch_yaml(port), encoding="utf-8")
-    log_path = tmp_path / "server.log"
-    code = f"from pathlib import Path; from serving.launcher import serve; serve(port={server_port}, config=Path({str(config)!r}))"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", KEY_ENV: SECRET}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{server_port}"
-    try:
-        _wait_healthy(proc, base, log_path, timeout=120)
-        health = httpx.get(f"{base}/health").text
-        caps = httpx.get(f"{base}/v1/realtime/capabilities").json()
-        client = asyncio.run(_one_turn(f"ws://127.0.0.1:{server_port}/v1/realtime", question_pcm))
+    port = free_port()
+    with launched_server(tmp_path, _launch_yaml(port), {KEY_ENV: SECRET}) as server:
+        health = httpx.get(f"{server.base_url}/health").text
+        caps = httpx.get(f"{server.base_url}/v1/realtime/capabilities").json()
+        client = asyncio.run(_one_turn(server.ws_url, question_pcm))
         seen = httpx.get(f"http://127.0.0.1:{port}/test/requests").json()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(30)
+    log_path = server.log_path
     heard = client.of_type("conversation.item.input_audio_transcription.completed")[0]["transcript"]
     assert "france" in heard.lower()
     said = client.of_type("response.output_audio_transcript.done")[0]["transcript"]
