@@ -99,3 +99,18 @@ def test_all_stages_stop_names_the_continuing_commands(monkeypatch):
     assert ("python -m fdb judge --run-name demo --repeat 2 --retry-failed && "
             "python -m fdb aggregate --run-name demo") in text
     assert phases.continue_commands("r", 1, "asr")[0] == "python -m fdb asr --run-name r --repeat 1 --retry-failed"
+
+
+def test_bundled_server_runs_niced_below_the_recorder(tmp_path, monkeypatch):
+    """The child inherits SERVER_NICE before exec, so its model threads yield to the recorder."""
+    import os
+
+    from runs.server import SERVER_NICE
+
+    probe = tmp_path / "nice.txt"
+    script = f"import os, time; open({str(probe)!r}, 'w').write(str(os.nice(0))); time.sleep(30)"
+    monkeypatch.setattr(ManagedServer, "command", lambda self: [sys.executable, "-c", script])
+    server = ManagedServer(system="x", host="127.0.0.1", port=1, log_path=tmp_path / "s.log", ready_timeout_s=3)
+    with pytest.raises(FdbError, match="did not become ready"):
+        server.start()
+    assert int(probe.read_text()) == min(os.nice(0) + SERVER_NICE, 19)
