@@ -104,6 +104,17 @@ class Client:
             seq += 1
         return seq
 
+    async def silence_until(self, type_: str, seq: int, limit_s: float = 30.0) -> int:
+        """Keep the input live with 80 ms packets of silence, in real time, until the server
+        has sent a ``type_`` event; returns the next seq. Fails after ``limit_s``."""
+        packet = b"\0" * PACKET_BYTES
+        deadline = time.monotonic() + limit_s
+        while not self.of_type(type_):
+            assert time.monotonic() < deadline, f"no {type_} within {limit_s:g} s"
+            seq = await self.send_audio(packet, first_seq=seq)
+            await asyncio.sleep(0.08)
+        return seq
+
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         return [item.event for item in self.received if item.type == type_]
 

@@ -86,11 +86,7 @@ async def _reply_after_onset(url: str, question: bytes, overlap: bytes) -> tuple
     try:
         await client.open_session({"type": "realtime", "sglang": {"timebase": {"native_unit_ms": 200}}})
         seq = await client.send_audio(question)
-        idle = float_to_pcm16(silence(0.08))
-        while not client.of_type("response.output_audio.delta"):
-            await asyncio.sleep(0.08)  # real time, one packet at a time
-            seq = await client.send_audio(idle, first_seq=seq)
-            assert seq < 400, "no reply within 30 s"
+        seq = await client.silence_until("response.output_audio.delta", seq)
         seq = await client.send_audio(float_to_pcm16(silence(0.6)), first_seq=seq)
         onset = client.now()
         seq = await client.send_audio(overlap + float_to_pcm16(silence(3.0)), first_seq=seq)
@@ -197,11 +193,7 @@ def test_response_cancel_ends_the_reply_at_the_next_unit(native_server, speech):
         try:
             await client.open_session({"type": "realtime", "sglang": {"timebase": {"native_unit_ms": 200}}})
             seq = await client.send_audio(float_to_pcm16(np.concatenate([speech["long_question"], silence(0.1)])))
-            idle = float_to_pcm16(silence(0.08))
-            while not client.of_type("response.output_audio.delta"):
-                await asyncio.sleep(0.08)
-                seq = await client.send_audio(idle, first_seq=seq)
-                assert seq < 400, "no reply within 30 s"
+            seq = await client.silence_until("response.output_audio.delta", seq)
             await client.send("response.cancel")
             await client.send_audio(float_to_pcm16(silence(0.6)), first_seq=seq)
             await client.until("response.done", 5)

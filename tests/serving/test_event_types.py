@@ -130,9 +130,7 @@ async def _barge_in(url: str, question: bytes, barge_in: bytes) -> Client:
     client = await Client.connect(url)
     await client.open_session({"sglang": SHORT, "audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
     seq = await client.send_audio(question, interval_s=0.02)
-    while not client.of_type("response.output_audio.delta"):
-        seq = await client.send_audio(_pcm16(silence(0.08)), first_seq=seq)
-        await asyncio.sleep(0.08)
+    seq = await client.silence_until("response.output_audio.delta", seq)
     await client.send_audio(barge_in, first_seq=seq, interval_s=0.04)
     await client.send("sglang.input_audio.end")
     await client.until("sglang.input_audio.drained", 60)

@@ -147,12 +147,7 @@ def test_barge_in_cancels_the_reply_and_audio_is_paced(server, speech, question_
         await client.open_session()
         seq = await client.send_audio(question_pcm)
         # Keep streaming silence until the reply's audio starts arriving, then barge in.
-        waited = 0
-        while not client.of_type("response.output_audio.delta"):
-            seq = await client.send_audio(_pcm16(silence(0.08)), first_seq=seq)
-            await asyncio.sleep(0.08)
-            waited += 1
-            assert waited < 200, "no reply audio within 16 s"
+        seq = await client.silence_until("response.output_audio.delta", seq, limit_s=16)
         barge_in = _pcm16(np.concatenate([speech["barge_in"], silence(1.0)]))
         seq = await client.send_audio(barge_in, first_seq=seq)
         await _end_and_close(client)
