@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -68,6 +69,13 @@ class SpeechClientOptions(BaseModel):
     max_audio_s: float | None = None  # stop-condition bound recorded with each request
     transport: Literal["http", "realtime"] = "http"  # realtime: recorders.tts_realtime
     drain_s: float = 0.5  # realtime: how long to keep listening after response.done
+    api_key_env: str | None = None  # the NAME of the variable holding a bearer token; never the key
+
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer`` from the variable ``api_key_env`` names; none when it is
+        unset or empty. The key is read at request time and never stored in a record."""
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     @property
     def endpoint(self) -> str:
@@ -310,7 +318,8 @@ async def synthesize(client: httpx.AsyncClient, item: SeedTtsItem, opts: SpeechC
         record.start_s = round(t0 - level_t0, 6)
     stream = _Stream(t0, record)
     try:
-        async with client.stream("POST", opts.endpoint, json=body, timeout=opts.timeout_s) as response:
+        async with client.stream("POST", opts.endpoint, json=body, headers=opts.auth_headers(),
+                                 timeout=opts.timeout_s) as response:
             await _read(response, stream, opts)
     except _Failed as exc:
         record.status, record.error = "failed", str(exc)

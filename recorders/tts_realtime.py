@@ -119,7 +119,7 @@ async def _session(item: SeedTtsItem, opts: SpeechClientOptions, record: TtsRequ
     from websockets.asyncio.client import connect
 
     async with connect(opts.endpoint, max_size=MAX_MESSAGE_BYTES, compression=None, ping_interval=None,
-                       proxy=None) as ws:
+                       proxy=None, additional_headers=opts.auth_headers()) as ws:
         await _until(ws, "session.created")
         await ws.send(json.dumps({"type": "session.update", "session": _session_body(opts)}))
         rate, source, input_rate = _rates(await _until(ws, "session.updated"), opts)

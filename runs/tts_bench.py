@@ -66,6 +66,7 @@ class TtsBenchOptions(BaseModel):
     max_audio_s: float | None = None
     playback_reserve_ms: float = 80.0
     timeout_s: float = 120.0
+    api_key_env: str | None = None  # the variable's name only: the key never reaches a file
     quality: QualityOptions = QualityOptions()
 
 
@@ -218,7 +219,8 @@ def _client_options(opts: TtsBenchOptions, url: str):
     return SpeechClientOptions(url=url, model=opts.model, stream=True, stream_format=opts.stream_format,
                                response_format="pcm", ref_audio=opts.ref_audio, extra_body=opts.extra_body,
                                sample_rate=opts.sample_rate, channels=opts.channels, timeout_s=opts.timeout_s,
-                               max_audio_s=opts.max_audio_s, transport=opts.transport)
+                               max_audio_s=opts.max_audio_s, transport=opts.transport,
+                               api_key_env=opts.api_key_env)
 
 
 def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsItem], dict]:

@@ -56,6 +56,7 @@ def tts_bench(
     max_audio_s: float | None = typer.Option(None, help="Stop-condition bound: audio beyond it is a violation (0: the request must return no audio)."),
     playback_reserve_ms: float = typer.Option(80.0, help="Startup buffer of the simulated player: a request needing more underruns."),
     timeout_s: float = typer.Option(120.0, help="Per-request timeout."),
+    api_key_env: str | None = typer.Option(None, help="Name of the environment variable holding the server's bearer token (e.g. OPENAI_API_KEY); sent as Authorization, never written anywhere."),
     quality: bool = typer.Option(True, help="Score WER/SIM/MOS on the lowest level's audio."),
     asr_model: str | None = typer.Option(None, help="Local CTranslate2 Whisper-large-v3 directory (else the embedded tiny.en, labeled)."),
     asr_model_sha256: str | None = typer.Option(None, help="sha256 of --asr-model's model.bin."),
@@ -85,7 +86,7 @@ def tts_bench(
             ref_audio=_choice(ref_audio, ("inline", "file", "none"), "--ref-audio"),
             extra_body=_json_object(extra_body, "--extra-body"), sample_rate=sample_rate, channels=channels,
             frame_rate=frame_rate, max_audio_s=max_audio_s, playback_reserve_ms=playback_reserve_ms,
-            timeout_s=timeout_s,
+            timeout_s=timeout_s, api_key_env=api_key_env,
             quality=QualityOptions(enabled=quality, asr_model=asr_model, asr_model_sha256=asr_model_sha256,
                                    speaker_checkpoint=speaker_checkpoint, speaker_sha256=speaker_sha256,
                                    utmos_checkpoint=utmos_checkpoint, utmos_sha256=utmos_sha256, sim=sim, mos=mos))

@@ -109,3 +109,15 @@ def test_closed_loop_keeps_concurrency_and_excludes_warmups(scripted, tmp_path):
     starts = sorted(r.start_s for r in measured)
     assert starts[1] < 0.05, "two requests start together"
     assert starts[2] >= min(r.start_s + r.end_s for r in measured) - 0.01, "the third waits for a free slot"
+
+
+def test_bearer_token_comes_from_the_named_variable_and_is_never_recorded(scripted, item, monkeypatch):
+    secret = "sk-test-tts-0123456789"
+    monkeypatch.setenv("FDB_TEST_TTS_KEY", secret)
+    record, _ = _one(scripted.url("pcm22050"), item, api_key_env="FDB_TEST_TTS_KEY")
+    assert record.status == "ok" and scripted.app.state.auth[-1] == f"Bearer {secret}"
+    assert secret not in record.model_dump_json()
+    monkeypatch.delenv("FDB_TEST_TTS_KEY")
+    _one(scripted.url("pcm22050"), item, api_key_env="FDB_TEST_TTS_KEY")  # unset: no header at all
+    _one(scripted.url("pcm22050"), item)
+    assert scripted.app.state.auth[-2:] == [None, None]

@@ -89,6 +89,7 @@ async def speech(request: Request):
     start = time.perf_counter()
     variant = request.path_params["variant"]
     request.app.state.bodies.append(await request.json())
+    request.app.state.auth.append(request.headers.get("authorization"))
     if variant == "error":
         return JSONResponse({"error": {"message": "engine exploded"}}, status_code=500)
     if variant in SSE:
@@ -104,6 +105,7 @@ class ScriptedServer:
     def __init__(self) -> None:
         self.app = Starlette(routes=[Route("/{variant}/v1/audio/speech", speech, methods=["POST"])])
         self.app.state.bodies = []
+        self.app.state.auth = []  # the Authorization header of each request (None when absent)
         self.port = free_port()
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
