@@ -132,7 +132,7 @@ class SystemConfig(BaseModel):
     vad: VadDefaults = VadDefaults()
     instructions: str = DEFAULT_INSTRUCTIONS
     max_tokens: int = Field(48, ge=1, le=1024)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    temperature: float | None = Field(0.0, ge=0.0, le=2.0)  # None: left out of chat requests
     max_history_messages: int = Field(12, ge=0, le=200)
     max_output_lead_ms: int = Field(1000, ge=100, le=60000)
     session_update_timeout_s: float = Field(60.0, gt=0)
@@ -155,8 +155,10 @@ class SystemConfig(BaseModel):
             raise ValueError("services must have distinct names and ports")
         llm = self.backends.llm
         if isinstance(llm, OpenAiChatNode):  # the node's sampling settings are the sessions' defaults
+            # A null temperature is kept: the node then sends none and the service's default applies.
             updates = {"max_tokens": llm.max_tokens, "temperature": llm.temperature}
-            updates = {k: v for k, v in updates.items() if v is not None and v != getattr(self, k)}
+            updates = {k: v for k, v in updates.items()
+                       if (v is not None or k == "temperature") and v != getattr(self, k)}
             if updates:
                 return self.model_copy(update=updates)
         return self

@@ -51,8 +51,10 @@ class SmolLm2:
         )
 
     @staticmethod
-    def _sampling(max_tokens: int, temperature: float) -> dict:
-        """Greedy at temperature 0 (the default, deterministic); sampled with seed 0 above it."""
+    def _sampling(max_tokens: int, temperature: float | None) -> dict:
+        """Greedy at temperature 0 (the default, deterministic; also None, "the model's default");
+        sampled with seed 0 above it."""
+        temperature = temperature or 0.0
         top_k = 1 if temperature <= 0 else 40
         return {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "seed": 0}
 

@@ -10,7 +10,9 @@ Rules (the Full-Duplex Guide, "Session settings" and "Rejected in a realtime ses
   medium, high or auto, see :mod:`serving.realtime.end_of_turn`) where Smart Turn is installed;
   any other type is ``unsupported_turn_detection``. ``interrupt_response`` is accepted and has
   no effect: speech always interrupts a reply.
-- ``sglang.sampling`` takes ``temperature`` (0 to 2) and ``max_new_tokens_per_unit`` (>= 1).
+- ``sglang.sampling`` takes ``temperature`` (0 to 2) and ``max_new_tokens_per_unit`` (>= 1). A
+  deployment whose ``openai_chat`` node leaves ``temperature`` null grants it as null: the chat
+  request then has no temperature field (the service's own default) until a session sets one.
 - After the first session.update only instructions, turn detection, output_modalities and
   sampling may change; sending any other field with a different value is ``frozen_field``
   ("session field is frozen"). Re-sending an unchanged value is allowed.
@@ -62,7 +64,7 @@ class SemanticVad(BaseModel):
 class Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    temperature: float = Field(ge=0.0, le=2.0)
+    temperature: float | None = Field(ge=0.0, le=2.0)  # None: not sent, the model's own default
     max_new_tokens_per_unit: int = Field(ge=1, le=4096)
 
 

@@ -303,6 +303,11 @@ def test_spoken_question_through_three_service_nodes(tmp_path, question_pcm):
     assert caps["speech"]["sample_rate"] == 24000
     paths = {r["path"] for r in seen["requests"]}
     assert {"/v1/audio/transcriptions", "/v1/chat/completions", "/v1/audio/speech"} <= paths
+    # The node leaves temperature null: granted as null, and no chat request carries the field.
+    granted = client.of_type("session.updated")[0]["session"]["sglang"]["sampling"]
+    assert granted["temperature"] is None
+    chats = [r["body"] for r in seen["requests"] if r["path"] == "/v1/chat/completions"]
+    assert chats and all("temperature" not in body for body in chats)
     assert all(r["auth"] == f"Bearer {SECRET}" for r in seen["requests"] if r["path"] != "/v1/models"
                or r["auth"] is not None)
     text = log_path.read_text(errors="replace")
