@@ -19,7 +19,7 @@ from fdb.errors import FdbError
 from fdb.io import atomic_write_json
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, Verdict
-from recorders.session import record_session, redact_url
+from recorders.session import record_session, redact_url, start_finisher
 
 Progress = Callable[[int, int, SessionRecord], None]
 
@@ -54,6 +54,7 @@ async def record_many(
         raise FdbError(f"concurrency must be at least 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
     done = 0
+    await start_finisher()
 
     async def one(job: SessionJob) -> SessionRecord:
         nonlocal done

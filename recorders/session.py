@@ -19,7 +19,11 @@ import base64
 import binascii
 import datetime as dt
 import json
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import pickle
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,25 +108,23 @@ class _Session:
         if self.flow_task is not None and not self.flow_task.done():
             self.flow_task.cancel()
 
+    @property
+    def origin(self) -> float:
+        """The trace clock's zero: the first packet's slot, where its send starts."""
+        return self.t0 if self.t0 is not None else (self.raw[0][0] if self.raw else 0.0)
+
     def trace(self) -> list[TraceEvent]:
         """The trace on the t0 clock (seconds from the first packet's slot, where its send starts)."""
-        origin = self.t0 if self.t0 is not None else (self.raw[0][0] if self.raw else 0.0)
+        return trace_from_raw(self.raw, self.origin)
 
-        def rel(value: float | None) -> float | None:
-            return None if value is None else round(value - origin, 6)
-
-        return [
-            TraceEvent(t=rel(t), dir=d, type=k, event=json.loads(text), scheduled=rel(sched), t_end=rel(end))
-            for t, d, k, text, sched, end in self.raw
-        ]
-
-    def outcome(self, elapsed_s: float, extra: dict[str, Any] | None) -> SessionOutcome:
-        return SessionOutcome(
-            trace=self.trace(), output=bytes(self.output), status=self.status, failure=self.failure,
-            close_code=self.close_code, close_reason=self.close_reason,
-            admission_denials=self.admission_denials, granted_session=self.granted_session,
-            t0_wall=self.t0_wall, elapsed_s=elapsed_s, extra=dict(extra or {}), loop_lag=self.loop_lag,
-        )
+    def as_finished(self, elapsed_s: float, extra: dict[str, Any] | None) -> FinishedSession:
+        """Everything ``write_recording`` needs, as plain picklable data (raw trace rows)."""
+        return FinishedSession(
+            raw=list(self.raw), origin=self.origin, output=bytes(self.output), fields=dict(
+                status=self.status, failure=self.failure, close_code=self.close_code,
+                close_reason=self.close_reason, admission_denials=self.admission_denials,
+                granted_session=self.granted_session, t0_wall=self.t0_wall, elapsed_s=elapsed_s,
+                extra=dict(extra or {}), loop_lag=self.loop_lag))
 
     # ------------------------------------------------------------ connection
     async def _connect(self) -> ClientConnection | None:
@@ -353,15 +355,73 @@ class _Session:
         self.fail("disconnected", f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}")
 
 
-# One worker thread for the CPU-bound parts of every session (input resampling, judging the
-# trace, writing files). With the default executor several such threads at once each hold the
-# GIL for a switch interval in turn, and the event loop that paces every session waits behind
-# all of them; with one, it waits at most one switch interval.
+# One worker thread for the light CPU-bound parts of a session (input resampling, the input WAV).
+# With the default executor several such threads at once each hold the GIL for a switch interval
+# in turn, and the event loop that paces every session waits behind all of them.
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fdb-recorder-work")
+# Judging a finished session and writing its files (trace rows parsed and validated, the oracle,
+# JSON) is the heavy part; in a thread it would hold the GIL against the loop while the other
+# sessions still send. It runs in one worker process instead, started on first use.
+_FINISHER: ProcessPoolExecutor | None = None
 
 
 async def _off_loop(fn, *args):
     return await asyncio.get_running_loop().run_in_executor(_WORKER, fn, *args)
+
+
+def trace_from_raw(raw: list[tuple], origin: float) -> list[TraceEvent]:
+    """Raw trace rows (loop clock, JSON text) as events on the clock that starts at ``origin``."""
+
+    def rel(value: float | None) -> float | None:
+        return None if value is None else round(value - origin, 6)
+
+    return [TraceEvent(t=rel(t), dir=d, type=k, event=json.loads(text), scheduled=rel(sched), t_end=rel(end))
+            for t, d, k, text, sched, end in raw]
+
+
+@dataclass
+class FinishedSession:
+    """A finished session as plain data: the raw trace rows and the outcome's other fields."""
+
+    raw: list[tuple]
+    origin: float
+    output: bytes
+    fields: dict[str, Any]
+
+    def outcome(self) -> SessionOutcome:
+        return SessionOutcome(trace=trace_from_raw(self.raw, self.origin), output=self.output, **self.fields)
+
+
+def finish_recording(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
+    """Judge and write one finished session (runs in the finisher process, or inline)."""
+    return write_recording(out_dir, done.outcome(), **kwargs)
+
+
+def _finisher() -> ProcessPoolExecutor:
+    global _FINISHER
+    if _FINISHER is None:
+        _FINISHER = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("forkserver"))
+    return _FINISHER
+
+
+async def start_finisher() -> None:
+    """Start the finisher process (and its imports) now, before any session is paced, so its
+    start-up does not land on the first sessions' last packets. Best effort."""
+    try:
+        await asyncio.get_running_loop().run_in_executor(_finisher(), trace_from_raw, [], 0.0)
+    except (BrokenProcessPool, OSError):
+        pass
+
+
+async def _finish(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
+    """``finish_recording`` in the finisher process; in a thread if that process cannot run."""
+    global _FINISHER
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.run_in_executor(_finisher(), finish_recording, done, out_dir, kwargs)
+    except (BrokenProcessPool, OSError, pickle.PicklingError):
+        _FINISHER = None
+        return await _off_loop(finish_recording, done, out_dir, kwargs)
 
 
 async def record_session(
@@ -410,19 +470,16 @@ async def record_session(
         "instructions": instructions, "timeout_s": timeout_s,
     }
 
-    def write() -> SessionRecord:
-        return write_recording(
-            out_dir, session.outcome(elapsed, extra_meta), base=base, profile=profile, pcm=pcm,
-            source_rate=audio.rate, input_wav_sha256=input_sha, turn_detection=turn_detection,
-        )
+    kwargs = dict(base=base, profile=profile, pcm=pcm, source_rate=audio.rate, input_wav_sha256=input_sha,
+                  turn_detection=turn_detection)
 
     try:
         await session.run()
     except asyncio.CancelledError:
         session.fail("error", f"recording was cancelled while {session.phase}")
         elapsed = session.loop.time() - started
-        write()
+        finish_recording(session.as_finished(elapsed, extra_meta), out_dir, kwargs)
         raise
     elapsed = session.loop.time() - started
     # Judging and fsync-ed writes run off the loop so other sessions' packets stay on schedule.
-    return await _off_loop(write)
+    return await _finish(session.as_finished(elapsed, extra_meta), out_dir, kwargs)
