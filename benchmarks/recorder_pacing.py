@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fdb.audio import Audio  # noqa: E402
 from fdb.session_records import read_trace  # noqa: E402
 from recorders.batch import SessionJob, record_many  # noqa: E402
+from recorders.eventloop import run as run_loop  # noqa: E402
 from recorders.pacing import sends_from_trace  # noqa: E402
 
 TD = {"type": "server_vad", "silence_duration_ms": 500}
@@ -94,7 +95,7 @@ def measure(url: str, sessions: int, seconds: float, out: Path) -> dict:
     jobs = [SessionJob(url, audio, out / f"s{k:03d}", f"bench/{k}", "main", "turn-based", TD, timeout_s=seconds + 30)
             for k in range(sessions)]
     cpu, wall = time.process_time(), time.perf_counter()
-    records = asyncio.run(record_many(jobs, concurrency=sessions))
+    records = run_loop(record_many(jobs, concurrency=sessions))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     lateness = np.array([s.lateness_s * 1000 for job in jobs
                          for s in sends_from_trace(read_trace(job.out_dir / "trace.jsonl"))])

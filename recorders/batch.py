@@ -19,6 +19,7 @@ from fdb.errors import FdbError
 from fdb.io import atomic_write_json
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, Verdict
+from recorders.looplag import paced_gc
 from recorders.session import record_session, redact_url, start_finisher
 
 Progress = Callable[[int, int, SessionRecord], None]
@@ -53,8 +54,13 @@ async def record_many(
     if concurrency < 1:
         raise FdbError(f"concurrency must be at least 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
-    done = 0
     await start_finisher()
+    with paced_gc():
+        return await _gather(jobs, gate, progress)
+
+
+async def _gather(jobs: Sequence[SessionJob], gate: asyncio.Semaphore, progress: Progress | None) -> list[SessionRecord]:
+    done = 0
 
     async def one(job: SessionJob) -> SessionRecord:
         nonlocal done

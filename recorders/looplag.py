@@ -10,12 +10,16 @@ session's pacing violations are the load generator's, not the server's.
 from __future__ import annotations
 
 import asyncio
+import gc
 import weakref
 from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
 from fdb.session_records import LoopLagStats
+from recorders.eventloop import CLOCK
 
 TICK_S = 0.02
 
@@ -66,11 +70,11 @@ class LoopMonitor:
         )
 
     async def _tick(self) -> None:
-        loop, interval = self.loop, self.interval
+        interval = self.interval
         while True:
-            due = loop.time() + interval
+            due = CLOCK() + interval
             await asyncio.sleep(interval)
-            now = loop.time()
+            now = CLOCK()
             self.lags.append(max(0.0, now - due))
             self.times.append(now)
 
@@ -85,3 +89,34 @@ def monitor() -> LoopMonitor:
     if found is None:
         found = _MONITORS[loop] = LoopMonitor(loop)
     return found
+
+
+# A full (generation 2) collection walks every tracked object of the process: with a few hundred
+# sessions and the libraries loaded, one pause measured 79 ms, far beyond the pacing tolerance
+# (benchmarks/recorder_capacity.py, 256 sessions: nine such pauses in 15 s). While sessions are
+# paced, what exists before them is frozen (never scanned again) and a full collection waits for
+# GC_FULL_EVERY young-generation passes instead of the default 10; young collections still run.
+GC_FULL_EVERY = 1000
+_paced_users = 0
+_saved_threshold: tuple[int, int, int] | None = None
+
+
+@contextmanager
+def paced_gc() -> Iterator[None]:
+    """Keep garbage-collector pauses short while paced sessions run (nestable)."""
+    global _paced_users, _saved_threshold
+    if _paced_users == 0:
+        gc.collect()
+        gc.freeze()
+        _saved_threshold = gc.get_threshold()
+        gen0, gen1, _ = _saved_threshold
+        gc.set_threshold(gen0, gen1, GC_FULL_EVERY)
+    _paced_users += 1
+    try:
+        yield
+    finally:
+        _paced_users -= 1
+        if _paced_users == 0:
+            if _saved_threshold is not None:
+                gc.set_threshold(*_saved_threshold)
+            gc.unfreeze()

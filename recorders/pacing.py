@@ -58,14 +58,16 @@ async def send_paced(
     packet_s: float = 0.08,
     on_start: Callable[[float], None] | None = None,
     spreader: PhaseSpreader | None = None,
+    receipts: bool = True,
 ) -> tuple[float, list[PacketSend]]:
     """Send ``packets`` on the absolute schedule; returns (t0, receipts on the t0 clock).
+    With ``receipts=False`` the list is empty (the caller keeps its own, e.g. in its trace).
 
     ``send(seq, packet, scheduled, start)`` writes one packet (absolute clock times);
     ``on_start(t0)`` is called with packet 0's slot t0, so the caller can anchor its trace clock
     there. With a ``spreader`` packet 0 waits for the session's phase slot (under one period).
     """
-    receipts: list[PacketSend] = []
+    sent: list[PacketSend] = []
     t0 = clock()
     if spreader is not None:
         t0 = spreader.start(t0, packet_s)
@@ -74,15 +76,16 @@ async def send_paced(
     for seq, packet in enumerate(packets):
         due = t0 + seq * packet_s
         start = t0 if seq == 0 and spreader is None else clock()
-        if start < due:
+        while start < due:  # a timer may fire a little early (uvloop rounds to whole ms)
             await sleep(due - start)
             start = clock()
         await send(seq, packet, due, start)
-        end = clock()
-        receipts.append(
-            PacketSend(seq=seq, samples=len(packet) // 2, scheduled=due - t0, start=start - t0, end=end - t0)
-        )
-    return t0, receipts
+        if receipts:
+            end = clock()
+            sent.append(
+                PacketSend(seq=seq, samples=len(packet) // 2, scheduled=due - t0, start=start - t0, end=end - t0)
+            )
+    return t0, sent
 
 
 def pacing_stats(sends: Sequence[PacketSend], packet_ms: int = 80, tolerance_ms: float = 80.0) -> PacingStats:

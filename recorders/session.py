@@ -15,7 +15,6 @@ and the trace and audio received so far are kept.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import datetime as dt
 import json
@@ -35,6 +34,7 @@ from fdb.audio import Audio
 from fdb.errors import FdbError, SampleError
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus, TraceEvent
+from recorders.eventloop import CLOCK, sleep_until
 from recorders.looplag import monitor
 from recorders.pacing import SPREADER, send_paced, split_packets
 from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are re-exported)
@@ -52,6 +52,8 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 ADMISSION_RETRIES = 3
 ADMISSION_BACKOFF_S = 0.25
 CLOSE_GRACE_S = 2.0
+_FLAGS = {"session.created": "created", "session.updated": "updated",
+          "sglang.input_audio.drained": "drained", "session.closed": "closed"}
 
 
 class _Session:
@@ -60,12 +62,14 @@ class _Session:
     def __init__(self, url: str, pcm: bytes, profile: Profile, session_update: dict[str, Any], timeout_s: float):
         self.url, self.pcm, self.profile, self.timeout_s = url, pcm, profile, timeout_s
         self.session_update = session_update
-        self.loop = asyncio.get_running_loop()
-        # Trace rows (t, dir, type, event JSON, scheduled, t_end) with absolute loop times. Events
+        # Trace rows (t, dir, type, event JSON, scheduled, t_end) with absolute ``CLOCK`` times. Events
         # are kept as JSON text: strings and float tuples are not tracked by the garbage collector,
         # so many long sessions in one process do not cause long GC pauses that delay packets.
         self.raw: list[tuple[float, str, str, str, float | None, float | None]] = []
-        self.output = bytearray()
+        # Received audio stays base64 text until the session is finished: decoding is the
+        # finisher's work, off the loop that paces every session (``decode_output``).
+        self.audio_b64: list[str] = []
+        self.output_bytes = 0
         self.t0: float | None = None
         self.t0_wall: str | None = None
         self.status: SessionStatus = "ok"
@@ -91,7 +95,7 @@ class _Session:
     ) -> int:
         """Append a trace row (``event`` as a dict or its JSON text); returns its index."""
         text = event if isinstance(event, str) else json.dumps(event)
-        self.raw.append((self.loop.time() if t is None else t, direction, type_, text, scheduled, None))
+        self.raw.append((CLOCK() if t is None else t, direction, type_, text, scheduled, None))
         return len(self.raw) - 1
 
     def set_end(self, index: int, t_end: float) -> None:
@@ -120,7 +124,7 @@ class _Session:
     def as_finished(self, elapsed_s: float, extra: dict[str, Any] | None) -> FinishedSession:
         """Everything ``write_recording`` needs, as plain picklable data (raw trace rows)."""
         return FinishedSession(
-            raw=list(self.raw), origin=self.origin, output=bytes(self.output), fields=dict(
+            raw=list(self.raw), origin=self.origin, audio_b64=list(self.audio_b64), fields=dict(
                 status=self.status, failure=self.failure, close_code=self.close_code,
                 close_reason=self.close_reason, admission_denials=self.admission_denials,
                 granted_session=self.granted_session, t0_wall=self.t0_wall, elapsed_s=elapsed_s,
@@ -235,16 +239,22 @@ class _Session:
         return index
 
     async def _send_append(self, seq: int, packet: bytes, due: float, start: float) -> None:
+        """One input packet. Its wire text is put together around the base64 audio (which needs
+        no JSON escaping), so the audio is never run through the JSON encoder; the trace logs
+        the same event without the audio."""
         assert self.ws is not None
-        body: dict[str, Any] = {"type": "input_audio_buffer.append"}
+        body: dict[str, Any] = {"event_id": event_id(), "type": "input_audio_buffer.append"}
         if self.profile.sends_seq:
             body["sglang"] = {"seq": seq}
             if self.profile.sends_t_start:
                 body["sglang"]["t_start_ms"] = seq * self.profile.packet_ms
-        wire = {**body, "audio": base64.b64encode(packet).decode("ascii")}
-        trace_event = {**body, "audio_bytes": len(packet)}
-        index = await self._send(self.ws, wire, trace_event=trace_event, t=start, scheduled=due)
-        self.set_end(index, self.loop.time())
+        head = json.dumps(body)
+        audio = binascii.b2a_base64(packet, newline=False).decode("ascii")
+        logged = {key: value for key, value in body.items() if key != "event_id"}
+        logged["audio_bytes"], logged["event_id"] = len(packet), body["event_id"]
+        index = self.log("send", "input_audio_buffer.append", logged, start, due)
+        await self.ws.send(f'{head[:-1]}, "audio": "{audio}"}}')
+        self.set_end(index, CLOCK())
 
     def _anchor(self, t0: float) -> None:
         self.t0 = t0
@@ -260,16 +270,16 @@ class _Session:
         self.phase = "sending input"
         packets = split_packets(self.pcm, self.profile.packet_samples)
         packet_s = self.profile.packet_ms / 1000.0
-        t0, _ = await send_paced(packets, self._send_append, self.loop.time, asyncio.sleep, packet_s,
-                                 self._anchor, SPREADER)
+        t0, _ = await send_paced(packets, self._send_append, CLOCK, asyncio.sleep, packet_s,
+                                 self._anchor, SPREADER, receipts=False)
         input_s = len(self.pcm) / 2 / self.profile.input_rate
         if self.profile.end_mode == "tail":
-            await asyncio.sleep(max(0.0, t0 + input_s + self.profile.tail_s - self.loop.time()))
+            await sleep_until(t0 + input_s + self.profile.tail_s)
             await self._send(ws, {"type": "session.update", "session": noop_session_update(self.profile)})
             self.phase = "waiting for the session.updated of the --legacy-tail session.update"
             await self.flags["tail"].wait()
             return
-        await asyncio.sleep(max(0.0, t0 + input_s - self.loop.time()))
+        await sleep_until(t0 + input_s)
         await self._send(ws, {"type": "sglang.input_audio.end"})
         self.phase = "waiting for sglang.input_audio.drained"
         await self.flags["drained"].wait()
@@ -287,7 +297,7 @@ class _Session:
             except ConnectionClosed as exc:
                 self._on_connection_lost(exc)
                 return
-            t = self.loop.time()
+            t = CLOCK()
             event = self._parse(message, t)
             if event is None:
                 return
@@ -312,10 +322,7 @@ class _Session:
             self.log("recv", type_, logged, t)
         else:
             self.log("recv", type_, message, t)
-        flag = {
-            "session.created": "created", "session.updated": "updated",
-            "sglang.input_audio.drained": "drained", "session.closed": "closed",
-        }.get(type_)
+        flag = _FLAGS.get(type_)
         if flag == "updated":
             self.updates_answered += 1
             if self.updates_answered > 1:
@@ -328,16 +335,20 @@ class _Session:
             self._on_error(event)
 
     def _take_audio(self, event: dict[str, Any], t: float) -> dict[str, Any] | None:
-        """Move a delta's audio into output.pcm; the trace keeps its offset and length."""
-        try:
-            data = base64.b64decode(event.get("delta") or "", validate=True)
-        except (binascii.Error, TypeError, ValueError) as exc:
+        """Move a delta's audio into the output; the trace keeps its offset and length. The text
+        is kept as received and decoded when the session is finished; here only its shape is
+        checked (a string whose length is a multiple of 4), which gives the decoded length."""
+        delta = event.get("delta") or ""
+        if not isinstance(delta, str) or len(delta) % 4:
             self.log("recv", event["type"], {**event, "delta": None}, t)
-            self.fail("error", f"undecodable audio delta ({exc})")
+            problem = "not a string" if not isinstance(delta, str) else f"length {len(delta)} is not a multiple of 4"
+            self.fail("error", f"undecodable audio delta ({problem})")
             return None
-        offset = len(self.output)
-        self.output.extend(data)
-        return {**event, "delta": None, "audio_offset": offset, "audio_bytes": len(data)}
+        size = len(delta) // 4 * 3 - (2 if delta.endswith("==") else 1 if delta.endswith("=") else 0)
+        offset = self.output_bytes
+        self.audio_b64.append(delta)
+        self.output_bytes += size
+        return {**event, "delta": None, "audio_offset": offset, "audio_bytes": size}
 
     def _on_error(self, event: dict[str, Any]) -> None:
         err = event.get("error") if isinstance(event.get("error"), dict) else {}
@@ -385,11 +396,30 @@ class FinishedSession:
 
     raw: list[tuple]
     origin: float
-    output: bytes
+    audio_b64: list[str]
     fields: dict[str, Any]
 
     def outcome(self) -> SessionOutcome:
-        return SessionOutcome(trace=trace_from_raw(self.raw, self.origin), output=self.output, **self.fields)
+        output, problem = decode_output(self.audio_b64)
+        raw, fields = self.raw, self.fields
+        if problem is not None and fields["failure"] is None:
+            failure = f"undecodable audio delta ({problem})"
+            fields = {**fields, "status": "error", "failure": failure}
+            last = raw[-1][0] if raw else self.origin
+            raw = [*raw, (last, "note", "failure", json.dumps({"status": "error", "reason": failure}), None, None)]
+        return SessionOutcome(trace=trace_from_raw(raw, self.origin), output=output, **fields)
+
+
+def decode_output(chunks: list[str]) -> tuple[bytes, str | None]:
+    """The received audio from its base64 deltas, and the first chunk that does not decode
+    (strict base64), if any: the audio stops before it."""
+    parts: list[bytes] = []
+    for k, text in enumerate(chunks):
+        try:
+            parts.append(binascii.a2b_base64(text, strict_mode=True))
+        except (binascii.Error, ValueError) as exc:
+            return b"".join(parts), f"audio delta {k}: {exc}"
+    return b"".join(parts), None
 
 
 def finish_recording(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
@@ -463,7 +493,7 @@ async def record_session(
     input_sha = await _off_loop(write_input_wav, out_dir, pcm, profile.input_rate)
     body = session_update_body(profile, turn_detection, model, instructions)
     session = _Session(url, pcm, profile, body, timeout_s)
-    started = session.loop.time()
+    started = CLOCK()
 
     base = {
         "sample_id": sample_id, "variant": variant, "url": redact_url(url), "model": model,
@@ -477,9 +507,9 @@ async def record_session(
         await session.run()
     except asyncio.CancelledError:
         session.fail("error", f"recording was cancelled while {session.phase}")
-        elapsed = session.loop.time() - started
+        elapsed = CLOCK() - started
         finish_recording(session.as_finished(elapsed, extra_meta), out_dir, kwargs)
         raise
-    elapsed = session.loop.time() - started
+    elapsed = CLOCK() - started
     # Judging and fsync-ed writes run off the loop so other sessions' packets stay on schedule.
     return await _finish(session.as_finished(elapsed, extra_meta), out_dir, kwargs)

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import uuid
+import secrets
 from typing import Any
 
 CLOSE_CODES = {1006: "abnormal closure", 1008: "policy violation", 1009: "message too big", 1011: "server error"}
 
 
+# Event ids: a random 48-bit prefix per process and a counter (unique, and ~10x cheaper than a
+# uuid4 per packet at hundreds of paced sessions).
+_ID_PREFIX = secrets.token_hex(6)
+_ID_COUNTER = itertools.count()
+
+
 def event_id() -> str:
-    return f"evt_{uuid.uuid4().hex[:24]}"
+    return f"evt_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
 
 
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name}")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # one decoder, not one per message
 
 
 def parse_server_message(message: str | bytes) -> tuple[dict[str, Any] | None, str | None, str]:
@@ -23,7 +33,7 @@ def parse_server_message(message: str | bytes) -> tuple[dict[str, Any] | None, s
     if isinstance(message, bytes):
         return None, "a binary frame", f"<{len(message)} bytes>"
     try:
-        event = json.loads(message, parse_constant=_reject_constant)
+        event = _DECODER.decode(message)
     except ValueError as exc:
         return None, f"invalid JSON ({exc})", message
     if isinstance(event, dict) and isinstance(event.get("type"), str):

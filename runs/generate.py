@@ -118,6 +118,7 @@ def _record_logs(rep: RepeatPaths, opts: GenerateOptions) -> dict[tuple[str, int
 def _record(jobs: list, opts: GenerateOptions, rep: RepeatPaths, console: Console, fleet: ServerFleet | None) -> list:
     """Record every shard at once, each shard one session at a time (shard i on server i mod n)."""
     from recorders.batch import record_many
+    from recorders.eventloop import run as run_loop
 
     logs = _record_logs(rep, opts)
     columns = (TextColumn("[bold]recording"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -142,7 +143,7 @@ def _record(jobs: list, opts: GenerateOptions, rep: RepeatPaths, console: Consol
             parts = await asyncio.gather(*(record_many(shards[k], concurrency=1, progress=tick) for k in sorted(shards)))
             return [record for part in parts for record in part]
 
-        return asyncio.run(all_shards())
+        return run_loop(all_shards())
 
 
 def _export(sel: Selected, rep: RepeatPaths, num_shards: int):

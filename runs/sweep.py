@@ -12,7 +12,6 @@ the repeats' sessions and meets the targets only when every repeat does.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -184,6 +183,7 @@ def _record_level(spec_path: Path) -> None:
     """The child process: record every job of the level, ``concurrency`` at a time, then write
     client.json with this process's CPU share (the load generator's own load)."""
     from recorders.batch import SessionJob, record_many
+    from recorders.eventloop import run as run_loop
 
     spec = LevelSpec.model_validate(read_json(spec_path))
     root = spec_path.parent
@@ -198,7 +198,7 @@ def _record_level(spec_path: Path) -> None:
         print(json.dumps({"done": done, "total": total, "label": label, "status": record.status}), flush=True)
 
     cpu0, wall0 = time.process_time(), time.monotonic()
-    asyncio.run(record_many(jobs, concurrency=spec.concurrency, progress=tick))
+    run_loop(record_many(jobs, concurrency=spec.concurrency, progress=tick))
     cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
     stats = ClientStats(cpu_s=round(cpu, 3), wall_s=round(wall, 3), cpu_share=round(cpu / wall, 3) if wall > 0 else 0.0,
                         load_1m=round(os.getloadavg()[0], 2), cpus=os.cpu_count())

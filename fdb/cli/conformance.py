@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import typer
@@ -37,9 +36,10 @@ def conformance(
 
     from fdb.audio import read_wav
     from recorders.conformance import run_conformance
+    from recorders.eventloop import run as run_loop
 
     audio = read_wav(question, "--question") if question else None
-    rows = asyncio.run(run_conformance(
+    rows = run_loop(run_conformance(
         url, profile, turn_detection or None, model or None, audio, timeout_s=timeout, tail_s=legacy_tail,
     ))
     table = Table(title=f"conformance: {profile} at {url}")

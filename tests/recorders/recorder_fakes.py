@@ -35,6 +35,7 @@ class Script:
     echo_type: str | None = None
     server_close_at_packet: int | None = None  # session.closed + close code, unasked
     server_close_code: int = 1000
+    bad_delta: str | None = None  # the reply's second audio delta carries this text
 
 
 def tone(ms: int, rate: int = 24000, freq: float = 440.0) -> bytes:
@@ -151,9 +152,10 @@ class ScriptedServer(LoopbackPeer):
         chunks = [tone(s.delta_ms)] * (s.reply_ms // s.delta_ms)
         if s.cancel_reply:
             chunks = chunks[:1]
-        for chunk in chunks:
+        for k, chunk in enumerate(chunks):
+            delta = s.bad_delta if k == 1 and s.bad_delta is not None else base64.b64encode(chunk).decode()
             await self._send(ws, {"type": "response.output_audio.delta", "response_id": rid, "item_id": "item_2",
-                                  "delta": base64.b64encode(chunk).decode()})
+                                  "delta": delta})
         if s.cancel_reply:
             await self._send(ws, {"type": "input_audio_buffer.speech_started", "audio_start_ms": 300,
                                   "item_id": "item_3"})

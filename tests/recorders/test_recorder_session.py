@@ -20,7 +20,7 @@ from fdb.io import sha256_file
 from fdb.session_records import SessionRecord, read_trace
 from recorders.batch import SessionJob, record_many
 from recorders.session import input_pcm16, record_session
-from tests.recorders.recorder_fakes import Script, ScriptedServer
+from tests.recorders.recorder_fakes import Script, ScriptedServer, tone
 
 TD = {"type": "server_vad", "silence_duration_ms": 500}
 
@@ -141,6 +141,19 @@ def test_admission_denied_after_three_retries(tmp_path):
 def test_invalid_json_fails_the_session(tmp_path):
     rec = record(Script(invalid_json_at_packet=2), tmp_path / "s")
     assert rec.status == "error" and "invalid JSON" in rec.failure
+
+
+@pytest.mark.parametrize("delta,detail", [
+    ("abc", "length 3 is not a multiple of 4"),  # seen at once: the session stops there
+    ("!!!!" * 8, "audio delta 1"),  # the right shape: found when the finished session is decoded
+])
+def test_an_undecodable_audio_delta_fails_the_session_and_keeps_the_audio_before_it(tmp_path, delta, detail):
+    rec = record(Script(bad_delta=delta), tmp_path / "s")
+    assert rec.status == "error" and "undecodable audio delta" in rec.failure and detail in rec.failure
+    output = (tmp_path / "s" / "output.pcm").read_bytes()
+    assert output.startswith(tone(100)) and len(output) < len(tone(300))  # the bad delta is not in it
+    trace = read_trace(tmp_path / "s" / "trace.jsonl")
+    assert any(ev.type == "failure" and "undecodable" in ev.event["reason"] for ev in trace)
 
 
 def test_broken_seq_order_is_a_protocol_violation(tmp_path):
