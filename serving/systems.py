@@ -25,7 +25,7 @@ instructions, sampling and turn detection are only defaults that each session ma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -146,6 +146,9 @@ class SystemConfig(BaseModel):
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
     duplex: DuplexSettings | None = None  # set: a native full-duplex system (serving.duplex)
+    # how a turn-based /v1/realtime session runs: the hand-wired pipeline (serving/realtime) or
+    # the session graph of serving/graph/embedded-cascade.yaml (serving.realtime.graph_session)
+    session_engine: Literal["pipeline", "graph"] = "pipeline"
     services: list[ServiceEntry] = []  # started in order before the models load (serving.services)
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ import asyncio
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -19,8 +20,8 @@ import numpy as np
 from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
 from serving.graph.declare import GraphDecl, NodeDecl
+from serving.graph.dialog_node import DialogNode
 from serving.graph.kinds import (
-    DialogOptions,
     LlamaChatOptions,
     PiperSpeechOptions,
     WhisperTranscriptionOptions,
@@ -30,15 +31,13 @@ from serving.graph.streams import (
     PCM16_RATE,
     PCM_F32_RATE,
     Chunk,
-    Message,
-    Messages,
     PcmF32,
     TextDelta,
     Transcript,
     control,
 )
+from serving.realtime.chunker import SpeechChunker
 
-SENTENCE_END = re.compile(r"[.!?;…][\"')\]]*\s")
 IDLE_KEEP_MS = 30000  # input audio kept while no utterance is open: the VAD may lag the input by that much
 
 
@@ -62,6 +61,15 @@ class EmbeddedModels:
         from fdb.models.turn import load_turn_backend
 
         return load_turn_backend()
+
+    @classmethod
+    def of(cls, asr, llm, tts, turn=None) -> EmbeddedModels:
+        """Models a server has loaded already (``tts``: the default Piper voice)."""
+        models = cls()
+        models.__dict__.update(asr=asr, llm=llm, _tts={(False, None): tts})
+        if turn is not None:
+            models.__dict__["turn"] = turn
+        return models
 
     def tts(self, options: PiperSpeechOptions):
         from fdb.models.tts import PiperTts
@@ -108,11 +116,17 @@ async def stream_in_thread(make: Callable[[], Iterator], stop: threading.Event) 
 
 
 class VadNode(Node):
-    """Stage ``vad``: speech.started / speech.stopped on the input timeline; commit resets it."""
+    """Stage ``vad``: speech.started / speech.stopped on the input timeline. ``configure`` with
+    turn_detection null turns it off (an open utterance stops at the input's end), semantic_vad
+    makes its pauses the 200 ms candidates of the turn_detection stage; ``commit`` stops an open
+    utterance at the input's end and resets it."""
 
     def __init__(self, **settings):
         self._settings = settings
         self._vad = None
+        self._on = True
+        self._skipped = 0  # input samples not fed while off: the VAD's timeline offset
+        self._received = 0  # input samples
 
     async def open(self) -> None:
         from fdb.models.vad import StreamingVad
@@ -120,23 +134,47 @@ class VadNode(Node):
         self._vad = await asyncio.to_thread(StreamingVad, **self._settings)
 
     async def _send(self, events: list[tuple[str, int]], emit: Emit) -> None:
+        offset = self._skipped * 1000 // PCM16_RATE
         for name, t_ms in events:
-            await emit(control(name.replace("_", "."), t_ms=t_ms))
+            await emit(control(name.replace("_", "."), t_ms=t_ms + offset))
+
+    async def _stop_open(self, emit: Emit) -> None:
+        if self._vad.in_speech:
+            await emit(control("speech.stopped", t_ms=self._received * 1000 // PCM16_RATE))
+        self._vad.reset()
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "pcm16":
-            events = await asyncio.to_thread(self._vad.feed, pcm16_to_float(chunk.payload.data))
-            await self._send(events, emit)
-        elif chunk.control == "commit":
-            self._vad.reset()
+            samples = pcm16_to_float(chunk.payload.data)
+            self._received += len(samples)
+            if not self._on:
+                self._skipped += len(samples)
+                return
+            await self._send(await asyncio.to_thread(self._vad.feed, samples), emit)
+        elif chunk.control == "commit" and self._on:
+            await self._stop_open(emit)
         elif chunk.control == "configure" and "turn_detection" in chunk.payload.data:
-            td = chunk.payload.data["turn_detection"] or {}
-            self._vad.configure(td.get("threshold", self._vad.threshold),
-                                td.get("silence_duration_ms", self._vad.silence_duration_ms),
-                                td.get("prefix_padding_ms", self._vad.prefix_padding_ms))
+            await self._configure(chunk.payload.data["turn_detection"], emit)
+
+    async def _configure(self, td: dict | None, emit: Emit) -> None:
+        from serving.realtime.end_of_turn import CANDIDATE_MS
+
+        if td is None:
+            if self._on:
+                await self._stop_open(emit)
+            self._on = False
+            return
+        self._on = True
+        defaults = self._settings
+        if td.get("type") == "semantic_vad":
+            td = {"silence_duration_ms": CANDIDATE_MS}
+        self._vad.configure(td.get("threshold", defaults.get("threshold", 0.5)),
+                            td.get("silence_duration_ms", defaults.get("silence_duration_ms", 500)),
+                            td.get("prefix_padding_ms", defaults.get("prefix_padding_ms", 300)))
 
     async def on_end(self, emit: Emit) -> None:
-        await self._send(self._vad.flush(), emit)
+        if self._on:
+            await self._send(self._vad.flush(), emit)
 
 
 class Timeline:
@@ -170,44 +208,58 @@ class Timeline:
 
 
 class WhisperNode(Node):
-    """``whisper_transcription``: one final transcript per utterance (speech.started ->
-    speech.stopped + pad_ms, or up to a commit / the end of input)."""
+    """``whisper_transcription``: one final transcript per utterance: speech.started ->
+    speech.stopped + pad_ms; a commit ends an open utterance, and without turn detection
+    (``configure`` with turn_detection null) it takes all the audio since the last utterance,
+    as does the end of input. The transcript's t_ms is the utterance's end (pad included)."""
 
     def __init__(self, models: EmbeddedModels, options: WhisperTranscriptionOptions):
         self._models, self._options = models, options
         self._timeline = Timeline()
         self._start: int | None = None  # utterance start, input sample index
+        self._last_end = 0  # end of the previous utterance, input sample index
+        self._detecting = True
 
     async def open(self) -> None:
         await asyncio.to_thread(lambda: self._models.asr)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "pcm16":
-            self._timeline.append(chunk.payload.data, keep_all=self._start is not None)
+            keep = self._start is not None or not self._detecting
+            self._timeline.append(chunk.payload.data, keep_all=keep)
         elif chunk.control == "speech.started":
-            self._start = self._timeline.index(chunk.t_ms)
+            self._start = max(self._timeline.index(chunk.t_ms), self._last_end)
         elif chunk.control == "speech.stopped" and self._start is not None:
-            await self._utterance((chunk.t_ms + self._options.pad_ms) * PCM16_RATE // 1000, emit)
+            end = chunk.t_ms * PCM16_RATE // 1000
+            await self._utterance(end, end + self._options.pad_ms * PCM16_RATE // 1000, emit)
         elif chunk.control == "commit":
-            await self._utterance(self._timeline.end, emit)
+            await self._rest(emit)
+        elif chunk.control == "configure" and "turn_detection" in chunk.payload.data:
+            self._detecting = chunk.payload.data["turn_detection"] is not None
 
-    async def _utterance(self, stop: int, emit: Emit) -> None:
-        start = self._timeline.base if self._start is None else self._start
-        samples = self._timeline.slice(start, stop)
-        self._start = None
+    async def _rest(self, emit: Emit) -> None:
+        """An open utterance, or without turn detection the audio since the last one, ends here."""
+        end = self._timeline.end
+        if self._start is None and not self._detecting and end > self._last_end:
+            self._start = max(self._last_end, self._timeline.base)
+        if self._start is not None:
+            await self._utterance(end, end, emit)
+
+    async def _utterance(self, end: int, stop: int, emit: Emit) -> None:
+        samples = self._timeline.slice(self._start, min(stop, self._timeline.end))
+        self._start, self._last_end = None, end
         result = await asyncio.to_thread(self._models.asr.transcribe, samples)
         await emit(Chunk("transcript", Transcript(result.text.strip(), True), t_ms=stop * 1000 // PCM16_RATE))
 
     async def on_end(self, emit: Emit) -> None:
-        if self._start is not None:
-            await self._utterance(self._timeline.end, emit)
+        await self._rest(emit)
 
 
 class TurnDetectionNode(Node):
     """Stage ``turn_detection`` (Smart Turn v3.2): the VAD's speech.started opens a turn; at each
     VAD speech.stopped the turn's audio is scored and the turn ends once the input has run that
     score's silence past the stop (``serving.realtime.end_of_turn``); speech resuming before then
-    continues the turn; commit forgets it. ``server_vad`` passes the VAD's boundaries through.
+    continues the turn; commit ends it there. ``server_vad`` passes the VAD's boundaries through.
 
     Held pauses are timed on the input this node has received, so the input must arrive at its
     real-time pace (as a realtime client sends it) for a resumed speech to be seen in time."""
@@ -231,8 +283,8 @@ class TurnDetectionNode(Node):
                 await emit(chunk)
         elif chunk.control == "speech.stopped" and self._start_ms is not None:
             await self._pause(chunk.t_ms, emit)
-        elif chunk.control == "commit":
-            self._start_ms, self._held = None, None
+        elif chunk.control == "commit" and self._start_ms is not None:
+            await self._end_turn(self._timeline.end_ms, emit)  # the VAD's stop that follows is ignored
         elif chunk.control == "configure" and (td := chunk.payload.data.get("turn_detection")):
             self._semantic = td.get("type", "semantic_vad") == "semantic_vad"
             self._eagerness = td.get("eagerness", self._eagerness)
@@ -258,85 +310,31 @@ class TurnDetectionNode(Node):
             await self._end_turn(self._held.end_ms if self._held else self._timeline.end_ms, emit)
 
 
-class DialogNode(Node):
-    """``dialog``: numbers turns from 1 in utterance order, sends the history as messages, keeps
-    the reply text (llm:text_delta), closes a turn at the ending node's turn.done (a control edge)
-    and interrupts the open reply when speech starts during it."""
-
-    def __init__(self, options: DialogOptions):
-        self._options = options
-        self._history: list[Message] = []
-        self._turn = 0
-        self._open: int | None = None
-        self._reply: dict[int, str] = {}
-        self._waiting: list[tuple[int, str]] = []
-
-    async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
-        if chunk.format == "transcript" and chunk.payload.is_final:
-            self._turn += 1
-            await emit(control("turn.queued", turn=self._turn, t_ms=chunk.t_ms))
-            text = chunk.payload.text[:self._options.max_text_chars]
-            if not text:
-                await emit(control("turn.empty", turn=self._turn, t_ms=chunk.t_ms))
-            elif self._open is None:
-                await self._start(self._turn, text, emit)
-            else:
-                self._waiting.append((self._turn, text))
-        elif chunk.format == "text_delta" and chunk.turn is not None:
-            self._reply[chunk.turn] = self._reply.get(chunk.turn, "") + chunk.payload.text
-        elif chunk.control == "speech.started" and self._open is not None:
-            turn, self._open = self._open, None
-            await emit(control("interrupt", turn=turn, t_ms=chunk.t_ms))
-            await emit(control("turn.interrupted", turn=turn, t_ms=chunk.t_ms))
-            self._finish(turn)
-            await self._next(emit)
-
-    async def on_control(self, chunk: Chunk, emit: Emit) -> None:
-        if chunk.control == "turn.done" and chunk.turn == self._open:
-            self._open = None
-            self._finish(chunk.turn)
-            await self._next(emit)
-
-    def idle(self) -> bool:
-        return self._open is None and not self._waiting
-
-    def _finish(self, turn: int) -> None:
-        reply = self._reply.pop(turn, "").strip()
-        if reply:
-            self._history.append(Message("assistant", reply))
-
-    async def _next(self, emit: Emit) -> None:
-        if self._waiting:
-            turn, text = self._waiting.pop(0)
-            await self._start(turn, text, emit)
-
-    async def _start(self, turn: int, text: str, emit: Emit) -> None:
-        self._history.append(Message("user", text))
-        messages = (Message("system", self._options.system_prompt), *self._history)
-        if sum(len(m.content) for m in messages) + self._options.max_text_chars > self._options.max_history_chars:
-            raise FdbError(f"dialog: turn {turn}'s history exceeds max_history_chars "
-                           f"({self._options.max_history_chars})", "open a new session")
-        self._open = turn
-        await emit(Chunk("messages", Messages(messages), turn=turn))
-
-
 class LlamaChatNode(Node):
-    """``llama_chat``: streams SmolLM2's reply to each messages chunk as text_delta, then turn.done."""
+    """``llama_chat``: streams SmolLM2's reply to each messages chunk as text_delta, then turn.done.
+    A ``configure`` with ``sampling`` (max_new_tokens_per_unit, temperature) applies from the next reply."""
 
     def __init__(self, models: EmbeddedModels, options: LlamaChatOptions):
-        self._models, self._options = models, options
+        self._models = models
+        self._max_tokens, self._temperature = options.max_tokens, options.temperature
 
     async def open(self) -> None:
         await asyncio.to_thread(lambda: self._models.llm)
+
+    async def on_control(self, chunk: Chunk, emit: Emit) -> None:
+        sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
+        if sampling:
+            self._max_tokens = sampling.get("max_new_tokens_per_unit", self._max_tokens)
+            self._temperature = sampling.get("temperature", self._temperature)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format != "messages":
             return
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
-        opts = self._options
+        max_tokens, temperature = self._max_tokens, self._temperature
 
         def make() -> Iterator[str]:
-            return self._models.llm.stream_reply(messages, max_tokens=opts.max_tokens, temperature=opts.temperature)
+            return self._models.llm.stream_reply(messages, max_tokens=max_tokens, temperature=temperature)
 
         async for piece in stream_in_thread(make, threading.Event()):
             await emit(Chunk("text_delta", TextDelta(piece), turn=chunk.turn))
@@ -344,52 +342,77 @@ class LlamaChatNode(Node):
 
 
 class PiperSpeechNode(Node):
-    """``piper_speech``: synthesizes each finished sentence of a turn's text_delta (the rest at the
-    source's turn.done) as 24 kHz pcm_f32le; turn.started at the first audio, turn.done after the last."""
+    """``piper_speech``: cuts a turn's text_delta into speakable chunks
+    (``serving.realtime.chunker.SpeechChunker``: the first one short, then sentences; the rest at
+    the source's turn.done) and synthesizes each as 24 kHz pcm_f32le, followed by its
+    ``reply.progress`` (the chunk's text, text_end in the reply's spoken text joined with
+    spaces, audio_ms where its audio ends); turn.started before the first chunk, turn.done after
+    the last. A ``configure`` whose output_modalities lack audio makes later turns text only
+    (progress without audio)."""
 
     def __init__(self, models: EmbeddedModels, options: PiperSpeechOptions):
         self._models, self._options = models, options
-        self._text: dict[int, str] = {}
-        self._started: set[int] = set()
+        self._audio = True
+        self._turns: dict[int | None, _SpokenTurn] = {}
 
     async def open(self) -> None:
         await asyncio.to_thread(self._models.tts, self._options)
 
+    async def on_control(self, chunk: Chunk, emit: Emit) -> None:
+        if chunk.control == "interrupt" and chunk.turn is not None:
+            self._turns.pop(chunk.turn, None)
+        elif chunk.control == "configure" and "output_modalities" in chunk.payload.data:
+            self._audio = "audio" in chunk.payload.data["output_modalities"]
+
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         turn = chunk.turn
         if chunk.format == "text_delta":
-            text = self._text.get(turn, "") + chunk.payload.text
-            while (end := SENTENCE_END.search(text)) is not None:
-                await self._say(turn, text[:end.end()], emit)
-                text = text[end.end():]
-            self._text[turn] = text
+            spoken = self._turns.setdefault(turn, _SpokenTurn(self._audio))
+            for text in spoken.chunker.push(chunk.payload.text):
+                await self._say(turn, spoken, text, emit)
         elif chunk.control == "turn.done":
-            await self._say(turn, self._text.pop(turn, ""), emit)
+            spoken = self._turns.pop(turn, None)
+            for text in spoken.chunker.finish() if spoken else []:
+                await self._say(turn, spoken, text, emit)
             await emit(control("turn.done", turn=turn))
-            self._started.discard(turn)
 
-    async def on_control(self, chunk: Chunk, emit: Emit) -> None:
-        if chunk.control == "interrupt" and chunk.turn is not None:
-            self._text.pop(chunk.turn, None)
-
-    async def _say(self, turn: int | None, sentence: str, emit: Emit) -> None:
-        if not re.search(r"\w", sentence):
+    async def _say(self, turn: int | None, spoken: _SpokenTurn, text: str, emit: Emit) -> None:
+        if not re.search(r"\w", text):
             return
-        tts = self._models.tts(self._options)
-        samples = await asyncio.to_thread(tts.synthesize, sentence.strip())
-        if turn not in self._started:
-            self._started.add(turn)
+        audio = None
+        if spoken.audio:
+            tts = self._models.tts(self._options)
+            samples = await asyncio.to_thread(tts.synthesize, text)
+            audio = resample(samples, tts.rate, PCM_F32_RATE)
+            if not len(audio):
+                return
+        if not spoken.started:
+            spoken.started = True
             await emit(control("turn.started", turn=turn))
-        await emit(Chunk("pcm_f32le", PcmF32(resample(samples, tts.rate, PCM_F32_RATE)), turn=turn))
+        if audio is not None:
+            await emit(Chunk("pcm_f32le", PcmF32(audio), turn=turn))
+            spoken.audio_ms += len(audio) * 1000 / PCM_F32_RATE
+        spoken.text_end += len(text) + (1 if spoken.text_end else 0)
+        await emit(control("reply.progress", turn=turn, text=text, text_end=spoken.text_end,
+                           audio_ms=round(spoken.audio_ms, 3)))
 
 
-def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict) -> Node:
+@dataclass
+class _SpokenTurn:
+    audio: bool
+    chunker: SpeechChunker = field(default_factory=SpeechChunker)
+    started: bool = False
+    text_end: int = 0
+    audio_ms: float = 0.0
+
+
+def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict, history_messages: int) -> Node:
     if decl.stages == ("vad",):
         return VadNode(**vad_settings)
     if decl.stages == ("turn_detection",):
         return TurnDetectionNode(models)
     builders = {"whisper_transcription": lambda: WhisperNode(models, decl.options),
-                "dialog": lambda: DialogNode(decl.options),
+                "dialog": lambda: DialogNode(decl.options, history_messages),
                 "llama_chat": lambda: LlamaChatNode(models, decl.options),
                 "piper_speech": lambda: PiperSpeechNode(models, decl.options)}
     build = builders.get(decl.kind or "")
@@ -401,8 +424,9 @@ def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict) -> Node:
     return build()
 
 
-def build_nodes(decl: GraphDecl, models: EmbeddedModels | None = None,
-                vad_settings: dict | None = None) -> dict[str, Node]:
+def build_nodes(decl: GraphDecl, models: EmbeddedModels | None = None, vad_settings: dict | None = None,
+                max_history_messages: int = 12) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared)."""
     models = models or EmbeddedModels()
-    return {name: _node(d, models, dict(vad_settings or {})) for name, d in decl.nodes.items()}
+    return {name: _node(d, models, dict(vad_settings or {}), max_history_messages)
+            for name, d in decl.nodes.items()}

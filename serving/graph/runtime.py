@@ -12,6 +12,12 @@
   (``streams.PASS_FENCE``) still pass.
 - ``end_input()`` ends the input; each node's ``on_end`` runs once its upstream has ended, its
   edges are empty and it is ``idle()``, so ``wait_done()`` returns when the graph has drained.
+  An ended node still takes what reaches it until the graph closes (a client's truncate after
+  the input's end).
+- A sink that paces delivery (``holds_turn_done``) holds the turn.done of every node that
+  publishes audio: it reaches that node's readers only when the sink ``release()``s it, once the
+  turn's audio has played; ``release()`` also reports reply.delivered for such a node. Without
+  a pacing sink the graph reports reply.delivered itself when a started reply is interrupted.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Protocol
 
 from fdb.errors import FdbError
 from serving.graph.declare import INPUT, DataEdge, GraphDecl, NodeDecl
-from serving.graph.streams import PASS_FENCE, Chunk
+from serving.graph.streams import PASS_FENCE, Chunk, control
 
 Emit = Callable[[Chunk], Awaitable[None]]
 FENCING = ("interrupt", "turn.interrupted")
@@ -70,6 +76,8 @@ def _keeps(chunk: Chunk, turn: int) -> bool:
 
 class PublishSink:
     """The published chunks, in order, for one reader (the session's outbox in the server)."""
+
+    holds_turn_done = False  # a pacing sink holds audio nodes' turn.done until it releases them
 
     def __init__(self) -> None:
         self._items: deque[Chunk] = deque()
@@ -200,11 +208,11 @@ class _Runner:
                 if not self.current.cancelled() and self.current.exception() is not None:
                     raise self.current.exception()
                 continue
-            if self._upstream_ended() and self.node.idle():
+            if not self.ended and self._upstream_ended() and self.node.idle():
                 await self.node.on_end(self.emit)
                 self.ended = True
                 self.graph._wake_all()
-                return
+                continue
             self.wake.clear()
             await self.wake.wait()
 
@@ -226,6 +234,10 @@ class SessionGraph:
         self._runners = {name: _Runner(self, d, nodes[name]) for name, d in decl.nodes.items()}
         self._seq = 0
         self._input_ended = False
+        self._progress = asyncio.Event()  # a node ended
+        self._audio_sources = {n for n, formats in decl.publish.items()
+                               if formats & {"pcm16", "pcm_f32le"} and "session" in formats}
+        self._pacing = getattr(self.sink, "holds_turn_done", False)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:
@@ -256,14 +268,22 @@ class SessionGraph:
 
     async def wait_done(self, timeout_s: float | None = None) -> None:
         """Until every node has ended after ``end_input``; a node's failure is raised."""
-        tasks = [r.task for r in self._runners.values() if r.task is not None]
-        done, pending = await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                raise task.exception()
-        if pending:
-            raise FdbError(f"session graph did not drain within {timeout_s} s: nodes "
-                           f"{[n for n, r in self._runners.items() if r.task in pending]} still running")
+        tasks = {r.task for r in self._runners.values() if r.task is not None}
+        deadline = None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+        while not all(r.ended for r in self._runners.values()):
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if left is not None and left <= 0:
+                raise FdbError(f"session graph did not drain within {timeout_s} s: nodes "
+                               f"{[n for n, r in self._runners.items() if not r.ended]} still running")
+            self._progress.clear()
+            progress = asyncio.ensure_future(self._progress.wait())
+            done, _ = await asyncio.wait({*tasks, progress}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            progress.cancel()
+            for task in done & tasks:
+                if task.cancelled():
+                    raise FdbError("session graph closed before it drained")
+                if task.exception() is not None:
+                    raise task.exception()
         self.sink.close()
 
     # -- client side -----------------------------------------------------------------------
@@ -290,6 +310,7 @@ class SessionGraph:
         return self._input_ended if source == INPUT else self._runners[source].ended
 
     def _wake_all(self) -> None:
+        self._progress.set()
         for runner in self._runners.values():
             runner.wake.set()
 
@@ -305,21 +326,32 @@ class SessionGraph:
             runner.controls = deque(c for c in runner.controls if _keeps(c, turn))
         self.dropped_fenced += self.sink.purge(turn)
 
-    async def _route(self, chunk: Chunk) -> None:
+    async def release(self, chunk: Chunk) -> None:
+        """Route a chunk the sink held (a turn.done), or one it reports for a node (reply.delivered,
+        ``chunk.source`` naming that node), to the node's readers; not back to the sink."""
+        await self._route(chunk, publish=False)
+
+    async def _route(self, chunk: Chunk, publish: bool = True) -> None:
         if chunk.control in FENCING and chunk.turn is not None:
             self.fence(chunk.turn)
         if chunk.source != INPUT and chunk.turn in self.fenced and chunk.control not in PASS_FENCE:
             self.dropped_fenced += 1
+            return
+        if publish and self._pacing and chunk.control == "turn.done" and chunk.source in self._audio_sources:
+            self.sink.put(chunk)  # released to the readers once its audio has played
             return
         controlled = set()
         for edge in self.decl.controls_from(chunk.source):
             if edge.event == chunk.event:
                 self._runners[edge.reader].deliver_control(chunk, edge.preempt)
                 controlled.add(edge.reader)
-        if chunk.format in self.decl.publish.get(chunk.source, ()):
+        if publish and chunk.format in self.decl.publish.get(chunk.source, ()):
             self.sink.put(chunk)
         self._seq += 1
         seq = self._seq
         for reader, edge in self.decl.readers(chunk.source):
             if reader.name not in controlled and chunk.format in edge.formats:
                 await self._runners[reader.name].edges[chunk.source].put(seq, chunk, self.fenced)
+        if chunk.control == "turn.interrupted" and chunk.payload.data.get("started") and not self._pacing:
+            for source in sorted(self._audio_sources):  # without pacing, all it published was delivered
+                await self.release(dataclasses.replace(control("reply.delivered", turn=chunk.turn), source=source))

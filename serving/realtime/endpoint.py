@@ -27,11 +27,16 @@ async def deny(websocket: WebSocket, status: int, code: str, message: str) -> No
 
 
 def _session_class(runtime: ServerRuntime) -> type[RealtimeSession]:
-    """A native session for a duplex system, else the turn-based one."""
+    """A native session for a duplex system, else the turn-based one (on the session graph
+    with ``session_engine: graph``)."""
     if runtime.system.duplex is not None:
         from serving.duplex.session import NativeSession
 
         return NativeSession
+    if runtime.system.session_engine == "graph":
+        from serving.realtime.graph_session import GraphRealtimeSession
+
+        return GraphRealtimeSession
     return RealtimeSession
 
 

@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable
 
+import numpy as np
 from starlette.websockets import WebSocket
 
 from serving.models import ModelHub
@@ -44,7 +45,7 @@ from serving.realtime.events import (
     new_id,
 )
 from serving.realtime.listener import AudioChunk, CommitMark, DetectionChange, EndMark, Listener
-from serving.realtime.negotiation import apply_update, initial_config, session_object
+from serving.realtime.negotiation import SessionConfig, apply_update, initial_config, session_object
 from serving.realtime.outbox import Activity, Outbox
 from serving.realtime.responder import Responder
 
@@ -64,21 +65,41 @@ class RealtimeSession:
         self.input_ended = False
         self._next_seq = 0
         self._accepted_samples = 0
-        self._responder = Responder(hub, self._outbox, lambda: self.config, lambda: self.input_ended)
-        self._listener = Listener(hub, self._outbox, self._responder)
+        self._build_engine()
         self._finished = asyncio.Event()
         self._closing = False
         self._close: tuple[int, str] | None = None
         self._started = time.monotonic()
+
+    # --- the engine: what turns the input into replies (the pipeline here; see graph_session) --
+
+    def _build_engine(self) -> None:
+        self._responder = Responder(self._hub, self._outbox, lambda: self.config, lambda: self.input_ended)
+        self._listener = Listener(self._hub, self._outbox, self._responder)
+
+    def _engine_work(self) -> list[Awaitable[None]]:
+        return [self._listener.run(), self._responder.run()]
+
+    def _busy(self) -> bool:
+        """A reply is in the works: the idle timeout waits."""
+        return self._responder.busy
+
+    async def _configure(self, new: SessionConfig) -> None:
+        """A granted session.update (``self.config`` is still the previous one)."""
+        if not self.opened or new.turn_detection != self.config.turn_detection:
+            self._listener.put(DetectionChange(new.turn_detection))
+
+    async def _feed(self, samples: np.ndarray, event_id: str | None) -> None:
+        """Accepted input audio (ProtocolError: refused, nothing of it taken)."""
+        self._listener.put(AudioChunk(samples))
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Serve the connection until it closes (the socket must already be accepted)."""
         await self._outbox.send(SessionCreated(session=session_object(self.id, self._system, None)))
-        tasks = [asyncio.create_task(coro) for coro in (
-            self._guard(self._read()), self._guard(self._listener.run()),
-            self._guard(self._responder.run()), self._guard(self._watchdog()))]
+        tasks = [asyncio.create_task(self._guard(coro)) for coro in (
+            self._read(), *self._engine_work(), self._watchdog())]
         try:
             await self._finished.wait()
         finally:
@@ -125,7 +146,7 @@ class RealtimeSession:
                 message = f"no session.update granted within {system.session_update_timeout_s:g} s"
                 await self._finish(1008, "session_update_timeout", error_event(
                     "session_update_timeout", message, kind="server_error", fatal=True))
-            elif self._activity.idle_for() > system.idle_timeout_s and not self._responder.busy:
+            elif self._activity.idle_for() > system.idle_timeout_s and not self._busy():
                 message = f"no input and no output for {system.idle_timeout_s:g} s"
                 await self._finish(1008, "idle_timeout", error_event(
                     "idle_timeout", message, kind="server_error", fatal=True))
@@ -171,8 +192,7 @@ class RealtimeSession:
 
     async def _on_update(self, event: p.SessionUpdate) -> None:
         new = apply_update(self.config, event.session, self._system, event.event_id, self.opened)
-        if not self.opened or new.turn_detection != self.config.turn_detection:
-            self._listener.put(DetectionChange(new.turn_detection))
+        await self._configure(new)
         self.config, self.opened = new, True
         await self._outbox.send(SessionUpdated(client_event_id=event.event_id,
                                                session=session_object(self.id, self._system, new)))
@@ -185,9 +205,9 @@ class RealtimeSession:
             raise p.ProtocolError("bad_seq", f"seq {seq} is out of order; expected {self._next_seq}",
                                   param="sglang.seq", event_id=event.event_id)
         samples = decode_pcm16(event.audio, self._system.max_input_bytes, event.event_id)
+        await self._feed(samples, event.event_id)
         self._next_seq += 1
         self._accepted_samples += len(samples)
-        self._listener.put(AudioChunk(samples))
         await self._outbox.send(InputAudioAccepted(
             seq=seq, accepted_end_ms=samples_to_ms(self._accepted_samples), client_event_id=event.event_id))
 
@@ -216,6 +236,14 @@ class RealtimeSession:
     async def _on_truncate(self, event: p.ConversationItemTruncate) -> None:
         """Cut a reply's history at the last boundary heard by ``audio_end_ms`` (clamped to the
         audio sent): ``conversation.item.truncated``, then ``sglang.response.heard``."""
+        self._check_truncate(event)
+        record, kept, position = self._responder.dialog.truncate(event.item_id, event.audio_end_ms,
+                                                                 event.event_id)
+        await self._outbox.send(ItemTruncated(item_id=record.item_id, audio_end_ms=int(position)))
+        await self._responder.send_heard(record, kept)
+
+    @staticmethod
+    def _check_truncate(event: p.ConversationItemTruncate) -> None:
         if event.item_id is None or event.audio_end_ms is None:
             missing = "item_id" if event.item_id is None else "audio_end_ms"
             raise p.ProtocolError("missing_required_parameter", f"conversation.item.truncate needs {missing}",
@@ -224,10 +252,6 @@ class RealtimeSession:
             param = "audio_end_ms" if event.audio_end_ms < 0 else "content_index"
             raise p.ProtocolError("invalid_value", f"{param} must be {'>= 0' if param == 'audio_end_ms' else '0'}",
                                   param=param, event_id=event.event_id)
-        record, kept, position = self._responder.dialog.truncate(event.item_id, event.audio_end_ms,
-                                                                 event.event_id)
-        await self._outbox.send(ItemTruncated(item_id=record.item_id, audio_end_ms=int(position)))
-        await self._responder.send_heard(record, kept)
 
     async def _on_close(self, event: p.SessionClose) -> None:
         await self._finish(1000, "client_closed", SessionClosed(reason="client_closed",

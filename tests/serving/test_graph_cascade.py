@@ -58,7 +58,8 @@ async def converse(pcm: bytes) -> tuple[list[Chunk], float]:
 def test_the_embedded_cascade_graph_answers_a_spoken_question(question):
     published, elapsed = asyncio.run(converse(question))
     sessions = [(c.source, c.control, c.turn) for c in published if c.format == "session"]
-    assert ("vad", "speech.started", None) in sessions and ("vad", "speech.stopped", None) in sessions
+    boundaries = ("turn_detection", "speech.started", None), ("turn_detection", "speech.stopped", None)
+    assert all(b in sessions for b in boundaries)  # the VAD's, passed on by the turn detection
     started = next(c for c in published if c.control == "speech.started")
     assert 0 <= started.t_ms <= 300  # speech at 0.3 s, reported prefix_padding_ms (300) earlier
     transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
@@ -70,7 +71,8 @@ def test_the_embedded_cascade_graph_answers_a_spoken_question(question):
     assert audio and {c.turn for c in audio} == {1} and {c.payload.rate for c in audio} == {24000}
     assert sum(len(c.payload.samples) for c in audio) > 24000 * 0.3
     tts_turn = [ctl for src, ctl, turn in sessions if src == "tts" and turn == 1]
-    assert tts_turn == ["turn.started", "turn.done"]
+    assert tts_turn[0] == "turn.started" and tts_turn[-1] == "turn.done"
+    assert set(tts_turn[1:-1]) == {"reply.progress"}  # one after each spoken chunk
     order = [c.format for c in published]
     assert order.index("transcript") < order.index("text_delta") < order.index("pcm_f32le")
     print(f"graph cascade: {elapsed:.2f} s for {len(question) / 32000:.2f} s of input; reply {reply_text!r}")
@@ -108,7 +110,9 @@ def test_speech_during_a_reply_fences_the_rest_of_it(say):
     cut = next(i for i, c in enumerate(published) if c.control == "turn.interrupted")
     assert published[cut].turn == 1 and published[cut].source == "dialog"
     after = published[cut + 1:]
-    assert not [c for c in after if c.turn == 1 and c.control not in ("interrupt", "turn.interrupted")]
+    assert not [c for c in after if c.turn == 1 and c.control not in ("interrupt", "turn.interrupted", "reply.heard")]
+    heard = [c for c in after if c.control == "reply.heard" and c.turn == 1]
+    assert len(heard) == 1 and heard[0].payload.data["final"]  # what the history keeps of turn 1
     assert ("tts", "turn.done", 1) not in [(c.source, c.control, c.turn) for c in published]
     transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
     assert len(transcripts) == 2 and "spain" in transcripts[1]

@@ -1,0 +1,156 @@
+"""``dialog``: the conversation history of a session graph, with the history rules of
+:mod:`serving.realtime.dialog` (what a cut reply keeps, carried words, the cut note).
+
+- Each final transcript opens turn N (``turn.queued``); the turns are answered one at a time,
+  in order: an empty one is ``turn.empty``, any other sends the history as ``messages``.
+- The reply's spoken text and its boundaries arrive as ``reply.progress`` (text, text_end,
+  audio_ms) from the speech node; the reply closes at that node's ``turn.done``, which a pacing
+  sink releases once the audio has played (with ``sent_ms``, the audio the client got).
+- Speech that starts (``speech.started``) while a reply is open or waiting interrupts it; the
+  client's ``interrupt`` without a turn (response.cancel) interrupts the open reply. The open
+  reply sends ``interrupt`` + ``turn.interrupted`` (``started``: True) and waits for the
+  graph's ``reply.delivered`` (``sent_ms``, ``played_ms``) before the history keeps what was
+  heard; a waiting turn is ``turn.interrupted`` (``started``: False) and its words are carried.
+  A transcript that arrives while the user speaks again is interrupted at once (the guide:
+  speech that started after the utterance ended and has not stopped when the reply begins).
+- Each close is reported as ``reply.heard`` (``final``: True; ``report``: the client hears of it,
+  as after an interruption or a truncate), and so is every client ``truncate`` (``final``: False).
+- ``configure`` sets the instructions (the system prompt) and the output modalities.
+"""
+
+from __future__ import annotations
+
+from fdb.errors import FdbError
+from serving.graph.kinds import DialogOptions
+from serving.graph.runtime import Emit, Node
+from serving.graph.streams import Chunk, Message, Messages, control
+from serving.realtime.dialog import Boundary, Dialog, ReplyRecord
+
+
+class DialogNode(Node):
+    def __init__(self, options: DialogOptions, max_history_messages: int = 12):
+        self._options = options
+        self._instructions = options.system_prompt
+        self._audio = True
+        self._dialog = Dialog(max_history_messages)
+        self._records: dict[int, ReplyRecord] = {}
+        self._turn = 0
+        self._open: int | None = None  # the reply being generated or delivered
+        self._closing: int | None = None  # an interrupted reply waiting for reply.delivered
+        self._waiting: list[tuple[int, str]] = []
+        self._carry_later: list[str] = []  # words of waiting turns interrupted with the open one
+        self._speaking = False
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        return self._dialog.history
+
+    async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
+        if chunk.format == "transcript" and chunk.payload.is_final:
+            await self._utterance(chunk, emit)
+        elif chunk.control == "speech.started":
+            self._speaking = True
+            await self._interrupt_all(chunk.t_ms, emit)
+        elif chunk.control == "speech.stopped":
+            self._speaking = False
+        elif chunk.control == "interrupt" and chunk.turn is None and self._open is not None:
+            await self._interrupt(self._open, None, emit)
+        elif chunk.control == "configure":
+            data = chunk.payload.data
+            self._instructions = data.get("instructions", self._instructions)
+            if "output_modalities" in data:
+                self._audio = "audio" in data["output_modalities"]
+        elif chunk.control == "truncate" and chunk.turn in self._records:
+            await self._truncate(chunk, emit)
+
+    async def on_control(self, chunk: Chunk, emit: Emit) -> None:
+        record = self._records.get(chunk.turn)
+        data = chunk.payload.data
+        if chunk.control == "reply.progress" and record is not None and record.open:
+            record.text += (" " if record.text else "") + data["text"]
+            record.boundaries.append(Boundary(len(record.text), data["audio_ms"]))
+        elif chunk.control == "turn.done" and chunk.turn == self._open:
+            self._open = None
+            last = record.boundaries[-1].audio_ms if record.boundaries else 0.0
+            record.sent_ms = data.get("sent_ms", last)
+            await self._close(record, True, emit)
+        elif chunk.control == "reply.delivered" and chunk.turn == self._closing:
+            self._closing = None
+            last = record.boundaries[-1].audio_ms if record.boundaries else 0.0
+            record.sent_ms = data.get("sent_ms", last)
+            record.played_ms = data.get("played_ms")
+            await self._close(record, False, emit)
+
+    def idle(self) -> bool:
+        return self._open is None and self._closing is None and not self._waiting
+
+    # --- turns -------------------------------------------------------------------------------
+
+    async def _utterance(self, chunk: Chunk, emit: Emit) -> None:
+        self._turn += 1
+        turn = self._turn
+        await emit(control("turn.queued", turn=turn, t_ms=chunk.t_ms))
+        text = chunk.payload.text[:self._options.max_text_chars]
+        if self._speaking:  # the user speaks again: a reply now would be spoken over
+            self._dialog.carry(text)
+            await emit(control("turn.interrupted", turn=turn, t_ms=chunk.t_ms, started=False))
+            return
+        self._waiting.append((turn, text))
+        await self._next(emit)
+
+    async def _interrupt_all(self, t_ms: int | None, emit: Emit) -> None:
+        waiting, self._waiting = self._waiting, []
+        if self._open is not None:
+            await self._interrupt(self._open, t_ms, emit)
+        for turn, text in waiting:
+            if self._closing is None:
+                self._dialog.carry(text)
+            else:
+                self._carry_later.append(text)  # after the open reply's own words
+            await emit(control("turn.interrupted", turn=turn, t_ms=t_ms, started=False))
+
+    async def _interrupt(self, turn: int, t_ms: int | None, emit: Emit) -> None:
+        self._open, self._closing = None, turn
+        await emit(control("interrupt", turn=turn, t_ms=t_ms))
+        await emit(control("turn.interrupted", turn=turn, t_ms=t_ms, started=True))
+
+    async def _close(self, record: ReplyRecord, finished: bool, emit: Emit) -> None:
+        turn = int(record.item_id)
+        kept = self._dialog.close(record, finished)
+        for text in self._carry_later:
+            self._dialog.carry(text)
+        self._carry_later.clear()
+        report = record.audio and (not finished or record.limit_ms is not None)
+        await emit(self._heard(turn, record, kept, final=True, report=report))
+        await self._next(emit)
+
+    async def _truncate(self, chunk: Chunk, emit: Emit) -> None:
+        record = self._records[chunk.turn]
+        data = chunk.payload.data
+        record.sent_ms = max(record.sent_ms, data.get("sent_ms", 0.0))
+        _, kept, _ = self._dialog.truncate(record.item_id, data["audio_end_ms"], None)
+        await emit(self._heard(chunk.turn, record, kept, final=False, report=True))
+
+    @staticmethod
+    def _heard(turn: int, record: ReplyRecord, kept: Boundary, final: bool, report: bool) -> Chunk:
+        return control("reply.heard", turn=turn, final=final, report=report, text_end=kept.text_end,
+                       audio_ms=kept.audio_ms, text=record.text[:kept.text_end])
+
+    async def _next(self, emit: Emit) -> None:
+        while self._open is None and self._closing is None and self._waiting:
+            turn, text = self._waiting.pop(0)
+            if text:
+                await self._start(turn, text, emit)
+            else:
+                await emit(control("turn.empty", turn=turn))
+
+    async def _start(self, turn: int, text: str, emit: Emit) -> None:
+        user_text = self._dialog.user_turn(text)
+        messages = self._dialog.messages(self._instructions, user_text)
+        if sum(len(m["content"]) for m in messages) + self._options.max_text_chars > self._options.max_history_chars:
+            raise FdbError(f"dialog: turn {turn}'s history exceeds max_history_chars "
+                           f"({self._options.max_history_chars})", "open a new session")
+        self._records[turn] = self._dialog.open(str(turn), str(turn), user_text, self._audio)
+        self._open = turn
+        await emit(Chunk("messages", Messages(tuple(Message(m["role"], m["content"]) for m in messages)),
+                         turn=turn))
