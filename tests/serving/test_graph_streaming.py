@@ -1,0 +1,102 @@
+"""The streamed reply on the session graph (``serving/graph/embedded-cascade.yaml`` with
+``GraphOutput`` as its sink): the first chunk is spoken while the LLM is still generating, a
+text-only session streams text, and an interruption stops the LLM between tokens. Fake ASR /
+LLM / TTS make the timing exact (the real VAD runs; turn detection is off, a commit ends the
+utterance)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from fdb.audio import float_to_pcm16
+from serving.graph.nodes import EmbeddedModels, build_nodes
+from serving.graph.runtime import SessionGraph
+from serving.graph.streams import Chunk, Pcm16, control
+from serving.realtime.chunker import speakable
+from serving.realtime.graph_output import DeliverySink, GraphOutput
+from serving.realtime.graph_session import cascade
+from serving.realtime.negotiation import initial_config
+from serving.systems import SystemConfig
+from tests.serving.test_reply_streaming import FIRST, REST, FakeLlm, FakeOutbox, FakeTts
+
+
+async def _answer(llm: FakeLlm, modalities=("text", "audio"), cancel_at_audio: bool = False):
+    """One committed utterance answered through the graph; (events, dialog node, cancel time)."""
+    system = SystemConfig()
+    config = initial_config(system).model_copy(update={"output_modalities": modalities,
+                                                       "turn_detection": None})
+    asr = SimpleNamespace(transcribe=lambda samples: SimpleNamespace(text="Why is the sky blue?"))
+    models = EmbeddedModels.of(asr, llm, FakeTts(), turn=SimpleNamespace(complete_probability=lambda a: 1.0))
+    outbox = FakeOutbox(llm.go)
+    output = GraphOutput(outbox, system, lambda: config, lambda: True, lambda: 500)
+    nodes = build_nodes(cascade(), models)
+    graph = SessionGraph(cascade(), nodes, DeliverySink())
+    output.attach(graph)
+    await graph.open()
+    tasks = [asyncio.create_task(output.run()), asyncio.create_task(output.deliver())]
+    await graph.control(control("configure", turn_detection=None, instructions=config.instructions,
+                                output_modalities=list(modalities), sampling=config.sampling.model_dump()))
+    await graph.append(Chunk("pcm16", Pcm16(float_to_pcm16(np.zeros(8000, np.float32)))))
+    await output.committed("item_1", 0, 500)
+    await graph.control(control("commit"))
+    cancelled_at = None
+    try:
+        while not outbox.of_type("response.done"):
+            if cancel_at_audio and cancelled_at is None and outbox.of_type("response.output_audio.delta"):
+                await graph.control(control("interrupt"))  # response.cancel
+                cancelled_at = time.monotonic()
+            await asyncio.sleep(0.005)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await graph.close()
+    return outbox, nodes["dialog"], cancelled_at
+
+
+def test_first_audio_leaves_while_the_llm_is_still_generating():
+    llm = FakeLlm()  # holds mid-reply until the first audio delta was sent
+    outbox, dialog, _ = asyncio.run(_answer(llm))
+    assert llm.waited is True, "the first audio waited for the whole reply"
+    types = [e.type for e in outbox.events]
+    first_audio = types.index("response.output_audio.delta")
+    transcript = [e.delta for e in outbox.of_type("response.output_audio_transcript.delta")]
+    assert transcript[0] == FIRST and types[first_audio - 1] == "response.output_audio_transcript.delta"
+    assert len(transcript) >= 3
+    assert types.index("sglang.response.progress") > first_audio
+    done = outbox.of_type("response.done")[0].response
+    assert done.status == "completed" and done.status_details.reason == "stop"
+    said = outbox.of_type("response.output_audio_transcript.done")[0].transcript
+    assert said == "".join(transcript) and said.startswith(speakable(FIRST + REST))
+    assert dialog.history[-1] == {"role": "assistant", "content": said}
+
+
+def test_text_only_replies_stream_their_text():
+    llm = FakeLlm()
+    llm.go.set()
+    outbox, dialog, _ = asyncio.run(_answer(llm, modalities=("text",)))
+    assert not outbox.of_type("response.output_audio.delta")
+    deltas = [e.delta for e in outbox.of_type("response.output_text.delta")]
+    assert deltas[0] == FIRST and len(deltas) >= 3
+    assert outbox.of_type("response.output_text.done")[0].text == "".join(deltas)
+    assert dialog.history[-1]["content"] == "".join(deltas)
+
+
+def test_a_cancel_stops_the_llm_between_tokens():
+    llm = FakeLlm(delay_s=0.01)  # 50 repetitions of REST: ~10 s if nobody stops it
+    outbox, dialog, cancelled_at = asyncio.run(_answer(llm, cancel_at_audio=True))
+    assert cancelled_at is not None
+    done = outbox.of_type("response.done")[0].response
+    assert done.status == "cancelled" and done.status_details.reason == "interrupted"
+    deadline = time.monotonic() + 2
+    while llm.closed_at is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert llm.closed_at is not None and llm.closed_at - cancelled_at < 0.5
+    assert llm.tokens_sent < 100
+    heard = outbox.of_type("sglang.response.heard")
+    assert len(heard) == 1 and heard[0].text in ("", FIRST)
+    said = [m["content"] for m in dialog.history if m["role"] == "assistant"]
+    assert said in ([], [FIRST + "…"])  # only a chunk whose audio left in full is kept
