@@ -9,9 +9,11 @@ turn ids on every chunk, interruption fencing and bounded edges.
 - ``declare``: ``load_graph(mapping | yaml)`` parses and validates ``session_nodes`` +
   ``session_publish`` with the guide's error messages; the result is a ``GraphDecl``.
 - ``runtime``: ``SessionGraph`` runs a ``GraphDecl`` over ``Node`` adapters in asyncio and
-  publishes to a sink (``PublishSink`` by default; anything with ``put/purge/fail/close``).
+  publishes to a sink (``PublishSink`` by default; anything with ``put/purge/fail/close``; one
+  with ``holds_turn_done`` paces delivery and ``release()``s what it held).
 - ``nodes``: adapters over the embedded models (Silero VAD and Smart Turn stages,
-  whisper_transcription, dialog, llama_chat, piper_speech) and ``build_nodes``.
+  whisper_transcription, llama_chat, piper_speech) and ``build_nodes``; ``dialog_node``: the
+  dialog (turns, interruption, the history kept of each reply).
 - ``embedded-cascade.yaml``: the bundled embedded-cascade as a declaration.
 
 Declaration format: docs/formats.md, "Session graph".
@@ -24,17 +26,17 @@ same format to one reader" (controls merge: the guide's turn_detection reads inp
 vad:session). An event taken on a control edge is not also queued as data to that reader; it
 still reaches other readers and the sink.
 
-Not yet done: porting ``serving/realtime`` (listener.py, responder.py, reply_stream.py,
-dialog.py, delivery.py) onto this runtime. It needs (1) the session to build a
-``SessionGraph`` from ``embedded-cascade.yaml`` per connection, append each client audio unit
-as a pcm16 chunk (``append`` returning False maps to a full-queue error) and client controls
-(commit, configure, truncate, response.cancel as ``interrupt`` without a turn) as session
-chunks; (2) an outbox sink that maps published chunks to realtime events (transcript ->
-conversation.item.input_audio_transcription.*, text_delta -> response.output_text.delta,
-pcm_f32le -> response.output_audio.delta as PCM16 at the negotiated rate, session ->
-speech boundaries and the response lifecycle) and applies delivery pacing
-(max_output_lead_ms, turn.done held until the audio's end, reply.delivered back to the dialog);
-(3) the dialog to cut an interrupted reply at reply.delivered / truncate (reply.heard), and
-the openai_* / realtime_transcription service nodes as adapters. The ``turn_detection``
-adapter times held pauses on the input it has received, which is exact at real-time pace.
+In the server: every ``/v1/realtime`` session of ``embedded-cascade`` runs on a
+``SessionGraph`` of ``embedded-cascade.yaml`` (``serving.realtime.graph_session``): each accepted
+client append is a pcm16 chunk (a full input edge refuses it), session.update a ``configure``,
+commit a ``commit``, conversation.item.truncate a ``truncate`` of the reply's turn and
+response.cancel an ``interrupt`` without a turn. Its sink (``serving.realtime.graph_output``)
+maps the published chunks to realtime events and paces the reply audio (max_output_lead_ms):
+it holds the speech node's turn.done until the audio has played and then releases it to the
+dialog, and it reports reply.delivered (the audio sent and played) when a started reply is
+interrupted; the dialog keeps what was heard (``serving.realtime.dialog``'s rules) and answers
+with reply.heard. The openai_* / realtime_transcription service nodes have no graph adapter: a
+system whose backends are service nodes runs the same graph over the service clients the server
+loaded (they take the embedded models' calls). The ``turn_detection`` adapter times held pauses
+on the input it has received, which is exact at real-time pace.
 """

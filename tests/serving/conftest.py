@@ -23,7 +23,7 @@ vad: {silence_duration_ms: 500}
 
 @pytest.fixture(scope="session")
 def pipeline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
-    with launched_server(tmp_path_factory.mktemp("server"), LAUNCH_YAML) as info:
+    with launched_server(tmp_path_factory.mktemp("server"), LAUNCH_YAML + "session_engine: pipeline\n") as info:
         yield info
 
 
