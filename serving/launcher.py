@@ -18,7 +18,9 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from fdb.errors import FdbError
 from serving.app import create_app
@@ -82,12 +84,14 @@ def _setup_logging(level: str) -> None:
 
 
 def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int = 8097,
-          config: Path | None = None, next_free_port: bool = False, log_level: str = "info") -> None:
-    """Serve ``system`` on ``host:port`` until interrupted (blocking)."""
+          config: Path | None = None, next_free_port: bool = False, log_level: str = "info",
+          overrides: Sequence[tuple[str, Any]] = ()) -> None:
+    """Serve ``system`` on ``host:port`` until interrupted (blocking); ``overrides`` are the
+    command line's (path, value) pairs (``serving.overrides``)."""
     import uvicorn
 
     _setup_logging(log_level)
-    resolved = resolve_system(system, config)
+    resolved = resolve_system(system, config, overrides)
     sock = open_port(host, port, next_free_port)
     services = Services(resolved.services)
     try:

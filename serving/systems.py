@@ -24,8 +24,9 @@ instructions, sampling and turn detection are only defaults that each session ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -146,9 +147,6 @@ class SystemConfig(BaseModel):
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
     duplex: DuplexSettings | None = None  # set: a native full-duplex system (serving.duplex)
-    # how a turn-based /v1/realtime session runs: the hand-wired pipeline (serving/realtime) or
-    # the session graph of serving/graph/embedded-cascade.yaml (serving.realtime.graph_session)
-    session_engine: Literal["pipeline", "graph"] = "graph"
     services: list[ServiceEntry] = []  # started in order before the models load (serving.services)
 
     @model_validator(mode="after")
@@ -202,9 +200,11 @@ def apply_overrides(base: SystemConfig, overrides: dict[str, Any], source: str) 
         raise FdbError(f"{source}: {where}: {message}", "fix the launch configuration") from exc
 
 
-def load_config_file(path: str | Path, default_system: str = "embedded-cascade") -> SystemConfig:
+def load_config_file(path: str | Path, default_system: str = "embedded-cascade",
+                     overrides: Sequence[tuple[str, Any]] = ()) -> SystemConfig:
     """A YAML launch file: ``system:`` picks the base (default ``default_system``), every
-    other key overrides a field of :class:`SystemConfig`."""
+    other key overrides a field of :class:`SystemConfig`; then the command line's ``overrides``
+    (``serving.overrides``) set single values of it."""
     import yaml
 
     path = Path(path)
@@ -216,13 +216,27 @@ def load_config_file(path: str | Path, default_system: str = "embedded-cascade")
         raise FdbError(f"{path} is not valid YAML ({exc})", "fix the launch configuration") from exc
     if not isinstance(raw, dict):
         raise FdbError(f"{path} must hold a mapping of settings", "see serving/systems.py")
-    raw = dict(raw)
+    return _from_mapping(dict(raw), default_system, overrides, str(path))
+
+
+def _from_mapping(raw: dict[str, Any], default_system: str, overrides: Sequence[tuple[str, Any]],
+                  source: str) -> SystemConfig:
+    if overrides:
+        from serving.overrides import apply_overrides as apply_flags
+
+        groups = [key for key, value in SystemConfig().model_dump().items() if isinstance(value, dict)]
+        raw = apply_flags(raw, overrides, groups)
+        source = f"{source} with the command-line overrides"
     base = get_system(str(raw.pop("system", default_system)))
-    return apply_overrides(base, raw, str(path))
+    return apply_overrides(base, raw, source)
 
 
-def resolve_system(name: str = "embedded-cascade", config: str | Path | None = None) -> SystemConfig:
-    """The system to serve: the registered ``name``, or the launch file's (which may name it)."""
+def resolve_system(name: str = "embedded-cascade", config: str | Path | None = None,
+                   overrides: Sequence[tuple[str, Any]] = ()) -> SystemConfig:
+    """The system to serve: the registered ``name``, or the launch file's (which may name it),
+    with the command line's ``overrides`` applied."""
     if config is not None:
-        return load_config_file(config, default_system=name)
+        return load_config_file(config, default_system=name, overrides=overrides)
+    if overrides:
+        return _from_mapping({}, name, overrides, f"system {name}")
     return get_system(name)

@@ -8,6 +8,7 @@ import typer
 
 
 def serve(
+    ctx: typer.Context,
     system: str = typer.Option("embedded-cascade", help="The system to host (see serving/systems.py)."),
     config: Path | None = typer.Option(None, help="A launch.yaml describing the system instead of --system."),
     host: str = typer.Option("127.0.0.1", help="Bind address; loopback unless you mean to expose it."),
@@ -16,6 +17,11 @@ def serve(
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
 ) -> None:
     """Serve a system on /v1/realtime, /v1/realtime/capabilities, /v1/models and /health.
+
+    Any launch setting can be overridden after the options, one leaf value per flag:
+    --max_sessions 8, --vad.silence_duration_ms 800, --backends.llm.base_url http://h:9000/v1,
+    --services.tts.port 8106 (services by name), or path=value. The result is validated like a
+    launch file (docs/formats.md, "Launch file").
 
     The default, embedded-cascade, is fdb's offline CPU system: Silero VAD ends the user's
     turn, Whisper tiny.en transcribes it, SmolLM2-135M writes a short reply and Piper speaks it,
@@ -27,11 +33,14 @@ def serve(
     from fdb.cli import configure_logging
     from fdb.settings import load_settings
     from serving.launcher import serve as run_server
+    from serving.overrides import parse_override_args
 
     configure_logging(log_level)
+    overrides = parse_override_args(ctx.args)
     run_server(system=system, host=host, port=port or load_settings().server_port, config=config,
-               next_free_port=next_free_port, log_level=log_level)
+               next_free_port=next_free_port, log_level=log_level, overrides=overrides)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve", short_help="Host a system (default: the embedded offline cascade) on /v1/realtime.")(serve)
+    app.command("serve", short_help="Host a system (default: the embedded offline cascade) on /v1/realtime.",
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)
