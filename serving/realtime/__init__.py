@@ -2,7 +2,11 @@
 
 Modules: ``protocol`` (typed client events and their parsing), ``events`` (typed server
 events), ``negotiation`` (session.update rules and the capability grant), ``audio_input``
-(units and the input timeline), ``listener`` (200 ms units, VAD, utterances), ``responder``
-(ASR → LLM → TTS per turn), ``delivery`` (reply audio pacing), ``outbox`` (ordered sending),
-``session`` (the per-connection state machine) and ``endpoint`` (admission and the socket).
+(units and the input timeline), ``session`` (the per-connection protocol), ``graph_session``
+(a turn-based session on the session graph of ``serving/graph``) and ``graph_output`` (its
+published chunks as events), ``chunker`` (speakable chunks of a reply), ``dialog`` (the history
+kept of each reply), ``reply`` (one response's events), ``delivery`` (reply audio pacing),
+``outbox`` (ordered sending) and ``endpoint`` (admission and the socket). ``listener``,
+``responder``, ``reply_stream`` and ``turn`` serve the native engine of ``serving.duplex``
+(``turn`` also paces a graph reply).
 """

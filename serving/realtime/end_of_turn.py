@@ -1,9 +1,10 @@
 """``semantic_vad``: the VAD proposes a pause, Smart Turn decides whether it ends the turn.
 
 With ``{"type": "semantic_vad", "eagerness": ...}`` the session's VAD reports a *candidate*
-pause after ``CANDIDATE_MS`` of silence. The listener then scores the utterance so far with the
-end-of-turn model (:mod:`fdb.models.turn`, Smart Turn v3.2) and holds the turn open until the
-silence after the last speech reaches the length that score requires (the Full-Duplex Guide,
+pause after ``CANDIDATE_MS`` of silence. The turn_detection node (``serving.graph.nodes``)
+then scores the utterance so far with the end-of-turn model (:mod:`fdb.models.turn`, Smart Turn
+v3.2) and holds the turn open until the silence after the last speech reaches the length that
+score requires (the Full-Duplex Guide,
 "Turn Detection": the silence a confident, a likely and an unlikely end of turn needs):
 
 =========  ==========================  =======================  ======================

@@ -1,8 +1,7 @@
-"""A ``/v1/realtime`` session of ``embedded-cascade`` run on the session graph
-(``session_engine: graph``): the protocol of :class:`~serving.realtime.session.RealtimeSession`
-(handshake, receipts, limits, timeouts, errors) with a per-connection
-:class:`~serving.graph.runtime.SessionGraph` built from ``serving/graph/embedded-cascade.yaml``
-in place of the listener and responder.
+"""A turn-based ``/v1/realtime`` session of ``embedded-cascade``, run on the session graph: the
+protocol of :class:`~serving.realtime.session.RealtimeSession` (handshake, receipts, limits,
+timeouts, errors) with a per-connection :class:`~serving.graph.runtime.SessionGraph` built
+from ``serving/graph/embedded-cascade.yaml``.
 
 - Each accepted append is one pcm16 chunk of the graph's input (a full input edge refuses it
   with ``input_queue_full``: resend the same seq); the input is cut into 200 ms units for

@@ -1,7 +1,7 @@
 """Ordered sending of server events on one WebSocket.
 
-Several tasks of a session send (the reader's receipts, the listener's unit and speech events,
-the responder's reply events); the outbox serializes them so frames never interleave, records
+Several tasks of a session send (the reader's receipts, the graph's speech and transcription
+events, the delivery of replies); the outbox serializes them so frames never interleave, records
 the last activity for the idle timeout, and drops everything once the session has closed, so
 nothing follows ``session.closed``.
 """

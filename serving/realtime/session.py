@@ -1,4 +1,4 @@
-"""One ``/v1/realtime`` connection: the turn-based session state machine.
+"""One ``/v1/realtime`` connection: the session protocol every system shares.
 
 Lifecycle (the Full-Duplex Guide, "Full-duplex protocol" and the turn-based session protocol):
 
@@ -17,6 +17,12 @@ Lifecycle (the Full-Duplex Guide, "Full-duplex protocol" and the turn-based sess
 A session with neither input nor output (and no reply in the works) for ``idle_timeout_s``
 closes with 1008 ``idle_timeout``; an internal failure sends a fatal ``server_error`` and closes
 with 1011. Every other refusal is a non-fatal ``error`` event and the session continues.
+
+What turns the input into replies is a subclass's: the turn-based session of embedded-cascade
+on the session graph (:mod:`serving.realtime.graph_session`), or a native full-duplex session
+(``serving.duplex``), whose engine is a listener that takes the input in order
+(:class:`~serving.realtime.listener.AudioChunk`, :class:`~serving.realtime.listener.EndMark`)
+and a responder, each run as a loop of the session.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
+from typing import Any
 
 import numpy as np
 from starlette.websockets import WebSocket
@@ -34,9 +41,6 @@ from serving.realtime import protocol as p
 from serving.realtime.audio_input import decode_pcm16, samples_to_ms
 from serving.realtime.events import (
     InputAudioAccepted,
-    InputAudioDrained,
-    InputAudioEnded,
-    ItemTruncated,
     ServerEvent,
     SessionClosed,
     SessionCreated,
@@ -44,10 +48,9 @@ from serving.realtime.events import (
     error_event,
     new_id,
 )
-from serving.realtime.listener import AudioChunk, CommitMark, DetectionChange, EndMark, Listener
+from serving.realtime.listener import AudioChunk
 from serving.realtime.negotiation import SessionConfig, apply_update, initial_config, session_object
 from serving.realtime.outbox import Activity, Outbox
-from serving.realtime.responder import Responder
 
 log = logging.getLogger("fdb.serving")
 
@@ -71,11 +74,13 @@ class RealtimeSession:
         self._close: tuple[int, str] | None = None
         self._started = time.monotonic()
 
-    # --- the engine: what turns the input into replies (the pipeline here; see graph_session) --
+    # --- the engine: a subclass's (by default a listener and a responder it sets up) --------
+
+    _listener: Any  # takes the input in order (``put``) and runs as a loop (``run``)
+    _responder: Any  # runs as a loop; ``busy`` while a reply is in the works
 
     def _build_engine(self) -> None:
-        self._responder = Responder(self._hub, self._outbox, lambda: self.config, lambda: self.input_ended)
-        self._listener = Listener(self._hub, self._outbox, self._responder)
+        """Set up what turns the input into replies (called by ``__init__``)."""
 
     def _engine_work(self) -> list[Awaitable[None]]:
         return [self._listener.run(), self._responder.run()]
@@ -86,8 +91,7 @@ class RealtimeSession:
 
     async def _configure(self, new: SessionConfig) -> None:
         """A granted session.update (``self.config`` is still the previous one)."""
-        if not self.opened or new.turn_detection != self.config.turn_detection:
-            self._listener.put(DetectionChange(new.turn_detection))
+        raise NotImplementedError
 
     async def _feed(self, samples: np.ndarray, event_id: str | None) -> None:
         """Accepted input audio (ProtocolError: refused, nothing of it taken)."""
@@ -212,35 +216,20 @@ class RealtimeSession:
             seq=seq, accepted_end_ms=samples_to_ms(self._accepted_samples), client_event_id=event.event_id))
 
     async def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
-        self._require_input_open(event.event_id)
-        self._listener.put(CommitMark(event.event_id))
+        raise NotImplementedError
 
     async def _on_end(self, event: p.InputAudioEnd) -> None:
-        self._require_input_open(event.event_id)
-        self.input_ended = True
-        await self._outbox.send(InputAudioEnded(accepted_end_ms=samples_to_ms(self._accepted_samples),
-                                                client_event_id=event.event_id))
-        self._responder.wake_all()
-
-        async def drained() -> None:
-            await self._outbox.send(InputAudioDrained(
-                accepted_end_ms=samples_to_ms(self._accepted_samples),
-                consumed_ms=samples_to_ms(self._listener.consumed_samples), client_event_id=event.event_id))
-
-        self._listener.put(EndMark(drained))
+        """``sglang.input_audio.ended`` now; ``drained`` once every reply is delivered."""
+        raise NotImplementedError
 
     async def _on_cancel(self, event: p.ResponseCancel) -> None:
         """Cancel the reply in progress; with none (or cancelled already) it does nothing."""
-        self._responder.cancel_response()
+        raise NotImplementedError
 
     async def _on_truncate(self, event: p.ConversationItemTruncate) -> None:
         """Cut a reply's history at the last boundary heard by ``audio_end_ms`` (clamped to the
         audio sent): ``conversation.item.truncated``, then ``sglang.response.heard``."""
-        self._check_truncate(event)
-        record, kept, position = self._responder.dialog.truncate(event.item_id, event.audio_end_ms,
-                                                                 event.event_id)
-        await self._outbox.send(ItemTruncated(item_id=record.item_id, audio_end_ms=int(position)))
-        await self._responder.send_heard(record, kept)
+        raise NotImplementedError
 
     @staticmethod
     def _check_truncate(event: p.ConversationItemTruncate) -> None:

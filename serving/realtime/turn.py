@@ -1,4 +1,5 @@
-"""One user turn: the utterance the listener cut, and the reply the responder builds for it.
+"""One user turn: the utterance an engine cut, and the reply it builds for it (the native engine
+of ``serving.duplex``; a graph reply's pacing and interruption, ``serving.realtime.graph_output``).
 
 A turn can be *interrupted* (the user started speaking again, or the client sent
 ``response.cancel``) and *woken* (interrupted, or the input ended so pacing stops). Waits in the

@@ -22,29 +22,9 @@ vad: {silence_duration_ms: 500}
 
 
 @pytest.fixture(scope="session")
-def pipeline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
-    with launched_server(tmp_path_factory.mktemp("server"), LAUNCH_YAML + "session_engine: pipeline\n") as info:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
+    with launched_server(tmp_path_factory.mktemp("server"), LAUNCH_YAML) as info:
         yield info
-
-
-@pytest.fixture(scope="session")
-def server(pipeline_server: ServerInfo) -> ServerInfo:
-    """The server (a module whose session tests run on both engines overrides this with
-    ``engine_server``)."""
-    return pipeline_server
-
-
-@pytest.fixture(scope="session")
-def graph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
-    """The same server with its sessions on the session graph (``session_engine: graph``)."""
-    with launched_server(tmp_path_factory.mktemp("graph_server"), LAUNCH_YAML + "session_engine: graph\n") as info:
-        yield info
-
-
-@pytest.fixture(params=["pipeline", "graph"])
-def engine_server(request: pytest.FixtureRequest) -> ServerInfo:
-    """The server of each session engine, for the end-to-end session tests."""
-    return request.getfixturevalue(f"{request.param}_server")
 
 
 def _pcm16(samples: np.ndarray) -> bytes:

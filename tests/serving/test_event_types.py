@@ -25,13 +25,6 @@ from serving.realtime.events import EXTENSION_EVENTS
 from tests.serving.conftest import _pcm16, silence
 from tests.serving.realtime_client import Client
 
-
-@pytest.fixture
-def server(engine_server):
-    """Every session test of this module runs on both engines (pipeline and session graph)."""
-    return engine_server
-
-
 _MEMBERS = typing.get_args(typing.get_args(RealtimeServerEvent)[0])
 SDK_EVENT = TypeAdapter(Annotated[Union[_MEMBERS], Field(discriminator="type")])  # noqa: UP007
 SDK_TYPES = {typing.get_args(m.model_fields["type"].annotation)[0] for m in _MEMBERS}

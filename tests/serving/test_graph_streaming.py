@@ -7,7 +7,9 @@ utterance)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,7 +23,60 @@ from serving.realtime.graph_output import DeliverySink, GraphOutput
 from serving.realtime.graph_session import cascade
 from serving.realtime.negotiation import initial_config
 from serving.systems import SystemConfig
-from tests.serving.test_reply_streaming import FIRST, REST, FakeLlm, FakeOutbox, FakeTts
+
+FIRST = "Well, the sky is blue because of sunlight,"
+REST = (" which is scattered by the air. Blue light is scattered the most, so we see it everywhere;"
+        " at sunset the light travels further and the sky turns red.")
+
+
+@dataclass
+class FakeLlm:
+    """Streams FIRST and the space that completes it, then waits (up to 5 s) for ``go`` before
+    streaming the rest of REST word by word."""
+
+    go: threading.Event = field(default_factory=threading.Event)
+    delay_s: float = 0.0
+    tokens_sent: int = 0
+    closed_at: float | None = None
+    waited: bool | None = None  # True: go was set while generation was held mid-reply
+
+    def stream_reply(self, messages, max_tokens=48, temperature=0.0):
+        try:
+            words = (FIRST + REST).split(" ")
+            for piece in [words[0], *(" " + w for w in words[1:FIRST.count(" ") + 2])]:
+                self.tokens_sent += 1
+                yield piece
+            self.waited = self.go.wait(5.0)
+            for word in REST.split(" ")[2:] * 50:
+                time.sleep(self.delay_s)
+                self.tokens_sent += 1
+                yield " " + word
+                if self.delay_s == 0 and self.tokens_sent > 60:
+                    return
+        finally:
+            self.closed_at = time.monotonic()
+
+
+class FakeTts:
+    rate = 16000
+
+    def synthesize(self, text: str) -> np.ndarray:
+        return np.full(len(text.split()) * 1600, 0.1, dtype=np.float32)  # 0.1 s per word
+
+
+class FakeOutbox:
+    def __init__(self, on_audio: threading.Event) -> None:
+        self.events: list = []
+        self._on_audio = on_audio
+
+    async def send(self, event) -> bool:
+        self.events.append(event)
+        if event.type == "response.output_audio.delta":
+            self._on_audio.set()
+        return True
+
+    def of_type(self, type_: str) -> list:
+        return [e for e in self.events if e.type == type_]
 
 
 async def _answer(llm: FakeLlm, modalities=("text", "audio"), cancel_at_audio: bool = False):

@@ -8,17 +8,9 @@ import asyncio
 import base64
 
 import numpy as np
-import pytest
 
 from tests.serving.conftest import _pcm16, silence
 from tests.serving.realtime_client import Client
-
-
-@pytest.fixture
-def server(engine_server):
-    """Every session test of this module runs on both engines (pipeline and session graph)."""
-    return engine_server
-
 
 LEAD_MS = 1000  # max_output_lead_ms of the system
 SLACK_MS = 400  # event-loop and socket delays on a loaded 2-core machine

@@ -12,12 +12,6 @@ from tests.serving.conftest import _pcm16, silence
 from tests.serving.realtime_client import Client
 
 
-@pytest.fixture
-def server(engine_server):
-    """Every session test of this module runs on both engines (pipeline and session graph)."""
-    return engine_server
-
-
 @pytest.fixture(scope="module")
 def paused_question() -> bytes:
     """A question with a 0.8 s pause after "um," (longer than server_vad's 500 ms). Smart Turn

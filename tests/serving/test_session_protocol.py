@@ -10,13 +10,6 @@ import websockets
 
 from tests.serving.realtime_client import Client
 
-
-@pytest.fixture
-def server(engine_server):
-    """Every session test of this module runs on both engines (pipeline and session graph)."""
-    return engine_server
-
-
 PACKET = base64.b64encode(bytes(2560)).decode("ascii")  # 80 ms of silence
 
 
