@@ -1,9 +1,12 @@
 """Node adapters over the embedded models (``fdb.models``): the ``vad`` stage (Silero
 ``StreamingVad``), the ``turn_detection`` stage (Smart Turn), ``whisper_transcription``
-(faster-whisper tiny.en), ``dialog``, ``llama_chat`` (SmolLM2) and ``piper_speech`` (Piper, 24 kHz pcm_f32le).
+(faster-whisper tiny.en), ``llama_chat`` (SmolLM2) and ``piper_speech`` (Piper, 24 kHz
+pcm_f32le); the ``dialog`` is in ``serving.graph.dialog_node``.
 
 ``build_nodes(decl, models)`` makes one node per declared node; ``EmbeddedModels`` loads each
-model once and is shared by every session's graph. Model calls run in worker threads.
+model once and is shared by every session's graph. Model calls run in worker threads: the
+server's model and VAD pools (``EmbeddedModels.of``), a reply's token stream in asyncio's
+default pool (a stream waiting for the model must never hold a pool thread its synthesis needs).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import asyncio
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import numpy as np
 
@@ -38,6 +43,7 @@ from serving.graph.streams import (
 )
 from serving.realtime.chunker import SpeechChunker
 
+T = TypeVar("T")
 IDLE_KEEP_MS = 30000  # input audio kept while no utterance is open: the VAD may lag the input by that much
 
 
@@ -62,14 +68,28 @@ class EmbeddedModels:
 
         return load_turn_backend()
 
+    executor: Executor | None = None  # where model calls run (None: asyncio's default pool)
+    vad_executor: Executor | None = None  # where VAD and end-of-turn calls run
+
     @classmethod
-    def of(cls, asr, llm, tts, turn=None) -> EmbeddedModels:
-        """Models a server has loaded already (``tts``: the default Piper voice)."""
+    def of(cls, asr, llm, tts, turn=None, executor: Executor | None = None,
+           vad_executor: Executor | None = None) -> EmbeddedModels:
+        """Models a server has loaded already (``tts``: the default Piper voice), called in its
+        pools (a reply's token stream still runs in a thread of its own)."""
         models = cls()
         models.__dict__.update(asr=asr, llm=llm, _tts={(False, None): tts})
         if turn is not None:
             models.__dict__["turn"] = turn
+        models.executor, models.vad_executor = executor, vad_executor
         return models
+
+    async def run(self, fn: Callable[..., T], *args) -> T:
+        """A blocking ASR / TTS call (or a model load) in the model pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def run_vad(self, fn: Callable[..., T], *args) -> T:
+        """A VAD or end-of-turn call in its own pool, so turn detection never waits behind a reply."""
+        return await asyncio.get_running_loop().run_in_executor(self.vad_executor, fn, *args)
 
     def tts(self, options: PiperSpeechOptions):
         from fdb.models.tts import PiperTts
@@ -121,7 +141,8 @@ class VadNode(Node):
     makes its pauses the 200 ms candidates of the turn_detection stage; ``commit`` stops an open
     utterance at the input's end and resets it."""
 
-    def __init__(self, **settings):
+    def __init__(self, models: EmbeddedModels, **settings):
+        self._models = models
         self._settings = settings
         self._vad = None
         self._on = True
@@ -131,7 +152,7 @@ class VadNode(Node):
     async def open(self) -> None:
         from fdb.models.vad import StreamingVad
 
-        self._vad = await asyncio.to_thread(StreamingVad, **self._settings)
+        self._vad = await self._models.run_vad(lambda: StreamingVad(**self._settings))
 
     async def _send(self, events: list[tuple[str, int]], emit: Emit) -> None:
         offset = self._skipped * 1000 // PCM16_RATE
@@ -150,7 +171,7 @@ class VadNode(Node):
             if not self._on:
                 self._skipped += len(samples)
                 return
-            await self._send(await asyncio.to_thread(self._vad.feed, samples), emit)
+            await self._send(await self._models.run_vad(self._vad.feed, samples), emit)
         elif chunk.control == "commit" and self._on:
             await self._stop_open(emit)
         elif chunk.control == "configure" and "turn_detection" in chunk.payload.data:
@@ -221,7 +242,7 @@ class WhisperNode(Node):
         self._detecting = True
 
     async def open(self) -> None:
-        await asyncio.to_thread(lambda: self._models.asr)
+        await self._models.run(lambda: self._models.asr)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "pcm16":
@@ -248,7 +269,7 @@ class WhisperNode(Node):
     async def _utterance(self, end: int, stop: int, emit: Emit) -> None:
         samples = self._timeline.slice(self._start, min(stop, self._timeline.end))
         self._start, self._last_end = None, end
-        result = await asyncio.to_thread(self._models.asr.transcribe, samples)
+        result = await self._models.run(self._models.asr.transcribe, samples)
         await emit(Chunk("transcript", Transcript(result.text.strip(), True), t_ms=stop * 1000 // PCM16_RATE))
 
     async def on_end(self, emit: Emit) -> None:
@@ -271,7 +292,7 @@ class TurnDetectionNode(Node):
         self._held = None  # end_of_turn.HeldPause
 
     async def open(self) -> None:
-        await asyncio.to_thread(lambda: self._models.turn)
+        await self._models.run(lambda: self._models.turn)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "pcm16":
@@ -298,7 +319,7 @@ class TurnDetectionNode(Node):
             await self._end_turn(t_ms, emit)
             return
         audio = self._timeline.slice(self._timeline.index(self._start_ms), self._timeline.index(t_ms))
-        p = await asyncio.to_thread(self._models.turn.complete_probability, audio)
+        p = await self._models.run_vad(self._models.turn.complete_probability, audio)
         self._held = HeldPause(t_ms, p, required_silence_ms(p, self._eagerness))
 
     async def _end_turn(self, t_ms: int, emit: Emit) -> None:
@@ -319,7 +340,7 @@ class LlamaChatNode(Node):
         self._max_tokens, self._temperature = options.max_tokens, options.temperature
 
     async def open(self) -> None:
-        await asyncio.to_thread(lambda: self._models.llm)
+        await self._models.run(lambda: self._models.llm)
 
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
         sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
@@ -356,7 +377,7 @@ class PiperSpeechNode(Node):
         self._turns: dict[int | None, _SpokenTurn] = {}
 
     async def open(self) -> None:
-        await asyncio.to_thread(self._models.tts, self._options)
+        await self._models.run(self._models.tts, self._options)
 
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.control == "interrupt" and chunk.turn is not None:
@@ -382,7 +403,7 @@ class PiperSpeechNode(Node):
         audio = None
         if spoken.audio:
             tts = self._models.tts(self._options)
-            samples = await asyncio.to_thread(tts.synthesize, text)
+            samples = await self._models.run(tts.synthesize, text)
             audio = resample(samples, tts.rate, PCM_F32_RATE)
             if not len(audio):
                 return
@@ -408,7 +429,7 @@ class _SpokenTurn:
 
 def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict, history_messages: int) -> Node:
     if decl.stages == ("vad",):
-        return VadNode(**vad_settings)
+        return VadNode(models, **vad_settings)
     if decl.stages == ("turn_detection",):
         return TurnDetectionNode(models)
     builders = {"whisper_transcription": lambda: WhisperNode(models, decl.options),

@@ -58,7 +58,8 @@ def cascade() -> GraphDecl:
 def _models(hub) -> EmbeddedModels:
     """The hub's loaded models, shared by every session's graph."""
     if "graph_models" not in hub.__dict__:
-        hub.__dict__["graph_models"] = EmbeddedModels.of(hub.asr, hub.llm, hub.tts, hub.turn)
+        hub.__dict__["graph_models"] = EmbeddedModels.of(hub.asr, hub.llm, hub.tts, hub.turn,
+                                                         hub.executor, hub.vad_executor)
     return hub.__dict__["graph_models"]
 
 
