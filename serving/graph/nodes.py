@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ from serving.graph.streams import (
 from serving.realtime.chunker import SpeechChunker
 
 T = TypeVar("T")
+HOLD_MAX_S = 3.0  # the longest a reply's token stream waits for its first chunk's synthesis
+HOLD_POLL_S = 0.02  # how often a held stream looks at its stop flag
 IDLE_KEEP_MS = 30000  # input audio kept while no utterance is open: the VAD may lag the input by that much
 
 
@@ -331,18 +334,44 @@ class TurnDetectionNode(Node):
             await self._end_turn(self._held.end_ms if self._held else self._timeline.end_ms, emit)
 
 
+def hold_after_first_chunk(pieces: Iterator[str], released: threading.Event,
+                           stop: threading.Event) -> Iterator[str]:
+    """``pieces``; once they complete a first speakable chunk the stream waits (in its thread)
+    until ``released``, ``stop`` or HOLD_MAX_S."""
+    chunker = SpeechChunker()
+    try:
+        for piece in pieces:
+            yield piece
+            if not released.is_set() and chunker.push(piece):
+                deadline = time.monotonic() + HOLD_MAX_S
+                while not released.wait(HOLD_POLL_S) and not stop.is_set() and time.monotonic() < deadline:
+                    pass
+                released.set()
+    finally:
+        getattr(pieces, "close", lambda: None)()
+
+
 class LlamaChatNode(Node):
     """``llama_chat``: streams SmolLM2's reply to each messages chunk as text_delta, then turn.done.
-    A ``configure`` with ``sampling`` (max_new_tokens_per_unit, temperature) applies from the next reply."""
+    A ``configure`` with ``sampling`` (max_new_tokens_per_unit, temperature) applies from the next
+    reply. With a control edge from the speech node's ``turn.started`` (``hold_first``) the token
+    stream holds after the reply's first speakable chunk until that chunk is synthesized (at most
+    HOLD_MAX_S): on a small CPU the first audio then does not share the cores with the rest of
+    the reply, whose later chunks have the first one's playing time to follow."""
 
-    def __init__(self, models: EmbeddedModels, options: LlamaChatOptions):
-        self._models = models
+    live_controls = True  # turn.started arrives while the reply streams
+
+    def __init__(self, models: EmbeddedModels, options: LlamaChatOptions, hold_first: bool = False):
+        self._models, self._hold_first = models, hold_first
         self._max_tokens, self._temperature = options.max_tokens, options.temperature
+        self._released: dict[int | None, threading.Event] = {}
 
     async def open(self) -> None:
         await self._models.run(lambda: self._models.llm)
 
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
+        if chunk.control == "turn.started" and chunk.turn in self._released:
+            self._released[chunk.turn].set()
         sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
         if sampling:
             self._max_tokens = sampling.get("max_new_tokens_per_unit", self._max_tokens)
@@ -353,12 +382,20 @@ class LlamaChatNode(Node):
             return
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
         max_tokens, temperature = self._max_tokens, self._temperature
+        stop, released = threading.Event(), threading.Event()
+        if not self._hold_first:
+            released.set()
+        self._released[chunk.turn] = released
 
         def make() -> Iterator[str]:
-            return self._models.llm.stream_reply(messages, max_tokens=max_tokens, temperature=temperature)
+            pieces = self._models.llm.stream_reply(messages, max_tokens=max_tokens, temperature=temperature)
+            return hold_after_first_chunk(pieces, released, stop)
 
-        async for piece in stream_in_thread(make, threading.Event()):
-            await emit(Chunk("text_delta", TextDelta(piece), turn=chunk.turn))
+        try:
+            async for piece in stream_in_thread(make, stop):
+                await emit(Chunk("text_delta", TextDelta(piece), turn=chunk.turn))
+        finally:
+            self._released.pop(chunk.turn, None)
         await emit(control("turn.done", turn=chunk.turn))
 
 
@@ -434,7 +471,8 @@ def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict, history_me
         return TurnDetectionNode(models)
     builders = {"whisper_transcription": lambda: WhisperNode(models, decl.options),
                 "dialog": lambda: DialogNode(decl.options, history_messages),
-                "llama_chat": lambda: LlamaChatNode(models, decl.options),
+                "llama_chat": lambda: LlamaChatNode(models, decl.options, hold_first=any(
+                    e.event == "turn.started" for e in decl.control_inputs)),
                 "piper_speech": lambda: PiperSpeechNode(models, decl.options)}
     build = builders.get(decl.kind or "")
     if build is None:

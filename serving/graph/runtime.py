@@ -5,7 +5,8 @@
   ``emit``, ``drop_oldest`` drops the edge's oldest chunk). A client append that would block is
   rejected instead (``append`` returns False) and nothing of it is queued.
 - Control edges bypass the data queues: a node takes its pending controls, in arrival order,
-  before its next data chunk; ``preempt`` cancels the node's ``on_chunk`` in flight first.
+  before its next data chunk (or at once, beside the chunk in flight, for a node with
+  ``live_controls``); ``preempt`` cancels the node's ``on_chunk`` in flight first.
 - An ``interrupt`` or ``turn.interrupted`` naming turn N fences N for the graph's lifetime:
   chunks of N queued on edges from nodes (never the client's input) and in the publish sink are
   dropped, and later chunks of N reach no reader and no sink. The controls about the interruption
@@ -37,7 +38,11 @@ FENCING = ("interrupt", "turn.interrupted")
 
 
 class Node:
-    """A node adapter. Override what the node needs; ``emit`` sends one chunk of this node."""
+    """A node adapter. Override what the node needs; ``emit`` sends one chunk of this node.
+    ``live_controls``: its controls are taken while an ``on_chunk`` is in flight too (else
+    between chunks, or by cancelling it with ``preempt``)."""
+
+    live_controls = False
 
     async def open(self) -> None:
         return None
@@ -201,7 +206,7 @@ class _Runner:
             if chunk is not None:
                 self.current = asyncio.ensure_future(self.node.on_chunk(chunk, self.emit))
                 try:
-                    await asyncio.wait({self.current})
+                    await self._await_current()
                 except asyncio.CancelledError:
                     self.current.cancel()
                     raise
@@ -215,6 +220,20 @@ class _Runner:
                 continue
             self.wake.clear()
             await self.wake.wait()
+
+    async def _await_current(self) -> None:
+        """Until ``on_chunk`` in flight is done; a node with ``live_controls`` takes its controls
+        meanwhile."""
+        while not self.current.done():
+            if self.node.live_controls and self.controls:
+                await self.node.on_control(self.controls.popleft(), self.emit)
+                continue
+            self.wake.clear()
+            waker = asyncio.ensure_future(self.wake.wait())
+            try:
+                await asyncio.wait({self.current, waker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waker.cancel()
 
 
 class SessionGraph:

@@ -156,6 +156,26 @@ def test_control_edges_bypass_the_data_queue_in_order(preempt):
     assert [e[1] for e in cons.log[first_control + 3:]] == ["d1", "d2", "d3"]  # queued data after
 
 
+def test_a_node_with_live_controls_takes_them_beside_the_chunk_in_flight():
+    cons = Slow(0.3)
+    cons.live_controls = True
+    decl = graph_of({"prod": ["input"], "cons": ["prod:text_delta", {"kind": "control", "source": "prod",
+                                                                       "event": "reply.progress"}]})
+
+    class Mixed(Node):
+        async def on_chunk(self, chunk, emit):
+            if chunk.format == "pcm16":
+                await emit(text("d0"))
+                await asyncio.sleep(0.05)  # cons is busy with d0 now
+                await emit(control("reply.progress", n="c0"))
+
+    async def script(graph):
+        await graph.append(audio())
+
+    asyncio.run(run(decl, {"prod": Mixed(), "cons": cons}, script))
+    assert cons.log == [("control", "c0", None), ("data", "d0", None)]  # taken before d0 finished
+
+
 def test_an_interrupted_turn_is_fenced_for_the_graphs_lifetime():
     prod = Burst(6, turn_of=lambda i: 1 if i % 2 == 0 else 2)  # 0,2,4 in turn 1; 1,3,5 in turn 2
     cons = Slow(0.05)
