@@ -51,6 +51,12 @@ def check_dependencies(system: SystemConfig) -> None:
         for module, package in options[key]:
             if importlib.util.find_spec(module) is None:
                 raise MissingExtraError(package, "embedded", f"{ROLE_NAMES[role]} of {system.name}")
+    if system.duplex is not None and system.duplex.turn_detection == "semantic":
+        from fdb.models.turn import smart_turn_installed
+
+        if not smart_turn_installed():
+            raise MissingExtraError("pipecat-ai==1.14.0 (--no-deps)", "embedded",
+                                    f"Smart Turn, the semantic turn detection of {system.name}")
 
 
 @dataclass

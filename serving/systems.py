@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -111,6 +111,10 @@ class DuplexSettings(BaseModel):
     backchannel_after_ms: int = Field(4000, ge=500, le=60000)  # continuous user speech before one
     backchannel_text: str = "Mm-hmm."
     max_context_ms: int = Field(600_000, ge=1000)  # input a session may send: context_exhausted
+    # "vad": a turn ends after end_of_turn_ms of silence; "semantic": Smart Turn scores each
+    # 200 ms pause and the silence its score asks for ends it (serving/duplex/policy.py, step 6)
+    turn_detection: Literal["vad", "semantic"] = "vad"
+    eagerness: Literal["low", "medium", "high", "auto"] = "medium"
 
     @model_validator(mode="after")
     def _unit_is_a_choice(self) -> DuplexSettings:

@@ -30,6 +30,7 @@ from serving.duplex.speaker import SpokenReply
 from serving.duplex.worker import ReplyWorker
 from serving.models import ModelHub
 from serving.realtime.audio_input import SAMPLES_PER_MS, InputTimeline, Unit, UnitCutter
+from serving.realtime.end_of_turn import CANDIDATE_MS
 from serving.realtime.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.realtime.listener import ASR_TAIL_MS, AudioChunk, EndMark
 from serving.realtime.outbox import Outbox
@@ -39,6 +40,7 @@ from serving.realtime.turn import Turn, Utterance
 KEEP_MS = 1000  # input kept before the present while no turn is open
 DRAIN_POLL_S = 0.02
 BYTES_PER_MS = 48  # 24 kHz PCM16 mono
+TURN_WINDOW = 8 * 16000  # Smart Turn reads the last 8 s
 _BACKCHANNEL_PCM: dict[str, bytes] = {}  # text -> 24 kHz PCM16, synthesized once per process
 
 
@@ -98,14 +100,31 @@ class DuplexEngine:
             self._policy = DuplexPolicy(self._settings, config.backchannel)
         return self._cutter
 
-    async def _heard(self, samples: np.ndarray, final: bool) -> Heard:
-        if self._vad is None:
-            s = self._settings
-            self._vad = await self._hub.run_vad(self._hub.new_vad, s.vad_threshold, s.end_of_turn_ms, 0)
+    async def _heard(self, samples: np.ndarray, final: bool, now_ms: int = 0) -> Heard:
+        s = self._settings
+        semantic = s.turn_detection == "semantic"
+        if self._vad is None:  # semantic: every pause of CANDIDATE_MS is proposed and scored
+            silence_ms = CANDIDATE_MS if semantic else s.end_of_turn_ms
+            self._vad = await self._hub.run_vad(self._hub.new_vad, s.vad_threshold, silence_ms, 0)
         events = await self._hub.run_vad(self._vad.feed, samples) if len(samples) else []
         if final:
             events += self._vad.flush()
-        return Heard(events, self._vad.in_speech, self._vad.last_speech_end_ms)
+        scores = {}
+        if semantic and not final:
+            for kind, t_ms in events:
+                if kind == "speech_stopped":
+                    scores[t_ms] = await self._score_turn(t_ms)
+        return Heard(events, self._vad.in_speech, self._vad.last_speech_end_ms,
+                     now_ms=now_ms, scores=scores)
+
+    async def _score_turn(self, end_ms: int) -> float:
+        """Smart Turn's probability that the user's turn is complete at ``end_ms``: the turn's
+        audio so far (at most the model's last 8 s), in the VAD pool beside the VAD calls."""
+        assert self._policy is not None
+        start_ms = self._policy.turn_start_ms if self._policy.turn_start_ms is not None else end_ms
+        start = max(start_ms * SAMPLES_PER_MS, end_ms * SAMPLES_PER_MS - TURN_WINDOW)
+        samples = self._timeline.slice(start, end_ms * SAMPLES_PER_MS)
+        return await self._hub.run_vad(self._hub.turn.complete_probability, samples)
 
     async def _process_unit(self, unit: Unit, final: bool = False) -> None:
         if unit.end > self._settings.max_context_ms * SAMPLES_PER_MS:
@@ -116,7 +135,7 @@ class DuplexEngine:
         if len(samples) < unit_samples:  # tail policy pad
             self.padding_samples = unit_samples - len(samples)
             samples = np.concatenate([samples, np.zeros(self.padding_samples, dtype=np.float32)])
-        await self._decide(await self._heard(samples, final), final)
+        await self._decide(await self._heard(samples, final, unit.end // SAMPLES_PER_MS), final)
         await self._emit(unit_samples // SAMPLES_PER_MS * BYTES_PER_MS)
         self.consumed_samples = unit.end
         await self._outbox.send(UnitDone(unit_id=unit.unit_id, sglang=UnitSglang(

@@ -9,7 +9,8 @@ or 200 ms), from what Silero VAD heard in the audio up to the end of that unit:
    shorter than ``end_of_turn_ms``; its *voiced span* is from its start to the end of its last
    speech frame.
 2. **Taking the turn.** When a run ends (``end_of_turn_ms``, default 700 ms, of silence after
-   speech) and its voiced span is at least ``min_utterance_ms`` (200 ms), the user's turn is
+   speech; with ``turn_detection: semantic``, the silence Smart Turn's score of the turn so far
+   asks for, see below) and its voiced span is at least ``min_utterance_ms`` (200 ms), the user's turn is
    over: its audio (from the start of the turn, which may span runs the model yielded to) is
    transcribed by faster-whisper, SmolLM2 writes a reply from the conversation history and
    Piper speaks it. The reply is emitted unit-aligned: at the end of each later input unit, the
@@ -30,6 +31,12 @@ or 200 ms), from what Silero VAD heard in the audio up to the end of that unit:
    emits one short "Mm-hmm." (synthesized once per process and cached) as a response of its
    own, and again every further ``backchannel_after_ms`` of the same run. A backchannel does not
    take the turn and enters no history.
+6. **Semantic turn detection** (setting ``turn_detection: semantic``, eagerness ``eagerness``):
+   the VAD proposes a pause after 200 ms of silence; the end-of-turn model (Smart Turn v3.2)
+   scores the turn's audio up to the pause and the pause is held until the silence reaches what
+   that score requires (``serving.realtime.end_of_turn``: 400 / 800 / 4000 ms at medium for a
+   confident / likely / unlikely end). Speech inside a held pause continues the same run. A
+   confident end is answered sooner than the fixed 700 ms; an unfinished sentence waits longer.
 5. **End of input.** At ``sglang.input_audio.end`` the partial last unit is padded with silence
    (tail policy ``pad``); a turn still open is taken as ended and answered; everything still to
    be said is then emitted at once, and ``sglang.input_audio.drained`` follows the last
@@ -41,9 +48,10 @@ hand-made VAD observations; :mod:`serving.duplex.engine` feeds it and carries ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from serving.realtime.end_of_turn import HeldPause, required_silence_ms
 from serving.systems import DuplexSettings
 
 
@@ -54,6 +62,8 @@ class Heard:
     events: list[tuple[str, int]]  # ("speech_started" | "speech_stopped", t_ms), in order
     in_speech: bool
     last_speech_end_ms: int
+    now_ms: int = 0  # the end of the unit (semantic turn detection times held pauses on it)
+    scores: dict[int, float] = field(default_factory=dict)  # speech_stopped t_ms -> P(turn complete)
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class DuplexPolicy:
         self.turn_start_ms: int | None = None  # the open user turn (first speech not yet answered)
         self._run_start_ms: int | None = None  # the current speech run
         self._last_backchannel_ms: int | None = None  # voiced span at the last backchannel
+        self._held: HeldPause | None = None  # semantic: a proposed pause waiting for its silence
 
     def reopen(self, start_ms: int) -> None:
         """A reply was dropped before it spoke: the user's turn continues from ``start_ms``."""
@@ -83,17 +94,31 @@ class DuplexPolicy:
         decisions: list[Decision] = []
         for kind, t_ms in heard.events:
             if kind == "speech_started":
+                if self._held is not None:  # speech inside a held pause: the same run goes on
+                    self._held = None
+                    continue
                 self._run_start_ms = t_ms
                 self._last_backchannel_ms = None
                 if self.turn_start_ms is None:
                     self.turn_start_ms = t_ms
             elif kind == "speech_stopped":
-                decisions += self._run_ended(t_ms, replying)
+                if self.settings.turn_detection == "semantic" and not final:
+                    probability = heard.scores.get(t_ms, 0.0)
+                    self._held = HeldPause(t_ms, probability, required_silence_ms(probability, self.settings.eagerness))
+                else:
+                    decisions += self._run_ended(t_ms, replying)
+        if self._held is not None and (final or self._held.due(heard.now_ms)):
+            held, self._held = self._held, None
+            decisions += self._run_ended(held.end_ms, replying)
         if self._run_start_ms is not None and heard.in_speech:
             decisions += self._during_speech(heard.last_speech_end_ms - self._run_start_ms, replying)
         if final and self.turn_start_ms is not None and self._run_start_ms is not None:
             decisions += self._run_ended(heard.last_speech_end_ms, replying)
         return decisions
+
+    @property
+    def held_pause(self) -> HeldPause | None:
+        return self._held
 
     def _run_ended(self, end_ms: int, replying: bool) -> list[Decision]:
         run_start, turn_start = self._run_start_ms, self.turn_start_ms

@@ -209,3 +209,30 @@ def test_response_cancel_ends_the_reply_at_the_next_unit(native_server, speech):
     kinds = client.types()
     after = kinds[kinds.index("response.done"):]
     assert "response.output_audio.delta" not in after
+
+
+SEMANTIC_YAML = LAUNCH_YAML + "duplex: {turn_detection: semantic, eagerness: high}\n"
+
+
+def test_semantic_turn_detection_answers_a_spoken_question(tmp_path_factory, speech, tmp_path):
+    """duplex-baseline with Smart Turn scoring each 200 ms pause (policy step 6): a spoken
+    question is still answered and the native oracle passes."""
+    audio = np.concatenate([silence(0.25), speech["question"], silence(3.0)])
+    with launched_server(tmp_path_factory.mktemp("semantic"), SEMANTIC_YAML) as info:
+        rec = asyncio.run(record_session(
+            info.ws_url, Audio(audio, 16000), tmp_path / "s", sample_id="duplex/semantic",
+            variant="main", profile=NATIVE, turn_detection=None, timeout_s=60))
+    assert rec.status == "ok", rec.failure
+    assert rec.verdict.status == "pass", rec.verdict.violations
+    assert rec.responses.completed >= 1 and rec.responses.output_duration_s > 0.5
+
+
+def test_semantic_turn_detection_needs_smart_turn_installed(monkeypatch):
+    from fdb.errors import MissingExtraError
+    from serving import models
+    from serving.systems import SYSTEMS, DuplexSettings
+
+    system = SYSTEMS["duplex-baseline"].model_copy(update={"duplex": DuplexSettings(turn_detection="semantic")})
+    monkeypatch.setattr("fdb.models.turn.smart_turn_installed", lambda: False)
+    with pytest.raises(MissingExtraError, match="pipecat-ai"):
+        models.check_dependencies(system)

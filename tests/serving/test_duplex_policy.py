@@ -97,3 +97,42 @@ def test_every_bundled_system_is_recorded_with_the_dialect_it_speaks():
     check_bundled_profile("duplex-baseline", NATIVE.name)
     with pytest.raises(FdbError, match="speaks turn-based"):
         check_bundled_profile("embedded-cascade", NATIVE.name)
+
+
+SEMANTIC = DuplexSettings(min_utterance_ms=200, turn_detection="semantic", eagerness="medium")
+
+
+def paused(t: int, score: float) -> Heard:
+    """The VAD proposes a pause ending at ``t`` (200 ms of silence), Smart Turn scored it."""
+    return Heard([("speech_stopped", t)], False, t, now_ms=t + 200, scores={t: score})
+
+
+def test_semantic_a_confident_end_is_answered_sooner_than_the_fixed_silence():
+    policy = DuplexPolicy(SEMANTIC, backchannel=False)
+    policy.decide(started(300), replying=False)
+    assert policy.decide(paused(1900, 0.93), replying=False) == []  # held: 200 ms of the 400 it needs
+    assert policy.held_pause is not None and policy.held_pause.silence_ms == 400
+    assert policy.decide(Heard([], False, 1900, now_ms=2300), replying=False) == [Decision("respond", 300, 1900)]
+
+
+def test_semantic_an_unfinished_sentence_waits_and_speech_inside_the_pause_continues_the_turn():
+    policy = DuplexPolicy(SEMANTIC, backchannel=False)
+    policy.decide(started(300), replying=False)
+    assert policy.decide(paused(1900, 0.1), replying=False) == []
+    assert policy.decide(Heard([], False, 1900, now_ms=2600), replying=False) == []  # 700 ms: still held
+    resumed = Heard([("speech_started", 2700)], True, 2730, now_ms=2800)
+    assert policy.decide(resumed, replying=False) == [] and policy.held_pause is None
+    assert policy.decide(paused(3500, 0.95), replying=False) == []
+    assert policy.decide(Heard([], False, 3500, now_ms=3900), replying=False) == [Decision("respond", 300, 3500)]
+
+
+def test_semantic_the_longest_pause_ends_the_turn_whatever_the_score_and_so_does_the_input_end():
+    policy = DuplexPolicy(SEMANTIC, backchannel=False)
+    policy.decide(started(0), replying=False)
+    policy.decide(paused(1000, 0.05), replying=False)
+    assert policy.decide(Heard([], False, 1000, now_ms=4999), replying=False) == []
+    assert policy.decide(Heard([], False, 1000, now_ms=5000), replying=False) == [Decision("respond", 0, 1000)]
+    policy.decide(started(6000), replying=False)
+    policy.decide(paused(7000, 0.05), replying=False)
+    assert policy.decide(Heard([], False, 7000, now_ms=7200), replying=False, final=True) == [
+        Decision("respond", 6000, 7000)]
