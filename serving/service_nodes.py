@@ -260,19 +260,23 @@ class OpenAiSpeech:
         self.rate = node.sample_rate
         self.identity = BackendIdentity(kind="tts", name=f"openai_speech/{node.model}", settings=node.settings())
 
-    def _language(self, sentence: str) -> str | None:
-        """The sentence's tag: none without ``language``; Chinese for a sentence with Chinese
-        characters; otherwise the fixed name, or English for ``auto`` (the recognizer's language
-        is not followed yet)."""
+    def _language(self, sentence: str, heard: str | None = None) -> str | None:
+        """The sentence's tag: none without ``language``; a fixed name as it is; for ``auto``
+        the language the recognizer last heard in an answered turn (``heard``, a code such as
+        "en" or a name such as "english", written as a name: "English"). With a fixed name, and
+        with ``auto`` before the recognizer has named one, a sentence with Chinese characters is
+        Chinese and ``auto`` tags the others English."""
         if not self.node.language:
             return None
+        if self.node.language == "auto" and heard:
+            return language_name(heard)
         if _CHINESE.search(sentence):
             return "Chinese"
         return "English" if self.node.language == "auto" else self.node.language
 
-    def _body(self, sentence: str) -> dict[str, Any]:
+    def _body(self, sentence: str, heard: str | None = None) -> dict[str, Any]:
         node = self.node
-        language = self._language(sentence)
+        language = self._language(sentence, heard)
         if language is not None and language.lower() in ("english", "en"):
             sentence = spoken_numbers(sentence)
         body: dict[str, Any] = {"model": node.model, "voice": node.voice, "input": sentence,
@@ -283,14 +287,14 @@ class OpenAiSpeech:
             body["references"] = [{"audio_path": node.reference_audio_path, "text": node.reference_text}]
         return body
 
-    def _speak(self, client: Any, sentence: str) -> np.ndarray:
+    def _speak(self, client: Any, sentence: str, heard: str | None = None) -> np.ndarray:
         import httpx
 
         from fdb.audio import pcm16_to_float, resample
 
         url = self.node.url("/audio/speech")
         try:
-            with client.stream("POST", url, json=self._body(sentence), headers=self.node.headers()) as reply:
+            with client.stream("POST", url, json=self._body(sentence, heard), headers=self.node.headers()) as reply:
                 if reply.status_code != 200:
                     reply.read()
                     raise _failure("tts", self.node,
@@ -302,7 +306,7 @@ class OpenAiSpeech:
         samples = pcm16_to_float(pcm[: len(pcm) // 2 * 2])
         return resample(samples, rate, self.rate)
 
-    def stream(self, text: str) -> Iterator[np.ndarray]:
+    def stream(self, text: str, heard_language: str | None = None) -> Iterator[np.ndarray]:
         import httpx
 
         from serving.realtime.chunker import speakable
@@ -311,11 +315,23 @@ class OpenAiSpeech:
             for sentence in sentences(text, self.node.max_sentence_words):
                 spoken = _TIGHT.sub(r"\1", speakable(sentence))  # "**there**." -> "there."
                 if _WORD.search(spoken):  # a sentence of emoji or punctuation alone is not sent
-                    yield self._speak(client, spoken)
+                    yield self._speak(client, spoken, heard_language)
 
-    def synthesize(self, text: str) -> np.ndarray:
-        parts = list(self.stream(text))
+    def synthesize(self, text: str, heard_language: str | None = None) -> np.ndarray:
+        parts = list(self.stream(text, heard_language))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+# Whisper's codes of the languages speech services commonly speak (Qwen3-TTS's ten), as names.
+_LANGUAGE_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "ko": "Korean", "de": "German",
+                   "fr": "French", "ru": "Russian", "pt": "Portuguese", "es": "Spanish", "it": "Italian"}
+
+
+def language_name(reported: str) -> str:
+    """A recognizer's language as a name: a known code by the table, a name capitalized
+    ("english" -> "English"); anything else as reported (the service then says what it speaks)."""
+    reported = reported.strip()
+    return _LANGUAGE_NAMES.get(reported.lower(), reported[:1].upper() + reported[1:] if reported.isalpha() else reported)
 
 
 CLIENTS = {OpenAiTranscriptionNode: OpenAiTranscription, OpenAiChatNode: OpenAiChat,

@@ -48,6 +48,7 @@ class Word:
 class Transcript:
     text: str
     words: list[Word]
+    language: str | None = None  # what the recognizer reported (a name or a code), if anything
 
 
 class AsrBackend(Protocol):
@@ -105,7 +106,7 @@ class FasterWhisperAsr:
         if len(samples) < ASR_RATE // 10:
             return Transcript("", [])
         with self._lock:
-            segments, _info = self._model.transcribe(
+            segments, info = self._model.transcribe(
                 samples, language="en", beam_size=1, word_timestamps=True, vad_filter=self._vad_filter,
                 vad_parameters=self._vad_parameters, condition_on_previous_text=False, temperature=0.0,
             )
@@ -116,7 +117,7 @@ class FasterWhisperAsr:
                     if text:
                         words.append(Word(text, round(float(w.start), 3), round(float(w.end), 3),
                                           round(float(w.probability), 4)))
-        return Transcript(" ".join(w.text for w in words), words)
+        return Transcript(" ".join(w.text for w in words), words, getattr(info, "language", None) or None)
 
 
 def _parakeet(**kwargs) -> AsrBackend:

@@ -19,6 +19,7 @@ The cascade's ``openai_transcription`` node (:mod:`serving.service_nodes`) uses 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -109,9 +110,11 @@ class OpenAiCompatibleAsr:
         if len(samples) == 0:
             return Transcript("", [])
         reply = self._post(wav_bytes(samples, ASR_RATE))
+        language = reply.get("language") if isinstance(reply, dict) and isinstance(reply.get("language"), str) else None
         if not self._words_required and not (isinstance(reply, dict) and isinstance(reply.get("words"), list)):
-            return Transcript(str(reply.get("text") or "").strip() if isinstance(reply, dict) else "", [])
-        return parse_verbose_json(reply, self._url)
+            text = str(reply.get("text") or "").strip() if isinstance(reply, dict) else ""
+            return Transcript(text, [], language or None)
+        return dataclasses.replace(parse_verbose_json(reply, self._url), language=language or None)
 
 
 def _hint(status: int, key_env: str) -> str:

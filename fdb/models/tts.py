@@ -49,6 +49,8 @@ class PiperTts:
             for chunk in chunks:
                 yield np.asarray(chunk.audio_float_array, dtype=np.float32)
 
-    def synthesize(self, text: str) -> np.ndarray:
+    def synthesize(self, text: str, heard_language: str | None = None) -> np.ndarray:
+        """The whole utterance; ``heard_language`` (what the recognizer last heard) is for
+        multilingual services and ignored by this English voice."""
         parts = list(self.stream(text))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)

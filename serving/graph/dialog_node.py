@@ -40,6 +40,8 @@ class DialogNode(Node):
         self._waiting: list[tuple[int, str]] = []
         self._carry_later: list[str] = []  # words of waiting turns interrupted with the open one
         self._speaking = False
+        self._languages: dict[int, str] = {}  # per queued turn: the language its transcript reported
+        self._language: str | None = None  # the language last heard in an answered turn
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -90,6 +92,8 @@ class DialogNode(Node):
         self._turn += 1
         turn = self._turn
         await emit(control("turn.queued", turn=turn, t_ms=chunk.t_ms))
+        if chunk.payload.language:
+            self._languages[turn] = chunk.payload.language
         text = chunk.payload.text[:self._options.max_text_chars]
         if self._speaking:  # the user speaks again: a reply now would be spoken over
             self._dialog.carry(text)
@@ -152,5 +156,6 @@ class DialogNode(Node):
                            f"({self._options.max_history_chars})", "open a new session")
         self._records[turn] = self._dialog.open(str(turn), str(turn), user_text, self._audio)
         self._open = turn
-        await emit(Chunk("messages", Messages(tuple(Message(m["role"], m["content"]) for m in messages)),
-                         turn=turn))
+        self._language = self._languages.pop(turn, None) or self._language  # an answered turn's
+        await emit(Chunk("messages", Messages(tuple(Message(m["role"], m["content"]) for m in messages),
+                                              self._language), turn=turn))

@@ -273,7 +273,8 @@ class WhisperNode(Node):
         samples = self._timeline.slice(self._start, min(stop, self._timeline.end))
         self._start, self._last_end = None, end
         result = await self._models.run(self._models.asr.transcribe, samples)
-        await emit(Chunk("transcript", Transcript(result.text.strip(), True), t_ms=stop * 1000 // PCM16_RATE))
+        await emit(Chunk("transcript", Transcript(result.text.strip(), True, getattr(result, "language", None)),
+                         t_ms=stop * 1000 // PCM16_RATE))
 
     async def on_end(self, emit: Emit) -> None:
         await self._rest(emit)
@@ -393,7 +394,7 @@ class LlamaChatNode(Node):
 
         try:
             async for piece in stream_in_thread(make, stop):
-                await emit(Chunk("text_delta", TextDelta(piece), turn=chunk.turn))
+                await emit(Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn))
         finally:
             self._released.pop(chunk.turn, None)
         await emit(control("turn.done", turn=chunk.turn))
@@ -425,7 +426,7 @@ class PiperSpeechNode(Node):
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         turn = chunk.turn
         if chunk.format == "text_delta":
-            spoken = self._turns.setdefault(turn, _SpokenTurn(self._audio))
+            spoken = self._turns.setdefault(turn, _SpokenTurn(self._audio, chunk.payload.language))
             for text in spoken.chunker.push(chunk.payload.text):
                 await self._say(turn, spoken, text, emit)
         elif chunk.control == "turn.done":
@@ -440,7 +441,8 @@ class PiperSpeechNode(Node):
         audio = None
         if spoken.audio:
             tts = self._models.tts(self._options)
-            samples = await self._models.run(tts.synthesize, text)
+            heard = () if spoken.language is None else (spoken.language,)  # for language: auto
+            samples = await self._models.run(tts.synthesize, text, *heard)
             audio = resample(samples, tts.rate, PCM_F32_RATE)
             if not len(audio):
                 return
@@ -458,6 +460,7 @@ class PiperSpeechNode(Node):
 @dataclass
 class _SpokenTurn:
     audio: bool
+    language: str | None = None  # the recognizer's language for this reply (language: auto)
     chunker: SpeechChunker = field(default_factory=SpeechChunker)
     started: bool = False
     text_end: int = 0

@@ -71,11 +71,13 @@ class Message:
 @dataclass(frozen=True)
 class Messages:
     messages: tuple[Message, ...]
+    language: str | None = None  # the language the recognizer last heard in an answered turn
 
 
 @dataclass(frozen=True)
 class TextDelta:
     text: str
+    language: str | None = None  # carried from the turn's messages, for the speech node
 
 
 @dataclass(frozen=True)

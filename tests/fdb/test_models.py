@@ -36,6 +36,7 @@ def test_piper_is_deterministic_and_whisper_reads_it(tts):
     words = [w.text.strip(",.?!").lower() for w in out.words]
     assert "capital" in words and "france" in words
     assert all(w.end is None or w.end >= w.start for w in out.words)
+    assert out.language == "en"  # faster-whisper's report (tiny.en hears English only)
 
 
 def test_asr_refuses_a_wrong_checkpoint_hash():

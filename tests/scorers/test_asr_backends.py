@@ -70,7 +70,8 @@ class FakeEndpoint:
         assert rate == 16000
         transcript = self.asr.transcribe(samples)
         words = [{"word": w.text, "start": w.start, "end": w.end} for w in transcript.words]
-        reply = {"text": transcript.text, "segments": []} | ({} if self.no_words else {"words": words})
+        reply = {"text": transcript.text, "segments": [], "language": "english"} | (
+            {} if self.no_words else {"words": words})
         self.replies.append(reply)
         self.answer(req, 200, reply)
 
@@ -115,6 +116,7 @@ def test_openai_compatible_real_words(client, endpoint, reference):
     fields = request["fields"]
     assert fields["response_format"] == b"verbose_json" and fields["timestamp_granularities[]"] == b"word"
     assert fields["model"] == b"whisper-tiny.en" and fields["language"] == b"en"
+    assert transcript.language == "english"  # the reply's language, for language: auto
     ident = json.dumps(client.identity.model_dump())
     assert SECRET not in ident and KEY_ENV in ident and client.identity.name == "openai-compatible/whisper-tiny.en"
 

@@ -60,7 +60,11 @@ class FakeLlm:
 class FakeTts:
     rate = 16000
 
-    def synthesize(self, text: str) -> np.ndarray:
+    def __init__(self) -> None:
+        self.heard: list[str | None] = []  # the heard language of each synthesized chunk
+
+    def synthesize(self, text: str, heard_language: str | None = None) -> np.ndarray:
+        self.heard.append(heard_language)
         return np.full(len(text.split()) * 1600, 0.1, dtype=np.float32)  # 0.1 s per word
 
 
@@ -79,13 +83,15 @@ class FakeOutbox:
         return [e for e in self.events if e.type == type_]
 
 
-async def _answer(llm: FakeLlm, modalities=("text", "audio"), cancel_at_audio: bool = False):
-    """One committed utterance answered through the graph; (events, dialog node, cancel time)."""
+async def _answer(llm: FakeLlm, modalities=("text", "audio"), cancel_at_audio: bool = False,
+                  language: str | None = None, tts: FakeTts | None = None):
+    """One committed utterance answered through the graph; (events, dialog node, cancel time).
+    ``language``: what the fake recognizer reports for it."""
     system = SystemConfig()
     config = initial_config(system).model_copy(update={"output_modalities": modalities,
                                                        "turn_detection": None})
-    asr = SimpleNamespace(transcribe=lambda samples: SimpleNamespace(text="Why is the sky blue?"))
-    models = EmbeddedModels.of(asr, llm, FakeTts(), turn=SimpleNamespace(complete_probability=lambda a: 1.0))
+    asr = SimpleNamespace(transcribe=lambda samples: SimpleNamespace(text="Why is the sky blue?", language=language))
+    models = EmbeddedModels.of(asr, llm, tts or FakeTts(), turn=SimpleNamespace(complete_probability=lambda a: 1.0))
     outbox = FakeOutbox(llm.go)
     output = GraphOutput(outbox, system, lambda: config, lambda: True, lambda: 500)
     nodes = build_nodes(cascade(), models)
@@ -155,3 +161,16 @@ def test_a_cancel_stops_the_llm_between_tokens():
     assert len(heard) == 1 and heard[0].text in ("", FIRST)
     said = [m["content"] for m in dialog.history if m["role"] == "assistant"]
     assert said in ([], [FIRST + "…"])  # only a chunk whose audio left in full is kept
+
+
+def test_the_recognizers_language_reaches_the_speech_node_for_language_auto():
+    """language: auto (the guide): the reply is tagged with the language the recognizer heard in
+    the turn it answers; the openai_speech client writes it as a name (test_service_nodes)."""
+    llm, tts = FakeLlm(), FakeTts()
+    llm.go.set()
+    asyncio.run(_answer(llm, language="german", tts=tts))
+    assert tts.heard and set(tts.heard) == {"german"}
+    quiet, untagged = FakeLlm(), FakeTts()
+    quiet.go.set()
+    asyncio.run(_answer(quiet, tts=untagged))
+    assert untagged.heard and set(untagged.heard) == {None}

@@ -23,7 +23,7 @@ from yaml import safe_dump as yaml_dump
 from fdb.errors import FdbError
 from serving.launcher import serve
 from serving.models import probe_nodes
-from serving.service_nodes import OpenAiChat, OpenAiSpeech, probe, sentences
+from serving.service_nodes import OpenAiChat, OpenAiSpeech, language_name, probe, sentences
 from serving.services import ServiceEntry, Services, answers
 from serving.spoken_numbers import spoken_numbers
 from serving.systems import apply_overrides, get_system
@@ -139,6 +139,22 @@ def test_speech_language_tags_and_spoken_numbers(fake):
     assert sent == [("In nineteen ninety nine I paid three point five zero dollars.", "English"),
                     ("你好。", "Chinese"), ("我是21号。", "Chinese"),
                     ("Call five five five zero one zero four four seven seven on the twenty first!", "English")]
+
+
+def test_speech_language_auto_follows_the_recognizers_language(fake):
+    node = _system(fake.base_url).backends.tts.model_copy(update={"language": "auto"})
+    speech = OpenAiSpeech(node)
+    fake.state.requests.clear()
+    list(speech.stream("Guten Tag. 你好。", heard_language="german"))
+    list(speech.stream("In 1999.", heard_language="en"))
+    sent = [(r["body"]["input"], r["body"]["language"]) for r in fake.state.requests]
+    assert sent == [("Guten Tag.", "German"), ("你好。", "German"), ("In nineteen ninety nine.", "English")]
+    fixed = OpenAiSpeech(node.model_copy(update={"language": "French"}))
+    fake.state.requests.clear()
+    list(fixed.stream("Bonjour.", heard_language="german"))  # a fixed name is kept
+    assert [r["body"]["language"] for r in fake.state.requests] == ["French"]
+    assert [language_name(x) for x in ("zh", "english", "Swahili", "x-klingon")] == [
+        "Chinese", "English", "Swahili", "x-klingon"]
 
 
 @pytest.mark.parametrize(("text", "words"), [
