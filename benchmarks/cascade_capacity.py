@@ -28,6 +28,7 @@ v1.0 tree written to OUTPUT/dataset with ``--sessions`` candor_turn_taking sampl
 Piper-spoken question and 5 s of silence, about 8 s each): every level records all of them.
 
     python benchmarks/cascade_capacity.py --levels 1,2,4,8 --sessions 8 [--output DIR]
+        [--turn-detection '{"type": "semantic_vad", "eagerness": "high"}']
 """
 
 from __future__ import annotations
@@ -171,6 +172,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="recordings per level")
     parser.add_argument("--dataset-root", type=Path, help="a v1.0 tree (default: a synthetic one under OUTPUT)")
     parser.add_argument("--output", type=Path, help="working directory (default: a new temporary one)")
+    parser.add_argument("--turn-detection", help="the sessions' turn detection as JSON, e.g. "
+                        '\'{"type": "semantic_vad", "eagerness": "high"}\' (default: the sweep\'s server_vad)')
     args = parser.parse_args()
     from rich.console import Console
 
@@ -181,7 +184,8 @@ def main() -> None:
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     root = args.dataset_root or synthetic_tree(output / "dataset", args.sessions)
     record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0",
-                                   "--subset-count", f"{SUBSET}={args.sessions}"])
+                                   "--subset-count", f"{SUBSET}={args.sessions}",
+                                   *(["--turn-detection", args.turn_detection] if args.turn_detection else [])])
     opts = SweepOptions(output=output / "sweep", concurrency=parse_levels(args.levels), dataset="v1.0",
                         record=record, repeats=args.repeats)
     loaded, _ = load_v10(root, [SUBSET], strict=False)
