@@ -144,6 +144,9 @@ class SystemConfig(BaseModel):
     idle_timeout_s: float = Field(300.0, gt=0)
     max_input_bytes: int = Field(1_920_000, ge=3200)
     max_output_bytes: int = Field(33_554_432, ge=48000)
+    # output events (and their bytes) that may wait for a client that stopped reading
+    max_pending_output_chunks: int = Field(1024, ge=1)
+    max_pending_output_bytes: int = Field(33_554_432, ge=1024)
     max_instructions_chars: int = Field(65536, ge=1)
     asr_threads: int = Field(2, ge=1, le=64)
     llm_threads: int = Field(2, ge=1, le=64)

@@ -15,7 +15,9 @@ Lifecycle (the Full-Duplex Guide, "Full-duplex protocol" and the turn-based sess
 5. ``session.close`` is answered with ``session.closed`` and close code 1000.
 
 A session with neither input nor output (and no reply in the works) for ``idle_timeout_s``
-closes with 1008 ``idle_timeout``; an internal failure sends a fatal ``server_error`` and closes
+closes with 1008 ``idle_timeout``; a client that stops reading while more than
+``max_pending_output_chunks`` events (or ``max_pending_output_bytes``) wait to be sent closes
+with 1008 ``max_pending_output``; an internal failure sends a fatal ``server_error`` and closes
 with 1011. Every other refusal is a non-fatal ``error`` event and the session continues.
 
 What turns the input into replies is a subclass's: the turn-based session of embedded-cascade
@@ -53,6 +55,7 @@ from serving.realtime.negotiation import SessionConfig, apply_update, initial_co
 from serving.realtime.outbox import Activity, Outbox
 
 log = logging.getLogger("fdb.serving")
+LAST_TRY_S = 2.0  # the error event and close frame for a client that may not read them
 
 
 class RealtimeSession:
@@ -62,7 +65,8 @@ class RealtimeSession:
         self._hub = hub
         self._system = hub.system
         self._activity = Activity()
-        self._outbox = Outbox(websocket, self._activity)
+        self._outbox = Outbox(websocket, self._activity, hub.system.max_pending_output_chunks,
+                              hub.system.max_pending_output_bytes)
         self.config = initial_config(self._system)
         self.opened = False
         self.input_ended = False
@@ -103,7 +107,7 @@ class RealtimeSession:
         """Serve the connection until it closes (the socket must already be accepted)."""
         await self._outbox.send(SessionCreated(session=session_object(self.id, self._system, None)))
         tasks = [asyncio.create_task(self._guard(coro)) for coro in (
-            self._read(), *self._engine_work(), self._watchdog())]
+            self._read(), *self._engine_work(), self._watchdog(), self._backpressure())]
         try:
             await self._finished.wait()
         finally:
@@ -133,13 +137,19 @@ class RealtimeSession:
         self._finished.set()
 
     async def _close_socket(self) -> None:
-        if self._outbox.broken or self._close is None:
-            return
-        code, reason = self._close
+        """The queued events (the last one included), then the close frame; both bounded, as a
+        client that stopped reading takes neither."""
         try:
-            await self._ws.close(code=code, reason=reason)
-        except Exception as exc:  # already closed by the client
-            log.debug("close of session %s: %s", self.id, exc)
+            if self._outbox.broken or self._close is None:
+                return
+            await self._outbox.flush(LAST_TRY_S)
+            code, reason = self._close
+            try:
+                await asyncio.wait_for(self._ws.close(code=code, reason=reason), LAST_TRY_S)
+            except Exception as exc:  # already closed by the client, or not reading
+                log.debug("close of session %s: %s", self.id, exc)
+        finally:
+            await self._outbox.stop()
 
     async def _watchdog(self) -> None:
         system = self._system
@@ -154,6 +164,19 @@ class RealtimeSession:
                 message = f"no input and no output for {system.idle_timeout_s:g} s"
                 await self._finish(1008, "idle_timeout", error_event(
                     "idle_timeout", message, kind="server_error", fatal=True))
+
+    async def _backpressure(self) -> None:
+        """A client that stopped reading (the outbox's pending-output bound): the session fails
+        naming the limit, close 1008. The error event is sent if the socket still takes it."""
+        await self._outbox.failed.wait()
+        log.warning("session %s failed: %s", self.id, self._outbox.overflow)
+        if self._closing:
+            return
+        self._closing, self._close = True, (1008, "max_pending_output")
+        self._outbox.closed = False  # queued behind the stuck write: sent if the client reads again
+        await self._outbox.send_last(error_event(
+            "max_pending_output", self._outbox.overflow or "", kind="server_error", fatal=True))
+        self._finished.set()
 
     # --- reading -----------------------------------------------------------------------------
 
