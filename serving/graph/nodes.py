@@ -235,7 +235,12 @@ class WhisperNode(Node):
     """``whisper_transcription``: one final transcript per utterance: speech.started ->
     speech.stopped + pad_ms; a commit ends an open utterance, and without turn detection
     (``configure`` with turn_detection null) it takes all the audio since the last utterance,
-    as does the end of input. The transcript's t_ms is the utterance's end (pad included)."""
+    as does the end of input. The transcript's t_ms is the utterance's end (pad included).
+
+    Transcription runs beside the audio intake, one utterance after another in order: a slow
+    transcription (a loaded host, a long turn) never stops the node taking the input, which
+    would fill the session's input edge and refuse the client's appends. A failed transcription
+    fails the node at its next chunk (audio arrives every packet) or at the end of input."""
 
     def __init__(self, models: EmbeddedModels, options: WhisperTranscriptionOptions):
         self._models, self._options = models, options
@@ -243,11 +248,13 @@ class WhisperNode(Node):
         self._start: int | None = None  # utterance start, input sample index
         self._last_end = 0  # end of the previous utterance, input sample index
         self._detecting = True
+        self._pending: asyncio.Future | None = None  # the last utterance's transcription
 
     async def open(self) -> None:
         await self._models.run(lambda: self._models.asr)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
+        self._raise_failure()
         if chunk.format == "pcm16":
             keep = self._start is not None or not self._detecting
             self._timeline.append(chunk.payload.data, keep_all=keep)
@@ -272,12 +279,30 @@ class WhisperNode(Node):
     async def _utterance(self, end: int, stop: int, emit: Emit) -> None:
         samples = self._timeline.slice(self._start, min(stop, self._timeline.end))
         self._start, self._last_end = None, end
+        self._pending = asyncio.ensure_future(self._transcribe(self._pending, samples, stop, emit))
+
+    async def _transcribe(self, before: asyncio.Future | None, samples: np.ndarray, stop: int, emit: Emit) -> None:
+        if before is not None:
+            await before  # transcripts leave in utterance order
         result = await self._models.run(self._models.asr.transcribe, samples)
         await emit(Chunk("transcript", Transcript(result.text.strip(), True, getattr(result, "language", None)),
                          t_ms=stop * 1000 // PCM16_RATE))
 
+    def _raise_failure(self) -> None:
+        if self._pending is not None and self._pending.done() and not self._pending.cancelled():
+            error = self._pending.exception()
+            if error is not None:
+                raise error
+
     async def on_end(self, emit: Emit) -> None:
         await self._rest(emit)
+        if self._pending is not None:
+            await self._pending
+
+    async def close(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()  # no-op once done; gather takes a failure nobody read
+            await asyncio.gather(self._pending, return_exceptions=True)
 
 
 class TurnDetectionNode(Node):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fdb.errors import FdbError
 from serving.graph.declare import load_graph
 from serving.graph.nodes import EmbeddedModels, build_nodes
 from serving.graph.runtime import SessionGraph
@@ -159,3 +160,79 @@ def test_turn_detection_holds_a_mid_sentence_pause(say):
     assert [s for s, _ in stops].count("turn_detection") == 1  # the turn held across the pause
     transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
     assert len(transcripts) == 1 and "could you" in transcripts[0] and "france" in transcripts[0]
+
+
+LISTEN = {
+    "session_nodes": {
+        "vad": {"stages": ["vad"], "inputs": ["input"]},
+        "asr": {"kind": "whisper_transcription", "inputs": ["input", "vad:session"]},
+    },
+    "session_publish": {"asr": ["transcript"]},
+}
+
+
+class _SlowAsr:
+    """The real recognizer behind a delay (a loaded host), or failing after it."""
+
+    def __init__(self, real, delay_s: float, fail: bool = False):
+        self.real, self.delay_s, self.fail, self.calls = real, delay_s, fail, 0
+
+    def transcribe(self, samples):
+        self.calls += 1
+        time.sleep(self.delay_s)
+        if self.fail:
+            raise RuntimeError("recognizer crashed")
+        return self.real.transcribe(samples)
+
+
+async def _listen(pcm: bytes, asr: _SlowAsr, after_chunks: int) -> tuple[SessionGraph, int]:
+    """Feeds ``pcm`` then ``after_chunks`` of silence at 8x real time; returns the graph and how
+    many appends a full input edge refused."""
+    decl = load_graph(LISTEN)
+    models = EmbeddedModels()
+    models.__dict__["asr"] = asr
+    graph = SessionGraph(decl, build_nodes(decl, models, vad_settings={"silence_duration_ms": 300}))
+    refused = 0
+    await graph.open()
+    tail = bytes(UNIT) * after_chunks
+    for at in range(0, len(pcm) + len(tail), UNIT):
+        data = (pcm + tail)[at:at + UNIT]
+        while not await graph.append(Chunk("pcm16", Pcm16(data))):
+            refused += 1
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)
+    graph.end_input()
+    return graph, refused
+
+
+def test_a_slow_transcription_never_stops_the_input(question):
+    """Tiny.en held 2.5 s per utterance: the 8 s of input after the question (125 packets, twice
+    the input edge's 64) are all taken while the transcription runs, and the transcript arrives."""
+    asr = _SlowAsr(EmbeddedModels().asr, 2.5)
+
+    async def scenario():
+        graph, refused = await _listen(question, asr, 100)
+        try:
+            await graph.wait_done(timeout_s=60)
+        finally:
+            await graph.close()
+        return graph.sink.drain(), refused
+
+    published, refused = asyncio.run(scenario())
+    assert refused == 0
+    transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
+    assert asr.calls == 1 and len(transcripts) == 1 and "france" in transcripts[0]
+
+
+def test_a_failed_transcription_fails_the_graph(question):
+    asr = _SlowAsr(EmbeddedModels().asr, 0.1, fail=True)
+
+    async def scenario():
+        graph, _ = await _listen(question, asr, 20)
+        try:
+            await graph.wait_done(timeout_s=60)
+        finally:
+            await graph.close()
+
+    with pytest.raises(FdbError, match="'asr'.*recognizer crashed"):
+        asyncio.run(scenario())
