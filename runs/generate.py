@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fdb.datasets.official import list_ids, load_v10, load_v15
@@ -296,4 +297,7 @@ def _finish(selections: list[Selected], rep: RepeatPaths, records: list, num_sha
             if record.status != "ok" or record.verdict.status != "pass":
                 reason = record.failure or "; ".join(record.verdict.violations[:2])
                 console.print(f"  [yellow]{record.sample_id} [{record.variant}][/]: {record.status}: {reason}")
+        for sample in manifest.samples:
+            if not sample.eligible and sample.verdict == "pass":  # recorded fine, cut out of scoring
+                console.print(f"  [yellow]{sample.sample_id}[/]: not eligible: {escape('; '.join(sample.reasons[:2]))}")
     return summary

@@ -43,6 +43,19 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
     return found
 
 
+# The recorder and the bundled server share the 2 cores. On the CI's virtual machines both
+# processes have been seen frozen together for 100-190 ms while the server's models ran (the
+# trace shows the server's 100 ms audio deltas late by as much as the recorder's packets): the
+# packet sent then is more than 80 ms late, the recorder reports itself behind and rightly
+# makes the sample ineligible. That is the measuring instrument refusing a bad measurement, not
+# what these tests are about, so only then the recording is made again (at most twice).
+GENERATE_RETRIES = 2
+
+
+def _client_fell_behind(done: subprocess.CompletedProcess) -> bool:
+    return done.returncode == 0 and "not eligible" in done.stderr and "pacing:" in done.stderr
+
+
 @dataclass
 class DemoRun:
     work: Path
@@ -72,6 +85,12 @@ def demo_run(tmp_path_factory) -> DemoRun:
     snaps = tmp_path_factory.mktemp("snapshots")
     for phase, args in [("generate", ["generate", "--run-name", "e2e", *SELECT]), *PHASES.items()]:
         done = fdb(args, env)
+        for _ in range(GENERATE_RETRIES if phase == "generate" else 0):
+            if not _client_fell_behind(done):
+                break
+            print(f"generate: the recorder fell behind its schedule, recording again:\n{done.stderr}")
+            shutil.rmtree(demo.run)
+            done = fdb(args, env)
         assert done.returncode == 0, f"{phase}: {done.stderr[-3000:]}"
         demo.outputs[phase] = done
         demo.snapshots[phase] = snaps / phase

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 
+import httpx
 import pytest
 import websockets
 
@@ -125,8 +126,19 @@ def test_session_update_timeout_and_idle_timeout(server):
     asyncio.run(scenario())
 
 
+async def _sessions_down_to(server, count: int, timeout_s: float = 15.0) -> None:
+    """Until /health counts at most ``count`` open sessions (the server is shared: an earlier
+    test's session may still be closing); a session that never closes fails here."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    async with httpx.AsyncClient() as http:
+        while (open_now := (await http.get(f"{server.base_url}/health")).json()["sessions"]) > count:
+            assert asyncio.get_running_loop().time() < deadline, f"{open_now} sessions still open after {timeout_s} s"
+            await asyncio.sleep(0.05)
+
+
 def test_max_sessions_refuses_the_upgrade_with_503(server):
     async def scenario() -> None:
+        await _sessions_down_to(server, 0)
         first = await Client.connect(server.ws_url)
         second = await Client.connect(server.ws_url)
         await first.open_session()
@@ -136,7 +148,7 @@ def test_max_sessions_refuses_the_upgrade_with_503(server):
         assert refused.value.response.status_code == 503
         await first.send("session.close")
         await first.wait_closed()
-        await asyncio.sleep(0.1)
+        await _sessions_down_to(server, 1)
         third = await Client.connect(server.ws_url)
         await third.until("session.created")
         for client in (second, third):
