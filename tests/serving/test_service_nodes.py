@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 from yaml import safe_dump as yaml_dump
 
 from fdb.errors import FdbError
@@ -335,3 +337,41 @@ def test_spoken_question_through_three_service_nodes(tmp_path, question_pcm):
     for path in Path(tmp_path).rglob("*"):
         if path.is_file():
             assert SECRET not in path.read_text(errors="replace"), path
+
+
+def test_a_chat_service_failing_mid_session_fails_that_session_only(tmp_path, question_pcm):
+    """The chat endpoint starts answering 500 while two sessions are open: the session whose
+    turn needs it gets a fatal error event naming the node and closes 1011; the other session
+    carries on (a turn once the service is back); the server stays healthy and the key stays out."""
+    fake = start_in_thread(tone=True)
+    try:
+        launch = yaml_dump({"system": "embedded-cascade", "max_sessions": 2, **_nodes(fake.base_url)})
+        with launched_server(tmp_path, launch, {KEY_ENV: SECRET}) as server:
+            async def scenario() -> tuple[Client, Client, int]:
+                failing, other = await Client.connect(server.ws_url), await Client.connect(server.ws_url)
+                await failing.open_session()
+                await other.open_session()
+                fake.state.chat_status = 500
+                with contextlib.suppress(websockets.ConnectionClosed):  # it may close before the last packet
+                    await failing.send_audio(question_pcm)
+                await asyncio.wait({failing._reader}, timeout=40)  # its reader ends on the 1011 close
+                code = (failing.ws.close_code, failing.ws.close_reason)
+                fake.state.chat_status = 200
+                await other.send_audio(question_pcm)
+                await other.until("response.done", 40)
+                await other.send("session.close")
+                await other.until("session.closed", 10)
+                assert await other.wait_closed(10) == (1000, "client_closed")
+                return failing, other, code
+            failing, other, (code, reason) = asyncio.run(scenario())
+            health = httpx.get(f"{server.base_url}/health")
+        errors = failing.of_type("error")
+        assert code == 1011 and errors and errors[-1]["sglang"]["fatal"], (code, reason, errors)
+        assert "chat/completions answered 500" in errors[-1]["error"]["message"]
+        assert SECRET not in str(errors)
+        assert not other.of_type("error")
+        assert "Paris" in other.of_type("response.output_audio_transcript.done")[0]["transcript"]
+        assert health.status_code == 200 and health.json()["sessions"] == 0
+        assert SECRET not in server.log_path.read_text(errors="replace")
+    finally:
+        fake.stop()
