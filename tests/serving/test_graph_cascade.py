@@ -190,40 +190,36 @@ class _SlowAsr:
         return self.real.transcribe(samples)
 
 
-async def _listen(pcm: bytes, asr: _SlowAsr, after_chunks: int) -> tuple[SessionGraph, int]:
-    """Feeds ``pcm`` then ``after_chunks`` of silence at 8x real time; returns the graph and how
-    many appends a full input edge refused."""
+async def _listen(pcm: bytes, asr: _SlowAsr, after_chunks: int) -> tuple[list[Chunk], int]:
+    """Feeds ``pcm`` then ``after_chunks`` of silence at 8x real time until the graph drains;
+    returns what it published and how many appends a full input edge refused."""
     decl = load_graph(LISTEN)
     models = EmbeddedModels()
     models.__dict__["asr"] = asr
     graph = SessionGraph(decl, build_nodes(decl, models, vad_settings={"silence_duration_ms": 300}))
     refused = 0
     await graph.open()
-    tail = bytes(UNIT) * after_chunks
-    for at in range(0, len(pcm) + len(tail), UNIT):
-        data = (pcm + tail)[at:at + UNIT]
-        while not await graph.append(Chunk("pcm16", Pcm16(data))):
-            refused += 1
+    try:
+        tail = bytes(UNIT) * after_chunks
+        for at in range(0, len(pcm) + len(tail), UNIT):
+            data = (pcm + tail)[at:at + UNIT]
+            while not await graph.append(Chunk("pcm16", Pcm16(data))):
+                refused += 1
+                await asyncio.sleep(0.01)
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.01)
-    graph.end_input()
-    return graph, refused
+        graph.end_input()
+        await graph.wait_done(timeout_s=60)
+    finally:
+        await graph.close()
+    return graph.sink.drain(), refused
 
 
 def test_a_slow_transcription_never_stops_the_input(question):
-    """Tiny.en held 2.5 s per utterance: the 8 s of input after the question (125 packets, twice
-    the input edge's 64) are all taken while the transcription runs, and the transcript arrives."""
+    """Tiny.en held 2.5 s per utterance: the 9 s of input after the question (112 packets, well
+    over the input edge's 64) are all taken while the transcription runs, and the transcript
+    arrives."""
     asr = _SlowAsr(EmbeddedModels().asr, 2.5)
-
-    async def scenario():
-        graph, refused = await _listen(question, asr, 100)
-        try:
-            await graph.wait_done(timeout_s=60)
-        finally:
-            await graph.close()
-        return graph.sink.drain(), refused
-
-    published, refused = asyncio.run(scenario())
+    published, refused = asyncio.run(_listen(question, asr, 100))
     assert refused == 0
     transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
     assert asr.calls == 1 and len(transcripts) == 1 and "france" in transcripts[0]
@@ -231,13 +227,5 @@ def test_a_slow_transcription_never_stops_the_input(question):
 
 def test_a_failed_transcription_fails_the_graph(question):
     asr = _SlowAsr(EmbeddedModels().asr, 0.1, fail=True)
-
-    async def scenario():
-        graph, _ = await _listen(question, asr, 20)
-        try:
-            await graph.wait_done(timeout_s=60)
-        finally:
-            await graph.close()
-
     with pytest.raises(FdbError, match="'asr'.*recognizer crashed"):
-        asyncio.run(scenario())
+        asyncio.run(_listen(question, asr, 20))
