@@ -7,9 +7,10 @@ sender ever waits for the client. It records the last activity for the idle time
 outbox drops everything once the session has closed, so nothing follows ``session.closed``.
 
 A client that stops reading makes the writer wait (its socket and ours are full) while the
-queue grows. More than ``max_chunks`` queued events, or more than ``max_bytes`` of their JSON, is
-an overflow: the outbox drops everything, names the limit in ``overflow`` and sets ``failed``;
-the session fails on it (close 1008, the error naming the limit).
+queue grows. An event that would make more than ``max_chunks`` queued events, or more than
+``max_bytes`` of their JSON, is an overflow: it is dropped, the limit is named in ``overflow``,
+``failed`` is set and every later ``send`` is refused; only ``send_last`` still queues (the
+session's fatal error, close 1008, sent if the client reads again).
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ class Outbox:
         self._empty = asyncio.Event()
         self._empty.set()
         self._writer: asyncio.Task | None = None
-        self.pending = 0  # events queued or being written
-        self.pending_bytes = 0
+        self.pending_bytes = 0  # JSON of the events queued or being written
         self.closed = False  # no more events are taken
         self.broken = False  # the client went away while we were sending
         self.overflow: str | None = None  # the pending-output limit a client that stopped reading hit
@@ -62,15 +62,12 @@ class Outbox:
     async def send(self, event: ServerEvent, bounded: bool = True) -> bool:
         """Queue ``event`` for the socket; False when the session is closed, the socket failed
         or the pending output overflowed (the event is then dropped)."""
-        if self.closed:
+        if self.closed or (bounded and self.overflow is not None):
             return False
         data = event.model_dump_json()
-        self.pending += 1
-        self.pending_bytes += len(data)
-        if bounded and self._overflowed():
-            self.pending -= 1
-            self.pending_bytes -= len(data)
+        if bounded and self._overflows(len(data)):
             return False
+        self.pending_bytes += len(data)
         self._queue.append((event.type, data))
         self._empty.clear()
         self._wake.set()
@@ -92,7 +89,6 @@ class Outbox:
                     self._drop()
                     break
                 self._queue.popleft()
-                self.pending -= 1
                 self.pending_bytes -= len(data)
                 self._activity.touch()
             if not self._queue:
@@ -100,20 +96,25 @@ class Outbox:
 
     def _drop(self) -> None:
         self._queue.clear()
-        self.pending = self.pending_bytes = 0
+        self.pending_bytes = 0
         self._empty.set()
 
-    def _overflowed(self) -> bool:
+    @property
+    def pending(self) -> int:
+        """Events queued or being written (the one in flight leaves the queue once written)."""
+        return len(self._queue)
+
+    def _overflows(self, size: int) -> bool:
+        """Whether one more event of ``size`` bytes passes a bound; if so the outbox fails."""
+        events, size = self.pending + 1, self.pending_bytes + size
         over = None
-        if self._max_chunks is not None and self.pending > self._max_chunks:
-            over = f"{self.pending} output events wait to be sent (max_pending_output_chunks {self._max_chunks})"
-        elif self._max_bytes is not None and self.pending_bytes > self._max_bytes:
-            over = (f"{self.pending_bytes} bytes of output wait to be sent "
-                    f"(max_pending_output_bytes {self._max_bytes})")
+        if self._max_chunks is not None and events > self._max_chunks:
+            over = f"{events} output events wait to be sent (max_pending_output_chunks {self._max_chunks})"
+        elif self._max_bytes is not None and size > self._max_bytes:
+            over = f"{size} bytes of output wait to be sent (max_pending_output_bytes {self._max_bytes})"
         if over is None:
             return False
         self.overflow = f"the client stopped reading: {over}"
-        self.closed = True
         self.failed.set()
         return True
 

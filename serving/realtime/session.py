@@ -173,7 +173,7 @@ class RealtimeSession:
         if self._closing:
             return
         self._closing, self._close = True, (1008, "max_pending_output")
-        self._outbox.closed = False  # queued behind the stuck write: sent if the client reads again
+        # queued behind the stuck write: sent if the client reads again
         await self._outbox.send_last(error_event(
             "max_pending_output", self._outbox.overflow or "", kind="server_error", fatal=True))
         self._finished.set()
