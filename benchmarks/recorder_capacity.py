@@ -11,6 +11,11 @@ the machine's cores), and the peak RSS growth per session (traces, input and rec
 included). Goals: 512 sessions; under 2 MiB RSS per session. The recorder runs as ``generate``
 runs it: on ``recorders.eventloop`` (uvloop; FDB_EVENT_LOOP=asyncio for the stock loop).
 
+The machine's own timer floor is measured beside every step: a bare process that only sleeps to
+absolute 2 ms deadlines (``time.sleep``, no event loop, no I/O) and records how late it woke.
+Its p99 ("floor") is the lateness no recorder on this machine can go below at that moment; on a
+shared VM it is itself often above 1 ms, and above 2 ms at times. Read a step's p99 against it.
+
     python benchmarks/recorder_capacity.py --ladder 64,128,256,512 --seconds 10
 """
 
@@ -78,6 +83,45 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+FLOOR_PERIOD_S = 0.002
+
+
+def _floor_probe(stop, results: mp.Queue) -> None:
+    """Sleep to absolute FLOOR_PERIOD_S deadlines until ``stop`` is set; put (p99, max) in ms."""
+    late: list[float] = []
+    t0, k = time.monotonic(), 0
+    while not stop.is_set():
+        k += 1
+        due = t0 + k * FLOOR_PERIOD_S
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        late.append((time.monotonic() - due) * 1000.0)
+    values = np.array(late or [float("nan")])
+    results.put((float(np.percentile(values, 99)), float(values.max())))
+
+
+class TimerFloor:
+    """Runs ``_floor_probe`` in its own process while the ``with`` block runs."""
+
+    def __enter__(self) -> TimerFloor:
+        self._stop, self._results = mp.Event(), mp.Queue()
+        self._proc = mp.Process(target=_floor_probe, args=(self._stop, self._results), daemon=True)
+        self._proc.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.p99_ms, self.max_ms = self._results.get(timeout=30)
+        self._proc.join()
+
+
+def idle_floor(seconds: float = 3.0) -> tuple[float, float]:
+    with TimerFloor() as floor:
+        time.sleep(seconds)
+    return floor.p99_ms, floor.max_ms
+
+
 def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> dict:
     t = np.arange(int(seconds * 16000)) / 16000
     audio = Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
@@ -85,7 +129,7 @@ def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> d
             for k in range(sessions)]
     before = rss_bytes()
     cpu, wall, sink = time.process_time(), time.perf_counter(), cpu_seconds(sink_pid)
-    with PeakRss() as rss:
+    with PeakRss() as rss, TimerFloor() as floor:
         records = run_loop(record_many(jobs, concurrency=sessions))
     cpu, wall, sink = time.process_time() - cpu, time.perf_counter() - wall, cpu_seconds(sink_pid) - sink
     sends = [s for job in jobs for s in sends_from_trace(read_trace(job.out_dir / "trace.jsonl"))]
@@ -108,6 +152,8 @@ def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> d
         "sink_cpu_share": sink / wall,
         "rss_per_session_mib": (rss.peak - before) / sessions / MIB,
         "wall_s": wall,
+        "floor_p99_ms": floor.p99_ms,
+        "floor_max_ms": floor.max_ms,
     }
     row["passes"] = row["ok"] == sessions and row["violations"] == 0 and row["p99_ms"] <= P99_GOAL_MS
     return row
@@ -124,8 +170,11 @@ def main() -> None:
     server.start()
     url = f"ws://127.0.0.1:{ports.get(timeout=30)}/v1/realtime"
     rows = []
+    p99, worst = idle_floor()
+    print(f"timer floor of this machine at rest (bare process, 2 ms deadlines): p99 {p99:.2f} ms, max {worst:.2f} ms",
+          flush=True)
     header = (f"{'sessions':>8} {'ok':>5} {'late>80':>7} {'behind':>6} {'p99 ms':>7} {'start':>6} {'steady':>6} "
-              f"{'end':>6} {'max ms':>8} {'lag max':>8} {'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass")
+              f"{'end':>6} {'max ms':>8} {'lag max':>8} {'floor':>6} {'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass")
     print(header, flush=True)
     try:
         for n in (int(x) for x in args.ladder.split(",")):
@@ -133,7 +182,7 @@ def main() -> None:
                 r = step(url, n, args.seconds, Path(tmp), server.pid)
             rows.append(r)
             print(f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
-                  f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
+                  f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
                   f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}", flush=True)
             if not r["passes"] and not args.keep_going:
                 break

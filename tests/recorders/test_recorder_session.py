@@ -94,6 +94,7 @@ def test_disconnect_mid_stream(tmp_path):
     assert sum(e.type == "sglang.input_audio.accepted" for e in trace) == 4
     assert (out / "output.pcm").stat().st_size == 14400  # the reply received before the drop
     assert stored(out).status == "disconnected"
+    assert rec.files["input.wav"] == sha256_file(out / "input.wav")  # written after the session too
 
 
 @pytest.mark.parametrize("code", [1000, 1008])
@@ -212,3 +213,36 @@ def test_record_many_isolates_failures_and_keeps_order(tmp_path):
     assert "s/c" in records[2].failure and "audio file is missing" in records[2].failure
     assert stored(tmp_path / "c").status == "error"
     assert sorted(d for d, _, _ in seen) == [1, 2, 3, 4] and all(n == 4 for _, n, _ in seen)
+
+
+def test_opening_slots_ramp_a_batch_but_a_silent_server_cannot_hold_it_back(tmp_path, monkeypatch):
+    """Sessions prepare and open OPENING_CONCURRENCY at a time; a session whose server never
+    answers gives its slot back after OPENING_HOLD_S, so such a server costs each session its own
+    deadline, not the batch the sum of them."""
+    from websockets.asyncio.server import serve
+
+    import recorders.session as session_mod
+
+    monkeypatch.setattr(session_mod, "OPENING_CONCURRENCY", 1)
+    monkeypatch.setattr(session_mod, "OPENING_HOLD_S", 0.2)
+
+    async def silent(ws):  # accepts the upgrade, never sends session.created
+        await ws.wait_closed()
+
+    async def main():
+        async with serve(silent, "127.0.0.1", 0, compression=None, ping_interval=None) as server:
+            url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/realtime"
+            jobs = [SessionJob(url, speech(), tmp_path / f"s{k}", f"silent/{k}", "main", "turn-based", TD,
+                               timeout_s=1.0) for k in range(4)]
+            await session_mod.start_finisher()
+            t = asyncio.get_running_loop().time()
+            records = await record_many(jobs, concurrency=4)
+            return records, asyncio.get_running_loop().time() - t
+
+    records, wall = asyncio.run(main())
+    assert [r.status for r in records] == ["timeout"] * 4
+    assert all("waiting for session.created" in r.failure for r in records)
+    # one slot: the 4th session opens 3 holds (0.6 s) after the first, waits its 1 s deadline, then
+    # up to CLOSE_GRACE_S (2 s) for the silent server to answer its session.close: about 3.6 s;
+    # the four one after another would take about 12 s
+    assert 3.0 <= wall < 6.0, wall
