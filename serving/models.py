@@ -154,7 +154,10 @@ def warm_up(hub: ModelHub) -> None:
     if not getattr(hub.tts, "remote", False):
         spoken = hub.tts.synthesize("Hello there.")
         if not getattr(hub.asr, "remote", False):
-            hub.asr.transcribe(resample(spoken, hub.tts.rate, 16000))
+            samples = resample(spoken, hub.tts.rate, 16000)
+            hub.asr.transcribe(samples)
+            if hasattr(hub.asr, "transcribe_utterance"):
+                hub.asr.transcribe_utterance(samples)
     if not getattr(hub.llm, "remote", False):
         hub.llm.reply([{"role": "user", "content": "Hi"}], max_tokens=4)
     hub.new_vad(0.5, 500, 300).feed(np.zeros(1024, dtype=np.float32))

@@ -12,6 +12,7 @@ default pool (a stream waiting for the model must never hold a pool thread its s
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import threading
 import time
@@ -284,7 +285,11 @@ class WhisperNode(Node):
     async def _transcribe(self, before: asyncio.Future | None, samples: np.ndarray, stop: int, emit: Emit) -> None:
         if before is not None:
             await before  # transcripts leave in utterance order
-        result = await self._models.run(self._models.asr.transcribe, samples)
+        asr, window_s = self._models.asr, self._options.window_s
+        if window_s is not None and hasattr(asr, "transcribe_utterance"):
+            result = await self._models.run(functools.partial(asr.transcribe_utterance, min_window_s=window_s), samples)
+        else:
+            result = await self._models.run(asr.transcribe, samples)
         await emit(Chunk("transcript", Transcript(result.text.strip(), True, getattr(result, "language", None)),
                          t_ms=stop * 1000 // PCM16_RATE))
 

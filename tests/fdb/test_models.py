@@ -39,6 +39,45 @@ def test_piper_is_deterministic_and_whisper_reads_it(tts):
     assert out.language == "en"  # faster-whisper's report (tiny.en hears English only)
 
 
+def test_whisper_utterance_window_reads_the_same_words_in_a_shorter_window(tts, monkeypatch):
+    """transcribe_utterance encodes max(15 s, utterance + 1 s) of log-mel, not Whisper's fixed
+    30 s; a clip past 29 s takes the full pipeline; under 0.1 s there is nothing to read."""
+    from fdb.models.asr import FasterWhisperAsr
+
+    asr = FasterWhisperAsr()
+    clip = np.concatenate([np.zeros(3200, np.float32),
+                           resample(tts.synthesize("Why is the sky blue during the day?"), tts.rate, 16000),
+                           np.zeros(4800, np.float32)])
+    widths: list[int] = []
+
+    class Spy:  # records the encoder input's width, then encodes for real
+        def __init__(self, model):
+            self.model = model
+
+        def encode(self, features, **kw):
+            widths.append(features.shape[2])
+            return self.model.encode(features, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.model, name)
+
+    monkeypatch.setattr(asr._model, "model", Spy(asr._model.model))
+    short = asr.transcribe_utterance(clip)
+    assert widths == [1500]
+    assert short.words == [] and short.language == "en"
+    assert short.text.strip(" .?").lower() == asr.transcribe(clip).text.strip(" .?").lower() == \
+        "why is the sky blue during the day"
+    widths.clear()
+    longer = np.concatenate([clip] * 8)  # about 19 s: the window is the utterance + 1 s
+    expected = int(np.ceil(len(longer) / 16000 * 100)) + 100
+    asr.transcribe_utterance(longer)
+    assert expected > 1500 and widths == [expected]
+    widths.clear()
+    long = asr.transcribe_utterance(np.zeros(16000 * 31, np.float32))  # full pipeline
+    assert long.words == [] and widths and all(w == 3000 for w in widths)
+    assert asr.transcribe_utterance(np.zeros(800, np.float32)).text == ""
+
+
 def test_asr_refuses_a_wrong_checkpoint_hash():
     from fdb.errors import FdbError
     from fdb.models.asr import FasterWhisperAsr

@@ -229,3 +229,53 @@ def test_a_failed_transcription_fails_the_graph(question):
     asr = _SlowAsr(EmbeddedModels().asr, 0.1, fail=True)
     with pytest.raises(FdbError, match="'asr'.*recognizer crashed"):
         asyncio.run(_listen(question, asr, 20))
+
+
+class _WindowedAsr:
+    """The real recognizer; records which entry point each utterance took."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def transcribe(self, samples):
+        self.calls.append("full")
+        return self.real.transcribe(samples)
+
+    def transcribe_utterance(self, samples, min_window_s):
+        self.calls.append(min_window_s)
+        return self.real.transcribe_utterance(samples, min_window_s=min_window_s)
+
+
+@pytest.mark.parametrize("window_s, expected", [(None, "full"), (15.0, 15.0), (20, 20.0)])
+def test_whisper_transcription_encodes_utterances_in_the_window_it_is_given(question, window_s, expected):
+    """By default (window_s 15) an utterance is read in a shortened window; ``window_s: null``
+    takes faster-whisper's full 30 s pipeline; both read the question."""
+    listen = {**LISTEN, "session_nodes": {**LISTEN["session_nodes"], "asr": {
+        "kind": "whisper_transcription", "inputs": ["input", "vad:session"],
+        **({} if window_s == 15.0 else {"window_s": window_s})}}}
+    asr = _WindowedAsr(EmbeddedModels().asr)
+    decl = load_graph(listen)
+    models = EmbeddedModels()
+    models.__dict__["asr"] = asr
+
+    async def scenario():
+        graph = SessionGraph(decl, build_nodes(decl, models, vad_settings={"silence_duration_ms": 300}))
+        await graph.open()
+        try:
+            for at in range(0, len(question) + UNIT * 20, UNIT):
+                assert await graph.append(Chunk("pcm16", Pcm16((question + bytes(UNIT * 20))[at:at + UNIT])))
+            graph.end_input()
+            await graph.wait_done(timeout_s=60)
+        finally:
+            await graph.close()
+        return graph.sink.drain()
+
+    transcripts = [c.payload.text.lower() for c in asyncio.run(scenario()) if c.format == "transcript"]
+    assert asr.calls == [expected] and len(transcripts) == 1 and "france" in transcripts[0]
+
+
+@pytest.mark.parametrize("window_s", [5, 31])
+def test_whisper_transcription_refuses_a_window_outside_10_to_30_s(window_s):
+    with pytest.raises(FdbError, match="window_s"):
+        load_graph({**LISTEN, "session_nodes": {**LISTEN["session_nodes"], "asr": {
+            "kind": "whisper_transcription", "inputs": ["input", "vad:session"], "window_s": window_s}}})
