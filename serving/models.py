@@ -121,7 +121,8 @@ def load_models(system: SystemConfig) -> ModelHub:
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
     asr = nodes.get("asr") or _timed("faster-whisper tiny.en",
                                      lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
-    llm = nodes.get("llm") or _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads))
+    llm = nodes.get("llm") or _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads,
+                                                                  instances=system.llm_contexts))
     tts = nodes.get("tts") or _timed("Piper", PiperTts)
     turn = _timed("Smart Turn v3.2", SmartTurn) if smart_turn_installed() else None
     hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity, turn=turn,

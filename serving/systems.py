@@ -149,7 +149,12 @@ class SystemConfig(BaseModel):
     max_pending_output_bytes: int = Field(33_554_432, ge=1024)
     max_instructions_chars: int = Field(65536, ge=1)
     asr_threads: int = Field(2, ge=1, le=64)
-    llm_threads: int = Field(2, ge=1, le=64)
+    # SmolLM2: replies of different sessions decode at once on llm_contexts contexts of
+    # llm_threads threads each (fdb.models.llm). On 2 cores 2 x 1 cut the first audio after the
+    # speech end at 4 sessions from 2558 to 1884 ms p50 against 1 x 2; 4 x 1 gave 2158 ms
+    # (benchmarks/cascade_capacity.py); each context adds its KV cache and maps the GGUF again.
+    llm_threads: int = Field(1, ge=1, le=64)
+    llm_contexts: int = Field(2, ge=1, le=16)
     model_workers: int = Field(4, ge=1, le=64)
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set

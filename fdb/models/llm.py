@@ -5,8 +5,9 @@ comes whole (:meth:`SmolLm2.reply`) or piece by piece (:meth:`SmolLm2.stream_rep
 from __future__ import annotations
 
 import importlib.util
-import threading
+import queue
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -37,18 +38,40 @@ def smollm2_path() -> Path:
 
 
 class SmolLm2:
-    def __init__(self, n_threads: int = 2, n_ctx: int = 2048):
+    """SmolLM2 on ``instances`` llama.cpp contexts over one memory-mapped GGUF file.
+
+    A reply holds one context from its first token to its last, so with one context the
+    sessions of a server reply one after another. With more, as many replies decode at once,
+    each context on ``n_threads`` threads; the weights are mapped once by the OS page cache, and
+    each context adds its own KV cache (about 50 MB at n_ctx 2048). Every call starts from a
+    reset context, so which context serves it never changes the reply."""
+
+    def __init__(self, n_threads: int = 2, n_ctx: int = 2048, instances: int = 1):
         llama_cpp = require("llama_cpp", "llama-cpp-python", "embedded", "the SmolLM2 reply model")
         from fdb.io import sha256_file
 
+        if instances < 1:
+            raise FdbError(f"SmolLM2 needs at least one context, got instances={instances}")
         path = smollm2_path()
-        self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0, verbose=False)
-        self._lock = threading.Lock()
+        self._contexts = [llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0,
+                                          verbose=False) for _ in range(instances)]
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        for context in self._contexts:
+            self._free.put(context)
         self.identity = BackendIdentity(
             kind="llm", name="smollm2-135m-instruct-q4_1", version=package_version("llama-cpp-python"),
             checkpoint=str(path), checkpoint_sha256=sha256_file(path),
-            settings={"temperature": 0.0, "n_ctx": n_ctx},
+            settings={"temperature": 0.0, "n_ctx": n_ctx, "contexts": instances, "threads": n_threads},
         )
+
+    @contextmanager
+    def _context(self):
+        """A free context, exclusively, until the block ends (waits while every one is busy)."""
+        context = self._free.get()
+        try:
+            yield context
+        finally:
+            self._free.put(context)
 
     @staticmethod
     def _sampling(max_tokens: int, temperature: float | None) -> dict:
@@ -60,20 +83,20 @@ class SmolLm2:
 
     def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str:
         """The whole reply, stripped."""
-        with self._lock:
-            self._llm.reset()  # no prompt-prefix reuse: the same messages always give the same reply
-            out = self._llm.create_chat_completion(messages=messages, **self._sampling(max_tokens, temperature))
+        with self._context() as llm:
+            llm.reset()  # no prompt-prefix reuse: the same messages always give the same reply
+            out = llm.create_chat_completion(messages=messages, **self._sampling(max_tokens, temperature))
         return (out["choices"][0]["message"]["content"] or "").strip()
 
     def stream_reply(self, messages: list[dict[str, str]], max_tokens: int = 48,
                      temperature: float = 0.0) -> Iterator[str]:
         """The reply's text pieces as they are decoded (joined and stripped: :meth:`reply`).
 
-        The model stays locked until the generator is exhausted or closed: iterate it in one
+        The context stays taken until the generator is exhausted or closed: iterate it in one
         thread and ``close()`` it when stopping early, so generation ends at the next token."""
-        with self._lock:
-            self._llm.reset()  # as in reply(): independent of earlier calls and other sessions
-            chunks = self._llm.create_chat_completion(
+        with self._context() as llm:
+            llm.reset()  # as in reply(): independent of earlier calls and other sessions
+            chunks = llm.create_chat_completion(
                 messages=messages, stream=True, **self._sampling(max_tokens, temperature))
             try:
                 for chunk in chunks:

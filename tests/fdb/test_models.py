@@ -110,3 +110,30 @@ def test_smollm2_replies_deterministically():
     first = llm.reply(msgs, max_tokens=24)
     assert first and first == llm.reply(msgs, max_tokens=24)
     assert llm.identity.checkpoint_sha256 and len(llm.identity.checkpoint_sha256) == 64
+
+
+def test_smollm2_contexts_decode_two_replies_at_once_and_give_the_same_text():
+    """With two contexts, a second reply starts while the first is still being decoded (one
+    context would make it wait for the first's last token), and each reply is the text one
+    context gives alone."""
+    import threading
+
+    from fdb.errors import FdbError
+    from fdb.models.llm import SmolLm2
+
+    msgs = [[{"role": "user", "content": "What is the capital of France?"}],
+            [{"role": "user", "content": "Name three colors of the rainbow."}]]
+    alone = [SmolLm2(n_threads=1).reply(m, max_tokens=24) for m in msgs]
+    llm = SmolLm2(n_threads=1, instances=2)
+    assert llm.identity.settings["contexts"] == 2
+    first = llm.stream_reply(msgs[0], max_tokens=24)
+    pieces = [next(first)]  # the first reply holds a context, mid-decode
+    second: list[str] = []
+    worker = threading.Thread(target=lambda: second.extend(llm.stream_reply(msgs[1], max_tokens=24)))
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive()  # it did not wait for the first reply to end
+    pieces.extend(first)
+    assert ["".join(pieces).strip(), "".join(second).strip()] == alone
+    with pytest.raises(FdbError, match="at least one context"):
+        SmolLm2(instances=0)
