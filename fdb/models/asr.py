@@ -134,15 +134,16 @@ class FasterWhisperAsr:
         Piper-spoken sentences of 3.2 s on average (``benchmarks/asr_window.py``, 2 cores) the
         full pipeline read 1.7% WER in 343 ms an utterance, this one 1.9% in 144 ms with a 15 s
         floor, 2.1% in 92 ms with 10 s, and 29% with 5 s, where Whisper repeats itself: hence the
-        floor. Utterances longer than 29 s go through ``transcribe``. ``words`` stays empty."""
+        floor. Utterances longer than 29 s, and every call to a multilingual checkpoint (the
+        prompt here is English-only), go through ``transcribe``. ``words`` stays empty."""
         import ctranslate2
 
         samples = np.ascontiguousarray(samples, dtype=np.float32)
         seconds = len(samples) / ASR_RATE
         if len(samples) < ASR_RATE // 10:
             return Transcript("", [])
-        if seconds > MAX_UTTERANCE_S:
-            result = self.transcribe(samples)
+        if seconds > MAX_UTTERANCE_S or self._model.model.is_multilingual:
+            result = self.transcribe(samples)  # the prompt below is tiny.en's (English only)
             return Transcript(result.text, [], result.language)
         frames = int(min(WHISPER_FRAMES, max(min_window_s * 100, np.ceil(seconds * 100) + 100)))
         with self._lock:

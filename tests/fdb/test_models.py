@@ -41,7 +41,8 @@ def test_piper_is_deterministic_and_whisper_reads_it(tts):
 
 def test_whisper_utterance_window_reads_the_same_words_in_a_shorter_window(tts, monkeypatch):
     """transcribe_utterance encodes max(15 s, utterance + 1 s) of log-mel, not Whisper's fixed
-    30 s; a clip past 29 s takes the full pipeline; under 0.1 s there is nothing to read."""
+    30 s; a clip past 29 s, or a multilingual checkpoint, takes the full pipeline; under 0.1 s
+    there is nothing to read."""
     from fdb.models.asr import FasterWhisperAsr
 
     asr = FasterWhisperAsr()
@@ -61,7 +62,8 @@ def test_whisper_utterance_window_reads_the_same_words_in_a_shorter_window(tts, 
         def __getattr__(self, name):
             return getattr(self.model, name)
 
-    monkeypatch.setattr(asr._model, "model", Spy(asr._model.model))
+    real_model = asr._model.model
+    monkeypatch.setattr(asr._model, "model", Spy(real_model))
     short = asr.transcribe_utterance(clip)
     assert widths == [1500]
     assert short.words == [] and short.language == "en"
@@ -76,6 +78,14 @@ def test_whisper_utterance_window_reads_the_same_words_in_a_shorter_window(tts, 
     long = asr.transcribe_utterance(np.zeros(16000 * 31, np.float32))  # full pipeline
     assert long.words == [] and widths and all(w == 3000 for w in widths)
     assert asr.transcribe_utterance(np.zeros(800, np.float32)).text == ""
+
+    class Multilingual(Spy):  # the English-only prompt must not meet a multilingual checkpoint
+        is_multilingual = True
+
+    monkeypatch.setattr(asr._model, "model", Multilingual(real_model))
+    widths.clear()
+    assert "sky" in asr.transcribe_utterance(clip).text.lower()
+    assert widths and all(w == 3000 for w in widths)
 
 
 def test_asr_refuses_a_wrong_checkpoint_hash():
