@@ -84,7 +84,7 @@ def test_whisper_utterance_window_reads_the_same_words_in_a_shorter_window(tts, 
 
     monkeypatch.setattr(asr._model, "model", Multilingual(real_model))
     widths.clear()
-    assert "sky" in asr.transcribe_utterance(clip).text.lower()
+    asr.transcribe_utterance(clip)  # (the text means nothing here: tiny.en is not multilingual)
     assert widths and all(w == 3000 for w in widths)
 
 
