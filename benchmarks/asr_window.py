@@ -5,8 +5,8 @@ Whisper's 30 s window; ``FasterWhisperAsr.transcribe_utterance`` encodes the utt
 but at least ``min_window_s``. This script speaks 40 fixed questions and statements with the
 bundled Piper voice (200 ms of silence before, 300 ms after, as a VAD cut leaves them),
 transcribes each with the full pipeline (``transcribe``: 30 s window, word timestamps) and with
-``transcribe_utterance`` at several floors, and prints the WER (whisper-normalizer's English
-normalizer, jiwer) and the mean milliseconds per utterance. Every hypothesis that differs from
+``transcribe_utterance`` at several floors, and prints the WER (``scorers.listening_text``:
+Whisper's English normalizer and jiwer, as the listening scores use) and the mean milliseconds per utterance. Every hypothesis that differs from
 its reference is printed under its row.
 
     python benchmarks/asr_window.py [--windows 30,15,10,5] [--threads 2]
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fdb.audio import resample  # noqa: E402
 from fdb.models.asr import ASR_RATE, FasterWhisperAsr  # noqa: E402
 from fdb.models.tts import PiperTts  # noqa: E402
+from scorers.listening_text import align, normalize  # noqa: E402
 
 SENTENCES = [
     "Why is the sky blue during the day and red at sunset?",
@@ -77,10 +78,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="CTranslate2 CPU threads")
     args = parser.parse_args()
 
-    import jiwer
-    from whisper_normalizer.english import EnglishTextNormalizer
-
-    normalize = EnglishTextNormalizer()
     tts, asr = PiperTts(deterministic=True), FasterWhisperAsr(cpu_threads=args.threads)
     clips = []
     for text in SENTENCES:
@@ -92,17 +89,18 @@ def main() -> None:
     runs = [("full pipeline (30 s, word times)", lambda clip: asr.transcribe(clip).text)]
     runs += [(f"utterance, window >= {w:g} s", lambda clip, w=w: asr.transcribe_utterance(clip, min_window_s=w).text)
              for w in (float(x) for x in args.windows.split(","))]
-    references = [normalize(s) for s in SENTENCES]
     print(f"{len(clips)} utterances, {sum(len(c) for c in clips) / ASR_RATE / len(clips):.2f} s on average")
     print(f"{'method':<36} {'ms/utt':>7} {'WER %':>6}")
     for name, run in runs:
         start = time.perf_counter()
         hypotheses = [run(clip) for clip in clips]
         per = (time.perf_counter() - start) / len(clips) * 1000
-        wer = jiwer.wer(references, [normalize(h) for h in hypotheses]) * 100
+        counts = [align(ref, hyp) for ref, hyp in zip(SENTENCES, hypotheses, strict=True)]
+        wer = sum(c.substitutions + c.deletions + c.insertions for c in counts) \
+            / sum(c.reference_words for c in counts) * 100
         print(f"{name:<36} {per:>7.0f} {wer:>6.1f}")
-        for ref, hyp in zip(references, hypotheses, strict=True):
-            if normalize(hyp) != ref:
+        for ref, hyp in zip(SENTENCES, hypotheses, strict=True):
+            if normalize(hyp) != normalize(ref):
                 print(f"    {hyp.strip()[:160]!r}")
 
 

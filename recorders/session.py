@@ -220,12 +220,6 @@ class _Session:
 
     async def _converse(self) -> None:
         """Connect, run the client flow beside the receiver until either ends, classify the end."""
-        try:
-            await self._converse_opened()
-        finally:
-            self._opened()
-
-    async def _converse_opened(self) -> None:
         self.ws = await self._connect()
         if self.ws is None:
             return
@@ -249,6 +243,7 @@ class _Session:
 
     async def _shutdown(self) -> None:
         """Bounded cleanup outside the deadline: say goodbye if useful, close, note the code."""
+        self._opened()  # a session that ended before session.updated gives its slot back here
         if self.flow_task is not None and not self.flow_task.done():
             self.flow_task.cancel()
         ws = self.ws

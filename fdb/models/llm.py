@@ -54,11 +54,10 @@ class SmolLm2:
         if instances < 1:
             raise FdbError(f"SmolLM2 needs at least one context, got instances={instances}")
         path = smollm2_path()
-        self._contexts = [llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0,
-                                          verbose=False) for _ in range(instances)]
-        self._free: queue.SimpleQueue = queue.SimpleQueue()
-        for context in self._contexts:
-            self._free.put(context)
+        self._free: queue.SimpleQueue = queue.SimpleQueue()  # the contexts no reply holds
+        for _ in range(instances):
+            self._free.put(llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0,
+                                           verbose=False))
         self.identity = BackendIdentity(
             kind="llm", name="smollm2-135m-instruct-q4_1", version=package_version("llama-cpp-python"),
             checkpoint=str(path), checkpoint_sha256=sha256_file(path),
