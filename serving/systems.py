@@ -139,6 +139,11 @@ class SystemConfig(BaseModel):
     max_tokens: int = Field(48, ge=1, le=1024)
     temperature: float | None = Field(0.0, ge=0.0, le=2.0)  # None: left out of chat requests
     max_history_messages: int = Field(12, ge=0, le=200)
+    # A pause this long after speech (under the session's silence_duration_ms; with semantic_vad,
+    # any pause Smart Turn holds open) starts the turn's transcription and reply at once: they
+    # are kept only if the turn ends at that pause, and nothing reaches the client before the
+    # turn ends (serving/graph/nodes.py, "prefetch"). null: the work starts when the turn ends.
+    prefetch_ms: int | None = Field(200, ge=32, le=10000)
     max_output_lead_ms: int = Field(1000, ge=100, le=60000)
     session_update_timeout_s: float = Field(60.0, gt=0)
     idle_timeout_s: float = Field(300.0, gt=0)
@@ -148,14 +153,22 @@ class SystemConfig(BaseModel):
     max_pending_output_chunks: int = Field(1024, ge=1)
     max_pending_output_bytes: int = Field(33_554_432, ge=1024)
     max_instructions_chars: int = Field(65536, ge=1)
-    asr_threads: int = Field(2, ge=1, le=64)
+    # Threads per model call. One each: with the compute gate (compute_slots) every call then
+    # computes on a core of its own, and thread pools never wait on a descheduled thread.
+    asr_threads: int = Field(1, ge=1, le=64)
+    tts_threads: int | None = Field(1, ge=1, le=64)  # Piper's ONNX Runtime; null: its default
     # SmolLM2: replies of different sessions decode at once on llm_contexts contexts of
     # llm_threads threads each (fdb.models.llm). On 2 cores 2 x 1 cut the first audio after the
     # speech end at 4 sessions from 2558 to 1884 ms p50 against 1 x 2; 4 x 1 gave 2158 ms
     # (benchmarks/cascade_capacity.py); each context adds its KV cache and maps the GGUF again.
+    # With the compute gate, 4 contexts gave 1539 against about 1400-1500 ms at 4 sessions, for
+    # 380 MiB more at peak: 2 stay the default.
     llm_threads: int = Field(1, ge=1, le=64)
     llm_contexts: int = Field(2, ge=1, le=16)
-    model_workers: int = Field(4, ge=1, le=64)
+    model_workers: int = Field(8, ge=1, le=64)
+    # The compute gate of the embedded models (serving/graph/gate.py): at most this many model
+    # calls compute at once, a reply's first chunk first. null: one per core; 0: no gate.
+    compute_slots: int | None = Field(None, ge=0, le=256)
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
     duplex: DuplexSettings | None = None  # set: a native full-duplex system (serving.duplex)

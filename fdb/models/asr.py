@@ -73,6 +73,8 @@ class FasterWhisperAsr:
     otherwise pulls the first word start early.
     """
 
+    local_compute = True  # its calls compute on this host's cores (a server may gate them)
+
     def __init__(self, model_dir: str | os.PathLike | None = None, expected_sha256: str | None = WHISPER_TINY_EN_SHA256,
                  cpu_threads: int = 2, vad_filter: bool = False, vad_speech_pad_ms: int = VAD_SPEECH_PAD_MS):
         fw = require("faster_whisper", "faster-whisper", "embedded", "the faster-whisper ASR backend")

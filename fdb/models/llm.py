@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import queue
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from fdb.errors import FdbError, MissingExtraError
 from fdb.models import BackendIdentity, require
@@ -45,7 +46,10 @@ class SmolLm2:
     each context on ``n_threads`` threads. Each context maps the GGUF file again (the pages are
     shared in the page cache, but RSS counts every mapping) and has its own KV cache: the
     embedded-cascade server's idle RSS went from 749 to 899 MiB with a second context. Every
-    call starts from a reset context, so which context serves it never changes the reply."""
+    call starts from a reset context, so which context serves it never changes the reply. The
+    prompt is evaluated on ``n_threads`` too (llama-cpp-python's default takes every core)."""
+
+    local_compute = True  # its calls compute on this host's cores (a server may gate them)
 
     def __init__(self, n_threads: int = 2, n_ctx: int = 2048, instances: int = 1):
         llama_cpp = require("llama_cpp", "llama-cpp-python", "embedded", "the SmolLM2 reply model")
@@ -55,8 +59,10 @@ class SmolLm2:
             raise FdbError(f"SmolLM2 needs at least one context, got instances={instances}")
         path = smollm2_path()
         self._free: queue.SimpleQueue = queue.SimpleQueue()  # the contexts no reply holds
+        self._waiting, self._count = 0, threading.Lock()  # calls waiting for a context
         for _ in range(instances):
-            self._free.put(llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0,
+            self._free.put(llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
+                                           n_threads_batch=n_threads, seed=0,
                                            verbose=False))
         self.identity = BackendIdentity(
             kind="llm", name="smollm2-135m-instruct-q4_1", version=package_version("llama-cpp-python"),
@@ -64,10 +70,21 @@ class SmolLm2:
             settings={"temperature": 0.0, "n_ctx": n_ctx, "contexts": instances, "threads": n_threads},
         )
 
+    @property
+    def contended(self) -> bool:
+        """A call is waiting for a free context (a caller may then hurry the replies that hold one)."""
+        return self._waiting > 0
+
     @contextmanager
     def _context(self):
         """A free context, exclusively, until the block ends (waits while every one is busy)."""
-        context = self._free.get()
+        with self._count:
+            self._waiting += 1
+        try:
+            context = self._free.get()
+        finally:
+            with self._count:
+                self._waiting -= 1
         try:
             yield context
         finally:
@@ -89,17 +106,20 @@ class SmolLm2:
         return (out["choices"][0]["message"]["content"] or "").strip()
 
     def stream_reply(self, messages: list[dict[str, str]], max_tokens: int = 48,
-                     temperature: float = 0.0) -> Iterator[str]:
+                     temperature: float = 0.0, step: Callable[..., Any] | None = None) -> Iterator[str]:
         """The reply's text pieces as they are decoded (joined and stripped: :meth:`reply`).
 
         The context stays taken until the generator is exhausted or closed: iterate it in one
-        thread and ``close()`` it when stopping early, so generation ends at the next token."""
+        thread and ``close()`` it when stopping early, so generation ends at the next token.
+        ``step(fn, *args)``, when given, runs each decoding step (the prompt with the first
+        token, then one token each); the wait for a free context is not a step."""
         with self._context() as llm:
             llm.reset()  # as in reply(): independent of earlier calls and other sessions
             chunks = llm.create_chat_completion(
                 messages=messages, stream=True, **self._sampling(max_tokens, temperature))
+            run = step or (lambda fn, *args: fn(*args))
             try:
-                for chunk in chunks:
+                while (chunk := run(next, chunks, None)) is not None:
                     piece = chunk["choices"][0]["delta"].get("content")
                     if piece:
                         yield piece

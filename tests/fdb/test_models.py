@@ -147,3 +147,61 @@ def test_smollm2_contexts_decode_two_replies_at_once_and_give_the_same_text():
     assert ["".join(pieces).strip(), "".join(second).strip()] == alone
     with pytest.raises(FdbError, match="at least one context"):
         SmolLm2(instances=0)
+
+
+def test_smollm2_runs_each_decoding_step_through_step_and_says_when_a_call_waits_for_a_context():
+    """``step`` wraps every decoding step (the prompt with the first token, then one token each)
+    and never the wait for a context; ``contended`` is true while a call waits for one."""
+    import threading
+    import time
+
+    from fdb.models.llm import SmolLm2
+
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    llm = SmolLm2(n_threads=1, instances=1)
+    steps: list[int] = []
+
+    def step(fn, *args):
+        steps.append(1)
+        return fn(*args)
+
+    pieces = list(llm.stream_reply(msgs, max_tokens=16, step=step))
+    assert "".join(pieces).strip() == llm.reply(msgs, max_tokens=16)
+    assert len(pieces) < len(steps) <= 16 + 3  # a step per token, plus the role and the end chunks
+    held = llm.stream_reply(msgs, max_tokens=16)
+    next(held)  # holds the only context
+    assert not llm.contended
+    waiter = threading.Thread(target=lambda: list(llm.stream_reply(msgs, max_tokens=4)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not llm.contended and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert llm.contended
+    held.close()  # gives the context back
+    waiter.join(30)
+    assert not waiter.is_alive() and not llm.contended
+
+
+def test_piper_synthesizes_several_texts_at_once_as_it_does_one_by_one(tts):
+    """Only Piper's phonemizer is serialized: concurrent syntheses on one voice give the audio
+    each gives alone (deterministic voice, one ONNX Runtime thread)."""
+    import threading
+
+    from fdb.models.tts import PiperTts
+
+    voice = PiperTts(deterministic=True, threads=1)
+    assert voice.identity.settings["threads"] == 1
+    texts = ["The tallest mountain is Mount Everest.", "Paris is the capital of France.",
+             "Hello there, how are you today?", "I like green apples and red pears."]
+    alone = [voice.synthesize(text) for text in texts]
+    together: list = [None] * len(texts)
+
+    def work(i: int) -> None:
+        together[i] = voice.synthesize(texts[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert all(a is not None and len(a) > 8000 and np.array_equal(a, b) for a, b in zip(alone, together, strict=True))

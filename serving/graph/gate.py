@@ -1,0 +1,99 @@
+"""The compute gate: one server's model calls share the CPU cores by priority, not by the OS's
+time slices.
+
+Without it, every session's recognitions, reply tokens and syntheses run at once, each on its
+own threads, and the cores are shared evenly: with 4 sessions whose turns end together on 2
+cores, each turn's first audio waits for nearly all four turns' work (processor sharing). The
+gate lets at most ``slots`` calls compute at once (one per core, each call on one thread) and
+hands a freed slot to the waiting call of the highest priority, first come first served among
+equals:
+
+=============  ===========================================================================
+FIRST_AUDIO    the synthesis of a reply's first chunk (its audio is what the user waits for)
+FIRST_TEXT     a reply's tokens until its first speakable chunk
+TRANSCRIBE     a turn's transcription
+REST           everything after a reply's first chunk: later tokens and chunks, whose audio
+               has the first chunk's playing time to follow
+=============  ===========================================================================
+
+A work that finished ahead of its turn therefore waits only for work nearer to the user's ear.
+A call may name a ``resource`` that serves one call at a time (a model with a lock of its
+own, such as the recognizer or the voice): the gate then starts it only when that resource is
+free, so no slot is held by a call that waits for another call's lock.
+
+Calls hold a slot only while they compute: a reply's token stream takes one per token, so it
+never holds a slot while it waits for a free LLM context or for its first chunk's synthesis.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
+FIRST_AUDIO, FIRST_TEXT, TRANSCRIBE, REST = 0, 1, 2, 3
+PRIORITY_NAMES = {FIRST_AUDIO: "first_audio", FIRST_TEXT: "first_text", TRANSCRIBE: "transcribe", REST: "rest"}
+
+
+@dataclass(order=True)
+class _Waiter:
+    priority: int
+    seq: int
+    resource: str | None = field(compare=False)
+    ready: threading.Event = field(compare=False, default_factory=threading.Event)
+
+
+class ComputeGate:
+    """At most ``slots`` calls at once, by priority (see the module's docstring)."""
+
+    def __init__(self, slots: int):
+        if slots < 1:
+            raise ValueError(f"a compute gate needs at least one slot, got {slots}")
+        self.slots = slots
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._held: set[str] = set()  # resources in use
+        self._waiting: list[_Waiter] = []
+        self._seq = itertools.count()
+        self.calls = dict.fromkeys(PRIORITY_NAMES.values(), 0)  # calls started, per priority
+
+    def _dispatch(self) -> None:
+        """Start waiting calls while slots are free: the best first whose resource is free."""
+        while self._busy < self.slots and self._waiting:
+            runnable = [w for w in self._waiting if w.resource is None or w.resource not in self._held]
+            if not runnable:
+                return
+            best = min(runnable)
+            self._waiting.remove(best)
+            self._busy += 1
+            if best.resource is not None:
+                self._held.add(best.resource)
+            self.calls[PRIORITY_NAMES[best.priority]] += 1
+            best.ready.set()
+
+    def acquire(self, priority: int, resource: str | None = None) -> None:
+        """Block until this call may compute (a blocking call: from a worker thread only)."""
+        if priority not in PRIORITY_NAMES:
+            raise ValueError(f"unknown priority {priority}")
+        waiter = _Waiter(priority, next(self._seq), resource)
+        with self._lock:
+            self._waiting.append(waiter)
+            self._dispatch()
+        waiter.ready.wait()
+
+    def release(self, resource: str | None = None) -> None:
+        with self._lock:
+            self._busy -= 1
+            self._held.discard(resource)
+            self._dispatch()
+
+    def call(self, priority: int, fn: Callable[..., T], *args, resource: str | None = None) -> T:
+        """``fn(*args)`` once the gate lets it compute."""
+        self.acquire(priority, resource)
+        try:
+            return fn(*args)
+        finally:
+            self.release(resource)
