@@ -123,9 +123,16 @@ class StreamingVad:
     reported ``prefix_padding_ms`` earlier, not before 0) and ("speech_stopped", t_ms) once
     ``silence_duration_ms`` of frames below ``threshold - 0.15`` follow speech; t_ms is on the
     input timeline at the end of the last speech frame.
+
+    With ``prefetch_ms`` (shorter than ``silence_duration_ms``) it also reports
+    ("speech_pausing", t_ms) once that much silence follows speech, t_ms being the speech end a
+    stop there would report, and ("speech_resumed", t_ms of the resuming frame) when speech comes
+    back before the stop: a server may start the turn's work at the pause and keep it only if the
+    stop follows with the same t_ms.
     """
 
-    def __init__(self, threshold: float = 0.5, silence_duration_ms: int = 500, prefix_padding_ms: int = 300):
+    def __init__(self, threshold: float = 0.5, silence_duration_ms: int = 500, prefix_padding_ms: int = 300,
+                 prefetch_ms: int | None = None):
         torch, silero = _silero()
         self._torch = torch
         self._model = silero.load_silero_vad(onnx=False)
@@ -133,6 +140,8 @@ class StreamingVad:
         self.neg_threshold = max(threshold - 0.15, 0.01)
         self.silence_duration_ms = silence_duration_ms
         self.prefix_padding_ms = prefix_padding_ms
+        self.prefetch_ms = prefetch_ms
+        self._pausing = False  # a speech_pausing was reported for the current silence
         self._pending = np.zeros(0, dtype=np.float32)
         self._consumed = 0  # samples already scored
         self.in_speech = False
@@ -149,6 +158,7 @@ class StreamingVad:
     def reset(self) -> None:
         self._model.reset_states()
         self.in_speech = False
+        self._pausing = False
 
     @property
     def position_ms(self) -> int:
@@ -168,6 +178,9 @@ class StreamingVad:
                 prob = float(self._model(self._torch.from_numpy(frame), VAD_RATE).item())
             start, self._consumed = self._consumed, self._consumed + FRAME
             if prob >= self.threshold:
+                if self._pausing:
+                    self._pausing = False
+                    events.append(("speech_resumed", int(start * 1000 / VAD_RATE)))
                 if not self.in_speech:
                     self.in_speech = True
                     self._speech_start = start
@@ -177,15 +190,25 @@ class StreamingVad:
             elif self.in_speech and prob < self.neg_threshold:
                 silence_ms = (self._consumed - self._last_speech_end) * 1000 / VAD_RATE
                 if silence_ms >= self.silence_duration_ms:
-                    self.in_speech = False
+                    self.in_speech = self._pausing = False
                     events.append(("speech_stopped", int(self._last_speech_end * 1000 / VAD_RATE)))
-            elif self.in_speech:
-                self._last_speech_end = self._consumed if prob >= self.neg_threshold else self._last_speech_end
+                elif self._prefetches(silence_ms):
+                    self._pausing = True
+                    events.append(("speech_pausing", int(self._last_speech_end * 1000 / VAD_RATE)))
+            elif self.in_speech:  # between the thresholds: the speech goes on
+                if self._pausing:
+                    self._pausing = False
+                    events.append(("speech_resumed", int(start * 1000 / VAD_RATE)))
+                self._last_speech_end = self._consumed
         return events
+
+    def _prefetches(self, silence_ms: float) -> bool:
+        return (self.prefetch_ms is not None and not self._pausing and silence_ms >= self.prefetch_ms
+                and self.prefetch_ms < self.silence_duration_ms)
 
     def flush(self) -> list[tuple[str, int]]:
         """End of input: an open utterance stops at the end of its last speech frame."""
         if self.in_speech:
-            self.in_speech = False
+            self.in_speech = self._pausing = False
             return [("speech_stopped", int(self._last_speech_end * 1000 / VAD_RATE))]
         return []

@@ -16,6 +16,10 @@
 - Each close is reported as ``reply.heard`` (``final``: True; ``report``: the client hears of it,
   as after an interruption or a truncate), and so is every client ``truncate`` (``final``: False).
 - ``configure`` sets the instructions (the system prompt) and the output modalities.
+- A tentative transcript (``is_final`` False: the recognizer's prefetch at a pause) sends
+  ``reply.prefetch`` with the messages the final one would send if no reply is open or waiting,
+  so the reply model may start ahead; ``speech.resumed`` and ``speech.started`` withdraw it
+  (``reply.prefetch`` with messages None). The history does not change until the final one.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class DialogNode(Node):
         self._speaking = False
         self._languages: dict[int, str] = {}  # per queued turn: the language its transcript reported
         self._language: str | None = None  # the language last heard in an answered turn
+        self._prefetched = False  # a reply.prefetch was sent and not withdrawn or answered
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -50,8 +55,13 @@ class DialogNode(Node):
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "transcript" and chunk.payload.is_final:
             await self._utterance(chunk, emit)
+        elif chunk.format == "transcript":
+            await self._prefetch(chunk, emit)
+        elif chunk.control == "speech.resumed":
+            await self._withdraw(emit)
         elif chunk.control == "speech.started":
             self._speaking = True
+            await self._withdraw(emit)
             await self._interrupt_all(chunk.t_ms, emit)
         elif chunk.control == "speech.stopped":
             self._speaking = False
@@ -89,6 +99,7 @@ class DialogNode(Node):
     # --- turns -------------------------------------------------------------------------------
 
     async def _utterance(self, chunk: Chunk, emit: Emit) -> None:
+        self._prefetched = False  # the reply model keeps a prefetch only for the same messages
         self._turn += 1
         turn = self._turn
         await emit(control("turn.queued", turn=turn, t_ms=chunk.t_ms))
@@ -139,6 +150,25 @@ class DialogNode(Node):
     def _heard(turn: int, record: ReplyRecord, kept: Boundary, final: bool, report: bool) -> Chunk:
         return control("reply.heard", turn=turn, final=final, report=report, text_end=kept.text_end,
                        audio_ms=kept.audio_ms, text=record.text[:kept.text_end])
+
+    async def _prefetch(self, chunk: Chunk, emit: Emit) -> None:
+        """The messages a final transcript with this text would send now (as :meth:`_start`
+        builds them), when it would start a reply at once."""
+        if not self.idle():
+            return
+        text = chunk.payload.text[:self._options.max_text_chars]
+        if not text:
+            return
+        messages = self._dialog.messages(self._instructions, self._dialog.preview_user_turn(text))
+        if sum(len(m["content"]) for m in messages) + self._options.max_text_chars > self._options.max_history_chars:
+            return
+        self._prefetched = True
+        await emit(control("reply.prefetch", messages=messages, language=chunk.payload.language or self._language))
+
+    async def _withdraw(self, emit: Emit) -> None:
+        if self._prefetched:
+            self._prefetched = False
+            await emit(control("reply.prefetch", messages=None))
 
     async def _next(self, emit: Emit) -> None:
         while self._open is None and self._closing is None and self._waiting:

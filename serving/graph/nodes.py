@@ -7,6 +7,9 @@ pcm_f32le); the ``dialog`` is in ``serving.graph.dialog_node``.
 model once and is shared by every session's graph. Model calls run in worker threads: the
 server's model and VAD pools (``EmbeddedModels.of``), a reply's token stream in asyncio's
 default pool (a stream waiting for the model must never hold a pool thread its synthesis needs).
+With a compute gate (``serving.graph.gate``) the calls of the models that compute on this host
+(``local_compute``) take its slots by priority: a reply's first chunk (its synthesis, then its
+tokens) before transcriptions, and those before the rest of the replies.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
 from serving.graph.declare import GraphDecl, NodeDecl
 from serving.graph.dialog_node import DialogNode
+from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE, ComputeGate
 from serving.graph.kinds import (
     LlamaChatOptions,
     PiperSpeechOptions,
@@ -48,6 +52,7 @@ from serving.realtime.chunker import SpeechChunker
 T = TypeVar("T")
 HOLD_MAX_S = 3.0  # the longest a reply's token stream waits for its first chunk's synthesis
 HOLD_POLL_S = 0.02  # how often a held stream looks at its stop flag
+PREFETCH_TTL_S = 2.0  # a reply started ahead at a pause stops if its turn has not claimed it by then
 IDLE_KEEP_MS = 30000  # input audio kept while no utterance is open: the VAD may lag the input by that much
 
 
@@ -74,21 +79,32 @@ class EmbeddedModels:
 
     executor: Executor | None = None  # where model calls run (None: asyncio's default pool)
     vad_executor: Executor | None = None  # where VAD and end-of-turn calls run
+    gate: ComputeGate | None = None  # None: every call computes at once
 
     @classmethod
     def of(cls, asr, llm, tts, turn=None, executor: Executor | None = None,
-           vad_executor: Executor | None = None) -> EmbeddedModels:
+           vad_executor: Executor | None = None, gate: ComputeGate | None = None) -> EmbeddedModels:
         """Models a server has loaded already (``tts``: the default Piper voice), called in its
-        pools (a reply's token stream still runs in a thread of its own)."""
+        pools (a reply's token stream still runs in a thread of its own) and through its gate."""
         models = cls()
         models.__dict__.update(asr=asr, llm=llm, _tts={(False, None): tts})
         if turn is not None:
             models.__dict__["turn"] = turn
-        models.executor, models.vad_executor = executor, vad_executor
+        models.executor, models.vad_executor, models.gate = executor, vad_executor, gate
         return models
 
-    async def run(self, fn: Callable[..., T], *args) -> T:
-        """A blocking ASR / TTS call (or a model load) in the model pool."""
+    def gated(self, backend) -> ComputeGate | None:
+        """The gate for ``backend``'s calls: None for a service on another host."""
+        return self.gate if getattr(backend, "local_compute", False) else None
+
+    async def run(self, fn: Callable[..., T], *args, backend=None, priority: int = REST,
+                  resource: str | None = None) -> T:
+        """A blocking ASR / TTS call (or a model load) in the model pool; a call of a local
+        ``backend`` through the gate at ``priority`` (``resource``: one call at a time)."""
+        gate = self.gated(backend)
+        if gate is not None:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(gate.call, priority, fn, *args, resource=resource))
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     async def run_vad(self, fn: Callable[..., T], *args) -> T:
@@ -241,7 +257,14 @@ class WhisperNode(Node):
     Transcription runs beside the audio intake, one utterance after another in order: a slow
     transcription (a loaded host, a long turn) never stops the node taking the input, which
     would fill the session's input edge and refuse the client's appends. A failed transcription
-    fails the node at its next chunk (audio arrives every packet) or at the end of input."""
+    fails the node at its next chunk (audio arrives every packet) or at the end of input.
+
+    Prefetch: at a ``speech.pausing`` (the turn may end there) the utterance that a
+    speech.stopped with the same t_ms would cut is transcribed at once, as soon as its pad has
+    arrived, and sent as a transcript with ``is_final`` False (the dialog may start the reply
+    ahead). The stop that follows with that t_ms takes the same transcription as its final one:
+    the same audio, so the same text; a ``speech.resumed``, another pause or another stop drops
+    it (a transcription already running finishes and is discarded)."""
 
     def __init__(self, models: EmbeddedModels, options: WhisperTranscriptionOptions):
         self._models, self._options = models, options
@@ -250,6 +273,8 @@ class WhisperNode(Node):
         self._last_end = 0  # end of the previous utterance, input sample index
         self._detecting = True
         self._pending: asyncio.Future | None = None  # the last utterance's transcription
+        self._ahead: tuple[int, int] | None = None  # a pause's utterance, (start, stop), its pad to come
+        self._prefetched: tuple[int, int, asyncio.Future] | None = None  # (start, stop, its transcription)
 
     async def open(self) -> None:
         await self._models.run(lambda: self._models.asr)
@@ -259,8 +284,19 @@ class WhisperNode(Node):
         if chunk.format == "pcm16":
             keep = self._start is not None or not self._detecting
             self._timeline.append(chunk.payload.data, keep_all=keep)
+            if self._ahead is not None and self._timeline.end >= self._ahead[1]:
+                self._prefetch(emit)
         elif chunk.control == "speech.started":
+            self._drop_prefetch()
             self._start = max(self._timeline.index(chunk.t_ms), self._last_end)
+        elif chunk.control == "speech.pausing" and self._start is not None:
+            self._drop_prefetch()
+            end = chunk.t_ms * PCM16_RATE // 1000
+            self._ahead = (self._start, end + self._options.pad_ms * PCM16_RATE // 1000)
+            if self._timeline.end >= self._ahead[1]:
+                self._prefetch(emit)
+        elif chunk.control == "speech.resumed":
+            self._drop_prefetch()
         elif chunk.control == "speech.stopped" and self._start is not None:
             end = chunk.t_ms * PCM16_RATE // 1000
             await self._utterance(end, end + self._options.pad_ms * PCM16_RATE // 1000, emit)
@@ -277,21 +313,64 @@ class WhisperNode(Node):
         if self._start is not None:
             await self._utterance(end, end, emit)
 
-    async def _utterance(self, end: int, stop: int, emit: Emit) -> None:
-        samples = self._timeline.slice(self._start, min(stop, self._timeline.end))
-        self._start, self._last_end = None, end
-        self._pending = asyncio.ensure_future(self._transcribe(self._pending, samples, stop, emit))
+    def _prefetch(self, emit: Emit) -> None:
+        """Transcribe the pause's utterance now, unless an earlier one is still being transcribed
+        (its reply would wait behind that one's anyway)."""
+        (start, stop), self._ahead = self._ahead, None
+        if self._pending is not None and not self._pending.done():
+            return
+        recognized = asyncio.ensure_future(self._recognize(self._timeline.slice(start, stop)))
+        self._prefetched = (start, stop, recognized)
 
-    async def _transcribe(self, before: asyncio.Future | None, samples: np.ndarray, stop: int, emit: Emit) -> None:
+        async def tentative() -> None:
+            try:
+                text, language = await recognized
+            except asyncio.CancelledError:
+                if recognized.cancelled():
+                    return  # dropped
+                raise
+            if self._prefetched is not None and self._prefetched[2] is recognized:
+                await emit(Chunk("transcript", Transcript(text, False, language), t_ms=stop * 1000 // PCM16_RATE))
+        self._pending = asyncio.ensure_future(tentative())
+
+    def _drop_prefetch(self) -> None:
+        self._ahead = None
+        if self._prefetched is not None:
+            self._prefetched[2].cancel()  # not started: it never runs; running: its result is dropped
+            self._prefetched = None
+
+    async def _utterance(self, end: int, stop: int, emit: Emit) -> None:
+        start, prefetched, self._prefetched, self._ahead = self._start, self._prefetched, None, None
+        self._start, self._last_end = None, end
+        before = self._pending
+        if prefetched is not None and prefetched[:2] == (start, stop):
+            recognized = prefetched[2]  # the same audio: the same transcription
+        else:
+            if prefetched is not None:
+                prefetched[2].cancel()
+            samples = self._timeline.slice(start, min(stop, self._timeline.end))
+            recognized = asyncio.ensure_future(self._recognize(samples, before))
+        self._pending = asyncio.ensure_future(self._transcribe(before, recognized, stop, emit))
+
+    async def _recognize(self, samples: np.ndarray, before: asyncio.Future | None = None) -> tuple[str, str | None]:
+        """(text, language) of ``samples``, once ``before`` (an earlier transcription) is done."""
+        if before is not None:
+            await asyncio.gather(before, return_exceptions=True)
+        asr, window_s = self._models.asr, self._options.window_s
+        gate = {"backend": asr, "priority": TRANSCRIBE, "resource": f"asr-{id(asr)}"}
+        if window_s is not None and hasattr(asr, "transcribe_utterance"):
+            result = await self._models.run(functools.partial(asr.transcribe_utterance, min_window_s=window_s),
+                                            samples, **gate)
+        else:
+            result = await self._models.run(asr.transcribe, samples, **gate)
+        return result.text.strip(), getattr(result, "language", None)
+
+    async def _transcribe(self, before: asyncio.Future | None, recognized: asyncio.Future, stop: int,
+                          emit: Emit) -> None:
         if before is not None:
             await before  # transcripts leave in utterance order
-        asr, window_s = self._models.asr, self._options.window_s
-        if window_s is not None and hasattr(asr, "transcribe_utterance"):
-            result = await self._models.run(functools.partial(asr.transcribe_utterance, min_window_s=window_s), samples)
-        else:
-            result = await self._models.run(asr.transcribe, samples)
-        await emit(Chunk("transcript", Transcript(result.text.strip(), True, getattr(result, "language", None)),
-                         t_ms=stop * 1000 // PCM16_RATE))
+        text, language = await recognized
+        await emit(Chunk("transcript", Transcript(text, True, language), t_ms=stop * 1000 // PCM16_RATE))
 
     def _raise_failure(self) -> None:
         if self._pending is not None and self._pending.done() and not self._pending.cancelled():
@@ -305,6 +384,7 @@ class WhisperNode(Node):
             await self._pending
 
     async def close(self) -> None:
+        self._drop_prefetch()
         if self._pending is not None:
             self._pending.cancel()  # no-op once done; gather takes a failure nobody read
             await asyncio.gather(self._pending, return_exceptions=True)
@@ -316,26 +396,43 @@ class TurnDetectionNode(Node):
     score's silence past the stop (``serving.realtime.end_of_turn``); speech resuming before then
     continues the turn; commit ends it there. ``server_vad`` passes the VAD's boundaries through.
 
+    A pause that may end the turn is announced ahead as ``speech.pausing`` (t_ms: the speech end
+    the turn's speech.stopped would carry), and ``speech.resumed`` withdraws it: with
+    ``server_vad`` the VAD's own (its ``prefetch_ms``), with ``semantic_vad`` a held pause. The
+    nodes after it may start the turn's work there and keep it only if the stop has the same t_ms.
+
     Held pauses are timed on the input this node has received, so the input must arrive at its
     real-time pace (as a realtime client sends it) for a resumed speech to be seen in time."""
 
-    def __init__(self, models: EmbeddedModels, eagerness: str = "medium"):
-        self._models, self._eagerness, self._semantic = models, eagerness, True
+    def __init__(self, models: EmbeddedModels, eagerness: str = "medium", prefetch: bool = True):
+        self._models, self._eagerness, self._semantic, self._prefetch = models, eagerness, True, prefetch
         self._timeline = Timeline()
         self._start_ms: int | None = None
         self._held = None  # end_of_turn.HeldPause
+        self._pausing = False  # a speech.pausing was sent and neither resumed nor stopped
 
     async def open(self) -> None:
         await self._models.run(lambda: self._models.turn)
+
+    async def _resumed(self, t_ms: int | None, emit: Emit) -> None:
+        if self._pausing:
+            self._pausing = False
+            await emit(control("speech.resumed", t_ms=t_ms))
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "pcm16":
             self._timeline.append(chunk.payload.data, keep_all=self._start_ms is not None)
         elif chunk.control == "speech.started":
             self._held = None  # a held pause resumes the same turn
+            await self._resumed(chunk.t_ms, emit)
             if self._start_ms is None:
                 self._start_ms = chunk.t_ms
                 await emit(chunk)
+        elif chunk.control == "speech.pausing" and self._start_ms is not None and not self._semantic:
+            self._pausing = True
+            await emit(chunk)
+        elif chunk.control == "speech.resumed":
+            await self._resumed(chunk.t_ms, emit)
         elif chunk.control == "speech.stopped" and self._start_ms is not None:
             await self._pause(chunk.t_ms, emit)
         elif chunk.control == "commit" and self._start_ms is not None:
@@ -355,9 +452,12 @@ class TurnDetectionNode(Node):
         audio = self._timeline.slice(self._timeline.index(self._start_ms), self._timeline.index(t_ms))
         p = await self._models.run_vad(self._models.turn.complete_probability, audio)
         self._held = HeldPause(t_ms, p, required_silence_ms(p, self._eagerness))
+        if self._prefetch and not self._held.due(self._timeline.end_ms) and not self._pausing:
+            self._pausing = True
+            await emit(control("speech.pausing", t_ms=t_ms))
 
     async def _end_turn(self, t_ms: int, emit: Emit) -> None:
-        self._start_ms, self._held = None, None
+        self._start_ms, self._held, self._pausing = None, None, False
         await emit(control("speech.stopped", t_ms=t_ms))
 
     async def on_end(self, emit: Emit) -> None:
@@ -366,14 +466,18 @@ class TurnDetectionNode(Node):
 
 
 def hold_after_first_chunk(pieces: Iterator[str], released: threading.Event,
-                           stop: threading.Event) -> Iterator[str]:
-    """``pieces``; once they complete a first speakable chunk the stream waits (in its thread)
-    until ``released``, ``stop`` or HOLD_MAX_S."""
+                           stop: threading.Event, first: threading.Event | None = None) -> Iterator[str]:
+    """``pieces``; once they complete a first speakable chunk (``first`` is set then) the stream
+    waits (in its thread) until ``released``, ``stop`` or HOLD_MAX_S."""
     chunker = SpeechChunker()
+    first = first or threading.Event()
     try:
         for piece in pieces:
             yield piece
-            if not released.is_set() and chunker.push(piece):
+            if not first.is_set() and chunker.push(piece):
+                first.set()
+                if released.is_set():
+                    continue
                 deadline = time.monotonic() + HOLD_MAX_S
                 while not released.wait(HOLD_POLL_S) and not stop.is_set() and time.monotonic() < deadline:
                     pass
@@ -388,14 +492,24 @@ class LlamaChatNode(Node):
     reply. With a control edge from the speech node's ``turn.started`` (``hold_first``) the token
     stream holds after the reply's first speakable chunk until that chunk is synthesized (at most
     HOLD_MAX_S): on a small CPU the first audio then does not share the cores with the rest of
-    the reply, whose later chunks have the first one's playing time to follow."""
+    the reply, whose later chunks have the first one's playing time to follow. With a compute
+    gate (``EmbeddedModels.gate``) it does not hold: the gate already puts that synthesis before
+    the rest of the reply, and a held stream would keep its context from the other sessions.
 
-    live_controls = True  # turn.started arrives while the reply streams
+    Prefetch: a ``reply.prefetch`` control (from the dialog, at a pause that may end the turn)
+    starts the reply to its messages at once; the next messages chunk takes it over if its
+    messages and sampling are the same (greedy decoding: the same reply), and it is stopped
+    otherwise, at a withdrawal (messages None), at the next prefetch, or PREFETCH_TTL_S after it
+    started unclaimed."""
+
+    live_controls = True  # turn.started and reply.prefetch arrive while a reply streams
 
     def __init__(self, models: EmbeddedModels, options: LlamaChatOptions, hold_first: bool = False):
         self._models, self._hold_first = models, hold_first
         self._max_tokens, self._temperature = options.max_tokens, options.temperature
         self._released: dict[int | None, threading.Event] = {}
+        self._prefetch: _Prefetch | None = None  # a reply started ahead, not yet claimed
+        self.prefetches = {"started": 0, "claimed": 0}
 
     async def open(self) -> None:
         await self._models.run(lambda: self._models.llm)
@@ -403,31 +517,131 @@ class LlamaChatNode(Node):
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.control == "turn.started" and chunk.turn in self._released:
             self._released[chunk.turn].set()
+        if chunk.control == "reply.prefetch":
+            self._drop_prefetch()
+            if chunk.payload.data.get("messages"):
+                self._start_prefetch(chunk.payload.data["messages"])
         sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
         if sampling:
             self._max_tokens = sampling.get("max_new_tokens_per_unit", self._max_tokens)
             self._temperature = sampling.get("temperature", self._temperature)
 
+    def _stream(self, messages: list[dict[str, str]]) -> tuple[tuple, threading.Event, threading.Event,
+                                                                  Callable[[], Iterator[str]]]:
+        """(key, stop, released, make) of a reply to ``messages`` with the current sampling."""
+        max_tokens, temperature = self._max_tokens, self._temperature
+        key = (tuple((m["role"], m["content"]) for m in messages), max_tokens, temperature)
+        stop, released, first = threading.Event(), threading.Event(), threading.Event()
+        llm = self._models.llm
+        gate = self._models.gated(llm)
+        if not self._hold_first or gate is not None:
+            released.set()
+
+        def step(fn: Callable[..., T], *args) -> T:  # each decoding step through the gate
+            # after the first chunk the rest waits for every first chunk, unless another reply
+            # waits for this one's context (priority inheritance: it would wait behind the rest)
+            rest = first.is_set() and not getattr(llm, "contended", False)
+            return gate.call(REST if rest else FIRST_TEXT, fn, *args)
+
+        def make() -> Iterator[str]:
+            extra = {"step": step} if gate is not None else {}
+            pieces = llm.stream_reply(messages, max_tokens=max_tokens, temperature=temperature, **extra)
+            return hold_after_first_chunk(pieces, released, stop, first)
+        return key, stop, released, make
+
+    def _start_prefetch(self, messages: list[dict[str, str]]) -> None:
+        key, stop, released, make = self._stream(messages)
+        prefetch = _Prefetch(key, stop, released)
+        prefetch.task = asyncio.ensure_future(prefetch.fill(make))
+        prefetch.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, prefetch)
+        self._prefetch = prefetch
+        self.prefetches["started"] += 1
+
+    def _expire(self, prefetch: _Prefetch) -> None:
+        if self._prefetch is prefetch:
+            self._drop_prefetch()
+
+    def _drop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.cancel()
+            self._prefetch = None
+
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format != "messages":
             return
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
-        max_tokens, temperature = self._max_tokens, self._temperature
-        stop, released = threading.Event(), threading.Event()
-        if not self._hold_first:
-            released.set()
+        key, stop, released, make = self._stream(messages)
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None and prefetch.key != key:
+            prefetch.cancel()
+            prefetch = None
+        if prefetch is not None:
+            prefetch.expiry.cancel()
+            self.prefetches["claimed"] += 1
+            released, pieces = prefetch.released, prefetch.pieces_for()
+        else:
+            pieces = stream_in_thread(make, stop)
         self._released[chunk.turn] = released
-
-        def make() -> Iterator[str]:
-            pieces = self._models.llm.stream_reply(messages, max_tokens=max_tokens, temperature=temperature)
-            return hold_after_first_chunk(pieces, released, stop)
-
         try:
-            async for piece in stream_in_thread(make, stop):
+            async for piece in pieces:
                 await emit(Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn))
         finally:
             self._released.pop(chunk.turn, None)
+            if prefetch is not None:
+                prefetch.cancel()  # an interruption stops it; no-op once it has ended
         await emit(control("turn.done", turn=chunk.turn))
+
+    async def close(self) -> None:
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None:
+            prefetch.cancel()
+            await asyncio.gather(prefetch.task, return_exceptions=True)
+
+
+@dataclass(eq=False)
+class _Prefetch:
+    """A reply streaming ahead of its turn: its pieces so far, until a turn reads them."""
+
+    key: tuple
+    stop: threading.Event
+    released: threading.Event
+    pieces: list[str] = field(default_factory=list)
+    ended: bool = False
+    error: BaseException | None = None
+    more: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    expiry: asyncio.TimerHandle | None = None
+
+    async def fill(self, make: Callable[[], Iterator[str]]) -> None:
+        try:
+            async for piece in stream_in_thread(make, self.stop):
+                self.pieces.append(piece)
+                self.more.set()
+        except Exception as err:  # raised to the turn that claims it
+            self.error = err
+        finally:
+            self.ended = True
+            self.more.set()
+
+    async def pieces_for(self) -> AsyncIterator[str]:
+        """Every piece, those already decoded first; the model's failure is raised at the end."""
+        read = 0
+        while read < len(self.pieces) or not self.ended:
+            if read < len(self.pieces):
+                read += 1
+                yield self.pieces[read - 1]
+            else:
+                self.more.clear()
+                await self.more.wait()
+        if self.error is not None:
+            raise self.error
+
+    def cancel(self) -> None:
+        self.stop.set()
+        if self.expiry is not None:
+            self.expiry.cancel()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
 
 class PiperSpeechNode(Node):
@@ -472,7 +686,8 @@ class PiperSpeechNode(Node):
         if spoken.audio:
             tts = self._models.tts(self._options)
             heard = () if spoken.language is None else (spoken.language,)  # for language: auto
-            samples = await self._models.run(tts.synthesize, text, *heard)
+            samples = await self._models.run(tts.synthesize, text, *heard, backend=tts,
+                                             priority=REST if spoken.started else FIRST_AUDIO)
             audio = resample(samples, tts.rate, PCM_F32_RATE)
             if not len(audio):
                 return
@@ -501,7 +716,7 @@ def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict, history_me
     if decl.stages == ("vad",):
         return VadNode(models, **vad_settings)
     if decl.stages == ("turn_detection",):
-        return TurnDetectionNode(models)
+        return TurnDetectionNode(models, prefetch=vad_settings.get("prefetch_ms") is not None)
     builders = {"whisper_transcription": lambda: WhisperNode(models, decl.options),
                 "dialog": lambda: DialogNode(decl.options, history_messages),
                 "llama_chat": lambda: LlamaChatNode(models, decl.options, hold_first=any(

@@ -81,9 +81,13 @@ class Dialog:
 
     def user_turn(self, text: str) -> str:
         """The user message of the next reply: carried words, then ``text``."""
-        joined = " ".join([*self._carry, text])
+        joined = self.preview_user_turn(text)
         self._carry.clear()
         return joined
+
+    def preview_user_turn(self, text: str) -> str:
+        """What :meth:`user_turn` would return now, leaving the carried words in place."""
+        return " ".join([*self._carry, text])
 
     def carry(self, text: str) -> None:
         """A turn interrupted before its reply began: its words join the next utterance."""

@@ -4,8 +4,8 @@ delivery pacing (the guide's "Delivery pacing"): the outbox sink of
 
 - ``speech.started`` / ``speech.stopped`` (turn_detection): ``input_audio_buffer.speech_started``
   (never before the previous utterance's end), ``speech_stopped`` and ``committed``; each
-  ``transcript`` (asr) is the ``input_audio_transcription.completed`` of the oldest committed
-  utterance.
+  final ``transcript`` (asr) is the ``input_audio_transcription.completed`` of the oldest
+  committed utterance (a tentative one, of a prefetch at a pause, is never sent).
 - The dialog's ``messages`` of turn N create its response; ``turn.empty`` and a
   ``turn.interrupted`` before any reply create and end it (``empty_turn`` / ``interrupted``).
 - The speech node's audio and ``reply.progress`` go to the delivery task: per progress, the
@@ -147,7 +147,8 @@ class GraphOutput:
         if chunk.format == "pcm_f32le" or name in ("reply.progress", "turn.done"):
             self._queue.put_nowait(chunk)
         elif chunk.format == "transcript":
-            await self._transcript(chunk)
+            if chunk.payload.is_final:  # a tentative one (a prefetch at a pause) is the server's own
+                await self._transcript(chunk)
         elif name == "speech.started":
             await self._speech_started(chunk.t_ms)
         elif name == "speech.stopped" and self._open is not None:

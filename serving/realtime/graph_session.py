@@ -59,7 +59,7 @@ def _models(hub) -> EmbeddedModels:
     """The hub's loaded models, shared by every session's graph."""
     if "graph_models" not in hub.__dict__:
         hub.__dict__["graph_models"] = EmbeddedModels.of(hub.asr, hub.llm, hub.tts, hub.turn,
-                                                         hub.executor, hub.vad_executor)
+                                                         hub.executor, hub.vad_executor, hub.gate)
     return hub.__dict__["graph_models"]
 
 
@@ -72,7 +72,7 @@ class GraphRealtimeSession(RealtimeSession):
         self._drain_task: asyncio.Future | None = None
         self._output = GraphOutput(self._outbox, system, lambda: self.config, lambda: self.input_ended,
                                    lambda: samples_to_ms(self._accepted_samples))
-        nodes = build_nodes(cascade(), _models(self._hub), vad_settings=system.vad.model_dump(),
+        nodes = build_nodes(cascade(), _models(self._hub), vad_settings={**system.vad.model_dump(), "prefetch_ms": system.prefetch_ms},
                             max_history_messages=system.max_history_messages)
         self._graph = SessionGraph(cascade(), nodes, DeliverySink())
         self._output.attach(self._graph)
