@@ -117,9 +117,10 @@ def limit_blas_threads() -> None:
 
 
 def compute_gate(system: SystemConfig) -> ComputeGate | None:
-    """The gate of ``system.compute_slots`` (null: one slot per core; 0: none)."""
+    """The gate of ``system.compute_slots`` (null: one slot per core; 0: none); with more than
+    one slot, one is kept for first chunks and transcriptions (``ComputeGate.reserved``)."""
     slots = system.compute_slots if system.compute_slots is not None else (os.cpu_count() or 1)
-    return ComputeGate(slots) if slots else None
+    return ComputeGate(slots, reserved=1 if slots > 1 else 0) if slots else None
 
 
 def _timed(label: str, fn: Callable[[], T]) -> T:

@@ -167,7 +167,8 @@ class SystemConfig(BaseModel):
     llm_contexts: int = Field(2, ge=1, le=16)
     model_workers: int = Field(8, ge=1, le=64)
     # The compute gate of the embedded models (serving/graph/gate.py): at most this many model
-    # calls compute at once, a reply's first chunk first. null: one per core; 0: no gate.
+    # calls compute at once, a reply's first chunk first, one slot kept from the rest of the
+    # replies. null: one per core; 0: no gate.
     compute_slots: int | None = Field(None, ge=0, le=256)
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set

@@ -83,3 +83,29 @@ def test_a_failing_call_gives_its_slot_back():
         ComputeGate(0)
     with pytest.raises(ValueError):
         gate.call(7, lambda: None)
+
+
+def test_a_reserved_slot_never_goes_to_the_rest_of_a_reply():
+    gate, log = ComputeGate(2, reserved=1), []
+    holds = [threading.Event() for _ in range(4)]
+    rest = _start(gate, REST, "rest1", log, holds[0])
+    _wait_for(lambda: "rest1 start" in log)
+    later = _start(gate, REST, "rest2", log, holds[1])  # one slot is free, but it is the reserved one
+    _wait_for(lambda: len(gate._waiting) == 1)
+    time.sleep(0.05)
+    assert "rest2 start" not in log and gate._busy == 1
+    first = _start(gate, FIRST_AUDIO, "audio", log, holds[2])  # takes the reserved slot at once
+    _wait_for(lambda: "audio start" in log)
+    holds[0].set()
+    _wait_for(lambda: "rest1 end" in log)
+    time.sleep(0.05)
+    assert "rest2 start" not in log  # the one busy slot is a first chunk's: the free one is reserved
+    holds[2].set()
+    _wait_for(lambda: "rest2 start" in log)
+    for hold in holds:
+        hold.set()
+    for thread in (rest, later, first):
+        thread.join(5)
+    assert gate._busy == 0
+    with pytest.raises(ValueError, match="reserved"):
+        ComputeGate(2, reserved=2)
