@@ -143,6 +143,8 @@ class SystemConfig(BaseModel):
     # any pause Smart Turn holds open) starts the turn's transcription and reply at once: they
     # are kept only if the turn ends at that pause, and nothing reaches the client before the
     # turn ends (serving/graph/nodes.py, "prefetch"). null: the work starts when the turn ends.
+    # With service nodes each prefetch is a request to the service, and a dropped one (speech
+    # resumed) was made for nothing: set null where such requests cost.
     prefetch_ms: int | None = Field(200, ge=32, le=10000)
     max_output_lead_ms: int = Field(1000, ge=100, le=60000)
     session_update_timeout_s: float = Field(60.0, gt=0)
