@@ -160,13 +160,14 @@ class SystemConfig(BaseModel):
     asr_threads: int = Field(1, ge=1, le=64)
     tts_threads: int | None = Field(1, ge=1, le=64)  # Piper's ONNX Runtime; null: its default
     # SmolLM2: replies of different sessions decode at once on llm_contexts contexts of
-    # llm_threads threads each (fdb.models.llm). On 2 cores 2 x 1 cut the first audio after the
-    # speech end at 4 sessions from 2558 to 1884 ms p50 against 1 x 2; 4 x 1 gave 2158 ms
-    # (benchmarks/cascade_capacity.py); each context adds its KV cache and maps the GGUF again.
-    # With the compute gate, 4 contexts gave 1539 against about 1400-1500 ms at 4 sessions, for
-    # 380 MiB more at peak: 2 stay the default.
+    # llm_threads threads each (fdb.models.llm); each context adds its KV cache and maps the GGUF
+    # again. The compute gate, not the number of contexts, bounds how many decode at once, so
+    # a context per session (max_sessions 4) leaves no reply waiting for one behind another's
+    # later tokens: at 4 sessions on 2 cores, 4 contexts against 2 gave 1212-1228 against
+    # 1351-1405 ms p50 first audio (p90 1534-1588 against 2043-2124; three runs of 16 sessions
+    # each, benchmarks/cascade_capacity.py) for about 260 MiB more server RSS at peak.
     llm_threads: int = Field(1, ge=1, le=64)
-    llm_contexts: int = Field(2, ge=1, le=16)
+    llm_contexts: int = Field(4, ge=1, le=16)
     model_workers: int = Field(8, ge=1, le=64)
     # The compute gate of the embedded models (serving/graph/gate.py): at most this many model
     # calls compute at once, a reply's first chunk first, one slot kept from the rest of the
