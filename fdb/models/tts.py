@@ -12,6 +12,10 @@ import numpy as np
 from fdb.models import BackendIdentity, require
 from fdb.provenance import package_version
 
+# espeak-ng, Piper's phonemizer, is one library state per process and not thread-safe: every
+# voice of the process phonemizes under this lock.
+_PHONEMIZER_LOCK = threading.Lock()
+
 
 class TtsBackend(Protocol):
     identity: BackendIdentity
@@ -47,11 +51,10 @@ class PiperTts:
             kwargs["length_scale"] = length_scale
         self._config = piper.SynthesisConfig(**kwargs) if kwargs else None
         self.rate = int(self._voice.config.sample_rate)
-        self._lock = threading.Lock()
         phonemize = self._voice.phonemize
 
         def locked_phonemize(text: str) -> list[list[str]]:
-            with self._lock:  # espeak-ng, Piper's phonemizer, is not thread-safe
+            with _PHONEMIZER_LOCK:
                 return phonemize(text)
         # Only the phonemizer is serialized: ONNX Runtime's run is thread-safe, so syntheses of
         # several sessions compute at once (a server bounds them with its compute gate).

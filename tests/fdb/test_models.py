@@ -183,13 +183,14 @@ def test_smollm2_runs_each_decoding_step_through_step_and_says_when_a_call_waits
 
 
 def test_piper_synthesizes_several_texts_at_once_as_it_does_one_by_one(tts):
-    """Only Piper's phonemizer is serialized: concurrent syntheses on one voice give the audio
-    each gives alone (deterministic voice, one ONNX Runtime thread)."""
+    """Only Piper's phonemizer is serialized (one lock for every voice of the process: espeak-ng
+    is one state): concurrent syntheses on one voice, and on two voices, give the audio each
+    gives alone (deterministic voices, one ONNX Runtime thread)."""
     import threading
 
     from fdb.models.tts import PiperTts
 
-    voice = PiperTts(deterministic=True, threads=1)
+    voice, other = PiperTts(deterministic=True, threads=1), PiperTts(deterministic=True, threads=1)
     assert voice.identity.settings["threads"] == 1
     texts = ["The tallest mountain is Mount Everest.", "Paris is the capital of France.",
              "Hello there, how are you today?", "I like green apples and red pears."]
@@ -197,7 +198,7 @@ def test_piper_synthesizes_several_texts_at_once_as_it_does_one_by_one(tts):
     together: list = [None] * len(texts)
 
     def work(i: int) -> None:
-        together[i] = voice.synthesize(texts[i])
+        together[i] = (voice if i % 2 else other).synthesize(texts[i])
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
     for thread in threads:
