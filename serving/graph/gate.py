@@ -5,8 +5,9 @@ Without it, every session's recognitions, reply tokens and syntheses run at once
 own threads, and the cores are shared evenly: with 4 sessions whose turns end together on 2
 cores, each turn's first audio waits for nearly all four turns' work (processor sharing). The
 gate lets at most ``slots`` calls compute at once (one per core, each call on one thread) and
-hands a freed slot to the waiting call of the highest priority, first come first served among
-equals:
+hands a freed slot to the waiting call of the highest priority, among equals to the one whose
+work began first (a reply's token steps carry the reply's start, so the reply that began first
+gets through to its first chunk first instead of every reply sharing the cores step by step):
 
 =============  ===========================================================================
 FIRST_AUDIO    the synthesis of a reply's first chunk (its audio is what the user waits for)
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -46,6 +48,7 @@ PRIORITY_NAMES = {FIRST_AUDIO: "first_audio", FIRST_TEXT: "first_text", TRANSCRI
 @dataclass(order=True)
 class _Waiter:
     priority: int
+    since: float  # the call's (or its whole work's) start: the earlier first among equals
     seq: int
     resource: str | None = field(compare=False)
     ready: threading.Event = field(compare=False, default_factory=threading.Event)
@@ -82,11 +85,13 @@ class ComputeGate:
             self.calls[PRIORITY_NAMES[best.priority]] += 1
             best.ready.set()
 
-    def acquire(self, priority: int, resource: str | None = None) -> None:
-        """Block until this call may compute (a blocking call: from a worker thread only)."""
+    def acquire(self, priority: int, resource: str | None = None, since: float | None = None) -> None:
+        """Block until this call may compute (a blocking call: from a worker thread only).
+        ``since``: when the work this call belongs to began (``time.monotonic()``; default now),
+        so that the steps of a reply queue by the reply's start, not each step's."""
         if priority not in PRIORITY_NAMES:
             raise ValueError(f"unknown priority {priority}")
-        waiter = _Waiter(priority, next(self._seq), resource)
+        waiter = _Waiter(priority, time.monotonic() if since is None else since, next(self._seq), resource)
         with self._lock:
             self._waiting.append(waiter)
             self._dispatch()
@@ -98,9 +103,10 @@ class ComputeGate:
             self._held.discard(resource)
             self._dispatch()
 
-    def call(self, priority: int, fn: Callable[..., T], *args, resource: str | None = None) -> T:
-        """``fn(*args)`` once the gate lets it compute."""
-        self.acquire(priority, resource)
+    def call(self, priority: int, fn: Callable[..., T], *args, resource: str | None = None,
+             since: float | None = None) -> T:
+        """``fn(*args)`` once the gate lets it compute (``since``: see :meth:`acquire`)."""
+        self.acquire(priority, resource, since)
         try:
             return fn(*args)
         finally:

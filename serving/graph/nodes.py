@@ -537,11 +537,13 @@ class LlamaChatNode(Node):
         if not self._hold_first or gate is not None:
             released.set()
 
+        since = time.monotonic()  # the reply's steps queue by its start (the earliest reply first)
+
         def step(fn: Callable[..., T], *args) -> T:  # each decoding step through the gate
             # after the first chunk the rest waits for every first chunk, unless another reply
             # waits for this one's context (priority inheritance: it would wait behind the rest)
             rest = first.is_set() and not getattr(llm, "contended", False)
-            return gate.call(REST if rest else FIRST_TEXT, fn, *args)
+            return gate.call(REST if rest else FIRST_TEXT, fn, *args, since=since)
 
         def make() -> Iterator[str]:
             extra = {"step": step} if gate is not None else {}

@@ -109,3 +109,32 @@ def test_a_reserved_slot_never_goes_to_the_rest_of_a_reply():
     assert gate._busy == 0
     with pytest.raises(ValueError, match="reserved"):
         ComputeGate(2, reserved=2)
+
+
+def test_among_equals_the_work_that_began_first_goes_first():
+    """A reply's steps carry the reply's start: a later step of an earlier reply goes before
+    an earlier-queued step of a later reply."""
+    gate, log = ComputeGate(1), []
+    holds = {name: threading.Event() for name in ("busy", "late", "early")}
+    threads = [_start(gate, REST, "busy", log, holds["busy"])]
+    _wait_for(lambda: "busy start" in log)
+    began = time.monotonic()
+
+    def step(name: str, since: float) -> threading.Thread:
+        def work() -> None:
+            log.append(f"{name} start")
+            holds[name].wait(5)
+        thread = threading.Thread(target=gate.call, args=(FIRST_TEXT, work), kwargs={"since": since})
+        thread.start()
+        return thread
+
+    threads.append(step("late", began + 1.0))  # queued first, but its reply began later
+    _wait_for(lambda: len(gate._waiting) == 1)
+    threads.append(step("early", began - 1.0))
+    _wait_for(lambda: len(gate._waiting) == 2)
+    for name in ("busy", "early", "late"):
+        holds[name].set()
+        _wait_for(lambda n=name: f"{n} start" in log)
+    for thread in threads:
+        thread.join(5)
+    assert [line.split()[0] for line in log if line.endswith("start")] == ["busy", "early", "late"]
