@@ -177,10 +177,10 @@ class StreamingVad:
             with self._torch.no_grad():
                 prob = float(self._model(self._torch.from_numpy(frame), VAD_RATE).item())
             start, self._consumed = self._consumed, self._consumed + FRAME
+            if self._pausing and prob >= self.neg_threshold:  # the speech goes on before the stop
+                self._pausing = False
+                events.append(("speech_resumed", int(start * 1000 / VAD_RATE)))
             if prob >= self.threshold:
-                if self._pausing:
-                    self._pausing = False
-                    events.append(("speech_resumed", int(start * 1000 / VAD_RATE)))
                 if not self.in_speech:
                     self.in_speech = True
                     self._speech_start = start
@@ -196,9 +196,6 @@ class StreamingVad:
                     self._pausing = True
                     events.append(("speech_pausing", int(self._last_speech_end * 1000 / VAD_RATE)))
             elif self.in_speech:  # between the thresholds: the speech goes on
-                if self._pausing:
-                    self._pausing = False
-                    events.append(("speech_resumed", int(start * 1000 / VAD_RATE)))
                 self._last_speech_end = self._consumed
         return events
 

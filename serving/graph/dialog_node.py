@@ -159,8 +159,8 @@ class DialogNode(Node):
         text = chunk.payload.text[:self._options.max_text_chars]
         if not text:
             return
-        messages = self._dialog.messages(self._instructions, self._dialog.preview_user_turn(text))
-        if sum(len(m["content"]) for m in messages) + self._options.max_text_chars > self._options.max_history_chars:
+        messages = self._messages(self._dialog.preview_user_turn(text))
+        if messages is None:
             return
         self._prefetched = True
         await emit(control("reply.prefetch", messages=messages, language=chunk.payload.language or self._language))
@@ -178,10 +178,16 @@ class DialogNode(Node):
             else:
                 await emit(control("turn.empty", turn=turn))
 
+    def _messages(self, user_text: str) -> list[dict[str, str]] | None:
+        """The reply's messages for ``user_text``; None when they would exceed max_history_chars."""
+        messages = self._dialog.messages(self._instructions, user_text)
+        size = sum(len(m["content"]) for m in messages) + self._options.max_text_chars
+        return None if size > self._options.max_history_chars else messages
+
     async def _start(self, turn: int, text: str, emit: Emit) -> None:
         user_text = self._dialog.user_turn(text)
-        messages = self._dialog.messages(self._instructions, user_text)
-        if sum(len(m["content"]) for m in messages) + self._options.max_text_chars > self._options.max_history_chars:
+        messages = self._messages(user_text)
+        if messages is None:
             raise FdbError(f"dialog: turn {turn}'s history exceeds max_history_chars "
                            f"({self._options.max_history_chars})", "open a new session")
         self._records[turn] = self._dialog.open(str(turn), str(turn), user_text, self._audio)

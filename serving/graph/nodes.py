@@ -102,10 +102,8 @@ class EmbeddedModels:
         """A blocking ASR / TTS call (or a model load) in the model pool; a call of a local
         ``backend`` through the gate at ``priority`` (``resource``: one call at a time)."""
         gate = self.gated(backend)
-        if gate is not None:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.executor, functools.partial(gate.call, priority, fn, *args, resource=resource))
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        call = functools.partial(gate.call, priority, fn, *args, resource=resource) if gate else functools.partial(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     async def run_vad(self, fn: Callable[..., T], *args) -> T:
         """A VAD or end-of-turn call in its own pool, so turn detection never waits behind a reply."""
@@ -526,11 +524,14 @@ class LlamaChatNode(Node):
             self._max_tokens = sampling.get("max_new_tokens_per_unit", self._max_tokens)
             self._temperature = sampling.get("temperature", self._temperature)
 
-    def _stream(self, messages: list[dict[str, str]]) -> tuple[tuple, threading.Event, threading.Event,
+    def _key(self, messages: list[dict[str, str]]) -> tuple:
+        """What makes two replies the same: the messages and the current sampling."""
+        return tuple((m["role"], m["content"]) for m in messages), self._max_tokens, self._temperature
+
+    def _stream(self, messages: list[dict[str, str]]) -> tuple[threading.Event, threading.Event,
                                                                   Callable[[], Iterator[str]]]:
-        """(key, stop, released, make) of a reply to ``messages`` with the current sampling."""
+        """(stop, released, make) of a reply to ``messages`` with the current sampling."""
         max_tokens, temperature = self._max_tokens, self._temperature
-        key = (tuple((m["role"], m["content"]) for m in messages), max_tokens, temperature)
         stop, released, first = threading.Event(), threading.Event(), threading.Event()
         llm = self._models.llm
         gate = self._models.gated(llm)
@@ -549,11 +550,11 @@ class LlamaChatNode(Node):
             extra = {"step": step} if gate is not None else {}
             pieces = llm.stream_reply(messages, max_tokens=max_tokens, temperature=temperature, **extra)
             return hold_after_first_chunk(pieces, released, stop, first)
-        return key, stop, released, make
+        return stop, released, make
 
     def _start_prefetch(self, messages: list[dict[str, str]]) -> None:
-        key, stop, released, make = self._stream(messages)
-        prefetch = _Prefetch(key, stop, released)
+        stop, released, make = self._stream(messages)
+        prefetch = _Prefetch(self._key(messages), stop, released)
         prefetch.task = asyncio.ensure_future(prefetch.fill(make))
         prefetch.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, prefetch)
         self._prefetch = prefetch
@@ -572,9 +573,8 @@ class LlamaChatNode(Node):
         if chunk.format != "messages":
             return
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
-        key, stop, released, make = self._stream(messages)
         prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None and prefetch.key != key:
+        if prefetch is not None and prefetch.key != self._key(messages):
             prefetch.cancel()
             prefetch = None
         if prefetch is not None:
@@ -582,6 +582,7 @@ class LlamaChatNode(Node):
             self.prefetches["claimed"] += 1
             released, pieces = prefetch.released, prefetch.pieces_for()
         else:
+            stop, released, make = self._stream(messages)
             pieces = stream_in_thread(make, stop)
         self._released[chunk.turn] = released
         try:
