@@ -34,16 +34,18 @@ def _pcm16(samples: np.ndarray) -> bytes:
 
 
 @pytest.fixture(scope="session")
-def speech():
-    """Piper-spoken test utterances at 16 kHz float32 (deterministic synthesis)."""
+def say():
+    """Text spoken by Piper (deterministic synthesis) at 16 kHz float32."""
     from fdb.audio import resample
     from fdb.models.tts import PiperTts
 
     tts = PiperTts(deterministic=True)
+    return lambda text: resample(tts.synthesize(text), tts.rate, 16000)
 
-    def say(text: str) -> np.ndarray:
-        return resample(tts.synthesize(text), tts.rate, 16000)
 
+@pytest.fixture(scope="session")
+def speech(say):
+    """Piper-spoken test utterances at 16 kHz float32 (deterministic synthesis)."""
     return {"question": say("What is the capital of France?"),
             "long_question": say("Why is the sky blue?"),  # SmolLM2 answers it at length
             "barge_in": say("Tell me about the weather in Spain instead, please.")}

@@ -23,15 +23,6 @@ UNIT = 1280 * 2  # 80 ms of 16 kHz PCM16
 
 
 @pytest.fixture(scope="module")
-def say():
-    from fdb.audio import resample
-    from fdb.models.tts import PiperTts
-
-    tts = PiperTts(deterministic=True)
-    return lambda text: resample(tts.synthesize(text), tts.rate, 16000)
-
-
-@pytest.fixture(scope="module")
 def question(say) -> bytes:
     return _pcm16(np.concatenate([silence(0.3), say("What is the capital of France?"), silence(1.0)]))
 

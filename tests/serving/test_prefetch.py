@@ -27,15 +27,6 @@ CASCADE = Path(__file__).resolve().parents[2] / "serving" / "graph" / "embedded-
 
 
 @pytest.fixture(scope="module")
-def say():
-    from fdb.audio import resample
-    from fdb.models.tts import PiperTts
-
-    tts = PiperTts(deterministic=True)
-    return lambda text: resample(tts.synthesize(text), tts.rate, 16000)
-
-
-@pytest.fixture(scope="module")
 def models() -> EmbeddedModels:
     return EmbeddedModels()
 
