@@ -23,6 +23,10 @@ from recorders.eventloop import CLOCK
 
 TICK_S = 0.02
 
+# numpy imports numpy.ma on the first np.percentile (through np.unique): 10-20 ms in the loop
+# that paces every session, at the first session's end. Import it with this module instead.
+np.percentile(np.zeros(2), 99)
+
 
 class LoopMonitor:
     """Shared ticker of one event loop; ``acquire`` / ``release`` count the sessions using it."""
