@@ -23,15 +23,9 @@ import asyncio
 import binascii
 import datetime as dt
 import json
-import math
-import multiprocessing
-import os
 import pickle
 import weakref
-from array import array
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +38,14 @@ from fdb.errors import FdbError, SampleError
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus, TraceEvent
 from recorders.eventloop import CLOCK, paced_sleep, sleep_until
+from recorders.finisher import (  # noqa: F401  (RawTrace and trace_from_raw are re-exported)
+    FinishedSession,
+    FinisherBroken,
+    RawTrace,
+    finish_recording,
+    finisher_channel,
+    trace_from_raw,
+)
 from recorders.looplag import monitor
 from recorders.pacing import SPREADER, send_paced, split_packets
 from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are re-exported)
@@ -420,159 +422,27 @@ class _Session:
 # With the default executor several such threads at once each hold the GIL for a switch interval
 # in turn, and the event loop that paces every session waits behind all of them.
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fdb-recorder-work")
-# Judging a finished session and writing its files (trace rows parsed and validated, the oracle,
-# JSON) is the heavy part; in a thread it would hold the GIL against the loop while the other
-# sessions still send. It runs in one worker process instead, started on first use.
-_FINISHER: ProcessPoolExecutor | None = None
 
 
 async def _off_loop(fn, *args):
     return await asyncio.get_running_loop().run_in_executor(_WORKER, fn, *args)
 
 
-class RawTrace:
-    """A session's trace rows as it is recorded: absolute ``CLOCK`` times, events as JSON text.
-
-    The rows are kept in columns (times in ``array('d')``, NaN for a missing time; direction,
-    type and text in lists of strings) rather than as a tuple per row: a tuple is a container
-    the garbage collector tracks, and hundreds of sessions adding rows thousands of times a
-    second made it run a young collection about 60 times a second, each pausing the loop that
-    paces every session (0.3 ms on average, up to 3.8 ms; 256 sessions: packet lateness p99
-    4.6-5.9 ms with collections, 2.6 ms without; ``benchmarks/recorder_capacity.py``). Arrays
-    and strings are not tracked, so appending a row allocates nothing the collector counts.
-    """
-
-    __slots__ = ("times", "scheduled", "ends", "dirs", "types", "texts")
-
-    def __init__(self) -> None:
-        self.times, self.scheduled, self.ends = array("d"), array("d"), array("d")
-        self.dirs: list[str] = []
-        self.types: list[str] = []
-        self.texts: list[str] = []
-
-    def append(self, t: float, direction: str, type_: str, text: str, scheduled: float | None = None) -> int:
-        """Add a row; returns its index."""
-        self.times.append(t)
-        self.scheduled.append(_NAN if scheduled is None else scheduled)
-        self.ends.append(_NAN)
-        self.dirs.append(direction)
-        self.types.append(type_)
-        self.texts.append(text)
-        return len(self.texts) - 1
-
-    def set_end(self, index: int, t_end: float) -> None:
-        self.ends[index] = t_end
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def copy(self) -> RawTrace:
-        other = RawTrace()
-        other.times, other.scheduled, other.ends = array("d", self.times), array("d", self.scheduled), array("d", self.ends)
-        other.dirs, other.types, other.texts = list(self.dirs), list(self.types), list(self.texts)
-        return other
-
-    def __getstate__(self) -> tuple:
-        return self.times, self.scheduled, self.ends, self.dirs, self.types, self.texts
-
-    def __setstate__(self, state: tuple) -> None:
-        self.times, self.scheduled, self.ends, self.dirs, self.types, self.texts = state
-
-
-_NAN = math.nan
-
-
-def trace_from_raw(raw: RawTrace, origin: float) -> list[TraceEvent]:
-    """Raw trace rows (loop clock, JSON text) as events on the clock that starts at ``origin``."""
-
-    def rel(value: float) -> float | None:
-        return None if math.isnan(value) else round(value - origin, 6)
-
-    return [TraceEvent(t=rel(t), dir=d, type=k, event=json.loads(text), scheduled=rel(sched), t_end=rel(end))
-            for t, d, k, text, sched, end in zip(raw.times, raw.dirs, raw.types, raw.texts, raw.scheduled,
-                                                 raw.ends, strict=True)]
-
-
-@dataclass
-class FinishedSession:
-    """A finished session as plain data: the raw trace rows and the outcome's other fields."""
-
-    raw: RawTrace
-    origin: float
-    audio_b64: list[str]
-    fields: dict[str, Any]
-
-    def outcome(self) -> SessionOutcome:
-        output, problem = decode_output(self.audio_b64)
-        raw, fields = self.raw, self.fields
-        if problem is not None and fields["failure"] is None:
-            failure = f"undecodable audio delta ({problem})"
-            fields = {**fields, "status": "error", "failure": failure}
-            last = raw.times[-1] if len(raw) else self.origin
-            raw = raw.copy()
-            raw.append(last, "note", "failure", json.dumps({"status": "error", "reason": failure}))
-        return SessionOutcome(trace=trace_from_raw(raw, self.origin), output=output, **fields)
-
-
-def decode_output(chunks: list[str]) -> tuple[bytes, str | None]:
-    """The received audio from its base64 deltas, and the first chunk that does not decode
-    (strict base64), if any: the audio stops before it."""
-    parts: list[bytes] = []
-    for k, text in enumerate(chunks):
-        try:
-            parts.append(binascii.a2b_base64(text, strict_mode=True))
-        except (binascii.Error, ValueError) as exc:
-            return b"".join(parts), f"audio delta {k}: {exc}"
-    return b"".join(parts), None
-
-
-def finish_recording(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
-    """Write input.wav, judge and write one finished session (runs in the finisher process, or
-    inline). input.wav is written here, after the session, not before it: at the start of a
-    batch hundreds of sessions prepare at once, and their WAV writes held the interpreter lock
-    against the loop that already paces the first ones (benchmarks/recorder_capacity.py)."""
-    pcm, profile = kwargs["pcm"], kwargs["profile"]
-    input_sha = write_input_wav(out_dir, pcm, profile.input_rate)
-    return write_recording(out_dir, done.outcome(), input_wav_sha256=input_sha, **kwargs)
-
-
-FINISHER_NICE = 10
-
-
-def _lower_priority() -> None:
-    """The finisher's work waits; the paced loop does not: on a busy machine the kernel should
-    run the recorder (and the server it measures) first. Best effort."""
-    try:
-        os.nice(FINISHER_NICE)
-    except OSError:
-        pass
-
-
-def _finisher() -> ProcessPoolExecutor:
-    global _FINISHER
-    if _FINISHER is None:
-        _FINISHER = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("forkserver"),
-                                        initializer=_lower_priority)
-    return _FINISHER
-
-
 async def start_finisher() -> None:
-    """Start the finisher process (and its imports) now, before any session is paced, so its
-    start-up does not land on the first sessions' last packets. Best effort."""
+    """Start the finisher process and this loop's channel to it now, before any session is
+    paced, so its start-up does not land on the first sessions' packets. Best effort."""
     try:
-        await asyncio.get_running_loop().run_in_executor(_finisher(), trace_from_raw, RawTrace(), 0.0)
-    except (BrokenProcessPool, OSError):
+        await finisher_channel()
+    except (FinisherBroken, OSError):
         pass
 
 
 async def _finish(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
     """``finish_recording`` in the finisher process; in a thread if that process cannot run."""
-    global _FINISHER
-    loop = asyncio.get_running_loop()
     try:
-        return await loop.run_in_executor(_finisher(), finish_recording, done, out_dir, kwargs)
-    except (BrokenProcessPool, OSError, pickle.PicklingError):
-        _FINISHER = None
+        channel = await finisher_channel()
+        return await channel.finish(done, out_dir, kwargs)
+    except (FinisherBroken, OSError, pickle.PicklingError):
         return await _off_loop(finish_recording, done, out_dir, kwargs)
 
 

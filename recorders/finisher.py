@@ -1,0 +1,330 @@
+"""The finisher: one worker process that judges and writes finished sessions, off the paced loop.
+
+Judging a finished session and writing its files (trace rows parsed and validated, the oracle,
+JSON, fsync-ed writes) is the heavy part of a recording; in the recorder's own process it would
+hold the interpreter lock against the loop that paces every other session. It runs in one
+worker process at low priority (nice 10), started on first use.
+
+The recorder hands a finished session over without any thread of its own: the loop pickles it
+and writes it, length-prefixed, to a Unix socket that the loop itself drives (``FinisherChannel``);
+the reply (the ``SessionRecord``, or the exception) comes back the same way. A
+``ProcessPoolExecutor`` needs two threads in the recorder process (one moves work items, one
+pickles them and writes the pipe); each time one of them took the interpreter lock the paced
+loop waited for it, and at the end of a batch, when hundreds of sessions finish within a
+second, packets went out up to 20 ms late (``benchmarks/recorder_capacity.py``, 256 sessions:
+end-phase p99 6-22 ms with the executor, 2.5-3.6 ms with finishing held back until the batch
+ended).
+
+One process serves every event loop of the recorder process: each loop opens its own socket
+pair and passes one end to the process (``multiprocessing.reduction.send_handle``), which serves
+all its channels with a selector. If the process dies, the pending sessions' futures fail with
+``FinisherBroken`` and the caller finishes them itself; the next channel starts a new process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import pickle
+import selectors
+import socket
+import struct
+import weakref
+from array import array
+from dataclasses import dataclass
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from fdb.session_records import SessionRecord, TraceEvent
+from recorders.recording import SessionOutcome, write_input_wav, write_recording
+
+FINISHER_NICE = 10
+_HEADER = struct.Struct("!Q")  # payload length, then a pickle
+_PING = "ping"  # a job with no session: the reply says the process is up and its imports done
+_READ_LIMIT = 64 * 1024 * 1024
+# Sessions handed to the process and not yet answered, per channel. The others wait as objects,
+# not pickled: a pickled session is a copy of its audio, and hundreds of them queued in the
+# socket's buffer would double the recorder's memory at the end of a batch.
+IN_FLIGHT = 2
+
+
+class FinisherBroken(RuntimeError):
+    """The finisher process is gone or its channel broke; the caller finishes the session itself."""
+
+
+class RawTrace:
+    """A session's trace rows as it is recorded: absolute ``CLOCK`` times, events as JSON text.
+
+    The rows are kept in columns (times in ``array('d')``, NaN for a missing time; direction,
+    type and text in lists of strings) rather than as a tuple per row: a tuple is a container
+    the garbage collector tracks, and hundreds of sessions adding rows thousands of times a
+    second made the collector pause the loop that paces every session: 256 sessions of 10 s ran
+    197 young collections (306 ms in all, up to 6.9 ms each); in columns, 57 (16 ms, up to
+    0.9 ms). Arrays and strings are not tracked, so a row allocates nothing the collector
+    counts.
+    """
+
+    __slots__ = ("times", "scheduled", "ends", "dirs", "types", "texts")
+
+    def __init__(self) -> None:
+        self.times, self.scheduled, self.ends = array("d"), array("d"), array("d")
+        self.dirs: list[str] = []
+        self.types: list[str] = []
+        self.texts: list[str] = []
+
+    def append(self, t: float, direction: str, type_: str, text: str, scheduled: float | None = None) -> int:
+        """Add a row; returns its index."""
+        self.times.append(t)
+        self.scheduled.append(_NAN if scheduled is None else scheduled)
+        self.ends.append(_NAN)
+        self.dirs.append(direction)
+        self.types.append(type_)
+        self.texts.append(text)
+        return len(self.texts) - 1
+
+    def set_end(self, index: int, t_end: float) -> None:
+        self.ends[index] = t_end
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def copy(self) -> RawTrace:
+        other = RawTrace()
+        other.times, other.scheduled, other.ends = array("d", self.times), array("d", self.scheduled), array("d", self.ends)
+        other.dirs, other.types, other.texts = list(self.dirs), list(self.types), list(self.texts)
+        return other
+
+    def __getstate__(self) -> tuple:
+        return self.times, self.scheduled, self.ends, self.dirs, self.types, self.texts
+
+    def __setstate__(self, state: tuple) -> None:
+        self.times, self.scheduled, self.ends, self.dirs, self.types, self.texts = state
+
+
+_NAN = math.nan
+
+
+def trace_from_raw(raw: RawTrace, origin: float) -> list[TraceEvent]:
+    """Raw trace rows (loop clock, JSON text) as events on the clock that starts at ``origin``."""
+
+    def rel(value: float) -> float | None:
+        return None if math.isnan(value) else round(value - origin, 6)
+
+    return [TraceEvent(t=rel(t), dir=d, type=k, event=json.loads(text), scheduled=rel(sched), t_end=rel(end))
+            for t, d, k, text, sched, end in zip(raw.times, raw.dirs, raw.types, raw.texts, raw.scheduled,
+                                                 raw.ends, strict=True)]
+
+
+@dataclass
+class FinishedSession:
+    """A finished session as plain data: the raw trace rows and the outcome's other fields."""
+
+    raw: RawTrace
+    origin: float
+    audio_b64: list[str]
+    fields: dict[str, Any]
+
+    def outcome(self) -> SessionOutcome:
+        output, problem = decode_output(self.audio_b64)
+        raw, fields = self.raw, self.fields
+        if problem is not None and fields["failure"] is None:
+            failure = f"undecodable audio delta ({problem})"
+            fields = {**fields, "status": "error", "failure": failure}
+            last = raw.times[-1] if len(raw) else self.origin
+            raw = raw.copy()
+            raw.append(last, "note", "failure", json.dumps({"status": "error", "reason": failure}))
+        return SessionOutcome(trace=trace_from_raw(raw, self.origin), output=output, **fields)
+
+
+def decode_output(chunks: list[str]) -> tuple[bytes, str | None]:
+    """The received audio from its base64 deltas, and the first chunk that does not decode
+    (strict base64), if any: the audio stops before it."""
+    parts: list[bytes] = []
+    for k, text in enumerate(chunks):
+        try:
+            parts.append(binascii.a2b_base64(text, strict_mode=True))
+        except (binascii.Error, ValueError) as exc:
+            return b"".join(parts), f"audio delta {k}: {exc}"
+    return b"".join(parts), None
+
+
+def finish_recording(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
+    """Write input.wav, judge and write one finished session (runs in the finisher process, or
+    inline). input.wav is written here, after the session, not before it: at the start of a
+    batch hundreds of sessions prepare at once, and their WAV writes held the interpreter lock
+    against the loop that already paces the first ones (benchmarks/recorder_capacity.py)."""
+    pcm, profile = kwargs["pcm"], kwargs["profile"]
+    input_sha = write_input_wav(out_dir, pcm, profile.input_rate)
+    return write_recording(out_dir, done.outcome(), input_wav_sha256=input_sha, **kwargs)
+
+
+def _lower_priority() -> None:
+    """The finisher's work waits; the paced loop does not: on a busy machine the kernel should
+    run the recorder (and the server it measures) first. Best effort."""
+    try:
+        os.nice(FINISHER_NICE)
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------- the finisher process
+def _recv_exactly(sock: socket.socket, size: int) -> bytearray | None:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        count = sock.recv_into(view[got:])
+        if count == 0:
+            return None
+        got += count
+    return buffer
+
+
+def _serve_one(channel: socket.socket) -> bool:
+    """Read one job from ``channel``, run it, send the reply; False when the channel is done."""
+    try:
+        header = _recv_exactly(channel, _HEADER.size)
+        payload = None if header is None else _recv_exactly(channel, _HEADER.unpack(header)[0])
+        if payload is None:
+            return False
+        job, done, out_dir, kwargs = pickle.loads(payload)
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError):
+        return False
+    try:
+        reply = (job, True, None if done == _PING else finish_recording(done, out_dir, kwargs))
+    except Exception as exc:  # the caller gets it as the call's exception
+        reply = (job, False, exc)
+    try:
+        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        data = pickle.dumps((job, False, RuntimeError(f"finisher reply did not pickle: {exc!r}")))
+    try:
+        channel.sendall(_HEADER.pack(len(data)) + data)
+    except OSError:
+        return False
+    return True
+
+
+def _serve(control: Connection) -> None:
+    """The finisher process: take channels from ``control``, serve their jobs until it closes."""
+    _lower_priority()
+    selector = selectors.DefaultSelector()
+    selector.register(control.fileno(), selectors.EVENT_READ, None)
+    while True:
+        for key, _ in selector.select():
+            if key.data is None:
+                try:
+                    fd = reduction.recv_handle(control)
+                except (EOFError, OSError):
+                    return
+                channel = socket.socket(fileno=fd)
+                channel.setblocking(True)
+                selector.register(channel, selectors.EVENT_READ, channel)
+            elif not _serve_one(key.data):
+                selector.unregister(key.data)
+                key.data.close()
+
+
+# ---------------------------------------------------------------- the recorder's side
+_PROCESS: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
+
+
+def _process() -> tuple[multiprocessing.process.BaseProcess, Connection]:
+    """The finisher process and the control end of its pipe, started if none is running."""
+    global _PROCESS
+    if _PROCESS is None or not _PROCESS[0].is_alive():
+        context = multiprocessing.get_context("forkserver")
+        mine, theirs = context.Pipe(duplex=True)
+        process = context.Process(target=_serve, args=(theirs,), daemon=True, name="fdb-recorder-finisher")
+        process.start()
+        theirs.close()
+        _PROCESS = (process, mine)
+    return _PROCESS
+
+
+class FinisherChannel:
+    """One event loop's socket to the finisher process; ``finish`` is awaited per session."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.broken = False
+        self._jobs = itertools.count()
+        self._pending: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
+
+    async def open(self) -> None:
+        process, control = _process()
+        mine, theirs = socket.socketpair()
+        try:
+            reduction.send_handle(control, theirs.fileno(), process.pid)
+        except OSError as exc:
+            mine.close()
+            raise FinisherBroken(f"cannot reach the finisher process: {exc}") from exc
+        finally:
+            theirs.close()
+        reader, self._writer = await asyncio.open_unix_connection(sock=mine, limit=_READ_LIMIT)
+        self._reader_task = self.loop.create_task(self._read(reader))
+        await self._call(_PING, None, None)  # the process has started and imported what it needs
+
+    async def finish(self, done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
+        """``finish_recording(done, out_dir, kwargs)`` in the finisher process."""
+        return await self._call(done, out_dir, kwargs)
+
+    async def _call(self, done: Any, out_dir: Path | None, kwargs: dict[str, Any] | None) -> Any:
+        async with self._in_flight:
+            if self.broken or self._writer is None:
+                raise FinisherBroken("the finisher channel is closed")
+            job = next(self._jobs)
+            payload = pickle.dumps((job, done, out_dir, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+            future: asyncio.Future[tuple[bool, Any]] = self.loop.create_future()
+            self._pending[job] = future
+            self._writer.writelines((_HEADER.pack(len(payload)), payload))
+            ok, value = await future
+        if not ok:
+            raise value
+        return value
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                size = _HEADER.unpack(await reader.readexactly(_HEADER.size))[0]
+                job, ok, value = pickle.loads(await reader.readexactly(size))
+                future = self._pending.pop(job, None)
+                if future is not None and not future.done():
+                    future.set_result((ok, value))
+        except (asyncio.IncompleteReadError, OSError, pickle.UnpicklingError, EOFError, ValueError):
+            pass
+        finally:
+            self.broken = True
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(FinisherBroken("the finisher process ended before replying"))
+            self._pending.clear()
+            if self._writer is not None:
+                self._writer.close()
+
+
+_CHANNELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FinisherChannel] = weakref.WeakKeyDictionary()
+
+
+async def finisher_channel() -> FinisherChannel:
+    """The running loop's channel to the finisher process (opened, and the process started,
+    on first use, or again after it broke)."""
+    loop = asyncio.get_running_loop()
+    channel = _CHANNELS.get(loop)
+    if channel is None or channel.broken:
+        channel = _CHANNELS[loop] = FinisherChannel(loop)
+        try:
+            await channel.open()
+        except BaseException:
+            channel.broken = True
+            raise
+    return channel

@@ -1,0 +1,110 @@
+"""The finisher process: sessions are judged and written there, handed over on a socket the loop
+drives (no thread of the recorder process); a finisher that dies costs no session, and the next
+channel starts a new one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+
+import numpy as np
+
+import recorders.finisher as finisher
+from fdb.audio import Audio
+from fdb.session_records import SessionRecord
+from recorders.session import record_session
+from tests.recorders.recorder_fakes import Script, ScriptedServer
+
+TD = {"type": "server_vad", "silence_duration_ms": 500}
+
+
+def _speech(seconds: float = 0.4, rate: int = 16000) -> Audio:
+    t = np.arange(int(seconds * rate)) / rate
+    return Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate)
+
+
+async def _record(url: str, out, sample: str) -> SessionRecord:
+    return await record_session(url, _speech(), out, sample_id=sample, variant="main", profile="turn-based",
+                                turn_detection=TD, model="m", timeout_s=5.0)
+
+
+def test_sessions_are_finished_in_the_finisher_process_without_a_recorder_thread(tmp_path, monkeypatch):
+    writers: list[int] = []
+    original = finisher.write_recording
+
+    def spy(*args, **kwargs):  # runs where the files are written
+        writers.append(os.getpid())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(finisher, "write_recording", spy)  # the child has its own module: no entry there
+
+    async def main():
+        async with ScriptedServer(Script(reply_at_packet=2, reply_ms=160)) as server:
+            channel = await finisher.finisher_channel()
+            before = {t.name for t in threading.enumerate()}
+            records = await asyncio.gather(*(_record(server.url, tmp_path / f"s{k}", f"fin/{k}") for k in range(3)))
+            return channel, {t.name for t in threading.enumerate()} - before, records
+
+    channel, new_threads, records = asyncio.run(main())
+    assert [r.status for r in records] == ["ok"] * 3, [r.failure for r in records]
+    assert all(r.verdict.status == "pass" for r in records)
+    for k, record in enumerate(records):
+        assert SessionRecord.model_validate(json.loads((tmp_path / f"s{k}" / "session.json").read_text())) == record
+    assert writers == []  # written by the finisher process, not in this one
+    assert channel.broken  # the loop ended: its channel was closed with it
+    assert new_threads <= {"fdb-recorder-work_0"}  # the input's worker at most: nothing to hand sessions over
+
+
+class _DiesWhenUnpickled:
+    """A job that kills the finisher process as it reads it: a death while a session is pending."""
+
+    def __reduce__(self):
+        return (os._exit, (3,))
+
+
+def test_a_finisher_that_dies_with_sessions_pending_costs_none_of_them(tmp_path, monkeypatch):
+    writers: list[int] = []
+    original = finisher.write_recording
+
+    def spy(*args, **kwargs):
+        writers.append(os.getpid())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(finisher, "write_recording", spy)
+    monkeypatch.setattr(finisher.FinisherChannel, "finish",
+                        lambda self, done, out_dir, kwargs: self._call(_DiesWhenUnpickled(), None, None))
+
+    async def main():
+        async with ScriptedServer(Script(reply_at_packet=2, reply_ms=160)) as server:
+            return await asyncio.gather(*(_record(server.url, tmp_path / f"d{k}", f"dies/{k}") for k in range(2)))
+
+    records = asyncio.run(main())
+    assert [r.status for r in records] == ["ok", "ok"], [r.failure for r in records]
+    assert writers == [os.getpid()] * 2  # the finisher broke: each session was written here instead
+    for k in range(2):
+        assert (tmp_path / f"d{k}" / "session.json").exists() and (tmp_path / f"d{k}" / "output.pcm").exists()
+
+
+def test_a_finisher_killed_mid_batch_costs_no_session_and_is_restarted(tmp_path):
+    async def main():
+        async with ScriptedServer(Script(reply_at_packet=2, reply_ms=160)) as server:
+            first = await finisher.finisher_channel()
+            process, _ = finisher._PROCESS
+            process.kill()
+            process.join(5)
+            # the channel learns of the death when its socket closes; sessions finishing now are
+            # written by this process instead
+            records = await asyncio.gather(*(_record(server.url, tmp_path / f"k{k}", f"kill/{k}") for k in range(2)))
+            second = await finisher.finisher_channel()
+            later = await _record(server.url, tmp_path / "after", "kill/after")
+            return first, process.pid, second, records, later
+
+    first, dead_pid, second, records, later = asyncio.run(main())
+    assert first.broken and second is not first
+    assert finisher._PROCESS is not None and finisher._PROCESS[0].pid != dead_pid
+    assert [r.status for r in records] == ["ok", "ok"], [r.failure for r in records]
+    assert later.status == "ok"
+    for name in ("k0", "k1", "after"):
+        assert (tmp_path / name / "session.json").exists() and (tmp_path / name / "trace.jsonl").exists()
