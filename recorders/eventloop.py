@@ -24,7 +24,7 @@ import math
 import os
 import time
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -105,13 +105,19 @@ class Pacer:
 _PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
 
 
+def loop_local(registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T],
+               factory: Callable[[asyncio.AbstractEventLoop], T]) -> T:
+    """The running loop's entry of ``registry``, made by ``factory(loop)`` on first use."""
+    loop = asyncio.get_running_loop()
+    found = registry.get(loop)
+    if found is None:
+        found = registry[loop] = factory(loop)
+    return found
+
+
 def pacer() -> Pacer:
     """The running loop's pacer (created on first use)."""
-    loop = asyncio.get_running_loop()
-    found = _PACERS.get(loop)
-    if found is None:
-        found = _PACERS[loop] = Pacer(loop)
-    return found
+    return loop_local(_PACERS, Pacer)
 
 
 async def sleep_until(due: float) -> float:

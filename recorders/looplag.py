@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from fdb.session_records import LoopLagStats
-from recorders.eventloop import CLOCK
+from recorders.eventloop import CLOCK, loop_local
 
 TICK_S = 0.02
 
@@ -88,11 +88,7 @@ _MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMonitor] = w
 
 def monitor() -> LoopMonitor:
     """The running loop's monitor (created on first use)."""
-    loop = asyncio.get_running_loop()
-    found = _MONITORS.get(loop)
-    if found is None:
-        found = _MONITORS[loop] = LoopMonitor(loop)
-    return found
+    return loop_local(_MONITORS, LoopMonitor)
 
 
 # A full (generation 2) collection walks every tracked object of the process: with a few hundred
