@@ -5,9 +5,15 @@ complete, and the first one is kept short, since the first audio waits for its s
 
 - a sentence end (``. ! ? ; …`` followed by whitespace) always ends a chunk;
 - the first chunk also ends at a clause boundary (``,`` ``:`` or a dash, followed by whitespace)
-  once it has ``first_clause_words`` words, and in any case after ``first_max_words`` words;
+  once it has ``first_clause_words`` words, and in any case after ``first_max_words`` words
+  (3 and 7: at 4 embedded-cascade sessions on 2 cores, 3 and 7 instead of 4 and 12 brought the
+  first audio p50 from 1.25-1.35 s to 0.94-1.17 s, three interleaved runs each,
+  ``benchmarks/cascade_capacity.py``);
 - a later chunk ends at a clause boundary once it has ``clause_words`` words, and in any case
-  after ``max_words`` (so that a long sentence does not hold up synthesis while audio plays).
+  after ``max_words`` (so that a long sentence does not hold up synthesis while audio plays);
+- a cut made only because of the word count does not leave an English article, preposition,
+  conjunction or copula at the chunk's end ("could be a" + "smoothie..."): it moves on by up to
+  two words ("could be a smoothie").
 
 Chunks are the reply's text cleaned by :func:`speakable` (markdown characters, emoji and URLs
 dropped, so a markdown link keeps its text alone; whitespace collapsed) and cut only at
@@ -27,6 +33,12 @@ _URL = re.compile(r"\(?\b(?:https?://|www\.)[^\s)]*\)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+")
 _CLAUSE_END = re.compile(r"(?:(?<=[,:—–])|(?<=\s-)|(?<=\s--))\s+")
 _GAP = re.compile(r"\s+")
+# Words a chunk cut by its length alone should not end on (it would be spoken as a phrase end).
+_DANGLING = frozenset(
+    "a an the of to in on at by for with from into about as and or but nor so if than that which who "
+    "is are was were be been am has have had do does did will would can could should may might must "
+    "my your his her its our their this these those".split())
+DANGLING_SLACK = 2  # words a length cut may move on to avoid a dangling word
 
 
 def _strip(piece: str) -> str:
@@ -52,7 +64,7 @@ class SpeechChunker:
     """Feed it the LLM's pieces with :meth:`push`, then :meth:`finish`; each returns the chunks
     completed by then, in order."""
 
-    def __init__(self, first_clause_words: int = 4, first_max_words: int = 12,
+    def __init__(self, first_clause_words: int = 3, first_max_words: int = 7,
                  clause_words: int = 12, max_words: int = 30) -> None:
         self._first_rule = (first_clause_words, first_max_words)
         self._later_rule = (clause_words, max_words)
@@ -91,7 +103,10 @@ class SpeechChunker:
                 cuts.append(clause.span())
                 break
         for gap in _GAP.finditer(text):
-            if gap.start() > 0 and _words(text[:gap.start()]) >= max_words:
+            head = text[:gap.start()].split()
+            if gap.start() > 0 and len(head) >= max_words:
+                if head[-1].lower() in _DANGLING and len(head) < max_words + DANGLING_SLACK:
+                    continue
                 cuts.append(gap.span())
                 break
         return min(cuts) if cuts else None

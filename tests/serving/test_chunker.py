@@ -34,16 +34,29 @@ def test_sentences_are_cut_as_soon_as_they_end():
     assert chunker.finish() == ["one"] and chunker.finish() == []
 
 
-def test_first_chunk_ends_at_a_clause_after_four_words_or_twelve_words():
+def test_first_chunk_ends_at_a_clause_after_three_words_or_seven_words():
     assert chunk(tokens("Yes, the capital of France is Paris, which is a lovely city.")) == [
         "Yes, the capital of France is Paris,", "which is a lovely city."]
     assert chunk(tokens("Well: there are three things - first, the sun and the rain.")) == [
         "Well: there are three things -", "first, the sun and the rain."]
+    assert chunk(tokens("The rainbow is a beautiful optical illusion created by light.")) == [
+        "The rainbow is a beautiful optical illusion", "created by light."]
+    # "is that" would end the 7-word chunk on a function word: the cut moves on (2 words at most)
     assert chunk(tokens(SKY)) == [
-        "The answer to this question is that the sky appears blue because",
-        "of a process called Rayleigh scattering, which is a natural phenomenon where light "
-        "encounters molecules of air and is scattered in all directions,",
+        "The answer to this question is that the sky",
+        "appears blue because of a process called Rayleigh scattering, which is a natural phenomenon "
+        "where light encounters molecules of air and is scattered in all directions,",
         "but primarily in the direction of shortest distance.", "This"]
+
+
+def test_a_length_cut_does_not_end_on_an_article_or_preposition():
+    assert chunk(tokens("A healthy breakfast idea could be a smoothie made with fruit.")) == [
+        "A healthy breakfast idea could be a smoothie", "made with fruit."]
+    # at most DANGLING_SLACK words further: a run of function words is still cut
+    assert chunk(tokens("One two three four five six of the a an and so on")) == [
+        "One two three four five six of the a", "an and so on"]
+    assert chunk(tokens("w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15"), first_max_words=4) == [
+        "w1 w2 w3 w4", "w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15"]
 
 
 def test_later_chunks_cut_at_clauses_only_when_long_and_capped():
@@ -55,7 +68,7 @@ def test_later_chunks_cut_at_clauses_only_when_long_and_capped():
 
 def test_numbers_markup_and_whitespace():
     assert chunk(tokens("It costs 1,000 dollars or 3.5 euros in total, they say.")) == [
-        "It costs 1,000 dollars or 3.5 euros in total,", "they say."]
+        "It costs 1,000 dollars or 3.5 euros", "in total, they say."]
     pieces = ["**Paris**", " is", "\n\n", " `big`", ".", " *Yes*", "."]
     assert chunk(pieces) == ["Paris is big .", "Yes ."] == [speakable("**Paris** is `big`."), "Yes ."]
     assert chunk(["   ", "\n"]) == []
