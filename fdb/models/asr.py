@@ -37,7 +37,7 @@ WHISPER_TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4
 VAD_SPEECH_PAD_MS = 200
 WHISPER_FRAMES = 3000  # Whisper's encoder window: 30 s of 10 ms log-mel frames
 HOP = ASR_RATE // 100  # samples per log-mel frame
-UTTERANCE_WINDOW_S = 15.0  # the shortest window ``transcribe_utterance`` encodes
+UTTERANCE_WINDOW_S = 10.0  # the shortest window ``transcribe_utterance`` encodes
 MAX_UTTERANCE_S = 29.0  # longer utterances take the full pipeline
 
 
@@ -131,7 +131,7 @@ class FasterWhisperAsr:
 
         Whisper always encodes a 30 s window; faster-whisper pads every call to it, so a 3 s
         question costs as much as 30 s of audio. Here the utterance is padded with silence to
-        itself plus 1 s, but never less than ``min_window_s`` (15 s), and that log-mel is encoded
+        itself plus 1 s, but never less than ``min_window_s`` (10 s), and that log-mel is encoded
         as it is; decoding is greedy, without timestamps, at most ``8 tokens/s + 20``. On 40
         Piper-spoken sentences of 3.2 s on average (``benchmarks/asr_window.py``, 2 cores) the
         full pipeline read 1.7% WER in 343 ms an utterance, this one 1.9% in 144 ms with a 15 s

@@ -237,13 +237,13 @@ class _WindowedAsr:
         return self.real.transcribe_utterance(samples, min_window_s=min_window_s)
 
 
-@pytest.mark.parametrize("window_s, expected", [(None, "full"), (15.0, 15.0), (20, 20.0)])
+@pytest.mark.parametrize("window_s, expected", [(None, "full"), (10.0, 10.0), (20, 20.0)])
 def test_whisper_transcription_encodes_utterances_in_the_window_it_is_given(question, window_s, expected):
-    """By default (window_s 15) an utterance is read in a shortened window; ``window_s: null``
+    """By default (window_s 10) an utterance is read in a shortened window; ``window_s: null``
     takes faster-whisper's full 30 s pipeline; both read the question."""
     listen = {**LISTEN, "session_nodes": {**LISTEN["session_nodes"], "asr": {
         "kind": "whisper_transcription", "inputs": ["input", "vad:session"],
-        **({} if window_s == 15.0 else {"window_s": window_s})}}}
+        **({} if window_s == 10.0 else {"window_s": window_s})}}}
     asr = _WindowedAsr(EmbeddedModels().asr)
     decl = load_graph(listen)
     models = EmbeddedModels()

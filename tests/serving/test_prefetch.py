@@ -39,7 +39,7 @@ class _CountingAsr:
     def __init__(self, asr):
         self._asr, self.calls = asr, 0
 
-    def transcribe_utterance(self, samples, min_window_s=15):
+    def transcribe_utterance(self, samples, min_window_s=10):
         self.calls += 1
         return self._asr.transcribe_utterance(samples, min_window_s=min_window_s)
 
