@@ -45,9 +45,15 @@ class SmolLm2:
     sessions of a server reply one after another. With more, as many replies decode at once,
     each context on ``n_threads`` threads. Each context maps the GGUF file again (the pages are
     shared in the page cache, but RSS counts every mapping) and has its own KV cache: the
-    embedded-cascade server's idle RSS went from 749 to 899 MiB with a second context. Every
-    call starts from a reset context, so which context serves it never changes the reply. The
-    prompt is evaluated on ``n_threads`` too (llama-cpp-python's default takes every core)."""
+    embedded-cascade server's idle RSS went from 749 to 899 MiB with a second context. The
+    prompt is evaluated on ``n_threads`` too (llama-cpp-python's default takes every core).
+
+    Every call starts from the same state of its context (``_prime``): the system turn's tokens
+    alone, evaluated once per context and kept in its KV cache; the rest of the prompt is
+    evaluated from there. So which context serves a call, and what it served before, never
+    changes the reply, and the system prompt is not evaluated again for every reply: 16 of the
+    35 prompt tokens of a one-question dialog; on one core its first piece came 81-105 ms after
+    the call instead of 190-220 ms."""
 
     local_compute = True  # its calls compute on this host's cores (a server may gate them)
 
@@ -98,10 +104,32 @@ class SmolLm2:
         top_k = 1 if temperature <= 0 else 40
         return {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "seed": 0}
 
+    @staticmethod
+    def _system_tokens(llm, messages: list[dict[str, str]]) -> list[int]:
+        """The tokens the ChatML prompt of ``messages`` starts with for its system turn ([] without one)."""
+        if not messages or messages[0].get("role") != "system":
+            return []
+        text = f"<|im_start|>system\n{messages[0].get('content') or ''}<|im_end|>\n"
+        return llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def _prime(self, llm, messages: list[dict[str, str]]) -> None:
+        """Put ``llm`` in the state every call starts from: the system turn's tokens in its KV
+        cache and nothing after them (evaluated now if the context holds another prefix). The
+        completion then evaluates only the rest of the prompt, always from this same state, so
+        the same messages always give the same reply whatever the context served before."""
+        prefix = self._system_tokens(llm, messages)
+        held = llm.n_tokens >= len(prefix) > 0 and list(llm.input_ids[:len(prefix)]) == prefix
+        if held:
+            llm.n_tokens = len(prefix)  # the completion drops the KV cache after the prefix
+            return
+        llm.reset()
+        if prefix:
+            llm.eval(prefix)
+
     def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str:
         """The whole reply, stripped."""
         with self._context() as llm:
-            llm.reset()  # no prompt-prefix reuse: the same messages always give the same reply
+            self._prime(llm, messages)
             out = llm.create_chat_completion(messages=messages, **self._sampling(max_tokens, temperature))
         return (out["choices"][0]["message"]["content"] or "").strip()
 
@@ -111,13 +139,13 @@ class SmolLm2:
 
         The context stays taken until the generator is exhausted or closed: iterate it in one
         thread and ``close()`` it when stopping early, so generation ends at the next token.
-        ``step(fn, *args)``, when given, runs each decoding step (the prompt with the first
-        token, then one token each); the wait for a free context is not a step."""
+        ``step(fn, *args)``, when given, runs each decoding step (priming the context, the
+        prompt with the first token, then one token each); the wait for a free context is not a step."""
         with self._context() as llm:
-            llm.reset()  # as in reply(): independent of earlier calls and other sessions
+            run = step or (lambda fn, *args: fn(*args))
+            run(self._prime, llm, messages)  # as in reply(): independent of earlier calls
             chunks = llm.create_chat_completion(
                 messages=messages, stream=True, **self._sampling(max_tokens, temperature))
-            run = step or (lambda fn, *args: fn(*args))
             try:
                 while (chunk := run(next, chunks, None)) is not None:
                     piece = chunk["choices"][0]["delta"].get("content")

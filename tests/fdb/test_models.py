@@ -150,8 +150,9 @@ def test_smollm2_contexts_decode_two_replies_at_once_and_give_the_same_text():
 
 
 def test_smollm2_runs_each_decoding_step_through_step_and_says_when_a_call_waits_for_a_context():
-    """``step`` wraps every decoding step (the prompt with the first token, then one token each)
-    and never the wait for a context; ``contended`` is true while a call waits for one."""
+    """``step`` wraps every decoding step (priming the context, the prompt with the first token,
+    then one token each) and never the wait for a context; ``contended`` is true while a call
+    waits for one."""
     import threading
     import time
 
@@ -167,7 +168,7 @@ def test_smollm2_runs_each_decoding_step_through_step_and_says_when_a_call_waits
 
     pieces = list(llm.stream_reply(msgs, max_tokens=16, step=step))
     assert "".join(pieces).strip() == llm.reply(msgs, max_tokens=16)
-    assert len(pieces) < len(steps) <= 16 + 3  # a step per token, plus the role and the end chunks
+    assert len(pieces) < len(steps) <= 16 + 4  # a step per token, plus priming, the role and the end chunks
     held = llm.stream_reply(msgs, max_tokens=16)
     next(held)  # holds the only context
     assert not llm.contended
@@ -206,3 +207,32 @@ def test_piper_synthesizes_several_texts_at_once_as_it_does_one_by_one(tts):
     for thread in threads:
         thread.join(30)
     assert all(a is not None and len(a) > 8000 and np.array_equal(a, b) for a, b in zip(alone, together, strict=True))
+
+
+def test_smollm2_keeps_the_system_turn_cached_and_replies_the_same_whatever_it_served_before():
+    from fdb.models.llm import SmolLm2
+
+    llm = SmolLm2(n_threads=1, instances=1)
+    system = {"role": "system", "content": "You are a helpful voice assistant. Answer concisely."}
+    question = [system, {"role": "user", "content": "What is the capital of France?"}]
+    first = llm.reply(question, max_tokens=16)
+    assert "paris" in first.lower()
+    llm.reply([system, {"role": "user", "content": "What is the capital of France? And of Spain?"}], max_tokens=8)
+    assert "".join(llm.stream_reply(question, max_tokens=16)).strip() == first  # after a longer shared prefix
+    llm.reply([{"role": "system", "content": "Answer like a pirate."}, {"role": "user", "content": "Hi"}], max_tokens=8)
+    llm.reply([{"role": "user", "content": "Hi"}], max_tokens=8)  # no system turn at all
+    assert llm.reply(question, max_tokens=16) == first  # after another system prompt
+    with llm._context() as context:
+        evaluated: list[int] = []
+        original = context.eval
+        context.eval = lambda tokens: (evaluated.append(len(tokens)), original(tokens))[1]
+        prompt = len(context.tokenize(
+            b"<|im_start|>system\nYou are a helpful voice assistant. Answer concisely.<|im_end|>\n"
+            b"<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+            add_bos=False, special=True))
+    llm.reply(question, max_tokens=4)
+    llm.reply(question, max_tokens=4)
+    system_tokens = len(llm._system_tokens(context, question))
+    assert system_tokens >= 10
+    assert evaluated[0] == prompt - system_tokens  # the system turn came from the context's cache
+    del context.eval
