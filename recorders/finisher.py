@@ -259,20 +259,25 @@ class FinisherChannel:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task | None = None
         self._in_flight = asyncio.Semaphore(IN_FLIGHT)
+        self.opening: asyncio.Task | None = None  # ``open()``, awaited by every first caller
 
     async def open(self) -> None:
-        process, control = _process()
-        mine, theirs = socket.socketpair()
         try:
-            reduction.send_handle(control, theirs.fileno(), process.pid)
-        except OSError as exc:
-            mine.close()
-            raise FinisherBroken(f"cannot reach the finisher process: {exc}") from exc
-        finally:
-            theirs.close()
-        reader, self._writer = await asyncio.open_unix_connection(sock=mine, limit=_READ_LIMIT)
-        self._reader_task = self.loop.create_task(self._read(reader))
-        await self._call(_PING, None, None)  # the process has started and imported what it needs
+            process, control = _process()
+            mine, theirs = socket.socketpair()
+            try:
+                reduction.send_handle(control, theirs.fileno(), process.pid)
+            except OSError as exc:
+                mine.close()
+                raise FinisherBroken(f"cannot reach the finisher process: {exc}") from exc
+            finally:
+                theirs.close()
+            reader, self._writer = await asyncio.open_unix_connection(sock=mine, limit=_READ_LIMIT)
+            self._reader_task = self.loop.create_task(self._read(reader))
+            await self._call(_PING, None, None)  # the process has started and imported what it needs
+        except BaseException:
+            self.broken = True
+            raise
 
     async def finish(self, done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
         """``finish_recording(done, out_dir, kwargs)`` in the finisher process."""
@@ -317,14 +322,12 @@ _CHANNELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FinisherChannel]
 
 async def finisher_channel() -> FinisherChannel:
     """The running loop's channel to the finisher process (opened, and the process started,
-    on first use, or again after it broke)."""
+    on first use, or again after it broke). Sessions that ask while it opens wait for it."""
     loop = asyncio.get_running_loop()
     channel = _CHANNELS.get(loop)
     if channel is None or channel.broken:
         channel = _CHANNELS[loop] = FinisherChannel(loop)
-        try:
-            await channel.open()
-        except BaseException:
-            channel.broken = True
-            raise
+        channel.opening = loop.create_task(channel.open())
+    assert channel.opening is not None
+    await asyncio.shield(channel.opening)  # a waiter cancelled here does not cancel the opening
     return channel

@@ -108,3 +108,12 @@ def test_a_finisher_killed_mid_batch_costs_no_session_and_is_restarted(tmp_path)
     assert later.status == "ok"
     for name in ("k0", "k1", "after"):
         assert (tmp_path / name / "session.json").exists() and (tmp_path / name / "trace.jsonl").exists()
+
+
+def test_sessions_that_ask_while_the_channel_opens_wait_for_it():
+    async def main():
+        channels = await asyncio.gather(*(finisher.finisher_channel() for _ in range(5)))
+        return channels, await asyncio.gather(*(c._call(finisher._PING, None, None) for c in channels))
+
+    channels, replies = asyncio.run(main())
+    assert all(c is channels[0] for c in channels) and replies == [None] * 5
