@@ -68,7 +68,7 @@ class Pacer:
         self._heap: list[tuple[float, int, asyncio.Future[float]]] = []
         self._order = itertools.count()  # ties keep their arrival order (futures do not compare)
         self._timer: asyncio.TimerHandle | None = None
-        self._armed_for = math.inf
+        self._fires_at = math.inf  # when the armed timer fires
 
     def wait(self, due: float) -> asyncio.Future[float]:
         future: asyncio.Future[float] = self.loop.create_future()
@@ -77,19 +77,19 @@ class Pacer:
             future.set_result(now)
             return future
         heapq.heappush(self._heap, (due, next(self._order), future))
-        if due < self._armed_for:
+        if max(due, now + self.MIN_TIMER_S) < self._fires_at:  # re-armed only to fire sooner
             self._arm(now)
         return future
 
     def _arm(self, now: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        due = self._heap[0][0]
-        self._armed_for = due
-        self._timer = self.loop.call_later(max(due - now, self.MIN_TIMER_S), self._fire)
+        delay = max(self._heap[0][0] - now, self.MIN_TIMER_S)
+        self._fires_at = now + delay
+        self._timer = self.loop.call_later(delay, self._fire)
 
     def _fire(self) -> None:
-        self._timer, self._armed_for = None, math.inf
+        self._timer, self._fires_at = None, math.inf
         now, heap = CLOCK(), self._heap
         while heap and heap[0][0] <= now:
             future = heapq.heappop(heap)[2]

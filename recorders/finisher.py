@@ -194,7 +194,7 @@ def _serve_one(channel: socket.socket) -> bool:
         if payload is None:
             return False
         job, done, out_dir, kwargs = pickle.loads(payload)
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError):
+    except Exception:  # a closed socket or a job that does not decode: the channel is done
         return False
     try:
         reply = (job, True, None if done == _PING else finish_recording(done, out_dir, kwargs))
@@ -202,8 +202,10 @@ def _serve_one(channel: socket.socket) -> bool:
         reply = (job, False, exc)
     try:
         data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        if not reply[1]:
+            pickle.loads(data)  # an exception the recorder could not rebuild goes back as text
     except Exception as exc:
-        data = pickle.dumps((job, False, RuntimeError(f"finisher reply did not pickle: {exc!r}")))
+        data = pickle.dumps((job, False, RuntimeError(f"finisher: {reply[2]!r} (its reply did not pickle: {exc!r})")))
     try:
         channel.sendall(_HEADER.pack(len(data)) + data)
     except OSError:
@@ -305,7 +307,7 @@ class FinisherChannel:
                 future = self._pending.pop(job, None)
                 if future is not None and not future.done():
                     future.set_result((ok, value))
-        except (asyncio.IncompleteReadError, OSError, pickle.UnpicklingError, EOFError, ValueError):
+        except Exception:  # a closed socket or a reply that does not decode: the channel is done
             pass
         finally:
             self.broken = True
