@@ -36,8 +36,8 @@ from websockets.protocol import State
 from fdb.audio import Audio
 from fdb.errors import FdbError, SampleError
 from fdb.profiles import Profile, get_profile
-from fdb.session_records import SessionRecord, SessionStatus, TraceEvent
-from recorders.eventloop import CLOCK, paced_sleep, sleep_until
+from fdb.session_records import SessionRecord, SessionStatus
+from recorders.eventloop import CLOCK, loop_local, paced_sleep, sleep_until
 from recorders.finisher import (  # noqa: F401  (RawTrace and trace_from_raw are re-exported)
     FinishedSession,
     FinisherBroken,
@@ -94,10 +94,7 @@ class _OpeningSlot:
 
 
 async def _opening_slot() -> _OpeningSlot:
-    loop = asyncio.get_running_loop()
-    gate = _GATES.get(loop)
-    if gate is None:
-        gate = _GATES[loop] = asyncio.Semaphore(OPENING_CONCURRENCY)
+    gate = loop_local(_GATES, lambda loop: asyncio.Semaphore(OPENING_CONCURRENCY))
     await gate.acquire()
     return _OpeningSlot(gate)
 
@@ -161,10 +158,6 @@ class _Session:
     def origin(self) -> float:
         """The trace clock's zero: the first packet's slot, where its send starts."""
         return self.t0 if self.t0 is not None else (self.raw.times[0] if len(self.raw) else 0.0)
-
-    def trace(self) -> list[TraceEvent]:
-        """The trace on the t0 clock (seconds from the first packet's slot, where its send starts)."""
-        return trace_from_raw(self.raw, self.origin)
 
     def as_finished(self, elapsed_s: float, extra: dict[str, Any] | None) -> FinishedSession:
         """Everything ``write_recording`` needs, as plain picklable data (raw trace rows)."""

@@ -66,6 +66,7 @@ class SmolLm2:
         path = smollm2_path()
         self._free: queue.SimpleQueue = queue.SimpleQueue()  # the contexts no reply holds
         self._waiting, self._count = 0, threading.Lock()  # calls waiting for a context
+        self._system_cache: dict[str, list[int]] = {}  # system turn text -> its tokens
         for _ in range(instances):
             self._free.put(llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
                                            n_threads_batch=n_threads, seed=0,
@@ -104,13 +105,17 @@ class SmolLm2:
         top_k = 1 if temperature <= 0 else 40
         return {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "seed": 0}
 
-    @staticmethod
-    def _system_tokens(llm, messages: list[dict[str, str]]) -> list[int]:
-        """The tokens the ChatML prompt of ``messages`` starts with for its system turn ([] without one)."""
+    def _system_tokens(self, llm, messages: list[dict[str, str]]) -> list[int]:
+        """The tokens the ChatML prompt of ``messages`` starts with for its system turn ([] without
+        one); tokenized once per system prompt (every context shares the model's tokenizer)."""
         if not messages or messages[0].get("role") != "system":
             return []
         text = f"<|im_start|>system\n{messages[0].get('content') or ''}<|im_end|>\n"
-        return llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        if (tokens := self._system_cache.get(text)) is None:
+            if len(self._system_cache) >= 64:  # sessions' own instructions: keep it bounded
+                self._system_cache.clear()
+            tokens = self._system_cache[text] = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return tokens
 
     def _prime(self, llm, messages: list[dict[str, str]]) -> None:
         """Put ``llm`` in the state every call starts from: the system turn's tokens in its KV
