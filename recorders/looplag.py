@@ -81,6 +81,7 @@ class LoopMonitor:
             now = CLOCK()
             self.lags.append(max(0.0, now - due))
             self.times.append(now)
+            gc_valve()
 
 
 _MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMonitor] = weakref.WeakKeyDictionary()
@@ -91,32 +92,47 @@ def monitor() -> LoopMonitor:
     return loop_local(_MONITORS, LoopMonitor)
 
 
-# A full (generation 2) collection walks every tracked object of the process: with a few hundred
-# sessions and the libraries loaded, one pause measured 79 ms, far beyond the pacing tolerance
-# (benchmarks/recorder_capacity.py, 256 sessions: nine such pauses in 15 s). While sessions are
-# paced, what exists before them is frozen (never scanned again) and a full collection waits for
-# GC_FULL_EVERY young-generation passes instead of the default 10; young collections still run.
-GC_FULL_EVERY = 1000
+# The cyclic garbage collector is off while sessions are paced. A collection stops the loop that
+# sends every session's packets: a full one walks every tracked object of the process (79 ms
+# with a few hundred sessions), and even the young-generation passes that stayed on in an earlier
+# design took 4-7 ms each while a batch was opening its sessions (benchmarks/recorder_capacity.py,
+# 256 sessions). A recording makes no reference cycles of its own: with the collector off, a
+# batch of 64 sessions left 0 unreachable objects for ``gc.collect`` to find. What exists before
+# the sessions is collected once and frozen (never scanned again); objects freed by reference
+# counting are freed as always. A safety valve runs a collection (and freezes again) if the
+# tracked objects made since the last one exceed GC_VALVE (512 sessions peak at 82 thousand):
+# some unforeseen path that makes cycles cannot grow the process without bound.
+GC_VALVE = 1_000_000
 _paced_users = 0
-_saved_threshold: tuple[int, int, int] | None = None
+_was_enabled = True
 
 
 @contextmanager
 def paced_gc() -> Iterator[None]:
-    """Keep garbage-collector pauses short while paced sessions run (nestable)."""
-    global _paced_users, _saved_threshold
+    """No garbage-collector pauses while paced sessions run (nestable); see ``gc_valve``."""
+    global _paced_users, _was_enabled
     if _paced_users == 0:
         gc.collect()
         gc.freeze()
-        _saved_threshold = gc.get_threshold()
-        gen0, gen1, _ = _saved_threshold
-        gc.set_threshold(gen0, gen1, GC_FULL_EVERY)
+        _was_enabled = gc.isenabled()
+        gc.disable()
     _paced_users += 1
     try:
         yield
     finally:
         _paced_users -= 1
         if _paced_users == 0:
-            if _saved_threshold is not None:
-                gc.set_threshold(*_saved_threshold)
             gc.unfreeze()
+            if _was_enabled:
+                gc.enable()
+
+
+def gc_valve() -> bool:
+    """While ``paced_gc`` holds the collector off: collect and freeze again once more than
+    GC_VALVE tracked objects were made since the last collection. Returns whether it ran
+    (the loop monitor's ticker calls it on every tick)."""
+    if _paced_users and gc.get_count()[0] > GC_VALVE:
+        gc.collect()
+        gc.freeze()
+        return True
+    return False

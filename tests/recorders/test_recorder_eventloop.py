@@ -7,12 +7,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import pickle
+import statistics
+import sys
+import weakref
 
 import pytest
 
-from recorders.eventloop import CLOCK, pacer, run, sleep_until
-from recorders.looplag import GC_FULL_EVERY, paced_gc
+from recorders.eventloop import CLOCK, TimerFd, pacer, run, sleep_until
+from recorders import looplag
+from recorders.looplag import paced_gc
 from recorders.session import RawTrace, trace_from_raw
 
 
@@ -44,21 +49,50 @@ def test_sleep_until_never_wakes_before_the_due_time(monkeypatch, kind):
     assert max(run(wakes())) <= 0.0
 
 
-def test_paced_gc_freezes_and_defers_full_collections_and_restores_them():
-    before = gc.get_threshold()
+def test_paced_gc_turns_the_collector_off_freezes_what_exists_and_restores_both():
+    assert gc.isenabled()
     with paced_gc():
-        assert gc.get_threshold() == (before[0], before[1], GC_FULL_EVERY)
-        assert gc.get_freeze_count() > 0
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
         with paced_gc():  # nested batches (one per shard) share it
-            assert gc.get_threshold()[2] == GC_FULL_EVERY
-        assert gc.get_threshold()[2] == GC_FULL_EVERY
-    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
+class _Node:
+    pass
+
+
+def test_the_gc_valve_collects_cycles_only_past_its_threshold_and_only_while_paced(monkeypatch):
+    monkeypatch.setattr(looplag, "GC_VALVE", 5000)
+
+    def cycles(n: int) -> list[weakref.ref]:
+        refs = []
+        for _ in range(n):
+            a, b = _Node(), _Node()
+            a.other, b.other = b, a  # unreachable once this loop moves on: only a collection frees it
+            refs.append(weakref.ref(a))
+        return refs
+
+    assert not looplag.gc_valve()  # not paced: the collector is on and the valve does nothing
+    with paced_gc():
+        few = cycles(100)
+        assert not looplag.gc_valve() and all(r() is not None for r in few)  # under the threshold
+        many = cycles(5000)
+        assert looplag.gc_valve()
+        assert all(r() is None for r in few + many)
+        assert gc.get_count()[0] < 5000 and not gc.isenabled()
+
+
+@pytest.mark.parametrize("timer", ["timerfd", "loop timer"])
 @pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
-def test_the_pacer_wakes_many_waits_from_one_timer_in_due_order_never_early(monkeypatch, kind):
+def test_the_pacer_wakes_many_waits_from_one_timer_in_due_order_never_early(monkeypatch, kind, timer):
     if kind == "uvloop":
         pytest.importorskip("uvloop")
+    if timer == "timerfd" and not sys.platform.startswith("linux"):
+        pytest.skip("timerfd is Linux only")
+    if timer == "loop timer":
+        monkeypatch.setattr(TimerFd, "create", classmethod(lambda cls, loop, callback: None))
     monkeypatch.setenv("FDB_EVENT_LOOP", kind)
     fires = []
 
@@ -77,13 +111,49 @@ def test_the_pacer_wakes_many_waits_from_one_timer_in_due_order_never_early(monk
         await asyncio.sleep(0)
         cancelled.cancel()
         await asyncio.gather(*(one(due) for due in dues))
+        assert (paced._fd is not None) == (timer == "timerfd")
         return woke, len(paced)
 
     woke, left = run(main())
     assert len(woke) == 400 and left == 0
     assert all(at >= due for due, at in woke)  # never before its time
     assert [due for due, _ in woke] == sorted(due for due, _ in woke)  # resumed in due order
-    assert len(fires) < 60  # about one timer callback per millisecond, not one per wait
+    assert fires
+    if timer == "loop timer":
+        assert len(fires) < 60  # about one timer callback per millisecond, not one per wait
+    else:
+        assert len(fires) <= len(set(due for due, _ in woke))  # at most one per distinct due time
+
+
+def test_the_pacer_of_run_wakes_from_a_timerfd_to_a_fraction_of_a_millisecond_and_closes_it():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("timerfd is Linux only")
+    pytest.importorskip("uvloop")
+
+    async def main() -> tuple[list[float], int]:
+        late = []
+        for k in range(30):  # due times that are not whole milliseconds away
+            due = CLOCK() + 0.0017 + k * 0.00011
+            late.append(await sleep_until(due) - due)
+        fd = pacer()._fd
+        assert fd is not None
+        return late, fd.fd
+
+    late, fd = run(main())
+    assert min(late) >= 0.0
+    # uvloop's own timers count whole milliseconds: a wake-up 0.5-1 ms late is typical there
+    assert statistics.median(late) < 0.0005
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed with its loop
+
+
+def test_a_pacer_on_a_loop_not_made_by_run_uses_the_loop_timer():
+    async def main() -> bool:
+        paced = pacer()
+        await sleep_until(CLOCK() + 0.002)
+        return paced._fd is None
+
+    assert asyncio.run(main())
 
 
 def test_raw_trace_rows_allocate_nothing_the_garbage_collector_tracks():
