@@ -39,6 +39,7 @@ from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus
 from recorders.eventloop import CLOCK, loop_local, paced_sleep, sleep_until
 from recorders.finisher import (  # noqa: F401  (RawTrace and trace_from_raw are re-exported)
+    Blob,
     FinishedSession,
     FinisherBroken,
     RawTrace,
@@ -425,7 +426,7 @@ def _prepare(audio: Audio, rate: int, out_dir: Path) -> bytes:
     """The session's input as PCM16 at ``rate``, and its directory made (when the input is not
     empty). Both run in the worker thread: a mkdir blocks its caller for 0.8-3 ms on a busy
     disk, and in the loop it delayed every session's packets by as much (a batch's start)."""
-    pcm = input_pcm16(audio, rate)
+    pcm = Blob(input_pcm16(audio, rate))  # handed to the finisher beside its pickle, not in it
     if pcm:
         out_dir.mkdir(parents=True, exist_ok=True)
     return pcm

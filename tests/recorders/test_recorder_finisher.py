@@ -5,8 +5,10 @@ channel starts a new one."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import pickle
 import threading
 
 import numpy as np
@@ -117,3 +119,35 @@ def test_sessions_that_ask_while_the_channel_opens_wait_for_it():
 
     channels, replies = asyncio.run(main())
     assert all(c is channels[0] for c in channels) and replies == [None] * 5
+
+
+def test_blobs_travel_beside_the_pickle_and_come_back_as_plain_bytes():
+    audio, pcm = os.urandom(300_000), os.urandom(200_000)
+    message = (7, {"audio": finisher.Blob(audio), "pcm": finisher.Blob(pcm), "text": "x"})
+    head, payload, *buffers = finisher.encode_message(message)
+    assert len(payload) < 1000  # the 500 kB are not copied into the pickle
+    assert [bytes(b) for b in buffers] == [audio, pcm]
+    size, count = finisher.message_sizes(head[:finisher._HEADER.size])
+    assert (size, count) == (len(payload), 2)
+    job, fields = pickle.loads(payload, buffers=[bytearray(b) for b in buffers])
+    assert job == 7 and fields["text"] == "x"
+    assert type(fields["audio"]) is bytes and fields["audio"] == audio and fields["pcm"] == pcm
+    # any other pickle (another protocol, the inline path) carries a Blob as plain bytes
+    assert pickle.loads(pickle.dumps(finisher.Blob(b"abc"), protocol=4)) == b"abc"
+
+
+def test_a_finished_session_hands_its_audio_over_beside_the_pickle_and_decodes_the_same():
+    good = [base64.b64encode(bytes([k]) * n).decode() for k, n in ((1, 6), (2, 5), (3, 4))]
+
+    def handed_over(deltas: list[str]) -> finisher.FinishedSession:
+        done = finisher.FinishedSession(finisher.RawTrace(), 0.0, deltas, {"failure": None})
+        _, payload, *buffers = finisher.encode_message(done)
+        assert len(buffers) == 1 and bytes(buffers[0]).startswith(deltas[0].encode()[:4])
+        return pickle.loads(payload, buffers=buffers)
+
+    done = handed_over(good)
+    assert done.audio_b64 == good
+    assert finisher.decode_output(done.audio_b64) == (b"\x01" * 6 + b"\x02" * 5 + b"\x03" * 4, None)
+    bad = handed_over([good[0], "é" * 8, good[2]])  # neither base64 nor ASCII
+    output, problem = finisher.decode_output(bad.audio_b64)
+    assert output == b"\x01" * 6 and problem.startswith("audio delta 1:")
