@@ -422,14 +422,12 @@ async def _off_loop(fn, *args):
     return await asyncio.get_running_loop().run_in_executor(_WORKER, fn, *args)
 
 
-def _prepare(audio: Audio, rate: int, out_dir: Path) -> bytes:
-    """The session's input as PCM16 at ``rate``, and its directory made (when the input is not
-    empty). Both run in the worker thread: a mkdir blocks its caller for 0.8-3 ms on a busy
-    disk, and in the loop it delayed every session's packets by as much (a batch's start)."""
-    pcm = Blob(input_pcm16(audio, rate))  # handed to the finisher beside its pickle, not in it
-    if pcm:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    return pcm
+def _prepare(audio: Audio, rate: int) -> bytes:
+    """The session's input as PCM16 at ``rate`` (in the worker thread). The session's directory
+    is made when its files are written (``fdb.io``'s atomic writes make their parent), not here:
+    a mkdir blocked the loop for 0.8-3 ms and delayed every session's packets by as much while
+    a batch opened."""
+    return Blob(input_pcm16(audio, rate))  # handed to the finisher beside its pickle, not in it
 
 
 async def start_finisher() -> None:
@@ -484,7 +482,7 @@ async def record_session(
         raise FdbError(f"{label}: timeout_s must be positive, got {timeout_s}")
     slot = await _opening_slot()
     try:
-        pcm = await _off_loop(_prepare, audio, profile.input_rate, out_dir)  # keep the loop free
+        pcm = await _off_loop(_prepare, audio, profile.input_rate)  # keep the loop free
         if not pcm:
             raise SampleError(label, "input audio is empty", "check the dataset file")
     except BaseException:
