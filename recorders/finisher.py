@@ -7,11 +7,11 @@ worker process at low priority (nice 10), started on first use.
 
 The recorder hands a finished session over without any thread of its own: the loop pickles it
 and writes it, length-prefixed and with its audio beside the pickle rather than in it (``Blob``),
-to a Unix socket that the loop itself drives (``FinisherChannel``); the reply (the ``SessionRecord``, or the exception) comes back the same way. A
-``ProcessPoolExecutor`` needs two threads in the recorder process (one moves work items, one
-pickles them and writes the pipe); each time one of them took the interpreter lock the paced
-loop waited for it, and at the end of a batch, when hundreds of sessions finish within a
-second, packets went out up to 20 ms late (``benchmarks/recorder_capacity.py``, 256 sessions:
+to a Unix socket that the loop itself drives (``FinisherChannel``); the reply (the
+``SessionRecord``, or the exception) comes back the same way. A ``ProcessPoolExecutor`` needs
+two threads in the recorder process (one moves work items, one pickles them and writes the
+pipe); each time one of them took the interpreter lock the paced loop waited for it, and at the
+end of a batch, when hundreds of sessions finish within a second, packets went out up to 20 ms late (``benchmarks/recorder_capacity.py``, 256 sessions:
 end-phase p99 6-22 ms with the executor, 2.5-3.6 ms with finishing held back until the batch
 ended).
 

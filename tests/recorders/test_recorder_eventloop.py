@@ -15,8 +15,8 @@ import weakref
 
 import pytest
 
-from recorders.eventloop import CLOCK, TimerFd, pacer, run, sleep_until
 from recorders import looplag
+from recorders.eventloop import CLOCK, TimerFd, pacer, run, sleep_until
 from recorders.looplag import paced_gc
 from recorders.session import RawTrace, trace_from_raw
 
