@@ -53,14 +53,12 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     platform has one."""
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         loop = runner.get_loop()
-        _PRECISE.add(loop)
+        paced = _PACERS[loop] = Pacer(loop, precise=True)
         try:
             return runner.run(coro)
         finally:
-            _PRECISE.discard(loop)
-            found = _PACERS.pop(loop, None)
-            if found is not None:
-                found.close()
+            _PACERS.pop(loop, None)
+            paced.close()
 
 
 class _Timespec(ctypes.Structure):
@@ -137,19 +135,20 @@ class Pacer:
     wait that is due and arms itself for the next. So the loop runs about one timer callback
     per millisecond however many sessions wait, instead of one (or two, when a timer fires
     early) per packet. A wait whose task was cancelled stays in the heap until its time and
-    is then dropped. On a loop of ``run`` the timer is a ``TimerFd`` armed for the earliest
-    wait exactly (no whole-millisecond rounding, no minimum delay); ``close`` releases it.
+    is then dropped. With ``precise`` (the loop of ``run``) the timer is a ``TimerFd`` armed
+    for the earliest wait exactly (no whole-millisecond rounding, no minimum delay); ``close``
+    releases it.
     """
 
     MIN_TIMER_S = 0.001
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, precise: bool = False):
         self.loop = loop
         self._heap: list[tuple[float, int, asyncio.Future[float]]] = []
         self._order = itertools.count()  # ties keep their arrival order (futures do not compare)
         self._timer: asyncio.TimerHandle | None = None
         self._fires_at = math.inf  # when the armed timer fires
-        self._fd = TimerFd.create(loop, self._on_timer) if loop in _PRECISE else None
+        self._fd = TimerFd.create(loop, self._on_timer) if precise else None
 
     def wait(self, due: float) -> asyncio.Future[float]:
         future: asyncio.Future[float] = self.loop.create_future()
@@ -158,11 +157,8 @@ class Pacer:
             future.set_result(now)
             return future
         heapq.heappush(self._heap, (due, next(self._order), future))
-        if self._fd is not None:
-            if due < self._fires_at:
-                self._fires_at = due
-                self._fd.arm(due)
-        elif max(due, now + self.MIN_TIMER_S) < self._fires_at:  # re-armed only to fire sooner
+        soonest = due if self._fd is not None else max(due, now + self.MIN_TIMER_S)
+        if soonest < self._fires_at:  # re-armed only to fire sooner
             self._arm(now)
         return future
 
@@ -200,7 +196,6 @@ class Pacer:
 
 
 _PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
-_PRECISE: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()  # loops of ``run``
 
 
 def loop_local(registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T],

@@ -270,8 +270,8 @@ def _serve_one(channel: socket.socket) -> bool:
         reply = (job, False, exc)
     try:
         pieces = encode_message(reply)
-        if not reply[1]:
-            pickle.loads(pieces[1])  # an exception the recorder could not rebuild goes back as text
+        if not reply[1]:  # an exception the recorder could not rebuild goes back as text
+            pickle.loads(pieces[1], buffers=pieces[2:])
     except Exception as exc:
         pieces = encode_message((job, False, RuntimeError(f"finisher: {reply[2]!r} (its reply did not pickle: {exc!r})")))
     try:
