@@ -29,9 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-from websockets.protocol import State
+import picows
 
 from fdb.audio import Audio
 from fdb.errors import FdbError, SampleError
@@ -59,6 +57,7 @@ from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are
     write_recording,
 )
 from recorders.wire import CLOSE_CODES, event_id, parse_server_message
+from recorders.wsclient import Closed, Refused, WsClient, open_client
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 ADMISSION_RETRIES = 3
@@ -126,9 +125,9 @@ class _Session:
         self.close_reason: str | None = None
         self.flags = {name: asyncio.Event() for name in ("created", "updated", "drained", "closed", "tail")}
         self.updates_answered = 0
-        self.ws: ClientConnection | None = None
+        self.ws: WsClient | None = None
+        self.receiving = True  # off after a message that is not an event: the rest is not read
         self.flow_task: asyncio.Task | None = None
-        self.recv_task: asyncio.Task | None = None
         self.loop_lag = None
         self.slot: _OpeningSlot | None = None  # held from before the input is prepared to session.updated
 
@@ -170,18 +169,15 @@ class _Session:
                 extra=dict(extra or {}), loop_lag=self.loop_lag))
 
     # ------------------------------------------------------------ connection
-    async def _connect(self) -> ClientConnection | None:
+    async def _connect(self) -> WsClient | None:
         """Open the WebSocket; HTTP 503 is retried ADMISSION_RETRIES times, 0.25 s apart."""
         for attempt in range(1, ADMISSION_RETRIES + 2):
             self.note("connect", url=redact_url(self.url), attempt=attempt)
             try:
-                return await connect(
-                    self.url, max_size=MAX_MESSAGE_BYTES, compression=None, ping_interval=None,
-                    proxy=None, open_timeout=None, close_timeout=CLOSE_GRACE_S,
-                    additional_headers=list(self.profile.extra_headers) or None,
-                )
-            except InvalidStatus as exc:
-                code = exc.response.status_code
+                return await open_client(self.url, self._on_message, list(self.profile.extra_headers),
+                                         MAX_MESSAGE_BYTES)
+            except Refused as exc:
+                code = exc.status
                 if code != 503:
                     self.fail("error", f"server refused the WebSocket with HTTP {code}")
                     return None
@@ -189,7 +185,7 @@ class _Session:
                 self.note("admission_denied", http_status=503, attempt=attempt)
                 if attempt <= ADMISSION_RETRIES:
                     await asyncio.sleep(ADMISSION_BACKOFF_S)
-            except (OSError, InvalidHandshake) as exc:
+            except (OSError, picows.WSError, ValueError) as exc:
                 self.fail("error", f"cannot connect to {redact_url(self.url)}: {exc}")
                 return None
         self.fail("admission_denied", f"HTTP 503 on all {ADMISSION_RETRIES + 1} connection attempts")
@@ -219,12 +215,13 @@ class _Session:
         self.ws = await self._connect()
         if self.ws is None:
             return
-        self.recv_task = asyncio.create_task(self._receive(self.ws))
+        self.ws.closed.add_done_callback(lambda _: self._on_connection_lost())
         self.flow_task = asyncio.create_task(self._flow(self.ws))
-        await asyncio.wait({self.recv_task, self.flow_task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({self.ws.closed, self.flow_task}, return_when=asyncio.FIRST_COMPLETED)
         if self.flow_task.done() and not self.flow_task.cancelled():
             exc = self.flow_task.exception()
-            if isinstance(exc, ConnectionClosed):
+            if isinstance(exc, Closed):  # the connection is closing: its end names the cause
+                await asyncio.wait({self.ws.closed}, timeout=CLOSE_GRACE_S)
                 self._on_connection_lost()
             elif exc is not None:
                 self.fail("error", f"client error while {self.phase}: {exc!r}")
@@ -244,68 +241,65 @@ class _Session:
             self.flow_task.cancel()
         ws = self.ws
         drain = self.profile.end_mode == "drain"
-        if drain and self.failure is None and self.finished and self.recv_task is not None:
-            done, _ = await asyncio.wait({self.recv_task}, timeout=CLOSE_GRACE_S)  # the server closes
+        if drain and self.failure is None and self.finished and ws is not None:
+            done, _ = await asyncio.wait({ws.closed}, timeout=CLOSE_GRACE_S)  # the server closes
             if not done:
                 self.note("server_did_not_close", waited_s=CLOSE_GRACE_S)
         polite = drain and self.failure and not self.sent_close and not self.fatal
-        if ws is not None and ws.state is State.OPEN and polite:
+        if ws is not None and ws.open and polite:
             try:
                 self.sent_close = True
                 await self._send(ws, {"type": "session.close"})
-                if self.recv_task is not None:
-                    await asyncio.wait({self.recv_task}, timeout=CLOSE_GRACE_S)
-            except ConnectionClosed:
+                await asyncio.wait({ws.closed}, timeout=CLOSE_GRACE_S)
+            except Closed:
                 pass
         if ws is not None:
-            try:
-                await asyncio.wait_for(ws.close(), CLOSE_GRACE_S + 1)
-            except (TimeoutError, OSError):
-                pass
+            await ws.close(CLOSE_GRACE_S)
             self.close_code, self.close_reason = ws.close_code, ws.close_reason or None
             self.note("connection.closed", code=self.close_code, reason=self.close_reason)
             if self.failure is None and self.close_code != 1000:
                 self.fail("error", f"connection closed with code {self.close_code} after the session ended")
-        for task in (self.flow_task, self.recv_task):
-            if task is not None and not task.done():
-                task.cancel()
-        await asyncio.gather(*(t for t in (self.flow_task, self.recv_task) if t), return_exceptions=True)
+        if self.flow_task is not None:
+            if not self.flow_task.done():
+                self.flow_task.cancel()
+            await asyncio.gather(self.flow_task, return_exceptions=True)
 
     # ------------------------------------------------------------------ send
     async def _send(
-        self, ws: ClientConnection, event: dict[str, Any], trace_event: dict | None = None,
+        self, ws: WsClient, event: dict[str, Any], trace_event: dict | None = None,
         t: float | None = None, scheduled: float | None = None,
     ) -> int:
         """Send ``event`` with a fresh event_id; the trace logs ``trace_event`` (no audio) at ``t``."""
         event = {"event_id": event_id(), **event}
         logged = event if trace_event is None else {**trace_event, "event_id": event["event_id"]}
         index = self.log("send", event["type"], logged, t, scheduled)
-        await ws.send(json.dumps(event))
+        ws.send(json.dumps(event))
+        await ws.drained()
         return index
 
     async def _send_append(self, seq: int, packet: bytes, due: float, start: float) -> None:
         """One input packet. Its wire text is put together around the base64 audio (which needs
-        no JSON escaping), so the audio is never run through the JSON encoder; the trace logs
-        the same event without the audio."""
+        no JSON escaping) as bytes, so the audio is never run through the JSON encoder nor
+        copied into a ``str``; the trace logs the same event without the audio (the text
+        ``json.dumps`` would give, made here without it: two encoder runs a packet cost the
+        loop more than the send)."""
         assert self.ws is not None
-        body: dict[str, Any] = {"event_id": event_id(), "type": "input_audio_buffer.append"}
+        eid, sglang = event_id(), ""
         if self.profile.sends_seq:
-            body["sglang"] = {"seq": seq}
-            if self.profile.sends_t_start:
-                body["sglang"]["t_start_ms"] = seq * self.profile.packet_ms
-        head = json.dumps(body)
-        audio = binascii.b2a_base64(packet, newline=False).decode("ascii")
-        logged = {key: value for key, value in body.items() if key != "event_id"}
-        logged["audio_bytes"], logged["event_id"] = len(packet), body["event_id"]
-        index = self.log("send", "input_audio_buffer.append", logged, start, due)
-        await self.ws.send(f'{head[:-1]}, "audio": "{audio}"}}')
+            t_start = f', "t_start_ms": {seq * self.profile.packet_ms}' if self.profile.sends_t_start else ""
+            sglang = f', "sglang": {{"seq": {seq}{t_start}}}'
+        logged = f'{{"type": "input_audio_buffer.append"{sglang}, "audio_bytes": {len(packet)}, "event_id": "{eid}"}}'
+        index = self.raw.append(start, "send", "input_audio_buffer.append", logged, due)
+        head = f'{{"event_id": "{eid}", "type": "input_audio_buffer.append"{sglang}, "audio": "'.encode()
+        self.ws.send(b"".join((head, binascii.b2a_base64(packet, newline=False), b'"}')))
+        await self.ws.drained()
         self.set_end(index, CLOCK())
 
     def _anchor(self, t0: float) -> None:
         self.t0 = t0
         self.t0_wall = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
-    async def _flow(self, ws: ClientConnection) -> None:
+    async def _flow(self, ws: WsClient) -> None:
         """The client's side of the session protocol, step by step."""
         self.phase = "waiting for session.created"
         await self.flags["created"].wait()
@@ -335,19 +329,16 @@ class _Session:
         await self.flags["closed"].wait()
 
     # --------------------------------------------------------------- receive
-    async def _receive(self, ws: ClientConnection) -> None:
-        """Log every server event with its receipt time until the connection closes."""
-        while True:
-            try:
-                message = await ws.recv()
-            except ConnectionClosed as exc:
-                self._on_connection_lost(exc)
-                return
-            t = CLOCK()
-            event = self._parse(message, t)
-            if event is None:
-                return
-            self._dispatch(event, message, t)
+    def _on_message(self, message: str | bytes, t: float) -> None:
+        """Log a server event with its receipt time ``t`` (called by the client as each message
+        is parsed, in the loop's read callback); after one that is not an event, read no more."""
+        if not self.receiving:
+            return
+        event = self._parse(message, t)
+        if event is None:
+            self.receiving = False
+            return
+        self._dispatch(event, message, t)
 
     def _parse(self, message: str | bytes, t: float) -> dict[str, Any] | None:
         """A JSON object with a string type, or None after recording the failure."""
@@ -401,14 +392,15 @@ class _Session:
         self.fatal = bool((event.get("sglang") or {}).get("fatal"))
         self.fail("error", f"server error {err.get('code')} ({err.get('type')}): {err.get('message')}")
 
-    def _on_connection_lost(self, exc: ConnectionClosed | None = None) -> None:
+    def _on_connection_lost(self) -> None:
         if self.finished:
             return
         ws = self.ws
         code = ws.close_code if ws is not None else None
         reason = (ws.close_reason if ws is not None else "") or CLOSE_CODES.get(code or 0, "")
-        if exc is not None and exc.rcvd is None and exc.sent is not None:  # we failed the connection
-            code, reason = exc.sent.code, f"client closed it: {CLOSE_CODES.get(exc.sent.code, '')} {exc.sent.reason}"
+        if ws is not None and ws.failed_by_client is not None:  # we failed the connection
+            sent_code, sent_reason = ws.failed_by_client
+            code, reason = sent_code, f"client closed it: {CLOSE_CODES.get(sent_code, '')} {sent_reason}"
         self.fail("disconnected", f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}")
 
 

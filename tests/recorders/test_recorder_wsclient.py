@@ -1,0 +1,237 @@
+"""The paced session's WebSocket client (recorders/wsclient.py) against real loopback servers
+(the websockets package's server): messages whole and fragmented, the closing handshake either
+way, the connection failures it must name (a message too big, invalid UTF-8, a bug of ours),
+a refused upgrade, a peer that never answers CLOSE, and write backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gc
+import hashlib
+import json
+from http import HTTPStatus
+
+import pytest
+from websockets.asyncio.server import serve
+
+from recorders.eventloop import CLOCK
+from recorders.wsclient import ABNORMAL_CLOSURE, Closed, Refused, open_client
+
+
+class Peer:
+    """A loopback server running ``handler(ws)`` for each connection; ``status`` refuses the
+    upgrade with that HTTP status."""
+
+    def __init__(self, handler, status: int | None = None, **options):
+        self.handler, self.status, self.options = handler, status, options
+
+    def _process_request(self, connection, request):
+        return connection.respond(HTTPStatus(self.status), "no\n") if self.status else None
+
+    async def __aenter__(self):
+        self.server = await serve(self.handler, "127.0.0.1", 0, process_request=self._process_request,
+                                  compression=None, ping_interval=None, **self.options)
+        return f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/realtime"
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def run(handler, client_steps, *, client_max: int = 1 << 20, status: int | None = None, **options):
+    """Serve ``handler``, connect, run ``client_steps(client, got)``; returns (client, got)."""
+    got: list[tuple[str | bytes, float]] = []
+
+    async def main():
+        async with Peer(handler, status, **options) as url:
+            client = await open_client(url, lambda m, t: got.append((m, t)), [("X-Test", "1")], client_max)
+            await client_steps(client, got)
+            await client.close(2.0)
+            return client
+
+    return asyncio.run(main()), got
+
+
+async def _wait_closed(client, got):
+    await asyncio.wait_for(asyncio.shield(client.closed), 5)
+
+
+def test_messages_whole_and_fragmented_arrive_in_order_with_receipt_times():
+    async def handler(ws):
+        await ws.send(json.dumps({"type": "a"}))
+        await ws.send(["frag", "mented ", "text é"])  # one text message in three frames
+        await ws.send(b"\x00\x01")
+        await ws.send(["", "tail"])
+        await ws.close(1000, "done")
+
+    before = CLOCK()
+    client, got = run(handler, _wait_closed)
+    assert [m for m, _ in got] == ['{"type": "a"}', "fragmented text é", b"\x00\x01", "tail"]
+    times = [t for _, t in got]
+    assert before <= times[0] <= times[1] <= times[2] <= times[3] <= CLOCK()
+    assert client.close_code == 1000 and client.close_reason == "done" and client.failed_by_client is None
+
+
+def test_a_peer_close_without_a_reason_is_answered_and_logs_nothing(capsys):
+    async def handler(ws):
+        await ws.send("x")
+        await ws.close(1000)  # a CLOSE frame with a code and no reason
+
+    client, got = run(handler, _wait_closed)
+    gc.collect()  # an unretrieved future exception would be reported here
+    assert client.close_code == 1000 and client.close_reason == "" and not client.open
+    assert capsys.readouterr().err == ""
+
+
+def test_an_application_close_code_is_kept():
+    async def handler(ws):
+        await ws.close(4000, "app says bye")
+
+    client, _ = run(handler, _wait_closed)
+    assert (client.close_code, client.close_reason) == (4000, "app says bye")
+
+
+def test_a_dropped_connection_is_an_abnormal_closure():
+    async def handler(ws):
+        ws.transport.abort()  # no CLOSE frame
+
+    client, _ = run(handler, _wait_closed)
+    assert client.close_code == ABNORMAL_CLOSURE and client.failed_by_client is None
+
+
+@pytest.mark.parametrize("parts", [False, True], ids=["one frame", "fragments"])
+def test_a_message_over_max_size_fails_the_connection_with_1009(parts):
+    async def handler(ws):
+        await ws.send(["a" * 600, "b" * 600] if parts else "a" * 1200)
+        await asyncio.sleep(1)
+
+    client, got = run(handler, _wait_closed, client_max=1000)
+    assert got == [] and client.failed_by_client is not None and client.failed_by_client[0] == 1009
+
+
+def test_invalid_utf8_in_a_text_message_fails_the_connection_with_1007():
+    async def handler(ws):
+        await ws.send(b"\xff\xfe", text=True)
+        await asyncio.sleep(1)
+
+    client, got = run(handler, _wait_closed)
+    assert got == [] and client.failed_by_client == (1007, "invalid UTF-8 in a text message")
+
+
+def test_an_exception_in_the_message_callback_closes_with_1011_and_is_named():
+    got: list = []
+
+    async def handler(ws):
+        await ws.send("boom")
+        await asyncio.sleep(1)
+
+    def on_message(message, t):
+        raise RuntimeError("bug")
+
+    async def main():
+        async with Peer(handler) as url:
+            client = await open_client(url, on_message, None, 1 << 20)
+            await _wait_closed(client, got)
+            return client
+
+    client = asyncio.run(main())
+    code, reason = client.failed_by_client
+    assert code == 1011 and "RuntimeError('bug')" in reason
+
+
+def test_a_ping_is_answered_and_sends_go_through():
+    received: list = []
+
+    async def handler(ws):
+        await asyncio.wait_for(await ws.ping(b"hi"), 2)  # resolves on the client's pong
+        received.append(await ws.recv())
+        received.append(await ws.recv())
+        await ws.send("pong seen")
+        await ws.wait_closed()
+
+    async def steps(client, got):
+        client.send("one")
+        client.send(b'{"two": 2}')
+        await client.drained()
+        while not got:
+            await asyncio.sleep(0.01)
+
+    client, got = run(handler, steps)
+    assert received == ["one", '{"two": 2}'] and got[0][0] == "pong seen"
+    assert client.close_code == 1000 and client.failed_by_client is None  # our CLOSE 1000, answered
+
+
+def test_sending_after_the_close_raises_closed():
+    async def handler(ws):
+        await ws.close(1001, "going")
+
+    async def steps(client, got):
+        await _wait_closed(client, got)
+        with pytest.raises(Closed):
+            client.send("late")
+        with pytest.raises(Closed):
+            await client.drained()
+
+    client, _ = run(handler, steps)
+    assert client.close_code == 1001
+
+
+@pytest.mark.parametrize("status", [503, 404])
+def test_a_refused_upgrade_carries_its_status(status):
+    async def main():
+        async with Peer(lambda ws: None, status=status) as url:
+            await open_client(url, lambda m, t: None, None, 1 << 20)
+
+    with pytest.raises(Refused) as info:
+        asyncio.run(main())
+    assert info.value.status == status
+
+
+async def _mute_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Accepts the upgrade (RFC 6455 §4.2.2) and then never reads nor writes again."""
+    request = await reader.readuntil(b"\r\n\r\n")
+    key = next(line.split(b":", 1)[1].strip() for line in request.split(b"\r\n")
+               if line.lower().startswith(b"sec-websocket-key:"))
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    await asyncio.sleep(10)
+    writer.close()
+
+
+def test_close_is_bounded_when_the_peer_never_answers():
+    async def main():
+        server = await asyncio.start_server(_mute_peer, "127.0.0.1", 0)
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        try:
+            client = await open_client(url, lambda m, t: None, None, 1 << 20)
+            start = CLOCK()
+            await client.close(0.3)
+            return client, CLOCK() - start
+        finally:
+            server.close()
+
+    client, took = asyncio.run(main())
+    assert 0.25 <= took < 2.0 and client.closed.done() and client.close_code == ABNORMAL_CLOSURE
+
+
+def test_drained_waits_while_the_peer_does_not_read():
+    release = asyncio.Event()
+
+    async def handler(ws):
+        await release.wait()
+        async for _ in ws:
+            pass
+
+    async def steps(client, got):
+        chunk = "x" * (1 << 20)
+        for _ in range(64):  # far more than the socket buffers hold
+            client.send(chunk)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.drained(), 0.3)
+        release.set()
+        await asyncio.wait_for(client.drained(), 10)
+
+    client, _ = run(handler, steps, max_size=None)
+    assert client.failed_by_client is None
