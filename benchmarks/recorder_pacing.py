@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import picows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,41 +35,62 @@ TD = {"type": "server_vad", "silence_duration_ms": 500}
 
 
 # --------------------------------------------------------------------------- echo server
-async def _echo_session(ws) -> None:
-    """Acknowledge every append, close 200 ms units, echo the input as one reply's audio."""
-    send = lambda event: ws.send(json.dumps(event))  # noqa: E731
-    await send({"type": "session.created", "session": {"id": "s"}})
-    update = json.loads(await ws.recv())
-    await send({"type": "session.updated", "client_event_id": update["event_id"], "session": {
-        "audio": {"input": {"format": {"rate": 16000}, "turn_detection": update["session"]["audio"]["input"]["turn_detection"]},
-                  "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}})
-    samples, units, rid = 0, 0, "resp_echo"
-    async for message in ws:
-        event = json.loads(message)
-        if event["type"] == "input_audio_buffer.append":
-            audio = event["audio"]
-            samples += len(base64.b64decode(audio)) // 2
-            await send({"type": "sglang.input_audio.accepted", "seq": event["sglang"]["seq"],
-                        "accepted_end_ms": samples / 16, "client_event_id": event["event_id"]})
-            if event["sglang"]["seq"] == 0:
-                await send({"type": "response.created", "response": {"id": rid, "status": "in_progress"}})
-            await send({"type": "response.output_audio.delta", "response_id": rid, "item_id": "i", "delta": audio})
-            while samples - units * 3200 >= 3200:
-                await send(_unit(units, 200))
-                units += 1
-        elif event["type"] == "sglang.input_audio.end":
-            ms = samples / 16
-            await send({"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "flush"})
-            if samples > units * 3200:
-                await send(_unit(units, (samples - units * 3200) / 16))
-            await send({"type": "response.done", "response": {
-                "id": rid, "status": "completed", "status_details": {"type": "completed", "reason": "stop"}}})
-            await send({"type": "sglang.input_audio.drained", "accepted_end_ms": ms, "consumed_ms": ms,
-                        "discarded_ms": 0, "padding_ms": 0})
-        elif event["type"] == "session.close":
-            await send({"type": "session.closed", "reason": "client_closed"})
-            await ws.close(1000)
+class _EchoSession(picows.WSListener):
+    """One connection of the sink: acknowledges every append, closes 200 ms units and echoes
+    the input as one reply's audio. It is a picows listener (frames parsed in C, answers
+    written from the read callback), so the sink takes as little as it can of the two cores it
+    shares with the recorder being measured."""
+
+    def on_ws_connected(self, transport) -> None:
+        self.t, self.samples, self.units, self.rid = transport, 0, 0, "resp_echo"
+        self.send({"type": "session.created", "session": {"id": "s"}})
+
+    def send(self, event: dict) -> None:
+        self.t.send(picows.WSMsgType.TEXT, json.dumps(event).encode())
+
+    def on_ws_frame(self, transport, frame) -> None:
+        if frame.msg_type == picows.WSMsgType.CLOSE:
+            transport.send_close(frame.get_close_code(), frame.get_close_message())
+            transport.disconnect()
             return
+        if frame.msg_type != picows.WSMsgType.TEXT:
+            return
+        event = json.loads(frame.get_payload_as_utf8_text())
+        kind = event["type"]
+        if kind == "input_audio_buffer.append":
+            self.on_append(event)
+        elif kind == "session.update":
+            self.send({"type": "session.updated", "client_event_id": event["event_id"], "session": {
+                "audio": {"input": {"format": {"rate": 16000},
+                                    "turn_detection": event["session"]["audio"]["input"]["turn_detection"]},
+                          "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}})
+        elif kind == "sglang.input_audio.end":
+            ms = self.samples / 16
+            self.send({"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "flush"})
+            if self.samples > self.units * 3200:
+                self.send(_unit(self.units, (self.samples - self.units * 3200) / 16))
+            self.send({"type": "response.done", "response": {
+                "id": self.rid, "status": "completed", "status_details": {"type": "completed", "reason": "stop"}}})
+            self.send({"type": "sglang.input_audio.drained", "accepted_end_ms": ms, "consumed_ms": ms,
+                       "discarded_ms": 0, "padding_ms": 0})
+        elif kind == "session.close":
+            self.send({"type": "session.closed", "reason": "client_closed"})
+            transport.send_close(picows.WSCloseCode.OK)
+
+    def on_append(self, event: dict) -> None:
+        audio, seq = event["audio"], event["sglang"]["seq"]
+        self.samples += len(base64.b64decode(audio)) // 2
+        self.send({"type": "sglang.input_audio.accepted", "seq": seq,
+                   "accepted_end_ms": self.samples / 16, "client_event_id": event["event_id"]})
+        if seq == 0:
+            self.send({"type": "response.created", "response": {"id": self.rid, "status": "in_progress"}})
+        # the audio text goes back as it came, never through the JSON encoder
+        self.t.send(picows.WSMsgType.TEXT, b"".join((
+            b'{"type": "response.output_audio.delta", "response_id": "', self.rid.encode(),
+            b'", "item_id": "i", "delta": "', audio.encode(), b'"}')))
+        while self.samples - self.units * 3200 >= 3200:
+            self.send(_unit(self.units, 200))
+            self.units += 1
 
 
 def _unit(k: int, ms: float) -> dict:
@@ -77,13 +99,11 @@ def _unit(k: int, ms: float) -> dict:
 
 
 def _serve(ports: mp.Queue) -> None:
-    from websockets.asyncio.server import serve
-
     async def main() -> None:
-        async with serve(_echo_session, "127.0.0.1", 0, compression=None, ping_interval=None,
-                         max_size=16 * 2**20) as server:
-            ports.put(server.sockets[0].getsockname()[1])
-            await asyncio.Future()
+        server = await picows.ws_create_server(lambda request: _EchoSession(), "127.0.0.1", 0,
+                                               max_frame_size=16 * 2**20)
+        ports.put(server.sockets[0].getsockname()[1])
+        await asyncio.Future()
 
     asyncio.run(main())
 
