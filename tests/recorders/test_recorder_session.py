@@ -246,3 +246,31 @@ def test_opening_slots_ramp_a_batch_but_a_silent_server_cannot_hold_it_back(tmp_
     # up to CLOSE_GRACE_S (2 s) for the silent server to answer its session.close: about 3.6 s;
     # the four one after another would take about 12 s
     assert 3.0 <= wall < 6.0, wall
+
+
+def test_openings_start_at_most_opening_rate_a_second(monkeypatch):
+    """Slots are taken at most OPENING_RATE a second; one cancelled while it waits for its
+    start gives its slot back."""
+    import recorders.session as session_mod
+    from recorders.eventloop import CLOCK
+
+    monkeypatch.setattr(session_mod, "OPENING_RATE", 20.0)  # one opening every 50 ms
+    monkeypatch.setattr(session_mod, "OPENING_CONCURRENCY", 2)
+
+    async def main():
+        starts = []
+        for _ in range(4):
+            slot = await session_mod._opening_slot()
+            starts.append(CLOCK())
+            slot.release()
+        waiting = asyncio.create_task(session_mod._opening_slot())
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        gate = session_mod._GATES[asyncio.get_running_loop()]
+        return starts, gate.slots._value
+
+    starts, free = asyncio.run(main())
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert all(gap >= 0.049 for gap in gaps), gaps
+    assert free == 2  # the cancelled waiter gave its slot back
