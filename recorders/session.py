@@ -199,7 +199,7 @@ class _Session:
             self.note("connect", url=redact_url(self.url), attempt=attempt)
             try:
                 return await open_client(self.url, self._on_message, list(self.profile.extra_headers),
-                                         MAX_MESSAGE_BYTES)
+                                         MAX_MESSAGE_BYTES, handshake_timeout=self.timeout_s)
             except Refused as exc:
                 code = exc.status
                 if code != 503:
@@ -235,7 +235,8 @@ class _Session:
             self.slot.release()
 
     async def _converse(self) -> None:
-        """Connect, run the client flow beside the receiver until either ends, classify the end."""
+        """Connect, run the client flow until it ends or the connection closes (the client
+        delivers received messages to ``_on_message`` meanwhile), classify the end."""
         self.ws = await self._connect()
         if self.ws is None:
             return
@@ -272,10 +273,10 @@ class _Session:
         polite = drain and self.failure and not self.sent_close and not self.fatal
         if ws is not None and ws.open and polite:
             try:
-                self.sent_close = True
-                await self._send(ws, {"type": "session.close"})
+                self.sent_close = True  # outside the deadline: bounded (a peer that reads nothing)
+                await asyncio.wait_for(self._send(ws, {"type": "session.close"}), CLOSE_GRACE_S)
                 await asyncio.wait({ws.closed}, timeout=CLOSE_GRACE_S)
-            except Closed:
+            except (Closed, TimeoutError):
                 pass
         if ws is not None:
             await ws.close(CLOSE_GRACE_S)
@@ -424,7 +425,7 @@ class _Session:
         reason = (ws.close_reason if ws is not None else "") or CLOSE_CODES.get(code or 0, "")
         if ws is not None and ws.failed_by_client is not None:  # we failed the connection
             sent_code, sent_reason = ws.failed_by_client
-            code, reason = sent_code, f"client closed it: {CLOSE_CODES.get(sent_code, '')} {sent_reason}"
+            code, reason = sent_code, " ".join(filter(None, ("client closed it:", CLOSE_CODES.get(sent_code), sent_reason)))
         self.fail("disconnected", f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}")
 
 

@@ -1,25 +1,28 @@
 """The paced session's WebSocket client: picows's Cython framing under the few calls a session needs.
 
 Why not the ``websockets`` package here: at 512 paced sessions its pure-Python frame parser and
-writer, and the task wake-up per received message, took about a fifth of the recorder's CPU; the
-loop then fell behind the packet schedule (p99 lateness 14 ms in the steady state, against 3 ms
-with this client; ``benchmarks/recorder_capacity.py``). picows parses frames and masks payloads in
-C and calls ``WsClient.on_ws_frame`` from the loop's read callback, so a received message is
-timed and dispatched in the same callback, with no queue and no task switch.
+writer, and the task wake-up per received message, cost the recorder a third more user CPU, and
+the loop fell behind the packet schedule (p99 lateness 2.9-9.6 ms against 1.2-3.8 ms with this
+client, runs interleaved; ``benchmarks/recorder_capacity.py``). picows parses frames and masks
+payloads in C and calls ``WsClient.on_ws_frame`` from the loop's read callback, so a received
+message is timed and dispatched in the same callback, with no queue and no task switch. The
+other WebSocket clients of the recorders (conformance, the TTS realtime client) are not paced
+at scale and keep ``websockets``.
 
 What the session sees (``recorders.session``):
 
-- ``await open_client(url, on_message, headers, max_size)``: the connection, or ``Refused``
-  (an HTTP status other than 101 at the upgrade) or ``OSError`` / ``picows.WSError``.
+- ``await open_client(url, on_message, headers, max_size, handshake_timeout)``: the connection,
+  or ``Refused`` (an HTTP status other than 101 at the upgrade), ``ConnectionError`` (closed
+  during the upgrade), another ``OSError`` or a ``picows.WSError``.
 - ``on_message(message, t)``: every complete text (``str``) or binary (``bytes``) message, with
   ``CLOCK()`` taken as its last frame was parsed. Fragmented messages are joined; a message over
-  ``max_size`` fails the connection with 1009.
+  ``max_size`` fails the connection with 1009, a text message that is not UTF-8 with 1007.
 - ``send(text)``: writes one text frame now; ``Closed`` once the connection is closing or gone.
   ``await drained()`` waits while the socket's write buffer is over its high-water mark.
 - ``closed``: a future done when the connection is gone; then ``close_code`` (the peer's close
-  code; 1006 when the peer sent none) and ``close_reason``; ``failed_by_client`` is the (code,
-  reason) this client closed with when it failed the connection itself (a message too big,
-  invalid UTF-8, a frame that breaks the protocol).
+  code: 1005 for a CLOSE without one, 1006 when the peer sent no CLOSE) and ``close_reason``;
+  ``failed_by_client`` is the (code, reason) this client closed with when it failed the
+  connection itself (a message too big, invalid UTF-8, a frame that breaks the protocol).
 - ``await close(timeout)``: the closing handshake (1000), bounded; then the socket is closed.
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 
 import picows
@@ -40,6 +44,11 @@ logging.getLogger("picows").addHandler(logging.NullHandler())
 logging.getLogger("picows").propagate = False
 
 ABNORMAL_CLOSURE = 1006
+NO_STATUS_RECEIVED = 1005
+# After the closing handshake the server closes TCP first (RFC 6455 §7.1.1); a server that does
+# not is disconnected this long after the handshake.
+SERVER_CLOSE_WAIT_S = 1.0
+_NOT_ECHOED = (0, NO_STATUS_RECEIVED, ABNORMAL_CLOSURE, 1015)  # codes never sent in a CLOSE frame
 
 
 class Closed(Exception):
@@ -64,6 +73,7 @@ class WsClient(WSListener):
         super().__init__()
         self.on_message, self.max_size = on_message, max_size
         self.transport: WSTransport | None = None
+        self._server_close_timer: asyncio.TimerHandle | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.close_code: int | None = None
         self.close_reason = ""
@@ -82,6 +92,7 @@ class WsClient(WSListener):
             self._on_frame(transport, frame)
         except Exception as exc:  # a bug of ours: name it and close, never leave it to picows's log
             self._fail(WSCloseCode.INTERNAL_ERROR, f"client error on a received frame: {exc!r}")
+            return
 
     def _on_frame(self, transport: WSTransport, frame: picows.WSFrame) -> None:
         if self._failing(transport):  # picows may still parse what was in flight: not delivered
@@ -113,19 +124,25 @@ class WsClient(WSListener):
         # PING is answered by picows (enable_auto_pong); PONG needs nothing.
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
-        handshake = transport.close_handshake
-        received = handshake.recv if handshake is not None else None
-        self.close_code = int(received.code.value if isinstance(received.code, WSCloseCode) else received.code) \
-            if received is not None else ABNORMAL_CLOSURE
-        self.close_reason = (received.reason or "") if received is not None else ""
-        sent = handshake.sent if handshake is not None else None
-        if sent is not None and self.failed_by_client is None and not handshake.recv_then_sent \
-                and _code(sent.code) != 1000:
-            self.failed_by_client = (_code(sent.code), sent.reason or "")  # picows failed it (a frame too big)
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-        if not self.closed.done():
-            self.closed.set_result(None)
+        try:
+            handshake = transport.close_handshake
+            received = handshake.recv if handshake is not None else None
+            if received is None:
+                self.close_code = ABNORMAL_CLOSURE
+            else:  # a CLOSE without a status code reads as 1005, as RFC 6455 §7.1.5 names it
+                self.close_code = _code(received.code) or NO_STATUS_RECEIVED
+                self.close_reason = received.reason or ""
+            sent = handshake.sent if handshake is not None else None
+            if sent is not None and self.failed_by_client is None and not handshake.recv_then_sent \
+                    and _code(sent.code) != 1000:
+                self.failed_by_client = (_code(sent.code), sent.reason or "")  # picows failed it (a frame too big)
+        finally:  # whatever happened above, no one waits on a connection that is gone
+            if self._server_close_timer is not None:
+                self._server_close_timer.cancel()
+            if self._writable is not None and not self._writable.done():
+                self._writable.set_result(None)
+            if not self.closed.done():
+                self.closed.set_result(None)
 
     def pause_writing(self) -> None:
         if self._writable is None or self._writable.done():
@@ -166,22 +183,24 @@ class WsClient(WSListener):
         self.on_message(message, t)
 
     def _on_close_frame(self, transport: WSTransport) -> None:
-        """The peer's CLOSE: answer it with the same code (if we have not sent ours) and close
-        the socket; its code and reason are read when the socket is gone."""
+        """The peer's CLOSE: answer it with its code (1000 for a CLOSE without one) unless ours
+        went first, then wait for the server to close the socket, at most SERVER_CLOSE_WAIT_S.
+        The code and reason are read when the socket is gone."""
         if not transport.is_close_frame_sent:
             received = transport.close_handshake.recv
-            try:
-                transport.send_close(WSCloseCode(_code(received.code)), (received.reason or "").encode())
-            except ValueError:  # an application code (3000-4999) picows has no enum member for
-                transport.send_close(WSCloseCode.OK)
-        transport.disconnect()
+            code = _code(received.code)
+            transport.send_close(WSCloseCode.OK if code in _NOT_ECHOED else received.code,
+                                 _close_reason(received.reason or ""))
+        if self._server_close_timer is None:
+            self._server_close_timer = asyncio.get_running_loop().call_later(
+                SERVER_CLOSE_WAIT_S, transport.disconnect)
 
     def _fail(self, code: WSCloseCode, reason: str) -> None:
         """Fail the connection (RFC 6455 §7.1.7): send CLOSE with ``code`` and close the socket."""
         if self.failed_by_client is None:
             self.failed_by_client = (code.value, reason)
         if self.transport is not None:
-            self.transport.send_close(code, reason.encode())
+            self.transport.send_close(code, _close_reason(reason))
             self.transport.disconnect()
 
     # ------------------------------------------------------------------ the session's calls
@@ -197,9 +216,10 @@ class WsClient(WSListener):
         self.transport.send(WSMsgType.TEXT, text.encode() if isinstance(text, str) else text)
 
     async def drained(self) -> None:
-        """Return once the socket's write buffer is under its high-water mark."""
+        """Return once the socket's write buffer is under its high-water mark (a cancelled
+        waiter leaves the shared wait alone)."""
         if self._writable is not None and not self._writable.done():
-            await self._writable
+            await asyncio.shield(self._writable)
         if self.closed.done():
             raise Closed("the connection closed while writing")
 
@@ -222,15 +242,65 @@ def _code(code: object) -> int:
     return int(code.value) if isinstance(code, WSCloseCode) else int(code)  # type: ignore[arg-type]
 
 
-async def open_client(url: str, on_message: OnMessage, headers: list[tuple[str, str]] | None, max_size: int) -> WsClient:
-    """Connect and upgrade; ``Refused`` carries the HTTP status of a refused upgrade."""
+def _close_reason(reason: str) -> bytes:
+    """``reason`` as UTF-8 cut to the 123 bytes a CLOSE frame's reason may have (RFC 6455 §5.5)."""
+    return reason.encode()[:123].decode("utf-8", "ignore").encode()
+
+
+_STATUS_LINE = re.compile(rb"^HTTP/\d(?:\.\d)? (\d{3})")
+
+
+def _refused_status(exc: picows.WSHandshakeError) -> int | None:
+    """The HTTP status of a refused upgrade: from the parsed response, else from the raw status
+    line (picows parses only the statuses ``http.HTTPStatus`` knows, so not 499 or 520)."""
+    if exc.response is not None:
+        return int(exc.response.status)
+    match = _STATUS_LINE.match(exc.raw_header or b"")
+    return int(match.group(1)) if match else None
+
+
+def _ignore(message: str | bytes, t: float) -> None:
+    """The message callback of a connection whose opener gave up waiting."""
+
+
+async def open_client(
+    url: str, on_message: OnMessage, headers: list[tuple[str, str]] | None, max_size: int,
+    handshake_timeout: float,
+) -> WsClient:
+    """Connect and upgrade (redirects followed, up to 5). ``Refused`` carries the HTTP status of
+    a refused upgrade; a connection closed before the upgrade's answer is a ``ConnectionError``.
+
+    If the caller is cancelled (its deadline) while the upgrade is pending, the connection is
+    not left behind: the pending upgrade ends within ``handshake_timeout`` at the latest, and a
+    connection it still makes is closed at once, its messages unread."""
+    abandoned = False
+
+    def listener() -> WsClient:
+        return WsClient(_ignore if abandoned else on_message, max_size)
+
+    connecting = asyncio.ensure_future(picows.ws_connect(
+        listener, url, websocket_handshake_timeout=handshake_timeout, enable_auto_pong=True,
+        max_frame_size=max_size, extra_headers=headers or None))
     try:
-        _, client = await picows.ws_connect(
-            lambda: WsClient(on_message, max_size), url, websocket_handshake_timeout=None,
-            enable_auto_pong=True, max_frame_size=max_size, extra_headers=headers or None, max_redirects=0)
-    except picows.WSHandshakeError as exc:
-        response = exc.response
-        if response is not None and int(response.status) != 101:
-            raise Refused(int(response.status), str(exc)) from exc
+        _, client = await asyncio.shield(connecting)
+    except asyncio.CancelledError:
+        abandoned = True
+        connecting.add_done_callback(_close_abandoned)
         raise
+    except picows.WSHandshakeError as exc:
+        status = _refused_status(exc)
+        if status is not None and status != 101:
+            raise Refused(status, str(exc)) from exc
+        raise
+    if client is None:  # picows returns no listener when the socket closed during the upgrade
+        raise ConnectionError("the server closed the connection during the WebSocket upgrade")
     return client
+
+
+def _close_abandoned(connecting: asyncio.Future) -> None:
+    if connecting.cancelled() or connecting.exception() is not None:
+        return
+    transport, client = connecting.result()
+    if client is not None:
+        client.on_message = _ignore
+    transport.disconnect(graceful=False)

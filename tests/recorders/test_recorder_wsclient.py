@@ -45,7 +45,7 @@ def run(handler, client_steps, *, client_max: int = 1 << 20, status: int | None 
 
     async def main():
         async with Peer(handler, status, **options) as url:
-            client = await open_client(url, lambda m, t: got.append((m, t)), [("X-Test", "1")], client_max)
+            client = await open_client(url, lambda m, t: got.append((m, t)), [("X-Test", "1")], client_max, 5.0)
             await client_steps(client, got)
             await client.close(2.0)
             return client
@@ -131,7 +131,7 @@ def test_an_exception_in_the_message_callback_closes_with_1011_and_is_named():
 
     async def main():
         async with Peer(handler) as url:
-            client = await open_client(url, on_message, None, 1 << 20)
+            client = await open_client(url, on_message, None, 1 << 20, 5.0)
             await _wait_closed(client, got)
             return client
 
@@ -181,31 +181,41 @@ def test_sending_after_the_close_raises_closed():
 def test_a_refused_upgrade_carries_its_status(status):
     async def main():
         async with Peer(lambda ws: None, status=status) as url:
-            await open_client(url, lambda m, t: None, None, 1 << 20)
+            await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
 
     with pytest.raises(Refused) as info:
         asyncio.run(main())
     assert info.value.status == status
 
 
-async def _mute_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Accepts the upgrade (RFC 6455 §4.2.2) and then never reads nor writes again."""
+async def _upgrade(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float = 0.0) -> None:
+    """Accept the client's upgrade by hand (RFC 6455 §4.2.2), ``delay`` seconds after its request."""
     request = await reader.readuntil(b"\r\n\r\n")
     key = next(line.split(b":", 1)[1].strip() for line in request.split(b"\r\n")
                if line.lower().startswith(b"sec-websocket-key:"))
     accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    await asyncio.sleep(delay)
     writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                  b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+
+
+async def _mute_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Accepts the upgrade and then never reads nor writes again."""
+    await _upgrade(reader, writer)
     await asyncio.sleep(10)
     writer.close()
 
 
+async def _raw_server(handler):
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+
+
 def test_close_is_bounded_when_the_peer_never_answers():
     async def main():
-        server = await asyncio.start_server(_mute_peer, "127.0.0.1", 0)
-        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        server, url = await _raw_server(_mute_peer)
         try:
-            client = await open_client(url, lambda m, t: None, None, 1 << 20)
+            client = await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
             start = CLOCK()
             await client.close(0.3)
             return client, CLOCK() - start
@@ -228,10 +238,136 @@ def test_drained_waits_while_the_peer_does_not_read():
         chunk = "x" * (1 << 20)
         for _ in range(64):  # far more than the socket buffers hold
             client.send(chunk)
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError):  # a waiter given up on leaves the shared wait alone
             await asyncio.wait_for(client.drained(), 0.3)
+        waiter = asyncio.ensure_future(client.drained())
+        await asyncio.sleep(0.3)
+        assert not waiter.done()  # still paused: the peer has read nothing
         release.set()
-        await asyncio.wait_for(client.drained(), 10)
+        await asyncio.wait_for(waiter, 10)
 
     client, _ = run(handler, steps, max_size=None)
     assert client.failed_by_client is None
+
+
+def test_a_close_frame_without_a_code_reads_1005_and_is_answered_with_1000():
+    replies: list[bytes] = []
+
+    async def peer(reader, writer):
+        await _upgrade(reader, writer)
+        writer.write(b"\x88\x00")  # FIN + CLOSE, no payload
+        replies.append(await reader.readexactly(8))  # the client's masked CLOSE with a 2-byte code
+        writer.close()
+
+    async def main():
+        server, url = await _raw_server(peer)
+        try:
+            client = await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
+            await asyncio.wait_for(asyncio.shield(client.closed), 5)
+            return client
+        finally:
+            server.close()
+
+    client = asyncio.run(main())
+    assert client.close_code == 1005 and client.close_reason == ""
+    frame = replies[0]
+    code = bytes(b ^ frame[2 + (k % 4)] for k, b in enumerate(frame[6:8]))  # unmask
+    assert frame[0] == 0x88 and frame[1] == 0x82 and int.from_bytes(code, "big") == 1000
+
+
+def test_after_the_closing_handshake_a_server_that_keeps_the_socket_is_disconnected(monkeypatch):
+    import recorders.wsclient as wsclient
+
+    monkeypatch.setattr(wsclient, "SERVER_CLOSE_WAIT_S", 0.2)
+
+    async def peer(reader, writer):
+        await _upgrade(reader, writer)
+        writer.write(b"\x88\x02\x03\xe8")  # CLOSE 1000
+        await reader.read()  # until the client closes the socket
+        writer.close()
+
+    async def main():
+        server, url = await _raw_server(peer)
+        try:
+            client = await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
+            start = CLOCK()
+            await asyncio.wait_for(asyncio.shield(client.closed), 5)
+            return client, CLOCK() - start
+        finally:
+            server.close()
+
+    client, took = asyncio.run(main())
+    assert client.close_code == 1000 and 0.15 <= took < 2.0
+
+
+def test_a_connection_closed_during_the_upgrade_is_a_connection_error():
+    async def peer(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    async def main():
+        server, url = await _raw_server(peer)
+        try:
+            await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
+        finally:
+            server.close()
+
+    with pytest.raises(ConnectionError, match="during the WebSocket upgrade"):
+        asyncio.run(main())
+
+
+def test_a_refusal_with_a_status_http_does_not_name_still_carries_it():
+    async def peer(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 520 Unknown Error\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        server, url = await _raw_server(peer)
+        try:
+            await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
+        finally:
+            server.close()
+
+    with pytest.raises(Refused) as info:
+        asyncio.run(main())
+    assert info.value.status == 520
+
+
+def test_an_upgrade_given_up_on_leaves_no_connection_behind():
+    """The opener is cancelled (its deadline) while the server delays its 101; when the 101
+    comes, the connection is closed at once and its first message is never delivered."""
+    got: list = []
+
+    async def main():
+        closed_by_client = asyncio.Event()
+
+        async def peer(reader, writer):
+            await _upgrade(reader, writer, delay=0.3)
+            writer.write(b"\x81\x02hi")  # a text message right behind the 101
+            await reader.read()  # EOF once the client closes the socket
+            closed_by_client.set()
+            writer.close()
+
+        server, url = await _raw_server(peer)
+        try:
+            opening = asyncio.ensure_future(open_client(url, lambda m, t: got.append(m), None, 1 << 20, 5.0))
+            await asyncio.sleep(0.1)
+            opening.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await opening
+            await asyncio.wait_for(closed_by_client.wait(), 3)
+        finally:
+            server.close()
+
+    asyncio.run(main())
+    assert got == []
+
+
+def test_a_close_reason_is_cut_to_what_a_close_frame_may_carry():
+    from recorders.wsclient import _close_reason
+
+    assert _close_reason("short") == b"short"
+    cut = _close_reason("é" * 100)  # 200 bytes of UTF-8
+    assert len(cut) <= 123 and cut.decode("utf-8") == "é" * 61
