@@ -31,17 +31,26 @@ class PhaseSpreader:
     Sessions that start together would otherwise send their packets in the same millisecond
     every 80 ms, and the last of N waits for the N-1 sends before it. Session k starts its
     schedule at the next instant whose offset within the packet period is frac(k * 0.618...)
-    of the period (a low-discrepancy sequence: any number of sessions spreads about evenly).
-    The wait before packet 0 is under one period; the trace clock starts at packet 0.
+    of the period (a low-discrepancy sequence: any number of sessions spreads about evenly),
+    rounded to a grid of ``grid_s`` (0.5 ms; 160 phases in 80 ms) on the clock's period
+    boundaries. Sessions on the same phase have the same due times, so one timer wake-up sends
+    the packets of all of them: at 512 sessions a wake-up every 0.5 ms instead of 6,400 a
+    second cut the recorder's CPU from 0.44-0.50 to 0.35-0.40 of wall time (runs interleaved,
+    ``benchmarks/recorder_capacity.py``). The wait before packet 0 is under one period; the
+    trace clock starts at packet 0.
     """
 
     GOLDEN = (5 ** 0.5 - 1) / 2
+    GRID_S = 0.0005
 
-    def __init__(self) -> None:
+    def __init__(self, grid_s: float = GRID_S) -> None:
         self._count = 0
+        self.grid_s = grid_s
 
     def start(self, now: float, packet_s: float) -> float:
         phase = (self._count * self.GOLDEN) % 1.0 * packet_s
+        if self.grid_s > 0:
+            phase = round(phase / self.grid_s) * self.grid_s % packet_s
         self._count += 1
         slot = now - now % packet_s + phase
         return slot if slot >= now else slot + packet_s

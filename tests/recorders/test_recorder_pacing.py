@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_schedule_is_absolute_from_the_first_packet():
 
 
 def test_spreader_interleaves_sessions_that_start_together():
-    spreader, period = PhaseSpreader(), 0.08
+    spreader, period = PhaseSpreader(grid_s=0), 0.08
     starts = [spreader.start(100.013, period) for _ in range(64)]
     assert all(100.013 <= t < 100.013 + period for t in starts)  # packet 0 waits under one period
     phases = sorted(t % period for t in starts)
@@ -72,6 +73,16 @@ def test_spreader_interleaves_sessions_that_start_together():
     assert t0 == pytest.approx(100.0)  # the first session's phase is 0, and 100.0 is on the 80 ms grid
     assert [r.scheduled for r in receipts] == pytest.approx([0.0, 0.08, 0.16])
     assert all(r.start >= r.scheduled for r in receipts)
+
+
+def test_spreader_puts_phases_on_its_grid_so_sessions_share_wake_ups():
+    spreader, period = PhaseSpreader(), 0.08  # the default grid: 0.5 ms, 160 phases
+    starts = [spreader.start(100.013 + 0.37 * k, period) for k in range(512)]  # sessions start apart
+    phases = [round((t % period) / 0.0005) for t in starts]
+    assert all(abs((t % period) - p * 0.0005) < 1e-9 or abs((t % period) - period) < 1e-9
+               for t, p in zip(starts, phases, strict=True))  # on the grid, counted from the clock's periods
+    counts = Counter(p % 160 for p in phases)
+    assert len(counts) == 160 and max(counts.values()) <= 5  # every phase used, about evenly (512/160)
 
 
 def test_late_sender_sends_overdue_packets_at_once_then_returns_to_schedule():
