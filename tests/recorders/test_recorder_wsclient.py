@@ -211,6 +211,18 @@ async def _raw_server(handler):
     return server, f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
 
 
+def _open_with(peer):
+    """Serve the raw handler ``peer`` and open a client to it (what ``open_client`` raises, raises)."""
+    async def main():
+        server, url = await _raw_server(peer)
+        try:
+            return await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
+        finally:
+            server.close()
+
+    return asyncio.run(main())
+
+
 def test_close_is_bounded_when_the_peer_never_answers():
     async def main():
         server, url = await _raw_server(_mute_peer)
@@ -305,15 +317,8 @@ def test_a_connection_closed_during_the_upgrade_is_a_connection_error():
         await reader.readuntil(b"\r\n\r\n")
         writer.close()
 
-    async def main():
-        server, url = await _raw_server(peer)
-        try:
-            await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
-        finally:
-            server.close()
-
     with pytest.raises(ConnectionError, match="during the WebSocket upgrade"):
-        asyncio.run(main())
+        _open_with(peer)
 
 
 def test_a_refusal_with_a_status_http_does_not_name_still_carries_it():
@@ -323,15 +328,8 @@ def test_a_refusal_with_a_status_http_does_not_name_still_carries_it():
         await writer.drain()
         writer.close()
 
-    async def main():
-        server, url = await _raw_server(peer)
-        try:
-            await open_client(url, lambda m, t: None, None, 1 << 20, 5.0)
-        finally:
-            server.close()
-
     with pytest.raises(Refused) as info:
-        asyncio.run(main())
+        _open_with(peer)
     assert info.value.status == 520
 
 
