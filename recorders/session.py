@@ -247,7 +247,8 @@ class _Session:
             exc = self.flow_task.exception()
             if isinstance(exc, Closed):  # the connection is closing: its end names the cause
                 await asyncio.wait({self.ws.closed}, timeout=CLOSE_GRACE_S)
-                self._on_connection_lost()
+                if not self.ws.closed.done():  # once closed, its done callback has named it
+                    self._on_connection_lost()
             elif exc is not None:
                 self.fail("error", f"client error while {self.phase}: {exc!r}")
 

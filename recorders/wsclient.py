@@ -92,7 +92,6 @@ class WsClient(WSListener):
             self._on_frame(transport, frame)
         except Exception as exc:  # a bug of ours: name it and close, never leave it to picows's log
             self._fail(WSCloseCode.INTERNAL_ERROR, f"client error on a received frame: {exc!r}")
-            return
 
     def _on_frame(self, transport: WSTransport, frame: picows.WSFrame) -> None:
         if self._failing(transport):  # picows may still parse what was in flight: not delivered
