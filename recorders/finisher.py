@@ -36,6 +36,7 @@ import socket
 import struct
 import weakref
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from fdb.session_records import SessionRecord, TraceEvent
+from recorders.looplag import LagSamples
 from recorders.recording import SessionOutcome, write_input_wav, write_recording
 
 FINISHER_NICE = 10
@@ -159,53 +161,89 @@ def trace_from_raw(raw: RawTrace, origin: float) -> list[TraceEvent]:
                                                  raw.ends, strict=True)]
 
 
+class AudioText:
+    """The received audio deltas' base64 text, as ASCII bytes in one buffer, and each delta's length.
+
+    ``append`` adds a delta as it arrives (about half a microsecond for 80 ms of audio). The
+    session hands the buffer to the finisher as it is: pickled with protocol 5 it is an
+    out-of-band buffer, written to the channel without a copy. Keeping the deltas as strings
+    and joining them at the hand-over made two fresh copies of the text (about 860 kB for
+    10 s at 24 kHz) in one go; their page faults cost 0.3-0.4 ms of the paced loop per session
+    (``benchmarks/recorder_capacity.py``, 512 sessions). Decoding is the finisher's work
+    (``decode``).
+
+    A delta that is not ASCII is not base64 either: its characters outside ASCII are kept
+    as ``?`` (same length), so it stays undecodable where ``decode`` reaches it.
+    """
+
+    __slots__ = ("buffer", "sizes")
+
+    def __init__(self, buffer: bytes | bytearray | memoryview | None = None, sizes: Iterable[int] = ()):
+        self.buffer = bytearray() if buffer is None else buffer
+        self.sizes = array("q", sizes)
+
+    @classmethod
+    def of(cls, deltas: Iterable[str]) -> AudioText:
+        text = cls()
+        for delta in deltas:
+            text.append(delta)
+        return text
+
+    def append(self, delta: str) -> None:
+        data = delta.encode("ascii", "replace")
+        self.buffer += data
+        self.sizes.append(len(data))
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def deltas(self) -> list[str]:
+        """Each delta's text (``?`` for what was not ASCII)."""
+        view, out, offset = memoryview(self.buffer), [], 0
+        for size in self.sizes:
+            out.append(bytes(view[offset:offset + size]).decode("ascii"))
+            offset += size
+        return out
+
+    def decode(self) -> tuple[bytes, str | None]:
+        """The received audio, and the first delta that does not decode (strict base64), if
+        any: the audio stops before it."""
+        view, parts, offset = memoryview(self.buffer), [], 0
+        for k, size in enumerate(self.sizes):
+            try:
+                parts.append(binascii.a2b_base64(view[offset:offset + size], strict_mode=True))
+            except (binascii.Error, ValueError) as exc:
+                return b"".join(parts), f"audio delta {k}: {exc}"
+            offset += size
+        return b"".join(parts), None
+
+    def __reduce_ex__(self, protocol: int):  # type: ignore[override]
+        buffer = pickle.PickleBuffer(self.buffer) if protocol >= 5 else bytes(self.buffer)
+        return AudioText, (buffer, self.sizes)
+
+
 @dataclass
 class FinishedSession:
-    """A finished session as plain data: the raw trace rows and the outcome's other fields."""
+    """A finished session as plain data: the raw trace rows, the received audio and the
+    outcome's other fields (``loop_lag`` as the ticker's raw ``LagSamples``)."""
 
     raw: RawTrace
     origin: float
-    audio_b64: list[str]  # the audio deltas' base64 text as received
+    audio: AudioText  # the audio deltas' base64 text as received
     fields: dict[str, Any]
 
-    def __reduce__(self):
-        """Pickled with the deltas' text joined into one ``Blob`` (out of band with protocol 5).
-        The join happens here, when the session is handed over, not when it finished: a
-        session waiting for its turn on the channel holds no second copy of its audio."""
-        text = Blob("".join(self.audio_b64), "ascii", "replace")  # not ASCII: not base64 either
-        return _rebuild_finished, (self.raw, self.origin, text, [len(d) for d in self.audio_b64], self.fields)
-
     def outcome(self) -> SessionOutcome:
-        output, problem = decode_output(self.audio_b64)
-        raw, fields = self.raw, self.fields
+        output, problem = self.audio.decode()
+        raw, fields = self.raw, dict(self.fields)
+        if isinstance(fields.get("loop_lag"), LagSamples):
+            fields["loop_lag"] = fields["loop_lag"].stats()
         if problem is not None and fields["failure"] is None:
             failure = f"undecodable audio delta ({problem})"
-            fields = {**fields, "status": "error", "failure": failure}
+            fields.update(status="error", failure=failure)
             last = raw.times[-1] if len(raw) else self.origin
             raw = raw.copy()
             raw.append(last, "note", "failure", json.dumps({"status": "error", "reason": failure}))
         return SessionOutcome(trace=trace_from_raw(raw, self.origin), output=output, **fields)
-
-
-def _rebuild_finished(raw: RawTrace, origin: float, text: bytes, sizes: list[int],
-                      fields: dict[str, Any]) -> FinishedSession:
-    deltas, offset = [], 0
-    for size in sizes:
-        deltas.append(text[offset:offset + size].decode("ascii"))
-        offset += size
-    return FinishedSession(raw, origin, deltas, fields)
-
-
-def decode_output(chunks: list[str]) -> tuple[bytes, str | None]:
-    """The received audio from its base64 deltas, and the first chunk that does not decode
-    (strict base64), if any: the audio stops before it."""
-    parts: list[bytes] = []
-    for k, text in enumerate(chunks):
-        try:
-            parts.append(binascii.a2b_base64(text, strict_mode=True))
-        except (binascii.Error, ValueError) as exc:
-            return b"".join(parts), f"audio delta {k}: {exc}"
-    return b"".join(parts), None
 
 
 def finish_recording(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:

@@ -38,6 +38,7 @@ from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus
 from recorders.eventloop import CLOCK, loop_local, paced_sleep, sleep_until
 from recorders.finisher import (  # noqa: F401  (RawTrace and trace_from_raw are re-exported)
+    AudioText,
     Blob,
     FinishedSession,
     FinisherBroken,
@@ -133,8 +134,8 @@ class _Session:
         # sees (``RawTrace``).
         self.raw = RawTrace()
         # Received audio stays base64 text until the session is finished: decoding is the
-        # finisher's work, off the loop that paces every session (``decode_output``).
-        self.audio_b64: list[str] = []
+        # finisher's work, off the loop that paces every session (``AudioText.decode``).
+        self.audio = AudioText()
         self.output_bytes = 0
         self.t0: float | None = None
         self.t0_wall: str | None = None
@@ -150,7 +151,9 @@ class _Session:
         self.flags = {name: asyncio.Event() for name in ("created", "updated", "drained", "closed", "tail")}
         self.updates_answered = 0
         self.ws: WsClient | None = None
-        self.receiving = True  # off after a message that is not an event: the rest is not read
+        # Off after a message that is not an event (the rest is not read), and once the session
+        # is handed to the finisher (``as_finished``).
+        self.receiving = True
         self.flow_task: asyncio.Task | None = None
         self.loop_lag = None
         self.slot: _OpeningSlot | None = None  # held from before the input is prepared to session.updated
@@ -184,9 +187,11 @@ class _Session:
         return self.t0 if self.t0 is not None else (self.raw.times[0] if len(self.raw) else 0.0)
 
     def as_finished(self, elapsed_s: float, extra: dict[str, Any] | None) -> FinishedSession:
-        """Everything ``write_recording`` needs, as plain picklable data (raw trace rows)."""
+        """Everything ``write_recording`` needs, as plain picklable data (raw trace rows). The
+        received audio is handed over, not copied: from here on no message is read into it."""
+        self.receiving = False
         return FinishedSession(
-            raw=self.raw.copy(), origin=self.origin, audio_b64=list(self.audio_b64), fields=dict(
+            raw=self.raw.copy(), origin=self.origin, audio=self.audio, fields=dict(
                 status=self.status, failure=self.failure, close_code=self.close_code,
                 close_reason=self.close_reason, admission_denials=self.admission_denials,
                 granted_session=self.granted_session, t0_wall=self.t0_wall, elapsed_s=elapsed_s,
@@ -409,7 +414,7 @@ class _Session:
             return None
         size = len(delta) // 4 * 3 - (2 if delta.endswith("==") else 1 if delta.endswith("=") else 0)
         offset = self.output_bytes
-        self.audio_b64.append(delta)
+        self.audio.append(delta)
         self.output_bytes += size
         return {**event, "delta": None, "audio_offset": offset, "audio_bytes": size}
 

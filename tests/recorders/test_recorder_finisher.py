@@ -140,14 +140,44 @@ def test_a_finished_session_hands_its_audio_over_beside_the_pickle_and_decodes_t
     good = [base64.b64encode(bytes([k]) * n).decode() for k, n in ((1, 6), (2, 5), (3, 4))]
 
     def handed_over(deltas: list[str]) -> finisher.FinishedSession:
-        done = finisher.FinishedSession(finisher.RawTrace(), 0.0, deltas, {"failure": None})
+        done = finisher.FinishedSession(finisher.RawTrace(), 0.0, finisher.AudioText.of(deltas), {"failure": None})
         _, payload, *buffers = finisher.encode_message(done)
-        assert len(buffers) == 1 and bytes(buffers[0]).startswith(deltas[0].encode()[:4])
-        return pickle.loads(payload, buffers=buffers)
+        # the text is one buffer beside the pickle, the session's own (not a copy)
+        assert len(buffers) == 1 and buffers[0].obj is done.audio.buffer
+        assert bytes(buffers[0]) == "".join(deltas).encode("ascii", "replace")
+        assert len(payload) < 1000
+        return pickle.loads(payload, buffers=[bytes(b) for b in buffers])
 
     done = handed_over(good)
-    assert done.audio_b64 == good
-    assert finisher.decode_output(done.audio_b64) == (b"\x01" * 6 + b"\x02" * 5 + b"\x03" * 4, None)
+    assert done.audio.deltas() == good and list(done.audio.sizes) == [len(d) for d in good]
+    assert done.audio.decode() == (b"\x01" * 6 + b"\x02" * 5 + b"\x03" * 4, None)
     bad = handed_over([good[0], "é" * 8, good[2]])  # neither base64 nor ASCII
-    output, problem = finisher.decode_output(bad.audio_b64)
+    assert bad.audio.deltas()[1] == "?" * 8  # same length: the offsets after it hold
+    output, problem = bad.audio.decode()
     assert output == b"\x01" * 6 and problem.startswith("audio delta 1:")
+    # another protocol (or another pickler) carries the text in band, and it decodes the same
+    again = pickle.loads(pickle.dumps(finisher.AudioText.of(good), protocol=4))
+    assert again.deltas() == good and again.decode()[0] == done.audio.decode()[0]
+    assert finisher.AudioText().decode() == (b"", None)
+
+
+def test_loop_lag_statistics_are_worked_out_from_the_samples_where_the_session_is_finished():
+    from array import array
+
+    from recorders.looplag import LagSamples
+
+    lags = array("d", [0.001, 0.002, 0.004, 0.150])  # s; the last tick is 150 ms late
+    times = array("d", [10.0, 10.02, 10.04, 12.0])
+    samples = pickle.loads(pickle.dumps(LagSamples(0.02, 80.0, (10.0, 12.0), lags, times), protocol=5))
+    stats = samples.stats()
+    assert (stats.interval_ms, stats.ticks, stats.max_ms, stats.over_tolerance) == (20.0, 4, 150.0, 1)
+    assert stats.mean_ms == round((1 + 2 + 4 + 150) / 4, 3) and stats.client_behind
+    # the late tick outside the window (after the input and its tolerance): over it, but not behind
+    late_after = LagSamples(0.02, 80.0, (10.0, 11.9), lags, times).stats()
+    assert late_after.over_tolerance == 1 and not late_after.client_behind
+    assert LagSamples(0.02, 80.0, None, array("d"), array("d")).stats().ticks == 0
+    done = finisher.FinishedSession(finisher.RawTrace(), 0.0, finisher.AudioText(),
+                                    {"failure": None, "status": "ok", "close_code": 1000, "close_reason": None,
+                                     "admission_denials": 0, "granted_session": {}, "t0_wall": None,
+                                     "elapsed_s": 1.0, "extra": {}, "loop_lag": samples})
+    assert done.outcome().loop_lag == stats
