@@ -15,6 +15,9 @@ The machine's own timer floor is measured beside every step: a bare process that
 absolute 2 ms deadlines (``time.sleep``, no event loop, no I/O) and records how late it woke.
 Its p99 ("floor") is the lateness no recorder on this machine can go below at that moment; on a
 shared VM it is itself often above 1 ms, and above 2 ms at times. Read a step's p99 against it.
+A step that fails while the machine itself stalled (the bare process woke more than the 80 ms
+tolerance late, or its p99 was over the 2 ms goal) is run again, up to ``--reruns`` times; every
+attempt is printed, the stalled ones marked "machine stalled".
 
     python benchmarks/recorder_capacity.py --ladder 64,128,256,512 --seconds 10
 """
@@ -42,6 +45,7 @@ from recorders.eventloop import run as run_loop  # noqa: E402
 from recorders.pacing import sends_from_trace  # noqa: E402
 
 P99_GOAL_MS = 2.0
+TOLERANCE_MS = 80.0  # a packet this late is a pacing violation (the profiles' pacing_tolerance_ms)
 # Where the lateness sits: a session's first EDGE_START packets (others are still connecting and
 # preparing), its last EDGE_END (others are being judged and written), and the steady middle.
 EDGE_START, EDGE_END = 20, 6
@@ -156,6 +160,7 @@ def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> d
         "floor_max_ms": floor.max_ms,
     }
     row["passes"] = row["ok"] == sessions and row["violations"] == 0 and row["p99_ms"] <= P99_GOAL_MS
+    row["machine_stalled"] = row["floor_max_ms"] > TOLERANCE_MS or row["floor_p99_ms"] > P99_GOAL_MS
     return row
 
 
@@ -164,6 +169,8 @@ def main() -> None:
     parser.add_argument("--ladder", default="64,128,256,512", help="comma-separated concurrencies")
     parser.add_argument("--seconds", type=float, default=10.0, help="input length per session")
     parser.add_argument("--keep-going", action="store_true", help="run every step even after one fails")
+    parser.add_argument("--reruns", type=int, default=1,
+                        help="times a step that failed while the machine itself stalled is run again (default 1)")
     args = parser.parse_args()
     ports: mp.Queue = mp.Queue()
     server = mp.Process(target=_serve, args=(ports,), daemon=True)
@@ -178,18 +185,26 @@ def main() -> None:
     print(header, flush=True)
     try:
         for n in (int(x) for x in args.ladder.split(",")):
-            with tempfile.TemporaryDirectory() as tmp:
-                r = step(url, n, args.seconds, Path(tmp), server.pid)
-            rows.append(r)
-            print(f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
-                  f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
-                  f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}", flush=True)
+            for _attempt in range(args.reruns + 1):
+                with tempfile.TemporaryDirectory() as tmp:
+                    r = step(url, n, args.seconds, Path(tmp), server.pid)
+                rows.append(r)
+                stalled = not r["passes"] and r["machine_stalled"]
+                mark = f" (machine stalled: floor max {r['floor_max_ms']:.0f} ms)" if stalled else ""
+                print(f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
+                      f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
+                      f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}{mark}", flush=True)
+                if not stalled:
+                    break
             if not r["passes"] and not args.keep_going:
                 break
     finally:
         server.terminate()
         server.join()
     best = max((r["sessions"] for r in rows if r["passes"]), default=0)
+    stalls = sum(not r["passes"] and r["machine_stalled"] for r in rows)
+    if stalls:
+        print(f"{stalls} attempt(s) failed while the machine itself stalled (bare process beside the step)")
     print(f"capacity: {best} concurrent paced sessions with zero violations and p99 <= {P99_GOAL_MS:g} ms "
           f"(goal 512); RSS per session at the largest step: {rows[-1]['rss_per_session_mib']:.3f} MiB (goal < 2)")
 
