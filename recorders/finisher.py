@@ -67,8 +67,9 @@ class FinisherBroken(RuntimeError):
 class Blob(bytes):
     """``bytes`` that the finisher channel sends beside its pickle instead of through it.
 
-    A finished session carries about 1 MB (its input PCM, its received audio): pickling that
-    in-band copied it into the pickle, 0.55-0.76 ms of the paced loop per session, and at the
+    A finished session carries about 1 MB (its input PCM as a Blob, its received audio as an
+    ``AudioText``, which travels the same way): pickling that in-band copied it into the
+    pickle, 0.55-0.76 ms of the paced loop per session, and at the
     end of a batch hundreds of sessions finish within a second. With pickle protocol 5 a Blob
     is an out-of-band buffer: the loop writes it to the socket as it is. Elsewhere (another
     protocol, another pickler) it pickles as plain bytes, and it always unpickles as ``bytes``.
