@@ -15,9 +15,11 @@ The machine's own timer floor is measured beside every step: a bare process that
 absolute 2 ms deadlines (``time.sleep``, no event loop, no I/O) and records how late it woke.
 Its p99 ("floor") is the lateness no recorder on this machine can go below at that moment; on a
 shared VM it is itself often above 1 ms, and above 2 ms at times. Read a step's p99 against it.
-A step that fails while the machine itself stalled (the bare process woke more than the 80 ms
-tolerance late, or its p99 was over the 2 ms goal) is run again, up to ``--reruns`` times; every
-attempt is printed, the stalled ones marked "machine stalled".
+Such a VM also freezes now and then: processes stop for 30-100 ms at once, the recorder's
+packets all go late together and the step fails. Beside the step, one more such process is
+pinned to each CPU (a VM can lose one virtual CPU and not the other). A step that fails while
+one of them woke more than STALL_MS late (the machine stalled) is run again, up to
+``--reruns`` times; every attempt is printed, the stalled ones marked "machine stalled".
 
     python benchmarks/recorder_capacity.py --ladder 64,128,256,512 --seconds 10
 """
@@ -45,7 +47,10 @@ from recorders.eventloop import run as run_loop  # noqa: E402
 from recorders.pacing import sends_from_trace  # noqa: E402
 
 P99_GOAL_MS = 2.0
-TOLERANCE_MS = 80.0  # a packet this late is a pacing violation (the profiles' pacing_tolerance_ms)
+# A bare process that sleeps 2 ms at a time and wakes this late was not run by the machine: on
+# this 2-core VM such a probe woke at most 2-8 ms late (once 18 ms) through the steps that passed,
+# and 34-76 ms late in the steps where every session's packets went late in one 80-100 ms window.
+STALL_MS = 20.0
 # Where the lateness sits: a session's first EDGE_START packets (others are still connecting and
 # preparing), its last EDGE_END (others are being judged and written), and the steady middle.
 EDGE_START, EDGE_END = 20, 6
@@ -90,8 +95,11 @@ def cpu_seconds(pid: int) -> float:
 FLOOR_PERIOD_S = 0.002
 
 
-def _floor_probe(stop, results: mp.Queue) -> None:
-    """Sleep to absolute FLOOR_PERIOD_S deadlines until ``stop`` is set; put (p99, max) in ms."""
+def _floor_probe(stop, results: mp.Queue, cpu: int | None) -> None:
+    """Sleep to absolute FLOOR_PERIOD_S deadlines (on ``cpu`` if given) until ``stop`` is set;
+    put (cpu, (p99, max)) in ms."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     late: list[float] = []
     t0, k = time.monotonic(), 0
     while not stop.is_set():
@@ -102,22 +110,31 @@ def _floor_probe(stop, results: mp.Queue) -> None:
             time.sleep(delay)
         late.append((time.monotonic() - due) * 1000.0)
     values = np.array(late or [float("nan")])
-    results.put((float(np.percentile(values, 99)), float(values.max())))
+    results.put((cpu, (float(np.percentile(values, 99)), float(values.max()))))
 
 
 class TimerFloor:
-    """Runs ``_floor_probe`` in its own process while the ``with`` block runs."""
+    """Runs ``_floor_probe`` in its own process while the ``with`` block runs, and one more
+    pinned to each CPU. ``p99_ms`` is the unpinned probe's (the scheduler puts it where it can,
+    as it does the recorder); ``max_ms`` is the worst wake-up of them all: a VM can lose one
+    virtual CPU for a while and not the other, and a single probe saw only the stalls of the
+    CPU it happened to be on."""
 
     def __enter__(self) -> TimerFloor:
+        cpus = sorted(os.sched_getaffinity(0))[:8] if hasattr(os, "sched_getaffinity") else []
         self._stop, self._results = mp.Event(), mp.Queue()
-        self._proc = mp.Process(target=_floor_probe, args=(self._stop, self._results), daemon=True)
-        self._proc.start()
+        self._procs = [mp.Process(target=_floor_probe, args=(self._stop, self._results, cpu), daemon=True)
+                       for cpu in [None, *cpus]]
+        for proc in self._procs:
+            proc.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self.p99_ms, self.max_ms = self._results.get(timeout=30)
-        self._proc.join()
+        found = dict(self._results.get(timeout=30) for _ in self._procs)
+        self.p99_ms, self.max_ms = found[None][0], max(worst for _, worst in found.values())
+        for proc in self._procs:
+            proc.join()
 
 
 def idle_floor(seconds: float = 3.0) -> tuple[float, float]:
@@ -160,7 +177,7 @@ def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> d
         "floor_max_ms": floor.max_ms,
     }
     row["passes"] = row["ok"] == sessions and row["violations"] == 0 and row["p99_ms"] <= P99_GOAL_MS
-    row["machine_stalled"] = row["floor_max_ms"] > TOLERANCE_MS or row["floor_p99_ms"] > P99_GOAL_MS
+    row["machine_stalled"] = row["floor_max_ms"] > STALL_MS
     return row
 
 
@@ -178,10 +195,10 @@ def main() -> None:
     url = f"ws://127.0.0.1:{ports.get(timeout=30)}/v1/realtime"
     rows = []
     p99, worst = idle_floor()
-    print(f"timer floor of this machine at rest (bare process, 2 ms deadlines): p99 {p99:.2f} ms, max {worst:.2f} ms",
+    print(f"timer floor of this machine at rest (bare processes, 2 ms deadlines): p99 {p99:.2f} ms, max {worst:.2f} ms",
           flush=True)
     header = (f"{'sessions':>8} {'ok':>5} {'late>80':>7} {'behind':>6} {'p99 ms':>7} {'start':>6} {'steady':>6} "
-              f"{'end':>6} {'max ms':>8} {'lag max':>8} {'floor':>6} {'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass")
+              f"{'end':>6} {'max ms':>8} {'lag max':>8} {'floor':>6} {'fl max':>6} {'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass")
     print(header, flush=True)
     try:
         for n in (int(x) for x in args.ladder.split(",")):
@@ -192,7 +209,7 @@ def main() -> None:
                 stalled = not r["passes"] and r["machine_stalled"]
                 mark = f" (machine stalled: floor max {r['floor_max_ms']:.0f} ms)" if stalled else ""
                 print(f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
-                      f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
+                      f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['floor_max_ms']:>6.1f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
                       f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}{mark}", flush=True)
                 if not stalled:
                     break
@@ -204,7 +221,7 @@ def main() -> None:
     best = max((r["sessions"] for r in rows if r["passes"]), default=0)
     stalls = sum(not r["passes"] and r["machine_stalled"] for r in rows)
     if stalls:
-        print(f"{stalls} attempt(s) failed while the machine itself stalled (bare process beside the step)")
+        print(f"{stalls} attempt(s) failed while the machine itself stalled (bare processes beside the step)")
     print(f"capacity: {best} concurrent paced sessions with zero violations and p99 <= {P99_GOAL_MS:g} ms "
           f"(goal 512); RSS per session at the largest step: {rows[-1]['rss_per_session_mib']:.3f} MiB (goal < 2)")
 
