@@ -188,7 +188,7 @@ def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> d
         "floor_max_ms": floor.max_ms,
     }
     row["passes"] = row["ok"] == sessions and row["violations"] == 0 and row["p99_ms"] <= P99_GOAL_MS
-    row["machine_stalled"] = row["floor_max_ms"] > STALL_MS
+    row["failed_in_stall"] = not row["passes"] and row["floor_max_ms"] > STALL_MS  # the machine stalled
     return row
 
 
@@ -219,12 +219,11 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     r = step(url, n, args.seconds, Path(tmp), server.pid)
                 rows.append(r)
-                stalled = not r["passes"] and r["machine_stalled"]
-                mark = f" (machine stalled: floor max {r['floor_max_ms']:.0f} ms)" if stalled else ""
+                mark = f" (machine stalled: floor max {r['floor_max_ms']:.0f} ms)" if r["failed_in_stall"] else ""
                 print(f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
                       f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['floor_max_ms']:>6.1f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
                       f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}{mark}", flush=True)
-                if not stalled:
+                if not r["failed_in_stall"]:
                     break
             if not r["passes"] and not args.keep_going:
                 break
@@ -232,7 +231,7 @@ def main() -> None:
         server.terminate()
         server.join()
     best = max((r["sessions"] for r in rows if r["passes"]), default=0)
-    stalls = sum(not r["passes"] and r["machine_stalled"] for r in rows)
+    stalls = sum(r["failed_in_stall"] for r in rows)
     if stalls:
         print(f"{stalls} attempt(s) failed while the machine itself stalled (bare processes beside the step)")
     print(f"capacity: {best} concurrent paced sessions with zero violations and p99 <= {P99_GOAL_MS:g} ms "

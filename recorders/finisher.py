@@ -195,9 +195,6 @@ class AudioText:
         self.buffer += data
         self.sizes.append(len(data))
 
-    def __len__(self) -> int:
-        return len(self.sizes)
-
     def deltas(self) -> list[str]:
         """Each delta's text (``?`` for what was not ASCII)."""
         view, out, offset = memoryview(self.buffer), [], 0
