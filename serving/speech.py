@@ -18,6 +18,9 @@ voice speaks. Other extra fields (``max_new_tokens``, ``task_type``, ...) are ig
 With ``speech_service`` set, the request body goes unchanged (``model`` replaced when the service
 names one) to ``{base_url}/audio/speech`` and the answer's status, body and audio headers come
 back as they arrive; reference audio is the service's business then.
+
+With the system's ``reply_delay_ms`` (a handicap, 0 = off) the first audio of every answer is
+held back that long once it is ready (an ``asyncio.sleep``: other requests go on meanwhile).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import base64
 import json
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any, Literal
 
 import httpx
@@ -134,6 +138,18 @@ async def sentences(hub, text: str) -> AsyncIterator[bytes]:
         stop.set()
 
 
+async def delayed(chunks: AsyncGenerator[bytes, None], delay_ms: int) -> AsyncIterator[bytes]:
+    """``chunks`` with the first non-empty one held back ``delay_ms`` once it is ready (closed with
+    this generator, so a client that goes away stops the synthesis as before)."""
+    waited = delay_ms <= 0
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            if chunk and not waited:
+                waited = True
+                await asyncio.sleep(delay_ms / 1000.0)
+            yield chunk
+
+
 async def _sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     total = 0
     async for pcm in chunks:
@@ -150,10 +166,10 @@ async def _prefixed(prefix: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterato
         yield pcm
 
 
-async def _piper(req: SpeechRequest, hub) -> Response:
+async def _piper(req: SpeechRequest, hub, delay_ms: int = 0) -> Response:
     rate = int(hub.tts.rate)
     headers = {"X-Sample-Rate": str(rate), "X-Channels": "1", "X-Bit-Depth": "16", "Cache-Control": "no-store"}
-    chunks = sentences(hub, req.input)
+    chunks = delayed(sentences(hub, req.input), delay_ms)
     if req.stream_format == "sse":
         return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
     wav = req.response_format == "wav"
@@ -167,7 +183,7 @@ async def _piper(req: SpeechRequest, hub) -> Response:
     return Response(pcm, media_type=media, headers=headers)
 
 
-async def _pass_through(service: SpeechService, body: dict[str, Any]) -> Response:
+async def _pass_through(service: SpeechService, body: dict[str, Any], delay_ms: int = 0) -> Response:
     if service.model:
         body = {**body, "model": service.model}
     headers = {}
@@ -188,7 +204,7 @@ async def _pass_through(service: SpeechService, body: dict[str, Any]) -> Respons
 
     async def relay() -> AsyncIterator[bytes]:
         try:
-            async for data in upstream.aiter_raw():
+            async for data in delayed(upstream.aiter_raw(), delay_ms):
                 yield data
         finally:
             await upstream.aclose()
@@ -209,7 +225,7 @@ async def speech(request: Request) -> Response:
     if not isinstance(raw, dict):
         return _error(400, "invalid_json", "the request body must be a JSON object")
     if system.speech_service is not None:
-        return await _pass_through(system.speech_service, raw)
+        return await _pass_through(system.speech_service, raw, system.reply_delay_ms)
     try:
         req = SpeechRequest.model_validate(raw)
     except ValidationError as exc:
@@ -221,4 +237,4 @@ async def speech(request: Request) -> Response:
         return refused
     if not runtime.ready:
         return _error(503, "not_ready", "instance is not ready")
-    return await _piper(req, runtime.hub)
+    return await _piper(req, runtime.hub, system.reply_delay_ms)

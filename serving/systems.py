@@ -147,6 +147,12 @@ class SystemConfig(BaseModel):
     # resumed) was made for nothing: set null where such requests cost.
     prefetch_ms: int | None = Field(200, ge=32, le=10000)
     max_output_lead_ms: int = Field(1000, ge=100, le=60000)
+    # A handicap: wait this long before the first audio of every reply (turn-based realtime
+    # sessions) and of every /v1/audio/speech answer; 0 = off. A documented way to make a
+    # measurably slower candidate, e.g. to check that a regression gate fails:
+    # `python -m fdb serve --reply_delay_ms 400`. The wait is interruptible (a barge-in or
+    # response.cancel during it cancels the reply as usual) and blocks nothing else.
+    reply_delay_ms: int = Field(0, ge=0, le=60000)
     session_update_timeout_s: float = Field(60.0, gt=0)
     idle_timeout_s: float = Field(300.0, gt=0)
     max_input_bytes: int = Field(1_920_000, ge=3200)

@@ -6,18 +6,21 @@ measured from the moment the reply's first audio left. While paced, audio goes o
 100 ms. Other events (transcripts, speech boundaries, receipts) are never held back. Once the
 input has ended, everything may leave at once, joined into chunks of at most
 ``max_output_lead_ms``. The reply stays open, and interruptible, until the wall clock reaches
-the end of its audio (the client has played it), unless the input has ended.
+the end of its audio (the client has played it), unless the input has ended. With ``first_delay_ms`` (the system's ``reply_delay_ms`` handicap) the reply's
+first audio is held back that long once it is ready; an interruption during the wait ends it at
+once and nothing is sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from collections.abc import Callable
 
 from serving.realtime.events import AudioDeltaSglang, MediaTime, OutputAudioDelta
 from serving.realtime.outbox import Outbox
-from serving.realtime.turn import Turn
+from serving.realtime.turn import Turn, TurnInterrupted
 
 OUTPUT_RATE = 24000
 BYTES_PER_MS = OUTPUT_RATE * 2 // 1000  # PCM16 mono
@@ -28,7 +31,8 @@ class AudioDelivery:
     """Sends the audio of one response as ``response.output_audio.delta`` events."""
 
     def __init__(self, outbox: Outbox, turn: Turn, response_id: str, item_id: str, lead_ms: int,
-                 paced: Callable[[], bool], clock: Callable[[], float] = time.monotonic) -> None:
+                 paced: Callable[[], bool], clock: Callable[[], float] = time.monotonic,
+                 first_delay_ms: int = 0) -> None:
         self._outbox = outbox
         self._turn = turn
         self._response_id = response_id
@@ -38,6 +42,7 @@ class AudioDelivery:
         self._clock = clock
         self._t0: float | None = None
         self._chunk_seq = 0
+        self._first_delay_ms = first_delay_ms  # still to wait before the first audio
         self.sent_bytes = 0
 
     @property
@@ -75,9 +80,23 @@ class AudioDelivery:
         self.sent_bytes += len(chunk)
         return True
 
+    async def _hold_first(self) -> bool:
+        """Wait ``first_delay_ms`` before the first audio (once, on the event loop's clock, not
+        cut short by the input's end); False when the turn was interrupted meanwhile."""
+        delay, self._first_delay_ms = self._first_delay_ms, 0
+        if delay <= 0 or self._t0 is not None:
+            return not self._turn.interrupted
+        try:
+            await self._turn.race(asyncio.sleep(delay / 1000.0))
+        except TurnInterrupted:
+            return False
+        return not self._turn.interrupted
+
     async def send(self, pcm: bytes) -> bool:
         """Deliver ``pcm`` (24 kHz PCM16); False when the turn was interrupted or the session
         closed before all of it left."""
+        if pcm and not await self._hold_first():
+            return False
         pos = 0
         while pos < len(pcm):
             if self._turn.interrupted:

@@ -11,7 +11,8 @@ delivery pacing (the guide's "Delivery pacing"): the outbox sink of
 - The speech node's audio and ``reply.progress`` go to the delivery task: per progress, the
   chunk's transcript delta (or text delta in a text-only session), its audio paced by
   :class:`~serving.realtime.delivery.AudioDelivery` (at most ``max_output_lead_ms`` ahead,
-  ``max_output_bytes`` per reply), then ``sglang.response.progress``. Its ``turn.done`` (held by
+  ``max_output_bytes`` per reply; the first audio held back ``reply_delay_ms``, a handicap),
+  then ``sglang.response.progress``. Its ``turn.done`` (held by
   the graph) is released to the dialog once the audio has played, with ``sent_ms``.
 - A started reply that is ``turn.interrupted`` stops at once; the graph then reports
   ``reply.delivered`` (``sent_ms``, ``played_ms`` at the speech start or the cancel) to the dialog.
@@ -195,7 +196,8 @@ class GraphOutput:
         if self._input_ended():
             pace.wake()
         delivery = AudioDelivery(self._outbox, pace, reply.response_id, reply.item_id,
-                                 self._system.max_output_lead_ms, lambda: not self._input_ended())
+                                 self._system.max_output_lead_ms, lambda: not self._input_ended(),
+                                 first_delay_ms=self._system.reply_delay_ms)
         state = GraphReply(turn, reply, pace, delivery if reply.audio else None)
         self._replies[turn] = self._by_item[reply.item_id] = state
         await reply.created()

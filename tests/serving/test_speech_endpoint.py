@@ -1,23 +1,30 @@
 """POST /v1/audio/speech on the real server (Piper voice), and the pass-through to an
-OpenAI-compatible speech service (a small local HTTP server standing in for it)."""
+OpenAI-compatible speech service (a small local HTTP server standing in for it); the
+reply_delay_ms handicap on both and on a realtime reply (a real server launched with it)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import numpy as np
 import pytest
 import soundfile as sf
 from fastapi.testclient import TestClient
 
 from serving.app import create_app
 from serving.systems import SpeechService, SystemConfig
+from tests.serving.conftest import LAUNCH_YAML, _pcm16, launched_server, silence
+from tests.serving.realtime_client import Client
 
 TEXT = "Hello there. This is the second sentence."
+DELAY_S = 0.6  # reply_delay_ms of the delayed server
 
 
 def _post(server, body: dict, timeout: float = 60.0) -> httpx.Response:
@@ -122,3 +129,72 @@ def test_pass_through_relays_body_and_headers(speech_service, monkeypatch):
     monkeypatch.delenv("FDB_TEST_SPEECH_KEY")
     missing = client.post("/v1/audio/speech", json=body)
     assert missing.status_code == 503 and "FDB_TEST_SPEECH_KEY" in missing.json()["error"]["message"]
+
+
+def test_pass_through_waits_reply_delay_ms(speech_service):
+    client = TestClient(create_app(SystemConfig(speech_service=SpeechService(base_url=speech_service),
+                                                reply_delay_ms=300)))
+    start = time.monotonic()
+    reply = client.post("/v1/audio/speech", json={"input": "Hi.", "stream": True})
+    assert reply.status_code == 200 and len(reply.content) == 4800
+    assert time.monotonic() - start >= 0.3
+
+
+@pytest.fixture(scope="module")
+def delayed(tmp_path_factory):
+    """The real server with the handicap: every reply's first audio waits DELAY_S."""
+    launch = LAUNCH_YAML + f"reply_delay_ms: {round(DELAY_S * 1000)}\n"
+    with launched_server(tmp_path_factory.mktemp("delayed"), launch) as info:
+        yield info
+
+
+def test_speech_first_audio_waits_reply_delay_ms(delayed):
+    body = {"input": "Hi.", "stream": True, "stream_format": "audio", "response_format": "pcm"}
+    start = time.monotonic()
+    with httpx.stream("POST", f"{delayed.base_url}/v1/audio/speech", json=body, timeout=60.0) as reply:
+        assert reply.status_code == 200
+        chunks = reply.iter_bytes()
+        first = next(data for data in chunks if data)
+        ttfa = time.monotonic() - start
+        assert len(first) + sum(len(data) for data in chunks) > 0.2 * 22050 * 2
+    assert ttfa >= DELAY_S
+
+
+async def _committed_turn(server, speech) -> Client:
+    """A commit-mode session whose question is committed; returns once its first transcript
+    delta (just before the held first audio) arrived."""
+    client = await Client.connect(server.ws_url)
+    await client.open_session({"audio": {"input": {"turn_detection": None}}})
+    await client.send_audio(_pcm16(np.concatenate([silence(0.2), speech["question"]])), interval_s=0.02)
+    await client.send("input_audio_buffer.commit")
+    await client.until("response.output_audio_transcript.delta", 30)
+    return client
+
+
+def test_realtime_first_audio_waits_and_cancel_during_the_wait(delayed, speech):
+    async def held() -> Client:
+        client = await _committed_turn(delayed, speech)
+        await client.until("response.done", 30)
+        await client.close()
+        return client
+
+    async def cancelled() -> Client:
+        client = await _committed_turn(delayed, speech)
+        await client.send("response.cancel")
+        await client.until("response.done", 10)
+        await asyncio.sleep(DELAY_S)  # past the end of the wait: nothing more of the reply comes
+        await client.close()
+        return client
+
+    client = asyncio.run(held())
+    at = {name: next(r.t for r in client.received if r.type == name) for name in (
+        "response.created", "response.output_audio_transcript.delta", "response.output_audio.delta")}
+    assert at["response.output_audio.delta"] - at["response.created"] >= DELAY_S
+    assert at["response.output_audio.delta"] - at["response.output_audio_transcript.delta"] >= DELAY_S - 0.05
+    assert client.of_type("response.done")[0]["response"]["status"] == "completed"
+
+    client = asyncio.run(cancelled())
+    done = client.of_type("response.done")
+    assert len(done) == 1 and done[0]["response"]["status"] == "cancelled", client.types()
+    assert done[0]["response"]["status_details"]["reason"] == "interrupted"
+    assert "response.output_audio.delta" not in client.types() and "error" not in client.types()
