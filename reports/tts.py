@@ -2,8 +2,11 @@
 
 The serving table has the shape of the Drama 3 serving table (Concurrency, Throughput, TTFA p50,
 TTFA p95, RTF mean), with throughput both in audio seconds per second and, when the model's
-codec frame rate was given, in acoustic frames per second. Nothing here recomputes a metric: it
-formats what tts.json holds (scorers.tts_serving / scorers.tts_quality computed it).
+codec frame rate was given, in acoustic frames per second, and the mean TTFA beside its p50/p95.
+A run recorded in rounds (tts.json ``layout: rounds``) shows each level entry's mean +- sd over
+its measured rounds and their count, and its cold rounds in a table of their own. Nothing here
+recomputes a metric: it formats what tts.json holds (scorers.tts_serving / scorers.tts_quality
+computed it).
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from pathlib import Path
 
 from fdb.io import atomic_write_bytes, atomic_write_text
 from reports.exports import markdown_tables
-from scorers.tts_serving import LevelRow
+from scorers.tts_serving import LevelRow, LevelStats, MetricStats, RoundRow
 
 SERVING_COLUMNS = ("Concurrency", "Throughput (audio-s/s)", "Throughput (frames/s)", "TTFA p50", "TTFA p95",
-                   "RTF (mean)")
+                   "TTFA mean", "RTF (mean)")
 DETAIL_COLUMNS = ("Concurrency", "Requests", "Failed", "No audio", "Wall s", "E2E p50", "E2E p95", "Max gap p95",
                   "Underrun p95", "Underruns", "Stop violations")
 
@@ -31,9 +34,40 @@ def _num(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def serving_cells(row: LevelRow) -> list[str]:
-    return [str(row.concurrency), _num(row.throughput_audio_s_per_s, ",.2f"), _num(row.throughput_frames_per_s, ",.1f"),
-            _ms(row.ttfa_p50_ms), _ms(row.ttfa_p95_ms), _num(row.rtf_mean, ".3f")]
+def _spread(value: float | None, stats: MetricStats | None, fmt: str, unit: str = "") -> str:
+    """``value`` (with ``unit``), and `` ± sd`` when its rounds have one."""
+    if value is None:
+        return "n/a"
+    sd = "" if stats is None or stats.sd is None else f" ± {format(stats.sd, fmt)}"
+    return f"{format(value, fmt)}{sd}{unit}"
+
+
+def serving_cells(row: LevelRow, stats: LevelStats | None = None) -> list[str]:
+    """The serving table's cells of one level entry; with ``stats``, each mean ± the sd over its rounds."""
+    metric = (stats.metrics if stats else {}).get
+    cells = [("throughput_audio_s_per_s", ",.2f", ""), ("throughput_frames_per_s", ",.1f", ""),
+             ("ttfa_p50_ms", ",.1f", " ms"), ("ttfa_p95_ms", ",.1f", " ms"), ("ttfa_mean_ms", ",.1f", " ms"),
+             ("rtf_mean", ".3f", "")]
+    return [str(row.concurrency), *(_spread(getattr(row, name), metric(name), fmt, unit) for name, fmt, unit in cells)]
+
+
+def _entries(data: dict) -> list[tuple[LevelRow, LevelStats | None]]:
+    rows = [LevelRow.model_validate(row) for row in data["rows"]]
+    if data.get("layout") != "rounds":
+        return [(row, None) for row in rows]
+    return list(zip(rows, (LevelStats.model_validate(s) for s in data["level_stats"]), strict=True))
+
+
+def serving_table(data: dict) -> tuple[tuple[str, ...], list[tuple[LevelRow, list[str]]]]:
+    """(columns, (row, cells) per level entry) of the serving table; a run in rounds adds Entry
+    (the position in --concurrency) and Rounds (the measured rounds the cells are over)."""
+    lines = []
+    for row, stats in _entries(data):
+        cells = serving_cells(row, stats)
+        lines.append((row, cells if stats is None else [str(stats.entry), cells[0], str(stats.rounds), *cells[1:]]))
+    if data.get("layout") != "rounds":
+        return SERVING_COLUMNS, lines
+    return ("Entry", SERVING_COLUMNS[0], "Rounds", *SERVING_COLUMNS[1:]), lines
 
 
 def detail_cells(row: LevelRow) -> list[str]:
@@ -67,15 +101,28 @@ def _quality(q: dict | None) -> list[str]:
     return out + [f"- {note}" for note in q.get("notes", [])] + [""]
 
 
-def _stops(found: list[dict]) -> list[str]:
+def _stops(found: list[dict], rounds: bool = False) -> list[str]:
     out = ["## Stop condition", ""]
     if not found:
         return out + ["No request received audio after the server's declared end or beyond --max-audio-s.", ""]
     out.append(f"{len(found)} requests broke it (audio after the declared end, or beyond the bound):")
     out.append("")
+    columns = ("Concurrency", "Request", "Audio after end (s)", "Audio beyond bound (s)")
     rows = [(str(v["concurrency"]), v["id"], _num(v["audio_after_done_s"], ".3f"), _num(v["overrun_s"], ".3f"))
             for v in found]
-    return out + _table(("Concurrency", "Request", "Audio after end (s)", "Audio beyond bound (s)"), rows) + [""]
+    if rounds:
+        columns, rows = ("Round", *columns), [(v["directory"], *row) for v, row in zip(found, rows, strict=True)]
+    return out + _table(columns, rows) + [""]
+
+
+def _cold(data: dict) -> list[str]:
+    cold = [RoundRow.model_validate(found) for found in data.get("rounds") or [] if found["cold"]]
+    if not cold:
+        return []
+    lines = [(str(found.entry), *serving_cells(found.row), f"{found.row.failed}/{found.row.requests}")
+             for found in cold]
+    return ["**Cold rounds** (one per entry, recorded before its measured rounds; not in the means above)", "",
+            *_table(("Entry", *SERVING_COLUMNS, "Failed"), lines), ""]
 
 
 DEFINITIONS = [
@@ -89,7 +136,8 @@ DEFINITIONS = [
     "- RTF: arrival of the last audio chunk / audio duration, per request; RTF (mean) averages requests with audio.",
     "- Throughput (audio-s/s): audio seconds of the successful requests / the level's wall time (first send to "
     "last body end). Throughput (frames/s) multiplies it by --frame-rate (the model's codec frame rate).",
-    "- TTFA p50/p95, E2E p50/p95: the ceil(qN)-th smallest value over the requests with audio (no interpolation).",
+    "- TTFA p50/p95, E2E p50/p95: the ceil(qN)-th smallest value over the requests with audio (no interpolation); "
+    "TTFA mean: their arithmetic mean.",
     "- Max gap: the largest time between two consecutive audio arrivals of a request (p95 over requests).",
     "- Underrun: the worst deficit of a real-time player starting at the first arrival, max over chunks of arrival "
     "- (first arrival + audio before it); a request underruns when it exceeds the playback reserve.",
@@ -97,6 +145,21 @@ DEFINITIONS = [
     "[DONE]), or audio beyond --max-audio-s; 'not checked' when neither applies.",
     "",
 ]
+ROUND_DEFINITIONS = [
+    "- Rounds: each level entry (Entry: its position in --concurrency) was recorded in several rounds, one "
+    "after another, each with its own warm-ups and requests; its cells are the mean over its measured rounds "
+    "± their sample standard deviation (n - 1; none for one round), counts summed over the rounds. A cold "
+    "round, recorded first, is shown apart and left out.",
+    "",
+]
+
+
+def _rounds(opts: dict) -> str:
+    rounds, cold = opts.get("rounds", 1), opts.get("cold_round")
+    if rounds == 1 and not cold and len(set(opts["concurrency"])) == len(opts["concurrency"]):
+        return ""
+    return (f" Level entries {' '.join(str(n) for n in opts['concurrency'])}: {rounds} measured round(s) each"
+            + (", after one cold round (excluded)." if cold else "."))
 
 
 def _sent(opts: dict) -> str:
@@ -105,27 +168,39 @@ def _sent(opts: dict) -> str:
     return f"stream_format {opts['stream_format']}, response_format pcm"
 
 
+def _serving(data: dict, reserve: float) -> list[str]:
+    """The serving table, the cold rounds (if any) and the details table."""
+    rounds = data.get("layout") == "rounds"
+    columns, table = serving_table(data)
+    details = [detail_cells(row) for row, _ in table]
+    if rounds:
+        details = [[str(stats.entry), *cells] for (_, stats), cells in zip(_entries(data), details, strict=True)]
+    caption = f"**Details** (playback reserve {reserve:g} ms" + ("; counts summed over the rounds)" if rounds else ")")
+    return ["## Serving", "", *_table(columns, [cells for _, cells in table]), "", *_cold(data), caption, "",
+            *_table((("Entry",) if rounds else ()) + DETAIL_COLUMNS, details), ""]
+
+
 def render(data: dict) -> str:
     run = data["run"]
     opts, dataset = run["options"], run["dataset"]
     rows = [LevelRow.model_validate(row) for row in data["rows"]]
+    rounds = data.get("layout") == "rounds"
     rates = sorted({rate for row in rows for rate in row.sample_rates})
     reserve = rows[0].playback_reserve_ms if rows else opts["playback_reserve_ms"]
     frame = f"{opts['frame_rate']:g} Hz" if opts.get("frame_rate") else "not given (--frame-rate)"
     lines = ["# TTS serving", "",
              f"Endpoint {run['endpoint']}" + (f" (bundled system {run['server']})" if run.get("server") else "") + ". "
              f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): {opts['num_prompts']} "
-             f"requests per level, {opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
+             f"requests per {'round' if rounds else 'level'}, {opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
              f"{opts['ref_audio']}. Declared sample rate(s): "
-             f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.", ""]
+             f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.{_rounds(opts)}", ""]
     lines += [f"- {note}" for note in run.get("notes", [])] + ([""] if run.get("notes") else [])
-    lines += ["## Serving", "", *_table(SERVING_COLUMNS, [serving_cells(r) for r in rows]), "",
-              f"**Details** (playback reserve {reserve:g} ms)", "",
-              *_table(DETAIL_COLUMNS, [detail_cells(r) for r in rows]), ""]
+    lines += _serving(data, reserve)
     errors = [(r.concurrency, e) for r in rows for e in r.errors]
     if errors:
         lines += ["Failures (first distinct reasons):", "", *(f"- concurrency {n}: {e}" for n, e in errors), ""]
-    lines += _quality(data.get("quality")) + _stops(data.get("stop_violations") or []) + DEFINITIONS
+    lines += _quality(data.get("quality")) + _stops(data.get("stop_violations") or [], rounds)
+    lines += DEFINITIONS[:-1] + ROUND_DEFINITIONS if rounds else DEFINITIONS
     return "\n".join(lines)
 
 
@@ -149,6 +224,7 @@ def plot(rows: list[LevelRow]) -> bytes:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
+    rows = sorted(rows, key=lambda r: r.concurrency)  # level entries may repeat a level or come in any order
     levels = [r.concurrency for r in rows]
     figure = Figure(figsize=(9, 3.5), dpi=100)
     left, right = figure.subplots(1, 2)
@@ -164,7 +240,8 @@ def plot(rows: list[LevelRow]) -> bytes:
     right.legend()
     for axes in (left, right):
         axes.set_xscale("log", base=2)
-        axes.set_xticks(levels, [str(n) for n in levels])
+        ticks = sorted(set(levels))
+        axes.set_xticks(ticks, [str(n) for n in ticks])
         axes.set_xlabel("concurrency")
     figure.tight_layout()
     buffer = io.BytesIO()

@@ -7,7 +7,8 @@ A level's failed sessions are part of the result: the sweep goes on to the next 
 ``--search`` the levels are not given but found: doubling from 1 until a level misses the targets
 (or ``--max-concurrency``), then bisecting between the last passing and the first failing level.
 With ``--repeats N`` every level is recorded N times (``concurrency-C/repeat-K/``); its row pools
-the repeats' sessions and meets the targets only when every repeat does.
+the repeats' sessions and meets the targets only when every repeat does; serving.json keeps each
+repeat's own row beside it (``repeat_rows``).
 """
 
 from __future__ import annotations
@@ -229,6 +230,11 @@ def _client_cpu(directory: Path) -> float | None:
 
 def measure_level(directory: Path, profile: str = "turn-based", reserve_ms: float = 80.0):
     """The serving row of one recorded level directory (its repeats combined)."""
+    return measure_level_repeats(directory, profile, reserve_ms)[0]
+
+
+def measure_level_repeats(directory: Path, profile: str = "turn-based", reserve_ms: float = 80.0):
+    """(the level's row with its repeats combined, each repeat's own row in repeat order)."""
     from scorers.serving import combine_repeats, level_row, load_level
 
     if not directory.is_dir():
@@ -240,7 +246,7 @@ def measure_level(directory: Path, profile: str = "turn-based", reserve_ms: floa
         concurrency, [s for sessions, _ in per_repeat for s in sessions], profile, reserve_ms)
     row = combine_repeats(pooled, rows)
     spec = _level_spec(directory)
-    return row.model_copy(update={"server_max_sessions": spec.get("max_sessions") if spec else None})
+    return row.model_copy(update={"server_max_sessions": spec.get("max_sessions") if spec else None}), rows
 
 
 def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: str = "turn-based") -> dict:
@@ -249,15 +255,19 @@ def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: 
     from reports.serving import plot_png, render, warnings
     from scorers.serving import capacity
 
-    found = sorted(((measure_level(d, profile, reserve_ms), d) for d in levels), key=lambda pair: pair[0].concurrency)
-    rows = [row for row, _ in found]
+    found = sorted(((*measure_level_repeats(d, profile, reserve_ms), d) for d in levels),
+                   key=lambda found: found[0].concurrency)
+    rows = [row for row, _, _ in found]
     cap = capacity(rows)
     data = {"schema": SERVING_SCHEMA, "playback_reserve_ms": reserve_ms,
             "capacity": {**cap.model_dump(mode="json"), "line": cap.line()},
             "client_limited_levels": [r.concurrency for r in rows if r.client_limited],
             "warnings": warnings(rows),
-            "levels": {str(row.concurrency): str(directory) for row, directory in found},
-            "rows": [r.model_dump(mode="json") for r in rows], "provenance": current().model_dump(mode="json")}
+            "levels": {str(row.concurrency): str(directory) for row, _, directory in found},
+            "rows": [r.model_dump(mode="json") for r in rows],
+            "repeat_rows": {str(row.concurrency): [r.model_dump(mode="json") for r in repeats]
+                            for row, repeats, _ in found},
+            "provenance": current().model_dump(mode="json")}
     atomic_write_json(output, data)
     atomic_write_text(output.parent / "SERVING.md", render(rows, cap))
     atomic_write_bytes(output.parent / "serving.png", plot_png(rows))

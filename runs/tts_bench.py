@@ -1,8 +1,12 @@
-"""`tts-bench`: replay a Seed-TTS list against ``/v1/audio/speech`` at rising concurrency, one
-level after another (closed loop, warm-ups excluded), then score serving and quality and write
-``tts.json``, ``TTS.md``, ``tables/*.csv`` and ``plots/tts-concurrency.png``.
+"""`tts-bench`: replay a Seed-TTS list against ``/v1/audio/speech`` at each concurrency level
+entry, one after another (closed loop, warm-ups excluded), then score serving and quality and
+write ``tts.json``, ``TTS.md``, ``tables/*.csv`` and ``plots/tts-concurrency.png``.
 
-Layout of ``--output DIR``::
+``--concurrency`` lists level entries ("64 64 128", "1,2,2,4": repeats allowed, any order). With
+``--rounds N`` each entry is recorded N times (its row is the mean over them); ``--cold-round``
+(default with N >= 2) records one more round first, reported apart and left out of the mean.
+
+Layout of ``--output DIR`` when every entry is unique, N is 1 and there is no cold round::
 
     run.json                     options, dataset, endpoint (what was replayed)
     concurrency-N/level.json     the level's request body and counts
@@ -13,6 +17,10 @@ Layout of ``--output DIR``::
     quality/quality.json         their summary
     logs/model-server.log        the bundled server's log (when it was started here)
 
+Otherwise each entry is ``concurrency-N/`` (the first entry of N) or ``concurrency-N~K/`` (the
+K-th), holding ``cold/`` and ``round-1/`` .. ``round-N/``, each laid out as a level directory
+above. Quality is scored on the first measured round of the first entry.
+
 A level's failed requests are part of its result; the run goes on to the next level.
 ``rescore`` rebuilds everything after the recordings from these files.
 """
@@ -20,9 +28,10 @@ A level's failed requests are part of its result; the run goes on to the next le
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -48,7 +57,9 @@ class QualityOptions(BaseModel):
 
 class TtsBenchOptions(BaseModel):
     output: Path
-    concurrency: list[int]
+    concurrency: list[int]  # the level entries, in order (repeats allowed)
+    rounds: int = Field(1, ge=1)  # measured rounds per level entry
+    cold_round: bool | None = None  # one more round first, left out; None: on when rounds >= 2
     num_prompts: int = 8
     num_warmups: int = 1
     url: str | None = None
@@ -69,6 +80,65 @@ class TtsBenchOptions(BaseModel):
     api_key_env: str | None = None  # the variable's name only: the key never reaches a file
     quality: QualityOptions = QualityOptions()
 
+    @model_validator(mode="after")
+    def _entries(self) -> TtsBenchOptions:
+        if not self.concurrency or any(n < 1 for n in self.concurrency):
+            raise ValueError(f"concurrency {self.concurrency} must be one or more positive integers")
+        if self.cold_round is None:
+            self.cold_round = self.rounds >= 2
+        return self
+
+
+class RoundSpec(BaseModel):
+    """One round to record: the entry's position in --concurrency, its round and directory."""
+
+    entry: int
+    concurrency: int
+    round: int  # 1..rounds; 0 for the cold round
+    cold: bool = False
+    directory: str  # relative to the run directory
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """"64 64 128" or "1,2,2,4" -> the level entries in order: commas and/or spaces, repeats allowed."""
+    hint = "e.g. --concurrency 1,2,4,8 or --concurrency '64 64 128'"
+    parts = [part for part in re.split(r"[,\s]+", text.strip()) if part]
+    try:
+        levels = [int(part) for part in parts]
+    except ValueError:
+        raise FdbError(f"--concurrency {text!r} is not a list of integers", hint) from None
+    if not levels or any(n < 1 for n in levels):
+        raise FdbError(f"--concurrency {text!r} must list positive integers", hint)
+    return levels
+
+
+def flat_layout(opts: TtsBenchOptions) -> bool:
+    """One concurrency-N/ directory per level (the layout of runs without rounds)."""
+    return len(set(opts.concurrency)) == len(opts.concurrency) and opts.rounds == 1 and not opts.cold_round
+
+
+def plan_rounds(opts: TtsBenchOptions) -> list[RoundSpec]:
+    """Every round of the run in recording order: per entry its cold round, then round 1..N."""
+    flat, seen, plan = flat_layout(opts), {}, []
+    for entry, n in enumerate(opts.concurrency, start=1):
+        seen[n] = seen.get(n, 0) + 1
+        base = f"concurrency-{n}" + (f"~{seen[n]}" if seen[n] > 1 else "")
+        if flat:
+            plan.append(RoundSpec(entry=entry, concurrency=n, round=1, directory=base))
+            continue
+        if opts.cold_round:
+            plan.append(RoundSpec(entry=entry, concurrency=n, round=0, cold=True, directory=f"{base}/cold"))
+        plan += [RoundSpec(entry=entry, concurrency=n, round=r, directory=f"{base}/round-{r}")
+                 for r in range(1, opts.rounds + 1)]
+    return plan
+
+
+def _label(spec: RoundSpec, opts: TtsBenchOptions) -> str:
+    label = f"{spec.concurrency} at once"
+    if flat_layout(opts):
+        return label
+    return label + f" (entry {spec.entry}, " + ("cold round)" if spec.cold else f"round {spec.round}/{opts.rounds})")
+
 
 def select_items(items: list[SeedTtsItem], count: int) -> list[SeedTtsItem]:
     """The first ``count`` rows in list order; a list shorter than ``count`` is cycled, the
@@ -80,10 +150,6 @@ def select_items(items: list[SeedTtsItem], count: int) -> list[SeedTtsItem]:
         item, lap = items[number % len(items)], number // len(items)
         chosen.append(item if lap == 0 else item.model_copy(update={"id": f"{item.id}~{lap}"}))
     return chosen
-
-
-def level_dir(output: Path, concurrency: int) -> Path:
-    return output / f"concurrency-{concurrency}"
 
 
 def write_level(directory: Path, results: list[tuple[TtsRequestRecord, bytes]], reserve_s: float) -> None:
@@ -108,18 +174,19 @@ def write_level(directory: Path, results: list[tuple[TtsRequestRecord, bytes]], 
                        [request_metrics(record, reserve_s) for record, _ in results if not record.warmup])
 
 
-def run_level(items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, concurrency: int,
+def run_level(items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, spec: RoundSpec,
               console: Console) -> list[tuple[TtsRequestRecord, bytes]]:
+    """Record one round of one level entry into its directory."""
     from recorders.tts_client import build_body, replay
 
-    directory = level_dir(opts.output, concurrency)
+    concurrency, directory = spec.concurrency, opts.output / spec.directory
     if (directory / "requests.jsonl").exists():
         raise FdbError(f"{directory} already holds a recording", "use another --output, or delete it to redo the run")
     body = {k: v for k, v in build_body(items[0], client_opts).items() if k not in ("input", "ref_audio", "ref_text")}
-    spec = TtsLevelSpec(concurrency=concurrency, url=client_opts.endpoint, requests=len(items),
+    level = TtsLevelSpec(concurrency=concurrency, url=client_opts.endpoint, requests=len(items),
                         warmups=opts.num_warmups, body=body, ref_audio=opts.ref_audio)
-    atomic_write_json(directory / "level.json", spec.dump())
-    columns = (TextColumn(f"[bold]{concurrency} at once"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    atomic_write_json(directory / "level.json", level.dump())
+    columns = (TextColumn(f"[bold]{_label(spec, opts)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[last]}"))
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("requests", total=len(items), last="")
@@ -154,41 +221,73 @@ def _quality_jobs(records: list[TtsRequestRecord], directory: Path, prompts: dic
     return jobs
 
 
-def score_quality(opts: TtsBenchOptions, concurrency: int, prompts: dict[str, str], console: Console):
-    """Quality of the audio of one level (the lowest): quality/quality.jsonl and quality.json."""
+def score_quality(opts: TtsBenchOptions, spec: RoundSpec, prompts: dict[str, str], console: Console):
+    """Quality of the audio of one round (the first measured one of the first entry):
+    quality/quality.jsonl and quality.json."""
     from scorers.tts_quality import load_backends
     from scorers.tts_quality import score_quality as score
 
     q = opts.quality
-    directory = level_dir(opts.output, concurrency)
+    directory = opts.output / spec.directory
     jobs = _quality_jobs(load_records(directory), directory, prompts)
-    console.print(f"quality of the concurrency-{concurrency} audio ({len(jobs)} utterances): loading ASR/SIM/MOS …")
+    where = f"the concurrency-{spec.concurrency}" if flat_layout(opts) else spec.directory
+    console.print(f"quality of {where} audio ({len(jobs)} utterances): loading ASR/SIM/MOS …")
     asr, speaker, mos = load_backends(q.asr_model, q.asr_model_sha256, q.speaker_checkpoint, q.speaker_sha256,
                                       q.utmos_checkpoint, q.utmos_sha256, sim=q.sim, mos=q.mos)
     columns = (TextColumn("[bold]quality"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("utterances", total=len(jobs))
         rows, summary = score(jobs, asr, speaker, mos, progress=lambda done, _total: bar.update(task, completed=done))
-    summary.notes.insert(0, f"scored the audio of the concurrency-{concurrency} level")
+    summary.notes.insert(0, f"scored the audio of the concurrency-{spec.concurrency} level" if flat_layout(opts)
+                         else f"scored the audio of {spec.directory} (the first measured round of the first entry)")
     atomic_write_jsonl(opts.output / "quality" / "quality.jsonl", rows)
     atomic_write_json(opts.output / "quality" / "quality.json", summary.dump())
     return summary
 
 
+def recorded_rounds(output: Path, opts: TtsBenchOptions) -> list[RoundSpec]:
+    """The planned rounds that hold a recording (a run cut short has fewer)."""
+    return [spec for spec in plan_rounds(opts) if (output / spec.directory / "requests.jsonl").is_file()]
+
+
+def round_rows(output: Path, opts: TtsBenchOptions) -> list:
+    """scorers.tts_serving.RoundRow of every recorded round, cold ones included."""
+    from scorers.tts_serving import RoundRow, level_row
+
+    reserve = opts.playback_reserve_ms / 1000.0
+    return [RoundRow(**spec.model_dump(), row=level_row(spec.concurrency, load_records(output / spec.directory),
+                                                        reserve, opts.frame_rate))
+            for spec in recorded_rounds(output, opts)]
+
+
+def entry_rows(rounds: list) -> tuple[list, list]:
+    """(one LevelRow per entry: the mean over its measured rounds, LevelStats per entry), in entry order."""
+    from scorers.tts_serving import level_stats, mean_row
+
+    measured: dict[int, list] = {}
+    for found in rounds:
+        if not found.cold:
+            measured.setdefault(found.entry, []).append(found.row)
+    entries = sorted(measured.items())
+    return [mean_row(rows) for _, rows in entries], [level_stats(entry, rows) for entry, rows in entries]
+
+
 def build_report(output: Path) -> dict:
-    """tts.json, TTS.md, tables/*.csv and the plot from the recorded levels (and quality.json)."""
+    """tts.json, TTS.md, tables/*.csv and the plot from the recorded rounds (and quality.json)."""
     from fdb.provenance import current
     from reports.tts import write_report
-    from scorers.tts_serving import level_row
 
     if not (output / "run.json").is_file():
         raise FdbError(f"{output} holds no run.json", "pass the --output of an earlier tts-bench run")
     run = read_json(output / "run.json")
     opts = TtsBenchOptions.model_validate(run["options"])
-    rows = [level_row(n, load_records(level_dir(output, n)), opts.playback_reserve_ms / 1000.0, opts.frame_rate)
-            for n in opts.concurrency if (level_dir(output, n) / "requests.jsonl").is_file()]
+    rounds = round_rows(output, opts)
+    rows, stats = entry_rows(rounds)
     quality_path = output / "quality" / "quality.json"
-    data = {"schema": TTS_BENCH_SCHEMA, "run": run, "rows": [row.model_dump(mode="json") for row in rows],
+    data = {"schema": TTS_BENCH_SCHEMA, "run": run, "layout": "levels" if flat_layout(opts) else "rounds",
+            "rows": [row.model_dump(mode="json") for row in rows],
+            "rounds": [found.model_dump(mode="json") for found in rounds],
+            "level_stats": [entry.model_dump(mode="json") for entry in stats],
             "quality": read_json(quality_path) if quality_path.is_file() else None,
             "stop_violations": _stop_violations(output, opts), "provenance": current().model_dump(mode="json")}
     atomic_write_json(output / "tts.json", data)
@@ -197,17 +296,17 @@ def build_report(output: Path) -> dict:
 
 
 def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[dict]:
-    """Every measured request whose audio broke the stop condition, level by level."""
+    """Every measured request (cold rounds included, marked) whose audio broke the stop condition,
+    round by round."""
     from scorers.tts_serving import request_metrics
 
     found = []
-    for n in opts.concurrency:
-        if not (level_dir(output, n) / "requests.jsonl").is_file():
-            continue
-        for record in load_records(level_dir(output, n)):
+    for spec in recorded_rounds(output, opts):
+        for record in load_records(output / spec.directory):
             m = request_metrics(record, opts.playback_reserve_ms / 1000.0)
             if not record.warmup and m.stop_violation:
-                found.append({"concurrency": n, "id": record.id, "audio_s": m.audio_s,
+                found.append({"concurrency": spec.concurrency, "entry": spec.entry, "round": spec.round,
+                              "cold": spec.cold, "directory": spec.directory, "id": record.id, "audio_s": m.audio_s,
                               "audio_after_done_s": m.audio_after_done_s, "overrun_s": m.overrun_s,
                               "max_audio_s": record.max_audio_s})
     return found
@@ -234,7 +333,7 @@ def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsIt
     rows = loaded.lists[opts.list_name]
     items = select_items(rows, opts.num_prompts)
     console.print(f"Seed-TTS {opts.list_name} ({tree.source}, {tree.root}): {len(rows)} rows, "
-                  f"{len(items)} prompts per level")
+                  f"{len(items)} prompts per level" + ("" if flat_layout(opts) else " and round"))
     dataset = {"root": str(tree.root), "source": tree.source, "list": opts.list_name, "rows": len(rows),
                "list_sha256": sha256_file(tree.root / opts.list_name)}
     return items, dataset
@@ -268,9 +367,10 @@ def server_info(url: str) -> dict | None:
 
 
 def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
-    """Record every level (starting the bundled server unless --url), score, report."""
+    """Record every round of every level entry (starting the bundled server unless --url), score, report."""
     console = console or Console(stderr=True)
-    if any(level_dir(opts.output, n).joinpath("requests.jsonl").exists() for n in opts.concurrency):
+    plan = plan_rounds(opts)
+    if any((opts.output / spec.directory / "requests.jsonl").exists() for spec in plan):
         raise FdbError(f"{opts.output} already holds recorded levels", "use another --output, or --report-only")
     if opts.transport == "realtime" and opts.url is None:
         raise FdbError("the bundled server's /v1/realtime is a spoken-dialogue cascade, not a TTS session",
@@ -292,13 +392,13 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     atomic_write_json(opts.output / "run.json", run)
     try:
         client_opts = _client_options(opts, url)
-        for level in opts.concurrency:
-            run_level(items, opts, client_opts, level, console)
+        for spec in plan:
+            run_level(items, opts, client_opts, spec, console)
             if server is not None:
                 server.check_alive()
     finally:
         if server is not None:
             server.stop()
     if opts.quality.enabled:
-        score_quality(opts, opts.concurrency[0], run["prompt_wavs"], console)
+        score_quality(opts, next(spec for spec in plan if not spec.cold), run["prompt_wavs"], console)
     return build_report(opts.output)

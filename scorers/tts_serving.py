@@ -24,6 +24,10 @@ Per level (warm-ups excluded; ``failed`` requests stay in the request count):
 - throughput: audio seconds of the ``ok`` requests / wall time; frames/s = that x --frame-rate;
 - TTFA p50/p95 and E2E p50/p95 over the requests with audio, RTF mean over the same; the
   quantile is the ceil(qN)-th smallest value (``scorers.stats.ceil_quantile``), no interpolation.
+
+Per level entry recorded in several rounds (``--rounds``): ``mean_row`` is the mean of each value
+over the measured rounds (counts summed), ``level_stats`` its mean, sample sd, min and max; the
+cold round is not among them.
 """
 
 from __future__ import annotations
@@ -189,3 +193,71 @@ def level_row(concurrency: int, records: list[TtsRequestRecord], reserve_s: floa
     row.sample_rates = sorted({m.sample_rate for m in metrics if m.sample_rate})
     row.errors = list(dict.fromkeys(m.error for m in metrics if m.error))[:5]
     return row
+
+
+# --- several rounds of one level entry (tts-bench --rounds) ----------------------------------------
+
+STAT_METRICS = ("throughput_audio_s_per_s", "throughput_frames_per_s", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_mean_ms",
+                "rtf_mean", "e2e_p50_ms")
+_COUNTS = ("requests", "warmups", "ok", "failed", "empty", "stop_checked", "stop_violations")
+_MEANS = ("wall_s", "audio_s", "throughput_audio_s_per_s", "throughput_frames_per_s", "requests_per_s", "ttfa_p50_ms",
+          "ttfa_p95_ms", "ttfa_mean_ms", "e2e_p50_ms", "e2e_p95_ms", "rtf_mean", "max_gap_p95_ms", "underrun_p95_ms")
+
+
+class MetricStats(BaseModel):
+    """One metric over an entry's measured rounds: rounds without a value are left out (n counts
+    the others); all None when no round has one, sd None below two values."""
+
+    mean: float | None = None
+    sd: float | None = None  # sample standard deviation (n - 1)
+    min: float | None = None
+    max: float | None = None
+    n: int = 0
+
+
+class LevelStats(BaseModel):
+    entry: int
+    concurrency: int
+    rounds: int  # measured rounds (the cold one is not among them)
+    metrics: dict[str, MetricStats]
+
+
+class RoundRow(BaseModel):
+    """tts.json ``rounds``: one recorded round of a level entry and its row."""
+
+    entry: int  # 1..K, the position in --concurrency
+    concurrency: int
+    round: int  # 1..--rounds; 0 for the cold round
+    cold: bool = False
+    directory: str  # relative to the run directory, e.g. concurrency-64~2/round-1
+    row: LevelRow
+
+
+def metric_stats(values: list[float | None]) -> MetricStats:
+    import statistics
+
+    found = [v for v in values if v is not None]
+    if not found:
+        return MetricStats()
+    sd = round(statistics.stdev(found), 6) if len(found) >= 2 else None
+    return MetricStats(mean=round(statistics.fmean(found), 6), sd=sd, min=min(found), max=max(found), n=len(found))
+
+
+def level_stats(entry: int, rows: list[LevelRow]) -> LevelStats:
+    """The spread of STAT_METRICS over the measured rounds ``rows`` of one level entry."""
+    return LevelStats(entry=entry, concurrency=rows[0].concurrency, rounds=len(rows),
+                      metrics={name: metric_stats([getattr(r, name) for r in rows]) for name in STAT_METRICS})
+
+
+def mean_row(rows: list[LevelRow]) -> LevelRow:
+    """One row for an entry's measured rounds: every measured value the mean over the rounds that
+    have one (None when none has), every count summed; one round is its own row."""
+    if len(rows) == 1:
+        return rows[0]
+    update: dict = {name: sum(getattr(r, name) for r in rows) for name in _COUNTS}
+    update |= {name: metric_stats([getattr(r, name) for r in rows]).mean for name in _MEANS}
+    under = [r.underrun_requests for r in rows if r.underrun_requests is not None]
+    update["underrun_requests"] = sum(under) if under else None
+    update["sample_rates"] = sorted({rate for r in rows for rate in r.sample_rates})
+    update["errors"] = list(dict.fromkeys(e for r in rows for e in r.errors))[:5]
+    return rows[0].model_copy(update=update)

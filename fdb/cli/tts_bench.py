@@ -11,9 +11,9 @@ from fdb.errors import FdbError
 
 HELP = (
     "Replay a Seed-TTS list against POST /v1/audio/speech (--url, or the bundled server started here) at each "
-    "--concurrency level in turn, closed loop, warm-ups excluded; then score serving metrics per level (TTFA "
-    "p50/p95, RTF mean, throughput in audio-s/s and, with --frame-rate, frames/s, gaps, underruns, stop-condition "
-    "violations) and quality on the lowest level's audio (Seed-TTS WER, SIM to the prompt wav, MOS), and write "
+    "--concurrency level entry in turn (--rounds times each, after a cold round with --rounds >= 2), closed loop, "
+    "warm-ups excluded; then score serving metrics per level entry (TTFA p50/p95/mean, RTF mean, throughput in audio-s/s and, with --frame-rate, frames/s, gaps, underruns, stop-condition "
+    "violations) and quality on the first entry's audio (Seed-TTS WER, SIM to the prompt wav, MOS), and write "
     "DIR/TTS.md, DIR/tts.json, DIR/tables/*.csv and DIR/plots/tts-concurrency.png. Definitions: docs/tts.md."
 )
 
@@ -37,8 +37,15 @@ def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
 
 
 def tts_bench(
-    output: Path = typer.Option(..., help="Run directory: concurrency-N/ per level, quality/, tts.json, TTS.md."),
-    concurrency: str = typer.Option("1,2,4,8", help="Rising levels, e.g. 1,2,4,8: requests in flight at once."),
+    output: Path = typer.Option(..., help="Run directory: concurrency-N/ per level entry, quality/, tts.json, TTS.md."),
+    concurrency: str = typer.Option("1,2,4,8", help="Level entries, in order, separated by commas and/or spaces "
+                                    "(quote them): requests in flight at once, e.g. 1,2,4,8 or '64 64 128' "
+                                    "(repeats allowed, each entry recorded apart)."),
+    rounds: int = typer.Option(1, min=1, help="Measured rounds per level entry; its row is the mean over them, "
+                               "shown ± their sd."),
+    cold_round: bool | None = typer.Option(None, "--cold-round/--no-cold-round", help="Record one more round "
+                                           "before each entry's measured rounds, shown apart and left out of the "
+                                           "mean. Default: on when --rounds >= 2, off otherwise."),
     num_prompts: int = typer.Option(8, min=1, help="Measured requests per level: the list's first N rows (cycled when shorter)."),
     num_warmups: int = typer.Option(1, min=0, help="Warm-up requests before each level (the first rows again), excluded."),
     url: str | None = typer.Option(None, help="http://HOST:PORT of the server; without it the bundled server is started."),
@@ -57,7 +64,7 @@ def tts_bench(
     playback_reserve_ms: float = typer.Option(80.0, help="Startup buffer of the simulated player: a request needing more underruns."),
     timeout_s: float = typer.Option(120.0, help="Per-request timeout."),
     api_key_env: str | None = typer.Option(None, help="Name of the environment variable holding the server's bearer token (e.g. OPENAI_API_KEY); sent as Authorization, never written anywhere."),
-    quality: bool = typer.Option(True, help="Score WER/SIM/MOS on the lowest level's audio."),
+    quality: bool = typer.Option(True, help="Score WER/SIM/MOS on the first entry's audio (its first measured round)."),
     asr_model: str | None = typer.Option(None, help="Local CTranslate2 Whisper-large-v3 directory (else the embedded tiny.en, labeled)."),
     asr_model_sha256: str | None = typer.Option(None, help="sha256 of --asr-model's model.bin."),
     speaker_checkpoint: str | None = typer.Option(None, help="Local WavLM-large ECAPA TorchScript file (else resemblyzer, a proxy)."),
@@ -71,15 +78,21 @@ def tts_bench(
     """Record, score and report. Times are client-side; a level's failures are part of its result."""
     from rich.console import Console
 
-    from runs.sweep import parse_levels
-    from runs.tts_bench import QualityOptions, TtsBenchOptions, bench, build_report
+    from runs.tts_bench import (
+        QualityOptions,
+        TtsBenchOptions,
+        bench,
+        build_report,
+        parse_concurrency,
+    )
 
     console = Console(stderr=True)
     if report_only:
         data = build_report(output)
     else:
         opts = TtsBenchOptions(
-            output=output, concurrency=parse_levels(concurrency), num_prompts=num_prompts, num_warmups=num_warmups,
+            output=output, concurrency=parse_concurrency(concurrency), rounds=rounds, cold_round=cold_round,
+            num_prompts=num_prompts, num_warmups=num_warmups,
             url=url, system=system, dataset_root=seed_tts, list_name=list_name, model=model,
             stream_format=_choice(stream_format, ("audio", "sse"), "--stream-format"),
             transport=_choice(transport, ("http", "realtime"), "--transport"),
@@ -98,14 +111,13 @@ def tts_bench(
 def summary_table(data: dict):
     from rich.table import Table
 
-    from reports.tts import SERVING_COLUMNS, serving_cells
-    from scorers.tts_serving import LevelRow
+    from reports.tts import serving_table
 
-    table = Table(*SERVING_COLUMNS, "Failed", "Stop violations", title="TTS serving (client-side)")
-    for raw in data["rows"]:
-        row = LevelRow.model_validate(raw)
+    columns, lines = serving_table(data)
+    table = Table(*columns, "Failed", "Stop violations", title="TTS serving (client-side)")
+    for row, cells in lines:
         stops = "-" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
-        table.add_row(*serving_cells(row), f"{row.failed}/{row.requests}", stops)
+        table.add_row(*cells, f"{row.failed}/{row.requests}", stops)
     q = data.get("quality")
     if q is not None and q.get("wer_mean_pct") is not None:
         table.caption = (f"WER {q['wer_mean_pct']:.2f}% (corpus {q['wer_corpus_pct']:.2f}%, {q['asr_label']}); "

@@ -47,6 +47,9 @@ def test_sweep_records_levels_and_reports_capacity(sweep_env, tmp_path):
         client = json.loads((out / f"concurrency-{level}" / "client.json").read_text())
         assert 0 < client["cpu_share"] < 1.5 and rows[level]["client_cpu"] == client["cpu_share"]
     assert data["warnings"] == [] and data["client_limited_levels"] == []
+    for level, row in rows.items():  # one repeat: its own row is the level's (less the server's max_sessions)
+        (alone,) = data["repeat_rows"][str(level)]
+        assert alone == {**row, "server_max_sessions": None}
     assert (out / "serving.png").read_bytes().startswith(b"\x89PNG")
     text = (out / "SERVING.md").read_text()
     assert data["capacity"]["line"] in text and "client-side times" in text
@@ -74,3 +77,21 @@ def test_levels_parse_and_name(tmp_path):
             parse_levels(bad)
     (tmp_path / "concurrency-8").mkdir()
     assert level_concurrency(tmp_path / "concurrency-8") == 8
+
+
+def test_serving_json_keeps_each_repeats_row(tmp_path):
+    from runs.sweep import report
+    from tests.runs.test_sweep_search import _level
+
+    _level(tmp_path / "concurrency-1", 1, 2, 0.1)
+    _level(tmp_path / "concurrency-2" / "repeat-1", 2, 2, 0.2)
+    _level(tmp_path / "concurrency-2" / "repeat-2", 2, 2, 0.3, slow=True)
+    data = report([tmp_path / "concurrency-2", tmp_path / "concurrency-1"], tmp_path / "out" / "serving.json")
+    assert sorted(data["repeat_rows"]) == ["1", "2"] and len(data["repeat_rows"]["1"]) == 1
+    first, second = data["repeat_rows"]["2"]
+    assert (first["client_cpu"], second["client_cpu"]) == (0.2, 0.3)
+    assert first["meets_targets"] and not second["meets_targets"]
+    assert second["missed_targets"] == ["reply RTF p90 3.0 not < 1"]  # its own, not named by repeat
+    pooled = data["rows"][1]
+    assert pooled["repeats"] == 2 and pooled["sessions"] == first["sessions"] + second["sessions"]
+    assert json.loads((tmp_path / "out" / "serving.json").read_text())["repeat_rows"] == data["repeat_rows"]

@@ -1,11 +1,13 @@
 """tts-bench end to end: the bundled endpoint on a 2-row synthetic Seed-TTS list at concurrency
 1 and 2 through the CLI (real Piper, real ASR/SIM/MOS); then, in process, scripted HTTP and
-realtime servers whose audio outlives its declared end or whose rate is undeclared."""
+realtime servers whose audio outlives its declared end or whose rate is undeclared; and level
+entries recorded in rounds (repeated levels, a cold round) beside the one-directory-per-level layout."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -13,7 +15,7 @@ import pytest
 import soundfile as sf
 
 from fdb.errors import FdbError
-from runs.tts_bench import bench
+from runs.tts_bench import bench, build_report, parse_concurrency
 from tests.conftest import REPO, free_port
 from tests.recorders.tts_fakes import ScriptedServer
 
@@ -73,13 +75,12 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     assert quality["sim_n"] == quality["mos_n"] == 2
 
     text = (out / "TTS.md").read_text()
-    assert "| Concurrency | Throughput (audio-s/s) | Throughput (frames/s) | TTFA p50 | TTFA p95 | RTF (mean) |" in text
+    assert ("| Concurrency | Throughput (audio-s/s) | Throughput (frames/s) | TTFA p50 | TTFA p95 | TTFA mean "
+            "| RTF (mean) |") in text
     assert "cannot clone voices" in text and "## Quality" in text and "## Definitions" in text
     assert sorted(p.name for p in (out / "tables").glob("*.csv"))[0].startswith("01-serving")
     assert (out / "plots" / "tts-concurrency.png").stat().st_size > 1000
     assert "TTS serving" in done.stderr
-
-    from runs.tts_bench import build_report
 
     (out / "TTS.md").unlink()
     build_report(out)  # what --report-only runs
@@ -138,3 +139,81 @@ def test_realtime_transport(seedtts, tmp_path):
     assert "/v1/realtime session per request" in (out / "TTS.md").read_text()
     with pytest.raises(FdbError, match="not a TTS session"):
         bench(_opts(tmp_path / "no", seedtts, [1], 1, transport="realtime"))
+
+
+def test_repeated_levels_in_rounds_with_a_cold_round(seedtts, env, tmp_path, monkeypatch):
+    """--concurrency "1 1 2" --rounds 2: three entries, each a cold round then two measured rounds
+    (concurrency-1/, concurrency-1~2/, concurrency-2/); rows are the means over the measured
+    rounds, the cold round is listed apart; quality goes to the first entry's round 1."""
+    from runs.tts_bench import QualityOptions
+
+    monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
+    scored = []
+    monkeypatch.setattr("runs.tts_bench.score_quality", lambda opts, spec, prompts, console: scored.append(spec))
+    out = tmp_path / "rounds"
+    with ScriptedServer() as scripted:
+        data = bench(_opts(out, seedtts, parse_concurrency("1 1 2"), 2, rounds=2, url=scripted.url("sse"),
+                           stream_format="sse", num_warmups=0).model_copy(update={"quality": QualityOptions()}))
+    assert data["run"]["options"]["cold_round"] is True and data["layout"] == "rounds"
+    assert [s.directory for s in scored] == ["concurrency-1/round-1"]
+    bases = ["concurrency-1", "concurrency-1~2", "concurrency-2"]
+    expected = [(k, n, r, r == 0, f"{base}/" + ("cold" if r == 0 else f"round-{r}"))
+                for k, (n, base) in enumerate(zip([1, 1, 2], bases, strict=True), start=1) for r in (0, 1, 2)]
+    assert [(f["entry"], f["concurrency"], f["round"], f["cold"], f["directory"]) for f in data["rounds"]] == expected
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("concurrency")) == bases
+    for found in data["rounds"]:
+        assert (out / found["directory"] / "level.json").is_file() and found["row"]["requests"] == 2
+        assert len(_jsonl(out / found["directory"] / "metrics.jsonl")) == 2
+    assert [(r["concurrency"], r["requests"], r["failed"]) for r in data["rows"]] == [(1, 4, 0), (1, 4, 0), (2, 4, 0)]
+    for k, (row, stats) in enumerate(zip(data["rows"], data["level_stats"], strict=True), start=1):
+        measured = [f["row"] for f in data["rounds"] if f["entry"] == k and not f["cold"]]
+        assert (stats["entry"], stats["concurrency"], stats["rounds"]) == (k, row["concurrency"], 2)
+        for name, spread in stats["metrics"].items():
+            values = [m[name] for m in measured]
+            if name == "throughput_frames_per_s":  # no --frame-rate: null, never 0
+                assert spread == {"mean": None, "sd": None, "min": None, "max": None, "n": 0} and row[name] is None
+                continue
+            assert spread["n"] == 2 and spread["mean"] == pytest.approx(statistics.fmean(values), abs=1e-6)
+            assert spread["sd"] == pytest.approx(statistics.stdev(values), abs=1e-6)
+            assert (spread["min"], spread["max"]) == (min(values), max(values)) and row[name] == spread["mean"]
+    text = (out / "TTS.md").read_text()
+    assert "| Entry | Concurrency | Rounds | Throughput (audio-s/s) |" in text and " ± " in text
+    assert "\n| 2 | 1 | 2 | " in text and "**Cold rounds**" in text and "after one cold round (excluded)" in text
+    cold = text.split("**Cold rounds**")[1].split("**Details**")[0]
+    assert [line.split(" | ")[0] for line in cold.splitlines() if line.startswith("| ") and "---" not in line] == [
+        "| Entry", "| 1", "| 2", "| 3"]
+    assert any("cold-rounds" in p.name for p in (out / "tables").glob("*.csv"))
+    (out / "TTS.md").unlink()
+    assert build_report(out)["rounds"] == data["rounds"] and (out / "TTS.md").read_text() == text
+
+
+def test_unique_levels_keep_one_directory_per_level_and_old_runs_load(seedtts, env, tmp_path, monkeypatch):
+    monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
+    out = tmp_path / "flat"
+    with ScriptedServer() as scripted:
+        data = bench(_opts(out, seedtts, parse_concurrency("2, 1"), 1, url=scripted.url("sse"), stream_format="sse"))
+    assert data["layout"] == "levels" and data["run"]["options"]["cold_round"] is False
+    assert sorted(p.name for p in (out / "concurrency-2").iterdir()) == ["audio", "level.json", "metrics.jsonl",
+                                                                         "requests.jsonl"]
+    assert [(f["entry"], f["concurrency"], f["round"], f["cold"], f["directory"]) for f in data["rounds"]] == [
+        (1, 2, 1, False, "concurrency-2"), (2, 1, 1, False, "concurrency-1")]
+    assert [f["row"] for f in data["rounds"]] == data["rows"]
+    assert all(s["rounds"] == 1 and s["metrics"]["ttfa_p50_ms"]["sd"] is None for s in data["level_stats"])
+    text = (out / "TTS.md").read_text()
+    assert "| Concurrency | Throughput" in text and "Entry" not in text and "Cold rounds" not in text
+    run = json.loads((out / "run.json").read_text())  # a run recorded before --rounds existed
+    run["options"] = {k: v for k, v in run["options"].items() if k not in ("rounds", "cold_round")}
+    (out / "run.json").write_text(json.dumps(run))
+    (out / "tts.json").unlink()
+    again = build_report(out)
+    assert again["rows"] == data["rows"] and again["layout"] == "levels" and (out / "TTS.md").read_text() == text
+
+
+def test_bad_concurrency_is_refused(env, tmp_path):
+    assert parse_concurrency("64 64 128") == [64, 64, 128] and parse_concurrency(" 1,2, 2 ,4 ") == [1, 2, 2, 4]
+    for bad in ("", " , ", "0 1", "-1", "1;2", "a,b", "1.5"):
+        with pytest.raises(FdbError, match="--concurrency"):
+            parse_concurrency(bad)
+    done = fdb(["tts-bench", "--output", str(tmp_path / "x"), "--concurrency", "1 two"], env, timeout=60)
+    assert done.returncode != 0 and "--concurrency '1 two' is not a list of integers" in done.stderr
+    assert not (tmp_path / "x").exists()
