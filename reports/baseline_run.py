@@ -1,0 +1,175 @@
+"""Observations of a run's repeats: the per-sample values of its phase outputs.
+
+- v1.0 (``v10/reference/unified-samples.jsonl``): per subset, ``v10.latency_s`` (response
+  latency, paired), ``v10.response_2s`` (took the turn / responded within 2 s, yes/no),
+  ``v10.stop_s`` (interruption stop time, paired; a stop that is never reached is left out),
+  ``v10.pause_intrusion`` (spoke into a pause, yes/no);
+- v1.5 (``scores/intervals.jsonl``, overlap sessions): per category and ``all``,
+  ``v15.stop_latency_s`` and ``v15.response_latency_s``, each session's mean interval;
+- v1.5 behavior (``judge.json``): ``v15.expected_behavior`` (the label the category asks for:
+  C_RESPOND when the user interrupts, C_RESUME otherwise), yes/no per judged pair;
+- listening (``listening/scores.json``): per dataset, each sample's mean over its replies of
+  ``listening.omission_rate``, ``listening.wer``, ``listening.mos``, ``listening.voice_similarity``;
+- ``sessions_failed@all``: sessions whose protocol verdict is not ``pass``, one value per repeat.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fdb.errors import FdbError
+from fdb.records import ExportManifest
+from reports.baseline import Observations, Series
+from reports.baseline_sources import _digest, _ident
+from runs.layout import RepeatPaths
+
+EXPECTED_LABEL = {"user_interruption": "C_RESPOND"}  # every other category: C_RESUME
+V10_LABELS = {"latency_s": ("response latency", "s", "lower", "paired"),
+              "response_2s": ("responds within 2 s", "", "higher", "binary"),
+              "stop_s": ("stop time", "s", "lower", "paired"),
+              "pause_intrusion": ("speaks into a pause", "", "lower", "binary")}
+LISTENING = {"omission_rate": ("omission rate", "lower"), "wer": ("reply WER", "lower"),
+             "mos": ("MOS", "higher"), "voice_similarity": ("voice consistency", "higher")}
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def check_scored(rep: RepeatPaths, run: str, manifest: dict) -> None:
+    """Refuse a repeat that is still recording or was never scored: its values would be partial."""
+    datasets = manifest.get("datasets") or {}
+    fix = f"finish the repeat: python -m fdb asr --run-name {run} --repeat {rep.number}"
+    if "v1.0" in datasets and not (rep.v10_reference / "unified-samples.jsonl").is_file():
+        if rep.holds_recording() and not (rep.v10_reference / "manifest.json").is_file():
+            raise FdbError(f"{rep.root} is still recording or was not exported (no v10/reference/manifest.json)",
+                           f"wait for generate to finish, or recover it: python -m fdb generate --run-name {run} "
+                           f"--repeat {rep.number} --export-only")
+        raise FdbError(f"{rep.v10_reference / 'unified-samples.jsonl'} is missing: repeat-{rep.number} has no "
+                       "v1.0 scores", fix)
+    if "v1.5" in datasets and not (rep.scores / "intervals.jsonl").is_file():
+        raise FdbError(f"{rep.scores / 'intervals.jsonl'} is missing: repeat-{rep.number} has no v1.5 timing", fix)
+
+
+def _put(out: Observations, metric: str, key: str, sample: str, value: float | None, index: int, total: int,
+         label: str, unit: str, better: str, shape: str) -> None:
+    name = f"{metric}@{key}"
+    series = out.series.get(name)
+    if series is None:
+        series = Series(metric=metric, key=key, label=label, unit=unit, better=better, shape=shape)
+        out.add(series)
+    values = series.samples.setdefault(sample, [None] * total)
+    values[index] = value
+
+
+def _v10(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
+    for row in _jsonl(rep.v10_reference / "unified-samples.jsonl"):
+        if not row.get("eligible"):
+            continue
+        subset, sample, task = row["subset"], row["sample_id"], row["task"]
+        values: dict[str, float | None] = {}
+        if task == "pause_handling":
+            values["pause_intrusion"] = float(bool(row["pause_intrusion"]))
+        else:
+            latency = row.get("latency_s")
+            values["latency_s"] = latency
+            values["response_2s"] = float(row.get("outcome") == "response" and latency is not None and latency <= 2.0)
+        if task == "user_interruption" and row.get("outcome") != "not_exercised":
+            stop = row.get("stop_s")
+            values["stop_s"] = stop if isinstance(stop, int | float) else None
+        for metric, value in values.items():
+            label, unit, better, shape = V10_LABELS[metric]
+            _put(out, f"v10.{metric}", subset, sample, value, index, total, label, unit, better, shape)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _v15(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
+    for row in _jsonl(rep.scores / "intervals.jsonl"):
+        if row.get("variant") != "overlap" or row.get("status") != "ok":
+            continue
+        for metric, field, label in (("v15.stop_latency_s", "stop_latencies_s", "stop latency"),
+                                     ("v15.response_latency_s", "response_latencies_s", "response latency")):
+            value = _mean(row.get(field) or [])
+            for key in (row["category"], "all"):
+                _put(out, metric, key, row["sample_id"], value, index, total, label, "s", "lower", "paired")
+    behavior = (_read(rep.root / "judge.json") or {}).get("behavior") or {}
+    if behavior.get("status") in ("complete", "has_failures"):
+        for sample in behavior.get("samples") or []:
+            if sample.get("outcome") != "valid":
+                continue
+            expected = EXPECTED_LABEL.get(sample["category"], "C_RESUME")
+            value = float(sample.get("label") == expected)
+            for key in (sample["category"], "all"):
+                _put(out, "v15.expected_behavior", key, sample["sample_id"], value, index, total,
+                     "expected behavior (judge label)", "", "higher", "binary")
+
+
+def _listening(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
+    scores = _read(rep.root / "listening" / "scores.json")
+    if not scores:
+        return
+    per_sample: dict[tuple[str, str, str], list[float]] = {}
+    for reply in scores.get("replies") or []:
+        sample = reply["reply_id"].rsplit("/", 1)[0]  # dataset/category/id/variant
+        for metric in LISTENING:
+            if reply.get(metric) is not None:
+                per_sample.setdefault((metric, reply["dataset"], sample), []).append(float(reply[metric]))
+    for (metric, dataset, sample), values in sorted(per_sample.items()):
+        label, better = LISTENING[metric]
+        _put(out, f"listening.{metric}", dataset, sample, _mean(values), index, total, label, "", better, "paired")
+
+
+def _failed_sessions(rep: RepeatPaths) -> int | None:
+    found = None
+    for path in (rep.reference_audio / "reference-manifest.json", rep.v10_reference / "manifest.json"):
+        if path.is_file():
+            manifest = ExportManifest.model_validate_json(path.read_text(encoding="utf-8"))
+            found = (found or 0) + sum(1 for s in manifest.samples if s.verdict != "pass")
+    return found
+
+
+def add_repeat(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
+    _v10(out, rep, index, total)
+    _v15(out, rep, index, total)
+    _listening(out, rep, index, total)
+    name = "sessions_failed@all"
+    series = out.series.get(name) or Series(metric="sessions_failed", key="all", label="failed sessions",
+                                           unit="sessions", better="lower", shape="unpaired")
+    series.values.append(_failed_sessions(rep))
+    out.add(series)
+
+
+def comparability(manifest: dict, repeats: list[RepeatPaths]) -> dict[str, str | None]:
+    keys: dict[str, str | None] = {}
+    for name, use in sorted((manifest.get("datasets") or {}).items()):
+        keys[f"dataset.{name}.revision"] = use.get("revision")
+        keys[f"dataset.{name}.selection"] = _digest(sorted(use.get("sample_ids") or []))
+    rep = repeats[0]
+    asr = _read(rep.v10_reference / "asr.json") or {}
+    unified = _read(rep.v10_reference / "unified.json") or {}
+    timing = _read(rep.scores / "summary.json") or {}
+    listening = _read(rep.root / "listening" / "summary.json") or {}
+    judge = _read(rep.root / "judge.json") or {}
+    backends = listening.get("backends") or {}
+    keys.update({
+        "backend.asr": _ident(asr.get("backend")), "backend.vad": _ident(unified.get("vad") or timing.get("vad")),
+        "backend.listening_asr": _ident(backends.get("asr")), "backend.mos": _ident(backends.get("mos")),
+        "backend.speaker": _ident(backends.get("speaker")),
+        "backend.judge": _ident(judge.get("judge")) if (judge.get("behavior") or {}).get("status")
+        in ("complete", "has_failures") else None,
+        "definitions.v10_unified": unified.get("definitions"),
+        "definitions.v15_timing": _digest(timing.get("definitions")) if timing else None,
+        "definitions.listening": _digest(listening.get("definitions")) if listening else None,
+    })
+    return keys

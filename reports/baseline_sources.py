@@ -1,0 +1,197 @@
+"""Observations (reports/baseline.py) from each kind of fdb output, read through the outputs'
+own records: tts.json (tts-bench), serving.json (sweep) and a run's phase outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fdb.errors import FdbError
+from reports.baseline import Observations, Series
+
+# (metric, label, unit, better) of a TTS level; every measured round is one value
+TTS_LEVEL = [
+    ("throughput_audio_s_per_s", "throughput", "audio-s/s", "higher"),
+    ("throughput_frames_per_s", "throughput", "frames/s", "higher"),
+    ("requests_per_s", "request rate", "req/s", "higher"),
+    ("ttfa_p50_ms", "TTFA p50", "ms", "lower"),
+    ("ttfa_p95_ms", "TTFA p95", "ms", "lower"),
+    ("ttfa_mean_ms", "TTFA mean", "ms", "lower"),
+    ("e2e_p50_ms", "E2E p50", "ms", "lower"),
+    ("e2e_p95_ms", "E2E p95", "ms", "lower"),
+    ("rtf_mean", "RTF mean", "", "lower"),
+    ("failed", "failed requests", "requests", "lower"),
+    ("stop_violations", "stop-condition violations", "requests", "lower"),
+]
+TTS_QUALITY = [("wer", "Seed-TTS WER", "", "lower"), ("sim", "SIM", "", "higher"), ("mos", "MOS", "", "higher")]
+SWEEP_LEVEL = [
+    ("first_audio_p50_ms", "first audio p50", "ms", "lower"),
+    ("first_audio_p95_ms", "first audio p95", "ms", "lower"),
+    ("rtf_p90", "reply RTF p90", "", "lower"),
+    ("unit_lag_p95_ms", "unit lag p95", "ms", "lower"),
+    ("buffer_needed_p90_ms", "buffer needed p90", "ms", "lower"),
+    ("unit_miss_rate", "late units", "share", "lower"),
+    ("sessions_failed", "failed sessions", "sessions", "lower"),
+]
+
+
+def _load(path: Path, what: str, fix: str) -> Any:
+    if not path.is_file():
+        raise FdbError(f"{path} is missing: {what}", fix)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FdbError(f"{path} is not valid JSON ({str(exc).splitlines()[0]}): a half-written {what}",
+                       fix) from exc
+
+
+def _typed(model: type[BaseModel], raw: Any, path: Path, fix: str) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise FdbError(f"{path}: {where}: {first['msg']}", fix) from exc
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _ident(identity: Any) -> str | None:
+    """A backend identity as one comparable string: name, version and checkpoint hash."""
+    if not identity:
+        return None
+    if not isinstance(identity, dict):
+        return str(identity)
+    keys = ("name", "label", "model", "version", "model_sha256", "checkpoint_sha256", "sha256")
+    parts = [f"{k}={identity[k]}" for k in keys if identity.get(k) is not None]
+    return ";".join(parts) or _digest(identity)
+
+
+# --- tts-bench ---------------------------------------------------------------------------------
+
+def observe_tts(directory: Path) -> Observations:
+    from scorers.tts_serving import LevelRow
+
+    fix = f"finish the bench, or rebuild it with `python -m fdb tts-bench --output {directory} --report-only`"
+    data = _load(directory / "tts.json", "the tts-bench report (the bench did not finish)", fix)
+    run = data.get("run") or {}
+    opts = run.get("options") or {}
+    out = Observations(kind="tts", source=str(directory))
+    rounds = data.get("rounds")
+    if rounds is None:  # a report of one round per level
+        rounds = [{"concurrency": row["concurrency"], "cold": False, "row": row} for row in data.get("rows", [])]
+    cold = 0
+    for entry in rounds:
+        if entry.get("cold"):
+            cold += 1
+            continue
+        row = _typed(LevelRow, entry["row"], directory / "tts.json", fix)
+        for metric, label, unit, better in TTS_LEVEL:
+            name = f"{metric}@c{row.concurrency}"
+            series = out.series.get(name) or Series(metric=metric, key=f"c{row.concurrency}", label=label,
+                                                   unit=unit, better=better, shape="unpaired")
+            series.values.append(getattr(row, metric))
+            out.add(series)
+    if cold:
+        out.notes.append(f"{cold} cold round(s) left out")
+    _tts_quality(directory, out)
+    dataset = run.get("dataset") or {}
+    quality = data.get("quality") or {}
+    out.comparability = {
+        "dataset.list": dataset.get("list"), "dataset.list_sha256": dataset.get("list_sha256"),
+        "dataset.prompts": str(opts.get("num_prompts")), "options.max_audio_s": str(opts.get("max_audio_s")),
+        "options.playback_reserve_ms": str(opts.get("playback_reserve_ms")),
+        "options.frame_rate": str(opts.get("frame_rate")), "options.ref_audio": str(opts.get("ref_audio")),
+        "backend.asr": _ident(quality.get("asr")) or quality.get("asr_label"),
+        "backend.speaker": _ident(quality.get("speaker")) or quality.get("sim_label"),
+        "backend.mos": _ident(quality.get("mos_backend")) or quality.get("mos_label"),
+        "definitions.tts": str(data.get("schema")),
+    }
+    return out
+
+
+def _tts_quality(directory: Path, out: Observations) -> None:
+    path = directory / "quality" / "quality.jsonl"
+    if not path.is_file():
+        return
+    from scorers.tts_quality import UtteranceQuality
+
+    rows = [UtteranceQuality.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+    for metric, label, unit, better in TTS_QUALITY:
+        series = Series(metric=metric, key="all", label=label, unit=unit, better=better, shape="paired")
+        series.samples = {row.id: [getattr(row, metric)] for row in rows}
+        if any(v[0] is not None for v in series.samples.values()):
+            out.add(series)
+
+
+# --- sweep -------------------------------------------------------------------------------------
+
+def observe_sweep(directory: Path) -> Observations:
+    from scorers.serving import ServingRow
+
+    fix = f"let the sweep finish (or rerun it into a new --output); its report is {directory / 'serving.json'}"
+    data = _load(directory / "serving.json", "the sweep report (the sweep did not finish)", fix)
+    out = Observations(kind="sweep", source=str(directory))
+    capacity = data.get("capacity") or {}
+    cap = Series(metric="capacity_sessions", key="all", label="sessions meeting the targets", unit="sessions",
+                 better="higher", shape="exact", values=[capacity.get("sessions")])
+    out.add(cap)
+    if capacity.get("at_least"):
+        out.notes.append("capacity is a floor: every level met the targets")
+    per_repeat = data.get("repeat_rows") or {str(r["concurrency"]): [r] for r in data.get("rows", [])}
+    for level in sorted(per_repeat, key=int):
+        for raw in per_repeat[level]:
+            row = _typed(ServingRow, raw, directory / "serving.json", fix)
+            for metric, label, unit, better in SWEEP_LEVEL:
+                name = f"{metric}@c{row.concurrency}"
+                series = out.series.get(name) or Series(metric=metric, key=f"c{row.concurrency}", label=label,
+                                                       unit=unit, better=better, shape="unpaired")
+                series.values.append(getattr(row, metric))
+                out.add(series)
+    out.comparability = _sweep_comparability(directory, data)
+    return out
+
+
+def _sweep_comparability(directory: Path, data: dict) -> dict[str, str | None]:
+    specs = []
+    for level in sorted(directory.glob("concurrency-*/level.json")) + sorted(
+            directory.glob("concurrency-*/repeat-*/level.json")):
+        spec = json.loads(level.read_text(encoding="utf-8"))
+        specs.append(spec)
+    first = specs[0] if specs else {}
+    jobs = sorted({f"{j.get('sample_id')}/{j.get('variant')}" for s in specs for j in s.get("jobs", [])})
+    return {"dataset.name": first.get("dataset"), "dataset.selection": _digest(jobs) if jobs else None,
+            "protocol.profile": first.get("profile"),
+            "protocol.turn_detection": _digest(first.get("turn_detection")) if specs else None,
+            "options.playback_reserve_ms": str(data.get("playback_reserve_ms")),
+            "definitions.serving": str(data.get("schema"))}
+
+
+# --- a run -------------------------------------------------------------------------------------
+
+def observe_run(directory: Path) -> Observations:
+    from runs.layout import RunPaths
+
+    run = RunPaths(directory)
+    manifest = _load(run.manifest, "the run manifest (no repeat was ever started)",
+                     f"record the run with `python -m fdb generate --run-name {run.name}`")
+    repeats = run.repeats()
+    if not repeats:
+        raise FdbError(f"{directory} has no repeat-N/", f"record one: python -m fdb generate --run-name {run.name}")
+    out = Observations(kind="run", source=str(directory))
+    from reports import baseline_run
+
+    for index, rep in enumerate(repeats):
+        baseline_run.check_scored(rep, run.name, manifest)
+        baseline_run.add_repeat(out, rep, index, len(repeats))
+    out.comparability = baseline_run.comparability(manifest, repeats)
+    out.notes.append(f"{len(repeats)} repeat(s): " + ", ".join(f"repeat-{r.number}" for r in repeats))
+    return out
