@@ -72,6 +72,7 @@ class GateResult(BaseModel):
     guards: list[SeriesVerdict]
     regressed: list[str]
     inconclusive: list[str]
+    series_alpha: float  # the one-sided level each guard series was tested at
     notes: list[str] = Field(default_factory=list)
     provenance: dict = Field(default_factory=dict)
 
@@ -106,8 +107,7 @@ def _values(series: Series) -> list[float]:
     return [v for v in series.values if v is not None]
 
 
-def _effect(b: Series, c: Series, config: GateConfig, guard_test: str | None) -> Effect:
-    alpha = config.alpha
+def _effect(b: Series, c: Series, config: GateConfig, guard_test: str | None, alpha: float) -> Effect:
     if b.shape == "exact":
         return decide.exact(b.values[0] if b.values else None, c.values[0] if c.values else None)
     if b.shape == "unpaired":
@@ -127,7 +127,8 @@ def _allowed_limit(guard: Guard, effect: Effect) -> tuple[float, bool]:
     return guard.allowed, guard.relative and not effect.relative
 
 
-def _judge_series(guard: Guard, b: Series | None, c: Series | None, config: GateConfig) -> SeriesVerdict:
+def _judge_series(guard: Guard, b: Series | None, c: Series | None, config: GateConfig,
+                  alpha: float) -> SeriesVerdict:
     ref = b or c
     row = dict(guard=guard.metric, series=ref.name, key=ref.key, label=ref.label, unit=ref.unit,
                better=ref.better, rule=guard.rule, allowed=guard.max if guard.rule == "ceiling" else guard.allowed,
@@ -137,9 +138,9 @@ def _judge_series(guard: Guard, b: Series | None, c: Series | None, config: Gate
         return SeriesVerdict(**row, verdict="inconclusive", reason=f"not measured on the {side}")
     if guard.rule in ("ceiling", "no_increase"):
         return _judge_count(guard, b, c, row)
-    effect = _effect(b, c, config, guard.test)
+    effect = _effect(b, c, config, guard.test, alpha)
     allowed, against_baseline = _allowed_limit(guard, effect)
-    verdict = decide.verdict(effect, b.better, allowed, config.alpha, against_baseline)
+    verdict = decide.verdict(effect, b.better, allowed, alpha, against_baseline)
     return SeriesVerdict(**row, verdict=verdict, effect=effect, reason=_reason(verdict, effect))
 
 
@@ -174,12 +175,23 @@ def _reason(verdict: Verdict, effect: Effect) -> str:
     return "no significant change beyond the allowed one"
 
 
+def family_alpha(base: Observations, cand: Observations, config: GateConfig) -> float:
+    """The level each series is tested at: alpha / m under Bonferroni, m the number of
+    change-rule series measured on both sides."""
+    if config.family == "none":
+        return config.alpha
+    m = sum(len(_series_for(base, g.metric, g.keys).keys() & _series_for(cand, g.metric, g.keys).keys())
+            for g in config.guards if g.rule == "change")
+    return config.alpha / max(1, m)
+
+
 def evaluate_guards(base: Observations, cand: Observations, config: GateConfig) -> list[SeriesVerdict]:
+    alpha = family_alpha(base, cand, config)
     out = []
     for guard in config.guards:
         bs, cs = _series_for(base, guard.metric, guard.keys), _series_for(cand, guard.metric, guard.keys)
         for key in sorted(bs.keys() | cs.keys(), key=_key_order):
-            out.append(_judge_series(guard, bs.get(key), cs.get(key), config))
+            out.append(_judge_series(guard, bs.get(key), cs.get(key), config, alpha))
     return out
 
 
@@ -198,7 +210,8 @@ def evaluate_reward(base: Observations, cand: Observations, config: GateConfig) 
     for key in sorted(bs.keys() & cs.keys(), key=_key_order):
         if not _values(bs[key]) or not _values(cs[key]):
             continue
-        levels.append(RewardLevel(series=bs[key].name, key=key, effect=_effect(bs[key], cs[key], config, None)))
+        effect = _effect(bs[key], cs[key], config, None, config.alpha)
+        levels.append(RewardLevel(series=bs[key].name, key=key, effect=effect))
     ratios = [lv.effect.estimate for lv in levels if lv.effect.estimate is not None and lv.effect.estimate > 0]
     ratio = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
     return RewardResult(metric=config.reward.metric, levels=levels, ratio=ratio, earned=ratio)
@@ -211,6 +224,7 @@ def gate(base: Observations, cand: Observations, config: GateConfig, require_gai
         raise FdbError(f"the gate is for {config.kind} outputs, the outputs are {base.kind}",
                        f"pass a gate.yaml with kind: {base.kind}")
     guards = evaluate_guards(base, cand, config)
+    alpha = family_alpha(base, cand, config)
     reward = evaluate_reward(base, cand, config)
     regressed = sorted({g.series for g in guards if g.verdict == "regressed"})
     inconclusive = sorted({g.series for g in guards if g.verdict == "inconclusive"})
@@ -234,4 +248,4 @@ def gate(base: Observations, cand: Observations, config: GateConfig, require_gai
     return GateResult(outcome=outcome, exit_code=code, kind=base.kind, baseline=base.source, candidate=cand.source,
                       baseline_sha256=base.content_sha256, candidate_sha256=cand.content_sha256,
                       config=config.dump(), strict=strict, reward=reward, guards=guards, regressed=regressed,
-                      inconclusive=inconclusive, notes=notes)
+                      inconclusive=inconclusive, notes=notes, series_alpha=alpha)

@@ -67,6 +67,9 @@ class GateConfig(BaseModel):
     kind: Kind
     alpha: float = Field(0.05, gt=0.0, lt=0.5)  # one-sided level of every test
     test: UnpairedTest = "welch"
+    # bonferroni: each series is tested at alpha / m (m: the change-rule series of this gate), so
+    # the chance that ANY guard regresses on noise stays about alpha; none: alpha per series
+    family: Literal["bonferroni", "none"] = "bonferroni"
     reward: Reward | None = None
     guards: list[Guard]
 

@@ -20,12 +20,12 @@ def _num(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}".strip()
 
 
-def change_text(effect: Effect | None, unit: str = "") -> str:
+def change_text(effect: Effect | None, unit: str = "", alpha: float = 0.05) -> str:
     """benchstat-style: ``+12.3% [+8.1%, +16.9%]``, ``~`` when nothing significant changed."""
     if effect is None or effect.estimate is None:
         return NA
     significant = min(effect.p_worse if effect.p_worse is not None else 1.0,
-                      effect.p_better if effect.p_better is not None else 1.0) < 0.05
+                      effect.p_better if effect.p_better is not None else 1.0) < alpha
     if effect.relative:
         body = f"{100 * (effect.estimate - 1):+.1f}%"
         interval = (f" [{100 * (effect.low - 1):+.1f}%, {100 * (effect.high - 1):+.1f}%]"
@@ -66,12 +66,15 @@ def guard_table(result: GateResult) -> Table:
         base = e.baseline if e is not None else row.baseline_total
         cand = e.candidate if e is not None else row.candidate_total
         table.add(series=row.series, label=f"{row.label} ({'lower' if row.better == 'lower' else 'higher'} is better)",
-                  baseline=_num(base, row.unit), candidate=_num(cand, row.unit), change=change_text(e, row.unit),
+                  baseline=_num(base, row.unit), candidate=_num(cand, row.unit), change=change_text(e, row.unit, result.series_alpha),
                   p=_p(e), n=f"{e.n_baseline}/{e.n_candidate}" if e is not None else NA, allowed=_allowed(row),
                   verdict=MARK[row.verdict], reason=row.reason)
-    table.notes.append(f"Tests are one-sided at alpha = {result.config['alpha']} (unpaired: "
-                       f"{result.config['test']} over repeats/rounds; paired: bootstrap over sample ids; yes/no: "
-                       "exact McNemar). `~`: no significant change. Intervals: 90% two-sided.")
+    family = (f"Bonferroni over the {round(result.config['alpha'] / result.series_alpha)} tested series"
+              if result.config.get("family", "bonferroni") == "bonferroni" else "no family correction")
+    table.notes.append(f"Each series is tested one-sided at {result.series_alpha:.3g} (alpha "
+                       f"{result.config['alpha']}, {family}; unpaired: {result.config['test']} over rounds/repeats; "
+                       "paired: bootstrap over sample ids; yes/no: exact McNemar); its interval is the matching "
+                       f"two-sided {100 * (1 - 2 * result.series_alpha):.2f}% interval. `~`: no significant change.")
     return table
 
 
@@ -131,7 +134,7 @@ def junit(result: GateResult) -> str:
                        skipped=str(sum(g.verdict == "inconclusive" for g in result.guards)))
     for row in result.guards:
         case = ET.SubElement(suite, "testcase", classname=f"fdb.gate.{result.kind}.{row.guard}", name=row.series)
-        text = f"{row.label}: {change_text(row.effect, row.unit)}; allowed {_allowed(row)}; {row.reason}"
+        text = f"{row.label}: {change_text(row.effect, row.unit, result.series_alpha)}; allowed {_allowed(row)}; {row.reason}"
         if row.verdict == "regressed":
             ET.SubElement(case, "failure", message=text, type="regressed").text = text
         elif row.verdict == "inconclusive":

@@ -67,7 +67,7 @@ def summary(result):
 
     table = Table("Guard", "Change", "Verdict", title=f"fdb gate ({result.kind})")
     for row in result.guards:
-        table.add_row(row.series, change_text(row.effect, row.unit), MARK[row.verdict])
+        table.add_row(row.series, change_text(row.effect, row.unit, result.series_alpha), MARK[row.verdict])
     return table
 
 
