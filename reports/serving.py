@@ -1,43 +1,58 @@
 """SERVING.md: one row per concurrency level, the capacity line, the targets, warnings and what the
-times are; serving.png: unit lag, first audio and reply RTF against concurrency."""
+times are; serving.png: unit lag, first audio and reply RTF against concurrency. The level table is
+one fdb.tables.Table: SERVING.md shows its Markdown, tables/NN-<name>.csv its cells and
+serving.json ``tables`` its dump. A missing value is ``-``."""
 
 from __future__ import annotations
 
+from fdb.tables import Column, Table
 from scorers.serving import CLIENT_CPU_SATURATED, Capacity, ServingRow
 
-COLUMNS = ("sessions at once", "sessions", "mean open", "failed", "503", "pacing violations", "client behind",
-           "client CPU", "unit miss", "unit lag p50/p95 ms", "first audio p50/p95 ms", "buffer needed p90 ms",
-           "underrun replies", "RTF p90", "meets targets")
 
-
-def _num(value: float | int | None, digits: int = 0) -> str:
+def _num(value: float | int | str | None, digits: int = 0) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _pair(a: float | None, b: float | None) -> str:
-    return "-" if a is None and b is None else f"{_num(a)} / {_num(b)}"
+def _digits(digits: int):
+    return lambda value: _num(value, digits)
 
 
-def _unit_miss(row: ServingRow) -> str:
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+# typed where a cell is one value; the cells that combine several (x/y, p50 / p95, ...) are text
+COLUMNS = (Column("concurrency", "sessions at once"), Column("sessions", "sessions"),
+           Column("mean_open", "mean open", _digits(2)), Column("sessions_failed", "failed"),
+           Column("admission_denied", "503"), Column("pacing_violations", "pacing violations"),
+           Column("client_behind", "client behind"), Column("client_cpu", "client CPU", _percent),
+           Column("unit_miss", "unit miss", _num), Column("unit_lag_ms", "unit lag p50/p95 ms", _num),
+           Column("first_audio_ms", "first audio p50/p95 ms", _num),
+           Column("buffer_needed_p90_ms", "buffer needed p90 ms", _digits(0)),
+           Column("underrun_replies", "underrun replies", _num), Column("rtf_p90", "RTF p90", _digits(2)),
+           Column("meets_targets", "meets targets"))
+
+
+def _pair(a: float | None, b: float | None) -> str | None:
+    return None if a is None and b is None else f"{_num(a)} / {_num(b)}"
+
+
+def _unit_miss(row: ServingRow) -> str | None:
     if row.unit_miss_rate is None:
-        return "-"
+        return None
     return f"{row.unit_misses}/{row.units} ({row.unit_miss_rate * 100:.2f}%)"
 
 
-def _underruns(row: ServingRow) -> str:
+def _underruns(row: ServingRow) -> str | None:
     if row.underrun_replies is None:
-        return "-"
+        return None
     return f"{row.underrun_replies}/{row.replies - row.empty_replies}"
 
 
 def _client(row: ServingRow) -> str:
     return f"{row.client_behind} (client-limited)" if row.client_limited else str(row.client_behind)
-
-
-def _cpu(row: ServingRow) -> str:
-    return "-" if row.client_cpu is None else f"{row.client_cpu * 100:.0f}%"
 
 
 def warnings(rows: list[ServingRow]) -> list[str]:
@@ -68,22 +83,35 @@ def _client_cause(row: ServingRow) -> str:
             "the level with the client on another host or on a reserved core")
 
 
-def row_cells(row: ServingRow) -> list[str]:
-    sessions = f"{row.sessions} ({row.repeats} repeats)" if row.repeats > 1 else str(row.sessions)
-    return [str(row.concurrency), sessions, _num(row.mean_open, 2), str(row.sessions_failed),
-            str(row.admission_denied), str(row.pacing_violations), _client(row), _cpu(row), _unit_miss(row),
-            _pair(row.unit_lag_p50_ms, row.unit_lag_p95_ms), _pair(row.first_audio_p50_ms, row.first_audio_p95_ms),
-            _num(row.buffer_needed_p90_ms), _underruns(row), _num(row.rtf_p90, 2),
-            "yes" if row.meets_targets else "no: " + "; ".join(row.missed_targets)]
+def serving_table(rows: list[ServingRow], title: str = "Serving capacity") -> Table:
+    """SERVING.md's table: one row per level, by concurrency."""
+    table = Table("serving", title, COLUMNS)
+    for row in sorted(rows, key=lambda r: r.concurrency):
+        table.add(concurrency=row.concurrency,
+                  sessions=f"{row.sessions} ({row.repeats} repeats)" if row.repeats > 1 else str(row.sessions),
+                  mean_open=row.mean_open, sessions_failed=row.sessions_failed, admission_denied=row.admission_denied,
+                  pacing_violations=row.pacing_violations, client_behind=_client(row), client_cpu=row.client_cpu,
+                  unit_miss=_unit_miss(row), unit_lag_ms=_pair(row.unit_lag_p50_ms, row.unit_lag_p95_ms),
+                  first_audio_ms=_pair(row.first_audio_p50_ms, row.first_audio_p95_ms),
+                  buffer_needed_p90_ms=row.buffer_needed_p90_ms, underrun_replies=_underruns(row),
+                  rtf_p90=row.rtf_p90,
+                  meets_targets="yes" if row.meets_targets else "no: " + "; ".join(row.missed_targets))
+    return table
 
 
-def render(rows: list[ServingRow], cap: Capacity, title: str = "Serving capacity") -> str:
+def tables(rows: list[ServingRow], title: str = "Serving capacity") -> list[Table]:
+    """Every table of SERVING.md, in its order."""
+    return [serving_table(rows, title)]
+
+
+def render(rows: list[ServingRow], cap: Capacity, title: str = "Serving capacity",
+           found: list[Table] | None = None) -> str:
+    """SERVING.md; its table is ``found`` (``tables(rows, title)`` unless given)."""
+    (table,) = tables(rows, title) if found is None else found
     reserve = rows[0].playback_reserve_ms if rows else 80.0
     profile = rows[0].profile if rows else "-"
-    lines = [f"# {title}", "", f"Profile: {profile}. {cap.line()}.", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row_cells(row)) + " |" for row in sorted(rows, key=lambda r: r.concurrency)]
-    lines += ["", "## Targets", "",
+    lines = [f"# {title}", "", f"Profile: {profile}. {cap.line()}.", "", *table.markdown(None)]
+    lines += ["## Targets", "",
               "A level meets the targets when no session failed, no session was denied admission (503), no input "
               "pacing was violated, and the unit miss rate is at most 1% (native profiles) or the reply RTF p90 is "
               "below 1 (turn-based profiles). The capacity is the highest level below the first one that misses; "

@@ -6,49 +6,62 @@ codec frame rate was given, in acoustic frames per second, and the mean TTFA bes
 A run recorded in rounds (tts.json ``layout: rounds``) shows each level entry's mean +- sd over
 its measured rounds and their count, and its cold rounds in a table of their own. Nothing here
 recomputes a metric: it formats what tts.json holds (scorers.tts_serving / scorers.tts_quality
-computed it).
+computed it). Every table is one fdb.tables.Table (typed values, per-column formats): TTS.md shows
+its Markdown, tables/NN-<name>.csv its cells and tts.json ``tables`` its dump.
 """
 
 from __future__ import annotations
 
-import csv
 import io
-import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fdb.io import atomic_write_bytes, atomic_write_text
-from reports.exports import markdown_tables
-from scorers.tts_serving import LevelRow, LevelStats, MetricStats, RoundRow
+from fdb.tables import NA, Column, Table, write_tables
+from scorers.tts_serving import LevelRow, LevelStats, RoundRow
 
-SERVING_COLUMNS = ("Concurrency", "Throughput (audio-s/s)", "Throughput (frames/s)", "TTFA p50", "TTFA p95",
-                   "TTFA mean", "RTF (mean)")
-DETAIL_COLUMNS = ("Concurrency", "Requests", "Failed", "No audio", "Wall s", "E2E p50", "E2E p95", "Max gap p95",
-                  "Underrun p95", "Underruns", "Stop violations")
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.1f} ms"
+# (LevelRow field, header, format, unit) of the serving table's measured columns
+METRICS = (("throughput_audio_s_per_s", "Throughput (audio-s/s)", ",.2f", ""),
+           ("throughput_frames_per_s", "Throughput (frames/s)", ",.1f", ""),
+           ("ttfa_p50_ms", "TTFA p50", ",.1f", " ms"), ("ttfa_p95_ms", "TTFA p95", ",.1f", " ms"),
+           ("ttfa_mean_ms", "TTFA mean", ",.1f", " ms"), ("rtf_mean", "RTF (mean)", ".3f", ""))
+SERVING_COLUMNS = ("Concurrency", *(header for _, header, _, _ in METRICS))
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None else format(value, fmt)
+def _number(fmt: str, unit: str = "") -> Callable[[Any], str]:
+    """A float as ``fmt`` with ``unit``; a {mean, sd} spread over rounds as ``mean ± sd`` (the sd when
+    there is one); None as n/a; text as it is."""
+    def cell(value: Any) -> str:
+        if value is None:
+            return NA
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict):
+            sd = "" if value["sd"] is None else f" ± {format(value['sd'], fmt)}"
+            return f"{format(value['mean'], fmt)}{sd}{unit}"
+        return f"{format(value, fmt)}{unit}"
+    return cell
 
 
-def _spread(value: float | None, stats: MetricStats | None, fmt: str, unit: str = "") -> str:
-    """``value`` (with ``unit``), and `` ± sd`` when its rounds have one."""
-    if value is None:
-        return "n/a"
-    sd = "" if stats is None or stats.sd is None else f" ± {format(stats.sd, fmt)}"
-    return f"{format(value, fmt)}{sd}{unit}"
+_MS = _number(",.1f", " ms")
+ENTRY, CONCURRENCY = Column("entry", "Entry"), Column("concurrency", "Concurrency")
+METRIC_COLUMNS = tuple(Column(name, header, _number(fmt, unit)) for name, header, fmt, unit in METRICS)
+DETAIL_COLUMNS = (CONCURRENCY, Column("requests", "Requests"), Column("failed", "Failed"),
+                  Column("empty", "No audio"), Column("wall_s", "Wall s", _number(".2f")),
+                  Column("e2e_p50_ms", "E2E p50", _MS), Column("e2e_p95_ms", "E2E p95", _MS),
+                  Column("max_gap_p95_ms", "Max gap p95", _MS), Column("underrun_p95_ms", "Underrun p95", _MS),
+                  Column("underruns", "Underruns"), Column("stop_violations", "Stop violations"))
 
 
-def serving_cells(row: LevelRow, stats: LevelStats | None = None) -> list[str]:
-    """The serving table's cells of one level entry; with ``stats``, each mean ± the sd over its rounds."""
-    metric = (stats.metrics if stats else {}).get
-    cells = [("throughput_audio_s_per_s", ",.2f", ""), ("throughput_frames_per_s", ",.1f", ""),
-             ("ttfa_p50_ms", ",.1f", " ms"), ("ttfa_p95_ms", ",.1f", " ms"), ("ttfa_mean_ms", ",.1f", " ms"),
-             ("rtf_mean", ".3f", "")]
-    return [str(row.concurrency), *(_spread(getattr(row, name), metric(name), fmt, unit) for name, fmt, unit in cells)]
+def _metrics(row: LevelRow, stats: LevelStats | None = None) -> dict[str, Any]:
+    """The serving table's measured values of one level entry: with ``stats``, each a {mean, sd}
+    spread over its rounds (None where the entry has no value)."""
+    values = {name: getattr(row, name) for name, _, _, _ in METRICS}
+    if stats is None:
+        return values
+    sd = {name: found.sd for name, found in stats.metrics.items()}
+    return {name: None if value is None else {"mean": value, "sd": sd.get(name)} for name, value in values.items()}
 
 
 def _entries(data: dict) -> list[tuple[LevelRow, LevelStats | None]]:
@@ -58,71 +71,89 @@ def _entries(data: dict) -> list[tuple[LevelRow, LevelStats | None]]:
     return list(zip(rows, (LevelStats.model_validate(s) for s in data["level_stats"]), strict=True))
 
 
-def serving_table(data: dict) -> tuple[tuple[str, ...], list[tuple[LevelRow, list[str]]]]:
-    """(columns, (row, cells) per level entry) of the serving table; a run in rounds adds Entry
-    (the position in --concurrency) and Rounds (the measured rounds the cells are over)."""
-    lines = []
+def serving(data: dict) -> Table:
+    """The serving table, one row per level entry; a run in rounds adds Entry (the position in
+    --concurrency) and Rounds (the measured rounds the cells are over)."""
+    rounds = data.get("layout") == "rounds"
+    columns = (ENTRY, CONCURRENCY, Column("rounds", "Rounds")) if rounds else (CONCURRENCY,)
+    table = Table("serving", "Serving", [*columns, *METRIC_COLUMNS])
     for row, stats in _entries(data):
-        cells = serving_cells(row, stats)
-        lines.append((row, cells if stats is None else [str(stats.entry), cells[0], str(stats.rounds), *cells[1:]]))
-    if data.get("layout") != "rounds":
-        return SERVING_COLUMNS, lines
-    return ("Entry", SERVING_COLUMNS[0], "Rounds", *SERVING_COLUMNS[1:]), lines
+        table.add(**({"entry": stats.entry, "rounds": stats.rounds} if stats else {}), concurrency=row.concurrency,
+                  **_metrics(row, stats))
+    return table
 
 
-def detail_cells(row: LevelRow) -> list[str]:
-    under = "n/a" if row.underrun_requests is None else f"{row.underrun_requests}/{row.ok - row.empty}"
-    stops = "not checked" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
-    return [str(row.concurrency), str(row.requests), str(row.failed), str(row.empty), _num(row.wall_s, ".2f"),
-            _ms(row.e2e_p50_ms), _ms(row.e2e_p95_ms), _ms(row.max_gap_p95_ms), _ms(row.underrun_p95_ms), under, stops]
+def serving_table(data: dict) -> tuple[tuple[str, ...], list[tuple[LevelRow, list[str]]]]:
+    """(headers, (row, cells) per level entry) of the serving table (the CLI's summary)."""
+    table = serving(data)
+    return tuple(table.headers()), list(zip((row for row, _ in _entries(data)), table.cells(), strict=True))
 
 
-def _table(columns, lines) -> list[str]:
-    return ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns),
-            *("| " + " | ".join(cells) + " |" for cells in lines)]
+def _details(data: dict) -> Table:
+    entries = _entries(data)
+    rounds = data.get("layout") == "rounds"
+    table = Table("serving-details", "Details", [ENTRY, *DETAIL_COLUMNS] if rounds else list(DETAIL_COLUMNS))
+    for row, stats in entries:
+        under = None if row.underrun_requests is None else f"{row.underrun_requests}/{row.ok - row.empty}"
+        stops = "not checked" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
+        table.add(**({"entry": stats.entry} if stats else {}), concurrency=row.concurrency, requests=row.requests,
+                  failed=row.failed, empty=row.empty, wall_s=row.wall_s, e2e_p50_ms=row.e2e_p50_ms,
+                  e2e_p95_ms=row.e2e_p95_ms, max_gap_p95_ms=row.max_gap_p95_ms, underrun_p95_ms=row.underrun_p95_ms,
+                  underruns=under, stop_violations=stops)
+    return table
 
 
-def _quality(q: dict | None) -> list[str]:
-    if q is None:
-        return ["## Quality", "", "Not scored (--no-quality).", ""]
-    wer = f"{q['wer_mean_pct']:.3f}" if q["wer_mean_pct"] is not None else "n/a"
-    corpus = f"{q['wer_corpus_pct']:.3f}" if q["wer_corpus_pct"] is not None else "n/a"
-    excl = f"{q['wer_mean_excl_outliers_pct']:.3f}" if q["wer_mean_excl_outliers_pct"] is not None else "n/a"
-    outliers = "n/a" if q["wer_outliers"] is None else f"{q['wer_outliers']}/{q['evaluated']}"
-    lines = [("WER % (mean of per-utterance WER; headline)", wer, q["asr_label"] or "n/a"),
-             ("WER % (corpus)", corpus, q["asr_label"] or "n/a"),
-             ("Utterances with WER > 50%", outliers, ""),
-             ("WER % (mean, without those)", excl, ""),
-             ("SIM (generated vs prompt wav)", _num(q["sim_mean"], ".3f") + f" (n = {q['sim_n']})",
-              q["sim_label"] or "off"),
-             ("MOS", _num(q["mos_mean"], ".3f") + f" (n = {q['mos_n']})", q["mos_label"] or "off")]
-    out = ["## Quality", "", f"{q['evaluated']} of {q['expected']} utterances have a WER ({q['lang']}).", "",
-           *_table(("Metric", "Value", "Backend"), lines), ""]
-    return out + [f"- {note}" for note in q.get("notes", [])] + [""]
-
-
-def _stops(found: list[dict], rounds: bool = False) -> list[str]:
-    out = ["## Stop condition", ""]
-    if not found:
-        return out + ["No request received audio after the server's declared end or beyond --max-audio-s.", ""]
-    out.append(f"{len(found)} requests broke it (audio after the declared end, or beyond the bound):")
-    out.append("")
-    columns = ("Concurrency", "Request", "Audio after end (s)", "Audio beyond bound (s)")
-    rows = [(str(v["concurrency"]), v["id"], _num(v["audio_after_done_s"], ".3f"), _num(v["overrun_s"], ".3f"))
-            for v in found]
-    if rounds:
-        columns, rows = ("Round", *columns), [(v["directory"], *row) for v, row in zip(found, rows, strict=True)]
-    return out + _table(columns, rows) + [""]
-
-
-def _cold(data: dict) -> list[str]:
+def _cold(data: dict) -> Table | None:
     cold = [RoundRow.model_validate(found) for found in data.get("rounds") or [] if found["cold"]]
     if not cold:
-        return []
-    lines = [(str(found.entry), *serving_cells(found.row), f"{found.row.failed}/{found.row.requests}")
-             for found in cold]
-    return ["**Cold rounds** (one per entry, recorded before its measured rounds; not in the means above)", "",
-            *_table(("Entry", *SERVING_COLUMNS, "Failed"), lines), ""]
+        return None
+    table = Table("serving-cold-rounds", "Cold rounds",
+                  [ENTRY, CONCURRENCY, *METRIC_COLUMNS, Column("failed", "Failed")])
+    for found in cold:
+        table.add(entry=found.entry, concurrency=found.row.concurrency, **_metrics(found.row),
+                  failed=f"{found.row.failed}/{found.row.requests}")
+    return table
+
+
+def _quality(q: dict) -> Table:
+    table = Table("quality", "Quality", [Column("metric", "Metric"), Column("value", "Value", _number(".3f")),
+                                         Column("backend", "Backend")])
+    asr = q["asr_label"] or NA
+
+    def counted(mean: float | None, n: int) -> str:
+        return f"{_number('.3f')(mean)} (n = {n})"
+
+    table.add(metric="WER % (mean of per-utterance WER; headline)", value=q["wer_mean_pct"], backend=asr)
+    table.add(metric="WER % (corpus)", value=q["wer_corpus_pct"], backend=asr)
+    table.add(metric="Utterances with WER > 50%", backend="",
+              value=None if q["wer_outliers"] is None else f"{q['wer_outliers']}/{q['evaluated']}")
+    table.add(metric="WER % (mean, without those)", value=q["wer_mean_excl_outliers_pct"], backend="")
+    table.add(metric="SIM (generated vs prompt wav)", value=counted(q["sim_mean"], q["sim_n"]),
+              backend=q["sim_label"] or "off")
+    table.add(metric="MOS", value=counted(q["mos_mean"], q["mos_n"]), backend=q["mos_label"] or "off")
+    return table
+
+
+def _stops(found: list[dict], rounds: bool = False) -> Table | None:
+    if not found:
+        return None
+    seconds = _number(".3f")
+    columns = [CONCURRENCY, Column("id", "Request"), Column("audio_after_done_s", "Audio after end (s)", seconds),
+               Column("overrun_s", "Audio beyond bound (s)", seconds)]
+    table = Table("stop-condition", "Stop condition", [Column("directory", "Round"), *columns] if rounds else columns)
+    for v in found:
+        table.add(**({"directory": v["directory"]} if rounds else {}), concurrency=v["concurrency"], id=v["id"],
+                  audio_after_done_s=v["audio_after_done_s"], overrun_s=v["overrun_s"])
+    return table
+
+
+def tables(data: dict) -> list[Table]:
+    """Every table of TTS.md, in its order: serving, cold rounds (if any), details, quality (if
+    scored), stop violations (if any)."""
+    q = data.get("quality")
+    found = [serving(data), _cold(data), _details(data), None if q is None else _quality(q),
+             _stops(data.get("stop_violations") or [], data.get("layout") == "rounds")]
+    return [table for table in found if table is not None]
 
 
 DEFINITIONS = [
@@ -168,19 +199,37 @@ def _sent(opts: dict) -> str:
     return f"stream_format {opts['stream_format']}, response_format pcm"
 
 
-def _serving(data: dict, reserve: float) -> list[str]:
+def _serving(data: dict, reserve: float, found: dict[str, Table]) -> list[str]:
     """The serving table, the cold rounds (if any) and the details table."""
     rounds = data.get("layout") == "rounds"
-    columns, table = serving_table(data)
-    details = [detail_cells(row) for row, _ in table]
-    if rounds:
-        details = [[str(stats.entry), *cells] for (_, stats), cells in zip(_entries(data), details, strict=True)]
+    cold = found.get("serving-cold-rounds")
     caption = f"**Details** (playback reserve {reserve:g} ms" + ("; counts summed over the rounds)" if rounds else ")")
-    return ["## Serving", "", *_table(columns, [cells for _, cells in table]), "", *_cold(data), caption, "",
-            *_table((("Entry",) if rounds else ()) + DETAIL_COLUMNS, details), ""]
+    out = ["## Serving", "", *found["serving"].markdown(None)]
+    if cold is not None:
+        out += ["**Cold rounds** (one per entry, recorded before its measured rounds; not in the means above)", "",
+                *cold.markdown(None)]
+    return out + [caption, "", *found["serving-details"].markdown(None)]
 
 
-def render(data: dict) -> str:
+def _quality_section(q: dict | None, table: Table | None) -> list[str]:
+    if q is None or table is None:
+        return ["## Quality", "", "Not scored (--no-quality).", ""]
+    out = ["## Quality", "", f"{q['evaluated']} of {q['expected']} utterances have a WER ({q['lang']}).", "",
+           *table.markdown(None)]
+    return out + [f"- {note}" for note in q.get("notes", [])] + [""]
+
+
+def _stops_section(found: list[dict], table: Table | None) -> list[str]:
+    out = ["## Stop condition", ""]
+    if table is None:
+        return out + ["No request received audio after the server's declared end or beyond --max-audio-s.", ""]
+    return out + [f"{len(found)} requests broke it (audio after the declared end, or beyond the bound):", "",
+                  *table.markdown(None)]
+
+
+def render(data: dict, found: list[Table] | None = None) -> str:
+    """TTS.md; its tables are ``found`` (``tables(data)`` unless given)."""
+    named = {table.name: table for table in (tables(data) if found is None else found)}
     run = data["run"]
     opts, dataset = run["options"], run["dataset"]
     rows = [LevelRow.model_validate(row) for row in data["rows"]]
@@ -195,26 +244,14 @@ def render(data: dict) -> str:
              f"{opts['ref_audio']}. Declared sample rate(s): "
              f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.{_rounds(opts)}", ""]
     lines += [f"- {note}" for note in run.get("notes", [])] + ([""] if run.get("notes") else [])
-    lines += _serving(data, reserve)
+    lines += _serving(data, reserve, named)
     errors = [(r.concurrency, e) for r in rows for e in r.errors]
     if errors:
         lines += ["Failures (first distinct reasons):", "", *(f"- concurrency {n}: {e}" for n, e in errors), ""]
-    lines += _quality(data.get("quality")) + _stops(data.get("stop_violations") or [], rounds)
+    lines += _quality_section(data.get("quality"), named.get("quality"))
+    lines += _stops_section(data.get("stop_violations") or [], named.get("stop-condition"))
     lines += DEFINITIONS[:-1] + ROUND_DEFINITIONS if rounds else DEFINITIONS
     return "\n".join(lines)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "table"
-
-
-def write_csvs(output: Path, text: str) -> list[Path]:
-    written = []
-    for index, (title, rows) in enumerate(markdown_tables(text), start=1):
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(rows)
-        written.append(atomic_write_text(output / "tables" / f"{index:02d}-{_slug(title)}.csv", buffer.getvalue()))
-    return written
 
 
 def plot(rows: list[LevelRow]) -> bytes:
@@ -249,11 +286,13 @@ def plot(rows: list[LevelRow]) -> bytes:
     return buffer.getvalue()
 
 
-def write_report(output: Path, data: dict) -> str:
-    text = render(data)
-    atomic_write_text(output / "TTS.md", text)
-    write_csvs(output, text)
+def write_report(output: Path, data: dict) -> list[Table]:
+    """TTS.md, tables/NN-<name>.csv (one per table of TTS.md, from the same Table objects) and the
+    plot; returns the tables (tts.json keeps their dump)."""
+    found = tables(data)
+    atomic_write_text(output / "TTS.md", render(data, found))
+    write_tables(output / "tables", found)
     rows = [LevelRow.model_validate(row) for row in data["rows"]]
     if rows:
         atomic_write_bytes(output / "plots" / "tts-concurrency.png", plot(rows))
-    return text
+    return found

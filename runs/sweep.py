@@ -250,15 +250,18 @@ def measure_level_repeats(directory: Path, profile: str = "turn-based", reserve_
 
 
 def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: str = "turn-based") -> dict:
-    """serving.json at ``output``, SERVING.md and serving.png next to it, from level directories."""
+    """serving.json at ``output``, SERVING.md, tables/*.csv and serving.png next to it, from level
+    directories."""
     from fdb.provenance import current
-    from reports.serving import plot_png, render, warnings
+    from fdb.tables import write_tables
+    from reports.serving import plot_png, render, tables, warnings
     from scorers.serving import capacity
 
     found = sorted(((*measure_level_repeats(d, profile, reserve_ms), d) for d in levels),
                    key=lambda found: found[0].concurrency)
     rows = [row for row, _, _ in found]
     cap = capacity(rows)
+    published = tables(rows)  # SERVING.md's tables: its Markdown, tables/*.csv and serving.json "tables"
     data = {"schema": SERVING_SCHEMA, "playback_reserve_ms": reserve_ms,
             "capacity": {**cap.model_dump(mode="json"), "line": cap.line()},
             "client_limited_levels": [r.concurrency for r in rows if r.client_limited],
@@ -267,20 +270,22 @@ def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: 
             "rows": [r.model_dump(mode="json") for r in rows],
             "repeat_rows": {str(row.concurrency): [r.model_dump(mode="json") for r in repeats]
                             for row, repeats, _ in found},
-            "provenance": current().model_dump(mode="json")}
+            "provenance": current().model_dump(mode="json"), "tables": [table.dump() for table in published]}
     atomic_write_json(output, data)
-    atomic_write_text(output.parent / "SERVING.md", render(rows, cap))
+    atomic_write_text(output.parent / "SERVING.md", render(rows, cap, found=published))
+    write_tables(output.parent / "tables", published)
     atomic_write_bytes(output.parent / "serving.png", plot_png(rows))
     return data
 
 
 def summary_table(data: dict) -> Table:
-    from reports.serving import COLUMNS, row_cells
+    from reports.serving import serving_table
     from scorers.serving import ServingRow
 
-    cells = [row_cells(ServingRow.model_validate(row)) for row in data["rows"]]
-    keep = [k for k in range(len(COLUMNS)) if any(line[k] != "-" for line in cells)]  # drop empty columns
-    table = Table(*(COLUMNS[k] for k in keep), title=data["capacity"]["line"])
+    published = serving_table([ServingRow.model_validate(row) for row in data["rows"]])
+    headers, cells = published.headers(), published.cells()
+    keep = [k for k in range(len(headers)) if any(line[k] != "-" for line in cells)]  # drop empty columns
+    table = Table(*(headers[k] for k in keep), title=data["capacity"]["line"])
     for line in cells:
         table.add_row(*(line[k] for k in keep))
     return table

@@ -290,8 +290,8 @@ def build_report(output: Path) -> dict:
             "level_stats": [entry.model_dump(mode="json") for entry in stats],
             "quality": read_json(quality_path) if quality_path.is_file() else None,
             "stop_violations": _stop_violations(output, opts), "provenance": current().model_dump(mode="json")}
+    data["tables"] = [table.dump() for table in write_report(output, data)]  # TTS.md's tables, as the CSVs
     atomic_write_json(output / "tts.json", data)
-    write_report(output, data)
     return data
 
 

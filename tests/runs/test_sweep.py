@@ -95,3 +95,28 @@ def test_serving_json_keeps_each_repeats_row(tmp_path):
     pooled = data["rows"][1]
     assert pooled["repeats"] == 2 and pooled["sessions"] == first["sessions"] + second["sessions"]
     assert json.loads((tmp_path / "out" / "serving.json").read_text())["repeat_rows"] == data["repeat_rows"]
+
+
+def test_serving_csv_and_json_tables_are_serving_md_tables(tmp_path):
+    """tables/*.csv next to SERVING.md and serving.json "tables" come from the Table SERVING.md
+    shows: each CSV's rows are the cells of the Markdown table at its position."""
+    from runs.sweep import report
+    from tests.runs.test_sweep_search import _level
+    from tests.runs.test_tts_bench import csv_tables, markdown_tables
+
+    _level(tmp_path / "concurrency-1", 1, 2, 0.1)
+    _level(tmp_path / "concurrency-2" / "repeat-1", 2, 2, 0.2)
+    _level(tmp_path / "concurrency-2" / "repeat-2", 2, 2, 0.3, slow=True)
+    out = tmp_path / "out"
+    (out / "tables").mkdir(parents=True)
+    (out / "tables" / "09-stale.csv").write_text("a\n")  # from an earlier report: removed
+    data = report([tmp_path / "concurrency-2", tmp_path / "concurrency-1"], out / "serving.json")
+    shown, written = markdown_tables((out / "SERVING.md").read_text()), csv_tables(out / "tables")
+    assert [name for name, _ in written] == ["01-serving.csv"]
+    assert [rows for _, rows in written] == shown and len(shown[0]) == 3
+    assert shown[0][2][:2] == ["2", "2 (2 repeats)"]
+    (table,) = data["tables"]
+    assert table["name"] == "serving" and [table["headers"]] == shown[0][:1]
+    assert [r["concurrency"] for r in table["rows"]] == [1, 2] and table["rows"][1]["client_cpu"] == 0.3
+    assert table["rows"][0]["unit_lag_ms"] is None  # shown as "-": missing, not 0
+    assert json.loads((out / "serving.json").read_text())["tables"] == data["tables"]

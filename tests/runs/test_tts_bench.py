@@ -217,3 +217,62 @@ def test_bad_concurrency_is_refused(env, tmp_path):
     done = fdb(["tts-bench", "--output", str(tmp_path / "x"), "--concurrency", "1 two"], env, timeout=60)
     assert done.returncode != 0 and "--concurrency '1 two' is not a list of integers" in done.stderr
     assert not (tmp_path / "x").exists()
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Every Markdown table of ``text`` as rows of cells (header first, separator left out, ``\\|``
+    read back as ``|``)."""
+    import re
+
+    found, current = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            current = None
+            continue
+        if current is None:
+            current = []
+            found.append(current)
+        if not re.fullmatch(r"\|( --- \|)+", line):
+            cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
+            current.append([cell.strip().replace("\\|", "|") for cell in cells])
+    return found
+
+
+def csv_tables(folder) -> list[tuple[str, list[list[str]]]]:
+    import csv
+
+    return [(path.name, list(csv.reader(path.open(newline=""))))
+            for path in sorted(folder.glob("*.csv"))]
+
+
+def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, monkeypatch):
+    """tables/*.csv and tts.json "tables" come from the Table objects TTS.md shows: each CSV's rows
+    are the cells of the Markdown table at its position (serving, cold rounds, details, quality,
+    stop condition), and tts.json keeps their typed values."""
+    from scorers.tts_quality import QualitySummary
+
+    monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
+    out = tmp_path / "tables"
+    with ScriptedServer() as scripted:
+        bench(_opts(out, seedtts, [1, 2], 2, rounds=2, url=scripted.url("sse-late"), stream_format="sse",
+                    num_warmups=0))
+    summary = QualitySummary(lang="en", expected=2, evaluated=2, wer_mean_pct=1.5, wer_corpus_pct=None,
+                             wer_outliers=0, sim_mean=0.75, sim_n=2, asr_label="test ASR")
+    (out / "quality").mkdir()
+    (out / "quality" / "quality.json").write_text(json.dumps(summary.dump()))
+    data = build_report(out)
+    text = (out / "TTS.md").read_text()
+    shown, written = markdown_tables(text), csv_tables(out / "tables")
+    assert [name for name, _ in written] == ["01-serving.csv", "02-serving-cold-rounds.csv",
+                                             "03-serving-details.csv", "04-quality.csv", "05-stop-condition.csv"]
+    assert [rows for _, rows in written] == shown and all(len(rows) > 1 for rows in shown)
+    assert [(t["name"], [t["headers"]]) for t in data["tables"]] == [
+        (name[3:-4], rows[:1]) for name, rows in written]
+    assert json.loads((out / "tts.json").read_text())["tables"] == data["tables"]
+    serving, quality = data["tables"][0], data["tables"][3]
+    assert [r["concurrency"] for r in serving["rows"]] == [1, 2] and serving["rows"][0]["rounds"] == 2
+    ttfa = serving["rows"][0]["ttfa_p50_ms"]  # a rounds cell: the mean and sd it shows, as numbers
+    assert ttfa["mean"] == data["rows"][0]["ttfa_p50_ms"] and ttfa["sd"] == data["level_stats"][0]["metrics"][
+        "ttfa_p50_ms"]["sd"]
+    assert quality["rows"][0]["value"] == 1.5 and quality["rows"][1]["value"] is None
+    assert "| WER % (corpus) | n/a | test ASR |" in text
