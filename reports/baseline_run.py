@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from fdb.errors import FdbError
+from fdb.layout import RepeatPaths
 from fdb.records import ExportManifest
 from reports.baseline import Observations, Series
 from reports.baseline_sources import _digest, _ident
-from runs.layout import RepeatPaths
 
 EXPECTED_LABEL = {"user_interruption": "C_RESPOND"}  # every other category: C_RESUME
 V10_LABELS = {"latency_s": ("response latency", "s", "lower", "paired"),

@@ -178,7 +178,7 @@ def _sweep_comparability(directory: Path, data: dict) -> dict[str, str | None]:
 # --- a run -------------------------------------------------------------------------------------
 
 def observe_run(directory: Path) -> Observations:
-    from runs.layout import RunPaths
+    from fdb.layout import RunPaths
 
     run = RunPaths(directory)
     manifest = _load(run.manifest, "the run manifest (no repeat was ever started)",

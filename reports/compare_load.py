@@ -19,9 +19,9 @@ from pydantic import BaseModel, ValidationError
 
 from fdb.errors import FdbError
 from fdb.io import sha256_file
+from fdb.layout import RepeatPaths, RunPaths
 from judges.behavior import BehaviorSummary
 from judges.semantic.run import SemanticSummary
-from runs.layout import RepeatPaths, RunPaths
 from runs.manifest import RunManifest
 from scorers.listening_records import ListeningSummary
 from scorers.serving import Capacity

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from fdb.io import atomic_write_bytes, atomic_write_text
-from runs.layout import RepeatPaths, RunPaths
+from fdb.layout import RepeatPaths, RunPaths
 
 
 def _slug(text: str) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fdb.layout import RunPaths
 from reports.cells import interval, mean_sd, percent, seconds, table
 from reports.v10 import replies_section
-from runs.layout import RunPaths
 
 HEADLINE = {
     "pause_handling": [("pause intrusion", "pause_intrusion_rate")],

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fdb.datasets.types import V15_CATEGORIES
 from fdb.io import read_json
+from fdb.layout import RepeatPaths
 from reports.cells import count_range, mean_sd, table
-from runs.layout import RepeatPaths
 
 HEADER = ("Category", "Replies", "Short replies", "Compared replies", "Omission rate", "WER",
           "MOS mean", "MOS p10", "Voice similarity mean", "Voice similarity p10")

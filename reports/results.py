@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from fdb.io import atomic_write_json, atomic_write_text, read_json
+from fdb.layout import RunPaths
 from fdb.provenance import current
 from reports.v10 import official_section, replies_section, unified_section
 from reports.v15 import v15_section
-from runs.layout import RunPaths
 
 RESULTS_SCHEMA = "fdb-results-1"
 

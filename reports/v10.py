@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fdb.io import read_json
+from fdb.layout import RepeatPaths
 from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, percent, seconds, table
-from runs.layout import RepeatPaths
 
 UNIFIED_ORDER = {
     "pause_handling": ["pause_intrusion_rate", "pause_intrusion_per_pause", "intrusion_s_per_pause_s",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from fdb.io import read_json
+from fdb.layout import RepeatPaths
 from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, seconds, table
-from runs.layout import RepeatPaths
 
 HEADER = ["Category", "Pairs", "Timed overlap sessions", "Stop latency (s)", "Response latency (s)",
           "C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN", "Judged pairs"]

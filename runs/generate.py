@@ -23,11 +23,11 @@ from fdb.datasets.selection import (
 )
 from fdb.errors import FdbError
 from fdb.io import atomic_write_text
+from fdb.layout import RepeatPaths, RunPaths
 from fdb.profiles import check_bundled_profile
 from fdb.provenance import current as provenance
 from fdb.settings import Settings, load_settings
 from runs.datasets import DatasetTree, resolve_tree
-from runs.layout import RepeatPaths, RunPaths
 from runs.logstream import RecordLog
 from runs.manifest import (
     DatasetUse,

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 from fdb.datasets.pinning import inventory_changes
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, read_json
-from runs.layout import RepeatPaths, RunPaths
+from fdb.layout import RepeatPaths, RunPaths
 
 RUN_SCHEMA = "fdb-run-1"
 

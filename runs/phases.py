@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fdb.errors import FdbError
+from fdb.layout import RepeatPaths, RunPaths
 from fdb.settings import load_settings
-from runs.layout import RepeatPaths, RunPaths
 from runs.manifest import load_manifest
 
 

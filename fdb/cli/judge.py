@@ -48,10 +48,10 @@ def _judge(run_name: str, repeat: int, base_url: str | None, judge_model: str | 
 
     from fdb.cli import configure_logging
     from fdb.errors import FdbError
+    from fdb.layout import RunPaths
     from fdb.settings import load_settings
     from judges import judge_repeat, resolve_judge
     from judges.console import RichProgress, print_summary
-    from runs.layout import RunPaths
 
     configure_logging(log_level)
     console = Console(stderr=True)

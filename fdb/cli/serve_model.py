@@ -15,9 +15,9 @@ def serve_model(
     foreground until Ctrl-C, for recording or scoring by hand. The bundled systems run on the CPU."""
     from fdb.cli import configure_logging
     from fdb.errors import FdbError
+    from fdb.layout import RunPaths
     from fdb.settings import DEFAULT_SERVER_BASE_PORT, load_settings
     from runs.gpus import parse_gpus
-    from runs.layout import RunPaths
     from runs.manifest import load_manifest
     from serving.launcher import serve
 

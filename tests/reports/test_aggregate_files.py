@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from fdb.layout import RunPaths
 from reports.results import build_results, write_results
-from runs.layout import RunPaths
 from tests.reports.test_results_tables import _summary
 
 

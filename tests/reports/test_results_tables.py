@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from fdb.layout import RunPaths
 from reports.cells import NA, count_range, mean_sd, percent, seconds
 from reports.results import build_results
-from runs.layout import RunPaths
 
 
 def test_cells_never_turn_missing_into_zero():

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from fdb.errors import FdbError
-from runs.layout import RunPaths
+from fdb.layout import RunPaths
 from runs.manifest import DatasetUse, RunManifest, ServerUse, check_compatible
 from runs.server import ManagedServer
 

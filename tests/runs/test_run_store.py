@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from fdb.errors import FdbError
-from runs.layout import RunPaths, check_run_name
+from fdb.layout import RunPaths, check_run_name
 from runs.manifest import DatasetUse, RunManifest, ServerUse, check_compatible
 from runs.options import parse_turn_detection
 from runs.server import ManagedServer, port_is_served
