@@ -8,7 +8,7 @@ import sys
 from tests.conftest import REPO
 
 VERBS = ("setup", "serve", "serve-model", "serve-judge", "generate", "asr", "judge", "aggregate", "env", "score",
-         "dataset", "conformance", "sweep", "tts-bench")
+         "dataset", "conformance", "sweep", "tts-bench", "baseline", "gate", "gate-default", "compare")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
