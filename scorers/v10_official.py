@@ -228,7 +228,9 @@ def score_official(tree: Path, icc_gt: str | Path | bc.IccGroundTruth | None = N
                 from fdb.models.vad import SileroVad
 
                 vad = SileroVad()
-            rows = bc.score_rows(_backchannel_inputs(inputs, eligible, vad, options.audio_rate), options, gt)
+            # no eligible sample: nothing to segment, so no VAD is loaded (an empty subset, not a crash)
+            rows = (bc.score_rows(_backchannel_inputs(inputs, eligible, vad, options.audio_rate), options, gt)
+                    if eligible else [])
             subsets[subset] = backchannel_subset(subset, len(samples), bc.summarize(rows, options, gt))
             continue
         subsets[subset] = summarize_subset(subset, len(samples), len(eligible), _takeover_inputs(inputs, eligible, task))

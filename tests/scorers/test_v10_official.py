@@ -79,3 +79,21 @@ def test_score_official_on_reference_tree(tmp_path, reference, silero):
     again = read_json(root / "official.json")
     score_official(root, icc_gt=reference.parent / "icc_gt_distribution.json", vad=silero)
     assert read_json(root / "official.json") == again == doc
+
+
+def test_no_eligible_backchannel_sample_scores_the_other_subsets(tmp_path):
+    """Issue #25, defect 1: with no eligible icc_backchannel sample, no VAD is loaded and none is
+    needed; official scoring of the other subsets goes on and the empty subset says so."""
+    from tests.scorers.treebuild import V10Tree, turn_json
+
+    tree = V10Tree(tmp_path / "reference")
+    tree.add("candor_turn_taking", "1", 6.0, annotation=turn_json(2.0), words=[(3.0, 3.4), (3.5, 4.2)])
+    tree.add("icc_backchannel", "1", 5.0, eligible=False, reasons=("pacing_violation",))
+    root = tree.finish()
+    summary = score_official(root)
+    assert summary.subsets["candor_turn_taking"].latency_s == pytest.approx(1.0)
+    empty = summary.subsets["icc_backchannel"]
+    assert (empty.selected, empty.evaluated) == (1, 0)
+    assert empty.takeover_rate is None and empty.backchannel_frequency is None
+    assert summary.rules.backchannel_vad is None
+    assert read_json(root / "official.json")["subsets"]["icc_backchannel"]["evaluated"] == 0
