@@ -221,7 +221,8 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> dict:
     settings = load_settings()
     plans = None if opts.url else plan_servers(parse_gpus(opts.gpus), opts.num_shards)
     run, rep, selections = _prepare(opts, settings, console)
-    console.print(f"Job GPU {settings.gpu}: model port {plans[0].port if plans else settings.server_port}, judge port "
+    target = f"server {opts.url}" if opts.url else f"model port {plans[0].port if plans else settings.server_port}"
+    console.print(f"Job GPU {settings.gpu}: {target}, judge port "
                   f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {run.root}, repeat {rep.number}")
     _print_selection(selections, console)
     fleet = None if opts.url else ServerFleet(plans, opts, settings, rep)

@@ -154,6 +154,8 @@ def _load_object(text: str) -> dict[str, Any]:
         raw = json.loads(text, parse_constant=_refuse_constant)
     except ValueError as exc:
         raise ProtocolError("invalid_json", f"frame is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # nesting deeper than the decoder goes: refused like any bad frame
+        raise ProtocolError("invalid_json", "frame is nested too deeply to be read") from exc
     if not isinstance(raw, dict):
         raise ProtocolError("invalid_json", "frame must be a JSON object with a 'type'")
     return raw

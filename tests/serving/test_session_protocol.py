@@ -80,6 +80,11 @@ def test_bad_input_is_refused_and_the_session_continues(server):
 
         await client.send_raw("{not json")
         assert (await _error(client))["code"] == "invalid_json"
+        deep = "[" * 100_000 + "]" * 100_000  # nested past the decoder's recursion limit (#25, defect 6)
+        await client.send_raw(deep)
+        assert (await _error(client))["code"] == "invalid_json"
+        await client.send_raw('{"type": "session.update", "session": {"x": ' + deep + "}}")
+        assert (await _error(client))["code"] == "invalid_json"
         await client.send_raw(b"\x00\x01")
         assert (await _error(client))["code"] == "binary_frame"
         await client.send("conversation.dance")
