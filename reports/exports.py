@@ -1,60 +1,50 @@
 """The files aggregate writes next to RESULTS.md: one CSV per table and PNG latency plots.
 
-CSV: every Markdown table of RESULTS.md, in `tables/NN-<section>.csv`, cells exactly as shown
-(`n/a` stays `n/a`). PNG: histograms of the per-session latencies (v1.5 stop and response,
-over the overlap sessions, from scores/intervals.jsonl) and the per-sample v1.0 latencies
-(unified-samples.jsonl), pooled over the repeats, in `plots/`. Files left from an earlier
+CSV: every table of RESULTS.md, in `tables/NN-<section>.csv` (fdb.tables.write_tables), rendered
+from the same Table object as its Markdown, cells exactly as shown (`n/a` stays `n/a`); `<section>`
+is the slug of the table's heading and bold caption (:func:`results_table`). PNG: histograms of
+the per-session latencies (v1.5 stop and response, over the overlap sessions, from
+scores/intervals.jsonl) and the per-sample v1.0 latencies (unified-samples.jsonl), pooled over
+the repeats, in `plots/`. Files left from an earlier
 aggregate that this one does not write are removed. Every file is written atomically.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from fdb.io import atomic_write_bytes, atomic_write_text
+from fdb.io import atomic_write_bytes
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.tables import Column, Table
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "table"
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+def results_table(heading: str, caption: str, columns: Sequence[Column]) -> Table:
+    """A RESULTS.md table, titled by its section heading and bold caption; its CSV name is their slug."""
+    title = f"{heading} {caption}".strip()
+    return Table(_slug(title), title, columns)
 
 
-def markdown_tables(text: str) -> list[tuple[str, list[list[str]]]]:
-    """(title, rows) of every Markdown table, titled by its heading and bold caption."""
-    tables, heading, caption, current = [], "results", "", None
-    for line in text.splitlines():
-        if line.startswith("#"):
-            heading, caption = line.lstrip("#").strip(), ""
-        elif line.startswith("**"):
-            caption = line.split("**")[1]
-        if line.startswith("|"):
-            if current is None:
-                current = (f"{heading} {caption}".strip(), [])
-                tables.append(current)
-            if not re.fullmatch(r"\|( --- \|)+", line.strip()):
-                current[1].append(_cells(line))
-        else:
-            current = None
-    return tables
+@dataclass
+class Section:
+    """One part of RESULTS.md: its Markdown lines, the tables they show (in order), the data behind them."""
 
+    lines: list[str]
+    data: dict | None = None
+    tables: list[Table] = field(default_factory=list)
 
-def write_csvs(run: RunPaths, text: str) -> list[Path]:
-    out = run.root / "tables"
-    written = []
-    for index, (title, rows) in enumerate(markdown_tables(text), start=1):
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(rows)
-        written.append(atomic_write_text(out / f"{index:02d}-{_slug(title)}.csv", buffer.getvalue()))
-    _prune(out, "*.csv", written)
-    return written
+    def show(self, table: Table) -> None:
+        """Render ``table`` here (just the table and a blank line: headings and captions are the caller's)."""
+        self.lines += table.markdown(None)
+        self.tables.append(table)
 
 
 def _prune(folder: Path, pattern: str, keep: list[Path]) -> None:

@@ -45,5 +45,5 @@ def headline(run: RunPaths, data: dict) -> str:
         lines += table(["subset", "eligible/selected", "headline"], rows) + [""]
     repeats = run.repeats()
     if unified and repeats:
-        lines += replies_section(repeats[-1])
+        lines += replies_section(repeats[-1]).lines
     return "\n".join(lines)

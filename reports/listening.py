@@ -3,13 +3,23 @@ each cell the mean ± sample deviation over repeats of ``repeat-N/listening/summ
 
 from __future__ import annotations
 
+from functools import partial
+
 from fdb.datasets.types import V15_CATEGORIES
 from fdb.io import read_json
 from fdb.layout import RepeatPaths
-from reports.cells import count_range, mean_sd, table
+from fdb.tables import Column
+from reports.cells import count_range, mean_sd
+from reports.exports import Section, results_table
 
-HEADER = ("Category", "Replies", "Short replies", "Compared replies", "Omission rate", "WER",
-          "MOS mean", "MOS p10", "Voice similarity mean", "Voice similarity p10")
+SHARE = partial(mean_sd, fmt="{:.1f}", scale=100.0, suffix="%")
+# Each cell holds the per-repeat values; the column's formatter shows them as a range or mean ± sd.
+COLUMNS = [Column("category", "Category"), Column("replies", "Replies", count_range),
+           Column("short_replies", "Short replies", count_range),
+           Column("compared_replies", "Compared replies", count_range),
+           Column("omission_rate", "Omission rate", SHARE), Column("wer", "WER", SHARE),
+           Column("mos_mean", "MOS mean", mean_sd), Column("mos_p10", "MOS p10", mean_sd),
+           Column("voice_mean", "Voice similarity mean", mean_sd), Column("voice_p10", "Voice similarity p10", mean_sd)]
 
 
 def _order(category: str) -> tuple[int, int, str]:
@@ -28,24 +38,19 @@ def _load(repeats: list[RepeatPaths]) -> tuple[list[dict], list[str]]:
     return docs, missing
 
 
-def _row(category: str, cells: list[dict]) -> list[str]:
-    def values(key):
-        return [c.get(key) for c in cells]
-
-    return [category, count_range(values("replies")), count_range(values("short_replies")),
-            count_range(values("compared_replies")),
-            mean_sd(values("omission_rate"), "{:.1f}", 100.0, "%"), mean_sd(values("wer"), "{:.1f}", 100.0, "%"),
-            mean_sd(values("mos_mean")), mean_sd(values("mos_p10")),
-            mean_sd(values("voice_mean")), mean_sd(values("voice_p10"))]
+def _row(category: str, cells: list[dict]) -> dict:
+    return {"category": category} | {c.key: [cell.get(c.key) for cell in cells] for c in COLUMNS[1:]}
 
 
-def listening_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
-    """Markdown lines and the data behind them (per dataset, per category, per repeat)."""
+def listening_section(repeats: list[RepeatPaths]) -> Section:
+    """Markdown lines, their tables and the data behind them (per dataset, per category, per repeat)."""
     docs, missing = _load(repeats)
-    lines = ["## Listening quality", ""]
     data: dict = {"repeats_missing": missing, "datasets": {}, "backends": [d.get("backends") for d in docs]}
+    section = Section(["## Listening quality", ""], data)
+    lines = section.lines
     if not docs:
-        return lines + ["No repeat has listening scores yet (run the asr step)."], data
+        lines.append("No repeat has listening scores yet (run the asr step).")
+        return section
     for d in docs[0].get("backends", {}).items():
         kind, ident = d
         lines.append(f"- {kind}: {ident['name'] if ident else 'unavailable (null)'}"
@@ -56,12 +61,13 @@ def listening_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
         order = sorted(set(cats), key=_order)
         if not order:
             continue
-        rows, data["datasets"][dataset] = [], {}
+        table, data["datasets"][dataset] = results_table(dataset, "", COLUMNS), {}
         for cat in order:
             cells = [d["datasets"][dataset][cat] for d in docs if cat in d.get("datasets", {}).get(dataset, {})]
             data["datasets"][dataset][cat] = cells
-            rows.append(_row(cat, cells))
-        lines += [f"### {dataset}", ""] + table(HEADER, rows) + [""]
+            table.add(**_row(cat, cells))
+        lines += [f"### {dataset}", ""]
+        section.show(table)
     if missing:
         lines.append(f"Not scored yet: {', '.join(missing)}.")
-    return lines, data
+    return section

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fdb.io import atomic_write_json, atomic_write_text, read_json
 from fdb.layout import RunPaths
 from fdb.provenance import current
+from fdb.tables import Table
+from reports.exports import Section
 from reports.v10 import official_section, replies_section, unified_section
 from reports.v15 import v15_section
 
@@ -29,50 +31,62 @@ def _header(run: RunPaths, manifest: dict | None, repeats: list) -> list[str]:
     return lines
 
 
-def build_results(run: RunPaths) -> tuple[str, dict]:
+def build_report(run: RunPaths) -> tuple[str, dict, list[Table]]:
+    """RESULTS.md's text, results.json's data and the tables the text shows, in its order."""
     manifest = read_json(run.manifest) if run.manifest.exists() else None
     repeats = run.repeats()
     lines = _header(run, manifest, repeats)
     data: dict = {"schema": RESULTS_SCHEMA, "run": run.name, "repeats": [r.number for r in repeats]}
+    tables: list[Table] = []
+
+    def show(section: Section, key: str | None = None) -> None:
+        lines.extend(section.lines)
+        tables.extend(section.tables)
+        if key is not None and section.data is not None:
+            data[key] = section.data
+
     datasets = (manifest or {}).get("datasets", {})
     if "v1.5" in datasets or not manifest:
-        section, data["v1.5"] = v15_section(repeats)
-        lines += section
+        show(v15_section(repeats), "v1.5")
     if "v1.0" in datasets or not manifest:
-        section, data["v1.0_unified"] = unified_section(repeats)
-        lines += section
-        section, data["v1.0_official_rules"] = official_section(repeats)
-        lines += section
+        show(unified_section(repeats), "v1.0_unified")
+        show(official_section(repeats), "v1.0_official_rules")
         if repeats:
-            lines += replies_section(repeats[-1])
-    section, listening = listening_tables(repeats)
-    lines += section
-    if listening is not None:
-        data["listening"] = listening
+            show(replies_section(repeats[-1]))
+    show(listening_tables(repeats), "listening")
     data["provenance"] = current().model_dump(mode="json")
-    return "\n".join(lines).rstrip() + "\n", data
+    return "\n".join(lines).rstrip() + "\n", data, tables
 
 
-def listening_tables(repeats: list) -> tuple[list[str], dict | None]:
+def build_results(run: RunPaths) -> tuple[str, dict]:
+    """RESULTS.md's text and results.json's data (without the files and tables write_results adds)."""
+    text, data, _ = build_report(run)
+    return text, data
+
+
+def listening_tables(repeats: list) -> Section:
     """HOOK: the listening-quality section comes from `reports.listening.listening_section(repeats)
-    -> (lines, data)` when that module exists; until then RESULTS.md says it is not measured."""
+    -> Section` when that module exists; until then RESULTS.md says it is not measured."""
     try:
         from reports.listening import listening_section
     except ImportError:
-        return ["## Listening quality", "", "Not measured: fdb has no listening-quality scorer yet "
-                "(reports/listening.py).", ""], None
+        return Section(["## Listening quality", "", "Not measured: fdb has no listening-quality scorer yet "
+                        "(reports/listening.py).", ""])
     return listening_section(repeats)
 
 
 def write_results(run: RunPaths) -> tuple[str, dict]:
     """Write RESULTS.md, results.json, tables/*.csv and plots/*.png; returns the first two.
 
-    results.json and the tables are written before RESULTS.md, so a RESULTS.md on disk always
-    has its tables beside it."""
-    from reports.exports import write_csvs, write_plots
+    The CSVs and results.json's "tables" are rendered from the same Table objects as RESULTS.md's
+    tables. results.json and the tables are written before RESULTS.md, so a RESULTS.md on disk
+    always has its tables beside it."""
+    from fdb.tables import write_tables
+    from reports.exports import write_plots
 
-    text, data = build_results(run)
-    data["files"] = {"tables": [p.name for p in write_csvs(run, text)],
+    text, data, tables = build_report(run)
+    data["tables"] = [t.dump() for t in tables]
+    data["files"] = {"tables": [p.name for p in write_tables(run.root / "tables", tables)],
                      "plots": [p.name for p in write_plots(run, run.repeats())]}
     atomic_write_json(run.results_json, data)
     atomic_write_text(run.results_md, text)

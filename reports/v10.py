@@ -6,7 +6,9 @@ from pathlib import Path
 
 from fdb.io import read_json
 from fdb.layout import RepeatPaths
-from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, percent, seconds, table
+from fdb.tables import Column, Table
+from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, percent, seconds
+from reports.exports import Section, results_table
 
 UNIFIED_ORDER = {
     "pause_handling": ["pause_intrusion_rate", "pause_intrusion_per_pause", "intrusion_s_per_pause_s",
@@ -19,11 +21,40 @@ UNIFIED_ORDER = {
 }
 
 
+# A metric row mixes shares, ratios and latencies: its cells are formatted per kind, as strings.
+METRIC_COLUMNS = [Column("metric", "metric"), Column("value", "value"), Column("interval", "95% interval"),
+                  Column("count", "count"), Column("bounds", "all-selected bounds"), Column("better", "better")]
+COVERAGE_COLUMNS = [Column("subset", "subset"), Column("declared", "declared"), Column("selected", "selected"),
+                    Column("eligible", "eligible"), Column("ineligible", "ineligible"), Column("reasons", "reasons"),
+                    Column("min_observable_s", "min observable (s)", seconds)]
+REPLIES_COLUMNS = [Column("sample", "sample"), Column("outcome", "outcome"), Column("words", "words"),
+                   Column("first_word_s", "first word (s)", seconds), Column("transcript", "transcript")]
+
+
+def _repeats(fmt):
+    """A cell of per-repeat values; None (the column does not apply to the subset) is n/a."""
+    return lambda values: NA if values is None else fmt(values)
+
+
+# Counts and rates hold their per-repeat values; relevance cells say why they are missing, so are strings.
+OFFICIAL_COLUMNS = [Column("subset", "Subset"), Column("selected", "Selected", count_range),
+                    Column("eligible", "Eligible", count_range), Column("evaluated", "Evaluated", count_range),
+                    Column("takeover_rate", "Takeover rate", mean_sd),
+                    Column("latency_s", "Latency (s)", _repeats(mean_sd)), Column("relevance", "Relevance (0-5)"),
+                    Column("judge_retries", "Judge retries"),
+                    Column("backchannel_frequency", "Backchannel frequency", _repeats(mean_sd)),
+                    Column("backchannel_jsd", "Backchannel JSD", _repeats(mean_sd))]
+
+
 def _load(path: Path):
     return read_json(path) if path.exists() else None
 
 
-def _metric_row(name: str, m: dict) -> list[str]:
+def _metric_row(name: str, m: dict) -> dict[str, str]:
+    return dict(zip([c.key for c in METRIC_COLUMNS], _metric_cells(name, m), strict=True))
+
+
+def _metric_cells(name: str, m: dict) -> list[str]:
     if "wilson95" in m:  # a share of samples
         return [name, percent(m["value"]), interval(m["wilson95"], percent), f"{m['count']}/{m['n']}",
                 interval(m["selected_bounds"], percent), m["better"]]
@@ -36,31 +67,33 @@ def _metric_row(name: str, m: dict) -> list[str]:
             f"{m['observed']}/{m['n']} responded", NA, m["better"]]
 
 
-def unified_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
-    lines, data = ["## v1.0 unified metrics", ""], {}
+def unified_section(repeats: list[RepeatPaths]) -> Section:
+    section = Section(["## v1.0 unified metrics", ""], {})
     for rep in repeats:
         if not (rep.v10_reference / "manifest.json").exists() and not rep.v10_recording.exists():
             continue  # this repeat left v1.0 out
         unified = _load(rep.v10_reference / "unified.json")
         problem = unified_problem(rep, unified)
+        heading = f"repeat-{rep.number}"
         if problem is not None:
-            lines += [f"### repeat-{rep.number}", "", f"Unified metrics unavailable: {problem}. "
-                      f"{backfill_hint(rep)}", ""]
+            section.lines += [f"### {heading}", "", f"Unified metrics unavailable: {problem}. {backfill_hint(rep)}", ""]
             continue
-        data[f"repeat-{rep.number}"] = unified
-        lines += [f"### repeat-{rep.number}", "", f"Definitions `{unified['definitions']}`; ASR "
-                  f"`{unified['inputs']['asr_backend'].get('name')}`; VAD "
-                  f"`{(unified.get('vad') or {}).get('name', 'not used')}`.", ""]
-        lines += _coverage(unified)
+        section.data[heading] = unified
+        section.lines += [f"### {heading}", "", f"Definitions `{unified['definitions']}`; ASR "
+                          f"`{unified['inputs']['asr_backend'].get('name')}`; VAD "
+                          f"`{(unified.get('vad') or {}).get('name', 'not used')}`.", ""]
+        section.show(_coverage(heading, unified))
         for name, subset in unified["subsets"].items():
             metrics = subset["metrics"]
-            rows = [_metric_row(k, metrics[k]) for k in UNIFIED_ORDER[subset["task"]] if k in metrics]
-            lines += [f"**{name}** ({subset['task']})", ""]
-            lines += table(["metric", "value", "95% interval", "count", "all-selected bounds", "better"], rows)
-            lines.append("")
+            table = results_table(heading, name, METRIC_COLUMNS)
+            for key in UNIFIED_ORDER[subset["task"]]:
+                if key in metrics:
+                    table.add(**_metric_row(key, metrics[key]))
+            section.lines += [f"**{name}** ({subset['task']})", ""]
+            section.show(table)
         for name, why in unified.get("not_scored", {}).items():
-            lines += [f"{name}: not scored by the unified metrics ({why}).", ""]
-    return lines, data
+            section.lines += [f"{name}: not scored by the unified metrics ({why}).", ""]
+    return section
 
 
 def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
@@ -97,20 +130,14 @@ def backfill_hint(rep: RepeatPaths) -> str:
             f"{rep.v10_reference}` (no ASR, no v1.5 work) and rerun aggregate.")
 
 
-def _coverage(unified: dict) -> list[str]:
-    rows = []
+def _coverage(heading: str, unified: dict) -> Table:
+    table = results_table(heading, "", COVERAGE_COLUMNS)
     for name, subset in unified["subsets"].items():
         c = subset["counts"]
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(c["ineligible_reasons"].items())) or "-"
-        horizon = subset["metrics"].get("min_observable_s")
-        rows.append([name, c["declared"], c["selected"], c["eligible"], c["ineligible"], reasons,
-                     seconds(horizon) if "min_observable_s" in subset["metrics"] else NA])
-    return table(["subset", "declared", "selected", "eligible", "ineligible", "reasons", "min observable (s)"],
-                 rows) + [""]
-
-
-OFFICIAL_HEADER = ["Subset", "Selected", "Eligible", "Evaluated", "Takeover rate", "Latency (s)",
-                   "Relevance (0-5)", "Judge retries", "Backchannel frequency", "Backchannel JSD"]
+        table.add(subset=name, declared=c["declared"], selected=c["selected"], eligible=c["eligible"],
+                  ineligible=c["ineligible"], reasons=reasons, min_observable_s=subset["metrics"].get("min_observable_s"))
+    return table
 
 
 def _relevance(repeats: list[RepeatPaths]) -> list[dict]:
@@ -123,50 +150,55 @@ def _relevance(repeats: list[RepeatPaths]) -> list[dict]:
     return found
 
 
-def _official_row(name: str, cells: list[dict], relevance: list[dict]) -> list[str]:
+def _official_row(name: str, cells: list[dict], relevance: list[dict]) -> dict:
     task = cells[0]["task"]
     backchannel = task == "backchannel"
-    rel_cells = [NA, NA]
+    rel_cells = {"relevance": NA, "judge_retries": NA}
     if task == "user_interruption":
-        rel_cells = [mean_sd([r["relevance"] for r in relevance]) if relevance else NOT_MEASURED,
-                     count_range([r["retries"] for r in relevance]) if relevance else NA]
-    return [
-        name, count_range([c["selected"] for c in cells]), count_range([c["eligible"] for c in cells]),
-        count_range([c["evaluated"] for c in cells]), mean_sd([c["takeover_rate"] for c in cells]),
-        NA if backchannel else mean_sd([c["latency_s"] for c in cells]), *rel_cells,
-        mean_sd([c.get("backchannel_frequency") for c in cells]) if backchannel else NA,
-        mean_sd([c.get("backchannel_jsd") for c in cells]) if backchannel else NA,
-    ]
+        rel_cells = {"relevance": mean_sd([r["relevance"] for r in relevance]) if relevance else NOT_MEASURED,
+                     "judge_retries": count_range([r["retries"] for r in relevance]) if relevance else NA}
+
+    def values(key: str, applies: bool = True) -> list | None:
+        return [c.get(key) for c in cells] if applies else None
+
+    return {"subset": name, "selected": values("selected"), "eligible": values("eligible"),
+            "evaluated": values("evaluated"), "takeover_rate": values("takeover_rate"),
+            "latency_s": values("latency_s", not backchannel), **rel_cells,
+            "backchannel_frequency": values("backchannel_frequency", backchannel),
+            "backchannel_jsd": values("backchannel_jsd", backchannel)}
 
 
-def official_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
+def official_section(repeats: list[RepeatPaths]) -> Section:
     per_repeat = {r.number: _load(r.v10_reference / "official.json") for r in repeats}
     found = {n: s for n, s in per_repeat.items() if s}
-    lines = ["## v1.0 official-rule reference", ""]
+    heading = "v1.0 official-rule reference"
+    section = Section([f"## {heading}", ""], {})
     if not found:
-        return lines + ["Not evaluated yet (no official.json in any repeat).", ""], {}
+        section.lines += ["Not evaluated yet (no official.json in any repeat).", ""]
+        return section
     relevance = _relevance(repeats)
-    lines += ["Takeover, latency and backchannel numbers by the official evaluator's rules, reimplemented "
+    section.lines += ["Takeover, latency and backchannel numbers by the official evaluator's rules, reimplemented "
               "clean-room (negative latencies clamped to 0, averaged over takeover samples), not the "
               "official evaluator itself. " + _relevance_note(relevance), ""]
     subsets = sorted({k for s in found.values() for k in s["subsets"]})
-    rows = []
+    table = results_table(heading, "", OFFICIAL_COLUMNS)
     for name in subsets:
         cells = [c for c in (s["subsets"].get(name) for s in found.values()) if c]
-        rows.append(_official_row(name, cells, relevance))
+        table.add(**_official_row(name, cells, relevance))
     missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s]
-    lines += table(OFFICIAL_HEADER, rows) + [""]
+    section.show(table)
     if missing:
-        lines += [f"Not evaluated yet: {', '.join(missing)}.", ""]
-    return lines, {f"repeat-{n}": s for n, s in found.items()}
+        section.lines += [f"Not evaluated yet: {', '.join(missing)}.", ""]
+    section.data = {f"repeat-{n}": s for n, s in found.items()}
+    return section
 
 
-def replies_section(rep: RepeatPaths, max_words: int = 14) -> list[str]:
+def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
     """What the system said in each v1.0 window, as the ASR heard it (latest repeat)."""
     samples = rep.v10_reference / "unified-samples.jsonl"
     manifest = _load(rep.v10_reference / "manifest.json")
     if manifest is None:
-        return []
+        return Section([])
     outcomes = {}
     if samples.exists():
         import json
@@ -177,19 +209,22 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> list[str]:
                 outcomes[row["sample_id"]] = row["outcome"]
             elif "pause_intrusion" in row:
                 outcomes[row["sample_id"]] = "pause intrusion" if row["pause_intrusion"] else "no intrusion"
-    rows = []
+    heading = f"v1.0 replies as transcribed (repeat-{rep.number})"
+    table = results_table(heading, "", REPLIES_COLUMNS)
     for sample in manifest["samples"]:
         out = _load(rep.v10_reference / sample["subset"] / sample["id"] / "output.json")
         if not sample["eligible"]:
-            rows.append([sample["sample_id"], "ineligible: " + ", ".join(sample["reasons"]), NA, NA, ""])
+            table.add(sample=sample["sample_id"], outcome="ineligible: " + ", ".join(sample["reasons"]),
+                      words=None, first_word_s=None, transcript="")
             continue
         words = (out or {}).get("chunks", [])
         text = " ".join(w["text"].strip() for w in words[:max_words]) + (" …" if len(words) > max_words else "")
-        first = seconds(min(w["timestamp"][0] for w in words)) if words else NA
-        rows.append([sample["sample_id"], outcomes.get(sample["sample_id"], "-"), len(words), first,
-                     text or "(no words)"])
-    return [f"## v1.0 replies as transcribed (repeat-{rep.number})", ""] + table(
-        ["sample", "outcome", "words", "first word (s)", "transcript"], rows) + [""]
+        table.add(sample=sample["sample_id"], outcome=outcomes.get(sample["sample_id"], "-"), words=len(words),
+                  first_word_s=min(w["timestamp"][0] for w in words) if words else None,
+                  transcript=text or "(no words)")
+    section = Section([f"## {heading}", ""])
+    section.show(table)
+    return section
 
 
 def _relevance_note(relevance: list[dict]) -> str:

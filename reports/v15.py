@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from fdb.io import read_json
 from fdb.layout import RepeatPaths
-from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, seconds, table
+from fdb.tables import Column, Table
+from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, seconds
+from reports.exports import Section, results_table
 
-HEADER = ["Category", "Pairs", "Timed overlap sessions", "Stop latency (s)", "Response latency (s)",
-          "C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN", "Judged pairs"]
+LABELS = ("C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN")
+AXES = ("interaction_handling", "relevance", "grounding", "joint")
+SHARE = partial(mean_sd, fmt="{:.1f}", scale=100.0, suffix="%")  # per-repeat shares -> "50.0 ± 5.0%"
+
+
+def _measured(fmt):
+    """A cell of per-repeat values, ``not measured`` where no judge produced them (None)."""
+    return lambda values: NOT_MEASURED if values is None else fmt(values)
+
+
+# Each cell holds the per-repeat values; the column's formatter shows them as a range or mean ± sd.
+COLUMNS = [Column("category", "Category"), Column("pairs", "Pairs", count_range),
+           Column("timed_overlap_sessions", "Timed overlap sessions", count_range),
+           Column("stop_latency_s", "Stop latency (s)", mean_sd),
+           Column("response_latency_s", "Response latency (s)", mean_sd),
+           *(Column(label, label, _measured(SHARE)) for label in LABELS),
+           Column("judged_pairs", "Judged pairs", _measured(count_range))]
+SEMANTIC_COLUMNS = [Column("category", "Category"),
+                    *(Column(f"{a}_{k}", f"{a} {k}", SHARE) for a in AXES for k in ("quality", "coverage"))]
+DETAIL_COLUMNS = [Column("category", "Category"), Column("eligible_pairs", "Eligible pairs"),
+                  Column("stop_mean", "Stop mean [95%]"), Column("stop_median", "Stop median [95%]"),
+                  Column("stop_intervals", "Stop intervals"), Column("response_mean", "Response mean [95%]"),
+                  Column("response_median", "Response median [95%]"),
+                  Column("response_intervals", "Response intervals"), Column("failed_sessions", "Failed sessions")]
 
 
 def _summaries(repeats: list[RepeatPaths]) -> dict[int, dict]:
@@ -17,10 +43,6 @@ def _summaries(repeats: list[RepeatPaths]) -> dict[int, dict]:
         if path.exists():
             found[rep.number] = read_json(path)
     return found
-
-
-LABELS = ("C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN")
-AXES = ("interaction_handling", "relevance", "grounding", "joint")
 
 
 def _judges(repeats: list[RepeatPaths]) -> dict[int, dict]:
@@ -44,76 +66,80 @@ def _behavior_cell(name: str, judged: list[dict]) -> dict | None:
     return cells or None
 
 
-def _label_cells(name: str, judged: list[dict]) -> list[str]:
+def _label_values(name: str, judged: list[dict]) -> dict:
+    """Per label, the share of judged pairs in each judged repeat; None (not measured) without a judge."""
     cells = _behavior_cell(name, judged)
     if not cells:
-        return [NOT_MEASURED] * (len(LABELS) + 1)
-    out = [mean_sd([(c["labels"].get(label) or {}).get("share") if c["judged"] else None for c in cells],
-                   fmt="{:.1f}", scale=100.0, suffix="%") for label in LABELS]
-    return out + [count_range([c["judged"] for c in cells])]
+        return dict.fromkeys((*LABELS, "judged_pairs"))
+    values = {label: [(c["labels"].get(label) or {}).get("share") if c["judged"] else None for c in cells]
+              for label in LABELS}
+    return values | {"judged_pairs": [c["judged"] for c in cells]}
 
 
-def semantic_table(categories: list[str], judged: list[dict]) -> list[str]:
+def semantic_table(categories: list[str], judged: list[dict]) -> Table | None:
     runs = [j["semantic"] for j in judged if (j.get("semantic") or {}).get("status") in ("complete", "has_failures")]
     if not runs:
-        return []
-    rows = []
+        return None
+    table = results_table("v1.5", "", SEMANTIC_COLUMNS)
     for name in categories:
-        row = [name]
+        row = {"category": name}
         for axis in AXES:
             cells = [(r["all"] if name == "all" else r["categories"].get(name, {})).get(axis) for r in runs]
             cells = [c for c in cells if c]
-            row += [mean_sd([c["quality"] for c in cells], "{:.1f}", 100.0, "%"),
-                    mean_sd([c["coverage"] for c in cells], "{:.1f}", 100.0, "%")]
-        rows.append(row)
-    header = ["Category"] + [f"{a} {k}" for a in AXES for k in ("quality", "coverage")]
-    return ["Semantic judge (fdb's rubric, control-gated): quality = A/(A+F), coverage = (A+F)/N.", ""] + \
-        table(header, rows) + [""]
+            row[f"{axis}_quality"] = [c["quality"] for c in cells]
+            row[f"{axis}_coverage"] = [c["coverage"] for c in cells]
+        table.add(**row)
+    return table
 
 
-def v15_section(repeats: list[RepeatPaths]) -> tuple[list[str], dict]:
+def v15_section(repeats: list[RepeatPaths]) -> Section:
     summaries = _summaries(repeats)
     judged = list(_judges(repeats).values())
-    lines = ["## v1.5", ""]
+    section = Section(["## v1.5", ""], {})
     if not summaries:
-        return lines + ["No v1.5 timing yet (no scores/summary.json); run `python -m fdb asr`.", ""], {}
+        section.lines += ["No v1.5 timing yet (no scores/summary.json); run `python -m fdb asr`.", ""]
+        return section
     categories: list[str] = []
     for summary in summaries.values():
         categories += [c for c in summary["categories"] if c not in categories]
-    rows = []
+    table = results_table("v1.5", "", COLUMNS)
     for name in categories:
         cells = [s["categories"][name] for s in summaries.values() if name in s["categories"]]
-        rows.append([
-            name, count_range([c["pairs"] for c in cells]), count_range([c["timed_overlap_sessions"] for c in cells]),
-            mean_sd([c["stop_latency"]["mean_s"] for c in cells]),
-            mean_sd([c["response_latency"]["mean_s"] for c in cells]),
-            *_label_cells(name, judged),
-        ])
+        table.add(category=name, pairs=[c["pairs"] for c in cells],
+                  timed_overlap_sessions=[c["timed_overlap_sessions"] for c in cells],
+                  stop_latency_s=[c["stop_latency"]["mean_s"] for c in cells],
+                  response_latency_s=[c["response_latency"]["mean_s"] for c in cells],
+                  **_label_values(name, judged))
     judge_note = _judge_note(judged)
-    lines += ["Stop and response latency: pooled means of the official timing intervals over the overlap "
-              "sessions (Silero VAD; merge gaps 0.6 s user, 0.5 s model), mean ± sample SD over "
-              f"{len(summaries)} repeat(s). {judge_note}", ""]
-    lines += table(HEADER, rows) + [""]
-    lines += semantic_table(categories, judged)
+    section.lines += ["Stop and response latency: pooled means of the official timing intervals over the overlap "
+                      "sessions (Silero VAD; merge gaps 0.6 s user, 0.5 s model), mean ± sample SD over "
+                      f"{len(summaries)} repeat(s). {judge_note}", ""]
+    section.show(table)
+    semantic = semantic_table(categories, judged)
+    if semantic is not None:
+        section.lines += ["Semantic judge (fdb's rubric, control-gated): quality = A/(A+F), coverage = (A+F)/N.", ""]
+        section.show(semantic)
     for number, summary in summaries.items():
-        lines += _detail(number, summary)
-    return lines, {f"repeat-{n}": s for n, s in summaries.items()}
+        _detail(section, number, summary)
+    section.data = {f"repeat-{n}": s for n, s in summaries.items()}
+    return section
 
 
-def _stats(stats: dict) -> list[str]:
-    return [f"{seconds(stats['mean_s'])} {interval(stats['mean_bootstrap95'])}",
-            f"{seconds(stats['median_s'])} {interval(stats['median_bootstrap95'])}", str(stats["intervals"])]
+def _stats(prefix: str, stats: dict) -> dict:
+    return {f"{prefix}_mean": f"{seconds(stats['mean_s'])} {interval(stats['mean_bootstrap95'])}",
+            f"{prefix}_median": f"{seconds(stats['median_s'])} {interval(stats['median_bootstrap95'])}",
+            f"{prefix}_intervals": stats["intervals"]}
 
 
-def _detail(number: int, summary: dict) -> list[str]:
-    rows = []
+def _detail(section: Section, number: int, summary: dict) -> None:
+    heading = f"v1.5 timing detail, repeat-{number}"
+    table = results_table(heading, "", DETAIL_COLUMNS)
     for name, c in summary["categories"].items():
-        rows.append([name, c["eligible_pairs"], *_stats(c["stop_latency"]), *_stats(c["response_latency"]),
-                     c["failed_sessions"]])
-    header = ["Category", "Eligible pairs", "Stop mean [95%]", "Stop median [95%]", "Stop intervals",
-              "Response mean [95%]", "Response median [95%]", "Response intervals", "Failed sessions"]
+        table.add(category=name, eligible_pairs=c["eligible_pairs"], **_stats("stop", c["stop_latency"]),
+                  **_stats("response", c["response_latency"]), failed_sessions=c["failed_sessions"])
     note = f"repeat-{number}: sample-cluster bootstrap intervals (2000 resamples, seed 0); {NA} = empty set."
-    return [f"### v1.5 timing detail, repeat-{number}", "", note, ""] + table(header, rows) + [""]
+    section.lines += [f"### {heading}", "", note, ""]
+    section.show(table)
 
 
 def _judge_note(judged: list[dict]) -> str:

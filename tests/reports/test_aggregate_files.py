@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 
 from fdb.layout import RunPaths
 from reports.results import build_results, write_results
@@ -55,6 +57,48 @@ def test_aggregate_writes_csv_tables_and_png_plots(tmp_path):
     write_results(run)
     assert {p: (run.root / "plots" / p).read_bytes() for p in plots} == first, "plots are byte-stable"
     assert "## Listening quality" in (run.root / "RESULTS.md").read_text()
+
+
+def _markdown_tables(text: str) -> list[list[list[str]]]:
+    """The cells of every Markdown table, in order (separator rows left out, `\\|` read back as `|`)."""
+    tables, current = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            current = None
+            continue
+        if current is None:
+            current = []
+            tables.append(current)
+        if not re.fullmatch(r"\|( --- \|)+", line):
+            current.append([c.replace("\\|", "|") for c in line[2:-2].split(" | ")])
+    return tables
+
+
+def test_csv_tables_and_results_json_tables_are_the_markdown_tables(tmp_path):
+    run = _three_repeats(tmp_path)
+    ref = run.repeat(3).v10_reference
+    samples = [{"sample_id": "candor_turn_taking/1", "subset": "candor_turn_taking", "id": "1", "eligible": True},
+               {"sample_id": "candor_turn_taking/2", "subset": "candor_turn_taking", "id": "2", "eligible": False,
+                "reasons": ["missing", "clipped"]}]
+    (ref / "candor_turn_taking" / "1").mkdir(parents=True)
+    (ref / "manifest.json").write_text(json.dumps({"samples": samples}))
+    words = [{"text": " yes|no ", "timestamp": [0.25, 0.5]}, {"text": "ok", "timestamp": [0.5, 0.75]}]
+    (ref / "candor_turn_taking" / "1" / "output.json").write_text(json.dumps({"chunks": words}))
+    text, data = write_results(run)
+    shown = _markdown_tables(text)
+    files = sorted((run.root / "tables").glob("*.csv"))
+    assert [p.name for p in files] == data["files"]["tables"] and len(files) == len(shown) == 5
+    assert files[-1].name == "05-v1-0-replies-as-transcribed-repeat-3.csv"
+    written = [list(csv.reader(p.open(newline=""))) for p in files]
+    assert written == shown, "every CSV holds exactly the cells its Markdown table shows"
+    assert ["candor_turn_taking/1", "-", "2", "0.250", "yes|no ok"] in written[-1]
+    assert "| yes\\|no ok |" in text, "a | inside a cell is escaped in RESULTS.md"
+    dumped = data["tables"]
+    assert [t["name"] for t in dumped] == [p.stem.split("-", 1)[1] for p in files]
+    assert [t["headers"] for t in dumped] == [rows[0] for rows in written]
+    assert json.loads((run.root / "results.json").read_text())["tables"] == dumped
+    assert dumped[-1]["rows"][1] == {"sample": "candor_turn_taking/2", "outcome": "ineligible: missing, clipped",
+                                     "words": None, "first_word_s": None, "transcript": ""}
 
 
 def test_missing_or_stale_unified_is_labeled_unavailable_with_backfill(tmp_path):
