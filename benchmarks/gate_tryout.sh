@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# The gate tried as a new user would, against the bundled server (about 6 minutes on 2 cores):
+# The gate tried as a new user would, against the bundled server (about 7 minutes on 2 cores;
+# run nothing else meanwhile: a loaded machine slows one side and that is a real change):
 #   bash benchmarks/gate_tryout.sh [WORK_DIR]
 # 1. tts-bench twice with the same configuration, and once against a server slowed by
 #    --reply_delay_ms 300; freeze the first; gate the second (expect exit 0), the slow one
 #    (expect exit 1, naming the TTFA guards) and, reversed, the normal one over the slow one
 #    (a faster candidate: the reward shows the ratio with its interval).
-# 2. The same with three small `generate --all-stages` runs (v1.0 turn taking), the slow one
+# 2. The same with three small `generate --all-stages` runs (12 v1.0 turn-taking samples), the slow one
 #    against a server started with --reply_delay_ms 700.
 # Every exit code and GATE.md headline is printed.
 set -uo pipefail
 WORK=${1:-$(mktemp -d)}
+mkdir -p "$WORK"
 export FDB_WORK=$WORK/fdb
 PY=${PY:-.venv/bin/python}
 PORT=${SLOW_PORT:-8121}
 cd "$(dirname "$0")/.."
 B=$WORK/bench
 TTS="--concurrency 1,2 --rounds 3 --num-prompts 4"
-SEL="--v15-per-subset 0 --v10-per-subset 0 --v10-subset-count candor_turn_taking=8 --num-shards 4"
+SEL="--v15-per-subset 0 --v10-per-subset 0 --v10-subset-count candor_turn_taking=12 --num-shards 4"
 
 slow_server() {  # delay_ms
   $PY -m fdb serve --port "$PORT" --reply_delay_ms "$1" --max_sessions 4 > "$WORK/slow-server-$1.log" 2>&1 &
@@ -31,6 +33,8 @@ show() {  # name baseline candidate
   echo "gate $1: exit $?: $(sed -n 3p "$WORK/gate-$1/GATE.md" 2>/dev/null || tail -1 "$WORK/gate-$1.log")"
 }
 
+# 12 turn-taking samples (the default synthetic set has 3: too few for any paired test to decide)
+$PY -m fdb dataset synth --count candor_turn_taking=12 > "$WORK/synth.log" 2>&1
 $PY -m fdb tts-bench --output "$B/base" $TTS > "$WORK/tts-base.log" 2>&1
 $PY -m fdb tts-bench --output "$B/same" $TTS > "$WORK/tts-same.log" 2>&1
 slow_server 300

@@ -9,9 +9,10 @@ Three designs, one per shape of data:
   one-sided Mann-Whitney U test (benchstat's), the interval then from ``bootstrap``;
   ``bootstrap`` resamples each side's values (seeded) for the ratio of means. Needs at least
   two values on each side.
-- **paired** (one value per sample id on both sides; latencies): the mean per-sample delta
-  with a seeded paired bootstrap (2000 resamples of sample ids, ``default_rng(0)``), its
-  percentile interval, and the one-sided bootstrap p-value. Needs at least 3 samples.
+- **paired** (one value per sample id on both sides; latencies): the mean per-sample delta,
+  its percentile interval from a seeded paired bootstrap (2000 resamples of sample ids,
+  ``default_rng(0)``), and the one-sided p-value of the sign-flip permutation test (exact up to
+  16 samples). Needs at least 3 samples.
 - **binary paired** (one yes/no per sample on both sides; "responded within 2 s"): the exact
   McNemar test on the discordant pairs (``scipy.stats.binomtest``), the effect the difference
   of shares with a paired bootstrap interval.
@@ -162,14 +163,34 @@ def paired(baseline: dict[str, float | None], candidate: dict[str, float | None]
     deltas = c - b
     rng = np.random.default_rng(SEED)
     means = np.sort(deltas[rng.integers(0, deltas.size, size=(RESAMPLES, deltas.size))].mean(axis=1))
-    larger = (np.count_nonzero(means <= 0) + 1) / (means.size + 1)
-    smaller = (np.count_nonzero(means >= 0) + 1) / (means.size + 1)
-    if not deltas.any():
-        larger = smaller = 1.0
+    larger, smaller = sign_flip_p(deltas)
     p_worse, p_better = (larger, smaller) if better == "lower" else (smaller, larger)
     return out.model_copy(update={"estimate": float(deltas.mean()), "low": _percentile(means, alpha),
                                   "high": _percentile(means, 1 - alpha), "p_worse": float(p_worse),
                                   "p_better": float(p_better)})
+
+
+EXACT_FLIPS = 16  # up to 2**16 sign patterns enumerated; beyond, 20000 seeded random ones
+
+
+def sign_flip_p(deltas: np.ndarray) -> tuple[float, float]:
+    """One-sided p-values (candidate larger, candidate smaller) of the mean paired difference
+    under the sign-flip permutation test: with no effect each difference is as likely to have
+    either sign. Exact for up to 16 samples (so 3 samples that all moved one way give 1/8, not
+    the 1/2001 a bootstrap would claim), Monte Carlo (seeded) beyond."""
+    if not deltas.any():
+        return 1.0, 1.0
+    n = deltas.size
+    if n <= EXACT_FLIPS:
+        patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+    else:
+        patterns = np.random.default_rng(SEED).choice([-1, 1], size=(20000, n))
+    observed = deltas.mean()
+    null = (patterns * np.abs(deltas)).mean(axis=1)
+    eps = 1e-12 * max(1.0, abs(observed))
+    larger = float(np.count_nonzero(null >= observed - eps)) / null.size
+    smaller = float(np.count_nonzero(null <= observed + eps)) / null.size
+    return larger, smaller
 
 
 def mcnemar(baseline: dict[str, bool | None], candidate: dict[str, bool | None], better: Better,

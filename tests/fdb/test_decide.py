@@ -81,3 +81,27 @@ def test_exact_values_compare_as_they_are():
     assert decide.verdict(decide.exact(8, 8), "higher", 0.0) == "pass"
     assert decide.verdict(decide.exact(8, 16), "higher", 0.0) == "improved"
     assert decide.verdict(decide.exact(None, 16), "higher", 0.0) == "inconclusive"
+
+
+def test_few_paired_samples_cannot_be_significant():
+    """Three samples that all moved one way: the sign-flip test gives 1/8, so no verdict; the
+    bootstrap alone would have claimed p = 1/2001 (every resample of 3 positive deltas is positive)."""
+    base = {"a": 1.0, "b": 1.2, "c": 1.1}
+    cand = {"a": 1.5, "b": 1.9, "c": 1.6}
+    effect = decide.paired(base, cand, "lower")
+    assert effect.p_worse == pytest.approx(1 / 8)
+    assert decide.verdict(effect, "lower", allowed=0.1) == "inconclusive"
+    many = {f"s{i}": 1.0 + 0.01 * i for i in range(10)}
+    moved = {k: v + 0.5 + 0.001 * i for i, (k, v) in enumerate(many.items())}
+    assert decide.paired(many, moved, "lower").p_worse == pytest.approx(1 / 1024)
+
+
+def test_sign_flip_p_matches_a_brute_force_count():
+    import itertools
+
+    deltas = np.array([0.3, -0.1, 0.2, 0.05, -0.02])
+    observed = deltas.mean()
+    flips = [np.mean(np.array(signs) * np.abs(deltas)) for signs in itertools.product([-1, 1], repeat=5)]
+    larger, smaller = decide.sign_flip_p(deltas)
+    assert larger == pytest.approx(sum(f >= observed - 1e-12 for f in flips) / 32)
+    assert smaller == pytest.approx(sum(f <= observed + 1e-12 for f in flips) / 32)
