@@ -84,7 +84,8 @@ class ManagedServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         cmd = self.command()
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+        # the server watches this process and stops when it is gone (serving/watchdog.py)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", FDB_PARENT_PID=str(os.getpid()), **self.env)
         if self.follow:
             from runs.logstream import LogFollower
 

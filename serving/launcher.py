@@ -119,6 +119,13 @@ def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int =
     app = create_app(resolved, on_ready=ready, on_failure=failed)
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level.lower(), ws_per_message_deflate=False))
     services.watch(service_exited)
+
+    def orphaned() -> None:
+        server.should_exit = True
+
+    from serving.watchdog import watch_parent
+
+    watch_parent(orphaned)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown

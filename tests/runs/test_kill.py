@@ -112,3 +112,33 @@ def test_killing_twice_in_a_row_still_converges(demo_run):
         time.sleep(0.05)
     assert fdb(PHASES["judge"], demo_run.env).returncode == 0
     assert tree_bytes(demo_run.run) == tree_bytes(demo_run.snapshots["judge"])
+
+
+def test_killed_generate_leaves_no_server_behind(demo_run):
+    """#25 defect 2: kill -9 of generate while it records; the bundled server it started (its own
+    session, so the kill does not reach it) notices its parent is gone and stops, releasing the port."""
+    from runs.server import port_is_served
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = dict(demo_run.env, SERVER_PORT=str(port))
+    proc = subprocess.Popen([sys.executable, "-m", "fdb", "generate", "--run-name", "orphan", *SELECT], cwd=REPO,
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recording = demo_run.work / "runs" / "orphan" / "repeat-1"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (port_is_served("127.0.0.1", port)
+                                                   and any(recording.rglob("shard-*"))):
+            assert proc.poll() is None, "generate ended before it was killed"
+            time.sleep(0.2)
+        assert port_is_served("127.0.0.1", port), "the bundled server never came up"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and port_is_served("127.0.0.1", port):
+            time.sleep(0.2)
+        assert not port_is_served("127.0.0.1", port), "the server outlived the generate that started it"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-9", "-f", f"fdb serve .*--port {port}"], check=False)  # only if it failed
