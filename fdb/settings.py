@@ -29,6 +29,15 @@ def _float_env(name: str, default: float) -> float:
     return value
 
 
+def _port_env(name: str, default: int) -> int:
+    raw = (os.environ.get(name) or "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise FdbError(f"{name}={raw!r} is not a TCP port", f"export {name} as a number from 1 to 65535, or unset it")
+    return int(raw)
+
+
 def job_gpu() -> int:
     """The job GPU: first index of CUDA_VISIBLE_DEVICES, else GPU, else 0."""
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -84,11 +93,21 @@ class Settings:
         return self.work / "dataset"
 
 
+def work_dir() -> Path:
+    """$FDB_WORK (default ~/fdb), without checking any other setting (error paths use it)."""
+    return Path(os.environ.get("FDB_WORK") or Path.home() / "fdb").expanduser()
+
+
+def debug_log_path() -> Path:
+    """Where `python -m fdb` appends the traceback of a failed command: $FDB_WORK/logs/fdb-debug.log."""
+    return work_dir() / "logs" / "fdb-debug.log"
+
+
 def load_settings() -> Settings:
-    work = Path(os.environ.get("FDB_WORK") or Path.home() / "fdb").expanduser()
+    work = work_dir()
     gpu = job_gpu()
-    server_port = int(os.environ.get("SERVER_PORT") or DEFAULT_SERVER_BASE_PORT + 10 * gpu)
-    judge_port = int(os.environ.get("JUDGE_PORT") or DEFAULT_JUDGE_BASE_PORT + 10 * gpu)
+    server_port = _port_env("SERVER_PORT", DEFAULT_SERVER_BASE_PORT + 10 * gpu)
+    judge_port = _port_env("JUDGE_PORT", DEFAULT_JUDGE_BASE_PORT + 10 * gpu)
     judge = os.environ.get("JUDGE") or "qwen"
     if judge not in ("qwen", "gpt"):
         raise FdbError(f"JUDGE={judge!r} is not a known judge", "export JUDGE=qwen or JUDGE=gpt")

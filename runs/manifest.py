@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from fdb.datasets.pinning import inventory_changes
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, read_json
+from fdb.io import atomic_write_json, load_record
 from fdb.layout import RepeatPaths, RunPaths
 
 RUN_SCHEMA = "fdb-run-1"
@@ -45,9 +45,13 @@ class RunManifest(BaseModel):
 
 
 def load_manifest(run: RunPaths) -> RunManifest | None:
+    """The run's run.json, or None before its first repeat. A damaged file (truncated, wrong types,
+    a missing field) is one FdbError naming it: fdb cannot rebuild what the repeats shared."""
     if not run.manifest.exists():
         return None
-    return RunManifest.model_validate(read_json(run.manifest))
+    return load_record(run.manifest, RunManifest, f"run manifest ({RUN_SCHEMA})",
+                       "run.json records what every repeat of the run shares and cannot be rebuilt: "
+                       "restore it from a copy, or record into a new --run-name")
 
 
 def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPaths) -> None:

@@ -41,29 +41,48 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    _register()
+    """Run a verb. Every failure ends in one line on stderr and exit code 2 (fdb/cli/failures.py):
+    an FdbError with its fix, a usage error with the verb's --help, anything unexpected with its
+    type, message and the debug log that holds the traceback (printed too with --log-level debug)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rc = app(args=argv, standalone_mode=False)  # a verb's typer.Exit(n) comes back as n
-        sys.exit(rc if isinstance(rc, int) else 0)
-    except FdbError as exc:
-        typer.secho(f"ERROR: {exc.one_line()}", fg=typer.colors.RED, err=True)
-        sys.exit(2)
+        _register()
+        rc = app(args=args, standalone_mode=False)  # a verb's typer.Exit(n) comes back as n
+    except SystemExit:
+        raise
     except KeyboardInterrupt:
         typer.secho("interrupted", err=True)
         sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:  # click usage errors and the like
-        import click
+    except BaseException as exc:  # noqa: BLE001  (the one place a command's failure is reported)
+        sys.exit(_fail(exc, args))
+    sys.exit(rc if isinstance(rc, int) else 0)
 
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
-        raise
+
+def _fail(exc: BaseException, args: list[str]) -> int:
+    from fdb.cli import failures
+
+    debug = failures.wants_debug(args)
+    kind = failures.click_kind(exc)
+    if isinstance(exc, FdbError):
+        line = failures.fdb_error_line(exc, args, debug)
+    elif kind == "exit":
+        return exc.exit_code
+    elif kind == "abort":
+        typer.secho("aborted", err=True)
+        return 1
+    elif kind == "help":  # `python -m fdb VERB` without arguments: its help, as click would
+        exc.show()
+        return failures.EXIT_ERROR
+    elif kind == "usage":
+        line = failures.usage_line(exc)
+    elif kind == "click":
+        line = f"ERROR: {failures.one_line(exc.format_message())}"
+    elif isinstance(exc, Exception):
+        line = failures.unexpected_line(exc, args, debug)
+    else:  # GeneratorExit and the like: not ours to report
+        raise exc
+    typer.secho(line, fg=typer.colors.RED, err=True)
+    return failures.EXIT_ERROR
 
 
 def configure_logging(level: str) -> None:

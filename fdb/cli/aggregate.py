@@ -19,7 +19,25 @@ def aggregate(
 
     from runs.phases import run_aggregate
 
+    _check_run(run_name)
     run_aggregate(run_name, Console(stderr=True), show=not quiet)
+
+
+def _check_run(run_name: str) -> None:
+    """Refuse, with the file and the fix, what would otherwise give a traceback or an empty
+    RESULTS.md: a damaged run.json, a directory with neither run.json nor any repeat."""
+    from fdb.errors import FdbError
+    from fdb.layout import RunPaths
+    from fdb.settings import load_settings
+    from runs.manifest import load_manifest
+
+    run = RunPaths.of(load_settings().runs_dir, run_name)
+    if not run.root.is_dir():
+        return  # run_aggregate names the missing run
+    manifest = load_manifest(run)
+    if manifest is None and not run.repeats():
+        raise FdbError(f"{run.root} holds neither run.json nor a repeat-N/: nothing to aggregate",
+                       f"record a repeat first: python -m fdb generate --run-name {run_name}")
 
 
 def register(app: typer.Typer) -> None:

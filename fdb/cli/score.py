@@ -213,12 +213,14 @@ def _backend(asr: str, nemo: Path | None, nemo_sha256: str | None, device: str, 
         return default_asr()
     if asr == "parakeet":
         if nemo is None:
-            raise FdbError("--asr parakeet needs --nemo PATH (the parakeet-tdt-0.6b-v2 .nemo checkpoint)")
+            raise FdbError("--asr parakeet needs --nemo PATH",
+                           "pass the local parakeet-tdt-0.6b-v2 .nemo checkpoint, e.g. --nemo parakeet-tdt-0.6b-v2.nemo")
         kwargs = {"expected_sha256": nemo_sha256} if nemo_sha256 else {}
         return load_asr("parakeet", nemo_path=nemo, device=device, **kwargs)
     if asr == "openai-compatible":
         if not (asr_url and asr_model):
-            raise FdbError("--asr openai-compatible needs --asr-url (ending in /v1) and --asr-model")
+            raise FdbError("--asr openai-compatible needs --asr-url and --asr-model",
+                           "pass e.g. --asr-url http://127.0.0.1:8000/v1 --asr-model whisper-large-v3")
         return load_asr("openai-compatible", base_url=asr_url, model=asr_model, api_key_env=api_key_env)
     raise FdbError(f"unknown --asr {asr!r}", "use faster-whisper, parakeet or openai-compatible")
 
@@ -251,7 +253,8 @@ def transcribe(
     elif (tree / "reference-manifest.json").exists():
         run = run_v15_asr
     else:
-        raise FdbError(f"{tree} holds neither manifest.json (v1.0) nor reference-manifest.json (v1.5)")
+        raise FdbError(f"{tree} holds neither manifest.json (v1.0) nor reference-manifest.json (v1.5)",
+                       "point --tree at a repeat's v10/reference or reference-audio directory")
     backend = _backend(asr, nemo, nemo_sha256, device, asr_url, asr_model, api_key_env)
     console = Console(stderr=True)
     receipt = run(tree, backend, progress=lambda sid, done, total: console.print(f"{done}/{total} {sid}"),

@@ -12,7 +12,7 @@ def serve(
     system: str = typer.Option("embedded-cascade", help="The system to host (see serving/systems.py)."),
     config: Path | None = typer.Option(None, help="A launch.yaml describing the system instead of --system."),
     host: str = typer.Option("127.0.0.1", help="Bind address; loopback unless you mean to expose it."),
-    port: int = typer.Option(0, help="Port (default: SERVER_PORT, or 8097 + 10 x GPU)."),
+    port: int = typer.Option(0, min=0, max=65535, help="Port (default: SERVER_PORT, or 8097 + 10 x GPU)."),
     next_free_port: bool = typer.Option(False, help="If the port is busy, serve on the next free one instead of failing."),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
 ) -> None:

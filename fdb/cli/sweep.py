@@ -66,7 +66,8 @@ def run(
         raise FdbError("--search finds the levels itself", "drop --concurrency, or drop --search")
     if repeats < 1 or max_concurrency < 1:
         raise FdbError("--repeats and --max-concurrency must be at least 1", "e.g. --repeats 3 --max-concurrency 32")
-    opts = SweepOptions(output=output, concurrency=parse_levels(concurrency or "1,2,4,8"), dataset=_dataset(dataset),
+    levels = parse_levels("1,2,4,8" if concurrency is None else concurrency)  # --concurrency '' is refused
+    opts = SweepOptions(output=output, concurrency=levels, dataset=_dataset(dataset),
                         record=parse_record_options(ctx.args), playback_reserve_ms=playback_reserve_ms,
                         repeats=repeats, search=search, max_concurrency=max_concurrency)
     sweep(opts, Console(stderr=True))

@@ -14,7 +14,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fdb.datasets.types import DATASET_SUBSETS, DatasetName
 from fdb.errors import FdbError
@@ -122,13 +130,24 @@ class SelectionSpec(BaseModel):
         ids = [parse_sample_id(text, dataset) for text in sample_ids]
         if ids_file is not None:
             ids += read_ids_file(ids_file, dataset)
+        if ids and (per_subset is not None or counts):
+            flag = "--v10" if dataset == "v1.0" else "--v15"
+            count_opt = f"{flag}-per-subset" if per_subset is not None else f"{flag}-subset-count"
+            ids_opt = f"{flag}-sample-id" if sample_ids else f"{flag}-sample-ids-file"
+            raise FdbError(f"{count_opt} and {ids_opt} exclude each other: explicit sample ids select exactly "
+                           "those samples", f"drop {flag}-per-subset and {flag}-subset-count, or drop "
+                           f"{flag}-sample-id and {flag}-sample-ids-file")
         try:
             return cls(dataset=dataset,
-                       per_subset=None if per_subset is None else parse_count(per_subset),
+                       per_subset=None if per_subset is None else parse_count(
+                           per_subset, f"{'--v10' if dataset == 'v1.0' else '--v15'}-per-subset"),
                        subset_counts=counts, sample_ids=ids,
                        ids_file=None if ids_file is None else str(ids_file))
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
-            raise FdbError(f"invalid {dataset} selection: {exc}",
+            from fdb.io import validation_summary
+
+            text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise FdbError(f"invalid {dataset} selection: {text}",
                            "see the runbook's 'Choosing samples'") from exc
 
     @property

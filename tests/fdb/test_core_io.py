@@ -78,3 +78,26 @@ def test_sha256_file(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"abc")
     assert sha256_file(p) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_a_killed_writers_temp_file_is_removed_by_the_next_write(tmp_path):
+    """#25: a SIGKILL between the temp file and its rename leaves .NAME.PID.RANDOM.tmp; the next
+    write of NAME removes it once that writer is gone, and never a live writer's."""
+    import os
+    import subprocess
+    import sys
+
+    from fdb.io import is_write_leftover
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".x.json.{dead_pid}.abc123_x.tmp"
+    live = tmp_path / f".x.json.{os.getppid()}.def456_y.tmp"  # the process that runs pytest is alive
+    other = tmp_path / f".y.json.{dead_pid}.ghi789_z.tmp"  # another file's leftover: not this write's
+    for path in (stale, live, other):
+        path.write_text("half")
+        assert is_write_leftover(path.name)
+    atomic_write_json(tmp_path / "x.json", {"a": 1})
+    assert not stale.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if not is_write_leftover(p.name)) == ["x.json"]
+    assert not is_write_leftover("x.json") and not is_write_leftover(".pause.json.tmp")
