@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from fdb.errors import SampleError
 from fdb.io import atomic_write_bytes
 
 PCM16_MAX = 32767.0
+TRUNCATED_HINT = "the file is cut short (an interrupted copy or download?): replace it with the complete file"
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,48 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2").astype(np.float32) / PCM16_MAX
 
 
+def riff_data_frames(path: str | os.PathLike) -> tuple[int, int, int] | None:
+    """(frames the data chunk's header declares, frames the file holds, rate) of a RIFF/WAVE
+    file; None when it is no RIFF/WAVE file, has no fmt chunk before its data chunk, or leaves
+    the data length open (0 or 0xFFFFFFFF, as streaming writers do). Reads the chunk headers only."""
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        block_align = rate = 0
+        pos = 12
+        while pos + 8 <= size:
+            handle.seek(pos)
+            chunk, length = struct.unpack("<4sI", handle.read(8))
+            if chunk == b"fmt " and length >= 14:
+                fmt = handle.read(14)
+                rate, block_align = struct.unpack("<I", fmt[4:8])[0], struct.unpack("<H", fmt[12:14])[0]
+            elif chunk == b"data":
+                if length in (0, 0xFFFFFFFF) or not block_align or not rate:
+                    return None
+                held = min(length, size - pos - 8)
+                return length // block_align, held // block_align, rate
+            pos += 8 + length + (length & 1)
+    return None
+
+
+def check_complete(path: str | os.PathLike, sample: str, hint: str = TRUNCATED_HINT) -> None:
+    """Refuse a WAV whose data chunk is shorter than its header says (libsndfile would read
+    the shorter file without a word)."""
+    frames = riff_data_frames(path)
+    if frames is not None and frames[1] < frames[0]:
+        declared, held, rate = frames
+        raise SampleError(sample, f"truncated WAV: its header declares {declared} frames ({declared / rate:.3f} s) "
+                          f"but the file holds {held} ({held / rate:.3f} s)", hint, str(path))
+
+
 def read_wav(path: str | os.PathLike, sample: str | None = None) -> Audio:
     """Read a WAV (any rate, any channel count: channels are averaged) as mono float32.
 
-    A missing, empty or corrupt file raises SampleError naming the sample and the file.
+    A missing, empty, truncated or corrupt file, or one holding NaN or infinite samples (a
+    float WAV), raises SampleError naming the sample and the file.
     """
     import soundfile as sf
 
@@ -66,13 +106,19 @@ def read_wav(path: str | os.PathLike, sample: str | None = None) -> Audio:
     if not path.exists():
         raise SampleError(label, "audio file is missing", "check the dataset or recording", str(path))
     try:
+        check_complete(path, label)
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    except SampleError:
+        raise
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError variants
         raise SampleError(
             label, f"unreadable WAV ({exc})", "replace the file with a valid PCM WAV", str(path)
         ) from exc
     if data.shape[0] == 0:
         raise SampleError(label, "WAV holds no samples", "replace the file", str(path))
+    if not np.isfinite(data).all():
+        raise SampleError(label, "WAV holds NaN or infinite samples", "replace the file with a valid PCM WAV",
+                          str(path))
     mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     return Audio(np.ascontiguousarray(mono, dtype=np.float32), int(rate))
 

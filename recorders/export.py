@@ -2,7 +2,8 @@
 
 A session is eligible when its recording exists, its status is ``ok``, the protocol oracle
 (re-run here on the stored trace) passes, no input packet was more than 80 ms off its schedule,
-the recorded input is the dataset input, and the stored files are the ones the recorder wrote.
+the recorded input is the dataset input, the stored files are the ones the recorder wrote, and
+the input is long enough to score (``MIN_SCORABLE_INPUT_S``; reason ``too_short``).
 An eligible session gets its window [0, T] as 16 kHz mono PCM16 with exactly the input's sample
 count; an ineligible one gets no audio folder and keeps its reasons. A v1.5 pair is eligible only
 when both its sessions are. Export is deterministic: the same recordings give the same bytes.
@@ -24,7 +25,14 @@ from typing import Any
 from fdb.audio import pcm16_to_float, read_wav, wav_bytes
 from fdb.datasets.types import V10Sample, V15Pair
 from fdb.errors import FdbError
-from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes, sha256_file
+from fdb.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    read_json,
+    remove_stale_leftovers,
+    sha256_bytes,
+    sha256_file,
+)
 from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
@@ -36,6 +44,15 @@ from recorders.variant import VariantResult, analyze_variant, dataset_input, sou
 V10_MANIFEST = "manifest.json"
 V15_MANIFEST = "reference-manifest.json"
 V15_VARIANTS = (("overlap", "input.wav", "output.wav"), ("clean", "clean_input.wav", "clean_output.wav"))
+# The shortest input (= window T) a sample is scored on. 1 s is the shortest duration the metric
+# definitions use: the official takeover rule counts a reply that spans at least 1 s (or has more
+# than 3 words), response_rate_1s is the first unified response threshold, and the official
+# backchannel rule sorts model segments by whether they are shorter than 1 s. Every VAD the
+# scorers run also drops speech under 250 ms, so a shorter window holds at most a fragment of a
+# user turn and of a reply: its outcome would be set by the window, not by the system. Such a
+# sample stays in the denominators as ineligible, never as a scored outcome.
+MIN_SCORABLE_INPUT_S = 1.0
+TOO_SHORT_REASON = f"too_short: input shorter than {MIN_SCORABLE_INPUT_S:g} s, too short to score"
 
 
 def find_session(recordings: Sequence[Path], rel: Path) -> tuple[Path | None, str | None]:
@@ -72,7 +89,7 @@ def _export_v10_sample(
     sample: V10Sample, where: Path | None, dup: str | None, out_dir: Path, fmt: str | None,
 ) -> ExportSample:
     label = sample.sample_id
-    result = _analyze(where, dup, sample.input_wav, label, fmt)
+    result = _too_short(_analyze(where, dup, sample.input_wav, label, fmt), sample.duration_s)
     row = _row(label, sample.subset, sample.id, result, [result])
     if not row.eligible:
         return row
@@ -113,8 +130,10 @@ def _export_v15_pair(
     pair: V15Pair, where: dict[str, tuple[Path | None, str | None]], out_dir: Path, fmt: str | None,
 ) -> ExportSample:
     inputs = {"overlap": pair.input_wav, "clean": pair.clean_input_wav}
+    durations = {"overlap": pair.duration_s, "clean": pair.clean_duration_s}
     results = {
-        v: _analyze(where[v][0], where[v][1], inputs[v], f"{pair.sample_id} [{v}]", fmt) for v, _, _ in V15_VARIANTS
+        v: _too_short(_analyze(where[v][0], where[v][1], inputs[v], f"{pair.sample_id} [{v}]", fmt), durations[v])
+        for v, _, _ in V15_VARIANTS
     }
     reasons = [f"{v}: {r}" for v, _, _ in V15_VARIANTS for r in results[v].reasons]
     row = _row(pair.sample_id, pair.category, pair.id, results["overlap"], list(results.values()), reasons)
@@ -137,6 +156,14 @@ def _analyze(where: Path | None, dup: str | None, input_wav: Path, label: str, f
     except FdbError as exc:
         return VariantResult.missing(f"dataset: {exc.one_line()}", verdict="fail")
     return analyze_variant(where, expected, label, lambda rate: input_pcm16(read_wav(input_wav, label), rate), fmt)
+
+
+def _too_short(result: VariantResult, duration_s: float) -> VariantResult:
+    """Mark a variant whose dataset input is under MIN_SCORABLE_INPUT_S ineligible (reason first)."""
+    if duration_s < MIN_SCORABLE_INPUT_S:
+        result.eligible = False
+        result.reasons.insert(0, TOO_SHORT_REASON)
+    return result
 
 
 def _cohort_format(given: str | None, sessions: Sequence[Path | None]) -> str | None:
@@ -236,7 +263,10 @@ def _previous_folders(out_dir: Path, manifest_name: str, digest: str) -> set[tup
 def _prepare_out_dir(out_dir: Path, manifest_name: str, digest: str, planned: Sequence[tuple[str, str]]) -> None:
     """Refuse a non-empty ``out_dir`` unless it holds only a previous export of the same
     recordings, finished or interrupted (a killed export leaves its marker); that export's
-    sample folders are removed before writing again. Then mark the export as in progress."""
+    sample folders are removed before writing again, and so are the temp files of writes that a
+    killed export never committed. Then mark the export as in progress."""
+    if out_dir.is_dir():
+        remove_stale_leftovers(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         refuse = FdbError(
             f"export directory {out_dir} is not empty and holds no previous export of these recordings",

@@ -17,6 +17,7 @@ null with a note). Relevance (an LLM judge) is not computed here: null.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +31,7 @@ from fdb.io import atomic_write_json
 from fdb.provenance import current
 from scorers import v10_backchannel as bc
 from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
+from scorers.v10_inputs import transcript_times
 from scorers.v10_tree import (
     TreeInputs,
     check_fresh,
@@ -97,23 +99,11 @@ class OfficialSummary(BaseModel):
 
 
 def chunk_times(sample_id: str, transcript: Any, raw: bool = False) -> list[tuple[float | None, float | None]]:
-    """(start, end) of every output.json chunk in file order. A null start is an error unless
-    ``raw`` (the backchannel rule skips such a word itself)."""
-    chunks = transcript.get("chunks") if isinstance(transcript, dict) else None
-    if not isinstance(chunks, list):
-        raise SampleError(sample_id, "output.json has no 'chunks' list", "rerun the asr phase")
-    out = []
-    for i, chunk in enumerate(chunks):
-        try:
-            start, end = chunk["timestamp"]
-            start = None if start is None else float(start)
-            end = None if end is None else float(end)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SampleError(sample_id, f"output.json chunk {i} has no [start, end] timestamp") from exc
-        if start is None and not raw:
-            raise SampleError(sample_id, f"output.json chunk {i} has a null start")
-        out.append((start, end))
-    return out
+    """(start, end) of every output.json chunk in file order, checked by
+    ``scorers.v10_inputs.transcript_times`` (numbers, finite, non-negative, end >= start, starts
+    in time order: the first chunk is the first word). A null start is an error unless ``raw``
+    (the backchannel rule skips such a word itself)."""
+    return transcript_times(sample_id, transcript, allow_null_start=raw)
 
 
 def official_takeover(words: Sequence[tuple[float, float | None]]) -> int:
@@ -132,12 +122,19 @@ def official_latency(words: Sequence[tuple[float, float | None]], boundary: floa
     return max(words[0][0] - boundary, 0.0)
 
 
-def _boundary(task: str, annotation: Any) -> float | None:
-    if task == "turn_taking":
-        return float(annotation[0]["timestamp"][0])
-    if task == "user_interruption":
-        return float(annotation[0]["timestamp"][1])
-    return None
+def _boundary(sample_id: str, task: str, annotation: Any) -> float | None:
+    """E (turn taking) or R (interruption) from the annotation; malformed is a SampleError."""
+    if task not in ("turn_taking", "user_interruption"):
+        return None
+    name = V10_ANNOTATION[task]
+    try:
+        value = annotation[0]["timestamp"][0 if task == "turn_taking" else 1]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise TypeError(f"{value!r} is not a finite number")
+    except (KeyError, IndexError, TypeError, OverflowError) as exc:
+        raise SampleError(sample_id, f"{name} has no numeric [0]['timestamp'] ({exc})",
+                          "re-export the tree from the dataset's annotation") from exc
+    return float(value)
 
 
 def summarize_subset(subset: str, selected: int, eligible: int,
@@ -192,7 +189,7 @@ def _takeover_inputs(inputs: TreeInputs, samples: Sequence, task: str) -> list:
         folder = inputs.root / sample.subset / sample.id
         words = chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"))
         annotation = read_sample_json(sample, folder, V10_ANNOTATION[task]) if task != "pause_handling" else None
-        parsed.append((words, _boundary(task, annotation)))
+        parsed.append((words, _boundary(sample.sample_id, task, annotation)))
     return parsed
 
 

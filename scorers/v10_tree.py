@@ -138,7 +138,9 @@ def read_sample_json(sample: ExportSample, folder: Path, name: str) -> Any:
     try:
         return read_json(path)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise SampleError(sample.sample_id, f"{name} is not valid JSON ({exc})", path=str(path)) from exc
+        fix = ("delete it and rerun the asr phase (`python -m fdb asr --run-name RUN`)" if name == "output.json"
+               else "re-export the tree (`python -m fdb generate --run-name RUN --export-only`)")
+        raise SampleError(sample.sample_id, f"{name} is not valid UTF-8 JSON ({exc})", fix, str(path)) from exc
 
 
 def read_native_window(sample: ExportSample, folder: Path) -> Audio:

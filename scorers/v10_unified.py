@@ -57,7 +57,7 @@ def load_sample(inputs: TreeInputs, sample: ExportSample, vad: SpeechSegmenter |
     check_fresh(inputs, sample)
     sid, folder, task = sample.sample_id, inputs.root / sample.subset / sample.id, V10_TASK[sample.subset]
     T = window_us(sample)
-    words = parse.parse_words(sid, read_sample_json(sample, folder, "output.json"), T)
+    words = parse.parse_words(sid, read_sample_json(sample, folder, "output.json"), T, strict=True)
     annotation = read_sample_json(sample, folder, V10_ANNOTATION[task])
     if task == "pause_handling":
         return PauseSample(sid, T, parse.parse_pauses(sid, annotation, T), words)

@@ -70,7 +70,10 @@ def _cached(vad: SpeechSegmenter, sha: str, cache_dir: Path | None) -> tuple[tup
     key = (vad.identity.name, vad.identity.checkpoint_sha256, sha, TIMING_VAD_SETTINGS)
     disk = cache_dir / _disk_key(vad, sha) if cache_dir is not None else None
     if key not in _SPAN_CACHE and disk is not None and disk.exists():
-        _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in read_json(disk)["spans"]]
+        try:
+            _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in read_json(disk)["spans"]]
+        except (OSError, ValueError, KeyError, TypeError):  # a damaged cache entry is a miss: recomputed
+            _SPAN_CACHE.pop(key, None)
     return key, disk
 
 

@@ -7,6 +7,10 @@ skipped, as the official scripts do, but never silently: it is logged as a warni
 ``strict=False``, reported as a ``SampleProblem`` of kind ``"skipped"``. Hidden folders
 (``.name``) and plain files next to the sample folders are ignored.
 Only WAV headers are read (rate, length, channels), so loading all 727 v1.0 samples is fast.
+A WAV whose data chunk is shorter than its header says (a cut-short copy) is a broken sample,
+and so is an input that is not shorter than the session deadline (``max_input_s``, by default
+the recorder's cap ``MAX_SESSION_TIMEOUT_S``; ``generate`` passes the dataset's deadline): its
+session could never finish, so it is refused before it costs a recording.
 
 ``strict=True`` (the default) raises the first ``SampleError``; ``strict=False`` returns the
 loadable samples together with a list of ``SampleProblem`` so a run can continue and report.
@@ -15,11 +19,13 @@ A missing dataset root or subset directory is never per-sample: it always raises
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal, TypeVar, overload
 
+from fdb.audio import check_complete
 from fdb.datasets.annotations import (
     parse_interrupt,
     parse_metadata,
@@ -37,6 +43,7 @@ from fdb.datasets.types import (
     V15Pair,
 )
 from fdb.errors import FdbError, SampleError
+from fdb.settings import MAX_SESSION_TIMEOUT_S
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -44,31 +51,39 @@ SETUP_HINT = (
     "run `python -m fdb setup`, or point FDB_WORK at a directory whose dataset/{name} holds "
     "the official tree"
 )
+BROKEN_FILE_HINT = ("restore {name} from the official archive and rerun `python -m fdb setup` "
+                    "(fdb's synthetic set: rerun `python -m fdb dataset synth`)")
+# the machine setting that holds each dataset's per-session deadline (fdb/settings.py)
+SESSION_DEADLINE_VAR = {"v1.0": "V10_SESSION_TIMEOUT_S", "v1.5": "SESSION_TIMEOUT_S"}
 
 
 @overload
 def load_v10(root: Path, subsets: Iterable[str] | None = None,
-             *, strict: Literal[True] = True) -> dict[str, list[V10Sample]]: ...
+             *, strict: Literal[True] = True, max_input_s: float = ...) -> dict[str, list[V10Sample]]: ...
 @overload
-def load_v10(root: Path, subsets: Iterable[str] | None = None, *, strict: Literal[False]
-             ) -> tuple[dict[str, list[V10Sample]], list[SampleProblem]]: ...
-def load_v10(root, subsets=None, *, strict=True):
-    """Load v1.0 samples per subset (all subsets present under ``root`` when ``subsets`` is None)."""
+def load_v10(root: Path, subsets: Iterable[str] | None = None, *, strict: Literal[False],
+             max_input_s: float = ...) -> tuple[dict[str, list[V10Sample]], list[SampleProblem]]: ...
+def load_v10(root, subsets=None, *, strict=True, max_input_s=MAX_SESSION_TIMEOUT_S):
+    """Load v1.0 samples per subset (all subsets present under ``root`` when ``subsets`` is None);
+    an input of ``max_input_s`` seconds or more (the session deadline) is a broken sample."""
     root = Path(root)
-    loaded, errors = _load(root, "v1.0", subsets, _load_v10_sample)
+    loader = functools.partial(_load_v10_sample, max_input_s=max_input_s)
+    loaded, errors = _load(root, "v1.0", subsets, loader)
     return _finish(loaded, errors, strict)
 
 
 @overload
 def load_v15(root: Path, categories: Iterable[str] | None = None,
-             *, strict: Literal[True] = True) -> dict[str, list[V15Pair]]: ...
+             *, strict: Literal[True] = True, max_input_s: float = ...) -> dict[str, list[V15Pair]]: ...
 @overload
-def load_v15(root: Path, categories: Iterable[str] | None = None, *, strict: Literal[False]
-             ) -> tuple[dict[str, list[V15Pair]], list[SampleProblem]]: ...
-def load_v15(root, categories=None, *, strict=True):
-    """Load v1.5 pairs per category (all categories present under ``root`` when None)."""
+def load_v15(root: Path, categories: Iterable[str] | None = None, *, strict: Literal[False],
+             max_input_s: float = ...) -> tuple[dict[str, list[V15Pair]], list[SampleProblem]]: ...
+def load_v15(root, categories=None, *, strict=True, max_input_s=MAX_SESSION_TIMEOUT_S):
+    """Load v1.5 pairs per category (all categories present under ``root`` when None); an
+    input or clean input of ``max_input_s`` seconds or more is a broken pair."""
     root = Path(root)
-    loaded, errors = _load(root, "v1.5", categories, _load_v15_pair)
+    loader = functools.partial(_load_v15_pair, max_input_s=max_input_s)
+    loaded, errors = _load(root, "v1.5", categories, loader)
     return _finish(loaded, errors, strict)
 
 
@@ -171,28 +186,56 @@ def _finish(loaded: dict, errors: list[SampleError | SampleProblem], strict: boo
 
 
 def wav_header(path: Path, sample_id: str) -> tuple[int, int, int]:
-    """(rate, frames, channels) from the WAV header; a missing/unreadable/empty file is an error."""
+    """(rate, frames, channels) from the WAV header; a missing, unreadable, empty or truncated
+    file is an error, and so is a float WAV holding NaN or infinite samples (the only kind whose
+    samples are read here)."""
     import soundfile as sf
 
     if not path.is_file():
         raise SampleError(sample_id, "audio file is missing",
                           f"restore {path.name} from the official archive", str(path))
     try:
+        check_complete(path, sample_id, BROKEN_FILE_HINT.format(name=path.name))
         info = sf.info(str(path))
+    except SampleError:
+        raise
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError variants
         raise SampleError(sample_id, f"unreadable WAV ({exc})",
                           "replace the file with a valid PCM WAV", str(path)) from exc
     if info.frames <= 0 or info.samplerate <= 0:
         raise SampleError(sample_id, "WAV holds no samples", "replace the file", str(path))
+    if info.subtype in ("FLOAT", "DOUBLE"):  # only a float WAV can hold NaN / inf (PCM: header only)
+        import numpy as np
+
+        if not np.isfinite(sf.read(str(path), dtype="float32")[0]).all():
+            raise SampleError(sample_id, "WAV holds NaN or infinite samples",
+                              BROKEN_FILE_HINT.format(name=path.name), str(path))
     return int(info.samplerate), int(info.frames), int(info.channels)
 
 
-def _load_v10_sample(subset: str, sample_dir: Path) -> V10Sample:
+def check_session_length(path: Path, sample_id: str, duration_s: float, max_input_s: float,
+                         dataset: DatasetName) -> None:
+    """An input the recorder streams in real time must end before the session deadline."""
+    if duration_s < max_input_s:
+        return
+    var = SESSION_DEADLINE_VAR[dataset]
+    if duration_s < MAX_SESSION_TIMEOUT_S:
+        hint = (f"drop the sample from the selection, or raise {var} above {duration_s:.0f} s "
+                f"(it may go up to {MAX_SESSION_TIMEOUT_S:g} s)")
+    else:
+        hint = (f"drop the sample from the selection: sessions are capped at {MAX_SESSION_TIMEOUT_S:g} s, "
+                "so it cannot be recorded")
+    raise SampleError(sample_id, f"input is {duration_s:.3f} s long, not shorter than the {max_input_s:g} s "
+                      f"session deadline ({var}): its session could never finish", hint, str(path))
+
+
+def _load_v10_sample(subset: str, sample_dir: Path, max_input_s: float = MAX_SESSION_TIMEOUT_S) -> V10Sample:
     sample_id = f"{subset}/{sample_dir.name}"
     task = V10_TASK[subset]
     input_wav = sample_dir / "input.wav"
     rate, frames, channels = wav_header(input_wav, sample_id)
     duration = frames / rate
+    check_session_length(input_wav, sample_id, duration, max_input_s, "v1.0")
     name = V10_ANNOTATION[task]
     annotation = sample_dir / name if name else None
     fields: dict = {}
@@ -211,12 +254,14 @@ def _load_v10_sample(subset: str, sample_dir: Path) -> V10Sample:
                      duration_s=duration, channels=channels, **fields)
 
 
-def _load_v15_pair(category: str, pair_dir: Path) -> V15Pair:
+def _load_v15_pair(category: str, pair_dir: Path, max_input_s: float = MAX_SESSION_TIMEOUT_S) -> V15Pair:
     sample_id = f"{category}/{pair_dir.name}"
     input_wav, clean_wav = pair_dir / "input.wav", pair_dir / "clean_input.wav"
     rate, frames, channels = wav_header(input_wav, sample_id)
     clean_rate, clean_frames, _ = wav_header(clean_wav, sample_id)
     duration = frames / rate
+    check_session_length(input_wav, sample_id, duration, max_input_s, "v1.5")
+    check_session_length(clean_wav, sample_id, clean_frames / clean_rate, max_input_s, "v1.5")
     metadata_path = pair_dir / "metadata.json"
     meta = parse_metadata(read_annotation(metadata_path, sample_id), sample_id,
                           metadata_path, duration)

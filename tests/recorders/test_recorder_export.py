@@ -171,11 +171,11 @@ def test_duplicate_recordings_are_ineligible(tmp_path, v10):
 def v15_pair(root: Path, category: str, id_: str) -> V15Pair:
     folder = root / category / id_
     make_input(folder / "input.wav", rate=24000, freq=250)
-    make_input(folder / "clean_input.wav", seconds=0.8, rate=24000, freq=350)
+    make_input(folder / "clean_input.wav", seconds=1.2, rate=24000, freq=350)
     (folder / "metadata.json").write_text(json.dumps({"timestamps": [0.4, 0.7]}))
     return V15Pair(category=category, id=id_, dir=folder, input_wav=folder / "input.wav",
                    clean_input_wav=folder / "clean_input.wav", metadata=folder / "metadata.json", rate=24000,
-                   duration_s=1.0, clean_duration_s=0.8, overlap=(0.4, 0.7))
+                   duration_s=1.0, clean_duration_s=1.2, overlap=(0.4, 0.7))
 
 
 def test_v15_export_pairs(tmp_path):
@@ -195,7 +195,7 @@ def test_v15_export_pairs(tmp_path):
     names = ["clean_input.wav", "clean_output.wav", "input.wav", "metadata.json", "output.wav"]
     assert sorted(p.name for p in folder.iterdir()) == names and sorted(rows["1"].files) == names
     assert len(read_wav(folder / "input.wav").samples) == len(read_wav(folder / "output.wav").samples) == 16000
-    assert len(read_wav(folder / "clean_input.wav").samples) == len(read_wav(folder / "clean_output.wav").samples) == 12800
+    assert len(read_wav(folder / "clean_input.wav").samples) == len(read_wav(folder / "clean_output.wav").samples) == 19200
     assert read_wav(folder / "input.wav").rate == 16000
     assert (folder / "metadata.json").read_bytes() == good.metadata.read_bytes()
     assert json.loads((out / "reference-manifest.json").read_text())["dataset"] == "v1.5"
