@@ -67,9 +67,19 @@ def _manifest(path: Path) -> ExportManifest:
         return ExportManifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError as exc:
         raise FdbError(f"{path} is missing", "generate recorded this dataset but did not finish its "
-                       "export; delete the repeat and generate it again") from exc
+                       f"export; the recording is kept: cut the windows again with {_export_only(path)}") from exc
     except (json.JSONDecodeError, ValidationError) as exc:
-        raise FdbError(f"{path} is not a valid export manifest: {exc}", "export the repeat again") from exc
+        raise FdbError(f"{path} is not a valid export manifest: {exc}",
+                       f"delete {path.parent} and cut the windows again from the recording with "
+                       f"{_export_only(path)}") from exc
+
+
+def _export_only(manifest: Path) -> str:
+    """The command that recovers the interrupted export of the repeat holding ``manifest``."""
+    repeat = next((p for p in manifest.parents if p.name.startswith("repeat-") and p.name[7:].isdigit()), None)
+    if repeat is None:
+        return "python -m fdb generate --run-name NAME --repeat N --export-only"
+    return f"python -m fdb generate --run-name {repeat.parent.name} --repeat {repeat.name[7:]} --export-only"
 
 
 def transcript_or_none(path: Path) -> dict[str, Any] | None:

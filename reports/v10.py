@@ -185,12 +185,21 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
     for name in subsets:
         cells = [c for c in (s["subsets"].get(name) for s in found.values()) if c]
         table.add(**_official_row(name, cells, relevance))
-    missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s]
+    by_number = {r.number: r for r in repeats}
+    missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s and _holds_v10(by_number[n])]
     section.show(table)
     if missing:
         section.lines += [f"Not evaluated yet: {', '.join(missing)}.", ""]
     section.data = {f"repeat-{n}": s for n, s in found.items()}
     return section
+
+
+def _holds_v10(rep: RepeatPaths) -> bool:
+    """A repeat with a v1.0 recording or export. One without (never recorded, its recording
+    removed, v1.5 only) is not waiting to be evaluated."""
+    recording = rep.v10_recording
+    return (rep.v10_reference / "manifest.json").exists() or (
+        recording.is_dir() and any(recording.rglob("session.json")))
 
 
 def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:

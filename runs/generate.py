@@ -1,9 +1,10 @@
-"""`generate`: select, start the server (unless --url), record, stop it, export the windows."""
+"""`generate`: select, check --url (or start the bundled server), record, stop it, export the windows."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,8 @@ def select_dataset(dataset: str, choice: DatasetChoice, root: Path | None, setti
     tree = resolve_tree(dataset, settings, root, console)
     ids = select(spec, list_ids(tree.root, dataset, spec.subsets_to_load()))
     loader = load_v10 if dataset == "v1.0" else load_v15
-    loaded, problems = loader(tree.root, sorted({i.split("/")[0] for i in ids}), strict=False)
+    deadline = settings.session_timeout_s if dataset == "v1.5" else settings.v10_session_timeout_s
+    loaded, problems = loader(tree.root, sorted({i.split("/")[0] for i in ids}), strict=False, max_input_s=deadline)
     by_id = {s.sample_id: s for group in loaded.values() for s in group}
     chosen = Selected(dataset, tree, spec, ids, revision=_revision(tree), files=sample_inventory(tree.root, ids))
     bad = {p.sample_id: p for p in problems}
@@ -175,6 +177,8 @@ def _manifest(opts: GenerateOptions, selections: list[Selected], settings: Setti
 
 
 def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tuple[RunPaths, RepeatPaths, list[Selected]]:
+    """Check everything that can be checked before a repeat is spent (options, selection, the
+    run's earlier repeats, the --url server), then write the run manifest and the selection."""
     run = RunPaths.of(settings.runs_dir, opts.run_name)
     rep = run.repeat(opts.repeat)
     if rep.holds_recording():
@@ -196,7 +200,11 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
     previous = load_manifest(run)
     if previous is not None:
         check_compatible(previous, manifest, rep)
-    else:
+    if opts.url:  # a typo or a dead server costs nothing: checked before anything is written
+        from runs.urlcheck import check_url
+
+        check_url(opts.url, opts.profile)
+    if previous is None:
         save_manifest(run, manifest)
     rep.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(rep.sample_ids, format_ids(v15.ids) if v15 else "")
@@ -208,23 +216,42 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
 def _print_selection(selections: list[Selected], console: Console) -> None:
     for sel in selections:
         counts = ", ".join(f"{k}: {v}" for k, v in count_by_subset(sel.ids).items())
-        console.print(f"{sel.dataset} ({sel.tree.source}, {sel.tree.root}): {len(sel.ids)} selected — {counts}")
-        for problem in sel.problems:
-            console.print(f"[yellow]WARNING[/]: not recorded, the dataset sample is broken: {problem}")
+        console.print(escape(f"{sel.dataset} ({sel.tree.source}, {sel.tree.root}): {len(sel.ids)} selected — {counts}"))
+        for problem in sel.problems:  # dataset text: [brackets] in it are not rich markup
+            console.print(f"[yellow]WARNING[/]: not recorded, the dataset sample is broken: {escape(problem)}")
 
 
-def generate(opts: GenerateOptions, console: Console | None = None) -> dict:
-    """Record one repeat. Returns a summary dict per dataset (also printed)."""
-    from runs.gpus import check_capacity, parse_gpus, plan_servers, read_max_sessions
+def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
+    """Record one repeat and export it (the summary is printed). A call that fails before it
+    recorded a session leaves the run as it found it (``_Before``)."""
+    from runs.gpus import parse_gpus, plan_servers
 
     console = console or Console(stderr=True)
     settings = load_settings()
     plans = None if opts.url else plan_servers(parse_gpus(opts.gpus), opts.num_shards)
-    run, rep, selections = _prepare(opts, settings, console)
-    target = f"server {opts.url}" if opts.url else f"model port {plans[0].port if plans else settings.server_port}"
-    console.print(f"Job GPU {settings.gpu}: {target}, judge port "
-                  f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {run.root}, repeat {rep.number}")
-    _print_selection(selections, console)
+    run = RunPaths.of(settings.runs_dir, opts.run_name)
+    before = _Before.of(run, run.repeat(opts.repeat))
+    try:
+        run, rep, selections = _prepare(opts, settings, console)
+        target = f"server {escape(opts.url)}" if opts.url else f"model port {plans[0].port if plans else settings.server_port}"
+        console.print(f"Job GPU {settings.gpu}: {target}, judge port "
+                      f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {escape(str(run.root))}, "
+                      f"repeat {rep.number}")
+        _print_selection(selections, console)
+        records = _serve_and_record(opts, settings, plans, rep, selections, console)
+    except BaseException as exc:
+        before.undo(exc, settings)
+        raise
+    for sel in selections:  # the inputs must still be the files the run pinned before export
+        check_files(sel.dataset, str(sel.tree.root), sel.files, sample_inventory(sel.tree.root, sel.ids),
+                    "the recording started")
+    return _finish(selections, rep, records, opts.num_shards, console)
+
+
+def _serve_and_record(opts: GenerateOptions, settings: Settings, plans, rep: RepeatPaths,
+                      selections: list[Selected], console: Console) -> list:
+    from runs.gpus import check_capacity, read_max_sessions
+
     fleet = None if opts.url else ServerFleet(plans, opts, settings, rep)
     try:
         if fleet is not None:
@@ -237,17 +264,72 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> dict:
         for sel in selections:
             timeout = settings.session_timeout_s if sel.dataset == "v1.5" else settings.v10_session_timeout_s
             jobs += _jobs(sel, rep, urls, opts, timeout)
-        records = _record(jobs, opts, rep, console, fleet)
+        return _record(jobs, opts, rep, console, fleet)
     finally:
         if fleet is not None:
             fleet.stop()
-    for sel in selections:  # the inputs must still be the files the run pinned before export
-        check_files(sel.dataset, str(sel.tree.root), sel.files, sample_inventory(sel.tree.root, sel.ids),
-                    "the recording started")
-    return _finish(selections, rep, records, opts.num_shards, console)
 
 
-def export_recorded(run_name: str, repeat: int, console: Console | None = None) -> dict:
+@dataclass(frozen=True)
+class _Before:
+    """What a generate call found of its run before it wrote anything. If it then fails before
+    a session is recorded (a busy port, a server that never became ready or exited while
+    starting, too many shards, an interrupt), ``undo`` removes what the call created (the run
+    manifest of a new run, the repeat directory, its selection files) and never anything that
+    existed before. The server logs it wrote move to $FDB_WORK/logs/RUN-repeat-N-NAME.log, and
+    the error's hint is rewritten to point there."""
+
+    run: RunPaths
+    rep: RepeatPaths
+    paths: frozenset[Path]  # the runs folder, run.root, run.json and everything under the repeat, where they existed
+
+    @classmethod
+    def of(cls, run: RunPaths, rep: RepeatPaths) -> _Before:
+        found = {p for p in (run.root.parent, run.root, run.manifest, rep.root) if p.exists()}
+        if rep.root.is_dir() and not rep.holds_recording():  # a recorded repeat is refused, never undone
+            found.update(rep.root.rglob("*"))
+        return cls(run, rep, frozenset(found))
+
+    def undo(self, exc: BaseException, settings: Settings) -> None:
+        if self.rep.holds_recording():  # a recording is never thrown away here
+            return
+        created = [p for p in (self.rep.root.rglob("*") if self.rep.root.is_dir() else []) if p not in self.paths]
+        moved = self._keep_logs([p for p in created if p.suffix == ".log" and p.is_file()], settings)
+        for path in sorted(created, key=lambda p: len(p.parts), reverse=True):
+            _remove(path)
+        for path in (self.rep.root, self.run.manifest, self.run.root, self.run.root.parent):
+            if path not in self.paths:
+                _remove(path)
+        if isinstance(exc, FdbError):
+            for old, new in moved.items():
+                exc.message = exc.message.replace(str(old), str(new))
+                exc.hint = exc.hint.replace(str(old), str(new)) if exc.hint else exc.hint
+
+    def _keep_logs(self, logs: list[Path], settings: Settings) -> dict[Path, Path]:
+        moved = {}
+        for log in logs:
+            target = settings.work / "logs" / f"{self.run.name}-repeat-{self.rep.number}-{log.name}"
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(log, target)
+                moved[log] = target
+            except OSError:
+                continue
+        return moved
+
+
+def _remove(path: Path) -> None:
+    """A created file, or a created directory once it is empty (whatever else is in it stays)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def export_recorded(run_name: str, repeat: int, console: Console | None = None) -> Outcome:
     """Cut the windows again from a repeat whose recording finished (a generate killed or
     failed during export): the selection, shards and pinned inputs come from the run manifest,
     the verdicts from each session.json. Exporting is deterministic, so the result is what the
@@ -281,7 +363,38 @@ def export_recorded(run_name: str, repeat: int, console: Console | None = None) 
     return _finish(selections, rep, records, manifest.num_shards, console)
 
 
-def _finish(selections: list[Selected], rep: RepeatPaths, records: list, num_shards: int, console: Console) -> dict:
+FAILED_SHOWN = 3  # failed sessions named in the final message; the rest are counted
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What generate recorded: the printed summary per dataset and the sessions that failed
+    (record.status other than "ok": no connection, refused, disconnected, timed out, an error).
+    A session that recorded but broke the protocol (verdict other than "pass") did not fail:
+    it is in the export as ineligible with its reasons, like a session the recorder paced late."""
+
+    summary: dict[str, dict]
+    failed: list[str]  # "sample_id [variant]: status", in recording order
+    sessions: int
+    run_name: str
+    repeat: int
+    repeat_dir: Path
+    logs: list[str] = field(default_factory=list)  # the record logs of the failed sessions, relative to repeat_dir
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def failure_line(self) -> str:
+        """One line: which sessions failed, that they are counted, how to record the repeat again."""
+        more = f" and {len(self.failed) - FAILED_SHOWN} more" if len(self.failed) > FAILED_SHOWN else ""
+        return (f"{len(self.failed)} of {self.sessions} selected session(s) of {self.repeat_dir} failed "
+                f"({'; '.join(self.failed[:FAILED_SHOWN])}{more}); they stay in the denominators as failed. "
+                f"Read {', '.join(self.logs) or 'its record-shard-*.log'} in it, fix the server, then record the repeat again: delete "
+                f"{self.repeat_dir} and run the same generate, or record the next one with --repeat {self.repeat + 1}")
+
+
+def _finish(selections: list[Selected], rep: RepeatPaths, records: list, num_shards: int, console: Console) -> Outcome:
     summary: dict[str, dict] = {}
     for sel in selections:
         mine = [r for r in records if r.extra.get("dataset") == sel.dataset]
@@ -297,8 +410,23 @@ def _finish(selections: list[Selected], rep: RepeatPaths, records: list, num_sha
         for record in mine:
             if record.status != "ok" or record.verdict.status != "pass":
                 reason = record.failure or "; ".join(record.verdict.violations[:2])
-                console.print(f"  [yellow]{record.sample_id} [{record.variant}][/]: {record.status}: {reason}")
+                console.print(f"  [yellow]{escape(f'{record.sample_id} [{record.variant}]')}[/]: "
+                              f"{record.status}: {escape(reason)}")
         for sample in manifest.samples:
             if not sample.eligible and sample.verdict == "pass":  # recorded fine, cut out of scoring
-                console.print(f"  [yellow]{sample.sample_id}[/]: not eligible: {escape('; '.join(sample.reasons[:2]))}")
-    return summary
+                console.print(f"  [yellow]{escape(sample.sample_id)}[/]: not eligible: {escape('; '.join(sample.reasons[:2]))}")
+    return Outcome(summary, failed_sessions(records), len(records), rep.root.parent.name, rep.number, rep.root,
+                   _failed_logs(rep, records))
+
+
+def _failed_logs(rep: RepeatPaths, records: list) -> list[str]:
+    """The record-shard logs (relative to the repeat) that name the failed sessions."""
+    folders = {"v1.5": rep.logs, "v1.0": rep.v10_logs}
+    return sorted({str((folders.get(r.extra.get("dataset"), rep.logs) / f"record-shard-{r.extra.get('shard', 0)}.log")
+                       .relative_to(rep.root)) for r in records if r.status != "ok"})
+
+
+def failed_sessions(records: list) -> list[str]:
+    """The sessions that failed (``Outcome``): a session whose recording is complete but whose
+    protocol verdict is not "pass" is ineligible, not failed."""
+    return [f"{r.sample_id} [{r.variant}]: {r.status}" for r in records if r.status != "ok"]

@@ -7,6 +7,7 @@ import traceback
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fdb.errors import FdbError
@@ -69,7 +70,7 @@ def _v10_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> dict:
             subset = entry.sample_id.split("/")[0]
             transcripts[subset] = transcripts.get(subset, 0) + 1
         if entry.status == "failed":
-            console.print(f"  [yellow]{entry.sample_id}[/]: ASR failed: {entry.error}")
+            console.print(f"  [yellow]{escape(entry.sample_id)}[/]: ASR failed: {escape(str(entry.error))}")
     _json_line(console, "v1.0 ASR", dict(sorted(counts.items())))
     _json_line(console, "v1.0 transcripts per subset", dict(sorted(transcripts.items())))
     return counts
@@ -107,12 +108,12 @@ def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
     unified = score_unified(rep.v10_reference, declared=_declared(run, "v1.0"))
     for name, subset in unified.subsets.items():
         c = subset.counts
-        console.print(f"  unified {name}: selected {c.selected}, eligible {c.eligible}")
+        console.print(f"  unified {escape(name)}: selected {c.selected}, eligible {c.eligible}")
     official = score_official(rep.v10_reference, icc_gt=_icc_ground_truth(run))
     for name, subset in official.subsets.items():
         rate = "n/a" if subset.takeover_rate is None else f"{subset.takeover_rate:.3f}"
         latency = "n/a" if subset.latency_s is None else f"{subset.latency_s:.3f} s"
-        console.print(f"  official-rule {name}: takeover {rate}, latency {latency}")
+        console.print(f"  official-rule {escape(name)}: takeover {rate}, latency {latency}")
 
 
 def _v15_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> None:
@@ -128,7 +129,7 @@ def _v15_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> None:
         if pair.status == "skipped":
             statuses["skipped"] = statuses.get("skipped", 0) + 1
         if pair.status == "failed":
-            console.print(f"  [yellow]{pair.sample_id}[/]: ASR failed: {pair.error}")
+            console.print(f"  [yellow]{escape(pair.sample_id)}[/]: ASR failed: {escape(str(pair.error))}")
     _json_line(console, "v1.5 ASR", dict(sorted(statuses.items())))
 
 
@@ -150,10 +151,20 @@ def _step(name: str, fn, console: Console, rerun: str) -> bool:
         fn()
         return True
     except FdbError as exc:
-        console.print(f"[red]WARNING[/]: {name} failed: {exc.one_line()}")
-    except Exception:  # a phase failure must not hide the other dataset's results
-        console.print(f"[red]WARNING[/]: {name} failed:\n{traceback.format_exc()}")
-    console.print(f"  fix the cause, then rerun: {rerun}")
+        console.print(f"[red]WARNING[/]: {name} failed: {escape(exc.one_line())}")
+    except Exception as exc:  # a phase failure must not hide the other dataset's results
+        import logging
+        import sys
+
+        from fdb.io import append_debug_log, describe_failure
+
+        text, hint = describe_failure(exc)  # one line; the traceback goes to the debug log
+        log = append_debug_log(exc, sys.argv[1:])
+        fix = "; ".join(part for part in (hint, f"full traceback: {log}" if log else None) if part)
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            console.print(escape(traceback.format_exc()))
+        console.print(f"[red]WARNING[/]: {name} failed: {escape(text)}" + (f" ({escape(fix)})" if fix else ""))
+    console.print(f"  fix the cause, then rerun: {escape(rerun)}")
     return False
 
 
@@ -167,11 +178,18 @@ def exported(rep: RepeatPaths) -> tuple[bool, bool]:
         recorded = recording.is_dir() and any(recording.rglob("session.json"))
         if recorded and not manifest.exists():
             raise FdbError(f"{manifest} is missing: generate recorded that dataset but did not finish its export",
-                           "delete the repeat and generate it again")
+                           f"the recording is kept: cut the windows again with {export_only_command(rep)}, then rerun asr")
         found.append(manifest.exists())
     if not any(found):
-        raise FdbError(f"{rep.root} holds no recording", "generate it first, or delete the repeat and generate it again")
+        raise FdbError(f"{rep.root} holds no recording",
+                       f"record it first: python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} "
+                       "with the selection options of the run's other repeats")
     return found[0], found[1]
+
+
+def export_only_command(rep: RepeatPaths) -> str:
+    """The command that recovers an interrupted export of ``rep`` byte for byte."""
+    return f"python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} --export-only"
 
 
 def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = False) -> bool:
@@ -203,10 +221,10 @@ def _listening(rep: RepeatPaths, console: Console) -> None:
     for dataset, groups in summary.datasets.items():
         overall = groups.get("all")
         if overall is not None:
-            console.print(f"  listening {dataset}: {overall.replies} replies, omission "
+            console.print(f"  listening {escape(dataset)}: {overall.replies} replies, omission "
                           f"{_pct(overall.omission_rate)}, WER {_pct(overall.wer)}")
     for note in summary.notes:
-        console.print(f"  note: {note}")
+        console.print(f"  note: {escape(note)}")
 
 
 def _pct(value: float | None) -> str:
@@ -225,7 +243,7 @@ def run_judge(run_name: str, repeat: int, console: Console) -> bool:
     checkout = settings.work / "Full-Duplex-Bench"
     choice = resolve_judge(work=settings.work, reference_source=checkout if checkout.exists() else None)
     if choice.settings is None:
-        console.print(f"judge: {choice.reason}")
+        console.print(f"judge: {escape(str(choice.reason))}")
     with RichProgress(console) as progress:
         summary = judge_repeat(rep.root, choice.settings, progress=progress, pending_reason=choice.reason)
     print_summary(console, summary)
@@ -243,7 +261,7 @@ def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:
     if show:
         print(headline(run, data), flush=True)
     else:
-        console.print(f"RESULTS.md: {run.results_md}")
+        console.print(f"RESULTS.md: {escape(str(run.results_md))}")
     return run.results_md
 
 
@@ -257,14 +275,25 @@ def continue_commands(run_name: str, repeat: int, step: str) -> list[str]:
     return [steps[name] for name in names[names.index(step):]]
 
 
+def stopped_after_recording(outcome, all_stages: bool, console: Console) -> None:
+    """generate's last word when a selected session failed (``runs.generate.Outcome``): the
+    failed sessions and how to record the repeat again; --all-stages runs no later step, and
+    says how to score the repeat as recorded anyway."""
+    console.print(f"[red]ERROR[/]: {escape(outcome.failure_line())}", soft_wrap=True)
+    if all_stages:
+        commands = " && ".join(continue_commands(outcome.run_name, outcome.repeat, "asr"))
+        console.print(f"--all-stages stopped before asr; to score this repeat as recorded anyway: {escape(commands)}",
+                      soft_wrap=True)
+
+
 def run_all_stages(run_name: str, repeat: int, console: Console) -> bool:
     """asr, judge and aggregate after generate; stops at the first step that failed and names
     the commands that continue the run."""
     for step, fn in (("asr", run_asr), ("judge", run_judge)):
         if not fn(run_name, repeat, console):
             console.print(f"[red]ERROR[/]: {step} stopped the --all-stages run of {run_name} repeat-{repeat}; "
-                          "fix the cause above, then continue with: " + " && ".join(continue_commands(run_name, repeat, step)),
-                          soft_wrap=True)
+                          "fix the cause above, then continue with: "
+                          + escape(" && ".join(continue_commands(run_name, repeat, step))), soft_wrap=True)
             return False
     run_aggregate(run_name, console, show=True)
     return True

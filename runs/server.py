@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,82 @@ def port_is_served(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """The process listening on a port, as far as /proc shows it (another user's process may
+    show only its uid)."""
+
+    pid: int | None
+    command: str | None
+    uid: int | None
+
+    def describe(self) -> str:
+        if self.pid is None:
+            return "an unknown process" + (f" of uid {self.uid}" if self.uid is not None else "")
+        return f"pid {self.pid}: {self.command or '(command line not readable)'}"
+
+
+def _listening_inodes(port: int, proc: Path) -> dict[int, int]:
+    """inode -> uid of the TCP sockets listening on ``port`` (IPv4 and IPv6)."""
+    found = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = (proc / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            try:
+                if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    found[int(cols[9])] = int(cols[7])
+            except ValueError:  # a row this reader does not understand names no holder
+                continue
+    return found
+
+
+def _cmdline(pid_dir: Path, limit: int = 160) -> str | None:
+    try:
+        raw = (pid_dir / "cmdline").read_bytes()
+    except OSError:
+        return None
+    text = " ".join(" ".join(part.decode(errors="replace").split()) for part in raw.split(b"\0") if part)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def port_holder(port: int, proc: Path = Path("/proc")) -> PortHolder:
+    """Who listens on ``port``: the socket's inode from /proc/net/tcp{,6}, then the process
+    with a descriptor on that socket; an unknown process when /proc does not tell."""
+    inodes = _listening_inodes(port, proc)
+    if not inodes:
+        return PortHolder(None, None, None)
+    wanted = {f"socket:[{inode}]": inode for inode in inodes}
+    try:
+        processes = list(proc.iterdir())
+    except OSError:
+        processes = []
+    for pid_dir in processes:
+        if pid_dir.name.isdigit():
+            for link in _fd_links(pid_dir):
+                if link in wanted:
+                    return PortHolder(int(pid_dir.name), _cmdline(pid_dir), inodes[wanted[link]])
+    return PortHolder(None, None, next(iter(inodes.values())))
+
+
+def _fd_links(pid_dir: Path) -> list[str]:
+    """Where a process's descriptors point; none for another user's process or one that ended."""
+    try:
+        fds = list((pid_dir / "fd").iterdir())
+    except OSError:
+        return []
+    links = []
+    for fd in fds:
+        try:
+            links.append(os.readlink(fd))
+        except OSError:  # closed meanwhile
+            continue
+    return links
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -77,9 +154,12 @@ class ManagedServer:
 
     def start(self) -> None:
         if port_is_served(self.host, self.port):
+            holder = port_holder(self.port)
+            stop = f"stop it (kill {holder.pid})" if holder.pid is not None else "stop it"
             raise FdbError(
-                f"something already serves {self.host}:{self.port}",
-                "stop it (often a server left from an interrupted run), set SERVER_PORT, or pass --url to use it",
+                f"something already serves {self.host}:{self.port} ({holder.describe()})",
+                f"often a server left from an interrupted run: {stop}, set SERVER_PORT to a free port, "
+                "or pass --url to use it",
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")

@@ -32,11 +32,13 @@ def generate(
     export_only: bool = typer.Option(False, help="Record nothing: cut the windows again from this repeat's finished recording (after generate was killed or failed during export). Selection and shards come from the run manifest."),
 ) -> None:
     """Record a repeat of a run: select samples, start the model server it needs (or use
-    --url), stream every selected input to /v1/realtime in real time (80 ms packets; two
-    sessions per v1.5 pair, one per v1.0 sample), stop the server, and cut the observation
-    windows. With no official dataset installed it uses fdb's synthetic datasets (created on
-    demand). Refuses a repeat that already holds a recording; --export-only cuts the windows
-    again from a finished recording whose export was interrupted.
+    --url, which is checked first: it must open a realtime session), stream every selected input
+    to /v1/realtime in real time (80 ms packets; two sessions per v1.5 pair, one per v1.0
+    sample), stop the server, and cut the observation windows. With no official dataset
+    installed it uses fdb's synthetic datasets (created on demand). Refuses a repeat that
+    already holds a recording; --export-only cuts the windows again from a finished recording
+    whose export was interrupted. Exits 1 when a selected session failed (the export still
+    counts it; --all-stages then stops), 2 on an error that recorded nothing.
     """
     from rich.console import Console
 
@@ -49,12 +51,7 @@ def generate(
     if export_only:
         from runs.generate import export_recorded
 
-        export_recorded(run_name, repeat, console)
-        if all_stages:
-            from runs.phases import run_all_stages
-
-            if not run_all_stages(run_name, repeat, console):
-                raise SystemExit(1)
+        _after_recording(export_recorded(run_name, repeat, console), all_stages, console)
         return
     opts = GenerateOptions(
         run_name=run_name, repeat=repeat,
@@ -67,12 +64,19 @@ def generate(
         num_shards=num_shards, gpus=gpus, all_stages=all_stages, log_level=log_level,
         v15_root=v15_dataset_root, v10_root=v10_dataset_root,
     )
-    run_generate(opts, console)
-    if all_stages:
-        from runs.phases import run_all_stages
+    _after_recording(run_generate(opts, console), all_stages, console)
 
-        if not run_all_stages(run_name, repeat, console):
-            raise SystemExit(1)
+
+def _after_recording(outcome, all_stages: bool, console) -> None:
+    """Exit 1 when a selected session failed (the export is written all the same, failures
+    counted); --all-stages then stops before asr. Otherwise continue with --all-stages."""
+    from runs.phases import run_all_stages, stopped_after_recording
+
+    if not outcome.ok:
+        stopped_after_recording(outcome, all_stages, console)
+        raise SystemExit(1)
+    if all_stages and not run_all_stages(outcome.run_name, outcome.repeat, console):
+        raise SystemExit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -83,7 +83,41 @@ def test_unfinished_export_is_named(tmp_path, dataset):
     name = "reference-audio/reference-manifest.json" if dataset == "v1.5" else "v10/reference/manifest.json"
     with pytest.raises(FdbError, match=f"{name} is missing") as err:
         exported(rep)
-    assert "delete the repeat and generate it again" in err.value.one_line()
+    line = err.value.one_line()
+    assert "python -m fdb generate --run-name x --repeat 1 --export-only" in line and "delete" not in line
+
+
+@pytest.mark.parametrize("dataset", ["v1.5", "v1.0"])
+def test_judge_on_an_unfinished_export_advises_export_only(tmp_path, dataset):
+    """The judges read the export: a missing manifest advises --export-only, which recovers the
+    windows from the complete recording, not deleting the repeat."""
+    from judges.inputs import load_interruptions, load_v15_pairs
+
+    rep = RunPaths.of(tmp_path, "demo").repeat(3)
+    ids = rep.sample_ids if dataset == "v1.5" else rep.v10_sample_ids
+    ids.parent.mkdir(parents=True)
+    ids.write_text("user_interruption/1\n" if dataset == "v1.5" else "synthetic_user_interruption/1\n")
+    with pytest.raises(FdbError, match="manifest.json is missing") as err:
+        (load_v15_pairs if dataset == "v1.5" else load_interruptions)(rep.root)
+    line = err.value.one_line()
+    assert "python -m fdb generate --run-name demo --repeat 3 --export-only" in line and "delete" not in line
+    manifest = rep.reference_audio / "reference-manifest.json" if dataset == "v1.5" else rep.v10_reference / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{not json")  # a torn or edited manifest: the same recovery
+    with pytest.raises(FdbError, match="is not a valid export manifest") as err:
+        (load_v15_pairs if dataset == "v1.5" else load_interruptions)(rep.root)
+    assert err.value.hint == (f"delete {manifest.parent} and cut the windows again from the recording with "
+                              "python -m fdb generate --run-name demo --repeat 3 --export-only")
+
+
+def test_a_repeat_with_no_recording_still_says_delete_or_generate(tmp_path):
+    from runs.phases import exported
+
+    rep = RunPaths.of(tmp_path, "x").repeat(1)
+    rep.root.mkdir(parents=True)
+    with pytest.raises(FdbError, match="holds no recording") as err:
+        exported(rep)
+    assert "record it first: python -m fdb generate --run-name x --repeat 1 " in err.value.one_line()
 
 
 def test_all_stages_stop_names_the_continuing_commands(monkeypatch):
@@ -114,3 +148,25 @@ def test_bundled_server_runs_niced_below_the_recorder(tmp_path, monkeypatch):
     with pytest.raises(FdbError, match="did not become ready"):
         server.start()
     assert int(probe.read_text()) == min(os.nice(0) + SERVER_NICE, 19)
+
+
+def test_a_phase_step_that_crashes_prints_one_line_and_logs_the_traceback(tmp_path, monkeypatch):
+    """#25 point 5: an unexpected error inside one step of asr (here a damaged asr.json that does
+    not parse) is one WARNING line naming the file, the fix and the debug log; the traceback is
+    in that log, not on the terminal (it was 50-89 lines)."""
+    import io
+
+    from fdb.io import read_json
+    from runs.phases import _step
+
+    monkeypatch.setenv("FDB_WORK", str(tmp_path / "work"))
+    damaged = tmp_path / "asr.json"
+    damaged.write_text('{"samples": [')
+    out = io.StringIO()
+    ok = _step("the v1.0 ASR", lambda: read_json(damaged), Console(file=out, width=400), "python -m fdb asr --run-name R")
+    lines = out.getvalue().splitlines()
+    assert not ok and "Traceback" not in out.getvalue()
+    assert lines[0].startswith("WARNING: the v1.0 ASR failed: ") and str(damaged) in lines[0]
+    assert "full traceback: " in lines[0] and lines[1].strip() == "fix the cause, then rerun: python -m fdb asr --run-name R"
+    log = tmp_path / "work" / "logs" / "fdb-debug.log"
+    assert "Traceback" in log.read_text() and "JsonFileError" in log.read_text()
