@@ -210,6 +210,9 @@ def resolve_judge(*, judge_config: Path | None = None, base_url: str | None = No
         default = Path(work) / "judge" / f"port-{port}" / "judge-config.json"
         config = default if default.is_file() else None
     if config is not None:
+        if not Path(config).is_file():  # a typo says so, before the URL it would also need
+            raise FdbError(f"judge config {config} does not exist",
+                           "start the judge with `serve-judge`, or pass --judge-config PATH")
         url = base_url or env.get("JUDGE_URL")
         if not url:
             raise FdbError(f"the judge config {config} needs the judge server's URL",

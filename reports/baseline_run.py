@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fdb.errors import FdbError
+from fdb.io import read_json
 from fdb.layout import RepeatPaths
 from fdb.records import ExportManifest
 from reports.baseline import Observations, Series
@@ -34,14 +35,29 @@ LISTENING = {"omission_rate": ("omission rate", "lower"), "wer": ("reply WER", "
              "mos": ("MOS", "higher"), "voice_similarity": ("voice consistency", "higher")}
 
 
+DAMAGED_HINT = "the file is damaged (cut short?): rerun the phase that writes it (python -m fdb asr / aggregate)"
+
+
 def _jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise FdbError(f"{path} line {number} is not valid JSON ({exc.msg})", DAMAGED_HINT) from None
+    return rows
 
 
 def _read(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except json.JSONDecodeError as exc:
+        raise FdbError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})", DAMAGED_HINT) from None
 
 
 def check_scored(rep: RepeatPaths, run: str, manifest: dict) -> None:

@@ -30,6 +30,19 @@ def _json_object(text: str | None, option: str) -> dict:
     return value
 
 
+def _base_url(url: str | None) -> str | None:
+    """--url is the server's base, http(s)://HOST:PORT: anything else would fail every request."""
+    from urllib.parse import urlsplit
+
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FdbError(f"--url {url!r} is not http(s)://HOST:PORT",
+                       "pass the server's base URL, e.g. --url http://127.0.0.1:8000 (fdb adds /v1/audio/speech)")
+    return url
+
+
 def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
     if value not in allowed:
         raise FdbError(f"{option} {value!r} is not one of {', '.join(allowed)}", f"pass {option} {allowed[0]}")
@@ -93,7 +106,7 @@ def tts_bench(
         opts = TtsBenchOptions(
             output=output, concurrency=parse_concurrency(concurrency), rounds=rounds, cold_round=cold_round,
             num_prompts=num_prompts, num_warmups=num_warmups,
-            url=url, system=system, dataset_root=seed_tts, list_name=list_name, model=model,
+            url=_base_url(url), system=system, dataset_root=seed_tts, list_name=list_name, model=model,
             stream_format=_choice(stream_format, ("audio", "sse"), "--stream-format"),
             transport=_choice(transport, ("http", "realtime"), "--transport"),
             ref_audio=_choice(ref_audio, ("inline", "file", "none"), "--ref-audio"),
@@ -106,6 +119,14 @@ def tts_bench(
         data = bench(opts, console)
     console.print(summary_table(data))
     console.print(f"wrote {output / 'TTS.md'}")
+    requests = sum(int(row.get("requests") or 0) for row in data.get("rows", []))
+    if requests and sum(int(row.get("failed") or 0) for row in data.get("rows", [])) == requests:
+        first = next((row["errors"][0] for row in data.get("rows", []) if row.get("errors")), None)
+        from fdb.errors import FdbError
+
+        raise FdbError(f"every one of the {requests} measured requests failed, so {output / 'TTS.md'} measures nothing"
+                       + (f" (first error: {first})" if first else ""),
+                       "check that --url answers POST /v1/audio/speech (curl it), and the server's log")
 
 
 def summary_table(data: dict):

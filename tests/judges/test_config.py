@@ -95,3 +95,10 @@ def test_model_match_and_redaction():
     assert not model_matches("gpt-4-turbo", "gpt-4-turbo-preview")
     assert not model_matches("qwen3.8-27b", "qwen3.8-27b-instruct") and not model_matches("m", None)
     assert redact("key sk-abcdef123456 and s3cr3tvalue!", ["s3cr3tvalue!"], keylike=True) == "key <redacted> and <redacted>"
+
+
+def test_a_judge_config_that_does_not_exist_says_so(tmp_path):
+    """#25: --judge-config /typo.json said 'needs the judge server's URL' (true, but not the problem)."""
+    for env in ({}, {"JUDGE_URL": "http://127.0.0.1:30000/v1"}):
+        with pytest.raises(FdbError, match="judge config .*typo.json does not exist"):
+            resolve_judge(judge_config=tmp_path / "typo.json", env=env, work=tmp_path)

@@ -211,3 +211,16 @@ def test_run_still_recording_is_refused(tmp_path, capsys):
     (c / "repeat-1" / "v10" / "reference" / "unified-samples.jsonl").unlink()
     assert _gate("--baseline", str(b), "--candidate", str(c)) == 2
     assert "unified-samples.jsonl is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damaged", ["repeat-1/v10/reference/unified.json",
+                                     "repeat-1/v10/reference/unified-samples.jsonl"])
+def test_a_damaged_run_file_is_one_line_naming_it(tmp_path, capsys, damaged):
+    """#25: a truncated unified.json ended in `ERROR: JSONDecodeError: ...` without the file."""
+    base = run_output(tmp_path / "b", {f"candor_turn_taking/{i}": 1.0 + i / 10 for i in range(4)})
+    cand = run_output(tmp_path / "c", {f"candor_turn_taking/{i}": 1.0 + i / 10 for i in range(4)})
+    path = cand / damaged
+    path.write_bytes(path.read_bytes()[:-7])
+    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"ERROR: {path}") and "is not valid JSON" in err[-1] and "rerun" in err[-1]

@@ -142,3 +142,33 @@ def test_killed_generate_leaves_no_server_behind(demo_run):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         subprocess.run(["pkill", "-9", "-f", f"fdb serve .*--port {port}"], check=False)  # only if it failed
+
+
+SHIM = REPO / "benchmarks" / "fault_shim"  # sitecustomize: SIGKILL around the k-th os.replace
+
+
+def test_export_killed_at_its_renames_recovers_to_identical_windows(demo_run, tmp_path):
+    """#25 point 9: kill generate's export right before (and once right after) the commit of an
+    atomic write; a kill before the rename of a manifest left its temp file in the export
+    directory, and `--export-only` refused the directory ("not empty"). Now the recovery
+    removes the dead writer's temp file and ends byte-identical, with no *.tmp left."""
+    args = ["generate", "--run-name", "e2e", "--export-only"]
+    shim_env = dict(demo_run.env, PYTHONPATH=f"{SHIM}{os.pathsep}{REPO}", FDB_FAULT_PARENT=str(os.getpid()))
+    demo_run.restore("generate")
+    _drop_exports(demo_run.run)
+    count = tmp_path / "renames"
+    assert fdb(args, dict(shim_env, FDB_FAULT_COUNT=str(count))).returncode == 0
+    expected = tree_bytes(demo_run.run)
+    renames = int(count.read_text())
+    assert renames >= 4
+    points = [(k, "before") for k in range(1, renames + 1, 3)] + [(renames, "after")]
+    for k, when in points:
+        demo_run.restore("generate")
+        _drop_exports(demo_run.run)
+        killed = fdb(args, dict(shim_env, FDB_FAULT_AT=str(k), FDB_FAULT_WHEN=when))
+        assert killed.returncode == -signal.SIGKILL, f"{when} rename {k}: {killed.stderr[-500:]}"
+        _all_whole(demo_run.run)
+        again = fdb(args, demo_run.env)
+        assert again.returncode == 0, f"{when} rename {k}: {again.stderr[-2000:]}"
+        assert tree_bytes(demo_run.run) == expected, f"{when} rename {k}"
+        assert not list(demo_run.run.rglob("*.tmp")), f"{when} rename {k}: a partial file is left"

@@ -276,3 +276,15 @@ def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, m
         "ttfa_p50_ms"]["sd"]
     assert quality["rows"][0]["value"] == 1.5 and quality["rows"][1]["value"] is None
     assert "| WER % (corpus) | n/a | test ASR |" in text
+
+
+def test_a_bench_whose_every_request_failed_exits_non_zero(seedtts, env, tmp_path):
+    """#25: a closed port made every request fail and tts-bench still exited 0 with a report."""
+    out = tmp_path / "closed"
+    done = fdb(["tts-bench", "--output", str(out), "--url", f"http://127.0.0.1:{free_port()}", "--seed-tts",
+                str(seedtts), "--concurrency", "1", "--num-prompts", "2", "--num-warmups", "0", "--no-quality"],
+               env, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ERROR: every one of the 2 measured requests failed") and "--url" in last
+    assert (out / "TTS.md").is_file()  # the failures are still reported, and counted
