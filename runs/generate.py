@@ -368,13 +368,15 @@ FAILED_SHOWN = 3  # failed sessions named in the final message; the rest are cou
 
 @dataclass(frozen=True)
 class Outcome:
-    """What generate recorded: the printed summary per dataset and the sessions that failed
-    (record.status other than "ok": no connection, refused, disconnected, timed out, an error).
-    A session that recorded but broke the protocol (verdict other than "pass") did not fail:
-    it is in the export as ineligible with its reasons, like a session the recorder paced late."""
+    """What generate recorded: the printed summary per dataset and the sessions that did not
+    pass (the runbook: generate exits 0 only when every selected session passes). A session fails
+    when its recording did not complete (record.status other than "ok": no connection, refused,
+    disconnected, timed out, an error) or when the server broke the session protocol (verdict
+    other than "pass"). Either way it stays in the export and the denominators (ineligible, with
+    its reasons). A session the recorder itself paced late passed; it is only ineligible."""
 
     summary: dict[str, dict]
-    failed: list[str]  # "sample_id [variant]: status", in recording order
+    failed: list[str]  # "sample_id [variant]: status" or "…: protocol fail (violation)", in recording order
     sessions: int
     run_name: str
     repeat: int
@@ -389,7 +391,7 @@ class Outcome:
         """One line: which sessions failed, that they are counted, how to record the repeat again."""
         more = f" and {len(self.failed) - FAILED_SHOWN} more" if len(self.failed) > FAILED_SHOWN else ""
         return (f"{len(self.failed)} of {self.sessions} selected session(s) of {self.repeat_dir} failed "
-                f"({'; '.join(self.failed[:FAILED_SHOWN])}{more}); they stay in the denominators as failed. "
+                f"({'; '.join(self.failed[:FAILED_SHOWN])}{more}); they stay in the denominators. "
                 f"Read {', '.join(self.logs) or 'its record-shard-*.log'} in it, fix the server, then record the repeat again: delete "
                 f"{self.repeat_dir} and run the same generate, or record the next one with --repeat {self.repeat + 1}")
 
@@ -423,10 +425,21 @@ def _failed_logs(rep: RepeatPaths, records: list) -> list[str]:
     """The record-shard logs (relative to the repeat) that name the failed sessions."""
     folders = {"v1.5": rep.logs, "v1.0": rep.v10_logs}
     return sorted({str((folders.get(r.extra.get("dataset"), rep.logs) / f"record-shard-{r.extra.get('shard', 0)}.log")
-                       .relative_to(rep.root)) for r in records if r.status != "ok"})
+                       .relative_to(rep.root)) for r in records if not _passed(r)})
+
+
+def _passed(record) -> bool:
+    return record.status == "ok" and record.verdict.status == "pass"
 
 
 def failed_sessions(records: list) -> list[str]:
-    """The sessions that failed (``Outcome``): a session whose recording is complete but whose
-    protocol verdict is not "pass" is ineligible, not failed."""
-    return [f"{r.sample_id} [{r.variant}]: {r.status}" for r in records if r.status != "ok"]
+    """The sessions that did not pass (``Outcome``), each with why: the recording's status, or
+    the protocol verdict and its first violation."""
+    failed = []
+    for r in records:
+        if r.status != "ok":
+            failed.append(f"{r.sample_id} [{r.variant}]: {r.status}")
+        elif r.verdict.status != "pass":
+            first = (getattr(r.verdict, "violations", None) or [None])[0]
+            failed.append(f"{r.sample_id} [{r.variant}]: protocol {r.verdict.status}" + (f" ({first})" if first else ""))
+    return failed

@@ -362,16 +362,19 @@ def test_failed_sessions_exit_1_and_all_stages_stops(tmp_path, v10_root):
     assert not list(rep.rglob("asr.json")) and "ASR" not in done.stderr
 
 
-def test_a_protocol_verdict_other_than_pass_is_not_a_failed_session():
+def test_a_session_passes_only_when_it_recorded_and_kept_the_protocol():
+    """The runbook: generate exits 0 only when every selected session passes, so a complete
+    recording whose protocol verdict is "fail" did not pass either."""
     from runs.generate import failed_sessions
 
-    def record(status: str, verdict: str, sample: str):
+    def record(status: str, verdict: str, sample: str, violations=()):
         return SimpleNamespace(sample_id=sample, variant="main", status=status,
-                               verdict=SimpleNamespace(status=verdict))
+                               verdict=SimpleNamespace(status=verdict, violations=list(violations)))
 
-    records = [record("ok", "pass", "a/1"), record("ok", "fail", "a/2"), record("timeout", "fail", "a/3"),
-               record("disconnected", "fail", "a/4")]
-    assert failed_sessions(records) == ["a/3 [main]: timeout", "a/4 [main]: disconnected"]
+    records = [record("ok", "pass", "a/1"), record("ok", "fail", "a/2", ["audio after response.done"]),
+               record("timeout", "fail", "a/3"), record("disconnected", "fail", "a/4"), record("ok", "missing", "a/5")]
+    assert failed_sessions(records) == ["a/2 [main]: protocol fail (audio after response.done)", "a/3 [main]: timeout",
+                                        "a/4 [main]: disconnected", "a/5 [main]: protocol missing"]
 
 
 def test_failure_line_names_the_first_failures_and_counts_the_rest(tmp_path):
