@@ -5,7 +5,6 @@ run on its own, with a snapshot of the run after every phase (the kill tests sta
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# the fault battery's selection and its comparison of two runs' files, so both judge alike
+from benchmarks.faults import SELECT, STAMP, tree_bytes  # noqa: F401
 from tests.conftest import REPO, free_port
 
-SELECT = ["--v15-per-subset", "0", "--v15-subset-count", "user_interruption=1",
-          "--v10-per-subset", "0", "--v10-subset-count", "candor_turn_taking=1"]
 PHASES = {"asr": ["asr", "--run-name", "e2e"], "judge": ["judge", "--run-name", "e2e"],
           "aggregate": ["aggregate", "--run-name", "e2e", "--quiet"]}
 
@@ -27,20 +26,6 @@ def fdb(args: list[str], env: dict, timeout: float = 600) -> subprocess.Complete
                           text=True, timeout=timeout)
 
 
-# judges/ stamps judge.json with the time it finished (its owner's format); the one field that
-# legitimately differs between two uninterrupted runs, so it is blanked before comparing.
-STAMP = re.compile(rb'"finished_utc": "[^"]*"')
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    """Every file of a run except logs and atomic-write leftovers, by relative path."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if path.is_file() and "logs" not in rel.parts and not path.name.endswith(".tmp"):
-            data = path.read_bytes()
-            found[str(rel)] = STAMP.sub(b'"finished_utc": ""', data) if path.name == "judge.json" else data
-    return found
 
 
 # The recorder and the bundled server share the 2 cores. On the CI's virtual machines both
