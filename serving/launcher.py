@@ -73,6 +73,18 @@ class _DenialNoise(logging.Filter):
         return "returned without completing handshake" not in record.getMessage()
 
 
+class _ClientUtf8Noise(logging.Filter):
+    """uvicorn logs a client's text frame that is not UTF-8 with a full traceback (it then
+    closes the connection with 1007, as RFC 6455 has it): a client's fault, one warning line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Invalid UTF-8 sequence received from client"):
+            record.msg, record.args = "a client sent a text frame that is not UTF-8: closed with 1007", ()
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def _setup_logging(level: str) -> None:
     logger = logging.getLogger("fdb")
     logger.setLevel(level.upper())
@@ -81,6 +93,7 @@ def _setup_logging(level: str) -> None:
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
         logger.addHandler(handler)
     logging.getLogger("uvicorn.error").addFilter(_DenialNoise())
+    logging.getLogger("uvicorn.error").addFilter(_ClientUtf8Noise())
 
 
 def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int = 8097,

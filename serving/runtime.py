@@ -12,6 +12,25 @@ from serving.systems import SystemConfig
 log = logging.getLogger("fdb.serving")
 
 
+class SessionSlot:
+    """One admitted session's place in ``max_sessions``. The session releases it the moment
+    it ends (before its last event and close frame are sent, so a client that reconnects on
+    seeing them finds it free); the endpoint releases it again when the connection is done,
+    which then does nothing."""
+
+    def __init__(self, runtime: ServerRuntime) -> None:
+        self._runtime: ServerRuntime | None = runtime
+
+    @property
+    def held(self) -> bool:
+        return self._runtime is not None
+
+    def release(self) -> None:
+        if self._runtime is not None:
+            self._runtime.sessions -= 1
+            self._runtime = None
+
+
 class ServerRuntime:
     """Readiness and admission for one server. Everything but model loading runs on the
     event loop, so the session counter needs no lock."""
@@ -32,15 +51,12 @@ class ServerRuntime:
             return "healthy"
         return "failed" if self.failure is not None else "starting"
 
-    def admit(self) -> bool:
-        """Take a session slot; False when ``max_sessions`` sessions are open."""
+    def admit(self) -> SessionSlot | None:
+        """Take a session slot; None when ``max_sessions`` sessions are open."""
         if self.sessions >= self.system.max_sessions:
-            return False
+            return None
         self.sessions += 1
-        return True
-
-    def release(self) -> None:
-        self.sessions = max(0, self.sessions - 1)
+        return SessionSlot(self)
 
     def load_in_background(self, done: Callable[[BaseException | None], None]) -> threading.Thread:
         """Load the models in a daemon thread; ``done(error)`` is called from that thread."""

@@ -1,7 +1,10 @@
 """``WS /v1/realtime``: admission, then one :class:`RealtimeSession` per connection.
 
 The upgrade is refused with HTTP 503 while the models are still loading ("instance is not
-ready") and when ``max_sessions`` sessions are already open; a client may retry.
+ready") and when ``max_sessions`` sessions are already open; a client may retry. A session's
+slot is free again the moment the session ends: before its last event (``session.closed``, a
+fatal error) and close frame are sent, and as soon as the server reads the client's close frame
+or sees the connection drop, so a client that reconnects at once is never refused for it.
 """
 
 from __future__ import annotations
@@ -41,15 +44,17 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     if runtime.hub is None:
         await deny(websocket, 503, "not_ready", "instance is not ready")
         return
-    if not runtime.admit():
+    slot = runtime.admit()
+    if slot is None:
         await deny(websocket, 503, "admission_rejected",
                    f"all {runtime.system.max_sessions} sessions are in use (max_sessions); retry later")
         return
     try:
         await websocket.accept()
         session = _session_class(runtime)(websocket, runtime.hub)
+        session.on_end = slot.release
         log.info("session %s opened (%d/%d)", session.id, runtime.sessions, runtime.system.max_sessions)
         await session.run()
         log.info("session %s closed", session.id)
     finally:
-        runtime.release()
+        slot.release()  # already released when the session ended; this covers a failed start

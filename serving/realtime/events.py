@@ -253,10 +253,21 @@ class ResponseHeard(ServerEvent):
     text: str
 
 
+MAX_ERROR_MESSAGE_CHARS = 1024
+MAX_ERROR_PARAM_CHARS = 256
+
+
+def _clip(text: str | None, limit: int) -> str | None:
+    return text if text is None or len(text) <= limit else text[:limit] + "..."
+
+
 def error_event(code: str, message: str, *, param: str | None = None, event_id: str | None = None,
                 kind: str = "invalid_request_error", fatal: bool = False) -> ErrorEvent:
+    """An error event; its message and param are cut to a bounded length, as they may quote
+    what a client sent (a key, a value), and a client's 10 MB frame is not echoed back."""
     return ErrorEvent(
-        error=ErrorBody(type=kind, code=code, message=message, param=param, event_id=event_id),
+        error=ErrorBody(type=kind, code=code, message=_clip(message, MAX_ERROR_MESSAGE_CHARS),
+                        param=_clip(param, MAX_ERROR_PARAM_CHARS), event_id=event_id),
         sglang=ErrorSglang(fatal=fatal),
     )
 

@@ -47,7 +47,7 @@ from serving.realtime.events import (
 )
 from serving.realtime.negotiation import SessionConfig
 from serving.realtime.outbox import Outbox
-from serving.realtime.protocol import ProtocolError
+from serving.realtime.protocol import ProtocolError, shown
 from serving.realtime.reply import Reply
 from serving.realtime.turn import Turn, Utterance
 from serving.systems import SystemConfig
@@ -125,10 +125,10 @@ class GraphOutput:
         """The audio reply whose output item is ``item_id`` (a truncate's target)."""
         reply = self._by_item.get(item_id or "")
         if reply is None:
-            raise ProtocolError("item_not_found", f"no item {item_id!r} in this conversation",
+            raise ProtocolError("item_not_found", f"no item {shown(item_id)} in this conversation",
                                 param="item_id", event_id=event_id)
         if not reply.reply.audio:
-            raise ProtocolError("invalid_value", f"item {item_id!r} has no audio to truncate",
+            raise ProtocolError("invalid_value", f"item {shown(item_id)} has no audio to truncate",
                                 param="item_id", event_id=event_id)
         return reply
 

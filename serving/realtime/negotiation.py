@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fdb.models.turn import smart_turn_installed
-from serving.realtime.protocol import ProtocolError, SessionPatch, describe_validation_error
+from serving.realtime.protocol import ProtocolError, SessionPatch, describe_validation_error, shown
 from serving.speech import speech_capabilities
 from serving.systems import SystemConfig
 
@@ -139,7 +139,7 @@ def _turn_detection(raw: dict[str, Any] | None, system: SystemConfig,
     kind = raw.get("type")
     granted = [k for k in capabilities(system)["turn_control"] if k]
     if kind not in granted:
-        raise _fail("unsupported_turn_detection", f"turn detection type {kind!r} is unavailable; "
+        raise _fail("unsupported_turn_detection", f"turn detection type {shown(kind)} is unavailable; "
                     f"use {' or '.join(granted)} or null", param, event_id)
     model, defaults = (ServerVad, system.vad.model_dump()) if kind == "server_vad" else (SemanticVad, {})
     try:
@@ -188,10 +188,10 @@ def _frozen_changes(patch: SessionPatch, system: SystemConfig) -> list[str]:
 def _check_fixed(patch: SessionPatch, system: SystemConfig, event_id: str | None) -> None:
     """Fields that can never take another value: type, model, formats, voice, speed."""
     if patch.type is not None and patch.type != "realtime":
-        raise _fail("invalid_session_type", f"session type {patch.type!r} is not served; use 'realtime'",
+        raise _fail("invalid_session_type", f"session type {shown(patch.type)} is not served; use 'realtime'",
                     "session.type", event_id)
     if patch.model is not None and patch.model != system.model:
-        raise _fail("model_mismatch", f"model differs from deployment: {patch.model!r} is not "
+        raise _fail("model_mismatch", f"model differs from deployment: {shown(patch.model)} is not "
                     f"{system.model!r}", "session.model", event_id)
     audio = patch.audio
     for side, rate in (("input", INPUT_RATE), ("output", OUTPUT_RATE)):
@@ -199,11 +199,11 @@ def _check_fixed(patch: SessionPatch, system: SystemConfig, event_id: str | None
         fmt = part.format if part else None
         if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate not in (None, rate)):
             raise _fail("unsupported_audio_format", f"unsupported PCM format or sample rate for {side}: "
-                        f"{fmt.type} at {fmt.rate} Hz (use audio/pcm at {rate} Hz)",
+                        f"{shown(fmt.type)} at {fmt.rate} Hz (use audio/pcm at {rate} Hz)",
                         f"session.audio.{side}.format", event_id)
     voice = audio.output.voice if audio and audio.output else None
     if voice is not None and voice != VOICE:
-        raise _fail("unsupported_voice", f"voice {voice!r} is not available; use {VOICE!r}",
+        raise _fail("unsupported_voice", f"voice {shown(voice)} is not available; use {VOICE!r}",
                     "session.audio.output.voice", event_id)
     speed = audio.output.speed if audio and audio.output else None
     if speed is not None and speed != 1.0:

@@ -5,14 +5,28 @@ echoed as ``client_event_id`` in the acknowledgement and in any error about that
 Fields are strict (unknown fields are refused) so that a misspelt setting is reported instead
 of silently ignored. Binary frames, invalid JSON, non-finite numbers and unknown event types
 are answered with an ``error`` event and the session continues.
+
+``invalid_json`` covers every frame that is not one JSON object: bad syntax, a top-level
+array, string, number or null, nesting deeper than the decoder goes, a key repeated in one
+object (which of the values counts would be a guess), a number that is not finite
+(``NaN``, ``Infinity``, ``1e999``) or an integer beyond ±2**53 - 1, and a string holding a
+lone UTF-16 surrogate escape (``"\\ud800"``, which no UTF-8 reply could echo). A frame without
+a string ``type`` is ``invalid_event``. An ``event_id`` longer than 512 characters is not
+echoed. Two frames never reach the session: a text frame that is not UTF-8 fails the
+connection with close 1007 and a message over the server's WebSocket limit (16 MiB) with close
+1009, as RFC 6455 has it.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+MAX_EVENT_ID_CHARS = 512  # a longer event_id is refused and never echoed
 
 
 class ProtocolError(Exception):
@@ -76,7 +90,7 @@ class SessionPatch(_Strict):
 
 
 class _Event(_Strict):
-    event_id: str | None = Field(None, max_length=512)
+    event_id: str | None = Field(None, max_length=MAX_EVENT_ID_CHARS)
 
 
 class SessionUpdate(_Event):
@@ -85,7 +99,7 @@ class SessionUpdate(_Event):
 
 
 class AppendSglang(_Strict):
-    seq: int | None = Field(None, ge=0)
+    seq: int | None = Field(None, ge=0, strict=True)  # true or "3" is not a seq
     t_start_ms: float | None = None
 
 
@@ -145,17 +159,80 @@ CLIENT_EVENT_TYPES = frozenset({
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientEvent)
 
 
+MAX_SAFE_INTEGER = 2**53 - 1  # the integers every JSON peer reads exactly
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # escapes of U+D800-U+DFFF (pairs too)
+
+
+class _Refused(ValueError):
+    """A frame that parses but is refused all the same (json.loads passes it on as is)."""
+
+
+def shown(value: object, limit: int = 64) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters: a client's 10 MB string is
+    not echoed back."""
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + "..."
+    text = repr(value)
+    return text if len(text) <= limit + 2 else text[:limit] + "..."
+
+
 def _refuse_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name} is not allowed")
+    raise _Refused(f"non-finite number {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"number {shown(text, 32)} is not finite")
+    return value
+
+
+def _safe_int(text: str) -> int:
+    if len(text.lstrip("-")) > 16 or abs(value := int(text)) > MAX_SAFE_INTEGER:
+        raise _Refused(f"integer {shown(text, 32)} is out of range (beyond ±2**53 - 1)")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise _Refused(f"key {shown(duplicate)} appears more than once in one object")
+    return obj
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a string in ``value`` (keys included) holds an unpaired surrogate."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _load_object(text: str) -> dict[str, Any]:
     try:
-        raw = json.loads(text, parse_constant=_refuse_constant)
+        raw = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                         parse_int=_safe_int, object_pairs_hook=_unique_keys)
+    except _Refused as exc:
+        raise ProtocolError("invalid_json", f"frame is refused: {exc}") from exc
     except ValueError as exc:
         raise ProtocolError("invalid_json", f"frame is not valid JSON: {exc}") from exc
     except RecursionError as exc:  # nesting deeper than the decoder goes: refused like any bad frame
         raise ProtocolError("invalid_json", "frame is nested too deeply to be read") from exc
+    if _SURROGATE_ESCAPE.search(text) and _lone_surrogate(raw):
+        raise ProtocolError("invalid_json", "frame is refused: a string holds a lone UTF-16 surrogate "
+                            "escape; write the character itself or a surrogate pair")
     if not isinstance(raw, dict):
         raise ProtocolError("invalid_json", "frame must be a JSON object with a 'type'")
     return raw
@@ -175,12 +252,15 @@ def parse_client_event(text: str) -> Any:
     """A typed client event, or ProtocolError (``invalid_json``, ``unknown_event``,
     ``invalid_event``) that names the problem and echoes the frame's event_id."""
     raw = _load_object(text)
-    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
+    event_id = raw.get("event_id")
+    if not isinstance(event_id, str) or len(event_id) > MAX_EVENT_ID_CHARS:
+        event_id = None
     kind = raw.get("type")
     if not isinstance(kind, str):
         raise ProtocolError("invalid_event", "event has no string 'type'", param="type", event_id=event_id)
     if kind not in CLIENT_EVENT_TYPES:
-        raise ProtocolError("unknown_event", f"unknown event type {kind!r}", param="type", event_id=event_id)
+        raise ProtocolError("unknown_event", f"unknown event type {shown(kind)}", param="type",
+                            event_id=event_id)
     try:
         return _ADAPTER.validate_python(raw)
     except ValidationError as exc:

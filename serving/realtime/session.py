@@ -19,6 +19,9 @@ closes with 1008 ``idle_timeout``; a client that stops reading while more than
 ``max_pending_output_chunks`` events (or ``max_pending_output_bytes``) wait to be sent closes
 with 1008 ``max_pending_output``; an internal failure sends a fatal ``server_error`` and closes
 with 1011. Every other refusal is a non-fatal ``error`` event and the session continues.
+However it ends (these closes, ``session.close``, the client's close frame or a dropped
+connection), the session gives up its slot of ``max_sessions`` at that moment (``on_end``),
+before its last event and close frame are sent, while its tasks are still winding down.
 
 What turns the input into replies is a subclass's: the turn-based session of embedded-cascade
 on the session graph (:mod:`serving.realtime.graph_session`), or a native full-duplex session
@@ -32,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -77,6 +80,9 @@ class RealtimeSession:
         self._closing = False
         self._close: tuple[int, str] | None = None
         self._started = time.monotonic()
+        # Called once, the moment the session ends (the endpoint frees its slot there): before
+        # the last event and the close frame are queued, so no client sees them first.
+        self.on_end: Callable[[], None] = lambda: None
 
     # --- the engine: a subclass's (by default a listener and a responder it sets up) --------
 
@@ -127,12 +133,19 @@ class RealtimeSession:
             await self._finish(1011, "internal", error_event(
                 "internal_error", f"{type(exc).__name__}: {exc}", kind="server_error", fatal=True))
 
+    def _end(self, code: int, reason: str) -> bool:
+        """Mark the session ended with close ``code`` (False when it already was); from here
+        it takes no input and holds no slot."""
+        if self._closing:
+            return False
+        self._closing, self._close = True, (code, reason)
+        self.on_end()
+        return True
+
     async def _finish(self, code: int, reason: str, last: ServerEvent | None) -> None:
         """Send ``last`` as the final event and end the session with close ``code``."""
-        if self._closing:
+        if not self._end(code, reason):
             return
-        self._closing = True
-        self._close = (code, reason)
         await self._outbox.send_last(last)
         self._finished.set()
 
@@ -170,9 +183,8 @@ class RealtimeSession:
         naming the limit, close 1008. The error event is sent if the socket still takes it."""
         await self._outbox.failed.wait()
         log.warning("session %s failed: %s", self.id, self._outbox.overflow)
-        if self._closing:
+        if not self._end(1008, "max_pending_output"):
             return
-        self._closing, self._close = True, (1008, "max_pending_output")
         # queued behind the stuck write: sent if the client reads again
         await self._outbox.send_last(error_event(
             "max_pending_output", self._outbox.overflow or "", kind="server_error", fatal=True))
