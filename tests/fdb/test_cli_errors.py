@@ -55,7 +55,7 @@ elif mode == "crash":  # a bug: an exception no verb turned into an FdbError
 elif mode == "invalid":  # a bug: a pydantic record rejected where nobody expected it
     import fdb.cli.env
     def env_lines():
-        from runs.manifest import RunManifest
+        from fdb.run_manifest import RunManifest
         RunManifest.model_validate({"run_name": 3, "num_shards": "x"})
     fdb.cli.env.env_lines = env_lines
 sys.argv = ["fdb", *sys.argv[3:]]
@@ -94,7 +94,7 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
 def fake_run(work: Path, name: str = "r", datasets: tuple[str, ...] = ("v1.5",)) -> Path:
     """A run directory with a valid run.json and an empty repeat-1/ (enough for aggregate)."""
     from fdb.layout import RunPaths
-    from runs.manifest import DatasetUse, RunManifest, ServerUse, save_manifest
+    from fdb.run_manifest import DatasetUse, RunManifest, ServerUse, save_manifest
 
     uses = {d: DatasetUse(dataset=d, root=str(work / "nowhere"), source="synthetic", revision=None, selection={},
                           sample_ids=["user_interruption/1" if d == "v1.5" else "candor_turn_taking/1"])
@@ -302,13 +302,36 @@ MISTAKES = {
                                  '{"type": "server_vad"}', "--question", "/nonexistent.wav"],
                                 "/nonexistent.wav: audio file is missing"),
     "bad-judge-env": (["asr", "--run-name", "x"], "JUDGE='claude' is not a known judge"),
+    "ids-file-is-a-directory": (["generate", "--run-name", "x", "--v15-sample-ids-file", "/tmp"],
+                                "cannot read the sample ids file /tmp (Is a directory)"),
+    "repeat-0": (["generate", "--run-name", "x", "--repeat", "0"], "--repeat 0 is not allowed"),
+    "bad-gpus": (["generate", "--run-name", "x", "--gpus", "a,b"], "--gpus a,b must list distinct numeric GPU indices"),
+    "score-transcribe-not-an-export": (["score", "transcribe", "--tree", "/tmp"],
+                                       "/tmp holds neither manifest.json (v1.0) nor reference-manifest.json"),
+    "conformance-without-turn-detection": (["conformance", "--url", "ws://127.0.0.1:9/v1/realtime"],
+                                           "profile turn-based requires --turn-detection"),
+    "synth-unknown-part": (["dataset", "synth", "--count", "foo=1"], "unknown synthetic part 'foo'"),
+    "synth-negative-count": (["dataset", "synth", "--v10-per-subset", "-1"], "sample counts must be >= 0"),
+    "serve-unknown-system": (["serve", "--system", "nope"], "unknown system 'nope'"),
+    "tts-bench-zero-level": (["tts-bench", "--output", "/tmp/never", "--concurrency", "0"],
+                             "--concurrency '0' must list positive integers"),
+    "sweep-unknown-dataset": (["sweep", "--output", "/tmp/never", "--dataset", "v2"], "--dataset 'v2' is not v1.5 or v1.0"),
+    "gate-on-no-output": (["gate", "--baseline", "empty", "--candidate", "empty"],
+                          "{work}/runs/empty holds no fdb output (no run.json, serving.json or tts.json)"),
+    "cuda-uuids": (["env"], "CUDA_VISIBLE_DEVICES must list distinct numeric GPU indices"),
+    "session-timeout-over-cap": (["env"], "SESSION_TIMEOUT_S=500 is outside (0, 230] s"),
 }
+MISTAKE_DIRS = {"gate-on-no-output": "runs/empty"}  # made under $FDB_WORK before the command
+MISTAKE_ENV = {"bad-judge-env": {"JUDGE": "claude"}, "cuda-uuids": {"CUDA_VISIBLE_DEVICES": "GPU-abc"},
+               "session-timeout-over-cap": {"SESSION_TIMEOUT_S": "500"}}
 
 
 @pytest.mark.parametrize("case", MISTAKES, ids=list(MISTAKES))
 def test_user_mistakes_are_one_line_with_a_fix(tmp_path, case):
     args, expected = MISTAKES[case]
-    extra = {"JUDGE": "claude"} if case == "bad-judge-env" else {}
+    extra = MISTAKE_ENV.get(case, {})
+    if case in MISTAKE_DIRS:
+        (tmp_path / MISTAKE_DIRS[case]).mkdir(parents=True)
     line = one_error_line(fdb(tmp_path, *args, timeout=60, **extra))
     assert expected.format(work=tmp_path) in line, line
     assert line.endswith(")"), f"no fix given: {line}"

@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 
 from fdb.cli.compare import register
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_file
+from fdb.run_manifest import DatasetUse, RunManifest, ServerUse
 from judges.behavior import summarize_behavior
 from judges.inputs import TRANSCRIPTS, PairInput
 from judges.repeat import JudgeSummary
 from judges.semantic.run import summarize_semantic
 from judges.store import SampleResult
 from reports.compare import noise_points
-from runs.manifest import DatasetUse, RunManifest, ServerUse
 from scorers.listening_records import GroupSummary, ListeningSummary
 from scorers.v10_pause import pause_metrics
 from scorers.v10_records import (
@@ -346,6 +346,7 @@ def test_default_out_is_under_fdb_work(runs, tmp_path):
     ("not_a_run", "is not a run directory (no run.json)"),
     ("one_run", "compare needs at least two runs, got 1"),
     ("names", "--names gives 3 name(s) for 2 runs"),
+    ("same_run", "the runs share a name (alpha, alpha)"),
     ("sweep_name", "no system is named 'nobody'"),
     ("sweep_missing", "serving.json is missing"),
     ("bad_file", "scores/summary.json: "),
@@ -354,7 +355,7 @@ def test_refusals_exit_2_with_one_line(runs, tmp_path, case, needle):
     a, b = str(runs["alpha"]), str(runs["beta"])
     if case == "bad_file":
         (runs["beta"] / "repeat-1" / "scores" / "summary.json").write_text('{"schema": "fdb-v1.5-timing-1"}')
-    args = {"not_a_run": [a, str(tmp_path)], "one_run": [a], "names": [a, b, "--names", "x,y,z"],
+    args = {"not_a_run": [a, str(tmp_path)], "one_run": [a], "names": [a, b, "--names", "x,y,z"], "same_run": [a, a],
             "sweep_name": [a, b, "--sweep", f"nobody={runs['sweep']}"],
             "sweep_missing": [a, b, "--sweep", f"alpha={tmp_path / 'nowhere'}"], "bad_file": [a, b]}[case]
     result = cli(args, tmp_path)

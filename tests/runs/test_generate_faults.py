@@ -352,6 +352,7 @@ def test_failed_sessions_exit_1_and_all_stages_stops(tmp_path, v10_root):
     assert done.returncode == 1, done.stderr[-3000:]
     err = " ".join(done.stderr.split())
     rep = tmp_path / "work" / "runs" / RUN / "repeat-1"
+    assert f"Job GPU 0: server {url}, judge port" in err and "model port" not in err  # #25 point 8
     assert f"1 of 1 selected session(s) of {rep} failed (candor_turn_taking/1 [main]: disconnected)" in err, err
     assert (f"Read v10/logs/record-shard-0.log in it, fix the server, then record the repeat again: delete {rep} "
             "and run the same generate, or record the next one with --repeat 2") in err
