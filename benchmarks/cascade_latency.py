@@ -37,7 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.serving.realtime_client import Client  # noqa: E402
+from benchmarks.support.realtime_client import Client  # noqa: E402
 
 QUESTIONS = (
     "What is the capital of France?",

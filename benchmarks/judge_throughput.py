@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.support.fake_openai import FakeJudge  # noqa: E402
+from benchmarks.support.trees import REFERENCE, Pair, Repeat, judge_config  # noqa: E402
 from judges import JudgeSettings, judge_repeat  # noqa: E402
-from tests.judges.fake_openai import FakeJudge  # noqa: E402
-from tests.judges.trees import REFERENCE, Pair, Repeat, judge_config  # noqa: E402
 
 CATEGORIES = ("user_interruption", "user_backchannel", "talking_to_other", "background_speech")
 

@@ -57,7 +57,7 @@ def build(root: Path, pairs: int) -> None:
 
 def _vad(name: str):
     if name == "injected":
-        from tests.scorers.treebuild import FixedSegments
+        from benchmarks.support.treebuild import FixedSegments
 
         return FixedSegments()
     from fdb.models.vad import SileroVad
@@ -83,10 +83,10 @@ def time_timing(pairs: int, vad_name: str) -> None:
 
 
 def time_listening(replies: int) -> None:
+    from benchmarks.support.listening_build import OUT_RATE, write_session
     from fdb.audio import resample
     from fdb.models.tts import PiperTts
     from scorers.listening import score_listening
-    from tests.scorers.listening_build import OUT_RATE, write_session
 
     tts = PiperTts(deterministic=True)
     text = "The library opens at nine in the morning and closes at six, except on Sundays."

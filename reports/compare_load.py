@@ -20,9 +20,9 @@ from pydantic import BaseModel, ValidationError
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.run_manifest import RunManifest
 from judges.behavior import BehaviorSummary
 from judges.semantic.run import SemanticSummary
-from runs.manifest import RunManifest
 from scorers.listening_records import ListeningSummary
 from scorers.serving import Capacity
 from scorers.v10_records import (

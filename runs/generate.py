@@ -27,10 +27,7 @@ from fdb.io import atomic_write_text
 from fdb.layout import RepeatPaths, RunPaths
 from fdb.profiles import check_bundled_profile
 from fdb.provenance import current as provenance
-from fdb.settings import Settings, load_settings
-from runs.datasets import DatasetTree, resolve_tree
-from runs.logstream import RecordLog
-from runs.manifest import (
+from fdb.run_manifest import (
     DatasetUse,
     RunManifest,
     ServerUse,
@@ -39,6 +36,9 @@ from runs.manifest import (
     load_manifest,
     save_manifest,
 )
+from fdb.settings import Settings, load_settings
+from runs.datasets import DatasetTree, resolve_tree
+from runs.logstream import RecordLog
 from runs.options import DatasetChoice, GenerateOptions
 from runs.server import ServerFleet
 

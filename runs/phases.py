@@ -12,8 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fdb.errors import FdbError
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.run_manifest import load_manifest
 from fdb.settings import load_settings
-from runs.manifest import load_manifest
 
 
 def _run(run_name: str) -> RunPaths:
@@ -24,8 +24,9 @@ def _run(run_name: str) -> RunPaths:
     return run
 
 
-def _declared(run: RunPaths, dataset: str) -> dict[str, int] | None:
-    """Subset sizes of the dataset the run recorded from (the `declared` counts)."""
+def declared_counts(run: RunPaths, dataset: str) -> dict[str, int] | None:
+    """Subset sizes of the dataset the run recorded from (the `declared` counts); None when run.json
+    names no such dataset or its root is gone (`score v10` uses the same source)."""
     from fdb.datasets.official import list_ids
 
     manifest = load_manifest(run)
@@ -102,18 +103,27 @@ def _icc_ground_truth(run: RunPaths) -> Path | None:
 
 
 def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
+    from fdb.errors import SampleError
     from scorers.v10_official import score_official
     from scorers.v10_unified import score_unified
 
-    unified = score_unified(rep.v10_reference, declared=_declared(run, "v1.0"))
-    for name, subset in unified.subsets.items():
-        c = subset.counts
-        console.print(f"  unified {escape(name)}: selected {c.selected}, eligible {c.eligible}")
+    rejected = None
+    try:
+        unified = score_unified(rep.v10_reference, declared=declared_counts(run, "v1.0"))
+        for name, subset in unified.subsets.items():
+            c = subset.counts
+            console.print(f"  unified {escape(name)}: selected {c.selected}, eligible {c.eligible}")
+    except SampleError as exc:  # one sample's bad input: official.json is still written (that sample named)
+        rejected = exc
     official = score_official(rep.v10_reference, icc_gt=_icc_ground_truth(run))
     for name, subset in official.subsets.items():
         rate = "n/a" if subset.takeover_rate is None else f"{subset.takeover_rate:.3f}"
         latency = "n/a" if subset.latency_s is None else f"{subset.latency_s:.3f} s"
         console.print(f"  official-rule {escape(name)}: takeover {rate}, latency {latency}")
+        if subset.not_evaluated:
+            console.print(f"    {escape(subset.note or '')}")
+    if rejected is not None:
+        raise FdbError(f"unified metrics not written: {rejected.message}", rejected.hint)
 
 
 def _v15_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> None:

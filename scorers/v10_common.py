@@ -87,7 +87,8 @@ def response_rate(latencies_us: Sequence[float], k_s: int, selected: int, unknow
 
 
 def counts(samples: Iterable[ExportSample], declared: int | None) -> Counts:
-    """declared / selected / eligible / ineligible and the reasons, each counted once per sample."""
+    """declared / selected / eligible / ineligible and the reasons, each counted once per sample.
+    ``declared`` is the dataset's subset size; None (not known) stays null, never the selected count."""
     samples = list(samples)
     eligible = sum(1 for s in samples if s.eligible)
     reasons: Counter[str] = Counter()
@@ -95,7 +96,7 @@ def counts(samples: Iterable[ExportSample], declared: int | None) -> Counts:
         if not sample.eligible:
             reasons.update(set(sample.reasons) or {"unspecified"})
     return Counts(
-        declared=len(samples) if declared is None else declared, selected=len(samples),
+        declared=declared, selected=len(samples),
         eligible=eligible, ineligible=len(samples) - eligible, ineligible_reasons=dict(sorted(reasons.items())),
     )
 

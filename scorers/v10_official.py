@@ -9,6 +9,10 @@
 - latency (turn-taking: E = turn_taking.json[0].timestamp[0]; interruption: R =
   interrupt.json[0].timestamp[1]) = s(W[0]) - boundary clamped at 0, averaged over takeover
   samples only; no takeover gives null.
+- interruption input is the transcript cut at R (§3.1: "the ASR of the output cropped at the
+  interrupt end"). A sample whose transcript has a word starting before R (microsecond-rounded,
+  as the unified loader checks it) is not an official input: it is left out of ``evaluated`` and
+  named with its problem in ``not_evaluated`` and the note; the other samples are scored.
 Times are the raw floats of the files (no microsecond rounding), as the official scripts use
 them. Backchannel TOR, frequency and JSD follow ``scorers.v10_backchannel`` (rule variants in
 ``BackchannelOptions``, recorded under ``rules``; the JSD needs the ICC ground truth, else it is
@@ -31,7 +35,8 @@ from fdb.io import atomic_write_json
 from fdb.provenance import current
 from scorers import v10_backchannel as bc
 from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
-from scorers.v10_inputs import transcript_times
+from scorers.times import to_us
+from scorers.v10_inputs import WordSpan, check_words_after, transcript_times
 from scorers.v10_tree import (
     TreeInputs,
     check_fresh,
@@ -63,6 +68,7 @@ class OfficialSubset(BaseModel):
     backchannel_jsd: float | None = None
     backchannel: bc.BackchannelResult | None = None
     note: str | None = None
+    not_evaluated: dict[str, str] = Field(default_factory=dict)  # eligible sample id -> why it is left out
 
 
 class VadRecord(BaseModel):
@@ -138,10 +144,18 @@ def _boundary(sample_id: str, task: str, annotation: Any) -> float | None:
 
 
 def summarize_subset(subset: str, selected: int, eligible: int,
-                     samples: Sequence[tuple[list[tuple[float, float | None]], float | None]]) -> OfficialSubset:
-    """Pure: takeover rate and mean takeover latency from (words, boundary) per sample."""
+                     samples: Sequence[tuple[list[tuple[float, float | None]], float | None]],
+                     not_evaluated: dict[str, str] | None = None) -> OfficialSubset:
+    """Pure: takeover rate and mean takeover latency from (words, boundary) per evaluated sample;
+    ``not_evaluated`` names the eligible samples left out, with the reason."""
     task = V10_TASK[subset]
-    base = {"subset": subset, "task": task, "selected": selected, "eligible": eligible}
+    left_out = dict(not_evaluated or {})
+    note = None
+    if left_out:
+        note = (f"{len(left_out)} eligible sample(s) not evaluated: "
+                + "; ".join(f"{sid}: {why}" for sid, why in left_out.items()))
+    base = {"subset": subset, "task": task, "selected": selected, "eligible": eligible,
+            "not_evaluated": left_out, "note": note}
     flags = [official_takeover(words) for words, _b in samples]
     lats = [official_latency(w, b) for (w, b), f in zip(samples, flags, strict=True) if f and b is not None]
     has_latency = task != "pause_handling"
@@ -182,15 +196,30 @@ def _backchannel_inputs(inputs: TreeInputs, samples: Sequence, vad: SpeechSegmen
     return items
 
 
-def _takeover_inputs(inputs: TreeInputs, samples: Sequence, task: str) -> list:
-    parsed = []
+def not_cut_at_R(sample_id: str, words: Sequence[tuple[float, float | None]], R: float) -> str | None:
+    """Why an interruption transcript is not the official input (a word starts before R), or None."""
+    try:
+        check_words_after(sample_id, tuple(WordSpan(to_us(s), to_us(s)) for s, _e in words), to_us(R))
+    except SampleError as exc:
+        return exc.one_line().removeprefix(f"{sample_id}: ")
+    return None
+
+
+def _takeover_inputs(inputs: TreeInputs, samples: Sequence, task: str) -> tuple[list, dict[str, str]]:
+    """(words, boundary) of every evaluated sample, and the eligible samples left out with the reason."""
+    parsed, left_out = [], {}
     for sample in samples:
         check_fresh(inputs, sample)
         folder = inputs.root / sample.subset / sample.id
         words = chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"))
         annotation = read_sample_json(sample, folder, V10_ANNOTATION[task]) if task != "pause_handling" else None
-        parsed.append((words, _boundary(sample.sample_id, task, annotation)))
-    return parsed
+        boundary = _boundary(sample.sample_id, task, annotation)
+        problem = not_cut_at_R(sample.sample_id, words, boundary) if task == "user_interruption" else None
+        if problem is not None:
+            left_out[sample.sample_id] = problem
+            continue
+        parsed.append((words, boundary))
+    return parsed, left_out
 
 
 def _vad_record(vad: SpeechSegmenter | None) -> VadRecord | None:
@@ -230,7 +259,8 @@ def score_official(tree: Path, icc_gt: str | Path | bc.IccGroundTruth | None = N
                     if eligible else [])
             subsets[subset] = backchannel_subset(subset, len(samples), bc.summarize(rows, options, gt))
             continue
-        subsets[subset] = summarize_subset(subset, len(samples), len(eligible), _takeover_inputs(inputs, eligible, task))
+        parsed, left_out = _takeover_inputs(inputs, eligible, task)
+        subsets[subset] = summarize_subset(subset, len(samples), len(eligible), parsed, left_out)
     rules = OfficialRules(backchannel_rule=options.rule, backchannel_audio_rate=options.audio_rate,
                           backchannel_vad=_vad_record(vad),
                           icc_gt=None if gt is None else bc.IccInfo(path=gt.path, sha256=gt.sha256,

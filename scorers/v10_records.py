@@ -58,7 +58,7 @@ class LatencyQuantiles(BaseModel):
 
 
 class Counts(BaseModel):
-    declared: int
+    declared: int | None  # the dataset's subset size; null when the dataset is not known
     selected: int
     eligible: int
     ineligible: int

@@ -139,7 +139,8 @@ def score_unified(tree: Path, vad: SpeechSegmenter | None = None,
     """Score a v1.0 reference tree and write unified.json and unified-samples.jsonl into it.
 
     ``vad`` defaults to Silero VAD (loaded only when an eligible interruption sample exists);
-    ``declared`` maps subset to dataset size and defaults to the selected count.
+    ``declared`` maps subset to its size in the dataset; a subset it does not name (or no
+    ``declared`` at all) gets a null ``declared`` count, never the selected count.
     """
     tree = Path(tree)
     inputs = load_tree(tree)

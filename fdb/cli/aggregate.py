@@ -28,8 +28,8 @@ def _check_run(run_name: str) -> None:
     RESULTS.md: a damaged run.json, a directory with neither run.json nor any repeat."""
     from fdb.errors import FdbError
     from fdb.layout import RunPaths
+    from fdb.run_manifest import load_manifest
     from fdb.settings import load_settings
-    from runs.manifest import load_manifest
 
     run = RunPaths.of(load_settings().runs_dir, run_name)
     if not run.root.is_dir():

@@ -1,7 +1,11 @@
 """`python -m fdb score`: score an existing export tree without a run directory.
 
 - ``score v10 --tree DIR``: unified v1.0 metrics and the official-rule reference numbers of a
-  transcribed v1.0 reference tree, printed per subset with value, interval and count;
+  transcribed v1.0 reference tree, printed per subset with value, interval and count. ``declared``
+  is the dataset's subset size, from the same source as the run path (the run's run.json when the
+  tree is a run's ``repeat-N/v10/reference``) or ``--dataset-root``; null when neither is known.
+  A sample the unified loader rejects (e.g. an interruption transcript not cut at R) stops the
+  unified metrics with its name, but official.json is still written, that sample left out;
 - ``score transcribe --tree DIR``: the ASR phase of a v1.0 or v1.5 export with any of the three
   backends (embedded faster-whisper, NeMo Parakeet from a local checkpoint, an OpenAI-compatible
   endpoint).
@@ -10,8 +14,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from fdb.layout import RunPaths
 
 score_app = typer.Typer(
     name="score", no_args_is_help=True, add_completion=False,
@@ -100,21 +108,24 @@ def _subset_title(subset: str, result) -> str:
     c = result.counts
     extra = f", exercised {c.exercised}" if c.exercised is not None else ""
     coverage = NA if result.coverage is None else f"{result.coverage:.3f}"
-    return (f"{subset} ({result.task}): declared {c.declared}, selected {c.selected}, eligible {c.eligible}"
+    return (f"{subset} ({result.task}): declared {_num(c.declared)}, selected {c.selected}, eligible {c.eligible}"
             f"{extra}, coverage {coverage}")
 
 
-def print_v10(console, unified, columns) -> None:
-    """Each subset's unified metrics, then its reference column(s), then the notes."""
+def print_v10(console, unified, columns, notes: tuple[str, ...] = ()) -> None:
+    """Each subset's unified metrics (``unified`` None: not scored), then its reference column(s),
+    then the notes."""
     from rich.table import Table
 
     from scorers.v10_tree import subset_key
 
     official = columns.official.subsets if columns.official else {}
     evaluator = columns.evaluator.subsets if columns.evaluator else {}
-    for subset in sorted(set(unified.subsets) | set(official), key=subset_key):
-        if subset in unified.subsets:
-            result = unified.subsets[subset]
+    scored = unified.subsets if unified is not None else {}
+    not_scored = unified.not_scored if unified is not None else {}
+    for subset in sorted(set(scored) | set(official), key=subset_key):
+        if subset in scored:
+            result = scored[subset]
             console.print(f"[bold]{_subset_title(subset, result)}[/]")
             table = Table()
             for head in ("metric", "value", "95% interval", "count", "all-selected bounds"):
@@ -122,11 +133,11 @@ def print_v10(console, unified, columns) -> None:
             for row in metric_rows(result.metrics):
                 table.add_row(*row)
             console.print(table)
-        elif subset in unified.not_scored:
-            console.print(f"[bold]{subset}[/]: {unified.not_scored[subset]}")
+        elif subset in not_scored:
+            console.print(f"[bold]{subset}[/]: {not_scored[subset]}")
         if subset in official:
             _print_reference(console, subset, official[subset], evaluator.get(subset))
-    for note in columns.notes:
+    for note in (*notes, *columns.notes):
         console.print(f"[yellow]{note}[/]")
 
 
@@ -148,9 +159,58 @@ def _print_reference(console, subset: str, official, evaluated) -> None:
         console.print(f"  note: {o.note}")
 
 
+def run_of_tree(tree: Path) -> RunPaths | None:
+    """The run whose ``repeat-N/v10/reference`` is ``tree`` (RunPaths, when its run.json exists), else None."""
+    from fdb.layout import RunPaths
+
+    tree = Path(tree).resolve()
+    repeat = tree.parent.parent
+    number = repeat.name.removeprefix("repeat-")
+    if not (number.isdigit() and int(number) >= 1 and repeat.name == f"repeat-{number}"):
+        return None
+    run = RunPaths(repeat.parent)
+    if run.repeat(int(number)).v10_reference != tree or not run.manifest.is_file():
+        return None
+    return run
+
+
+def declared_for(tree: Path, dataset_root: Path | None) -> tuple[dict[str, int] | None, str | None]:
+    """The v1.0 subset sizes for the ``declared`` counts, and a note when they are not known.
+
+    ``dataset_root`` (--dataset-root) is counted like the run path counts its dataset, after
+    checking that it holds every sample of the tree; otherwise a tree inside a run takes the
+    run's own source (``runs.phases.declared_counts``: the dataset root in run.json). Without
+    either, declared is null (n/a): never the selected count."""
+    from fdb.datasets.official import list_ids
+    from runs.phases import declared_counts
+    from scorers.v10_tree import load_tree
+
+    hint = ("pass --dataset-root DIR, the v1.0 dataset the tree was exported from, to count its "
+            "samples")
+    if dataset_root is not None:
+        ids = list_ids(Path(dataset_root), "v1.0")
+        missing = [s.sample_id for s in load_tree(tree).manifest.samples if s.id not in ids.get(s.subset, ())]
+        if missing:
+            from fdb.errors import FdbError
+
+            raise FdbError(f"--dataset-root {dataset_root} does not hold {len(missing)} sample(s) of the tree "
+                           f"(first: {missing[0]})", "pass the v1.0 dataset root the tree was exported from")
+        return {name: len(found) for name, found in ids.items()}, None
+    run = run_of_tree(tree)
+    if run is None:
+        return None, f"declared n/a: {tree} is not a run's repeat-N/v10/reference; {hint}"
+    found = declared_counts(run, "v1.0")
+    if found is None:
+        return None, f"declared n/a: {run.manifest} names no v1.0 dataset root that still exists; {hint}"
+    return found, None
+
+
 def v10(
     tree: Path = typer.Option(..., help="A transcribed v1.0 reference tree (manifest.json, asr.json, "
                               "<subset>/<id>/output.wav, output.json and annotations)."),
+    dataset_root: Path | None = typer.Option(None, help="The v1.0 dataset the tree was exported from: its subset "
+                                             "sizes are the `declared` counts. Default: the run's dataset when "
+                                             "the tree is a run's repeat-N/v10/reference, else declared is n/a."),
     reference_source: Path | None = typer.Option(None, help="A Full-Duplex-Bench checkout at 3e799c4: its file "
                                                  "hashes are verified, its ICC ground truth is used, and its "
                                                  "evaluator is run on the LLM-free subsets (evaluator.json)."),
@@ -172,14 +232,18 @@ def v10(
     count and the bounds over all selected samples, followed by the official-rule reference
     column. With --reference-source the original evaluator's numbers are printed next to it.
     Reference files computed from another manifest.json or asr.json are left out with a line
-    saying which input changed. ASR is not run here (see `score transcribe`)."""
+    saying which input changed. `declared` is the dataset's subset size (--dataset-root, or the
+    run's dataset for a run's tree), n/a when unknown. A sample the unified metrics reject (for
+    example an interruption transcript not cut at R) stops them with its name, after official.json
+    is written with that sample left out and named. ASR is not run here (see `score transcribe`)."""
     from rich.console import Console
 
-    from fdb.errors import FdbError
+    from fdb.errors import FdbError, SampleError
     from scorers.v10_backchannel import BackchannelOptions, load_icc_gt
     from scorers.v10_evaluator import run_evaluator, verify_checkout
     from scorers.v10_official import score_official
     from scorers.v10_reference import load_reference
+    from scorers.v10_tree import load_tree
     from scorers.v10_unified import score_unified
 
     if backchannel_rule not in ("since-2026-02-22", "before-2026-02-22"):
@@ -190,16 +254,26 @@ def v10(
     if reference_source is not None:
         verify_checkout(reference_source)
     gt = load_icc_gt(icc_gt or reference_source) if (icc_gt or reference_source) else None
-    unified = score_unified(tree)
+    declared, declared_note = declared_for(tree, dataset_root)
+    unified, rejected = None, None
+    try:
+        unified = score_unified(tree, declared=declared)
+    except SampleError as exc:  # one sample's bad input: the official rules still run on the others
+        rejected = exc
     if official:
         score_official(tree, icc_gt=gt, options=options)
     if reference_source is not None:
         run_evaluator(tree, reference_source, python=reference_python)
     console = Console(width=None if Console().is_terminal else 150)
-    inputs = unified.inputs
-    print_v10(console, unified, load_reference(tree, inputs.manifest_sha256, inputs.asr_sha256))
-    console.print(f"wrote {tree / 'unified.json'}, {tree / 'unified-samples.jsonl'}"
-                  + (f", {tree / 'official.json'}" if official else ""))
+    inputs = load_tree(tree)
+    print_v10(console, unified, load_reference(tree, inputs.manifest_sha256, inputs.receipt_sha256),
+              notes=(declared_note,) if declared_note and unified is not None else ())
+    written = ([] if unified is None else [tree / "unified.json", tree / "unified-samples.jsonl"]) + (
+        [tree / "official.json"] if official else [])
+    if written:
+        console.print("wrote " + ", ".join(map(str, written)))
+    if rejected is not None:
+        raise FdbError(f"unified metrics not written: {rejected.message}", rejected.hint)
 
 
 def _backend(asr: str, nemo: Path | None, nemo_sha256: str | None, device: str, asr_url: str | None,

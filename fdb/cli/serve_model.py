@@ -16,9 +16,9 @@ def serve_model(
     from fdb.cli import configure_logging
     from fdb.errors import FdbError
     from fdb.layout import RunPaths
+    from fdb.run_manifest import load_manifest
     from fdb.settings import DEFAULT_SERVER_BASE_PORT, load_settings
     from runs.gpus import parse_gpus
-    from runs.manifest import load_manifest
     from serving.launcher import serve
 
     configure_logging(log_level)

@@ -17,13 +17,12 @@ import soundfile as sf
 from fdb.datasets.install import install_official, link_tree
 from fdb.datasets.pinning import read_revision, tree_revision
 from fdb.errors import FdbError
-from tests.conftest import REPO
+from tests.conftest import EXAMPLES, REPO, needs_examples
 
-EXAMPLES = REPO.parent / "shared" / "fdb-reference" / "example_data"
 LAYOUT = {"synthetic_pause_handling": "pause_handling_example", "candor_turn_taking": "smooth_turn_taking_example",
           "synthetic_user_interruption": "user_interruption_example"}
 
-pytestmark = pytest.mark.skipif(not EXAMPLES.is_dir(), reason="reference examples not present")
+pytestmark = needs_examples
 
 
 def _wav(path: Path, seconds: float = 1.0) -> None:

@@ -12,16 +12,15 @@ import soundfile as sf
 
 from fdb.datasets.official import list_ids, load_v10, load_v15, sample_dirs
 from fdb.errors import FdbError, SampleError
+from tests.conftest import EXAMPLES, needs_examples
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-EXAMPLES = SHARED / "fdb-reference" / "example_data"
 LAYOUT = {  # official subset -> reference example folder
     "synthetic_pause_handling": "pause_handling_example",
     "candor_turn_taking": "smooth_turn_taking_example",
     "synthetic_user_interruption": "user_interruption_example",
 }
 
-pytestmark = pytest.mark.skipif(not EXAMPLES.is_dir(), reason="reference examples not present")
+pytestmark = needs_examples
 
 
 def _lay_out(root: Path, subset: str, sample: str, example: str, copy: bool = False) -> Path:

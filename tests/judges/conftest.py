@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.judges.fake_openai import FakeJudge
+from benchmarks.support.fake_openai import FakeJudge
 
 CUSTOM_KEY = "custom-key-7f3a9c1e5b2d4f60"
 OPENAI_KEY = "sk-test-openai-2b8e61d0c4a97f35"

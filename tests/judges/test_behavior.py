@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from benchmarks.support.trees import REFERENCE, Pair, Repeat, judge_config
 from fdb.errors import FdbError
 from fdb.io import read_json
 from judges import JudgeSettings, judge_repeat
@@ -14,8 +15,8 @@ from judges.behavior import behavior_message
 from judges.official import behavior_prompt
 from judges.stats import wilson
 from judges.store import read_jsonl
+from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import CUSTOM_KEY
-from tests.judges.trees import REFERENCE, Pair, Repeat, judge_config
 
 PAIRS = [
     Pair("user_interruption", "1"),
@@ -66,6 +67,7 @@ def _behavior_ledger(repeat, settings):
     return read_jsonl(repeat / f"judge-{settings.name}" / "ledger.jsonl")
 
 
+@needs_behavior_prompt
 def test_every_scripted_reply_gets_its_outcome(judged):
     repeat, settings, summary = judged
     got = {s.sample_id: (s.outcome, s.attempts) for s in summary.behavior.samples}
@@ -79,6 +81,7 @@ def test_every_scripted_reply_gets_its_outcome(judged):
     assert on_disk["schema"] == "fdb-v1.5-behavior-1" and on_disk == read_json(repeat / "judge.json")["behavior"]
 
 
+@needs_behavior_prompt
 def test_shares_are_over_judged_pairs_with_wilson(judged):
     _, _, summary = judged
     ui = summary.behavior.categories["user_interruption"]
@@ -92,6 +95,7 @@ def test_shares_are_over_judged_pairs_with_wilson(judged):
     assert sum(everything.outcomes.values()) == len(PAIRS)
 
 
+@needs_behavior_prompt
 def test_requests_follow_the_official_message_and_the_config(judged):
     repeat, settings, _ = judged
     rows = [r for r in _behavior_ledger(repeat, settings) if r["sample_id"] == "user_interruption/2"]
@@ -106,6 +110,7 @@ def test_requests_follow_the_official_message_and_the_config(judged):
     assert rows[1]["reply"]["model"] == "judge-model"
 
 
+@needs_behavior_prompt
 def test_rerun_skips_finished_and_retry_failed_resends_only_failures(small, fake):
     repeat, settings, first = small
     before = len(_behavior_ledger(repeat, settings))
@@ -126,6 +131,7 @@ def test_changed_transcripts_stop_the_rerun(small):
         judge_repeat(repeat, settings)
 
 
+@needs_behavior_prompt
 def test_concurrency_cap_holds(tmp_path, fake):
     fake.reset(api_key=fake.api_key, delay_s=0.1)
     pairs = [Pair("user_interruption", str(i)) for i in range(1, 9)]

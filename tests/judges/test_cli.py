@@ -7,10 +7,10 @@ import json
 import subprocess
 import sys
 
+from benchmarks.support.trees import REFERENCE, Interrupt, Pair, Repeat, judge_config
 from fdb.io import read_json
-from tests.conftest import REPO
+from tests.conftest import REPO, needs_behavior_prompt
 from tests.judges.conftest import CUSTOM_KEY
-from tests.judges.trees import REFERENCE, Interrupt, Pair, Repeat, judge_config
 
 
 def _fdb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -39,6 +39,7 @@ def test_without_a_judge_it_says_what_to_set(tmp_path):
     assert judged["relevance"]["status"] == "pending" and judged["relevance"]["takeovers"] == 1
 
 
+@needs_behavior_prompt
 def test_a_full_run_prints_a_summary(tmp_path, fake):
     env = {**_work(tmp_path), "CUSTOM_JUDGE_API_KEY": CUSTOM_KEY}
     config = judge_config(tmp_path / "judge")

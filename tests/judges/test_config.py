@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from benchmarks.support.trees import judge_config
 from fdb.errors import FdbError
 from judges.client import model_matches, redact
 from judges.config import (
@@ -16,7 +17,6 @@ from judges.config import (
     load_judge_config,
     resolve_judge,
 )
-from tests.judges.trees import judge_config
 
 
 def test_valid_config_names_the_directory_by_its_hash(tmp_path):

@@ -8,13 +8,14 @@ import textwrap
 
 import pytest
 
+from benchmarks.support.trees import REFERENCE, transcript
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from judges.behavior import behavior_message, parse_behavior
 from judges.official import BEHAVIOR_SHA256, behavior_prompt, evaluation_dir, relevance_source
 from judges.relevance import parse_rating, takeover
 from scorers.v10_official import chunk_times, official_takeover
-from tests.judges.trees import REFERENCE, transcript
+from tests.conftest import needs_behavior_prompt
 
 # A stand-in for the official scorer: the same structure, with test-only wording.
 SCORER = textwrap.dedent('''\
@@ -51,6 +52,7 @@ def fake_checkout(tmp_path, scorer: str = SCORER):
     return tmp_path / "checkout", sha256_file(evaluation / "eval_user_interruption.py")
 
 
+@needs_behavior_prompt
 def test_behavior_prompt_is_read_and_verified(tmp_path):
     prompt = behavior_prompt(REFERENCE)
     assert prompt.sha256 == BEHAVIOR_SHA256 and "behaviour" in prompt.text
@@ -62,6 +64,7 @@ def test_behavior_prompt_is_read_and_verified(tmp_path):
         evaluation_dir(tmp_path / "nothing")
 
 
+@needs_behavior_prompt
 def test_relevance_source_extracts_prompt_and_template(tmp_path):
     checkout, sha = fake_checkout(tmp_path)
     src = relevance_source(checkout, sha)

@@ -4,13 +4,14 @@ official prompt from a checkout or fdb's own rubric, labeled."""
 
 from __future__ import annotations
 
+from benchmarks.support.trees import Interrupt, Pair, Repeat, judge_config
 from fdb.io import read_json
 from judges import JudgeSettings, judge_repeat
 from judges.relevance_rubric import FDB_RELEVANCE_PROMPT
 from judges.store import read_jsonl
+from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import OPENAI_KEY
 from tests.judges.test_official import fake_checkout
-from tests.judges.trees import Interrupt, Pair, Repeat, judge_config
 
 SAMPLES = [Interrupt("1", reply="Fiction is great, try a novel #rating=5"), Interrupt("2", reply="ok"),
            Interrupt("3", reply="I cannot format my rating #unparsable"), Interrupt("4", missing=("output.json",)),
@@ -50,6 +51,7 @@ def test_all_rated_gives_the_mean(tmp_path, fake):
     assert rel.status == "complete" and rel.relevance == 4.0 and rel.retries == 0 and rel.takeovers == 2
 
 
+@needs_behavior_prompt
 def test_official_prompt_and_message_from_a_checkout(tmp_path, fake):
     checkout, sha = fake_checkout(tmp_path)
     repeat = Repeat(tmp_path / "repeat-1", pairs=[Pair("user_interruption", "1")], interrupts=SAMPLES[:1]).write()

@@ -8,10 +8,10 @@ import logging
 import subprocess
 import sys
 
+from benchmarks.support.trees import REFERENCE, Interrupt, Pair, Repeat, judge_config
 from judges import JudgeSettings, judge_repeat
-from tests.conftest import REPO
+from tests.conftest import REPO, needs_behavior_prompt
 from tests.judges.conftest import CUSTOM_KEY, OPENAI_KEY
-from tests.judges.trees import REFERENCE, Interrupt, Pair, Repeat, judge_config
 
 WRONG_KEY = "sk-wrong-5d1c0e9a7b3f2468aa"
 PAIRS = [Pair("user_interruption", "1"), Pair("user_interruption", "2", reply="x #malformed"),
@@ -26,6 +26,7 @@ def _scan(root, texts: list[str]) -> list[str]:
     return found + [f"log: {k}" for t in texts for k in keys if k in t]
 
 
+@needs_behavior_prompt
 def test_no_key_value_is_written_anywhere(tmp_path, fake, monkeypatch, capsys, caplog):
     caplog.set_level(logging.DEBUG)
     work = tmp_path / "work"

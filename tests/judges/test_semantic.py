@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from benchmarks.support.trees import REFERENCE, Pair, Repeat, judge_config, transcript
 from fdb.io import read_json
 from judges import JudgeSettings, judge_repeat
 from judges.semantic.gate import CONTROL_FAILED, load_controls
 from judges.semantic.grading import PairView, joint, parse_verdict, payload, quote_found
 from judges.store import read_jsonl
+from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import OPENAI_KEY
-from tests.judges.trees import REFERENCE, Pair, Repeat, judge_config, transcript
 
 PAIRS = [Pair("user_interruption", "1"), Pair("user_interruption", "2", reply="Poems are lovely #badquote"),
          Pair("user_backchannel", "1"), Pair("user_backchannel", "2", missing=("input.json",)),
@@ -78,6 +79,7 @@ def test_grades_are_kept_when_every_control_matches(tmp_path, fake):
     assert read_json(folder / "summary.json")["schema"] == "fdb-v1.5-semantic-1"
 
 
+@needs_behavior_prompt
 def test_a_control_mismatch_discards_the_batch_and_stops(tmp_path, fake):
     fake.reset(api_key=fake.api_key, control_mismatch=True)
     repeat = Repeat(tmp_path / "repeat-1", pairs=PAIRS).write()
@@ -97,6 +99,7 @@ def test_a_control_mismatch_discards_the_batch_and_stops(tmp_path, fake):
     assert again.semantic.status == "complete" and again.semantic.all["joint"].accepted == 2
 
 
+@needs_behavior_prompt
 def test_an_openai_judge_runs_no_semantic_grading(tmp_path, fake):
     fake.reset(api_key=OPENAI_KEY)
     repeat = Repeat(tmp_path / "repeat-1", pairs=PAIRS[:1]).write()

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 
+from benchmarks.support.fake_openai import FakeJudge
+from benchmarks.support.trees import REFERENCE, Pair, Repeat
 from judges import JudgeSettings, judge_repeat
-from tests.judges.fake_openai import FakeJudge
-from tests.judges.trees import REFERENCE, Pair, Repeat
+from tests.conftest import needs_behavior_prompt
 
 CATEGORIES = ("user_interruption", "user_backchannel", "talking_to_other", "background_speech")
 
 
+@needs_behavior_prompt
 def test_48_pairs_at_concurrency_16_take_seconds(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "placeholder-key-for-the-fake")
     repeat = Repeat(tmp_path / "repeat-1", pairs=[Pair(CATEGORIES[i % 4], str(i // 4 + 1)) for i in range(48)]).write()

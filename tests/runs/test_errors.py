@@ -9,7 +9,7 @@ from rich.console import Console
 
 from fdb.errors import FdbError
 from fdb.layout import RunPaths
-from runs.manifest import DatasetUse, RunManifest, ServerUse, check_compatible
+from fdb.run_manifest import DatasetUse, RunManifest, ServerUse, check_compatible
 from runs.server import ManagedServer
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from fdb.errors import FdbError
 from fdb.layout import RunPaths, check_run_name
-from runs.manifest import DatasetUse, RunManifest, ServerUse, check_compatible
+from fdb.run_manifest import DatasetUse, RunManifest, ServerUse, check_compatible
 from runs.options import parse_turn_detection
 from runs.server import ManagedServer, port_is_served
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scorers.treebuild import REFERENCE
+from benchmarks.support.treebuild import REFERENCE
+from tests.conftest import skip_without_shared
 
 
 @pytest.fixture(scope="session")
 def reference():
-    if not REFERENCE.exists():
-        pytest.skip(f"reference data not found at {REFERENCE}")
-    return REFERENCE
+    return skip_without_shared(REFERENCE, "the three Full-Duplex-Bench v1.0 example samples (example_data/)")
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from benchmarks.support.treebuild import V10Tree, turn_json
 from fdb.audio import read_wav
 from fdb.errors import FdbError, MissingExtraError
 from fdb.io import read_json, sha256_file
@@ -29,7 +30,6 @@ from fdb.models.asr_parakeet import (
     words_from_hypotheses,
 )
 from scorers.asr_phase import run_v10_asr
-from tests.scorers.treebuild import V10Tree, turn_json
 
 SECRET = "sk-test-not-a-real-key-7f3a"
 KEY_ENV = "FDB_TEST_ASR_KEY"

@@ -7,11 +7,11 @@ import shutil
 
 import numpy as np
 
+from benchmarks.support.treebuild import FixedSegments, V10Tree, turn_json
 from fdb.io import read_json, sha256_file
 from fdb.models.asr import Transcript, Word
 from scorers.asr_phase import official_transcript, run_v10_asr
 from scorers.v10_unified import score_unified
-from tests.scorers.treebuild import FixedSegments, V10Tree, turn_json
 
 
 class Counting:

@@ -38,7 +38,7 @@ def test_score_v10_prints_metrics_and_reference(tmp_path, reference, capsys):
     def row(metric):
         return next(line for line in lines if line.startswith(f"│ {metric} "))
 
-    assert "candor_turn_taking (turn_taking): declared 2, selected 2, eligible 1" in out
+    assert "candor_turn_taking (turn_taking): declared n/a, selected 2, eligible 1" in out  # no dataset known
     assert "1.350" in row("response_latency_s median") and "1/1 observed" in row("response_latency_s median")
     assert "[0.000, 0.500]" in row("early_start_rate") and "0/1" in row("early_start_rate")
     assert "exercised 0" in out and "n/a" in row("speaking_at_end_rate") and "[0.000, 1.000]" in row("restart_rate")

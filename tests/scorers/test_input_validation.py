@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
+from benchmarks.support.treebuild import FixedSegments, V10Tree, turn_json
 from fdb.errors import SampleError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
 from scorers.v10_official import _boundary, chunk_times, score_official
 from scorers.v10_unified import score_unified
-from tests.scorers.treebuild import FixedSegments, V10Tree, turn_json
 
 SUBSET, SID = "candor_turn_taking", "candor_turn_taking/3"
 # the case: E = 1.0; the file lists the word at 3.048 s first, the earliest (1.648 s) second

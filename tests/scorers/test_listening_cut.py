@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from benchmarks.support.listening_build import OUT_RATE, write_session
 from fdb.io import read_json
 from scorers.listening import score_listening
 from scorers.listening_cut import cut_replies, read_events
 from scorers.listening_text import align
-from tests.scorers.listening_build import OUT_RATE, write_session
 
 
 def tone(seconds: float, freq: float = 220.0) -> np.ndarray:

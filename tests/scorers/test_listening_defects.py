@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scorers.listening_build import OUT_RATE, add_clicks, cut_middle, pitch_up, write_session
+from benchmarks.support.listening_build import (
+    OUT_RATE,
+    add_clicks,
+    cut_middle,
+    pitch_up,
+    write_session,
+)
 
 pytest.importorskip("piper")
 pytest.importorskip("speechmos")

@@ -11,12 +11,12 @@ import shutil
 import numpy as np
 import pytest
 
+from benchmarks.support.treebuild import FixedSegments, V10Tree, bursts
 from fdb.audio import Audio, read_wav, wav_bytes
 from fdb.errors import FdbError, SampleError
 from fdb.io import atomic_write_bytes, read_json
 from scorers import v10_backchannel as bc
 from scorers.v10_official import score_official
-from tests.scorers.treebuild import FixedSegments, V10Tree, bursts
 
 GT = bc.ICC_GT_NAME
 SINCE, BEFORE = bc.BackchannelOptions(), bc.BackchannelOptions(rule="before-2026-02-22")

@@ -6,12 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fdb.audio import wav_bytes
-from fdb.errors import FdbError, SampleError
-from fdb.io import atomic_write_bytes, atomic_write_json, read_json
-from scorers.v10_official import score_official
-from scorers.v10_unified import score_unified
-from tests.scorers.treebuild import (
+from benchmarks.support.treebuild import (
     FixedSegments,
     V10Tree,
     interrupt_json,
@@ -19,6 +14,11 @@ from tests.scorers.treebuild import (
     transcript,
     turn_json,
 )
+from fdb.audio import wav_bytes
+from fdb.errors import FdbError, SampleError
+from fdb.io import atomic_write_bytes, atomic_write_json, read_json
+from scorers.v10_official import score_official
+from scorers.v10_unified import score_unified
 
 
 def one(root, subset, annotation, words, T=5.0):

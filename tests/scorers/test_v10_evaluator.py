@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from benchmarks.support.treebuild import V10Tree, interrupt_json, pause_json, turn_json
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, read_json, sha256_file
 from scorers.v10_evaluator import (
@@ -19,7 +20,6 @@ from scorers.v10_evaluator import (
     verify_checkout,
 )
 from scorers.v10_reference import load_reference
-from tests.scorers.treebuild import V10Tree, interrupt_json, pause_json, turn_json
 
 FAKE_EVALUATE = textwrap.dedent('''
     import argparse, os

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.support.treebuild import transcript
 from fdb.errors import SampleError
 from fdb.records import ExportSample
 from scorers.times import to_us
 from scorers.v10_inputs import InterruptSample, check_words_after, parse_segments, parse_words
 from scorers.v10_records import NOT_REACHED
 from scorers.v10_unified import UNIFIED_VAD_SETTINGS, score_subset
-from tests.scorers.treebuild import transcript
 
 SUBSET = "synthetic_user_interruption"
 T, S, R = 20.0, 10.0, 12.0

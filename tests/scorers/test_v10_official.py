@@ -84,7 +84,7 @@ def test_score_official_on_reference_tree(tmp_path, reference, silero):
 def test_no_eligible_backchannel_sample_scores_the_other_subsets(tmp_path):
     """Issue #25, defect 1: with no eligible icc_backchannel sample, no VAD is loaded and none is
     needed; official scoring of the other subsets goes on and the empty subset says so."""
-    from tests.scorers.treebuild import V10Tree, turn_json
+    from benchmarks.support.treebuild import V10Tree, turn_json
 
     tree = V10Tree(tmp_path / "reference")
     tree.add("candor_turn_taking", "1", 6.0, annotation=turn_json(2.0), words=[(3.0, 3.4), (3.5, 4.2)])

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.support.treebuild import pause_json, transcript
 from fdb.errors import SampleError
 from fdb.records import ExportSample
 from scorers.times import to_us
 from scorers.v10_inputs import PauseSample, parse_pauses, parse_words
 from scorers.v10_unified import score_subset
-from tests.scorers.treebuild import pause_json, transcript
 
 SUBSET = "synthetic_pause_handling"
 T = 10.0

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from benchmarks.support.treebuild import interrupt_json, pause_json, transcript, turn_json
 from scorers.stats import wilson
 from scorers.times import to_us
 from scorers.v10_backchannel import sample_verdict
@@ -41,7 +42,6 @@ from scorers.v10_interrupt import interrupt_metrics, score_interrupt_sample
 from scorers.v10_official import official_latency, official_takeover
 from scorers.v10_pause import pause_metrics, score_pause_sample
 from scorers.v10_turn import score_turn_sample, turn_metrics
-from tests.scorers.treebuild import interrupt_json, pause_json, transcript, turn_json
 
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "fdb-hypothesis")  # no .hypothesis/ in the repo
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.support.treebuild import transcript, turn_json
 from fdb.errors import SampleError
 from fdb.records import ExportSample
 from scorers.times import to_us
 from scorers.v10_inputs import TurnSample, parse_turn_end, parse_words
 from scorers.v10_records import NOT_REACHED
 from scorers.v10_unified import score_subset
-from tests.scorers.treebuild import transcript, turn_json
 
 SUBSET = "candor_turn_taking"
 T = 10.0

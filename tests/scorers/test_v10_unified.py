@@ -7,11 +7,7 @@ import json
 
 import pytest
 
-from fdb.errors import FdbError, SampleError
-from fdb.io import atomic_write_json, read_json
-from scorers.v10_records import UNIFIED_SCHEMA, UnifiedResult
-from scorers.v10_unified import score_unified
-from tests.scorers.treebuild import (
+from benchmarks.support.treebuild import (
     FixedSegments,
     V10Tree,
     bursts,
@@ -20,6 +16,10 @@ from tests.scorers.treebuild import (
     transcript,
     turn_json,
 )
+from fdb.errors import FdbError, SampleError
+from fdb.io import atomic_write_json, read_json
+from scorers.v10_records import UNIFIED_SCHEMA, UnifiedResult
+from scorers.v10_unified import score_unified
 
 
 def reference_tree(root, reference):

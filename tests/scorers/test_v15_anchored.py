@@ -3,13 +3,13 @@ and the on-disk VAD cache."""
 
 from __future__ import annotations
 
+from benchmarks.support.treebuild import FixedSegments, bursts
 from fdb.io import atomic_write_json
 from fdb.records import ExportManifest
 from scorers.v15_intervals import anchored_response, anchored_stop, event_span, merge_spans
 from scorers.v15_records import ANCHORED_LABEL
 from scorers.v15_timing import _SPAN_CACHE, score_v15_timing
 from tests.scorers.test_v15_timing import write_pair
-from tests.scorers.treebuild import FixedSegments, bursts
 
 
 def test_event_span_largest_intersection_earliest_on_ties():

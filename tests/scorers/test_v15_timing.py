@@ -9,13 +9,13 @@ import shutil
 import numpy as np
 import pytest
 
+from benchmarks.support.treebuild import FixedSegments, bursts
 from fdb.audio import wav_bytes
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
 from fdb.records import ExportManifest, ExportSample
 from scorers.v15_intervals import latencies, merge_spans, response_intervals, stop_intervals
 from scorers.v15_records import TIMING_SCHEMA
 from scorers.v15_timing import cluster_stats, score_v15_timing
-from tests.scorers.treebuild import FixedSegments, bursts
 
 FILES = ("input.wav", "output.wav", "clean_input.wav", "clean_output.wav")
 

@@ -10,7 +10,7 @@ from fdb.audio import read_wav
 from fdb.models import BackendIdentity
 from fdb.models.vad import VadSettings
 from scorers.segmenter import SegmentMemo, prefetch_blocks
-from tests.conftest import REFERENCE
+from tests.conftest import REFERENCE, needs_examples
 
 
 def _reference_arrays() -> list[np.ndarray]:
@@ -28,6 +28,7 @@ def _reference_arrays() -> list[np.ndarray]:
     return arrays + cuts + [np.zeros(300, np.float32), np.zeros(0, np.float32)]
 
 
+@needs_examples
 @pytest.mark.parametrize("settings", [VadSettings(), VadSettings(speech_pad_ms=30, min_silence_duration_ms=300)])
 def test_segments_many_equals_one_file_silero(silero, settings):
     import torch

@@ -14,10 +14,10 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from benchmarks.support.realtime_client import PACKET_BYTES, Client
 from serving.realtime.events import error_event
 from serving.realtime.outbox import Activity, Outbox
 from tests.serving.conftest import launched_server
-from tests.serving.realtime_client import PACKET_BYTES, Client
 
 
 class StuckSocket:

@@ -13,11 +13,11 @@ import httpx
 import numpy as np
 import pytest
 
+from benchmarks.support.realtime_client import PACKET_BYTES, Client
 from fdb.audio import Audio, float_to_pcm16
 from fdb.profiles import NATIVE
 from recorders.session import record_session
 from tests.serving.conftest import launched_server, silence
-from tests.serving.realtime_client import PACKET_BYTES, Client
 
 LAUNCH_YAML = """\
 system: duplex-baseline

@@ -21,9 +21,9 @@ import pytest
 from openai.types.realtime.realtime_server_event import RealtimeServerEvent
 from pydantic import Field, TypeAdapter, ValidationError
 
+from benchmarks.support.realtime_client import Client
 from serving.realtime.events import EXTENSION_EVENTS
 from tests.serving.conftest import _pcm16, silence
-from tests.serving.realtime_client import Client
 
 _MEMBERS = typing.get_args(typing.get_args(RealtimeServerEvent)[0])
 SDK_EVENT = TypeAdapter(Annotated[Union[_MEMBERS], Field(discriminator="type")])  # noqa: UP007

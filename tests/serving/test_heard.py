@@ -9,8 +9,8 @@ import base64
 
 import numpy as np
 
+from benchmarks.support.realtime_client import Client
 from tests.serving.conftest import _pcm16, silence
-from tests.serving.realtime_client import Client
 
 LEAD_MS = 1000  # max_output_lead_ms of the system
 SLACK_MS = 400  # event-loop and socket delays on a loaded 2-core machine

@@ -190,7 +190,7 @@ def test_a_realtime_client_sees_one_transcript_and_one_response_per_turn(server,
     """Against the server (prefetch on by default), at the real-time pace: the tentative
     transcript and the reply started at the pause stay inside the server; the client gets the
     events of one turn in their usual order, each once."""
-    from tests.serving.realtime_client import Client
+    from benchmarks.support.realtime_client import Client
 
     async def scenario() -> Client:
         client = await Client.connect(server.ws_url)

@@ -8,8 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
+from benchmarks.support.realtime_client import Client
 from tests.serving.conftest import _pcm16, silence
-from tests.serving.realtime_client import Client
 
 
 @pytest.fixture(scope="module")

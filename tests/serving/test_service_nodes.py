@@ -22,6 +22,7 @@ import pytest
 import websockets
 from yaml import safe_dump as yaml_dump
 
+from benchmarks.support.realtime_client import Client
 from fdb.errors import FdbError
 from serving.launcher import serve
 from serving.models import probe_nodes
@@ -31,7 +32,6 @@ from serving.spoken_numbers import spoken_numbers
 from serving.systems import apply_overrides, get_system
 from tests.conftest import REPO, free_port, launched_server
 from tests.serving.openai_services import start_in_thread
-from tests.serving.realtime_client import Client
 
 SECRET = "sk-node-test-not-a-real-key-91c2"
 KEY_ENV = "FDB_TEST_NODE_KEY"

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.serving.realtime_client import Client
+from benchmarks.support.realtime_client import Client
 
 PACKET = base64.b64encode(bytes(2560)).decode("ascii")  # 80 ms of silence
 

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
+from benchmarks.support.realtime_client import Client
 from tests.serving.conftest import _pcm16, silence
-from tests.serving.realtime_client import Client
 
 LEAD_MS = 1000  # max_output_lead_ms of the system
 SLACK_MS = 200  # scheduling slack of a loaded 2-core machine

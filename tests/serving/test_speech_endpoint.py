@@ -18,10 +18,10 @@ import pytest
 import soundfile as sf
 from fastapi.testclient import TestClient
 
+from benchmarks.support.realtime_client import Client
 from serving.app import create_app
 from serving.systems import SpeechService, SystemConfig
 from tests.serving.conftest import LAUNCH_YAML, _pcm16, launched_server, silence
-from tests.serving.realtime_client import Client
 
 TEXT = "Hello there. This is the second sentence."
 DELAY_S = 0.6  # reply_delay_ms of the delayed server

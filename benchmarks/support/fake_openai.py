@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,7 +32,12 @@ from fastapi.responses import JSONResponse
 
 from judges.semantic.gate import load_controls
 from judges.semantic.rubric import SEMANTIC_PROMPT
-from tests.conftest import free_port
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @dataclass
