@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import socket
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,10 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("uvicorn.error").addFilter(_ClientUtf8Noise())
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int = 8097,
           config: Path | None = None, next_free_port: bool = False, log_level: str = "info",
           overrides: Sequence[tuple[str, Any]] = ()) -> None:
@@ -139,6 +145,12 @@ def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int =
     from serving.watchdog import watch_parent
 
     watch_parent(orphaned)
+    if services.started and threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on SIGTERM and then raises the signal again with the
+        # handler found before it ran; with the default one the process died there, before the
+        # finally below, and the services it started kept running (and their ports). This
+        # handler turns that last SIGTERM into the same KeyboardInterrupt as Ctrl-C.
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown

@@ -10,7 +10,9 @@ answer in time with ``service '<name>' did not answer on :<port> within 600 s``.
 
 While the server runs, a started service that exits stops the server (``service '<name>' exited
 with code <n>``). Stopping sends SIGTERM to every started service's process group and SIGKILL to
-any still running 15 s later.
+any still running 15 s later. The server stops its services on SIGTERM as on Ctrl-C
+(``serving.launcher``), and a server killed with -9 takes them along: each started service gets
+SIGTERM from the kernel when the server process dies (Linux's parent-death signal).
 """
 
 from __future__ import annotations
@@ -90,8 +92,10 @@ class Services:
             log.info("service '%s' already serving on :%d", entry.name, entry.port)
             return
         log.info("starting service '%s' on :%d", entry.name, entry.port)
+        main = threading.current_thread() is threading.main_thread()
         try:
-            process = subprocess.Popen(entry.command, env={**os.environ, **entry.env}, start_new_session=True)
+            process = subprocess.Popen(entry.command, env={**os.environ, **entry.env}, start_new_session=True,
+                                       preexec_fn=_die_with(os.getpid()) if main else None)
         except OSError as exc:
             raise FdbError(f"service '{entry.name}' could not start: {exc.strerror}: {entry.command[0]}",
                            "fix the service's command in the launch file") from exc
@@ -144,6 +148,32 @@ class Services:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """For the service's child, before exec: SIGTERM it when the server process dies, however it
+    dies (kill -9 included; then no ``stop`` can run). Linux only (prctl); elsewhere None. The
+    signal follows the thread that started the child, so it is set only when the main thread
+    starts the services (the server's own start-up), which lives as long as the process."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the server died before the signal was armed
+            os._exit(1)
+
+    return arm
 
 
 def _signal(process: subprocess.Popen, sig: signal.Signals) -> None:

@@ -280,6 +280,45 @@ def test_a_service_exiting_while_serving_stops_the_server(tmp_path, fake):
     assert "service 'flaky' exited with code 6" in run.stderr
 
 
+def _healthy(base_url: str) -> bool:
+    try:
+        return httpx.get(f"{base_url}/health", timeout=0.5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_stopped_or_killed_server_takes_its_services_along(tmp_path, sig):
+    """#23/#25: `fdb serve --config` with services: on SIGTERM uvicorn raised the signal again
+    before the `finally` that stops them, and after kill -9 nothing could; either way the service
+    kept running and held its port. Now SIGTERM stops them as Ctrl-C does, and the services of a
+    server killed with -9 get SIGTERM from the kernel (the parent-death signal)."""
+    port = free_port()
+    config = tmp_path / "launch.yaml"
+    config.write_text(yaml_dump({"services": [_entry("voice-stack", port).model_dump()],
+                                 **_nodes(f"http://127.0.0.1:{port}/v1")}), encoding="utf-8")
+    server_port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fdb", "serve", "--config", str(config), "--port", str(server_port)],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (answers(port, timeout_s=0.5) and _healthy(f"http://127.0.0.1:{server_port}")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the server or its service never came up"
+            time.sleep(0.2)
+        os.kill(proc.pid, sig)  # the server's pid only: its services run in process groups of their own
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 20
+        while answers(port, timeout_s=0.5) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not answers(port, timeout_s=0.5), "the service outlived the server that started it"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-9", "-f", f"openai_services --port {port}"], check=False)  # only if it failed
+
+
 # ------------------------------------------------------------------------------ end to end
 
 
