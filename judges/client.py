@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fdb.errors import MissingExtraError
+from fdb.io import redact_values
 from judges.config import CUSTOM_KEY_ENV, OPENAI_KEY_ENV, JudgeSettings
 
 SDK_FIELDS = ("model", "messages", "seed", "temperature", "top_p", "max_tokens")
-REDACTED = "<redacted>"
-_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{6,})")
 _DATED = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 
@@ -36,9 +35,7 @@ def secret_values() -> list[str]:
 
 def redact(text: str, secrets: list[str] | None = None, keylike: bool = False) -> str:
     """Remove every known key value; ``keylike`` also masks ``sk-...`` tokens (error texts)."""
-    for value in secrets if secrets is not None else secret_values():
-        text = text.replace(value, REDACTED)
-    return _KEYLIKE.sub(REDACTED, text) if keylike else text
+    return redact_values(text, secrets if secrets is not None else secret_values(), keylike)
 
 
 def model_matches(requested: str, returned: str | None) -> bool:

@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fdb.errors import FdbError
+from fdb.io import redact_values
 from fdb.models import BackendIdentity
 from serving.spoken_numbers import spoken_numbers
 
@@ -133,7 +134,7 @@ def _failure(role: str, node: _Node, message: str) -> FdbError:
 def redact(text: str, node: _Node) -> str:
     """``text`` without the node's key (a service may echo it: "Incorrect API key provided")."""
     key = os.environ.get(node.api_key_env) or ""
-    return text.replace(key, "<redacted>") if len(key) >= 4 else text
+    return redact_values(text, [key], keylike=False) if len(key) >= 4 else text
 
 
 def _answer_text(reply: Any, node: _Node) -> str:
