@@ -232,18 +232,19 @@ def validation_summary(exc: ValidationError, limit: int = 200) -> str:
     """One line for a pydantic error: the first field and its problem, and how many more."""
     errors = exc.errors(include_url=False)
     if not errors:
-        return _one_line(str(exc), limit)
+        return one_line(str(exc), limit)
     first = errors[0]
     field = ".".join(str(part) for part in first.get("loc", ())) or "the top level"
     text = f"{field}: {first.get('msg', 'invalid')}"
     if first.get("type") not in ("missing", "extra_forbidden") and "input" in first:
-        text += f" (got {_one_line(repr(first['input']), 60)})"
+        text += f" (got {one_line(repr(first['input']), 60)})"
     if len(errors) > 1:
         text += f"; and {len(errors) - 1} more problem(s)"
-    return _one_line(text, limit)
+    return one_line(text, limit)
 
 
-def _one_line(text: str, limit: int) -> str:
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs folded), cut to ``limit`` characters with an ellipsis."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -255,7 +256,7 @@ def load_record(path: str | os.PathLike, model: type[BaseModel], what: str, hint
     try:
         raw = read_json(path)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FdbError(f"{path} is not a valid {what}: not JSON ({_one_line(str(exc), 120)})", hint) from exc
+        raise FdbError(f"{path} is not a valid {what}: not JSON ({one_line(str(exc), 120)})", hint) from exc
     except IsADirectoryError as exc:
         raise FdbError(f"{path} is a directory, not a {what}", hint) from exc
     except OSError as exc:
@@ -282,11 +283,11 @@ def describe_failure(exc: BaseException) -> tuple[str, str | None]:
     from fdb.settings import work_dir
 
     if isinstance(exc, FdbError):
-        return _one_line(exc.message, 1000), exc.hint
+        return one_line(exc.message, 1000), exc.hint
     if isinstance(exc, ValidationError):
         return f"invalid {exc.title}: {validation_summary(exc)}", None
     if isinstance(exc, JsonFileError):
-        return (f"{exc.path} is not valid JSON ({_one_line(str(exc), 120)})",
+        return (f"{exc.path} is not valid JSON ({one_line(str(exc), 120)})",
                 "the file is damaged (cut short?): restore it, or rerun the step that writes it")
     if isinstance(exc, OSError) and exc.filename is not None:
         path = Path(os.fsdecode(exc.filename))
@@ -295,7 +296,7 @@ def describe_failure(exc: BaseException) -> tuple[str, str | None]:
     if isinstance(exc, OSError) and exc.errno is not None:
         message, hint = os_error_text(work_dir(), exc)
         return f"{type(exc).__name__}: {message}", hint
-    return f"{type(exc).__name__}: {_one_line(redact_secrets(str(exc)), 300) or '(no message)'}", None
+    return f"{type(exc).__name__}: {one_line(redact_secrets(str(exc)), 300) or '(no message)'}", None
 
 
 def secret_values() -> list[str]:

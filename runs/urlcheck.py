@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import picows
 
 from fdb.errors import FdbError
+from fdb.io import one_line
 from fdb.profiles import get_profile
 from recorders.eventloop import CLOCK
 from recorders.eventloop import run as run_loop
@@ -124,7 +125,7 @@ async def _upgrade(url: str, profile: str, shown: str, on_message) -> WsClient:
             raise FdbError(f"--url {shown}: no answer to the WebSocket upgrade within {HANDSHAKE_TIMEOUT_S:g} s",
                            "check that --url names a realtime WebSocket endpoint, not another service") from exc
         except (OSError, picows.WSError, ValueError) as exc:
-            raise FdbError(f"--url {shown}: the WebSocket upgrade failed ({_one_line(str(exc) or repr(exc))})",
+            raise FdbError(f"--url {shown}: the WebSocket upgrade failed ({one_line(str(exc) or repr(exc), 200)})",
                            "check that --url names a realtime WebSocket endpoint (and wss:// only for TLS)") from exc
     raise AssertionError("unreachable")
 
@@ -152,20 +153,20 @@ async def _session_created(client: WsClient, received: list, arrived: asyncio.Ev
         while received:
             event, problem, _ = parse_server_message(received.pop(0))
             if event is None:
-                raise FdbError(f"--url {shown}: the server sent {_one_line(problem)} instead of session.created",
+                raise FdbError(f"--url {shown}: the server sent {one_line(problem, 200)} instead of session.created",
                                PROFILE_HINT)
             if event["type"] == "session.created":
                 return
             if event["type"] == "error":
                 error = event.get("error") if isinstance(event.get("error"), dict) else {}
                 raise FdbError(f"--url {shown}: the server answered the new session with error "
-                               f"{error.get('code')}: {_one_line(str(error.get('message')))}",
+                               f"{error.get('code')}: {one_line(str(error.get('message')), 200)}",
                                "fix what the server names (often --model), then generate again")
         if client.closed.done():
             code = client.close_code
             reason = client.close_reason or CLOSE_CODES.get(code or 0, "")
             raise FdbError(f"--url {shown}: the server closed the WebSocket (code {code}"
-                           f"{', ' + _one_line(reason) if reason else ''}) before session.created", PROFILE_HINT)
+                           f"{', ' + one_line(reason, 200) if reason else ''}) before session.created", PROFILE_HINT)
         left = deadline - CLOCK()
         if left <= 0:
             raise FdbError(f"--url {shown}: the WebSocket opened but no session.created came within {timeout_s:g} s",
@@ -176,6 +177,3 @@ async def _session_created(client: WsClient, received: list, arrived: asyncio.Ev
         waiter.cancel()
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

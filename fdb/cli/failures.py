@@ -12,7 +12,7 @@ import sys
 import click
 
 from fdb.errors import FdbError
-from fdb.io import append_debug_log, describe_failure, format_traceback, redact_secrets
+from fdb.io import append_debug_log, describe_failure, format_traceback, one_line, redact_secrets
 
 EXIT_ERROR = 2  # the exit code of every failed command (bad input or an unexpected failure)
 
@@ -79,6 +79,3 @@ def unexpected_line(exc: BaseException, argv: list[str], debug: bool) -> str:
     return f"ERROR: {text} ({hint + '; ' if hint else ''}{where})"
 
 
-def one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
