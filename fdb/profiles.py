@@ -61,6 +61,9 @@ class Profile(BaseModel):
     required_grant: tuple[tuple[str, Any], ...] = ()  # session.updated session.sglang.granted
     extra_headers: tuple[tuple[str, str], ...] = ()
     declares_formats: bool = False  # session.update names the audio formats (OpenAI profiles)
+    # session.update carries ``"sglang": {}``: it asks a GA server for the session protocol's
+    # extension events (receipts, units, progress) and its 16 kHz input
+    requests_extensions: bool = False
     interrupt_default: bool = True  # interrupt_response when the request leaves it out
     native_rules: bool = False  # the oracle's native rules: output ends at the drain, empty EOS unit
 
@@ -167,6 +170,7 @@ TURN_BASED = Profile(
     ),
     completed_reasons=("stop", "empty_turn"),
     cancelled_reasons=("interrupted",),
+    requests_extensions=True,
 )
 
 NATIVE = Profile(

@@ -52,6 +52,8 @@ def session_update_body(
         audio["output"] = {"format": {"type": "audio/pcm", "rate": profile.output_rate}}
     if audio:
         body["audio"] = audio
+    if profile.requests_extensions:
+        body["sglang"] = {}
     return body
 
 

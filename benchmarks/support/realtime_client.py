@@ -84,10 +84,14 @@ class Client:
         await asyncio.wait_for(asyncio.shield(self._reader), timeout)
         return self.ws.close_code, self.ws.close_reason
 
-    async def open_session(self, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def open_session(self, session: dict[str, Any] | None = None, extensions: bool = True) -> dict[str, Any]:
+        """session.created, then a session.update (``session``; with ``extensions`` it carries
+        ``"sglang": {}``, asking for fdb's session protocol: receipts, units, 16 kHz input)."""
         await self.until("session.created", 5)
-        await self.send("session.update", session=session or {
-            "type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
+        body = dict(session or {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
+        if extensions:
+            body.setdefault("sglang", {})
+        await self.send("session.update", session=body)
         return (await self.until("session.updated", 5)).event
 
     async def send_audio(self, pcm: bytes, first_seq: int = 0, interval_s: float = 0.08) -> int:

@@ -52,6 +52,9 @@ class NativeSession(RealtimeSession):
             "context_exhausted", f"the session reached its context of {limit / 1000:g} s of input; "
             "open a new session", kind="server_error", fatal=True))
 
+    def _created_body(self) -> dict:
+        return native_session_object(self.id, self._system, None)
+
     async def _on_update(self, event: p.SessionUpdate) -> None:
         new = apply_native_update(self.config, event.session, self._system, event.event_id, self.opened)
         self.config, self.opened = new, True

@@ -15,7 +15,13 @@
   speech that started after the utterance ended and has not stopped when the reply begins).
 - Each close is reported as ``reply.heard`` (``final``: True; ``report``: the client hears of it,
   as after an interruption or a truncate), and so is every client ``truncate`` (``final``: False).
-- ``configure`` sets the instructions (the system prompt) and the output modalities.
+- ``configure`` sets the instructions (the system prompt), the output modalities,
+  ``interrupt_response`` (false: speech during a reply does not interrupt it) and
+  ``create_response`` (false: a final transcript joins the conversation as a user item and
+  waits, as the client's ``item`` texts do, for a ``respond``).
+- ``respond`` (the client's response.create) answers the items waiting, as one user turn, once
+  the first ``after`` final transcripts of the session have arrived (the utterances the client
+  committed before it); with nothing waiting the turn is ``turn.empty``.
 - A tentative transcript (``is_final`` False: the recognizer's prefetch at a pause) sends
   ``reply.prefetch`` with the messages the final one would send if no reply is open or waiting,
   so the reply model may start ahead; ``speech.resumed`` and ``speech.started`` withdraw it
@@ -47,6 +53,11 @@ class DialogNode(Node):
         self._languages: dict[int, str] = {}  # per queued turn: the language its transcript reported
         self._language: str | None = None  # the language last heard in an answered turn
         self._prefetched = False  # a reply.prefetch was sent and not withdrawn or answered
+        self._interrupt_response = True
+        self._create_response = True
+        self._items: list[str] = []  # user texts waiting for a respond (create_response false)
+        self._finals = 0  # final transcripts so far
+        self._respond_after: int | None = None  # a respond waiting for this many final transcripts
 
     @property
     def history(self) -> list[dict[str, str]]:
@@ -60,9 +71,10 @@ class DialogNode(Node):
         elif chunk.control == "speech.resumed":
             await self._withdraw(emit)
         elif chunk.control == "speech.started":
-            self._speaking = True
+            self._speaking = self._interrupt_response
             await self._withdraw(emit)
-            await self._interrupt_all(chunk.t_ms, emit)
+            if self._interrupt_response:
+                await self._interrupt_all(chunk.t_ms, emit)
         elif chunk.control == "speech.stopped":
             self._speaking = False
         elif chunk.control == "interrupt" and chunk.turn is None and self._open is not None:
@@ -72,6 +84,13 @@ class DialogNode(Node):
             self._instructions = data.get("instructions", self._instructions)
             if "output_modalities" in data:
                 self._audio = "audio" in data["output_modalities"]
+            self._interrupt_response = data.get("interrupt_response", self._interrupt_response)
+            self._create_response = data.get("create_response", self._create_response)
+        elif chunk.control == "item":
+            self._items.append(chunk.payload.data["text"][:self._options.max_text_chars])
+        elif chunk.control == "respond":
+            self._respond_after = chunk.payload.data.get("after", 0)
+            await self._respond_when_heard(emit)
         elif chunk.control == "truncate" and chunk.turn in self._records:
             await self._truncate(chunk, emit)
 
@@ -98,8 +117,24 @@ class DialogNode(Node):
 
     # --- turns -------------------------------------------------------------------------------
 
+    async def _respond_when_heard(self, emit: Emit) -> None:
+        """The waiting respond, once the transcripts it waits for have arrived."""
+        if self._respond_after is None or self._finals < self._respond_after:
+            return
+        self._respond_after = None
+        text, self._items = " ".join(t for t in self._items if t), []
+        self._turn += 1
+        await emit(control("turn.queued", turn=self._turn, t_ms=None))
+        self._waiting.append((self._turn, text))
+        await self._next(emit)
+
     async def _utterance(self, chunk: Chunk, emit: Emit) -> None:
         self._prefetched = False  # the reply model keeps a prefetch only for the same messages
+        self._finals += 1
+        if not self._create_response:
+            self._items.append(chunk.payload.text[:self._options.max_text_chars])
+            await self._respond_when_heard(emit)
+            return
         self._turn += 1
         turn = self._turn
         await emit(control("turn.queued", turn=turn, t_ms=chunk.t_ms))
@@ -154,7 +189,7 @@ class DialogNode(Node):
     async def _prefetch(self, chunk: Chunk, emit: Emit) -> None:
         """The messages a final transcript with this text would send now (as :meth:`_start`
         builds them), when it would start a reply at once."""
-        if not self.idle():
+        if not self.idle() or not self._create_response:
             return
         text = chunk.payload.text[:self._options.max_text_chars]
         if not text:

@@ -249,8 +249,8 @@ class Timeline:
 class WhisperNode(Node):
     """``whisper_transcription``: one final transcript per utterance: speech.started ->
     speech.stopped + pad_ms; a commit ends an open utterance, and without turn detection
-    (``configure`` with turn_detection null) it takes all the audio since the last utterance,
-    as does the end of input. The transcript's t_ms is the utterance's end (pad included).
+    (``configure`` with turn_detection null) it takes all the audio since the last utterance (or
+    the last ``clear``), as does the end of input. The transcript's t_ms is the utterance's end (pad included).
 
     Transcription runs beside the audio intake, one utterance after another in order: a slow
     transcription (a loaded host, a long turn) never stops the node taking the input, which
@@ -300,6 +300,8 @@ class WhisperNode(Node):
             await self._utterance(end, end + self._options.pad_ms * PCM16_RATE // 1000, emit)
         elif chunk.control == "commit":
             await self._rest(emit)
+        elif chunk.control == "clear" and not self._detecting:  # input_audio_buffer.clear
+            self._last_end, self._start = self._timeline.end, None
         elif chunk.control == "configure" and "turn_detection" in chunk.payload.data:
             self._detecting = chunk.payload.data["turn_detection"] is not None
 

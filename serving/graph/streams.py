@@ -30,7 +30,7 @@ FORMATS: dict[str, str] = {
 }
 
 # Control types sent into a session by the client, and those a session emits.
-CONTROLS_IN = ("commit", "configure", "truncate", "interrupt")
+CONTROLS_IN = ("commit", "configure", "truncate", "interrupt", "clear", "item", "respond")
 CONTROLS_OUT = ("speech.started", "speech.stopped", "speech.pausing", "speech.resumed", "reply.prefetch",
                 "turn.queued", "turn.started", "turn.done",
                 "turn.empty", "turn.interrupted", "reply.heard", "reply.progress", "reply.delivered",

@@ -143,11 +143,76 @@ class ItemTruncated(ServerEvent):
     audio_end_ms: int
 
 
+class InputAudioCleared(ServerEvent):
+    type: Literal["input_audio_buffer.cleared"] = "input_audio_buffer.cleared"
+
+
+class OutputAudioCleared(ServerEvent):
+    type: Literal["output_audio_buffer.cleared"] = "output_audio_buffer.cleared"
+    response_id: str | None = None
+
+
+# --- the conversation's items (GA: added, then done once complete) --------------------------
+
+class ItemAdded(ServerEvent):
+    type: Literal["conversation.item.added"] = "conversation.item.added"
+    previous_item_id: str | None = None
+    item: dict[str, Any]
+
+
+class ItemDone(ServerEvent):
+    type: Literal["conversation.item.done"] = "conversation.item.done"
+    previous_item_id: str | None = None
+    item: dict[str, Any]
+
+
+class OutputItemAdded(ServerEvent):
+    type: Literal["response.output_item.added"] = "response.output_item.added"
+    response_id: str
+    output_index: int = 0
+    item: dict[str, Any]
+
+
+class OutputItemDone(ServerEvent):
+    type: Literal["response.output_item.done"] = "response.output_item.done"
+    response_id: str
+    output_index: int = 0
+    item: dict[str, Any]
+
+
+class ContentPart(BaseModel):
+    type: Literal["audio", "text"]
+    transcript: str | None = None
+    text: str | None = None
+
+
+class ContentPartAdded(ServerEvent):
+    type: Literal["response.content_part.added"] = "response.content_part.added"
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    part: ContentPart
+
+
+class ContentPartDone(ServerEvent):
+    type: Literal["response.content_part.done"] = "response.content_part.done"
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    part: ContentPart
+
+
 # --- responses ---------------------------------------------------------------------------
 
 class StatusDetails(BaseModel):
+    """``reason`` is the server's own: ``stop`` / ``empty_turn`` (completed), ``turn_detected``
+    (speech during the reply) or ``client_cancelled`` (response.cancel); the connection's
+    dialect names it (:mod:`serving.realtime.wire`)."""
+
     type: str
-    reason: str
+    reason: str | None
 
 
 class OutputContent(BaseModel):

@@ -3,9 +3,10 @@ delivery pacing (the guide's "Delivery pacing"): the outbox sink of
 :mod:`serving.realtime.graph_session`.
 
 - ``speech.started`` / ``speech.stopped`` (turn_detection): ``input_audio_buffer.speech_started``
-  (never before the previous utterance's end), ``speech_stopped`` and ``committed``; each
-  final ``transcript`` (asr) is the ``input_audio_transcription.completed`` of the oldest
-  committed utterance (a tentative one, of a prefetch at a pause, is never sent).
+  (never before the previous utterance's end), ``speech_stopped``, ``committed`` and the user
+  item's ``conversation.item.added``; each final ``transcript`` (asr) is the
+  ``input_audio_transcription.completed`` and ``conversation.item.done`` of the oldest committed
+  utterance (a tentative one, of a prefetch at a pause, is never sent).
 - The dialog's ``messages`` of turn N create its response; ``turn.empty`` and a
   ``turn.interrupted`` before any reply create and end it (``empty_turn`` / ``interrupted``).
 - The speech node's audio and ``reply.progress`` go to the delivery task: per progress, the
@@ -17,7 +18,9 @@ delivery pacing (the guide's "Delivery pacing"): the outbox sink of
 - A started reply that is ``turn.interrupted`` stops at once; the graph then reports
   ``reply.delivered`` (``sent_ms``, ``played_ms`` at the speech start or the cancel) to the dialog.
 - The dialog's ``reply.heard`` becomes ``sglang.response.heard`` where it reports; a final one
-  (the reply closed in the history) ends the response: ``stop`` or ``interrupted``.
+  (the reply closed in the history) ends the response: ``stop``, or cancelled with
+  ``turn_detected`` (speech) or ``client_cancelled`` (response.cancel, which reaches the dialog
+  as an interrupt without a time).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from serving.graph.streams import Chunk, Control, control
 from serving.realtime.delivery import AudioDelivery
 from serving.realtime.events import (
     Committed,
+    ItemAdded,
+    ItemDone,
     ResponseHeard,
     ResponseProgress,
     SpeechStarted,
@@ -48,7 +53,7 @@ from serving.realtime.events import (
 from serving.realtime.negotiation import SessionConfig
 from serving.realtime.outbox import Outbox
 from serving.realtime.protocol import ProtocolError, shown
-from serving.realtime.reply import Reply
+from serving.realtime.reply import Conversation, Reply, user_item
 from serving.realtime.turn import Turn, Utterance
 from serving.systems import SystemConfig
 
@@ -77,6 +82,7 @@ class GraphReply:
     pcm: bytes = b""  # audio of the chunk whose reply.progress has not arrived yet
     capped: bool = False  # max_output_bytes reached
     finished: bool = False
+    cause: str = "turn_detected"  # why it was interrupted: speech, or client_cancelled
 
     @property
     def sent_ms(self) -> float:
@@ -100,6 +106,9 @@ class GraphOutput:
         self._last_end_ms = 0
         self._last_item: str | None = None
         self._utterances: deque[tuple[str, int]] = deque()  # committed, awaiting their transcripts
+        self.conversation = Conversation()
+        self._previous: dict[str, str | None] = {}  # a user item's previous_item_id
+        self.commits = 0  # utterances committed so far (each gets one final transcript)
         self._speech_at: float | None = None  # monotonic time of the last speech start
         self.on_drained: Callable[[], Awaitable[object]] | None = None  # at DRAINED
 
@@ -110,6 +119,11 @@ class GraphOutput:
     @property
     def utterance_open(self) -> bool:
         return self._open is not None
+
+    @property
+    def responding(self) -> GraphReply | None:
+        """The response in progress, if any."""
+        return next((r for r in self._replies.values() if not r.finished), None)
 
     @property
     def busy(self) -> bool:
@@ -179,19 +193,33 @@ class GraphOutput:
         """``input_audio_buffer.committed``: the utterance [start_ms, end_ms) awaits its transcript."""
         previous, self._last_item, self._last_end_ms = self._last_item, item, end_ms
         self._utterances.append((item, start_ms))
+        self.commits += 1
         await self._outbox.send(Committed(item_id=item, previous_item_id=previous))
+        self._previous[item] = self.conversation.add(item)
+        await self._outbox.send(ItemAdded(previous_item_id=self._previous[item],
+                                          item=user_item(item, "input_audio", status="in_progress")))
+
+    async def text_item(self, item: str, text: str, kind: str = "input_text") -> None:
+        """A user item the client created: added and done at once."""
+        previous = self.conversation.add(item)
+        body = user_item(item, kind, transcript=text, text=text)
+        await self._outbox.send(ItemAdded(previous_item_id=previous, item=body))
+        await self._outbox.send(ItemDone(previous_item_id=previous, item=body))
 
     async def _transcript(self, chunk: Chunk) -> None:
         item, start = self._utterances.popleft() if self._utterances else (new_id("item"), self._last_end_ms)
         seconds = max(0.0, min(chunk.t_ms, self._accepted_ms()) - start) / 1000
         await self._outbox.send(TranscriptionCompleted(item_id=item, transcript=chunk.payload.text,
                                                        usage=TranscriptionUsage(seconds=round(seconds, 3))))
+        if item in self._previous:
+            await self._outbox.send(ItemDone(previous_item_id=self._previous.pop(item),
+                                             item=user_item(item, "input_audio", transcript=chunk.payload.text)))
 
     async def _begin(self, turn: int) -> GraphReply:
         """``response.created`` of turn N (once)."""
         if turn in self._replies:
             return self._replies[turn]
-        reply = Reply(self._outbox, self._config().output_modalities)
+        reply = Reply(self._outbox, self._config().output_modalities, self.conversation)
         pace = Turn(Utterance(reply.item_id, np.zeros(0, np.float32), 0, 0))
         if self._input_ended():
             pace.wake()
@@ -207,8 +235,9 @@ class GraphOutput:
         state = await self._begin(chunk.turn)
         at = self._speech_at if chunk.t_ms is not None and self._speech_at is not None else time.monotonic()
         state.pace.interrupt()
+        state.cause = "turn_detected" if chunk.t_ms is not None else "client_cancelled"
         if not chunk.payload.data.get("started"):
-            await self._finish(state, "cancelled", "interrupted")
+            await self._finish(state, "cancelled", state.cause)
             return
         played = state.delivery.played_ms(at) if state.delivery else 0.0
         delivered = control("reply.delivered", turn=state.turn, sent_ms=state.sent_ms, played_ms=played)
@@ -228,7 +257,7 @@ class GraphOutput:
         if data["final"] and not state.finished:
             interrupted = state.pace.interrupted
             await self._finish(state, "cancelled" if interrupted else "completed",
-                               "interrupted" if interrupted else "stop")
+                               state.cause if interrupted else "stop")
 
     async def _finish(self, state: GraphReply, status: str, reason: str) -> None:
         state.finished = True

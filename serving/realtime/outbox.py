@@ -24,6 +24,7 @@ from collections.abc import Callable
 from starlette.websockets import WebSocket
 
 from serving.realtime.events import ServerEvent
+from serving.realtime.wire import Wire
 
 log = logging.getLogger("fdb.serving")
 
@@ -47,6 +48,7 @@ class Outbox:
                  max_bytes: int | None = None) -> None:
         self._ws = websocket
         self._activity = activity
+        self.wire = Wire()  # the connection's dialect; the session sets it
         self._max_chunks, self._max_bytes = max_chunks, max_bytes
         self._queue: deque[tuple[str, str]] = deque()  # (event type, JSON) not yet written
         self._wake = asyncio.Event()
@@ -61,10 +63,13 @@ class Outbox:
 
     async def send(self, event: ServerEvent, bounded: bool = True) -> bool:
         """Queue ``event`` for the socket; False when the session is closed, the socket failed
-        or the pending output overflowed (the event is then dropped)."""
+        or the pending output overflowed (the event is then dropped). An event this connection's
+        dialect does not carry (an extension event of a plain GA session) is not sent: True."""
         if self.closed or (bounded and self.overflow is not None):
             return False
-        data = event.model_dump_json()
+        data = self.wire.render(event)
+        if data is None:
+            return True
         if bounded and self._overflows(len(data)):
             return False
         self.pending_bytes += len(data)

@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from serving.realtime.wire import beta_session_to_ga
+
 MAX_EVENT_ID_CHARS = 512  # a longer event_id is refused and never echoed
 
 
@@ -72,20 +74,43 @@ class AudioPatch(_Strict):
 
 
 class SglangSessionPatch(_Strict):
+    """``session.sglang``: its presence asks for fdb's session protocol (the ``sglang.*``
+    receipts and extension events, 16 kHz input unless a format is named)."""
+
+    events: bool | None = None  # false: the extension events stay off although sglang is sent
     sampling: dict[str, Any] | None = None
     # Native sessions only (serving.duplex); a turn-based session refuses them.
     timebase: dict[str, Any] | None = None  # {"native_unit_ms": 200 | 1000}
     duplex: dict[str, Any] | None = None  # {"backchannel": bool}
 
 
+# OpenAI Realtime GA session fields this server takes but does not apply (no tool calling,
+# tracing, prompt templates or reasoning): accepted, and reported in a warning, never refused.
+GA_NOT_APPLIED = ("tools", "tool_choice", "tracing", "include", "truncation", "prompt", "reasoning",
+                  "parallel_tool_calls")
+
+
 class SessionPatch(_Strict):
-    """The ``session`` of a session.update; only the fields present change anything."""
+    """The ``session`` of a session.update; only the fields present change anything.
+
+    Every field of the GA ``RealtimeSessionCreateRequest`` is known; a field outside it (a typo)
+    is refused, so a misspelt setting is never silently ignored."""
 
     type: str | None = None
     model: str | None = None
     instructions: str | None = None
     output_modalities: list[str] | None = None
     audio: AudioPatch | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    tracing: Any = None
+    include: list[Any] | None = None
+    truncation: Any = None
+    prompt: Any = None
+    reasoning: Any = None
+    parallel_tool_calls: Any = None
+    temperature: float | None = None  # beta's flat session (GA has none); 0 to 2
     sglang: SglangSessionPatch | None = None
 
 
@@ -129,6 +154,29 @@ class ResponseCreate(_Event):
     response: dict[str, Any] | None = None
 
 
+class ConversationItemCreate(_Event):
+    """A text or audio item added to the conversation (``item`` is checked by the session)."""
+
+    type: Literal["conversation.item.create"]
+    item: dict[str, Any]
+    previous_item_id: str | None = None
+
+
+class ConversationItemOther(_Event):
+    """Item retrieval and deletion: answered ``not_supported``."""
+
+    type: Literal["conversation.item.retrieve", "conversation.item.delete"]
+    item_id: str | None = None
+
+
+class OutputAudioBufferClear(_Event):
+    """Stop the reply's audio (WebRTC/SIP in OpenAI's service; over WebSocket here it cancels
+    the reply in progress and answers ``output_audio_buffer.cleared``)."""
+
+    type: Literal["output_audio_buffer.clear"]
+    response_id: str | None = None
+
+
 class ConversationItemTruncate(_Event):
     type: Literal["conversation.item.truncate"]
     item_id: str | None = None
@@ -148,13 +196,15 @@ class SessionClose(_Event):
 
 ClientEvent = Annotated[
     SessionUpdate | InputAudioBufferAppend | InputAudioBufferCommit | InputAudioBufferClear
-    | ResponseCancel | ResponseCreate | ConversationItemTruncate | InputAudioEnd | SessionClose,
+    | ResponseCancel | ResponseCreate | ConversationItemTruncate | ConversationItemCreate
+    | ConversationItemOther | OutputAudioBufferClear | InputAudioEnd | SessionClose,
     Field(discriminator="type"),
 ]
 CLIENT_EVENT_TYPES = frozenset({
     "session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
     "input_audio_buffer.clear", "response.cancel", "response.create",
-    "conversation.item.truncate", "sglang.input_audio.end", "session.close",
+    "conversation.item.truncate", "conversation.item.create", "conversation.item.retrieve",
+    "conversation.item.delete", "output_audio_buffer.clear", "sglang.input_audio.end", "session.close",
 })
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientEvent)
 
@@ -248,10 +298,13 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     return param, f"{param or 'event'}: {first['msg']}"
 
 
-def parse_client_event(text: str) -> Any:
+def parse_client_event(text: str, beta: bool = False) -> Any:
     """A typed client event, or ProtocolError (``invalid_json``, ``unknown_event``,
-    ``invalid_event``) that names the problem and echoes the frame's event_id."""
+    ``invalid_event``) that names the problem and echoes the frame's event_id. With ``beta``
+    a session.update's flat beta session is read in the GA shape first."""
     raw = _load_object(text)
+    if beta and raw.get("type") == "session.update" and "session" in raw:
+        raw["session"] = beta_session_to_ga(raw["session"])
     event_id = raw.get("event_id")
     if not isinstance(event_id, str) or len(event_id) > MAX_EVENT_ID_CHARS:
         event_id = None

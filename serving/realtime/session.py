@@ -1,14 +1,20 @@
 """One ``/v1/realtime`` connection: the session protocol every system shares.
 
-Lifecycle (the Full-Duplex Guide, "Full-duplex protocol" and the turn-based session protocol):
+Lifecycle (the OpenAI Realtime GA session, and the Full-Duplex Guide's "Full-duplex protocol"
+and turn-based session protocol as its extension; :mod:`serving.realtime.wire` says which events
+a connection gets in which dialect):
 
-1. On connect the server sends ``session.created`` (nothing granted yet) and waits up to
-   ``session_update_timeout_s`` for a session.update that it can grant; else it closes with
-   1008 ``session_update_timeout``.
+1. On connect the server sends ``session.created`` with the default session. A turn-based
+   session (:attr:`RealtimeSession.requires_update` false) is active from there, as in GA: input
+   may come at once, at 24 kHz. A native session waits up to ``session_update_timeout_s`` for a
+   session.update that it can grant; else it closes with 1008 ``session_update_timeout``.
 2. A granted ``session.update`` is answered with ``session.updated`` (the effective settings
-   and the grant). Refused updates get an ``error`` and change nothing.
-3. ``input_audio_buffer.append`` needs an open session, ``sglang.seq`` counting up from 0
-   without gaps (else ``bad_seq``) and is acknowledged with ``sglang.input_audio.accepted``.
+   and, with the extensions, the grant), then one ``warning`` error event per field it took
+   without applying. Refused updates get an ``error`` and change nothing.
+3. ``input_audio_buffer.append``: ``sglang.seq``, when sent, counts up from 0 without gaps
+   (else ``bad_seq``); with the extensions each append is acknowledged with
+   ``sglang.input_audio.accepted``. Input at 24 kHz is resampled to the models' 16 kHz as it
+   arrives (soxr, streaming); the receipts count the client's own audio.
 4. ``sglang.input_audio.end`` is acknowledged with ``sglang.input_audio.ended`` (tail policy
    ``flush``); once the tail unit is flushed and every reply delivered, the server sends
    ``sglang.input_audio.drained``. No append may follow the end.
@@ -39,6 +45,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
+import soxr
 from starlette.websockets import WebSocket
 
 from serving.models import ModelHub
@@ -54,14 +61,44 @@ from serving.realtime.events import (
     new_id,
 )
 from serving.realtime.listener import AudioChunk
-from serving.realtime.negotiation import SessionConfig, apply_update, initial_config, session_object
+from serving.realtime.negotiation import (
+    INPUT_RATE,
+    SessionConfig,
+    apply_update,
+    initial_config,
+    not_applied,
+    session_object,
+)
 from serving.realtime.outbox import Activity, Outbox
+from serving.realtime.wire import beta_session_object, dialect_of
 
 log = logging.getLogger("fdb.serving")
 LAST_TRY_S = 2.0  # the error event and close frame for a client that may not read them
 
 
+class InputResampler:
+    """The client's input at ``rate`` as the models' 16 kHz, streamed (soxr HQ): each chunk
+    comes out as soon as the filter allows (up to about 20 ms is held until the next one)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._stream = None if rate == INPUT_RATE else soxr.ResampleStream(rate, INPUT_RATE, 1, dtype="float32",
+                                                                          quality="HQ")
+
+    def push(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
+        if self._stream is None:
+            return samples
+        return self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
+
+
 class RealtimeSession:
+    # A native session waits for a granted session.update before input (the Guide); a
+    # turn-based one is a GA session, active from session.created.
+    requires_update = True
+    # The session protocol's extension events from the start (native), or once a session.update
+    # carries ``sglang`` (turn-based).
+    extensions_always = True
+
     def __init__(self, websocket: WebSocket, hub: ModelHub) -> None:
         self.id = new_id("sess")
         self._ws = websocket
@@ -70,11 +107,16 @@ class RealtimeSession:
         self._activity = Activity()
         self._outbox = Outbox(websocket, self._activity, hub.system.max_pending_output_chunks,
                               hub.system.max_pending_output_bytes)
-        self.config = initial_config(self._system)
+        self._wire = self._outbox.wire
+        self._wire.dialect = dialect_of(getattr(websocket, "headers", None))
+        self._wire.extensions = self.extensions_always
+        self.config = self._initial_config()
         self.opened = False
         self.input_ended = False
         self._next_seq = 0
-        self._accepted_samples = 0
+        self._accepted_samples = 0  # at the models' 16 kHz
+        self._client_samples = 0  # as the client sent them, at config.input_rate
+        self._resampler: InputResampler | None = None
         self._build_engine()
         self._finished = asyncio.Event()
         self._closing = False
@@ -83,6 +125,16 @@ class RealtimeSession:
         # Called once, the moment the session ends (the endpoint frees its slot there): before
         # the last event and the close frame are queued, so no client sees them first.
         self.on_end: Callable[[], None] = lambda: None
+
+    def _initial_config(self) -> SessionConfig:
+        return initial_config(self._system)
+
+    def _session_body(self) -> dict[str, Any]:
+        """The session object of session.created / session.updated in this connection's dialect."""
+        body = session_object(self.id, self._system, self.config, self._wire.extensions)
+        if self._wire.dialect == "beta":
+            return beta_session_object(body, self.config.sampling.temperature)
+        return body
 
     # --- the engine: a subclass's (by default a listener and a responder it sets up) --------
 
@@ -111,7 +163,7 @@ class RealtimeSession:
 
     async def run(self) -> None:
         """Serve the connection until it closes (the socket must already be accepted)."""
-        await self._outbox.send(SessionCreated(session=session_object(self.id, self._system, None)))
+        await self._outbox.send(SessionCreated(session=self._created_body()))
         tasks = [asyncio.create_task(self._guard(coro)) for coro in (
             self._read(), *self._engine_work(), self._watchdog(), self._backpressure())]
         try:
@@ -121,6 +173,9 @@ class RealtimeSession:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._close_socket()
+
+    def _created_body(self) -> dict[str, Any]:
+        return self._session_body()
 
     async def _guard(self, work: Awaitable[None]) -> None:
         """Any failure inside the session is fatal: a server_error event, then close 1011."""
@@ -169,7 +224,8 @@ class RealtimeSession:
         tick = max(0.05, min(1.0, system.session_update_timeout_s / 10, system.idle_timeout_s / 10))
         while True:
             await asyncio.sleep(tick)
-            if not self.opened and time.monotonic() - self._started > system.session_update_timeout_s:
+            if (self.requires_update and not self.opened
+                    and time.monotonic() - self._started > system.session_update_timeout_s):
                 message = f"no session.update granted within {system.session_update_timeout_s:g} s"
                 await self._finish(1008, "session_update_timeout", error_event(
                     "session_update_timeout", message, kind="server_error", fatal=True))
@@ -204,7 +260,7 @@ class RealtimeSession:
                 text = message.get("text")
                 if text is None:
                     raise p.ProtocolError("binary_frame", "binary frames are not accepted; send JSON text")
-                await self._dispatch(p.parse_client_event(text))
+                await self._dispatch(p.parse_client_event(text, beta=self._wire.dialect == "beta"))
             except p.ProtocolError as exc:
                 await self._outbox.send(error_event(exc.code, exc.message, param=exc.param,
                                                     event_id=exc.event_id, kind=exc.kind, fatal=exc.fatal))
@@ -214,13 +270,14 @@ class RealtimeSession:
             p.SessionUpdate: self._on_update, p.InputAudioBufferAppend: self._on_append,
             p.InputAudioBufferCommit: self._on_commit, p.InputAudioEnd: self._on_end,
             p.ResponseCancel: self._on_cancel, p.SessionClose: self._on_close,
-            p.InputAudioBufferClear: self._refuse, p.ResponseCreate: self._refuse,
-            p.ConversationItemTruncate: self._on_truncate,
+            p.InputAudioBufferClear: self._on_clear, p.ResponseCreate: self._on_response_create,
+            p.ConversationItemTruncate: self._on_truncate, p.ConversationItemCreate: self._on_item_create,
+            p.ConversationItemOther: self._refuse, p.OutputAudioBufferClear: self._on_output_clear,
         }
         await handlers[type(event)](event)
 
     def _require_input_open(self, event_id: str | None) -> None:
-        if not self.opened:
+        if self.requires_update and not self.opened:
             raise p.ProtocolError("session_not_open", "send session.update and wait for session.updated "
                                   "before sending input", event_id=event_id)
         if self.input_ended:
@@ -230,11 +287,26 @@ class RealtimeSession:
     # --- handlers ----------------------------------------------------------------------------
 
     async def _on_update(self, event: p.SessionUpdate) -> None:
-        new = apply_update(self.config, event.session, self._system, event.event_id, self.opened)
+        patch = event.session
+        asks = patch.sglang is not None and patch.sglang.events is not False
+        strict = self._wire.extensions or asks
+        new = apply_update(self.config, patch, self._system, event.event_id, self.opened, strict=strict,
+                           input_flowed=self._client_samples > 0)
         await self._configure(new)
         self.config, self.opened = new, True
-        await self._outbox.send(SessionUpdated(client_event_id=event.event_id,
-                                               session=session_object(self.id, self._system, new)))
+        self._wire.extensions = self._wire.extensions or asks
+        await self._outbox.send(SessionUpdated(client_event_id=event.event_id, session=self._session_body()))
+        for param, message in not_applied(patch, strict):
+            await self._outbox.send(error_event("not_applied", message, param=param, event_id=event.event_id,
+                                                kind="warning"))
+
+    def _accepted_ms(self) -> int | float:
+        """The client's input accepted so far, in ms of its own timeline."""
+        rate = self.config.input_rate
+        if rate == INPUT_RATE:
+            return samples_to_ms(self._client_samples)
+        ms = self._client_samples * 1000 / rate
+        return int(ms) if ms == int(ms) else ms
 
     async def _on_append(self, event: p.InputAudioBufferAppend) -> None:
         """Contiguous seq from 0; the receipt reports the input accepted so far in ms."""
@@ -243,12 +315,16 @@ class RealtimeSession:
         if seq != self._next_seq:
             raise p.ProtocolError("bad_seq", f"seq {seq} is out of order; expected {self._next_seq}",
                                   param="sglang.seq", event_id=event.event_id)
-        samples = decode_pcm16(event.audio, self._system.max_input_bytes, event.event_id)
+        raw = decode_pcm16(event.audio, self._system.max_input_bytes, event.event_id)
+        if self._resampler is None or self._resampler.rate != self.config.input_rate:
+            self._resampler = InputResampler(self.config.input_rate)
+        samples = self._resampler.push(raw)
         await self._feed(samples, event.event_id)
         self._next_seq += 1
+        self._client_samples += len(raw)
         self._accepted_samples += len(samples)
         await self._outbox.send(InputAudioAccepted(
-            seq=seq, accepted_end_ms=samples_to_ms(self._accepted_samples), client_event_id=event.event_id))
+            seq=seq, accepted_end_ms=self._accepted_ms(), client_event_id=event.event_id))
 
     async def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
         raise NotImplementedError
@@ -281,8 +357,18 @@ class RealtimeSession:
         await self._finish(1000, "client_closed", SessionClosed(reason="client_closed",
                                                                client_event_id=event.event_id))
 
-    async def _refuse(self, event: p.InputAudioBufferClear | p.ResponseCreate) -> None:
-        if isinstance(event, p.ResponseCreate):
-            raise p.ProtocolError("not_granted", "manual turn commands are not granted", event_id=event.event_id)
+    async def _on_clear(self, event: p.InputAudioBufferClear) -> None:
+        await self._refuse(event)
+
+    async def _on_output_clear(self, event: p.OutputAudioBufferClear) -> None:
+        await self._refuse(event)
+
+    async def _on_item_create(self, event: p.ConversationItemCreate) -> None:
+        await self._refuse(event)
+
+    async def _on_response_create(self, event: p.ResponseCreate) -> None:
+        raise p.ProtocolError("not_granted", "manual turn commands are not granted", event_id=event.event_id)
+
+    async def _refuse(self, event: Any) -> None:
         raise p.ProtocolError("not_supported", f"{event.type} is not supported by this server",
                               event_id=event.event_id)

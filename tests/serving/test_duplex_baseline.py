@@ -155,6 +155,24 @@ def test_native_session_update_rules(native_server):
     assert codes == ["not_applicable", "unsupported_unit", "not_granted", "frozen_field"]
 
 
+def test_a_native_session_without_a_granted_update_is_closed(native_server):
+    """The native session waits for a granted session.update (the Guide): launch.yaml sets
+    session_update_timeout_s 2, and input before the grant is refused meanwhile."""
+
+    async def scenario() -> Client:
+        client = await Client.connect(native_server.ws_url)
+        await client.until("session.created", 5)
+        await client.send("input_audio_buffer.append", audio=base64.b64encode(b"\0" * PACKET_BYTES).decode(),
+                          sglang={"seq": 0})
+        assert (await client.until("error", 5)).event["error"]["code"] == "session_not_open"
+        assert await client.wait_closed(6) == (1008, "session_update_timeout")
+        return client
+
+    client = asyncio.run(scenario())
+    fatal = [e for e in client.of_type("error") if e["error"]["code"] == "session_update_timeout"]
+    assert len(fatal) == 1 and fatal[0]["sglang"]["fatal"] is True
+
+
 def test_a_long_user_turn_gets_one_backchannel_while_the_user_talks(native_server, speech):
     from fdb.audio import resample
     from fdb.models.tts import PiperTts

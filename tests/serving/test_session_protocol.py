@@ -19,36 +19,43 @@ async def _error(client: Client, timeout: float = 5.0) -> dict:
 
 
 def test_session_update_rules(server):
+    """A session that asks for the session protocol (``sglang`` in its update) gets the
+    Guide's strict rules; the GA default session is covered in test_openai_sdk.py."""
     async def scenario() -> None:
         client = await Client.connect(server.ws_url)
         created = (await client.until("session.created")).event
         assert created["session"]["object"] == "realtime.session"
-        assert created["session"]["sglang"] == {"granted": None}
+        assert "sglang" not in created["session"]  # nothing asked for the extensions yet
+        assert created["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
 
-        bad_id = await client.send("session.update", session={"type": "realtime", "model": "other/model"})
+        bad_id = await client.send("session.update", session={"type": "realtime", "model": "other/model",
+                                                               "sglang": {}})
         error = await _error(client)
         assert error["code"] == "model_mismatch" and error["event_id"] == bad_id
-        await client.send("input_audio_buffer.append", audio=PACKET, sglang={"seq": 0})
-        assert (await _error(client))["code"] == "session_not_open"
 
-        await client.send("session.update", session={"audio": {"input": {"turn_detection": {"type": "far_field_vad"}}}})
+        await client.send("session.update", session={"sglang": {},
+                                                     "audio": {"input": {"turn_detection": {"type": "far_field_vad"}}}})
         assert (await _error(client))["code"] == "unsupported_turn_detection"
-        await client.send("session.update", session={"audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}})
+        await client.send("session.update", session={"sglang": {},
+                                                     "audio": {"input": {"format": {"type": "audio/pcm", "rate": 8000}}}})
         assert (await _error(client))["code"] == "unsupported_audio_format"
-        await client.send("session.update", session={"voice": "alloy"})
+        await client.send("session.update", session={"voice": "alloy", "sglang": {}})
         error = await _error(client)
         assert error["code"] == "invalid_session" and error["param"] == "session.voice"
+        await client.send("session.update", session={"sglang": {}, "audio": {"output": {"voice": "alloy"}}})
+        assert (await _error(client))["code"] == "unsupported_voice"  # strict: refused, not a warning
 
         update_id = await client.send("session.update", session={
-            "type": "realtime", "model": "fdb/embedded-cascade",
+            "type": "realtime", "model": "fdb/embedded-cascade", "sglang": {},
             "audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 0.6}}}})
         updated = (await client.until("session.updated")).event
         assert updated["client_event_id"] == update_id
         audio = updated["session"]["audio"]
-        assert audio["input"]["format"] == {"type": "audio/pcm", "rate": 16000}
+        assert audio["input"]["format"] == {"type": "audio/pcm", "rate": 16000}  # the Guide's default
         assert audio["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
         assert audio["input"]["turn_detection"]["threshold"] == 0.6
         assert audio["input"]["turn_detection"]["prefix_padding_ms"] == 300
+        assert updated["session"]["sglang"]["granted"]["model"] == "fdb/embedded-cascade"
 
         await client.send("session.update", session={"audio": {"output": {"voice": "alloy"}}})
         error = await _error(client)
@@ -116,12 +123,14 @@ def test_bad_input_is_refused_and_the_session_continues(server):
 
 
 def test_session_update_timeout_and_idle_timeout(server):
-    """launch.yaml sets session_update_timeout_s 1 and idle_timeout_s 2."""
+    """launch.yaml sets session_update_timeout_s 1 and idle_timeout_s 2. A turn-based session is
+    a GA session, active from session.created: one that never sends session.update is not
+    closed for it (the native session is, test_duplex_baseline.py), only when it idles."""
 
     async def scenario() -> None:
         waiting = await Client.connect(server.ws_url)
-        assert await waiting.wait_closed(5) == (1008, "session_update_timeout")
-        assert waiting.of_type("error")[0]["sglang"]["fatal"] is True
+        assert await waiting.wait_closed(5) == (1008, "idle_timeout")
+        assert [e["error"]["code"] for e in waiting.of_type("error")] == ["idle_timeout"]
 
         idle = await Client.connect(server.ws_url)
         await idle.open_session()
