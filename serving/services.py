@@ -1,12 +1,16 @@
 """The ``services`` of a launch file: processes the server starts, waits for and stops.
 
-Each entry is started in the order listed, before the models load. A service that already
-answers ``http://127.0.0.1:<port>/v1/models`` with 200 is reused (``service 'tts' already serving
-on :8105``) and left running when the server stops. Otherwise ``command`` runs with the server's
-environment plus ``env``, in the directory the server was started from, in a process group of
-its own; the port is polled every second for up to 600 s. A service that exits first fails the
-start with ``service '<name>' exited with code <n> before :<port> answered``, one that does not
-answer in time with ``service '<name>' did not answer on :<port> within 600 s``.
+Each entry is started in the order listed, before the models load. Whether a service answers
+is its ``health``: ``models`` (the default: ``GET http://127.0.0.1:<port>/v1/models`` answers
+200), a path such as ``/health`` (``GET`` of that path answers 2xx), or ``port`` (the port
+accepts a TCP connection). A service that already answers is reused (``service 'tts' already
+serving on :8105``) and left running when the server stops. Otherwise ``command`` runs with the
+server's environment plus ``env``, in the directory the server was started from, in a process
+group of its own; the check is repeated every second for up to 600 s. A service that exits
+first fails the start with ``service '<name>' exited with code <n> before :<port> answered``,
+one that does not answer in time with ``service '<name>' did not answer on :<port> within 600 s``
+and what the last check saw. A started service whose ``models`` check gets 404 or 405 (it has no
+model list) fails at once, naming ``health: port`` or a path as the fix.
 
 While the server runs, a started service that exits stops the server (``service '<name>' exited
 with code <n>``). Stopping sends SIGTERM to every started service's process group and SIGKILL to
@@ -42,16 +46,32 @@ class ServiceEntry(BaseModel):
     command: list[str] = Field(min_length=1)  # argv, no shell
     port: int = Field(ge=1, le=65535)
     env: dict[str, str] = {}
+    health: str = Field("models", pattern=r"^(models|port|/\S*)$")  # models | port | /a/path
 
 
-def answers(port: int, timeout_s: float = 2.0) -> bool:
-    """Whether ``http://127.0.0.1:<port>/v1/models`` answers 200."""
+def check(port: int, health: str = "models", timeout_s: float = 2.0) -> tuple[bool, str]:
+    """(answers, what the check saw) for ``health`` on ``127.0.0.1:<port>`` (see the module's text)."""
+    import socket
+
     import httpx
 
+    if health == "port":
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
+                return True, "the port accepts connections"
+        except OSError as exc:
+            return False, f"no connection ({exc.strerror or type(exc).__name__})"
+    path = "/v1/models" if health == "models" else health
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=timeout_s).status_code == 200
-    except httpx.HTTPError:
-        return False
+        code = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=timeout_s).status_code
+    except httpx.HTTPError as exc:
+        return False, f"GET {path}: {type(exc).__name__}"
+    return (code == 200 if health == "models" else 200 <= code < 300), f"GET {path} answered {code}"
+
+
+def answers(port: int, timeout_s: float = 2.0, health: str = "models") -> bool:
+    """Whether the service on ``port`` passes its ``health`` check (default: /v1/models answers 200)."""
+    return check(port, health, timeout_s)[0]
 
 
 @dataclass
@@ -88,7 +108,7 @@ class Services:
                 signal.signal(signal.SIGTERM, previous)
 
     def _start_one(self, entry: ServiceEntry) -> None:
-        if answers(entry.port):
+        if answers(entry.port, health=entry.health):
             log.info("service '%s' already serving on :%d", entry.name, entry.port)
             return
         log.info("starting service '%s' on :%d", entry.name, entry.port)
@@ -101,16 +121,22 @@ class Services:
                            "fix the service's command in the launch file") from exc
         self.started.append(_Started(entry, process))
         deadline = time.monotonic() + self._ready_timeout_s
+        change = f"services.{entry.name}.health (models, port or a path such as /health)"
         while True:
             if process.poll() is not None:
                 raise FdbError(f"service '{entry.name}' exited with code {process.returncode} "
                                f"before :{entry.port} answered", "run its command by hand to see why")
-            if answers(entry.port):
+            ready, seen = check(entry.port, entry.health)
+            if ready:
                 log.info("service '%s' ready on :%d", entry.name, entry.port)
                 return
+            if entry.health == "models" and seen.endswith((" 404", " 405")):
+                raise FdbError(f"service '{entry.name}' answers on :{entry.port} but {seen}: it has no model list",
+                               f"set {change} in the launch file, e.g. health: port")
             if time.monotonic() >= deadline:
                 raise FdbError(f"service '{entry.name}' did not answer on :{entry.port} within "
-                               f"{self._ready_timeout_s:g} s", "check its command, port and log")
+                               f"{self._ready_timeout_s:g} s (health {entry.health}: {seen})",
+                               f"check its command, port and log, or {change}")
             time.sleep(self._poll_s)
 
     def watch(self, on_exit: Callable[[BaseException], None], poll_s: float = 0.5) -> threading.Thread:

@@ -208,7 +208,8 @@ def test_server_stops_when_a_node_cannot_be_reached(tmp_path):
     config = tmp_path / "launch.yaml"
     config.write_text(f"backends:\n  llm: {{kind: openai_chat, base_url: '{dead}', model: m}}\n")
     started = time.monotonic()
-    with pytest.raises(FdbError, match=rf"llm node \(openai_chat, model 'm'\): cannot reach {dead}/models"):
+    expected = rf"llm node \(openai_chat, model 'm'\): health check 'models' failed: cannot reach {dead}/models"
+    with pytest.raises(FdbError, match=expected):
         serve(port=free_port(), config=config, log_level="warning")
     assert time.monotonic() - started < 15
 
