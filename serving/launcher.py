@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 import socket
 import threading
@@ -102,6 +103,11 @@ def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _hung_up(signum: int, frame: object) -> None:
+    """SIGHUP stops the server as SIGTERM does (uvicorn's graceful shutdown, then the services)."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int = 8097,
           config: Path | None = None, next_free_port: bool = False, log_level: str = "info",
           overrides: Sequence[tuple[str, Any]] = ()) -> None:
@@ -149,8 +155,10 @@ def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int =
         # uvicorn shuts down gracefully on SIGTERM and then raises the signal again with the
         # handler found before it ran; with the default one the process died there, before the
         # finally below, and the services it started kept running (and their ports). This
-        # handler turns that last SIGTERM into the same KeyboardInterrupt as Ctrl-C.
+        # handler turns that last SIGTERM into the same KeyboardInterrupt as Ctrl-C. uvicorn
+        # does not handle SIGHUP, whose default ends the process at once: it becomes a SIGTERM.
         signal.signal(signal.SIGTERM, _terminated)
+        signal.signal(signal.SIGHUP, _hung_up)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown

@@ -94,9 +94,10 @@ class Services:
 
     def start(self) -> None:
         """Start (or reuse) every service in order; on a failure the ones started are stopped.
-        A SIGTERM meanwhile (in the main thread) stops them too, then raises KeyboardInterrupt."""
+        A SIGTERM or SIGHUP meanwhile (in the main thread) stops them too, as Ctrl-C does, then
+        raises KeyboardInterrupt."""
         main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupt) if main and self._entries else None
+        previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS} if main and self._entries else {}
         try:
             for entry in self._entries:
                 self._start_one(entry)
@@ -104,8 +105,8 @@ class Services:
             self.stop()
             raise
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _start_one(self, entry: ServiceEntry) -> None:
         if answers(entry.port, health=entry.health):
@@ -170,6 +171,11 @@ class Services:
                 log.warning("service '%s' ignored SIGTERM; killing it", item.entry.name)
                 _signal(item.process, signal.SIGKILL)
                 item.process.wait()
+
+
+# The signals that stop a server as Ctrl-C does (kill, systemd and docker send SIGTERM; a closed
+# terminal or a process supervisor's reload, SIGHUP); SIGINT is Ctrl-C itself.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -289,12 +289,13 @@ def _healthy(base_url: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL],
+                         ids=["sigterm", "sigint", "sighup", "sigkill"])
 def test_a_stopped_or_killed_server_takes_its_services_along(tmp_path, sig):
     """#23/#25: `fdb serve --config` with services: on SIGTERM uvicorn raised the signal again
     before the `finally` that stops them, and after kill -9 nothing could; either way the service
-    kept running and held its port. Now SIGTERM stops them as Ctrl-C does, and the services of a
-    server killed with -9 get SIGTERM from the kernel (the parent-death signal)."""
+    kept running and held its port. Now SIGTERM and SIGHUP stop them as Ctrl-C (SIGINT) does, and
+    the services of a server killed with -9 get SIGTERM from the kernel (the parent-death signal)."""
     port = free_port()
     config = tmp_path / "launch.yaml"
     config.write_text(yaml_dump({"services": [_entry("voice-stack", port).model_dump()],
@@ -310,6 +311,8 @@ def test_a_stopped_or_killed_server_takes_its_services_along(tmp_path, sig):
             time.sleep(0.2)
         os.kill(proc.pid, sig)  # the server's pid only: its services run in process groups of their own
         proc.wait(timeout=60)
+        if sig != signal.SIGKILL:  # stopped by the server itself (its whole process group), not the kernel
+            assert proc.returncode == 0, f"fdb serve ended with {proc.returncode} on {sig.name}"
         deadline = time.monotonic() + 20
         while answers(port, timeout_s=0.5) and time.monotonic() < deadline:
             time.sleep(0.2)
