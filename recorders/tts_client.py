@@ -6,19 +6,26 @@ Request body: ``model`` (when given), ``input`` (the target text), ``ref_audio``
 ``ref_text`` (the prompt text, with ``ref_audio``), ``stream``, ``stream_format``,
 ``response_format`` (``pcm``), then the extra body merged over them.
 
-The response is read by its Content-Type, never by what was asked for:
+The response is read by its Content-Type, never by what was asked for (the reading is
+:mod:`fdb.speech_formats`, shared with the cascade's speech node):
 
-- ``audio/pcm``, ``audio/l16``, ``audio/raw``, ``application/octet-stream``: raw PCM16. The rate
-  comes from ``X-Sample-Rate``, else a ``rate=`` parameter of the Content-Type, else
-  ``--sample-rate``; with none of them the request fails ("refusing to guess"). Channels from
-  ``X-Channels`` (or ``channels=``), else ``--channels``, else 1; ``X-Bit-Depth`` must be 16.
-- ``audio/wav`` / ``audio/x-wav``: the RIFF header is parsed as it streams; only the ``data``
-  payload counts as audio; rate and channels come from the ``fmt`` chunk.
-- ``text/event-stream``: OpenAI ``speech.audio.delta`` (base64 PCM) and ``speech.audio.done``,
-  and the older sglang ``audio.speech.chunk`` (base64 WAV chunks, ``sample_rate`` in the event)
-  ending with ``finish_reason`` or ``[DONE]``. The end the server declares is ``done_s``; audio
-  that arrives after it is counted in ``bytes_after_done``.
-- anything else (a JSON error, HTML): the request fails with the status and the body's start.
+- raw PCM16: ``audio/pcm``, ``audio/pcm_s16le`` (``_s16be``), ``audio/s16le``, ``audio/L16``,
+  ``audio/x-raw`` (``format=S16LE``/``S16BE``), ``audio/raw``, ``audio/x-pcm``,
+  ``application/octet-stream``, chunked or with a length. The rate comes from ``X-Sample-Rate``,
+  else a ``rate=`` parameter of the Content-Type, else ``--sample-rate``; with none of them the
+  request fails ("refusing to guess"). Channels from ``X-Channels`` (or ``channels=``), else
+  ``--channels``, else 1; ``X-Bit-Depth`` (bits) / ``X-Sample-Width`` (bytes), when sent, must
+  say 16 bits. Big-endian PCM is swapped to little-endian before it is kept.
+- ``audio/wav`` / ``audio/x-wav`` / ``audio/wave``: the RIFF header is parsed as it streams; only
+  the ``data`` payload counts as audio; rate and channels come from the ``fmt`` chunk.
+- ``text/event-stream``: OpenAI ``speech.audio.delta`` (base64 PCM; ``response.output_audio.delta``
+  and ``response.audio.delta`` alike) and ``speech.audio.done``, and the older sglang
+  ``audio.speech.chunk`` (base64 WAV chunks, ``sample_rate`` in the event) ending with
+  ``finish_reason`` or ``[DONE]``. The end the server declares is ``done_s``; audio that arrives
+  after it is counted in ``bytes_after_done``.
+- anything else (a JSON error, HTML, MP3): the request fails with the status and the body's
+  start as text; a binary body is shown as its length only, so no payload byte reaches
+  requests.jsonl or TTS.md.
 
 Every time is ``time.perf_counter()`` minus the instant just before the request is sent. An
 arrival is one read from the response stream that carried audio payload bytes (for SSE: the read
@@ -41,14 +48,23 @@ import httpx
 from pydantic import BaseModel, Field
 
 from fdb.datasets.seedtts import SeedTtsItem
+from fdb.speech_formats import (
+    FormatError,
+    WavStream,
+    is_text,
+    kind,
+    little_endian,
+    positive_int,
+    raw_format,
+    server_text,
+)
 from fdb.tts_records import TtsRequestRecord
 
 SPEECH_PATH = "/v1/audio/speech"
 REALTIME_PATH = "/v1/realtime"
-RAW_TYPES = ("audio/pcm", "audio/l16", "audio/raw", "application/octet-stream")
-WAV_TYPES = ("audio/wav", "audio/x-wav", "audio/wave")
-SSE_TYPE = "text/event-stream"
-AUDIO_HEADERS = ("content-type", "x-sample-rate", "x-channels", "x-bit-depth", "transfer-encoding")
+AUDIO_HEADERS = ("content-type", "x-sample-rate", "x-channels", "x-bit-depth", "x-sample-width", "content-length",
+                 "transfer-encoding")
+MAX_QUOTED_BODY = 1 << 20
 UNDECLARED = ("the server sent raw PCM without declaring its sample rate (no X-Sample-Rate header, no "
               "rate= in the Content-Type); refusing to guess: pass --sample-rate HZ if you know the model's rate")
 
@@ -106,27 +122,15 @@ def build_body(item: SeedTtsItem, opts: SpeechClientOptions) -> dict[str, object
 
 
 class _Failed(Exception):
-    """A request that cannot be read; the message goes into the record."""
-
-
-def _param(content_type: str, name: str) -> str | None:
-    for part in content_type.split(";")[1:]:
-        key, _, value = part.strip().partition("=")
-        if key.strip().lower() == name:
-            return value.strip().strip('"')
-    return None
+    """A request that cannot be read; the message goes into the record (never payload bytes:
+    whatever a server sent is quoted through :func:`fdb.speech_formats.server_text`)."""
 
 
 def _int(value: str | None, what: str) -> int | None:
-    if value is None or value == "":
-        return None
     try:
-        number = int(float(value))
-    except ValueError:
-        raise _Failed(f"{what} {value!r} is not a number") from None
-    if number <= 0:
-        raise _Failed(f"{what} {value!r} is not positive")
-    return number
+        return positive_int(value, what)
+    except FormatError as exc:
+        raise _Failed(str(exc)) from None
 
 
 class _Stream:
@@ -136,6 +140,7 @@ class _Stream:
         self.t0 = t0
         self.record = record
         self.pcm = bytearray()
+        self.big_endian = False  # raw PCM declared big-endian: swapped once the body is read
 
     def now(self) -> float:
         return round(time.perf_counter() - self.t0, 6)
@@ -153,62 +158,42 @@ class _Stream:
             self.record.done_s = at
 
 
-def _raw_format(response: httpx.Response, opts: SpeechClientOptions, record: TtsRequestRecord) -> None:
-    ctype = record.content_type or ""
-    rate = _int(response.headers.get("x-sample-rate"), "X-Sample-Rate")
-    record.rate_source = "header" if rate else None
-    if rate is None:
-        rate = _int(_param(ctype, "rate"), "the Content-Type rate")
-        record.rate_source = "content-type" if rate else None
+def _raw_format(response: httpx.Response, opts: SpeechClientOptions, stream: _Stream) -> None:
+    record = stream.record
+    try:
+        declared = raw_format(response.headers, record.content_type)
+    except FormatError as exc:
+        raise _Failed(str(exc)) from None
+    rate, record.rate_source = declared.rate, declared.rate_source
     if rate is None and opts.sample_rate:
         rate, record.rate_source = opts.sample_rate, "option"
     if rate is None:
         raise _Failed(UNDECLARED)
-    channels = (_int(response.headers.get("x-channels"), "X-Channels") or _int(_param(ctype, "channels"), "channels")
-                or opts.channels or 1)
-    depth = _int(response.headers.get("x-bit-depth"), "X-Bit-Depth") or 16
-    if depth != 16:
-        raise _Failed(f"X-Bit-Depth is {depth}; only 16-bit PCM is supported")
-    record.sample_rate, record.channels, record.bit_depth = rate, channels, depth
+    record.sample_rate, record.channels, record.bit_depth = rate, declared.channels or opts.channels or 1, 16
+    stream.big_endian = declared.big_endian
 
 
 class _WavHeader:
-    """Parses a streamed RIFF/WAVE header; returns payload bytes once the data chunk starts."""
+    """A streamed WAV body (:class:`fdb.speech_formats.WavStream`); its format goes into the record."""
 
     def __init__(self, record: TtsRequestRecord):
         self.record = record
-        self.buffer = bytearray()
-        self.in_data = False
+        self.wav = WavStream()
+
+    @property
+    def in_data(self) -> bool:
+        return self.wav.started
 
     def feed(self, data: bytes) -> bytes:
-        if self.in_data:
-            return data
-        self.buffer += data
-        buf = self.buffer
-        if len(buf) < 12:
-            return b""
-        if buf[:4] != b"RIFF" or buf[8:12] != b"WAVE":
-            raise _Failed("the audio/wav response does not start with a RIFF/WAVE header")
-        pos = 12
-        while len(buf) >= pos + 8:
-            kind, size = bytes(buf[pos:pos + 4]), int.from_bytes(buf[pos + 4:pos + 8], "little")
-            if kind == b"data":
-                self.in_data = True
-                return bytes(buf[pos + 8:])
-            if len(buf) < pos + 8 + size:
-                return b""
-            if kind == b"fmt ":
-                self._fmt(bytes(buf[pos + 8:pos + 8 + size]))
-            pos += 8 + size + (size & 1)
-        return b""
-
-    def _fmt(self, chunk: bytes) -> None:
-        fmt, channels = int.from_bytes(chunk[0:2], "little"), int.from_bytes(chunk[2:4], "little")
-        rate, depth = int.from_bytes(chunk[4:8], "little"), int.from_bytes(chunk[14:16], "little")
-        if fmt not in (1, 0xFFFE) or depth != 16:
-            raise _Failed(f"the WAV stream is format {fmt} at {depth} bits; only PCM16 is supported")
+        try:
+            payload = self.wav.feed(data)
+        except FormatError as exc:
+            raise _Failed(str(exc)) from None
         rec = self.record
-        rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = rate, channels, depth, "wav-header"
+        if self.wav.rate is not None and rec.rate_source != "wav-header":
+            rec.sample_rate, rec.channels, rec.bit_depth = self.wav.rate, self.wav.channels, self.wav.bits
+            rec.rate_source = "wav-header"
+        return payload
 
 
 async def _read_raw(response: httpx.Response, stream: _Stream, wav: _WavHeader | None) -> None:
@@ -219,6 +204,13 @@ async def _read_raw(response: httpx.Response, stream: _Stream, wav: _WavHeader |
         raise _Failed("the audio/wav response ended before its data chunk")
 
 
+def _b64(value: object, what: str) -> bytes:
+    try:
+        return base64.b64decode(value or "", validate=False)
+    except (ValueError, TypeError):
+        raise _Failed(f"{what} is not base64 audio") from None
+
+
 def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptions) -> None:
     """One SSE ``data:`` payload: audio, the declared end, or an error."""
     if payload.strip() == "[DONE]":
@@ -227,23 +219,26 @@ def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptio
     try:
         event = json.loads(payload)
     except json.JSONDecodeError:
-        raise _Failed(f"an SSE event is not JSON: {payload[:120]!r}") from None
+        raise _Failed(f"an SSE event is not JSON: {server_text(payload, 120)!r}") from None
+    if not isinstance(event, dict):
+        raise _Failed(f"an SSE event is not a JSON object: {server_text(payload, 120)!r}")
     rec = stream.record
     kind = event.get("type") or event.get("object")
     if kind == "error" or (kind is None and "error" in event):
-        raise _Failed(f"the server sent an error event: {json.dumps(event)[:300]}")
-    if kind == "speech.audio.delta":
-        data = base64.b64decode(event.get("audio") or "")
+        raise _Failed(f"the server sent an error event: {server_text(json.dumps(event.get('error', event)), 300)}")
+    if kind in ("speech.audio.delta", "response.output_audio.delta", "response.audio.delta"):
+        data = _b64(event.get("audio") or event.get("delta"), f"an SSE {kind} event")
         if data and rec.sample_rate is None:
-            _fallback_rate(rec, opts, "SSE speech.audio.delta PCM")
+            _fallback_rate(rec, opts, f"SSE {kind} PCM")
         stream.audio(data, at)
-    elif kind == "speech.audio.done":
+    elif kind in ("speech.audio.done", "response.output_audio.done", "response.audio.done"):
         stream.done(at)
     elif kind == "audio.speech.chunk":
         audio = event.get("audio") or {}
         if audio.get("sample_rate") and rec.sample_rate is None:
-            rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = int(audio["sample_rate"]), 1, 16, "sse-event"
-        data = base64.b64decode(audio.get("data") or "")
+            rate = _int(str(audio["sample_rate"]), "the SSE event's sample_rate")
+            rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = rate, 1, 16, "sse-event"
+        data = _b64(audio.get("data"), "an SSE audio.speech.chunk event")
         if data[:4] == b"RIFF":
             data = _WavHeader(rec).feed(data)
         if data and rec.sample_rate is None:
@@ -275,6 +270,21 @@ async def _read_sse(response: httpx.Response, stream: _Stream, opts: SpeechClien
             data = "\n".join(line[5:].lstrip() for line in block.split("\n") if line.startswith("data:"))
             if data:
                 _sse_event(data, stream, at, opts)
+    data = "\n".join(line[5:].lstrip() for line in buffer.split("\n") if line.startswith("data:"))
+    if data.strip():  # a last event without its blank line
+        _sse_event(data, stream, stream.now(), opts)
+
+
+async def _body_text(response: httpx.Response, limit: int) -> str:
+    """The start of a body that is not audio, fit for a message (bounded, no payload bytes: a
+    binary body is shown as its length, read up to 1 MiB)."""
+    body = bytearray()
+    async for data in response.aiter_bytes():
+        body += data
+        if len(body) > MAX_QUOTED_BODY:
+            return server_text(bytes(body[:4096]), limit) if is_text(bytes(body[:4096])) else \
+                f"<more than {MAX_QUOTED_BODY} bytes, not text>"
+    return server_text(bytes(body), limit)
 
 
 async def _read(response: httpx.Response, stream: _Stream, opts: SpeechClientOptions) -> None:
@@ -284,23 +294,22 @@ async def _read(response: httpx.Response, stream: _Stream, opts: SpeechClientOpt
     rec.content_type = ctype
     rec.headers = {k: v for k, v in response.headers.items() if k.lower() in AUDIO_HEADERS}
     if response.status_code != 200:
-        body = (await response.aread())[:400].decode("utf-8", "replace")
-        raise _Failed(f"HTTP {response.status_code}: {body}")
-    base = ctype.split(";")[0].strip().lower()
-    if base == SSE_TYPE:
+        raise _Failed(f"HTTP {response.status_code}: {await _body_text(response, 300)}")
+    found = kind(ctype)
+    if found == "sse":
         rec.transport = "sse"
         await _read_sse(response, stream, opts)
-    elif base in WAV_TYPES:
+    elif found == "wav":
         rec.transport = "wav"
         await _read_raw(response, stream, _WavHeader(rec))
-    elif base in RAW_TYPES:
+    elif found == "pcm":
         rec.transport = "pcm"
-        _raw_format(response, opts, rec)
+        _raw_format(response, opts, stream)
         await _read_raw(response, stream, None)
     else:
-        body = (await response.aread())[:300].decode("utf-8", "replace")
-        raise _Failed(f"unexpected Content-Type {ctype or '(none)'!r} (expected audio/pcm, audio/wav or "
-                      f"text/event-stream): {body}")
+        raise _Failed(f"unexpected Content-Type {server_text(ctype, 80) or '(none)'!r} (expected raw PCM such as "
+                      f"audio/pcm, audio/pcm_s16le or audio/L16;rate=N, audio/wav or text/event-stream): "
+                      f"{await _body_text(response, 200)}")
 
 
 async def synthesize(client: httpx.AsyncClient, item: SeedTtsItem, opts: SpeechClientOptions, *,
@@ -324,12 +333,12 @@ async def synthesize(client: httpx.AsyncClient, item: SeedTtsItem, opts: SpeechC
     except _Failed as exc:
         record.status, record.error = "failed", str(exc)
     except httpx.HTTPError as exc:
-        record.status, record.error = "failed", f"{type(exc).__name__}: {exc or 'no detail'}"
+        record.status, record.error = "failed", f"{type(exc).__name__}: {server_text(str(exc), 200) or 'no detail'}"
     record.end_s = stream.now()
     record.audio_bytes = len(stream.pcm)
     frame = 2 * (record.channels or 1)
     record.partial_frame_bytes = len(stream.pcm) % frame
-    pcm = bytes(stream.pcm[: len(stream.pcm) - record.partial_frame_bytes])
+    pcm = little_endian(bytes(stream.pcm[: len(stream.pcm) - record.partial_frame_bytes]), stream.big_endian)
     return record, pcm
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from fdb.io import atomic_write_bytes, atomic_write_text
+from fdb.run_manifest import ServerProvenance
 from fdb.tables import NA, Column, Table, write_tables
+from reports.server_header import report_lines, revisions_line
 from scorers.tts_serving import LevelRow, LevelStats, RoundRow
 
 # (LevelRow field, header, format, unit) of the serving table's measured columns
@@ -227,6 +229,15 @@ def _stops_section(found: list[dict], table: Table | None) -> list[str]:
                   *table.markdown(None)]
 
 
+def _server_lines(raw: dict | None) -> list[str]:
+    """TTS.md's server lines: the declared revisions and what the server reported about itself."""
+    if raw is None:
+        return ["Server provenance: not recorded (a run recorded before fdb kept it)."]
+    server = ServerProvenance.model_validate(raw)
+    return [revisions_line(server.server_revision, server.model_revision, server.dataset_revision, with_dataset=True),
+            *report_lines(server.reported)]
+
+
 def render(data: dict, found: list[Table] | None = None) -> str:
     """TTS.md; its tables are ``found`` (``tables(data)`` unless given)."""
     named = {table.name: table for table in (tables(data) if found is None else found)}
@@ -243,6 +254,7 @@ def render(data: dict, found: list[Table] | None = None) -> str:
              f"requests per {'round' if rounds else 'level'}, {opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
              f"{opts['ref_audio']}. Declared sample rate(s): "
              f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.{_rounds(opts)}", ""]
+    lines += _server_lines(run.get("server_provenance")) + [""]
     lines += [f"- {note}" for note in run.get("notes", [])] + ([""] if run.get("notes") else [])
     lines += _serving(data, reserve, named)
     errors = [(r.concurrency, e) for r in rows for e in r.errors]

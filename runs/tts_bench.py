@@ -33,12 +33,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json
+from fdb.run_manifest import ServerProvenance
 from fdb.tts_records import TtsLevelSpec, TtsRequestRecord
+from runs.server_probe import describe, shown_url
 
 TTS_BENCH_SCHEMA = "fdb-tts-bench-1"
 
@@ -78,6 +81,9 @@ class TtsBenchOptions(BaseModel):
     playback_reserve_ms: float = 80.0
     timeout_s: float = 120.0
     api_key_env: str | None = None  # the variable's name only: the key never reaches a file
+    server_revision: str | None = None  # --server-revision, as given
+    model_revision: str | None = None  # --model-revision, as given
+    dataset_revision: str | None = None  # --dataset-revision, as given
     quality: QualityOptions = QualityOptions()
 
     @model_validator(mode="after")
@@ -183,7 +189,7 @@ def run_level(items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, spec
     if (directory / "requests.jsonl").exists():
         raise FdbError(f"{directory} already holds a recording", "use another --output, or delete it to redo the run")
     body = {k: v for k, v in build_body(items[0], client_opts).items() if k not in ("input", "ref_audio", "ref_text")}
-    level = TtsLevelSpec(concurrency=concurrency, url=client_opts.endpoint, requests=len(items),
+    level = TtsLevelSpec(concurrency=concurrency, url=shown_url(client_opts.endpoint), requests=len(items),
                         warmups=opts.num_warmups, body=body, ref_audio=opts.ref_audio)
     atomic_write_json(directory / "level.json", level.dump())
     columns = (TextColumn(f"[bold]{_label(spec, opts)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -289,10 +295,18 @@ def build_report(output: Path) -> dict:
             "rounds": [found.model_dump(mode="json") for found in rounds],
             "level_stats": [entry.model_dump(mode="json") for entry in stats],
             "quality": read_json(quality_path) if quality_path.is_file() else None,
-            "stop_violations": _stop_violations(output, opts), "provenance": current().model_dump(mode="json")}
+            "stop_violations": _stop_violations(output, opts), "provenance": _provenance(current())}
     data["tables"] = [table.dump() for table in write_report(output, data)]  # TTS.md's tables, as the CSVs
     atomic_write_json(output / "tts.json", data)
     return data
+
+
+def _provenance(found) -> dict:
+    from runs.server_probe import shown_args
+
+    dumped = found.model_dump(mode="json")
+    dumped["command"] = shown_args(dumped["command"])
+    return dumped
 
 
 def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[dict]:
@@ -351,19 +365,30 @@ def _start_server(opts: TtsBenchOptions, console: Console):
     return server
 
 
-def server_info(url: str) -> dict | None:
-    """What the server says about itself (GET /health and /v1/models), best effort: a server
-    without them is measured all the same."""
-    import httpx
+def server_provenance(opts: TtsBenchOptions, url: str, client_opts) -> ServerProvenance:
+    """The declared revisions and what the server says about itself (GET
+    /v1/realtime/capabilities, /v1/models and /health, best effort: a server without them is
+    measured all the same, its fields null). The bearer token goes with the probes, never into
+    the record."""
+    from runs.server_probe import probe_server, shown_url
 
-    found = {}
-    for path in ("/health", "/v1/models"):
-        try:
-            reply = httpx.get(url.rstrip("/") + path, timeout=5.0)
-            found[path] = reply.json() if reply.status_code == 200 else {"http_status": reply.status_code}
-        except (httpx.HTTPError, ValueError):
-            found[path] = None
-    return found
+    headers = client_opts.auth_headers()
+    report = probe_server(url, headers=headers, secrets=list(headers.values()))
+    return ServerProvenance(url=None if opts.url is None else shown_url(opts.url),
+                            bundled_system=opts.system if opts.url is None else None,
+                            server_revision=opts.server_revision, model_revision=opts.model_revision,
+                            dataset_revision=opts.dataset_revision, reported=report)
+
+
+def _shown_options(opts: TtsBenchOptions) -> dict:
+    """The options as run.json keeps them: --url without its secrets (the key itself is never an
+    option, only the name of its variable)."""
+    from runs.server_probe import shown_url
+
+    dumped = opts.model_dump(mode="json")
+    if dumped.get("url"):
+        dumped["url"] = shown_url(dumped["url"])
+    return dumped
 
 
 def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
@@ -385,13 +410,15 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
             notes.append("the bundled endpoint cannot clone voices: ref_audio was sent with ignore_ref_audio "
                          "and the built-in Piper voice spoke")
     url = opts.url or server.http_url
-    run = {"schema": TTS_BENCH_SCHEMA, "options": opts.model_dump(mode="json"), "dataset": dataset,
-           "endpoint": _client_options(opts, url).endpoint, "server": None if server is None else opts.system,
-           "server_info": server_info(url),
+    client_opts = _client_options(opts, url)
+    provenance = server_provenance(opts, url, client_opts)
+    console.print(escape(f"server {provenance.reported.url} reports: {describe(provenance.reported)}"))
+    run = {"schema": TTS_BENCH_SCHEMA, "options": _shown_options(opts), "dataset": dataset,
+           "endpoint": shown_url(client_opts.endpoint), "server": None if server is None else opts.system,
+           "server_provenance": provenance.model_dump(mode="json", by_alias=True),
            "prompt_wavs": {item.id: str(item.prompt_wav) for item in items}, "notes": notes}
     atomic_write_json(opts.output / "run.json", run)
     try:
-        client_opts = _client_options(opts, url)
         for spec in plan:
             run_level(items, opts, client_opts, spec, console)
             if server is not None:

@@ -7,7 +7,10 @@ generated wav): remove every character of ``string.punctuation`` and of Chinese 
 characters; ``jiwer.process_words`` aligns the words and WER = (S + D + I) / reference words. An
 empty hypothesis is all deletions (WER 1). The headline is the **mean of per-utterance WER**
 (x100, as ``average_wer.py``); corpus WER (sum of errors / sum of reference words), the count of
-utterances above 50% and the mean without them are reported beside it.
+utterances above 50% and the mean without them are reported beside it. A request without audio
+counts with every word deleted (WER 1) beside others that have audio; when no request of the
+scored level returned audio, quality is not measured: every WER, SIM and MOS is null (never
+"WER 100%" for speech that was never received) and a note says why.
 
 SIM: cosine of the speaker embeddings of the generated wav and the prompt wav, both at 16 kHz;
 mean over utterances, 3 decimals. Only WavLM-large ECAPA (a local checkpoint) is the official
@@ -252,6 +255,10 @@ def score_quality(jobs: list[QualityJob], asr, speaker=None, mos=None, progress=
     notes = [] if speaker is not None else ["SIM off (--no-sim)"]
     notes += [] if mos is not None else ["MOS off (--no-mos)"]
     missing = sum(1 for job in jobs if job.wav is None)
-    if missing:
+    if jobs and missing == len(jobs):
+        for row in rows:  # nothing was heard: nothing to measure
+            row.counts = row.wer = None
+        notes.append(f"not measured: none of the {missing} requests returned audio (see the failures under Serving)")
+    elif missing:
         notes.append(f"{missing} requests without audio count as all words deleted (WER 1)")
     return rows, summarize(rows, "+".join(langs), len(jobs), backends, notes)

@@ -36,6 +36,7 @@ from fractions import Fraction
 
 from pydantic import BaseModel, Field
 
+from fdb.speech_formats import server_text
 from fdb.tts_records import TtsRequestRecord
 from scorers.serving import Reply, buffer_needed_s
 from scorers.stats import ceil_quantile
@@ -124,7 +125,8 @@ def request_metrics(record: TtsRequestRecord, reserve_s: float = DEFAULT_RESERVE
     audio_bytes = record.audio_bytes - record.partial_frame_bytes
     seconds = _bytes_to_s(audio_bytes, record) if audio_bytes > 0 else None
     audio_s = None if seconds is None else round(seconds, 6)
-    out = RequestMetrics(id=record.id, index=record.index, status=record.status, error=record.error,
+    error = None if record.error is None else server_text(record.error, 600)  # an older record may hold bytes
+    out = RequestMetrics(id=record.id, index=record.index, status=record.status, error=error,
                          sample_rate=record.sample_rate, chunks=len(record.chunks),
                          e2e_s=record.end_s if record.status == "ok" else None, audio_s=audio_s,
                          partial_frame_bytes=record.partial_frame_bytes)

@@ -14,7 +14,10 @@ HELP = (
     "--concurrency level entry in turn (--rounds times each, after a cold round with --rounds >= 2), closed loop, "
     "warm-ups excluded; then score serving metrics per level entry (TTFA p50/p95/mean, RTF mean, throughput in audio-s/s and, with --frame-rate, frames/s, gaps, underruns, stop-condition "
     "violations) and quality on the first entry's audio (Seed-TTS WER, SIM to the prompt wav, MOS), and write "
-    "DIR/TTS.md, DIR/tts.json, DIR/tables/*.csv and DIR/plots/tts-concurrency.png. Definitions: docs/tts.md."
+    "DIR/TTS.md, DIR/tts.json, DIR/tables/*.csv and DIR/plots/tts-concurrency.png. Before the first request it asks the "
+    "server what it is (GET /v1/realtime/capabilities, /v1/models, /health; missing ones give nulls) and records that "
+    "with --server-revision, --model-revision and --dataset-revision in run.json and TTS.md's header. "
+    "Definitions: docs/tts.md."
 )
 
 
@@ -77,6 +80,9 @@ def tts_bench(
     playback_reserve_ms: float = typer.Option(80.0, help="Startup buffer of the simulated player: a request needing more underruns."),
     timeout_s: float = typer.Option(120.0, help="Per-request timeout."),
     api_key_env: str | None = typer.Option(None, help="Name of the environment variable holding the server's bearer token (e.g. OPENAI_API_KEY); sent as Authorization, never written anywhere."),
+    server_revision: str | None = typer.Option(None, help="Source revision of the server (e.g. $(git rev-parse HEAD) of its checkout): recorded as given in run.json, tts.json and TTS.md's header."),
+    model_revision: str | None = typer.Option(None, help="Revision of the served TTS model (e.g. its Hugging Face snapshot): recorded as given."),
+    dataset_revision: str | None = typer.Option(None, help="Revision label of the Seed-TTS test set: recorded as given beside the list's sha256."),
     quality: bool = typer.Option(True, help="Score WER/SIM/MOS on the first entry's audio (its first measured round)."),
     asr_model: str | None = typer.Option(None, help="Local CTranslate2 Whisper-large-v3 directory (else the embedded tiny.en, labeled)."),
     asr_model_sha256: str | None = typer.Option(None, help="sha256 of --asr-model's model.bin."),
@@ -91,6 +97,7 @@ def tts_bench(
     """Record, score and report. Times are client-side; a level's failures are part of its result."""
     from rich.console import Console
 
+    from runs.options import revision_option
     from runs.tts_bench import (
         QualityOptions,
         TtsBenchOptions,
@@ -113,6 +120,9 @@ def tts_bench(
             extra_body=_json_object(extra_body, "--extra-body"), sample_rate=sample_rate, channels=channels,
             frame_rate=frame_rate, max_audio_s=max_audio_s, playback_reserve_ms=playback_reserve_ms,
             timeout_s=timeout_s, api_key_env=api_key_env,
+            server_revision=revision_option(server_revision, "--server-revision"),
+            model_revision=revision_option(model_revision, "--model-revision"),
+            dataset_revision=revision_option(dataset_revision, "--dataset-revision"),
             quality=QualityOptions(enabled=quality, asr_model=asr_model, asr_model_sha256=asr_model_sha256,
                                    speaker_checkpoint=speaker_checkpoint, speaker_sha256=speaker_sha256,
                                    utmos_checkpoint=utmos_checkpoint, utmos_sha256=utmos_sha256, sim=sim, mos=mos))
@@ -127,6 +137,25 @@ def tts_bench(
         raise FdbError(f"every one of the {requests} measured requests failed, so {output / 'TTS.md'} measures nothing"
                        + (f" (first error: {first})" if first else ""),
                        "check that --url answers POST /v1/audio/speech (curl it), and the server's log")
+    empty = _levels_without_success(data)
+    if empty:
+        console.print(f"ERROR: {'; '.join(empty)}, so those rows of {output / 'TTS.md'} measure nothing (the "
+                      "server's log says why)", highlight=False, soft_wrap=True)
+        raise SystemExit(1)
+
+
+def _levels_without_success(data: dict) -> list[str]:
+    """Each level entry none of whose measured requests returned audio (ok alone counts with
+    --max-audio-s 0, where no audio is the right answer), as one clause with its first error."""
+    silent_ok = (data.get("run", {}).get("options", {}) or {}).get("max_audio_s") == 0
+    found = []
+    for entry, row in enumerate(data.get("rows", []), start=1):
+        requests, ok, empty = (int(row.get(key) or 0) for key in ("requests", "ok", "empty"))
+        if requests and (ok if silent_ok else ok - empty) == 0:
+            why = f"first error: {row['errors'][0]}" if row.get("errors") else "no request returned audio"
+            found.append(f"concurrency {row['concurrency']} (entry {entry}): none of its {requests} measured "
+                         f"requests succeeded ({why})")
+    return found
 
 
 def summary_table(data: dict):

@@ -64,7 +64,8 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     assert info.samplerate == 22050 and info.frames * 2 == records[1]["audio_bytes"]
     assert "ignore_ref_audio" in json.loads((out / "concurrency-1" / "level.json").read_text())["body"]
     run = json.loads((out / "run.json").read_text())
-    assert run["server_info"]["/health"]["backends"]["tts"]["name"] == "piper/en_US-joe-medium"
+    health = next(p for p in run["server_provenance"]["reported"]["probes"] if p["path"] == "/health")
+    assert health["body"]["backends"]["tts"]["name"] == "piper/en_US-joe-medium"
     assert run["dataset"]["source"] == "user" and run["dataset"]["rows"] == 2
 
     quality = data["quality"]
