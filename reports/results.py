@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
-from fdb.io import atomic_write_json, atomic_write_text, read_json
+from fdb.io import atomic_write_json, atomic_write_text
 from fdb.layout import RunPaths
 from fdb.provenance import current
+from fdb.run_manifest import RunManifest, ServerReport, load_manifest, load_repeat_server
 from fdb.tables import Table
 from reports.exports import Section
+from reports.server_header import code, report_lines, revisions_line
 from reports.v10 import official_section, replies_section, unified_section
 from reports.v15 import v15_section
 
 RESULTS_SCHEMA = "fdb-results-1"
 
 
-def _header(run: RunPaths, manifest: dict | None, repeats: list) -> list[str]:
+def _header(run: RunPaths, manifest: RunManifest | None, repeats: list) -> list[str]:
     lines = [f"# fdb results: {run.name}", ""]
     lines.append(f"Repeats: {', '.join(f'repeat-{r.number}' for r in repeats) or 'none yet'}.")
     if manifest:
-        server = manifest["server"]
-        target = server["url"] or f"bundled system `{server['system']}` (started by generate)"
-        lines.append(f"Server: {target}; turn detection `{server['turn_detection']}`; shards {manifest['num_shards']}.")
-        for name, use in sorted(manifest["datasets"].items()):
-            lines.append(f"Dataset {name}: {use['source']} tree `{use['root']}`, revision "
-                         f"`{(use['revision'] or 'n/a')[:16]}`, {len(use['sample_ids'])} selected.")
-        prov = manifest.get("provenance", {})
+        server = manifest.server
+        target = server.url or f"bundled system `{server.system}` (started by generate)"
+        lines.append(f"Server: {target}; profile `{server.profile}`; turn detection `{server.turn_detection}`; "
+                     f"shards {manifest.num_shards}.")
+        lines.append(revisions_line(server.server_revision, server.model_revision))
+        lines += report_lines(server.reported)
+        lines += _repeat_servers(server.reported, repeats)
+        for name, use in sorted(manifest.datasets.items()):
+            declared = f", declared revision {code(use.declared_revision)}" if use.declared_revision else ""
+            lines.append(f"Dataset {name}: {use.source} tree `{use.root}`, revision "
+                         f"`{(use.revision or 'n/a')[:16]}`{declared}, {len(use.sample_ids)} selected.")
+        prov = manifest.provenance
         lines.append(f"fdb {prov.get('fdb_version')} at revision `{prov.get('fdb_revision')}`.")
     lines += ["", "Every number below comes from the recorded audio of these repeats: the observation "
               "windows the recorder exported, their ASR transcripts and VAD spans. `n/a` means no data; "
@@ -31,12 +38,30 @@ def _header(run: RunPaths, manifest: dict | None, repeats: list) -> list[str]:
     return lines
 
 
+def _dump(record) -> dict | None:
+    return None if record is None else record.model_dump(mode="json", by_alias=True)
+
+
+def _repeat_servers(first: ServerReport | None, repeats: list) -> list[str]:
+    """A line for each repeat whose server reported another identity than the run's first repeat
+    (a server changed between repeats is worth knowing when reading their mean)."""
+    lines = []
+    for repeat in repeats:
+        record = load_repeat_server(repeat)
+        for report in (record.servers if record else []):
+            if first is not None and report.identity() != first.identity():
+                lines += report_lines(report, f"In repeat-{repeat.number}, the server")
+    return lines
+
+
 def build_report(run: RunPaths) -> tuple[str, dict, list[Table]]:
     """RESULTS.md's text, results.json's data and the tables the text shows, in its order."""
-    manifest = read_json(run.manifest) if run.manifest.exists() else None
+    manifest = load_manifest(run)
     repeats = run.repeats()
     lines = _header(run, manifest, repeats)
-    data: dict = {"schema": RESULTS_SCHEMA, "run": run.name, "repeats": [r.number for r in repeats]}
+    data: dict = {"schema": RESULTS_SCHEMA, "run": run.name, "repeats": [r.number for r in repeats],
+                  "server": manifest.server.model_dump(mode="json", by_alias=True) if manifest else None,
+                  "repeat_servers": {f"repeat-{r.number}": _dump(load_repeat_server(r)) for r in repeats}}
     tables: list[Table] = []
 
     def show(section: Section, key: str | None = None) -> None:
@@ -45,7 +70,7 @@ def build_report(run: RunPaths) -> tuple[str, dict, list[Table]]:
         if key is not None and section.data is not None:
             data[key] = section.data
 
-    datasets = (manifest or {}).get("datasets", {})
+    datasets = manifest.datasets if manifest else {}
     if "v1.5" in datasets or not manifest:
         show(v15_section(repeats), "v1.5")
     if "v1.0" in datasets or not manifest:

@@ -5,7 +5,9 @@ serving.json ``tables`` its dump. A missing value is ``-``."""
 
 from __future__ import annotations
 
+from fdb.run_manifest import ServerProvenance
 from fdb.tables import Column, Table
+from reports.server_header import report_lines, revisions_line
 from scorers.serving import CLIENT_CPU_SATURATED, Capacity, ServingRow
 
 
@@ -104,13 +106,26 @@ def tables(rows: list[ServingRow], title: str = "Serving capacity") -> list[Tabl
     return [serving_table(rows, title)]
 
 
+def server_header(server: ServerProvenance | None) -> list[str]:
+    """SERVING.md's server lines: where it ran, the declared revisions, what the server reported."""
+    if server is None:
+        return ["Server: not recorded (levels recorded before fdb kept the server's provenance)."]
+    target = server.url or (f"bundled system `{server.bundled_system}` (started by the sweep)"
+                            if server.bundled_system else "not recorded")
+    return [f"Server: {target}.",
+            revisions_line(server.server_revision, server.model_revision, server.dataset_revision, with_dataset=True),
+            *report_lines(server.reported)]
+
+
 def render(rows: list[ServingRow], cap: Capacity, title: str = "Serving capacity",
-           found: list[Table] | None = None) -> str:
+           found: list[Table] | None = None, server: ServerProvenance | None = None,
+           extra_warnings: list[str] | None = None) -> str:
     """SERVING.md; its table is ``found`` (``tables(rows, title)`` unless given)."""
     (table,) = tables(rows, title) if found is None else found
     reserve = rows[0].playback_reserve_ms if rows else 80.0
     profile = rows[0].profile if rows else "-"
-    lines = [f"# {title}", "", f"Profile: {profile}. {cap.line()}.", "", *table.markdown(None)]
+    lines = [f"# {title}", "", *server_header(server), "", f"Profile: {profile}. {cap.line()}.", "",
+             *table.markdown(None)]
     lines += ["## Targets", "",
               "A level meets the targets when no session failed, no session was denied admission (503), no input "
               "pacing was violated, and the unit miss rate is at most 1% (native profiles) or the reply RTF p90 is "
@@ -137,7 +152,7 @@ def render(rows: list[ServingRow], cap: Capacity, title: str = "Serving capacity
               "out the player's device and the acoustics."]
     limited = [str(r.concurrency) for r in rows if r.client_limited]
     lines += ["", "Load-generator limited levels: " + (", ".join(limited) if limited else "none") + "."]
-    found = warnings(rows)
+    found = warnings(rows) + list(extra_warnings or [])
     if found:
         lines += ["", "## Warnings", ""] + [f"- {line}." for line in found]
     return "\n".join(lines) + "\n"

@@ -29,18 +29,24 @@ from fdb.profiles import check_bundled_profile
 from fdb.provenance import current as provenance
 from fdb.run_manifest import (
     DatasetUse,
+    RepeatServer,
     RunManifest,
+    ServerReport,
     ServerUse,
     check_compatible,
     check_files,
+    check_same_server,
     load_manifest,
+    load_repeat_server,
     save_manifest,
+    save_repeat_server,
 )
 from fdb.settings import Settings, load_settings
 from runs.datasets import DatasetTree, resolve_tree
 from runs.logstream import RecordLog
 from runs.options import DatasetChoice, GenerateOptions
 from runs.server import ServerFleet
+from runs.server_probe import describe, probe_server, shown_args, shown_url
 
 V15_VARIANTS = (("overlap", "input_wav"), ("clean", "clean_input_wav"))
 
@@ -163,17 +169,41 @@ def _manifest(opts: GenerateOptions, selections: list[Selected], settings: Setti
     return RunManifest(
         run_name=opts.run_name,
         datasets={s.dataset: DatasetUse(dataset=s.dataset, root=str(s.tree.root), source=s.tree.source,
-                                        revision=s.revision, selection=s.spec.normalized(), sample_ids=s.ids,
-                                        files=s.files)
+                                        revision=s.revision, declared_revision=opts.declared_revision(s.dataset),
+                                        selection=s.spec.normalized(), sample_ids=s.ids, files=s.files)
                   for s in selections},
-        server=ServerUse(url=opts.url, system=None if opts.url else opts.system, model=opts.model,
-                         turn_detection=opts.turn_detection, profile=opts.profile),
+        server=ServerUse(url=shown_url(opts.url) if opts.url else None, system=None if opts.url else opts.system,
+                         model=opts.model, turn_detection=opts.turn_detection, profile=opts.profile,
+                         server_revision=opts.server_revision, model_revision=opts.model_revision),
         num_shards=opts.num_shards,
         gpus=len(opts.gpus.split(",")) if opts.gpus else 1,
         judge=settings.judge,
         settings=settings.recorded(),
-        provenance=provenance().model_dump(mode="json"),
+        provenance=_provenance(),
     )
+
+
+def _provenance() -> dict:
+    """fdb's provenance with the command's URLs and secret-named options redacted."""
+    found = provenance().model_dump(mode="json")
+    found["command"] = shown_args(found["command"])
+    return found
+
+
+def with_report(manifest: RunManifest, report: ServerReport | None) -> RunManifest:
+    """The manifest with what the server reported: ``reported``, and ``system`` / ``model`` where
+    the options left them open."""
+    if report is None:
+        return manifest
+    server = manifest.server.model_copy(update={"reported": report, "system": manifest.server.system or report.system,
+                                                "model": manifest.server.model or report.model})
+    return manifest.model_copy(update={"server": server})
+
+
+def _probe(url: str, opts: GenerateOptions) -> ServerReport:
+    from fdb.profiles import get_profile
+
+    return probe_server(url, headers=dict(get_profile(opts.profile).extra_headers))
 
 
 def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tuple[RunPaths, RepeatPaths, list[Selected]]:
@@ -200,17 +230,36 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
     previous = load_manifest(run)
     if previous is not None:
         check_compatible(previous, manifest, rep)
+    _warn_declared(selections, opts, console)
+    report = None
     if opts.url:  # a typo or a dead server costs nothing: checked before anything is written
         from runs.urlcheck import check_url
 
         check_url(opts.url, opts.profile)
+        report = _probe(opts.url, opts)
+        if previous is not None:
+            check_same_server(previous, report)
     if previous is None:
-        save_manifest(run, manifest)
+        save_manifest(run, with_report(manifest, report))
     rep.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(rep.sample_ids, format_ids(v15.ids) if v15 else "")
     if v10:
         atomic_write_text(rep.v10_sample_ids, format_ids(v10.ids))
+    if report is not None:
+        save_repeat_server(rep, RepeatServer(server_revision=opts.server_revision, model_revision=opts.model_revision,
+                                             servers=[report]))
     return run, rep, selections
+
+
+def _warn_declared(selections: list[Selected], opts: GenerateOptions, console: Console) -> None:
+    """A declared dataset revision that contradicts the tree's own .revision file is recorded as
+    given, with a warning: the label is the user's, the file is what the tree says."""
+    for sel in selections:
+        declared = opts.declared_revision(sel.dataset)
+        stored = read_revision(sel.tree.root.parent / f"{sel.tree.root.name}.revision")
+        if declared and stored and declared != stored:
+            console.print(f"[yellow]WARNING[/]: --dataset-revision {escape(declared)} for {sel.dataset} differs from "
+                          f"{escape(str(sel.tree.root))}.revision ({escape(stored)}); both are recorded in run.json")
 
 
 def _print_selection(selections: list[Selected], console: Console) -> None:
@@ -233,10 +282,13 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
     before = _Before.of(run, run.repeat(opts.repeat))
     try:
         run, rep, selections = _prepare(opts, settings, console)
-        target = f"server {escape(opts.url)}" if opts.url else f"model port {plans[0].port if plans else settings.server_port}"
+        target = f"server {escape(shown_url(opts.url))}" if opts.url else \
+            f"model port {plans[0].port if plans else settings.server_port}"
         console.print(f"Job GPU {settings.gpu}: {target}, judge port "
                       f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {escape(str(run.root))}, "
                       f"repeat {rep.number}")
+        if opts.url:
+            _print_server(load_repeat_server(rep), console)
         _print_selection(selections, console)
         records = _serve_and_record(opts, settings, plans, rep, selections, console)
     except BaseException as exc:
@@ -258,6 +310,7 @@ def _serve_and_record(opts: GenerateOptions, settings: Settings, plans, rep: Rep
             console.print("starting the bundled server(s) " + ", ".join(
                 f"{p.name} ({opts.system}) on :{p.port}" for p in plans) + " …")
             fleet.start()
+            _record_bundled(fleet.ws_urls, opts, rep, console)
         urls = fleet.ws_urls if fleet is not None else [opts.url]
         check_capacity(opts.num_shards, len(urls), read_max_sessions(urls[0]))
         jobs = []
@@ -268,6 +321,25 @@ def _serve_and_record(opts: GenerateOptions, settings: Settings, plans, rep: Rep
     finally:
         if fleet is not None:
             fleet.stop()
+
+
+def _record_bundled(urls: list[str], opts: GenerateOptions, rep: RepeatPaths, console: Console) -> None:
+    """repeat-N/server.json for the bundled server(s), and, for a new run, what the first one
+    reported in run.json."""
+    reports = [_probe(url, opts) for url in urls]
+    save_repeat_server(rep, RepeatServer(server_revision=opts.server_revision, model_revision=opts.model_revision,
+                                         servers=reports))
+    run = RunPaths(rep.root.parent)
+    manifest = load_manifest(run)
+    earlier = [r for r in run.repeats() if r.number != rep.number and r.holds_recording()]
+    if manifest is not None and manifest.server.reported is None and not earlier:
+        save_manifest(run, with_report(manifest, reports[0]))
+    _print_server(load_repeat_server(rep), console)
+
+
+def _print_server(record: RepeatServer | None, console: Console) -> None:
+    for report in (record.servers if record else []):
+        console.print(escape(f"server {report.url} reports: {describe(report)}"))
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,19 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from fdb.profiles import check_bundled_profile
+from fdb.run_manifest import ServerProvenance
 from runs.sweep_args import RecordOptions
 
 SERVING_SCHEMA = "fdb-serving-2"
 CLIENT_SCHEMA = "fdb-sweep-client-1"
+URL_ENV = "FDB_SWEEP_URL"  # the level's URL as given (level.json keeps it with its secrets redacted)
 
 
 class SweepOptions(BaseModel):
@@ -61,7 +64,8 @@ class LevelJob(BaseModel):
 
 
 class LevelSpec(BaseModel):
-    """level.json: what one recording of a level does; the child process reads it."""
+    """level.json: what one recording of a level does; the child process reads it. ``url`` has its
+    secrets redacted: the child gets the URL itself through the environment (URL_ENV)."""
 
     concurrency: int
     repeat: int = 1
@@ -73,6 +77,7 @@ class LevelSpec(BaseModel):
     instructions: str | None = None
     timeout_s: float = 90.0
     max_sessions: int | None = None  # the server's, as /v1/realtime/capabilities reported it
+    server: ServerProvenance | None = None  # revisions declared and what the server reported before the sweep
     record_args: list[str] = Field(default_factory=list)
     jobs: list[LevelJob] = Field(default_factory=list)
 
@@ -156,20 +161,21 @@ def recordings(directory: Path) -> list[Path]:
     return sorted(found, key=lambda d: int(d.name.split("-")[1])) or [directory]
 
 
-def run_level(spec: LevelSpec, directory: Path, console: Console) -> int:
-    """Record one level in a fresh client process; returns its exit code."""
+def run_level(spec: LevelSpec, directory: Path, console: Console, url: str | None = None) -> int:
+    """Record one level in a fresh client process (against ``url``, else ``spec.url``); returns
+    its exit code."""
     if any(directory.rglob("session.json")):
         raise FdbError(f"{directory} already holds a recording", "use another --output, or delete it to redo the sweep")
     directory.mkdir(parents=True, exist_ok=True)
     spec_path = directory / "level.json"
-    atomic_write_json(spec_path, spec.model_dump(mode="json"))
+    atomic_write_json(spec_path, spec.model_dump(mode="json", by_alias=True))
     label = f"{spec.concurrency} at once" + (f", repeat {spec.repeat}" if spec.repeat > 1 else "")
     columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[last]}"))
     with open(directory / "record.log", "ab") as log, Progress(*columns, console=console) as bar:
         task = bar.add_task("sessions", total=len(spec.jobs), last="")
         proc = subprocess.Popen([sys.executable, "-m", "runs.sweep", str(spec_path)], stdout=subprocess.PIPE,
-                                stderr=log, text=True)
+                                stderr=log, text=True, env={**os.environ, URL_ENV: url or spec.url})
         assert proc.stdout is not None
         for line in proc.stdout:
             try:
@@ -188,7 +194,8 @@ def _record_level(spec_path: Path) -> None:
 
     spec = LevelSpec.model_validate(read_json(spec_path))
     root = spec_path.parent
-    jobs = [SessionJob(url=spec.url, audio=job.audio, out_dir=root / job.out, sample_id=job.sample_id,
+    url = os.environ.get(URL_ENV) or spec.url
+    jobs = [SessionJob(url=url, audio=job.audio, out_dir=root / job.out, sample_id=job.sample_id,
                        variant=job.variant, profile=spec.profile, turn_detection=spec.turn_detection,
                        model=spec.model, instructions=spec.instructions, timeout_s=spec.timeout_s,
                        extra_meta={"dataset": spec.dataset, "concurrency": spec.concurrency})
@@ -262,20 +269,54 @@ def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: 
     rows = [row for row, _, _ in found]
     cap = capacity(rows)
     published = tables(rows)  # SERVING.md's tables: its Markdown, tables/*.csv and serving.json "tables"
+    server, differ = level_servers([directory for _, _, directory in found])
     data = {"schema": SERVING_SCHEMA, "playback_reserve_ms": reserve_ms,
             "capacity": {**cap.model_dump(mode="json"), "line": cap.line()},
             "client_limited_levels": [r.concurrency for r in rows if r.client_limited],
-            "warnings": warnings(rows),
+            "warnings": warnings(rows) + differ,
+            "server": server.model_dump(mode="json", by_alias=True) if server else None,
             "levels": {str(row.concurrency): str(directory) for row, _, directory in found},
             "rows": [r.model_dump(mode="json") for r in rows],
             "repeat_rows": {str(row.concurrency): [r.model_dump(mode="json") for r in repeats]
                             for row, repeats, _ in found},
-            "provenance": current().model_dump(mode="json"), "tables": [table.dump() for table in published]}
+            "provenance": _provenance(current()), "tables": [table.dump() for table in published]}
     atomic_write_json(output, data)
-    atomic_write_text(output.parent / "SERVING.md", render(rows, cap, found=published))
+    atomic_write_text(output.parent / "SERVING.md", render(rows, cap, found=published, server=server, extra_warnings=differ))
     write_tables(output.parent / "tables", published)
     atomic_write_bytes(output.parent / "serving.png", plot_png(rows))
     return data
+
+
+def _provenance(found) -> dict:
+    from runs.server_probe import shown_args
+
+    dumped = found.model_dump(mode="json")
+    dumped["command"] = shown_args(dumped["command"])
+    return dumped
+
+
+def level_servers(levels: list[Path]) -> tuple[ServerProvenance | None, list[str]]:
+    """(the server provenance of the first level whose level.json has one, a warning for each level
+    whose server reported another identity or declared other revisions)."""
+    found = []
+    for directory in levels:
+        for recording in recordings(directory):
+            path = recording / "level.json"
+            if path.is_file():
+                spec = LevelSpec.model_validate(read_json(path))
+                if spec.server is not None:
+                    found.append((spec.concurrency, spec.server))
+    if not found:
+        return None, []
+    first = found[0][1]
+
+    def key(server: ServerProvenance) -> tuple:
+        return (server.server_revision, server.model_revision, server.dataset_revision,
+                server.reported.identity() if server.reported else None)
+
+    differ = sorted({f"level {level}'s server provenance differs from level {found[0][0]}'s (see its level.json)"
+                     for level, server in found if key(server) != key(first)})
+    return first, differ
 
 
 def summary_table(data: dict) -> Table:
@@ -319,6 +360,20 @@ def bundled_server(opts: SweepOptions):
                          log_path=opts.output / "logs" / "model-server.log")
 
 
+def _server_provenance(url: str, opts: SweepOptions, console: Console) -> ServerProvenance:
+    """What the sweep records of its server: the declared revisions and the server's report."""
+    from fdb.profiles import get_profile
+    from runs.server_probe import describe, probe_server, shown_url
+
+    record = opts.record
+    report = probe_server(url, headers=dict(get_profile(record.profile).extra_headers))
+    console.print(f"server {escape(shown_url(url))} reports: {escape(describe(report))}")
+    return ServerProvenance(url=None if record.url is None else shown_url(record.url),
+                            bundled_system=record.system if record.url is None else None,
+                            server_revision=record.server_revision, model_revision=record.model_revision,
+                            dataset_revision=record.dataset_revision, reported=report)
+
+
 def _warn_over(level: int, max_sessions: int | None, console: Console) -> None:
     if max_sessions is not None and level > max_sessions:
         console.print(f"[yellow]WARNING[/]: level {level} exceeds the server's max_sessions {max_sessions}: "
@@ -329,9 +384,9 @@ def sweep(opts: SweepOptions, console: Console | None = None,
           around_level: Callable[[int], AbstractContextManager] | None = None) -> dict:
     """Record every level (or search for the capacity), then write the report. ``around_level(n)``
     is entered around each recording of level n (the capacity benchmark samples server memory)."""
-    from fdb.provenance import redact_command
     from fdb.settings import load_settings
     from runs.gpus import read_max_sessions
+    from runs.server_probe import shown_args, shown_url
 
     console = console or Console(stderr=True)
     settings = load_settings()
@@ -340,18 +395,20 @@ def sweep(opts: SweepOptions, console: Console | None = None,
                                         else settings.v10_session_timeout_s)
     recorded: list[int] = []
     with _serving(opts, console) as (url, check_alive):
-        max_sessions = read_max_sessions(url)
+        server = _server_provenance(url, opts, console)
+        max_sessions = server.reported.max_sessions if server.reported else read_max_sessions(url)
 
         def measure(level: int) -> bool:
             _warn_over(level, max_sessions, console)
             for repeat in range(1, opts.repeats + 1):
-                spec = LevelSpec(concurrency=level, repeat=repeat, url=url, dataset=opts.dataset,
+                spec = LevelSpec(concurrency=level, repeat=repeat, url=shown_url(url), dataset=opts.dataset,
                                  profile=opts.record.profile, turn_detection=opts.record.turn_detection,
                                  model=opts.record.model, instructions=opts.record.instructions, timeout_s=timeout,
-                                 max_sessions=max_sessions, record_args=redact_command(opts.record.args), jobs=jobs)
+                                 max_sessions=max_sessions, server=server, record_args=shown_args(opts.record.args),
+                                 jobs=jobs)
                 where = recording_dir(opts.output, level, repeat, opts.repeats)
                 with around_level(level) if around_level else contextlib.nullcontext():
-                    rc = run_level(spec, where, console)
+                    rc = run_level(spec, where, console, url=url)
                 if rc != 0:
                     console.print(f"[yellow]WARNING[/]: the level {level} client exited with code {rc} "
                                   f"(log: {where / 'record.log'}); going on")

@@ -27,6 +27,11 @@ def generate(
     gpus: str | None = typer.Option(None, help="GPU indices, e.g. 0,1: one bundled model server per GPU on port 8097 + 10 x GPU; shard i records on server i mod n. Needs at least as many shards."),
     v15_dataset_root: Path | None = typer.Option(None, help="v1.5 tree (default $FDB_DATASET, $FDB_WORK/dataset/v1.5, else the synthetic set)."),
     v10_dataset_root: Path | None = typer.Option(None, help="v1.0 tree (default $FDB10_DATASET, $FDB_WORK/dataset/v1.0, else the synthetic set)."),
+    server_revision: str | None = typer.Option(None, help="Source revision of the server recorded against (e.g. $(git rev-parse HEAD) of its checkout): recorded as given in run.json and RESULTS.md's header; a later repeat with another one is refused."),
+    model_revision: str | None = typer.Option(None, help="Revision of the model the server serves (e.g. the Hugging Face snapshot 503e754): recorded as given, like --server-revision."),
+    dataset_revision: str | None = typer.Option(None, help="Revision label of the dataset(s) (e.g. $(cat $FDB_WORK/dataset/v1.5.revision)): recorded as given beside the revision fdb reads from the tree's .revision file or hashes; a label, not a content pin (the run pins each selected file's sha256)."),
+    v15_dataset_revision: str | None = typer.Option(None, help="--dataset-revision for v1.5 only (wins over --dataset-revision)."),
+    v10_dataset_revision: str | None = typer.Option(None, help="--dataset-revision for v1.0 only (wins over --dataset-revision)."),
     all_stages: bool = typer.Option(False, help="Continue with asr, judge and aggregate after recording."),
     log_level: str = typer.Option("warning", help="debug, info, warning or error; debug prints the server and recorder logs prefixed by their name."),
     export_only: bool = typer.Option(False, help="Record nothing: cut the windows again from this repeat's finished recording (after generate was killed or failed during export). Selection and shards come from the run manifest."),
@@ -34,7 +39,11 @@ def generate(
     """Record a repeat of a run: select samples, start the model server it needs (or use
     --url, which is checked first: it must open a realtime session), stream every selected input
     to /v1/realtime in real time (80 ms packets; two sessions per v1.5 pair, one per v1.0
-    sample), stop the server, and cut the observation windows. With no official dataset
+    sample), stop the server, and cut the observation windows. Before recording it asks the
+    server what it is (GET /v1/realtime/capabilities, /v1/models, /health; a server without them
+    gives nulls, never a failure) and records that, with the declared --server-revision,
+    --model-revision and --dataset-revision, in run.json, repeat-N/server.json and RESULTS.md's
+    header. With no official dataset
     installed it uses fdb's synthetic datasets (created on demand). Refuses a repeat that
     already holds a recording; --export-only cuts the windows again from a finished recording
     whose export was interrupted. Exits 1 when a selected session failed (the export still
@@ -44,7 +53,7 @@ def generate(
 
     from fdb.cli import configure_logging
     from runs.generate import generate as run_generate
-    from runs.options import DatasetChoice, GenerateOptions, parse_turn_detection
+    from runs.options import DatasetChoice, GenerateOptions, parse_turn_detection, revision_option
 
     configure_logging(log_level)
     console = Console(stderr=True)
@@ -63,6 +72,11 @@ def generate(
         turn_detection=parse_turn_detection(turn_detection, profile),
         num_shards=num_shards, gpus=gpus, all_stages=all_stages, log_level=log_level,
         v15_root=v15_dataset_root, v10_root=v10_dataset_root,
+        server_revision=revision_option(server_revision, "--server-revision"),
+        model_revision=revision_option(model_revision, "--model-revision"),
+        dataset_revision=revision_option(dataset_revision, "--dataset-revision"),
+        v15_dataset_revision=revision_option(v15_dataset_revision, "--v15-dataset-revision"),
+        v10_dataset_revision=revision_option(v10_dataset_revision, "--v10-dataset-revision"),
     )
     _after_recording(run_generate(opts, console), all_stages, console)
 

@@ -121,7 +121,7 @@ def test_sweep_search_with_repeats_records_each_visited_level(tmp_path, monkeypa
 
     calls: list[tuple[int, int]] = []
 
-    def fake_run_level(spec, directory, console) -> int:
+    def fake_run_level(spec, directory, console, url=None) -> int:
         calls.append((spec.concurrency, spec.repeat))
         _level(directory, spec.concurrency, 64, 0.1, slow=spec.concurrency > 5)
         return 0
