@@ -28,7 +28,7 @@ from serving.realtime.negotiation import (
     apply_update,
     capabilities,
 )
-from serving.realtime.protocol import ProtocolError, SessionPatch
+from serving.realtime.protocol import ProtocolError, SessionPatch, shown
 from serving.systems import DuplexSettings, SystemConfig
 
 
@@ -126,6 +126,11 @@ def apply_native_update(current: NativeConfig, patch: SessionPatch, system: Syst
     if patch.output_modalities is not None and "audio" not in patch.output_modalities:
         raise _fail("unsupported_modalities", "a native session speaks: output_modalities must be "
                     "['audio'] or ['text', 'audio']", "session.output_modalities", event_id)
+    fmt = audio_in.format if audio_in is not None else None
+    if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate not in (None, INPUT_RATE)):
+        raise _fail("unsupported_audio_format", f"unsupported PCM format or sample rate for input: "
+                    f"{shown(fmt.type)} at {fmt.rate} Hz (a native session takes audio/pcm at {INPUT_RATE} Hz)",
+                    "session.audio.input.format", event_id)
     native = _native_fields(patch, current, duplex_settings(system), event_id, opened)
     plain = patch.model_copy(update={"sglang": patch.sglang.model_copy(update={"timebase": None, "duplex": None})
                                      if patch.sglang else None})

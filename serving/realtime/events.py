@@ -186,22 +186,20 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
-class ContentPartAdded(ServerEvent):
+class _ContentPartEvent(ServerEvent):
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    part: ContentPart
+
+
+class ContentPartAdded(_ContentPartEvent):
     type: Literal["response.content_part.added"] = "response.content_part.added"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
-    part: ContentPart
 
 
-class ContentPartDone(ServerEvent):
+class ContentPartDone(_ContentPartEvent):
     type: Literal["response.content_part.done"] = "response.content_part.done"
-    response_id: str
-    item_id: str
-    output_index: int = 0
-    content_index: int = 0
-    part: ContentPart
 
 
 # --- responses ---------------------------------------------------------------------------

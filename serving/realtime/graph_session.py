@@ -88,6 +88,7 @@ class GraphRealtimeSession(RealtimeSession):
 
     def _build_engine(self) -> None:
         system = self._system
+        self._end_rest: np.ndarray | None = None  # the resampler's flushed tail, once taken
         self._cutter = UnitCutter()
         self._commit_end = 0  # without turn detection: the input sample the last utterance ended at
         self._units: list[Unit] = []  # the units an append completed
@@ -119,25 +120,15 @@ class GraphRealtimeSession(RealtimeSession):
 
     # --- input ---------------------------------------------------------------------------------
 
-    async def _configure(self, new: SessionConfig) -> None:
+    async def _configure(self, new: SessionConfig, extensions: bool) -> None:
         td = new.turn_detection.model_dump() if new.turn_detection else None
         # without turn detection a GA session waits for response.create; the Guide's answers a commit
-        create = td["create_response"] if td else (self._wire.extensions or self._asks_extensions)
+        create = td["create_response"] if td else extensions
         await self._control(control("configure", turn_detection=td, instructions=new.instructions,
                                     output_modalities=list(new.output_modalities),
                                     sampling=new.sampling.model_dump(),
                                     interrupt_response=td["interrupt_response"] if td else True,
                                     create_response=create))
-
-    _asks_extensions = False
-
-    async def _on_update(self, event: p.SessionUpdate) -> None:
-        sglang = event.session.sglang
-        self._asks_extensions = sglang is not None and sglang.events is not False
-        try:
-            await super()._on_update(event)
-        finally:
-            self._asks_extensions = False
 
     async def _feed(self, samples: np.ndarray, event_id: str | None) -> None:
         if not await self._graph.append(Chunk("pcm16", Pcm16(float_to_pcm16(samples)))):
@@ -176,13 +167,18 @@ class GraphRealtimeSession(RealtimeSession):
 
     async def _on_end(self, event: p.InputAudioEnd) -> None:
         self._require_input_open(event.event_id)
-        if self._resampler is not None:  # the resampler's last few ms
-            rest = self._resampler.push(np.zeros(0, np.float32), last=True)
-            if len(rest):
-                await self._feed(rest, event.event_id)
-                self._accepted_samples += len(rest)
+        if self._end_rest is None:  # the resampler's last few ms, taken once (an end refused below is resent)
+            resampling = self._resampler is not None and self._resampler.stateful
+            self._end_rest = self._resampler.push(np.zeros(0, np.float32), last=True) if resampling else None
+        if self._end_rest is not None and len(self._end_rest):
+            self._units = []
+            await self._feed(self._end_rest, event.event_id)
+            self._accepted_samples += len(self._end_rest)
+            self._end_rest = self._end_rest[:0]
+            for unit in self._units:
+                await self._unit_done(unit)
         self.input_ended = True
-        accepted_ms = samples_to_ms(self._accepted_samples)
+        accepted_ms = self._accepted_ms()  # the client's timeline, as the receipts count it
         await self._outbox.send(InputAudioEnded(accepted_end_ms=accepted_ms, client_event_id=event.event_id))
         self._output.wake_all()
         tail = self._cutter.flush()
@@ -234,6 +230,7 @@ class GraphRealtimeSession(RealtimeSession):
     async def _on_item_create(self, event: p.ConversationItemCreate) -> None:
         """A user message with ``input_text`` or ``input_audio`` parts (the audio at the
         session's input rate, transcribed here); other items are refused by name."""
+        self._require_input_open(event.event_id)
         item = event.item
         item_id = item.get("id") if isinstance(item.get("id"), str) else new_id("item")
         if item.get("type", "message") != "message" or item.get("role") != "user":

@@ -100,7 +100,6 @@ class SessionConfig(BaseModel):
     turn_detection: ServerVad | SemanticVad | None
     sampling: Sampling
     input_rate: int = INPUT_RATE  # the client's input audio (resampled to INPUT_RATE)
-    voice: str = VOICE  # the voice the client asked for (the deployment's when not applied)
 
 
 def initial_config(system: SystemConfig, input_rate: int = INPUT_RATE) -> SessionConfig:
@@ -302,9 +301,6 @@ def apply_update(current: SessionConfig, patch: SessionPatch, system: SystemConf
             raise _fail("frozen_field", "session field is frozen: session.audio.input.format (audio "
                         "was already appended at " f"{current.input_rate} Hz)", "session.audio.input.format", event_id)
         changes["input_rate"] = rate
-    voice = patch.audio.output.voice if patch.audio and patch.audio.output else None
-    if voice is not None:
-        changes["voice"] = voice
     if patch.temperature is not None:  # beta's session.temperature
         changes["sampling"] = _sampling({"temperature": patch.temperature}, current.sampling, event_id)
     if patch.max_output_tokens is not None:

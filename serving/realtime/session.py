@@ -85,6 +85,11 @@ class InputResampler:
         self._stream = None if rate == INPUT_RATE else soxr.ResampleStream(rate, INPUT_RATE, 1, dtype="float32",
                                                                           quality="HQ")
 
+    @property
+    def stateful(self) -> bool:
+        """Whether audio pushed once is inside the filter (a refused chunk cannot be pushed again)."""
+        return self._stream is not None
+
     def push(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
         if self._stream is None:
             return samples
@@ -117,6 +122,9 @@ class RealtimeSession:
         self._accepted_samples = 0  # at the models' 16 kHz
         self._client_samples = 0  # as the client sent them, at config.input_rate
         self._resampler: InputResampler | None = None
+        # (seq, resampled samples) of an append the engine refused (input_queue_full) after the
+        # resampler took it: its resend feeds these instead of resampling the audio twice
+        self._refused: tuple[int, np.ndarray] | None = None
         self._build_engine()
         self._finished = asyncio.Event()
         self._closing = False
@@ -151,7 +159,7 @@ class RealtimeSession:
         """A reply is in the works: the idle timeout waits."""
         return self._responder.busy
 
-    async def _configure(self, new: SessionConfig) -> None:
+    async def _configure(self, new: SessionConfig, extensions: bool) -> None:
         """A granted session.update (``self.config`` is still the previous one)."""
         raise NotImplementedError
 
@@ -292,7 +300,7 @@ class RealtimeSession:
         strict = self._wire.extensions or asks
         new = apply_update(self.config, patch, self._system, event.event_id, self.opened, strict=strict,
                            input_flowed=self._client_samples > 0)
-        await self._configure(new)
+        await self._configure(new, self._wire.extensions or asks)
         self.config, self.opened = new, True
         self._wire.extensions = self._wire.extensions or asks
         await self._outbox.send(SessionUpdated(client_event_id=event.event_id, session=self._session_body()))
@@ -316,10 +324,18 @@ class RealtimeSession:
             raise p.ProtocolError("bad_seq", f"seq {seq} is out of order; expected {self._next_seq}",
                                   param="sglang.seq", event_id=event.event_id)
         raw = decode_pcm16(event.audio, self._system.max_input_bytes, event.event_id)
-        if self._resampler is None or self._resampler.rate != self.config.input_rate:
-            self._resampler = InputResampler(self.config.input_rate)
-        samples = self._resampler.push(raw)
-        await self._feed(samples, event.event_id)
+        if self._refused is not None and self._refused[0] == seq:
+            samples = self._refused[1]
+        else:
+            if self._resampler is None or self._resampler.rate != self.config.input_rate:
+                self._resampler = InputResampler(self.config.input_rate)
+            samples = self._resampler.push(raw)
+        try:
+            await self._feed(samples, event.event_id)
+        except p.ProtocolError:
+            self._refused = (seq, samples) if self._resampler is not None and self._resampler.stateful else None
+            raise
+        self._refused = None
         self._next_seq += 1
         self._client_samples += len(raw)
         self._accepted_samples += len(samples)

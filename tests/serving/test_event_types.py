@@ -78,7 +78,8 @@ def test_the_checker_refuses_what_it_should():
 
 
 async def _errors_question_text_truncate(url: str, question: bytes) -> Client:
-    """Malformed JSON, an unknown event, a binary frame and an append before session.update;
+    """Malformed JSON, an unknown event, a binary frame and an odd-length append before the
+    session.update (the GA default session takes audio at once);
     a spoken question (audio reply), then the same question with a text-only reply; truncates
     (a good one and an unknown item); the end of input, drain and close."""
     client = await Client.connect(url)
@@ -140,7 +141,7 @@ async def _barge_in(url: str, question: bytes, barge_in: bytes) -> Client:
 
 
 async def _timeout(url: str) -> Client:
-    client = await Client.connect(url)  # no session.update: closed after 1 s
+    client = await Client.connect(url)  # no session.update: a GA session, closed when it idles (2 s)
     await client.wait_closed()
     return client
 
@@ -169,10 +170,12 @@ def test_every_server_event_validates(server, speech, question_pcm):
         "response.output_audio.done", "response.output_audio_transcript.done",
         "response.output_text.delta", "response.output_text.done", "response.done",
         "sglang.response.progress", "conversation.item.truncated", "sglang.response.heard",
+        "conversation.item.added", "conversation.item.done", "response.output_item.added",
+        "response.output_item.done", "response.content_part.added", "response.content_part.done",
     }
     assert expected <= seen, expected - seen
     codes = [e["error"]["code"] for e in events if e["type"] == "error"]
-    assert {"invalid_json", "unknown_event", "binary_frame", "session_not_open", "item_not_found",
-            "input_audio_buffer_commit_empty", "session_update_timeout"} <= set(codes), codes
+    assert {"invalid_json", "unknown_event", "binary_frame", "invalid_audio", "item_not_found",
+            "input_audio_buffer_commit_empty", "idle_timeout"} <= set(codes), codes
     reasons = {e["response"]["status_details"]["reason"] for e in events if e["type"] == "response.done"}
     assert "interrupted" in reasons and "stop" in reasons

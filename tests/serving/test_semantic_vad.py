@@ -35,8 +35,8 @@ def test_semantic_vad_holds_a_mid_sentence_pause_and_answers(server, paused_ques
         await client.send("session.update", session={"audio": {"input": {"turn_detection": {
             "type": "semantic_vad", "eagerness": "bogus"}}}})
         refused = (await client.until("error", 5)).event["error"]
-        await client.send("session.update", session={"type": "realtime", "audio": {"input": {
-            "turn_detection": {"type": "semantic_vad", "eagerness": "medium"}}}})
+        await client.send("session.update", session={"type": "realtime", "sglang": {}, "audio": {"input": {
+            "turn_detection": {"type": "semantic_vad", "eagerness": "medium"}}}})  # sglang: the end, session.closed
         updated = (await client.until("session.updated", 5)).event
         await client.send_audio(paused_question, interval_s=0.02)
         await client.until("input_audio_buffer.committed", 20)  # Smart Turn ended the turn

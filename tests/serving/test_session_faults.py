@@ -32,7 +32,8 @@ max_pending_output_bytes: 262144
 session_update_timeout_s: 10.0
 idle_timeout_s: 30.0
 """
-OPEN = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+# "sglang": {} asks for the session protocol: fatal flags, client_event_id echoes, receipts
+OPEN = {"type": "realtime", "audio": {"input": {"turn_detection": None}}, "sglang": {}}
 TEXT, BINARY, CLOSE, PING, PONG = 0x1, 0x2, 0x8, 0x9, 0xA
 
 

@@ -169,3 +169,34 @@ def test_max_sessions_refuses_the_upgrade_with_503(server):
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_24khz_input_is_counted_on_the_clients_timeline_to_the_last_unit(server):
+    """A session with the extensions and 24 kHz input: 1 s sent in 80 ms appends is received
+    as 1000 ms by every receipt, the end and the drain, and its 200 ms units cover the whole
+    second, the last one included (the resampler's held tail is flushed at the end)."""
+    step = 24000 * 80 // 1000 * 2  # 80 ms of 24 kHz PCM16
+
+    async def scenario() -> Client:
+        client = await Client.connect(server.ws_url)
+        await client.open_session({"type": "realtime", "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": None}}})
+        pcm = bytes(24000 * 2)  # 1 s of silence
+        for seq, offset in enumerate(range(0, len(pcm), step)):
+            chunk = base64.b64encode(pcm[offset:offset + step]).decode("ascii")
+            await client.send("input_audio_buffer.append", audio=chunk, sglang={"seq": seq})
+        for _ in range(13):
+            await client.until("sglang.input_audio.accepted", 5)
+        await client.send("sglang.input_audio.end")
+        await client.until("sglang.input_audio.drained", 15)
+        await client.close()
+        return client
+
+    client = asyncio.run(scenario())
+    receipts = [e["accepted_end_ms"] for e in client.of_type("sglang.input_audio.accepted")]
+    assert receipts == [min(80 * (k + 1), 1000) for k in range(13)]
+    assert client.of_type("sglang.input_audio.ended")[0]["accepted_end_ms"] == 1000
+    assert client.of_type("sglang.input_audio.drained")[0]["accepted_end_ms"] == 1000
+    units = [u["sglang"]["media_time"] for u in client.of_type("sglang.unit.done")]
+    assert [u["t_start_ms"] for u in units] == [0, 200, 400, 600, 800]
+    assert sum(u["duration_ms"] for u in units) == 1000
