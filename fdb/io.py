@@ -313,6 +313,28 @@ def redact_values(text: str, values: Iterable[str], keylike: bool = True) -> str
     return _KEYLIKE.sub(REDACTED, text) if keylike else text
 
 
+_SECRET_QUERY = ("key", "token", "secret", "password")
+
+
+def redact_url(url: str) -> str:
+    """``url`` as a file or a log may show it: the values of query parameters whose names look
+    secret (key, token, secret, password) and any ``user:password@`` are <redacted>; a URL that
+    cannot be parsed is <redacted> whole."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.query:
+            query = [(k, REDACTED if any(s in k.lower() for s in _SECRET_QUERY) else v)
+                     for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+            parts = parts._replace(query=urlencode(query))
+    except ValueError:
+        return REDACTED
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=f"{REDACTED}@{parts.netloc.rsplit('@', 1)[1]}")
+    return urlunsplit(parts)
+
+
 def redact_secrets(text: str) -> str:
     """``text`` without any secret-looking environment value and without ``sk-...`` tokens."""
     return redact_values(text, secret_values())

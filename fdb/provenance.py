@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import platform
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -54,14 +55,24 @@ def package_version(name: str) -> str | None:
         return None
 
 
+_URL = re.compile(r"\b(?:https?|wss?)://[^\s\"'<>]+")
+
+
 def redact_command(argv: list[str]) -> list[str]:
-    """Drop values of options that might carry secrets."""
+    """Drop values of options that might carry secrets, and the secrets of URLs
+    (:func:`fdb.io.redact_url`: query keys/tokens, ``user:password@``). An argument holding a
+    URL is only URL-redacted, so a ``?token=`` in it does not hide the next argument."""
+    from fdb.io import redact_url
+
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
             out.append("<redacted>")
             hide_next = False
+            continue
+        if _URL.search(arg):
+            out.append(_URL.sub(lambda m: redact_url(m.group(0)), arg))
             continue
         lowered = arg.lower()
         if any(k in lowered for k in ("key", "token", "secret", "password")):

@@ -16,11 +16,11 @@ from typing import Any
 
 from fdb.audio import Audio, read_wav
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json
+from fdb.io import atomic_write_json, redact_url
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, Verdict
 from recorders.looplag import paced_gc
-from recorders.session import record_session, redact_url, start_finisher
+from recorders.session import record_session, start_finisher
 
 Progress = Callable[[int, int, SessionRecord], None]
 

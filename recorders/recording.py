@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from fdb.audio import Audio, float_to_pcm16, pcm16_to_float, wav_bytes
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_bytes
@@ -65,19 +64,6 @@ def noop_session_update(profile: Profile) -> dict[str, Any]:
 def input_pcm16(audio: Audio, rate: int = 16000) -> bytes:
     """The input stream exactly as sent: mono PCM16 at ``rate`` (soxr HQ resampling)."""
     return float_to_pcm16(audio.resample(rate).samples)
-
-
-def redact_url(url: str) -> str:
-    """Drop query values that might be secrets (key, token, secret, password)."""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    secret = ("key", "token", "secret", "password")
-    query = [
-        (k, "<redacted>" if any(s in k.lower() for s in secret) else v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def drain_seconds(trace: Sequence[TraceEvent]) -> float | None:

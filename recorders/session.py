@@ -34,6 +34,7 @@ import picows
 
 from fdb.audio import Audio
 from fdb.errors import FdbError, SampleError
+from fdb.io import redact_url
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus
 from recorders.eventloop import CLOCK, loop_local, paced_sleep, sleep_until
@@ -49,11 +50,10 @@ from recorders.finisher import (  # noqa: F401  (RawTrace and trace_from_raw are
 )
 from recorders.looplag import monitor
 from recorders.pacing import SPREADER, send_paced, split_packets
-from recorders.recording import (  # noqa: F401  (input_pcm16 and redact_url are re-exported)
+from recorders.recording import (  # noqa: F401  (input_pcm16 is re-exported)
     SessionOutcome,
     input_pcm16,
     noop_session_update,
-    redact_url,
     session_update_body,
     write_input_wav,
     write_recording,

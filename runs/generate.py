@@ -23,7 +23,7 @@ from fdb.datasets.selection import (
     select,
 )
 from fdb.errors import FdbError
-from fdb.io import atomic_write_text
+from fdb.io import atomic_write_text, redact_url
 from fdb.layout import RepeatPaths, RunPaths
 from fdb.profiles import check_bundled_profile
 from fdb.provenance import current as provenance
@@ -46,7 +46,7 @@ from runs.datasets import DatasetTree, resolve_tree
 from runs.logstream import RecordLog
 from runs.options import DatasetChoice, GenerateOptions
 from runs.server import ServerFleet
-from runs.server_probe import describe, probe_server, shown_args, shown_url
+from runs.server_probe import describe, probe_server
 
 V15_VARIANTS = (("overlap", "input_wav"), ("clean", "clean_input_wav"))
 
@@ -172,22 +172,15 @@ def _manifest(opts: GenerateOptions, selections: list[Selected], settings: Setti
                                         revision=s.revision, declared_revision=opts.declared_revision(s.dataset),
                                         selection=s.spec.normalized(), sample_ids=s.ids, files=s.files)
                   for s in selections},
-        server=ServerUse(url=shown_url(opts.url) if opts.url else None, system=None if opts.url else opts.system,
+        server=ServerUse(url=redact_url(opts.url) if opts.url else None, system=None if opts.url else opts.system,
                          model=opts.model, turn_detection=opts.turn_detection, profile=opts.profile,
                          server_revision=opts.server_revision, model_revision=opts.model_revision),
         num_shards=opts.num_shards,
         gpus=len(opts.gpus.split(",")) if opts.gpus else 1,
         judge=settings.judge,
         settings=settings.recorded(),
-        provenance=_provenance(),
+        provenance=provenance().model_dump(mode="json"),
     )
-
-
-def _provenance() -> dict:
-    """fdb's provenance with the command's URLs and secret-named options redacted."""
-    found = provenance().model_dump(mode="json")
-    found["command"] = shown_args(found["command"])
-    return found
 
 
 def with_report(manifest: RunManifest, report: ServerReport | None) -> RunManifest:
@@ -282,7 +275,7 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
     before = _Before.of(run, run.repeat(opts.repeat))
     try:
         run, rep, selections = _prepare(opts, settings, console)
-        target = f"server {escape(shown_url(opts.url))}" if opts.url else \
+        target = f"server {escape(redact_url(opts.url))}" if opts.url else \
             f"model port {plans[0].port if plans else settings.server_port}"
         console.print(f"Job GPU {settings.gpu}: {target}, judge port "
                       f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {escape(str(run.root))}, "

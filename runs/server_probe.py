@@ -24,10 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from fdb.io import REDACTED, one_line, redact_values, secret_values
-from fdb.provenance import redact_command
+from fdb.io import REDACTED, one_line, redact_url, redact_values, secret_values
 from fdb.run_manifest import Probe, ServerReport
-from recorders.recording import redact_url
 
 CAPABILITIES = "/v1/realtime/capabilities"
 MODELS = "/v1/models"
@@ -39,28 +37,6 @@ VOLATILE = {MODELS: ("created",), HEALTH: ("sessions", "uptime", "uptime_s")}  #
 _SECRET_KEY = re.compile(r"(^|[_\-])(api_?key|apikey|key|token|secret|password|passwd|authorization|credentials?"
                          r"|bearer)($|[_\-])", re.IGNORECASE)
 _URL = re.compile(r"\b(?:https?|wss?)://[^\s\"'<>]+")
-
-
-def shown_url(url: str) -> str:
-    """``url`` as a file or a log may show it: query secrets redacted, user:password dropped."""
-    try:
-        shown = redact_url(url)
-        parts = urlsplit(shown)
-    except ValueError:
-        return REDACTED
-    if "@" in parts.netloc:
-        host = parts.netloc.rsplit("@", 1)[1]
-        shown = urlunsplit(parts._replace(netloc=f"{REDACTED}@{host}"))
-    return shown
-
-
-def shown_args(args: Iterable[str]) -> list[str]:
-    """Command-line arguments for a file: secret-named options' values dropped (redact_command),
-    URLs through ``shown_url``."""
-    args = list(args)
-    urls = {f"\0url{k}": _URL.sub(lambda m: shown_url(m.group(0)), arg) for k, arg in enumerate(args) if _URL.search(arg)}
-    placed = [f"\0url{k}" if f"\0url{k}" in urls else arg for k, arg in enumerate(args)]
-    return [urls.get(arg, arg) for arg in redact_command(placed)]
 
 
 def base_url(url: str) -> str:
@@ -81,7 +57,7 @@ def probe_server(url: str, headers: Mapping[str, str] | None = None, secrets: It
     base = base_url(url)
     hidden = sorted({*secret_values(), *(s for s in secrets if s), *_header_secrets(headers)}, key=len, reverse=True)
     probes = [_get(base, path, dict(headers or {}), hidden, timeout_s) for path in paths]
-    return summarize(shown_url(base), probes)
+    return summarize(redact_url(base), probes)
 
 
 def summarize(url: str, probes: list[Probe]) -> ServerReport:
@@ -167,7 +143,7 @@ def _clean(value: Any, hidden: list[str]) -> Any:
 
 
 def _clean_text(text: str, hidden: list[str]) -> str:
-    return redact_values(_URL.sub(lambda m: shown_url(m.group(0)), text), hidden)
+    return redact_values(_URL.sub(lambda m: redact_url(m.group(0)), text), hidden)
 
 
 def _header_secrets(headers: Mapping[str, str] | None) -> list[str]:

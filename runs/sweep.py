@@ -279,20 +279,12 @@ def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: 
             "rows": [r.model_dump(mode="json") for r in rows],
             "repeat_rows": {str(row.concurrency): [r.model_dump(mode="json") for r in repeats]
                             for row, repeats, _ in found},
-            "provenance": _provenance(current()), "tables": [table.dump() for table in published]}
+            "provenance": current().model_dump(mode="json"), "tables": [table.dump() for table in published]}
     atomic_write_json(output, data)
     atomic_write_text(output.parent / "SERVING.md", render(rows, cap, found=published, server=server, extra_warnings=differ))
     write_tables(output.parent / "tables", published)
     atomic_write_bytes(output.parent / "serving.png", plot_png(rows))
     return data
-
-
-def _provenance(found) -> dict:
-    from runs.server_probe import shown_args
-
-    dumped = found.model_dump(mode="json")
-    dumped["command"] = shown_args(dumped["command"])
-    return dumped
 
 
 def level_servers(levels: list[Path]) -> tuple[ServerProvenance | None, list[str]]:
@@ -362,13 +354,14 @@ def bundled_server(opts: SweepOptions):
 
 def _server_provenance(url: str, opts: SweepOptions, console: Console) -> ServerProvenance:
     """What the sweep records of its server: the declared revisions and the server's report."""
+    from fdb.io import redact_url
     from fdb.profiles import get_profile
-    from runs.server_probe import describe, probe_server, shown_url
+    from runs.server_probe import describe, probe_server
 
     record = opts.record
     report = probe_server(url, headers=dict(get_profile(record.profile).extra_headers))
-    console.print(f"server {escape(shown_url(url))} reports: {escape(describe(report))}")
-    return ServerProvenance(url=None if record.url is None else shown_url(record.url),
+    console.print(f"server {escape(redact_url(url))} reports: {escape(describe(report))}")
+    return ServerProvenance(url=None if record.url is None else redact_url(record.url),
                             bundled_system=record.system if record.url is None else None,
                             server_revision=record.server_revision, model_revision=record.model_revision,
                             dataset_revision=record.dataset_revision, reported=report)
@@ -384,9 +377,10 @@ def sweep(opts: SweepOptions, console: Console | None = None,
           around_level: Callable[[int], AbstractContextManager] | None = None) -> dict:
     """Record every level (or search for the capacity), then write the report. ``around_level(n)``
     is entered around each recording of level n (the capacity benchmark samples server memory)."""
+    from fdb.io import redact_url
+    from fdb.provenance import redact_command
     from fdb.settings import load_settings
     from runs.gpus import read_max_sessions
-    from runs.server_probe import shown_args, shown_url
 
     console = console or Console(stderr=True)
     settings = load_settings()
@@ -401,10 +395,10 @@ def sweep(opts: SweepOptions, console: Console | None = None,
         def measure(level: int) -> bool:
             _warn_over(level, max_sessions, console)
             for repeat in range(1, opts.repeats + 1):
-                spec = LevelSpec(concurrency=level, repeat=repeat, url=shown_url(url), dataset=opts.dataset,
+                spec = LevelSpec(concurrency=level, repeat=repeat, url=redact_url(url), dataset=opts.dataset,
                                  profile=opts.record.profile, turn_detection=opts.record.turn_detection,
                                  model=opts.record.model, instructions=opts.record.instructions, timeout_s=timeout,
-                                 max_sessions=max_sessions, server=server, record_args=shown_args(opts.record.args),
+                                 max_sessions=max_sessions, server=server, record_args=redact_command(list(opts.record.args)),
                                  jobs=jobs)
                 where = recording_dir(opts.output, level, repeat, opts.repeats)
                 with around_level(level) if around_level else contextlib.nullcontext():

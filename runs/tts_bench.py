@@ -38,10 +38,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_jsonl, read_json
+from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, redact_url
 from fdb.run_manifest import ServerProvenance
 from fdb.tts_records import TtsLevelSpec, TtsRequestRecord
-from runs.server_probe import describe, shown_url
+from runs.server_probe import describe
 
 TTS_BENCH_SCHEMA = "fdb-tts-bench-1"
 
@@ -189,7 +189,7 @@ def run_level(items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, spec
     if (directory / "requests.jsonl").exists():
         raise FdbError(f"{directory} already holds a recording", "use another --output, or delete it to redo the run")
     body = {k: v for k, v in build_body(items[0], client_opts).items() if k not in ("input", "ref_audio", "ref_text")}
-    level = TtsLevelSpec(concurrency=concurrency, url=shown_url(client_opts.endpoint), requests=len(items),
+    level = TtsLevelSpec(concurrency=concurrency, url=redact_url(client_opts.endpoint), requests=len(items),
                         warmups=opts.num_warmups, body=body, ref_audio=opts.ref_audio)
     atomic_write_json(directory / "level.json", level.dump())
     columns = (TextColumn(f"[bold]{_label(spec, opts)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -295,18 +295,10 @@ def build_report(output: Path) -> dict:
             "rounds": [found.model_dump(mode="json") for found in rounds],
             "level_stats": [entry.model_dump(mode="json") for entry in stats],
             "quality": read_json(quality_path) if quality_path.is_file() else None,
-            "stop_violations": _stop_violations(output, opts), "provenance": _provenance(current())}
+            "stop_violations": _stop_violations(output, opts), "provenance": current().model_dump(mode="json")}
     data["tables"] = [table.dump() for table in write_report(output, data)]  # TTS.md's tables, as the CSVs
     atomic_write_json(output / "tts.json", data)
     return data
-
-
-def _provenance(found) -> dict:
-    from runs.server_probe import shown_args
-
-    dumped = found.model_dump(mode="json")
-    dumped["command"] = shown_args(dumped["command"])
-    return dumped
 
 
 def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[dict]:
@@ -370,11 +362,11 @@ def server_provenance(opts: TtsBenchOptions, url: str, client_opts) -> ServerPro
     /v1/realtime/capabilities, /v1/models and /health, best effort: a server without them is
     measured all the same, its fields null). The bearer token goes with the probes, never into
     the record."""
-    from runs.server_probe import probe_server, shown_url
+    from runs.server_probe import probe_server
 
     headers = client_opts.auth_headers()
     report = probe_server(url, headers=headers, secrets=list(headers.values()))
-    return ServerProvenance(url=None if opts.url is None else shown_url(opts.url),
+    return ServerProvenance(url=None if opts.url is None else redact_url(opts.url),
                             bundled_system=opts.system if opts.url is None else None,
                             server_revision=opts.server_revision, model_revision=opts.model_revision,
                             dataset_revision=opts.dataset_revision, reported=report)
@@ -383,11 +375,9 @@ def server_provenance(opts: TtsBenchOptions, url: str, client_opts) -> ServerPro
 def _shown_options(opts: TtsBenchOptions) -> dict:
     """The options as run.json keeps them: --url without its secrets (the key itself is never an
     option, only the name of its variable)."""
-    from runs.server_probe import shown_url
-
     dumped = opts.model_dump(mode="json")
     if dumped.get("url"):
-        dumped["url"] = shown_url(dumped["url"])
+        dumped["url"] = redact_url(dumped["url"])
     return dumped
 
 
@@ -414,7 +404,7 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     provenance = server_provenance(opts, url, client_opts)
     console.print(escape(f"server {provenance.reported.url} reports: {describe(provenance.reported)}"))
     run = {"schema": TTS_BENCH_SCHEMA, "options": _shown_options(opts), "dataset": dataset,
-           "endpoint": shown_url(client_opts.endpoint), "server": None if server is None else opts.system,
+           "endpoint": redact_url(client_opts.endpoint), "server": None if server is None else opts.system,
            "server_provenance": provenance.model_dump(mode="json", by_alias=True),
            "prompt_wavs": {item.id: str(item.prompt_wav) for item in items}, "notes": notes}
     atomic_write_json(opts.output / "run.json", run)

@@ -16,11 +16,10 @@ from urllib.parse import urlsplit, urlunsplit
 import picows
 
 from fdb.errors import FdbError
-from fdb.io import one_line
+from fdb.io import one_line, redact_url
 from fdb.profiles import get_profile
 from recorders.eventloop import CLOCK
 from recorders.eventloop import run as run_loop
-from recorders.recording import redact_url
 from recorders.session import ADMISSION_BACKOFF_S, ADMISSION_RETRIES, MAX_MESSAGE_BYTES
 from recorders.wire import CLOSE_CODES, parse_server_message
 from recorders.wsclient import Refused, WsClient, open_client
