@@ -84,11 +84,22 @@ def positive_int(value: str | None, what: str) -> int | None:
         return None
     try:
         number = int(float(value))
-    except ValueError:
+    except (ValueError, OverflowError):  # "x", "nan"; "inf", "1e999"
         raise FormatError(f"{what} {server_text(str(value), 40)!r} is not a number") from None
     if number <= 0:
-        raise FormatError(f"{what} {value!r} is not positive")
+        raise FormatError(f"{what} {server_text(str(value), 40)!r} is not positive")
     return number
+
+
+RATES = (8000, 192000)  # the sample rates an answer may declare (a speech node's sample_rate range)
+
+
+def sample_rate(rate: int | None, what: str) -> int | None:
+    """``rate`` when it is a plausible audio sample rate (8 to 192 kHz), else FormatError: a
+    server's ``X-Sample-Rate: 1`` would otherwise be resampled into 24,000 times its samples."""
+    if rate is not None and not RATES[0] <= rate <= RATES[1]:
+        raise FormatError(f"{what} {rate} Hz is not an audio sample rate ({RATES[0]} to {RATES[1]} Hz)")
+    return rate
 
 
 @dataclass(frozen=True)
@@ -132,10 +143,10 @@ def raw_format(headers: Mapping[str, str], content_type: str | None) -> RawForma
         big = encoding == "S16BE"
     if base == "audio/l16":
         big = (param(ctype, "endianness", "endian") or "").lower().startswith("big")
-    rate = positive_int(_header(headers, "x-sample-rate"), "X-Sample-Rate")
+    rate = sample_rate(positive_int(_header(headers, "x-sample-rate"), "X-Sample-Rate"), "X-Sample-Rate")
     source: Literal["header", "content-type"] | None = "header" if rate else None
     if rate is None:
-        rate = positive_int(param(ctype, *RATE_PARAMS), "the Content-Type rate")
+        rate = sample_rate(positive_int(param(ctype, *RATE_PARAMS), "the Content-Type rate"), "the Content-Type rate")
         source = "content-type" if rate else None
     channels = (positive_int(_header(headers, "x-channels"), "X-Channels")
                 or positive_int(param(ctype, "channels"), "the Content-Type channels"))
@@ -230,6 +241,7 @@ class WavStream:
                               f"{rate} Hz x {channels})")
         if rate <= 0 or channels <= 0:
             raise FormatError(f"the WAV answer declares {rate} Hz and {channels} channels")
+        sample_rate(rate, "the WAV answer's rate")
         self.rate, self.channels, self.bits = rate, channels, bits
 
 

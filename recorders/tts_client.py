@@ -56,6 +56,7 @@ from fdb.speech_formats import (
     little_endian,
     positive_int,
     raw_format,
+    sample_rate,
     server_text,
 )
 from fdb.tts_records import TtsRequestRecord
@@ -129,6 +130,14 @@ class _Failed(Exception):
 def _int(value: str | None, what: str) -> int | None:
     try:
         return positive_int(value, what)
+    except FormatError as exc:
+        raise _Failed(str(exc)) from None
+
+
+def _rate(value: str | None, what: str) -> int | None:
+    """A declared sample rate: a positive integer in the audio range, else the request fails."""
+    try:
+        return sample_rate(positive_int(value, what), what)
     except FormatError as exc:
         raise _Failed(str(exc)) from None
 
@@ -236,7 +245,7 @@ def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptio
     elif kind == "audio.speech.chunk":
         audio = event.get("audio") or {}
         if audio.get("sample_rate") and rec.sample_rate is None:
-            rate = _int(str(audio["sample_rate"]), "the SSE event's sample_rate")
+            rate = _rate(str(audio["sample_rate"]), "the SSE event's sample_rate")
             rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = rate, 1, 16, "sse-event"
         data = _b64(audio.get("data"), "an SSE audio.speech.chunk event")
         if data[:4] == b"RIFF":
@@ -257,7 +266,7 @@ def _fallback_rate(rec: TtsRequestRecord, opts: SpeechClientOptions, what: str) 
 
 async def _read_sse(response: httpx.Response, stream: _Stream, opts: SpeechClientOptions) -> None:
     rec = stream.record
-    rate = _int(response.headers.get("x-sample-rate"), "X-Sample-Rate")
+    rate = _rate(response.headers.get("x-sample-rate"), "X-Sample-Rate")
     if rate:
         channels = _int(response.headers.get("x-channels"), "X-Channels") or opts.channels or 1
         rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = rate, channels, 16, "header"

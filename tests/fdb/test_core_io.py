@@ -74,6 +74,17 @@ def test_secrets_are_redacted_from_commands():
     assert cmd[-2:] == ["--run-name", "x"]
 
 
+def test_urls_lose_their_credentials_and_secret_query_values():
+    from fdb.io import redact_url
+
+    assert redact_url("ws://me:pw@h:1/v1/realtime?api_key=abc&x=1") == \
+        "ws://<redacted>@h:1/v1/realtime?api_key=%3Credacted%3E&x=1"
+    assert redact_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
+    assert redact_url("wss://[::1") == "<redacted>"  # cannot be parsed: nothing of it is shown
+    cmd = redact_command(["fdb", "generate", "--url", "ws://u:pw@h/v1/realtime?token=t", "--run-name", "x"])
+    assert cmd == ["fdb", "generate", "--url", "ws://<redacted>@h/v1/realtime?token=%3Credacted%3E", "--run-name", "x"]
+
+
 def test_sha256_file(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"abc")

@@ -135,6 +135,12 @@ def test_long_text_and_base64_in_errors_are_bounded(server, item):
     (Answer(200, "audio/pcm", b"\x00" * 64, {"X-Sample-Rate": "16000", "X-Sample-Width": "4"}), "X-Sample-Width is 4"),
     (Answer(200, "audio/pcm_s16le", b"\x00" * 64), "refusing to guess"),
     (Answer(200, "audio/wav", wav(T16, 16000)[:30]), "ended before its data chunk"),
+    (Answer(200, "audio/pcm", b"\x00" * 64, {"X-Sample-Rate": "inf"}), "'inf' is not a number"),
+    (Answer(200, "audio/pcm", b"\x00" * 64, {"X-Sample-Rate": "1e999"}), "'1e999' is not a number"),
+    (Answer(200, "audio/pcm", b"\x00" * 64, {"X-Sample-Rate": "1"}), "1 Hz is not an audio sample rate"),
+    (Answer(200, "audio/L16;rate=900000", b"\x00" * 64), "900000 Hz is not an audio sample rate"),
+    (Answer(200, "audio/wav", wav(T16, 16000)[:24] + (4000).to_bytes(4, "little") + wav(T16, 16000)[28:]),
+     "4000 Hz is not an audio sample rate"),
 ])
 def test_answers_that_cannot_be_read_as_declared_fail_with_the_reason(server, item, answer, reason):
     record, _ = _one(server, answer, item)
