@@ -190,7 +190,13 @@ async def barge_in(inp: ScenarioInput, interrupt: bool) -> RuleResult:
             return _row(rule, inp, "not exercised", _no_reply(inp, c))
         assert c.mic is not None
         speech = c.mic.say(inp.speech)
-        began = await c.mic.said(speech)
+        try:
+            began = await c.mic.said(speech)
+        except ScenarioError:
+            if not c.closed:
+                raise
+            return _row(rule, inp, "fail", f"{c.closed} while the client spoke into the reply, before its "
+                        "response.done: a hang-up is neither a cancelled reply nor one that plays on")
         silence_s = float(td.get("silence_duration_ms", 500)) / 1000.0
         deadline = began + inp.speech_s + silence_s + GRACE_S
         found = await c.wait_for(_done_of(reply.response_id), deadline - c.now(), reply.index)
@@ -201,6 +207,9 @@ async def barge_in(inp: ScenarioInput, interrupt: bool) -> RuleResult:
 def _judge_barge_in(rule: str, inp: ScenarioInput, c: ScenarioClient, found: tuple[int, dict] | None,
                     began: float, deadline: float, interrupt: bool, heard: bool) -> RuleResult:
     vad = "speech_started seen" if heard else "no speech_started during the reply"
+    if found is None and c.closed:  # a hang-up is neither a cancelled reply nor one that plays on
+        return _row(rule, inp, "fail", f"{c.closed} {c.now() - began:.2f} s into the speech, before the "
+                    f"reply's response.done ({vad})")
     if found is None:
         waited = f"the reply was still in progress {deadline - began:.1f} s after the speech began"
         return _row(rule, inp, "fail" if interrupt else "pass", f"{waited} ({vad})")

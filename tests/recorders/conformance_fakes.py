@@ -8,6 +8,7 @@ conformance battery's tests: a real WebSocket server on a free loopback port wit
 - ``cancel_regardless``: speech during a reply cancels it even when interrupt_response is false;
 - ``ignore_cancel``: response.cancel is read and dropped;
 - ``ignore_truncate``: conversation.item.truncate is read and dropped;
+- ``hang_up_at_barge_in``: speech during a reply closes the connection (1011);
 - ``refuse_update``: every session.update is refused with an error event.
 """
 
@@ -40,6 +41,7 @@ class Broken:
     cancel_regardless: bool = False
     ignore_cancel: bool = False
     ignore_truncate: bool = False
+    hang_up_at_barge_in: bool = False
     refuse_update: bool = False  # every session.update is answered with an error
 
 
@@ -165,6 +167,9 @@ class ConformanceFake(LoopbackPeer):
                     self._respond(c)
 
     async def _barge_in(self, c: _Conn) -> None:
+        if c.response is not None and self.broken.hang_up_at_barge_in:
+            await c.ws.close(1011, "hung up")
+            return
         if c.response is None or self.broken.ignore_barge_in:
             return
         if c.turn_detection.get("interrupt_response", True) or self.broken.cancel_regardless:

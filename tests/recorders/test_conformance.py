@@ -66,6 +66,14 @@ def test_each_broken_switch_fails_exactly_its_rule(switch, rule):
     assert got == {r: "fail" if r == rule else "pass" for r in SCENARIO_RULES}, details(rows)
 
 
+def test_a_server_that_hangs_up_at_the_barge_in_fails_both_barge_in_rules():
+    """A closed connection is neither a cancelled reply nor one that plays on (it passed
+    barge-in-off as a reply 'still in progress')."""
+    rows = battery(Broken(hang_up_at_barge_in=True), only={"barge-in", "barge-in-off"})
+    assert statuses(rows) == {"barge-in": "fail", "barge-in-off": "fail"}, details(rows)
+    assert all("code 1011" in r.detail for r in rows), details(rows)
+
+
 def test_a_reply_too_short_to_barge_into_is_not_exercised():
     """The reply is over before a VAD could hear the client: barge-in-off cannot be judged."""
     rows = battery(only={"barge-in-off"}, reply_ms=160)
