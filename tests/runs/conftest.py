@@ -21,6 +21,17 @@ PHASES = {"asr": ["asr", "--run-name", "e2e"], "judge": ["judge", "--run-name", 
           "aggregate": ["aggregate", "--run-name", "e2e", "--quiet"]}
 
 
+@pytest.fixture(scope="module")
+def v10_root(tmp_path_factory) -> Path:
+    """A v1.0 tree of fdb's synthetic set with one candor_turn_taking sample (a silent fake voice)."""
+    from fdb.datasets.synthetic import SynthSizes, generate_synthetic
+    from tests.fdb.test_datasets_synth_config import FakeTts
+
+    data = tmp_path_factory.mktemp("data")
+    generate_synthetic(data, sizes=SynthSizes.build(0, 0, 0, counts=["candor_turn_taking=1"]), tts=FakeTts())
+    return data / "v1.0"
+
+
 def fdb(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)

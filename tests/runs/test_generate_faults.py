@@ -32,16 +32,6 @@ V10 = ["--v15-per-subset", "0", "--v10-per-subset", "0", "--v10-subset-count", "
 
 
 # ---------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def v10_root(tmp_path_factory) -> Path:
-    from fdb.datasets.synthetic import SynthSizes, generate_synthetic
-    from tests.fdb.test_datasets_synth_config import FakeTts
-
-    data = tmp_path_factory.mktemp("data")
-    generate_synthetic(data, sizes=SynthSizes.build(0, 0, 0, counts=["candor_turn_taking=1"]), tts=FakeTts())
-    return data / "v1.0"
-
-
 @pytest.fixture
 def work(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "work"

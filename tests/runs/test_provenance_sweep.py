@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -18,16 +17,6 @@ from tests.conftest import REPO
 from tests.runs.selfreport_server import SECRET, URL_SECRET, standin
 
 QUERY_SECRET = "sweepsecret-0123456789"
-
-
-@pytest.fixture(scope="module")
-def v10_root(tmp_path_factory) -> Path:
-    from fdb.datasets.synthetic import SynthSizes, generate_synthetic
-    from tests.fdb.test_datasets_synth_config import FakeTts
-
-    data = tmp_path_factory.mktemp("data")
-    generate_synthetic(data, sizes=SynthSizes.build(0, 0, 0, counts=["candor_turn_taking=1"]), tts=FakeTts())
-    return data / "v1.0"
 
 
 @pytest.fixture
