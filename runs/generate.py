@@ -295,7 +295,7 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
 
 def _serve_and_record(opts: GenerateOptions, settings: Settings, plans, rep: RepeatPaths,
                       selections: list[Selected], console: Console) -> list:
-    from runs.gpus import check_capacity, read_max_sessions
+    from runs.gpus import check_capacity
 
     fleet = None if opts.url else ServerFleet(plans, opts, settings, rep)
     try:
@@ -305,7 +305,8 @@ def _serve_and_record(opts: GenerateOptions, settings: Settings, plans, rep: Rep
             fleet.start()
             _record_bundled(fleet.ws_urls, opts, rep, console)
         urls = fleet.ws_urls if fleet is not None else [opts.url]
-        check_capacity(opts.num_shards, len(urls), read_max_sessions(urls[0]))
+        server = load_repeat_server(rep)  # what the server reported at the start (no second request)
+        check_capacity(opts.num_shards, len(urls), server.servers[0].max_sessions if server and server.servers else None)
         jobs = []
         for sel in selections:
             timeout = settings.session_timeout_s if sel.dataset == "v1.5" else settings.v10_session_timeout_s

@@ -216,3 +216,14 @@ def test_the_bundled_server_started_by_generate_is_probed_too(v10_root, env, tmp
     assert server["reported"]["url"] == f"http://127.0.0.1:{env['SERVER_PORT']}"
     assert set(server["reported"]["backends"]) >= {"asr", "llm", "tts"}
     assert json.loads((run_dir / "repeat-1" / "server.json").read_text())["servers"] == [server["reported"]]
+
+
+def test_more_shards_than_the_url_server_admits_are_refused_from_its_report(v10_root, env, tmp_path):
+    """--num-shards is checked against the max_sessions the server reported at the start (4 for
+    the stand-in), with no second request, before any session is recorded."""
+    with standin("full") as port:
+        done = generate(port, v10_root, env, "--num-shards", "5")
+    err = " ".join(done.stderr.split())
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "--num-shards 5 over 1 GPU(s) exceeds the model server's max_sessions 4" in err
+    assert not list((tmp_path / "work" / "runs" / RUN).rglob("session.json"))
