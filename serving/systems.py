@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fdb.errors import FdbError
+from serving.gpu.nodes import GPU_NODE_KINDS, CsmSpeechNode, GpuNode, is_gpu_kind
 from serving.service_nodes import (
     OpenAiChatNode,
     OpenAiSpeechNode,
@@ -62,21 +63,38 @@ class Backends(BaseModel):
     vad: str = "silero"
     asr: str | OpenAiTranscriptionNode = "faster-whisper"
     llm: str | OpenAiChatNode = "smollm2"
-    tts: str | OpenAiSpeechNode = "piper"
+    tts: str | OpenAiSpeechNode | CsmSpeechNode = "piper"
 
     @model_validator(mode="before")
     @classmethod
     def _nodes(cls, data: Any) -> Any:
         """A mapping becomes the role's node, so an error names the node's own field."""
         if isinstance(data, dict):
-            data = {role: parse_node(role, value) if isinstance(value, dict) else value
+            data = {role: _parse_gpu(role, value) if is_gpu_kind(role, value) else
+                    parse_node(role, value) if isinstance(value, dict) else value
                     for role, value in data.items()}
         return data
 
     def nodes(self) -> dict[str, ServiceNode]:
         """The roles served by service nodes."""
         return {role: value for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
-                if not isinstance(value, str)}
+                if not isinstance(value, str | GpuNode)}
+
+    def gpu_nodes(self) -> dict[str, GpuNode]:
+        """The roles served by GPU model nodes (serving.gpu)."""
+        return {role: value for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
+                if isinstance(value, GpuNode)}
+
+
+def _parse_gpu(role: str, raw: dict[str, Any]) -> GpuNode:
+    from pydantic import ValidationError
+
+    try:
+        return GPU_NODE_KINDS[role][raw["kind"]].model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{role}.{where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 class SpeechService(BaseModel):
@@ -207,6 +225,14 @@ SYSTEMS: dict[str, SystemConfig] = {
         description="Native full-duplex baseline on 1 s units: Silero VAD decides per unit, "
                     "faster-whisper tiny.en + SmolLM2-135M + Piper answer (offline CPU)",
         duplex=DuplexSettings()),
+    # serving/gpu: CSM on one CUDA GPU behind /v1/audio/speech (fdb tts-bench); dummy weights
+    # unless a launch file points weights at a checkpoint (docs/gpu.md)
+    "gpu-tts": SystemConfig(
+        name="gpu-tts", model="fdb/gpu-tts",
+        description="CSM-1B voice-cloning TTS on one CUDA GPU, /v1/audio/speech only (dummy weights)",
+        backends=Backends(asr="none", llm="none", tts={"kind": "csm_gpu",
+                                                       "weights": {"load_format": "dummy", "preset": "csm-1b"}}),
+        max_sessions=1, model_workers=64),  # a pool thread per request streaming at once
 }
 
 

@@ -44,6 +44,11 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
     if runtime.hub is None:
         await deny(websocket, 503, "not_ready", "instance is not ready")
         return
+    if runtime.hub.speech_only:
+        await deny(websocket, 503, "realtime_unavailable",
+                   f"system {runtime.system.name} has no ASR or no LLM (backend none): it serves "
+                   "/v1/audio/speech only")
+        return
     slot = runtime.admit()
     if slot is None:
         await deny(websocket, 503, "admission_rejected",

@@ -134,9 +134,12 @@ def capabilities(system: SystemConfig) -> dict[str, Any]:
         "sampling_parameters": list(SAMPLING_PARAMETERS),
         "supports_instruction_updates": True,
         "supports_sampling_updates": True,
-        "voices": [VOICE] if isinstance(system.backends.tts, str) else [system.backends.tts.voice],
+        "voices": [VOICE] if isinstance(system.backends.tts, str) else
+                  [getattr(system.backends.tts, "voice", "default")],
         "service_nodes": {role: {"kind": node.kind, "model": node.model}
                           for role, node in system.backends.nodes().items()},
+        "gpu_nodes": {role: {"kind": node.kind, "weights": node.source().label()}
+                      for role, node in system.backends.gpu_nodes().items()},
         "max_output_lead_ms": system.max_output_lead_ms,
         "max_sessions": system.max_sessions,
         "limits": {

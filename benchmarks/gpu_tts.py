@@ -1,0 +1,182 @@
+"""CSM TTS on one CUDA GPU: what one step costs, and `fdb tts-bench` against `fdb serve --system gpu-tts`.
+
+Run on a GPU machine (dummy weights unless --config points the node at a checkpoint)::
+
+    python benchmarks/gpu_tts.py --out OUT [--concurrency 1,2,4,8,16,32,64] [--seed-tts DIR]
+
+1. The step profile (in this process): the batched frame step (backbone, 31 depth-decoder
+   steps, sampling) at batch 1, 16 and 64, eager and as a CUDA graph replay (CUDA events, median
+   of 20), and for the eager step the number of kernels and their summed GPU time from
+   torch.profiler: launches against GPU-busy time, i.e. what bounds a step.
+2. The serving numbers, as a user gets them: `python -m fdb serve --system gpu-tts` on a free
+   port, then `python -m fdb tts-bench --url … --frame-rate 12.5 --no-quality` at each level.
+   TTS.md, tts.json and the server log land in OUT.
+
+Every figure from dummy weights measures the compute path only (the audio is noise, and each
+request's length is set by its text at the dummy speaking rate): OUT/summary.json says so.
+``--tiny`` runs everything on CPU with a tiny configuration, to check the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "text_vocab_size": 300,
+        "depth_decoder_config": {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
+                                 "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+                                 "backbone_hidden_size": 64},
+        "codec_config": {"model_type": "mimi", "upsample_groups": 32, "hidden_size": 32, "num_filters": 4,
+                         "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2,
+                         "num_key_value_heads": 2, "head_dim": 16, "codebook_dim": 16,
+                         "vector_quantization_hidden_dimension": 16, "num_quantizers": 32}}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def profile_steps(tiny: bool, batches: list[int]) -> dict:
+    import torch
+
+    from serving.gpu.csm import CsmEngine, CsmOptions
+    from serving.gpu.weights import WeightSource, load_model
+
+    device = "cpu" if tiny else "cuda"
+    source = WeightSource("dummy", preset="csm-1b", overrides=TINY if tiny else {})
+    model = load_model(source, "tts", device, "float32" if tiny else "bfloat16")
+    engine = CsmEngine(model, CsmOptions(max_batch=max(batches), max_len=1024), dummy=True,
+                       weights_label=source.label())
+    engine.pos.fill_(200)  # a realistic prompt + some audio already in the cache
+    results = {}
+    with torch.inference_mode():
+        for n in batches:
+            row = {"eager_ms": _timed(lambda n=n: engine._step(n), device)}
+            if device == "cuda":
+                graph = engine._capture(n)
+                row["graph_ms"] = _timed(graph.replay, device)
+                row.update(_kernels(lambda n=n: engine._step(n)))
+                row["frames_per_s_graph"] = round(n / (row["graph_ms"] / 1000), 1)
+            results[str(n)] = row
+            print(f"step batch {n}: {row}", flush=True)
+    engine.close()
+    del engine, model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def _timed(fn, device: str, repeats: int = 20) -> float:
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(times), 3)
+
+
+def _kernels(fn) -> dict:
+    """Kernels launched by one eager step and their summed GPU time (torch.profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_us = sum(e.device_time for e in kernels)
+    return {"kernels_per_step": len(kernels), "kernel_time_ms": round(busy_us / 1000, 3)}
+
+
+def serve_and_bench(args, out: Path) -> dict:
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    serve = [sys.executable, "-m", "fdb", "serve", "--port", str(port)]
+    serve += ["--config", str(args.config)] if args.config else ["--system", "gpu-tts"]
+    log = open(out / "server.log", "w")
+    server = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    try:
+        _wait_ready(port, server, timeout=600)
+        bench = [sys.executable, "-m", "fdb", "tts-bench", "--url", f"http://127.0.0.1:{port}",
+                 "--output", str(out / "tts-bench"), "--concurrency", args.concurrency,
+                 "--num-prompts", str(args.num_prompts), "--num-warmups", "2", "--frame-rate", "12.5",
+                 "--no-quality", "--timeout-s", "300"]
+        if args.seed_tts:
+            bench += ["--seed-tts", str(args.seed_tts)]
+        started = time.monotonic()
+        done = subprocess.run(bench, env=env, cwd=ROOT, capture_output=True, text=True)
+        (out / "tts-bench.log").write_text(done.stdout + done.stderr)
+        return {"tts_bench_exit": done.returncode, "tts_bench_s": round(time.monotonic() - started, 1)}
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _wait_ready(port: int, server: subprocess.Popen, timeout: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited with {server.returncode}; see server.log")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise SystemExit("the server did not become ready")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--seed-tts", type=Path, default=None)
+    parser.add_argument("--config", type=Path, default=None, help="a launch.yaml instead of --system gpu-tts")
+    parser.add_argument("--batches", default="1,16,64")
+    parser.add_argument("--tiny", action="store_true", help="CPU, tiny configuration: checks the script")
+    parser.add_argument("--skip-profile", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"weights": "dummy (csm-1b configuration): compute path only, the audio is noise"}
+    if not args.skip_profile:
+        summary["step_profile"] = profile_steps(args.tiny, [int(b) for b in args.batches.split(",")])
+    summary.update(serve_and_bench(args, args.out))
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+"""Streaming voice-cloning TTS on CSM (transformers' ``CsmForConditionalGeneration``), batched.
+
+CSM speaks in Mimi frames (12.5 Hz, 80 ms, 32 codebooks). Per frame, the backbone (a Llama-3.2-1B
+in the csm-1b configuration) predicts codebook 0 from everything so far; the depth decoder (4
+layers) predicts codebooks 1–31 one after another from the backbone's last hidden state; Mimi
+turns the frame into 1,920 samples at 24 kHz. The prompt is CsmProcessor's layout: the reference
+transcript and the reference audio's frames (the voice to clone), an audio end frame, then the
+text to speak.
+
+One :class:`CsmEngine` per process serves every request: a GPU thread admits new requests (one
+prefill each into a free slot of :class:`~serving.gpu.slots.SlotCache`), then advances every busy
+slot by one frame in one batched step (:meth:`CsmEngine._step`: backbone, 31 depth steps and the
+sampling, captured as one CUDA graph per batch bucket when ``cuda_graphs`` is on), and decodes
+the new frame of each busy slot with Mimi over a window of its last ``decode_context`` frames
+(Mimi's convolutions are causal, so the window's last frame matches a full decode up to the
+decoder transformer's longer context). A request ends at the end frame (all codebooks 0) or at
+its length bound.
+
+With dummy weights (no tokenizer) the text becomes its UTF-8 bytes, and since a random model
+never says "end", the length bound is ``dummy_s_per_char`` seconds per character: a speaking
+rate, so that the traffic has the shape of real speech. The audio is noise; label it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fdb.errors import FdbError
+from fdb.models import BackendIdentity
+
+log = logging.getLogger("fdb.serving")
+
+RATE = 24000
+FRAME_HZ = 12.5
+
+
+@dataclass
+class CsmOptions:
+    max_batch: int = 64  # slots: requests generating at once (more wait)
+    max_len: int = 1024  # frames + prompt tokens per request
+    max_audio_s: float = 60.0
+    temperature: float = 0.9
+    top_k: int = 50
+    decode_context: int = 8  # frames of Mimi context per decoded frame
+    cuda_graphs: bool = True
+    dummy_s_per_char: float = 0.07
+    speaker: int = 0
+
+
+@dataclass
+class _Request:
+    text: str
+    ref_audio: np.ndarray | None
+    ref_text: str
+    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    max_frames: int = 0
+    frames: int = 0
+    cancelled: bool = False
+    slot: int = -1
+
+
+class CsmEngine:
+    """The shared CSM model and its generation thread."""
+
+    def __init__(self, model, options: CsmOptions, tokenizer=None, dummy: bool = True,
+                 weights_label: str = ""):
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.opts = options
+        self.tokenizer = tokenizer
+        self.dummy = dummy
+        config = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.codebooks = config.num_codebooks
+        codec = config.codec_config
+        self.codec_size = codec.codebook_size
+        self.frame_samples = int(round(codec.sampling_rate / codec.frame_rate))
+        backbone = model.backbone_model
+        depth = model.depth_decoder.model
+        first = backbone.layers[0].self_attn
+        self.head_dim = first.head_dim
+        from serving.gpu.slots import SlotCache
+
+        s = options.max_batch
+        self.cache = SlotCache(len(backbone.layers), s, config.num_key_value_heads, options.max_len,
+                               self.head_dim, self.device, self.dtype)
+        dd = model.depth_decoder.config
+        self.depth_cache = SlotCache(len(depth.layers), s, dd.num_key_value_heads, self.codebooks + 1,
+                                     depth.layers[0].self_attn.head_dim, self.device, self.dtype)
+        self.tokens = torch.zeros(s, self.codebooks, dtype=torch.long, device=self.device)
+        self.pos = torch.zeros(s, dtype=torch.long, device=self.device)
+        self.out_codes = torch.zeros(s, self.codebooks, dtype=torch.long, device=self.device)
+        self.history = torch.zeros(s, self.codebooks, options.decode_context, dtype=torch.long,
+                                   device=self.device)
+        self._arange = torch.arange(options.max_len, device=self.device)
+        self._graphs: dict[int, object] = {}
+        self._slots: list[_Request | None] = [None] * s
+        self._pending: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = False
+        self.steps = 0
+        self.step_s = 0.0
+        self.identity = BackendIdentity(
+            kind="tts", name="transformers/csm", version=_version("transformers"),
+            settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "cuda_graphs": options.cuda_graphs,
+                      "decode_context_frames": options.decode_context, "temperature": options.temperature,
+                      "top_k": options.top_k, "frame_hz": FRAME_HZ, "rate": RATE})
+        self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
+        self._thread.start()
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def stream(self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = "",
+               cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
+        """Float samples at 24 kHz, one 80 ms frame at a time, as they are generated (blocking;
+        run it in a thread). ``cancelled`` set: the request stops at the next frame."""
+        request = _Request(text=text, ref_audio=ref_audio, ref_text=ref_text)
+        self._pending.put(request)
+        self._wake.set()
+        try:
+            while True:
+                item = request.out.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if cancelled is not None and cancelled.is_set():
+                    request.cancelled = True
+        finally:
+            request.cancelled = True
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    # --- the GPU thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        torch = self.torch
+        with torch.inference_mode():
+            while not self._stop:
+                self._admit()
+                busy = [i for i, r in enumerate(self._slots) if r is not None]
+                if not busy:
+                    self._wake.wait(0.05)
+                    self._wake.clear()
+                    continue
+                try:
+                    self._advance(busy)
+                except BaseException as exc:  # every request in flight fails with the error
+                    log.exception("CSM step failed")
+                    for i in busy:
+                        self._finish(i, FdbError(f"CSM generation failed: {exc}", "see the server log"))
+
+    def _admit(self) -> None:
+        while not self._pending.empty():
+            free = [i for i, r in enumerate(self._slots) if r is None]
+            if not free:
+                return
+            request = self._pending.get()
+            if request.cancelled:
+                continue
+            slot = free[0]
+            try:
+                self._prefill(request, slot)
+            except BaseException as exc:
+                log.exception("CSM prefill failed")
+                request.out.put(exc if isinstance(exc, FdbError) else
+                                FdbError(f"CSM prefill failed: {exc}", "see the server log"))
+                request.out.put(None)
+
+    def _advance(self, busy: list[int]) -> None:
+        from serving.gpu.slots import bucket
+
+        torch = self.torch
+        n = bucket(max(busy) + 1, self.opts.max_batch)
+        started = time.perf_counter()
+        self._run_step(n)
+        codes = self.out_codes[:n]
+        self.tokens[:n] = codes
+        playable = codes.clamp(max=self.codec_size - 1)[:, :, None]  # a dummy model may say 2048+
+        self.history[:n] = torch.cat([self.history[:n, :, 1:], playable], dim=2)
+        self.pos[torch.tensor(busy, device=self.device)] += 1
+        audio = self._decode(n)
+        ended = (codes == 0).all(dim=1).tolist()
+        self.steps += 1
+        self.step_s += time.perf_counter() - started
+        for i in busy:
+            request = self._slots[i]
+            assert request is not None
+            request.frames += 1
+            request.out.put(audio[i])
+            if request.cancelled or ended[i] or request.frames >= request.max_frames or \
+                    int(self.pos[i]) >= self.opts.max_len - 1:
+                self._finish(i, None)
+
+    def _finish(self, slot: int, error: BaseException | None) -> None:
+        request = self._slots[slot]
+        self._slots[slot] = None
+        if request is not None:
+            if error is not None:
+                request.out.put(error)
+            request.out.put(None)
+
+    # --- prompt and prefill --------------------------------------------------------------------
+
+    def _text_ids(self, text: str) -> list[int]:
+        if self.tokenizer is not None:
+            return list(self.tokenizer(f"[{self.opts.speaker}]{text}", add_special_tokens=True)["input_ids"])
+        vocab = self.model.config.text_vocab_size
+        return [b % vocab for b in text.encode("utf-8")] or [0]
+
+    def _prompt(self, request: _Request):
+        """The prompt's embeddings [1, T, H] and the reference's codes [32, F] (or None)."""
+        torch = self.torch
+        m = self.model
+        parts = []
+        ref_codes = None
+        if request.ref_audio is not None and len(request.ref_audio):
+            parts.append(m.embed_text_tokens(torch.tensor([self._text_ids(request.ref_text)], device=self.device)))
+            wav = torch.from_numpy(np.ascontiguousarray(request.ref_audio, dtype=np.float32))
+            wav = wav.to(self.device, self.dtype)[None, None]
+            ref_codes = m.codec_model.encode(wav).audio_codes[0, :self.codebooks]  # [32, F]
+            parts.append(m.backbone_model.embed_tokens(ref_codes.T[None]))
+            eos = torch.full((1, 1, self.codebooks), m.config.codebook_eos_token_id, device=self.device)
+            parts.append(m.backbone_model.embed_tokens(eos))
+        parts.append(m.embed_text_tokens(torch.tensor([self._text_ids(request.text)], device=self.device)))
+        return torch.cat(parts, dim=1).to(self.dtype), ref_codes
+
+    def _prefill(self, request: _Request, slot: int) -> None:
+        from serving.gpu.slots import prefill_layer
+
+        torch = self.torch
+        embeds, ref_codes = self._prompt(request)
+        t = embeds.shape[1]
+        if t + 2 >= self.opts.max_len:
+            raise FdbError(f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
+                           "send a shorter reference or text, or raise max_len")
+        backbone = self.model.backbone_model
+        positions = torch.arange(t, device=self.device)[None]
+        cos, sin = backbone.rotary_emb(embeds, positions)
+        h = embeds
+        for layer, k, v in zip(backbone.layers, self.cache.k, self.cache.v, strict=True):
+            h = prefill_layer(layer, h, cos, sin, k, v, slot, 0)
+        hidden = backbone.norm(h)[:, -1]
+        codes = self._depth(hidden, 1, slot)  # the first frame, for this slot alone
+        self.tokens[slot] = codes[0]
+        self.pos[slot] = t
+        context = torch.zeros(self.codebooks, self.opts.decode_context, dtype=torch.long, device=self.device)
+        if ref_codes is not None:  # the reference's last frames: the voice continues from them
+            tail = ref_codes[:, -(self.opts.decode_context - 1):]
+            context[:, -1 - tail.shape[1]:-1] = tail
+        context[:, -1] = codes[0].clamp(max=self.codec_size - 1)
+        self.history[slot] = context
+        request.max_frames = self._max_frames(request.text)
+        request.slot = slot
+        self._slots[slot] = request
+        first = self._decode_rows([slot])
+        request.frames = 1
+        request.out.put(first[0])
+        if request.max_frames <= 1:
+            self._finish(slot, None)
+
+    def _max_frames(self, text: str) -> int:
+        bound = self.opts.max_audio_s
+        if self.dummy:
+            bound = min(bound, max(0.4, len(text) * self.opts.dummy_s_per_char))
+        return max(1, int(round(bound * FRAME_HZ)))
+
+    # --- one frame for every busy slot ---------------------------------------------------------
+
+    def _run_step(self, n: int) -> None:
+        if not (self.opts.cuda_graphs and self.device.type == "cuda"):
+            self._step(n)
+            return
+        graph = self._graphs.get(n)
+        if graph is None:
+            try:
+                graph = self._capture(n)
+            except Exception as exc:  # noqa: BLE001 - recorded, and the step runs eagerly
+                log.warning("CSM step capture failed for batch %d (%s); running eagerly", n, exc)
+                self.opts.cuda_graphs = False
+                self.identity.settings["cuda_graphs"] = f"off: capture failed ({type(exc).__name__})"
+                self._step(n)
+                return
+            self._graphs[n] = graph
+        graph.replay()
+
+    def _capture(self, n: int):
+        torch = self.torch
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up kernels (and autotuning) before capture
+                self._step(n)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step(n)
+        log.info("CSM step captured for batch %d", n)
+        return graph
+
+    def _step(self, n: int) -> None:
+        """Rows 0..n-1: one backbone step from ``tokens``, then the depth decoder; the new frame
+        lands in ``out_codes``. Idle rows compute on stale inputs and are ignored."""
+        from serving.gpu.slots import decode_layer
+
+        backbone = self.model.backbone_model
+        x = backbone.embed_tokens(self.tokens[:n, None, :])  # [n, 1, H]: codebook embeddings summed
+        pos = self.pos[:n]
+        cos, sin = backbone.rotary_emb(x, pos[:, None])
+        mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
+        h = x
+        for layer, k, v in zip(backbone.layers, self.cache.k, self.cache.v, strict=True):
+            h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
+        hidden = backbone.norm(h)[:, -1]
+        self.out_codes[:n] = self._depth(hidden, n, None)
+
+    def _depth(self, hidden, n: int, slot: int | None):
+        """Codebooks 0..31 of one frame for ``n`` rows from the backbone's last hidden state;
+        ``slot`` given: one row computed in that slot's depth cache row (prefill)."""
+        from serving.gpu.slots import decode_layer, sample_top_k
+
+        torch = self.torch
+        m = self.model
+        dd = m.depth_decoder.model
+        heads = m.depth_decoder.codebooks_head
+        opts = self.opts
+        c0 = sample_top_k(m.lm_head(hidden), opts.top_k, opts.temperature)
+        codes = [c0]
+        row = slice(slot, slot + 1) if slot is not None else slice(0, n)
+        ks = [k[row] for k in self.depth_cache.k]
+        vs = [v[row] for v in self.depth_cache.v]
+        length = self.codebooks + 1
+        arange = self._arange[:length]
+        for p in range(self.codebooks):
+            if p == 0:
+                step_in = hidden[:, None, :]
+            else:
+                step_in = dd.embed_tokens(codes[-1][:, None] + (p - 1) * dd.vocab_size)
+            x = dd.inputs_embeds_projector(step_in)
+            pos = torch.full((x.shape[0],), p, dtype=torch.long, device=self.device)
+            cos, sin = dd.rotary_emb(x, pos[:, None])
+            mask = (arange <= p)[None, None, None, :]
+            for layer, k, v in zip(dd.layers, ks, vs, strict=True):
+                x = decode_layer(layer, x, cos, sin, k, v, pos, mask)
+            if p == 0:
+                continue  # position 0 holds the backbone state; position 1 predicts codebook 1
+            logits = torch.nn.functional.linear(dd.norm(x)[:, -1], heads.weight[p - 1].T)
+            codes.append(sample_top_k(logits, opts.top_k, opts.temperature))
+        # position 0 predicts nothing; position p (1..31) predicted codebook p from codebook p-1
+        return torch.stack(codes[: self.codebooks], dim=1)
+
+    def _decode(self, n: int) -> list[np.ndarray | None]:
+        busy = [i for i in range(n) if self._slots[i] is not None]
+        audio = self._decode_rows(busy)
+        out: list[np.ndarray | None] = [None] * n
+        for i, samples in zip(busy, audio, strict=True):
+            out[i] = samples
+        return out
+
+    def _decode_rows(self, rows: list[int]) -> list[np.ndarray]:
+        """The last frame of each row's window, through Mimi, as float32 numpy."""
+        index = self.torch.tensor(rows, device=self.device)
+        values = self.model.codec_model.decode(self.history[index]).audio_values  # [r, 1, W*1920]
+        last = values[:, 0, -self.frame_samples:].float().nan_to_num_().clamp_(-1, 1).cpu().numpy()
+        return list(last)
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

@@ -1,0 +1,114 @@
+"""GPU model nodes as a system's backends: their options and how they are built.
+
+A role's backend in a launch file may be a GPU node (a mapping with ``kind``)::
+
+    backends:
+      tts:
+        kind: csm_gpu
+        weights: {load_format: dummy, preset: csm-1b}   # or {path: DIR, sha256: HEX}
+        device: cuda
+        max_batch: 64
+
+The options are checked when the launch file loads (no torch needed); the model loads when the
+server starts. :data:`GPU_NODE_KINDS` is the registry: a new GPU node is one file and one entry.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from serving.gpu.weights import WeightSource
+
+
+class GpuNode(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights: dict[str, Any]
+    device: str = Field("cuda", pattern=r"^(cpu|cuda(:\d+)?)$")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            WeightSource.parse(value, "weights")
+        except Exception as exc:  # FdbError: its message names the field
+            raise ValueError(getattr(exc, "message", str(exc))) from None
+        return value
+
+    def source(self) -> WeightSource:
+        return WeightSource.parse(self.weights, "weights")
+
+
+class CsmSpeechNode(GpuNode):
+    """CSM voice-cloning TTS (:mod:`serving.gpu.csm`)."""
+
+    kind: Literal["csm_gpu"]
+    max_batch: int = Field(64, ge=1, le=512)
+    max_len: int = Field(1024, ge=64, le=8192)
+    max_audio_s: float = Field(60.0, gt=0, le=600)
+    temperature: float = Field(0.9, ge=0, le=2)
+    top_k: int = Field(50, ge=1)
+    decode_context: int = Field(8, ge=1, le=64)
+    cuda_graphs: bool = True
+    dummy_s_per_char: float = Field(0.07, gt=0, le=1)
+
+
+GPU_NODE_KINDS: dict[str, dict[str, type[GpuNode]]] = {
+    "tts": {"csm_gpu": CsmSpeechNode},
+}
+
+
+def is_gpu_kind(role: str, raw: Any) -> bool:
+    return isinstance(raw, dict) and raw.get("kind") in GPU_NODE_KINDS.get(role, {})
+
+
+class CsmTts:
+    """The TTS backend interface (``rate``, ``stream``, ``synthesize``, ``identity``) over a
+    :class:`serving.gpu.csm.CsmEngine`; ``clones``: it takes reference audio."""
+
+    clones = True
+    remote = False
+
+    def __init__(self, node: CsmSpeechNode):
+        from serving.gpu.csm import RATE, CsmEngine, CsmOptions
+        from serving.gpu.weights import load_model
+
+        source = node.source()
+        model = load_model(source, "csm_gpu tts", node.device, node.dtype)
+        tokenizer = None
+        if not source.dummy:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=True)
+        options = CsmOptions(max_batch=node.max_batch, max_len=node.max_len, max_audio_s=node.max_audio_s,
+                             temperature=node.temperature, top_k=node.top_k, decode_context=node.decode_context,
+                             cuda_graphs=node.cuda_graphs, dummy_s_per_char=node.dummy_s_per_char)
+        self.engine = CsmEngine(model, options, tokenizer=tokenizer, dummy=source.dummy,
+                                weights_label=source.label())
+        self.identity = self.engine.identity
+        self.rate = RATE
+
+    def stream(self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = "",
+               cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
+        yield from self.engine.stream(text, ref_audio, ref_text, cancelled)
+
+    def synthesize(self, text: str, heard_language: str | None = None) -> np.ndarray:
+        parts = list(self.stream(text))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+BUILDERS = {CsmSpeechNode: CsmTts}
+
+
+def build_gpu(node: GpuNode) -> Any:
+    """The backend object of ``node`` (loads the model: blocking, seconds to minutes)."""
+    return BUILDERS[type(node)](node)
