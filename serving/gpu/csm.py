@@ -8,10 +8,12 @@ transcript and the reference audio's frames (the voice to clone), an audio end f
 text to speak.
 
 One :class:`CsmEngine` per process serves every request: a GPU thread admits new requests (one
-prefill each into a free slot of :class:`~serving.gpu.slots.SlotCache`), then advances every busy
-slot by one frame in one batched step (:meth:`CsmEngine._step`: backbone, 31 depth steps and the
+backbone prefill each, of all prompt tokens but the last, into a free slot of
+:class:`~serving.gpu.slots.SlotCache`; a reference's Mimi codes are cached by its sha256), then
+advances every busy slot by one frame in one batched step (the new slot's last prompt token is its
+first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`: backbone, 31 depth steps and the
 sampling, captured as one CUDA graph per batch bucket when ``cuda_graphs`` is on), and decodes
-the new frame of each busy slot with Mimi over a window of its last ``decode_context`` frames
+the new frame of each busy slot with Mimi (a CUDA graph per bucket too) over a window of its last ``decode_context`` frames
 (Mimi's convolutions are causal, so the window's last frame matches a full decode up to the
 decoder transformer's longer context). A request ends at the end frame (all codebooks 0) or at
 its length bound.
@@ -38,6 +40,7 @@ from fdb.models import BackendIdentity
 log = logging.getLogger("fdb.serving")
 
 RATE = 24000
+REF_CACHE = 256  # reference voices whose codes are kept
 FRAME_HZ = 12.5
 
 
@@ -97,13 +100,16 @@ class CsmEngine:
         dd = model.depth_decoder.config
         self.depth_cache = SlotCache(len(depth.layers), s, dd.num_key_value_heads, self.codebooks + 1,
                                      depth.layers[0].self_attn.head_dim, self.device, self.dtype)
-        self.tokens = torch.zeros(s, self.codebooks, dtype=torch.long, device=self.device)
+        self.step_in = torch.zeros(s, 1, config.hidden_size, dtype=self.dtype, device=self.device)
         self.pos = torch.zeros(s, dtype=torch.long, device=self.device)
         self.out_codes = torch.zeros(s, self.codebooks, dtype=torch.long, device=self.device)
         self.history = torch.zeros(s, self.codebooks, options.decode_context, dtype=torch.long,
                                    device=self.device)
         self._arange = torch.arange(options.max_len, device=self.device)
         self._graphs: dict[int, object] = {}
+        self._decode_graphs: dict[int, object] = {}
+        self.audio = torch.zeros(s, self.frame_samples, dtype=torch.float32, device=self.device)
+        self._ref_codes: dict[str, object] = {}  # sha256 of a reference -> its Mimi codes (LRU)
         self._slots: list[_Request | None] = [None] * s
         self._pending: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -189,12 +195,10 @@ class CsmEngine:
         started = time.perf_counter()
         self._run_step(n)
         codes = self.out_codes[:n]
-        self.tokens[:n] = codes
-        playable = codes.clamp(max=self.codec_size - 1)[:, :, None]  # a dummy model may say 2048+
-        self.history[:n] = torch.cat([self.history[:n, :, 1:], playable], dim=2)
         self.pos[torch.tensor(busy, device=self.device)] += 1
-        audio = self._decode(n)
+        self._run_decode(n)
         ended = (codes == 0).all(dim=1).tolist()
+        audio = self.audio[:n].cpu().numpy()
         self.steps += 1
         self.step_s += time.perf_counter() - started
         for i in busy:
@@ -230,14 +234,28 @@ class CsmEngine:
         ref_codes = None
         if request.ref_audio is not None and len(request.ref_audio):
             parts.append(m.embed_text_tokens(torch.tensor([self._text_ids(request.ref_text)], device=self.device)))
-            wav = torch.from_numpy(np.ascontiguousarray(request.ref_audio, dtype=np.float32))
-            wav = wav.to(self.device, self.dtype)[None, None]
-            ref_codes = m.codec_model.encode(wav).audio_codes[0, :self.codebooks]  # [32, F]
+            ref_codes = self._encode_reference(request.ref_audio)  # [32, F]
             parts.append(m.backbone_model.embed_tokens(ref_codes.T[None]))
             eos = torch.full((1, 1, self.codebooks), m.config.codebook_eos_token_id, device=self.device)
             parts.append(m.backbone_model.embed_tokens(eos))
         parts.append(m.embed_text_tokens(torch.tensor([self._text_ids(request.text)], device=self.device)))
         return torch.cat(parts, dim=1).to(self.dtype), ref_codes
+
+    def _encode_reference(self, samples: np.ndarray):
+        """Mimi codes of a reference, cached by its samples' sha256 (a voice prompt is sent
+        again and again; Mimi's encoder is deterministic)."""
+        import hashlib
+
+        samples = np.ascontiguousarray(samples, dtype=np.float32)
+        key = hashlib.sha256(samples.tobytes()).hexdigest()
+        codes = self._ref_codes.pop(key, None)
+        if codes is None:
+            wav = self.torch.from_numpy(samples).to(self.device, self.dtype)[None, None]
+            codes = self.model.codec_model.encode(wav).audio_codes[0, :self.codebooks]
+        self._ref_codes[key] = codes
+        while len(self._ref_codes) > REF_CACHE:
+            self._ref_codes.pop(next(iter(self._ref_codes)))
+        return codes
 
     def _prefill(self, request: _Request, slot: int) -> None:
         from serving.gpu.slots import prefill_layer
@@ -249,29 +267,22 @@ class CsmEngine:
             raise FdbError(f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
                            "send a shorter reference or text, or raise max_len")
         backbone = self.model.backbone_model
-        positions = torch.arange(t, device=self.device)[None]
-        cos, sin = backbone.rotary_emb(embeds, positions)
-        h = embeds
-        for layer, k, v in zip(backbone.layers, self.cache.k, self.cache.v, strict=True):
-            h = prefill_layer(layer, h, cos, sin, k, v, slot, 0)
-        hidden = backbone.norm(h)[:, -1]
-        codes = self._depth(hidden, 1, slot)  # the first frame, for this slot alone
-        self.tokens[slot] = codes[0]
-        self.pos[slot] = t
+        if t > 1:  # all but the last prompt token; the batched step takes that one
+            positions = torch.arange(t - 1, device=self.device)[None]
+            cos, sin = backbone.rotary_emb(embeds, positions)
+            h = embeds[:, :-1]
+            for layer, k, v in zip(backbone.layers, self.cache.k, self.cache.v, strict=True):
+                h = prefill_layer(layer, h, cos, sin, k, v, slot, 0)
+        self.step_in[slot] = embeds[0, -1:]
+        self.pos[slot] = t - 1
         context = torch.zeros(self.codebooks, self.opts.decode_context, dtype=torch.long, device=self.device)
         if ref_codes is not None:  # the reference's last frames: the voice continues from them
-            tail = ref_codes[:, -(self.opts.decode_context - 1):]
-            context[:, -1 - tail.shape[1]:-1] = tail
-        context[:, -1] = codes[0].clamp(max=self.codec_size - 1)
+            tail = ref_codes[:, -self.opts.decode_context:]
+            context[:, -tail.shape[1]:] = tail.clamp(max=self.codec_size - 1)
         self.history[slot] = context
         request.max_frames = self._max_frames(request.text)
         request.slot = slot
         self._slots[slot] = request
-        first = self._decode_rows([slot])
-        request.frames = 1
-        request.out.put(first[0])
-        if request.max_frames <= 1:
-            self._finish(slot, None)
 
     def _max_frames(self, text: str) -> int:
         bound = self.opts.max_audio_s
@@ -298,27 +309,30 @@ class CsmEngine:
             self._graphs[n] = graph
         graph.replay()
 
-    def _capture(self, n: int):
+    def _capture(self, n: int, fn=None):
+        """``fn(n)`` (default: the frame step) as a CUDA graph, after two eager warm-up calls."""
         torch = self.torch
+        fn = fn or self._step
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up kernels (and autotuning) before capture
-                self._step(n)
+                fn(n)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._step(n)
-        log.info("CSM step captured for batch %d", n)
+            fn(n)
+        log.info("CSM %s captured for batch %d", getattr(fn, "__name__", "step"), n)
         return graph
 
     def _step(self, n: int) -> None:
-        """Rows 0..n-1: one backbone step from ``tokens``, then the depth decoder; the new frame
-        lands in ``out_codes``. Idle rows compute on stale inputs and are ignored."""
+        """Rows 0..n-1: one backbone step from ``step_in``, then the depth decoder; the new frame
+        lands in ``out_codes``, its embedding in ``step_in`` and its codes at the end of
+        ``history``. Idle rows compute on stale inputs and are ignored."""
         from serving.gpu.slots import decode_layer
 
         backbone = self.model.backbone_model
-        x = backbone.embed_tokens(self.tokens[:n, None, :])  # [n, 1, H]: codebook embeddings summed
+        x = self.step_in[:n]  # [n, 1, H]: the last prompt token, or the last frame's codebooks summed
         pos = self.pos[:n]
         cos, sin = backbone.rotary_emb(x, pos[:, None])
         mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
@@ -326,11 +340,14 @@ class CsmEngine:
         for layer, k, v in zip(backbone.layers, self.cache.k, self.cache.v, strict=True):
             h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
         hidden = backbone.norm(h)[:, -1]
-        self.out_codes[:n] = self._depth(hidden, n, None)
+        codes = self._depth(hidden, n)
+        self.out_codes[:n] = codes
+        self.step_in[:n] = backbone.embed_tokens(codes[:, None, :])
+        playable = codes.clamp(max=self.codec_size - 1)[:, :, None]  # a dummy model may say 2048+
+        self.history[:n] = self.torch.cat([self.history[:n, :, 1:], playable], dim=2)
 
-    def _depth(self, hidden, n: int, slot: int | None):
-        """Codebooks 0..31 of one frame for ``n`` rows from the backbone's last hidden state;
-        ``slot`` given: one row computed in that slot's depth cache row (prefill)."""
+    def _depth(self, hidden, n: int):
+        """Codebooks 0..31 of one frame for ``n`` rows from the backbone's last hidden state."""
         from serving.gpu.slots import decode_layer, sample_top_k
 
         torch = self.torch
@@ -340,9 +357,8 @@ class CsmEngine:
         opts = self.opts
         c0 = sample_top_k(m.lm_head(hidden), opts.top_k, opts.temperature)
         codes = [c0]
-        row = slice(slot, slot + 1) if slot is not None else slice(0, n)
-        ks = [k[row] for k in self.depth_cache.k]
-        vs = [v[row] for v in self.depth_cache.v]
+        ks = [k[:n] for k in self.depth_cache.k]
+        vs = [v[:n] for v in self.depth_cache.v]
         length = self.codebooks + 1
         arange = self._arange[:length]
         for p in range(self.codebooks):
@@ -363,20 +379,27 @@ class CsmEngine:
         # position 0 predicts nothing; position p (1..31) predicted codebook p from codebook p-1
         return torch.stack(codes[: self.codebooks], dim=1)
 
-    def _decode(self, n: int) -> list[np.ndarray | None]:
-        busy = [i for i in range(n) if self._slots[i] is not None]
-        audio = self._decode_rows(busy)
-        out: list[np.ndarray | None] = [None] * n
-        for i, samples in zip(busy, audio, strict=True):
-            out[i] = samples
-        return out
+    def _decode(self, n: int) -> None:
+        """Rows 0..n-1: the last frame of each row's code window through Mimi into ``audio``."""
+        values = self.model.codec_model.decode(self.history[:n]).audio_values  # [n, 1, W*frame]
+        self.audio[:n] = values[:, 0, -self.frame_samples:].float().nan_to_num().clamp(-1, 1)
 
-    def _decode_rows(self, rows: list[int]) -> list[np.ndarray]:
-        """The last frame of each row's window, through Mimi, as float32 numpy."""
-        index = self.torch.tensor(rows, device=self.device)
-        values = self.model.codec_model.decode(self.history[index]).audio_values  # [r, 1, W*1920]
-        last = values[:, 0, -self.frame_samples:].float().nan_to_num_().clamp_(-1, 1).cpu().numpy()
-        return list(last)
+    def _run_decode(self, n: int) -> None:
+        if not (self.opts.cuda_graphs and self.device.type == "cuda") or self._decode_graphs.get(n) is False:
+            self._decode(n)
+            return
+        graph = self._decode_graphs.get(n)
+        if graph is None:
+            try:
+                graph = self._capture(n, self._decode)
+            except Exception as exc:  # noqa: BLE001 - recorded, and Mimi runs eagerly
+                log.warning("Mimi decode capture failed for batch %d (%s); decoding eagerly", n, exc)
+                self.identity.settings["mimi_graphs"] = f"off: capture failed ({type(exc).__name__})"
+                self._decode_graphs[n] = False
+                self._decode(n)
+                return
+            self._decode_graphs[n] = graph
+        graph.replay()
 
 
 def _version(package: str) -> str | None:
