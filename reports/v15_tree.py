@@ -30,6 +30,7 @@ from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
 from reports.v15 import timing_section
+from scorers.v15_timing import category_key
 
 TREE_SCORES_SCHEMA = "fdb-v1.5-tree-scores-1"
 MANIFEST = "reference-manifest.json"
@@ -195,8 +196,9 @@ def _count(value: int | None) -> str:
 def _coverage_lines(c: CohortScores) -> list[str]:
     lines = [f"Tree: {c.tree} ({MANIFEST} sha256 {c.manifest_sha256[:16]}…), trace format {c.trace_format}, "
              f"dataset revision {c.dataset_revision or 'n/a'}" + (f", only {len(c.only)} pair(s)" if c.only else "")]
+    groups = sorted(c.populations.items(), key=lambda kv: (kv[0] != "all", category_key(kv[0])))
     lines.append("Populations: " + "; ".join(f"{name} declared {_count(p.declared)}, selected {p.selected}, "
-                                            f"eligible {p.eligible}" for name, p in c.populations.items()))
+                                            f"eligible {p.eligible}" for name, p in groups))
     if c.declared_note:
         lines.append(f"Note: {c.declared_note}")
     lines.append("Protocol verdicts: " + (", ".join(f"{k} {v}" for k, v in c.verdicts.items()) or "none"))

@@ -50,7 +50,7 @@ def parse_trees(values: list[str]) -> list[tuple[str, Path]]:
 def _console():
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)
 
 
 def timing(
@@ -92,8 +92,7 @@ def _print_failed(console, engine: str, rows_path: Path) -> bool:
     rows = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
     bad = [r for r in rows if r["status"] == "failed"]
     for row in bad:
-        console.print(f"[yellow]{escape(engine)}[/]: {escape(row['sample_id'])} [{row['variant']}]: "
-                      f"{escape(str(row['error']))}")
+        console.print(f"[yellow]{escape(engine)}[/] ({row['variant']} session): {escape(str(row['error']))}")
     return bool(bad)
 
 
