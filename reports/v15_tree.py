@@ -29,7 +29,10 @@ from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
-from reports.v15 import timing_section
+from fdb.tables import Column, Table
+from judges.behavior import LABELS as BEHAVIOR_LABELS
+from judges.semantic.run import SEMANTIC_SCHEMA
+from reports.v15 import semantic_table, timing_section
 from scorers.v15_timing import category_key
 
 TREE_SCORES_SCHEMA = "fdb-v1.5-tree-scores-1"
@@ -216,24 +219,103 @@ def _coverage_lines(c: CohortScores) -> list[str]:
     return [*lines, ""]
 
 
-def report_text(scores: TreeScores, engines: list[str] | None = None) -> str:
-    """report.txt: per cohort its coverage lines, then the v1.5 tables of RESULTS.md."""
+def _share(cell: dict) -> str:
+    if cell.get("share") is None:
+        return "n/a"
+    low, high = cell["ci95"]
+    return f"{cell['count']} ({100 * cell['share']:.1f}% [{100 * low:.1f}, {100 * high:.1f}])"
+
+
+def behavior_lines(judge: dict | None) -> list[str]:
+    """The behavior label distribution of judge.json: per category the pairs under each outcome
+    and each label's count and share of the judged pairs with its Wilson 95% interval."""
+    behavior = (judge or {}).get("behavior")
+    if not behavior or behavior.get("status") in ("pending", "blocked"):
+        why = (behavior or {}).get("message") or "no judge ran"
+        return ["Behavior label distribution: not measured (" + why + ").", ""]
+    columns = [Column("category", "Category"), Column("outcomes", "Pairs by outcome"),
+               Column("judged", "Judged pairs"), *(Column(label, label, _share) for label in BEHAVIOR_LABELS)]
+    table = Table("behavior", "Behavior label distribution", columns)
+    cells = {"all": behavior["all"], **behavior["categories"]}
+    for name in sorted(cells, key=lambda n: (n != "all", category_key(n))):
+        cell = cells[name]
+        outcomes = ", ".join(f"{k} {v}" for k, v in cell["outcomes"].items() if v)
+        table.add(category=name, outcomes=outcomes, judged=cell["judged"],
+                  **{label: cell["labels"].get(label, {}) for label in BEHAVIOR_LABELS})
+    model = (behavior.get("judge") or {}).get("model")
+    return [f"Behavior label distribution ({model}; status {behavior['status']}): count (share of judged pairs "
+            "[Wilson 95%])", "", *table.markdown(None)]
+
+
+class ReplaySample(BaseModel):
+    sample: str
+    variant: str
+    recorded_status: str
+    status: str
+
+
+class Replay(BaseModel):
+    """replay.json: offline replay agreement of the recorded sessions."""
+
+    selected: int
+    replayed: int
+    samples: list[ReplaySample]
+
+
+def replay_lines(path: Path) -> list[str]:
+    try:
+        replay = Replay.model_validate(read_json(path))
+    except (ValueError, TypeError) as exc:
+        raise FdbError(f"{path} is not a replay summary ({str(exc).splitlines()[0]})",
+                       'pass --replay a file {"selected": N, "replayed": M, "samples": [{"sample", "variant", '
+                       '"recorded_status", "status"}]}') from exc
+    counts = Counter(s.status for s in replay.samples)
+    lines = [f"Offline replay agreement: {replay.replayed} of {replay.selected} selected sessions replayed; "
+             + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no samples")]
+    lines += [f"  {s.sample} [{s.variant}]: {s.status} (recorded {s.recorded_status})"
+              for s in replay.samples if s.status != "match"]
+    return [*lines, ""]
+
+
+def semantic_lines(path: Path, categories: list[str]) -> list[str]:
+    """The semantic table of a semantic judge's summary.json given with --semantic-summary."""
+    doc = read_json(path)
+    if doc.get("schema") != SEMANTIC_SCHEMA:
+        raise FdbError(f"{path} is not a semantic judge summary (schema {doc.get('schema')!r})",
+                       "pass --semantic-summary the summary.json of a semantic-<name>/ directory")
+    table = semantic_table(categories, [{"semantic": doc}])
+    if table is None:
+        return [f"Semantic judge ({path}): status {doc.get('status')}, no grades to show.", ""]
+    return [f"Semantic judge ({path}): quality = A/(A+F), coverage = (A+F)/N.", "", *table.markdown(None)]
+
+
+def report_text(scores: TreeScores, engines: list[str] | None = None, replay: Path | None = None,
+                semantic: Path | None = None) -> str:
+    """report.txt: per cohort its coverage lines, the v1.5 tables of RESULTS.md and the behavior
+    label distribution; ``replay`` and ``semantic`` (one cohort only) add those files."""
     chosen = engines or list(scores.cohorts)
     unknown = [e for e in chosen if e not in scores.cohorts]
     if unknown:
         raise FdbError(f"summary.json has no cohort {unknown[0]} (it has {', '.join(scores.cohorts) or 'none'})",
                        "pass --engine with one of those names")
+    if (replay or semantic) and len(chosen) != 1:
+        raise FdbError(f"--replay and --semantic-summary describe one cohort, and {len(chosen)} are reported",
+                       "pass --engine NAME with them")
     lines = ["# fdb v1.5 report", ""]
     for engine in chosen:
         cohort = scores.cohorts[engine]
         section = timing_section({engine: cohort.timing}, [cohort.judge] if cohort.judge else [],
                                  f"## {engine}", "No timing.")
-        lines += [*section.lines[:2], *_coverage_lines(cohort), *section.lines[2:]]
+        lines += [*section.lines[:2], *_coverage_lines(cohort), *(replay_lines(replay) if replay else []),
+                  *section.lines[2:], *behavior_lines(cohort.judge)]
+        if semantic:
+            lines += semantic_lines(semantic, list(cohort.timing["categories"]))
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_report(scores_dir: Path, engines: list[str] | None = None) -> tuple[Path, str]:
-    text = report_text(load_scores(scores_dir), engines)
+def write_report(scores_dir: Path, engines: list[str] | None = None, replay: Path | None = None,
+                 semantic: Path | None = None) -> tuple[Path, str]:
+    text = report_text(load_scores(scores_dir), engines, replay, semantic)
     path = Path(scores_dir) / "report.txt"
     atomic_write_text(path, text)
     return path, text

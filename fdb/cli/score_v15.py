@@ -179,14 +179,20 @@ def summarize(
 def report(
     scores: Path = typer.Option(..., help="The --out directory of `score v15 summarize` (its summary.json)."),
     engine: list[str] = typer.Option(None, help="Report only this cohort (repeatable); default: every cohort."),
+    semantic_summary: Path | None = typer.Option(None, help="A semantic judge's summary.json (semantic-<name>/) to "
+                                                 "add as a table; needs a single --engine."),
+    replay: Path | None = typer.Option(None, help='replay.json, offline replay agreement to add: {"selected": N, '
+                                       '"replayed": M, "samples": [{"sample": "category/id", "variant": "overlap", '
+                                       '"recorded_status": "pass", "status": "match"}]}; needs a single --engine.'),
 ) -> None:
     """Write SCORES/report.txt from SCORES/summary.json alone (no audio, GPU or key) and print it:
     per cohort the populations, protocol verdicts, ASR and timing coverage, the pairs not
     evaluated, then the v1.5 tables of RESULTS.md (timing with bootstrap 95% intervals, behavior
-    label distribution, semantic quality)."""
+    label distribution with Wilson 95% intervals, semantic quality). --semantic-summary and
+    --replay add those files' tables to a single cohort's report."""
     from reports.v15_tree import write_report
 
-    path, text = write_report(scores, engine or None)
+    path, text = write_report(scores, engine or None, replay, semantic_summary)
     print(text, end="", flush=True)
     _console().print(f"wrote {path}")
 
