@@ -146,6 +146,19 @@ def _not_evaluated(chosen: list[ExportSample], rows: list[dict]) -> dict[str, st
     return dict(sorted(out.items()))
 
 
+def _judge(out: Path, engine: str, ids: set[str]) -> dict | None:
+    """judge.json of the cohort (None: not judged), after checking it judged the selected pairs."""
+    path = cohort_dir(out, engine) / "judge.json"
+    if not path.exists():
+        return None
+    judge = read_json(path)
+    judged = {s["sample_id"] for s in (judge.get("behavior") or {}).get("samples", [])}
+    if judged != ids:
+        raise FdbError(f"{engine}: {path} judged {len(judged)} pair(s), the selection has {len(ids)}",
+                       "pass the same --tree and --only to judge and summarize (or rerun judge)")
+    return judge
+
+
 def summarize_cohort(engine: str, tree: Path, out: Path, only: list[str] | None,
                      declared: dict[str, int] | None, declared_note: str | None) -> CohortScores:
     """One cohort's record for ``OUT/summary.json`` from its tree and its phase outputs."""
@@ -157,6 +170,7 @@ def summarize_cohort(engine: str, tree: Path, out: Path, only: list[str] | None,
     manifest_sha = sha256_file(path)
     chosen = manifest.select(only, str(path))
     ids = {s.sample_id for s in chosen}
+    judge = _judge(out, engine, ids)
     timing, rows = _timing(out, engine, manifest_sha, ids)
     judge_path = cohort_dir(out, engine) / "judge.json"
     overall = timing["categories"].get("all", {})
@@ -171,7 +185,7 @@ def summarize_cohort(engine: str, tree: Path, out: Path, only: list[str] | None,
         timing_coverage={k: overall.get(k, 0) for k in ("timed_overlap_sessions", "timed_clean_sessions",
                                                         "failed_sessions")},
         not_evaluated=_not_evaluated(chosen, rows), timing=timing,
-        judge=read_json(judge_path) if judge_path.exists() else None, inputs=inputs)
+        judge=judge, inputs=inputs)
 
 
 def write_scores(out: Path, cohorts: list[CohortScores]) -> TreeScores:

@@ -20,6 +20,7 @@ v15_app = typer.Typer(
 
 ENGINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 DEFAULT_ENGINE = "model"
+RESERVED = {"summary.json", "report.txt"}  # files of OUT itself
 TREE_HELP = ("A cohort to score: ENGINE=DIR, DIR a v1.5 reference-audio export (reference-manifest.json) and "
              "ENGINE a free label (letters, digits, '.', '_', '-'); a bare DIR is labeled `model`. Repeat it "
              "to score several cohorts together.")
@@ -36,9 +37,10 @@ def parse_trees(values: list[str]) -> list[tuple[str, Path]]:
         engine, sep, folder = value.partition("=")
         if not sep:
             engine, folder = DEFAULT_ENGINE, value
-        if not ENGINE_RE.match(engine):
+        if not ENGINE_RE.match(engine) or engine in RESERVED:
             raise FdbError(f"--tree {value}: engine name {engine!r} is not allowed",
-                           "use --tree ENGINE=DIR with letters, digits, '.', '_' and '-' in ENGINE")
+                           "use --tree ENGINE=DIR with letters, digits, '.', '_' and '-' in ENGINE, other than "
+                           "summary.json and report.txt")
         if engine in (e for e, _ in cohorts):
             raise FdbError(f"--tree {value}: engine {engine} is given twice", "give each cohort its own ENGINE name")
         cohorts.append((engine, Path(folder)))

@@ -46,6 +46,9 @@ def test_report_shows_the_label_distribution_semantic_summary_and_replay(tmp_pat
              "--reference-source", str(REFERENCE))
     assert cli(["score", "v15", "judge", "--tree", f"e={export}", "--out", out, *judge], capsys)[0] == 0
     assert cli(["score", "v15", "timing", "--tree", f"e={export}", "--out", out], capsys)[0] == 1  # no audio
+    only = ["--only", "user_interruption/1"]
+    code, _, err = cli(["score", "v15", "summarize", "--tree", f"e={export}", "--out", out, *only], capsys)
+    assert code != 0 and "judged 3 pair(s), the selection has 1" in err  # timing holds 3 too: judge is checked first
     assert cli(["score", "v15", "summarize", "--tree", f"e={export}", "--out", out], capsys)[0] == 0
     semantic = next((tmp_path / "scores" / "e").glob("semantic-*")) / "summary.json"
     replay = tmp_path / "replay.json"

@@ -108,6 +108,8 @@ def test_refusals_name_the_problem_and_the_fix(tmp_path, capsys):
     root, out = tree(tmp_path / "t"), tmp_path / "scores"
     code, text = score(capsys, "timing", "--tree", f"a b={root}", "--out", str(out))
     assert code != 0 and "engine name 'a b' is not allowed" in text
+    code, text = score(capsys, "timing", "--tree", f"summary.json={root}", "--out", str(out))
+    assert code != 0 and "engine name 'summary.json' is not allowed" in text
     code, text = score(capsys, "timing", "--tree", f"a={root}", "--tree", f"a={root}", "--out", str(out))
     assert code != 0 and "engine a is given twice" in text
     code, text = score(capsys, "summarize", "--tree", f"a={root}", "--out", str(out))
