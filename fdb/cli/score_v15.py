@@ -114,6 +114,7 @@ def judge(
     retry_failed: bool = typer.Option(False, help="Send again the pairs whose requests failed (transport or parse)."),
     concurrency: int = typer.Option(16, min=1, max=1024, help="Requests in flight at most."),
     timeout: float = typer.Option(120.0, min=0.1, help="Seconds per request before it counts as failed."),
+    log_level: str = typer.Option("warning", help="debug, info, warning or error."),
 ) -> None:
     """Label each cohort's pairs with the behavior prompt and grade them with the semantic judge,
     with the judge machinery and configuration of `fdb judge` (the transcripts come from
@@ -121,11 +122,13 @@ def judge(
     skips finished pairs. Exits 1 when a task has failures (rerun with --retry-failed)."""
     from rich.markup import escape
 
+    from fdb.cli import configure_logging
     from fdb.settings import load_settings
     from judges import judge_repeat, resolve_judge
     from judges.console import RichProgress, print_summary
     from reports.v15_tree import cohort_dir
 
+    configure_logging(log_level)
     console, settings = _console(), load_settings()
     cohorts = parse_trees(tree)
     source = reference_source or (settings.work / "Full-Duplex-Bench")
