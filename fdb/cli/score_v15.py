@@ -145,6 +145,10 @@ def judge(
                                    progress=progress, pending_reason=choice.reason, v15_tree=folder,
                                    only=only or None, limit=limit)
         print_summary(console, summary)
+        behavior = summary.behavior
+        left = behavior.all.outcomes.get("pending", 0) if behavior and behavior.status not in ("blocked", "pending") else 0
+        if limit is not None and left:
+            console.print(f"{escape(engine)}: {left} pair(s) still pending after --limit {limit}: rerun to continue")
         ok &= summary.ok
     if not ok:
         console.print("rerun with --retry-failed after fixing the cause")
