@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from fdb.errors import FdbError
+
 EXPORT_SCHEMA = "fdb-export-1"
 ASR_SCHEMA = "fdb-asr-1"
 
@@ -35,6 +37,20 @@ class ExportManifest(BaseModel):
 
     def dump(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
+
+    def select(self, only: list[str] | None, where: str = "the manifest") -> list[ExportSample]:
+        """The samples named by ``only`` ("category/id", in the manifest's order), or all of them
+        without it; a name the manifest does not hold raises FdbError naming it."""
+        if not only:
+            return list(self.samples)
+        held = {s.sample_id for s in self.samples}
+        unknown = [sid for sid in only if sid not in held]
+        if unknown:
+            raise FdbError(f"{where} holds no sample {unknown[0]}"
+                           + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""),
+                           "pass --only category/id for samples of that export")
+        wanted = set(only)
+        return [s for s in self.samples if s.sample_id in wanted]
 
 
 class AsrSampleReceipt(BaseModel):

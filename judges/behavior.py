@@ -92,11 +92,12 @@ def behavior_params(settings: JudgeSettings, prompt: OfficialText) -> dict[str, 
 
 async def judge_behavior(client: JudgeClient, tdir: TaskDir, settings: JudgeSettings, prompt: OfficialText,
                          pairs: list[PairInput], retry_failed: bool,
-                         progress: Progress | None = None) -> dict[str, SampleResult]:
-    """Label every ready pair not finished before; return the latest result of every pair."""
+                         progress: Progress | None = None, limit: int | None = None) -> dict[str, SampleResult]:
+    """Label every ready pair not finished before (at most ``limit`` in this call); return the
+    latest result of every pair."""
     spec = TaskSpec("behavior", settings.model, parse_behavior, require_stop=settings.config is not None)
     candidates = ((pair.sample_id, behavior_requests(settings, prompt, pair)) for pair in pairs if pair.ready)
-    return await judge_pending(client, tdir, spec, candidates, retry_failed, progress)
+    return await judge_pending(client, tdir, spec, candidates, retry_failed, progress, limit)
 
 
 class BehaviorSample(BaseModel):

@@ -127,12 +127,13 @@ async def run_bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]],
 
 async def judge_pending(client: JudgeClient, tdir: TaskDir, spec: TaskSpec,
                         candidates: Iterable[tuple[str, list[dict[str, Any]]]], retry_failed: bool,
-                        progress: Progress | None = None) -> dict[str, SampleResult]:
-    """Judge the candidates (sample id, requests) a rerun has not finished yet, record each
-    result in the task directory, and return every result, earlier ones included."""
+                        progress: Progress | None = None, limit: int | None = None) -> dict[str, SampleResult]:
+    """Judge the candidates (sample id, requests) a rerun has not finished yet (at most
+    ``limit`` of them in this call), record each result in the task directory, and return every
+    result, earlier ones included."""
     done = tdir.results()
     todo = [(sample_id, requests) for sample_id, requests in candidates
-            if tdir.needs_judging(done.get(sample_id), request_sha256(requests), retry_failed)]
+            if tdir.needs_judging(done.get(sample_id), request_sha256(requests), retry_failed)][:limit]
 
     async def one(item: tuple[str, list[dict[str, Any]]]) -> SampleResult:
         result = await judge_sample(client, tdir.ledger, spec, *item)

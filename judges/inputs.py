@@ -124,6 +124,14 @@ def load_v15_pairs(repeat_dir: Path) -> list[PairInput] | None:
     return [_pair(tree, sid, by_id.get(sid)) for sid in sorted(set(ids), key=id_key)]
 
 
+def load_v15_tree_pairs(tree: Path, only: list[str] | None = None) -> list[PairInput]:
+    """The pairs of an exported reference-audio tree (``only``: just these "category/id"), in
+    category then numeric id order; every one, whatever its state, as ``load_v15_pairs``."""
+    path = Path(tree) / "reference-manifest.json"
+    chosen = _manifest(path).select(only, str(path))
+    return [_pair(Path(tree), s.sample_id, s) for s in sorted(chosen, key=lambda s: id_key(s.sample_id))]
+
+
 def _pair(tree: Path, sample_id: str, sample: ExportSample | None) -> PairInput:
     category, _, ident = sample_id.partition("/")
     if sample is None:

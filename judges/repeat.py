@@ -29,7 +29,13 @@ from judges.behavior import BehaviorSummary, behavior_params, judge_behavior, su
 from judges.client import JudgeClient
 from judges.config import JudgeSettings
 from judges.engine import NoProgress, Progress
-from judges.inputs import InterruptInput, PairInput, load_interruptions, load_v15_pairs
+from judges.inputs import (
+    InterruptInput,
+    PairInput,
+    load_interruptions,
+    load_v15_pairs,
+    load_v15_tree_pairs,
+)
 from judges.official import behavior_prompt, relevance_source
 from judges.relevance import (
     RelevanceSummary,
@@ -75,7 +81,7 @@ def _write(tdir: TaskDir, name: str, summary: BaseModel) -> None:
 
 
 async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs: list[PairInput],
-                    retry_failed: bool, progress: Progress) -> tuple[BehaviorSummary, Path | None]:
+                    retry_failed: bool, progress: Progress, limit: int | None) -> tuple[BehaviorSummary, Path | None]:
     if judge.reference_source is None:
         return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=NO_CHECKOUT), None
     try:
@@ -84,7 +90,7 @@ async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs
         return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=exc.one_line()), None
     params = behavior_params(judge, prompt)
     with TaskDir(root / f"judge-{judge.name}", "behavior", judge.identity(), params) as tdir:
-        results = await judge_behavior(client, tdir, judge, prompt, pairs, retry_failed, progress)
+        results = await judge_behavior(client, tdir, judge, prompt, pairs, retry_failed, progress, limit)
         summary = summarize_behavior(pairs, results, judge=judge.public(), params=params)
         _write(tdir, "summary.json", summary)
     return summary, tdir.root
@@ -114,14 +120,14 @@ async def _relevance(client: JudgeClient, judge: JudgeSettings, root: Path, samp
 
 
 async def _semantic(client: JudgeClient, judge: JudgeSettings, root: Path, pairs: list[PairInput],
-                    retry_failed: bool, progress: Progress) -> tuple[SemanticSummary, Path | None]:
+                    retry_failed: bool, progress: Progress, limit: int | None) -> tuple[SemanticSummary, Path | None]:
     if judge.kind != "custom":
         return summarize_semantic(pairs, None, status="not_run", message=SEMANTIC_GPT, judge=judge.public()), None
     params = semantic_params(judge)
     with TaskDir(root / f"semantic-{judge.name}", "semantic", judge.identity(), params) as tdir:
         status, message = None, None
         try:
-            results, comparison = await judge_semantic(client, tdir, judge, pairs, retry_failed, progress)
+            results, comparison = await judge_semantic(client, tdir, judge, pairs, retry_failed, progress, limit)
         except ControlCheckFailed as exc:
             results, comparison = tdir.results(), exc.comparison
             status, message = "control_failed", exc.one_line()
@@ -141,12 +147,22 @@ def _pending(pairs: list[PairInput] | None, interrupts: list[InterruptInput] | N
     }
 
 
+def _inputs(root: Path, v15_tree: Path | None, only: list[str] | None
+            ) -> tuple[list[PairInput] | None, list[InterruptInput] | None]:
+    """The repeat's v1.5 pairs and v1.0 interruptions, or an export tree's pairs (no v1.0)."""
+    if v15_tree is not None:
+        return load_v15_tree_pairs(v15_tree, only), None
+    return load_v15_pairs(root), load_interruptions(root)
+
+
 async def judge_repeat_async(repeat_dir: Path, judge: JudgeSettings | None, *, retry_failed: bool = False,
-                             progress: Progress | None = None, pending_reason: str | None = None) -> JudgeSummary:
+                             progress: Progress | None = None, pending_reason: str | None = None,
+                             v15_tree: Path | None = None, only: list[str] | None = None,
+                             limit: int | None = None) -> JudgeSummary:
     """``judge_repeat`` for callers that already run an event loop."""
     root = Path(repeat_dir)
     progress = progress or NoProgress()
-    pairs, interrupts = load_v15_pairs(root), load_interruptions(root)
+    pairs, interrupts = _inputs(root, v15_tree, only)
     dirs: dict[str, Path | None] = {"behavior": None, "semantic": None, "relevance": None}
     if judge is None:
         tasks = _pending(pairs, interrupts, pending_reason or "no judge is configured")
@@ -157,11 +173,13 @@ async def judge_repeat_async(repeat_dir: Path, judge: JudgeSettings | None, *, r
         client = JudgeClient(judge)
         try:
             if pairs is not None:
-                tasks["behavior"], dirs["behavior"] = await _behavior(client, judge, root, pairs, retry_failed, progress)
+                tasks["behavior"], dirs["behavior"] = await _behavior(client, judge, root, pairs, retry_failed,
+                                                                      progress, limit)
             if interrupts is not None:
                 tasks["relevance"], dirs["relevance"] = await _relevance(client, judge, root, interrupts, retry_failed, progress)
             if pairs is not None:
-                tasks["semantic"], dirs["semantic"] = await _semantic(client, judge, root, pairs, retry_failed, progress)
+                tasks["semantic"], dirs["semantic"] = await _semantic(client, judge, root, pairs, retry_failed,
+                                                                      progress, limit)
         finally:
             await client.close()
     summary = JudgeSummary(repeat_dir=str(root), judge=info, **tasks,
@@ -173,10 +191,18 @@ async def judge_repeat_async(repeat_dir: Path, judge: JudgeSettings | None, *, r
 
 
 def judge_repeat(repeat_dir: Path, judge: JudgeSettings | None, *, retry_failed: bool = False,
-                 progress: Progress | None = None, pending_reason: str | None = None) -> JudgeSummary:
+                 progress: Progress | None = None, pending_reason: str | None = None,
+                 v15_tree: Path | None = None, only: list[str] | None = None,
+                 limit: int | None = None) -> JudgeSummary:
     """Judge every selected sample of ``repeat_dir`` (``$FDB_WORK/runs/RUN/repeat-N``) with
     ``judge``; with ``judge=None`` every label and rating is ``pending`` and the counts are still
     written. Finished samples are skipped; ``retry_failed`` sends transport and parse failures
-    again. Returns the summary also written to ``repeat-N/judge.json``."""
+    again; ``limit`` caps the samples each task sends in this call. Returns the summary also
+    written to ``repeat-N/judge.json``.
+
+    With ``v15_tree`` (an exported reference-audio tree, ``score v15 judge``) the pairs come
+    from that tree (``only``: just these "category/id"), v1.0 is left out, and ``repeat_dir`` is
+    where the task directories and judge.json are written."""
     return asyncio.run(judge_repeat_async(repeat_dir, judge, retry_failed=retry_failed, progress=progress,
-                                          pending_reason=pending_reason))
+                                          pending_reason=pending_reason, v15_tree=v15_tree, only=only,
+                                          limit=limit))

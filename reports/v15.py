@@ -93,11 +93,19 @@ def semantic_table(categories: list[str], judged: list[dict]) -> Table | None:
 
 
 def v15_section(repeats: list[RepeatPaths]) -> Section:
-    summaries = _summaries(repeats)
-    judged = list(_judges(repeats).values())
-    section = Section(["## v1.5", ""], {})
+    """RESULTS.md's v1.5 section: one column value per repeat (mean ± SD over repeats)."""
+    summaries = {f"repeat-{n}": s for n, s in _summaries(repeats).items()}
+    return timing_section(summaries, list(_judges(repeats).values()), "## v1.5",
+                          "No v1.5 timing yet (no scores/summary.json); run `python -m fdb asr`.")
+
+
+def timing_section(summaries: dict[str, dict], judged: list[dict], heading: str, missing: str) -> Section:
+    """The v1.5 tables of timing summaries (``summaries``: label -> scores/summary.json, e.g.
+    "repeat-1"; one value per label in each cell) and judge.json files (``judged``); the same
+    section for a run's repeats (RESULTS.md) and for one exported cohort (``score v15 report``)."""
+    section = Section([heading, ""], {})
     if not summaries:
-        section.lines += ["No v1.5 timing yet (no scores/summary.json); run `python -m fdb asr`.", ""]
+        section.lines += [missing, ""]
         return section
     categories: list[str] = []
     for summary in summaries.values():
@@ -119,9 +127,9 @@ def v15_section(repeats: list[RepeatPaths]) -> Section:
     if semantic is not None:
         section.lines += ["Semantic judge (fdb's rubric, control-gated): quality = A/(A+F), coverage = (A+F)/N.", ""]
         section.show(semantic)
-    for number, summary in summaries.items():
-        _detail(section, number, summary)
-    section.data = {f"repeat-{n}": s for n, s in summaries.items()}
+    for label, summary in summaries.items():
+        _detail(section, label, summary)
+    section.data = dict(summaries)
     return section
 
 
@@ -131,13 +139,13 @@ def _stats(prefix: str, stats: dict) -> dict:
             f"{prefix}_intervals": stats["intervals"]}
 
 
-def _detail(section: Section, number: int, summary: dict) -> None:
-    heading = f"v1.5 timing detail, repeat-{number}"
+def _detail(section: Section, label: str, summary: dict) -> None:
+    heading = f"v1.5 timing detail, {label}"
     table = results_table(heading, "", DETAIL_COLUMNS)
     for name, c in summary["categories"].items():
         table.add(category=name, eligible_pairs=c["eligible_pairs"], **_stats("stop", c["stop_latency"]),
                   **_stats("response", c["response_latency"]), failed_sessions=c["failed_sessions"])
-    note = f"repeat-{number}: sample-cluster bootstrap intervals (2000 resamples, seed 0); {NA} = empty set."
+    note = f"{label}: sample-cluster bootstrap intervals (2000 resamples, seed 0); {NA} = empty set."
     section.lines += [f"### {heading}", "", note, ""]
     section.show(table)
 

@@ -112,6 +112,14 @@ def _uncached_inputs(vad: SpeechSegmenter, tree: Path, sample: ExportSample,
     return arrays
 
 
+def _uncached_files(vad: SpeechSegmenter, tree: Path, sample: ExportSample, cache_dir: Path | None) -> list[str]:
+    """The sha256 of an eligible pair's files whose spans no cache holds yet (no audio is read)."""
+    folder = tree / sample.subset / sample.id
+    paths = [folder / n for names in VARIANTS.values() for n in names] if sample.eligible else []
+    shas = [sha256_file(p) for p in paths if p.exists()]
+    return [sha for sha in shas if _cached(vad, sha, cache_dir)[0] not in _SPAN_CACHE]
+
+
 def overlap_span(folder: Path) -> Interval | None:
     """metadata.json's "timestamps" [start, end], or None when absent or malformed."""
     path = folder / "metadata.json"
@@ -247,7 +255,7 @@ def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
     return manifest, sha256_file(path)
 
 
-def _category_key(category: str) -> tuple[int, str]:
+def category_key(category: str) -> tuple[int, str]:
     known = list(V15_CATEGORIES)
     return (known.index(category) if category in known else len(known), category)
 
@@ -269,26 +277,56 @@ def definitions() -> dict[str, object]:
     }
 
 
+def _default_vad(vad: SpeechSegmenter | None) -> SpeechSegmenter:
+    if vad is not None:
+        return vad
+    from fdb.models.vad import SileroVad
+
+    return SileroVad()
+
+
+def _selected_pairs(tree: Path, manifest: ExportManifest, only: Sequence[str] | None) -> list[ExportSample]:
+    chosen = manifest.select(list(only) if only else None, str(tree / "reference-manifest.json"))
+    return sorted(chosen, key=lambda s: (category_key(s.subset), id_key(s.id)))
+
+
+def time_some(tree: Path, cache_dir: Path, limit: int, vad: SpeechSegmenter | None = None,
+              only: Sequence[str] | None = None) -> tuple[int, int]:
+    """Run the VAD of at most ``limit`` selected pairs whose spans ``cache_dir`` does not hold
+    yet (the work units of one call of ``score v15 timing --limit``); returns (pairs done now,
+    pairs still to do). Once none is left, ``score_v15_timing`` reads every span from the cache."""
+    tree, vad = Path(tree), _default_vad(vad)
+    manifest, _ = load_v15_manifest(tree)
+    unreadable_path = Path(cache_dir) / "unreadable.json"  # files the VAD could not read: tried, not cached
+    unreadable = set(read_json(unreadable_path)) if unreadable_path.exists() else set()
+    todo = [p for p in _selected_pairs(tree, manifest, only)
+            if set(_uncached_files(vad, tree, p, cache_dir)) - unreadable]
+    for pair in todo[:limit]:
+        for variant in VARIANTS:
+            time_session(vad, tree, pair, variant, cache_dir)
+        unreadable |= set(_uncached_files(vad, tree, pair, cache_dir))
+    atomic_write_json(unreadable_path, sorted(unreadable))
+    return min(limit, len(todo)), max(0, len(todo) - limit)
+
+
 def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path | None = None,
-                     cache_dir: Path | None = None) -> TimingSummary:
-    """Time every session of a v1.5 reference-audio tree; writes ``out/intervals.jsonl`` and
-    ``out/summary.json`` (``out`` defaults to ``tree/../scores``); ``cache_dir`` keeps VAD spans
-    on disk by (VAD identity, settings, file sha256)."""
+                     cache_dir: Path | None = None, only: Sequence[str] | None = None) -> TimingSummary:
+    """Time every session of a v1.5 reference-audio tree (``only``: just these "category/id"
+    pairs); writes ``out/intervals.jsonl`` and ``out/summary.json`` (``out`` defaults to
+    ``tree/../scores``); ``cache_dir`` keeps VAD spans on disk by (VAD identity, settings, file
+    sha256)."""
     tree = Path(tree)
     out = Path(out) if out is not None else tree.parent / "scores"
     manifest, manifest_sha = load_v15_manifest(tree)
-    if vad is None:
-        from fdb.models.vad import SileroVad
-
-        vad = SileroVad()
-    pairs = sorted(manifest.samples, key=lambda s: (_category_key(s.subset), id_key(s.id)))
+    vad = _default_vad(vad)
+    pairs = _selected_pairs(tree, manifest, only)
     memo, rows = SegmentMemo(vad), {}
     blocks = prefetch_blocks(memo, pairs, lambda p: _uncached_inputs(vad, tree, p, cache_dir), TIMING_VAD_SETTINGS,
                              block=PREFETCH_BLOCK // 4)
     for block in blocks:
         rows.update({(p.sample_id, v): time_session(memo, tree, p, v, cache_dir) for p in block for v in VARIANTS})
     categories = {"all": category_timing("all", pairs, rows)}
-    for category in sorted({p.subset for p in pairs}, key=_category_key):
+    for category in sorted({p.subset for p in pairs}, key=category_key):
         categories[category] = category_timing(category, [p for p in pairs if p.subset == category], rows)
     ident = vad.identity
     summary = TimingSummary(

@@ -33,11 +33,18 @@ VERB_MODULES = ["setup", "serve", "serve_model", "serve_judge", "generate", "asr
 VERB_MODULES += ["compare"]
 
 
+_REGISTERED: list[bool] = []
+
+
 def _register() -> None:
+    """Add every verb to ``app``, once per process (in-process callers run main many times)."""
     import importlib
 
+    if _REGISTERED:
+        return
     for name in VERB_MODULES:
         importlib.import_module(f"fdb.cli.{name}").register(app)
+    _REGISTERED.append(True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,8 @@
   tree is a run's ``repeat-N/v10/reference``) or ``--dataset-root``; null when neither is known.
   A sample the unified loader rejects (e.g. an interruption transcript not cut at R) stops the
   unified metrics with its name, but official.json is still written, that sample left out;
+- ``score v15 timing|judge|summarize|report``: v1.5 scoring of reference-audio exports
+  (fdb/cli/score_v15.py);
 - ``score transcribe --tree DIR``: the ASR phase of a v1.0 or v1.5 export with any of the three
   backends (embedded faster-whisper, NeMo Parakeet from a local checkpoint, an OpenAI-compatible
   endpoint).
@@ -18,12 +20,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from fdb.cli.score_v15 import v15_app
+
 if TYPE_CHECKING:
     from fdb.layout import RunPaths
 
 score_app = typer.Typer(
     name="score", no_args_is_help=True, add_completion=False,
-    help="Score (or transcribe) an existing export tree: `score v10`, `score transcribe`.",
+    help="Score (or transcribe) an existing export tree: `score v10`, `score v15 timing|judge|summarize|report`, "
+         "`score transcribe`.",
 )
 
 NA = "n/a"
@@ -159,23 +164,39 @@ def _print_reference(console, subset: str, official, evaluated) -> None:
         console.print(f"  note: {o.note}")
 
 
-def run_of_tree(tree: Path) -> RunPaths | None:
-    """The run whose ``repeat-N/v10/reference`` is ``tree`` (RunPaths, when its run.json exists), else None."""
+TREE_IN_REPEAT = {"v1.0": "v10/reference", "v1.5": "reference-audio"}
+
+
+def run_of_tree(tree: Path, dataset: str = "v1.0") -> RunPaths | None:
+    """The run whose ``repeat-N/v10/reference`` (v1.0) or ``repeat-N/reference-audio`` (v1.5)
+    is ``tree`` (RunPaths, when its run.json exists), else None."""
     from fdb.layout import RunPaths
 
     tree = Path(tree).resolve()
-    repeat = tree.parent.parent
+    repeat = tree.parent.parent if dataset == "v1.0" else tree.parent
     number = repeat.name.removeprefix("repeat-")
     if not (number.isdigit() and int(number) >= 1 and repeat.name == f"repeat-{number}"):
         return None
     run = RunPaths(repeat.parent)
-    if run.repeat(int(number)).v10_reference != tree or not run.manifest.is_file():
+    rep = run.repeat(int(number))
+    if (rep.v10_reference if dataset == "v1.0" else rep.reference_audio) != tree or not run.manifest.is_file():
         return None
     return run
 
 
-def declared_for(tree: Path, dataset_root: Path | None) -> tuple[dict[str, int] | None, str | None]:
-    """The v1.0 subset sizes for the ``declared`` counts, and a note when they are not known.
+def _tree_samples(tree: Path, dataset: str) -> list:
+    if dataset == "v1.0":
+        from scorers.v10_tree import load_tree
+
+        return load_tree(tree).manifest.samples
+    from scorers.v15_timing import load_v15_manifest
+
+    return load_v15_manifest(tree)[0].samples
+
+
+def declared_for(tree: Path, dataset_root: Path | None,
+                 dataset: str = "v1.0") -> tuple[dict[str, int] | None, str | None]:
+    """The dataset's subset sizes for the ``declared`` counts, and a note when they are not known.
 
     ``dataset_root`` (--dataset-root) is counted like the run path counts its dataset, after
     checking that it holds every sample of the tree; otherwise a tree inside a run takes the
@@ -183,25 +204,24 @@ def declared_for(tree: Path, dataset_root: Path | None) -> tuple[dict[str, int] 
     either, declared is null (n/a): never the selected count."""
     from fdb.datasets.official import list_ids
     from runs.phases import declared_counts
-    from scorers.v10_tree import load_tree
 
-    hint = ("pass --dataset-root DIR, the v1.0 dataset the tree was exported from, to count its "
+    hint = (f"pass --dataset-root DIR, the {dataset} dataset the tree was exported from, to count its "
             "samples")
     if dataset_root is not None:
-        ids = list_ids(Path(dataset_root), "v1.0")
-        missing = [s.sample_id for s in load_tree(tree).manifest.samples if s.id not in ids.get(s.subset, ())]
+        ids = list_ids(Path(dataset_root), dataset)
+        missing = [s.sample_id for s in _tree_samples(tree, dataset) if s.id not in ids.get(s.subset, ())]
         if missing:
             from fdb.errors import FdbError
 
             raise FdbError(f"--dataset-root {dataset_root} does not hold {len(missing)} sample(s) of the tree "
-                           f"(first: {missing[0]})", "pass the v1.0 dataset root the tree was exported from")
+                           f"(first: {missing[0]})", f"pass the {dataset} dataset root the tree was exported from")
         return {name: len(found) for name, found in ids.items()}, None
-    run = run_of_tree(tree)
+    run = run_of_tree(tree, dataset)
     if run is None:
-        return None, f"declared n/a: {tree} is not a run's repeat-N/v10/reference; {hint}"
-    found = declared_counts(run, "v1.0")
+        return None, f"declared n/a: {tree} is not a run's repeat-N/{TREE_IN_REPEAT[dataset]}; {hint}"
+    found = declared_counts(run, dataset)
     if found is None:
-        return None, f"declared n/a: {run.manifest} names no v1.0 dataset root that still exists; {hint}"
+        return None, f"declared n/a: {run.manifest} names no {dataset} dataset root that still exists; {hint}"
     return found, None
 
 
@@ -344,10 +364,13 @@ def transcribe(
 
 
 score_app.command("v10", short_help="Unified v1.0 metrics + official-rule reference of a transcribed tree.")(v10)
+score_app.add_typer(v15_app, name="v15", short_help="v1.5 timing, judge, summary and report.txt of exported "
+                    "trees (several cohorts with --tree ENGINE=DIR).")
 score_app.command("transcribe", short_help="ASR of a v1.0 or v1.5 export tree (faster-whisper, parakeet, "
                   "openai-compatible).")(transcribe)
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(score_app, name="score",
-                  short_help="Score an existing export tree (v1.0 unified + official rules) or transcribe it.")
+                  short_help="Score an existing export tree (v1.0 unified + official rules, v1.5 timing, "
+                  "judge and report) or transcribe it.")

@@ -71,16 +71,17 @@ class _Grader:
 
 
 async def judge_semantic(client: JudgeClient, tdir: TaskDir, settings: JudgeSettings, pairs: list[PairInput],
-                         retry_failed: bool, progress: Progress | None = None
+                         retry_failed: bool, progress: Progress | None = None, limit: int | None = None
                          ) -> tuple[dict[str, SampleResult], Comparison | None]:
-    """Grade every ready pair not finished before. The controls go out with the first batch;
-    a mismatch discards that batch and raises ``ControlCheckFailed``."""
+    """Grade every ready pair not finished before (at most ``limit`` in this call). The controls
+    go out with the first batch; a mismatch discards that batch and raises ``ControlCheckFailed``."""
     done = tdir.results()
     todo: list[Item] = []
     for pair in (view(p) for p in pairs if p.ready):
         requests = semantic_requests(settings, pair)
         if tdir.needs_judging(done.get(pair.sample_id), request_sha256(requests), retry_failed):
             todo.append((pair, requests))
+    todo = todo[:limit]
     if not todo:
         return done, None
     progress = progress or NoProgress()
