@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fdb.errors import FdbError
+from fdb.playout import playout_window, trace_playout_inputs
 from fdb.profiles import LEGACY, NATIVE, OPENAI_BETA, OPENAI_GA, get_profile
 from fdb.session_records import SessionRecord, read_trace
-from recorders.playout import playout_window, trace_playout_inputs
 from recorders.session import record_session
 from tests.recorders.dialect_fakes import DialectServer, Faults
 from tests.recorders.test_recorder_session import speech
