@@ -13,6 +13,7 @@ an error naming the field).
 from __future__ import annotations
 
 import base64
+import io
 import json
 import wave
 from pathlib import Path
@@ -67,20 +68,34 @@ class SessionSettings(BaseModel):
         return fields
 
 
+def check_reference_wav(data: bytes) -> tuple[float, str | None]:
+    """(duration s, None) for a PCM16 WAV of at most 30 s and 1 MiB, else (duration, the problem).
+    The one rule of the client's --reference-audio and the bundled server's check."""
+    if len(data) > MAX_REFERENCE_BYTES:
+        return 0.0, f"{len(data)} bytes, over 1 MiB"
+    try:
+        with wave.open(io.BytesIO(data), "rb") as wav:
+            width, frames, rate = wav.getsampwidth(), wav.getnframes(), wav.getframerate()
+    except (EOFError, wave.Error) as exc:
+        return 0.0, f"not a WAV ({exc})"
+    duration = frames / rate if rate else 0.0
+    if width != 2:
+        return duration, f"{8 * width}-bit samples, not PCM16"
+    if frames == 0 or duration > MAX_REFERENCE_S:
+        return duration, f"{duration:.2f} s, not between 0 and 30 s"
+    return duration, None
+
+
 def reference_audio(path: Path) -> ReferenceAudio:
     """Check a --reference-audio file: a PCM16 WAV of at most 30 s and 1 MiB."""
     hint = "pass a mono or stereo PCM16 WAV of at most 30 s and 1 MiB"
     try:
         data = path.read_bytes()
-        with wave.open(str(path), "rb") as wav:
-            width, frames, rate = wav.getsampwidth(), wav.getnframes(), wav.getframerate()
-    except (OSError, EOFError, wave.Error) as exc:
+    except OSError as exc:
         raise FdbError(f"--reference-audio {path}: not a readable WAV ({exc})", hint) from exc
-    duration = frames / rate if rate else 0.0
-    if width != 2:
-        raise FdbError(f"--reference-audio {path}: {8 * width}-bit samples, not PCM16", hint)
-    if len(data) > MAX_REFERENCE_BYTES or duration > MAX_REFERENCE_S or frames == 0:
-        raise FdbError(f"--reference-audio {path}: {len(data)} bytes, {duration:.2f} s", hint)
+    duration, problem = check_reference_wav(data)
+    if problem is not None:
+        raise FdbError(f"--reference-audio {path}: {problem}", hint)
     return ReferenceAudio(path=str(path.resolve()), sha256=sha256_bytes(data), bytes=len(data),
                           duration_s=round(duration, 6))
 

@@ -14,14 +14,11 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import io
-import wave
 from typing import Any
 
+from fdb.session_settings import MAX_REFERENCE_BYTES, check_reference_wav
 from serving.realtime.protocol import ProtocolError, shown
 
-MAX_REFERENCE_BYTES = 1 << 20
-MAX_REFERENCE_S = 30.0
 VOICE_PARAM = "session.sglang.voice"
 REFERENCE_PARAM = "session.sglang.reference_audio"
 
@@ -48,12 +45,10 @@ def check_reference_audio(raw: dict[str, Any], event_id: str | None) -> dict[str
         raise _refuse("data is not base64 text within 1 MiB", event_id)
     try:
         wav_bytes = base64.b64decode(data, validate=True)
-        with wave.open(io.BytesIO(wav_bytes), "rb") as wav:
-            width, frames, rate = wav.getsampwidth(), wav.getnframes(), wav.getframerate()
-    except (ValueError, binascii.Error, EOFError, wave.Error) as exc:
-        raise _refuse(f"is not a base64 WAV ({exc})", event_id) from exc
-    duration_ms = frames * 1000 / rate if rate else 0.0
-    if width != 2 or frames == 0 or duration_ms > MAX_REFERENCE_S * 1000:
-        raise _refuse(f"is {8 * width}-bit, {duration_ms:g} ms", event_id)
+    except (ValueError, binascii.Error) as exc:
+        raise _refuse(f"data is not base64 ({exc})", event_id) from exc
+    duration_s, problem = check_reference_wav(wav_bytes)
+    if problem is not None:
+        raise _refuse(f"is {problem}", event_id)
     return {"sha256": hashlib.sha256(wav_bytes).hexdigest(), "bytes": len(wav_bytes),
-            "duration_ms": round(duration_ms, 3), "applied": False}
+            "duration_ms": round(duration_s * 1000, 3), "applied": False}

@@ -80,13 +80,14 @@ def test_the_80ms_profile_records_a_session_with_its_settings(native_server, spe
     write_wav(tmp_path / "ref.wav", 0.1 * np.sin(np.arange(16000) / 5.0, dtype=np.float32), 16000)
     settings = session_settings(NATIVE_80.name, "Answer in one short sentence.", voice, '{"temperature": 0.5}',
                                 tmp_path / "ref.wav")
-    audio = np.concatenate([silence(0.25), speech["question"], silence(2.0)])
+    audio = np.concatenate([silence(0.25), speech["question"], silence(2.5)])
     rec = asyncio.run(record_session(
         native_server.ws_url, Audio(audio, 16000), tmp_path / "s", sample_id="duplex/question", variant="main",
         profile=NATIVE_80, turn_detection=None, timeout_s=60, settings=settings))
     assert rec.status == "ok" and rec.verdict.status == "pass", (rec.failure, rec.verdict.violations)
     assert rec.granted["native_unit_ms"] == 80 and rec.input.rate == 24000
-    assert rec.responses.created <= 1 and rec.extra["session_settings"]["voice"] == voice
+    assert rec.responses.created == 1 and rec.responses.output_duration_s > 0.5, rec.responses
+    assert rec.extra["session_settings"]["voice"] == voice
     updated = next(e["event"]["session"] for e in _trace(tmp_path / "s") if e["type"] == "session.updated")
     assert updated["instructions"] == "Answer in one short sentence." and updated["sglang"]["voice"] == voice
     assert updated["sglang"]["sampling"]["temperature"] == 0.5
