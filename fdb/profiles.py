@@ -7,6 +7,12 @@
 - ``minicpmo-native-pr2377`` (``realtime-pcm16-v1``): the native session protocol, 1 s units,
   tail policy ``pad``, the same receipts; ``--turn-detection`` is rejected; one response per
   session ending completed/stop (or cancelled/client_closed after session.close).
+- ``personaplex-native-80ms`` (``realtime-native80-pcm16-v1``): the native session protocol of
+  PersonaPlex / VoiceChat-style models: 24 kHz in and out (declared in session.update), 80 ms
+  units asked for with ``sglang.timebase.native_unit_ms``, tail policy ``pad``, the same
+  receipts; the whole session is one response, completed with reason ``input_audio_ended`` after
+  the input ends (or ``stop``), which may arrive after the drain; the client never cancels or
+  truncates (the model answers both with ``not_supported``).
 - ``qwen3-omni-half-duplex`` (``realtime-legacy-pcm16-v1``): the legacy conversation protocol:
   flat (beta) ``turn_detection`` in session.update, ``response.audio.delta``, no receipts; the
   session ends ``tail_s`` after the input with a no-op session.update whose session.updated
@@ -66,6 +72,9 @@ class Profile(BaseModel):
     requests_extensions: bool = False
     interrupt_default: bool = True  # interrupt_response when the request leaves it out
     native_rules: bool = False  # the oracle's native rules: output ends at the drain, empty EOS unit
+    single_response: bool = False  # the whole session is one response, done after the input end
+    requests_unit_ms: bool = False  # session.update asks for unit_ms in sglang.timebase.native_unit_ms
+    takes_session_settings: bool = True  # sglang.voice / sampling / reference_audio may be sent
 
     @property
     def packet_samples(self) -> int:
@@ -193,6 +202,13 @@ NATIVE = Profile(
     native_rules=True,
 )
 
+NATIVE_80 = NATIVE.model_copy(update=dict(
+    name="personaplex-native-80ms", trace_format="realtime-native80-pcm16-v1", input_rate=24000,
+    unit_ms=80, completed_reasons=("input_audio_ended", "stop"), declares_formats=True,
+    required_grant=(("interaction", "native"), ("tail_policy", "pad"), ("native_unit_ms", 80)),
+    single_response=True, requests_unit_ms=True,
+))
+
 _VAD_KEYS = (
     "type", "threshold", "prefix_padding_ms", "silence_duration_ms", "interrupt_response",
     "create_response", "eagerness",
@@ -202,7 +218,7 @@ _CONVERSATION = dict(
     playout_cut="cleared_or_speech_started", turn_detection_required=True,
     turn_detection_types=("server_vad", "semantic_vad"), turn_detection_keys=_VAD_KEYS,
     completed_reasons=(None, "stop", "max_output_tokens"), cancelled_reasons=("turn_detected",),
-    cancel_rule="speech_during", end_mode="tail", sends_seq=False,
+    cancel_rule="speech_during", end_mode="tail", sends_seq=False, takes_session_settings=False,
 )
 
 LEGACY = Profile(
@@ -220,18 +236,20 @@ OPENAI_BETA = Profile(
     extra_headers=(("OpenAI-Beta", "realtime=v1"),), declares_formats=True, **_CONVERSATION,
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (TURN_BASED, NATIVE, LEGACY, OPENAI_GA, OPENAI_BETA)}
+PROFILES: dict[str, Profile] = {p.name: p for p in (TURN_BASED, NATIVE, NATIVE_80, LEGACY, OPENAI_GA, OPENAI_BETA)}
 BY_TRACE_FORMAT: dict[str, Profile] = {p.trace_format: p for p in PROFILES.values()}
 
 
 # The dialect each bundled system of serving/systems.py speaks (a system not named here: turn-based).
 BUNDLED_SYSTEM_PROFILES = {"embedded-cascade": TURN_BASED.name, "duplex-baseline": NATIVE.name}
+# Further dialects a bundled system also speaks (duplex-baseline grants 80 ms units and 24 kHz input).
+BUNDLED_ALSO_SPEAKS = {"duplex-baseline": (NATIVE_80.name,)}
 
 
 def check_bundled_profile(system: str, profile: str) -> None:
     """FdbError unless the bundled ``system`` speaks ``profile``."""
     speaks = BUNDLED_SYSTEM_PROFILES.get(system, TURN_BASED.name)
-    if profile != speaks:
+    if profile != speaks and profile not in BUNDLED_ALSO_SPEAKS.get(system, ()):
         raise FdbError(f"the bundled system {system} speaks {speaks}, not {profile}",
                        f"pass --profile {speaks}, another --system, or --url of a server that speaks {profile}")
 

@@ -15,6 +15,7 @@ from fdb.datasets.pinning import inventory_changes
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, load_record
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.session_settings import SessionSettings
 
 RUN_SCHEMA = "fdb-run-1"
 SERVER_REPORT_SCHEMA = "fdb-server-report-1"
@@ -102,6 +103,7 @@ class ServerUse(BaseModel):
     model: str | None  # --model (sent in session.update), else what the server reports, else null
     turn_detection: dict | None
     profile: str = "turn-based"
+    session: SessionSettings | None = None  # instructions, voice, sampling, reference audio (by sha256)
     server_revision: str | None = None  # --server-revision, as given
     model_revision: str | None = None  # --model-revision, as given
     reported: ServerReport | None = None  # what the server said about itself at the run's first repeat
@@ -161,6 +163,9 @@ def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPath
             server.url is None and old_server.system != server.system):
         raise FdbError("the server differs from the earlier repeats of this run",
                        "use the same --url/--system, or use a new run name")
+    if old_server.session != server.session:
+        raise FdbError("the session settings (--instructions, --voice, --sampling, --reference-audio) differ from "
+                       "the earlier repeats of this run", "pass the same settings, or use a new run name")
     for flag, old, cur in (("--server-revision", old_server.server_revision, server.server_revision),
                            ("--model-revision", old_server.model_revision, server.model_revision)):
         if old and cur and old != cur:

@@ -5,7 +5,8 @@
 - ``recorders.batch``: ``record_many`` runs ``SessionJob``s with bounded concurrency
 - ``recorders.pacing``: the absolute 80 ms packet schedule and pacing statistics
 - ``recorders.oracle``: ``judge_trace``, the protocol verdict as a pure function of a trace
-- ``recorders.playout``: ``playout_window``, the simulated FIFO playout over [0, T]
+- ``fdb.playout``: ``playout_window``, the simulated FIFO playout over [0, T] (shared with the
+  listening cuts of ``scorers.listening_cut``)
 - ``recorders.export``: ``export_v10`` / ``export_v15`` (eligibility in ``recorders.variant``)
 - ``fdb.session_records``: ``TraceEvent``, ``SessionRecord`` and friends
 """

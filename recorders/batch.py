@@ -19,6 +19,7 @@ from fdb.errors import FdbError
 from fdb.io import atomic_write_json, redact_url
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, Verdict
+from fdb.session_settings import SessionSettings
 from recorders.looplag import paced_gc
 from recorders.session import record_session, start_finisher
 
@@ -38,6 +39,7 @@ class SessionJob:
     turn_detection: dict[str, Any] | str | None
     model: str | None = None
     instructions: str | None = None
+    settings: SessionSettings | None = None  # --instructions / --voice / --sampling / --reference-audio
     timeout_s: float = 90.0
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
@@ -80,7 +82,7 @@ async def _run_job(job: SessionJob) -> SessionRecord:
         return await record_session(
             job.url, audio, job.out_dir, sample_id=job.sample_id, variant=job.variant,
             profile=job.profile, turn_detection=job.turn_detection, model=job.model,
-            instructions=job.instructions, timeout_s=job.timeout_s, extra_meta=job.extra_meta,
+            instructions=job.instructions, settings=job.settings, timeout_s=job.timeout_s, extra_meta=job.extra_meta,
         )
     except Exception as exc:  # a client-side problem with this job only
         message = exc.one_line() if isinstance(exc, FdbError) else f"{type(exc).__name__}: {exc}"

@@ -33,11 +33,11 @@ from fdb.io import (
     sha256_bytes,
     sha256_file,
 )
+from fdb.playout import PlayoutWindow, playout_window  # noqa: F401  (public re-export)
 from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
 from fdb.session_records import SessionRecord
-from recorders.playout import PlayoutWindow, playout_window  # noqa: F401  (public re-export)
 from recorders.recording import input_pcm16
 from recorders.variant import VariantResult, analyze_variant, dataset_input, source_hashes
 

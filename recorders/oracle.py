@@ -10,6 +10,10 @@ profile's; the others differ where their profile says so:
   response.done after sglang.input_audio.drained (a reply must be over before the drain); no
   response.created before session.updated; one audio item per response (``responses``); for
   unit-aligned input one extra empty (0 ms) unit may close the input (``units``).
+- native 80 ms (``personaplex-native-80ms``, ``Profile.single_response``): the native rules, at
+  80 ms units and 24 kHz input, except that the whole session is one response: a second
+  response.created is a ``responses`` violation, its response.done may follow the drain, and a
+  response completed with reason ``input_audio_ended`` must come after sglang.input_audio.end.
 - legacy and OpenAI (``end_mode == "tail"``): no receipts and no units; the appends carry no
   seq; the session ends with a second, no-op session.update after the last append that a second
   session.updated answers; turn_detection is echoed where the profile's session shape puts it
@@ -105,6 +109,8 @@ def judge_trace(
     _check_responses(c, profile)
     if profile.native_rules:
         _check_native(c, profile)
+    if profile.single_response:
+        _check_single_response(c)
     return Verdict(status="fail" if c.violations else "pass", violations=c.violations)
 
 
@@ -339,7 +345,8 @@ def _check_native(c: _Checker, profile: Profile) -> None:
                 c.add("responses", "response.created before session.updated", i)
             if after_drain:
                 c.add("drain", f"response {response.get('id')!r} created after sglang.input_audio.drained", i)
-        elif ev.type == "response.done" and after_drain and response.get("status") == "completed":
+        elif (ev.type == "response.done" and after_drain and response.get("status") == "completed"
+              and not profile.single_response):
             c.add("drain", f"response {response.get('id')!r} completed after sglang.input_audio.drained", i)
         elif ev.type in profile.audio_delta_events:
             rid = ev.event.get("response_id")
@@ -348,6 +355,20 @@ def _check_native(c: _Checker, profile: Profile) -> None:
             item = items.setdefault(rid, ev.event.get("item_id"))
             if item != ev.event.get("item_id"):
                 c.add("responses", f"response {rid!r} audio moved from item {item!r} to {ev.event.get('item_id')!r}", i)
+
+
+def _check_single_response(c: _Checker) -> None:
+    """One response per session; completed at the input end only after the client ended it."""
+    created = c.find("recv", "response.created")
+    if len(created) > 1:
+        c.add("responses", f"{len(created)} response.created events: the session is one response", created[1])
+    ends = c.find("send", "sglang.input_audio.end")
+    for i in c.find("recv", "response.done"):
+        response = c.ev(i).get("response") or {}
+        reason = (response.get("status_details") or {}).get("reason")
+        if reason == "input_audio_ended" and (not ends or i < ends[0]):
+            c.add("responses", f"response {response.get('id')!r} ended input_audio_ended before "
+                  "sglang.input_audio.end", i)
 
 
 def _check_responses(c: _Checker, profile: Profile) -> None:

@@ -25,10 +25,13 @@ SESSION_FILES = ("session.json", "trace.jsonl", "input.wav", "output.pcm")
 
 
 def session_update_body(
-    profile: Profile, turn_detection: dict[str, Any] | None, model: str | None, instructions: str | None
+    profile: Profile, turn_detection: dict[str, Any] | None, model: str | None, instructions: str | None,
+    sglang: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``session`` object of session.update in the profile's shape: GA (``type: realtime``,
-    turn detection under session.audio.input) or beta (flat ``turn_detection``, ``modalities``)."""
+    turn detection under session.audio.input) or beta (flat ``turn_detection``, ``modalities``).
+    ``sglang`` holds the session settings' fields (``SessionSettings.sglang_fields``); a profile
+    with ``requests_unit_ms`` adds ``timebase.native_unit_ms``."""
     if profile.session_shape == "beta":
         body: dict[str, Any] = {"modalities": ["text", "audio"]}
         if instructions:
@@ -51,8 +54,11 @@ def session_update_body(
         audio["output"] = {"format": {"type": "audio/pcm", "rate": profile.output_rate}}
     if audio:
         body["audio"] = audio
-    if profile.requests_extensions:
-        body["sglang"] = {}
+    extension = dict(sglang or {})
+    if profile.requests_unit_ms:
+        extension["timebase"] = {"native_unit_ms": profile.unit_ms}
+    if profile.requests_extensions or extension:
+        body["sglang"] = extension
     return body
 
 

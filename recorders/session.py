@@ -37,6 +37,7 @@ from fdb.errors import FdbError, SampleError
 from fdb.io import redact_url
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus
+from fdb.session_settings import SessionSettings
 from recorders.eventloop import CLOCK, loop_local, paced_sleep, sleep_until
 from recorders.finisher import (  # noqa: F401  (RawTrace and trace_from_raw are re-exported)
     AudioText,
@@ -485,8 +486,12 @@ async def record_session(
     timeout_s: float = 90.0,
     extra_meta: dict[str, Any] | None = None,
     tail_s: float | None = None,
+    settings: SessionSettings | None = None,
 ) -> SessionRecord:
     """Record one session of ``audio`` against ``url`` into ``out_dir``.
+
+    ``settings`` (instructions, voice, sampling, reference audio) go into the first
+    session.update and, without the audio bytes, into session.json's ``extra.session_settings``.
 
     Bad local input (an invalid --turn-detection, empty audio, an existing recording) raises
     FdbError/SampleError before anything is sent; everything the server does is recorded.
@@ -511,7 +516,11 @@ async def record_session(
     except BaseException:
         slot.release()
         raise
-    body = session_update_body(profile, turn_detection, model, instructions)
+    if settings is not None:
+        instructions = settings.instructions if settings.instructions is not None else instructions
+        extra_meta = {**(extra_meta or {}), "session_settings": settings.model_dump(mode="json")}
+    sglang = settings.sglang_fields() if settings is not None else None
+    body = session_update_body(profile, turn_detection, model, instructions, sglang)
     session = _Session(url, pcm, profile, body, timeout_s)
     session.slot = slot
     started = CLOCK()

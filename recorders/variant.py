@@ -25,11 +25,11 @@ import numpy as np
 from fdb.audio import read_wav
 from fdb.errors import FdbError
 from fdb.io import read_json, sha256_bytes, sha256_file
+from fdb.playout import playout_window, trace_playout_inputs
 from fdb.profiles import Profile, profile_for_trace_format
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from recorders.oracle import judge_trace
 from recorders.pacing import pacing_stats, sends_from_trace
-from recorders.playout import playout_window, trace_playout_inputs
 from recorders.recording import SESSION_FILES
 from recorders.session import input_pcm16
 

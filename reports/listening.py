@@ -22,6 +22,12 @@ COLUMNS = [Column("category", "Category"), Column("replies", "Replies", count_ra
            Column("voice_mean", "Voice similarity mean", mean_sd), Column("voice_p10", "Voice similarity p10", mean_sd)]
 
 
+NOTE = ("A reply is cut where the client's playout stopped, by the export's playout rule for the "
+        "session's protocol. Omission rate and WER pool the same compared replies (completed, short "
+        "ones included); a reply whose playout was cut is not compared, like a cancelled one, since "
+        "its transcript runs past the audio it played.")
+
+
 def _order(category: str) -> tuple[int, int, str]:
     known = list(V15_CATEGORIES)
     return (category != "all", known.index(category) if category in known else len(known), category)
@@ -55,7 +61,7 @@ def listening_section(repeats: list[RepeatPaths]) -> Section:
         kind, ident = d
         lines.append(f"- {kind}: {ident['name'] if ident else 'unavailable (null)'}"
                      + (f" (sha256 {ident['checkpoint_sha256'][:12]}…)" if ident and ident.get("checkpoint_sha256") else ""))
-    lines.append("")
+    lines += ["", NOTE, ""]
     for dataset in ("v1.5", "v1.0"):
         cats = [c for d in docs for c in d.get("datasets", {}).get(dataset, {})]
         order = sorted(set(cats), key=_order)

@@ -109,7 +109,7 @@ def _jobs(sel: Selected, rep: RepeatPaths, urls: list[str], opts: GenerateOption
             jobs.append(SessionJob(
                 url=url, audio=getattr(sample, attr), out_dir=base / f"shard-{shard_index}" / sample.sample_id / variant,
                 sample_id=sample.sample_id, variant=variant, profile=opts.profile,
-                turn_detection=opts.turn_detection, model=opts.model, timeout_s=timeout_s,
+                turn_detection=opts.turn_detection, model=opts.model, settings=opts.session, timeout_s=timeout_s,
                 extra_meta={"dataset": sel.dataset, "dataset_source": sel.tree.source, "shard": shard_index},
             ))
     return jobs
@@ -174,6 +174,7 @@ def _manifest(opts: GenerateOptions, selections: list[Selected], settings: Setti
                   for s in selections},
         server=ServerUse(url=redact_url(opts.url) if opts.url else None, system=None if opts.url else opts.system,
                          model=opts.model, turn_detection=opts.turn_detection, profile=opts.profile,
+                         session=opts.session,
                          server_revision=opts.server_revision, model_revision=opts.model_revision),
         num_shards=opts.num_shards,
         gpus=len(opts.gpus.split(",")) if opts.gpus else 1,

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from fdb.errors import FdbError
+from fdb.session_settings import SessionSettings
 
 DEFAULT_TURN_DETECTION = {"type": "server_vad", "silence_duration_ms": 500}
 
@@ -31,6 +32,7 @@ class GenerateOptions(BaseModel):
     system: str = "embedded-cascade"
     profile: str = "turn-based"  # the recorder's protocol dialect (fdb/profiles.py)
     turn_detection: dict | None = Field(default_factory=lambda: dict(DEFAULT_TURN_DETECTION))
+    session: SessionSettings | None = None  # --instructions, --voice, --sampling, --reference-audio
     num_shards: int = 1
     gpus: str | None = None  # --gpus 0,1: one bundled model server per listed GPU
     all_stages: bool = False

@@ -6,9 +6,11 @@
 under ``listening/wav/``, transcribes it, and scores:
 
 - omission rate: omitted (deleted) reference words / reference words, pooled over the
-  compared replies of a group; compared = status ``completed`` with a non-empty normalized
-  transcript (cancelled replies are not compared; short ones are, for omission only);
-- WER: (S + D + I) / reference words, pooled over compared replies of at least 3 s;
+  compared replies of a group; compared = status ``completed``, playout not cut, and a
+  non-empty normalized transcript (cancelled or playout-cut replies are not compared: their
+  transcript runs past the audio they played);
+- WER: (S + D + I) / reference words of the same alignment, pooled over the same compared
+  replies (short ones included, as the spec defines it);
 - MOS of every reply of at least 3 s (backend labeled in ``backends.mos``); mean and p10;
 - voice similarity of every reply of at least 3 s: 100 x cosine of the embedding of its middle
   3 s (written to ``voice-window/``) with the mean embedding of the same window of every other
@@ -27,9 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from fdb.audio import write_wav
+from fdb.errors import FdbError
 from fdb.io import atomic_write_json, read_json
+from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
-from scorers.listening_cut import REPLY_RATE, CutReply, cut_replies, read_events
+from fdb.session_records import read_trace
+from scorers.listening_cut import REPLY_RATE, CutReply, cut_replies
 from scorers.listening_records import (
     REPLIES_SCHEMA,
     SCORES_SCHEMA,
@@ -82,10 +87,17 @@ def _load(kind: str, given, notes: list[str]):
 
 
 def session_replies(folder: Path) -> tuple[list[CutReply], int]:
+    """The cut replies of one session and its output rate; ValueError naming the file when
+    session.json lacks its trace_format or names an unknown one."""
     session = read_json(folder / "session.json")
     rate = int(session.get("output_rate") or 24000)
+    try:
+        profile = profile_for_trace_format(str(session.get("trace_format")))
+    except FdbError as exc:
+        raise ValueError(f"{folder / 'session.json'}: {exc.message} ({exc.hint})") from None
     pcm = (folder / "output.pcm").read_bytes() if (folder / "output.pcm").exists() else b""
-    return cut_replies(read_events(folder / "trace.jsonl"), pcm, rate), rate
+    trace = read_trace(folder / "trace.jsonl")
+    return cut_replies(trace, pcm, profile, rate, session.get("turn_detection_requested")), rate
 
 
 def _row(out: Path, key: tuple, reply: CutReply, audio: np.ndarray) -> ReplyRow:
@@ -94,7 +106,7 @@ def _row(out: Path, key: tuple, reply: CutReply, audio: np.ndarray) -> ReplyRow:
     rel = f"wav/{rid}.wav"
     write_wav(out / rel, audio, REPLY_RATE)
     duration = len(audio) / REPLY_RATE
-    compared = reply.status == "completed" and align(reply.transcript, "") is not None
+    compared = reply.status == "completed" and not reply.barge_in_cut and align(reply.transcript, "") is not None
     return ReplyRow(reply_id=rid, dataset=dataset, category=category, sample_id=f"{category}/{sid}",
                     variant=variant, response_id=reply.response_id, status=reply.status,
                     barge_in_cut=reply.barge_in_cut, duration_s=round(duration, 6),
@@ -111,13 +123,12 @@ def middle_window(audio: np.ndarray) -> np.ndarray:
 def _text_scores(row: ReplyRow, score: ReplyScores) -> None:
     if not row.compared:
         score.notes.append(f"not compared: status {row.status}" if row.status != "completed"
-                           else "not compared: empty transcript")
+                           else "not compared: playout cut" if row.barge_in_cut else "not compared: empty transcript")
         return
     counts = align(row.transcript, row.asr_text or "")
     score.counts = counts
     score.omission_rate = counts.deletions / counts.reference_words
-    if not row.short:
-        score.wer = (counts.substitutions + counts.deletions + counts.insertions) / counts.reference_words
+    score.wer = (counts.substitutions + counts.deletions + counts.insertions) / counts.reference_words
 
 
 def _voice_scores(rows, scores, windows: dict[int, np.ndarray], speaker) -> None:
@@ -184,11 +195,16 @@ def _finish(out: Path, rows, scores, notes, asr, mos, speaker) -> ListeningSumma
 
 def definitions() -> dict[str, object]:
     return {
-        "reply": "a response's audio deltas back to back, cut where simulated FIFO playout stopped "
-                 "at a cancelled response.done; late-arrival gaps left out; 16 kHz (soxr HQ)",
-        "compared": "status completed with a non-empty normalized response.done transcript",
+        "reply": "a response's played audio back to back, under the export's FIFO playout rule (fdb.playout) "
+                 "for the session's profile: cut where playout stopped (a cancelled response.done; or "
+                 "output_audio_buffer.cleared / input_audio_buffer.speech_started on the legacy and OpenAI "
+                 "profiles); no window end; late-arrival gaps left out; 16 kHz (soxr HQ)",
+        "compared": "status completed, playout not cut, non-empty normalized response.done transcript "
+                    "(a reply cut at playout is not compared, like a cancelled one: its transcript runs "
+                    "past the audio it played)",
         "omission_rate": "deleted reference words / reference words, pooled over compared replies",
-        "wer": "(S + D + I) / reference words, pooled over compared replies of >= 3 s",
+        "wer": "(S + D + I) / reference words of the same alignment, pooled over compared replies "
+               "(short ones included)",
         "normalizer": "whisper_normalizer.english.EnglishTextNormalizer; alignment jiwer.process_words",
         "short_s": MIN_SCORED_S,
         "mos": "per reply of >= 3 s, whole reply; mean and p10 (np.percentile, linear)",

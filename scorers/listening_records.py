@@ -1,6 +1,8 @@
 """Typed records of the listening-quality outputs under ``repeat-N/listening/``:
-``replies.json`` (``fdb-listening-replies-1``), ``scores.json`` (``fdb-listening-scores-1``)
-and ``summary.json`` (``fdb-listening-1``). Missing values are null, never 0."""
+``replies.json`` (``fdb-listening-replies-2``), ``scores.json`` (``fdb-listening-scores-2``)
+and ``summary.json`` (``fdb-listening-2``). Missing values are null, never 0. Version 2: replies
+are cut by the export's playout rule for every profile, a playout-cut reply is not compared, and
+WER pools every compared reply (version 1 pooled those of >= 3 s only)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,9 @@ from pydantic import BaseModel, Field
 
 from scorers.listening_text import WordCounts
 
-REPLIES_SCHEMA = "fdb-listening-replies-1"
-SCORES_SCHEMA = "fdb-listening-scores-1"
-SUMMARY_SCHEMA = "fdb-listening-1"
+REPLIES_SCHEMA = "fdb-listening-replies-2"
+SCORES_SCHEMA = "fdb-listening-scores-2"
+SUMMARY_SCHEMA = "fdb-listening-2"
 
 
 class ReplyRow(BaseModel):
@@ -40,7 +42,7 @@ class ReplyScores(BaseModel):
     compared: bool
     counts: WordCounts | None = None
     omission_rate: float | None = None
-    wer: float | None = None  # compared replies of >= 3 s only
+    wer: float | None = None  # compared replies, short ones included
     mos: float | None = None
     voice_similarity: float | None = None
     notes: list[str] = Field(default_factory=list)

@@ -20,9 +20,8 @@ def group(dataset: str, category: str, rows: Sequence[ReplyRow], scores: Sequenc
     counted = [s.counts for s in scores if s.counts is not None]
     ref = sum(c.reference_words for c in counted)
     omitted = sum(c.deletions for c in counted)
-    long_counted = [s.counts for s in scores if s.counts is not None and not s.short]
-    wer_ref = sum(c.reference_words for c in long_counted)
-    wer_err = sum(c.substitutions + c.deletions + c.insertions for c in long_counted)
+    wer_ref = ref  # the spec's WER: the same alignment, pooled over the same replies
+    wer_err = sum(c.substitutions + c.deletions + c.insertions for c in counted)
     mos = [s.mos for s in scores if s.mos is not None]
     voice = [s.voice_similarity for s in scores if s.voice_similarity is not None]
     mos_mean, mos_p10 = _mean_p10(mos)

@@ -120,7 +120,7 @@ class DuplexSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     unit_ms: int = 1000  # the default grant; a session may ask for another of unit_ms_choices
-    unit_ms_choices: tuple[int, ...] = (200, 1000)
+    unit_ms_choices: tuple[int, ...] = (80, 200, 1000)
     vad_threshold: float = Field(0.5, ge=0.0, le=1.0)
     end_of_turn_ms: int = Field(700, ge=100, le=10000)  # silence after speech that ends the turn
     min_utterance_ms: int = Field(200, ge=0, le=10000)  # shorter speech is ignored (clicks, coughs)

@@ -36,7 +36,8 @@ def write_session(folder: Path, replies: list[dict], chunk_s: float = 0.2) -> No
     events.sort(key=lambda e: e["t"])
     (folder / "trace.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (folder / "output.pcm").write_bytes(bytes(pcm))
-    atomic_write_json(folder / "session.json", {"schema": "fdb-session-1", "output_rate": OUT_RATE})
+    atomic_write_json(folder / "session.json", {"schema": "fdb-session-1", "output_rate": OUT_RATE,
+                                                "trace_format": "realtime-turn-based-pcm16-v1"})
 
 
 def cut_middle(audio: np.ndarray, share: float = 0.4) -> np.ndarray:

@@ -21,8 +21,12 @@ def generate(
     url: str | None = typer.Option(None, help="ws://HOST:PORT/v1/realtime of your own server; without it generate starts the bundled one."),
     model: str | None = typer.Option(None, help="Model name sent in session.update (must match the server's)."),
     system: str = typer.Option("embedded-cascade", help="Bundled system to start when --url is not given."),
-    profile: str = typer.Option("turn-based", help="Protocol dialect of the server: turn-based (the bundled server), minicpmo-native-pr2377, qwen3-omni-half-duplex, openai-ga or openai-beta."),
+    profile: str = typer.Option("turn-based", help="Protocol dialect of the server: turn-based (the bundled server), minicpmo-native-pr2377 (1 s units), personaplex-native-80ms (24 kHz in, 80 ms units, one response per session), qwen3-omni-half-duplex, openai-ga or openai-beta."),
     turn_detection: str | None = typer.Option(None, help='Turn detection JSON sent in session.update: required by turn-based and legacy profiles (default {"type": "server_vad", "silence_duration_ms": 500}), refused by native ones.'),
+    instructions: str | None = typer.Option(None, help="Role prompt sent as instructions in the first session.update (replaces the deployment's); recorded in run.json."),
+    voice: str | None = typer.Option(None, help="Voice sent as sglang.voice: one of the voices the server lists in /v1/realtime/capabilities (an unknown one is the server's error); session-protocol profiles only."),
+    sampling: str | None = typer.Option(None, help='Sampling sent as sglang.sampling, a JSON object, e.g. \'{"temperature": 0.7, "top_k": 50}\'; fields the server does not list in sampling_parameters are its error; unset fields keep its defaults.'),
+    reference_audio: Path | None = typer.Option(None, help="Voice recording sent as sglang.reference_audio (a PCM16 WAV of at most 30 s and 1 MiB, base64 on the wire); run.json records its path and sha256."),
     num_shards: int = typer.Option(1, help="Sessions recorded at once (they share the server: latencies are measured under load); refused beyond the servers' max_sessions."),
     gpus: str | None = typer.Option(None, help="GPU indices, e.g. 0,1: one bundled model server per GPU on port 8097 + 10 x GPU; shard i records on server i mod n. Needs at least as many shards."),
     v15_dataset_root: Path | None = typer.Option(None, help="v1.5 tree (default $FDB_DATASET, $FDB_WORK/dataset/v1.5, else the synthetic set)."),
@@ -52,6 +56,7 @@ def generate(
     from rich.console import Console
 
     from fdb.cli import configure_logging
+    from fdb.session_settings import session_settings
     from runs.generate import generate as run_generate
     from runs.options import DatasetChoice, GenerateOptions, parse_turn_detection, revision_option
 
@@ -70,6 +75,7 @@ def generate(
                           sample_ids=v10_sample_id, sample_ids_file=v10_sample_ids_file),
         url=url, model=model, system=system, profile=profile,
         turn_detection=parse_turn_detection(turn_detection, profile),
+        session=session_settings(profile, instructions, voice, sampling, reference_audio),
         num_shards=num_shards, gpus=gpus, all_stages=all_stages, log_level=log_level,
         v15_root=v15_dataset_root, v10_root=v10_dataset_root,
         server_revision=revision_option(server_revision, "--server-revision"),

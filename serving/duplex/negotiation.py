@@ -10,6 +10,10 @@ instructions, sampling, frozen fields), with these differences, as on MiniCPM-o:
 - ``sglang.timebase.native_unit_ms`` picks the input unit among the deployment's
   ``unit_ms_choices`` (``unsupported_unit``); ``sglang.duplex.backchannel`` (bool) turns the
   backchannel on or off. Both are fixed once the session is open (``frozen_field``).
+- ``sglang.voice`` must be one of the capabilities' ``voices`` (``unsupported_voice``) and
+  ``sglang.reference_audio`` a PCM16 WAV of at most 30 s and 1 MiB (``invalid_reference_audio``),
+  see :mod:`serving.duplex.reference`; both are echoed in session.updated and fixed once the
+  session is open. The input may be 16 or 24 kHz PCM (resampled to the models' 16 kHz).
 - The tail policy is ``pad``: the partial last unit is filled with silence for the model, and
   ``sglang.input_audio.drained`` reports that padding.
 """
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from serving.duplex.reference import check_reference_audio, check_voice
 from serving.realtime.negotiation import (
     INPUT_RATE,
+    INPUT_RATES,
     OUTPUT_RATE,
     SAMPLING_PARAMETERS,
     VOICE,
@@ -27,6 +33,7 @@ from serving.realtime.negotiation import (
     SessionConfig,
     apply_update,
     capabilities,
+    deployment_voices,
 )
 from serving.realtime.protocol import ProtocolError, SessionPatch, shown
 from serving.systems import DuplexSettings, SystemConfig
@@ -37,6 +44,8 @@ class NativeConfig(SessionConfig):
 
     unit_ms: int
     backchannel: bool
+    voice: str = VOICE
+    reference_audio: dict[str, Any] | None = None  # the acknowledgement of sglang.reference_audio
 
 
 def duplex_settings(system: SystemConfig) -> DuplexSettings:
@@ -50,7 +59,7 @@ def initial_config(system: SystemConfig) -> NativeConfig:
     return NativeConfig(
         instructions=system.instructions, output_modalities=("text", "audio"), turn_detection=None,
         sampling=Sampling(temperature=system.temperature, max_new_tokens_per_unit=system.max_tokens),
-        unit_ms=duplex.unit_ms, backchannel=duplex.backchannel,
+        unit_ms=duplex.unit_ms, backchannel=duplex.backchannel, voice=deployment_voices(system)[0],
     )
 
 
@@ -64,7 +73,8 @@ def native_capabilities(system: SystemConfig, config: NativeConfig | None = None
         "interaction": "native", "native_full_duplex": True, "proactive_output": False,
         "turn_control": [None], "client_commit": False,
         "input_modalities": ["audio"], "output_modalities": ["audio", "text"],
-        "input_audio_format": {"type": "audio/pcm", "rate": INPUT_RATE},
+        "input_audio_format": {"type": "audio/pcm", "rate": config.input_rate if config else INPUT_RATE},
+        "input_audio_rates": list(INPUT_RATES),
         "output_audio_format": {"type": "audio/pcm", "rate": OUTPUT_RATE},
         "native_unit_ms": unit_ms, "first_unit_ms": unit_ms,
         "native_unit_ms_choices": list(duplex.unit_ms_choices),
@@ -73,7 +83,7 @@ def native_capabilities(system: SystemConfig, config: NativeConfig | None = None
         "supports_resume": False, "partial_style": "append_only", "pressure_policy": "reject",
         "strict_order": True, "sampling_parameters": list(SAMPLING_PARAMETERS),
         "supports_reference_audio": False, "supports_instruction_updates": True,
-        "supports_sampling_updates": True, "voices": [VOICE],
+        "supports_sampling_updates": True, "voices": deployment_voices(system),
         "backchannel": config.backchannel if config else duplex.backchannel,
         "max_sessions": system.max_sessions,
         "limits": {**base["limits"], "max_context_ms": duplex.max_context_ms},
@@ -84,10 +94,10 @@ def _fail(code: str, message: str, param: str, event_id: str | None) -> Protocol
     return ProtocolError(code, message, param=param, event_id=event_id)
 
 
-def _native_fields(patch: SessionPatch, current: NativeConfig, duplex: DuplexSettings,
+def _native_fields(patch: SessionPatch, current: NativeConfig, system: SystemConfig,
                    event_id: str | None, opened: bool) -> dict[str, Any]:
-    """unit_ms and backchannel from ``sglang.timebase`` / ``sglang.duplex``."""
-    sglang = patch.sglang
+    """unit_ms, backchannel, voice and reference audio from ``sglang``."""
+    duplex, sglang = duplex_settings(system), patch.sglang
     changes: dict[str, Any] = {}
     timebase = (sglang.timebase if sglang else None) or {}
     extra = sorted(set(timebase) - {"native_unit_ms"})
@@ -107,13 +117,21 @@ def _native_fields(patch: SessionPatch, current: NativeConfig, duplex: DuplexSet
                     "session.sglang.duplex", event_id)
     if "backchannel" in options:
         changes["backchannel"] = options["backchannel"]
+    if sglang is not None and sglang.voice is not None:
+        changes["voice"] = check_voice(sglang.voice, deployment_voices(system), event_id)
+    if sglang is not None and sglang.reference_audio is not None:
+        changes["reference_audio"] = check_reference_audio(sglang.reference_audio, event_id)
     if opened:
         for key, value in changes.items():
             if value != getattr(current, key):
-                field = "timebase.native_unit_ms" if key == "unit_ms" else "duplex.backchannel"
+                field = FROZEN_NAMES[key]
                 raise _fail("frozen_field", f"session field is frozen: session.sglang.{field}",
                             f"session.sglang.{field}", event_id)
     return changes
+
+
+FROZEN_NAMES = {"unit_ms": "timebase.native_unit_ms", "backchannel": "duplex.backchannel", "voice": "voice",
+                "reference_audio": "reference_audio"}
 
 
 def apply_native_update(current: NativeConfig, patch: SessionPatch, system: SystemConfig,
@@ -127,13 +145,13 @@ def apply_native_update(current: NativeConfig, patch: SessionPatch, system: Syst
         raise _fail("unsupported_modalities", "a native session speaks: output_modalities must be "
                     "['audio'] or ['text', 'audio']", "session.output_modalities", event_id)
     fmt = audio_in.format if audio_in is not None else None
-    if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate not in (None, INPUT_RATE)):
+    if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate not in (None, *INPUT_RATES)):
         raise _fail("unsupported_audio_format", f"unsupported PCM format or sample rate for input: "
-                    f"{shown(fmt.type)} at {fmt.rate} Hz (a native session takes audio/pcm at {INPUT_RATE} Hz)",
+                    f"{shown(fmt.type)} at {fmt.rate} Hz (a native session takes audio/pcm at 16000 or 24000 Hz)",
                     "session.audio.input.format", event_id)
-    native = _native_fields(patch, current, duplex_settings(system), event_id, opened)
-    plain = patch.model_copy(update={"sglang": patch.sglang.model_copy(update={"timebase": None, "duplex": None})
-                                     if patch.sglang else None})
+    native = _native_fields(patch, current, system, event_id, opened)
+    cleared = {"timebase": None, "duplex": None, "voice": None, "reference_audio": None}
+    plain = patch.model_copy(update={"sglang": patch.sglang.model_copy(update=cleared) if patch.sglang else None})
     updated = apply_update(current, plain, system, event_id, opened)
     return updated.model_copy(update={**native, "turn_detection": None})
 
@@ -149,11 +167,12 @@ def native_session_object(session_id: str, system: SystemConfig, config: NativeC
         "instructions": config.instructions,
         "output_modalities": list(config.output_modalities),
         "audio": {
-            "input": {"format": {"type": "audio/pcm", "rate": INPUT_RATE}, "turn_detection": None},
-            "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": VOICE},
+            "input": {"format": {"type": "audio/pcm", "rate": config.input_rate}, "turn_detection": None},
+            "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": config.voice},
         },
         "sglang": {"granted": native_capabilities(system, config), "sampling": config.sampling.model_dump(),
                    "timebase": {"native_unit_ms": config.unit_ms, "tail_policy": "pad"},
-                   "duplex": {"backchannel": config.backchannel}},
+                   "duplex": {"backchannel": config.backchannel}, "voice": config.voice,
+                   "reference_audio": config.reference_audio},
     })
     return body

@@ -19,6 +19,7 @@ The lifecycle, receipts, limits, timeouts and errors are those of the turn-based
 
 from __future__ import annotations
 
+import numpy as np
 from starlette.websockets import WebSocket
 
 from serving.duplex.engine import DuplexEngine
@@ -65,9 +66,16 @@ class NativeSession(RealtimeSession):
         raise p.ProtocolError("not_granted", "manual turn commands are not granted", event_id=event.event_id)
 
     async def _on_end(self, event: p.InputAudioEnd) -> None:
+        """``ended`` at the client's accepted input; the resampler of a 24 kHz input gives up the
+        audio its filter still holds, so the units tile all of it; ``drained`` after the last unit."""
         self._require_input_open(event.event_id)
         self.input_ended = True
-        accepted = samples_to_ms(self._accepted_samples)
+        if self._resampler is not None and self._resampler.stateful:
+            rest = self._resampler.push(np.zeros(0, np.float32), last=True)
+            if len(rest):
+                await self._feed(rest, event.event_id)
+                self._accepted_samples += len(rest)
+        accepted = self._accepted_ms()
         await self._outbox.send(InputAudioEnded(accepted_end_ms=accepted, tail_policy="pad",
                                                 client_event_id=event.event_id))
 

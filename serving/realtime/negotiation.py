@@ -134,8 +134,7 @@ def capabilities(system: SystemConfig) -> dict[str, Any]:
         "sampling_parameters": list(SAMPLING_PARAMETERS),
         "supports_instruction_updates": True,
         "supports_sampling_updates": True,
-        "voices": [VOICE] if isinstance(system.backends.tts, str) else
-                  [getattr(system.backends.tts, "voice", "default")],
+        "voices": deployment_voices(system),
         "service_nodes": {role: {"kind": node.kind, "model": node.model}
                           for role, node in system.backends.nodes().items()},
         "gpu_nodes": {role: {"kind": node.kind, "weights": node.source().label()}
@@ -151,6 +150,12 @@ def capabilities(system: SystemConfig) -> dict[str, Any]:
         },
         "speech": speech_capabilities(system),
     }
+
+
+def deployment_voices(system: SystemConfig) -> list[str]:
+    """The voices a session may name: the deployment's TTS voice."""
+    tts = system.backends.tts
+    return [VOICE] if isinstance(tts, str) else [getattr(tts, "voice", "default")]
 
 
 def _fail(code: str, message: str, param: str, event_id: str | None) -> ProtocolError:
@@ -329,9 +334,10 @@ def apply_update(current: SessionConfig, patch: SessionPatch, system: SystemConf
         changes["turn_detection"] = _turn_detection(audio_in.turn_detection, system, event_id)
     if patch.sglang is not None and patch.sglang.sampling is not None:
         changes["sampling"] = _sampling(patch.sglang.sampling, changes.get("sampling", current.sampling), event_id)
-    if patch.sglang is not None and (patch.sglang.timebase is not None or patch.sglang.duplex is not None):
-        raise _fail("not_applicable", "sglang.timebase and sglang.duplex are only available for native "
-                    "sessions", "session.sglang", event_id)
+    native_only = ("timebase", "duplex", "voice", "reference_audio")
+    if patch.sglang is not None and any(getattr(patch.sglang, name) is not None for name in native_only):
+        raise _fail("not_applicable", "sglang.timebase, sglang.duplex, sglang.voice and sglang.reference_audio "
+                    "are only available for native sessions", "session.sglang", event_id)
     return current.model_copy(update=changes)
 
 

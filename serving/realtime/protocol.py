@@ -80,8 +80,10 @@ class SglangSessionPatch(_Strict):
     events: bool | None = None  # false: the extension events stay off although sglang is sent
     sampling: dict[str, Any] | None = None
     # Native sessions only (serving.duplex); a turn-based session refuses them.
-    timebase: dict[str, Any] | None = None  # {"native_unit_ms": 200 | 1000}
+    timebase: dict[str, Any] | None = None  # {"native_unit_ms": 80 | 200 | 1000}
     duplex: dict[str, Any] | None = None  # {"backchannel": bool}
+    voice: str | None = None  # one of the capabilities' voices
+    reference_audio: dict[str, Any] | None = None  # {"media_type": "audio/wav", "data": base64 PCM16 WAV}
 
 
 # OpenAI Realtime GA session fields this server takes but does not apply (no tool calling,

@@ -127,9 +127,10 @@ class DialectServer(LoopbackPeer):
         return True
 
     async def _native_receipts(self, ws: ServerConnection, event: dict, state: dict) -> None:
-        unit = self.profile.unit_ms * 16
+        per_ms = self.profile.input_rate // 1000
+        unit = self.profile.unit_ms * per_ms
         await self._send(ws, {"type": "sglang.input_audio.accepted", "seq": event["sglang"]["seq"],
-                              "accepted_end_ms": state["samples"] / 16, "client_event_id": event["event_id"]})
+                              "accepted_end_ms": state["samples"] / per_ms, "client_event_id": event["event_id"]})
         while state["samples"] - state["unit"] * unit >= unit:
             await self._unit(ws, state, self.profile.unit_ms)
 
@@ -174,14 +175,15 @@ class DialectServer(LoopbackPeer):
                                                                      "status_details": details}})
 
     async def _on_end(self, ws: ServerConnection, event: dict, state: dict) -> None:
-        ms, unit_ms = state["samples"] / 16, self.profile.unit_ms
+        ms, unit_ms = state["samples"] / (self.profile.input_rate // 1000), self.profile.unit_ms
         await self._send(ws, {"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "pad",
                               "client_event_id": event["event_id"]})
         tail = ms - state["unit"] * unit_ms
         if tail > 0:
             await self._unit(ws, state, tail)
         if state["rid"]:
-            await self._done(ws, state["rid"], "completed", "stop")
+            reason = "input_audio_ended" if self.profile.single_response else "stop"
+            await self._done(ws, state["rid"], "completed", reason)
         await asyncio.sleep(self.f.drain_delay_s)
         await self._send(ws, {"type": "sglang.input_audio.drained", "accepted_end_ms": ms, "consumed_ms": ms,
                               "discarded_ms": 0, "padding_ms": self.profile.padding_ms(ms),

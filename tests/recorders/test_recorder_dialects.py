@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fdb.errors import FdbError
-from fdb.profiles import LEGACY, NATIVE, OPENAI_BETA, OPENAI_GA, get_profile
+from fdb.playout import playout_window, trace_playout_inputs
+from fdb.profiles import LEGACY, NATIVE, NATIVE_80, OPENAI_BETA, OPENAI_GA, get_profile
 from fdb.session_records import SessionRecord, read_trace
-from recorders.playout import playout_window, trace_playout_inputs
 from recorders.session import record_session
 from tests.recorders.dialect_fakes import DialectServer, Faults
 from tests.recorders.test_recorder_session import speech
@@ -41,6 +41,30 @@ def test_native_session_passes_with_pad_arithmetic(tmp_path):
     drained = next(e for e in read_trace(tmp_path / "s" / "trace.jsonl") if e.type == "sglang.input_audio.drained")
     assert drained.event["padding_ms"] == 500.0 and rec.drain_s is not None and rec.drain_s >= 0
     assert rec.loop_lag.ticks > 0 and rec.loop_lag.max_ms is not None and not rec.loop_lag.client_behind
+
+
+def test_native_80ms_session_asks_for_its_unit_and_is_one_response(tmp_path):
+    from recorders.oracle import judge_trace
+
+    rec, server = record(NATIVE_80.name, tmp_path / "s", seconds=0.5)
+    assert rec.status == "ok" and rec.verdict.status == "pass", (rec.failure, rec.verdict.violations)
+    assert rec.trace_format == "realtime-native80-pcm16-v1" and rec.input.rate == 24000
+    session = server.received[0]["session"]
+    assert session["sglang"] == {"timebase": {"native_unit_ms": 80}}
+    assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    appends = [e for e in server.received if e["type"] == "input_audio_buffer.append"]
+    assert [a["sglang"] for a in appends[:2]] == [{"seq": 0, "t_start_ms": 0}, {"seq": 1, "t_start_ms": 80}]
+    trace = read_trace(tmp_path / "s" / "trace.jsonl")
+    done = next(e for e in trace if e.type == "response.done")
+    assert done.event["response"]["status_details"]["reason"] == "input_audio_ended"
+    created = next(e for e in trace if e.type == "response.created")
+    second = created.model_copy(update={"event": {"response": {"id": "resp_2", "status": "in_progress"}}})
+    early = done.model_copy(update={"t": created.t})
+    doctored = sorted([e for e in trace if e is not done] + [second, early], key=lambda e: e.t)
+    violations = judge_trace(doctored, NATIVE_80, None, rec.input.duration_s * 1000).violations
+    assert any("the session is one response" in v for v in violations)
+    assert any("input_audio_ended before sglang.input_audio.end" in v for v in violations)
+    assert judge_trace(trace, NATIVE, None, rec.input.duration_s * 1000).status == "fail"  # 1 s units, 16 kHz
 
 
 def test_native_rejects_turn_detection():

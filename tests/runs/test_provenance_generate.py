@@ -53,13 +53,16 @@ def no_secret_in(root: Path, *texts: str) -> None:
             assert secret not in text
 
 
+SETTINGS = ("--instructions", "Be brief.", "--voice", "NATF2", "--sampling", '{"temperature": 0.5}')
+
+
 def test_url_run_records_revisions_and_what_the_server_reports(v10_root, env, tmp_path):
     with standin("full") as port:
         done = generate(port, v10_root, env, "--server-revision", "3ae4c2464eb0", "--model-revision", "503e754",
-                        "--dataset-revision", "3e799c45")
+                        "--dataset-revision", "3e799c45", *SETTINGS)
         assert done.returncode == 1, done.stderr[-3000:]  # the stand-in closes every session: a failed session
-        again = generate(port, v10_root, env, "--server-revision", "3ae4c2464eb0", repeat=2)
-        refused = generate(port, v10_root, env, "--server-revision", "ffff0000", repeat=3)
+        again = generate(port, v10_root, env, "--server-revision", "3ae4c2464eb0", *SETTINGS, repeat=2)
+        refused = generate(port, v10_root, env, "--server-revision", "ffff0000", *SETTINGS, repeat=3)
     err = " ".join(done.stderr.split())
     assert f"server ws://127.0.0.1:{port}/v1/realtime?token=%3Credacted%3E, judge port" in err and "model port" not in err
     assert f"server http://127.0.0.1:{port} reports: system standin-cascade; model standin-omni-1" in err
@@ -70,6 +73,10 @@ def test_url_run_records_revisions_and_what_the_server_reports(v10_root, env, tm
     assert (server["system"], server["model"]) == ("standin-cascade", "standin-omni-1")
     assert (server["server_revision"], server["model_revision"]) == ("3ae4c2464eb0", "503e754")
     assert server["url"] == f"ws://127.0.0.1:{port}/v1/realtime?token=%3Credacted%3E"
+    assert server["session"] == {"instructions": "Be brief.", "voice": "NATF2", "sampling": {"temperature": 0.5},
+                                 "reference_audio": None}
+    (session_json,) = (run_dir / "repeat-1").rglob("session.json")
+    assert json.loads(session_json.read_text())["extra"]["session_settings"] == server["session"]
     reported = server["reported"]
     assert reported["models"] == ["standin-omni-1"] and reported["max_sessions"] == 4
     assert reported["service_nodes"]["llm"] == {"kind": "openai-chat", "model": "SmolLM2-135M", "api_key": "<redacted>",

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from benchmarks.support.listening_build import OUT_RATE, write_session
+from fdb.audio import float_to_pcm16
 from fdb.io import read_json
+from fdb.playout import playout_window, trace_playout_inputs
+from fdb.profiles import LEGACY, TURN_BASED
+from fdb.session_records import TraceEvent, read_trace
 from scorers.listening import score_listening
-from scorers.listening_cut import cut_replies, read_events
+from scorers.listening_cut import cut_replies
 from scorers.listening_text import align
 
 
@@ -25,7 +30,8 @@ def test_late_gaps_left_out_and_barge_in_cut(tmp_path):
         {"id": "r1", "audio": tone(4.0), "t": 10.0, "transcript": "blue sky", "status": "cancelled",
          "done_t": 11.0},
     ])
-    replies = cut_replies(read_events(folder / "trace.jsonl"), (folder / "output.pcm").read_bytes(), OUT_RATE)
+    replies = cut_replies(read_trace(folder / "trace.jsonl"), (folder / "output.pcm").read_bytes(), TURN_BASED,
+                          OUT_RATE)
     assert [r.response_id for r in replies] == ["r0", "r1"]
     assert len(replies[0].audio(OUT_RATE)) == 2 * 16000  # back to back: 2.0 s, not 4.0 s of wall time
     assert replies[0].status == "completed" and not replies[0].barge_in_cut
@@ -64,7 +70,8 @@ def test_missing_backends_are_null_with_notes(tmp_path):
     v15, v10 = summary.datasets["v1.5"]["user_interruption"], summary.datasets["v1.0"]["all"]
     assert v15.omission_rate == 1 / 3 and v15.wer == 1 / 3 and v15.mos_mean is None and v15.voice_mean is None
     assert (v10.replies, v10.short_replies, v10.compared_replies, v10.cancelled_replies) == (2, 1, 1, 1)
-    assert v10.omission_rate == 0.0 and v10.wer is None  # the short reply is compared for omission only
+    assert v10.omission_rate == 0.0 and v10.wer == 0.0  # the short reply counts for WER too (spec)
+    assert v10.wer_reference_words == v10.reference_words == 2
     assert summary.backends["mos"] is None and any("mos" in n for n in summary.notes)
     replies = read_json(root / "listening/replies.json")["replies"]
     assert [r["reply_id"] for r in replies] == ["v1.0/synthetic_pause_handling/3/main/0",
@@ -72,4 +79,36 @@ def test_missing_backends_are_null_with_notes(tmp_path):
                                                 "v1.5/user_interruption/1/overlap/0"]
     assert (root / "listening/wav/v1.5/user_interruption/1/overlap/0.wav").exists()
     assert (root / "listening/voice-window/v1.5/user_interruption/1/overlap/0.wav").exists()
-    assert read_json(root / "listening/summary.json")["schema"] == "fdb-listening-1"
+    assert read_json(root / "listening/summary.json")["schema"] == "fdb-listening-2"
+
+
+def _legacy_trace(rate: int, td_cut: str) -> tuple[list[TraceEvent], bytes, np.ndarray]:
+    """One legacy reply of 2 s sent at 4x real time from 0.5 s, finished on the server (status
+    completed at 1.0 s), its playout stopped at 1.3 s by ``td_cut`` (cleared or speech_started)."""
+    t = np.arange(2 * rate) / rate
+    audio = (0.2 + 0.1 * np.sin(2 * np.pi * 220 * t) * t).astype(np.float32)
+    pcm, events = float_to_pcm16(audio), []
+    step = rate // 5 * 2  # 200 ms of PCM16
+    for k, off in enumerate(range(0, len(pcm), step)):
+        events.append({"t": 0.5 + 0.05 * k, "dir": "recv", "type": "response.audio.delta",
+                       "event": {"response_id": "r1", "audio_offset": off, "audio_bytes": step}})
+    done = {"id": "r1", "status": "completed", "output": [{"content": [{"transcript": "red green blue"}]}]}
+    events += [{"t": 1.0, "dir": "recv", "type": "response.done", "event": {"response": done}},
+               {"t": 1.3, "dir": "recv", "type": td_cut, "event": {"response_id": "r1"}}]
+    return [TraceEvent.model_validate(e) for e in events], pcm, audio
+
+
+@pytest.mark.parametrize("cut", ["output_audio_buffer.cleared", "input_audio_buffer.speech_started"])
+def test_legacy_reply_is_cut_where_the_exports_playout_stops(cut):
+    rate, td = 16000, {"type": "server_vad"}  # 16 kHz output: no resampling, so samples compare exactly
+    trace, pcm, audio = _legacy_trace(rate, cut)
+    (reply,) = cut_replies(trace, pcm, LEGACY, rate, td)
+    deltas, cancels = trace_playout_inputs(trace, pcm, LEGACY, td)
+    window = playout_window(deltas, cancels, rate, 3.0).samples
+    played = np.flatnonzero(np.abs(window) > 0)
+    assert (played[0], played[-1] + 1) == (8000, 20800)  # the export plays 0.5 s .. the cut at 1.3 s
+    assert reply.barge_in_cut and reply.status == "completed"
+    assert np.array_equal(reply.audio(rate), window[8000:20800])
+    assert np.allclose(reply.audio(rate), audio[:12800], atol=1 / 32767)
+    (whole,) = cut_replies(trace, pcm, LEGACY, rate, {**td, "interrupt_response": False})
+    assert len(whole.audio(rate)) == (12800 if cut == "output_audio_buffer.cleared" else 32000)

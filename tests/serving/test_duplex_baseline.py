@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from benchmarks.support.realtime_client import PACKET_BYTES, Client
-from fdb.audio import Audio, float_to_pcm16
-from fdb.profiles import NATIVE
+from fdb.audio import Audio, float_to_pcm16, write_wav
+from fdb.profiles import NATIVE, NATIVE_80
+from fdb.session_settings import session_settings
 from recorders.session import record_session
 from tests.serving.conftest import launched_server, silence
 
@@ -70,6 +71,47 @@ def test_a_spoken_question_is_answered_and_the_native_oracle_passes(native_serve
                      "session.close", "session.closed"]
     drained = next(e["event"] for e in recv if e["type"] == "sglang.input_audio.drained")
     assert drained["padding_ms"] == pytest.approx(len(units) * 1000 - input_ms)
+
+
+def test_the_80ms_profile_records_a_session_with_its_settings(native_server, speech, tmp_path):
+    """personaplex-native-80ms against the bundled server: 24 kHz input on 80 ms units, one
+    response, and the session settings sent, granted and echoed (the reference acknowledged)."""
+    voice = httpx.get(f"{native_server.base_url}/v1/realtime/capabilities").json()["voices"][0]
+    write_wav(tmp_path / "ref.wav", 0.1 * np.sin(np.arange(16000) / 5.0, dtype=np.float32), 16000)
+    settings = session_settings(NATIVE_80.name, "Answer in one short sentence.", voice, '{"temperature": 0.5}',
+                                tmp_path / "ref.wav")
+    audio = np.concatenate([silence(0.25), speech["question"], silence(2.5)])
+    rec = asyncio.run(record_session(
+        native_server.ws_url, Audio(audio, 16000), tmp_path / "s", sample_id="duplex/question", variant="main",
+        profile=NATIVE_80, turn_detection=None, timeout_s=60, settings=settings))
+    assert rec.status == "ok" and rec.verdict.status == "pass", (rec.failure, rec.verdict.violations)
+    assert rec.granted["native_unit_ms"] == 80 and rec.input.rate == 24000
+    assert rec.responses.created == 1 and rec.responses.output_duration_s > 0.5, rec.responses
+    assert rec.extra["session_settings"]["voice"] == voice
+    updated = next(e["event"]["session"] for e in _trace(tmp_path / "s") if e["type"] == "session.updated")
+    assert updated["instructions"] == "Answer in one short sentence." and updated["sglang"]["voice"] == voice
+    assert updated["sglang"]["sampling"]["temperature"] == 0.5
+    assert updated["audio"]["input"]["format"]["rate"] == 24000
+    assert updated["sglang"]["reference_audio"]["sha256"] == settings.reference_audio.sha256
+    assert updated["sglang"]["reference_audio"]["applied"] is False
+
+
+def test_an_unknown_voice_or_a_bad_reference_is_refused(native_server):
+    async def scenario() -> list[dict]:
+        client = await Client.connect(native_server.ws_url)
+        try:
+            await client.until("session.created", 5)
+            refused = []
+            for sglang in ({"voice": "NATF2"}, {"reference_audio": {"media_type": "audio/wav", "data": "bm90IGEgd2F2"}}):
+                await client.send("session.update", session={"type": "realtime", "sglang": sglang})
+                refused.append((await client.until("error", 5)).event["error"])
+            return refused
+        finally:
+            await client.close()
+
+    voice, reference = asyncio.run(scenario())
+    assert voice["code"] == "unsupported_voice" and "NATF2" in voice["message"] and voice["param"] == "session.sglang.voice"
+    assert reference["code"] == "invalid_reference_audio"
 
 
 def _trace(directory: Path) -> list[dict]:
