@@ -79,13 +79,15 @@ async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs
     if judge.reference_source is None:
         return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=NO_CHECKOUT), None
     try:
-        prompt = behavior_prompt(judge.reference_source)
+        prompt = behavior_prompt(judge.reference_source, judge.accept_revision)
     except FdbError as exc:
         return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=exc.one_line()), None
     params = behavior_params(judge, prompt)
     with TaskDir(root / f"judge-{judge.name}", "behavior", judge.identity(), params) as tdir:
         results = await judge_behavior(client, tdir, judge, prompt, pairs, retry_failed, progress)
-        summary = summarize_behavior(pairs, results, judge=judge.public(), params=params)
+        summary = summarize_behavior(pairs, results, judge=judge.public(), params=params,
+                                     source={"label": f"official prompt of {prompt.check.label()}",
+                                             "checkout": prompt.check.dump()})
         _write(tdir, "summary.json", summary)
     return summary, tdir.root
 
@@ -93,7 +95,7 @@ async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs
 def _rubric(judge: JudgeSettings):
     if judge.reference_source is None:
         return make_rubric(None, "no --reference-source given")
-    official = relevance_source(judge.reference_source, judge.reference_scorer_sha256)
+    official = relevance_source(judge.reference_source, judge.accept_revision)
     return make_rubric(official, None if official else f"{judge.reference_source} has no eval_user_interruption.py")
 
 
