@@ -146,8 +146,12 @@ def _judge_note(judged: list[dict]) -> str:
     statuses = [(j.get("behavior") or {}).get("status") for j in judged]
     if not judged or all(s in (None, "pending", "blocked") for s in statuses):
         reasons = {(j.get("behavior") or {}).get("message") for j in judged} - {None}
+        what = "blocked" if "blocked" in statuses else "no judge ran"
         why = f" ({'; '.join(sorted(reasons))})" if reasons else ""
-        return f"Behavior labels: not measured — no judge ran{why}."
+        return f"Behavior labels: not measured — {what}{why}."
     models = sorted({str((j.get("judge") or {}).get("model")) for j in judged})
-    return (f"Behavior labels by {', '.join(models)}: shares over judged pairs (Judged pairs), "
+    sources = sorted({str(((j.get("behavior") or {}).get("source") or {}).get("label")) for j in judged
+                      if (j.get("behavior") or {}).get("source")})
+    prompt = f" with the {', '.join(sources)}" if sources else ""
+    return (f"Behavior labels by {', '.join(models)}{prompt}: shares over judged pairs (Judged pairs), "
             "mean ± SD over repeats.")
