@@ -118,7 +118,7 @@ class BehaviorCell(BaseModel):
 
 class BehaviorSummary(BaseModel):
     schema_: str = Field(BEHAVIOR_SCHEMA, alias="schema")
-    status: Literal["complete", "has_failures", "pending", "blocked"]
+    status: Literal["complete", "has_failures", "pending", "blocked", "not_run"]  # not_run: no checkout
     message: str | None = None
     judge: dict[str, Any] | None = None
     params: dict[str, Any] | None = None

@@ -43,8 +43,9 @@ from judges.semantic.run import SemanticSummary, judge_semantic, semantic_params
 from judges.store import TaskDir
 
 JUDGE_SCHEMA = "fdb-judge-1"
-NO_CHECKOUT = ("the behavior prompt is read from a Full-Duplex-Bench checkout: pass --reference-source "
-               "(the checkout, or its v1_v1.5/evaluation directory)")
+NO_CHECKOUT = ("not run without a Full-Duplex-Bench checkout: fdb never bundles the official behavior prompt; put "
+               "the checkout at $FDB_WORK/Full-Duplex-Bench or pass --reference-source (the checkout, or its "
+               "v1_v1.5/evaluation directory)")
 SEMANTIC_GPT = "the semantic judge runs only with a self-hosted judge config (JUDGE=qwen); not run"
 BAD = {"has_failures", "control_failed", "blocked", "failed", "incomplete"}
 
@@ -77,7 +78,7 @@ def _write(tdir: TaskDir, name: str, summary: BaseModel) -> None:
 async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs: list[PairInput],
                     retry_failed: bool, progress: Progress) -> tuple[BehaviorSummary, Path | None]:
     if judge.reference_source is None:
-        return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=NO_CHECKOUT), None
+        return summarize_behavior(pairs, None, judge=judge.public(), status="not_run", message=NO_CHECKOUT), None
     try:
         prompt = behavior_prompt(judge.reference_source, judge.accept_revision)
     except FdbError as exc:

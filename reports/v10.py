@@ -81,9 +81,10 @@ def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str
     return found, notes
 
 
-def _evaluator_cells(name: str, evaluators: dict[int, object]) -> dict[str, str]:
+def _evaluator_cells(name: str, task: str, evaluators: dict[int, object]) -> dict[str, str]:
     """The original evaluator's cells of one subset: mean ± sd over the repeats where it ran;
-    else why not (not run: needs the judge / no eligible sample; failed: see its log)."""
+    else why not (not run: needs the judge / no eligible sample; failed: see its log); n/a
+    where the clean-room column does not apply to the task either."""
     from scorers.v10_evaluator import evaluator_metric
 
     runs = [e.subsets[name] for e in evaluators.values() if name in e.subsets]
@@ -91,7 +92,10 @@ def _evaluator_cells(name: str, evaluators: dict[int, object]) -> dict[str, str]
     cells = {}
     for key in EVALUATOR_BESIDE:
         values = [evaluator_metric(r.result, key) for r in ok]
-        if any(v is not None for v in values):
+        applies = key == "takeover_rate" or (key == "latency_s") != (task == "backchannel")
+        if not applies:
+            cells[f"evaluator_{key}"] = NA
+        elif any(v is not None for v in values):
             cells[f"evaluator_{key}"] = mean_sd(values)
         else:
             cells[f"evaluator_{key}"] = (NA if ok or not runs else
@@ -252,7 +256,7 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
     table = results_table(heading, "", official_columns(bool(evaluators)))
     for name in subsets:
         cells = [c for c in (s["subsets"].get(name) for s in found.values()) if c]
-        extra = _evaluator_cells(name, evaluators) if evaluators else {}
+        extra = _evaluator_cells(name, cells[0]["task"], evaluators) if evaluators else {}
         table.add(**_official_row(name, cells, relevance), **extra)
     by_number = {r.number: r for r in repeats}
     missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s and _holds_v10(by_number[n])]

@@ -58,7 +58,7 @@ def _behavior_cell(name: str, judged: list[dict]) -> dict | None:
     cells = []
     for summary in judged:
         behavior = summary.get("behavior") or {}
-        if behavior.get("status") in (None, "pending", "blocked"):
+        if behavior.get("status") in (None, "pending", "blocked", "not_run"):
             continue
         cell = behavior["all"] if name == "all" else behavior.get("categories", {}).get(name)
         if cell:
@@ -144,9 +144,9 @@ def _detail(section: Section, number: int, summary: dict) -> None:
 
 def _judge_note(judged: list[dict]) -> str:
     statuses = [(j.get("behavior") or {}).get("status") for j in judged]
-    if not judged or all(s in (None, "pending", "blocked") for s in statuses):
+    if not judged or all(s in (None, "pending", "blocked", "not_run") for s in statuses):
         reasons = {(j.get("behavior") or {}).get("message") for j in judged} - {None}
-        what = "blocked" if "blocked" in statuses else "no judge ran"
+        what = next((w for s, w in (("blocked", "blocked"), ("not_run", "not run")) if s in statuses), "no judge ran")
         why = f" ({'; '.join(sorted(reasons))})" if reasons else ""
         return f"Behavior labels: not measured — {what}{why}."
     models = sorted({str((j.get("judge") or {}).get("model")) for j in judged})
