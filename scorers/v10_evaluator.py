@@ -16,7 +16,7 @@ User interruption needs the relevance judge (an LLM) and is left to the judge ph
 
 The output goes to ``logs/evaluate-<subset>.log``; the numbers of the printed ``[Result]``
 block (``Label: value`` or ``Label - Mean: m ± s``) are stored per subset in
-``evaluator.json`` (``fdb-v1.0-evaluator-1``) with the hashes of manifest.json and asr.json.
+``evaluator.json`` (``fdb-v1.0-evaluator-2``) with the hashes of manifest.json and asr.json.
 """
 
 from __future__ import annotations
