@@ -148,12 +148,21 @@ def verify_checkout(source: str | Path, paths: list[str] | tuple[str, ...] | Non
             differences.append(FileDifference(path=rel, expected_sha256=pins[rel], actual_sha256=actual))
     missing = [d for d in differences if d.actual_sha256 is None]
     if missing or (differences and accept_revision is None):
-        raise FdbError(f"{root} is not the pinned Full-Duplex-Bench {PINNED_REVISION[:7]}: "
-                       + "; ".join(d.line() for d in differences), _fix(root, bool(missing)))
+        raise FdbError(f"{root} is not the pinned Full-Duplex-Bench {PINNED_REVISION[:7]}: " + _listed(differences),
+                       _fix(root, bool(missing)))
     accepted, head = (_accepted(root, accept_revision, [str(pinned_path(root, p)) for p in paths])
                       if accept_revision else (None, checkout_revision(root)))
     return CheckoutCheck(checkout=str(root), accepted_revision=accepted, checkout_revision=head, files=files,
                          differences=differences)
+
+
+def _listed(differences: list[FileDifference], shown: int = 2) -> str:
+    """Each difference with both full hashes, the first ``shown`` of them (missing files first);
+    the rest by name, so the one-line error (the CLI keeps 1000 characters) still ends with its fix."""
+    ordered = sorted(differences, key=lambda d: d.actual_sha256 is not None)  # missing files first
+    text = "; ".join(d.line() for d in ordered[:shown])
+    rest = [d.path + (" (missing)" if d.actual_sha256 is None else "") for d in ordered[shown:]]
+    return text + (f"; and {len(rest)} more: " + ", ".join(rest) if rest else "")
 
 
 def _fix(root: Path, missing: bool) -> str:

@@ -45,6 +45,8 @@ def test_an_accepted_revision_needs_git_and_never_covers_a_missing_file(tmp_path
     root = _stand_in(tmp_path / "fdb", [BEHAVIOR_PROMPT])
     with pytest.raises(FdbError, match="is not a git work tree"):
         verify_checkout(root, [BEHAVIOR_PROMPT], accept_revision="abc1234")
-    with pytest.raises(FdbError, match=f"{EVALUATOR_FILES[0]} is missing") as err:
+    with pytest.raises(FdbError, match="eval_backchannel.py is missing") as err:
         verify_checkout(root, accept_revision="abc1234")
     assert "--accept-revision" not in (err.value.hint or "")  # accepting cannot supply a missing file
+    more = [f"{p} (missing)" for p in sorted(EVALUATOR_FILES)[2:]] + [BEHAVIOR_PROMPT]  # by name: one line, fix kept
+    assert err.value.message.endswith(f"and 5 more: {', '.join(more)}")
