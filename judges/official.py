@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fdb.errors import FdbError
+from fdb.io import sha256_bytes
 from fdb.official_source import (
     BEHAVIOR_PROMPT,
     EVALUATION_DIR,
@@ -59,7 +60,10 @@ def _read_checked(source: Path, rel: str, accept_revision: str | None) -> Offici
     evaluation_dir(source)  # a directory that is no checkout at all says so
     check = verify_checkout(source, [rel], accept_revision=accept_revision)
     path = pinned_path(source, rel)
-    return OfficialText(path=path, sha256=check.files[rel], text=path.read_text(encoding="utf-8"), check=check)
+    data = path.read_bytes()
+    if sha256_bytes(data) != check.files[rel]:  # the text used is the text checked
+        raise FdbError(f"{path} changed while fdb read it", "rerun when nothing writes into the checkout")
+    return OfficialText(path=path, sha256=check.files[rel], text=data.decode("utf-8"), check=check)
 
 
 def behavior_prompt(source: Path, accept_revision: str | None = None) -> OfficialText:
