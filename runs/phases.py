@@ -255,6 +255,10 @@ def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: 
 
     if checkout is None or not (rep.v10_reference / "asr.json").exists():
         return True
+    done = _evaluated(rep, checkout, accept_revision)
+    if done is not None:
+        console.print(f"v1.0 evaluator: already evaluated with {escape(done.revision_label())} (evaluator.json)")
+        return True
     venv = load_settings().scoring_venv
     try:
         summary = run_evaluator(rep.v10_reference, checkout, python=str(venv / "bin" / "python") if venv else None,
@@ -269,6 +273,26 @@ def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: 
         elif subset.status == "failed":
             console.print(f"[red]WARNING[/]: the v1.0 evaluation failed for {escape(name)}: see {escape(str(subset.log))}")
     return True
+
+
+def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
+    """The repeat's evaluator.json when a rerun would repeat it: computed from the current
+    manifest.json and asr.json, from the same checkout and accepted revision, no subset failed."""
+    from fdb.io import sha256_file
+    from scorers.v10_reference import load_reference
+
+    tree = rep.v10_reference
+    if not (tree / "evaluator.json").exists():
+        return None
+    done = load_reference(tree, sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json")).evaluator
+    check = done.checkout_check if done is not None else None
+    accepted = check.accepted_revision if check is not None else None
+    same_acceptance = (accepted is None if accept_revision is None
+                       else bool(accepted and accepted.startswith(accept_revision)))
+    same = check is not None and check.checkout == str(Path(checkout).resolve()) and same_acceptance
+    if not same or any(s.status == "failed" for s in done.subsets.values()):
+        return None
+    return done
 
 
 def run_judge(run_name: str, repeat: int, console: Console, accept_revision: str | None = None) -> bool:

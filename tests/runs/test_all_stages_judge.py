@@ -121,6 +121,11 @@ def test_all_stages_with_a_checkout_gives_labels_relevance_and_the_evaluator_col
     labels = dict(zip(_row(text, "Category"), _row(text, "user_interruption"), strict=True))
     assert labels["C_RESPOND"] == "100.0 ± 0.0%" and labels["Judged pairs"] == "1"
     assert "official prompt of Full-Duplex-Bench" in text
+    before = (rep / "v10" / "reference" / "evaluator.json").read_bytes()
+    ok, out = _all_stages(accept_revision=head[:12])  # a rerun resumes: nothing is evaluated or judged again
+    assert ok and "v1.0 evaluator: already evaluated with Full-Duplex-Bench" in out
+    assert (rep / "v10" / "reference" / "evaluator.json").read_bytes() == before
+    assert (work / "runs" / "jp" / "RESULTS.md").read_text() == text
 
 
 def test_all_stages_without_a_checkout_runs_the_fallback_and_says_so(work, judge_server):
