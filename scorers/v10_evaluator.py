@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from fdb.datasets.types import V10_ANNOTATION, V10_TASK
+from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_text
 from fdb.official_source import (
     EVALUATION_DIR,
@@ -181,6 +182,9 @@ def run_evaluator(tree: Path, checkout: str | Path, python: str | None = None, t
     pinned one), run the LLM-free v1.0 evaluations on the eligible samples, write
     ``evaluator.json``. ``python`` is the interpreter with the evaluator's packages (default: this one)."""
     tree, checkout = Path(tree), Path(checkout).resolve()
+    if not (checkout / EVALUATION_DIR).is_dir():  # evaluate.py runs in it (it reads ./icc_gt_distribution.json)
+        raise FdbError(f"{checkout} is not the root of a Full-Duplex-Bench checkout (no {EVALUATION_DIR}/)",
+                       "pass the checkout's root directory, not its evaluation folder")
     check = verify_checkout(checkout, EVALUATOR_FILES, accept_revision=accept_revision, pins=pins)
     inputs = load_tree(tree)
     groups: dict[str, list] = {}

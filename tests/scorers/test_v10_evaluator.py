@@ -150,3 +150,5 @@ def test_an_accepted_revision_runs_and_is_recorded(tmp_path):
     (checkout / "v1_v1.5/evaluation/eval_backchannel.py").write_text("# edited after the commit\n")
     with pytest.raises(FdbError, match="local changes in pinned files"):
         run_evaluator(root, checkout, accept_revision=head)
+    with pytest.raises(FdbError, match="not the root of a Full-Duplex-Bench checkout"):
+        run_evaluator(root, checkout / EVALUATION_DIR, accept_revision=head)
