@@ -119,10 +119,11 @@ class BehaviorCell(BaseModel):
 
 class BehaviorSummary(BaseModel):
     schema_: str = Field(BEHAVIOR_SCHEMA, alias="schema")
-    status: Literal["complete", "has_failures", "pending", "blocked"]
+    status: Literal["complete", "has_failures", "pending", "blocked", "not_run"]  # not_run: no checkout
     message: str | None = None
     judge: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None  # the prompt's checkout check: label and CheckoutCheck (None: not run)
     denominator: str = "judged pairs (valid labels); every selected pair is counted under its outcome"
     interval: str = "Wilson 95%: dataset sampling only, not judge agreement or generation variance"
     categories: dict[str, BehaviorCell]
@@ -158,7 +159,8 @@ def _cell(rows: list[BehaviorSample]) -> BehaviorCell:
 
 def summarize_behavior(pairs: list[PairInput], results: dict[str, SampleResult] | None, *,
                        judge: dict[str, Any] | None = None, params: dict[str, Any] | None = None,
-                       status: str | None = None, message: str | None = None) -> BehaviorSummary:
+                       status: str | None = None, message: str | None = None,
+                       source: dict[str, Any] | None = None) -> BehaviorSummary:
     """Pure: per-category outcome counts and label shares over judged pairs."""
     rows = [_row(p, (results or {}).get(p.sample_id)) for p in pairs]
     categories: dict[str, list[BehaviorSample]] = {}
@@ -167,7 +169,7 @@ def summarize_behavior(pairs: list[PairInput], results: dict[str, SampleResult] 
     if status is None:
         status = "has_failures" if any(r.outcome == "failed" for r in rows) else "complete"
     used = [results[p.sample_id] for p in pairs if results and p.sample_id in results]
-    return BehaviorSummary(status=status, message=message, judge=judge, params=params,
+    return BehaviorSummary(status=status, message=message, judge=judge, params=params, source=source,
                            categories={c: _cell(r) for c, r in categories.items()}, all=_cell(rows),
                            attempts=sum(r.attempts for r in used), retries=sum(r.retries for r in used),
                            samples=rows)

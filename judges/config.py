@@ -133,7 +133,7 @@ class JudgeSettings(BaseModel):
     concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, le=1024)
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
     reference_source: Path | None = None  # a Full-Duplex-Bench checkout (or its evaluation/ dir)
-    reference_scorer_sha256: str | None = None  # pin for eval_user_interruption.py, if fdb has none
+    accept_revision: str | None = None  # a checkout revision the user accepted instead of the pinned one
 
     @classmethod
     def custom(cls, config_path: Path, base_url: str, **kw: Any) -> JudgeSettings:

@@ -100,5 +100,7 @@ def print_summary(console: Console, summary: JudgeSummary) -> None:
     for name, task in (("behavior", summary.behavior), ("semantic", summary.semantic), ("relevance", summary.relevance)):
         if task is not None and task.message and task.status in ("blocked", "control_failed", "has_failures", "failed"):
             console.print(f"[red]{name}[/]: {task.message}")
+        elif task is not None and task.message and task.status == "not_run" and name == "behavior":
+            console.print(f"[yellow]{name}[/]: {task.message}")
     console.print(f"written: {summary.repeat_dir}/judge.json" +
                   "".join(f", {d}/" for d in summary.dirs.values() if d))

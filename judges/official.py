@@ -1,12 +1,15 @@
 """Official judge texts, read at run time from the user's Full-Duplex-Bench checkout and
-hash-verified; fdb never vendors them (CC BY-NC 4.0).
+hash-verified against the one pin table (``fdb.official_source``); fdb never vendors them
+(CC BY-NC 4.0).
 
-- ``instruction/behavior.txt``: the v1.5 behavior system prompt, pinned by sha256.
+- ``instruction/behavior.txt``: the v1.5 behavior system prompt.
 - ``eval_user_interruption.py``: the v1.0 interruption scorer. Its system prompt, user-message
   f-string, model name and seed are extracted with ``ast`` (the module is never imported or
-  run), and its parse pattern must be the official one (``fdb-official-scoring.md`` §3.3). fdb
-  records no pin for this file's sha256 at the runbook revision, so one must be given
-  (``--reference-scorer-sha256``) until ``RELEVANCE_SCORER_SHA256`` is filled in.
+  run), and its parse pattern must be the official one (``fdb-official-scoring.md`` §3.3).
+
+A file that differs from its pin stops with its path and both hashes, unless the user accepted
+the checkout's revision (``--accept-revision``); the ``CheckoutCheck`` that vouched for the text
+travels with it into the judge's parameters and outputs.
 
 A checkout is its root (holding ``v1_v1.5/evaluation/``) or that evaluation directory itself.
 """
@@ -19,12 +22,16 @@ from pathlib import Path
 
 from fdb.errors import FdbError
 from fdb.io import sha256_bytes
+from fdb.official_source import (
+    BEHAVIOR_PROMPT,
+    EVALUATION_DIR,
+    PINNED_REVISION,
+    RELEVANCE_SCORER,
+    CheckoutCheck,
+    pinned_path,
+    verify_checkout,
+)
 
-OFFICIAL_REVISION = "3e799c45a045256f47d5f1c9cda90157e2d2ec9e"
-BEHAVIOR_PROMPT = "instruction/behavior.txt"
-BEHAVIOR_SHA256 = "19e5477dac9a9a1e11de126783a0b820b3ecb70db5e91181824fa944e1947977"
-RELEVANCE_SCORER = "eval_user_interruption.py"
-RELEVANCE_SCORER_SHA256: str | None = None  # not known to fdb yet; see the module docstring
 OFFICIAL_PARSE_PATTERN = r"Analysis:\s*(.*?)\nI would rate the AI's response as (\d+)"
 TEMPLATE_FIELDS = {"in_before_interrupt_text": "context", "in_interrupt_text": "interrupt",
                    "out_after_interrupt_text": "response"}
@@ -33,11 +40,12 @@ TEMPLATE_FIELDS = {"in_before_interrupt_text": "context", "in_interrupt_text": "
 def evaluation_dir(source: Path) -> Path:
     """The directory of the official evaluation scripts inside a checkout."""
     source = Path(source).expanduser()
-    for candidate in (source / "v1_v1.5" / "evaluation", source / "evaluation", source):
-        if (candidate / BEHAVIOR_PROMPT).is_file() or (candidate / RELEVANCE_SCORER).is_file():
-            return candidate
-    raise FdbError(f"{source} is not a Full-Duplex-Bench checkout (no v1_v1.5/evaluation/{BEHAVIOR_PROMPT})",
-                   f"pass --reference-source pointing at a checkout at revision {OFFICIAL_REVISION[:7]}")
+    for rel in (BEHAVIOR_PROMPT, RELEVANCE_SCORER):
+        path = pinned_path(source, rel)
+        if path.is_file():
+            return source / EVALUATION_DIR if path == source / rel else source
+    raise FdbError(f"{source} is not a Full-Duplex-Bench checkout (no {BEHAVIOR_PROMPT})",
+                   f"pass --reference-source pointing at a checkout at revision {PINNED_REVISION[:7]}")
 
 
 @dataclass(frozen=True)
@@ -45,24 +53,22 @@ class OfficialText:
     path: Path
     sha256: str
     text: str
+    check: CheckoutCheck  # what vouched for the text: the pin, or the revision the user accepted
 
 
-def _read_pinned(path: Path, expected: str, what: str) -> OfficialText:
+def _read_checked(source: Path, rel: str, accept_revision: str | None) -> OfficialText:
+    evaluation_dir(source)  # a directory that is no checkout at all says so
+    check = verify_checkout(source, [rel], accept_revision=accept_revision)
+    path = pinned_path(source, rel)
     data = path.read_bytes()
-    actual = sha256_bytes(data)
-    if actual != expected:
-        raise FdbError(f"{path} has sha256 {actual}, not the pinned {expected}",
-                       f"{what} must come from Full-Duplex-Bench at revision {OFFICIAL_REVISION[:7]}; "
-                       "check out that revision (fdb uses no other text)")
-    return OfficialText(path=path, sha256=actual, text=data.decode("utf-8"))
+    if sha256_bytes(data) != check.files[rel]:  # the text used is the text checked
+        raise FdbError(f"{path} changed while fdb read it", "rerun when nothing writes into the checkout")
+    return OfficialText(path=path, sha256=check.files[rel], text=data.decode("utf-8"), check=check)
 
 
-def behavior_prompt(source: Path) -> OfficialText:
-    """The official behavior prompt, verified against its pinned sha256."""
-    path = evaluation_dir(source) / BEHAVIOR_PROMPT
-    if not path.is_file():
-        raise FdbError(f"{path} does not exist", "pass --reference-source pointing at a Full-Duplex-Bench checkout")
-    return _read_pinned(path, BEHAVIOR_SHA256, "the behavior prompt")
+def behavior_prompt(source: Path, accept_revision: str | None = None) -> OfficialText:
+    """The official behavior prompt, verified against the pin table (or an accepted revision)."""
+    return _read_checked(Path(source), BEHAVIOR_PROMPT, accept_revision)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class RelevanceSource:
     template: tuple[str | tuple[str], ...]  # literal text, or (field,) for a placeholder
     model: str
     seed: int
+    check: CheckoutCheck
 
     def user_message(self, context: str, interrupt: str, response: str) -> str:
         values = {"context": context, "interrupt": interrupt, "response": response}
@@ -124,22 +131,16 @@ def _check_pattern(tree: ast.AST, path: Path) -> None:
                    "the scorer file is not the official one")
 
 
-def relevance_source(source: Path, expected_sha256: str | None = None) -> RelevanceSource | None:
+def relevance_source(source: Path, accept_revision: str | None = None) -> RelevanceSource | None:
     """The official relevance prompt and message from a checkout; None when it has no scorer."""
-    path = evaluation_dir(source) / RELEVANCE_SCORER
-    if not path.is_file():
+    if not pinned_path(source, RELEVANCE_SCORER).is_file():
         return None
-    pin = expected_sha256 or RELEVANCE_SCORER_SHA256
-    data = path.read_bytes()
-    if pin is None:
-        raise FdbError(f"fdb has no pinned sha256 for {path} (its sha256 is {sha256_bytes(data)})",
-                       f"check that the checkout is at revision {OFFICIAL_REVISION[:7]}, then pass "
-                       "--reference-scorer-sha256 with that value")
-    text = _read_pinned(path, pin, "the interruption scorer").text
+    official = _read_checked(Path(source), RELEVANCE_SCORER, accept_revision)
+    path, text = official.path, official.text
     tree = ast.parse(text)
     found = _assigned(tree)
     _check_pattern(tree, path)
-    return RelevanceSource(path=path, sha256=pin, system_prompt=_constant(found, "system_msg", str, path),
+    return RelevanceSource(path=path, sha256=official.sha256, system_prompt=_constant(found, "system_msg", str, path),
                            template=_template(found.get("user_msg"), path),
                            model=_constant(found, "model_name", str, path),
-                           seed=_constant(found, "seed", int, path))
+                           seed=_constant(found, "seed", int, path), check=official.check)

@@ -81,12 +81,14 @@ class Rubric:
     def describe(self) -> dict[str, Any]:
         src = self.official
         return {"source": self.source, "label": self.label, "path": str(src.path) if src else None,
-                "sha256": src.sha256 if src else None, "official_model": src.model if src else None}
+                "sha256": src.sha256 if src else None, "official_model": src.model if src else None,
+                "checkout": src.check.dump() if src else None}
 
 
 def make_rubric(official: RelevanceSource | None, why_not: str | None = None) -> Rubric:
     if official is not None:
-        return Rubric("official", f"official prompt and message ({official.path.name}, sha256 {official.sha256[:12]})",
+        return Rubric("official", f"official prompt and message ({official.path.name}, sha256 {official.sha256[:12]}, "
+                      f"{official.check.label()})",
                       official.system_prompt, official.seed, official)
     note = f" ({why_not})" if why_not else ""
     return Rubric("fdb", "fdb's own relevance rubric, not the official prompt: same 0-5 scale and parse rule" + note,
@@ -106,7 +108,8 @@ def relevance_params(settings: JudgeSettings, rubric: Rubric) -> dict[str, Any]:
     extra = decoding(settings, enable_thinking=False, max_tokens=CUSTOM_MAX_TOKENS) if settings.config else {}
     official = (rubric.official is not None and settings.kind == "openai" and settings.base_url is None
                 and settings.relevance_model == rubric.official.model)
-    return {"rubric": {k: v for k, v in rubric.describe().items() if k != "path"}, "model": settings.relevance_model,
+    described = {k: v for k, v in rubric.describe().items() if k not in ("path", "checkout")}
+    return {"rubric": described, "model": settings.relevance_model,
             "seed": rubric.seed, "max_attempts": MAX_ATTEMPTS, "decoding": extra, "official_rating": official}
 
 

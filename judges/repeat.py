@@ -49,8 +49,9 @@ from judges.semantic.run import SemanticSummary, judge_semantic, semantic_params
 from judges.store import TaskDir
 
 JUDGE_SCHEMA = "fdb-judge-1"
-NO_CHECKOUT = ("the behavior prompt is read from a Full-Duplex-Bench checkout: pass --reference-source "
-               "(the checkout, or its v1_v1.5/evaluation directory)")
+NO_CHECKOUT = ("not run without a Full-Duplex-Bench checkout: fdb never bundles the official behavior prompt; put "
+               "the checkout at $FDB_WORK/Full-Duplex-Bench or pass --reference-source (the checkout, or its "
+               "v1_v1.5/evaluation directory)")
 SEMANTIC_GPT = "the semantic judge runs only with a self-hosted judge config (JUDGE=qwen); not run"
 BAD = {"has_failures", "control_failed", "blocked", "failed", "incomplete"}
 
@@ -83,15 +84,17 @@ def _write(tdir: TaskDir, name: str, summary: BaseModel) -> None:
 async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs: list[PairInput],
                     retry_failed: bool, progress: Progress, limit: int | None) -> tuple[BehaviorSummary, Path | None]:
     if judge.reference_source is None:
-        return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=NO_CHECKOUT), None
+        return summarize_behavior(pairs, None, judge=judge.public(), status="not_run", message=NO_CHECKOUT), None
     try:
-        prompt = behavior_prompt(judge.reference_source)
+        prompt = behavior_prompt(judge.reference_source, judge.accept_revision)
     except FdbError as exc:
         return summarize_behavior(pairs, None, judge=judge.public(), status="blocked", message=exc.one_line()), None
     params = behavior_params(judge, prompt)
     with TaskDir(root / f"judge-{judge.name}", "behavior", judge.identity(), params) as tdir:
         results = await judge_behavior(client, tdir, judge, prompt, pairs, retry_failed, progress, limit)
-        summary = summarize_behavior(pairs, results, judge=judge.public(), params=params)
+        summary = summarize_behavior(pairs, results, judge=judge.public(), params=params,
+                                     source={"label": f"official prompt of {prompt.check.label()}",
+                                             "checkout": prompt.check.dump()})
         _write(tdir, "summary.json", summary)
     return summary, tdir.root
 
@@ -99,7 +102,7 @@ async def _behavior(client: JudgeClient, judge: JudgeSettings, root: Path, pairs
 def _rubric(judge: JudgeSettings):
     if judge.reference_source is None:
         return make_rubric(None, "no --reference-source given")
-    official = relevance_source(judge.reference_source, judge.reference_scorer_sha256)
+    official = relevance_source(judge.reference_source, judge.accept_revision)
     return make_rubric(official, None if official else f"{judge.reference_source} has no eval_user_interruption.py")
 
 

@@ -46,6 +46,72 @@ OFFICIAL_COLUMNS = [Column("subset", "Subset"), Column("selected", "Selected", c
                     Column("backchannel_jsd", "Backchannel JSD", _repeats(mean_sd))]
 
 
+# The original evaluator's numbers, each beside the clean-room column of the same metric.
+EVALUATOR_BESIDE = {"takeover_rate": "Takeover rate", "latency_s": "Latency (s)",
+                    "backchannel_frequency": "Backchannel frequency", "backchannel_jsd": "Backchannel JSD"}
+
+
+def official_columns(with_evaluator: bool) -> list[Column]:
+    """OFFICIAL_COLUMNS, plus an "(original evaluator)" column after each metric it reports."""
+    if not with_evaluator:
+        return OFFICIAL_COLUMNS
+    columns = []
+    for column in OFFICIAL_COLUMNS:
+        columns.append(column)
+        if column.key in EVALUATOR_BESIDE:
+            columns.append(Column(f"evaluator_{column.key}", f"{EVALUATOR_BESIDE[column.key]} (original evaluator)"))
+    return columns
+
+
+def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str]]:
+    """Per repeat, its evaluator.json when it was computed from the repeat's current manifest.json
+    and asr.json (``scorers.v10_reference.load_reference``), and the notes for those left out."""
+    from fdb.io import sha256_file
+    from scorers.v10_reference import load_reference
+
+    found, notes = {}, []
+    for rep in repeats:
+        tree = rep.v10_reference
+        if not all((tree / name).exists() for name in ("evaluator.json", "manifest.json", "asr.json")):
+            continue
+        columns = load_reference(tree, sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json"))
+        notes += [f"repeat-{rep.number}: {note}" for note in columns.notes if note.startswith("evaluator.json")]
+        if columns.evaluator is not None:
+            found[rep.number] = columns.evaluator
+    return found, notes
+
+
+def _evaluator_cells(name: str, task: str, evaluators: dict[int, object]) -> dict[str, str]:
+    """The original evaluator's cells of one subset: mean ± sd over the repeats where it ran;
+    else why not (not run: needs the judge / no eligible sample; failed: see its log); n/a
+    where the clean-room column does not apply to the task either."""
+    from scorers.v10_evaluator import evaluator_metric
+
+    runs = [e.subsets[name] for e in evaluators.values() if name in e.subsets]
+    ok = [r for r in runs if r.status == "ok"]
+    cells = {}
+    for key in EVALUATOR_BESIDE:
+        values = [evaluator_metric(r.result, key) for r in ok]
+        applies = key == "takeover_rate" or (key == "latency_s") != (task == "backchannel")
+        if not applies:
+            cells[f"evaluator_{key}"] = NA
+        elif any(v is not None for v in values):
+            cells[f"evaluator_{key}"] = mean_sd(values)
+        else:
+            cells[f"evaluator_{key}"] = (NA if ok or not runs else
+                                         "failed" if any(r.status == "failed" for r in runs) else "not run")
+    return cells
+
+
+def _evaluator_note(evaluators: dict[int, object]) -> str:
+    by_label: dict[str, list[str]] = {}
+    for number, summary in evaluators.items():
+        by_label.setdefault(summary.revision_label(), []).append(f"repeat-{number}")
+    ran = "; ".join(f"{label} ({', '.join(reps)})" for label, reps in sorted(by_label.items()))
+    return ("Columns marked (original evaluator): evaluate.py run unchanged from the user's checkout of " + ran
+            + ", on the same windows and transcripts; user interruption needs the judge, so it is not run there.")
+
+
 def _load(path: Path):
     return read_json(path) if path.exists() else None
 
@@ -140,14 +206,17 @@ def _coverage(heading: str, unified: dict) -> Table:
     return table
 
 
-def _relevance(repeats: list[RepeatPaths]) -> list[dict]:
+def _relevance_states(repeats: list[RepeatPaths], statuses: tuple[str, ...]) -> list[dict]:
     found = []
     for rep in repeats:
-        judge = _load(rep.root / "judge.json")
-        rel = (judge or {}).get("relevance")
-        if rel and rel.get("status") not in ("pending", "blocked"):
+        rel = (_load(rep.root / "judge.json") or {}).get("relevance")
+        if rel and rel.get("status") in statuses:
             found.append(rel)
     return found
+
+
+def _relevance(repeats: list[RepeatPaths]) -> list[dict]:
+    return _relevance_states(repeats, ("complete", "failed", "incomplete"))
 
 
 def _official_row(name: str, cells: list[dict], relevance: list[dict]) -> dict:
@@ -177,20 +246,27 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
         section.lines += ["Not evaluated yet (no official.json in any repeat).", ""]
         return section
     relevance = _relevance(repeats)
+    evaluators, evaluator_notes = _evaluators(repeats)
     section.lines += ["Takeover, latency and backchannel numbers by the official evaluator's rules, reimplemented "
               "clean-room (negative latencies clamped to 0, averaged over takeover samples), not the "
-              "official evaluator itself. " + _relevance_note(relevance), ""]
+              "official evaluator itself. " + _relevance_note(repeats, relevance), ""]
+    if evaluators:
+        section.lines += [_evaluator_note(evaluators), ""]
     subsets = sorted({k for s in found.values() for k in s["subsets"]})
-    table = results_table(heading, "", OFFICIAL_COLUMNS)
+    table = results_table(heading, "", official_columns(bool(evaluators)))
     for name in subsets:
         cells = [c for c in (s["subsets"].get(name) for s in found.values()) if c]
-        table.add(**_official_row(name, cells, relevance))
+        extra = _evaluator_cells(name, cells[0]["task"], evaluators) if evaluators else {}
+        table.add(**_official_row(name, cells, relevance), **extra)
     by_number = {r.number: r for r in repeats}
     missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s and _holds_v10(by_number[n])]
     section.show(table)
     if missing:
         section.lines += [f"Not evaluated yet: {', '.join(missing)}.", ""]
+    section.lines += [f"{note}." for note in evaluator_notes] + ([""] if evaluator_notes else [])
     section.data = {f"repeat-{n}": s for n, s in found.items()}
+    if evaluators:
+        section.data["original_evaluator"] = {f"repeat-{n}": e.dump() for n, e in evaluators.items()}
     return section
 
 
@@ -236,9 +312,12 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
     return section
 
 
-def _relevance_note(relevance: list[dict]) -> str:
+def _relevance_note(repeats: list[RepeatPaths], relevance: list[dict]) -> str:
     if not relevance:
-        return "Relevance needs an LLM judge: not measured (no judge ran)."
+        reasons = sorted({str(r.get("message")) for r in _relevance_states(repeats, ("pending", "blocked"))
+                          if r.get("message")})
+        why = "; ".join(reasons) if reasons else "no judge ran"
+        return f"Relevance needs an LLM judge: not measured ({why})."
     labels = sorted({str((r.get("rubric") or {}).get("label")) for r in relevance})
     models = sorted({str((r.get("judge") or {}).get("model")) for r in relevance})
     return (f"Relevance rated by {', '.join(models)} with {', '.join(labels)}; a nonzero Judge retries "

@@ -58,7 +58,7 @@ def _behavior_cell(name: str, judged: list[dict]) -> dict | None:
     cells = []
     for summary in judged:
         behavior = summary.get("behavior") or {}
-        if behavior.get("status") in (None, "pending", "blocked"):
+        if behavior.get("status") in (None, "pending", "blocked", "not_run"):
             continue
         cell = behavior["all"] if name == "all" else behavior.get("categories", {}).get(name)
         if cell:
@@ -152,10 +152,14 @@ def _detail(section: Section, label: str, summary: dict) -> None:
 
 def _judge_note(judged: list[dict]) -> str:
     statuses = [(j.get("behavior") or {}).get("status") for j in judged]
-    if not judged or all(s in (None, "pending", "blocked") for s in statuses):
+    if not judged or all(s in (None, "pending", "blocked", "not_run") for s in statuses):
         reasons = {(j.get("behavior") or {}).get("message") for j in judged} - {None}
+        what = next((w for s, w in (("blocked", "blocked"), ("not_run", "not run")) if s in statuses), "no judge ran")
         why = f" ({'; '.join(sorted(reasons))})" if reasons else ""
-        return f"Behavior labels: not measured — no judge ran{why}."
+        return f"Behavior labels: not measured — {what}{why}."
     models = sorted({str((j.get("judge") or {}).get("model")) for j in judged})
-    return (f"Behavior labels by {', '.join(models)}: shares over judged pairs (Judged pairs), "
+    sources = sorted({str(((j.get("behavior") or {}).get("source") or {}).get("label")) for j in judged
+                      if (j.get("behavior") or {}).get("source")})
+    prompt = f" with the {', '.join(sources)}" if sources else ""
+    return (f"Behavior labels by {', '.join(models)}{prompt}: shares over judged pairs (Judged pairs), "
             "mean ± SD over repeats.")

@@ -241,17 +241,73 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
-def run_judge(run_name: str, repeat: int, console: Console) -> bool:
-    """The judge step of --all-stages, with the judge the environment configures (JUDGE,
-    JUDGE_CONFIG / JUDGE_URL, OPENAI_API_KEY); without one every label stays `pending`."""
+def reference_checkout() -> Path | None:
+    """The user's Full-Duplex-Bench checkout, $FDB_WORK/Full-Duplex-Bench, when it exists."""
+    checkout = load_settings().work / "Full-Duplex-Bench"
+    return checkout if checkout.exists() else None
+
+
+def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: str | None, console: Console) -> bool:
+    """The original v1.0 evaluator on the LLM-free subsets of a transcribed repeat (spec: the judge
+    step runs it first), when there is a checkout. False when the checkout fails its check; a
+    subset that evaluate.py fails is a warning naming its log (a rerun of judge evaluates it again)."""
+    from scorers.v10_evaluator import run_evaluator
+
+    if checkout is None or not (rep.v10_reference / "asr.json").exists():
+        return True
+    done = _evaluated(rep, checkout, accept_revision)
+    if done is not None:
+        console.print(f"v1.0 evaluator: already evaluated with {escape(done.revision_label())} (evaluator.json)")
+        return True
+    venv = load_settings().scoring_venv
+    try:
+        summary = run_evaluator(rep.v10_reference, checkout, python=str(venv / "bin" / "python") if venv else None,
+                                accept_revision=accept_revision)
+    except FdbError as exc:
+        console.print(f"[red]WARNING[/]: the v1.0 evaluation did not run: {escape(exc.one_line())}", soft_wrap=True)
+        return False
+    console.print(f"v1.0 evaluator: {escape(summary.revision_label())}")
+    for name, subset in summary.subsets.items():
+        if subset.status == "ok":
+            _json_line(console, f"  {name}", subset.result)
+        elif subset.status == "failed":
+            console.print(f"[red]WARNING[/]: the v1.0 evaluation failed for {escape(name)}: see {escape(str(subset.log))}")
+    return True
+
+
+def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
+    """The repeat's evaluator.json when a rerun would repeat it: computed from the current
+    manifest.json and asr.json, from the same checkout and accepted revision, no subset failed."""
+    from fdb.io import sha256_file
+    from scorers.v10_reference import load_reference
+
+    tree = rep.v10_reference
+    if not (tree / "evaluator.json").exists():
+        return None
+    done = load_reference(tree, sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json")).evaluator
+    check = done.checkout_check if done is not None else None
+    accepted = check.accepted_revision if check is not None else None
+    same_acceptance = (accepted is None if accept_revision is None
+                       else bool(accepted and accepted.startswith(accept_revision)))
+    same = check is not None and check.checkout == str(Path(checkout).resolve()) and same_acceptance
+    if not same or any(s.status == "failed" for s in done.subsets.values()):
+        return None
+    return done
+
+
+def run_judge(run_name: str, repeat: int, console: Console, accept_revision: str | None = None) -> bool:
+    """The judge step of --all-stages: the original v1.0 evaluator (with a checkout), then the
+    judge the environment configures (JUDGE, JUDGE_CONFIG / JUDGE_URL, OPENAI_API_KEY); without
+    one every label stays `pending`. ``accept_revision``: the checkout revision the user accepted."""
     from judges import judge_repeat, resolve_judge
     from judges.console import RichProgress, print_summary
 
     run = _run(run_name)
     rep = run.repeat(repeat)
     settings = load_settings()
-    checkout = settings.work / "Full-Duplex-Bench"
-    choice = resolve_judge(work=settings.work, reference_source=checkout if checkout.exists() else None)
+    checkout = reference_checkout()
+    evaluated = run_v10_evaluator(rep, checkout, accept_revision, console)
+    choice = resolve_judge(work=settings.work, reference_source=checkout, accept_revision=accept_revision)
     if choice.settings is None:
         console.print(f"judge: {escape(str(choice.reason))}")
     with RichProgress(console) as progress:
@@ -259,7 +315,7 @@ def run_judge(run_name: str, repeat: int, console: Console) -> bool:
     print_summary(console, summary)
     if not summary.ok:
         console.print(f"rerun: python -m fdb judge --run-name {run_name} --repeat {repeat} --retry-failed")
-    return summary.ok
+    return summary.ok and evaluated
 
 
 def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:
@@ -275,11 +331,12 @@ def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:
     return run.results_md
 
 
-def continue_commands(run_name: str, repeat: int, step: str) -> list[str]:
+def continue_commands(run_name: str, repeat: int, step: str, accept_revision: str | None = None) -> list[str]:
     """The commands that continue an --all-stages run stopped at ``step`` (asr or judge)."""
     base = f"--run-name {run_name} --repeat {repeat}"
+    accept = f" --accept-revision {accept_revision}" if accept_revision else ""
     steps = {"asr": f"python -m fdb asr {base} --retry-failed",
-             "judge": f"python -m fdb judge {base} --retry-failed",
+             "judge": f"python -m fdb judge {base} --retry-failed{accept}",
              "aggregate": f"python -m fdb aggregate --run-name {run_name}"}
     names = list(steps)
     return [steps[name] for name in names[names.index(step):]]
@@ -296,14 +353,16 @@ def stopped_after_recording(outcome, all_stages: bool, console: Console) -> None
                       soft_wrap=True)
 
 
-def run_all_stages(run_name: str, repeat: int, console: Console) -> bool:
+def run_all_stages(run_name: str, repeat: int, console: Console, accept_revision: str | None = None) -> bool:
     """asr, judge and aggregate after generate; stops at the first step that failed and names
-    the commands that continue the run."""
-    for step, fn in (("asr", run_asr), ("judge", run_judge)):
+    the commands that continue the run. ``accept_revision`` goes to the judge step."""
+    steps = (("asr", run_asr), ("judge", lambda *a: run_judge(*a, accept_revision=accept_revision)))
+    for step, fn in steps:
         if not fn(run_name, repeat, console):
             console.print(f"[red]ERROR[/]: {step} stopped the --all-stages run of {run_name} repeat-{repeat}; "
                           "fix the cause above, then continue with: "
-                          + escape(" && ".join(continue_commands(run_name, repeat, step))), soft_wrap=True)
+                          + escape(" && ".join(continue_commands(run_name, repeat, step, accept_revision))),
+                          soft_wrap=True)
             return False
     run_aggregate(run_name, console, show=True)
     return True

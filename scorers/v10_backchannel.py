@@ -47,6 +47,7 @@ from fdb.audio import Audio, resample
 from fdb.errors import FdbError, SampleError
 from fdb.io import read_json, sha256_file
 from fdb.models.vad import VadSettings
+from fdb.official_source import ICC_GT, PINNED_FILES
 from scorers.segmenter import SpeechSegmenter
 
 WINDOW_S = 0.2
@@ -57,7 +58,7 @@ VAD_RATE = 16000
 BACKCHANNEL_VAD_SETTINGS = VadSettings(threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100,
                                        speech_pad_ms=30)
 ICC_GT_NAME = "icc_gt_distribution.json"
-ICC_GT_SHA256 = "92bcd0ff27246aaa9a0136737b476afd456cd393f003944c3394c140e590f2a8"  # at 3e799c4
+ICC_GT_SHA256 = PINNED_FILES[ICC_GT]  # the one pin table (fdb.official_source)
 ICC_GT_PLACES = (f"v1_v1.5/evaluation/{ICC_GT_NAME}", f"evaluation/{ICC_GT_NAME}", ICC_GT_NAME)
 NO_GT_NOTE = "no icc_gt_distribution.json given (--icc-gt or --reference-source): backchannel JSD not computed"
 

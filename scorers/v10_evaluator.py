@@ -1,11 +1,11 @@
 """Run the original Full-Duplex-Bench v1.0 evaluator from a user's checkout (never vendored).
 
-``--reference-source PATH`` points at a checkout of DanielLin94144/Full-Duplex-Bench at the
-pinned revision 3e799c45a045256f47d5f1c9cda90157e2d2ec9e (3e799c4). Before anything runs, the
-sha256 of every file the v1.0 evaluation uses is checked against ``PINNED_FILES``; a missing
-or changed file stops with the list of differences. The hashes are the ones an independent
-reimplementation pinned to 3e799c4 publishes (the ICC ground truth matches
-``../shared/fdb-reference``); fdb has not read these files itself (CC BY-NC 4.0).
+``--reference-source PATH`` points at a checkout of DanielLin94144/Full-Duplex-Bench. Before
+anything runs, the sha256 of every file the v1.0 evaluation uses is checked against the one pin
+table (``fdb.official_source.PINNED_FILES``, revision 3e799c4); a missing or changed file stops
+with each path and its expected and actual sha256, unless the user accepted the checkout's own
+revision (``accept_revision``, ``--accept-revision``), which evaluator.json then records with the
+accepted differences (``checkout_check``).
 
 Each subset whose task needs no LLM (pause handling, smooth turn-taking, backchannel) is run
 as ``<python> evaluate.py --task <task> --root_dir <staging>/<subset>`` with the working
@@ -16,7 +16,7 @@ User interruption needs the relevance judge (an LLM) and is left to the judge ph
 
 The output goes to ``logs/evaluate-<subset>.log``; the numbers of the printed ``[Result]``
 block (``Label: value`` or ``Label - Mean: m ± s``) are stored per subset in
-``evaluator.json`` (``fdb-v1.0-evaluator-1``) with the hashes of manifest.json and asr.json.
+``evaluator.json`` (``fdb-v1.0-evaluator-2``) with the hashes of manifest.json and asr.json.
 """
 
 from __future__ import annotations
@@ -33,25 +33,26 @@ from pydantic import BaseModel, Field
 
 from fdb.datasets.types import V10_ANNOTATION, V10_TASK
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_text, sha256_file
+from fdb.io import atomic_write_json, atomic_write_text
+from fdb.official_source import (
+    EVALUATION_DIR,
+    EVALUATOR_FILES,
+    PINNED_FILES,
+    PINNED_REVISION,
+    CheckoutCheck,
+    verify_checkout,
+)
 from fdb.provenance import current
 from scorers.v10_tree import check_fresh, id_key, load_tree, subset_key
 
-EVALUATOR_SCHEMA = "fdb-v1.0-evaluator-1"
+EVALUATOR_SCHEMA = "fdb-v1.0-evaluator-2"  # -2: checkout_check (accepted revision, differences)
 EVALUATOR_LABEL = "original Full-Duplex-Bench evaluator, run unchanged from the user's checkout"
-PINNED_REVISION = "3e799c45a045256f47d5f1c9cda90157e2d2ec9e"
-EVALUATION_DIR = "v1_v1.5/evaluation"
-PINNED_FILES = {
-    "v1_v1.5/evaluation/evaluate.py": "ae362d718f80428a6fe73d8a87e9e3b8935e86008267f0b2e34d1cc7573f1d4e",
-    "v1_v1.5/evaluation/eval_pause_handling.py": "1e86519b4f4543f2f667ce60b9bea2f6148a3bc4255bb20c1ea111b45e0adbb5",
-    "v1_v1.5/evaluation/eval_smooth_turn_taking.py": "cb7d6b987cd415e1b71b6eea06e67ea8fdc77a1167107e5c0552105bac05b2df",
-    "v1_v1.5/evaluation/eval_user_interruption.py": "e701c14579c1477577b262265cfff75b28ac2e057beee5ba82572afa2a35963a",
-    "v1_v1.5/evaluation/eval_backchannel.py": "36371e3efb4a25e6b5afe317d70c81ad8f8815b95ef025baa06b11c378ecd0d9",
-    "v1_v1.5/evaluation/icc_gt_distribution.json": "92bcd0ff27246aaa9a0136737b476afd456cd393f003944c3394c140e590f2a8",
-}
 EVALUATOR_TASK = {"pause_handling": "pause_handling", "turn_taking": "smooth_turn_taking",
                   "backchannel": "backchannel", "user_interruption": "user_interruption"}
 NEEDS_JUDGE = frozenset({"user_interruption"})
+# official.json's field -> the [Result] labels evaluate.py prints for it (the first one present counts)
+EVALUATOR_METRICS = {"takeover_rate": ("Average take turn", "TOR mean"), "latency_s": ("Average latency",),
+                     "backchannel_frequency": ("Frequency mean",), "backchannel_jsd": ("JSD mean",)}
 _RESULT_LINE = re.compile(r"^\s*(?P<label>[^:]+?)\s*:\s*(?P<value>.+?)\s*$")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -79,6 +80,7 @@ class EvaluatorSummary(BaseModel):
     manifest_sha256: str
     asr_sha256: str
     subsets: dict[str, EvaluatorSubset]
+    checkout_check: CheckoutCheck | None = None  # None in -1 files (written before revisions could be accepted)
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
@@ -86,36 +88,16 @@ class EvaluatorSummary(BaseModel):
     def dump(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
 
-
-def verify_checkout(checkout: str | Path, pins: dict[str, str] = PINNED_FILES) -> dict[str, str]:
-    """{relative path: sha256} of the checked files; raises FdbError listing every difference."""
-    root = Path(checkout)
-    if not root.is_dir():
-        raise FdbError(f"--reference-source {root} is not a directory",
-                       "point it at a Full-Duplex-Bench checkout (git clone, then checkout 3e799c4)")
-    problems, hashes = [], {}
-    for rel, want in sorted(pins.items()):
-        path = root / rel
-        if not path.is_file():
-            problems.append(f"{rel} is missing")
-            continue
-        hashes[rel] = sha256_file(path)
-        if hashes[rel] != want:
-            problems.append(f"{rel} has sha256 {hashes[rel][:12]}…, pinned {want[:12]}…")
-    if problems:
-        raise FdbError(f"{root} is not the pinned Full-Duplex-Bench {PINNED_REVISION[:7]}: " + "; ".join(problems),
-                       f"run: git -C {root} checkout {PINNED_REVISION} (and undo local changes)")
-    return hashes
+    def revision_label(self) -> str:
+        """The revision the evaluator ran at, as RESULTS.md and `score v10` show it."""
+        if self.checkout_check is not None:
+            return self.checkout_check.label()
+        return f"Full-Duplex-Bench {self.pinned_revision[:7]} (pinned)"
 
 
-def checkout_revision(checkout: Path) -> str | None:
-    """The checkout's git HEAD, recorded for information (the file hashes are the check)."""
-    try:
-        out = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+def evaluator_metric(result: dict[str, float | None], key: str) -> float | None:
+    """The evaluator's number for official.json's field ``key`` (None when it printed none)."""
+    return next((result[label] for label in EVALUATOR_METRICS[key] if label in result), None)
 
 
 def _number(text: str) -> float | None:
@@ -195,11 +177,15 @@ def _run_subset(inputs, checkout: Path, python: str, subset: str, samples: list,
 
 
 def run_evaluator(tree: Path, checkout: str | Path, python: str | None = None, timeout_s: float = 3600.0,
-                  pins: dict[str, str] = PINNED_FILES) -> EvaluatorSummary:
-    """Verify the checkout, run the LLM-free v1.0 evaluations on the eligible samples, write
+                  pins: dict[str, str] = PINNED_FILES, accept_revision: str | None = None) -> EvaluatorSummary:
+    """Verify the checkout (``accept_revision``: the revision the user accepted instead of the
+    pinned one), run the LLM-free v1.0 evaluations on the eligible samples, write
     ``evaluator.json``. ``python`` is the interpreter with the evaluator's packages (default: this one)."""
     tree, checkout = Path(tree), Path(checkout).resolve()
-    files = verify_checkout(checkout, pins)
+    if not (checkout / EVALUATION_DIR).is_dir():  # evaluate.py runs in it (it reads ./icc_gt_distribution.json)
+        raise FdbError(f"{checkout} is not the root of a Full-Duplex-Bench checkout (no {EVALUATION_DIR}/)",
+                       "pass the checkout's root directory, not its evaluation folder")
+    check = verify_checkout(checkout, EVALUATOR_FILES, accept_revision=accept_revision, pins=pins)
     inputs = load_tree(tree)
     groups: dict[str, list] = {}
     for sample in inputs.manifest.samples:
@@ -210,8 +196,8 @@ def run_evaluator(tree: Path, checkout: str | Path, python: str | None = None, t
         for subset in sorted(groups, key=subset_key):
             samples = sorted(groups[subset], key=lambda s: id_key(s.id))
             subsets[subset] = _run_subset(inputs, checkout, python, subset, samples, Path(tmp), timeout_s)
-    summary = EvaluatorSummary(checkout=str(checkout), checkout_revision=checkout_revision(checkout), files=files,
-                               python=python, manifest_sha256=inputs.manifest_sha256,
+    summary = EvaluatorSummary(checkout=str(checkout), checkout_revision=check.checkout_revision, files=check.files,
+                               checkout_check=check, python=python, manifest_sha256=inputs.manifest_sha256,
                                asr_sha256=inputs.receipt_sha256, subsets=subsets,
                                provenance=current().model_dump(mode="json"))
     atomic_write_json(tree / "evaluator.json", summary.dump())

@@ -35,6 +35,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def git_commit_all(root: Path) -> str:
+    """Make ``root`` a git work tree with everything in one commit; its full commit hash (a
+    stand-in Full-Duplex-Bench checkout whose revision a test accepts)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "-c", "user.name=fdb-test", "-c", "user.email=t@example.invalid",
+                               *args], capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "stand-in checkout")
+    return git("rev-parse", "HEAD")
+
+
 def missing_shared(path: Path, what: str) -> str | None:
     """The skip reason for a test that reads ``path`` (under ../shared/fdb-reference) when it is
     missing, else None. The reference data is Full-Duplex-Bench's (CC BY-NC 4.0): fdb never ships

@@ -37,6 +37,11 @@ def generate(
     v15_dataset_revision: str | None = typer.Option(None, help="--dataset-revision for v1.5 only (wins over --dataset-revision)."),
     v10_dataset_revision: str | None = typer.Option(None, help="--dataset-revision for v1.0 only (wins over --dataset-revision)."),
     all_stages: bool = typer.Option(False, help="Continue with asr, judge and aggregate after recording."),
+    accept_revision: str | None = typer.Option(None, help="With --all-stages: accept the Full-Duplex-Bench checkout "
+                                               "($FDB_WORK/Full-Duplex-Bench) at this git revision although its files "
+                                               "differ from the pinned 3e799c4 (a clean git checkout of exactly that "
+                                               "revision); the evaluator and judge outputs record it with each "
+                                               "differing file."),
     log_level: str = typer.Option("warning", help="debug, info, warning or error; debug prints the server and recorder logs prefixed by their name."),
     export_only: bool = typer.Option(False, help="Record nothing: cut the windows again from this repeat's finished recording (after generate was killed or failed during export). Selection and shards come from the run manifest."),
 ) -> None:
@@ -65,7 +70,7 @@ def generate(
     if export_only:
         from runs.generate import export_recorded
 
-        _after_recording(export_recorded(run_name, repeat, console), all_stages, console)
+        _after_recording(export_recorded(run_name, repeat, console), all_stages, console, accept_revision)
         return
     opts = GenerateOptions(
         run_name=run_name, repeat=repeat,
@@ -84,10 +89,10 @@ def generate(
         v15_dataset_revision=revision_option(v15_dataset_revision, "--v15-dataset-revision"),
         v10_dataset_revision=revision_option(v10_dataset_revision, "--v10-dataset-revision"),
     )
-    _after_recording(run_generate(opts, console), all_stages, console)
+    _after_recording(run_generate(opts, console), all_stages, console, accept_revision)
 
 
-def _after_recording(outcome, all_stages: bool, console) -> None:
+def _after_recording(outcome, all_stages: bool, console, accept_revision: str | None = None) -> None:
     """Exit 1 when a selected session failed (the export is written all the same, failures
     counted); --all-stages then stops before asr. Otherwise continue with --all-stages."""
     from runs.phases import run_all_stages, stopped_after_recording
@@ -95,7 +100,7 @@ def _after_recording(outcome, all_stages: bool, console) -> None:
     if not outcome.ok:
         stopped_after_recording(outcome, all_stages, console)
         raise SystemExit(1)
-    if all_stages and not run_all_stages(outcome.run_name, outcome.repeat, console):
+    if all_stages and not run_all_stages(outcome.run_name, outcome.repeat, console, accept_revision):
         raise SystemExit(1)
 
 

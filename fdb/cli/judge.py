@@ -21,28 +21,31 @@ def judge(
                                       "judge-config.json. Its key is read from CUSTOM_JUDGE_API_KEY."),
     reference_source: Path = typer.Option(None, help="Full-Duplex-Bench checkout (default $FDB_WORK/"
                                           "Full-Duplex-Bench when present): the behavior prompt and the official "
-                                          "interruption prompt are read from it and hash-checked."),
-    reference_scorer_sha256: str = typer.Option(None, help="sha256 of the checkout's eval_user_interruption.py, "
-                                                "when fdb has no pin for it."),
+                                          "interruption prompt are read from it and hash-checked, and its v1.0 "
+                                          "evaluator is run (python of SCORING_VENV when set)."),
+    accept_revision: str = typer.Option(None, help="Accept a --reference-source checkout whose files differ "
+                                        "from the pinned 3e799c4: the git revision it is at (a clean git checkout "
+                                        "of exactly that revision). The outputs record it with each differing file."),
     retry_failed: bool = typer.Option(False, help="Send again the samples whose requests failed (transport or "
                                       "parse); wrong models and invalid labels stay as they are."),
     concurrency: int = typer.Option(16, min=1, max=1024, help="Requests in flight at most."),
     timeout: float = typer.Option(120.0, min=0.1, help="Seconds per request before it counts as failed."),
     log_level: str = typer.Option("warning", help="debug, info, warning or error."),
 ) -> None:
-    """Label the v1.5 pairs (official behavior prompt; seeds 1-3, at most three attempts; shares
+    """With a Full-Duplex-Bench checkout, first run its original v1.0 evaluator on the LLM-free
+    subsets (evaluator.json, logs/evaluate-<subset>.log). Then label the v1.5 pairs (official behavior prompt; seeds 1-3, at most three attempts; shares
     with Wilson 95% intervals), grade them with fdb's semantic judge behind its six-control gate
     (self-hosted judge only), and rate the v1.0 interruption replies (official prompt with
     --reference-source, else fdb's own rubric; at most three identical requests). Every
     exchange is appended to a ledger; a rerun skips finished samples. Without a judge, labels
     and ratings stay pending and the counts are still written to repeat-N/judge.json.
     """
-    _judge(run_name, repeat, base_url, judge_model, judge_config, reference_source, reference_scorer_sha256,
+    _judge(run_name, repeat, base_url, judge_model, judge_config, reference_source, accept_revision,
            retry_failed, concurrency, timeout, log_level)
 
 
 def _judge(run_name: str, repeat: int, base_url: str | None, judge_model: str | None, judge_config: Path | None,
-           reference_source: Path | None, reference_scorer_sha256: str | None, retry_failed: bool,
+           reference_source: Path | None, accept_revision: str | None, retry_failed: bool,
            concurrency: int, timeout: float, log_level: str) -> None:
     from rich.console import Console
 
@@ -52,6 +55,7 @@ def _judge(run_name: str, repeat: int, base_url: str | None, judge_model: str | 
     from fdb.settings import load_settings
     from judges import judge_repeat, resolve_judge
     from judges.console import RichProgress, print_summary
+    from runs.phases import run_v10_evaluator
 
     configure_logging(log_level)
     console = Console(stderr=True)
@@ -61,8 +65,9 @@ def _judge(run_name: str, repeat: int, base_url: str | None, judge_model: str | 
     if not rep.root.is_dir():
         raise FdbError(f"no {rep.root}", "check --run-name, --repeat and FDB_WORK, or record it first with `python -m fdb generate`")
     source = reference_source or (settings.work / "Full-Duplex-Bench")
+    evaluated = run_v10_evaluator(rep, source if source.exists() else None, accept_revision, console)
     choice = resolve_judge(judge_config=judge_config, base_url=base_url, judge_model=judge_model, work=settings.work,
-                           concurrency=concurrency, timeout_s=timeout, reference_scorer_sha256=reference_scorer_sha256,
+                           concurrency=concurrency, timeout_s=timeout, accept_revision=accept_revision,
                            reference_source=source if source.exists() else reference_source)
     if choice.settings is None:
         console.print(f"[yellow]{choice.reason}[/]")
@@ -70,7 +75,7 @@ def _judge(run_name: str, repeat: int, base_url: str | None, judge_model: str | 
         summary = judge_repeat(rep.root, choice.settings, retry_failed=retry_failed, progress=progress,
                                pending_reason=choice.reason)
     print_summary(console, summary)
-    if not summary.ok:
+    if not (summary.ok and evaluated):
         console.print(f"rerun: python -m fdb judge --run-name {run_name} --repeat {repeat} --retry-failed "
                       "(after fixing the cause)")
         raise SystemExit(1)  # not typer.Exit: fdb.cli.main runs click with standalone_mode=False

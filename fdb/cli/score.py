@@ -74,19 +74,14 @@ def metric_rows(metrics) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-EVALUATOR_LABELS = {
-    "takeover rate": ("Average take turn", "TOR mean"),
-    "latency (s)": ("Average latency",),
-    "backchannel frequency (1/s)": ("Frequency mean",),
-    "backchannel JSD": ("JSD mean",),
-}
+METRIC_FIELDS = {"takeover rate": "takeover_rate", "latency (s)": "latency_s",
+                 "backchannel frequency (1/s)": "backchannel_frequency", "backchannel JSD": "backchannel_jsd"}
 
 
 def _evaluator_value(result: dict, metric: str) -> str:
-    for label in EVALUATOR_LABELS[metric]:
-        if label in result:
-            return _num(result[label])
-    return NA
+    from scorers.v10_evaluator import evaluator_metric
+
+    return _num(evaluator_metric(result, METRIC_FIELDS[metric]))
 
 
 def reference_rows(official, evaluated) -> list[tuple[str, ...]]:
@@ -141,12 +136,13 @@ def print_v10(console, unified, columns, notes: tuple[str, ...] = ()) -> None:
         elif subset in not_scored:
             console.print(f"[bold]{subset}[/]: {not_scored[subset]}")
         if subset in official:
-            _print_reference(console, subset, official[subset], evaluator.get(subset))
+            _print_reference(console, subset, official[subset], evaluator.get(subset),
+                             columns.evaluator.revision_label() if columns.evaluator else "")
     for note in (*notes, *columns.notes):
         console.print(f"[yellow]{note}[/]")
 
 
-def _print_reference(console, subset: str, official, evaluated) -> None:
+def _print_reference(console, subset: str, official, evaluated, revision: str) -> None:
     from rich.table import Table
 
     o = official
@@ -156,7 +152,7 @@ def _print_reference(console, subset: str, official, evaluated) -> None:
     table.add_column("official metric")
     table.add_column("official rules (clean-room)")
     if evaluated is not None:
-        table.add_column("original evaluator (3e799c4)")
+        table.add_column(f"original evaluator ({revision})")
     for row in reference_rows(official, evaluated):
         table.add_row(*row)
     console.print(table)
@@ -234,6 +230,10 @@ def v10(
     reference_source: Path | None = typer.Option(None, help="A Full-Duplex-Bench checkout at 3e799c4: its file "
                                                  "hashes are verified, its ICC ground truth is used, and its "
                                                  "evaluator is run on the LLM-free subsets (evaluator.json)."),
+    accept_revision: str | None = typer.Option(None, help="Accept a --reference-source checkout whose files differ "
+                                               "from the pinned 3e799c4: the git revision it is at (it must be a "
+                                               "clean git checkout of exactly that revision). evaluator.json "
+                                               "records it with each differing file."),
     icc_gt: Path | None = typer.Option(None, help="icc_gt_distribution.json (or a checkout holding it) for the "
                                        "backchannel JSD; without it (or --reference-source) the JSD is n/a."),
     backchannel_rule: str = typer.Option("since-2026-02-22", help="since-2026-02-22 (current official code) or "
@@ -259,8 +259,9 @@ def v10(
     from rich.console import Console
 
     from fdb.errors import FdbError, SampleError
+    from fdb.official_source import EVALUATOR_FILES, verify_checkout
     from scorers.v10_backchannel import BackchannelOptions, load_icc_gt
-    from scorers.v10_evaluator import run_evaluator, verify_checkout
+    from scorers.v10_evaluator import run_evaluator
     from scorers.v10_official import score_official
     from scorers.v10_reference import load_reference
     from scorers.v10_tree import load_tree
@@ -272,7 +273,9 @@ def v10(
         raise FdbError(f"--backchannel-audio {backchannel_audio!r} is unknown", "use assume-16k or resample")
     options = BackchannelOptions(rule=backchannel_rule, audio_rate=backchannel_audio)
     if reference_source is not None:
-        verify_checkout(reference_source)
+        verify_checkout(reference_source, EVALUATOR_FILES, accept_revision=accept_revision)
+    elif accept_revision is not None:
+        raise FdbError("--accept-revision needs --reference-source", "pass the checkout whose revision you accept")
     gt = load_icc_gt(icc_gt or reference_source) if (icc_gt or reference_source) else None
     declared, declared_note = declared_for(tree, dataset_root)
     unified, rejected = None, None
@@ -283,7 +286,7 @@ def v10(
     if official:
         score_official(tree, icc_gt=gt, options=options)
     if reference_source is not None:
-        run_evaluator(tree, reference_source, python=reference_python)
+        run_evaluator(tree, reference_source, python=reference_python, accept_revision=accept_revision)
     console = Console(width=None if Console().is_terminal else 150)
     inputs = load_tree(tree)
     print_v10(console, unified, load_reference(tree, inputs.manifest_sha256, inputs.receipt_sha256),

@@ -11,11 +11,12 @@ import pytest
 from benchmarks.support.trees import REFERENCE, transcript
 from fdb.errors import FdbError
 from fdb.io import sha256_file
+from fdb.official_source import BEHAVIOR_PROMPT, PINNED_FILES, RELEVANCE_SCORER
 from judges.behavior import behavior_message, parse_behavior
-from judges.official import BEHAVIOR_SHA256, behavior_prompt, evaluation_dir, relevance_source
+from judges.official import behavior_prompt, evaluation_dir, relevance_source
 from judges.relevance import parse_rating, takeover
 from scorers.v10_official import chunk_times, official_takeover
-from tests.conftest import needs_behavior_prompt
+from tests.conftest import git_commit_all, needs_behavior_prompt
 
 # A stand-in for the official scorer: the same structure, with test-only wording.
 SCORER = textwrap.dedent('''\
@@ -45,17 +46,20 @@ SCORER = textwrap.dedent('''\
 
 
 def fake_checkout(tmp_path, scorer: str = SCORER):
+    """A stand-in checkout (a git work tree): the shared behavior prompt, which matches its pin,
+    and a stand-in scorer, which does not; returns (the checkout, its HEAD to accept)."""
     evaluation = tmp_path / "checkout" / "v1_v1.5" / "evaluation"
     (evaluation / "instruction").mkdir(parents=True)
     (evaluation / "instruction" / "behavior.txt").symlink_to(REFERENCE / "instruction" / "behavior.txt")
     (evaluation / "eval_user_interruption.py").write_text(scorer)
-    return tmp_path / "checkout", sha256_file(evaluation / "eval_user_interruption.py")
+    return tmp_path / "checkout", git_commit_all(tmp_path / "checkout")
 
 
 @needs_behavior_prompt
 def test_behavior_prompt_is_read_and_verified(tmp_path):
     prompt = behavior_prompt(REFERENCE)
-    assert prompt.sha256 == BEHAVIOR_SHA256 and "behaviour" in prompt.text
+    assert prompt.sha256 == PINNED_FILES[BEHAVIOR_PROMPT] and "behaviour" in prompt.text
+    assert prompt.check.differences == [] and prompt.check.accepted_revision is None
     (tmp_path / "instruction").mkdir()
     (tmp_path / "instruction" / "behavior.txt").write_text(prompt.text + " ")
     with pytest.raises(FdbError, match="not the pinned"):
@@ -66,23 +70,29 @@ def test_behavior_prompt_is_read_and_verified(tmp_path):
 
 @needs_behavior_prompt
 def test_relevance_source_extracts_prompt_and_template(tmp_path):
-    checkout, sha = fake_checkout(tmp_path)
-    src = relevance_source(checkout, sha)
+    checkout, head = fake_checkout(tmp_path)
+    src = relevance_source(checkout, head)
     assert src.model == "gpt-4-turbo" and src.seed == 0 and src.system_prompt == "\n   TEST PROMPT: rate 0-5.\n   "
     pad = " " * 16
     assert src.user_message("ctx", "intr", "resp") == (
         f"\n{pad}- Contextual user turn: ctx\n{pad}- User interrupting turn: intr\n{pad}- AI's response: resp\n{pad}")
-    with pytest.raises(FdbError, match="no pinned sha256"):
+    actual = sha256_file(checkout / RELEVANCE_SCORER)
+    assert [d.model_dump() for d in src.check.differences] == [
+        {"path": RELEVANCE_SCORER, "expected_sha256": PINNED_FILES[RELEVANCE_SCORER], "actual_sha256": actual}]
+    assert src.check.accepted_revision == head and src.check.revision == head
+    with pytest.raises(FdbError) as err:  # not accepted: each differing file with both full hashes
         relevance_source(checkout)
-    with pytest.raises(FdbError, match="not the pinned"):
-        relevance_source(checkout, "0" * 64)
-    assert relevance_source(REFERENCE, sha) is None  # the reference copy holds no scorer
+    assert (f"{RELEVANCE_SCORER} has sha256 {actual}, expected {PINNED_FILES[RELEVANCE_SCORER]}" in err.value.message
+            and f"--accept-revision {head}" in err.value.hint)
+    with pytest.raises(FdbError, match="is at .*, not at"):
+        relevance_source(checkout, "0" * 40)
+    assert relevance_source(REFERENCE, head) is None  # the reference copy holds no scorer
 
 
 def test_relevance_source_refuses_another_parse_rule(tmp_path):
-    checkout, sha = fake_checkout(tmp_path, SCORER.replace("(\\d+)", "(\\d)"))
+    checkout, head = fake_checkout(tmp_path, SCORER.replace("(\\d+)", "(\\d)"))
     with pytest.raises(FdbError, match="parse pattern is not the official one"):
-        relevance_source(checkout, sha)
+        relevance_source(checkout, head)
 
 
 def test_behavior_message_is_the_official_layout():

@@ -5,7 +5,8 @@ official prompt from a checkout or fdb's own rubric, labeled."""
 from __future__ import annotations
 
 from benchmarks.support.trees import Interrupt, Pair, Repeat, judge_config
-from fdb.io import read_json
+from fdb.io import read_json, sha256_file
+from fdb.official_source import RELEVANCE_SCORER
 from judges import JudgeSettings, judge_repeat
 from judges.relevance_rubric import FDB_RELEVANCE_PROMPT
 from judges.store import read_jsonl
@@ -53,13 +54,16 @@ def test_all_rated_gives_the_mean(tmp_path, fake):
 
 @needs_behavior_prompt
 def test_official_prompt_and_message_from_a_checkout(tmp_path, fake):
-    checkout, sha = fake_checkout(tmp_path)
+    checkout, head = fake_checkout(tmp_path)
     repeat = Repeat(tmp_path / "repeat-1", pairs=[Pair("user_interruption", "1")], interrupts=SAMPLES[:1]).write()
     settings = JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url, reference_source=checkout,
-                                    reference_scorer_sha256=sha)
+                                    accept_revision=head)
     summary = judge_repeat(repeat, settings)
     assert summary.behavior.all.judged == 1 and summary.relevance.status == "complete"
-    assert summary.relevance.rubric["source"] == "official" and summary.relevance.rubric["sha256"] == sha
+    rubric = summary.relevance.rubric
+    assert rubric["source"] == "official" and rubric["sha256"] == sha256_file(checkout / RELEVANCE_SCORER)
+    assert rubric["checkout"]["accepted_revision"] == head and f"Full-Duplex-Bench {head[:7]} (accepted" in rubric["label"]
+    assert summary.behavior.source["checkout"]["differences"] == []  # behavior.txt matches its pin
     request = _ledger(repeat, settings)[0]["request"]
     assert request["messages"][0]["content"] == "\n   TEST PROMPT: rate 0-5.\n   "
     assert request["messages"][1]["content"].splitlines()[1].strip() == \
@@ -79,8 +83,8 @@ def test_gpt_judge_asks_gpt_4_turbo_exactly_like_the_official_call(tmp_path, fak
 def test_a_wrong_scorer_hash_blocks_relevance(tmp_path, fake):
     checkout, _ = fake_checkout(tmp_path)
     repeat = Repeat(tmp_path / "repeat-1", interrupts=SAMPLES[:1]).write()
-    settings = JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url, reference_source=checkout,
-                                    reference_scorer_sha256="0" * 64)
+    settings = JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url, reference_source=checkout)
     summary = judge_repeat(repeat, settings)
     assert summary.relevance.status == "blocked" and "not the pinned" in summary.relevance.message
+    assert f"{RELEVANCE_SCORER} has sha256" in summary.relevance.message
     assert fake.requests == [] and not summary.ok

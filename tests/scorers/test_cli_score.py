@@ -63,7 +63,12 @@ def test_score_v10_refusals_and_help(tmp_path, capsys):
         (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
         (checkout / rel).write_text("not the real file\n")
     code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--reference-source", str(checkout)], capsys)
-    assert code == 2 and "not the pinned Full-Duplex-Bench 3e799c4" in err
+    assert code == 2 and "not the pinned Full-Duplex-Bench 3e799c4" in err and "--accept-revision" in err
+    code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--reference-source", str(checkout),
+                        "--accept-revision", "3e799c4"], capsys)
+    assert code == 2 and "is not a git work tree" in err  # accepting needs a revision git can vouch for
+    code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--accept-revision", "3e799c4"], capsys)
+    assert code == 2 and "--accept-revision needs --reference-source" in err
     code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--backchannel-rule", "2024"], capsys)
     assert code == 2 and "--backchannel-rule '2024' is unknown" in err
     code, _, err = cli(["score", "v10", "--tree", str(tmp_path)], capsys)

@@ -11,6 +11,7 @@ import pytest
 from benchmarks.support.treebuild import V10Tree, interrupt_json, pause_json, turn_json
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, read_json, sha256_file
+from fdb.official_source import EVALUATOR_FILES
 from scorers.v10_evaluator import (
     EVALUATION_DIR,
     PINNED_FILES,
@@ -20,6 +21,7 @@ from scorers.v10_evaluator import (
     verify_checkout,
 )
 from scorers.v10_reference import load_reference
+from tests.conftest import git_commit_all
 
 FAKE_EVALUATE = textwrap.dedent('''
     import argparse, os
@@ -64,8 +66,10 @@ def test_refuses_a_checkout_that_is_not_the_pinned_revision(tmp_path):
         verify_checkout(checkout)
     message = err.value.one_line()
     assert f"not the pinned Full-Duplex-Bench {PINNED_REVISION[:7]}" in message
-    assert "v1_v1.5/evaluation/eval_backchannel.py has sha256" in message and "pinned 36371e3efb4a" in message
-    assert f"git -C {checkout} checkout {PINNED_REVISION}" in message
+    backchannel = "v1_v1.5/evaluation/eval_backchannel.py"
+    actual = sha256_file(checkout / backchannel)
+    assert f"{backchannel} has sha256 {actual}, expected {PINNED_FILES[backchannel]}" in message  # full hashes
+    assert f"git -C {checkout} checkout {PINNED_REVISION}" in message and "--accept-revision REV" in message
     (checkout / "v1_v1.5/evaluation/evaluate.py").unlink()
     with pytest.raises(FdbError, match="v1_v1.5/evaluation/evaluate.py is missing"):
         verify_checkout(checkout)
@@ -117,8 +121,9 @@ def test_runs_the_evaluator_on_a_staged_copy(tmp_path):
         + [(root / "logs" / f"evaluate-{s}.log").relative_to(root)
            for s in ("synthetic_pause_handling", "candor_turn_taking", "icc_backchannel")])
     doc = read_json(root / "evaluator.json")
-    assert doc["schema"] == "fdb-v1.0-evaluator-1" and doc["pinned_revision"] == PINNED_REVISION
-    assert doc["files"] == pins and (checkout / EVALUATION_DIR).is_dir()
+    assert doc["schema"] == "fdb-v1.0-evaluator-2" and doc["pinned_revision"] == PINNED_REVISION
+    assert doc["files"] == {rel: pins[rel] for rel in EVALUATOR_FILES} and (checkout / EVALUATION_DIR).is_dir()
+    assert doc["checkout_check"]["differences"] == [] and summary.revision_label().endswith("3e799c4 (pinned)")
     columns = load_reference(root, doc["manifest_sha256"], doc["asr_sha256"])
     assert columns.evaluator is not None and columns.notes == []
     stale = load_reference(root, doc["manifest_sha256"], "0" * 64)
@@ -126,3 +131,24 @@ def test_runs_the_evaluator_on_a_staged_copy(tmp_path):
         "evaluator.json left out: asr.json changed since it was written (rerun it on this tree)"]
     atomic_write_json(root / "official.json", {"schema": "x"})
     assert "official.json left out: it does not parse" in load_reference(root, "a", "b").notes[0]
+
+
+def test_an_accepted_revision_runs_and_is_recorded(tmp_path):
+    """A checkout whose files differ from the pin runs only when the user accepts its git
+    revision; evaluator.json then records the revision and every differing file."""
+    root = tree_for_evaluator(tmp_path / "tree")
+    checkout = fake_checkout(tmp_path / "fdb")
+    head = git_commit_all(checkout)
+    with pytest.raises(FdbError, match="is at .*, not at"):
+        run_evaluator(root, checkout, accept_revision="1" * 40)
+    summary = run_evaluator(root, checkout, accept_revision=head[:10])
+    check = read_json(root / "evaluator.json")["checkout_check"]
+    assert check["accepted_revision"] == head == check["checkout_revision"]
+    assert [d["path"] for d in check["differences"]] == sorted(EVALUATOR_FILES)
+    assert check["differences"][0]["actual_sha256"] == sha256_file(checkout / sorted(EVALUATOR_FILES)[0])
+    assert summary.revision_label().startswith(f"Full-Duplex-Bench {head[:7]} (accepted with --accept-revision")
+    (checkout / "v1_v1.5/evaluation/eval_backchannel.py").write_text("# edited after the commit\n")
+    with pytest.raises(FdbError, match="local changes in pinned files"):
+        run_evaluator(root, checkout, accept_revision=head)
+    with pytest.raises(FdbError, match="not the root of a Full-Duplex-Bench checkout"):
+        run_evaluator(root, checkout / EVALUATION_DIR, accept_revision=head)
