@@ -5,6 +5,7 @@ for real with stand-ins for SGLang (tests/serving/sglang_stand_in.py)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -151,3 +152,11 @@ def test_the_server_port_must_not_be_a_service_port():
 def test_profile_and_config_together_are_refused(tmp_path):
     with pytest.raises(FdbError, match="--profile and --config both"):
         resolve_system(config=tmp_path / "x.yaml", profile="sglang-qwen3-1gpu")
+
+
+def test_docs_name_every_var_and_only_vars_that_exist():
+    doc = (REPO / "docs" / "sglang.md").read_text(encoding="utf-8")
+    defined = {name for path in PROFILE_DIR.glob("*.yaml") for name in yaml.safe_load(path.read_text())["vars"]}
+    assert defined <= set(re.findall(r"`([a-z_]+)`", doc)), "a profile var is missing from docs/sglang.md"
+    assert set(re.findall(r"--vars\.([a-z_]+)", doc)) <= defined
+    assert set(re.findall(r"--profile (sglang-[a-z0-9-]+)", doc)) <= set(PROFILES)
