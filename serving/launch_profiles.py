@@ -27,7 +27,7 @@ from fdb.errors import FdbError
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 VAR = re.compile(r"\$\{([^}]*)\}")
 VAR_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # urlsplit's hostname of [::1] is ::1
 INHERITED = "GPU #{} of the server's own CUDA_VISIBLE_DEVICES"
 
 
@@ -174,7 +174,7 @@ def check_profile(config: Any, source: str) -> None:
     ports = {entry.port: entry.name for entry in config.services}
     for role, node in config.backends.nodes().items():
         url = urlsplit(node.base_url)
-        if url.hostname is None or f"[{url.hostname}]" not in LOOPBACK and url.hostname not in LOOPBACK:
+        if url.hostname not in LOOPBACK:  # a service you run elsewhere
             continue
         port = url.port or (443 if url.scheme == "https" else 80)
         if port not in ports:

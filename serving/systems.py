@@ -18,6 +18,10 @@ the server (see ``serving.services``)::
     backends:
       tts: {kind: openai_speech, base_url: http://127.0.0.1:8105/v1, model: fdb/embedded-cascade}
 
+A ``vars:`` mapping names values that ``${name}`` in the file's strings takes (``--vars.NAME``
+sets one); the shipped launch profiles (``fdb serve --profile NAME``, ``serving/profiles/``) use
+it for their models, ports, GPUs and memory shares (``serving.launch_profiles``).
+
 Settings that a session cannot change (limits, timeouts, ``max_output_lead_ms``) need a restart;
 instructions, sampling and turn detection are only defaults that each session may override.
 """

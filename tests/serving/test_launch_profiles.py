@@ -59,6 +59,10 @@ def test_a_var_moves_a_port_everywhere_and_a_bare_override_is_caught():
         resolve_system(profile="sglang-qwen3-1gpu", overrides=[("services.llm.port", 9100)])
     with pytest.raises(FdbError, match=r"backends.llm.base_url http://127.0.0.1:9000/v1: no service of the profile"):
         resolve_system(profile="sglang-qwen3-1gpu", overrides=[("backends.llm.base_url", "http://127.0.0.1:9000/v1")])
+    with pytest.raises(FdbError, match=r"no service of the profile serves :9000"):
+        resolve_system(profile="sglang-qwen3-1gpu", overrides=[("backends.asr.base_url", "http://[::1]:9000/v1")])
+    elsewhere = resolve_system(profile="sglang-qwen3-1gpu", overrides=[("backends.llm.base_url", "http://gpu-host:8000/v1")])
+    assert elsewhere.backends.llm.base_url == "http://gpu-host:8000/v1"  # a service you run elsewhere
     with pytest.raises(FdbError, match=r"no such shipped profile .*sglang-qwen3-1gpu"):
         resolve_system(profile="nope")
 
