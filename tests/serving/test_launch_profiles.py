@@ -44,9 +44,10 @@ def test_the_profiles_are_one_and_two_gpus():
     assert {"sglang-qwen3-1gpu", "sglang-qwen3-2gpu"} <= set(PROFILES)
 
 
-def test_the_profiles_are_package_data():
+def test_the_profiles_and_the_graph_are_package_data():
+    """A wheel without them could not serve (serving/graph/embedded-cascade.yaml was left out before)."""
     globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["serving"]
-    for path in PROFILE_DIR.glob("*.yaml"):
+    for path in (REPO / "serving").rglob("*.yaml"):
         assert any(fnmatch(str(path.relative_to(REPO / "serving")), glob) for glob in globs), path
 
 
