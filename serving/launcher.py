@@ -110,13 +110,19 @@ def _hung_up(signum: int, frame: object) -> None:
 
 def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int = 8097,
           config: Path | None = None, next_free_port: bool = False, log_level: str = "info",
-          overrides: Sequence[tuple[str, Any]] = ()) -> None:
+          overrides: Sequence[tuple[str, Any]] = (), profile: str | None = None) -> None:
     """Serve ``system`` on ``host:port`` until interrupted (blocking); ``overrides`` are the
-    command line's (path, value) pairs (``serving.overrides``)."""
+    command line's (path, value) pairs (``serving.overrides``), ``profile`` a shipped launch
+    profile's name (``serving.launch_profiles``)."""
     import uvicorn
 
+    from serving.launch_profiles import service_port_clash
+
     _setup_logging(log_level)
-    resolved = resolve_system(system, config, overrides)
+    resolved = resolve_system(system, config, overrides, profile)
+    clash = service_port_clash(resolved, port)
+    if clash is not None:
+        raise FdbError(f"--port {port} is also the port of service '{clash}'", "pass another --port")
     sock = open_port(host, port, next_free_port)
     services = Services(resolved.services)
     try:

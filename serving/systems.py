@@ -18,6 +18,10 @@ the server (see ``serving.services``)::
     backends:
       tts: {kind: openai_speech, base_url: http://127.0.0.1:8105/v1, model: fdb/embedded-cascade}
 
+A ``vars:`` mapping names values that ``${name}`` in the file's strings takes (``--vars.NAME``
+sets one); the shipped launch profiles (``fdb serve --profile NAME``, ``serving/profiles/``) use
+it for their models, ports, GPUs and memory shares (``serving.launch_profiles``).
+
 Settings that a session cannot change (limits, timeouts, ``max_output_lead_ms``) need a restart;
 instructions, sampling and turn detection are only defaults that each session may override.
 """
@@ -282,20 +286,35 @@ def load_config_file(path: str | Path, default_system: str = "embedded-cascade",
 
 def _from_mapping(raw: dict[str, Any], default_system: str, overrides: Sequence[tuple[str, Any]],
                   source: str) -> SystemConfig:
+    from serving.launch_profiles import check_services, substitute_vars
+
     if overrides:
         from serving.overrides import apply_overrides as apply_flags
 
         groups = [key for key, value in SystemConfig().model_dump().items() if isinstance(value, dict)]
-        raw = apply_flags(raw, overrides, groups)
+        raw = apply_flags(raw, overrides, [*groups, "vars"])
         source = f"{source} with the command-line overrides"
+    raw = substitute_vars(raw, source)  # vars: and ${name} (serving.launch_profiles)
     base = get_system(str(raw.pop("system", default_system)))
-    return apply_overrides(base, raw, source)
+    config = apply_overrides(base, raw, source)
+    check_services(config.services, source)
+    return config
 
 
 def resolve_system(name: str = "embedded-cascade", config: str | Path | None = None,
-                   overrides: Sequence[tuple[str, Any]] = ()) -> SystemConfig:
-    """The system to serve: the registered ``name``, or the launch file's (which may name it),
-    with the command line's ``overrides`` applied."""
+                   overrides: Sequence[tuple[str, Any]] = (), profile: str | None = None) -> SystemConfig:
+    """The system to serve: the registered ``name``, the launch file's (which may name it), or
+    the shipped launch profile's (``serving/profiles/``, checked as a profile), with the command
+    line's ``overrides`` applied."""
+    if profile is not None:
+        from serving.launch_profiles import check_profile, profile_path
+
+        if config is not None:
+            raise FdbError("--profile and --config both name a launch file", "pass one of them")
+        path = profile_path(profile)
+        resolved = load_config_file(path, default_system=name, overrides=overrides)
+        check_profile(resolved, f"profile {profile} ({path})")
+        return resolved
     if config is not None:
         return load_config_file(config, default_system=name, overrides=overrides)
     if overrides:

@@ -11,6 +11,10 @@ def serve(
     ctx: typer.Context,
     system: str = typer.Option("embedded-cascade", help="The system to host (see serving/systems.py)."),
     config: Path | None = typer.Option(None, help="A launch.yaml describing the system instead of --system."),
+    profile: str | None = typer.Option(
+        None, help="A shipped launch profile instead of --config: SGLang services on GPUs behind fdb's VAD, "
+                   "turn taking and dialog (serving/profiles/NAME.yaml; docs/sglang.md). Set its vars with "
+                   "--vars.NAME VALUE, e.g. --vars.sglang_python /opt/sglang/bin/python."),
     host: str = typer.Option("127.0.0.1", help="Bind address; loopback unless you mean to expose it."),
     port: int = typer.Option(0, min=0, max=65535, help="Port (default: SERVER_PORT, or 8097 + 10 x GPU)."),
     next_free_port: bool = typer.Option(False, help="If the port is busy, serve on the next free one instead of failing."),
@@ -20,8 +24,13 @@ def serve(
 
     Any launch setting can be overridden after the options, one leaf value per flag:
     --max_sessions 8, --vad.silence_duration_ms 800, --backends.llm.base_url http://h:9000/v1,
-    --services.tts.port 8106 (services by name), or path=value. The result is validated like a
-    launch file (docs/formats.md, "Launch file").
+    --services.tts.port 8106 (services by name), --vars.llm_model /models/qwen3-4b (a profile's
+    vars), or path=value. The result is validated like a launch file (docs/formats.md, "Launch
+    file").
+
+    --profile NAME serves a shipped GPU cascade (sglang-qwen3-1gpu, sglang-qwen3-2gpu): SGLang
+    recognizer, language model and speech model as services on CUDA_VISIBLE_DEVICES with their
+    memory shares, fdb's Silero VAD, Smart Turn and dialog in front (docs/sglang.md).
 
     The default, embedded-cascade, is fdb's offline CPU system: Silero VAD ends the user's
     turn, Whisper tiny.en transcribes it, SmolLM2-135M writes a short reply and Piper speaks it,
@@ -38,7 +47,7 @@ def serve(
     configure_logging(log_level)
     overrides = parse_override_args(ctx.args)
     run_server(system=system, host=host, port=port or load_settings().server_port, config=config,
-               next_free_port=next_free_port, log_level=log_level, overrides=overrides)
+               next_free_port=next_free_port, log_level=log_level, overrides=overrides, profile=profile)
 
 
 def register(app: typer.Typer) -> None:
