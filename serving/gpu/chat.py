@@ -1,0 +1,197 @@
+"""``causal_lm_gpu``: a causal LM's replies, streamed per session from one continuous-batching loop.
+
+:class:`ChatEngine` loads the model (``serving.gpu.weights.load_model``: a verified checkpoint,
+or dummy weights of the qwen3-4b configuration) and runs transformers' continuous batching
+(``model.init_continuous_batching()``, a ``ContinuousBatchingManager`` with a paged KV cache and,
+on CUDA, its CUDA graphs): each reply is a streaming request; requests join and leave the decode
+batch at every step, and each session's tokens come back on the event loop through the
+manager's result handler (``register_result_handler``), decoded incrementally into text.
+
+The prompt is the checkpoint tokenizer's chat template (Qwen3: thinking off). Dummy weights come
+without a tokenizer: :class:`ByteTokenizer` stands in, labeled dummy: the prompt is its UTF-8
+bytes, and each generated id becomes a letter, a space after every fifth token and a full stop
+after every twentieth, so that the speech node receives speakable sentences of noise.
+
+On CPU (tests, ``--tiny`` benchmarks) transformers reads the free memory with psutil; without
+it the cache would see 0 bytes, so the engine gives the manager the CPU cache size it asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+from fdb.errors import FdbError
+from serving.graph.kinds import CausalLmGpuOptions
+from serving.graph.nodes import EmbeddedModels
+from serving.graph.runtime import Emit, Node
+from serving.graph.streams import Chunk, TextDelta, control
+from serving.gpu.batching import shared
+from serving.gpu.weights import WeightSource, load_model
+
+log = logging.getLogger("fdb.serving")
+CPU_BATCH_TOKENS = 512  # tokens per step on CPU (on CUDA transformers sizes it from the free memory)
+_ids = itertools.count()
+
+
+class ByteTokenizer:
+    """The stand-in tokenizer of dummy weights (no checkpoint, so no vocabulary): byte-level ids
+    for the prompt, pseudo-words for the reply. Its text is noise and says so nowhere else."""
+
+    label = "byte-level stand-in tokenizer (dummy weights)"
+    OFFSET = 3  # ids 0-2 stay free for pad / bos / eos
+    LETTERS = "etaoinshrdlucmfwypvbgk"
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
+        return [(b + self.OFFSET) % self.vocab_size for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        words = []
+        for i, token in enumerate(ids, 1):
+            words.append(self.LETTERS[token % len(self.LETTERS)])
+            words.append(". " if i % 20 == 0 else " " if i % 5 == 0 else "")
+        return "".join(words)
+
+
+class HfTokenizer:
+    """A checkpoint's tokenizer and chat template."""
+
+    def __init__(self, path: str):
+        from serving.gpu.weights import _transformers
+
+        self.inner = _transformers().AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.label = f"tokenizer of {path}"
+
+    def prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        ids = self.inner.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
+                                             enable_thinking=False)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=True)
+
+
+class ChatEngine:
+    """One causal LM under a continuous-batching manager; :meth:`stream` is called by every session."""
+
+    def __init__(self, source: WeightSource, options: CausalLmGpuOptions):
+        self.source, self.options = source, options
+        self.model = load_model(source, "causal_lm_gpu", options.device, options.dtype)
+        has_tokenizer = not source.dummy and (Path(str(source.path)) / "tokenizer_config.json").is_file()
+        self.tokenizer = HfTokenizer(str(source.path)) if has_tokenizer else ByteTokenizer(self.model.config.vocab_size)
+        self.manager = self._start_manager()
+        log.info("causal_lm_gpu: %s, %s, on %s (%s), up to %d requests per step", source.label(),
+                 self.tokenizer.label, options.device, options.dtype, options.max_batch)
+
+    def _start_manager(self):
+        from transformers import GenerationConfig
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+        o = self.options
+        sample = o.temperature > 0
+        eos = getattr(self.model.generation_config, "eos_token_id", None) if not self.source.dummy else None
+        generation = GenerationConfig(max_new_tokens=o.max_new_tokens, do_sample=sample,
+                                      temperature=o.temperature if sample else None,
+                                      eos_token_id=-1 if eos is None else eos, pad_token_id=0)
+        blocks = o.cache_blocks
+        cpu = o.device == "cpu"
+        if cpu and blocks is None:
+            blocks = o.max_batch * -(-(o.max_prompt_tokens + o.max_new_tokens) // o.block_size)
+        config = ContinuousBatchingConfig(block_size=o.block_size, num_blocks=blocks,
+                                          max_batch_tokens=CPU_BATCH_TOKENS if cpu else None,
+                                          max_requests_per_batch=o.max_batch)
+        if cpu:
+            _cpu_memory()
+        manager = self.model.init_continuous_batching(generation_config=generation, continuous_batching_config=config)
+        manager.start()
+        return manager
+
+    async def stream(self, messages: Sequence[dict[str, str]], max_new_tokens: int) -> AsyncIterator[str]:
+        """The reply's text as it decodes; leaving early (an interruption) cancels the request."""
+        ids = self.tokenizer.prompt(messages)[-self.options.max_prompt_tokens:]
+        request = f"reply-{next(_ids)}"
+        outputs: asyncio.Queue = asyncio.Queue()
+        self.manager.register_result_handler(request, outputs.put_nowait)
+        self.manager.add_request(ids, request_id=request, max_new_tokens=max_new_tokens, streaming=True)
+        finished, text = False, ""
+        try:
+            while not finished:
+                output = await outputs.get()
+                if output.error:
+                    raise FdbError(f"causal_lm_gpu: the reply failed: {output.error.splitlines()[0]}",
+                                   "see the server log")
+                finished = output.is_finished()
+                full = self.tokenizer.decode(output.generated_tokens)
+                if full.endswith("\ufffd") and not finished:
+                    continue  # a character split across tokens: wait for its last byte
+                if full.startswith(text) and len(full) > len(text):
+                    yield full[len(text):]
+                text = full
+        finally:
+            if not finished:
+                self.manager.cancel_request(request)
+                with self.manager.output_router._lock:
+                    self.manager.output_router.result_handlers.pop(request, None)
+
+    def close(self) -> None:
+        self.manager.stop(block=False)
+
+
+def _cpu_memory() -> None:
+    """Let transformers' paged cache size itself on a CPU without psutil (it would read 0 bytes)."""
+    import importlib.util
+
+    if importlib.util.find_spec("psutil") is not None:
+        return
+    import torch
+    from transformers.generation.continuous_batching import cache
+
+    cache.get_device_and_memory_breakdown = lambda: (torch.device("cpu"), 8 << 30, 0, 0)
+
+
+def engine_key(options: CausalLmGpuOptions) -> tuple:
+    return ("causal_lm_gpu", repr(options.source("causal_lm_gpu")), options.device, options.dtype,
+            options.max_batch, options.temperature, options.max_prompt_tokens, options.block_size,
+            options.cache_blocks)
+
+
+class CausalLmGpuNode(Node):
+    """``causal_lm_gpu``: streams the shared :class:`ChatEngine`'s reply to each messages chunk as
+    text_delta, then turn.done. A ``configure`` with ``sampling.max_new_tokens_per_unit`` applies
+    from the next reply (the temperature is the engine's, the same for every session). An
+    interruption (a preempting control edge) cancels the reply's request in the decode batch.
+    Replies start when their turn ends: ``reply.prefetch`` is not taken (yet)."""
+
+    live_controls = True
+
+    def __init__(self, models: EmbeddedModels, options: CausalLmGpuOptions, name: str = "llm"):
+        self._models, self._options, self._name = models, options, name
+        self._max_new_tokens = options.max_new_tokens
+        self._engine: ChatEngine | None = None
+
+    async def open(self) -> None:
+        options = self._options
+
+        def build() -> ChatEngine:
+            return ChatEngine(options.source(f"session_nodes.{self._name}.weights"), options)
+        self._engine = await shared(self._models, engine_key(options), build, self._models.run)
+
+    async def on_control(self, chunk: Chunk, emit: Emit) -> None:
+        sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
+        if sampling and sampling.get("max_new_tokens_per_unit"):
+            self._max_new_tokens = int(sampling["max_new_tokens_per_unit"])
+
+    async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
+        if chunk.format != "messages":
+            return
+        messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
+        async for piece in self._engine.stream(messages, self._max_new_tokens):
+            await emit(Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn))
+        await emit(control("turn.done", turn=chunk.turn))

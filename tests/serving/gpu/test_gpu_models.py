@@ -1,0 +1,66 @@
+"""Tiny dummy Whisper and Qwen3 models on CPU: the utterances of several sessions are one
+generate with a result each; replies of several sessions stream from one continuous-batching
+loop, each capped at its own max_new_tokens, and leaving a stream cancels its request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from serving.graph.kinds import CausalLmGpuOptions, WhisperGpuOptions
+from tests.serving.gpu.conftest import tiny_asr, tiny_llm
+
+pytest.importorskip("transformers")
+
+
+def _options(cls, spec: dict):
+    return cls(**{k: v for k, v in spec.items() if k != "kind"})
+
+
+def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
+    from serving.gpu.whisper import DUMMY_TEXT, WhisperEngine
+
+    o = _options(WhisperGpuOptions, tiny_asr())
+    engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language)
+    assert engine.samples == 2 * 100 * 160  # the encoder's window: 2 frames per position
+
+    async def main():
+        clips = [np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32) for n in (8000, 16000, 60000)]
+        return await asyncio.gather(*[engine.transcribe(c) for c in clips])
+
+    texts = asyncio.run(main())
+    assert engine.batcher.batch_sizes == [3]
+    assert len(texts) == 3 and all(t.startswith(DUMMY_TEXT) for t in texts)
+    assert all(int(t.split()[-2]) <= o.max_new_tokens + 1 for t in texts)  # + the decoder start token
+
+
+def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_leave():
+    from serving.gpu.chat import ByteTokenizer, ChatEngine
+
+    o = _options(CausalLmGpuOptions, tiny_llm())
+    engine = ChatEngine(o.source("llm"), o)
+    assert isinstance(engine.tokenizer, ByteTokenizer)
+
+    async def reply(text: str, tokens: int) -> list[str]:
+        return [p async for p in engine.stream([{"role": "user", "content": text}], tokens)]
+
+    async def main():
+        replies = await asyncio.gather(reply("hi", 3), reply("hello there", 5), reply("x" * 50, 7))
+        stream = engine.stream([{"role": "user", "content": "long"}], 200)
+        first = await stream.__anext__()
+        await stream.aclose()  # an interruption: the request leaves the batch
+        after = await reply("again", 2)
+        return replies, first, after
+
+    try:
+        replies, first, after = asyncio.run(main())
+    finally:
+        engine.close()
+    def letters(pieces: list[str]) -> int:  # one letter per generated token
+        return len("".join(pieces).replace(" ", "").replace(".", ""))
+
+    assert [letters(r) for r in replies] == [3, 5, 7] and all(len(r) > 1 for r in replies)  # streamed
+    assert first and letters(after) == 2
+    assert not engine.manager.output_router.result_handlers  # no handler left behind
