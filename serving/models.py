@@ -154,6 +154,10 @@ def load_models(system: SystemConfig) -> ModelHub:
                    gate=compute_gate(system))
     if system.warmup:
         _timed("warm-up", lambda: warm_up(hub))
+    if system.session_nodes is not None:  # a graph's own models (the GPU kinds): loaded before any session
+        from serving.realtime.graph_session import preload
+
+        _timed("the graph's shared models", lambda: preload(hub))
     return hub
 
 

@@ -9,8 +9,8 @@ manager's result handler (``register_result_handler``), decoded incrementally in
 
 The prompt is the checkpoint tokenizer's chat template (Qwen3: thinking off). Dummy weights come
 without a tokenizer: :class:`ByteTokenizer` stands in, labeled dummy: the prompt is its UTF-8
-bytes, and each generated id becomes a letter, a space after every fifth token and a full stop
-after every twentieth, so that the speech node receives speakable sentences of noise.
+bytes, and each generated id becomes a syllable, in words and sentences of English's length, so
+that the speech node receives speakable sentences of noise.
 
 On CPU (tests, ``--tiny`` benchmarks) transformers reads the free memory with psutil; without
 it the cache would see 0 bytes, so the engine gives the manager the CPU cache size it asked for.
@@ -25,12 +25,12 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from fdb.errors import FdbError
+from serving.gpu.batching import shared
+from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import CausalLmGpuOptions
 from serving.graph.nodes import EmbeddedModels
 from serving.graph.runtime import Emit, Node
 from serving.graph.streams import Chunk, TextDelta, control
-from serving.gpu.batching import shared
-from serving.gpu.weights import WeightSource, load_model
 
 log = logging.getLogger("fdb.serving")
 CPU_BATCH_TOKENS = 512  # tokens per step on CPU (on CUDA transformers sizes it from the free memory)
@@ -39,11 +39,13 @@ _ids = itertools.count()
 
 class ByteTokenizer:
     """The stand-in tokenizer of dummy weights (no checkpoint, so no vocabulary): byte-level ids
-    for the prompt, pseudo-words for the reply. Its text is noise and says so nowhere else."""
+    for the prompt, a syllable per generated id for the reply, with English's shape: about 1.5
+    tokens a word (a space after two tokens of three) and a full stop every twelfth token, so the
+    speech node cuts its first chunk (up to 7 words) after about as many tokens as a real reply's."""
 
     label = "byte-level stand-in tokenizer (dummy weights)"
     OFFSET = 3  # ids 0-2 stay free for pad / bos / eos
-    LETTERS = "etaoinshrdlucmfwypvbgk"
+    CONSONANTS, VOWELS = "bdfklmnprstvz", "aeiou"
 
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
@@ -53,11 +55,11 @@ class ByteTokenizer:
         return [(b + self.OFFSET) % self.vocab_size for b in text.encode("utf-8")]
 
     def decode(self, ids: Sequence[int]) -> str:
-        words = []
+        parts = []
         for i, token in enumerate(ids, 1):
-            words.append(self.LETTERS[token % len(self.LETTERS)])
-            words.append(". " if i % 20 == 0 else " " if i % 5 == 0 else "")
-        return "".join(words)
+            parts.append(self.CONSONANTS[token % len(self.CONSONANTS)] + self.VOWELS[token // len(self.CONSONANTS) % 5])
+            parts.append(". " if i % 12 == 0 else " " if i % 3 != 1 else "")
+        return "".join(parts)
 
 
 class HfTokenizer:
@@ -182,6 +184,11 @@ class CausalLmGpuNode(Node):
         def build() -> ChatEngine:
             return ChatEngine(options.source(f"session_nodes.{self._name}.weights"), options)
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
+
+    async def warm(self) -> None:
+        """One short reply (the first step's costs, CUDA graph captures, before any session)."""
+        async for _ in self._engine.stream([{"role": "user", "content": "Hello."}], 4):
+            pass
 
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
         sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.graph.kinds import WhisperGpuOptions
-from serving.graph.nodes import EmbeddedModels, WhisperNode
 from serving.gpu.batching import Batcher, shared
 from serving.gpu.weights import WeightSource, load_model
+from serving.graph.kinds import WhisperGpuOptions
+from serving.graph.nodes import EmbeddedModels, WhisperNode
 
 log = logging.getLogger("fdb.serving")
 RATE = 16000
@@ -46,6 +46,8 @@ class WhisperEngine:
         config = self.model.config
         self.samples = 2 * config.max_source_positions * HOP  # the encoder's window
         self.features, self.tokenizer = _processors(source, config.num_mel_bins)
+        self.generation = self.model.generation_config
+        self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
         log.info("whisper_gpu: %s on %s (%s), batches of up to %d", source.label(), device, dtype, max_batch)
 
@@ -62,7 +64,7 @@ class WhisperEngine:
         features = inputs.input_features.to(self.device, self.dtype)
         extra = {"language": self.language, "task": "transcribe"} if self._multilingual() else {}
         with torch.inference_mode():
-            tokens = self.model.generate(input_features=features, max_new_tokens=self.max_new_tokens, **extra)
+            tokens = self.model.generate(input_features=features, generation_config=self.generation, **extra)
         return [self._text(row) for row in tokens.tolist()]
 
     def _multilingual(self) -> bool:
@@ -107,6 +109,10 @@ class WhisperGpuNode(WhisperNode):
             return WhisperEngine(options.source(f"session_nodes.{self._name}.weights"), options.device,
                                  options.dtype, options.max_batch, options.max_new_tokens, options.language)
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
+
+    async def warm(self) -> None:
+        """One transcription of 1 s of silence (the first call's costs, before any session)."""
+        await self._engine.transcribe(np.zeros(RATE, dtype=np.float32))
 
     async def _recognize(self, samples: np.ndarray, before=None) -> tuple[str, str | None]:
         if before is not None:

@@ -90,6 +90,24 @@ def _models(hub) -> EmbeddedModels:
     return hub.__dict__["graph_models"]
 
 
+def preload(hub) -> list[str]:
+    """Open (load) and warm the nodes of the system's graph that hold a shared model (those with
+    a ``warm`` method: the GPU kinds) before the first session; returns their names. Blocking:
+    called by ``serving.models.load_models`` in the loading thread."""
+    graph = graph_of(hub)
+    nodes = build_nodes(graph, _models(hub), max_history_messages=hub.system.max_history_messages)
+    shared = [node for node in nodes.values() if hasattr(node, "warm")]
+
+    async def load() -> None:
+        for node in shared:
+            await node.open()
+            await node.warm()
+
+    if shared:
+        asyncio.run(load())
+    return [name for name, node in nodes.items() if node in shared]
+
+
 class GraphRealtimeSession(RealtimeSession):
     requires_update = False
     extensions_always = False
