@@ -28,7 +28,7 @@ from fdb.errors import FdbError
 from serving.gpu.batching import shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import CausalLmGpuOptions
-from serving.graph.nodes import EmbeddedModels
+from serving.graph.nodes import PREFETCH_TTL_S, EmbeddedModels, _Prefetch
 from serving.graph.runtime import Emit, Node
 from serving.graph.streams import Chunk, TextDelta, control
 
@@ -164,12 +164,31 @@ def engine_key(options: CausalLmGpuOptions) -> tuple:
             options.cache_blocks)
 
 
+class _AsyncPrefetch(_Prefetch):
+    """A reply streaming ahead of its turn from the engine (no thread: the engine's stream is async)."""
+
+    async def fill(self, pieces: AsyncIterator[str]) -> None:  # type: ignore[override]
+        try:
+            async for piece in pieces:
+                self.pieces.append(piece)
+                self.more.set()
+        except Exception as err:  # raised to the turn that claims it
+            self.error = err
+        finally:
+            self.ended = True
+            self.more.set()
+
+
 class CausalLmGpuNode(Node):
     """``causal_lm_gpu``: streams the shared :class:`ChatEngine`'s reply to each messages chunk as
     text_delta, then turn.done. A ``configure`` with ``sampling.max_new_tokens_per_unit`` applies
     from the next reply (the temperature is the engine's, the same for every session). An
     interruption (a preempting control edge) cancels the reply's request in the decode batch.
-    Replies start when their turn ends: ``reply.prefetch`` is not taken (yet)."""
+
+    Prefetch, as ``llama_chat``: a ``reply.prefetch`` (the dialog, at a pause that may end the
+    turn) starts the reply to its messages at once; the next messages chunk takes it over if its
+    messages and max_new_tokens are the same (greedy decoding: the same reply), else it is
+    cancelled, as it is at a withdrawal, at the next prefetch, or PREFETCH_TTL_S unclaimed."""
 
     live_controls = True
 
@@ -177,6 +196,8 @@ class CausalLmGpuNode(Node):
         self._models, self._options, self._name = models, options, name
         self._max_new_tokens = options.max_new_tokens
         self._engine: ChatEngine | None = None
+        self._prefetch: _AsyncPrefetch | None = None
+        self.prefetches = {"started": 0, "claimed": 0}
 
     async def open(self) -> None:
         options = self._options
@@ -190,15 +211,60 @@ class CausalLmGpuNode(Node):
         async for _ in self._engine.stream([{"role": "user", "content": "Hello."}], 4):
             pass
 
+    def _key(self, messages: list[dict[str, str]]) -> tuple:
+        return tuple((m["role"], m["content"]) for m in messages), self._max_new_tokens
+
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
+        if chunk.control == "reply.prefetch":
+            self._drop_prefetch()
+            if chunk.payload.data.get("messages"):
+                self._start_prefetch(chunk.payload.data["messages"])
         sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
         if sampling and sampling.get("max_new_tokens_per_unit"):
             self._max_new_tokens = int(sampling["max_new_tokens_per_unit"])
+
+    def _start_prefetch(self, messages: list[dict[str, str]]) -> None:
+        import threading
+
+        prefetch = _AsyncPrefetch(self._key(messages), threading.Event(), threading.Event())
+        prefetch.task = asyncio.ensure_future(prefetch.fill(self._engine.stream(messages, self._max_new_tokens)))
+        prefetch.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, prefetch)
+        self._prefetch = prefetch
+        self.prefetches["started"] += 1
+
+    def _expire(self, prefetch: _AsyncPrefetch) -> None:
+        if self._prefetch is prefetch:
+            self._drop_prefetch()
+
+    def _drop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.cancel()
+            self._prefetch = None
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format != "messages":
             return
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
-        async for piece in self._engine.stream(messages, self._max_new_tokens):
-            await emit(Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn))
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None and prefetch.key != self._key(messages):
+            prefetch.cancel()
+            prefetch = None
+        if prefetch is not None:
+            prefetch.expiry.cancel()
+            self.prefetches["claimed"] += 1
+            pieces = prefetch.pieces_for()
+        else:
+            pieces = self._engine.stream(messages, self._max_new_tokens)
+        try:
+            async for piece in pieces:
+                await emit(Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn))
+        finally:
+            if prefetch is not None:
+                prefetch.cancel()  # an interruption stops it; no-op once it has ended
         await emit(control("turn.done", turn=chunk.turn))
+
+    async def close(self) -> None:
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None:
+            prefetch.cancel()
+            await asyncio.gather(prefetch.task, return_exceptions=True)

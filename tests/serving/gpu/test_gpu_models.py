@@ -1,6 +1,7 @@
 """Tiny dummy Whisper and Qwen3 models on CPU: the utterances of several sessions are one
 generate with a result each; replies of several sessions stream from one continuous-batching
-loop, each capped at its own max_new_tokens, and leaving a stream cancels its request."""
+loop, each capped at its own max_new_tokens, and leaving a stream cancels its request; the chat
+node streams a turn's reply and takes over a reply prefetched with the same messages."""
 
 from __future__ import annotations
 
@@ -36,11 +37,20 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     assert all(int(t.split()[-2]) <= o.max_new_tokens + 1 for t in texts)  # + the decoder start token
 
 
-def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_leave():
-    from serving.gpu.chat import ByteTokenizer, ChatEngine
+@pytest.fixture(scope="module")
+def chat():
+    from serving.gpu.chat import ChatEngine
 
     o = _options(CausalLmGpuOptions, tiny_llm())
     engine = ChatEngine(o.source("llm"), o)
+    yield engine
+    engine.close()
+
+
+def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_leave(chat):
+    from serving.gpu.chat import ByteTokenizer
+
+    engine = chat
     assert isinstance(engine.tokenizer, ByteTokenizer)
 
     async def reply(text: str, tokens: int) -> list[str]:
@@ -54,13 +64,48 @@ def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_le
         after = await reply("again", 2)
         return replies, first, after
 
-    try:
-        replies, first, after = asyncio.run(main())
-    finally:
-        engine.close()
+    replies, first, after = asyncio.run(main())
     def letters(pieces: list[str]) -> int:  # one syllable (two letters) per generated token
         return len("".join(pieces).replace(" ", "").replace(".", "")) // 2
 
     assert [letters(r) for r in replies] == [3, 5, 7] and all(len(r) > 1 for r in replies)  # streamed
     assert first and letters(after) == 2
     assert not engine.manager.output_router.result_handlers  # no handler left behind
+
+
+def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
+    from serving.gpu.chat import CausalLmGpuNode
+    from serving.gpu.chat import engine_key as chat_key
+    from serving.graph.nodes import EmbeddedModels
+    from serving.graph.streams import Chunk, Message, Messages, control
+
+    models = EmbeddedModels()
+    options = _options(CausalLmGpuOptions, tiny_llm())
+    models.__dict__["_gpu_engines"] = {chat_key(options): {"lock": None, "engine": chat}}  # the loaded engine
+    asked = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def turn(n: int, content: str) -> Chunk:
+        return Chunk("messages", Messages((Message("user", content),)), turn=n)
+
+    async def main():
+        node = CausalLmGpuNode(models, options)
+        await node.open()
+        out: list[Chunk] = []
+
+        async def emit(chunk: Chunk) -> None:
+            out.append(chunk)
+
+        await node.on_control(control("reply.prefetch", messages=asked), emit)
+        await node.on_chunk(turn(1, asked[0]["content"]), emit)  # the same messages: claimed
+        await node.on_control(control("reply.prefetch", messages=asked), emit)
+        await node.on_chunk(turn(2, "Something else"), emit)  # other messages: a fresh reply
+        await node.close()
+        return node, out
+
+    node, out = asyncio.run(main())
+    assert node.prefetches == {"started": 2, "claimed": 1}
+    for n in (1, 2):
+        pieces = [c for c in out if c.turn == n]
+        assert pieces[-1].control == "turn.done" and all(c.format == "text_delta" for c in pieces[:-1])
+        assert len("".join(c.payload.text for c in pieces[:-1]).replace(" ", "").replace(".", "")) == 2 * 8
+    assert not chat.manager.output_router.result_handlers  # the unclaimed prefetch was cancelled
