@@ -108,7 +108,8 @@ class ChatEngine:
             blocks = o.max_batch * -(-(o.max_prompt_tokens + o.max_new_tokens) // o.block_size)
         config = ContinuousBatchingConfig(block_size=o.block_size, num_blocks=blocks,
                                           max_batch_tokens=CPU_BATCH_TOKENS if cpu else None,
-                                          max_requests_per_batch=o.max_batch)
+                                          max_requests_per_batch=o.max_batch,
+                                          max_memory_percent=o.cache_memory_fraction)
         if cpu:
             _cpu_memory()
         manager = self.model.init_continuous_batching(generation_config=generation, continuous_batching_config=config)
@@ -161,7 +162,7 @@ def _cpu_memory() -> None:
 def engine_key(options: CausalLmGpuOptions) -> tuple:
     return ("causal_lm_gpu", repr(options.source("causal_lm_gpu")), options.device, options.dtype,
             options.max_batch, options.temperature, options.max_prompt_tokens, options.block_size,
-            options.cache_blocks)
+            options.cache_blocks, options.cache_memory_fraction)
 
 
 class _AsyncPrefetch(_Prefetch):

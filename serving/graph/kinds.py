@@ -159,8 +159,9 @@ class CausalLmGpuOptions(GpuModelOptions):
     ``max_new_tokens``: the reply's tokens (a session's sampling.max_new_tokens_per_unit
     overrides it); ``temperature``: 0 decodes greedily, for every session (not per session);
     ``max_prompt_tokens``: a longer prompt keeps its last tokens; ``block_size`` /
-    ``cache_blocks``: the paged KV cache (null: sized from the free GPU memory; on CPU,
-    max_batch full-length requests)."""
+    ``cache_blocks``: the paged KV cache (null: ``cache_memory_fraction`` of the GPU memory free
+    after the load, so that the other models of the GPU keep room; on CPU, max_batch
+    full-length requests)."""
 
     presets: ClassVar[tuple[str, ...]] = ("qwen3-4b",)
 
@@ -169,6 +170,7 @@ class CausalLmGpuOptions(GpuModelOptions):
     max_prompt_tokens: int = Field(2048, ge=16)
     block_size: int = Field(256, ge=4)
     cache_blocks: int | None = Field(None, ge=1)
+    cache_memory_fraction: float = Field(0.4, gt=0, le=0.95)
 
 
 @dataclass(frozen=True)
