@@ -100,6 +100,11 @@ class ModelHub:
         }
 
     def close(self) -> None:
+        graph_models = self.__dict__.get("graph_models")  # the session graphs' models (serving.realtime.graph_session)
+        if graph_models is not None:
+            from serving.gpu.batching import close_shared
+
+            close_shared(graph_models)  # a GPU decode loop's thread would keep the process alive
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.vad_executor.shutdown(wait=False, cancel_futures=True)
 

@@ -114,3 +114,11 @@ async def shared(owner: Any, key: tuple, build: Callable[[], Any], run: Callable
     if slot["engine"] is not None:
         return slot["engine"]
     return await run(load)
+
+
+def close_shared(owner: Any) -> None:
+    """Close every engine :func:`shared` built for ``owner`` (at the server's stop)."""
+    for slot in owner.__dict__.get("_gpu_engines", {}).values():
+        engine = slot["engine"]
+        if engine is not None and hasattr(engine, "close"):
+            engine.close()

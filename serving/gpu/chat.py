@@ -144,7 +144,8 @@ class ChatEngine:
                     self.manager.output_router.result_handlers.pop(request, None)
 
     def close(self) -> None:
-        self.manager.stop(block=False)
+        """Stop the decode loop (its thread is not a daemon: a server that exits must stop it)."""
+        self.manager.stop(block=True, timeout=10, hard_stop=True)
 
 
 def _cpu_memory() -> None:

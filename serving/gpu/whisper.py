@@ -51,6 +51,9 @@ class WhisperEngine:
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
         log.info("whisper_gpu: %s on %s (%s), batches of up to %d", source.label(), device, dtype, max_batch)
 
+    def close(self) -> None:
+        self.batcher.close()
+
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
 

@@ -108,3 +108,26 @@ def test_sessions_opening_at_once_share_one_engine_built_once():
 def test_max_batch_must_be_positive():
     with pytest.raises(ValueError):
         Batcher(lambda b: b, max_batch=0, name="t")
+
+
+def test_close_shared_closes_every_engine_built():
+    from serving.gpu.batching import close_shared
+
+    closed = []
+
+    class Engine:
+        def close(self):
+            closed.append(self)
+
+    class Owner:
+        async def run(self, fn):
+            return fn()
+
+    owner = Owner()
+
+    async def main():
+        return [await shared(owner, (k,), Engine, owner.run) for k in "ab"]
+
+    engines = asyncio.run(main())
+    close_shared(owner)
+    assert closed == engines
