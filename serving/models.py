@@ -97,7 +97,17 @@ class ModelHub:
             "llm": self.llm.identity.model_dump(mode="json"),
             "tts": self.tts.identity.model_dump(mode="json"),
             **({"turn": self.turn.identity.model_dump(mode="json")} if self.turn is not None else {}),
+            **self._graph_identities(),
         }
+
+    def _graph_identities(self) -> dict[str, dict[str, Any]]:
+        """The roles a session graph's own models serve (the GPU kinds replace asr and llm)."""
+        graph_models = self.__dict__.get("graph_models")
+        if graph_models is None:
+            return {}
+        from serving.gpu.batching import identities
+
+        return identities(graph_models)
 
     def close(self) -> None:
         graph_models = self.__dict__.get("graph_models")  # the session graphs' models (serving.realtime.graph_session)

@@ -122,3 +122,27 @@ def close_shared(owner: Any) -> None:
         engine = slot["engine"]
         if engine is not None and hasattr(engine, "close"):
             engine.close()
+
+
+def identity(kind: str, role: str, source: Any, settings: dict[str, Any]):
+    """What a GPU engine reports for ``role`` (``fdb.models.BackendIdentity``): the node kind, the
+    preset, and the weights' label, so a number from dummy weights always says so."""
+    import importlib.metadata
+
+    from fdb.models import BackendIdentity
+
+    name = f"{kind}/{source.preset or 'checkpoint'}" + (" (dummy weights)" if source.dummy else "")
+    return BackendIdentity(kind=role, name=name, version=importlib.metadata.version("transformers"),
+                           checkpoint=None if source.dummy else source.path,
+                           checkpoint_sha256=None if source.dummy else source.sha256,
+                           settings={"weights": source.label(), **settings})
+
+
+def identities(owner: Any) -> dict[str, dict[str, Any]]:
+    """role -> identity (JSON) of every engine :func:`shared` built for ``owner``."""
+    found = {}
+    for slot in owner.__dict__.get("_gpu_engines", {}).values():
+        engine = slot["engine"]
+        if engine is not None and hasattr(engine, "identity"):
+            found[engine.identity.kind] = engine.identity.model_dump(mode="json")
+    return found

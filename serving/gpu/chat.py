@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from fdb.errors import FdbError
-from serving.gpu.batching import shared
+from serving.gpu.batching import identity, shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import CausalLmGpuOptions
 from serving.graph.nodes import PREFETCH_TTL_S, EmbeddedModels, _Prefetch
@@ -89,6 +89,10 @@ class ChatEngine:
         has_tokenizer = not source.dummy and (Path(str(source.path)) / "tokenizer_config.json").is_file()
         self.tokenizer = HfTokenizer(str(source.path)) if has_tokenizer else ByteTokenizer(self.model.config.vocab_size)
         self.manager = self._start_manager()
+        self.identity = identity("causal_lm_gpu", "llm", source, {
+            "device": options.device, "dtype": options.dtype, "max_batch": options.max_batch,
+            "temperature": options.temperature, "tokenizer": self.tokenizer.label,
+            "batching": "transformers continuous batching"})
         log.info("causal_lm_gpu: %s, %s, on %s (%s), up to %d requests per step", source.label(),
                  self.tokenizer.label, options.device, options.dtype, options.max_batch)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.gpu.batching import Batcher, shared
+from serving.gpu.batching import Batcher, identity, shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import WhisperGpuOptions
 from serving.graph.nodes import EmbeddedModels, WhisperNode
@@ -49,6 +49,9 @@ class WhisperEngine:
         self.generation = self.model.generation_config
         self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
+        self.identity = identity("whisper_gpu", "asr", source, {
+            "device": device, "dtype": dtype, "max_batch": max_batch, "max_new_tokens": max_new_tokens,
+            "language": language, "tokenizer": "checkpoint" if self.tokenizer is not None else "none (dummy placeholder text)"})
         log.info("whisper_gpu: %s on %s (%s), batches of up to %d", source.label(), device, dtype, max_batch)
 
     def close(self) -> None:

@@ -26,6 +26,9 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     o = _options(WhisperGpuOptions, tiny_asr())
     engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language)
     assert engine.samples == 2 * 100 * 160  # the encoder's window: 2 frames per position
+    identity = engine.identity  # what /health and every record say about this recognizer
+    assert identity.kind == "asr" and identity.name == "whisper_gpu/whisper-large-v3 (dummy weights)"
+    assert identity.checkpoint is None and identity.settings["weights"].startswith("dummy weights")
 
     async def main():
         clips = [np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32) for n in (8000, 16000, 60000)]
@@ -52,6 +55,8 @@ def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_le
 
     engine = chat
     assert isinstance(engine.tokenizer, ByteTokenizer)
+    assert engine.identity.kind == "llm" and engine.identity.name == "causal_lm_gpu/qwen3-4b (dummy weights)"
+    assert "dummy" in engine.identity.settings["tokenizer"]
 
     async def reply(text: str, tokens: int) -> list[str]:
         return [p async for p in engine.stream([{"role": "user", "content": text}], tokens)]
