@@ -126,7 +126,11 @@ class ChatEngine:
         request = f"reply-{next(_ids)}"
         outputs: asyncio.Queue = asyncio.Queue()
         self.manager.register_result_handler(request, outputs.put_nowait)
-        self.manager.add_request(ids, request_id=request, max_new_tokens=max_new_tokens, streaming=True)
+        if self.manager.add_request(ids, request_id=request, max_new_tokens=max_new_tokens, streaming=True) is None:
+            with self.manager.output_router._lock:
+                self.manager.output_router.result_handlers.pop(request, None)
+            raise FdbError("causal_lm_gpu: the decode loop takes no requests (it stopped or failed)",
+                           "see the server log for the decode loop's error; restart the server")
         finished, text = False, ""
         try:
             while not finished:

@@ -114,3 +114,19 @@ def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
         assert pieces[-1].control == "turn.done" and all(c.format == "text_delta" for c in pieces[:-1])
         assert len("".join(c.payload.text for c in pieces[:-1]).replace(" ", "").replace(".", "")) == 2 * 8
     assert not chat.manager.output_router.result_handlers  # the unclaimed prefetch was cancelled
+
+
+def test_a_reply_after_the_decode_loop_stopped_fails_with_one_line():
+    from fdb.errors import FdbError
+    from serving.gpu.chat import ChatEngine
+
+    o = _options(CausalLmGpuOptions, tiny_llm())
+    engine = ChatEngine(o.source("llm"), o)
+    engine.close()
+
+    async def main():
+        return [p async for p in engine.stream([{"role": "user", "content": "hi"}], 4)]
+
+    with pytest.raises(FdbError, match="the decode loop takes no requests") as err:
+        asyncio.run(main())
+    assert "\n" not in err.value.one_line() and not engine.manager.output_router.result_handlers
