@@ -18,6 +18,12 @@ issue's goal (sweep targets met, RTF p90 < 1, first audio p90 <= 0.5 s); and the
 that meets it. Dummy weights: the compute path is real, the words are noise, the speech (Piper
 on CPU until the GPU TTS node lands) speaks that noise.
 
+The sessions' turn detection is the sweep's (server_vad, 500 ms of silence) unless
+``--turn-detection`` sets another: a reply cannot start before the turn ends, so with 500 ms of
+silence no first audio comes sooner than 0.5 s after the speech end; the goal needs a shorter
+silence or ``'{"type": "semantic_vad", "eagerness": "high"}'`` (Smart Turn ends a complete turn
+after a shorter pause).
+
 ``--tiny``: the same on CPU with 1-layer configurations (a minute or two on 2 cores; checks the
 whole path, measures nothing about a GPU). ``--device cuda:1`` picks the GPU.
 """
@@ -47,7 +53,7 @@ from scorers.serving import ServingRow, quantile_ms  # noqa: E402
 PROFILE = REPO / "serving" / "gpu" / "gpu-cascade.yaml"
 GOAL_FIRST_AUDIO_P90_S = 0.5
 TINY = {  # 1 layer, hidden 32: loads and runs on a CPU in seconds
-    "asr": {"max_batch": 8, "max_new_tokens": 8, "weights": {"load_format": "dummy", "preset": "whisper-large-v3", "overrides": {
+    "asr": {"max_batch": 8, "weights": {"load_format": "dummy", "preset": "whisper-large-v3", "overrides": {
         "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
         "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_mel_bins": 128,
         "vocab_size": 64, "max_source_positions": 1500, "max_target_positions": 32,
@@ -59,8 +65,9 @@ TINY = {  # 1 layer, hidden 32: loads and runs on a CPU in seconds
 }
 
 
-def launch_file(path: Path, max_sessions: int, device: str, tiny: bool) -> Path:
-    """gpu-cascade's launch file with max_sessions, the device and (--tiny) the CPU configuration."""
+def launch_file(path: Path, max_sessions: int, device: str, tiny: bool, asr_tokens: int) -> Path:
+    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap and
+    (--tiny) the CPU configuration."""
     import yaml
 
     from fdb.io import atomic_write_text
@@ -72,6 +79,7 @@ def launch_file(path: Path, max_sessions: int, device: str, tiny: bool) -> Path:
         node["device"] = "cpu" if tiny else device
         if tiny:
             node.update(TINY[name], dtype="float32")
+    raw["session_nodes"]["asr"]["max_new_tokens"] = asr_tokens
     return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
 
 
@@ -100,9 +108,10 @@ def run(args: argparse.Namespace) -> dict:
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     root = synthetic_tree(out / "dataset", sessions)
     record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0",
-                                   "--subset-count", f"{SUBSET}={sessions}"])
+                                   "--subset-count", f"{SUBSET}={sessions}",
+                                   *(["--turn-detection", args.turn_detection] if args.turn_detection else [])])
     opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
-    config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny)
+    config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny, args.asr_tokens)
     server = ManagedServer(system="gpu-cascade", host="127.0.0.1", port=int(os.environ["SERVER_PORT"]),
                            config=config, log_path=opts.output / "logs" / "model-server.log",
                            ready_timeout_s=args.ready_timeout_s)
@@ -119,6 +128,7 @@ def run(args: argparse.Namespace) -> dict:
                       for row in rows]
     meeting = [lv["concurrency"] for lv in summary_levels if lv["meets_goal"]]
     summary = {"schema": "fdb-gpu-cascade-benchmark-1", "system": "gpu-cascade", "tiny": args.tiny,
+               "turn_detection": record.turn_detection, "asr_max_new_tokens": args.asr_tokens,
                "device": "cpu" if args.tiny else args.device, "weights": "dummy (compute path only)",
                "launch": str(config), "sessions": sessions, "levels": summary_levels,
                "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -135,6 +145,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=None, help="samples in the cohort (default: the top level)")
     parser.add_argument("--device", default="cuda", help="the GPU the two models run on")
     parser.add_argument("--tiny", action="store_true", help="1-layer models on CPU: checks the path end to end")
+    parser.add_argument("--asr-tokens", type=int, default=24, help="the recognizer's max_new_tokens. Dummy "
+                        "weights never end a transcript early, so every one costs all of them: 24, about a 5 s "
+                        "question's transcript (the cohort's questions are 2-4 s)")
+    parser.add_argument("--turn-detection", help="the sessions' turn detection as JSON (default: the sweep's "
+                        'server_vad with 500 ms of silence, which alone puts the first audio 0.5 s after the '
+                        'speech end), e.g. \'{"type": "semantic_vad", "eagerness": "high"}\'')
     parser.add_argument("--ready-timeout-s", type=float, default=900.0, help="how long the server may take to load")
     args = parser.parse_args()
     args.levels = args.levels or ("1,2" if args.tiny else "8,16,32,48")
