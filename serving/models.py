@@ -93,16 +93,32 @@ class ModelHub:
 
     @property
     def speech_only(self) -> bool:
-        """No ASR or no LLM (backend ``none``): /v1/audio/speech only, no realtime sessions."""
-        return self.asr is None or self.llm is None
+        """No ASR or no LLM (backend ``none``) and no session graph of its own that brings them:
+        /v1/audio/speech only, no realtime sessions."""
+        return (self.asr is None or self.llm is None) and self.system.session_nodes is None
 
     def identities(self) -> dict[str, dict[str, Any]]:
         models = {"asr": self.asr, "llm": self.llm, "tts": self.tts, "turn": self.turn}
         return {"vad": self.vad_identity.model_dump(mode="json"),
                 **{role: model.identity.model_dump(mode="json") for role, model in models.items()
-                   if model is not None}}
+                   if model is not None},
+                **self._graph_identities()}
+
+    def _graph_identities(self) -> dict[str, dict[str, Any]]:
+        """The roles a session graph's own models serve (the GPU kinds replace asr and llm)."""
+        graph_models = self.__dict__.get("graph_models")
+        if graph_models is None:
+            return {}
+        from serving.gpu.batching import identities
+
+        return identities(graph_models)
 
     def close(self) -> None:
+        graph_models = self.__dict__.get("graph_models")  # the session graphs' models (serving.realtime.graph_session)
+        if graph_models is not None:
+            from serving.gpu.batching import close_shared
+
+            close_shared(graph_models)  # a GPU decode loop's thread would keep the process alive
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.vad_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -159,6 +175,10 @@ def load_models(system: SystemConfig) -> ModelHub:
                    gate=compute_gate(system))
     if system.warmup:
         _timed("warm-up", lambda: warm_up(hub))
+    if system.session_nodes is not None:  # a graph's own models (the GPU kinds): loaded before any session
+        from serving.realtime.graph_session import preload
+
+        _timed("the graph's shared models", lambda: preload(hub))
     return hub
 
 

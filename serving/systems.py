@@ -205,6 +205,27 @@ class SystemConfig(BaseModel):
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
     duplex: DuplexSettings | None = None  # set: a native full-duplex system (serving.duplex)
     services: list[ServiceEntry] = []  # started in order before the models load (serving.services)
+    # The session graph of a turn-based system (docs/formats.md, "Session graph"): the nodes and
+    # what reaches the client, as in the guide's profile file; null: the bundled embedded cascade
+    # (serving/graph/embedded-cascade.yaml). serving/gpu/gpu-cascade.yaml declares the GPU nodes.
+    session_nodes: dict[str, Any] | None = None
+    session_publish: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _graph(self) -> SystemConfig:
+        if (self.session_nodes is None) != (self.session_publish is None):
+            raise ValueError("session_nodes and session_publish go together: set both, or neither for "
+                             "the bundled embedded-cascade graph")
+        if self.session_nodes is not None and self.duplex is not None:
+            raise ValueError("a duplex system has no session graph: drop session_nodes and session_publish")
+        if self.session_nodes is not None:
+            from serving.graph.declare import load_graph
+
+            try:
+                load_graph({"session_nodes": self.session_nodes, "session_publish": self.session_publish})
+            except FdbError as err:
+                raise ValueError(err.message) from None
+        return self
 
     @model_validator(mode="after")
     def _services_and_nodes(self) -> SystemConfig:
@@ -240,19 +261,29 @@ SYSTEMS: dict[str, SystemConfig] = {
 }
 
 
+# Systems declared by a bundled launch file (read when asked for: its graph names optional kinds).
+PROFILES: dict[str, Path] = {
+    "gpu-cascade": Path(__file__).resolve().parent / "gpu" / "gpu-cascade.yaml",
+}
+
+
 def get_system(name: str) -> SystemConfig:
     """The registered system ``name``; an unknown name lists the known ones."""
+    if name in PROFILES and name not in SYSTEMS:
+        return load_config_file(PROFILES[name])
     try:
         return SYSTEMS[name]
     except KeyError as exc:
-        raise FdbError(f"unknown system {name!r}", f"choose one of {sorted(SYSTEMS)}") from exc
+        raise FdbError(f"unknown system {name!r}", f"choose one of {sorted([*SYSTEMS, *PROFILES])}") from exc
 
 
 def apply_overrides(base: SystemConfig, overrides: dict[str, Any], source: str) -> SystemConfig:
     """``base`` with ``overrides`` merged in (nested tables merge field by field)."""
     merged = base.model_dump()
     for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if key == "session_nodes" and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge_nodes(merged[key], value)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
@@ -263,6 +294,24 @@ def apply_overrides(base: SystemConfig, overrides: dict[str, Any], source: str) 
         where = ".".join(str(part) for part in first["loc"]) or "settings"
         message = first["msg"].removeprefix("Value error, ")
         raise FdbError(f"{source}: {where}: {message}", "fix the launch configuration") from exc
+
+
+def _merge_nodes(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``session_nodes`` overridden node by node: an entry without a kind, or with the node's
+    kind, changes the options it lists (down to one leaf, e.g. weights.overrides.num_hidden_layers);
+    one with another kind (or a new node) replaces it."""
+    merged = dict(base)
+    for name, node in overrides.items():
+        old = merged.get(name)
+        same = isinstance(node, dict) and isinstance(old, dict) and node.get("kind", old.get("kind")) == old.get("kind")
+        merged[name] = _deep_merge(old, node) if same else node
+    return merged
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``update``'s leaves set (mappings merge, lists and values replace)."""
+    return {**base, **{k: _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                       for k, v in update.items()}}
 
 
 def load_config_file(path: str | Path, default_system: str = "embedded-cascade",

@@ -5,12 +5,14 @@ unknown options), and its turn role: ``opens_turns`` (the dialog numbers turns) 
 ``ends_turns`` (a reply-ending kind; the one whose session is published ends turns). The
 guide's service kinds are registered so its profiles validate; the embedded kinds
 (``whisper_transcription``, ``llama_chat``, ``piper_speech``) run on the offline models and have
-node adapters in ``serving.graph.nodes``.
+node adapters in ``serving.graph.nodes``; the GPU kinds (``whisper_gpu``, ``causal_lm_gpu``) run
+torch/transformers models shared by every session and batched across them (``serving.gpu``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -104,6 +106,73 @@ class PiperSpeechOptions(KindOptions):
     length_scale: float | None = Field(None, gt=0)
 
 
+class GpuModelOptions(KindOptions):
+    """A model of ``serving.gpu``, loaded once per server process and shared by every session.
+    ``weights``: a ``serving.gpu.weights.WeightSource`` mapping, ``{load_format: checkpoint, path,
+    sha256}`` or ``{load_format: dummy, preset, overrides}``; ``max_batch``: requests of all
+    sessions run together at most."""
+
+    presets: ClassVar[tuple[str, ...]] = ()  # the presets this kind's model class takes
+
+    weights: dict[str, Any]
+    device: str = Field("cuda", pattern=r"^(cpu|cuda(:[0-9]+)?)$")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    max_batch: int = Field(32, ge=1, le=512)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from fdb.errors import FdbError
+        from serving.gpu.weights import WeightSource
+
+        try:
+            source = WeightSource.parse(value, "weights")
+        except FdbError as err:
+            raise ValueError(err.one_line()) from None
+        if source.preset is not None and source.preset not in cls.presets:
+            raise ValueError(f"weights: preset {source.preset!r} is not a model of this kind "
+                             f"(use one of {', '.join(cls.presets)})")
+        return value
+
+    def source(self, where: str):
+        """The parsed ``weights`` (``serving.gpu.weights.WeightSource``)."""
+        from serving.gpu.weights import WeightSource
+
+        return WeightSource.parse(self.weights, where)
+
+
+class WhisperGpuOptions(GpuModelOptions):
+    """``whisper_gpu``: Whisper (the whisper-large-v3 configuration) on ``device``; the utterances
+    of all sessions waiting at once are one ``generate`` (``serving.gpu.whisper``). ``pad_ms`` as
+    ``whisper_transcription``; ``language``: forced for a checkpoint (null: detected)."""
+
+    presets: ClassVar[tuple[str, ...]] = ("whisper-large-v3",)
+
+    pad_ms: int = Field(200, ge=0)
+    max_new_tokens: int = Field(96, ge=1, le=440)
+    language: str | None = "en"
+
+
+class CausalLmGpuOptions(GpuModelOptions):
+    """``causal_lm_gpu``: a causal LM (the qwen3-4b configuration) under transformers' continuous
+    batching: every session's reply streams from one decode loop (``serving.gpu.chat``).
+    ``max_new_tokens``: the reply's tokens (a session's sampling.max_new_tokens_per_unit
+    overrides it); ``temperature``: 0 decodes greedily, for every session (not per session);
+    ``max_prompt_tokens``: a longer prompt keeps its last tokens; ``block_size`` /
+    ``cache_blocks``: the paged KV cache (null: ``cache_memory_fraction`` of the GPU memory free
+    after the load, so that the other models of the GPU keep room; on CPU, max_batch
+    full-length requests)."""
+
+    presets: ClassVar[tuple[str, ...]] = ("qwen3-4b",)
+
+    max_new_tokens: int = Field(48, ge=1, le=4096)
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_prompt_tokens: int = Field(2048, ge=16)
+    block_size: int = Field(256, ge=4)
+    cache_blocks: int | None = Field(None, ge=1)
+    cache_memory_fraction: float = Field(0.4, gt=0, le=0.95)
+
+
 @dataclass(frozen=True)
 class ComponentKind:
     name: str
@@ -143,13 +212,15 @@ def _fs(*names: str) -> frozenset[str]:
 
 for _name, _opts in (("realtime_transcription", RealtimeTranscriptionOptions),
                      ("openai_transcription", OpenAiTranscriptionOptions),
-                     ("whisper_transcription", WhisperTranscriptionOptions)):
+                     ("whisper_transcription", WhisperTranscriptionOptions),
+                     ("whisper_gpu", WhisperGpuOptions)):
     register(ComponentKind(_name, _fs("pcm16", "session"), _fs("transcript"), _opts))
 register(ComponentKind("running_transcript", _fs("pcm16", "session", "text"), _fs("transcript"),
                        RunningTranscriptOptions))
 register(ComponentKind("dialog", _fs("transcript", "text_delta", "session"), _fs("messages", "session"),
                        DialogOptions, opens_turns=True))
-for _name, _opts in (("openai_chat", OpenAiChatOptions), ("llama_chat", LlamaChatOptions)):
+for _name, _opts in (("openai_chat", OpenAiChatOptions), ("llama_chat", LlamaChatOptions),
+                     ("causal_lm_gpu", CausalLmGpuOptions)):
     register(ComponentKind(_name, _fs("messages"), _fs("text_delta", "session"), _opts, ends_turns=True))
 for _name, _opts in (("openai_speech", OpenAiSpeechOptions), ("piper_speech", PiperSpeechOptions)):
     register(ComponentKind(_name, _fs("text_delta", "session"), _fs("pcm_f32le", "session"), _opts,

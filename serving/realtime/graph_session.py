@@ -71,12 +71,41 @@ def cascade() -> GraphDecl:
     return load_graph(CASCADE)
 
 
+def graph_of(hub) -> GraphDecl:
+    """The hub's system's session graph (its session_nodes), else the bundled embedded cascade."""
+    system = hub.system
+    if system.session_nodes is None:
+        return cascade()
+    if "graph_decl" not in hub.__dict__:
+        hub.__dict__["graph_decl"] = load_graph({"session_nodes": system.session_nodes,
+                                                 "session_publish": system.session_publish})
+    return hub.__dict__["graph_decl"]
+
+
 def _models(hub) -> EmbeddedModels:
     """The hub's loaded models, shared by every session's graph."""
     if "graph_models" not in hub.__dict__:
         hub.__dict__["graph_models"] = EmbeddedModels.of(hub.asr, hub.llm, hub.tts, hub.turn,
                                                          hub.executor, hub.vad_executor, hub.gate)
     return hub.__dict__["graph_models"]
+
+
+def preload(hub) -> list[str]:
+    """Open (load) and warm the nodes of the system's graph that hold a shared model (those with
+    a ``warm`` method: the GPU kinds) before the first session; returns their names. Blocking:
+    called by ``serving.models.load_models`` in the loading thread."""
+    graph = graph_of(hub)
+    nodes = build_nodes(graph, _models(hub), max_history_messages=hub.system.max_history_messages)
+    shared = [node for node in nodes.values() if hasattr(node, "warm")]
+
+    async def load() -> None:
+        for node in shared:
+            await node.open()
+            await node.warm()
+
+    if shared:
+        asyncio.run(load())
+    return [name for name, node in nodes.items() if node in shared]
 
 
 class GraphRealtimeSession(RealtimeSession):
@@ -95,9 +124,10 @@ class GraphRealtimeSession(RealtimeSession):
         self._drain_task: asyncio.Future | None = None
         self._output = GraphOutput(self._outbox, system, lambda: self.config, lambda: self.input_ended,
                                    lambda: samples_to_ms(self._accepted_samples))
-        nodes = build_nodes(cascade(), _models(self._hub), vad_settings={**system.vad.model_dump(), "prefetch_ms": system.prefetch_ms},
+        graph = graph_of(self._hub)
+        nodes = build_nodes(graph, _models(self._hub), vad_settings={**system.vad.model_dump(), "prefetch_ms": system.prefetch_ms},
                             max_history_messages=system.max_history_messages)
-        self._graph = SessionGraph(cascade(), nodes, DeliverySink())
+        self._graph = SessionGraph(graph, nodes, DeliverySink())
         self._output.attach(self._graph)
 
     def _engine_work(self) -> list[Awaitable[None]]:

@@ -1,0 +1,169 @@
+"""GPU cascade capacity: how many concurrent gpu-cascade sessions one GPU sustains (issue #27).
+
+One command on a CUDA machine, with dummy weights of the whisper-large-v3 and qwen3-4b
+configurations (``serving/gpu/gpu-cascade.yaml``)::
+
+    python benchmarks/gpu_cascade.py --out DIR [--levels 8,16,32,48] [--sessions 48]
+
+It writes DIR/launch.yaml (gpu-cascade with max_sessions = the top level), starts that server
+(its log: DIR/sweep/logs/model-server.log; the models load and warm before it reports ready),
+writes a synthetic v1.0 cohort of ``--sessions`` candor_turn_taking samples (a Piper-spoken
+question, then silence) to DIR/dataset, runs the serving sweep (``runs.sweep.sweep``, what
+``python -m fdb sweep`` runs: every level records the whole cohort at that concurrency, in a
+fresh client process) into DIR/sweep (concurrency-N/, serving.json, SERVING.md, serving.png), and
+writes DIR/summary.json: per level the sweep's row (failed sessions, 503s, pacing, reply RTF
+p90, whether it meets the sweep's targets) with the first audio after the annotated speech end
+(p50 / p90 s, as ``benchmarks/cascade_capacity.py`` measures it) and whether the level meets the
+issue's goal (sweep targets met, RTF p90 < 1, first audio p90 <= 0.5 s); and the highest level
+that meets it. Dummy weights: the compute path is real, the words are noise, the speech (Piper
+on CPU until the GPU TTS node lands) speaks that noise.
+
+The sessions' turn detection is the sweep's (server_vad, 500 ms of silence) unless
+``--turn-detection`` sets another: a reply cannot start before the turn ends, so with 500 ms of
+silence no first audio comes sooner than 0.5 s after the speech end; the goal needs a shorter
+silence or ``'{"type": "semantic_vad", "eagerness": "high"}'`` (Smart Turn ends a complete turn
+after a shorter pause).
+
+``--tiny``: the same on CPU with 1-layer configurations (a minute or two on 2 cores; checks the
+whole path, measures nothing about a GPU). ``--device cuda:1`` picks the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.cascade_capacity import (  # noqa: E402
+    SUBSET,
+    _free_port,
+    speech_end_latencies,
+    synthetic_tree,
+)
+from runs.sweep import SweepOptions, level_dir, parse_levels, sweep  # noqa: E402
+from runs.sweep_args import parse_record_options  # noqa: E402
+from scorers.serving import ServingRow, quantile_ms  # noqa: E402
+
+PROFILE = REPO / "serving" / "gpu" / "gpu-cascade.yaml"
+GOAL_FIRST_AUDIO_P90_S = 0.5
+TINY = {  # 1 layer, hidden 32: loads and runs on a CPU in seconds
+    "asr": {"max_batch": 8, "weights": {"load_format": "dummy", "preset": "whisper-large-v3", "overrides": {
+        "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_mel_bins": 128,
+        "vocab_size": 64, "max_source_positions": 1500, "max_target_positions": 32,
+        "decoder_start_token_id": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}}},
+    "llm": {"max_batch": 8, "block_size": 32, "max_prompt_tokens": 1024, "weights": {
+        "load_format": "dummy", "preset": "qwen3-4b", "overrides": {
+            "hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 300}}},
+}
+
+
+def launch_file(path: Path, max_sessions: int, device: str, tiny: bool, asr_tokens: int) -> Path:
+    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap and
+    (--tiny) the CPU configuration."""
+    import yaml
+
+    from fdb.io import atomic_write_text
+
+    raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
+    raw["max_sessions"] = max_sessions
+    for name in ("asr", "llm"):
+        node = raw["session_nodes"][name]
+        node["device"] = "cpu" if tiny else device
+        if tiny:
+            node.update(TINY[name], dtype="float32")
+    raw["session_nodes"]["asr"]["max_new_tokens"] = asr_tokens
+    return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
+
+
+def level_summary(row: ServingRow, latencies: tuple[list[float], int]) -> dict:
+    values, missing = latencies
+    p50, p90 = quantile_ms(values, Fraction(1, 2)), quantile_ms(values, Fraction(9, 10))
+    rtf_ok = row.rtf_p90 is not None and row.rtf_p90 < 1
+    fast = p90 is not None and p90 / 1000 <= GOAL_FIRST_AUDIO_P90_S and missing == 0
+    return {"concurrency": row.concurrency, "sweep_row": row.model_dump(mode="json"),
+            "first_audio_after_speech_end_s": {"p50": None if p50 is None else p50 / 1000,
+                                               "p90": None if p90 is None else p90 / 1000,
+                                               "n": len(values), "no_reply": missing},
+            "meets_goal": bool(row.meets_targets and rtf_ok and fast)}
+
+
+def run(args: argparse.Namespace) -> dict:
+    from rich.console import Console
+
+    from fdb.datasets.official import load_v10
+    from fdb.io import atomic_write_json
+    from runs.server import ManagedServer
+
+    out = args.out
+    levels = parse_levels(args.levels)
+    sessions = args.sessions or max(levels)
+    os.environ.setdefault("SERVER_PORT", str(_free_port()))
+    root = synthetic_tree(out / "dataset", sessions)
+    record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0",
+                                   "--subset-count", f"{SUBSET}={sessions}",
+                                   *(["--turn-detection", args.turn_detection] if args.turn_detection else [])])
+    opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
+    config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny, args.asr_tokens)
+    server = ManagedServer(system="gpu-cascade", host="127.0.0.1", port=int(os.environ["SERVER_PORT"]),
+                           config=config, log_path=opts.output / "logs" / "model-server.log",
+                           ready_timeout_s=args.ready_timeout_s)
+    server.start()
+    try:
+        opts.record = record.model_copy(update={"url": server.ws_url})
+        data = sweep(opts, Console(stderr=True))
+    finally:
+        server.stop()
+    loaded, _ = load_v10(root, [SUBSET], strict=False)
+    turn_end = {s.sample_id: s.turn_end_s for s in loaded.get(SUBSET, []) if s.turn_end_s is not None}
+    rows = [ServingRow.model_validate(row) for row in data["rows"]]
+    summary_levels = [level_summary(row, speech_end_latencies(level_dir(opts.output, row.concurrency), turn_end))
+                      for row in rows]
+    meeting = [lv["concurrency"] for lv in summary_levels if lv["meets_goal"]]
+    summary = {"schema": "fdb-gpu-cascade-benchmark-1", "system": "gpu-cascade", "tiny": args.tiny,
+               "turn_detection": record.turn_detection, "asr_max_new_tokens": args.asr_tokens,
+               "device": "cpu" if args.tiny else args.device, "weights": "dummy (compute path only)",
+               "launch": str(config), "sessions": sessions, "levels": summary_levels,
+               "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
+               "highest_level_meeting_goal": max(meeting) if meeting else None,
+               "sweep_capacity_line": data["capacity"]["line"], "command": sys.argv}
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: a new temporary one)")
+    parser.add_argument("--levels", default=None, help="rising concurrency levels (default 8,16,32,48; --tiny: 1,2)")
+    parser.add_argument("--sessions", type=int, default=None, help="samples in the cohort (default: the top level)")
+    parser.add_argument("--device", default="cuda", help="the GPU the two models run on")
+    parser.add_argument("--tiny", action="store_true", help="1-layer models on CPU: checks the path end to end")
+    parser.add_argument("--asr-tokens", type=int, default=24, help="the recognizer's max_new_tokens. Dummy "
+                        "weights never end a transcript early, so every one costs all of them: 24, about a 5 s "
+                        "question's transcript (the cohort's questions are 2-4 s)")
+    parser.add_argument("--turn-detection", help="the sessions' turn detection as JSON (default: the sweep's "
+                        'server_vad with 500 ms of silence, which alone puts the first audio 0.5 s after the '
+                        'speech end), e.g. \'{"type": "semantic_vad", "eagerness": "high"}\'')
+    parser.add_argument("--ready-timeout-s", type=float, default=900.0, help="how long the server may take to load")
+    args = parser.parse_args()
+    args.levels = args.levels or ("1,2" if args.tiny else "8,16,32,48")
+    args.out = (args.out or Path(tempfile.mkdtemp(prefix="gpu-cascade-"))).resolve()
+    summary = run(args)
+    for level in summary["levels"]:
+        row, first = level["sweep_row"], level["first_audio_after_speech_end_s"]
+        print(f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, RTF p90 {row['rtf_p90']}, "
+              f"first audio p50/p90 {first['p50']}/{first['p90']} s (no reply {first['no_reply']}), "
+              f"goal {'met' if level['meets_goal'] else 'missed'}")
+    print(f"highest level meeting the goal: {summary['highest_level_meeting_goal']}; "
+          f"{summary['sweep_capacity_line']}; summary: {args.out / 'summary.json'}")
+
+
+if __name__ == "__main__":
+    main()

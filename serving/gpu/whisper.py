@@ -1,0 +1,128 @@
+"""``whisper_gpu``: Whisper transcription on a GPU, one ``generate`` for the utterances of all sessions.
+
+:class:`WhisperEngine` holds the model (``serving.gpu.weights.load_model``: a verified checkpoint,
+or dummy weights of the whisper-large-v3 configuration), its feature extractor and, where the
+checkpoint has one, its tokenizer. Its :class:`~serving.gpu.batching.Batcher` pads every waiting
+utterance to the model's 30 s window (``2 * max_source_positions`` log-mel frames; a longer
+utterance keeps its first 30 s), computes the log-mel features on the device and decodes the
+batch with one ``generate`` capped at ``max_new_tokens``.
+
+Dummy weights decode token noise; without a tokenizer each utterance becomes a fixed placeholder
+marked as dummy (``DUMMY_TEXT``) so that the dialog has a user message to answer.
+
+:class:`WhisperGpuNode` is ``whisper_transcription``'s node (utterances, pad, prefetch, order:
+``serving.graph.nodes.WhisperNode``) with the recognition sent to the shared engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from serving.gpu.batching import Batcher, identity, shared
+from serving.gpu.weights import WeightSource, load_model
+from serving.graph.kinds import WhisperGpuOptions
+from serving.graph.nodes import EmbeddedModels, WhisperNode
+
+log = logging.getLogger("fdb.serving")
+RATE = 16000
+HOP = 160  # samples per log-mel frame
+DUMMY_TEXT = "dummy transcript"  # + the token count: the words of a dummy-weight recognizer
+
+
+class WhisperEngine:
+    """One Whisper model and its batcher; ``transcribe`` is awaited by every session."""
+
+    def __init__(self, source: WeightSource, device: str, dtype: str, max_batch: int,
+                 max_new_tokens: int, language: str | None):
+        import torch
+
+        self.source, self.device, self.max_new_tokens, self.language = source, device, max_new_tokens, language
+        self.dtype = getattr(torch, dtype)
+        self.model = load_model(source, "whisper_gpu", device, dtype)
+        config = self.model.config
+        self.samples = 2 * config.max_source_positions * HOP  # the encoder's window
+        self.features, self.tokenizer = _processors(source, config.num_mel_bins)
+        self.generation = self.model.generation_config
+        self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
+        self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
+        self.identity = identity("whisper_gpu", "asr", source, {
+            "device": device, "dtype": dtype, "max_batch": max_batch, "max_new_tokens": max_new_tokens,
+            "language": language, "tokenizer": "checkpoint" if self.tokenizer is not None else "none (dummy placeholder text)"})
+        log.info("whisper_gpu: %s on %s (%s), batches of up to %d", source.label(), device, dtype, max_batch)
+
+    def close(self) -> None:
+        self.batcher.close()
+
+    async def transcribe(self, samples: np.ndarray) -> str:
+        return await self.batcher.submit(samples)
+
+    def run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
+        """The text of each utterance (blocking; one generate)."""
+        import torch
+
+        inputs = self.features([np.asarray(s, dtype=np.float32)[:self.samples] for s in batch],
+                               sampling_rate=RATE, return_tensors="pt", padding="max_length",
+                               max_length=self.samples, truncation=True, device=self.device)
+        features = inputs.input_features.to(self.device, self.dtype)
+        extra = {"language": self.language, "task": "transcribe"} if self._multilingual() else {}
+        with torch.inference_mode():
+            tokens = self.model.generate(input_features=features, generation_config=self.generation, **extra)
+        return [self._text(row) for row in tokens.tolist()]
+
+    def _multilingual(self) -> bool:
+        return self.language is not None and bool(getattr(self.model.generation_config, "lang_to_id", None))
+
+    def _text(self, ids: list[int]) -> str:
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        return f"{DUMMY_TEXT} of {len(ids)} tokens"
+
+
+def _processors(source: WeightSource, mel_bins: int):
+    """(feature extractor, tokenizer or None): a checkpoint's own, else the defaults for ``mel_bins``."""
+    from serving.gpu.weights import _transformers
+
+    transformers = _transformers()
+    if source.dummy:
+        return transformers.WhisperFeatureExtractor(feature_size=mel_bins), None
+    features = transformers.WhisperFeatureExtractor.from_pretrained(source.path, local_files_only=True)
+    has_tokenizer = any((Path(source.path) / name).is_file() for name in ("tokenizer.json", "vocab.json"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source.path, local_files_only=True) if has_tokenizer else None
+    return features, tokenizer
+
+
+def engine_key(options: WhisperGpuOptions) -> tuple:
+    return ("whisper_gpu", repr(options.source("whisper_gpu")), options.device, options.dtype,
+            options.max_batch, options.max_new_tokens, options.language)
+
+
+class WhisperGpuNode(WhisperNode):
+    """``whisper_gpu``: ``WhisperNode``'s utterances, recognized by the shared :class:`WhisperEngine`."""
+
+    def __init__(self, models: EmbeddedModels, options: WhisperGpuOptions, name: str = "asr"):
+        super().__init__(models, options)
+        self._name = name
+        self._engine: WhisperEngine | None = None
+
+    async def open(self) -> None:
+        options = self._options
+
+        def build() -> WhisperEngine:
+            return WhisperEngine(options.source(f"session_nodes.{self._name}.weights"), options.device,
+                                 options.dtype, options.max_batch, options.max_new_tokens, options.language)
+        self._engine = await shared(self._models, engine_key(options), build, self._models.run)
+
+    async def warm(self) -> None:
+        """One transcription of 1 s of silence (the first call's costs, before any session)."""
+        await self._engine.transcribe(np.zeros(RATE, dtype=np.float32))
+
+    async def _recognize(self, samples: np.ndarray, before=None) -> tuple[str, str | None]:
+        if before is not None:
+            import asyncio
+
+            await asyncio.gather(before, return_exceptions=True)
+        return await self._engine.transcribe(samples), self._options.language

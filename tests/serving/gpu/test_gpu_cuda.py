@@ -1,0 +1,74 @@
+"""On a CUDA GPU: the full whisper-large-v3 and qwen3-4b configurations (dummy weights, bf16)
+serve 16 sessions at once: one Whisper generate for 16 utterances, 16 replies streaming from
+one continuous-batching loop. Skipped without CUDA (`pytest -m gpu tests/serving/gpu`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+SESSIONS = 16
+
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("transformers")  # after the CUDA check: its import alone takes seconds
+    return torch
+
+
+def test_whisper_large_v3_configuration_batches_sessions_on_cuda():
+    _cuda()
+    from serving.gpu.whisper import WhisperEngine
+    from serving.graph.kinds import WhisperGpuOptions
+
+    o = WhisperGpuOptions(weights={"load_format": "dummy", "preset": "whisper-large-v3"}, max_batch=SESSIONS,
+                          max_new_tokens=32)
+    engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language)
+    clips = [np.random.default_rng(i).normal(0, 0.1, 16000 * 3).astype(np.float32) for i in range(SESSIONS)]
+
+    async def main():
+        await engine.transcribe(clips[0])  # warm
+        start = time.monotonic()
+        texts = await asyncio.gather(*[engine.transcribe(c) for c in clips])
+        return texts, time.monotonic() - start
+
+    texts, elapsed = asyncio.run(main())
+    print(f"whisper-large-v3 (dummy, bf16): {SESSIONS} utterances in one batch: {elapsed * 1000:.0f} ms")
+    assert len(texts) == SESSIONS and engine.batcher.batch_sizes[-1] == SESSIONS
+
+
+def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda():
+    _cuda()
+    from serving.gpu.chat import ChatEngine
+    from serving.graph.kinds import CausalLmGpuOptions
+
+    o = CausalLmGpuOptions(weights={"load_format": "dummy", "preset": "qwen3-4b"}, max_batch=SESSIONS)
+    engine = ChatEngine(o.source("llm"), o)
+
+    async def reply(i: int) -> tuple[float, int]:
+        start, first, pieces = time.monotonic(), None, 0
+        async for _ in engine.stream([{"role": "user", "content": f"Question number {i}?"}], 48):
+            first = first if first is not None else time.monotonic() - start
+            pieces += 1
+        return first, pieces
+
+    async def main():
+        await reply(-1)  # warm
+        start = time.monotonic()
+        results = await asyncio.gather(*[reply(i) for i in range(SESSIONS)])
+        return results, time.monotonic() - start
+
+    try:
+        results, elapsed = asyncio.run(main())
+    finally:
+        engine.close()
+    firsts = sorted(r[0] for r in results)
+    print(f"qwen3-4b (dummy, bf16): {SESSIONS} replies of 48 tokens in {elapsed * 1000:.0f} ms, "
+          f"first text p50 {firsts[len(firsts) // 2] * 1000:.0f} ms, max {firsts[-1] * 1000:.0f} ms")
+    assert all(pieces > 1 for _, pieces in results)

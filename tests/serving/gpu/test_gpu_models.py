@@ -1,0 +1,132 @@
+"""Tiny dummy Whisper and Qwen3 models on CPU: the utterances of several sessions are one
+generate with a result each; replies of several sessions stream from one continuous-batching
+loop, each capped at its own max_new_tokens, and leaving a stream cancels its request; the chat
+node streams a turn's reply and takes over a reply prefetched with the same messages."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from serving.graph.kinds import CausalLmGpuOptions, WhisperGpuOptions
+from tests.serving.gpu.conftest import tiny_asr, tiny_llm
+
+pytest.importorskip("transformers")
+
+
+def _options(cls, spec: dict):
+    return cls(**{k: v for k, v in spec.items() if k != "kind"})
+
+
+def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
+    from serving.gpu.whisper import DUMMY_TEXT, WhisperEngine
+
+    o = _options(WhisperGpuOptions, tiny_asr())
+    engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language)
+    assert engine.samples == 2 * 100 * 160  # the encoder's window: 2 frames per position
+    identity = engine.identity  # what /health and every record say about this recognizer
+    assert identity.kind == "asr" and identity.name == "whisper_gpu/whisper-large-v3 (dummy weights)"
+    assert identity.checkpoint is None and identity.settings["weights"].startswith("dummy weights")
+
+    async def main():
+        clips = [np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32) for n in (8000, 16000, 60000)]
+        return await asyncio.gather(*[engine.transcribe(c) for c in clips])
+
+    texts = asyncio.run(main())
+    assert engine.batcher.batch_sizes == [3]
+    assert len(texts) == 3 and all(t.startswith(DUMMY_TEXT) for t in texts)
+    assert all(int(t.split()[-2]) <= o.max_new_tokens + 1 for t in texts)  # + the decoder start token
+
+
+@pytest.fixture(scope="module")
+def chat():
+    from serving.gpu.chat import ChatEngine
+
+    o = _options(CausalLmGpuOptions, tiny_llm())
+    engine = ChatEngine(o.source("llm"), o)
+    yield engine
+    engine.close()
+
+
+def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_leave(chat):
+    from serving.gpu.chat import ByteTokenizer
+
+    engine = chat
+    assert isinstance(engine.tokenizer, ByteTokenizer)
+    assert engine.identity.kind == "llm" and engine.identity.name == "causal_lm_gpu/qwen3-4b (dummy weights)"
+    assert "dummy" in engine.identity.settings["tokenizer"]
+
+    async def reply(text: str, tokens: int) -> list[str]:
+        return [p async for p in engine.stream([{"role": "user", "content": text}], tokens)]
+
+    async def main():
+        replies = await asyncio.gather(reply("hi", 3), reply("hello there", 5), reply("x" * 50, 7))
+        stream = engine.stream([{"role": "user", "content": "long"}], 200)
+        first = await stream.__anext__()
+        await stream.aclose()  # an interruption: the request leaves the batch
+        after = await reply("again", 2)
+        return replies, first, after
+
+    replies, first, after = asyncio.run(main())
+    def letters(pieces: list[str]) -> int:  # one syllable (two letters) per generated token
+        return len("".join(pieces).replace(" ", "").replace(".", "")) // 2
+
+    assert [letters(r) for r in replies] == [3, 5, 7] and all(len(r) > 1 for r in replies)  # streamed
+    assert first and letters(after) == 2
+    assert not engine.manager.output_router.result_handlers  # no handler left behind
+
+
+def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
+    from serving.gpu.chat import CausalLmGpuNode
+    from serving.gpu.chat import engine_key as chat_key
+    from serving.graph.nodes import EmbeddedModels
+    from serving.graph.streams import Chunk, Message, Messages, control
+
+    models = EmbeddedModels()
+    options = _options(CausalLmGpuOptions, tiny_llm())
+    models.__dict__["_gpu_engines"] = {chat_key(options): {"lock": None, "engine": chat}}  # the loaded engine
+    asked = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def turn(n: int, content: str) -> Chunk:
+        return Chunk("messages", Messages((Message("user", content),)), turn=n)
+
+    async def main():
+        node = CausalLmGpuNode(models, options)
+        await node.open()
+        out: list[Chunk] = []
+
+        async def emit(chunk: Chunk) -> None:
+            out.append(chunk)
+
+        await node.on_control(control("reply.prefetch", messages=asked), emit)
+        await node.on_chunk(turn(1, asked[0]["content"]), emit)  # the same messages: claimed
+        await node.on_control(control("reply.prefetch", messages=asked), emit)
+        await node.on_chunk(turn(2, "Something else"), emit)  # other messages: a fresh reply
+        await node.close()
+        return node, out
+
+    node, out = asyncio.run(main())
+    assert node.prefetches == {"started": 2, "claimed": 1}
+    for n in (1, 2):
+        pieces = [c for c in out if c.turn == n]
+        assert pieces[-1].control == "turn.done" and all(c.format == "text_delta" for c in pieces[:-1])
+        assert len("".join(c.payload.text for c in pieces[:-1]).replace(" ", "").replace(".", "")) == 2 * 8
+    assert not chat.manager.output_router.result_handlers  # the unclaimed prefetch was cancelled
+
+
+def test_a_reply_after_the_decode_loop_stopped_fails_with_one_line():
+    from fdb.errors import FdbError
+    from serving.gpu.chat import ChatEngine
+
+    o = _options(CausalLmGpuOptions, tiny_llm())
+    engine = ChatEngine(o.source("llm"), o)
+    engine.close()
+
+    async def main():
+        return [p async for p in engine.stream([{"role": "user", "content": "hi"}], 4)]
+
+    with pytest.raises(FdbError, match="the decode loop takes no requests") as err:
+        asyncio.run(main())
+    assert "\n" not in err.value.one_line() and not engine.manager.output_router.result_handlers
