@@ -60,7 +60,8 @@ def _id_key(sid: str) -> tuple[int, str]:
 
 def _load(kind: str, given, notes: list[str]):
     if given is False:
-        notes.append(f"{kind}: turned off; its metrics are null")
+        if not any(note.startswith(f"{kind}:") for note in notes):  # unless the caller said why
+            notes.append(f"{kind}: turned off; its metrics are null")
         return None
     if given is not None:
         return given
@@ -130,14 +131,20 @@ def _voice_scores(rows, scores, windows: dict[int, np.ndarray], speaker) -> None
     total = np.sum([embs[k] for k in keys], axis=0)
     for k in keys:
         others = (total - embs[k]) / (len(keys) - 1)
-        cos = float(embs[k] @ others / (np.linalg.norm(embs[k]) * np.linalg.norm(others)))
-        scores[k].voice_similarity = 100.0 * cos
+        norms = float(np.linalg.norm(embs[k]) * np.linalg.norm(others))
+        if norms == 0.0:  # a zero embedding has no direction: null, never NaN
+            scores[k].notes.append("voice: zero speaker embedding")
+            continue
+        scores[k].voice_similarity = 100.0 * float(embs[k] @ others) / norms
 
 
-def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None) -> ListeningSummary:
-    """Cut, transcribe and score every reply of a repeat; writes ``listening/``."""
-    root, notes = Path(repeat_root), []
-    out = root / "listening"
+def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None, out: Path | None = None,
+                    notes: list[str] | None = None) -> ListeningSummary:
+    """Cut, transcribe and score every reply of a repeat; writes ``out`` (default
+    ``listening/`` of the repeat; another directory for backends side by side). ``notes`` are
+    kept in the summary (e.g. why a backend is unavailable)."""
+    root, notes = Path(repeat_root), list(notes or [])
+    out = Path(out) if out is not None else root / "listening"
     asr, mos, speaker = (_load(k, b, notes) for k, b in (("asr", asr), ("mos", mos), ("speaker", speaker)))
     rows: list[ReplyRow] = []
     audios: list[np.ndarray] = []
