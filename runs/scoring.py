@@ -82,37 +82,35 @@ def resolve(run: RunPaths, asked: dict[str, BackendChoice], side_by_side: bool =
         raise FdbError(f"run {run.name} is scored with other backends (run.json scoring): {'; '.join(differs)}",
                        f"add --side-by-side to write them under repeat-N/scoring/{choice.tag()}/ beside the "
                        "run's, leave the option out to use the run's, or score into a new --run-name")
-    if side_by_side and recorded is not None and not differs:
-        raise FdbError(f"--side-by-side with the run's own backends ({recorded.tag()}) would score {run.name} twice",
+    if side_by_side and not differs:  # a run with no choice recorded yet is (or will be) scored with the defaults
+        raise FdbError(f"--side-by-side with the run's own backends ({choice.tag()}) would score {run.name} twice",
                        "leave --side-by-side out, or pass the backend you want beside the run's")
     return choice
 
 
-def load(choice: ScoringBackends) -> tuple[dict[str, object], list[str]]:
-    """Every backend loaded. A chosen one that fails to load stops the call; the embedded default
+def load(kind: str, wanted: BackendChoice, notes: list[str]):
+    """One backend, loaded. A chosen one that fails to load stops the call; the embedded default
     MOS or speaker backend, when its extra is missing, leaves its metrics null with a note."""
-    loaded, notes, defaults = {}, [], ScoringBackends()
-    for kind in KINDS:
-        wanted = getattr(choice, kind)
-        try:
-            loaded[kind] = load_backend(kind, wanted)
-        except Exception as exc:
-            if kind == "asr" or wanted != getattr(defaults, kind):
-                raise
-            loaded[kind] = None
-            notes.append(f"{kind}: backend unavailable ({exc}); its metrics are null")
-    return loaded, notes
+    try:
+        return load_backend(kind, wanted)
+    except Exception as exc:
+        if kind == "asr" or wanted != getattr(ScoringBackends(), kind):
+            raise
+        notes.append(f"{kind}: backend unavailable ({exc}); its metrics are null")
+        return None
 
 
 def prepare(run: RunPaths, rep: RepeatPaths, asked: dict[str, BackendChoice], side_by_side: bool = False,
             device: str | None = None) -> Scoring:
-    """Resolve, load and check the backends of one call; records a new run's choice in run.json
-    and, side by side, writes the side directory's scoring.json and its export links."""
+    """Resolve, load and check the backends of one call (each kind checked against the outputs on
+    disk as soon as it is loaded); records a new run's choice in run.json and, side by side,
+    writes the side directory's scoring.json and its export links."""
     choice = resolve(run, asked, side_by_side, device)
-    backends, notes = load(choice)
-    scoring = Scoring(choice, backends, _target(rep, choice, side_by_side), notes)
-    for other in run.repeats():
-        check_outputs(_target(other, choice, side_by_side), scoring)
+    scoring = Scoring(choice, {}, _target(rep, choice, side_by_side))
+    for kind in KINDS:
+        scoring.backends[kind] = load(kind, getattr(choice, kind), scoring.notes)
+        for other in run.repeats():
+            check_outputs(_target(other, choice, side_by_side), kind, scoring.identity(kind))
     if side_by_side:
         _prepare_side(scoring)
     else:
@@ -143,11 +141,10 @@ def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
     return [(path, kind, ident) for path, kind, ident in found if ident]
 
 
-def check_outputs(target: Target, scoring: Scoring) -> None:
-    """Refuse to score over an output of another model (it would be overwritten or mixed)."""
-    for path, kind, ident in existing_outputs(target):
-        now = scoring.identity(kind)
-        if now is not None and not same_model(ident, now):
+def check_outputs(target: Target, kind: str, now: dict | None) -> None:
+    """Refuse to score over a ``kind`` output of another model (it would be overwritten or mixed)."""
+    for path, found, ident in existing_outputs(target):
+        if found == kind and now is not None and not same_model(ident, now):
             raise FdbError(
                 f"{path} holds {kind} results of {ident.get('name')} (sha256 {str(ident.get('checkpoint_sha256'))[:12]}), "
                 f"not of {now.get('name')}: scoring {target.rep.root} with it would overwrite or mix them",

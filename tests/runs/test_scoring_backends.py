@@ -122,6 +122,9 @@ def test_another_backend_is_refused_or_scored_side_by_side(run, nemo, tmp_path, 
     listening = (rep.listening / "summary.json").read_bytes()
     code, _, err = cli(["asr", "--run-name", "r", "--asr", "faster-whisper"], capsys)
     assert code == 2 and "is scored with other backends" in err and "--side-by-side" in err
+    code, out, _ = cli(["asr", "--help"], capsys)
+    assert code == 0 and "another backend than the run's stops with an error before anything is written, unless " \
+        "--side-by-side" in " ".join(out.split())
     other = tmp_path / "utmos-2.pt"
 
     class Louder(LoudnessMos):
@@ -150,3 +153,6 @@ def test_a_run_transcribed_by_another_model_is_not_scored_over(run, nemo, tmp_pa
     code, _, err = cli(["asr", "--run-name", "r"], capsys)
     assert code == 2 and f"{receipt} holds asr results of nemo/nvidia/parakeet-tdt-0.6b-v2" in err
     assert receipt.read_bytes() == before and "scoring" not in read_json(run.manifest)
+    code, _, err = cli(["score", "transcribe", "--tree", str(receipt.parent)], capsys)
+    assert code == 2 and "holds transcripts of nemo/nvidia/parakeet-tdt-0.6b-v2" in err and "--replace" in err
+    assert receipt.read_bytes() == before
