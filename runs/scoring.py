@@ -79,7 +79,7 @@ def resolve(run: RunPaths, asked: dict[str, BackendChoice], side_by_side: bool =
         choice = choice.model_copy(update={"asr": choice.asr.model_copy(update={"device": device})})
     differs = (recorded or ScoringBackends()).differences(choice)
     if recorded is not None and differs and not side_by_side:
-        raise FdbError(f"run {run.name} is scored with other backends (run.json scoring): {'; '.join(differs)}",
+        raise FdbError(f"run {run.name} is scored with other backends ({run.manifest} scoring): {'; '.join(differs)}",
                        f"add --side-by-side to write them under repeat-N/scoring/{choice.tag()}/ beside the "
                        "run's, leave the option out to use the run's, or score into a new --run-name")
     if side_by_side and not differs:  # a run with no choice recorded yet is (or will be) scored with the defaults

@@ -7,6 +7,16 @@ from pathlib import Path
 import typer
 
 
+def _refuse_stray(kind: str, name: str | None, given: dict) -> None:
+    """A checkpoint or endpoint option without the backend it belongs to is a mistake, not a no-op."""
+    from fdb.errors import FdbError
+
+    stray = [flag for flag, value in given.items() if value is not None]
+    if name is None and stray:
+        example = {"asr": "parakeet", "mos": "utmos", "speaker": "wavlm-ecapa"}[kind]
+        raise FdbError(f"{stray[0]} is given without --{kind}", f"name the backend it belongs to, e.g. --{kind} {example}")
+
+
 def asked_backends(asr: str | None, nemo: Path | None, nemo_sha256: str | None, device: str | None,
                    asr_url: str | None, asr_model: str | None, api_key_env: str | None, mos: str | None,
                    utmos_checkpoint: Path | None, utmos_sha256: str | None, speaker: str | None,
@@ -14,6 +24,10 @@ def asked_backends(asr: str | None, nemo: Path | None, nemo_sha256: str | None, 
     """kind -> BackendChoice for every backend the options name (the others stay the run's)."""
     from fdb.models.scoring import choose
 
+    _refuse_stray("asr", asr, {"--nemo": nemo, "--nemo-sha256": nemo_sha256, "--asr-url": asr_url,
+                               "--asr-model": asr_model, "--api-key-env": api_key_env})
+    _refuse_stray("mos", mos, {"--utmos-checkpoint": utmos_checkpoint, "--utmos-sha256": utmos_sha256})
+    _refuse_stray("speaker", speaker, {"--speaker-checkpoint": speaker_checkpoint, "--speaker-sha256": speaker_sha256})
     asked = {}
     if asr is not None:
         asked["asr"] = choose("asr", asr, nemo, nemo_sha256, device=device, url=asr_url, model=asr_model,

@@ -122,6 +122,11 @@ def test_another_backend_is_refused_or_scored_side_by_side(run, nemo, tmp_path, 
     listening = (rep.listening / "summary.json").read_bytes()
     code, _, err = cli(["asr", "--run-name", "r", "--asr", "faster-whisper"], capsys)
     assert code == 2 and "is scored with other backends" in err and "--side-by-side" in err
+    for args, message in ((["--nemo", str(nemo)], "--nemo is given without --asr"),
+                          (["--mos", "utmos"], "--mos utmos needs --utmos-checkpoint PATH and --utmos-sha256 SHA"),
+                          (["--speaker", "ecapa"], "unknown speaker backend 'ecapa'")):
+        code, _, err = cli(["asr", "--run-name", "r", *args], capsys)
+        assert code == 2 and message in err
     code, out, _ = cli(["asr", "--help"], capsys)
     assert code == 0 and "another backend than the run's stops with an error before anything is written, unless " \
         "--side-by-side" in " ".join(out.split())
