@@ -31,6 +31,7 @@ def _header(run: RunPaths, manifest: RunManifest | None, repeats: list) -> list[
             lines.append(f"Dataset {name}: {use.source} tree `{use.root}`, revision "
                          f"`{(use.revision or 'n/a')[:16]}`{declared}, {len(use.sample_ids)} selected.")
         lines.append(scoring_line(manifest))
+        lines += mixed_asr_lines(repeats)
         prov = manifest.provenance
         lines.append(f"fdb {prov.get('fdb_version')} at revision `{prov.get('fdb_revision')}`.")
     lines += ["", "Every number below comes from the recorded audio of these repeats: the observation "
@@ -48,6 +49,26 @@ def scoring_line(manifest: RunManifest) -> str:
                 "the embedded faster-whisper, dnsmos and resemblyzer).")
     return "Scoring backends (run.json): " + ", ".join(
         f"{kind} `{getattr(manifest.scoring, kind).describe()}`" for kind in KINDS) + "."
+
+
+def mixed_asr_lines(repeats: list) -> list[str]:
+    """A warning when the repeats' transcripts come from different ASR models (a run scored
+    before fdb recorded its backends, or by hand with `score transcribe --replace`): the v1.0
+    and v1.5 cells then average over them."""
+    from fdb.io import read_json
+    from fdb.models.scoring import same_model
+
+    found = []
+    for rep in repeats:
+        for receipt in (rep.v10_reference / "asr.json", rep.reference_audio / "asr.json"):
+            ident = read_json(receipt).get("backend") if receipt.exists() else None
+            if ident:
+                found.append((f"repeat-{rep.number}/{receipt.parent.relative_to(rep.root)}", ident))
+    if all(same_model(found[0][1], ident) for _, ident in found[1:]):
+        return []
+    names = ", ".join(f"{where} {ident.get('name')}" for where, ident in found)
+    return [f"**Warning**: the transcripts come from different ASR models ({names}); cells over these "
+            "repeats mix them: score every repeat with one backend (fdb asr --help)."]
 
 
 def _dump(record) -> dict | None:

@@ -35,3 +35,17 @@ def test_columns_follow_the_backends_and_other_models_stay_out_of_the_cells(tmp_
     _summary(run.repeat(2), DNSMOS, RESEMBLYZER, 2.0)
     header = next(line for line in listening_section(run.repeats()[:2]).lines if line.startswith("| Category"))
     assert "| DNSMOS (OVRL) mean |" in header and "| Voice similarity (resemblyzer-ge2e) mean |" in header
+
+
+def test_transcripts_of_different_asr_models_are_flagged_in_the_header(tmp_path):
+    from reports.results import mixed_asr_lines
+
+    run = RunPaths(tmp_path / "r")
+    parakeet = {"kind": "asr", "name": "nemo/nvidia/parakeet-tdt-0.6b-v2", "checkpoint_sha256": "e" * 64}
+    whisper = {"kind": "asr", "name": "faster-whisper/whisper-tiny.en", "checkpoint_sha256": "f" * 64}
+    for n, ident in ((1, parakeet), (2, parakeet | {"version": "2.6"})):
+        atomic_write_json(run.repeat(n).v10_reference / "asr.json", {"backend": ident})
+    assert mixed_asr_lines(run.repeats()) == []  # a package version is not another model
+    atomic_write_json(run.repeat(2).reference_audio / "asr.json", {"backend": whisper})
+    (line,) = mixed_asr_lines(run.repeats())
+    assert "repeat-2/reference-audio faster-whisper/whisper-tiny.en" in line and "mix them" in line
