@@ -107,6 +107,15 @@ class RepeatPaths:
     def repeat_json(self) -> Path:
         return self.root / "repeat.json"
 
+    @property
+    def listening(self) -> Path:
+        return self.root / "listening"
+
+    def side_scoring(self, tag: str) -> Path:
+        """``scoring/<asr>+<mos>+<speaker>/``: outputs of backends other than the run's, scored
+        with ``fdb asr --side-by-side`` (v10/reference, reference-audio and listening as above)."""
+        return self.root / "scoring" / tag
+
     def holds_recording(self) -> bool:
         for rec in (self.recording, self.v10_recording):
             if rec.exists() and any(rec.rglob("session.json")):

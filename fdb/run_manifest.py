@@ -15,6 +15,7 @@ from fdb.datasets.pinning import inventory_changes
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, load_record
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.models.scoring import ScoringBackends
 from fdb.session_settings import SessionSettings
 
 RUN_SCHEMA = "fdb-run-1"
@@ -118,6 +119,7 @@ class RunManifest(BaseModel):
     gpus: int = 1  # bundled model servers (one per --gpus index)
     judge: str | None = None  # JUDGE at generate time
     settings: dict[str, str] = Field(default_factory=dict)  # MODEL_PATH, MODEL_REVISION, JUDGE_MODEL_PATH when set
+    scoring: ScoringBackends | None = None  # the ASR/MOS/speaker backends the first `fdb asr` chose; null before
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from fdb.models.scoring import MOS_LABELS
 from fdb.tables import NA, Column, Table
 from reports.compare_load import RepeatData, System
 from scorers.listening_records import GroupSummary
@@ -28,7 +29,6 @@ NOT_MEASURED = "not measured"
 Z95 = 1.96
 PAUSE_SUBSETS = ("synthetic_pause_handling", "candor_pause_handling")  # synthetic / natural speech
 TURN_SUBSET = "candor_turn_taking"
-MOS_LABELS = {"utmos": "UTMOS", "dnsmos-ovrl": "DNSMOS (OVRL)", "dnsmos": "DNSMOS"}
 
 
 class Part(BaseModel):

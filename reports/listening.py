@@ -1,5 +1,11 @@
 """RESULTS.md listening-quality section: one table per dataset (v1.5 categories, v1.0 subsets),
-each cell the mean ± sample deviation over repeats of ``repeat-N/listening/summary.json``."""
+each cell the mean ± sample deviation over repeats of ``repeat-N/listening/summary.json``.
+
+The MOS and voice-similarity columns are named after the backend that scored them (``UTMOS
+mean`` with UTMOS, ``DNSMOS (OVRL) mean`` with DNSMOS; ``Voice similarity (resemblyzer-ge2e)``
+for the resemblyzer proxy). A cell never mixes backends: the first scored repeat's backends are
+the section's, and a repeat scored with another model (``fdb.models.scoring.same_model``) is left
+out of the cells and named under the tables."""
 
 from __future__ import annotations
 
@@ -8,18 +14,26 @@ from functools import partial
 from fdb.datasets.types import V15_CATEGORIES
 from fdb.io import read_json
 from fdb.layout import RepeatPaths
+from fdb.models.scoring import KINDS, mos_label, same_model, voice_label
 from fdb.tables import Column
 from reports.cells import count_range, mean_sd
 from reports.exports import Section, results_table
 
 SHARE = partial(mean_sd, fmt="{:.1f}", scale=100.0, suffix="%")
-# Each cell holds the per-repeat values; the column's formatter shows them as a range or mean ± sd.
-COLUMNS = [Column("category", "Category"), Column("replies", "Replies", count_range),
-           Column("short_replies", "Short replies", count_range),
-           Column("compared_replies", "Compared replies", count_range),
-           Column("omission_rate", "Omission rate", SHARE), Column("wer", "WER", SHARE),
-           Column("mos_mean", "MOS mean", mean_sd), Column("mos_p10", "MOS p10", mean_sd),
-           Column("voice_mean", "Voice similarity mean", mean_sd), Column("voice_p10", "Voice similarity p10", mean_sd)]
+
+
+def columns(backends: dict | None) -> list[Column]:
+    """The table's columns; each cell holds the per-repeat values, shown as a range or mean ± sd."""
+    mos, voice = mos_label((backends or {}).get("mos")), voice_label((backends or {}).get("speaker"))
+    return [Column("category", "Category"), Column("replies", "Replies", count_range),
+            Column("short_replies", "Short replies", count_range),
+            Column("compared_replies", "Compared replies", count_range),
+            Column("omission_rate", "Omission rate", SHARE), Column("wer", "WER", SHARE),
+            Column("mos_mean", f"{mos} mean", mean_sd), Column("mos_p10", f"{mos} p10", mean_sd),
+            Column("voice_mean", f"{voice} mean", mean_sd), Column("voice_p10", f"{voice} p10", mean_sd)]
+
+
+COLUMNS = columns(None)
 
 
 NOTE = ("A reply is cut where the client's playout stopped, by the export's playout rule for the "
@@ -33,47 +47,73 @@ def _order(category: str) -> tuple[int, int, str]:
     return (category != "all", known.index(category) if category in known else len(known), category)
 
 
-def _load(repeats: list[RepeatPaths]) -> tuple[list[dict], list[str]]:
-    docs, missing = [], []
+def _load(repeats: list[RepeatPaths]) -> tuple[list[dict], list[str], list[str]]:
+    """The summaries of one backend set (the first scored repeat's), the repeats not scored yet,
+    and a line for each repeat left out because another model scored it."""
+    docs, missing, other = [], [], []
     for rep in repeats:
-        path = rep.root / "listening" / "summary.json"
-        if path.exists():
-            docs.append(read_json(path))
-        else:
+        path = rep.listening / "summary.json"
+        if not path.exists():
             missing.append(f"repeat-{rep.number}")
-    return docs, missing
+            continue
+        doc = read_json(path)
+        differs = [k for k in KINDS if docs and not _same(docs[0].get("backends", {}).get(k),
+                                                          doc.get("backends", {}).get(k))]
+        if differs:
+            other.append(f"repeat-{rep.number} left out: scored with another {' and '.join(differs)} backend "
+                         f"({', '.join(_name(doc, k) for k in differs)}, not {', '.join(_name(docs[0], k) for k in differs)}).")
+        else:
+            docs.append(doc)
+    return docs, missing, other
+
+
+def _same(a: dict | None, b: dict | None) -> bool:
+    return a is None or b is None or same_model(a, b)  # a metric one repeat did not measure mixes nothing
+
+
+def _name(doc: dict, kind: str) -> str:
+    ident = doc.get("backends", {}).get(kind)
+    return ident["name"] if ident else "none"
 
 
 def _row(category: str, cells: list[dict]) -> dict:
     return {"category": category} | {c.key: [cell.get(c.key) for cell in cells] for c in COLUMNS[1:]}
 
 
+def _backend_lines(backends: dict) -> list[str]:
+    lines = []
+    for kind, ident in backends.items():
+        sha = f" (sha256 {ident['checkpoint_sha256'][:12]}…)" if ident and ident.get("checkpoint_sha256") else ""
+        lines.append(f"- {kind}: {ident['name'] if ident else 'unavailable (null)'}{sha}")
+    return lines + [""]
+
+
 def listening_section(repeats: list[RepeatPaths]) -> Section:
     """Markdown lines, their tables and the data behind them (per dataset, per category, per repeat)."""
-    docs, missing = _load(repeats)
-    data: dict = {"repeats_missing": missing, "datasets": {}, "backends": [d.get("backends") for d in docs]}
+    docs, missing, other = _load(repeats)
+    data: dict = {"repeats_missing": missing, "repeats_other_backends": other, "datasets": {},
+                  "backends": [d.get("backends") for d in docs]}
     section = Section(["## Listening quality", ""], data)
     lines = section.lines
     if not docs:
         lines.append("No repeat has listening scores yet (run the asr step).")
         return section
-    for d in docs[0].get("backends", {}).items():
-        kind, ident = d
-        lines.append(f"- {kind}: {ident['name'] if ident else 'unavailable (null)'}"
-                     + (f" (sha256 {ident['checkpoint_sha256'][:12]}…)" if ident and ident.get("checkpoint_sha256") else ""))
+    lines += _backend_lines(docs[0].get("backends", {}))
     lines += ["", NOTE, ""]
+    cols = columns(docs[0].get("backends"))
     for dataset in ("v1.5", "v1.0"):
         cats = [c for d in docs for c in d.get("datasets", {}).get(dataset, {})]
         order = sorted(set(cats), key=_order)
         if not order:
             continue
-        table, data["datasets"][dataset] = results_table(dataset, "", COLUMNS), {}
+        table, data["datasets"][dataset] = results_table(dataset, "", cols), {}
         for cat in order:
             cells = [d["datasets"][dataset][cat] for d in docs if cat in d.get("datasets", {}).get(dataset, {})]
             data["datasets"][dataset][cat] = cells
             table.add(**_row(cat, cells))
         lines += [f"### {dataset}", ""]
         section.show(table)
+    lines += other
     if missing:
         lines.append(f"Not scored yet: {', '.join(missing)}.")
     return section

@@ -30,12 +30,45 @@ def _header(run: RunPaths, manifest: RunManifest | None, repeats: list) -> list[
             declared = f", declared revision {code(use.declared_revision)}" if use.declared_revision else ""
             lines.append(f"Dataset {name}: {use.source} tree `{use.root}`, revision "
                          f"`{(use.revision or 'n/a')[:16]}`{declared}, {len(use.sample_ids)} selected.")
+        lines.append(scoring_line(manifest))
+        lines += mixed_asr_lines(repeats)
         prov = manifest.provenance
         lines.append(f"fdb {prov.get('fdb_version')} at revision `{prov.get('fdb_revision')}`.")
     lines += ["", "Every number below comes from the recorded audio of these repeats: the observation "
               "windows the recorder exported, their ASR transcripts and VAD spans. `n/a` means no data; "
               "`not measured` means fdb has no producer for that column yet.", ""]
     return lines
+
+
+def scoring_line(manifest: RunManifest) -> str:
+    """The run's scoring backends as run.json records them (the embedded defaults before it did)."""
+    from fdb.models.scoring import KINDS
+
+    if manifest.scoring is None:
+        return ("Scoring backends: none recorded in run.json yet (a run scored before fdb recorded them used "
+                "the embedded faster-whisper, dnsmos and resemblyzer).")
+    return "Scoring backends (run.json): " + ", ".join(
+        f"{kind} `{getattr(manifest.scoring, kind).describe()}`" for kind in KINDS) + "."
+
+
+def mixed_asr_lines(repeats: list) -> list[str]:
+    """A warning when the repeats' transcripts come from different ASR models (a run scored
+    before fdb recorded its backends, or by hand with `score transcribe --replace`): the v1.0
+    and v1.5 cells then average over them."""
+    from fdb.io import read_json
+    from fdb.models.scoring import same_model
+
+    found = []
+    for rep in repeats:
+        for receipt in (rep.v10_reference / "asr.json", rep.reference_audio / "asr.json"):
+            ident = read_json(receipt).get("backend") if receipt.exists() else None
+            if ident:
+                found.append((f"repeat-{rep.number}/{receipt.parent.relative_to(rep.root)}", ident))
+    if all(same_model(found[0][1], ident) for _, ident in found[1:]):
+        return []
+    names = ", ".join(f"{where} {ident.get('name')}" for where, ident in found)
+    return [f"**Warning**: the transcripts come from different ASR models ({names}); cells over these "
+            "repeats mix them: score every repeat with one backend (fdb asr --help)."]
 
 
 def _dump(record) -> dict | None:
@@ -61,6 +94,7 @@ def build_report(run: RunPaths) -> tuple[str, dict, list[Table]]:
     lines = _header(run, manifest, repeats)
     data: dict = {"schema": RESULTS_SCHEMA, "run": run.name, "repeats": [r.number for r in repeats],
                   "server": manifest.server.model_dump(mode="json", by_alias=True) if manifest else None,
+                  "scoring": manifest.scoring.model_dump(mode="json") if manifest and manifest.scoring else None,
                   "repeat_servers": {f"repeat-{r.number}": _dump(load_repeat_server(r)) for r in repeats}}
     tables: list[Table] = []
 

@@ -57,12 +57,11 @@ class _bar:
         self._progress.__exit__(*exc)
 
 
-def _v10_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> dict:
-    from scorers.asr_phase import default_asr, run_v10_asr
+def _v10_asr(tree: Path, asr, console: Console, retry_failed: bool) -> dict:
+    from scorers.asr_phase import run_v10_asr
 
-    asr = default_asr()  # Whisper tiny.en with its VAD filter: better word starts after silence
     with _bar("v1.0 ASR", console) as tick:
-        receipt = run_v10_asr(rep.v10_reference, asr, progress=tick, retry_failed=retry_failed)
+        receipt = run_v10_asr(tree, asr, progress=tick, retry_failed=retry_failed)
     counts: dict[str, int] = {}
     transcripts: dict[str, int] = {}
     for entry in receipt.samples:
@@ -102,20 +101,20 @@ def _icc_ground_truth(run: RunPaths) -> Path | None:
     return checkout if checkout.is_dir() else None
 
 
-def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
+def _v10_scores(run: RunPaths, tree: Path, console: Console) -> None:
     from fdb.errors import SampleError
     from scorers.v10_official import score_official
     from scorers.v10_unified import score_unified
 
     rejected = None
     try:
-        unified = score_unified(rep.v10_reference, declared=declared_counts(run, "v1.0"))
+        unified = score_unified(tree, declared=declared_counts(run, "v1.0"))
         for name, subset in unified.subsets.items():
             c = subset.counts
             console.print(f"  unified {escape(name)}: selected {c.selected}, eligible {c.eligible}")
     except SampleError as exc:  # one sample's bad input: official.json is still written (that sample named)
         rejected = exc
-    official = score_official(rep.v10_reference, icc_gt=_icc_ground_truth(run))
+    official = score_official(tree, icc_gt=_icc_ground_truth(run))
     for name, subset in official.subsets.items():
         rate = "n/a" if subset.takeover_rate is None else f"{subset.takeover_rate:.3f}"
         latency = "n/a" if subset.latency_s is None else f"{subset.latency_s:.3f} s"
@@ -126,12 +125,11 @@ def _v10_scores(run: RunPaths, rep: RepeatPaths, console: Console) -> None:
         raise FdbError(f"unified metrics not written: {rejected.message}", rejected.hint)
 
 
-def _v15_asr(rep: RepeatPaths, console: Console, retry_failed: bool) -> None:
-    from scorers.asr_phase import default_asr
+def _v15_asr(tree: Path, asr, console: Console, retry_failed: bool) -> None:
     from scorers.asr_v15 import run_v15_asr
 
     with _bar("v1.5 ASR", console) as tick:
-        receipt = run_v15_asr(rep.reference_audio, default_asr(), progress=tick, retry_failed=retry_failed)
+        receipt = run_v15_asr(tree, asr, progress=tick, retry_failed=retry_failed)
     statuses: dict[str, int] = {}  # per transcribed WAV (four per pair), like the runbook's {"ok": 16}
     for pair in receipt.samples:
         for wav in pair.files.values():
@@ -202,32 +200,52 @@ def export_only_command(rep: RepeatPaths) -> str:
     return f"python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} --export-only"
 
 
-def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = False) -> bool:
-    """Transcribe and score one repeat. Returns True when every step succeeded."""
+def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = False,
+            asked: dict | None = None, side_by_side: bool = False, device: str | None = None) -> bool:
+    """Transcribe and score one repeat with the run's scoring backends (``runs.scoring``: those
+    run.json records, else the defaults, or ``asked`` ones side by side). Returns True when every
+    step succeeded; a refused backend choice raises FdbError before anything is written."""
+    from runs.scoring import choice_flags, prepare
+
     run = _run(run_name)
     rep = run.repeat(repeat)
-    rerun = f"python -m fdb asr --run-name {run_name} --repeat {repeat}"
     has_v10, has_v15 = exported(rep)
+    scoring = prepare(run, rep, asked or {}, side_by_side, device)
+    target, asr = scoring.target, scoring.backends["asr"]
+    rerun = f"python -m fdb asr --run-name {run_name} --repeat {repeat}" + (
+        f" --side-by-side {choice_flags(scoring.choice)}" if target.side else "")
+    _scoring_line(scoring, console)
     ok = True
     if has_v10:
         counts: dict[str, int] = {}
-        ok &= _step("the v1.0 ASR", lambda: counts.update(_v10_asr(rep, console, retry_failed)), console, rerun)
+        tree = target.v10_reference
+        ok &= _step("the v1.0 ASR", lambda: counts.update(_v10_asr(tree, asr, console, retry_failed)), console, rerun)
         if counts:
-            ok &= _step("v1.0 unified scoring", lambda: _v10_scores(run, rep, console), console, rerun)
+            ok &= _step("v1.0 unified scoring", lambda: _v10_scores(run, tree, console), console, rerun)
     if has_v15:
-        ok &= _step("v1.5 timing", lambda: _v15_timing(rep, console), console, rerun)
-        ok &= _step("the v1.5 ASR", lambda: _v15_asr(rep, console, retry_failed), console, rerun)
-    ok &= _step("the listening-quality phase", lambda: _listening(rep, console), console, rerun)
+        if not target.side:  # Silero VAD timing depends on no scoring backend
+            ok &= _step("v1.5 timing", lambda: _v15_timing(rep, console), console, rerun)
+        ok &= _step("the v1.5 ASR", lambda: _v15_asr(target.reference_audio, asr, console, retry_failed),
+                    console, rerun)
+    ok &= _step("the listening-quality phase", lambda: _listening(scoring, console), console, rerun)
     return ok
 
 
-def _listening(rep: RepeatPaths, console: Console) -> None:
+def _scoring_line(scoring, console: Console) -> None:
+    names = ", ".join(f"{kind} {ident['name'] if ident else 'unavailable'}"
+                      for kind, ident in ((k, scoring.identity(k)) for k in ("asr", "mos", "speaker")))
+    where = f"side by side in {scoring.target.root}" if scoring.target.side else "the run's (run.json scoring)"
+    console.print(f"scoring backends: {escape(names)}; {escape(where)}")
+
+
+def _listening(scoring, console: Console) -> None:
     """Every reply of the repeat cut, transcribed and scored (omission, WER, MOS, voice)."""
-    from scorers.asr_phase import default_asr
     from scorers.listening import score_listening
 
     console.print("listening quality: cutting, transcribing and scoring every reply …")
-    summary = score_listening(rep.root, asr=default_asr())
+    b = scoring.backends
+    summary = score_listening(scoring.target.rep.root, asr=b["asr"], mos=b["mos"] or False,
+                              speaker=b["speaker"] or False, out=scoring.target.listening, notes=scoring.notes)
     for dataset, groups in summary.datasets.items():
         overall = groups.get("all")
         if overall is not None:

@@ -126,10 +126,11 @@ def previous_entries(tree: Path, asr: AsrBackend) -> dict[str, AsrSampleReceipt]
 
 def default_asr() -> AsrBackend:
     """The embedded scoring ASR: Whisper tiny.en with faster-whisper's VAD filter (200 ms
-    padding), which keeps first-word starts within ~0.2 s after long silences."""
-    from fdb.models.asr import FasterWhisperAsr
+    padding), which keeps first-word starts within ~0.2 s after long silences
+    (``fdb.models.scoring``'s ``faster-whisper`` choice)."""
+    from fdb.models.scoring import BackendChoice, load_backend
 
-    return FasterWhisperAsr(vad_filter=True)
+    return load_backend("asr", BackendChoice(name="faster-whisper"))
 
 
 def run_v10_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | None = None,

@@ -16,6 +16,10 @@ under ``listening/wav/``, transcribes it, and scores:
   3 s (written to ``voice-window/``) with the mean embedding of the same window of every other
   such reply of the repeat (both datasets); mean and p10 (``np.percentile``, linear).
 
+A rerun reuses the ASR text and MOS of a reply whose WAV bytes (``wav_sha256``) are unchanged when
+the previous ``scores.json`` records the same ASR (MOS) backend identity; voice similarity, which
+pools every reply, is always recomputed.
+
 A backend argument of None loads the default (``default_asr()``, DNSMOS via speechmos,
 resemblyzer); ``False`` turns that metric off. A metric whose backend is off or missing is
 null with a note, never 0. Groups: each v1.5 category and each v1.0 subset, plus one "all"
@@ -28,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fdb.audio import write_wav
+from fdb.audio import wav_bytes, write_wav
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, read_json
+from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes
 from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
 from fdb.session_records import read_trace
@@ -65,7 +69,8 @@ def _id_key(sid: str) -> tuple[int, str]:
 
 def _load(kind: str, given, notes: list[str]):
     if given is False:
-        notes.append(f"{kind}: turned off; its metrics are null")
+        if not any(note.startswith(f"{kind}:") for note in notes):  # unless the caller said why
+            notes.append(f"{kind}: turned off; its metrics are null")
         return None
     if given is not None:
         return given
@@ -104,14 +109,36 @@ def _row(out: Path, key: tuple, reply: CutReply, audio: np.ndarray) -> ReplyRow:
     dataset, category, sid, variant, _folder = key
     rid = f"{dataset}/{category}/{sid}/{variant}/{reply.index}"
     rel = f"wav/{rid}.wav"
-    write_wav(out / rel, audio, REPLY_RATE)
+    data = wav_bytes(audio, REPLY_RATE)
+    atomic_write_bytes(out / rel, data)
     duration = len(audio) / REPLY_RATE
     compared = reply.status == "completed" and not reply.barge_in_cut and align(reply.transcript, "") is not None
     return ReplyRow(reply_id=rid, dataset=dataset, category=category, sample_id=f"{category}/{sid}",
                     variant=variant, response_id=reply.response_id, status=reply.status,
                     barge_in_cut=reply.barge_in_cut, duration_s=round(duration, 6),
                     short=duration < MIN_SCORED_S, compared=compared, transcript=reply.transcript,
-                    asr_text=None, wav=rel)
+                    asr_text=None, wav=rel, wav_sha256=sha256_bytes(data))
+
+
+def previous_scores(out: Path, backends: dict) -> dict[str, dict[str, object]]:
+    """kind -> {reply_id: (wav sha256, asr text or MOS)} from an earlier run of ``out``, for
+    each of asr and mos whose backend identity equals the one in ``backends`` (else none)."""
+    if not (out / "scores.json").exists() or not (out / "replies.json").exists():
+        return {"asr": {}, "mos": {}}
+    scores, replies = read_json(out / "scores.json"), read_json(out / "replies.json")["replies"]
+    old = scores.get("backends") or {}
+    sha = {r["reply_id"]: r.get("wav_sha256") for r in replies}
+    values = {"asr": {r["reply_id"]: r.get("asr_text") for r in replies},
+              "mos": {s["reply_id"]: s.get("mos") for s in scores.get("replies", [])}}
+    return {kind: ({rid: (sha.get(rid), v) for rid, v in values[kind].items()}
+                   if backends.get(kind) is not None and old.get(kind) == backends[kind] else {})
+            for kind in ("asr", "mos")}
+
+
+def _reused(previous: dict, row: ReplyRow):
+    """(True, value) when ``previous`` holds this reply's value for the same WAV bytes."""
+    sha, value = previous.get(row.reply_id, (None, None))
+    return (row.wav_sha256 is not None and sha == row.wav_sha256 and value is not None), value
 
 
 def middle_window(audio: np.ndarray) -> np.ndarray:
@@ -141,14 +168,20 @@ def _voice_scores(rows, scores, windows: dict[int, np.ndarray], speaker) -> None
     total = np.sum([embs[k] for k in keys], axis=0)
     for k in keys:
         others = (total - embs[k]) / (len(keys) - 1)
-        cos = float(embs[k] @ others / (np.linalg.norm(embs[k]) * np.linalg.norm(others)))
-        scores[k].voice_similarity = 100.0 * cos
+        norms = float(np.linalg.norm(embs[k]) * np.linalg.norm(others))
+        if norms == 0.0:  # a zero embedding has no direction: null, never NaN
+            scores[k].notes.append("voice: zero speaker embedding")
+            continue
+        scores[k].voice_similarity = 100.0 * float(embs[k] @ others) / norms
 
 
-def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None) -> ListeningSummary:
-    """Cut, transcribe and score every reply of a repeat; writes ``listening/``."""
-    root, notes = Path(repeat_root), []
-    out = root / "listening"
+def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None, out: Path | None = None,
+                    notes: list[str] | None = None) -> ListeningSummary:
+    """Cut, transcribe and score every reply of a repeat; writes ``out`` (default
+    ``listening/`` of the repeat; another directory for backends side by side). ``notes`` are
+    kept in the summary (e.g. why a backend is unavailable)."""
+    root, notes = Path(repeat_root), list(notes or [])
+    out = Path(out) if out is not None else root / "listening"
     asr, mos, speaker = (_load(k, b, notes) for k, b in (("asr", asr), ("mos", mos), ("speaker", speaker)))
     rows: list[ReplyRow] = []
     audios: list[np.ndarray] = []
@@ -165,13 +198,16 @@ def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None) -> List
     scores = [ReplyScores(reply_id=r.reply_id, dataset=r.dataset, category=r.category, duration_s=r.duration_s,
                           short=r.short, compared=r.compared) for r in rows]
     windows: dict[int, np.ndarray] = {}
+    previous = previous_scores(out, _identities(asr, mos, speaker))
     for k, (row, audio) in enumerate(zip(rows, audios, strict=True)):
         if asr is not None and len(audio):
-            row.asr_text = asr.transcribe(audio).text.strip()
+            done, text = _reused(previous["asr"], row)
+            row.asr_text = text if done else asr.transcribe(audio).text.strip()
         if asr is not None:
             _text_scores(row, scores[k])
         if not row.short:
-            scores[k].mos = mos.score(audio) if mos is not None else None
+            done, value = _reused(previous["mos"], row)
+            scores[k].mos = value if done else (mos.score(audio) if mos is not None else None)
             windows[k] = middle_window(audio)
             row.voice_window = f"voice-window/{row.reply_id}.wav"
             write_wav(out / row.voice_window, windows[k], REPLY_RATE)
@@ -180,9 +216,13 @@ def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None) -> List
     return _finish(out, rows, scores, notes, asr, mos, speaker)
 
 
+def _identities(asr, mos, speaker) -> dict[str, dict | None]:
+    return {kind: (b.identity.model_dump(mode="json") if b is not None else None)
+            for kind, b in (("asr", asr), ("mos", mos), ("speaker", speaker))}
+
+
 def _finish(out: Path, rows, scores, notes, asr, mos, speaker) -> ListeningSummary:
-    backends = {kind: (b.identity.model_dump(mode="json") if b is not None else None)
-                for kind, b in (("asr", asr), ("mos", mos), ("speaker", speaker))}
+    backends = _identities(asr, mos, speaker)
     summary = ListeningSummary(definitions=definitions(), backends=backends, notes=notes,
                                datasets=group_summaries(rows, scores),
                                provenance=current().model_dump(mode="json"))

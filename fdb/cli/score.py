@@ -301,25 +301,25 @@ def v10(
 
 def _backend(asr: str, nemo: Path | None, nemo_sha256: str | None, device: str, asr_url: str | None,
              asr_model: str | None, api_key_env: str):
+    from fdb.models.scoring import choose, load_backend
+
+    return load_backend("asr", choose("asr", asr, nemo, nemo_sha256, device=device, url=asr_url, model=asr_model,
+                                      api_key_env=api_key_env))
+
+
+def _refuse_other_model(tree: Path, backend, replace: bool) -> None:
+    """A tree transcribed by another model is not silently transcribed over (``--replace`` does)."""
     from fdb.errors import FdbError
-    from fdb.models.asr import load_asr
+    from fdb.io import read_json
+    from fdb.models.scoring import same_model
 
-    if asr == "faster-whisper":
-        from scorers.asr_phase import default_asr
-
-        return default_asr()
-    if asr == "parakeet":
-        if nemo is None:
-            raise FdbError("--asr parakeet needs --nemo PATH",
-                           "pass the local parakeet-tdt-0.6b-v2 .nemo checkpoint, e.g. --nemo parakeet-tdt-0.6b-v2.nemo")
-        kwargs = {"expected_sha256": nemo_sha256} if nemo_sha256 else {}
-        return load_asr("parakeet", nemo_path=nemo, device=device, **kwargs)
-    if asr == "openai-compatible":
-        if not (asr_url and asr_model):
-            raise FdbError("--asr openai-compatible needs --asr-url and --asr-model",
-                           "pass e.g. --asr-url http://127.0.0.1:8000/v1 --asr-model whisper-large-v3")
-        return load_asr("openai-compatible", base_url=asr_url, model=asr_model, api_key_env=api_key_env)
-    raise FdbError(f"unknown --asr {asr!r}", "use faster-whisper, parakeet or openai-compatible")
+    receipt = tree / "asr.json"
+    old = read_json(receipt).get("backend") if receipt.exists() else None
+    now = backend.identity.model_dump(mode="json")
+    if old and not replace and not same_model(old, now):
+        raise FdbError(f"{receipt} holds transcripts of {old.get('name')}, not of {now['name']}",
+                       "pass the backend that wrote them, or --replace to transcribe the whole tree again "
+                       "(a run's repeat: fdb asr --side-by-side keeps both)")
 
 
 def transcribe(
@@ -334,11 +334,15 @@ def transcribe(
     api_key_env: str = typer.Option("OPENAI_API_KEY", help="openai-compatible: the environment variable holding "
                                     "the key (EMPTY for no authentication); the key is never written."),
     retry_failed: bool = typer.Option(False, help="Transcribe again the files whose ASR failed before."),
+    replace: bool = typer.Option(False, help="Transcribe a tree that another ASR model transcribed, replacing "
+                                 "its transcripts (refused without it)."),
 ) -> None:
     """Transcribe an export tree with word timestamps into the official schema: v1.0 writes
     <subset>/<id>/output.json (interruption cut at R) and asr.json; v1.5 writes input.json,
     clean_input.json, output.json and clean_output.json per pair and asr.json. The receipt
-    records the backend identity; finished files are skipped on a rerun."""
+    records the backend identity; finished files are skipped on a rerun. A tree whose asr.json
+    another model wrote is refused unless --replace. For a run's repeat, prefer `fdb asr --asr …`,
+    which records the choice in run.json and scores everything after the ASR."""
     from rich.console import Console
 
     from fdb.errors import FdbError
@@ -353,6 +357,7 @@ def transcribe(
         raise FdbError(f"{tree} holds neither manifest.json (v1.0) nor reference-manifest.json (v1.5)",
                        "point --tree at a repeat's v10/reference or reference-audio directory")
     backend = _backend(asr, nemo, nemo_sha256, device, asr_url, asr_model, api_key_env)
+    _refuse_other_model(tree, backend, replace)
     console = Console(stderr=True)
     receipt = run(tree, backend, progress=lambda sid, done, total: console.print(f"{done}/{total} {sid}"),
                   retry_failed=retry_failed)

@@ -112,3 +112,41 @@ def test_legacy_reply_is_cut_where_the_exports_playout_stops(cut):
     assert np.allclose(reply.audio(rate), audio[:12800], atol=1 / 32767)
     (whole,) = cut_replies(trace, pcm, LEGACY, rate, {**td, "interrupt_response": False})
     assert len(whole.audio(rate)) == (12800 if cut == "output_audio_buffer.cleared" else 32000)
+
+
+class CountingAsr(FakeAsr):
+    def __init__(self):
+        self.calls = 0
+
+    def transcribe(self, samples):
+        self.calls += 1
+        return super().transcribe(samples)
+
+
+class CountingMos:
+    from fdb.models import BackendIdentity
+
+    identity = BackendIdentity(kind="mos", name="counting")
+
+    def __init__(self):
+        self.calls = 0
+
+    def score(self, samples):
+        self.calls += 1
+        return 3.0
+
+
+def test_a_rerun_with_the_same_backends_reuses_asr_text_and_mos(tmp_path):
+    root = tmp_path / "repeat-1"
+    write_session(root / "v10/recording/shard-0/synthetic_pause_handling/3/main",
+                  [{"id": "a", "audio": tone(3.5), "t": 0.5, "transcript": "red green"}])
+    asr, mos = CountingAsr(), CountingMos()
+    first = score_listening(root, asr=asr, mos=mos, speaker=False)
+    scores = (root / "listening/scores.json").read_bytes()
+    second = score_listening(root, asr=asr, mos=mos, speaker=False)
+    assert (asr.calls, mos.calls) == (1, 1) and first.datasets == second.datasets
+    assert (root / "listening/scores.json").read_bytes() == scores
+    other = CountingMos()
+    other.identity = other.identity.model_copy(update={"name": "another"})
+    score_listening(root, asr=asr, mos=other, speaker=False)
+    assert (asr.calls, other.calls) == (1, 1)  # another MOS model scores again; the ASR text is kept
