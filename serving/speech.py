@@ -77,6 +77,8 @@ def speech_capabilities(system: SystemConfig) -> dict[str, Any]:
         return {"endpoint": "/v1/audio/speech", "backend": "pass-through", "voice_cloning": "service-defined",
                 "service_model": service.model}
     node = system.backends.tts
+    if node == "none":
+        return {"endpoint": None, "backend": "none"}
     if getattr(node, "kind", None) == "csm_gpu":  # serving/gpu/csm.py
         return {"endpoint": "/v1/audio/speech", "backend": node.kind, "voices": ["default"],
                 "voice_cloning": True, "weights": node.source().label(), "sample_rate": 24000,
@@ -283,6 +285,8 @@ async def speech(request: Request) -> Response:
         return _error(400, "invalid_request", f"{where}: {first['msg']}", where)
     if not runtime.ready:
         return _error(503, "not_ready", "instance is not ready")
+    if runtime.hub.tts is None:
+        return _error(404, "speech_unavailable", f"system {system.name} has no TTS (backends.tts: none)")
     refused = _check(req, system, getattr(runtime.hub.tts, "clones", False))
     if refused is not None:
         return refused

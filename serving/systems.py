@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fdb.errors import FdbError
-from serving.gpu.nodes import GPU_NODE_KINDS, CsmSpeechNode, GpuNode, is_gpu_kind
+from serving.gpu.nodes import GPU_NODE_KINDS, CsmSpeechNode, GpuNode, MoshiNativeNode, is_gpu_kind
 from serving.service_nodes import (
     OpenAiChatNode,
     OpenAiSpeechNode,
@@ -137,12 +137,22 @@ class DuplexSettings(BaseModel):
     # 200 ms pause and the silence its score asks for ends it (serving/duplex/policy.py, step 6)
     turn_detection: Literal["vad", "semantic"] = "vad"
     eagerness: Literal["low", "medium", "high", "auto"] = "medium"
+    # A native model instead of the rule-based policy and cascade: every unit goes to it and its
+    # audio comes back per unit (serving/gpu/native.py); None: the policy above decides.
+    model: MoshiNativeNode | None = None
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _native_model(cls, value: Any) -> Any:
+        return _parse_gpu("native", value) if is_gpu_kind("native", value) else value
 
     @model_validator(mode="after")
     def _unit_is_a_choice(self) -> DuplexSettings:
         if any(ms < 20 for ms in self.unit_ms_choices) or self.unit_ms not in self.unit_ms_choices:
             raise ValueError(f"unit_ms {self.unit_ms} must be one of unit_ms_choices "
                              f"{list(self.unit_ms_choices)}, each at least 20 ms")
+        if self.model is not None and self.unit_ms_choices != (80,):
+            raise ValueError("a native model speaks in 80 ms frames: set unit_ms 80 and unit_ms_choices [80]")
         return self
 
 
@@ -250,6 +260,14 @@ SYSTEMS: dict[str, SystemConfig] = {
         description="Native full-duplex baseline on 1 s units: Silero VAD decides per unit, "
                     "faster-whisper tiny.en + SmolLM2-135M + Piper answer (offline CPU)",
         duplex=DuplexSettings()),
+    # serving/gpu: Moshi (moshi-7b configuration, dummy weights) on one CUDA GPU, native sessions
+    "gpu-native": SystemConfig(
+        name="gpu-native", model="fdb/gpu-native",
+        description="Moshi (7B configuration) on one CUDA GPU: native full-duplex sessions on 80 ms "
+                    "units, every live session's frame in one batched step (dummy weights)",
+        backends=Backends(asr="none", llm="none", tts="none"), max_sessions=32, model_workers=8,
+        duplex=DuplexSettings(unit_ms=80, unit_ms_choices=(80,), model={
+            "kind": "moshi_gpu", "weights": {"load_format": "dummy", "preset": "moshi-7b"}})),
     # serving/gpu: CSM on one CUDA GPU behind /v1/audio/speech (fdb tts-bench); dummy weights
     # unless a launch file points weights at a checkpoint (docs/gpu.md)
     "gpu-tts": SystemConfig(

@@ -41,7 +41,12 @@ class NativeSession(RealtimeSession):
     def __init__(self, websocket: WebSocket, hub: ModelHub) -> None:
         super().__init__(websocket, hub)
         self.config = initial_config(self._system)
-        self._engine = DuplexEngine(hub, self._outbox, lambda: self.config, self._context_exhausted)
+        engine = DuplexEngine
+        if hub.native is not None:  # a native model (serving/gpu/native.py) instead of the policy
+            from serving.gpu.native import MoshiSessionEngine
+
+            engine = MoshiSessionEngine
+        self._engine = engine(hub, self._outbox, lambda: self.config, self._context_exhausted)
         # The base lifecycle runs these two loops: units and decisions, and reply generation.
         self._listener = self._engine  # type: ignore[assignment]
         self._responder = self._engine.worker  # type: ignore[assignment]

@@ -121,8 +121,24 @@ class CsmEngine:
             settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "cuda_graphs": options.cuda_graphs,
                       "decode_context_frames": options.decode_context, "temperature": options.temperature,
                       "top_k": options.top_k, "frame_hz": FRAME_HZ, "rate": RATE})
+        self.warm_s = self._warm()
         self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
         self._thread.start()
+
+    def _warm(self) -> float:
+        """Every bucket's step and Mimi decode once (CUDA graphs captured) before the first
+        request; no slot is busy, so what they write is overwritten by the next prefill."""
+        from serving.gpu.slots import bucket
+
+        started = time.perf_counter()
+        if self.device.type == "cuda" and self.opts.cuda_graphs:
+            buckets = sorted({bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)})
+            with self.torch.inference_mode():
+                for n in buckets:
+                    self._run_step(n)
+                    self._run_decode(n)
+            log.info("CSM buckets %s warm in %.1f s", buckets, time.perf_counter() - started)
+        return round(time.perf_counter() - started, 1)
 
     # --- requests ------------------------------------------------------------------------------
 

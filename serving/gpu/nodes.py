@@ -59,8 +59,21 @@ class CsmSpeechNode(GpuNode):
     dummy_s_per_char: float = Field(0.07, gt=0, le=1)
 
 
+class MoshiNativeNode(GpuNode):
+    """Moshi as a native full-duplex model (:mod:`serving.gpu.moshi`, :mod:`serving.gpu.native`);
+    the ``model`` of a system's ``duplex`` settings."""
+
+    kind: Literal["moshi_gpu"]
+    max_batch: int = Field(32, ge=1, le=256)
+    max_len: int = Field(2048, ge=64, le=3000)  # frames per session; Moshi's context is 3000
+    codec_context: int = Field(8, ge=1, le=64)
+    gather_ms: float = Field(10.0, ge=0, le=80)
+    cuda_graphs: bool = True
+
+
 GPU_NODE_KINDS: dict[str, dict[str, type[GpuNode]]] = {
     "tts": {"csm_gpu": CsmSpeechNode},
+    "native": {"moshi_gpu": MoshiNativeNode},
 }
 
 
@@ -106,7 +119,13 @@ class CsmTts:
         self.engine.close()
 
 
-BUILDERS = {CsmSpeechNode: CsmTts}
+def _moshi(node: MoshiNativeNode) -> Any:
+    from serving.gpu.native import MoshiNative
+
+    return MoshiNative(node)
+
+
+BUILDERS = {CsmSpeechNode: CsmTts, MoshiNativeNode: _moshi}
 
 
 def build_gpu(node: GpuNode) -> Any:

@@ -295,6 +295,10 @@ class GraphRealtimeSession(RealtimeSession):
         raw = decode_pcm16(audio, self._system.max_input_bytes, event_id)
         samples = InputResampler(self.config.input_rate).push(raw, last=True)
         models = _models(self._hub)
+        if self._hub.asr is None:
+            raise p.ProtocolError("not_supported", f"{self._system.name} has no server-level ASR (backends.asr: "
+                                  "none) to transcribe an audio item; send the audio to the input buffer",
+                                  param="item.content", event_id=event_id)
         gate = {"backend": models.asr, "priority": TRANSCRIBE, "resource": f"asr-{id(models.asr)}"}
         return (await models.run(models.asr.transcribe, samples, **gate)).text.strip()
 

@@ -1,0 +1,130 @@
+"""Native full-duplex capacity on one GPU: Moshi (moshi-7b configuration) behind fdb's native protocol.
+
+One command on a CUDA machine (dummy weights)::
+
+    python benchmarks/gpu_native.py --out DIR [--levels 8,16,32] [--dataset DIR]
+
+It writes DIR/launch.yaml (system gpu-native, max_sessions and the engine's slots = the top
+level), starts that server (log: DIR/sweep/logs/model-server.log), and runs the serving sweep
+(``runs.sweep.sweep``, what ``python -m fdb sweep`` runs) with the PersonaPlex-style recorder
+profile ``personaplex-native-80ms`` (24 kHz input, 80 ms units, one response per session) over a
+synthetic cohort of candor_turn_taking samples (``benchmarks/cascade_capacity.py``'s; Piper speaks
+it, so make it where Piper is and pass --dataset on a GPU machine without Piper). DIR/summary.json
+holds per level the sweep's row (failed sessions, units, units later than one unit, unit lag
+p50/p95, first audio) and whether the level meets the issue's goal: no failed session and at most
+1% of units later than one unit (80 ms). Dummy weights: the model's audio is noise; the protocol,
+the batching and the timing are real.
+
+``--tiny``: a 2-layer configuration on CPU (checks the path, measures nothing about a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.cascade_capacity import SUBSET, _free_port, synthetic_tree  # noqa: E402
+from runs.sweep import SweepOptions, parse_levels, sweep  # noqa: E402
+from runs.sweep_args import parse_record_options  # noqa: E402
+from scorers.serving import ServingRow  # noqa: E402
+
+PROFILE = "personaplex-native-80ms"
+GOAL_LATE_SHARE = 0.01
+MIMI_TINY = {"model_type": "mimi", "upsample_groups": 32, "hidden_size": 32, "num_filters": 4,
+             "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+             "head_dim": 16, "codebook_dim": 16, "vector_quantization_hidden_dimension": 16, "num_quantizers": 32}
+TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "head_dim": 16, "ffn_dim": 128, "vocab_size": 100,
+        "depth_decoder_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                 "num_key_value_heads": 2, "head_dim": 16, "ffn_dim": 64, "input_size": 64},
+        "audio_encoder_config": MIMI_TINY}
+
+
+def launch_file(path: Path, sessions: int, device: str, tiny: bool) -> Path:
+    import yaml
+
+    from fdb.io import atomic_write_text
+
+    model = {"kind": "moshi_gpu", "device": "cpu" if tiny else device, "max_batch": sessions,
+             "weights": {"load_format": "dummy", "preset": "moshi-7b", **({"overrides": TINY} if tiny else {})}}
+    if tiny:
+        model["dtype"] = "float32"
+    raw = {"system": "gpu-native", "max_sessions": sessions,
+           "duplex": {"unit_ms": 80, "unit_ms_choices": [80], "model": model}}
+    return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
+
+
+def level_summary(row: ServingRow) -> dict:
+    late = row.unit_miss_rate
+    return {"concurrency": row.concurrency, "sweep_row": row.model_dump(mode="json"),
+            "meets_goal": bool(row.sessions_failed == 0 and late is not None and late <= GOAL_LATE_SHARE)}
+
+
+def run(args: argparse.Namespace) -> dict:
+    from rich.console import Console
+
+    from fdb.io import atomic_write_json
+    from runs.server import ManagedServer
+
+    out = args.out
+    levels = parse_levels(args.levels)
+    sessions = args.sessions or max(levels)
+    os.environ.setdefault("SERVER_PORT", str(_free_port()))
+    root = synthetic_tree(args.dataset or out / "dataset", sessions)
+    record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0", "--profile", PROFILE,
+                                   "--subset-count", f"{SUBSET}={sessions}"])
+    opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
+    config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny)
+    server = ManagedServer(system="gpu-native", host="127.0.0.1", port=int(os.environ["SERVER_PORT"]),
+                           config=config, log_path=opts.output / "logs" / "model-server.log",
+                           ready_timeout_s=args.ready_timeout_s)
+    server.start()
+    try:
+        opts.record = record.model_copy(update={"url": server.ws_url})
+        data = sweep(opts, Console(stderr=True))
+    finally:
+        server.stop()
+    rows = [ServingRow.model_validate(row) for row in data["rows"]]
+    summary_levels = [level_summary(row) for row in rows]
+    meeting = [lv["concurrency"] for lv in summary_levels if lv["meets_goal"]]
+    summary = {"schema": "fdb-gpu-native-benchmark-1", "system": "gpu-native", "profile": PROFILE,
+               "tiny": args.tiny, "device": "cpu" if args.tiny else args.device,
+               "weights": "dummy (moshi-7b configuration): compute path only, the audio is noise",
+               "launch": str(config), "sessions": sessions, "levels": summary_levels,
+               "goal": {"late_unit_share_at_most": GOAL_LATE_SHARE, "sessions": 16},
+               "highest_level_meeting_goal": max(meeting) if meeting else None,
+               "sweep_capacity_line": data["capacity"]["line"], "command": sys.argv}
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: a new temporary one)")
+    parser.add_argument("--levels", default=None, help="rising concurrency levels (default 8,16,32; --tiny: 1,2)")
+    parser.add_argument("--sessions", type=int, default=None, help="samples in the cohort (default: the top level)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dataset", type=Path, default=None,
+                        help="where the synthetic dataset is (made there when incomplete; default DIR/dataset)")
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer Moshi on CPU: checks the path end to end")
+    parser.add_argument("--ready-timeout-s", type=float, default=900.0)
+    args = parser.parse_args()
+    args.levels = args.levels or ("1,2" if args.tiny else "8,16,32")
+    args.out = (args.out or Path(tempfile.mkdtemp(prefix="gpu-native-"))).resolve()
+    summary = run(args)
+    for level in summary["levels"]:
+        row = level["sweep_row"]
+        print(f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, units {row['units']}, "
+              f"late {row['unit_misses']} ({row['unit_miss_rate']}), lag p50/p95 {row['unit_lag_p50_ms']}/"
+              f"{row['unit_lag_p95_ms']} ms, goal {'met' if level['meets_goal'] else 'missed'}")
+    print(f"highest level meeting the goal: {summary['highest_level_meeting_goal']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,387 @@
+"""A native full-duplex model on the GPU: Moshi (transformers' ``MoshiForConditionalGeneration``).
+
+Moshi listens and speaks at once in Mimi frames (12.5 Hz, 80 ms): per frame it reads the user's
+audio codes and its own last codes and text token, and writes one text token and 8 audio codes.
+One :class:`MoshiEngine` per process holds the model; every live session owns a slot of its KV
+cache (:class:`serving.gpu.slots.SlotCache`, per-row positions). A GPU thread takes the frames
+that sessions handed in, waits at most ``gather_ms`` for the other busy sessions' frames, and
+advances all of them in one batched step:
+
+1. Mimi encodes each session's last ``codec_context`` frames of input (24 kHz) and keeps the
+   newest frame's first 8 codebooks (Mimi's encoder is causal: a window's last frame is the
+   streaming encoding up to the encoder transformer's longer context);
+2. the temporal transformer (7B in the moshi-7b configuration) reads the sum of the text
+   embedding and the 16 audio embeddings (Moshi's 8, the user's 8; codebooks 1–7 one frame
+   behind codebook 0, Moshi's acoustic delay) and predicts the text token;
+3. the depth transformer predicts Moshi's 8 codebooks one after another from that state;
+4. Mimi decodes Moshi's newest frame over a window of its last frames: 1,920 samples at 24 kHz.
+
+A session that handed in no frame this step is not advanced (its position stays; whatever the
+step wrote at that position is overwritten by its next real step). Every shape in a step depends
+on the batch bucket only, so steps 2–3 (and 1, 4 where Mimi allows) run as CUDA graphs per bucket.
+
+With dummy weights the text is token noise (no tokenizer: no transcript) and the audio is noise;
+the protocol and the timing are real. :mod:`serving.gpu.native` serves an engine behind fdb's
+native session protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+
+from fdb.errors import FdbError
+from fdb.models import BackendIdentity
+
+log = logging.getLogger("fdb.serving")
+
+RATE = 24000
+FRAME_HZ = 12.5
+
+
+@dataclass
+class MoshiOptions:
+    max_batch: int = 32  # sessions at once (the server's max_sessions should not exceed it)
+    max_len: int = 2048  # frames per session (164 s); Moshi's own context is 3000
+    text_temperature: float = 0.7
+    text_top_k: int = 25
+    audio_temperature: float = 0.8
+    audio_top_k: int = 250
+    codec_context: int = 8  # frames of Mimi context per encoded / decoded frame
+    gather_ms: float = 10.0  # how long a step waits for the other busy sessions' frames
+    cuda_graphs: bool = True
+
+
+@dataclass
+class _Frame:
+    slot: int
+    samples: np.ndarray  # 1920 float32 at 24 kHz
+    future: Future
+
+
+class MoshiEngine:
+    """The shared Moshi model, its slots and its step thread."""
+
+    def __init__(self, model, options: MoshiOptions, tokenizer=None, dummy: bool = True,
+                 weights_label: str = ""):
+        import torch
+
+        from serving.gpu.slots import SlotCache
+
+        self.torch = torch
+        self.model = model
+        self.opts = options
+        self.tokenizer = tokenizer
+        config = model.config
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.k = config.num_codebooks  # 8 per stream
+        self.audio_pad = config.audio_vocab_size  # the embeddings' extra row: "no code yet"
+        codec = config.audio_encoder_config
+        self.codec_size = codec.codebook_size
+        self.frame = int(round(codec.sampling_rate / codec.frame_rate))
+        decoder = model.decoder.model
+        attn = decoder.layers[0].self_attn
+        s, w = options.max_batch, options.codec_context
+        self.cache = SlotCache(len(decoder.layers), s, attn.num_key_value_heads, options.max_len,
+                               attn.head_dim, self.device, self.dtype)
+        depth = model.depth_decoder
+        dattn = depth.layers[0].self_attn
+        self.depth_cache = SlotCache(len(depth.layers), s, dattn.num_key_value_heads, self.k,
+                                     dattn.head_dim, self.device, self.dtype)
+        zeros = dict(device=self.device, dtype=torch.long)
+        self.pos = torch.zeros(s, **zeros)
+        self.active = torch.zeros(s, dtype=torch.bool, device=self.device)
+        self.text = torch.zeros(s, **zeros)  # the last text token
+        # the last two frames of codes per stream ([:, 0] newest): Moshi's 8, then the user's 8
+        self.codes = torch.full((s, 2, 2 * self.k), self.audio_pad, **zeros)
+        self.user_audio = torch.zeros(s, 1, w * self.frame, dtype=torch.float32, device=self.device)
+        self.out_history = torch.zeros(s, self.k, w, **zeros)
+        self.out_audio = torch.zeros(s, self.frame, dtype=torch.float32, device=self.device)
+        self._arange = torch.arange(options.max_len, device=self.device)
+        self._graphs: dict[tuple[str, int], object] = {}
+        self._free = list(range(s))
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Frame] = {}
+        self._resets: set[int] = set()
+        self._wake = threading.Condition(self._lock)
+        self._stop = False
+        self.steps = 0
+        self.step_s = 0.0
+        self.identity = BackendIdentity(
+            kind="native", name="transformers/moshi", version=_version("transformers"),
+            settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "max_len": options.max_len,
+                      "cuda_graphs": options.cuda_graphs, "codec_context_frames": w, "frame_hz": FRAME_HZ,
+                      "gather_ms": options.gather_ms})
+        self.warm_s = self._warm()
+        self._thread = threading.Thread(target=self._run, name="moshi-gpu", daemon=True)
+        self._thread.start()
+
+    def _warm(self) -> float:
+        """Every bucket's step once (its CUDA graphs captured) before the first session, so no
+        session pays for a capture; all slots are free, so what the steps write is never read."""
+        from serving.gpu.slots import bucket
+
+        started = time.perf_counter()
+        if not (self.opts.cuda_graphs and self.device.type == "cuda"):
+            return 0.0
+        buckets = sorted({bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)})
+        with self.torch.inference_mode():
+            for n in buckets:
+                for name, fn in (("encode", self._encode), ("step", self._step), ("decode", self._decode)):
+                    self._run_graph(name, n, fn)
+        log.info("Moshi buckets %s warm in %.1f s", buckets, time.perf_counter() - started)
+        return round(time.perf_counter() - started, 1)
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def open(self) -> int:
+        """A free slot for a new session (its state reset); FdbError when all are taken."""
+        with self._lock:
+            if not self._free:
+                raise FdbError(f"all {self.opts.max_batch} Moshi slots are in use",
+                               "lower max_sessions to the node's max_batch, or raise max_batch")
+            slot = self._free.pop(0)
+            self._resets.add(slot)  # cleared by the step thread before the slot's first step
+        return slot
+
+    def close(self, slot: int) -> None:
+        with self._lock:
+            self._pending.pop(slot, None)
+            if slot not in self._free:
+                self._free.append(slot)
+                self._free.sort()
+
+    def submit(self, slot: int, samples: np.ndarray) -> Future:
+        """One 80 ms frame of the session's input (24 kHz float32); the future gives
+        ``(text, samples)``: the text of Moshi's token ('' when none) and its 80 ms of audio."""
+        future: Future = Future()
+        frame = np.zeros(self.frame, dtype=np.float32)
+        frame[:min(len(samples), self.frame)] = samples[:self.frame]
+        with self._lock:
+            if slot in self._pending:
+                raise FdbError(f"slot {slot} handed in a frame before its last one was answered",
+                               "send one unit at a time")
+            self._pending[slot] = _Frame(slot, frame, future)
+            self._wake.notify()
+        return future
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(timeout=10)
+
+    # --- the step thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        with self.torch.inference_mode():
+            while True:
+                frames = self._gather()
+                if frames is None:
+                    return
+                try:
+                    self._advance(frames)
+                except BaseException as exc:  # every frame of the step fails with the error
+                    log.exception("Moshi step failed")
+                    error = FdbError(f"Moshi step failed: {exc}", "see the server log")
+                    for frame in frames:
+                        frame.future.set_exception(error)
+
+    def _gather(self) -> list[_Frame] | None:
+        """The frames handed in: after the first, up to ``gather_ms`` for the other open slots."""
+        with self._lock:
+            while not self._pending and not self._stop:
+                self._wake.wait()
+            if self._stop:
+                return None
+            # (the slot resets below run in this thread, between steps)
+            deadline = time.monotonic() + self.opts.gather_ms / 1000
+            busy = self.opts.max_batch - len(self._free)
+            while len(self._pending) < busy and (left := deadline - time.monotonic()) > 0:
+                self._wake.wait(left)
+            frames = list(self._pending.values())
+            self._pending.clear()
+            resets, self._resets = sorted(self._resets), set()
+        for slot in resets:  # a new session's slot starts empty
+            self.pos[slot] = 0
+            self.text[slot] = 0
+            self.codes[slot] = self.audio_pad
+            self.user_audio[slot] = 0
+            self.out_history[slot] = 0
+        return frames
+
+    def _advance(self, frames: list[_Frame]) -> None:
+        from serving.gpu.slots import bucket
+
+        torch = self.torch
+        started = time.perf_counter()
+        slots = [f.slot for f in frames]
+        n = bucket(max(slots) + 1, self.opts.max_batch)
+        index = torch.tensor(slots, device=self.device)
+        new = torch.from_numpy(np.stack([f.samples for f in frames])).to(self.device)
+        self.active.zero_()
+        self.active[index] = True
+        self.user_audio[index, 0] = torch.cat([self.user_audio[index, 0, self.frame:], new], dim=1)
+        self._run_graph("encode", n, self._encode)
+        self._run_graph("step", n, self._step)
+        self._run_graph("decode", n, self._decode)
+        self.pos[index] += 1
+        audio = self.out_audio[index].cpu().numpy()
+        texts = self.text[index].tolist()
+        self.steps += 1
+        self.step_s += time.perf_counter() - started
+        for frame, samples, token in zip(frames, audio, texts, strict=True):
+            if int(self.pos[frame.slot]) >= self.opts.max_len:
+                frame.future.set_exception(FdbError(
+                    f"the session reached the engine's {self.opts.max_len} frames",
+                    "open a new session, or raise max_len"))
+            else:
+                frame.future.set_result((self._text(token), samples))
+
+    def _text(self, token: int) -> str:
+        if self.tokenizer is None:
+            return ""
+        return self.tokenizer.decode([token], skip_special_tokens=True)
+
+    def _run_graph(self, name: str, n: int, fn) -> None:
+        torch = self.torch
+        key = (name, n)
+        graph = self._graphs.get(key)
+        if not (self.opts.cuda_graphs and self.device.type == "cuda") or graph is False:
+            fn(n)
+            return
+        if graph is None:
+            try:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        fn(n)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    fn(n)
+                log.info("Moshi %s captured for batch %d", name, n)
+            except Exception as exc:  # noqa: BLE001 - recorded; this part runs eagerly
+                log.warning("Moshi %s capture failed for batch %d (%s); running eagerly", name, n, exc)
+                self.identity.settings[f"graph_{name}"] = f"off: capture failed ({type(exc).__name__})"
+                self._graphs[key] = False
+                fn(n)
+                return
+            self._graphs[key] = graph
+        graph.replay()
+
+    # --- one frame for rows 0..n-1 (only the active ones keep their result) -------------------
+
+    def _encode(self, n: int) -> None:
+        """The user's newest frame of codes from a window of input, into ``codes[:, 0, k:]``."""
+        torch = self.torch
+        codes = self.model.audio_encoder.encode(self.user_audio[:n].to(self.dtype),
+                                                num_quantizers=self.k).audio_codes  # [n, 8, W]
+        keep = self.active[:n, None]
+        shifted = torch.where(keep[:, :, None], self.codes[:n, :1], self.codes[:n, 1:])
+        self.codes[:n, 1:] = shifted
+        self.codes[:n, 0, self.k:] = torch.where(keep, codes[:, :, -1], self.codes[:n, 0, self.k:])
+
+    def _inputs(self, n: int):
+        """The temporal transformer's input: text + Moshi's and the user's codes, codebook 0 of
+        the newest frame and codebooks 1..7 of the frame before (the acoustic delay)."""
+        m = self.model
+        x = m.decoder.model.embed_tokens(self.text[:n])
+        for stream in range(2 * self.k):
+            frame = 0 if stream % self.k == 0 else 1
+            x = x + m.embed_tokens[stream](self.codes[:n, frame, stream])
+        return x[:, None, :]
+
+    def _step(self, n: int) -> None:
+        from serving.gpu.slots import sample_top_k
+
+        torch = self.torch
+        m, o = self.model, self.opts
+        decoder = m.decoder.model
+        pos = self.pos[:n]
+        mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
+        h = self._inputs(n)
+        for layer, k, v in zip(decoder.layers, self.cache.k, self.cache.v, strict=True):
+            h = _layer(layer, h, k, v, pos, mask, rope_pos=pos)
+        hidden = decoder.norm(h)  # [n, 1, H]
+        text = sample_top_k(m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature)
+        codes = self._depth(hidden, text, n)
+        keep = self.active[:n]
+        self.text[:n] = torch.where(keep, text, self.text[:n])
+        ours = torch.where(keep[:, None], codes, self.codes[:n, 0, :self.k])
+        self.codes[:n, 0, :self.k] = ours
+        playable = ours.clamp(max=self.codec_size - 1)[:, :, None]
+        shifted = torch.cat([self.out_history[:n, :, 1:], playable], dim=2)
+        self.out_history[:n] = torch.where(keep[:, None, None], shifted, self.out_history[:n])
+
+    def _depth(self, hidden, text, n: int):
+        """Moshi's 8 codebooks of this frame from the temporal state ``hidden`` [n, 1, H]."""
+        from serving.gpu.slots import sample_top_k
+
+        torch = self.torch
+        depth, o = self.model.depth_decoder, self.opts
+        arange = self._arange[:self.k]
+        ks = [k[:n] for k in self.depth_cache.k]
+        vs = [v[:n] for v in self.depth_cache.v]
+        codes = []
+        token = text
+        for c in range(self.k):
+            index = torch.tensor([c], device=self.device)
+            embed = depth.text_embed_tokens(token) if c == 0 else depth.embed_tokens[c - 1](token)
+            x = embed[:, None, :] + depth.input_projections(hidden, index)
+            pos = torch.full((n,), c, dtype=torch.long, device=self.device)
+            mask = (arange <= c)[None, None, None, :]
+            for layer, k, v in zip(depth.layers, ks, vs, strict=True):
+                x = _layer(layer, x, k, v, pos, mask, codebook=index)
+            token = sample_top_k(depth.lm_heads(x, index)[:, 0], o.audio_top_k, o.audio_temperature)
+            codes.append(token)
+        return torch.stack(codes, dim=1)
+
+    def _decode(self, n: int) -> None:
+        values = self.model.audio_encoder.decode(self.out_history[:n]).audio_values  # [n, 1, W*frame]
+        self.out_audio[:n] = values[:, 0, -self.frame:].float().nan_to_num().clamp(-1, 1)
+
+
+def _layer(layer, x, k_cache, v_cache, pos, mask, rope_pos=None, codebook=None):
+    """One Moshi decoder layer for one token per row at per-row ``pos`` (see
+    :func:`serving.gpu.slots.decode_layer`); ``codebook``: the depth transformer's per-codebook
+    weights; ``rope_pos``: rotary positions (the temporal transformer only)."""
+    import torch
+    from torch.nn import functional as F
+
+    from serving.gpu.slots import rope
+
+    attn = layer.self_attn
+    n = x.shape[0]
+    heads, kv_heads, dim = attn.num_heads, attn.num_key_value_heads, attn.head_dim
+    y = layer.input_layernorm(x)
+    q = attn.q_proj(y, codebook).view(n, 1, heads, dim).transpose(1, 2)
+    k = attn.k_proj(y, codebook).view(n, 1, kv_heads, dim).transpose(1, 2)
+    v = attn.v_proj(y, codebook).view(n, 1, kv_heads, dim).transpose(1, 2)
+    if attn.rotary_emb is not None and rope_pos is not None:
+        cos, sin = attn.rotary_emb(v, rope_pos[:, None])
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+    rows = torch.arange(n, device=x.device)
+    k_cache[rows, :, pos] = k[:, :, 0]
+    v_cache[rows, :, pos] = v[:, :, 0]
+    q = q.reshape(n, kv_heads, heads // kv_heads, dim)
+    out = F.scaled_dot_product_attention(q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling)
+    x = x + attn.o_proj(out.reshape(n, 1, heads * dim), codebook)
+    y = layer.post_attention_layernorm(x)
+    return x + (layer.mlp(y) if codebook is None else layer.mlp(y, codebook))
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

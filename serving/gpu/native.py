@@ -1,0 +1,160 @@
+"""Moshi behind fdb's native session protocol: the per-session unit loop of a ``moshi_gpu`` system.
+
+A native session (:class:`serving.duplex.session.NativeSession`) of a system whose ``duplex.model``
+is a ``moshi_gpu`` node runs :class:`MoshiSessionEngine` instead of the rule-based
+:class:`serving.duplex.engine.DuplexEngine`. Units are 80 ms (Moshi's frame). Per unit, in order:
+the unit (16 kHz, the session's internal rate; the tail unit padded with silence) is resampled to
+24 kHz and handed to the shared :class:`serving.gpu.moshi.MoshiEngine`, which batches it with the
+other sessions' units; Moshi's 80 ms of audio for that frame goes out in the session's one
+response (PersonaPlex style: ``response.created`` with the first unit, ``response.done`` once the
+input ended and its last frame went out); then ``sglang.unit.done`` reports the unit. A unit's
+receipt therefore waits for the batched step: a late step is a late unit, which the native
+serving metrics count. ``response.cancel`` ends the response cancelled/``interrupted`` at the next
+unit; the model's later frames open a new response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from fdb.audio import float_to_pcm16, resample
+from serving.duplex.negotiation import NativeConfig
+from serving.duplex.speaker import SpokenReply
+from serving.realtime.audio_input import SAMPLES_PER_MS, Unit, UnitCutter
+from serving.realtime.events import MediaTime, UnitDone, UnitSglang, new_id
+from serving.realtime.listener import AudioChunk, EndMark
+from serving.realtime.outbox import Outbox
+from serving.realtime.turn import Turn, Utterance
+
+BYTES_PER_MS = 48  # 24 kHz PCM16 mono out
+INPUT_RATE = SAMPLES_PER_MS * 1000
+
+
+class _NoWorker:
+    """The native session's responder loop: the model answers inside the unit loop."""
+
+    busy = False
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+
+class MoshiSessionEngine:
+    def __init__(self, hub, outbox: Outbox, config: Callable[[], NativeConfig],
+                 on_exhausted: Callable[[], Awaitable[None]]) -> None:
+        self._engine = hub.native.engine
+        self._max_context_ms = hub.system.duplex.max_context_ms
+        self._outbox = outbox
+        self._config = config
+        self._on_exhausted = on_exhausted
+        self._queue: asyncio.Queue[AudioChunk | EndMark] = asyncio.Queue()
+        self._cutter: UnitCutter | None = None
+        self._slot: int | None = None
+        self._reply: SpokenReply | None = None
+        self._cancel = False
+        self.worker = _NoWorker()
+        self.consumed_samples = 0
+        self.padding_samples = 0
+
+    def put(self, item: AudioChunk | EndMark) -> None:
+        self._queue.put_nowait(item)
+
+    @property
+    def replying(self) -> bool:
+        return self._reply is not None and not self._reply.done
+
+    def cancel(self) -> None:
+        self._cancel = self.replying
+
+    async def close_open(self, reason: str) -> None:
+        if self._reply is not None:
+            await self._reply.end("cancelled", reason)
+        self._release()
+
+    def _release(self) -> None:
+        if self._slot is not None:
+            self._engine.close(self._slot)
+            self._slot = None
+
+    async def run(self) -> None:
+        try:
+            while True:
+                item = await self._queue.get()
+                if isinstance(item, AudioChunk):
+                    for unit in self._units().push(item.samples):
+                        await self._process(unit)
+                else:
+                    await self._end(item)
+        finally:
+            self._release()
+
+    def _units(self) -> UnitCutter:
+        if self._cutter is None:
+            self._cutter = UnitCutter(self._config().unit_ms * SAMPLES_PER_MS)
+            self._slot = self._engine.open()
+        return self._cutter
+
+    async def _process(self, unit: Unit) -> None:
+        if unit.end > self._max_context_ms * SAMPLES_PER_MS:
+            await self._on_exhausted()
+            return
+        size = self._units().unit_samples
+        samples = unit.samples
+        if len(samples) < size:  # tail policy pad
+            self.padding_samples = size - len(samples)
+            samples = np.concatenate([samples, np.zeros(self.padding_samples, dtype=np.float32)])
+        assert self._slot is not None
+        frame = resample(samples, INPUT_RATE, 24000)
+        text, audio = await asyncio.wrap_future(self._engine.submit(self._slot, frame))
+        await self._speak(unit, text, float_to_pcm16(audio), size // SAMPLES_PER_MS * BYTES_PER_MS)
+        self.consumed_samples = unit.end
+        await self._outbox.send(UnitDone(unit_id=unit.unit_id, sglang=UnitSglang(
+            media_time=MediaTime(t_start_ms=unit.t_start_ms, duration_ms=unit.duration_ms))))
+
+    async def _speak(self, unit: Unit, text: str, pcm: bytes, budget: int) -> None:
+        if self._cancel and self._reply is not None:
+            self._cancel = False
+            await self._reply.end("cancelled", "interrupted")
+        if self._reply is None or self._reply.done:
+            start = unit.t_start_ms
+            turn = Turn(Utterance(new_id("item"), np.zeros(0, dtype=np.float32), start, start))
+            self._reply = SpokenReply(self._outbox, turn, self._config().output_modalities, budget)
+        self._reply.add(text, pcm)
+        await self._reply.emit(budget)
+
+    async def _end(self, mark: EndMark) -> None:
+        tail = self._units().flush()
+        if tail is not None:
+            await self._process(tail)
+        if self._reply is not None:
+            self._reply.generation_done()
+            await self._reply.emit(None)
+        self._release()
+        await mark.on_drained()
+
+
+class MoshiNative:
+    """The loaded ``moshi_gpu`` node: the model and its :class:`MoshiEngine`."""
+
+    def __init__(self, node) -> None:
+        from serving.gpu.moshi import MoshiEngine, MoshiOptions
+        from serving.gpu.weights import load_model
+
+        source = node.source()
+        model = load_model(source, "moshi_gpu native model", node.device, node.dtype)
+        tokenizer = None
+        if not source.dummy:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=True)
+        options = MoshiOptions(max_batch=node.max_batch, max_len=node.max_len, codec_context=node.codec_context,
+                               gather_ms=node.gather_ms, cuda_graphs=node.cuda_graphs)
+        self.engine = MoshiEngine(model, options, tokenizer=tokenizer, dummy=source.dummy,
+                                  weights_label=source.label())
+        self.identity = self.engine.identity
+
+    def close(self) -> None:
+        self.engine.shutdown()
