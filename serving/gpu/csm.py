@@ -13,7 +13,7 @@ backbone prefill each, of all prompt tokens but the last, into a free slot of
 advances every busy slot by one frame in one batched step (the new slot's last prompt token is its
 first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`: backbone, 31 depth steps and the
 sampling, captured as one CUDA graph per batch bucket when ``cuda_graphs`` is on), and decodes
-the new frame of each busy slot with Mimi (a CUDA graph per bucket too) over a window of its last ``decode_context`` frames
+the new frame of each busy slot with Mimi (eagerly: Mimi is not capturable) over a window of its last ``decode_context`` frames
 (Mimi's convolutions are causal, so the window's last frame matches a full decode up to the
 decoder transformer's longer context). A request ends at the end frame (all codebooks 0) or at
 its length bound.
@@ -107,7 +107,6 @@ class CsmEngine:
                                    device=self.device)
         self._arange = torch.arange(options.max_len, device=self.device)
         self._graphs: dict[int, object] = {}
-        self._decode_graphs: dict[int, object] = {}
         self.audio = torch.zeros(s, self.frame_samples, dtype=torch.float32, device=self.device)
         self._ref_codes: dict[str, object] = {}  # sha256 of a reference -> its Mimi codes (LRU)
         self._slots: list[_Request | None] = [None] * s
@@ -401,21 +400,9 @@ class CsmEngine:
         self.audio[:n] = values[:, 0, -self.frame_samples:].float().nan_to_num().clamp(-1, 1)
 
     def _run_decode(self, n: int) -> None:
-        if not (self.opts.cuda_graphs and self.device.type == "cuda") or self._decode_graphs.get(n) is False:
-            self._decode(n)
-            return
-        graph = self._decode_graphs.get(n)
-        if graph is None:
-            try:
-                graph = self._capture(n, self._decode)
-            except Exception as exc:  # noqa: BLE001 - recorded, and Mimi runs eagerly
-                log.warning("Mimi decode capture failed for batch %d (%s); decoding eagerly", n, exc)
-                self.identity.settings["mimi_graphs"] = f"off: capture failed ({type(exc).__name__})"
-                self._decode_graphs[n] = False
-                self._decode(n)
-                return
-            self._decode_graphs[n] = graph
-        graph.replay()
+        """Mimi runs eagerly: its encoder and decoder are not capturable (a failed capture also
+        leaves the CUDA generator unusable, so none is tried)."""
+        self._decode(n)
 
 
 def _version(package: str) -> str | None:

@@ -18,7 +18,8 @@ advances all of them in one batched step:
 
 A session that handed in no frame this step is not advanced (its position stays; whatever the
 step wrote at that position is overwritten by its next real step). Every shape in a step depends
-on the batch bucket only, so steps 2–3 (and 1, 4 where Mimi allows) run as CUDA graphs per bucket.
+on the batch bucket only, so steps 2–3 run as one CUDA graph per bucket (Mimi, 1 and 4, runs
+eagerly: it cannot be captured, and a failed capture would leave the CUDA generator unusable).
 
 With dummy weights the text is token noise (no tokenizer: no transcript) and the audio is noise;
 the protocol and the timing are real. :mod:`serving.gpu.native` serves an engine behind fdb's
@@ -133,8 +134,7 @@ class MoshiEngine:
         buckets = sorted({bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)})
         with self.torch.inference_mode():
             for n in buckets:
-                for name, fn in (("encode", self._encode), ("step", self._step), ("decode", self._decode)):
-                    self._run_graph(name, n, fn)
+                self._run_graph("step", n, self._step)
         log.info("Moshi buckets %s warm in %.1f s", buckets, time.perf_counter() - started)
         return round(time.perf_counter() - started, 1)
 
@@ -228,9 +228,9 @@ class MoshiEngine:
         self.active.zero_()
         self.active[index] = True
         self.user_audio[index, 0] = torch.cat([self.user_audio[index, 0, self.frame:], new], dim=1)
-        self._run_graph("encode", n, self._encode)
+        self._encode(n)  # Mimi runs eagerly: it is not capturable
         self._run_graph("step", n, self._step)
-        self._run_graph("decode", n, self._decode)
+        self._decode(n)
         self.pos[index] += 1
         audio = self.out_audio[index].cpu().numpy()
         texts = self.text[index].tolist()
