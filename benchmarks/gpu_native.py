@@ -46,6 +46,37 @@ TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "nu
         "audio_encoder_config": MIMI_TINY}
 
 
+def profile_steps(tiny: bool, batches: list[int], device: str) -> dict:
+    """The engine's parts at each batch, in this process before the server starts: Mimi encode
+    and decode (eager) and the captured temporal + depth step (CUDA events, median of 20)."""
+    import torch
+
+    from benchmarks.gpu_tts import _timed
+    from serving.gpu.moshi import MoshiEngine, MoshiOptions
+    from serving.gpu.weights import WeightSource, load_model
+
+    device = "cpu" if tiny else device
+    source = WeightSource("dummy", preset="moshi-7b", overrides=TINY if tiny else {})
+    model = load_model(source, "native", device, "float32" if tiny else "bfloat16")
+    engine = MoshiEngine(model, MoshiOptions(max_batch=max(batches)), dummy=True, weights_label=source.label())
+    results = {"warm_s": engine.warm_s, "graphs": {f"{k[0]}-{k[1]}": v is not False for k, v in engine._graphs.items()}}
+    with torch.inference_mode():
+        engine.pos.fill_(500)  # 40 s into a session
+        for n in batches:
+            engine.active[:n] = True
+            row = {"encode_ms": _timed(lambda n=n: engine._encode(n), device),
+                   "step_ms": _timed(lambda n=n: engine._run_graph("step", n, engine._step), device),
+                   "decode_ms": _timed(lambda n=n: engine._decode(n), device)}
+            row["frame_ms"] = round(row["encode_ms"] + row["step_ms"] + row["decode_ms"], 3)
+            results[str(n)] = row
+            print(f"moshi batch {n}: {row}", flush=True)
+    engine.shutdown()
+    engine = model = None  # noqa: F841 - frees the GPU memory before the server starts
+    if device != "cpu":
+        torch.cuda.empty_cache()
+    return results
+
+
 def launch_file(path: Path, sessions: int, device: str, tiny: bool) -> Path:
     import yaml
 
@@ -74,6 +105,7 @@ def run(args: argparse.Namespace) -> dict:
 
     out = args.out
     levels = parse_levels(args.levels)
+    profile = None if args.skip_profile else profile_steps(args.tiny, levels, args.device)
     sessions = args.sessions or max(levels)
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     root = synthetic_tree(args.dataset or out / "dataset", sessions)
@@ -96,7 +128,7 @@ def run(args: argparse.Namespace) -> dict:
     summary = {"schema": "fdb-gpu-native-benchmark-1", "system": "gpu-native", "profile": PROFILE,
                "tiny": args.tiny, "device": "cpu" if args.tiny else args.device,
                "weights": "dummy (moshi-7b configuration): compute path only, the audio is noise",
-               "launch": str(config), "sessions": sessions, "levels": summary_levels,
+               "launch": str(config), "sessions": sessions, "step_profile": profile, "levels": summary_levels,
                "goal": {"late_unit_share_at_most": GOAL_LATE_SHARE, "sessions": 16},
                "highest_level_meeting_goal": max(meeting) if meeting else None,
                "sweep_capacity_line": data["capacity"]["line"], "command": sys.argv}
@@ -114,6 +146,7 @@ def main() -> None:
                         help="where the synthetic dataset is (made there when incomplete; default DIR/dataset)")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer Moshi on CPU: checks the path end to end")
     parser.add_argument("--ready-timeout-s", type=float, default=900.0)
+    parser.add_argument("--skip-profile", action="store_true", help="no in-process step profile first")
     args = parser.parse_args()
     args.levels = args.levels or ("1,2" if args.tiny else "8,16,32")
     args.out = (args.out or Path(tempfile.mkdtemp(prefix="gpu-native-"))).resolve()

@@ -108,6 +108,8 @@ class CsmEngine:
         self._arange = torch.arange(options.max_len, device=self.device)
         self._graphs: dict[int, object] = {}
         self.audio = torch.zeros(s, self.frame_samples, dtype=torch.float32, device=self.device)
+        # the sampling's uniform numbers, drawn before each step outside its graph
+        self.noise = torch.zeros(self.codebooks, s, options.top_k, device=self.device)
         self._ref_codes: dict[str, object] = {}  # sha256 of a reference -> its Mimi codes (LRU)
         self._slots: list[_Request | None] = [None] * s
         self._pending: queue.SimpleQueue[_Request] = queue.SimpleQueue()
@@ -308,6 +310,7 @@ class CsmEngine:
     # --- one frame for every busy slot ---------------------------------------------------------
 
     def _run_step(self, n: int) -> None:
+        self.noise.uniform_()
         if not (self.opts.cuda_graphs and self.device.type == "cuda"):
             self._step(n)
             return
@@ -370,7 +373,7 @@ class CsmEngine:
         dd = m.depth_decoder.model
         heads = m.depth_decoder.codebooks_head
         opts = self.opts
-        c0 = sample_top_k(m.lm_head(hidden), opts.top_k, opts.temperature)
+        c0 = sample_top_k(m.lm_head(hidden), opts.top_k, opts.temperature, self.noise[0, :n])
         codes = [c0]
         ks = [k[:n] for k in self.depth_cache.k]
         vs = [v[:n] for v in self.depth_cache.v]
@@ -390,7 +393,7 @@ class CsmEngine:
             if p == 0:
                 continue  # position 0 holds the backbone state; position 1 predicts codebook 1
             logits = torch.nn.functional.linear(dd.norm(x)[:, -1], heads.weight[p - 1].T)
-            codes.append(sample_top_k(logits, opts.top_k, opts.temperature))
+            codes.append(sample_top_k(logits, opts.top_k, opts.temperature, self.noise[p, :n]))
         # position 0 predicts nothing; position p (1..31) predicted codebook p from codebook p-1
         return torch.stack(codes[: self.codebooks], dim=1)
 

@@ -43,6 +43,7 @@ log = logging.getLogger("fdb.serving")
 
 RATE = 24000
 FRAME_HZ = 12.5
+LOG_EVERY = 500  # steps between two timing lines in the log
 
 
 @dataclass
@@ -105,6 +106,10 @@ class MoshiEngine:
         self.out_history = torch.zeros(s, self.k, w, **zeros)
         self.out_audio = torch.zeros(s, self.frame, dtype=torch.float32, device=self.device)
         self._arange = torch.arange(options.max_len, device=self.device)
+        self._codebook = [torch.tensor([c], device=self.device) for c in range(self.k)]  # no copies in a graph
+        # the sampling's uniform numbers, drawn before each step outside its graph
+        self.text_noise = torch.zeros(s, options.text_top_k, device=self.device)
+        self.audio_noise = torch.zeros(self.k, s, options.audio_top_k, device=self.device)
         self._graphs: dict[tuple[str, int], object] = {}
         self._free = list(range(s))
         self._lock = threading.Lock()
@@ -114,6 +119,7 @@ class MoshiEngine:
         self._stop = False
         self.steps = 0
         self.step_s = 0.0
+        self.rows = 0
         self.identity = BackendIdentity(
             kind="native", name="transformers/moshi", version=_version("transformers"),
             settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "max_len": options.max_len,
@@ -229,6 +235,8 @@ class MoshiEngine:
         self.active[index] = True
         self.user_audio[index, 0] = torch.cat([self.user_audio[index, 0, self.frame:], new], dim=1)
         self._encode(n)  # Mimi runs eagerly: it is not capturable
+        self.text_noise.uniform_()
+        self.audio_noise.uniform_()
         self._run_graph("step", n, self._step)
         self._decode(n)
         self.pos[index] += 1
@@ -236,6 +244,10 @@ class MoshiEngine:
         texts = self.text[index].tolist()
         self.steps += 1
         self.step_s += time.perf_counter() - started
+        self.rows += len(frames)
+        if self.steps % LOG_EVERY == 0:
+            log.info("Moshi: %d steps, %.1f ms per step, %.1f sessions per step", self.steps,
+                     1000 * self.step_s / self.steps, self.rows / self.steps)
         for frame, samples, token in zip(frames, audio, texts, strict=True):
             if int(self.pos[frame.slot]) >= self.opts.max_len:
                 frame.future.set_exception(FdbError(
@@ -311,7 +323,8 @@ class MoshiEngine:
         for layer, k, v in zip(decoder.layers, self.cache.k, self.cache.v, strict=True):
             h = _layer(layer, h, k, v, pos, mask, rope_pos=pos)
         hidden = decoder.norm(h)  # [n, 1, H]
-        text = sample_top_k(m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature)
+        text = sample_top_k(m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature,
+                            self.text_noise[:n])
         codes = self._depth(hidden, text, n)
         keep = self.active[:n]
         self.text[:n] = torch.where(keep, text, self.text[:n])
@@ -333,14 +346,15 @@ class MoshiEngine:
         codes = []
         token = text
         for c in range(self.k):
-            index = torch.tensor([c], device=self.device)
+            index = self._codebook[c]
             embed = depth.text_embed_tokens(token) if c == 0 else depth.embed_tokens[c - 1](token)
             x = embed[:, None, :] + depth.input_projections(hidden, index)
             pos = torch.full((n,), c, dtype=torch.long, device=self.device)
             mask = (arange <= c)[None, None, None, :]
             for layer, k, v in zip(depth.layers, ks, vs, strict=True):
                 x = _layer(layer, x, k, v, pos, mask, codebook=index)
-            token = sample_top_k(depth.lm_heads(x, index)[:, 0], o.audio_top_k, o.audio_temperature)
+            token = sample_top_k(depth.lm_heads(x, index)[:, 0], o.audio_top_k, o.audio_temperature,
+                                 self.audio_noise[c, :n])
             codes.append(token)
         return torch.stack(codes, dim=1)
 

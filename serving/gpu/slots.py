@@ -100,13 +100,18 @@ def prefill_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: tor
     return _mlp_residual(layer, x, out)
 
 
-def sample_top_k(logits: torch.Tensor, top_k: int, temperature: float) -> torch.Tensor:
+def sample_top_k(logits: torch.Tensor, top_k: int, temperature: float,
+                 noise: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row from the ``top_k`` most likely at ``temperature`` (0: the most likely),
-    by the Gumbel-max trick: no host synchronization, so it can run inside a CUDA graph."""
+    by the Gumbel-max trick: no host synchronization. ``noise``: uniform [0, 1) numbers of the
+    shape [rows, top_k] drawn outside a CUDA graph, so that no random generator runs inside one
+    (a capture that fails after drawing leaves the CUDA generator unusable)."""
     if temperature <= 0:
         return logits.argmax(dim=-1)
     values, indices = logits.float().topk(min(top_k, logits.shape[-1]), dim=-1)
-    noise = torch.rand_like(values).clamp_(min=1e-10)
+    if noise is None:
+        noise = torch.rand_like(values)
+    noise = noise[:, :values.shape[-1]].clamp(min=1e-10)
     choice = (values / temperature - torch.log(-torch.log(noise))).argmax(dim=-1, keepdim=True)
     return indices.gather(-1, choice).squeeze(-1)
 
