@@ -46,6 +46,7 @@ class NativeSession(RealtimeSession):
             from serving.gpu.native import MoshiSessionEngine
 
             engine = MoshiSessionEngine
+            self.resample_per_chunk = True  # a unit is whole once its packet arrived
         self._engine = engine(hub, self._outbox, lambda: self.config, self._context_exhausted)
         # The base lifecycle runs these two loops: units and decisions, and reply generation.
         self._listener = self._engine  # type: ignore[assignment]

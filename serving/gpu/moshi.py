@@ -55,7 +55,7 @@ class MoshiOptions:
     audio_temperature: float = 0.8
     audio_top_k: int = 250
     codec_context: int = 8  # frames of Mimi context per encoded / decoded frame
-    gather_ms: float = 10.0  # how long a step waits for the other busy sessions' frames
+    gather_ms: float = 2.0  # how long a step waits for the other busy sessions' frames
     cuda_graphs: bool = True
 
 

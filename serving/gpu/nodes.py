@@ -67,7 +67,7 @@ class MoshiNativeNode(GpuNode):
     max_batch: int = Field(32, ge=1, le=256)
     max_len: int = Field(2048, ge=64, le=3000)  # frames per session; Moshi's context is 3000
     codec_context: int = Field(8, ge=1, le=64)
-    gather_ms: float = Field(10.0, ge=0, le=80)
+    gather_ms: float = Field(2.0, ge=0, le=80)
     cuda_graphs: bool = True
 
 

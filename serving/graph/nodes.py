@@ -410,9 +410,13 @@ class TurnDetectionNode(Node):
         self._start_ms: int | None = None
         self._held = None  # end_of_turn.HeldPause
         self._pausing = False  # a speech.pausing was sent and neither resumed nor stopped
+        self._missing: FdbError | None = None  # Smart Turn is not installed: server_vad only
 
     async def open(self) -> None:
-        await self._models.run(lambda: self._models.turn)
+        try:
+            await self._models.run(lambda: self._models.turn)
+        except FdbError as exc:  # server_vad needs no model; semantic_vad fails when it is asked for
+            self._missing = exc
 
     async def _resumed(self, t_ms: int | None, emit: Emit) -> None:
         if self._pausing:
@@ -449,6 +453,8 @@ class TurnDetectionNode(Node):
         if not self._semantic:
             await self._end_turn(t_ms, emit)
             return
+        if self._missing is not None:
+            raise self._missing
         audio = self._timeline.slice(self._timeline.index(self._start_ms), self._timeline.index(t_ms))
         p = await self._models.run_vad(self._models.turn.complete_probability, audio)
         self._held = HeldPause(t_ms, p, required_silence_ms(p, self._eagerness))

@@ -78,12 +78,15 @@ LAST_TRY_S = 2.0  # the error event and close frame for a client that may not re
 
 class InputResampler:
     """The client's input at ``rate`` as the models' 16 kHz, streamed (soxr HQ): each chunk
-    comes out as soon as the filter allows (up to about 20 ms is held until the next one)."""
+    comes out as soon as the filter allows (up to about 20 ms is held until the next one).
+    ``per_chunk``: each chunk resampled on its own instead (nothing held, so a unit is whole as
+    soon as its last packet arrived; the filter sees no audio across chunk edges)."""
 
-    def __init__(self, rate: int) -> None:
+    def __init__(self, rate: int, per_chunk: bool = False) -> None:
         self.rate = rate
-        self._stream = None if rate == INPUT_RATE else soxr.ResampleStream(rate, INPUT_RATE, 1, dtype="float32",
-                                                                          quality="HQ")
+        self.per_chunk = per_chunk and rate != INPUT_RATE
+        self._stream = None if rate == INPUT_RATE or per_chunk else \
+            soxr.ResampleStream(rate, INPUT_RATE, 1, dtype="float32", quality="HQ")
 
     @property
     def stateful(self) -> bool:
@@ -91,6 +94,10 @@ class InputResampler:
         return self._stream is not None
 
     def push(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
+        if self.per_chunk:
+            if not len(samples):
+                return samples.astype(np.float32, copy=False)
+            return soxr.resample(samples.astype(np.float32, copy=False), self.rate, INPUT_RATE, quality="HQ")
         if self._stream is None:
             return samples
         return self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
@@ -103,6 +110,9 @@ class RealtimeSession:
     # The session protocol's extension events from the start (native), or once a session.update
     # carries ``sglang`` (turn-based).
     extensions_always = True
+    # resample each input chunk on its own (a native model's units are whole when their last
+    # packet arrived) instead of streaming through the filter
+    resample_per_chunk = False
 
     def __init__(self, websocket: WebSocket, hub: ModelHub) -> None:
         self.id = new_id("sess")
@@ -328,7 +338,7 @@ class RealtimeSession:
             samples = self._refused[1]
         else:
             if self._resampler is None or self._resampler.rate != self.config.input_rate:
-                self._resampler = InputResampler(self.config.input_rate)
+                self._resampler = InputResampler(self.config.input_rate, self.resample_per_chunk)
             samples = self._resampler.push(raw)
         try:
             await self._feed(samples, event.event_id)
