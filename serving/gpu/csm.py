@@ -130,9 +130,13 @@ class CsmEngine:
                cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
         """Float samples at 24 kHz, one 80 ms frame at a time, as they are generated (blocking;
         run it in a thread). ``cancelled`` set: the request stops at the next frame."""
+        if self._stop:
+            raise _closed()
         request = _Request(text=text, ref_audio=ref_audio, ref_text=ref_text)
         self._pending.put(request)
         self._wake.set()
+        if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
+            self._fail_pending()
         try:
             while True:
                 item = request.out.get()
@@ -147,13 +151,34 @@ class CsmEngine:
             request.cancelled = True
 
     def close(self) -> None:
+        """Stop the GPU thread; every request in flight or waiting ends with an error (a
+        stream left waiting would hold its pool thread, and the process, forever)."""
         self._stop = True
         self._wake.set()
         self._thread.join(timeout=10)
 
+    def _fail_pending(self) -> None:
+        while True:
+            try:
+                request = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            request.out.put(_closed())
+            request.out.put(None)
+
     # --- the GPU thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:  # closed (or failed): no request may wait on this thread any more
+            self._stop = True
+            for i, request in enumerate(self._slots):
+                if request is not None:
+                    self._finish(i, _closed())
+            self._fail_pending()
+
+    def _loop(self) -> None:
         torch = self.torch
         with torch.inference_mode():
             while not self._stop:
@@ -198,7 +223,8 @@ class CsmEngine:
         self.pos[torch.tensor(busy, device=self.device)] += 1
         self._run_decode(n)
         ended = (codes == 0).all(dim=1).tolist()
-        audio = self.audio[:n].cpu().numpy()
+        # a copy: on a CPU device .cpu() is the buffer itself, which the next step overwrites
+        audio = self.audio[:n].to("cpu", copy=True).numpy()
         self.steps += 1
         self.step_s += time.perf_counter() - started
         for i in busy:
@@ -400,6 +426,10 @@ class CsmEngine:
                 return
             self._decode_graphs[n] = graph
         graph.replay()
+
+
+def _closed() -> FdbError:
+    return FdbError("the CSM engine is closed", "the server is stopping")
 
 
 def _version(package: str) -> str | None:
