@@ -119,6 +119,11 @@ class ModelHub:
             from serving.gpu.batching import close_shared
 
             close_shared(graph_models)  # a GPU decode loop's thread would keep the process alive
+        from serving.gpu.nodes import BUILDERS
+
+        for backend in (self.asr, self.llm, self.tts):  # a GPU node (csm_gpu): its streams in flight
+            if isinstance(backend, tuple(BUILDERS.values())):  # end, or their pool threads wait forever
+                backend.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.vad_executor.shutdown(wait=False, cancel_futures=True)
 

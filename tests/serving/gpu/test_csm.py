@@ -236,12 +236,14 @@ def client(tmp_path_factory):
            "weights": {"load_format": "dummy", "preset": "csm-1b", "overrides": TINY}}
     launch.write_text(yaml.safe_dump({"system": "gpu-tts", "name": "gpu-tts-tiny", "model": "fdb/gpu-tts-tiny",
                                       "backends": {"tts": tts}}))
-    with TestClient(create_app(load_config_file(launch))) as client:  # the lifespan loads the models
+    app = create_app(load_config_file(launch))
+    with TestClient(app) as client:  # the lifespan loads the models
         deadline = time.monotonic() + 120
         while (health := client.get("/health")).status_code != 200:
             assert health.json()["status"] == "starting" and time.monotonic() < deadline, health.json()
             time.sleep(0.1)
         yield client
+    assert not app.state.runtime.hub.tts.engine._thread.is_alive()  # the server's stop closed the engine
 
 
 def test_speech_clones_from_ref_audio_in_whole_frames(client):
