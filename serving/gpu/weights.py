@@ -17,6 +17,7 @@ path and the protocol are real, the audio and text are noise.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -86,7 +87,14 @@ class WeightSource:
         if not path or not sha:
             raise FdbError(f"{where}: a checkpoint needs path and sha256",
                            f"set path to the checkpoint directory and sha256 to the sha256 of its {SUMS_NAME}")
-        return cls("checkpoint", preset=spec.get("preset"), path=str(path), sha256=str(sha).lower())
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", str(sha)):
+            raise FdbError(f"{where}: sha256 {sha!r} is not 64 hex digits",
+                           f"pin the output of sha256sum DIR/{SUMS_NAME}")
+        preset = spec.get("preset")
+        if preset is not None and preset not in PRESETS:  # it picks the model class: a typo fails here
+            raise FdbError(f"{where}: preset {preset!r} is not known",
+                           f"leave it out (config.json's architectures decide) or use one of {', '.join(sorted(PRESETS))}")
+        return cls("checkpoint", preset=preset, path=str(path), sha256=str(sha).lower())
 
 
 def read_sums(text: str, sums: Path) -> dict[str, str]:
