@@ -107,14 +107,20 @@ def test_a_weights_file_the_sums_do_not_list_is_refused(copy):
     assert _refused(root, pin) == f"llm checkpoint file {root / 'model.safetensors'} is not listed in {SUMS_NAME}"
 
 
-def test_a_launch_file_checkpoint_without_sha256_names_the_field(tmp_path):
+@pytest.mark.parametrize(("weights", "says"), [
+    ("{path: DIR}", "weights: a checkpoint needs path and sha256"),
+    ("{path: DIR, sha256: abc123}", "weights: sha256 'abc123' is not 64 hex digits"),
+    ("{path: DIR, sha256: PIN, preset: csm1b}", "weights: preset 'csm1b' is not known"),
+    ("{load_format: dummy, preset: qwen3-4b}", "weights: preset 'qwen3-4b' is not a model of this kind (use one of csm-1b)"),
+])
+def test_a_launch_files_weights_mapping_is_checked_when_it_loads(tmp_path, weights, says):
     from serving.systems import load_config_file
 
     launch = tmp_path / "launch.yaml"
-    launch.write_text("system: gpu-tts\nbackends:\n  tts:\n    kind: csm_gpu\n"
-                      f"    weights: {{path: {tmp_path}}}\n")
+    weights = weights.replace("DIR", str(tmp_path)).replace("PIN", "a" * 64)
+    launch.write_text(f"system: gpu-tts\nbackends:\n  tts:\n    kind: csm_gpu\n    weights: {weights}\n")
     with pytest.raises(FdbError) as raised:
         load_config_file(launch)
     line = raised.value.one_line()
-    assert "\n" not in line and str(launch) in line
-    assert raised.value.message.endswith("tts.weights: weights: a checkpoint needs path and sha256")
+    assert "\n" not in line
+    assert raised.value.message == f"{launch}: backends: tts.weights: {says}"
