@@ -111,6 +111,20 @@ def test_depth_step_codes_are_the_greedy_codes_of_transformers(engine, model):
     assert torch.equal(logits.argmax(-1), codes[:, 1:])
 
 
+def test_sampling_keeps_to_the_top_k_at_their_tempered_odds_and_buckets_are_powers_of_two():
+    from serving.gpu.slots import bucket, sample_top_k
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, 3.0, -1.0]]).repeat(4000, 1)
+    assert torch.equal(sample_top_k(logits, 3, 0), torch.full((4000,), 3))
+    torch.manual_seed(4)
+    share = torch.bincount(sample_top_k(logits, 3, 0.7), minlength=5) / 4000
+    want = torch.zeros(5)
+    want[[0, 1, 3]] = torch.softmax(torch.tensor([2.0, 1.0, 3.0]) / 0.7, 0)
+    torch.testing.assert_close(share, want, atol=0.03, rtol=0)
+    assert [bucket(b, 64) for b in (0, 1, 2, 3, 5, 33, 64)] == [1, 1, 2, 4, 8, 64, 64]
+    assert bucket(5, 6) == 6
+
+
 # --- the engine ------------------------------------------------------------------------------------
 
 
@@ -184,9 +198,11 @@ def test_a_too_long_prompt_fails_that_request_only(engine):
                                        "(send a shorter reference or text, or raise max_len)")
 
 
-def test_closing_the_engine_ends_its_streams_with_an_error(model):
-    engine = CsmEngine(model, CsmOptions(max_batch=1, max_len=128, temperature=0), dummy=True)
-    stream = engine.stream("w" * 100)
+def test_max_len_bounds_a_request_and_closing_ends_its_streams_with_an_error(model):
+    engine = CsmEngine(model, CsmOptions(max_batch=1, max_len=64, temperature=0), dummy=True)
+    # 40 prompt tokens: positions 39..62 hold its frames (24), short of the 35 of the length rule
+    assert len(list(engine.stream("q" * 40))) == 24
+    stream = engine.stream("w" * 40)
     next(stream)
     waiting = engine.stream("waits for the slot")
     outcome: dict[str, object] = {}
