@@ -15,8 +15,8 @@ first input, so its first frame comes from the batched step too) (:meth:`CsmEngi
 sampling, captured as one CUDA graph per batch bucket when ``cuda_graphs`` is on), and decodes
 the new frame of each busy slot with Mimi (a CUDA graph per bucket too) over a window of its last ``decode_context`` frames
 (Mimi's convolutions are causal, so the window's last frame matches a full decode up to the
-decoder transformer's longer context). A request ends at the end frame (all codebooks 0) or at
-its length bound.
+decoder transformer's longer context). A request ends at the end frame (every codebook
+``codebook_eos_token_id``, 0), which is not spoken, or at its length bound.
 
 With dummy weights (no tokenizer) the text becomes its UTF-8 bytes, and since a random model
 never says "end", the length bound is ``dummy_s_per_char`` seconds per character: a speaking
@@ -85,6 +85,7 @@ class CsmEngine:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.codebooks = config.num_codebooks
+        self.eos = torch.as_tensor(config.codebook_eos_token_id, device=self.device)  # the end frame's codes
         codec = config.codec_config
         self.codec_size = codec.codebook_size
         self.frame_samples = int(round(codec.sampling_rate / codec.frame_rate))
@@ -222,7 +223,7 @@ class CsmEngine:
         codes = self.out_codes[:n]
         self.pos[torch.tensor(busy, device=self.device)] += 1
         self._run_decode(n)
-        ended = (codes == 0).all(dim=1).tolist()
+        ended = (codes == self.eos).all(dim=1).tolist()
         # a copy: on a CPU device .cpu() is the buffer itself, which the next step overwrites
         audio = self.audio[:n].to("cpu", copy=True).numpy()
         self.steps += 1
@@ -230,9 +231,12 @@ class CsmEngine:
         for i in busy:
             request = self._slots[i]
             assert request is not None
+            if ended[i]:  # the end frame is a marker, not audio (transformers' generate cuts there)
+                self._finish(i, None)
+                continue
             request.frames += 1
             request.out.put(audio[i])
-            if request.cancelled or ended[i] or request.frames >= request.max_frames or \
+            if request.cancelled or request.frames >= request.max_frames or \
                     int(self.pos[i]) >= self.opts.max_len - 1:
                 self._finish(i, None)
 
