@@ -186,6 +186,29 @@ def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     assert _idle(engine)
 
 
+def test_the_end_frame_ends_its_request_unspoken(engine, monkeypatch):
+    """All codebooks codebook_eos_token_id (0): that request ends, without the end frame's audio
+    (transformers' generate cuts there); the other row goes on."""
+    depth = engine._depth
+
+    def ends_at_third_frame(hidden, n):
+        codes = depth(hidden, n)
+        for row in range(n):
+            request = engine._slots[row]
+            if request is not None and request.text == "ends early" and request.frames == 2:
+                codes[row] = engine.model.config.codebook_eos_token_id
+        return codes
+
+    monkeypatch.setattr(engine, "_depth", ends_at_third_frame)
+    running = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(_frames_of, engine, "hello there", None, running)
+        assert running.wait(30)
+        assert len(_frames_of(engine, "ends early")) == 2
+        assert len(other.result(timeout=60)) == 10
+    assert _idle(engine)
+
+
 def test_a_too_long_prompt_fails_that_request_only(engine):
     running = threading.Event()
     with ThreadPoolExecutor(1) as pool:
