@@ -150,6 +150,26 @@ def _idle(engine: CsmEngine) -> bool:
     return not any(engine._slots)
 
 
+def test_greedy_frames_are_the_codes_of_transformers_generate(engine, model, monkeypatch):
+    """End to end: the engine's frames of a text (prefill, slot steps, depth decoder) are the
+    codes transformers' own CsmForConditionalGeneration.generate picks, greedily."""
+    text, frames = "hi", []
+    depth = engine._depth
+
+    def recorded(hidden, n):
+        codes = depth(hidden, n)
+        frames.extend(codes[row].clone() for row in range(n)
+                      if engine._slots[row] is not None and engine._slots[row].text == text)
+        return codes
+
+    monkeypatch.setattr(engine, "_depth", recorded)
+    assert len(_frames_of(engine, text)) == 5
+    with torch.inference_mode():
+        want = model.generate(input_ids=torch.tensor([engine._text_ids(text)]), max_new_tokens=5, min_new_tokens=5,
+                               do_sample=False, depth_decoder_do_sample=False)
+    assert torch.equal(torch.stack(frames), want[0])
+
+
 def test_batching_does_not_change_a_requests_frames(engine):
     text = "batched"  # 7 characters * 0.07 s = 0.49 s: 6 frames of 80 ms
     alone = _frames_of(engine, text)
