@@ -44,6 +44,13 @@ REF_CACHE = 256  # reference voices whose codes are kept
 FRAME_HZ = 12.5
 
 
+class PromptTooLong(FdbError):
+    """The request's fault (reference + text longer than ``max_len``): HTTP 400 at the endpoint."""
+
+    status = 400
+    code = "input_too_long"
+
+
 @dataclass
 class CsmOptions:
     max_batch: int = 64  # slots: requests generating at once (more wait)
@@ -208,7 +215,10 @@ class CsmEngine:
             try:
                 self._prefill(request, slot)
             except BaseException as exc:
-                log.exception("CSM prefill failed")
+                if isinstance(exc, PromptTooLong):  # the request's fault: no traceback
+                    log.warning("CSM request refused: %s", exc.one_line())
+                else:
+                    log.exception("CSM prefill failed")
                 request.out.put(exc if isinstance(exc, FdbError) else
                                 FdbError(f"CSM prefill failed: {exc}", "see the server log"))
                 request.out.put(None)
@@ -294,8 +304,8 @@ class CsmEngine:
         embeds, ref_codes = self._prompt(request)
         t = embeds.shape[1]
         if t + 2 >= self.opts.max_len:
-            raise FdbError(f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
-                           "send a shorter reference or text, or raise max_len")
+            raise PromptTooLong(f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
+                                "send a shorter reference or text, or raise max_len")
         backbone = self.model.backbone_model
         if t > 1:  # all but the last prompt token; the batched step takes that one
             positions = torch.arange(t - 1, device=self.device)[None]
