@@ -318,6 +318,11 @@ def test_speech_clones_from_ref_audio_in_whole_frames(client):
     bad = client.post("/v1/audio/speech", json={**body, "ref_audio": "data:audio/wav;base64,bm90IGEgd2F2"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_ref_audio"
     assert bad.json()["error"]["param"] == "ref_audio"
+    # the engine refuses a prompt past max_len (256) in its thread: still an error answer, not an empty 200
+    long = client.post("/v1/audio/speech", json={"input": "z" * 300, "stream": True})
+    assert long.status_code == 400 and long.json()["error"] == {
+        "type": "invalid_request_error", "code": "input_too_long", "param": "input",
+        "message": "the prompt is 300 tokens, the engine holds 256 (send a shorter reference or text, or raise max_len)"}
 
 
 def test_capabilities_and_the_realtime_refusal_of_a_speech_only_server(client):
