@@ -32,6 +32,8 @@ LABEL = "dummy weights (csm-1b configuration; compute path only)"
 
 @pytest.fixture(scope="module")
 def model():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model gains nothing from more, and a busy CI core makes them spin
     torch.manual_seed(0)
     model = load_model(WeightSource("dummy", preset="csm-1b", overrides=TINY), "tts", "cpu", "float32")
     # dummy Mimi codebooks are all zero (transformers' init), so every frame would decode to the
@@ -40,7 +42,8 @@ def model():
         if hasattr(module, "embed_sum"):
             module.embed_sum.normal_(std=0.05)
             module._embed = None
-    return model
+    yield model
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
