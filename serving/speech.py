@@ -16,7 +16,8 @@ cannot clone: a request with ``ref_audio`` (or ``references``) is refused with 4
 voice speaks. A backend that clones (the ``csm_gpu`` node, :mod:`serving.gpu.csm`) takes
 ``ref_audio`` (``data:audio/wav;base64,…`` or a ``file://`` path on the server, at most
 ``MAX_REF_S`` seconds) with ``ref_text`` as the voice to speak in, and streams one 80 ms frame
-per chunk. Other extra fields (``max_new_tokens``, ``task_type``, ...) are ignored.
+per chunk; the answer waits for the first frame, so that a refusal before it (a prompt past the
+engine's ``max_len``: 400 ``input_too_long``) is an error answer. Other extra fields (``max_new_tokens``, ``task_type``, ...) are ignored.
 
 With ``speech_service`` set, the request body goes unchanged (``model`` replaced when the service
 names one) to ``{base_url}/audio/speech`` and the answer's status, body and audio headers come
@@ -44,6 +45,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fdb.audio import float_to_pcm16, pcm16_to_float, resample, wav_bytes
+from fdb.errors import FdbError
 from serving.systems import SpeechService, SystemConfig
 
 router = APIRouter()
@@ -205,6 +207,15 @@ async def _sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     yield f"data: {json.dumps(done)}\n\n".encode()
 
 
+async def _after(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    """``first`` (when not empty), then ``rest`` (closed with this generator)."""
+    async with aclosing(rest):
+        if first:
+            yield first
+        async for chunk in rest:
+            yield chunk
+
+
 async def _prefixed(prefix: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     yield prefix
     async for pcm in chunks:
@@ -220,7 +231,16 @@ async def _piper(req: SpeechRequest, hub, delay_ms: int = 0) -> Response:
             voice = {"ref_audio": reference_audio(req.ref_audio, rate), "ref_text": req.ref_text or ""}
         except ValueError as exc:
             return _error(400, "invalid_ref_audio", str(exc), "ref_audio")
-    chunks = delayed(sentences(hub, req.input, **voice), delay_ms)
+    spoken: AsyncGenerator[bytes, None] = sentences(hub, req.input, **voice)
+    if getattr(hub.tts, "clones", False):  # a GPU engine refuses a request in its own thread: wait for
+        try:  # the first audio, so that a refusal is an error answer, not an empty 200 or a bare 500
+            first = await anext(spoken, b"")
+        except FdbError as exc:
+            status = getattr(exc, "status", 500)
+            return _error(status, getattr(exc, "code", "speech_failed"), exc.one_line(),
+                          "input" if status == 400 else None)
+        spoken = _after(first, spoken)
+    chunks = delayed(spoken, delay_ms)
     if req.stream_format == "sse":
         return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
     wav = req.response_format == "wav"

@@ -15,8 +15,8 @@ first input, so its first frame comes from the batched step too) (:meth:`CsmEngi
 sampling, captured as one CUDA graph per batch bucket when ``cuda_graphs`` is on), and decodes
 the new frame of each busy slot with Mimi (eagerly: Mimi is not capturable) over a window of its last ``decode_context`` frames
 (Mimi's convolutions are causal, so the window's last frame matches a full decode up to the
-decoder transformer's longer context). A request ends at the end frame (all codebooks 0) or at
-its length bound.
+decoder transformer's longer context). A request ends at the end frame (every codebook
+``codebook_eos_token_id``, 0), which is not spoken, or at its length bound.
 
 With dummy weights (no tokenizer) the text becomes its UTF-8 bytes, and since a random model
 never says "end", the length bound is ``dummy_s_per_char`` seconds per character: a speaking
@@ -42,6 +42,13 @@ log = logging.getLogger("fdb.serving")
 RATE = 24000
 REF_CACHE = 256  # reference voices whose codes are kept
 FRAME_HZ = 12.5
+
+
+class PromptTooLong(FdbError):
+    """The request's fault (reference + text longer than ``max_len``): HTTP 400 at the endpoint."""
+
+    status = 400
+    code = "input_too_long"
 
 
 @dataclass
@@ -85,6 +92,7 @@ class CsmEngine:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.codebooks = config.num_codebooks
+        self.eos = torch.as_tensor(config.codebook_eos_token_id, device=self.device)  # the end frame's codes
         codec = config.codec_config
         self.codec_size = codec.codebook_size
         self.frame_samples = int(round(codec.sampling_rate / codec.frame_rate))
@@ -147,9 +155,13 @@ class CsmEngine:
                cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
         """Float samples at 24 kHz, one 80 ms frame at a time, as they are generated (blocking;
         run it in a thread). ``cancelled`` set: the request stops at the next frame."""
+        if self._stop:
+            raise _closed()
         request = _Request(text=text, ref_audio=ref_audio, ref_text=ref_text)
         self._pending.put(request)
         self._wake.set()
+        if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
+            self._fail_pending()
         try:
             while True:
                 item = request.out.get()
@@ -164,13 +176,34 @@ class CsmEngine:
             request.cancelled = True
 
     def close(self) -> None:
+        """Stop the GPU thread; every request in flight or waiting ends with an error (a
+        stream left waiting would hold its pool thread, and the process, forever)."""
         self._stop = True
         self._wake.set()
         self._thread.join(timeout=10)
 
+    def _fail_pending(self) -> None:
+        while True:
+            try:
+                request = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            request.out.put(_closed())
+            request.out.put(None)
+
     # --- the GPU thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:  # closed (or failed): no request may wait on this thread any more
+            self._stop = True
+            for i, request in enumerate(self._slots):
+                if request is not None:
+                    self._finish(i, _closed())
+            self._fail_pending()
+
+    def _loop(self) -> None:
         torch = self.torch
         with torch.inference_mode():
             while not self._stop:
@@ -199,7 +232,10 @@ class CsmEngine:
             try:
                 self._prefill(request, slot)
             except BaseException as exc:
-                log.exception("CSM prefill failed")
+                if isinstance(exc, PromptTooLong):  # the request's fault: no traceback
+                    log.warning("CSM request refused: %s", exc.one_line())
+                else:
+                    log.exception("CSM prefill failed")
                 request.out.put(exc if isinstance(exc, FdbError) else
                                 FdbError(f"CSM prefill failed: {exc}", "see the server log"))
                 request.out.put(None)
@@ -214,16 +250,20 @@ class CsmEngine:
         codes = self.out_codes[:n]
         self.pos[torch.tensor(busy, device=self.device)] += 1
         self._run_decode(n)
-        ended = (codes == 0).all(dim=1).tolist()
-        audio = self.audio[:n].cpu().numpy()
+        ended = (codes == self.eos).all(dim=1).tolist()
+        # a copy: on a CPU device .cpu() is the buffer itself, which the next step overwrites
+        audio = self.audio[:n].to("cpu", copy=True).numpy()
         self.steps += 1
         self.step_s += time.perf_counter() - started
         for i in busy:
             request = self._slots[i]
             assert request is not None
+            if ended[i]:  # the end frame is a marker, not audio (transformers' generate cuts there)
+                self._finish(i, None)
+                continue
             request.frames += 1
             request.out.put(audio[i])
-            if request.cancelled or ended[i] or request.frames >= request.max_frames or \
+            if request.cancelled or request.frames >= request.max_frames or \
                     int(self.pos[i]) >= self.opts.max_len - 1:
                 self._finish(i, None)
 
@@ -281,8 +321,8 @@ class CsmEngine:
         embeds, ref_codes = self._prompt(request)
         t = embeds.shape[1]
         if t + 2 >= self.opts.max_len:
-            raise FdbError(f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
-                           "send a shorter reference or text, or raise max_len")
+            raise PromptTooLong(f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
+                                "send a shorter reference or text, or raise max_len")
         backbone = self.model.backbone_model
         if t > 1:  # all but the last prompt token; the batched step takes that one
             positions = torch.arange(t - 1, device=self.device)[None]
@@ -406,6 +446,10 @@ class CsmEngine:
         """Mimi runs eagerly: its encoder and decoder are not capturable (a failed capture also
         leaves the CUDA generator unusable, so none is tried)."""
         self._decode(n)
+
+
+def _closed() -> FdbError:
+    return FdbError("the CSM engine is closed", "the server is stopping")
 
 
 def _version(package: str) -> str | None:

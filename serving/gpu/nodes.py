@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -28,6 +28,8 @@ from serving.gpu.weights import WeightSource
 class GpuNode(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    presets: ClassVar[tuple[str, ...]] = ()  # the presets of this kind's model class
+
     weights: dict[str, Any]
     device: str = Field("cuda", pattern=r"^(cpu|cuda(:\d+)?)$")
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
@@ -36,9 +38,12 @@ class GpuNode(BaseModel):
     @classmethod
     def _weights(cls, value: dict[str, Any]) -> dict[str, Any]:
         try:
-            WeightSource.parse(value, "weights")
+            source = WeightSource.parse(value, "weights")
         except Exception as exc:  # FdbError: its message names the field
             raise ValueError(getattr(exc, "message", str(exc))) from None
+        if source.preset is not None and source.preset not in cls.presets:
+            raise ValueError(f"weights: preset {source.preset!r} is not a model of this kind "
+                             f"(use one of {', '.join(cls.presets)})")
         return value
 
     def source(self) -> WeightSource:
@@ -47,6 +52,8 @@ class GpuNode(BaseModel):
 
 class CsmSpeechNode(GpuNode):
     """CSM voice-cloning TTS (:mod:`serving.gpu.csm`)."""
+
+    presets: ClassVar[tuple[str, ...]] = ("csm-1b",)
 
     kind: Literal["csm_gpu"]
     max_batch: int = Field(64, ge=1, le=512)

@@ -3,7 +3,9 @@
 A checkpoint is a directory in the Hugging Face layout (``config.json``, ``*.safetensors`` …) with
 a ``SHA256SUMS`` file in the format of ``sha256sum`` (``<hex>  <relative path>`` per line). The
 pin is the sha256 of that ``SHA256SUMS`` file, so one hex string pins every file; each listed file
-is checked before loading, and the error names the first file that is missing or differs.
+is checked before loading, and the error names the first file that is missing or differs (or
+that is in the directory but not listed: everything the loader may read is pinned; names that
+start with a dot, e.g. ``.git``, are not read and not checked).
 Make the file once with ``(cd DIR && sha256sum $(find . -type f ! -name SHA256SUMS | sort) >
 SHA256SUMS)`` and pin ``sha256sum DIR/SHA256SUMS``.
 
@@ -15,6 +17,7 @@ path and the protocol are real, the audio and text are noise.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -84,7 +87,14 @@ class WeightSource:
         if not path or not sha:
             raise FdbError(f"{where}: a checkpoint needs path and sha256",
                            f"set path to the checkpoint directory and sha256 to the sha256 of its {SUMS_NAME}")
-        return cls("checkpoint", preset=spec.get("preset"), path=str(path), sha256=str(sha).lower())
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", str(sha)):
+            raise FdbError(f"{where}: sha256 {sha!r} is not 64 hex digits",
+                           f"pin the output of sha256sum DIR/{SUMS_NAME}")
+        preset = spec.get("preset")
+        if preset is not None and preset not in PRESETS:  # it picks the model class: a typo fails here
+            raise FdbError(f"{where}: preset {preset!r} is not known",
+                           f"leave it out (config.json's architectures decide) or use one of {', '.join(sorted(PRESETS))}")
+        return cls("checkpoint", preset=preset, path=str(path), sha256=str(sha).lower())
 
 
 def read_sums(text: str, sums: Path) -> dict[str, str]:
@@ -130,6 +140,12 @@ def verify_checkpoint(directory: str | os.PathLike, expected_sha256: str, role: 
         if got != digest:
             raise FdbError(f"{role} checkpoint file {path} has sha256 {got}, expected {digest}",
                            "restore it from the pinned checkpoint")
+    for path in sorted(root.rglob("*")):  # what from_pretrained may read must be pinned too
+        name = path.relative_to(root).as_posix()
+        if path.is_file() and name != SUMS_NAME and name not in listed and \
+                not any(part.startswith(".") for part in path.relative_to(root).parts):
+            raise FdbError(f"{role} checkpoint file {path} is not listed in {SUMS_NAME}",
+                           f"remove it, or list it in {SUMS_NAME} and pin the new sha256")
     return listed
 
 
@@ -164,6 +180,6 @@ def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str 
     verify_checkpoint(source.path, source.sha256, role)
     config = transformers.AutoConfig.from_pretrained(source.path, local_files_only=True)
     class_name = PRESETS[source.preset][0] if source.preset else config.architectures[0]
-    model = getattr(transformers, class_name).from_pretrained(
-        source.path, local_files_only=True, dtype=torch_dtype, device_map=device)
-    return model.eval()
+    # no device_map: it needs accelerate, which the gpu extra does not bring; load, then move
+    model = getattr(transformers, class_name).from_pretrained(source.path, local_files_only=True, dtype=torch_dtype)
+    return model.to(device).eval()

@@ -1,0 +1,342 @@
+"""The batched CSM TTS on CPU with the tiny configuration (serving/gpu/csm.py, slots.py): the
+slot cache's prefill and decode steps equal transformers' own backbone; the depth decoder's
+codes are transformers' greedy codes; batching does not change a request's frames; the dummy
+length rule, cancellation, a too-long prompt, closing the engine; and /v1/audio/speech,
+capabilities and the realtime refusal of a speech-only csm_gpu server (in-process)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from fdb.errors import FdbError
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402 - after the skip
+
+from benchmarks.gpu_tts import TINY  # noqa: E402
+from serving.gpu.csm import CsmEngine, CsmOptions  # noqa: E402
+from serving.gpu.slots import SlotCache, decode_layer, prefill_layer  # noqa: E402
+from serving.gpu.weights import WeightSource, load_model  # noqa: E402
+
+FRAME = 1920  # samples of one 80 ms Mimi frame at 24 kHz
+LABEL = "dummy weights (csm-1b configuration; compute path only)"
+
+
+@pytest.fixture(scope="module")
+def model():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model gains nothing from more, and a busy CI core makes them spin
+    torch.manual_seed(0)
+    model = load_model(WeightSource("dummy", preset="csm-1b", overrides=TINY), "tts", "cpu", "float32")
+    # dummy Mimi codebooks are all zero (transformers' init), so every frame would decode to the
+    # same samples whatever its codes; random codebooks make the audio follow the codes
+    for module in model.codec_model.modules():
+        if hasattr(module, "embed_sum"):
+            module.embed_sum.normal_(std=0.05)
+            module._embed = None
+    yield model
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    engine = CsmEngine(model, CsmOptions(max_batch=4, max_len=256, temperature=0), dummy=True, weights_label=LABEL)
+    yield engine
+    engine.close()
+
+
+# --- the slot cache against transformers ---------------------------------------------------------
+
+
+def _prefill(backbone, cache: SlotCache, embeds: torch.Tensor, slot: int, start: int) -> torch.Tensor:
+    positions = torch.arange(start, start + embeds.shape[1])[None]
+    cos, sin = backbone.rotary_emb(embeds, positions)
+    h = embeds
+    for layer, k, v in zip(backbone.layers, cache.k, cache.v, strict=True):
+        h = prefill_layer(layer, h, cos, sin, k, v, slot, start)
+    return backbone.norm(h)
+
+
+def _decode(backbone, cache: SlotCache, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    cos, sin = backbone.rotary_emb(x, pos[:, None])
+    mask = (torch.arange(cache.max_len)[None, :] <= pos[:, None])[:, None, None, :]
+    h = x
+    for layer, k, v in zip(backbone.layers, cache.k, cache.v, strict=True):
+        h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
+    return backbone.norm(h)[:, 0]
+
+
+def test_slot_prefill_and_decode_equal_the_transformers_backbone(model):
+    backbone = model.backbone_model
+    config = model.config
+    generator = torch.Generator().manual_seed(1)
+    lengths = [6, 11, 3]  # prompt tokens of three requests: decode positions 6, 11, 3
+    sequences = [torch.randn(1, n + 1, config.hidden_size, generator=generator) for n in lengths]
+    cache = SlotCache(len(backbone.layers), 4, config.num_key_value_heads, 32, backbone.layers[0].self_attn.head_dim,
+                      "cpu", torch.float32)
+    for tensor in cache.k + cache.v:  # stale rows of earlier requests: the masks must hide them
+        tensor.normal_(generator=generator)
+    with torch.inference_mode():
+        reference = [backbone(inputs_embeds=s).last_hidden_state[0] for s in sequences]
+        # one request alone: its prompt in one prefill (row 0), then one decode step
+        prompt = _prefill(backbone, cache, sequences[0][:, :-1], 0, 0)
+        torch.testing.assert_close(prompt[0], reference[0][:-1], atol=1e-5, rtol=1e-5)
+        alone = _decode(backbone, cache, sequences[0][:, -1:], torch.tensor([lengths[0]]))
+        torch.testing.assert_close(alone[0], reference[0][-1], atol=1e-5, rtol=1e-5)
+        # three rows at different positions in one decode step (row 1's prompt in two chunks)
+        _prefill(backbone, cache, sequences[1][:, :4], 1, 0)
+        _prefill(backbone, cache, sequences[1][:, 4:-1], 1, 4)
+        _prefill(backbone, cache, sequences[2][:, :-1], 2, 0)
+        batched = _decode(backbone, cache, torch.cat([s[:, -1:] for s in sequences]), torch.tensor(lengths))
+    for row in range(3):
+        torch.testing.assert_close(batched[row], reference[row][-1], atol=1e-5, rtol=1e-5)
+
+
+def test_depth_step_codes_are_the_greedy_codes_of_transformers(engine, model):
+    """``_depth`` at temperature 0: codebook 0 is the argmax of lm_head, and codebooks 1..31
+    are the argmax of transformers' depth decoder fed the same codes (teacher forcing)."""
+    generator = torch.Generator().manual_seed(2)
+    hidden = torch.randn(3, model.config.hidden_size, generator=generator)
+    with torch.inference_mode():
+        codes = engine._depth(hidden, 3)
+        assert codes.shape == (3, model.config.num_codebooks)
+        assert torch.equal(codes[:, 0], model.lm_head(hidden).argmax(-1))
+        inputs = torch.nn.functional.pad(codes[:, :-1], (1, 0))  # position 0: the backbone state
+        logits = model.depth_decoder(input_ids=inputs, backbone_last_hidden_state=hidden).logits
+    assert torch.equal(logits.argmax(-1), codes[:, 1:])
+
+
+def test_sampling_keeps_to_the_top_k_at_their_tempered_odds_and_buckets_are_powers_of_two():
+    from serving.gpu.slots import bucket, sample_top_k
+
+    logits = torch.tensor([[2.0, 1.0, 0.5, 3.0, -1.0]]).repeat(4000, 1)
+    assert torch.equal(sample_top_k(logits, 3, 0), torch.full((4000,), 3))
+    torch.manual_seed(4)
+    share = torch.bincount(sample_top_k(logits, 3, 0.7), minlength=5) / 4000
+    want = torch.zeros(5)
+    want[[0, 1, 3]] = torch.softmax(torch.tensor([2.0, 1.0, 3.0]) / 0.7, 0)
+    torch.testing.assert_close(share, want, atol=0.03, rtol=0)
+    assert [bucket(b, 64) for b in (0, 1, 2, 3, 5, 33, 64)] == [1, 1, 2, 4, 8, 64, 64]
+    assert bucket(5, 6) == 6
+
+
+# --- the engine ------------------------------------------------------------------------------------
+
+
+def _frames_of(engine: CsmEngine, text: str, wait: threading.Event | None = None,
+               tell: threading.Event | None = None, **voice) -> list[np.ndarray]:
+    """Every frame of ``text``; starts once ``wait`` is set, sets ``tell`` at its 2nd frame."""
+    if wait is not None:
+        assert wait.wait(30)
+    frames = []
+    for frame in engine.stream(text, **voice):
+        frames.append(frame)
+        if tell is not None and len(frames) == 2:
+            tell.set()
+    if tell is not None:
+        tell.set()
+    return frames
+
+
+def _idle(engine: CsmEngine) -> bool:
+    deadline = time.monotonic() + 5
+    while any(engine._slots) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not any(engine._slots)
+
+
+def test_greedy_frames_are_the_codes_of_transformers_generate(engine, model, monkeypatch):
+    """End to end: the engine's frames of a text (prefill, slot steps, depth decoder) are the
+    codes transformers' own CsmForConditionalGeneration.generate picks, greedily."""
+    text, frames = "hi", []
+    depth = engine._depth
+
+    def recorded(hidden, n):
+        codes = depth(hidden, n)
+        frames.extend(codes[row].clone() for row in range(n)
+                      if engine._slots[row] is not None and engine._slots[row].text == text)
+        return codes
+
+    monkeypatch.setattr(engine, "_depth", recorded)
+    assert len(_frames_of(engine, text)) == 5
+    with torch.inference_mode():
+        want = model.generate(input_ids=torch.tensor([engine._text_ids(text)]), max_new_tokens=5, min_new_tokens=5,
+                               do_sample=False, depth_decoder_do_sample=False)
+    assert torch.equal(torch.stack(frames), want[0])
+
+
+def test_batching_does_not_change_a_requests_frames(engine):
+    text = "batched"  # 7 characters * 0.07 s = 0.49 s: 6 frames of 80 ms
+    alone = _frames_of(engine, text)
+    assert [f.shape for f in alone] == [(FRAME,)] * 6
+    assert len({f.tobytes() for f in alone}) == 6  # each frame its own samples
+    before = engine.steps
+    first_in, mine_in, done = threading.Event(), threading.Event(), threading.Event()
+    with ThreadPoolExecutor(3) as pool:  # slot 0 runs until the others are done; mine joins at its
+        # 2nd frame (slot 1), the third at mine's 2nd (slot 2): a batch of 3 rows in a bucket of 4
+        first = pool.submit(_frames_of, engine, "w" * 200, None, first_in, cancelled=done)
+        mine = pool.submit(_frames_of, engine, text, first_in, mine_in)
+        third = pool.submit(_frames_of, engine, "hi", mine_in)
+        batched, short = mine.result(timeout=60), third.result(timeout=60)
+        done.set()
+        ran_on = len(first.result(timeout=60))
+    assert len(short) == 5  # "hi": the 0.4 s floor of the length rule
+    assert 6 + 5 <= ran_on < 175 and engine.steps - before < ran_on + 6 + 5  # they shared steps
+    assert len(batched) == len(alone)
+    for got, want in zip(batched, alone, strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert _idle(engine)
+
+
+def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
+    stop = threading.Event()
+    frames = []
+    for frame in engine.stream("x" * 200, cancelled=stop):  # 175 frames if it ran on
+        frames.append(frame)
+        if len(frames) == 2:
+            stop.set()
+    assert 2 <= len(frames) < 10
+    assert _idle(engine)
+    left = engine.stream("y" * 200)  # leaving the stream (a client that went away) cancels too
+    next(left)
+    left.close()
+    assert _idle(engine)
+
+
+def test_the_end_frame_ends_its_request_unspoken(engine, monkeypatch):
+    """All codebooks codebook_eos_token_id (0): that request ends, without the end frame's audio
+    (transformers' generate cuts there); the other row goes on."""
+    depth = engine._depth
+
+    def ends_at_third_frame(hidden, n):
+        codes = depth(hidden, n)
+        for row in range(n):
+            request = engine._slots[row]
+            if request is not None and request.text == "ends early" and request.frames == 2:
+                codes[row] = engine.model.config.codebook_eos_token_id
+        return codes
+
+    monkeypatch.setattr(engine, "_depth", ends_at_third_frame)
+    running = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(_frames_of, engine, "hello there", None, running)
+        assert running.wait(30)
+        assert len(_frames_of(engine, "ends early")) == 2
+        assert len(other.result(timeout=60)) == 10
+    assert _idle(engine)
+
+
+def test_a_too_long_prompt_fails_that_request_only(engine):
+    running = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(_frames_of, engine, "hello there", None, running)
+        assert running.wait(30)
+        with pytest.raises(FdbError) as raised:
+            list(engine.stream("z" * 300))
+        assert len(other.result(timeout=60)) == 10  # 11 characters: 0.77 s -> 10 frames, undisturbed
+    assert raised.value.one_line() == ("the prompt is 300 tokens, the engine holds 256 "
+                                       "(send a shorter reference or text, or raise max_len)")
+
+
+def test_max_len_bounds_a_request_and_closing_ends_its_streams_with_an_error(model):
+    engine = CsmEngine(model, CsmOptions(max_batch=1, max_len=64, temperature=0), dummy=True)
+    # 40 prompt tokens: positions 39..62 hold its frames (24), short of the 35 of the length rule
+    assert len(list(engine.stream("q" * 40))) == 24
+    stream = engine.stream("w" * 40)
+    next(stream)
+    waiting = engine.stream("waits for the slot")
+    outcome: dict[str, object] = {}
+
+    def drain(name, frames) -> None:
+        try:
+            outcome[name] = len(list(frames))
+        except FdbError as exc:
+            outcome[name] = exc.one_line()
+
+    threads = [threading.Thread(target=drain, args=(n, s), daemon=True) for n, s in (("busy", stream),
+                                                                                        ("waiting", waiting))]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.1)
+    engine.close()
+    for thread in threads:
+        thread.join(5)
+    assert outcome == {"busy": "the CSM engine is closed (the server is stopping)",
+                       "waiting": "the CSM engine is closed (the server is stopping)"}
+    with pytest.raises(FdbError, match="closed"):
+        next(engine.stream("after"))
+
+
+# --- the speech endpoint of a tiny csm_gpu server ---------------------------------------------------
+
+
+def _wav_uri(seconds: float, rate: int = 16000) -> str:
+    import soundfile as sf
+
+    noise = np.random.default_rng(3).normal(0, 0.1, int(seconds * rate)).astype(np.float32)
+    buffer = io.BytesIO()
+    sf.write(buffer, noise, rate, format="WAV", subtype="PCM_16")
+    return "data:audio/wav;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.systems import load_config_file
+
+    launch = tmp_path_factory.mktemp("gputts") / "launch.yaml"
+    tts = {"kind": "csm_gpu", "device": "cpu", "dtype": "float32", "max_batch": 4, "max_len": 256,
+           "weights": {"load_format": "dummy", "preset": "csm-1b", "overrides": TINY}}
+    launch.write_text(yaml.safe_dump({"system": "gpu-tts", "name": "gpu-tts-tiny", "model": "fdb/gpu-tts-tiny",
+                                      "backends": {"tts": tts}}))
+    app = create_app(load_config_file(launch))
+    with TestClient(app) as client:  # the lifespan loads the models
+        deadline = time.monotonic() + 120
+        while (health := client.get("/health")).status_code != 200:
+            assert health.json()["status"] == "starting" and time.monotonic() < deadline, health.json()
+            time.sleep(0.1)
+        yield client
+    assert not app.state.runtime.hub.tts.engine._thread.is_alive()  # the server's stop closed the engine
+
+
+def test_speech_clones_from_ref_audio_in_whole_frames(client):
+    body = {"input": "Hi there.", "ref_audio": _wav_uri(1.0), "ref_text": "some noise", "stream": True,
+            "response_format": "pcm"}
+    reply = client.post("/v1/audio/speech", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"] == "audio/pcm" and reply.headers["x-sample-rate"] == "24000"
+    assert len(reply.content) == 8 * FRAME * 2  # 9 characters: 0.63 s -> 8 frames of PCM16
+
+    bad = client.post("/v1/audio/speech", json={**body, "ref_audio": "data:audio/wav;base64,bm90IGEgd2F2"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_ref_audio"
+    assert bad.json()["error"]["param"] == "ref_audio"
+    # the engine refuses a prompt past max_len (256) in its thread: still an error answer, not an empty 200
+    long = client.post("/v1/audio/speech", json={"input": "z" * 300, "stream": True})
+    assert long.status_code == 400 and long.json()["error"] == {
+        "type": "invalid_request_error", "code": "input_too_long", "param": "input",
+        "message": "the prompt is 300 tokens, the engine holds 256 (send a shorter reference or text, or raise max_len)"}
+
+
+def test_capabilities_and_the_realtime_refusal_of_a_speech_only_server(client):
+    from starlette.testclient import WebSocketDenialResponse
+
+    speech = client.get("/v1/realtime/capabilities").json()["speech"]
+    assert speech["backend"] == "csm_gpu" and speech["voice_cloning"] is True
+    assert speech["weights"] == LABEL and speech["sample_rate"] == 24000
+    assert client.get("/health").json()["backends"]["tts"]["settings"]["weights"] == LABEL
+    with pytest.raises(WebSocketDenialResponse) as denied:
+        with client.websocket_connect("/v1/realtime"):
+            pass
+    assert denied.value.status_code == 503
+    assert denied.value.json()["error"]["code"] == "realtime_unavailable"
