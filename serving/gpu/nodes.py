@@ -71,6 +71,7 @@ class MoshiNativeNode(GpuNode):
     the ``model`` of a system's ``duplex`` settings."""
 
     kind: Literal["moshi_gpu"]
+    presets: ClassVar[tuple[str, ...]] = ("moshi-7b",)
     max_batch: int = Field(32, ge=1, le=256)
     max_len: int = Field(2048, ge=64, le=3000)  # frames per session; Moshi's context is 3000
     codec_context: int = Field(8, ge=1, le=64)
