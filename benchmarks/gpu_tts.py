@@ -116,47 +116,25 @@ def _kernels(fn) -> dict:
 
 
 def serve_and_bench(args, out: Path) -> dict:
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    serve = [sys.executable, "-m", "fdb", "serve", "--port", str(port)]
-    serve += ["--config", str(args.config)] if args.config else ["--system", "gpu-tts"]
-    log = open(out / "server.log", "w")
-    server = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    from runs.server import ManagedServer
+
+    server = ManagedServer(system="gpu-tts", host="127.0.0.1", port=free_port(), config=args.config,
+                           log_path=out / "server.log", ready_timeout_s=600)
+    server.start()
     try:
-        _wait_ready(port, server, timeout=600)
-        bench = [sys.executable, "-m", "fdb", "tts-bench", "--url", f"http://127.0.0.1:{port}",
+        bench = [sys.executable, "-m", "fdb", "tts-bench", "--url", server.http_url,
                  "--output", str(out / "tts-bench"), "--concurrency", args.concurrency,
                  "--num-prompts", str(args.num_prompts), "--num-warmups", "2", "--frame-rate", "12.5",
                  "--no-quality", "--timeout-s", "300"]
         if args.seed_tts:
             bench += ["--seed-tts", str(args.seed_tts)]
         started = time.monotonic()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         done = subprocess.run(bench, env=env, cwd=ROOT, capture_output=True, text=True)
         (out / "tts-bench.log").write_text(done.stdout + done.stderr)
         return {"tts_bench_exit": done.returncode, "tts_bench_s": round(time.monotonic() - started, 1)}
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-
-
-def _wait_ready(port: int, server: subprocess.Popen, timeout: float) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited with {server.returncode}; see server.log")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise SystemExit("the server did not become ready")
+        server.stop()
 
 
 def main() -> None:

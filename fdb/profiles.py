@@ -241,7 +241,8 @@ BY_TRACE_FORMAT: dict[str, Profile] = {p.trace_format: p for p in PROFILES.value
 
 
 # The dialect each bundled system of serving/systems.py speaks (a system not named here: turn-based).
-BUNDLED_SYSTEM_PROFILES = {"embedded-cascade": TURN_BASED.name, "duplex-baseline": NATIVE.name}
+BUNDLED_SYSTEM_PROFILES = {"embedded-cascade": TURN_BASED.name, "duplex-baseline": NATIVE.name,
+                           "gpu-native": NATIVE_80.name}
 # Further dialects a bundled system also speaks (duplex-baseline grants 80 ms units and 24 kHz input).
 BUNDLED_ALSO_SPEAKS = {"duplex-baseline": (NATIVE_80.name,)}
 

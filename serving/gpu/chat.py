@@ -28,8 +28,8 @@ from fdb.errors import FdbError
 from serving.gpu.batching import identity, shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import CausalLmGpuOptions
-from serving.graph.nodes import PREFETCH_TTL_S, EmbeddedModels, _Prefetch
-from serving.graph.runtime import Emit, Node
+from serving.graph.nodes import EmbeddedModels, PrefetchingChatNode, _Prefetch
+from serving.graph.runtime import Emit
 from serving.graph.streams import Chunk, TextDelta, control
 
 log = logging.getLogger("fdb.serving")
@@ -189,7 +189,7 @@ class _AsyncPrefetch(_Prefetch):
             self.more.set()
 
 
-class CausalLmGpuNode(Node):
+class CausalLmGpuNode(PrefetchingChatNode):
     """``causal_lm_gpu``: streams the shared :class:`ChatEngine`'s reply to each messages chunk as
     text_delta, then turn.done. A ``configure`` with ``sampling.max_new_tokens_per_unit`` applies
     from the next reply (the temperature is the engine's, the same for every session). An
@@ -199,8 +199,6 @@ class CausalLmGpuNode(Node):
     turn) starts the reply to its messages at once; the next messages chunk takes it over if its
     messages and max_new_tokens are the same (greedy decoding: the same reply), else it is
     cancelled, as it is at a withdrawal, at the next prefetch, or PREFETCH_TTL_S unclaimed."""
-
-    live_controls = True
 
     def __init__(self, models: EmbeddedModels, options: CausalLmGpuOptions, name: str = "llm"):
         self._models, self._options, self._name = models, options, name
@@ -238,30 +236,14 @@ class CausalLmGpuNode(Node):
 
         prefetch = _AsyncPrefetch(self._key(messages), threading.Event(), threading.Event())
         prefetch.task = asyncio.ensure_future(prefetch.fill(self._engine.stream(messages, self._max_new_tokens)))
-        prefetch.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, prefetch)
-        self._prefetch = prefetch
-        self.prefetches["started"] += 1
-
-    def _expire(self, prefetch: _AsyncPrefetch) -> None:
-        if self._prefetch is prefetch:
-            self._drop_prefetch()
-
-    def _drop_prefetch(self) -> None:
-        if self._prefetch is not None:
-            self._prefetch.cancel()
-            self._prefetch = None
+        self._keep_prefetch(prefetch)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format != "messages":
             return
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None and prefetch.key != self._key(messages):
-            prefetch.cancel()
-            prefetch = None
+        prefetch = self._claim(messages)
         if prefetch is not None:
-            prefetch.expiry.cancel()
-            self.prefetches["claimed"] += 1
             pieces = prefetch.pieces_for()
         else:
             pieces = self._engine.stream(messages, self._max_new_tokens)
@@ -272,9 +254,3 @@ class CausalLmGpuNode(Node):
             if prefetch is not None:
                 prefetch.cancel()  # an interruption stops it; no-op once it has ended
         await emit(control("turn.done", turn=chunk.turn))
-
-    async def close(self) -> None:
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None:
-            prefetch.cancel()
-            await asyncio.gather(prefetch.task, return_exceptions=True)

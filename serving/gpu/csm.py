@@ -36,6 +36,7 @@ import numpy as np
 
 from fdb.errors import FdbError
 from fdb.models import BackendIdentity
+from fdb.provenance import package_version
 
 log = logging.getLogger("fdb.serving")
 
@@ -126,7 +127,7 @@ class CsmEngine:
         self.steps = 0
         self.step_s = 0.0
         self.identity = BackendIdentity(
-            kind="tts", name="transformers/csm", version=_version("transformers"),
+            kind="tts", name="transformers/csm", version=package_version("transformers"),
             settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "cuda_graphs": options.cuda_graphs,
                       "decode_context_frames": options.decode_context, "temperature": options.temperature,
                       "top_k": options.top_k, "frame_hz": FRAME_HZ, "rate": RATE})
@@ -451,11 +452,3 @@ class CsmEngine:
 def _closed() -> FdbError:
     return FdbError("the CSM engine is closed", "the server is stopping")
 
-
-def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None

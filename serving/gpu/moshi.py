@@ -38,6 +38,7 @@ import numpy as np
 
 from fdb.errors import FdbError
 from fdb.models import BackendIdentity
+from fdb.provenance import package_version
 
 log = logging.getLogger("fdb.serving")
 
@@ -121,7 +122,7 @@ class MoshiEngine:
         self.step_s = 0.0
         self.rows = 0
         self.identity = BackendIdentity(
-            kind="native", name="transformers/moshi", version=_version("transformers"),
+            kind="native", name="transformers/moshi", version=package_version("transformers"),
             settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "max_len": options.max_len,
                       "cuda_graphs": options.cuda_graphs, "codec_context_frames": w, "frame_hz": FRAME_HZ,
                       "gather_ms": options.gather_ms})
@@ -391,11 +392,3 @@ def _layer(layer, x, k_cache, v_cache, pos, mask, rope_pos=None, codebook=None):
     y = layer.post_attention_layernorm(x)
     return x + (layer.mlp(y) if codebook is None else layer.mlp(y, codebook))
 
-
-def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None

@@ -492,7 +492,53 @@ def hold_after_first_chunk(pieces: Iterator[str], released: threading.Event,
         getattr(pieces, "close", lambda: None)()
 
 
-class LlamaChatNode(Node):
+class PrefetchingChatNode(Node):
+    """What the chat kinds share about prefetch (``llama_chat`` here, ``causal_lm_gpu`` in
+    serving/gpu/chat.py): a reply started ahead is kept in ``_prefetch`` until the next messages
+    chunk claims it (same key) or drops it, at the next prefetch, or PREFETCH_TTL_S unclaimed."""
+
+    live_controls = True  # turn.started and reply.prefetch arrive while a reply streams
+    _prefetch: _Prefetch | None = None
+    prefetches: dict[str, int]
+
+    def _key(self, messages: list[dict[str, str]]) -> tuple:
+        raise NotImplementedError
+
+    def _keep_prefetch(self, prefetch: _Prefetch) -> None:
+        """``prefetch`` (its task started) is the reply ahead, until claimed, dropped or expired."""
+        prefetch.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, prefetch)
+        self._prefetch = prefetch
+        self.prefetches["started"] += 1
+
+    def _expire(self, prefetch: _Prefetch) -> None:
+        if self._prefetch is prefetch:
+            self._drop_prefetch()
+
+    def _drop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.cancel()
+            self._prefetch = None
+
+    def _claim(self, messages: list[dict[str, str]]) -> _Prefetch | None:
+        """The reply ahead if it answers ``messages`` with the current sampling, else None (a
+        different one is stopped)."""
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None and prefetch.key != self._key(messages):
+            prefetch.cancel()
+            prefetch = None
+        if prefetch is not None:
+            prefetch.expiry.cancel()
+            self.prefetches["claimed"] += 1
+        return prefetch
+
+    async def close(self) -> None:
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None:
+            prefetch.cancel()
+            await asyncio.gather(prefetch.task, return_exceptions=True)
+
+
+class LlamaChatNode(PrefetchingChatNode):
     """``llama_chat``: streams SmolLM2's reply to each messages chunk as text_delta, then turn.done.
     A ``configure`` with ``sampling`` (max_new_tokens_per_unit, temperature) applies from the next
     reply. With a control edge from the speech node's ``turn.started`` (``hold_first``) the token
@@ -507,8 +553,6 @@ class LlamaChatNode(Node):
     messages and sampling are the same (greedy decoding: the same reply), and it is stopped
     otherwise, at a withdrawal (messages None), at the next prefetch, or PREFETCH_TTL_S after it
     started unclaimed."""
-
-    live_controls = True  # turn.started and reply.prefetch arrive while a reply streams
 
     def __init__(self, models: EmbeddedModels, options: LlamaChatOptions, hold_first: bool = False):
         self._models, self._hold_first = models, hold_first
@@ -564,30 +608,14 @@ class LlamaChatNode(Node):
         stop, released, make = self._stream(messages)
         prefetch = _Prefetch(self._key(messages), stop, released)
         prefetch.task = asyncio.ensure_future(prefetch.fill(make))
-        prefetch.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, prefetch)
-        self._prefetch = prefetch
-        self.prefetches["started"] += 1
-
-    def _expire(self, prefetch: _Prefetch) -> None:
-        if self._prefetch is prefetch:
-            self._drop_prefetch()
-
-    def _drop_prefetch(self) -> None:
-        if self._prefetch is not None:
-            self._prefetch.cancel()
-            self._prefetch = None
+        self._keep_prefetch(prefetch)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format != "messages":
             return
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None and prefetch.key != self._key(messages):
-            prefetch.cancel()
-            prefetch = None
+        prefetch = self._claim(messages)
         if prefetch is not None:
-            prefetch.expiry.cancel()
-            self.prefetches["claimed"] += 1
             released, pieces = prefetch.released, prefetch.pieces_for()
         else:
             stop, released, make = self._stream(messages)
@@ -601,12 +629,6 @@ class LlamaChatNode(Node):
             if prefetch is not None:
                 prefetch.cancel()  # an interruption stops it; no-op once it has ended
         await emit(control("turn.done", turn=chunk.turn))
-
-    async def close(self) -> None:
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None:
-            prefetch.cancel()
-            await asyncio.gather(prefetch.task, return_exceptions=True)
 
 
 @dataclass(eq=False)

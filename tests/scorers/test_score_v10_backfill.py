@@ -74,7 +74,7 @@ def test_a_runs_tree_declares_the_runs_dataset_like_the_run_path(tmp_path, capsy
     assert declared(rep.v10_reference) == SIZES
     by_score = read_json(rep.v10_reference / "unified.json")["subsets"]
     monkeypatch.setenv("FDB_WORK", str(tmp_path / "work"))
-    _v10_scores(run, rep, Console(file=None, quiet=True))  # the run path (`fdb asr`'s scoring step)
+    _v10_scores(run, rep.v10_reference, Console(file=None, quiet=True))  # the run path (`fdb asr`'s scoring step)
     by_run = read_json(rep.v10_reference / "unified.json")["subsets"]
     assert by_run == by_score
 
@@ -146,5 +146,5 @@ def test_the_run_path_writes_official_json_and_names_the_sample(tmp_path, monkey
     tree(rep.v10_reference, cut_at_R=False)
     monkeypatch.setenv("FDB_WORK", str(tmp_path / "work"))
     with pytest.raises(FdbError, match="unified metrics not written: synthetic_user_interruption/2"):
-        _v10_scores(run, rep, Console(quiet=True))
+        _v10_scores(run, rep.v10_reference, Console(quiet=True))
     assert read_json(rep.v10_reference / "official.json")["subsets"]["synthetic_user_interruption"]["evaluated"] == 1

@@ -88,12 +88,13 @@ def test_every_bundled_system_is_recorded_with_the_dialect_it_speaks():
     import pytest
 
     from fdb.errors import FdbError
-    from fdb.profiles import BUNDLED_SYSTEM_PROFILES, NATIVE, TURN_BASED, check_bundled_profile
+    from fdb.profiles import BUNDLED_SYSTEM_PROFILES, NATIVE, NATIVE_80, TURN_BASED, check_bundled_profile
     from serving.systems import SYSTEMS
 
     for name, system in SYSTEMS.items():
+        native = NATIVE_80.name if system.duplex is not None and system.duplex.unit_ms == 80 else NATIVE.name
         assert BUNDLED_SYSTEM_PROFILES.get(name, TURN_BASED.name) == (
-            NATIVE.name if system.duplex is not None else TURN_BASED.name), name
+            native if system.duplex is not None else TURN_BASED.name), name
     check_bundled_profile("duplex-baseline", NATIVE.name)
     with pytest.raises(FdbError, match="speaks turn-based"):
         check_bundled_profile("embedded-cascade", NATIVE.name)
