@@ -88,7 +88,13 @@ def test_every_bundled_system_is_recorded_with_the_dialect_it_speaks():
     import pytest
 
     from fdb.errors import FdbError
-    from fdb.profiles import BUNDLED_SYSTEM_PROFILES, NATIVE, NATIVE_80, TURN_BASED, check_bundled_profile
+    from fdb.profiles import (
+        BUNDLED_SYSTEM_PROFILES,
+        NATIVE,
+        NATIVE_80,
+        TURN_BASED,
+        check_bundled_profile,
+    )
     from serving.systems import SYSTEMS
 
     for name, system in SYSTEMS.items():
