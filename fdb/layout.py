@@ -104,10 +104,6 @@ class RepeatPaths:
         return self.v10 / "reference"
 
     @property
-    def repeat_json(self) -> Path:
-        return self.root / "repeat.json"
-
-    @property
     def listening(self) -> Path:
         return self.root / "listening"
 

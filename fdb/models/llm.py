@@ -10,22 +10,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from fdb.errors import FdbError, MissingExtraError
 from fdb.models import BackendIdentity, require
 from fdb.provenance import package_version
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class LlmBackend(Protocol):
-    identity: BackendIdentity
-
-    def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str: ...
-
-    def stream_reply(self, messages: list[dict[str, str]], max_tokens: int = 48,
-                     temperature: float = 0.0) -> Iterator[str]: ...
 
 
 def smollm2_path() -> Path:

@@ -161,10 +161,6 @@ class StreamingVad:
         self._pausing = False
 
     @property
-    def position_ms(self) -> int:
-        return int(self._consumed * 1000 / VAD_RATE)
-
-    @property
     def last_speech_end_ms(self) -> int:
         """End of the last frame scored as speech, on the input timeline."""
         return int(self._last_speech_end * 1000 / VAD_RATE)
