@@ -254,6 +254,7 @@ class CsmEngine:
         ended = (codes == self.eos).all(dim=1).tolist()
         # a copy: on a CPU device .cpu() is the buffer itself, which the next step overwrites
         audio = self.audio[:n].to("cpu", copy=True).numpy()
+        positions = self.pos[:n].tolist()  # one transfer, not one per request
         self.steps += 1
         self.step_s += time.perf_counter() - started
         for i in busy:
@@ -265,7 +266,7 @@ class CsmEngine:
             request.frames += 1
             request.out.put(audio[i])
             if request.cancelled or request.frames >= request.max_frames or \
-                    int(self.pos[i]) >= self.opts.max_len - 1:
+                    positions[i] >= self.opts.max_len - 1:
                 self._finish(i, None)
 
     def _finish(self, slot: int, error: BaseException | None) -> None:

@@ -243,14 +243,15 @@ class MoshiEngine:
         self.pos[index] += 1
         audio = self.out_audio[index].cpu().numpy()
         texts = self.text[index].tolist()
+        positions = self.pos[index].tolist()  # one transfer, not one per session
         self.steps += 1
         self.step_s += time.perf_counter() - started
         self.rows += len(frames)
         if self.steps % LOG_EVERY == 0:
             log.info("Moshi: %d steps, %.1f ms per step, %.1f sessions per step", self.steps,
                      1000 * self.step_s / self.steps, self.rows / self.steps)
-        for frame, samples, token in zip(frames, audio, texts, strict=True):
-            if int(self.pos[frame.slot]) >= self.opts.max_len:
+        for frame, samples, token, position in zip(frames, audio, texts, positions, strict=True):
+            if position >= self.opts.max_len:
                 frame.future.set_exception(FdbError(
                     f"the session reached the engine's {self.opts.max_len} frames",
                     "open a new session, or raise max_len"))
@@ -313,7 +314,7 @@ class MoshiEngine:
         return x[:, None, :]
 
     def _step(self, n: int) -> None:
-        from serving.gpu.slots import sample_top_k
+        from serving.gpu.slots import decode_layer, sample_top_k
 
         torch = self.torch
         m, o = self.model, self.opts
@@ -321,8 +322,10 @@ class MoshiEngine:
         pos = self.pos[:n]
         mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
         h = self._inputs(n)
+        rotary = decoder.layers[0].self_attn.rotary_emb  # the same angles in every layer
+        cos, sin = rotary(h, pos[:, None])
         for layer, k, v in zip(decoder.layers, self.cache.k, self.cache.v, strict=True):
-            h = _layer(layer, h, k, v, pos, mask, rope_pos=pos)
+            h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
         hidden = decoder.norm(h)  # [n, 1, H]
         text = sample_top_k(m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature,
                             self.text_noise[:n])
@@ -337,7 +340,7 @@ class MoshiEngine:
 
     def _depth(self, hidden, text, n: int):
         """Moshi's 8 codebooks of this frame from the temporal state ``hidden`` [n, 1, H]."""
-        from serving.gpu.slots import sample_top_k
+        from serving.gpu.slots import decode_layer, sample_top_k
 
         torch = self.torch
         depth, o = self.model.depth_decoder, self.opts
@@ -353,7 +356,7 @@ class MoshiEngine:
             pos = torch.full((n,), c, dtype=torch.long, device=self.device)
             mask = (arange <= c)[None, None, None, :]
             for layer, k, v in zip(depth.layers, ks, vs, strict=True):
-                x = _layer(layer, x, k, v, pos, mask, codebook=index)
+                x = decode_layer(layer, x, None, None, k, v, pos, mask, codebook=index)
             token = sample_top_k(depth.lm_heads(x, index)[:, 0], o.audio_top_k, o.audio_temperature,
                                  self.audio_noise[c, :n])
             codes.append(token)
@@ -362,33 +365,4 @@ class MoshiEngine:
     def _decode(self, n: int) -> None:
         values = self.model.audio_encoder.decode(self.out_history[:n]).audio_values  # [n, 1, W*frame]
         self.out_audio[:n] = values[:, 0, -self.frame:].float().nan_to_num().clamp(-1, 1)
-
-
-def _layer(layer, x, k_cache, v_cache, pos, mask, rope_pos=None, codebook=None):
-    """One Moshi decoder layer for one token per row at per-row ``pos`` (see
-    :func:`serving.gpu.slots.decode_layer`); ``codebook``: the depth transformer's per-codebook
-    weights; ``rope_pos``: rotary positions (the temporal transformer only)."""
-    import torch
-    from torch.nn import functional as F
-
-    from serving.gpu.slots import rope
-
-    attn = layer.self_attn
-    n = x.shape[0]
-    heads, kv_heads, dim = attn.num_heads, attn.num_key_value_heads, attn.head_dim
-    y = layer.input_layernorm(x)
-    q = attn.q_proj(y, codebook).view(n, 1, heads, dim).transpose(1, 2)
-    k = attn.k_proj(y, codebook).view(n, 1, kv_heads, dim).transpose(1, 2)
-    v = attn.v_proj(y, codebook).view(n, 1, kv_heads, dim).transpose(1, 2)
-    if attn.rotary_emb is not None and rope_pos is not None:
-        cos, sin = attn.rotary_emb(v, rope_pos[:, None])
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-    rows = torch.arange(n, device=x.device)
-    k_cache[rows, :, pos] = k[:, :, 0]
-    v_cache[rows, :, pos] = v[:, :, 0]
-    q = q.reshape(n, kv_heads, heads // kv_heads, dim)
-    out = F.scaled_dot_product_attention(q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling)
-    x = x + attn.o_proj(out.reshape(n, 1, heads * dim), codebook)
-    y = layer.post_attention_layernorm(x)
-    return x + (layer.mlp(y) if codebook is None else layer.mlp(y, codebook))
 

@@ -141,15 +141,11 @@ class MoshiNative:
 
     def __init__(self, node) -> None:
         from serving.gpu.moshi import MoshiEngine, MoshiOptions
-        from serving.gpu.weights import load_model
+        from serving.gpu.weights import load_model, load_tokenizer
 
         source = node.source()
         model = load_model(source, "moshi_gpu native model", node.device, node.dtype)
-        tokenizer = None
-        if not source.dummy:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=True)
+        tokenizer = load_tokenizer(source)
         options = MoshiOptions(max_batch=node.max_batch, max_len=node.max_len, codec_context=node.codec_context,
                                gather_ms=node.gather_ms, cuda_graphs=node.cuda_graphs)
         self.engine = MoshiEngine(model, options, tokenizer=tokenizer, dummy=source.dummy,

@@ -98,15 +98,11 @@ class CsmTts:
 
     def __init__(self, node: CsmSpeechNode):
         from serving.gpu.csm import RATE, CsmEngine, CsmOptions
-        from serving.gpu.weights import load_model
+        from serving.gpu.weights import load_model, load_tokenizer
 
         source = node.source()
         model = load_model(source, "csm_gpu tts", node.device, node.dtype)
-        tokenizer = None
-        if not source.dummy:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(source.path, local_files_only=True)
+        tokenizer = load_tokenizer(source)
         options = CsmOptions(max_batch=node.max_batch, max_len=node.max_len, max_audio_s=node.max_audio_s,
                              temperature=node.temperature, top_k=node.top_k, decode_context=node.decode_context,
                              cuda_graphs=node.cuda_graphs, dummy_s_per_char=node.dummy_s_per_char)

@@ -41,30 +41,38 @@ class SlotCache:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
-def _qkv(attn: nn.Module, x: torch.Tensor, heads: int, kv_heads: int, dim: int):
+def _project(proj: nn.Module, x: torch.Tensor, codebook: torch.Tensor | None) -> torch.Tensor:
+    """A projection; ``codebook``: the weights of that codebook (Moshi's depth transformer)."""
+    return proj(x) if codebook is None else proj(x, codebook)
+
+
+def _qkv(attn: nn.Module, x: torch.Tensor, kv_heads: int, dim: int, codebook: torch.Tensor | None = None):
     n, t, _ = x.shape
-    q = attn.q_proj(x).view(n, t, heads, dim).transpose(1, 2)
-    k = attn.k_proj(x).view(n, t, kv_heads, dim).transpose(1, 2)
-    v = attn.v_proj(x).view(n, t, kv_heads, dim).transpose(1, 2)
+    q = _project(attn.q_proj, x, codebook).view(n, t, -1, dim).transpose(1, 2)
+    k = _project(attn.k_proj, x, codebook).view(n, t, kv_heads, dim).transpose(1, 2)
+    v = _project(attn.v_proj, x, codebook).view(n, t, kv_heads, dim).transpose(1, 2)
     return q, k, v
 
 
-def _mlp_residual(layer: nn.Module, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+def _mlp_residual(layer: nn.Module, x: torch.Tensor, attended: torch.Tensor,
+                  codebook: torch.Tensor | None = None) -> torch.Tensor:
     x = x + attended
-    return x + layer.mlp(layer.post_attention_layernorm(x))
+    return x + _project(layer.mlp, layer.post_attention_layernorm(x), codebook)
 
 
-def decode_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+def decode_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
                  k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
-                 mask: torch.Tensor) -> torch.Tensor:
+                 mask: torch.Tensor, codebook: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row: ``x`` [n, 1, H] at per-row positions ``pos`` [n] (written into rows
-    0..n-1 of the caches), ``mask`` [n, 1, 1, max_len] (True: attend)."""
+    0..n-1 of the caches), ``mask`` [n, 1, 1, max_len] (True: attend); ``cos`` None: no rotary
+    embedding; ``codebook``: per-codebook weights (Moshi's depth transformer)."""
     attn = layer.self_attn
     n = x.shape[0]
     kv_heads, dim = k_cache.shape[1], k_cache.shape[3]
-    heads = attn.q_proj.out_features // dim
-    q, k, v = _qkv(attn, layer.input_layernorm(x), heads, kv_heads, dim)
-    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim, codebook)
+    heads = q.shape[1]
+    if cos is not None:
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
     rows = torch.arange(n, device=x.device)
     k_cache[rows, :, pos] = k[:, :, 0]
     v_cache[rows, :, pos] = v[:, :, 0]
@@ -73,8 +81,8 @@ def decode_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torc
     groups = heads // kv_heads
     q = q.reshape(n, kv_heads, groups, dim)
     out = F.scaled_dot_product_attention(q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling)
-    out = attn.o_proj(out.reshape(n, 1, heads * dim))
-    return _mlp_residual(layer, x, out)
+    out = _project(attn.o_proj, out.reshape(n, 1, heads * dim), codebook)
+    return _mlp_residual(layer, x, out, codebook)
 
 
 def prefill_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -84,8 +92,8 @@ def prefill_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: tor
     attn = layer.self_attn
     t = x.shape[1]
     kv_heads, dim = k_cache.shape[1], k_cache.shape[3]
-    heads = attn.q_proj.out_features // dim
-    q, k, v = _qkv(attn, layer.input_layernorm(x), heads, kv_heads, dim)
+    q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim)
+    heads = q.shape[1]
     q, k = rope(q, cos, sin), rope(k, cos, sin)
     k_cache[slot, :, start:start + t] = k[0]
     v_cache[slot, :, start:start + t] = v[0]

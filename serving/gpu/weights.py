@@ -183,3 +183,10 @@ def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str 
     # no device_map: it needs accelerate, which the gpu extra does not bring; load, then move
     model = getattr(transformers, class_name).from_pretrained(source.path, local_files_only=True, dtype=torch_dtype)
     return model.to(device).eval()
+
+
+def load_tokenizer(source: WeightSource):
+    """The checkpoint's tokenizer (verified with it by :func:`load_model`); None for dummy weights."""
+    if source.dummy:
+        return None
+    return _transformers().AutoTokenizer.from_pretrained(source.path, local_files_only=True)
