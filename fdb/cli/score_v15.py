@@ -87,14 +87,15 @@ def timing(
 
 
 def _print_failed(console, engine: str, rows_path: Path) -> bool:
-    import json
-
     from rich.markup import escape
 
-    rows = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    bad = [r for r in rows if r["status"] == "failed"]
+    from scorers.v15_records import SessionIntervals
+
+    rows = [SessionIntervals.model_validate_json(line)
+            for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    bad = [r for r in rows if r.status == "failed"]
     for row in bad:
-        console.print(f"[yellow]{escape(engine)}[/] ({row['variant']} session): {escape(str(row['error']))}")
+        console.print(f"[yellow]{escape(engine)}[/] ({row.variant} session): {escape(str(row.error))}")
     return bool(bad)
 
 
