@@ -131,10 +131,9 @@ class DuplexEngine:
             await self._on_exhausted()
             return
         unit_samples = self._units().unit_samples
-        samples = unit.samples
-        if len(samples) < unit_samples:  # tail policy pad
-            self.padding_samples = unit_samples - len(samples)
-            samples = np.concatenate([samples, np.zeros(self.padding_samples, dtype=np.float32)])
+        samples, padding = unit.padded(unit_samples)
+        if padding:
+            self.padding_samples = padding
         await self._decide(await self._heard(samples, final, unit.end // SAMPLES_PER_MS), final)
         await self._emit(unit_samples // SAMPLES_PER_MS * BYTES_PER_MS)
         self.consumed_samples = unit.end

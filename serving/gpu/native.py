@@ -102,10 +102,9 @@ class MoshiSessionEngine:
             await self._on_exhausted()
             return
         size = self._units().unit_samples
-        samples = unit.samples
-        if len(samples) < size:  # tail policy pad
-            self.padding_samples = size - len(samples)
-            samples = np.concatenate([samples, np.zeros(self.padding_samples, dtype=np.float32)])
+        samples, padding = unit.padded(size)
+        if padding:
+            self.padding_samples = padding
         assert self._slot is not None
         frame = resample(samples, INPUT_RATE, 24000)
         text, audio = await asyncio.wrap_future(self._engine.submit(self._slot, frame))

@@ -71,6 +71,14 @@ class Unit:
     def end(self) -> int:
         return self.start + len(self.samples)
 
+    def padded(self, size: int) -> tuple[np.ndarray, int]:
+        """Tail policy ``pad``: the samples filled up to ``size`` with silence, and how many
+        samples of silence that took (0 for a whole unit)."""
+        missing = max(size - len(self.samples), 0)
+        if not missing:
+            return self.samples, 0
+        return np.concatenate([self.samples, np.zeros(missing, dtype=np.float32)]), missing
+
 
 class UnitCutter:
     """Cuts a stream of arbitrary chunks into consecutive units (200 ms unless told)."""
