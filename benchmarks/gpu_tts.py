@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.cascade_capacity import _free_port  # noqa: E402
 
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "text_vocab_size": 300,
@@ -41,12 +42,6 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "nu
                          "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2,
                          "num_key_value_heads": 2, "head_dim": 16, "codebook_dim": 16,
                          "vector_quantization_hidden_dimension": 16, "num_quantizers": 32}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def profile_steps(tiny: bool, batches: list[int]) -> dict:
@@ -118,7 +113,7 @@ def _kernels(fn) -> dict:
 def serve_and_bench(args, out: Path) -> dict:
     from runs.server import ManagedServer
 
-    server = ManagedServer(system="gpu-tts", host="127.0.0.1", port=free_port(), config=args.config,
+    server = ManagedServer(system="gpu-tts", host="127.0.0.1", port=_free_port(), config=args.config,
                            log_path=out / "server.log", ready_timeout_s=600)
     server.start()
     try:

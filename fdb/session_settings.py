@@ -13,6 +13,7 @@ an error naming the field).
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import wave
@@ -53,7 +54,12 @@ class SessionSettings(BaseModel):
 
     def sglang_fields(self) -> dict[str, Any]:
         """The ``session.sglang`` fields these settings send (the reference recording read again
-        and checked against its recorded sha256)."""
+        and checked against its recorded sha256 once, not for every session: sessions share one
+        event loop, and a read there would hold up the others' paced sends)."""
+        return dict(self.sglang_wire)
+
+    @functools.cached_property
+    def sglang_wire(self) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         if self.voice is not None:
             fields["voice"] = self.voice

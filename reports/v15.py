@@ -11,6 +11,7 @@ from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, seco
 from reports.exports import Section, results_table
 
 LABELS = ("C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN")
+UNMEASURED = (None, "pending", "blocked", "not_run")  # a judge status with no labels to show
 AXES = ("interaction_handling", "relevance", "grounding", "joint")
 SHARE = partial(mean_sd, fmt="{:.1f}", scale=100.0, suffix="%")  # per-repeat shares -> "50.0 ± 5.0%"
 
@@ -58,7 +59,7 @@ def _behavior_cell(name: str, judged: list[dict]) -> dict | None:
     cells = []
     for summary in judged:
         behavior = summary.get("behavior") or {}
-        if behavior.get("status") in (None, "pending", "blocked", "not_run"):
+        if behavior.get("status") in UNMEASURED:
             continue
         cell = behavior["all"] if name == "all" else behavior.get("categories", {}).get(name)
         if cell:
@@ -152,7 +153,7 @@ def _detail(section: Section, label: str, summary: dict) -> None:
 
 def _judge_note(judged: list[dict]) -> str:
     statuses = [(j.get("behavior") or {}).get("status") for j in judged]
-    if not judged or all(s in (None, "pending", "blocked", "not_run") for s in statuses):
+    if not judged or all(s in UNMEASURED for s in statuses):
         reasons = {(j.get("behavior") or {}).get("message") for j in judged} - {None}
         what = next((w for s, w in (("blocked", "blocked"), ("not_run", "not run")) if s in statuses), "no judge ran")
         why = f" ({'; '.join(sorted(reasons))})" if reasons else ""

@@ -32,7 +32,7 @@ from fdb.records import ExportManifest, ExportSample
 from fdb.tables import Column, Table
 from judges.behavior import LABELS as BEHAVIOR_LABELS
 from judges.semantic.run import SEMANTIC_SCHEMA
-from reports.v15 import semantic_table, timing_section
+from reports.v15 import UNMEASURED, semantic_table, timing_section
 from scorers.v15_timing import category_key
 
 TREE_SCORES_SCHEMA = "fdb-v1.5-tree-scores-1"
@@ -244,7 +244,7 @@ def behavior_lines(judge: dict | None) -> list[str]:
     """The behavior label distribution of judge.json: per category the pairs under each outcome
     and each label's count and share of the judged pairs with its Wilson 95% interval."""
     behavior = (judge or {}).get("behavior")
-    if not behavior or behavior.get("status") in ("pending", "blocked"):
+    if not behavior or behavior.get("status") in UNMEASURED:
         why = (behavior or {}).get("message") or "no judge ran"
         return ["Behavior label distribution: not measured (" + why + ").", ""]
     columns = [Column("category", "Category"), Column("outcomes", "Pairs by outcome"),

@@ -15,7 +15,7 @@ cannot clone: a request with ``ref_audio`` (or ``references``) is refused with 4
 ``voice_cloning_unsupported`` unless it sets ``ignore_ref_audio: true``, and then the built-in
 voice speaks. A backend that clones (the ``csm_gpu`` node, :mod:`serving.gpu.csm`) takes
 ``ref_audio`` (``data:audio/wav;base64,…`` or a ``file://`` path on the server, at most
-``MAX_REF_S`` seconds) with ``ref_text`` as the voice to speak in, and streams one 80 ms frame
+``MAX_REFERENCE_S`` seconds) with ``ref_text`` as the voice to speak in, and streams one 80 ms frame
 per chunk; the answer waits for the first frame, so that a refusal before it (a prompt past the
 engine's ``max_len``: 400 ``input_too_long``) is an error answer. Other extra fields (``max_new_tokens``, ``task_type``, ...) are ignored.
 
@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fdb.audio import float_to_pcm16, pcm16_to_float, resample, wav_bytes
 from fdb.errors import FdbError
+from fdb.session_settings import MAX_REFERENCE_S
 from serving.systems import SpeechService, SystemConfig
 
 router = APIRouter()
@@ -53,7 +54,6 @@ VOICE = "en_US-joe-medium"
 VOICES = (VOICE, "default")
 PIPER_RATE = 22050
 MAX_INPUT_CHARS = 4096
-MAX_REF_S = 30.0
 RELAYED_HEADERS = ("content-type", "x-sample-rate", "x-channels", "x-bit-depth")
 
 
@@ -149,8 +149,8 @@ def reference_audio(value: Any, rate: int) -> np.ndarray:
         samples, source_rate = sf.read(source, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, OSError) as exc:
         raise ValueError(f"ref_audio cannot be read as audio ({exc})") from None
-    if len(samples) > MAX_REF_S * source_rate:
-        raise ValueError(f"ref_audio is longer than {MAX_REF_S:.0f} s")
+    if len(samples) > MAX_REFERENCE_S * source_rate:
+        raise ValueError(f"ref_audio is longer than {MAX_REFERENCE_S:.0f} s")
     return resample(samples.mean(axis=1), int(source_rate), rate)
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from typing import Any
 
+from fdb.io import sha256_bytes
 from fdb.session_settings import MAX_REFERENCE_BYTES, check_reference_wav
 from serving.realtime.protocol import ProtocolError, shown
 
@@ -50,5 +50,5 @@ def check_reference_audio(raw: dict[str, Any], event_id: str | None) -> dict[str
     duration_s, problem = check_reference_wav(wav_bytes)
     if problem is not None:
         raise _refuse(f"is {problem}", event_id)
-    return {"sha256": hashlib.sha256(wav_bytes).hexdigest(), "bytes": len(wav_bytes),
+    return {"sha256": sha256_bytes(wav_bytes), "bytes": len(wav_bytes),
             "duration_ms": round(duration_s * 1000, 3), "applied": False}
