@@ -25,11 +25,12 @@ rate, so that the traffic has the shape of real speech. The audio is noise; labe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,12 +66,25 @@ class CsmOptions:
     speaker: int = 0
 
 
+class _LoopQueue:
+    """A request's output handed from the GPU thread to an asyncio queue on the caller's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, frames: asyncio.Queue):
+        self.loop, self.frames = loop, frames
+
+    def put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.frames.put_nowait, item)
+        except RuntimeError:  # the caller's loop has closed: nobody reads this request any more
+            pass
+
+
 @dataclass
 class _Request:
     text: str
     ref_audio: np.ndarray | None
     ref_text: str
-    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    out: queue.SimpleQueue | _LoopQueue = field(default_factory=queue.SimpleQueue)
     max_frames: int = 0
     frames: int = 0
     cancelled: bool = False
@@ -156,13 +170,7 @@ class CsmEngine:
                cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
         """Float samples at 24 kHz, one 80 ms frame at a time, as they are generated (blocking;
         run it in a thread). ``cancelled`` set: the request stops at the next frame."""
-        if self._stop:
-            raise _closed()
-        request = _Request(text=text, ref_audio=ref_audio, ref_text=ref_text)
-        self._pending.put(request)
-        self._wake.set()
-        if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
-            self._fail_pending()
+        request = self._submit(_Request(text=text, ref_audio=ref_audio, ref_text=ref_text))
         try:
             while True:
                 item = request.out.get()
@@ -175,6 +183,34 @@ class CsmEngine:
                     request.cancelled = True
         finally:
             request.cancelled = True
+
+    async def astream(self, text: str, ref_audio: np.ndarray | None = None,
+                      ref_text: str = "") -> AsyncIterator[np.ndarray]:
+        """:meth:`stream`'s frames awaited on the caller's event loop (no thread waits for a
+        frame, so any number of sessions can stream at once); leaving early cancels the request."""
+        frames: asyncio.Queue = asyncio.Queue()
+        request = _Request(text=text, ref_audio=ref_audio, ref_text=ref_text,
+                           out=_LoopQueue(asyncio.get_running_loop(), frames))
+        self._submit(request)
+        try:
+            while True:
+                item = await frames.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            request.cancelled = True
+
+    def _submit(self, request: _Request) -> _Request:
+        if self._stop:
+            raise _closed()
+        self._pending.put(request)
+        self._wake.set()
+        if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
+            self._fail_pending()
+        return request
 
     def close(self) -> None:
         """Stop the GPU thread; every request in flight or waiting ends with an error (a

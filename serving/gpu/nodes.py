@@ -16,7 +16,7 @@ server starts. :data:`GPU_NODE_KINDS` is the registry: a new GPU node is one fil
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -114,6 +114,11 @@ class CsmTts:
     def stream(self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = "",
                cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
         yield from self.engine.stream(text, ref_audio, ref_text, cancelled)
+
+    def astream(self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = "") -> AsyncIterator[np.ndarray]:
+        """The frames as they are generated, on the caller's event loop (the speech node streams
+        them into the session instead of waiting for a chunk's whole audio)."""
+        return self.engine.astream(text, ref_audio, ref_text)
 
     def synthesize(self, text: str, heard_language: str | None = None) -> np.ndarray:
         parts = list(self.stream(text))

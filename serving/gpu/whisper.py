@@ -17,6 +17,7 @@ marked as dummy (``DUMMY_TEXT``) so that the dialog has a user message to answer
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,10 +38,11 @@ class WhisperEngine:
     """One Whisper model and its batcher; ``transcribe`` is awaited by every session."""
 
     def __init__(self, source: WeightSource, device: str, dtype: str, max_batch: int,
-                 max_new_tokens: int, language: str | None):
+                 max_new_tokens: int, language: str | None, max_tokens_per_s: float | None = None):
         import torch
 
         self.source, self.device, self.max_new_tokens, self.language = source, device, max_new_tokens, language
+        self.max_tokens_per_s = max_tokens_per_s
         self.dtype = getattr(torch, dtype)
         self.model = load_model(source, "whisper_gpu", device, dtype)
         config = self.model.config
@@ -51,6 +53,7 @@ class WhisperEngine:
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
         self.identity = identity("whisper_gpu", "asr", source, {
             "device": device, "dtype": dtype, "max_batch": max_batch, "max_new_tokens": max_new_tokens,
+            "max_tokens_per_s": max_tokens_per_s,
             "language": language, "tokenizer": "checkpoint" if self.tokenizer is not None else "none (dummy placeholder text)"})
         log.info("whisper_gpu: %s on %s (%s), batches of up to %d", source.label(), device, dtype, max_batch)
 
@@ -70,8 +73,17 @@ class WhisperEngine:
         features = inputs.input_features.to(self.device, self.dtype)
         extra = {"language": self.language, "task": "transcribe"} if self._multilingual() else {}
         with torch.inference_mode():
-            tokens = self.model.generate(input_features=features, generation_config=self.generation, **extra)
+            tokens = self.model.generate(input_features=features, generation_config=self.generation,
+                                         max_new_tokens=self.token_budget(batch), **extra)
         return [self._text(row) for row in tokens.tolist()]
+
+    def token_budget(self, batch: Sequence[np.ndarray]) -> int:
+        """The batch's decode bound: ``max_tokens_per_s`` of its longest utterance (at least 4),
+        at most ``max_new_tokens``."""
+        if self.max_tokens_per_s is None:
+            return self.max_new_tokens
+        longest = min(max(len(s) for s in batch), self.samples) / RATE
+        return min(self.max_new_tokens, max(4, math.ceil(longest * self.max_tokens_per_s)))
 
     def _multilingual(self) -> bool:
         return self.language is not None and bool(getattr(self.model.generation_config, "lang_to_id", None))
@@ -97,7 +109,7 @@ def _processors(source: WeightSource, mel_bins: int):
 
 def engine_key(options: WhisperGpuOptions) -> tuple:
     return ("whisper_gpu", repr(options.source("whisper_gpu")), options.device, options.dtype,
-            options.max_batch, options.max_new_tokens, options.language)
+            options.max_batch, options.max_new_tokens, options.language, options.max_tokens_per_s)
 
 
 class WhisperGpuNode(WhisperNode):
@@ -113,7 +125,8 @@ class WhisperGpuNode(WhisperNode):
 
         def build() -> WhisperEngine:
             return WhisperEngine(options.source(f"session_nodes.{self._name}.weights"), options.device,
-                                 options.dtype, options.max_batch, options.max_new_tokens, options.language)
+                                 options.dtype, options.max_batch, options.max_new_tokens, options.language,
+                                 options.max_tokens_per_s)
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
 
     async def warm(self) -> None:

@@ -144,12 +144,17 @@ class GpuModelOptions(KindOptions):
 class WhisperGpuOptions(GpuModelOptions):
     """``whisper_gpu``: Whisper (the whisper-large-v3 configuration) on ``device``; the utterances
     of all sessions waiting at once are one ``generate`` (``serving.gpu.whisper``). ``pad_ms`` as
-    ``whisper_transcription``; ``language``: forced for a checkpoint (null: detected)."""
+    ``whisper_transcription``; ``language``: forced for a checkpoint (null: detected);
+    ``max_tokens_per_s``: a batch decodes at most this many tokens per second of its longest
+    utterance (at least 4, at most ``max_new_tokens``; null: always ``max_new_tokens``). English
+    speech is 3-5 tokens a second, so a real recognizer ends at its end token first; it bounds a
+    hallucinating one, and a dummy-weight one, which never ends, to a real transcript's length."""
 
     presets: ClassVar[tuple[str, ...]] = ("whisper-large-v3",)
 
     pad_ms: int = Field(200, ge=0)
     max_new_tokens: int = Field(96, ge=1, le=440)
+    max_tokens_per_s: float | None = Field(8.0, gt=0)
     language: str | None = "en"
 
 

@@ -15,6 +15,7 @@ tokens) before transcriptions, and those before the rest of the replies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import re
 import threading
@@ -680,7 +681,8 @@ class _Prefetch:
 class PiperSpeechNode(Node):
     """``piper_speech``: cuts a turn's text_delta into speakable chunks
     (``serving.realtime.chunker.SpeechChunker``: the first one short, then sentences; the rest at
-    the source's turn.done) and synthesizes each as 24 kHz pcm_f32le, followed by its
+    the source's turn.done) and synthesizes each as 24 kHz pcm_f32le (a backend with ``astream``,
+    serving.gpu's CSM, sends each frame as it is made), followed by its
     ``reply.progress`` (the chunk's text, text_end in the reply's spoken text joined with
     spaces, audio_ms where its audio ends); turn.started before the first chunk, turn.done after
     the last. A ``configure`` whose output_modalities lack audio makes later turns text only
@@ -715,24 +717,41 @@ class PiperSpeechNode(Node):
     async def _say(self, turn: int | None, spoken: _SpokenTurn, text: str, emit: Emit) -> None:
         if not re.search(r"\w", text):
             return
-        audio = None
-        if spoken.audio:
+        if not spoken.audio:
+            await self._start(turn, spoken, emit)
+        else:
             tts = self._models.tts(self._options)
-            heard = () if spoken.language is None else (spoken.language,)  # for language: auto
-            samples = await self._models.run(tts.synthesize, text, *heard, backend=tts,
-                                             priority=REST if spoken.started else FIRST_AUDIO)
-            audio = resample(samples, tts.rate, PCM_F32_RATE)
-            if not len(audio):
-                return
-        if not spoken.started:
-            spoken.started = True
-            await emit(control("turn.started", turn=turn))
-        if audio is not None:
-            await emit(Chunk("pcm_f32le", PcmF32(audio), turn=turn))
-            spoken.audio_ms += len(audio) * 1000 / PCM_F32_RATE
+            if getattr(tts, "astream", None) is not None:
+                # a streaming backend (serving.gpu's CSM): each frame goes out as it is made
+                spoke = False
+                async with contextlib.aclosing(tts.astream(text)) as frames:
+                    async for frame in frames:
+                        spoke = await self._send_audio(turn, spoken, resample(frame, tts.rate, PCM_F32_RATE), emit) or spoke
+                if not spoke:
+                    return
+            else:
+                heard = () if spoken.language is None else (spoken.language,)  # for language: auto
+                samples = await self._models.run(tts.synthesize, text, *heard, backend=tts,
+                                                 priority=REST if spoken.started else FIRST_AUDIO)
+                if not await self._send_audio(turn, spoken, resample(samples, tts.rate, PCM_F32_RATE), emit):
+                    return
         spoken.text_end += len(text) + (1 if spoken.text_end else 0)
         await emit(control("reply.progress", turn=turn, text=text, text_end=spoken.text_end,
                            audio_ms=round(spoken.audio_ms, 3)))
+
+    async def _start(self, turn: int | None, spoken: _SpokenTurn, emit: Emit) -> None:
+        if not spoken.started:
+            spoken.started = True
+            await emit(control("turn.started", turn=turn))
+
+    async def _send_audio(self, turn: int | None, spoken: _SpokenTurn, audio: np.ndarray, emit: Emit) -> bool:
+        """``audio`` of the turn sent (turn.started before the first); False when it is empty."""
+        if not len(audio):
+            return False
+        await self._start(turn, spoken, emit)
+        await emit(Chunk("pcm_f32le", PcmF32(audio), turn=turn))
+        spoken.audio_ms += len(audio) * 1000 / PCM_F32_RATE
+        return True
 
 
 @dataclass

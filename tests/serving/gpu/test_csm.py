@@ -211,6 +211,66 @@ def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     assert _idle(engine)
 
 
+class _Streaming:
+    """The speech node's view of CsmTts (serving/gpu/nodes.py) over the module's engine."""
+
+    rate = 24000
+
+    def __init__(self, engine: CsmEngine):
+        self.astream = engine.astream
+
+
+def _speech_node(engine: CsmEngine):
+    from serving.graph.kinds import PiperSpeechOptions
+    from serving.graph.nodes import EmbeddedModels, PiperSpeechNode
+
+    options = PiperSpeechOptions()
+    models = EmbeddedModels()
+    models.__dict__["_tts"] = {(options.deterministic, options.length_scale): _Streaming(engine)}
+    return PiperSpeechNode(models, options)
+
+
+def test_the_speech_node_sends_each_csm_frame_as_it_is_made(engine):
+    """The graph's speech node streams a streaming backend's frames: turn.started, one pcm chunk
+    per 80 ms frame (the first before the chunk's last frame is made), then reply.progress with
+    the chunk's audio; an interruption mid-chunk (preempt: the task is cancelled) frees the slot."""
+    import asyncio
+
+    from serving.graph.streams import Chunk, TextDelta, control
+
+    async def main():
+        node = _speech_node(engine)
+        await node.open()
+        sent = []
+
+        async def emit(chunk):
+            sent.append((chunk.control, None if chunk.format != "pcm_f32le" else len(chunk.payload.samples),
+                         engine._slots[0] is not None))
+
+        await node.on_chunk(Chunk("text_delta", TextDelta("Hello there friend. "), turn=1), emit)
+        await node.on_chunk(control("turn.done", turn=1), emit)
+        # an interrupted long chunk: cancelled after its second frame
+        before = len(sent)
+        task = asyncio.ensure_future(node.on_chunk(Chunk("text_delta", TextDelta("z" * 150 + ". "), turn=2), emit))
+        while sum(1 for c, n, _ in sent[before:] if n) < 2:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return sent
+
+    sent = asyncio.run(main())
+    end = [c for c, _, _ in sent].index("turn.done")
+    first, second = sent[:end], sent[end + 1:]
+    frames = [n for c, n, _ in first if n]
+    assert first[0][0] == "turn.started" and first[-1][0] == "reply.progress"
+    assert frames == [FRAME] * 17  # "Hello there friend.": 19 characters * 0.07 s = 1.33 s
+    assert any(busy for c, n, busy in first if n)  # a frame went out while the request was generating
+    assert [c for c, _, _ in first].count("reply.progress") == 1
+    assert second[0][0] == "turn.started" and 2 <= sum(1 for _, n, _ in second if n) < 10
+    assert "reply.progress" not in [c for c, _, _ in second]  # cancelled: the chunk never finished
+    assert _idle(engine)  # the cancelled request left its slot
+
+
 def test_the_end_frame_ends_its_request_unspoken(engine, monkeypatch):
     """All codebooks codebook_eos_token_id (0): that request ends, without the end frame's audio
     (transformers' generate cuts there); the other row goes on."""

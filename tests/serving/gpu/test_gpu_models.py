@@ -23,8 +23,12 @@ def _options(cls, spec: dict):
 def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     from serving.gpu.whisper import DUMMY_TEXT, WhisperEngine
 
-    o = _options(WhisperGpuOptions, tiny_asr())
-    engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language)
+    o = _options(WhisperGpuOptions, tiny_asr(max_new_tokens=12))
+    engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language,
+                           o.max_tokens_per_s)
+    # the decode bound: 8 tokens a second of the longest utterance (within the 2 s window), 4 to 12
+    budget = [engine.token_budget([np.zeros(n, dtype=np.float32)]) for n in (1600, 8000, 12000, 60000)]
+    assert budget == [4, 4, 6, 12]
     assert engine.samples == 2 * 100 * 160  # the encoder's window: 2 frames per position
     identity = engine.identity  # what /health and every record say about this recognizer
     assert identity.kind == "asr" and identity.name == "whisper_gpu/whisper-large-v3 (dummy weights)"
@@ -37,7 +41,8 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     texts = asyncio.run(main())
     assert engine.batcher.batch_sizes == [3]
     assert len(texts) == 3 and all(t.startswith(DUMMY_TEXT) for t in texts)
-    assert all(int(t.split()[-2]) <= o.max_new_tokens + 1 for t in texts)  # + the decoder start token
+    # the batch's longest clip (3.75 s, cut to the 2 s window) bounds it: 12 tokens, + the decoder prompt
+    assert all(int(t.split()[-2]) <= 12 + 4 for t in texts)
 
 
 @pytest.fixture(scope="module")
