@@ -218,14 +218,14 @@ def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = F
     ok = True
     if has_v10:
         counts: dict[str, int] = {}
-        tree = target.v10_reference
+        tree = target.out.v10_reference
         ok &= _step("the v1.0 ASR", lambda: counts.update(_v10_asr(tree, asr, console, retry_failed)), console, rerun)
         if counts:
             ok &= _step("v1.0 unified scoring", lambda: _v10_scores(run, tree, console), console, rerun)
     if has_v15:
         if not target.side:  # Silero VAD timing depends on no scoring backend
             ok &= _step("v1.5 timing", lambda: _v15_timing(rep, console), console, rerun)
-        ok &= _step("the v1.5 ASR", lambda: _v15_asr(target.reference_audio, asr, console, retry_failed),
+        ok &= _step("the v1.5 ASR", lambda: _v15_asr(target.out.reference_audio, asr, console, retry_failed),
                     console, rerun)
     ok &= _step("the listening-quality phase", lambda: _listening(scoring, console), console, rerun)
     return ok
@@ -245,7 +245,7 @@ def _listening(scoring, console: Console) -> None:
     console.print("listening quality: cutting, transcribing and scoring every reply …")
     b = scoring.backends
     summary = score_listening(scoring.target.rep.root, asr=b["asr"], mos=b["mos"] or False,
-                              speaker=b["speaker"] or False, out=scoring.target.listening, notes=scoring.notes)
+                              speaker=b["speaker"] or False, out=scoring.target.out.listening, notes=scoring.notes)
     for dataset, groups in summary.datasets.items():
         overall = groups.get("all")
         if overall is not None:

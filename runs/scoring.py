@@ -37,23 +37,16 @@ SIDE_SCHEMA = "fdb-scoring-1"
 
 @dataclass(frozen=True)
 class Target:
-    """Where one repeat's backend-dependent outputs go: the repeat itself, or a side directory."""
+    """Where one repeat's backend-dependent outputs go (``out``): the repeat itself, or a side
+    directory laid out like one (its v10_reference, reference_audio and listening)."""
 
     rep: RepeatPaths
-    root: Path
+    out: RepeatPaths
     side: bool = False
 
     @property
-    def v10_reference(self) -> Path:
-        return self.root / "v10" / "reference"
-
-    @property
-    def reference_audio(self) -> Path:
-        return self.root / "reference-audio"
-
-    @property
-    def listening(self) -> Path:
-        return self.root / "listening"
+    def root(self) -> Path:
+        return self.out.root
 
 
 @dataclass
@@ -119,7 +112,9 @@ def prepare(run: RunPaths, rep: RepeatPaths, asked: dict[str, BackendChoice], si
 
 
 def _target(rep: RepeatPaths, choice: ScoringBackends, side: bool) -> Target:
-    return Target(rep, rep.side_scoring(choice.tag()), True) if side else Target(rep, rep.root)
+    if not side:
+        return Target(rep, rep)
+    return Target(rep, RepeatPaths(rep.side_scoring(choice.tag()), rep.number), side=True)
 
 
 def _record(run: RunPaths, choice: ScoringBackends) -> None:
@@ -131,10 +126,10 @@ def _record(run: RunPaths, choice: ScoringBackends) -> None:
 def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
     """(file, kind, backend identity) of every backend-dependent output already in ``target``."""
     found = []
-    for receipt in (target.v10_reference / "asr.json", target.reference_audio / "asr.json"):
+    for receipt in (target.out.v10_reference / "asr.json", target.out.reference_audio / "asr.json"):
         if receipt.exists():
             found.append((receipt, "asr", read_json(receipt).get("backend")))
-    summary = target.listening / "summary.json"
+    summary = target.out.listening / "summary.json"
     if summary.exists():
         for kind, ident in (read_json(summary).get("backends") or {}).items():
             found.append((summary, kind, ident))
@@ -158,8 +153,8 @@ def _prepare_side(scoring: Scoring) -> None:
     atomic_write_json(target.root / "scoring.json", {
         "schema": SIDE_SCHEMA, "scoring": scoring.choice.model_dump(mode="json"),
         "backends": {kind: scoring.identity(kind) for kind in KINDS}})
-    for source, dest, name in ((target.rep.v10_reference, target.v10_reference, "manifest.json"),
-                               (target.rep.reference_audio, target.reference_audio, "reference-manifest.json")):
+    for source, dest, name in ((target.rep.v10_reference, target.out.v10_reference, "manifest.json"),
+                               (target.rep.reference_audio, target.out.reference_audio, "reference-manifest.json")):
         if (source / name).exists():
             link_export(source, dest, name)
 
