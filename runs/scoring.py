@@ -100,10 +100,11 @@ def prepare(run: RunPaths, rep: RepeatPaths, asked: dict[str, BackendChoice], si
     writes the side directory's scoring.json and its export links."""
     choice = resolve(run, asked, side_by_side, device)
     scoring = Scoring(choice, {}, _target(rep, choice, side_by_side))
+    on_disk = [(t, existing_outputs(t)) for t in (_target(other, choice, side_by_side) for other in run.repeats())]
     for kind in KINDS:
         scoring.backends[kind] = load(kind, getattr(choice, kind), scoring.notes)
-        for other in run.repeats():
-            check_outputs(_target(other, choice, side_by_side), kind, scoring.identity(kind))
+        for target, outputs in on_disk:
+            check_outputs(target, outputs, kind, scoring.identity(kind))
     if side_by_side:
         _prepare_side(scoring)
     else:
@@ -136,9 +137,10 @@ def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
     return [(path, kind, ident) for path, kind, ident in found if ident]
 
 
-def check_outputs(target: Target, kind: str, now: dict | None) -> None:
-    """Refuse to score over a ``kind`` output of another model (it would be overwritten or mixed)."""
-    for path, found, ident in existing_outputs(target):
+def check_outputs(target: Target, outputs: list[tuple[Path, str, dict]], kind: str, now: dict | None) -> None:
+    """Refuse to score over a ``kind`` output of another model (it would be overwritten or mixed);
+    ``outputs``: the target's ``existing_outputs``."""
+    for path, found, ident in outputs:
         if found == kind and now is not None and not same_model(ident, now):
             raise FdbError(
                 f"{path} holds {kind} results of {ident.get('name')} (sha256 {str(ident.get('checkpoint_sha256'))[:12]}), "
