@@ -28,12 +28,12 @@ from pydantic import BaseModel, Field
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
 from fdb.provenance import current
-from fdb.records import ExportManifest, ExportSample
+from fdb.records import ExportSample
 from fdb.tables import Column, Table
 from judges.behavior import LABELS as BEHAVIOR_LABELS
 from judges.semantic.run import SEMANTIC_SCHEMA
 from reports.v15 import UNMEASURED, semantic_table, timing_section
-from scorers.v15_timing import category_key
+from scorers.v15_timing import category_key, load_v15_manifest
 
 TREE_SCORES_SCHEMA = "fdb-v1.5-tree-scores-1"
 MANIFEST = "reference-manifest.json"
@@ -164,10 +164,11 @@ def summarize_cohort(engine: str, tree: Path, out: Path, only: list[str] | None,
     """One cohort's record for ``OUT/summary.json`` from its tree and its phase outputs."""
     tree = Path(tree)
     path = tree / MANIFEST
-    if not path.exists():
-        raise FdbError(f"{engine}: {path} is missing", "point --tree ENGINE=DIR at a v1.5 reference-audio export")
-    manifest = ExportManifest.model_validate(read_json(path))
-    manifest_sha = sha256_file(path)
+    try:
+        manifest, manifest_sha = load_v15_manifest(tree)
+    except FdbError as exc:
+        raise FdbError(f"{engine}: {exc.message}",
+                       exc.hint and "point --tree ENGINE=DIR at a v1.5 reference-audio export") from exc
     chosen = manifest.select(only, str(path))
     ids = {s.sample_id for s in chosen}
     judge = _judge(out, engine, ids)
