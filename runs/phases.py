@@ -97,7 +97,7 @@ def _icc_ground_truth(run: RunPaths) -> Path | None:
     explicit = os.environ.get("FDB_ICC_GT")
     if explicit:
         return Path(explicit)
-    checkout = load_settings().work / "Full-Duplex-Bench"
+    checkout = load_settings().reference_checkout
     return checkout if checkout.is_dir() else None
 
 
@@ -261,7 +261,7 @@ def _pct(value: float | None) -> str:
 
 def reference_checkout() -> Path | None:
     """The user's Full-Duplex-Bench checkout, $FDB_WORK/Full-Duplex-Bench, when it exists."""
-    checkout = load_settings().work / "Full-Duplex-Bench"
+    checkout = load_settings().reference_checkout
     return checkout if checkout.exists() else None
 
 

@@ -132,7 +132,7 @@ def judge(
     configure_logging(log_level)
     console, settings = _console(), load_settings()
     cohorts = parse_trees(tree)
-    source = reference_source or (settings.work / "Full-Duplex-Bench")
+    source = reference_source or settings.reference_checkout
     choice = resolve_judge(judge_config=judge_config, base_url=base_url, judge_model=judge_model, work=settings.work,
                            concurrency=concurrency, timeout_s=timeout,
                            reference_source=source if source.exists() else reference_source)
