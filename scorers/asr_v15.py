@@ -31,9 +31,8 @@ from fdb.io import (
     sha256_file,
 )
 from fdb.models.asr import ASR_RATE, AsrBackend
-from fdb.records import ExportSample
+from fdb.records import ExportSample, load_v15_manifest
 from scorers.asr_phase import Progress, default_asr, official_transcript, transcribe_tree
-from scorers.v15_timing import load_v15_manifest
 
 V15_ASR_SCHEMA = "fdb-v1.5-asr-1"
 V15_MANIFEST = "reference-manifest.json"

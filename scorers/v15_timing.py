@@ -22,11 +22,11 @@ import numpy as np
 
 from fdb.audio import read_wav, resample
 from fdb.datasets.types import V15_CATEGORIES
-from fdb.errors import FdbError, SampleError
+from fdb.errors import SampleError
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_bytes, sha256_file
 from fdb.models.vad import VadSettings
 from fdb.provenance import current
-from fdb.records import ExportManifest, ExportSample
+from fdb.records import ExportManifest, ExportSample, load_v15_manifest
 from scorers.segmenter import PREFETCH_BLOCK, SegmentMemo, SpeechSegmenter, prefetch_blocks
 from scorers.stats import bootstrap_indices, percentile_interval
 from scorers.v10_tree import id_key
@@ -232,17 +232,6 @@ def category_timing(category: str, pairs: Sequence[ExportSample], rows: dict[tup
 def _one(values: Sequence[float | None]) -> list[list[float]]:
     """Clusters of at most one anchored latency per session."""
     return [[] if v is None else [v] for v in values]
-
-
-def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
-    """``reference-manifest.json`` (a v1.5 ``fdb-export-1`` manifest) and its sha256."""
-    path = tree / "reference-manifest.json"
-    if not path.exists():
-        raise FdbError(f"{path} is missing", "point --tree at a v1.5 reference-audio export")
-    manifest = ExportManifest.model_validate(read_json(path))
-    if manifest.dataset != "v1.5":
-        raise FdbError(f"{path} is a {manifest.dataset} export, not v1.5")
-    return manifest, sha256_file(path)
 
 
 def category_key(category: str) -> tuple[int, str]:

@@ -185,7 +185,7 @@ def _tree_samples(tree: Path, dataset: str) -> list:
         from scorers.v10_tree import load_tree
 
         return load_tree(tree).manifest.samples
-    from scorers.v15_timing import load_v15_manifest
+    from fdb.records import load_v15_manifest
 
     return load_v15_manifest(tree)[0].samples
 
