@@ -66,6 +66,13 @@ def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
     return manifest, sha256_file(path)
 
 
+def asr_backend(tree: Path) -> dict | None:
+    """The backend identity that ``tree/asr.json`` (a v1.0 or v1.5 ASR receipt) records; None
+    without a receipt or an identity in it."""
+    path = Path(tree) / "asr.json"
+    return (read_json(path).get("backend") or None) if path.exists() else None
+
+
 class AsrSampleReceipt(BaseModel):
     sample_id: str
     status: Literal["ok", "failed", "skipped"]

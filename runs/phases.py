@@ -296,13 +296,12 @@ def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: 
 def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
     """The repeat's evaluator.json when a rerun would repeat it: computed from the current
     manifest.json and asr.json, from the same checkout and accepted revision, no subset failed."""
-    from fdb.io import sha256_file
-    from scorers.v10_reference import load_reference
+    from scorers.v10_reference import current_reference
 
-    tree = rep.v10_reference
-    if not (tree / "evaluator.json").exists():
+    if not (rep.v10_reference / "evaluator.json").exists():
         return None
-    done = load_reference(tree, sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json")).evaluator
+    columns = current_reference(rep.v10_reference)
+    done = columns.evaluator if columns is not None else None
     check = done.checkout_check if done is not None else None
     accepted = check.accepted_revision if check is not None else None
     same_acceptance = (accepted is None if accept_revision is None

@@ -29,7 +29,7 @@ from fdb.models.scoring import (
     load_backend,
     same_model,
 )
-from fdb.records import ExportManifest
+from fdb.records import ExportManifest, asr_backend
 from fdb.run_manifest import load_manifest, save_manifest
 
 SIDE_SCHEMA = "fdb-scoring-1"
@@ -126,10 +126,8 @@ def _record(run: RunPaths, choice: ScoringBackends) -> None:
 
 def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
     """(file, kind, backend identity) of every backend-dependent output already in ``target``."""
-    found = []
-    for receipt in (target.out.v10_reference / "asr.json", target.out.reference_audio / "asr.json"):
-        if receipt.exists():
-            found.append((receipt, "asr", read_json(receipt).get("backend")))
+    found = [(tree / "asr.json", "asr", asr_backend(tree))
+             for tree in (target.out.v10_reference, target.out.reference_audio)]
     summary = target.out.listening / "summary.json"
     if summary.exists():
         for kind, ident in (read_json(summary).get("backends") or {}).items():

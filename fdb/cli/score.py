@@ -310,11 +310,11 @@ def _backend(asr: str, nemo: Path | None, nemo_sha256: str | None, device: str, 
 def _refuse_other_model(tree: Path, backend, replace: bool) -> None:
     """A tree transcribed by another model is not silently transcribed over (``--replace`` does)."""
     from fdb.errors import FdbError
-    from fdb.io import read_json
     from fdb.models.scoring import same_model
+    from fdb.records import asr_backend
 
     receipt = tree / "asr.json"
-    old = read_json(receipt).get("backend") if receipt.exists() else None
+    old = asr_backend(tree)
     now = backend.identity.model_dump(mode="json")
     if old and not replace and not same_model(old, now):
         raise FdbError(f"{receipt} holds transcripts of {old.get('name')}, not of {now['name']}",
