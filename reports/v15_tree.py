@@ -18,7 +18,6 @@ only ``OUT/summary.json`` and writes ``OUT/report.txt``: the same v1.5 tables as
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
+from fdb.io import atomic_write_json, atomic_write_text, read_json, read_jsonl, sha256_file
 from fdb.provenance import current
 from fdb.records import ExportSample, load_v15_manifest
 from fdb.tables import Column, Table
@@ -116,17 +115,13 @@ def _asr(tree: Path, manifest_sha: str, ids: set[str]) -> AsrCoverage | None:
     return AsrCoverage(backend=backend, pairs=dict(sorted(counts.items())))
 
 
-def _intervals(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def _timing(out: Path, engine: str, manifest_sha: str, ids: set[str]) -> tuple[dict, list[dict]]:
     folder = timing_dir(out, engine)
     summary_path, rows_path = folder / "summary.json", folder / "intervals.jsonl"
     rerun = f"run `python -m fdb score v15 timing --tree {engine}=DIR --out {out}` first"
     if not summary_path.exists() or not rows_path.exists():
         raise FdbError(f"{engine}: {summary_path} is missing: the cohort has not been timed", rerun)
-    summary, rows = read_json(summary_path), _intervals(rows_path)
+    summary, rows = read_json(summary_path), read_jsonl(rows_path)
     if summary.get("manifest_sha256") != manifest_sha:
         raise FdbError(f"{engine}: {summary_path} was computed from another {MANIFEST}",
                        f"time the tree again: {rerun.removeprefix('run ').removesuffix(' first')}")

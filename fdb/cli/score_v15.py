@@ -89,10 +89,10 @@ def timing(
 def _print_failed(console, engine: str, rows_path: Path) -> bool:
     from rich.markup import escape
 
+    from fdb.io import read_jsonl
     from scorers.v15_records import SessionIntervals
 
-    rows = [SessionIntervals.model_validate_json(line)
-            for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_jsonl(rows_path, SessionIntervals)
     bad = [r for r in rows if r.status == "failed"]
     for row in bad:
         console.print(f"[yellow]{escape(engine)}[/] ({row.variant} session): {escape(str(row.error))}")
