@@ -91,6 +91,8 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 def torn_files(root: Path) -> list[str]:
     """Files that a reader would choke on: JSON/JSONL that does not parse, WAV shorter than its header."""
+    from fdb.io import read_jsonl
+
     torn = []
     for path in sorted(root.rglob("*")):
         if not path.is_file() or path.name.endswith(".tmp") or "logs" in path.relative_to(root).parts:
@@ -99,7 +101,7 @@ def torn_files(root: Path) -> list[str]:
             if path.suffix == ".json":
                 json.loads(path.read_bytes())
             elif path.suffix == ".jsonl" and "recording" not in path.parts:  # events stream while recording
-                [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+                read_jsonl(path)
             elif path.suffix == ".wav" and "recording" not in path.parts:
                 with wave.open(str(path)) as w:
                     frames = w.getnframes() * w.getsampwidth() * w.getnchannels()

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from fractions import Fraction
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from benchmarks.cascade_capacity import (  # noqa: E402
     speech_end_latencies,
     synthetic_tree,
 )
+from benchmarks.support.gpu_sweep import DATASET_HELP, sweep_args  # noqa: E402
 from runs.sweep import SweepOptions, level_dir, parse_levels, sweep  # noqa: E402
 from runs.sweep_args import parse_record_options  # noqa: E402
 from scorers.serving import ServingRow, quantile_ms  # noqa: E402
@@ -146,26 +146,20 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default: a new temporary one)")
-    parser.add_argument("--levels", default=None, help="rising concurrency levels (default 8,16,32,48; --tiny: 1,2)")
-    parser.add_argument("--sessions", type=int, default=None, help="samples in the cohort (default: the top level)")
-    parser.add_argument("--device", default="cuda", help="the GPU the two models run on")
-    parser.add_argument("--dataset", type=Path, default=None,
-                        help="where the synthetic dataset is (made there when incomplete; default DIR/dataset): "
-                             "make it where Piper is and carry it to a GPU machine without Piper")
-    parser.add_argument("--tiny", action="store_true", help="1-layer models on CPU: checks the path end to end")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--asr-tokens", type=int, default=24, help="the recognizer's max_new_tokens. Dummy "
                         "weights never end a transcript early, so every one costs all of them: 24, about a 5 s "
                         "question's transcript (the cohort's questions are 2-4 s)")
     parser.add_argument("--turn-detection", help="the sessions' turn detection as JSON (default: the sweep's "
                         'server_vad with 500 ms of silence, which alone puts the first audio 0.5 s after the '
                         'speech end), e.g. \'{"type": "semantic_vad", "eagerness": "high"}\'')
-    parser.add_argument("--ready-timeout-s", type=float, default=900.0, help="how long the server may take to load")
-    args = parser.parse_args()
-    args.levels = args.levels or ("1,2" if args.tiny else "8,16,32,48")
-    args.out = (args.out or Path(tempfile.mkdtemp(prefix="gpu-cascade-"))).resolve()
+
+
+def main() -> None:
+    args = sweep_args(__doc__, "8,16,32,48", "gpu-cascade-", "1-layer models on CPU: checks the path end to end",
+                      _options, device_help="the GPU the two models run on",
+                      dataset_help=f"{DATASET_HELP}: make it where Piper is and carry it to a GPU machine without Piper",
+                      ready_help="how long the server may take to load")
     summary = run(args)
     for level in summary["levels"]:
         row, first = level["sweep_row"], level["first_audio_after_speech_end_s"]

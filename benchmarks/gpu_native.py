@@ -23,13 +23,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.cascade_capacity import SUBSET, _free_port, synthetic_tree  # noqa: E402
+from benchmarks.support.gpu_sweep import sweep_args  # noqa: E402
 from runs.sweep import SweepOptions, parse_levels, sweep  # noqa: E402
 from runs.sweep_args import parse_record_options  # noqa: E402
 from scorers.serving import ServingRow  # noqa: E402
@@ -137,19 +137,9 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default: a new temporary one)")
-    parser.add_argument("--levels", default=None, help="rising concurrency levels (default 8,16,32; --tiny: 1,2)")
-    parser.add_argument("--sessions", type=int, default=None, help="samples in the cohort (default: the top level)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dataset", type=Path, default=None,
-                        help="where the synthetic dataset is (made there when incomplete; default DIR/dataset)")
-    parser.add_argument("--tiny", action="store_true", help="a 2-layer Moshi on CPU: checks the path end to end")
-    parser.add_argument("--ready-timeout-s", type=float, default=900.0)
-    parser.add_argument("--skip-profile", action="store_true", help="no in-process step profile first")
-    args = parser.parse_args()
-    args.levels = args.levels or ("1,2" if args.tiny else "8,16,32")
-    args.out = (args.out or Path(tempfile.mkdtemp(prefix="gpu-native-"))).resolve()
+    args = sweep_args(__doc__, "8,16,32", "gpu-native-", "a 2-layer Moshi on CPU: checks the path end to end",
+                      lambda parser: parser.add_argument("--skip-profile", action="store_true",
+                                                         help="no in-process step profile first"))
     summary = run(args)
     for level in summary["levels"]:
         row = level["sweep_row"]

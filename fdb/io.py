@@ -210,6 +210,26 @@ def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
     return atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
+def read_jsonl(path: str | os.PathLike, model: type[BaseModel] | None = None, *, partial: bool = False) -> list:
+    """The rows of a JSONL file (lines split at "\\n" only, blank lines skipped): dicts, or
+    ``model`` records (each line validated as JSON of it). ``partial``: a file an appender may
+    have been killed over, where a missing file is no rows and a line that does not parse (a torn
+    write) is left out; otherwise both raise."""
+    path = Path(path)
+    if partial and not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line) if model is None else model.model_validate_json(line))
+        except ValueError:
+            if not partial:
+                raise
+    return rows
+
+
 class JsonFileError(json.JSONDecodeError):
     """A ``JSONDecodeError`` that knows its file (``path``); its message is the decoder's, so
     callers that catch ``JSONDecodeError`` or ``ValueError`` see what they always saw."""

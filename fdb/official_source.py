@@ -83,14 +83,21 @@ class CheckoutCheck(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
+def pinned_places(rel: str) -> list[str]:
+    """Where the pinned file ``rel`` may lie under a source: the checkout root, its ``v1_v1.5``
+    directory, or the evaluation directory itself."""
+    parts = EVALUATION_DIR.split("/")
+    stripped = [rel.removeprefix("/".join(parts[:depth]) + "/") for depth in range(1, len(parts) + 1)]
+    return list(dict.fromkeys([rel, *stripped]))
+
+
 def pinned_path(source: str | Path, rel: str) -> Path:
-    """Where the pinned file ``rel`` lies: under the checkout root, or directly under ``source``
-    when ``source`` is the evaluation directory itself."""
+    """Where the pinned file ``rel`` lies under ``source`` (``pinned_places``); ``source/rel``
+    when ``source`` holds the evaluation directory or no place holds the file."""
     source = Path(source).expanduser()
-    inside = source / rel.removeprefix(EVALUATION_DIR + "/")
-    if (source / EVALUATION_DIR).is_dir() or not inside.exists():
+    if (source / EVALUATION_DIR).is_dir():
         return source / rel
-    return inside
+    return next((source / p for p in pinned_places(rel)[1:] if (source / p).exists()), source / rel)
 
 
 def _git(source: Path, *args: str) -> str | None:

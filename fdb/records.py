@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from fdb.errors import FdbError
+from fdb.io import read_json, sha256_file
 
 EXPORT_SCHEMA = "fdb-export-1"
 ASR_SCHEMA = "fdb-asr-1"
@@ -51,6 +53,24 @@ class ExportManifest(BaseModel):
                            "pass --only category/id for samples of that export")
         wanted = set(only)
         return [s for s in self.samples if s.sample_id in wanted]
+
+
+def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
+    """``reference-manifest.json`` (a v1.5 ``fdb-export-1`` manifest) and its sha256."""
+    path = tree / "reference-manifest.json"
+    if not path.exists():
+        raise FdbError(f"{path} is missing", "point --tree at a v1.5 reference-audio export")
+    manifest = ExportManifest.model_validate(read_json(path))
+    if manifest.dataset != "v1.5":
+        raise FdbError(f"{path} is a {manifest.dataset} export, not v1.5")
+    return manifest, sha256_file(path)
+
+
+def asr_backend(tree: Path) -> dict | None:
+    """The backend identity that ``tree/asr.json`` (a v1.0 or v1.5 ASR receipt) records; None
+    without a receipt or an identity in it."""
+    path = Path(tree) / "asr.json"
+    return (read_json(path).get("backend") or None) if path.exists() else None
 
 
 class AsrSampleReceipt(BaseModel):

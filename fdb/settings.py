@@ -92,6 +92,11 @@ class Settings:
     def dataset_dir(self) -> Path:
         return self.work / "dataset"
 
+    @property
+    def reference_checkout(self) -> Path:
+        """$FDB_WORK/Full-Duplex-Bench: where the user's Full-Duplex-Bench checkout is looked for."""
+        return self.work / "Full-Duplex-Bench"
+
 
 def work_dir() -> Path:
     """$FDB_WORK (default ~/fdb), without checking any other setting (error paths use it)."""

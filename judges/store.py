@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, read_json
+from fdb.io import atomic_write_json, read_json, read_jsonl
 from fdb.provenance import current
 from judges.client import redact, secret_values
 
@@ -61,21 +61,6 @@ class Ledger:
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a torn last line (a killed writer) is ignored."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 class TaskDir:
@@ -127,7 +112,7 @@ class TaskDir:
 
     def results(self) -> dict[str, SampleResult]:
         out: dict[str, SampleResult] = {}
-        for row in read_jsonl(self.results_path):
+        for row in read_jsonl(self.results_path, partial=True):
             try:
                 result = SampleResult.model_validate(row)
             except ValidationError:

@@ -33,7 +33,6 @@ from fdb.io import (
     sha256_bytes,
     sha256_file,
 )
-from fdb.playout import PlayoutWindow, playout_window  # noqa: F401  (public re-export)
 from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample

@@ -18,7 +18,6 @@ only ``OUT/summary.json`` and writes ``OUT/report.txt``: the same v1.5 tables as
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
+from fdb.io import atomic_write_json, atomic_write_text, read_json, read_jsonl, sha256_file
 from fdb.provenance import current
-from fdb.records import ExportManifest, ExportSample
+from fdb.records import ExportSample, load_v15_manifest
 from fdb.tables import Column, Table
 from judges.behavior import LABELS as BEHAVIOR_LABELS
 from judges.semantic.run import SEMANTIC_SCHEMA
@@ -116,17 +115,13 @@ def _asr(tree: Path, manifest_sha: str, ids: set[str]) -> AsrCoverage | None:
     return AsrCoverage(backend=backend, pairs=dict(sorted(counts.items())))
 
 
-def _intervals(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def _timing(out: Path, engine: str, manifest_sha: str, ids: set[str]) -> tuple[dict, list[dict]]:
     folder = timing_dir(out, engine)
     summary_path, rows_path = folder / "summary.json", folder / "intervals.jsonl"
     rerun = f"run `python -m fdb score v15 timing --tree {engine}=DIR --out {out}` first"
     if not summary_path.exists() or not rows_path.exists():
         raise FdbError(f"{engine}: {summary_path} is missing: the cohort has not been timed", rerun)
-    summary, rows = read_json(summary_path), _intervals(rows_path)
+    summary, rows = read_json(summary_path), read_jsonl(rows_path)
     if summary.get("manifest_sha256") != manifest_sha:
         raise FdbError(f"{engine}: {summary_path} was computed from another {MANIFEST}",
                        f"time the tree again: {rerun.removeprefix('run ').removesuffix(' first')}")
@@ -164,10 +159,11 @@ def summarize_cohort(engine: str, tree: Path, out: Path, only: list[str] | None,
     """One cohort's record for ``OUT/summary.json`` from its tree and its phase outputs."""
     tree = Path(tree)
     path = tree / MANIFEST
-    if not path.exists():
-        raise FdbError(f"{engine}: {path} is missing", "point --tree ENGINE=DIR at a v1.5 reference-audio export")
-    manifest = ExportManifest.model_validate(read_json(path))
-    manifest_sha = sha256_file(path)
+    try:
+        manifest, manifest_sha = load_v15_manifest(tree)
+    except FdbError as exc:
+        raise FdbError(f"{engine}: {exc.message}",
+                       exc.hint and "point --tree ENGINE=DIR at a v1.5 reference-audio export") from exc
     chosen = manifest.select(only, str(path))
     ids = {s.sample_id for s in chosen}
     judge = _judge(out, engine, ids)

@@ -97,7 +97,7 @@ def _icc_ground_truth(run: RunPaths) -> Path | None:
     explicit = os.environ.get("FDB_ICC_GT")
     if explicit:
         return Path(explicit)
-    checkout = load_settings().work / "Full-Duplex-Bench"
+    checkout = load_settings().reference_checkout
     return checkout if checkout.is_dir() else None
 
 
@@ -218,14 +218,14 @@ def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = F
     ok = True
     if has_v10:
         counts: dict[str, int] = {}
-        tree = target.v10_reference
+        tree = target.out.v10_reference
         ok &= _step("the v1.0 ASR", lambda: counts.update(_v10_asr(tree, asr, console, retry_failed)), console, rerun)
         if counts:
             ok &= _step("v1.0 unified scoring", lambda: _v10_scores(run, tree, console), console, rerun)
     if has_v15:
         if not target.side:  # Silero VAD timing depends on no scoring backend
             ok &= _step("v1.5 timing", lambda: _v15_timing(rep, console), console, rerun)
-        ok &= _step("the v1.5 ASR", lambda: _v15_asr(target.reference_audio, asr, console, retry_failed),
+        ok &= _step("the v1.5 ASR", lambda: _v15_asr(target.out.reference_audio, asr, console, retry_failed),
                     console, rerun)
     ok &= _step("the listening-quality phase", lambda: _listening(scoring, console), console, rerun)
     return ok
@@ -245,7 +245,7 @@ def _listening(scoring, console: Console) -> None:
     console.print("listening quality: cutting, transcribing and scoring every reply …")
     b = scoring.backends
     summary = score_listening(scoring.target.rep.root, asr=b["asr"], mos=b["mos"] or False,
-                              speaker=b["speaker"] or False, out=scoring.target.listening, notes=scoring.notes)
+                              speaker=b["speaker"] or False, out=scoring.target.out.listening, notes=scoring.notes)
     for dataset, groups in summary.datasets.items():
         overall = groups.get("all")
         if overall is not None:
@@ -261,7 +261,7 @@ def _pct(value: float | None) -> str:
 
 def reference_checkout() -> Path | None:
     """The user's Full-Duplex-Bench checkout, $FDB_WORK/Full-Duplex-Bench, when it exists."""
-    checkout = load_settings().work / "Full-Duplex-Bench"
+    checkout = load_settings().reference_checkout
     return checkout if checkout.exists() else None
 
 
@@ -296,13 +296,12 @@ def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: 
 def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
     """The repeat's evaluator.json when a rerun would repeat it: computed from the current
     manifest.json and asr.json, from the same checkout and accepted revision, no subset failed."""
-    from fdb.io import sha256_file
-    from scorers.v10_reference import load_reference
+    from scorers.v10_reference import current_reference
 
-    tree = rep.v10_reference
-    if not (tree / "evaluator.json").exists():
+    if not (rep.v10_reference / "evaluator.json").exists():
         return None
-    done = load_reference(tree, sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json")).evaluator
+    columns = current_reference(rep.v10_reference)
+    done = columns.evaluator if columns is not None else None
     check = done.checkout_check if done is not None else None
     accepted = check.accepted_revision if check is not None else None
     same_acceptance = (accepted is None if accept_revision is None

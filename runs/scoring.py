@@ -29,7 +29,7 @@ from fdb.models.scoring import (
     load_backend,
     same_model,
 )
-from fdb.records import ExportManifest
+from fdb.records import ExportManifest, asr_backend
 from fdb.run_manifest import load_manifest, save_manifest
 
 SIDE_SCHEMA = "fdb-scoring-1"
@@ -37,23 +37,16 @@ SIDE_SCHEMA = "fdb-scoring-1"
 
 @dataclass(frozen=True)
 class Target:
-    """Where one repeat's backend-dependent outputs go: the repeat itself, or a side directory."""
+    """Where one repeat's backend-dependent outputs go (``out``): the repeat itself, or a side
+    directory laid out like one (its v10_reference, reference_audio and listening)."""
 
     rep: RepeatPaths
-    root: Path
+    out: RepeatPaths
     side: bool = False
 
     @property
-    def v10_reference(self) -> Path:
-        return self.root / "v10" / "reference"
-
-    @property
-    def reference_audio(self) -> Path:
-        return self.root / "reference-audio"
-
-    @property
-    def listening(self) -> Path:
-        return self.root / "listening"
+    def root(self) -> Path:
+        return self.out.root
 
 
 @dataclass
@@ -107,10 +100,11 @@ def prepare(run: RunPaths, rep: RepeatPaths, asked: dict[str, BackendChoice], si
     writes the side directory's scoring.json and its export links."""
     choice = resolve(run, asked, side_by_side, device)
     scoring = Scoring(choice, {}, _target(rep, choice, side_by_side))
+    on_disk = [(t, existing_outputs(t)) for t in (_target(other, choice, side_by_side) for other in run.repeats())]
     for kind in KINDS:
         scoring.backends[kind] = load(kind, getattr(choice, kind), scoring.notes)
-        for other in run.repeats():
-            check_outputs(_target(other, choice, side_by_side), kind, scoring.identity(kind))
+        for target, outputs in on_disk:
+            check_outputs(target, outputs, kind, scoring.identity(kind))
     if side_by_side:
         _prepare_side(scoring)
     else:
@@ -119,7 +113,9 @@ def prepare(run: RunPaths, rep: RepeatPaths, asked: dict[str, BackendChoice], si
 
 
 def _target(rep: RepeatPaths, choice: ScoringBackends, side: bool) -> Target:
-    return Target(rep, rep.side_scoring(choice.tag()), True) if side else Target(rep, rep.root)
+    if not side:
+        return Target(rep, rep)
+    return Target(rep, RepeatPaths(rep.side_scoring(choice.tag()), rep.number), side=True)
 
 
 def _record(run: RunPaths, choice: ScoringBackends) -> None:
@@ -130,20 +126,19 @@ def _record(run: RunPaths, choice: ScoringBackends) -> None:
 
 def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
     """(file, kind, backend identity) of every backend-dependent output already in ``target``."""
-    found = []
-    for receipt in (target.v10_reference / "asr.json", target.reference_audio / "asr.json"):
-        if receipt.exists():
-            found.append((receipt, "asr", read_json(receipt).get("backend")))
-    summary = target.listening / "summary.json"
+    found = [(tree / "asr.json", "asr", asr_backend(tree))
+             for tree in (target.out.v10_reference, target.out.reference_audio)]
+    summary = target.out.listening / "summary.json"
     if summary.exists():
         for kind, ident in (read_json(summary).get("backends") or {}).items():
             found.append((summary, kind, ident))
     return [(path, kind, ident) for path, kind, ident in found if ident]
 
 
-def check_outputs(target: Target, kind: str, now: dict | None) -> None:
-    """Refuse to score over a ``kind`` output of another model (it would be overwritten or mixed)."""
-    for path, found, ident in existing_outputs(target):
+def check_outputs(target: Target, outputs: list[tuple[Path, str, dict]], kind: str, now: dict | None) -> None:
+    """Refuse to score over a ``kind`` output of another model (it would be overwritten or mixed);
+    ``outputs``: the target's ``existing_outputs``."""
+    for path, found, ident in outputs:
         if found == kind and now is not None and not same_model(ident, now):
             raise FdbError(
                 f"{path} holds {kind} results of {ident.get('name')} (sha256 {str(ident.get('checkpoint_sha256'))[:12]}), "
@@ -158,8 +153,8 @@ def _prepare_side(scoring: Scoring) -> None:
     atomic_write_json(target.root / "scoring.json", {
         "schema": SIDE_SCHEMA, "scoring": scoring.choice.model_dump(mode="json"),
         "backends": {kind: scoring.identity(kind) for kind in KINDS}})
-    for source, dest, name in ((target.rep.v10_reference, target.v10_reference, "manifest.json"),
-                               (target.rep.reference_audio, target.reference_audio, "reference-manifest.json")):
+    for source, dest, name in ((target.rep.v10_reference, target.out.v10_reference, "manifest.json"),
+                               (target.rep.reference_audio, target.out.reference_audio, "reference-manifest.json")):
         if (source / name).exists():
             link_export(source, dest, name)
 

@@ -38,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, redact_url
+from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl, redact_url
 from fdb.run_manifest import ServerProvenance
 from fdb.tts_records import TtsLevelSpec, TtsRequestRecord
 from runs.server_probe import describe
@@ -209,8 +209,7 @@ def load_records(directory: Path) -> list[TtsRequestRecord]:
     path = directory / "requests.jsonl"
     if not path.is_file():
         raise FdbError(f"{directory} holds no requests.jsonl", "record the level with tts-bench first")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [TtsRequestRecord.model_validate_json(line) for line in lines if line.strip()]
+    return read_jsonl(path, TtsRequestRecord)
 
 
 def _quality_jobs(records: list[TtsRequestRecord], directory: Path, prompts: dict[str, str]):

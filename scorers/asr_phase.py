@@ -113,12 +113,13 @@ def process_sample(asr: AsrBackend, tree: Path, sample: ExportSample, previous: 
                             output_json_sha256=sha256_bytes(text.encode("utf-8")), words=len(obj["chunks"]))
 
 
-def previous_entries(tree: Path, asr: AsrBackend) -> dict[str, AsrSampleReceipt]:
-    """Entries of an existing asr.json written by the same backend identity (else none)."""
+def previous_entries(tree: Path, asr: AsrBackend, receipt_cls=AsrReceipt) -> dict:
+    """Entries of an existing asr.json (a ``receipt_cls``) written by the same backend identity
+    (else none)."""
     path = tree / "asr.json"
     if not path.exists():
         return {}
-    old = AsrReceipt.model_validate(read_json(path))
+    old = receipt_cls.model_validate(read_json(path))
     if old.backend != asr.identity.model_dump(mode="json"):
         return {}
     return {e.sample_id: e for e in old.samples}

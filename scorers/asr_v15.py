@@ -26,14 +26,18 @@ from fdb.errors import FdbError, SampleError
 from fdb.io import (
     atomic_write_text,
     dumps_json,
-    read_json,
     sha256_bytes,
     sha256_file,
 )
 from fdb.models.asr import ASR_RATE, AsrBackend
-from fdb.records import ExportSample
-from scorers.asr_phase import Progress, default_asr, official_transcript, transcribe_tree
-from scorers.v15_timing import load_v15_manifest
+from fdb.records import ExportSample, load_v15_manifest
+from scorers.asr_phase import (
+    Progress,
+    default_asr,
+    official_transcript,
+    previous_entries,
+    transcribe_tree,
+)
 
 V15_ASR_SCHEMA = "fdb-v1.5-asr-1"
 V15_MANIFEST = "reference-manifest.json"
@@ -123,16 +127,6 @@ def process_pair(asr: AsrBackend, tree: Path, sample: ExportSample, previous: V1
                       error="; ".join(e for e in failed if e) or None, files=files)
 
 
-def _previous(tree: Path, asr: AsrBackend) -> dict[str, V15AsrPair]:
-    path = tree / "asr.json"
-    if not path.exists():
-        return {}
-    old = V15AsrReceipt.model_validate(read_json(path))
-    if old.backend != asr.identity.model_dump(mode="json"):
-        return {}
-    return {e.sample_id: e for e in old.samples}
-
-
 def run_v15_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | None = None,
                 retry_failed: bool = False) -> V15AsrReceipt:
     """Transcribe a v1.5 ``reference-audio`` tree; returns the receipt written to ``tree/asr.json``.
@@ -142,5 +136,5 @@ def run_v15_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | 
     tree = Path(tree)
     asr = asr if asr is not None else default_asr()
     manifest, manifest_sha = load_v15_manifest(tree)
-    return transcribe_tree(tree, asr, manifest.samples, manifest_sha, _previous(tree, asr), process_pair,
-                           V15AsrReceipt, progress, retry_failed)
+    return transcribe_tree(tree, asr, manifest.samples, manifest_sha, previous_entries(tree, asr, V15AsrReceipt),
+                           process_pair, V15AsrReceipt, progress, retry_failed)

@@ -47,7 +47,7 @@ from fdb.audio import Audio, resample
 from fdb.errors import FdbError, SampleError
 from fdb.io import read_json, sha256_file
 from fdb.models.vad import VadSettings
-from fdb.official_source import ICC_GT, PINNED_FILES
+from fdb.official_source import ICC_GT, PINNED_FILES, pinned_path, pinned_places
 from scorers.segmenter import SpeechSegmenter
 
 WINDOW_S = 0.2
@@ -59,7 +59,6 @@ BACKCHANNEL_VAD_SETTINGS = VadSettings(threshold=0.5, min_speech_duration_ms=250
                                        speech_pad_ms=30)
 ICC_GT_NAME = "icc_gt_distribution.json"
 ICC_GT_SHA256 = PINNED_FILES[ICC_GT]  # the one pin table (fdb.official_source)
-ICC_GT_PLACES = (f"v1_v1.5/evaluation/{ICC_GT_NAME}", f"evaluation/{ICC_GT_NAME}", ICC_GT_NAME)
 NO_GT_NOTE = "no icc_gt_distribution.json given (--icc-gt or --reference-source): backchannel JSD not computed"
 
 BackchannelRule = Literal["since-2026-02-22", "before-2026-02-22"]
@@ -97,9 +96,9 @@ def load_icc_gt(path: str | Path) -> IccGroundTruth:
     """The ICC ground truth from a file, or from a Full-Duplex-Bench checkout directory."""
     path = Path(path)
     if path.is_dir():
-        found = next((path / p for p in ICC_GT_PLACES if (path / p).is_file()), None)
-        if found is None:
-            raise FdbError(f"{path} holds no {ICC_GT_NAME} (looked for {', '.join(ICC_GT_PLACES)})",
+        found = pinned_path(path, ICC_GT)
+        if not found.is_file():
+            raise FdbError(f"{path} holds no {ICC_GT_NAME} (looked for {', '.join(pinned_places(ICC_GT))})",
                            "pass the file itself, or a Full-Duplex-Bench checkout")
         path = found
     if not path.is_file():

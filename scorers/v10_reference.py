@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fdb.io import read_json
+from fdb.io import read_json, sha256_file
 from scorers.v10_evaluator import EvaluatorSummary
 from scorers.v10_official import OfficialSummary
 
@@ -47,3 +47,12 @@ def load_reference(tree: Path, manifest_sha: str, asr_sha: str) -> ReferenceColu
         else:
             setattr(columns, attr, doc)
     return columns
+
+
+def current_reference(tree: Path) -> ReferenceColumns | None:
+    """``load_reference`` against the tree's current manifest.json and asr.json (None when
+    either is missing)."""
+    tree = Path(tree)
+    if not all((tree / name).exists() for name in ("manifest.json", "asr.json")):
+        return None
+    return load_reference(tree, sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json"))

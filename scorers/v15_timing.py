@@ -22,11 +22,11 @@ import numpy as np
 
 from fdb.audio import read_wav, resample
 from fdb.datasets.types import V15_CATEGORIES
-from fdb.errors import FdbError, SampleError
+from fdb.errors import SampleError
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_bytes, sha256_file
 from fdb.models.vad import VadSettings
 from fdb.provenance import current
-from fdb.records import ExportManifest, ExportSample
+from fdb.records import ExportManifest, ExportSample, load_v15_manifest
 from scorers.segmenter import PREFETCH_BLOCK, SegmentMemo, SpeechSegmenter, prefetch_blocks
 from scorers.stats import bootstrap_indices, percentile_interval
 from scorers.v10_tree import id_key
@@ -99,25 +99,15 @@ def vad_spans(vad: SpeechSegmenter, path: Path, sample_id: str,
     return list(_SPAN_CACHE[key]), sha
 
 
-def _uncached_inputs(vad: SpeechSegmenter, tree: Path, sample: ExportSample,
-                     cache_dir: Path | None) -> list[np.ndarray]:
-    """A pair's four files that no cache holds yet, as VAD input (for batched prefetch)."""
+def _uncached(vad: SpeechSegmenter, tree: Path, sample: ExportSample, cache_dir: Path | None) -> list[tuple[Path, str]]:
+    """(path, sha256) of an eligible pair's files whose spans no cache holds yet; the sha256 is
+    the manifest's (the file is hashed only when the manifest lists none), no audio is read."""
     if not sample.eligible:
         return []
-    folder, arrays = tree / sample.subset / sample.id, []
-    for name in (n for names in VARIANTS.values() for n in names):
-        path = folder / name
-        if path.exists() and _cached(vad, sha256_file(path), cache_dir)[0] not in _SPAN_CACHE:
-            arrays.append(_vad_input(path, sample.sample_id))
-    return arrays
-
-
-def _uncached_files(vad: SpeechSegmenter, tree: Path, sample: ExportSample, cache_dir: Path | None) -> list[str]:
-    """The sha256 of an eligible pair's files whose spans no cache holds yet (no audio is read)."""
     folder = tree / sample.subset / sample.id
-    paths = [folder / n for names in VARIANTS.values() for n in names] if sample.eligible else []
-    shas = [sha256_file(p) for p in paths if p.exists()]
-    return [sha for sha in shas if _cached(vad, sha, cache_dir)[0] not in _SPAN_CACHE]
+    paths = [folder / n for names in VARIANTS.values() for n in names]
+    found = [(p, sample.files.get(p.name) or sha256_file(p)) for p in paths if p.exists()]
+    return [(p, sha) for p, sha in found if _cached(vad, sha, cache_dir)[0] not in _SPAN_CACHE]
 
 
 def overlap_span(folder: Path) -> Interval | None:
@@ -244,17 +234,6 @@ def _one(values: Sequence[float | None]) -> list[list[float]]:
     return [[] if v is None else [v] for v in values]
 
 
-def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
-    """``reference-manifest.json`` (a v1.5 ``fdb-export-1`` manifest) and its sha256."""
-    path = tree / "reference-manifest.json"
-    if not path.exists():
-        raise FdbError(f"{path} is missing", "point --tree at a v1.5 reference-audio export")
-    manifest = ExportManifest.model_validate(read_json(path))
-    if manifest.dataset != "v1.5":
-        raise FdbError(f"{path} is a {manifest.dataset} export, not v1.5")
-    return manifest, sha256_file(path)
-
-
 def category_key(category: str) -> tuple[int, str]:
     known = list(V15_CATEGORIES)
     return (known.index(category) if category in known else len(known), category)
@@ -300,11 +279,11 @@ def time_some(tree: Path, cache_dir: Path, limit: int, vad: SpeechSegmenter | No
     unreadable_path = Path(cache_dir) / "unreadable.json"  # files the VAD could not read: tried, not cached
     unreadable = set(read_json(unreadable_path)) if unreadable_path.exists() else set()
     todo = [p for p in _selected_pairs(tree, manifest, only)
-            if set(_uncached_files(vad, tree, p, cache_dir)) - unreadable]
+            if {sha for _, sha in _uncached(vad, tree, p, cache_dir)} - unreadable]
     for pair in todo[:limit]:
         for variant in VARIANTS:
             time_session(vad, tree, pair, variant, cache_dir)
-        unreadable |= set(_uncached_files(vad, tree, pair, cache_dir))
+        unreadable |= {sha for _, sha in _uncached(vad, tree, pair, cache_dir)}
     atomic_write_json(unreadable_path, sorted(unreadable))
     return min(limit, len(todo)), max(0, len(todo) - limit)
 
@@ -321,8 +300,10 @@ def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path |
     vad = _default_vad(vad)
     pairs = _selected_pairs(tree, manifest, only)
     memo, rows = SegmentMemo(vad), {}
-    blocks = prefetch_blocks(memo, pairs, lambda p: _uncached_inputs(vad, tree, p, cache_dir), TIMING_VAD_SETTINGS,
-                             block=PREFETCH_BLOCK // 4)
+    def load(pair: ExportSample) -> list[np.ndarray]:
+        return [_vad_input(path, pair.sample_id) for path, _ in _uncached(vad, tree, pair, cache_dir)]
+
+    blocks = prefetch_blocks(memo, pairs, load, TIMING_VAD_SETTINGS, block=PREFETCH_BLOCK // 4)
     for block in blocks:
         rows.update({(p.sample_id, v): time_session(memo, tree, p, v, cache_dir) for p in block for v in VARIANTS})
     categories = {"all": category_timing("all", pairs, rows)}

@@ -64,7 +64,7 @@ def _judge(run_name: str, repeat: int, base_url: str | None, judge_model: str | 
     rep = run.repeat(repeat)
     if not rep.root.is_dir():
         raise FdbError(f"no {rep.root}", "check --run-name, --repeat and FDB_WORK, or record it first with `python -m fdb generate`")
-    source = reference_source or (settings.work / "Full-Duplex-Bench")
+    source = reference_source or settings.reference_checkout
     evaluated = run_v10_evaluator(rep, source if source.exists() else None, accept_revision, console)
     choice = resolve_judge(judge_config=judge_config, base_url=base_url, judge_model=judge_model, work=settings.work,
                            concurrency=concurrency, timeout_s=timeout, accept_revision=accept_revision,

@@ -185,7 +185,7 @@ def _tree_samples(tree: Path, dataset: str) -> list:
         from scorers.v10_tree import load_tree
 
         return load_tree(tree).manifest.samples
-    from scorers.v15_timing import load_v15_manifest
+    from fdb.records import load_v15_manifest
 
     return load_v15_manifest(tree)[0].samples
 
@@ -310,11 +310,11 @@ def _backend(asr: str, nemo: Path | None, nemo_sha256: str | None, device: str, 
 def _refuse_other_model(tree: Path, backend, replace: bool) -> None:
     """A tree transcribed by another model is not silently transcribed over (``--replace`` does)."""
     from fdb.errors import FdbError
-    from fdb.io import read_json
     from fdb.models.scoring import same_model
+    from fdb.records import asr_backend
 
     receipt = tree / "asr.json"
-    old = read_json(receipt).get("backend") if receipt.exists() else None
+    old = asr_backend(tree)
     now = backend.identity.model_dump(mode="json")
     if old and not replace and not same_model(old, now):
         raise FdbError(f"{receipt} holds transcripts of {old.get('name')}, not of {now['name']}",

@@ -89,10 +89,10 @@ def timing(
 def _print_failed(console, engine: str, rows_path: Path) -> bool:
     from rich.markup import escape
 
+    from fdb.io import read_jsonl
     from scorers.v15_records import SessionIntervals
 
-    rows = [SessionIntervals.model_validate_json(line)
-            for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_jsonl(rows_path, SessionIntervals)
     bad = [r for r in rows if r.status == "failed"]
     for row in bad:
         console.print(f"[yellow]{escape(engine)}[/] ({row.variant} session): {escape(str(row.error))}")
@@ -132,7 +132,7 @@ def judge(
     configure_logging(log_level)
     console, settings = _console(), load_settings()
     cohorts = parse_trees(tree)
-    source = reference_source or (settings.work / "Full-Duplex-Bench")
+    source = reference_source or settings.reference_checkout
     choice = resolve_judge(judge_config=judge_config, base_url=base_url, judge_model=judge_model, work=settings.work,
                            concurrency=concurrency, timeout_s=timeout,
                            reference_source=source if source.exists() else reference_source)

@@ -9,12 +9,11 @@ import pytest
 
 from benchmarks.support.trees import REFERENCE, Pair, Repeat, judge_config
 from fdb.errors import FdbError
-from fdb.io import read_json
+from fdb.io import read_json, read_jsonl
 from judges import JudgeSettings, judge_repeat
 from judges.behavior import behavior_message
 from judges.official import behavior_prompt
 from judges.stats import wilson
-from judges.store import read_jsonl
 from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import CUSTOM_KEY
 

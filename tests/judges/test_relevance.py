@@ -5,11 +5,10 @@ official prompt from a checkout or fdb's own rubric, labeled."""
 from __future__ import annotations
 
 from benchmarks.support.trees import Interrupt, Pair, Repeat, judge_config
-from fdb.io import read_json, sha256_file
+from fdb.io import read_json, read_jsonl, sha256_file
 from fdb.official_source import RELEVANCE_SCORER
 from judges import JudgeSettings, judge_repeat
 from judges.relevance_rubric import FDB_RELEVANCE_PROMPT
-from judges.store import read_jsonl
 from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import OPENAI_KEY
 from tests.judges.test_official import fake_checkout

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 from benchmarks.support.trees import REFERENCE, Pair, Repeat, judge_config, transcript
-from fdb.io import read_json
+from fdb.io import read_json, read_jsonl
 from judges import JudgeSettings, judge_repeat
 from judges.semantic.gate import CONTROL_FAILED, load_controls
 from judges.semantic.grading import PairView, joint, parse_verdict, payload, quote_found
-from judges.store import read_jsonl
 from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import OPENAI_KEY
 
@@ -91,7 +90,7 @@ def test_a_control_mismatch_discards_the_batch_and_stops(tmp_path, fake):
     assert sem.controls["matched"] == 17 and sem.controls["mismatches"] == [
         {"control": "control-6", "axis": "grounding", "expected": "fail", "got": "accept"}]
     folder = repeat / f"semantic-{settings.name}"
-    assert read_jsonl(folder / "results.jsonl") == []  # nothing graded alongside the controls was kept
+    assert read_jsonl(folder / "results.jsonl", partial=True) == []  # nothing graded alongside the controls was kept
     assert all(s.outcome in ("pending", "missing_transcript", "ineligible") for s in sem.samples)
     assert read_json(folder / "controls" / "comparison.json")["passed"] is False
     fake.control_mismatch = False

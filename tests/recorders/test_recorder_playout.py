@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fdb.playout import trace_playout_inputs
+from fdb.playout import playout_window, trace_playout_inputs
 from fdb.profiles import TURN_BASED
-from recorders.export import playout_window
 from tests.recorders.recorder_fakes import Reply, good_trace, tone
 
 RATE = 16000  # tests at 16 kHz output skip resampling, so sample positions are exact
