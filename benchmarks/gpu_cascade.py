@@ -15,8 +15,8 @@ writes DIR/summary.json: per level the sweep's row (failed sessions, 503s, pacin
 p90, whether it meets the sweep's targets) with the first audio after the annotated speech end
 (p50 / p90 s, as ``benchmarks/cascade_capacity.py`` measures it) and whether the level meets the
 issue's goal (sweep targets met, RTF p90 < 1, first audio p90 <= 0.5 s); and the highest level
-that meets it. Dummy weights: the compute path is real, the words are noise, the speech (Piper
-on CPU until the GPU TTS node lands) speaks that noise.
+that meets it. Dummy weights: the compute path is real, the words are noise, and the speech
+(CSM, csm-1b configuration, on the same GPU) speaks noise.
 
 The sessions' turn detection is the sweep's (server_vad, 500 ms of silence) unless
 ``--turn-detection`` sets another: a reply cannot start before the turn ends, so with 500 ms of
