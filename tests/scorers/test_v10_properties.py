@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from benchmarks.support.treebuild import interrupt_json, pause_json, transcript, turn_json
-from scorers.stats import wilson
+from fdb.stats import wilson
 from scorers.times import to_us
 from scorers.v10_backchannel import sample_verdict
 from scorers.v10_common import share
