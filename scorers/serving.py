@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from fdb.playout import audio_delta
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from fdb.stats import P50, P90, P95, ceil_quantile, quantile_ms
@@ -171,10 +172,9 @@ def replies(trace: list[TraceEvent], profile: Profile, output_rate: int) -> list
         if ev.type == "response.created":
             rid = (ev.event.get("response") or {}).get("id")
             found.setdefault(rid, Reply(response_id=rid)).created_t = ev.t
-        elif ev.type in profile.audio_delta_events:
-            rid = ev.event.get("response_id")
-            seconds = int(ev.event.get("audio_bytes", 0)) / 2 / output_rate
-            found.setdefault(rid, Reply(response_id=rid)).chunks.append((ev.t, seconds))
+        elif (delta := audio_delta(ev, profile)) is not None:
+            reply = found.setdefault(delta.response_id, Reply(response_id=delta.response_id))
+            reply.chunks.append((delta.t, delta.size / 2 / output_rate))
     return list(found.values())
 
 
