@@ -5,7 +5,7 @@ Whisper's 30 s window; ``FasterWhisperAsr.transcribe_utterance`` encodes the utt
 but at least ``min_window_s``. This script speaks 40 fixed questions and statements with the
 bundled Piper voice (200 ms of silence before, 300 ms after, as a VAD cut leaves them),
 transcribes each with the full pipeline (``transcribe``: 30 s window, word timestamps) and with
-``transcribe_utterance`` at several floors, and prints the WER (``scorers.listening_text``:
+``transcribe_utterance`` at several floors, and prints the WER (``scorers.listening_text``, ``fdb.text``:
 Whisper's English normalizer and jiwer, as the listening scores use) and the mean milliseconds per utterance. Every hypothesis that differs from
 its reference is printed under its row.
 
@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fdb.audio import resample  # noqa: E402
 from fdb.models.asr import ASR_RATE, FasterWhisperAsr  # noqa: E402
 from fdb.models.tts import PiperTts  # noqa: E402
-from scorers.listening_text import align, normalize  # noqa: E402
+from fdb.text import english_normalize  # noqa: E402
+from scorers.listening_text import align  # noqa: E402
 
 SENTENCES = [
     "Why is the sky blue during the day and red at sunset?",
@@ -100,7 +101,7 @@ def main() -> None:
             / sum(c.reference_words for c in counts) * 100
         print(f"{name:<36} {per:>7.0f} {wer:>6.1f}")
         for ref, hyp in zip(SENTENCES, hypotheses, strict=True):
-            if normalize(hyp) != normalize(ref):
+            if english_normalize(hyp) != english_normalize(ref):
                 print(f"    {hyp.strip()[:160]!r}")
 
 

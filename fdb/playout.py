@@ -13,6 +13,8 @@ else all), and so does an ``input_audio_buffer.speech_started`` unless the sessi
   exactly the input's 16 kHz sample count.
 - ``played_replies``: per response, the audio that played, back to back (late-arrival gaps left
   out), with no window end: a reply stops only where a cut dropped it (spec "Listening quality").
+- ``audio_delta``: which received trace events are audio under a profile, with receipt time,
+  bytes and response id; the playout inputs and the serving metrics' replies both read it.
 """
 
 from __future__ import annotations
@@ -181,6 +183,24 @@ def _fit(samples: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+class TraceDelta(NamedTuple):
+    """A received audio delta as the trace records it: receipt time (s), where its PCM16 bytes
+    lie in output.pcm, and its response id."""
+
+    t: float
+    offset: int
+    size: int  # bytes
+    response_id: str | None
+
+
+def audio_delta(ev: TraceEvent, profile: Profile) -> TraceDelta | None:
+    """The received audio delta ``ev`` is under ``profile``'s audio events, else None."""
+    if ev.dir != "recv" or ev.type not in profile.audio_delta_events:
+        return None
+    return TraceDelta(ev.t, int(ev.event.get("audio_offset", 0)), int(ev.event.get("audio_bytes", 0)),
+                      ev.event.get("response_id"))
+
+
 def trace_playout_inputs(
     trace: Sequence[TraceEvent], output: bytes, profile: Profile, turn_detection: dict | None = None,
 ) -> tuple[list[Delta], list[Cancellation]]:
@@ -194,11 +214,11 @@ def trace_playout_inputs(
     for ev in trace:
         if ev.dir != "recv":
             continue
-        if ev.type in profile.audio_delta_events:
-            offset, size = int(ev.event.get("audio_offset", 0)), int(ev.event.get("audio_bytes", 0))
-            if offset + size > len(output):
-                raise ValueError(f"output.pcm holds {len(output)} bytes, the trace needs {offset + size}")
-            deltas.append((ev.t, output[offset : offset + size], ev.event.get("response_id")))
+        if (delta := audio_delta(ev, profile)) is not None:
+            end = delta.offset + delta.size
+            if end > len(output):
+                raise ValueError(f"output.pcm holds {len(output)} bytes, the trace needs {end}")
+            deltas.append((delta.t, output[delta.offset : end], delta.response_id))
         elif profile.playout_cut == "cleared_or_speech_started":
             if ev.type == "output_audio_buffer.cleared":
                 cancels.append((ev.t, ev.event.get("response_id") or ALL))

@@ -13,12 +13,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 import fdb
+from fdb.models.packages import PROVENANCE_RUNTIMES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORE_PACKAGES = (
     "numpy", "scipy", "soundfile", "soxr", "pydantic", "websockets", "fastapi", "uvicorn",
-    "torch", "silero-vad", "onnxruntime", "faster-whisper", "ctranslate2", "piper-tts",
-    "llama-cpp-python", "jiwer", "whisper-normalizer",
+    *(package.distribution for package in PROVENANCE_RUNTIMES), "jiwer", "whisper-normalizer",
 )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fdb.takeover import transcript_takeover
 from judges.bodies import chat, decoding
 from judges.client import JudgeClient
 from judges.config import JudgeSettings
@@ -50,17 +51,6 @@ def parse_rating(text: str) -> Parsed:
     if not 0 <= digits <= 5:
         return Parsed("invalid", {"rating": digits, "analysis": analysis}, f"rating {digits} is outside 0-5")
     return Parsed("ok", {"rating": digits, "analysis": analysis})
-
-
-def takeover(transcript: dict[str, Any]) -> int:
-    """§3.1 (as ``scorers.v10_official.official_takeover``): 1 iff the words span at least 1 s
-    or number more than 3; a null last end falls back to its start."""
-    words = transcript.get("chunks") or []
-    if not words:
-        return 0
-    first, last = words[0]["timestamp"], words[-1]["timestamp"]
-    span = (last[0] if last[1] is None else last[1]) - first[0]
-    return 0 if span < 1.0 and len(words) <= 3 else 1
 
 
 @dataclass(frozen=True)
@@ -114,7 +104,7 @@ def relevance_params(settings: JudgeSettings, rubric: Rubric) -> dict[str, Any]:
 
 
 def _rated(sample: InterruptInput) -> bool:
-    return sample.eligible and not sample.missing and takeover(sample.output) == 1
+    return sample.eligible and not sample.missing and transcript_takeover(sample.output) == 1
 
 
 async def judge_relevance(client: JudgeClient, tdir: TaskDir, settings: JudgeSettings, rubric: Rubric,
@@ -164,7 +154,7 @@ def _sample_row(sample: InterruptInput, result: SampleResult | None) -> Relevanc
         return RelevanceSample(**base, outcome="ineligible", reason="; ".join(sample.reasons) or None)
     if sample.missing:
         return RelevanceSample(**base, outcome="missing_transcript", reason="missing or unreadable: " + ", ".join(sample.missing))
-    flag = takeover(sample.output)
+    flag = transcript_takeover(sample.output)
     if not flag:
         return RelevanceSample(**base, outcome="no_takeover", takeover=0)
     if result is None:

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from fractions import Fraction
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from fdb.playout import audio_delta
 from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
-from scorers.stats import ceil_quantile
+from fdb.stats import P50, P90, P95, ceil_quantile, quantile_ms
 
 DEFAULT_RESERVE_MS = 80.0
 UNIT_MISS_TARGET = 0.01
 CLIENT_CPU_SATURATED = 0.9  # share of one core: the recorder's single event loop is saturated
-P50, P90, P95 = Fraction(1, 2), Fraction(9, 10), Fraction(19, 20)
 APPEND = "input_audio_buffer.append"
 
 
@@ -95,11 +94,6 @@ class Capacity(BaseModel):
         if self.at_least:
             return f"Capacity: at least {self.sessions} sessions (every level meets the targets; record a higher one)"
         return f"Capacity: {self.sessions} sessions ({self.first_miss} sessions miss the targets)"
-
-
-def quantile_ms(values: list[float], q: Fraction) -> float | None:
-    found = ceil_quantile(values, q) if values else None
-    return None if found is None else round(found * 1000.0, 3)
 
 
 def _packets(trace: list[TraceEvent], input_rate: int) -> list[tuple[float, float]]:
@@ -178,10 +172,9 @@ def replies(trace: list[TraceEvent], profile: Profile, output_rate: int) -> list
         if ev.type == "response.created":
             rid = (ev.event.get("response") or {}).get("id")
             found.setdefault(rid, Reply(response_id=rid)).created_t = ev.t
-        elif ev.type in profile.audio_delta_events:
-            rid = ev.event.get("response_id")
-            seconds = int(ev.event.get("audio_bytes", 0)) / 2 / output_rate
-            found.setdefault(rid, Reply(response_id=rid)).chunks.append((ev.t, seconds))
+        elif (delta := audio_delta(ev, profile)) is not None:
+            reply = found.setdefault(delta.response_id, Reply(response_id=delta.response_id))
+            reply.chunks.append((delta.t, delta.size / 2 / output_rate))
     return list(found.values())
 
 

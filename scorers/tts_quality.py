@@ -4,7 +4,8 @@ similarity to the prompt wav, and MOS (docs/tts.md).
 WER (per utterance, reference = the row's target text, hypothesis = the ASR text of the
 generated wav): remove every character of ``string.punctuation`` and of Chinese punctuation
 (zhon's ``hanzi.punctuation``) except the ASCII apostrophe; EN is lower-cased; ZH is split into
-characters; ``jiwer.process_words`` aligns the words and WER = (S + D + I) / reference words. An
+characters (``fdb.text.seed_tts_normalize``); ``jiwer.process_words`` aligns the words
+(``fdb.text.align_words``) and WER = (S + D + I) / reference words. An
 empty hypothesis is all deletions (WER 1). The headline is the **mean of per-utterance WER**
 (x100, as ``average_wer.py``); corpus WER (sum of errors / sum of reference words), the count of
 utterances above 50% and the mean without them are reported beside it. A request without audio
@@ -23,25 +24,13 @@ published Seed-TTS numbers. The embedded ASR is English-only, so a ZH row has no
 
 from __future__ import annotations
 
-import string
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from fdb.text import align_words, seed_tts_normalize
+
 QUALITY_SCHEMA = "fdb-tts-quality-1"
 OUTLIER_WER = 0.5
-# zhon.hanzi.punctuation (zhon 2.x): non-stops then stops
-HANZI_PUNCTUATION = ("＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､\u3000、〃〈〉《》「」『』【】〔〕〖〗"
-                     "〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏﹑﹔·！？｡。")
-_DROP = {ord(ch): None for ch in set(string.punctuation + HANZI_PUNCTUATION) - {"'"}}
-
-
-def normalize(text: str, lang: str) -> str:
-    """The official normalization; tokens separated by single spaces."""
-    stripped = text.translate(_DROP)
-    if lang == "zh":
-        return " ".join(ch for ch in stripped if not ch.isspace())
-    return " ".join(stripped.lower().split())
 
 
 class WerCounts(BaseModel):
@@ -61,16 +50,11 @@ class WerCounts(BaseModel):
 
 def wer_counts(reference: str, hypothesis: str, lang: str) -> WerCounts | None:
     """Alignment counts of one utterance; None when the normalized reference is empty."""
-    ref, hyp = normalize(reference, lang), normalize(hypothesis or "", lang)
-    n = len(ref.split())
-    if n == 0:
+    counts = align_words(seed_tts_normalize(reference, lang), seed_tts_normalize(hypothesis or "", lang))
+    if counts is None:
         return None
-    if not hyp:
-        return WerCounts(words=n, substitutions=0, deletions=n, insertions=0)
-    import jiwer
-
-    out = jiwer.process_words(ref, hyp)
-    return WerCounts(words=n, substitutions=out.substitutions, deletions=out.deletions, insertions=out.insertions)
+    return WerCounts(words=counts.reference_words, substitutions=counts.substitutions,
+                     deletions=counts.deletions, insertions=counts.insertions)
 
 
 class UtteranceQuality(BaseModel):

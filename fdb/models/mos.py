@@ -17,7 +17,8 @@ import warnings
 import numpy as np
 
 from fdb.errors import FdbError
-from fdb.models import BackendIdentity, load_torchscript_checkpoint, require
+from fdb.models import BackendIdentity, load_torchscript_checkpoint, require_package
+from fdb.models.packages import SPEECHMOS
 from fdb.provenance import package_version
 
 MOS_RATE = 16000
@@ -29,7 +30,7 @@ class DnsMos:
     def __init__(self):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dns = require("speechmos.dnsmos", "speechmos", "embedded", "the DNSMOS backend")
+            dns = require_package(SPEECHMOS, "the DNSMOS backend", "speechmos.dnsmos")
         from fdb.io import sha256_file
 
         folder = os.path.join(os.path.dirname(dns.__file__), "dnsmos_models")
@@ -37,7 +38,7 @@ class DnsMos:
         self._model = dns.DNSMOS(primary, p808)
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="mos", name="dnsmos-ovrl", version=package_version("speechmos"),
+            kind="mos", name="dnsmos-ovrl", version=package_version(SPEECHMOS.distribution),
             checkpoint="speechmos/dnsmos_models/sig_bak_ovr.onnx", checkpoint_sha256=sha256_file(primary),
             settings={"field": "ovrl_mos", "personalized": False, "clip": [-1.0, 1.0], "label": "DNSMOS (not UTMOS)"},
         )

@@ -17,7 +17,8 @@ import warnings
 import numpy as np
 
 from fdb.errors import FdbError
-from fdb.models import BackendIdentity, load_torchscript_checkpoint, require
+from fdb.models import BackendIdentity, load_torchscript_checkpoint, require_package
+from fdb.models.packages import RESEMBLYZER, TORCH
 from fdb.provenance import package_version
 
 SPEAKER_RATE = 16000
@@ -25,10 +26,10 @@ SPEAKER_RATE = 16000
 
 class Resemblyzer:
     def __init__(self):
-        require("torch", "torch==2.13.0", "embedded", "the resemblyzer speaker encoder")
+        require_package(TORCH, "the resemblyzer speaker encoder")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rz = require("resemblyzer", "resemblyzer", "embedded", "the resemblyzer speaker encoder")
+            rz = require_package(RESEMBLYZER, "the resemblyzer speaker encoder")
         from fdb.io import sha256_file
 
         weights = os.path.join(os.path.dirname(rz.__file__), "pretrained.pt")
@@ -36,7 +37,7 @@ class Resemblyzer:
         self._encoder = rz.VoiceEncoder(device="cpu", verbose=False)
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="speaker", name="resemblyzer-ge2e", version=package_version("resemblyzer"),
+            kind="speaker", name="resemblyzer-ge2e", version=package_version(RESEMBLYZER.distribution),
             checkpoint="resemblyzer/pretrained.pt", checkpoint_sha256=sha256_file(weights),
             settings={"preprocess_wav": True, "label": "resemblyzer (not WavLM ECAPA)"},
         )

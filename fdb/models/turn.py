@@ -22,7 +22,8 @@ from typing import Protocol
 import numpy as np
 
 from fdb.errors import FdbError, MissingExtraError
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, require_package
+from fdb.models.packages import FASTER_WHISPER, ONNXRUNTIME, PIPECAT
 from fdb.provenance import package_version
 
 TURN_RATE = 16000
@@ -44,9 +45,9 @@ def smart_turn_path() -> Path:
     from importlib import metadata
 
     try:
-        dist = metadata.distribution("pipecat-ai")
+        dist = metadata.distribution(PIPECAT.distribution)
     except metadata.PackageNotFoundError as exc:
-        raise MissingExtraError("pipecat-ai==1.14.0 (install with --no-deps)", "embedded",
+        raise MissingExtraError(PIPECAT.requirement, PIPECAT.extra,
                                 "Smart Turn end-of-turn detection") from exc
     path = Path(str(dist.locate_file(SMART_TURN_FILE)))
     if not path.is_file():
@@ -80,8 +81,8 @@ class SmartTurn:
                  threads: int = 1) -> None:
         from fdb.io import sha256_file
 
-        ort = require("onnxruntime", "onnxruntime", "embedded", "Smart Turn")
-        features = require("faster_whisper.feature_extractor", "faster-whisper", "embedded", "Smart Turn")
+        ort = require_package(ONNXRUNTIME, "Smart Turn")
+        features = require_package(FASTER_WHISPER, "Smart Turn", "faster_whisper.feature_extractor")
         path = Path(path) if path is not None else smart_turn_path()
         sha = sha256_file(path)
         if sha != expected_sha256:
@@ -96,7 +97,7 @@ class SmartTurn:
                                                    hop_length=160, chunk_length=WINDOW_S, n_fft=400)
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="turn", name="smart-turn-v3.2-cpu", version=package_version("pipecat-ai"),
+            kind="turn", name="smart-turn-v3.2-cpu", version=package_version(PIPECAT.distribution),
             checkpoint=str(path), checkpoint_sha256=sha)
 
     def complete_probability(self, samples: np.ndarray) -> float:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fdb.models import BackendIdentity, require
+from fdb.models import BackendIdentity, require_package
+from fdb.models.packages import SILERO_VAD, TORCH
 from fdb.provenance import package_version
 
 VAD_RATE = 16000
@@ -22,8 +23,8 @@ _torch_lock = threading.Lock()
 
 
 def _silero():
-    torch = require("torch", "torch==2.13.0", "embedded", "Silero VAD")
-    silero = require("silero_vad", "silero-vad", "embedded", "Silero VAD")
+    torch = require_package(TORCH, "Silero VAD")
+    silero = require_package(SILERO_VAD, "Silero VAD")
     with _torch_lock:
         torch.set_num_threads(1)
     return torch, silero
@@ -63,7 +64,7 @@ class SileroVad:
         self.identity = BackendIdentity(
             kind="vad",
             name="silero-vad" + ("-onnx" if onnx else "-jit"),
-            version=package_version("silero-vad"),
+            version=package_version(SILERO_VAD.distribution),
             checkpoint="silero_vad.onnx" if onnx else "silero_vad.jit",
             checkpoint_sha256=model_file_sha256(onnx),
         )

@@ -10,10 +10,10 @@ import pytest
 from benchmarks.support.trees import REFERENCE, Pair, Repeat, judge_config
 from fdb.errors import FdbError
 from fdb.io import read_json, read_jsonl
+from fdb.stats import WILSON_Z_NORMALDIST, wilson
 from judges import JudgeSettings, judge_repeat
 from judges.behavior import behavior_message
 from judges.official import behavior_prompt
-from judges.stats import wilson
 from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import CUSTOM_KEY
 
@@ -86,7 +86,7 @@ def test_shares_are_over_judged_pairs_with_wilson(judged):
     ui = summary.behavior.categories["user_interruption"]
     assert (ui.selected, ui.eligible, ui.judged) == (4, 4, 2)
     assert ui.outcomes["failed"] == 1 and ui.outcomes["missing_transcript"] == 1
-    assert ui.labels["C_RESPOND"].share == 1.0 and tuple(ui.labels["C_RESPOND"].ci95) == wilson(2, 2)
+    assert ui.labels["C_RESPOND"].share == 1.0 and tuple(ui.labels["C_RESPOND"].ci95) == wilson(2, 2, WILSON_Z_NORMALDIST)
     bs = summary.behavior.categories["background_speech"]
     assert bs.judged == 0 and bs.labels["C_UNKNOWN"].share is None and bs.labels["C_UNKNOWN"].ci95 is None
     everything = summary.behavior.all

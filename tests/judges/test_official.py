@@ -12,10 +12,11 @@ from benchmarks.support.trees import REFERENCE, transcript
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.official_source import BEHAVIOR_PROMPT, PINNED_FILES, RELEVANCE_SCORER
+from fdb.takeover import official_takeover, transcript_takeover
 from judges.behavior import behavior_message, parse_behavior
 from judges.official import behavior_prompt, evaluation_dir, relevance_source
-from judges.relevance import parse_rating, takeover
-from scorers.v10_official import chunk_times, official_takeover
+from judges.relevance import parse_rating
+from scorers.v10_official import chunk_times
 from tests.conftest import git_commit_all, needs_behavior_prompt
 
 # A stand-in for the official scorer: the same structure, with test-only wording.
@@ -144,4 +145,4 @@ def test_parse_rating_is_the_official_rule(reply, kind, rating):
 ])
 def test_takeover_matches_the_scorer(words):
     obj = {"text": "", "chunks": [{"text": "w", "timestamp": [s, e]} for s, e in words]}
-    assert takeover(obj) == official_takeover(chunk_times("x/1", obj))
+    assert transcript_takeover(obj) == official_takeover(chunk_times("x/1", obj))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from fdb.io import read_json
+from fdb.takeover import official_takeover
 from scorers.v10_official import (
     OFFICIAL_LABEL,
     chunk_times,
     official_latency,
-    official_takeover,
     score_official,
     summarize_subset,
 )

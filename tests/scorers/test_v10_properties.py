@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from benchmarks.support.treebuild import interrupt_json, pause_json, transcript, turn_json
-from scorers.stats import wilson
+from fdb.stats import wilson
+from fdb.takeover import official_takeover
 from scorers.times import to_us
 from scorers.v10_backchannel import sample_verdict
 from scorers.v10_common import share
@@ -39,7 +40,7 @@ from scorers.v10_inputs import (
     parse_words,
 )
 from scorers.v10_interrupt import interrupt_metrics, score_interrupt_sample
-from scorers.v10_official import official_latency, official_takeover
+from scorers.v10_official import official_latency
 from scorers.v10_pause import pause_metrics, score_pause_sample
 from scorers.v10_turn import score_turn_sample, turn_metrics
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from scorers.stats import (
+from fdb.stats import (
     WILSON_Z,
     bootstrap_indices,
     bootstrap_quantile,
