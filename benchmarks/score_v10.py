@@ -10,8 +10,8 @@ annotations, manifest.json and an asr.json receipt. ASR is not run.
 VAD: ``--vad injected`` (default) passes segments through the segmenter protocol
 (``scorers.segmenter.SpeechSegmenter``): the nonzero spans of each window, so every outcome
 branch is exercised and the figure is the scorer's own cost; ``--vad silero`` runs the real
-Silero JIT model on the same audio (its cost is mostly the model: about 0.3 s per 20 s of audio
-on one thread). The default ICC ground truth is ``../shared/fdb-reference``'s copy.
+Silero JIT model on the same audio (its cost is mostly the model; measured:
+docs/benchmarks.md#v10-scoring). The default ICC ground truth is ``../shared/fdb-reference``'s copy.
 
     .venv/bin/python benchmarks/score_v10.py [--vad injected|silero] [--out DIR] [--keep]
 """

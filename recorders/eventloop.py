@@ -11,12 +11,11 @@ milliseconds, too coarse for packet lateness.
 
 Paced waits (``sleep_until``, ``paced_sleep``) share one timer per event loop (``Pacer``): with
 hundreds of sessions each sleeping to its next packet, a timer per wait cost more CPU than
-sending the packets (512 sessions: 1.56 CPU-s per 5 s for the timers alone, p99 wake-up 3.8 ms
-late; one shared timer: 0.47 CPU-s, p99 1.6 ms; ``benchmarks/recorder_capacity.py``).
+sending the packets, and woke later (measured: docs/benchmarks.md#recorder-timers).
 
 On a loop made by ``run`` (Linux) that timer is a ``TimerFd``, armed to the microsecond: a loop
-timer fires on a whole millisecond, so packets left up to 1-2 ms after their slot (median
-lateness 0.9 ms at 512 sessions). With the timerfd the median is about 0.1 ms.
+timer fires on a whole millisecond, so packets left up to 1-2 ms after their slot; the timerfd
+cuts the median lateness well below a millisecond (measured: docs/benchmarks.md#recorder-timers).
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ to a Unix socket that the loop itself drives (``FinisherChannel``); the reply (t
 ``SessionRecord``, or the exception) comes back the same way. A ``ProcessPoolExecutor`` needs
 two threads in the recorder process (one moves work items, one pickles them and writes the
 pipe); each time one of them took the interpreter lock the paced loop waited for it, and at the
-end of a batch, when hundreds of sessions finish within a second, packets went out up to 20 ms late (``benchmarks/recorder_capacity.py``, 256 sessions:
-end-phase p99 6-22 ms with the executor, 2.5-3.6 ms with finishing held back until the batch
-ended).
+end of a batch, when hundreds of sessions finish within a second, packets went out late
+(measured: docs/benchmarks.md#recorder-finisher).
 
 One process serves every event loop of the recorder process: each loop opens its own socket
 pair and passes one end to the process (``multiprocessing.reduction.send_handle``), which serves
@@ -69,9 +68,9 @@ class Blob(bytes):
 
     A finished session carries about 1 MB (its input PCM as a Blob, its received audio as an
     ``AudioText``, which travels the same way): pickling that in-band copied it into the
-    pickle, 0.55-0.76 ms of the paced loop per session, and at the
-    end of a batch hundreds of sessions finish within a second. With pickle protocol 5 a Blob
-    is an out-of-band buffer: the loop writes it to the socket as it is. Elsewhere (another
+    pickle, on the paced loop, for every session (measured: docs/benchmarks.md#recorder-finisher),
+    and at the end of a batch hundreds of sessions finish within a second. With pickle protocol 5
+    a Blob is an out-of-band buffer: the loop writes it to the socket as it is. Elsewhere (another
     protocol, another pickler) it pickles as plain bytes, and it always unpickles as ``bytes``.
     """
 
@@ -105,10 +104,9 @@ class RawTrace:
     The rows are kept in columns (times in ``array('d')``, NaN for a missing time; direction,
     type and text in lists of strings) rather than as a tuple per row: a tuple is a container
     the garbage collector tracks, and hundreds of sessions adding rows thousands of times a
-    second made the collector pause the loop that paces every session: 256 sessions of 10 s ran
-    197 young collections (306 ms in all, up to 6.9 ms each); in columns, 57 (16 ms, up to
-    0.9 ms). Arrays and strings are not tracked, so a row allocates nothing the collector
-    counts.
+    second made the collector pause the loop that paces every session, far more often and for
+    longer than with columns (measured: docs/benchmarks.md#recorder-gc). Arrays
+    and strings are not tracked, so a row allocates nothing the collector counts.
     """
 
     __slots__ = ("times", "scheduled", "ends", "dirs", "types", "texts")
@@ -165,12 +163,12 @@ def trace_from_raw(raw: RawTrace, origin: float) -> list[TraceEvent]:
 class AudioText:
     """The received audio deltas' base64 text, as ASCII bytes in one buffer, and each delta's length.
 
-    ``append`` adds a delta as it arrives (about half a microsecond for 80 ms of audio). The
+    ``append`` adds a delta as it arrives (one copy into the buffer). The
     session hands the buffer to the finisher as it is: pickled with protocol 5 it is an
     out-of-band buffer, written to the channel without a copy. Keeping the deltas as strings
-    and joining them at the hand-over made two fresh copies of the text in one go (about 430 kB
-    each for the benchmark's 10 s sessions); their page faults cost 0.3-0.4 ms of the paced loop per session
-    (``benchmarks/recorder_capacity.py``, 512 sessions). Decoding is the finisher's work
+    and joining them at the hand-over made two fresh copies of the text in one go, whose page
+    faults cost the paced loop time for every session (measured:
+    docs/benchmarks.md#recorder-finisher). Decoding is the finisher's work
     (``decode``).
 
     A delta that is not ASCII is not base64 either: its characters outside ASCII are kept

@@ -24,8 +24,9 @@ from recorders.eventloop import CLOCK, loop_local
 
 TICK_S = 0.02
 
-# numpy imports numpy.ma on the first np.percentile (through np.unique): 10-20 ms in the loop
-# that paces every session, at the first session's end. Import it with this module instead.
+# numpy imports numpy.ma on the first np.percentile (through np.unique): a stall of the loop
+# that paces every session, at the first session's end (measured:
+# docs/benchmarks.md#recorder-finisher). Import it with this module instead.
 np.percentile(np.zeros(2), 99)
 
 
@@ -34,8 +35,8 @@ class LagSamples:
     """One session's ticker samples as plain data (it pickles to the finisher process).
 
     ``LoopMonitor.release`` only copies the session's slice of the ticks: working out the
-    statistics took 0.2 ms of the paced loop per session (numpy under load, 512 sessions;
-    ``benchmarks/recorder_capacity.py``), and the ends of hundreds of sessions fall between other
+    statistics in the paced loop cost it time for every session (measured:
+    docs/benchmarks.md#recorder-finisher), and the ends of hundreds of sessions fall between other
     sessions' packets. ``stats`` is called where the session is finished."""
 
     interval: float
@@ -112,14 +113,14 @@ def monitor() -> LoopMonitor:
 
 
 # The cyclic garbage collector is off while sessions are paced. A collection stops the loop that
-# sends every session's packets: a full one walks every tracked object of the process (79 ms
-# with a few hundred sessions), and even the young-generation passes that stayed on in an earlier
-# design took 4-7 ms each while a batch was opening its sessions (benchmarks/recorder_capacity.py,
-# 256 sessions). A recording makes no reference cycles of its own: with the collector off, a
-# batch of 64 sessions left 0 unreachable objects for ``gc.collect`` to find. What exists before
+# sends every session's packets: a full one walks every tracked object of the process, and even
+# the young-generation passes that stayed on in an earlier design took milliseconds each while a
+# batch was opening its sessions (measured: docs/benchmarks.md#recorder-gc). A
+# recording makes no reference cycles of its own: with the collector off, a batch left no
+# unreachable objects for ``gc.collect`` to find. What exists before
 # the sessions is collected once and frozen (never scanned again); objects freed by reference
 # counting are freed as always. A safety valve runs a collection (and freezes again) if the
-# tracked objects made since the last one exceed GC_VALVE (512 sessions peak at 82 thousand):
+# tracked objects made since the last one exceed GC_VALVE (far above a batch's own peak):
 # some unforeseen path that makes cycles cannot grow the process without bound.
 GC_VALVE = 1_000_000
 _paced_users = 0

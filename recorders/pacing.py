@@ -34,9 +34,9 @@ class PhaseSpreader:
     of the period (a low-discrepancy sequence: any number of sessions spreads about evenly),
     rounded to a grid of ``grid_s`` (0.5 ms; 160 phases in 80 ms) on the clock's period
     boundaries. Sessions on the same phase have the same due times, so one timer wake-up sends
-    the packets of all of them: at 512 sessions a wake-up every 0.5 ms instead of 6,400 a
-    second cut the recorder's CPU from 0.44-0.50 to 0.35-0.40 of wall time (runs interleaved,
-    ``benchmarks/recorder_capacity.py``). The wait before packet 0 is under one period; the
+    the packets of all of them: a wake-up every 0.5 ms instead of one per packet, which cuts
+    the recorder's CPU (measured: docs/benchmarks.md#recorder-timers). The wait
+    before packet 0 is under one period; the
     trace clock starts at packet 0.
     """
 

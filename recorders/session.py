@@ -72,14 +72,13 @@ _FLAGS = {"session.created": "created", "session.updated": "updated",
 
 # Sessions that are opening (connect, upgrade, session.update, session.updated) at once, per event
 # loop. A batch starts all its sessions together; unthrottled, hundreds of handshakes land in the
-# same loop iterations as the first sessions' packets and delay them (at 512 sessions the first
-# second's p99 lateness was 88 ms). Opening them a few at a time costs the batch a short ramp.
+# same loop iterations as the first sessions' packets and delay them (measured:
+# docs/benchmarks.md#recorder-openings). Opening them a few at a time costs the batch a short ramp.
 # A slot is held from before the session's input is prepared until session.updated, and at most
 # OPENING_HOLD_S: a server that never answers must not hold the batch back.
-# Openings also start at most OPENING_RATE per second: with the C WebSocket client 8 slots opened
-# about 340 sessions a second, which kept the loop busy and the running sessions' packets late
-# while a batch ramped up (512 sessions, p99 lateness of each session's first 20 packets:
-# 5.7-16.3 ms at full rate, 3.0-5.7 ms at 125 a second, runs interleaved). The ends of sessions
+# Openings also start at most OPENING_RATE per second: with the C WebSocket client 8 slots alone
+# opened sessions fast enough to keep the loop busy and the running sessions' packets late
+# while a batch ramped up (measured: docs/benchmarks.md#recorder-openings). The ends of sessions
 # follow the spacing of their starts, so they are spread as well.
 OPENING_CONCURRENCY = 8
 OPENING_HOLD_S = 2.0
@@ -449,8 +448,8 @@ async def _off_loop(fn, *args):
 def _prepare(audio: Audio, rate: int) -> bytes:
     """The session's input as PCM16 at ``rate`` (in the worker thread). The session's directory
     is made when its files are written (``fdb.io``'s atomic writes make their parent), not here:
-    a mkdir blocked the loop for 0.8-3 ms and delayed every session's packets by as much while
-    a batch opened."""
+    a mkdir blocked the loop and delayed every session's packets by as much while a batch
+    opened (measured: docs/benchmarks.md#recorder-openings)."""
     return Blob(input_pcm16(audio, rate))  # handed to the finisher beside its pickle, not in it
 
 

@@ -11,8 +11,8 @@ CLOSE_CODES = {1002: "protocol error", 1005: "no status code", 1006: "abnormal c
                1008: "policy violation", 1009: "message too big", 1011: "server error"}
 
 
-# Event ids: a random 48-bit prefix per process and a counter (unique, and ~10x cheaper than a
-# uuid4 per packet at hundreds of paced sessions).
+# Event ids: a random 48-bit prefix per process and a counter (unique, and much cheaper than a
+# uuid4 per packet at hundreds of paced sessions; docs/benchmarks.md#recorder-websocket).
 _ID_PREFIX = secrets.token_hex(6)
 _ID_COUNTER = itertools.count()
 

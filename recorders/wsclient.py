@@ -1,9 +1,9 @@
 """The paced session's WebSocket client: picows's Cython framing under the few calls a session needs.
 
 Why not the ``websockets`` package here: at 512 paced sessions its pure-Python frame parser and
-writer, and the task wake-up per received message, cost the recorder a third more user CPU, and
-the loop fell behind the packet schedule (p99 lateness 2.9-9.6 ms against 1.2-3.8 ms with this
-client, runs interleaved; ``benchmarks/recorder_capacity.py``). picows parses frames and masks
+writer, and the task wake-up per received message, cost the recorder more user CPU, and the
+loop fell behind the packet schedule (measured: docs/benchmarks.md#recorder-websocket).
+picows parses frames and masks
 payloads in C and calls ``WsClient.on_ws_frame`` from the loop's read callback, so a received
 message is timed and dispatched in the same callback, with no queue and no task switch. The
 other WebSocket clients of the recorders (conformance, the TTS realtime client) are not paced

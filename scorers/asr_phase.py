@@ -127,8 +127,8 @@ def previous_entries(tree: Path, asr: AsrBackend, receipt_cls=AsrReceipt) -> dic
 
 def default_asr() -> AsrBackend:
     """The embedded scoring ASR: Whisper tiny.en with faster-whisper's VAD filter (200 ms
-    padding), which keeps first-word starts within ~0.2 s after long silences
-    (``fdb.models.scoring``'s ``faster-whisper`` choice)."""
+    padding), which keeps first-word starts after long silences at most about the padding early
+    (``fdb.models.scoring``'s ``faster-whisper`` choice; docs/benchmarks.md#embedded-asr)."""
     from fdb.models.scoring import BackendChoice, load_backend
 
     return load_backend("asr", BackendChoice(name="faster-whisper"))

@@ -142,8 +142,8 @@ class ModelHub:
 def limit_blas_threads() -> None:
     """Pin numpy's BLAS pool (OpenBLAS) to one thread in this process. Whisper's log-mel
     features are a BLAS product: with a pool of one thread per core, its second thread spun a
-    second core through every transcription for no gain (tiny.en on a 3 s question, 2 cores:
-    110-120 ms either way, 215 against 110 ms of CPU), taking that core from the sessions'
+    second core through every transcription for no gain in wall time (measured:
+    docs/benchmarks.md#embedded-asr), taking that core from the sessions'
     other model calls. Every model call already runs on the threads it is given
     (asr_threads, tts_threads, llm_threads)."""
     from threadpoolctl import threadpool_limits

@@ -201,9 +201,7 @@ class SystemConfig(BaseModel):
     # llm_threads threads each (fdb.models.llm); each context adds its KV cache and maps the GGUF
     # again. The compute gate, not the number of contexts, bounds how many decode at once, so
     # a context per session (max_sessions 4) leaves no reply waiting for one behind another's
-    # later tokens: at 4 sessions on 2 cores, 4 contexts against 2 gave 1212-1228 against
-    # 1351-1405 ms p50 first audio (p90 1534-1588 against 2043-2124; three runs of 16 sessions
-    # each, benchmarks/cascade_capacity.py) for about 260 MiB more server RSS at peak.
+    # later tokens, for some more server RSS per context (docs/benchmarks.md#embedded-llm).
     llm_threads: int = Field(1, ge=1, le=64)
     llm_contexts: int = Field(4, ge=1, le=16)
     model_workers: int = Field(8, ge=1, le=64)

@@ -32,9 +32,9 @@ from fdb.provenance import package_version
 ASR_RATE = 16000
 WHISPER_TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
 # Padding of faster-whisper's own Silero filter (bundled ONNX, no download) when vad_filter is
-# on: on Piper speech after 0.5-25 s of silence the first word start was 0.17 s early on average
-# (max 0.20 s) against 0.58 s (max 1.57 s) without the filter and 0.37 s with faster-whisper's
-# default 400 ms padding; 100 ms padding dropped words. See scorers/README.md.
+# on: after a long silence the first word then starts at most about the padding early; 200 ms is
+# nearer than faster-whisper's default 400 ms, and 100 ms dropped words (measured:
+# docs/benchmarks.md#embedded-asr, scorers/README.md).
 VAD_SPEECH_PAD_MS = 200
 WHISPER_FRAMES = 3000  # Whisper's encoder window: 30 s of 10 ms log-mel frames
 HOP = ASR_RATE // 100  # samples per log-mel frame
@@ -70,8 +70,8 @@ class FasterWhisperAsr:
     ``vad_filter`` drops silences of 2 s or more with faster-whisper's Silero filter before
     decoding, keeping ``vad_speech_pad_ms`` around speech; word times stay on the input
     timeline. Off by default (the server transcribes VAD-cut utterances, where it only adds
-    ~40 ms a call); the scorers turn it on for whole observation windows, where long silence
-    otherwise pulls the first word start early.
+    time to each call; measured: docs/benchmarks.md#embedded-asr); the scorers turn it on for
+    whole observation windows, where long silence otherwise pulls the first word start early.
     """
 
     local_compute = True  # its calls compute on this host's cores (a server may gate them)
@@ -133,12 +133,12 @@ class FasterWhisperAsr:
         Whisper always encodes a 30 s window; faster-whisper pads every call to it, so a 3 s
         question costs as much as 30 s of audio. Here the utterance is padded with silence to
         itself plus 1 s, but never less than ``min_window_s`` (10 s), and that log-mel is encoded
-        as it is; decoding is greedy, without timestamps, at most ``8 tokens/s + 20``. On 40
-        Piper-spoken sentences of 3.2 s on average (``benchmarks/asr_window.py``, 2 cores) the
-        full pipeline read 1.7% WER in 343 ms an utterance, this one 1.9% in 144 ms with a 15 s
-        floor, 2.1% in 92 ms with 10 s, and 29% with 5 s, where Whisper repeats itself: hence the
-        floor. Utterances longer than 29 s, and every call to a multilingual checkpoint (the
-        prompt here is English-only), go through ``transcribe``. ``words`` stays empty."""
+        as it is; decoding is greedy, without timestamps, at most ``8 tokens/s + 20``. A shorter
+        window is faster for a slightly higher WER, but below about 10 s Whisper repeats itself:
+        hence the floor (measured with ``benchmarks/asr_window.py``:
+        docs/benchmarks.md#embedded-asr). Utterances longer than 29 s, and every call to a
+        multilingual checkpoint (the prompt here is English-only), go through ``transcribe``.
+        ``words`` stays empty."""
         import ctranslate2
 
         samples = np.ascontiguousarray(samples, dtype=np.float32)

@@ -36,16 +36,15 @@ class SmolLm2:
     A reply holds one context from its first token to its last, so with one context the
     sessions of a server reply one after another. With more, as many replies decode at once,
     each context on ``n_threads`` threads. Each context maps the GGUF file again (the pages are
-    shared in the page cache, but RSS counts every mapping) and has its own KV cache: the
-    embedded-cascade server's idle RSS went from 749 to 899 MiB with a second context. The
+    shared in the page cache, but RSS counts every mapping) and has its own KV cache, so every
+    context adds to the server's RSS (measured: docs/benchmarks.md#embedded-llm). The
     prompt is evaluated on ``n_threads`` too (llama-cpp-python's default takes every core).
 
     Every call starts from the same state of its context (``_prime``): the system turn's tokens
     alone, evaluated once per context and kept in its KV cache; the rest of the prompt is
     evaluated from there. So which context serves a call, and what it served before, never
-    changes the reply, and the system prompt is not evaluated again for every reply: 16 of the
-    35 prompt tokens of a one-question dialog; on one core its first piece came 81-105 ms after
-    the call instead of 190-220 ms."""
+    changes the reply, and the system prompt is not evaluated again for every reply, so the
+    first piece comes sooner (measured: docs/benchmarks.md#embedded-llm)."""
 
     local_compute = True  # its calls compute on this host's cores (a server may gate them)
 

@@ -123,7 +123,8 @@ def _load_asr(choice: BackendChoice):
     from fdb.models.asr import load_asr
 
     if choice.name == "faster-whisper":
-        # Whisper tiny.en with its VAD filter: first-word starts within ~0.2 s after long silences
+        # Whisper tiny.en with its VAD filter: after long silences first-word starts are at most
+        # about the padding early (measured: docs/benchmarks.md#embedded-asr)
         return load_asr("faster-whisper", vad_filter=True)
     if choice.name == "parakeet":
         return load_asr("parakeet", nemo_path=choice.checkpoint, expected_sha256=choice.sha256,

@@ -75,7 +75,8 @@ def last_window(samples: np.ndarray) -> np.ndarray:
 
 
 class SmartTurn:
-    """Smart Turn v3.2 on CPU; one call scores one utterance (about 50-70 ms)."""
+    """Smart Turn v3.2 on CPU; one call scores one utterance (its time:
+    docs/benchmarks.md#smart-turn)."""
 
     def __init__(self, path: str | Path | None = None, expected_sha256: str = SMART_TURN_SHA256,
                  threads: int = 1) -> None:

@@ -79,8 +79,8 @@ class SileroVad:
 
         Files of similar length go through the model together, one row each (Silero keeps its
         recurrent state and 64-sample context per row), so a 512-sample window costs one model
-        call per batch instead of one per file: ~20x faster on one CPU thread at 64 rows. The
-        per-window probabilities then go through silero-vad's own
+        call per batch instead of one per file (measured: docs/benchmarks.md#silero-vad-batching).
+        The per-window probabilities then go through silero-vad's own
         ``get_speech_timestamps_from_probs`` with the settings, exactly as
         ``get_speech_timestamps`` does for one file (a short last window is zero-padded there
         and here alike), so the segments equal the one-file result.

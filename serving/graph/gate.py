@@ -20,9 +20,9 @@ REST           everything after a reply's first chunk: later tokens and chunks, 
 A work that finished ahead of its turn therefore waits only for work nearer to the user's ear.
 ``reserved`` slots never go to REST work: a first chunk then finds a core within one token
 step, instead of waiting behind long syntheses of later chunks that cannot be stopped midway.
-On 2 cores with one of 2 slots reserved, the first audio after the speech end at 4 sessions
-went from 1406 to 937-1147 ms p50 (``benchmarks/cascade_capacity.py``), with the reply RTF p90
-at 0.57-0.59.
+With one of 2 slots reserved on 2 cores, the first audio after the speech end comes sooner at
+4 sessions while replies are still made faster than real time (measured:
+docs/benchmarks.md#compute-gate).
 A call may name a ``resource`` that serves one call at a time (a model with a lock of its
 own, such as the recognizer or the voice): the gate then starts it only when that resource is
 free, so no slot is held by a call that waits for another call's lock.

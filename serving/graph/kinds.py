@@ -82,11 +82,10 @@ class OpenAiSpeechOptions(KindOptions):
 class WhisperTranscriptionOptions(KindOptions):
     """The embedded faster-whisper tiny.en recognizer; ``pad_ms`` of audio is kept after speech.stopped.
     ``window_s``: each utterance is encoded in a window of the utterance plus 1 s, at least this
-    long (``FasterWhisperAsr.transcribe_utterance``, ``benchmarks/asr_window.py``, a 3 s question
-    on 2 cores: 92 ms at WER 2.1% with 10 s, 144 ms at 1.9% with 15 s, 343 ms at 1.7% for the full
-    pipeline; below 10 s Whisper repeats itself). 10 s: at 4 embedded-cascade sessions it brought
-    the first audio p50 from 0.87-1.15 s to 0.79-0.93 s (five interleaved runs each,
-    ``benchmarks/cascade_capacity.py``). Null: the full 30 s pipeline."""
+    long (``FasterWhisperAsr.transcribe_utterance``). Default 10 s, the shortest before Whisper
+    repeats itself: a shorter window is faster for a slightly higher WER and brings the cascade's
+    first audio earlier (measured: docs/benchmarks.md#embedded-asr). Null: the full 30 s
+    pipeline."""
 
     pad_ms: int = Field(200, ge=0)
     window_s: float | None = Field(10.0, ge=10, le=30)

@@ -6,9 +6,8 @@ complete, and the first one is kept short, since the first audio waits for its s
 - a sentence end (``. ! ? ; …`` followed by whitespace) always ends a chunk;
 - the first chunk also ends at a clause boundary (``,`` ``:`` or a dash, followed by whitespace)
   once it has ``first_clause_words`` words, and in any case after ``first_max_words`` words
-  (3 and 7: at 4 embedded-cascade sessions on 2 cores, 3 and 7 instead of 4 and 12 brought the
-  first audio p50 from 1.25-1.35 s to 0.94-1.17 s, three interleaved runs each,
-  ``benchmarks/cascade_capacity.py``);
+  (3 and 7, rather than 4 and 12, for an earlier first audio; measured:
+  docs/benchmarks.md#reply-chunking);
 - a later chunk ends at a clause boundary once it has ``clause_words`` words, and in any case
   after ``max_words`` (so that a long sentence does not hold up synthesis while audio plays);
 - a cut made only because of the word count does not leave an English article, preposition,
