@@ -42,6 +42,7 @@ input and output buffers) on CUDA and runs eagerly elsewhere::
     graphs.reset([slot])                 # a new session takes ``slot`` (outside any graph)
     codes = graphs.encode(pcm, active)   # pcm [n, 1920] float, active [n] bool -> [n, 8] long
     audio = graphs.decode(codes, active) # [n, 8] long -> [n, 1920] float
+    graphs.prime_decoder(slot, ref_codes[:, -8:])  # CSM: a reference's last frames as context
     # the results are the graphs' output buffers: copy what must outlive the next call
 """
 
@@ -166,8 +167,10 @@ class _Transformer:
             keys, values = k_cache[:n], v_cache[:n]
             keys.scatter_(2, where, k)  # an off row writes entries that no later query sees
             values.scatter_(2, where, v)
-            if groups > 1:
-                keys, values = keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1)
+            if groups > 1:  # transformers' repeat_kv: kv head h serves query heads h*groups..
+                shape = (n, self.heads, self.ring, self.head_dim)
+                keys = keys[:, :, None].expand(n, self.kv_heads, groups, self.ring, self.head_dim).reshape(shape)
+                values = values[:, :, None].expand(n, self.kv_heads, groups, self.ring, self.head_dim).reshape(shape)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
             out = attn.o_proj(out.transpose(1, 2).reshape(n, t, self.heads * self.head_dim))
             h = h + layer.self_attn_layer_scale(out)
@@ -387,6 +390,23 @@ class MimiGraphs:
                 if (name, n) not in self._graphs:
                     self._graphs[(name, n)] = self._capture(n, fn, active)
 
+    def prime_decoder(self, slot: int, codes: torch.Tensor, n: int | None = None) -> None:
+        """Run ``codes`` [K, F] (e.g. a voice reference's last frames) through ``slot``'s decoder
+        stream, one replay per frame with only that slot on; ``n``: the bucket to replay
+        (default every slot; it must hold ``slot``)."""
+        n = self.mimi.slots if n is None else n
+        if not 0 <= slot < n:
+            raise ValueError(f"slot {slot} is outside the bucket of {n} rows")
+        active = torch.zeros(n, dtype=torch.bool, device=self.mimi.device)
+        active[slot] = True
+        for f in range(codes.shape[1]):
+            self.codes_in[slot].copy_(codes[:, f])
+            self._set_and_run_decode(n, active)
+
+    def _set_and_run_decode(self, n: int, active: torch.Tensor) -> None:
+        _set_active(self.dec_active[:n], active)
+        self._run("decode", n, self._decode_rows, self.dec_active)
+
     def encode(self, frames: torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
         """``frames`` [n, frame] float -> codes [n, K] (the output buffer's rows)."""
         n = frames.shape[0]
@@ -399,6 +419,5 @@ class MimiGraphs:
         """``codes`` [n, K] long -> samples [n, frame] float32 (the output buffer's rows)."""
         n = codes.shape[0]
         self.codes_in[:n].copy_(codes)
-        _set_active(self.dec_active[:n], active)
-        self._run("decode", n, self._decode_rows, self.dec_active)
+        self._set_and_run_decode(n, active)
         return self.audio[:n]

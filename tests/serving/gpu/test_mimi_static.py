@@ -186,3 +186,19 @@ def test_cuda_graphs_equal_eager_without_host_sync():
         assert small.shape == (2, model.config.num_quantizers)
         eager.encode(frame[:2])
     assert {("encode", 2), ("encode", 4), ("decode", 2), ("decode", 4)} <= set(graphs._graphs)
+
+
+def test_prime_decoder_continues_from_a_reference(model):
+    """CSM's voice reference: its last frames primed into one slot's decoder stream, then the
+    slot's new frames equal the tail of a full decode of reference + new codes."""
+    codes = _stream_encode(model, _audio(1, 6, seed=7))[0]  # [K, 6]
+    graphs = MimiGraphs(StaticMimi(model, slots=2))
+    graphs.prime_decoder(1, codes[:, :3])
+    assert torch.equal(graphs.mimi.positions()[1], torch.tensor([0, 3]))
+    rows = torch.zeros(2, codes.shape[0], dtype=torch.long)
+    got = []
+    for f in range(3, 6):
+        rows[1] = codes[:, f]
+        got.append(graphs.decode(rows, torch.tensor([False, True]))[1].clone())
+    ref = _full_decode(model, codes[None])[0, 3 * FRAME:]
+    torch.testing.assert_close(torch.cat(got), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
