@@ -307,14 +307,6 @@ class StaticMimi:
         return x[:, 0]
 
 
-def bucket_of(n: int, slots: int) -> int:
-    """The smallest power of two >= n, at most ``slots``."""
-    b = 1
-    while b < n:
-        b *= 2
-    return min(b, slots)
-
-
 def _set_active(buffer: torch.Tensor, active: torch.Tensor | None) -> None:
     if active is None:
         buffer.fill_(True)
