@@ -13,9 +13,12 @@ backbone prefill each, of all prompt tokens but the last, into a free slot of
 advances every busy slot by one frame in one batched step (the new slot's last prompt token is its
 first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`: backbone, 31 depth steps and the
 sampling, captured as one CUDA graph per batch bucket when ``cuda_graphs`` is on), and decodes
-the new frame of each busy slot with Mimi (eagerly: Mimi is not capturable) over a window of its last ``decode_context`` frames
-(Mimi's convolutions are causal, so the window's last frame matches a full decode up to the
-decoder transformer's longer context). A request ends at the end frame (every codebook
+the new frame of each busy slot with Mimi: ``codec: streaming`` (the default,
+:mod:`serving.gpu.mimi_static`) continues the slot's own decoder stream, one frame per call,
+captured as a CUDA graph per bucket (a reference's last frames are primed into the stream at
+prefill); ``codec: window`` decodes a window of its last ``decode_context`` frames with
+transformers' Mimi, eagerly (Mimi's convolutions are causal, so the window's last frame matches a
+full decode up to the decoder transformer's longer context). A request ends at the end frame (every codebook
 ``codebook_eos_token_id``, 0), which is not spoken, or at its length bound.
 
 With dummy weights (no tokenizer) the text becomes its UTF-8 bytes, and since a random model
@@ -60,7 +63,11 @@ class CsmOptions:
     max_audio_s: float = 60.0
     temperature: float = 0.9
     top_k: int = 50
-    decode_context: int = 8  # frames of Mimi context per decoded frame
+    decode_context: int = 8  # frames of Mimi context per decoded frame (codec "window"), or of a
+    # reference primed into a slot's decoder (codec "streaming")
+    # "streaming": serving.gpu.mimi_static, one frame per call over the slot's decoder state, a CUDA
+    # graph per bucket; "window": transformers' Mimi over the last decode_context frames, eagerly
+    codec: str = "streaming"
     cuda_graphs: bool = True
     dummy_s_per_char: float = 0.07
     speaker: int = 0
@@ -131,6 +138,14 @@ class CsmEngine:
         self._arange = torch.arange(options.max_len, device=self.device)
         self._graphs: dict[int, object] = {}
         self.audio = torch.zeros(s, self.frame_samples, dtype=torch.float32, device=self.device)
+        if options.codec not in ("streaming", "window"):
+            raise FdbError(f"CSM codec {options.codec!r} is not known", "use streaming or window")
+        self.mimi = None
+        if options.codec == "streaming":
+            from serving.gpu.mimi_static import MimiGraphs, StaticMimi
+
+            self.mimi = MimiGraphs(StaticMimi(model.codec_model, s, num_quantizers=self.codebooks),
+                                   cuda_graphs=options.cuda_graphs)
         # the sampling's uniform numbers, drawn before each step outside its graph
         self.noise = torch.zeros(self.codebooks, s, options.top_k, device=self.device)
         self._ref_codes: dict[str, object] = {}  # sha256 of a reference -> its Mimi codes (LRU)
@@ -143,7 +158,8 @@ class CsmEngine:
         self.identity = BackendIdentity(
             kind="tts", name="transformers/csm", version=package_version("transformers"),
             settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "cuda_graphs": options.cuda_graphs,
-                      "decode_context_frames": options.decode_context, "temperature": options.temperature,
+                      "codec": options.codec, "decode_context_frames": options.decode_context,
+                      "temperature": options.temperature,
                       "top_k": options.top_k, "frame_hz": FRAME_HZ, "rate": RATE})
         self.warm_s = self._warm()
         self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
@@ -158,9 +174,12 @@ class CsmEngine:
         if self.device.type == "cuda" and self.opts.cuda_graphs:
             buckets = sorted({bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)})
             with self.torch.inference_mode():
+                if self.mimi is not None:
+                    self.mimi.warm(buckets)
                 for n in buckets:
                     self._run_step(n)
-                    self._run_decode(n)
+                    if self.mimi is None:
+                        self._run_decode(n)
             log.info("CSM buckets %s warm in %.1f s", buckets, time.perf_counter() - started)
         return round(time.perf_counter() - started, 1)
 
@@ -375,6 +394,12 @@ class CsmEngine:
             tail = ref_codes[:, -self.opts.decode_context:]
             context[:, -tail.shape[1]:] = tail.clamp(max=self.codec_size - 1)
         self.history[slot] = context
+        if self.mimi is not None:  # a new decoder stream; a reference's last frames lead into it
+            from serving.gpu.slots import bucket
+
+            self.mimi.reset([slot])
+            if ref_codes is not None:
+                self.mimi.prime_decoder(slot, context[:, -tail.shape[1]:], n=bucket(slot + 1, self.opts.max_batch))
         request.max_frames = self._max_frames(request.text)
         request.slot = slot
         self._slots[slot] = request
@@ -481,9 +506,15 @@ class CsmEngine:
         self.audio[:n] = values[:, 0, -self.frame_samples:].float().nan_to_num().clamp(-1, 1)
 
     def _run_decode(self, n: int) -> None:
-        """Mimi runs eagerly: its encoder and decoder are not capturable (a failed capture also
-        leaves the CUDA generator unusable, so none is tried)."""
-        self._decode(n)
+        """Rows 0..n-1: the new frame through Mimi into ``audio``. Streaming: every row advances
+        its decoder stream (a free row's is reset when a request takes it), in a CUDA graph per
+        bucket; window: transformers' Mimi eagerly (not capturable: a failed capture also leaves the
+        CUDA generator unusable, so none is tried)."""
+        if self.mimi is None:
+            self._decode(n)
+            return
+        values = self.mimi.decode(self.out_codes[:n].clamp(max=self.codec_size - 1))
+        self.audio[:n] = values.float().nan_to_num().clamp(-1, 1)
 
 
 def _closed() -> FdbError:

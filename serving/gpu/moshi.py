@@ -7,19 +7,24 @@ cache (:class:`serving.gpu.slots.SlotCache`, per-row positions). A GPU thread ta
 that sessions handed in, waits at most ``gather_ms`` for the other busy sessions' frames, and
 advances all of them in one batched step:
 
-1. Mimi encodes each session's last ``codec_context`` frames of input (24 kHz) and keeps the
-   newest frame's first 8 codebooks (Mimi's encoder is causal: a window's last frame is the
+1. Mimi encodes each session's new frame (``codec: streaming``, the default:
+   :mod:`serving.gpu.mimi_static`, one frame per call over the slot's own codec state) into its
+   first 8 codebooks; ``codec: window`` instead encodes the last ``codec_context`` frames with
+   transformers' Mimi and keeps the newest frame (Mimi is causal: a window's last frame is the
    streaming encoding up to the encoder transformer's longer context);
 2. the temporal transformer (7B in the moshi-7b configuration) reads the sum of the text
    embedding and the 16 audio embeddings (Moshi's 8, the user's 8; codebooks 1–7 one frame
    behind codebook 0, Moshi's acoustic delay) and predicts the text token;
 3. the depth transformer predicts Moshi's 8 codebooks one after another from that state;
-4. Mimi decodes Moshi's newest frame over a window of its last frames: 1,920 samples at 24 kHz.
+4. Mimi decodes Moshi's newest frame into 1,920 samples at 24 kHz (streaming: over the slot's
+   decoder state; window: the last frames decoded whole).
 
-A session that handed in no frame this step is not advanced (its position stays; whatever the
-step wrote at that position is overwritten by its next real step). Every shape in a step depends
-on the batch bucket only, so steps 2–3 run as one CUDA graph per bucket (Mimi, 1 and 4, runs
-eagerly: it cannot be captured, and a failed capture would leave the CUDA generator unusable).
+A session that handed in no frame this step is not advanced (its position and its codec state
+stay; whatever the step wrote at that position is overwritten by its next real step). Every
+shape in a step depends on the batch bucket only, so steps 2–3 run as one CUDA graph per bucket,
+and so do the streaming codec's encode and decode (``MimiGraphs``); the window codec runs
+eagerly (transformers' Mimi cannot be captured, and a failed capture would leave the CUDA
+generator unusable).
 
 With dummy weights the text is token noise (no tokenizer: no transcript) and the audio is noise;
 the protocol and the timing are real. :mod:`serving.gpu.native` serves an engine behind fdb's
@@ -55,7 +60,10 @@ class MoshiOptions:
     text_top_k: int = 25
     audio_temperature: float = 0.8
     audio_top_k: int = 250
-    codec_context: int = 8  # frames of Mimi context per encoded / decoded frame
+    codec_context: int = 8  # codec "window": frames of Mimi context per encoded / decoded frame
+    # "streaming": serving.gpu.mimi_static (one frame per call over per-slot state, a CUDA graph
+    # per bucket); "window": transformers' Mimi over the last codec_context frames, eagerly
+    codec: str = "streaming"
     gather_ms: float = 2.0  # how long a step waits for the other busy sessions' frames
     cuda_graphs: bool = True
 
@@ -108,6 +116,15 @@ class MoshiEngine:
         self.out_audio = torch.zeros(s, self.frame, dtype=torch.float32, device=self.device)
         self._arange = torch.arange(options.max_len, device=self.device)
         self._codebook = [torch.tensor([c], device=self.device) for c in range(self.k)]  # no copies in a graph
+        if options.codec not in ("streaming", "window"):
+            raise FdbError(f"Moshi codec {options.codec!r} is not known", "use streaming or window")
+        self.mimi = None
+        if options.codec == "streaming":
+            from serving.gpu.mimi_static import MimiGraphs, StaticMimi
+
+            self.mimi = MimiGraphs(StaticMimi(model.audio_encoder, s, num_quantizers=self.k),
+                                   cuda_graphs=options.cuda_graphs)
+            self.user_frame = torch.zeros(s, self.frame, dtype=torch.float32, device=self.device)
         # the sampling's uniform numbers, drawn before each step outside its graph
         self.text_noise = torch.zeros(s, options.text_top_k, device=self.device)
         self.audio_noise = torch.zeros(self.k, s, options.audio_top_k, device=self.device)
@@ -124,7 +141,8 @@ class MoshiEngine:
         self.identity = BackendIdentity(
             kind="native", name="transformers/moshi", version=package_version("transformers"),
             settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "max_len": options.max_len,
-                      "cuda_graphs": options.cuda_graphs, "codec_context_frames": w, "frame_hz": FRAME_HZ,
+                      "cuda_graphs": options.cuda_graphs, "codec": options.codec,
+                      "codec_context_frames": w if options.codec == "window" else None, "frame_hz": FRAME_HZ,
                       "gather_ms": options.gather_ms})
         self.warm_s = self._warm()
         self._thread = threading.Thread(target=self._run, name="moshi-gpu", daemon=True)
@@ -140,6 +158,8 @@ class MoshiEngine:
             return 0.0
         buckets = sorted({bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)})
         with self.torch.inference_mode():
+            if self.mimi is not None:
+                self.mimi.warm(buckets)
             for n in buckets:
                 self._run_graph("step", n, self._step)
         log.info("Moshi buckets %s warm in %.1f s", buckets, time.perf_counter() - started)
@@ -221,6 +241,8 @@ class MoshiEngine:
             self.codes[slot] = self.audio_pad
             self.user_audio[slot] = 0
             self.out_history[slot] = 0
+        if resets and self.mimi is not None:
+            self.mimi.reset(resets)  # its codec streams too (outside any graph)
         return frames
 
     def _advance(self, frames: list[_Frame]) -> None:
@@ -234,8 +256,11 @@ class MoshiEngine:
         new = torch.from_numpy(np.stack([f.samples for f in frames])).to(self.device)
         self.active.zero_()
         self.active[index] = True
-        self.user_audio[index, 0] = torch.cat([self.user_audio[index, 0, self.frame:], new], dim=1)
-        self._encode(n)  # Mimi runs eagerly: it is not capturable
+        if self.mimi is None:
+            self.user_audio[index, 0] = torch.cat([self.user_audio[index, 0, self.frame:], new], dim=1)
+        else:
+            self.user_frame[index] = new
+        self._encode(n)
         self.text_noise.uniform_()
         self.audio_noise.uniform_()
         self._run_graph("step", n, self._step)
@@ -296,12 +321,15 @@ class MoshiEngine:
     def _encode(self, n: int) -> None:
         """The user's newest frame of codes from a window of input, into ``codes[:, 0, k:]``."""
         torch = self.torch
-        codes = self.model.audio_encoder.encode(self.user_audio[:n].to(self.dtype),
-                                                num_quantizers=self.k).audio_codes  # [n, 8, W]
+        if self.mimi is not None:  # the streaming codec: this frame only, over the slot's state
+            newest = self.mimi.encode(self.user_frame[:n], self.active[:n])  # [n, 8]
+        else:  # a window of the last frames, eagerly (transformers' Mimi is not capturable)
+            newest = self.model.audio_encoder.encode(self.user_audio[:n].to(self.dtype),
+                                                     num_quantizers=self.k).audio_codes[:, :, -1]
         keep = self.active[:n, None]
         shifted = torch.where(keep[:, :, None], self.codes[:n, :1], self.codes[:n, 1:])
         self.codes[:n, 1:] = shifted
-        self.codes[:n, 0, self.k:] = torch.where(keep, codes[:, :, -1], self.codes[:n, 0, self.k:])
+        self.codes[:n, 0, self.k:] = torch.where(keep, newest, self.codes[:n, 0, self.k:])
 
     def _inputs(self, n: int):
         """The temporal transformer's input: text + Moshi's and the user's codes, codebook 0 of
@@ -363,6 +391,10 @@ class MoshiEngine:
         return torch.stack(codes, dim=1)
 
     def _decode(self, n: int) -> None:
-        values = self.model.audio_encoder.decode(self.out_history[:n]).audio_values  # [n, 1, W*frame]
-        self.out_audio[:n] = values[:, 0, -self.frame:].float().nan_to_num().clamp(-1, 1)
+        if self.mimi is not None:
+            playable = self.codes[:n, 0, :self.k].clamp(max=self.codec_size - 1)
+            values = self.mimi.decode(playable, self.active[:n])  # [n, frame]
+        else:
+            values = self.model.audio_encoder.decode(self.out_history[:n]).audio_values[:, 0, -self.frame:]
+        self.out_audio[:n] = values.float().nan_to_num().clamp(-1, 1)
 

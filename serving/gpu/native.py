@@ -146,7 +146,7 @@ class MoshiNative:
         model = load_model(source, "moshi_gpu native model", node.device, node.dtype)
         tokenizer = load_tokenizer(source)
         options = MoshiOptions(max_batch=node.max_batch, max_len=node.max_len, codec_context=node.codec_context,
-                               gather_ms=node.gather_ms, cuda_graphs=node.cuda_graphs)
+                               codec=node.codec, gather_ms=node.gather_ms, cuda_graphs=node.cuda_graphs)
         self.engine = MoshiEngine(model, options, tokenizer=tokenizer, dummy=source.dummy,
                                   weights_label=source.label())
         self.identity = self.engine.identity

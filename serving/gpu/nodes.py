@@ -62,6 +62,7 @@ class CsmSpeechNode(GpuNode):
     temperature: float = Field(0.9, ge=0, le=2)
     top_k: int = Field(50, ge=1)
     decode_context: int = Field(8, ge=1, le=64)
+    codec: Literal["streaming", "window"] = "streaming"
     cuda_graphs: bool = True
     dummy_s_per_char: float = Field(0.07, gt=0, le=1)
 
@@ -75,6 +76,7 @@ class MoshiNativeNode(GpuNode):
     max_batch: int = Field(32, ge=1, le=256)
     max_len: int = Field(2048, ge=64, le=3000)  # frames per session; Moshi's context is 3000
     codec_context: int = Field(8, ge=1, le=64)
+    codec: Literal["streaming", "window"] = "streaming"
     gather_ms: float = Field(2.0, ge=0, le=80)
     cuda_graphs: bool = True
 
@@ -105,6 +107,7 @@ class CsmTts:
         tokenizer = load_tokenizer(source)
         options = CsmOptions(max_batch=node.max_batch, max_len=node.max_len, max_audio_s=node.max_audio_s,
                              temperature=node.temperature, top_k=node.top_k, decode_context=node.decode_context,
+                             codec=node.codec,
                              cuda_graphs=node.cuda_graphs, dummy_s_per_char=node.dummy_s_per_char)
         self.engine = CsmEngine(model, options, tokenizer=tokenizer, dummy=source.dummy,
                                 weights_label=source.label())

@@ -211,6 +211,24 @@ def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     assert _idle(engine)
 
 
+def test_both_codecs_speak_whole_frames_and_a_reference_primes_the_stream(model, engine):
+    """codec window (transformers' Mimi over the last frames) and streaming (the default, the
+    slot's own decoder stream): the same frames of the same codes (greedy), audio of the same
+    shape; with streaming, a request with a reference (primed into its decoder stream) too."""
+    window = CsmEngine(model, CsmOptions(max_batch=2, max_len=256, temperature=0, codec="window"), dummy=True)
+    try:
+        windowed = list(window.stream("hi"))
+    finally:
+        window.close()
+    streamed = list(engine.stream("hi"))
+    assert engine.identity.settings["codec"] == "streaming" and window.identity.settings["codec"] == "window"
+    assert [f.shape for f in windowed] == [f.shape for f in streamed] == [(FRAME,)] * 5
+    reference = np.random.default_rng(5).normal(0, 0.1, 24000).astype(np.float32)
+    primed = list(engine.stream("hi", ref_audio=reference, ref_text="noise"))
+    assert [f.shape for f in primed] == [(FRAME,)] * 5
+    assert _idle(engine)
+
+
 class _Streaming:
     """The speech node's view of CsmTts (serving/gpu/nodes.py) over the module's engine."""
 
