@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from pydantic import BaseModel
+from fdb.records.judge import Share
 
 WILSON_Z = NormalDist().inv_cdf(0.975)
 
@@ -25,12 +25,6 @@ def wilson(count: int, n: int, z: float = WILSON_Z) -> tuple[float, float] | Non
     low = 0.0 if count == 0 else max(0.0, center - half)
     high = 1.0 if count == n else min(1.0, center + half)
     return (low, high)
-
-
-class Share(BaseModel):
-    count: int
-    share: float | None  # null when nothing was judged
-    ci95: tuple[float, float] | None
 
 
 def share(count: int, n: int) -> Share:

@@ -77,7 +77,7 @@ def _ident(identity: Any) -> str | None:
 # --- tts-bench ---------------------------------------------------------------------------------
 
 def observe_tts(directory: Path) -> Observations:
-    from scorers.tts_serving import LevelRow
+    from fdb.records.tts import LevelRow
 
     fix = f"finish the bench, or rebuild it with `python -m fdb tts-bench --output {directory} --report-only`"
     data = _load(directory / "tts.json", "the tts-bench report (the bench did not finish)", fix)
@@ -121,7 +121,7 @@ def _tts_quality(directory: Path, out: Observations) -> None:
     path = directory / "quality" / "quality.jsonl"
     if not path.is_file():
         return
-    from scorers.tts_quality import UtteranceQuality
+    from fdb.records.tts import UtteranceQuality
 
     rows = [UtteranceQuality.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip()]
@@ -135,7 +135,7 @@ def _tts_quality(directory: Path, out: Observations) -> None:
 # --- sweep -------------------------------------------------------------------------------------
 
 def observe_sweep(directory: Path) -> Observations:
-    from scorers.serving import ServingRow
+    from fdb.records.serving import ServingRow
 
     fix = f"let the sweep finish (or rerun it into a new --output); its report is {directory / 'serving.json'}"
     data = _load(directory / "serving.json", "the sweep report (the sweep did not finish)", fix)

@@ -20,12 +20,10 @@ from pydantic import BaseModel, ValidationError
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.layout import RepeatPaths, RunPaths
-from fdb.run_manifest import RunManifest
-from judges.behavior import BehaviorSummary
-from judges.semantic.run import SemanticSummary
-from scorers.listening_records import ListeningSummary
-from scorers.serving import Capacity
-from scorers.v10_records import (
+from fdb.records.judge import BehaviorSummary, SemanticSummary
+from fdb.records.listening import ListeningSummary
+from fdb.records.serving import Capacity
+from fdb.records.v10 import (
     IneligibleRow,
     InterruptRow,
     PauseRow,
@@ -33,7 +31,8 @@ from scorers.v10_records import (
     TurnRow,
     UnifiedResult,
 )
-from scorers.v15_records import SessionIntervals, TimingSummary
+from fdb.records.v15 import SessionIntervals, TimingSummary
+from fdb.run_manifest import RunManifest
 
 JUDGED = ("complete", "has_failures")  # statuses whose labels or grades are measurements
 ROW_BY_TASK = {"pause_handling": PauseRow, "turn_taking": TurnRow, "user_interruption": InterruptRow}
@@ -161,7 +160,7 @@ def sample_row(raw: dict) -> SampleRow:
 
 def _judges(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
     """The judge step's summaries: judge.json when it holds judged ones, else the one task directory."""
-    from judges.repeat import JudgeSummary
+    from fdb.records.judge import JudgeSummary
 
     summary = reader.model(JudgeSummary, rep.root / "judge.json", "rerun `python -m fdb judge`")
     behavior = summary.behavior if summary else None

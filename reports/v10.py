@@ -65,9 +65,9 @@ def official_columns(with_evaluator: bool) -> list[Column]:
 
 def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str]]:
     """Per repeat, its evaluator.json when it was computed from the repeat's current manifest.json
-    and asr.json (``scorers.v10_reference.load_reference``), and the notes for those left out."""
+    and asr.json (``fdb.records.v10_reference.load_reference``), and the notes for those left out."""
     from fdb.io import sha256_file
-    from scorers.v10_reference import load_reference
+    from fdb.records.v10_reference import load_reference
 
     found, notes = {}, []
     for rep in repeats:
@@ -85,7 +85,7 @@ def _evaluator_cells(name: str, task: str, evaluators: dict[int, object]) -> dic
     """The original evaluator's cells of one subset: mean ± sd over the repeats where it ran;
     else why not (not run: needs the judge / no eligible sample; failed: see its log); n/a
     where the clean-room column does not apply to the task either."""
-    from scorers.v10_evaluator import evaluator_metric
+    from fdb.records.v10_reference import evaluator_metric
 
     runs = [e.subsets[name] for e in evaluators.values() if name in e.subsets]
     ok = [r for r in runs if r.status == "ok"]
@@ -166,7 +166,7 @@ def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
     """Why a repeat's unified.json cannot be shown (missing, stale, unsupported, incomplete), or None."""
     from fdb.datasets.types import V10_TASK
     from fdb.io import sha256_file
-    from scorers.v10_records import UNIFIED_SCHEMA
+    from fdb.records.v10 import UNIFIED_SCHEMA
 
     tree = rep.v10_reference
     for name in ("manifest.json", "asr.json"):

@@ -297,7 +297,7 @@ def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
     """The repeat's evaluator.json when a rerun would repeat it: computed from the current
     manifest.json and asr.json, from the same checkout and accepted revision, no subset failed."""
     from fdb.io import sha256_file
-    from scorers.v10_reference import load_reference
+    from fdb.records.v10_reference import load_reference
 
     tree = rep.v10_reference
     if not (tree / "evaluator.json").exists():

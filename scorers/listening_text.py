@@ -11,15 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import BaseModel
-
-
-class WordCounts(BaseModel):
-    reference_words: int
-    hits: int
-    substitutions: int
-    deletions: int
-    insertions: int
+from fdb.records.listening import WordCounts
 
 
 @lru_cache(maxsize=1)

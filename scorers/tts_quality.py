@@ -26,9 +26,10 @@ from __future__ import annotations
 import string
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-QUALITY_SCHEMA = "fdb-tts-quality-1"
+from fdb.records.tts import QualitySummary, UtteranceQuality, WerCounts
+
 OUTLIER_WER = 0.5
 # zhon.hanzi.punctuation (zhon 2.x): non-stops then stops
 HANZI_PUNCTUATION = ("＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､\u3000、〃〈〉《》「」『』【】〔〕〖〗"
@@ -44,21 +45,6 @@ def normalize(text: str, lang: str) -> str:
     return " ".join(stripped.lower().split())
 
 
-class WerCounts(BaseModel):
-    words: int
-    substitutions: int
-    deletions: int
-    insertions: int
-
-    @property
-    def errors(self) -> int:
-        return self.substitutions + self.deletions + self.insertions
-
-    @property
-    def wer(self) -> float:
-        return self.errors / self.words
-
-
 def wer_counts(reference: str, hypothesis: str, lang: str) -> WerCounts | None:
     """Alignment counts of one utterance; None when the normalized reference is empty."""
     ref, hyp = normalize(reference, lang), normalize(hypothesis or "", lang)
@@ -71,48 +57,6 @@ def wer_counts(reference: str, hypothesis: str, lang: str) -> WerCounts | None:
 
     out = jiwer.process_words(ref, hyp)
     return WerCounts(words=n, substitutions=out.substitutions, deletions=out.deletions, insertions=out.insertions)
-
-
-class UtteranceQuality(BaseModel):
-    """One line of quality.jsonl."""
-
-    id: str
-    lang: str
-    audio_s: float | None = None
-    reference: str
-    hypothesis: str | None = None
-    counts: WerCounts | None = None
-    wer: float | None = None
-    sim: float | None = None
-    mos: float | None = None
-    note: str | None = None
-
-
-class QualitySummary(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    schema_: str = Field(QUALITY_SCHEMA, alias="schema")
-    lang: str
-    expected: int  # requests of the scored level
-    evaluated: int  # utterances with a WER
-    wer_mean_pct: float | None = None
-    wer_corpus_pct: float | None = None
-    wer_outliers: int | None = None  # utterances with WER > 50%
-    wer_mean_excl_outliers_pct: float | None = None
-    sim_mean: float | None = None
-    sim_n: int = 0
-    mos_mean: float | None = None
-    mos_n: int = 0
-    asr: dict[str, object] | None = None
-    asr_label: str | None = None
-    speaker: dict[str, object] | None = None
-    sim_label: str | None = None
-    mos_backend: dict[str, object] | None = None
-    mos_label: str | None = None
-    notes: list[str] = Field(default_factory=list)
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -89,7 +89,7 @@ def timing(
 def _print_failed(console, engine: str, rows_path: Path) -> bool:
     from rich.markup import escape
 
-    from scorers.v15_records import SessionIntervals
+    from fdb.records.v15 import SessionIntervals
 
     rows = [SessionIntervals.model_validate_json(line)
             for line in rows_path.read_text(encoding="utf-8").splitlines() if line.strip()]
