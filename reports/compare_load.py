@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.layout import RepeatPaths, RunPaths
-from fdb.records.judge import BehaviorSummary, SemanticSummary
+from fdb.records.judge import BehaviorSummary, JudgeSummary, SemanticSummary
 from fdb.records.listening import ListeningSummary
 from fdb.records.serving import Capacity
 from fdb.records.v10 import (
@@ -160,8 +160,6 @@ def sample_row(raw: dict) -> SampleRow:
 
 def _judges(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
     """The judge step's summaries: judge.json when it holds judged ones, else the one task directory."""
-    from fdb.records.judge import JudgeSummary
-
     summary = reader.model(JudgeSummary, rep.root / "judge.json", "rerun `python -m fdb judge`")
     behavior = summary.behavior if summary else None
     semantic = summary.semantic if summary else None

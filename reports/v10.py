@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fdb.io import read_json
+from fdb.datasets.types import V10_TASK
+from fdb.io import read_json, sha256_file
 from fdb.layout import RepeatPaths
+from fdb.records.v10 import UNIFIED_SCHEMA
+from fdb.records.v10_reference import evaluator_metric, load_reference
 from fdb.tables import Column, Table
 from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, percent, seconds
 from reports.exports import Section, results_table
@@ -66,9 +69,6 @@ def official_columns(with_evaluator: bool) -> list[Column]:
 def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str]]:
     """Per repeat, its evaluator.json when it was computed from the repeat's current manifest.json
     and asr.json (``fdb.records.v10_reference.load_reference``), and the notes for those left out."""
-    from fdb.io import sha256_file
-    from fdb.records.v10_reference import load_reference
-
     found, notes = {}, []
     for rep in repeats:
         tree = rep.v10_reference
@@ -85,8 +85,6 @@ def _evaluator_cells(name: str, task: str, evaluators: dict[int, object]) -> dic
     """The original evaluator's cells of one subset: mean ± sd over the repeats where it ran;
     else why not (not run: needs the judge / no eligible sample; failed: see its log); n/a
     where the clean-room column does not apply to the task either."""
-    from fdb.records.v10_reference import evaluator_metric
-
     runs = [e.subsets[name] for e in evaluators.values() if name in e.subsets]
     ok = [r for r in runs if r.status == "ok"]
     cells = {}
@@ -164,10 +162,6 @@ def unified_section(repeats: list[RepeatPaths]) -> Section:
 
 def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
     """Why a repeat's unified.json cannot be shown (missing, stale, unsupported, incomplete), or None."""
-    from fdb.datasets.types import V10_TASK
-    from fdb.io import sha256_file
-    from fdb.records.v10 import UNIFIED_SCHEMA
-
     tree = rep.v10_reference
     for name in ("manifest.json", "asr.json"):
         if not (tree / name).exists():
