@@ -10,6 +10,7 @@ from fdb.datasets.types import V10_TASK
 from fdb.errors import FdbError
 from fdb.io import read_json, sha256_file
 from fdb.layout import RepeatPaths
+from fdb.records.judge import RelevanceSummary
 from fdb.records.v10 import (
     UNIFIED_SCHEMA,
     InterruptMetrics,
@@ -230,26 +231,27 @@ def _coverage(heading: str, unified: UnifiedResult) -> Table:
     return table
 
 
-def _relevance_states(repeats: list[RepeatPaths], statuses: tuple[str, ...]) -> list[dict]:
+def _relevance_states(repeats: list[RepeatPaths], statuses: tuple[str, ...]) -> list[RelevanceSummary]:
+    """The relevance summaries of judge.json in the given statuses (read through their record)."""
     found = []
     for rep in repeats:
         rel = (_load(rep.root / "judge.json") or {}).get("relevance")
         if rel and rel.get("status") in statuses:
-            found.append(rel)
+            found.append(RelevanceSummary.model_validate(rel))
     return found
 
 
-def _relevance(repeats: list[RepeatPaths]) -> list[dict]:
+def _relevance(repeats: list[RepeatPaths]) -> list[RelevanceSummary]:
     return _relevance_states(repeats, ("complete", "failed", "incomplete"))
 
 
-def _official_row(name: str, cells: list[OfficialSubset], relevance: list[dict]) -> dict:
+def _official_row(name: str, cells: list[OfficialSubset], relevance: list[RelevanceSummary]) -> dict:
     task = cells[0].task
     backchannel = task == "backchannel"
     rel_cells = {"relevance": NA, "judge_retries": NA}
     if task == "user_interruption":
-        rel_cells = {"relevance": mean_sd([r["relevance"] for r in relevance]) if relevance else NOT_MEASURED,
-                     "judge_retries": count_range([r["retries"] for r in relevance]) if relevance else NA}
+        rel_cells = {"relevance": mean_sd([r.relevance for r in relevance]) if relevance else NOT_MEASURED,
+                     "judge_retries": count_range([r.retries for r in relevance]) if relevance else NA}
 
     def values(key: str, applies: bool = True) -> list | None:
         return [getattr(c, key) for c in cells] if applies else None
@@ -344,13 +346,12 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
     return section
 
 
-def _relevance_note(repeats: list[RepeatPaths], relevance: list[dict]) -> str:
+def _relevance_note(repeats: list[RepeatPaths], relevance: list[RelevanceSummary]) -> str:
     if not relevance:
-        reasons = sorted({str(r.get("message")) for r in _relevance_states(repeats, ("pending", "blocked"))
-                          if r.get("message")})
+        reasons = sorted({str(r.message) for r in _relevance_states(repeats, ("pending", "blocked")) if r.message})
         why = "; ".join(reasons) if reasons else "no judge ran"
         return f"Relevance needs an LLM judge: not measured ({why})."
-    labels = sorted({str((r.get("rubric") or {}).get("label")) for r in relevance})
-    models = sorted({str((r.get("judge") or {}).get("model")) for r in relevance})
+    labels = sorted({str((r.rubric or {}).get("label")) for r in relevance})
+    models = sorted({str((r.judge or {}).get("model")) for r in relevance})
     return (f"Relevance rated by {', '.join(models)} with {', '.join(labels)}; a nonzero Judge retries "
             "means the official loop would have inflated the interruption takeover rate.")
