@@ -214,8 +214,8 @@ def sample_row(raw: dict, fix: str = RESCORE_FIX) -> SampleRow:
     others' by ``task``; an unknown task is an error naming the sample (``fix`` says what to do)."""
     model = ROW_BY_TASK.get(raw.get("task")) if raw.get("eligible") else IneligibleRow
     if model is None:
-        raise FdbError(f"unified-samples.jsonl row {raw.get('sample_id')!r} has the unknown task {raw.get('task')!r}",
-                       fix)
+        raise FdbError(f"unified-samples.jsonl row {raw.get('sample_id')!r} has the unknown task "
+                       f"{raw.get('task')!r}", fix)
     return model.model_validate(raw)
 
 
@@ -227,6 +227,7 @@ def read_sample_rows(path: Path, fix: str = RESCORE_FIX) -> list[SampleRow]:
         return [sample_row(json.loads(line), fix) for line in lines]
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise FdbError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}", fix) from exc
+        where = ".".join(str(p) for p in first["loc"])
+        raise FdbError(f"{path}: {where}: {first['msg']}", fix) from exc
     except ValueError as exc:
         raise FdbError(f"{path} is not valid JSON lines ({exc})", fix) from exc

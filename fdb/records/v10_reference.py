@@ -97,7 +97,7 @@ class VadRecord(BaseModel):
 
 
 class OfficialRules(BaseModel):
-    """The rules official.json was computed with (see scorers.v10_official and scorers.v10_backchannel)."""
+    """The rules official.json was computed with (scorers.v10_official, scorers.v10_backchannel)."""
 
     takeover: str = "span e(W[-1]) - s(W[0]) >= 1 s or more than 3 words (null last end: its start)"
     latency: str = "s(W[0]) - boundary, clamped at 0, mean over takeover samples"
