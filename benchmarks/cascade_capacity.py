@@ -48,10 +48,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fdb.profiles import get_profile  # noqa: E402
+from fdb.records.serving import ServingRow  # noqa: E402
 from fdb.stats import quantile_ms  # noqa: E402
 from runs.sweep import SweepOptions, bundled_server, level_dir, parse_levels, sweep  # noqa: E402
 from runs.sweep_args import parse_record_options  # noqa: E402
-from scorers.serving import ServingRow, load_level, speech_end_first_audio_s  # noqa: E402
+from scorers.serving import load_level, speech_end_first_audio_s  # noqa: E402
 
 SUBSET = "candor_turn_taking"
 MIB = 1024 * 1024

@@ -31,10 +31,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports.baseline import Observations, Series  # noqa: E402
 from reports.baseline_sources import TTS_LEVEL  # noqa: E402
 from reports.gate import gate  # noqa: E402
 from reports.gate_config import DEFAULTS  # noqa: E402
+from reports.observations import Observations, Series  # noqa: E402
 
 METRICS = [(m, label, unit, better) for m, label, unit, better in TTS_LEVEL]
 

@@ -46,10 +46,10 @@ from benchmarks.cascade_capacity import (  # noqa: E402
     synthetic_tree,
 )
 from benchmarks.support.gpu_sweep import DATASET_HELP, sweep_args  # noqa: E402
+from fdb.records.serving import ServingRow  # noqa: E402
 from fdb.stats import quantile_ms  # noqa: E402
 from runs.sweep import SweepOptions, level_dir, parse_levels, sweep  # noqa: E402
 from runs.sweep_args import parse_record_options  # noqa: E402
-from scorers.serving import ServingRow  # noqa: E402
 
 PROFILE = REPO / "serving" / "gpu" / "gpu-cascade.yaml"
 GOAL_FIRST_AUDIO_P90_S = 0.5

@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.cascade_capacity import SUBSET, _free_port, synthetic_tree  # noqa: E402
 from benchmarks.support.gpu_sweep import sweep_args  # noqa: E402
+from fdb.records.serving import ServingRow  # noqa: E402
 from runs.sweep import SweepOptions, parse_levels, sweep  # noqa: E402
 from runs.sweep_args import parse_record_options  # noqa: E402
-from scorers.serving import ServingRow  # noqa: E402
 
 PROFILE = "personaplex-native-80ms"
 GOAL_LATE_SHARE = 0.01

@@ -14,10 +14,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
-
+from fdb.records.judge import LABELS, BehaviorCell, BehaviorSample, BehaviorSummary
 from judges.bodies import chat, decoding
 from judges.client import JudgeClient
 from judges.config import GPT_BEHAVIOR_MODEL, JudgeSettings
@@ -29,15 +28,10 @@ from judges.engine import (
 )
 from judges.inputs import PairInput
 from judges.official import OfficialText
-from judges.stats import Share, share
+from judges.stats import share
 from judges.store import SampleResult, TaskDir
 
-BEHAVIOR_SCHEMA = "fdb-v1.5-behavior-1"
-LABELS = ("C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN")
 GPT_SEEDS = (1, 2, 3)
-PairOutcome = Literal["valid", "invalid_label", "model_mismatch", "failed", "pending",
-                      "ineligible", "missing_transcript"]
-OUTCOMES: tuple[str, ...] = PairOutcome.__args__  # type: ignore[attr-defined]
 
 
 def compact(obj: Any) -> str:
@@ -98,41 +92,6 @@ async def judge_behavior(client: JudgeClient, tdir: TaskDir, settings: JudgeSett
     spec = TaskSpec("behavior", settings.model, parse_behavior, require_stop=settings.config is not None)
     candidates = ((pair.sample_id, behavior_requests(settings, prompt, pair)) for pair in pairs if pair.ready)
     return await judge_pending(client, tdir, spec, candidates, retry_failed, progress, limit)
-
-
-class BehaviorSample(BaseModel):
-    sample_id: str
-    category: str
-    outcome: PairOutcome
-    label: str | None = None
-    attempts: int = 0
-    reason: str | None = None
-
-
-class BehaviorCell(BaseModel):
-    selected: int = 0
-    eligible: int = 0
-    outcomes: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
-    judged: int = 0  # valid labels: the denominator of the shares
-    labels: dict[str, Share] = Field(default_factory=dict)
-
-
-class BehaviorSummary(BaseModel):
-    schema_: str = Field(BEHAVIOR_SCHEMA, alias="schema")
-    status: Literal["complete", "has_failures", "pending", "blocked", "not_run"]  # not_run: no checkout
-    message: str | None = None
-    judge: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
-    source: dict[str, Any] | None = None  # the prompt's checkout check: label and CheckoutCheck (None: not run)
-    denominator: str = "judged pairs (valid labels); every selected pair is counted under its outcome"
-    interval: str = "Wilson 95%: dataset sampling only, not judge agreement or generation variance"
-    categories: dict[str, BehaviorCell]
-    all: BehaviorCell
-    attempts: int = 0
-    retries: int = 0
-    samples: list[BehaviorSample]
-
-    model_config = {"populate_by_name": True}
 
 
 def _row(pair: PairInput, result: SampleResult | None) -> BehaviorSample:

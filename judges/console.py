@@ -9,8 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from judges.behavior import LABELS
-from judges.repeat import JudgeSummary
+from fdb.records.judge import LABELS, JudgeSummary
 from judges.semantic.rubric import AXES
 
 

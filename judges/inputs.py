@@ -17,12 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from fdb.datasets.types import V15_CATEGORIES
+from fdb.datasets.types import INTERRUPTION, V15_CATEGORIES
 from fdb.errors import FdbError
 from fdb.records import ExportManifest, ExportSample
 
 TRANSCRIPTS = ("clean_input", "input", "clean_output", "output")  # <name>.json
-INTERRUPTION = "synthetic_user_interruption"
 
 
 class PairInput(BaseModel):

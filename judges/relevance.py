@@ -17,8 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
+from fdb.records.judge import RelevanceSample, RelevanceSummary
 from fdb.takeover import transcript_takeover
 from judges.bodies import chat, decoding
 from judges.client import JudgeClient
@@ -29,17 +28,14 @@ from judges.engine import (
     TaskSpec,
     judge_pending,
 )
-from judges.inputs import INTERRUPTION, InterruptInput
+from judges.inputs import InterruptInput
 from judges.official import OFFICIAL_PARSE_PATTERN, RelevanceSource
 from judges.relevance_rubric import FDB_RELEVANCE_PROMPT, fdb_relevance_message
 from judges.store import SampleResult, TaskDir
 
-RELEVANCE_SCHEMA = "fdb-v1.0-relevance-1"
 MAX_ATTEMPTS = 3
 CUSTOM_MAX_TOKENS = 512  # the official code sets none; SGLang would stop at 128
 RATING = re.compile(OFFICIAL_PARSE_PATTERN, re.DOTALL)
-SampleOutcome = Literal["valid", "invalid_label", "model_mismatch", "failed", "pending",
-                        "ineligible", "missing_transcript", "no_takeover"]
 
 
 def parse_rating(text: str) -> Parsed:
@@ -113,39 +109,6 @@ async def judge_relevance(client: JudgeClient, tdir: TaskDir, settings: JudgeSet
     spec = TaskSpec("relevance", settings.relevance_model, parse_rating, require_stop=settings.config is not None)
     candidates = ((s.sample_id, relevance_requests(settings, rubric, s)) for s in filter(_rated, samples))
     return await judge_pending(client, tdir, spec, candidates, retry_failed, progress)
-
-
-class RelevanceSample(BaseModel):
-    sample_id: str
-    outcome: SampleOutcome
-    takeover: int | None = None
-    rating: int | None = None
-    attempts: int = 0
-    reason: str | None = None
-
-
-class RelevanceSummary(BaseModel):
-    schema_: str = Field(RELEVANCE_SCHEMA, alias="schema")
-    subset: str = INTERRUPTION
-    status: Literal["complete", "failed", "incomplete", "pending", "blocked"]
-    message: str | None = None
-    rubric: dict[str, Any] | None = None
-    judge: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
-    selected: int
-    eligible: int
-    evaluated: int  # eligible with both files; the takeover denominator
-    missing_transcript: int
-    takeovers: int  # each sample once, whatever its retries
-    takeover_rate: float | None
-    rated: int
-    relevance: float | None  # mean rating over takeover samples; null unless every one is rated
-    requests: int
-    retries: int  # extra requests after the first, summed; the official loop would inflate takeover by this
-    failed_samples: list[str]
-    samples: list[RelevanceSample]
-
-    model_config = {"populate_by_name": True}
 
 
 def _sample_row(sample: InterruptInput, result: SampleResult | None) -> RelevanceSample:

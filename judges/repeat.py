@@ -20,12 +20,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, read_json
 from fdb.provenance import current
-from judges.behavior import BehaviorSummary, behavior_params, judge_behavior, summarize_behavior
+from fdb.records.judge import BehaviorSummary, JudgeSummary, RelevanceSummary, SemanticSummary
+from judges.behavior import behavior_params, judge_behavior, summarize_behavior
 from judges.client import JudgeClient
 from judges.config import JudgeSettings
 from judges.engine import NoProgress, Progress
@@ -37,44 +38,16 @@ from judges.inputs import (
     load_v15_tree_pairs,
 )
 from judges.official import behavior_prompt, relevance_source
-from judges.relevance import (
-    RelevanceSummary,
-    judge_relevance,
-    make_rubric,
-    relevance_params,
-    summarize_relevance,
-)
+from judges.relevance import judge_relevance, make_rubric, relevance_params, summarize_relevance
 from judges.semantic.gate import Comparison, ControlCheckFailed
-from judges.semantic.run import SemanticSummary, judge_semantic, semantic_params, summarize_semantic
+from judges.semantic.run import judge_semantic, semantic_params, summarize_semantic
 from judges.store import TaskDir
 
-JUDGE_SCHEMA = "fdb-judge-1"
 NO_CHECKOUT = ("not run without a Full-Duplex-Bench checkout: fdb never bundles the official behavior prompt; put "
                "the checkout at $FDB_WORK/Full-Duplex-Bench or pass --reference-source (the checkout, or its "
                "v1_v1.5/evaluation directory)")
 SEMANTIC_GPT = "the semantic judge runs only with a self-hosted judge config (JUDGE=qwen); not run"
 BAD = {"has_failures", "control_failed", "blocked", "failed", "incomplete"}
-
-
-class JudgeSummary(BaseModel):
-    schema_: str = Field(JUDGE_SCHEMA, alias="schema")
-    repeat_dir: str
-    judge: dict[str, Any]
-    dirs: dict[str, str | None]  # task -> output directory relative to the repeat (None: nothing written)
-    behavior: BehaviorSummary | None  # None: v1.5 not in this repeat
-    semantic: SemanticSummary | None
-    relevance: RelevanceSummary | None  # None: no v1.0 interruption samples
-    ok: bool  # judge.json holds no timestamps: the same inputs give the same bytes (the ledgers log times)
-    provenance: dict[str, Any] = Field(default_factory=dict)
-
-    model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
-
-    def statuses(self) -> dict[str, str | None]:
-        return {name: getattr(self, name).status if getattr(self, name) else None
-                for name in ("behavior", "semantic", "relevance")}
 
 
 def _write(tdir: TaskDir, name: str, summary: BaseModel) -> None:

@@ -3,15 +3,8 @@ library's Phi^-1(0.975), ``fdb.stats.WILSON_Z_NORMALDIST``)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
+from fdb.records.judge import Share
 from fdb.stats import WILSON_Z_NORMALDIST, wilson
-
-
-class Share(BaseModel):
-    count: int
-    share: float | None  # null when nothing was judged
-    ci95: tuple[float, float] | None
 
 
 def share(count: int, n: int) -> Share:

@@ -21,10 +21,10 @@ from typing import Any
 
 from fdb.errors import FdbError
 from fdb.io import read_json
-from fdb.layout import RepeatPaths
+from fdb.layout import RepeatPaths, RunPaths
 from fdb.records import ExportManifest
-from reports.baseline import Observations, Series
-from reports.baseline_sources import _digest, _ident
+from reports.baseline_sources import _digest, _ident, _load
+from reports.observations import Observations, Series
 
 EXPECTED_LABEL = {"user_interruption": "C_RESPOND"}  # every other category: C_RESUME
 V10_LABELS = {"latency_s": ("response latency", "s", "lower", "paired"),
@@ -189,3 +189,19 @@ def comparability(manifest: dict, repeats: list[RepeatPaths]) -> dict[str, str |
         "definitions.listening": _digest(listening.get("definitions")) if listening else None,
     })
     return keys
+
+
+def observe_run(directory: Path) -> Observations:
+    run = RunPaths(directory)
+    manifest = _load(run.manifest, "the run manifest (no repeat was ever started)",
+                     f"record the run with `python -m fdb generate --run-name {run.name}`")
+    repeats = run.repeats()
+    if not repeats:
+        raise FdbError(f"{directory} has no repeat-N/", f"record one: python -m fdb generate --run-name {run.name}")
+    out = Observations(kind="run", source=str(directory))
+    for index, rep in enumerate(repeats):
+        check_scored(rep, run.name, manifest)
+        add_repeat(out, rep, index, len(repeats))
+    out.comparability = comparability(manifest, repeats)
+    out.notes.append(f"{len(repeats)} repeat(s): " + ", ".join(f"repeat-{r.number}" for r in repeats))
+    return out

@@ -1,5 +1,5 @@
-"""Observations (reports/baseline.py) from each kind of fdb output, read through the outputs'
-own records: tts.json (tts-bench), serving.json (sweep) and a run's phase outputs."""
+"""Observations (reports/observations.py) of a tts-bench (tts.json) and of a sweep (serving.json),
+read through the outputs' own records; a run's phase outputs are read by reports/baseline_run.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fdb.errors import FdbError
-from reports.baseline import Observations, Series
+from fdb.records.serving import ServingRow
+from fdb.records.tts import LevelRow, UtteranceQuality
+from reports.observations import Observations, Series
 
 # (metric, label, unit, better) of a TTS level; every measured round is one value
 TTS_LEVEL = [
@@ -77,8 +79,6 @@ def _ident(identity: Any) -> str | None:
 # --- tts-bench ---------------------------------------------------------------------------------
 
 def observe_tts(directory: Path) -> Observations:
-    from scorers.tts_serving import LevelRow
-
     fix = f"finish the bench, or rebuild it with `python -m fdb tts-bench --output {directory} --report-only`"
     data = _load(directory / "tts.json", "the tts-bench report (the bench did not finish)", fix)
     run = data.get("run") or {}
@@ -121,8 +121,6 @@ def _tts_quality(directory: Path, out: Observations) -> None:
     path = directory / "quality" / "quality.jsonl"
     if not path.is_file():
         return
-    from scorers.tts_quality import UtteranceQuality
-
     rows = [UtteranceQuality.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip()]
     for metric, label, unit, better in TTS_QUALITY:
@@ -135,8 +133,6 @@ def _tts_quality(directory: Path, out: Observations) -> None:
 # --- sweep -------------------------------------------------------------------------------------
 
 def observe_sweep(directory: Path) -> Observations:
-    from scorers.serving import ServingRow
-
     fix = f"let the sweep finish (or rerun it into a new --output); its report is {directory / 'serving.json'}"
     data = _load(directory / "serving.json", "the sweep report (the sweep did not finish)", fix)
     out = Observations(kind="sweep", source=str(directory))
@@ -173,25 +169,3 @@ def _sweep_comparability(directory: Path, data: dict) -> dict[str, str | None]:
             "protocol.turn_detection": _digest(first.get("turn_detection")) if specs else None,
             "options.playback_reserve_ms": str(data.get("playback_reserve_ms")),
             "definitions.serving": str(data.get("schema"))}
-
-
-# --- a run -------------------------------------------------------------------------------------
-
-def observe_run(directory: Path) -> Observations:
-    from fdb.layout import RunPaths
-
-    run = RunPaths(directory)
-    manifest = _load(run.manifest, "the run manifest (no repeat was ever started)",
-                     f"record the run with `python -m fdb generate --run-name {run.name}`")
-    repeats = run.repeats()
-    if not repeats:
-        raise FdbError(f"{directory} has no repeat-N/", f"record one: python -m fdb generate --run-name {run.name}")
-    out = Observations(kind="run", source=str(directory))
-    from reports import baseline_run
-
-    for index, rep in enumerate(repeats):
-        baseline_run.check_scored(rep, run.name, manifest)
-        baseline_run.add_repeat(out, rep, index, len(repeats))
-    out.comparability = baseline_run.comparability(manifest, repeats)
-    out.notes.append(f"{len(repeats)} repeat(s): " + ", ".join(f"repeat-{r.number}" for r in repeats))
-    return out

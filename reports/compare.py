@@ -19,10 +19,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from fdb.models.scoring import MOS_LABELS
+from fdb.records.listening import GroupSummary
+from fdb.records.serving import Capacity
 from fdb.tables import NA, Column, Table
 from reports.compare_load import RepeatData, System
-from scorers.listening_records import GroupSummary
-from scorers.serving import Capacity
 
 COMPARISON_SCHEMA = "fdb-comparison-1"
 NOT_MEASURED = "not measured"

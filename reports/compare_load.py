@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -20,23 +21,14 @@ from pydantic import BaseModel, ValidationError
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.records.judge import BehaviorSummary, JudgeSummary, SemanticSummary
+from fdb.records.listening import ListeningSummary
+from fdb.records.serving import Capacity
+from fdb.records.v10 import SampleRow, UnifiedResult, sample_row
+from fdb.records.v15 import SessionIntervals, TimingSummary
 from fdb.run_manifest import RunManifest
-from judges.behavior import BehaviorSummary
-from judges.semantic.run import SemanticSummary
-from scorers.listening_records import ListeningSummary
-from scorers.serving import Capacity
-from scorers.v10_records import (
-    IneligibleRow,
-    InterruptRow,
-    PauseRow,
-    SampleRow,
-    TurnRow,
-    UnifiedResult,
-)
-from scorers.v15_records import SessionIntervals, TimingSummary
 
 JUDGED = ("complete", "has_failures")  # statuses whose labels or grades are measurements
-ROW_BY_TASK = {"pause_handling": PauseRow, "turn_taking": TurnRow, "user_interruption": InterruptRow}
 SCORE_FIX = "rescore the repeat (python -m fdb asr --run-name RUN --repeat N), or leave the run out"
 
 
@@ -148,21 +140,13 @@ def _unified(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
     for name in ("manifest.json", "asr.json"):
         reader.use(rep.v10_reference / name)
     data.unified = reader.model(UnifiedResult, path)
-    data.v10_rows = reader.rows(rep.v10_reference / "unified-samples.jsonl", sample_row)
+    data.v10_rows = reader.rows(rep.v10_reference / "unified-samples.jsonl", partial(sample_row, fix=SCORE_FIX))
 
 
-def sample_row(raw: dict) -> SampleRow:
-    model = ROW_BY_TASK.get(raw.get("task")) if raw.get("eligible") else IneligibleRow
-    if model is None:
-        raise FdbError(f"unified-samples.jsonl row {raw.get('sample_id')!r} has the unknown task {raw.get('task')!r}",
-                       SCORE_FIX)
-    return model.model_validate(raw)
 
 
 def _judges(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
     """The judge step's summaries: judge.json when it holds judged ones, else the one task directory."""
-    from judges.repeat import JudgeSummary
-
     summary = reader.model(JudgeSummary, rep.root / "judge.json", "rerun `python -m fdb judge`")
     behavior = summary.behavior if summary else None
     semantic = summary.semantic if summary else None

@@ -19,9 +19,9 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from fdb.decide import Better, Effect, mcnemar, paired, verdict
+from fdb.records.v10 import InterruptRow, PauseRow, SampleRow, TurnRow
 from fdb.tables import NA, Column, Table
 from reports.compare_load import System
-from scorers.v10_records import InterruptRow, PauseRow, SampleRow, TurnRow
 
 T = TypeVar("T")
 EXPECTED = {"user_interruption": "C_RESPOND"}  # every other v1.5 category: C_RESUME

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 from fdb import decide
 from fdb.decide import Effect, Verdict
 from fdb.errors import FdbError
-from reports.baseline import Observations, Series
 from reports.gate_config import GateConfig, Guard
+from reports.observations import Observations, Series
 
 GATE_RESULT_SCHEMA = "fdb-gate-result-1"
 SEVERITY = {"regressed": 3, "inconclusive": 2, "pass": 1, "improved": 0}

@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from fdb.decide import UnpairedTest
 from fdb.errors import FdbError
-from reports.baseline import Kind
 from reports.baseline_run import LISTENING, V10_LABELS
 from reports.baseline_sources import SWEEP_LEVEL, TTS_LEVEL, TTS_QUALITY
+from reports.observations import Kind
 
 GATE_SCHEMA = "fdb-gate-1"
 Rule = Literal["change", "ceiling", "no_increase"]

@@ -5,10 +5,10 @@ serving.json ``tables`` its dump. A missing value is ``-``."""
 
 from __future__ import annotations
 
+from fdb.records.serving import CLIENT_CPU_SATURATED, Capacity, ServingRow
 from fdb.run_manifest import ServerProvenance
 from fdb.tables import Column, Table
 from reports.server_header import report_lines, revisions_line
-from scorers.serving import CLIENT_CPU_SATURATED, Capacity, ServingRow
 
 
 def _num(value: float | int | str | None, digits: int = 0) -> str:

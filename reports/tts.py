@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from fdb.io import atomic_write_bytes, atomic_write_text
+from fdb.records.tts import LevelRow, LevelStats, RoundRow
 from fdb.run_manifest import ServerProvenance
 from fdb.tables import NA, Column, Table, write_tables
 from reports.server_header import report_lines, revisions_line
-from scorers.tts_serving import LevelRow, LevelStats, RoundRow
 
 # (LevelRow field, header, format, unit) of the serving table's measured columns
 METRICS = (("throughput_audio_s_per_s", "Throughput (audio-s/s)", ",.2f", ""),

@@ -4,24 +4,42 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fdb.io import read_json
+from pydantic import ValidationError
+
+from fdb.datasets.types import V10_TASK
+from fdb.errors import FdbError
+from fdb.io import read_json, sha256_file
 from fdb.layout import RepeatPaths
+from fdb.records.judge import RelevanceSummary
+from fdb.records.v10 import (
+    UNIFIED_SCHEMA,
+    InterruptMetrics,
+    InterruptRow,
+    LatencyQuantiles,
+    PauseMetrics,
+    PauseRow,
+    PooledRatio,
+    Share,
+    TurnMetrics,
+    TurnRow,
+    UnifiedResult,
+    read_sample_rows,
+)
+from fdb.records.v10_reference import (
+    OfficialSubset,
+    OfficialSummary,
+    evaluator_metric,
+    load_reference,
+)
 from fdb.tables import Column, Table
 from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, percent, seconds
 from reports.exports import Section, results_table
 
-UNIFIED_ORDER = {
-    "pause_handling": ["pause_intrusion_rate", "pause_intrusion_per_pause", "intrusion_s_per_pause_s",
-                       "inside_pause_onset_rate", "pre_pause_speech_rate", "carry_in_rate", "any_speech_rate"],
-    "turn_taking": ["early_start_rate", "response_rate_1s", "response_rate_2s", "response_rate_5s",
-                    "no_response_rate", "response_latency_s"],
-    "user_interruption": ["exercised_rate", "speaking_at_end_rate", "response_rate_1s", "response_rate_2s",
-                          "response_rate_5s", "no_response_rate", "response_latency_s", "stop_latency_s",
-                          "speech_s_per_interruption_s", "restart_rate"],
-}
-
-
 # A metric row mixes shares, ratios and latencies: its cells are formatted per kind, as strings.
+# The rows of a subset are its record's metrics in field order (fdb.records.v10), so a new metric
+# shows up in RESULTS.md as soon as unified.json holds it.
+METRIC_KINDS = (Share, PooledRatio, LatencyQuantiles)
+Metric = Share | PooledRatio | LatencyQuantiles
 METRIC_COLUMNS = [Column("metric", "metric"), Column("value", "value"), Column("interval", "95% interval"),
                   Column("count", "count"), Column("bounds", "all-selected bounds"), Column("better", "better")]
 COVERAGE_COLUMNS = [Column("subset", "subset"), Column("declared", "declared"), Column("selected", "selected"),
@@ -65,10 +83,7 @@ def official_columns(with_evaluator: bool) -> list[Column]:
 
 def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str]]:
     """Per repeat, its evaluator.json when it was computed from the repeat's current manifest.json
-    and asr.json (``scorers.v10_reference.load_reference``), and the notes for those left out."""
-    from fdb.io import sha256_file
-    from scorers.v10_reference import load_reference
-
+    and asr.json (``fdb.records.v10_reference.load_reference``), and the notes for those left out."""
     found, notes = {}, []
     for rep in repeats:
         tree = rep.v10_reference
@@ -85,8 +100,6 @@ def _evaluator_cells(name: str, task: str, evaluators: dict[int, object]) -> dic
     """The original evaluator's cells of one subset: mean ± sd over the repeats where it ran;
     else why not (not run: needs the judge / no eligible sample; failed: see its log); n/a
     where the clean-room column does not apply to the task either."""
-    from scorers.v10_evaluator import evaluator_metric
-
     runs = [e.subsets[name] for e in evaluators.values() if name in e.subsets]
     ok = [r for r in runs if r.status == "ok"]
     cells = {}
@@ -116,21 +129,26 @@ def _load(path: Path):
     return read_json(path) if path.exists() else None
 
 
-def _metric_row(name: str, m: dict) -> dict[str, str]:
+def _metric_row(name: str, m: Metric) -> dict[str, str]:
     return dict(zip([c.key for c in METRIC_COLUMNS], _metric_cells(name, m), strict=True))
 
 
-def _metric_cells(name: str, m: dict) -> list[str]:
-    if "wilson95" in m:  # a share of samples
-        return [name, percent(m["value"]), interval(m["wilson95"], percent), f"{m['count']}/{m['n']}",
-                interval(m["selected_bounds"], percent), m["better"]]
-    if "bootstrap95" in m:  # a pooled ratio
-        value = NA if m["value"] is None else f"{m['value']:.3f}"
-        ci = interval(m["bootstrap95"], lambda v: f"{v:.3f}")
-        return [name, value, ci, f"{m['numerator']:.3f}/{m['denominator']:.3f}", NA, m["better"]]
-    median = seconds(m["median_s"])
-    return [name, f"median {median} s, p90 {seconds(m['p90_s'])} s", interval(m["median_bootstrap95"]),
-            f"{m['observed']}/{m['n']} responded", NA, m["better"]]
+def _metric_cells(name: str, m: Metric) -> list[str]:
+    if isinstance(m, Share):  # a share of samples
+        return [name, percent(m.value), interval(m.wilson95, percent), f"{m.count}/{m.n}",
+                interval(m.selected_bounds, percent), m.better]
+    if isinstance(m, PooledRatio):
+        value = NA if m.value is None else f"{m.value:.3f}"
+        ci = interval(m.bootstrap95, lambda v: f"{v:.3f}")
+        return [name, value, ci, f"{m.numerator:.3f}/{m.denominator:.3f}", NA, m.better]
+    return [name, f"median {seconds(m.median_s)} s, p90 {seconds(m.p90_s)} s", interval(m.median_bootstrap95),
+            f"{m.observed}/{m.n} responded", NA, m.better]
+
+
+def _metrics(metrics: PauseMetrics | TurnMetrics | InterruptMetrics) -> list[tuple[str, Metric]]:
+    """The metrics of a subset in the record's field order (its counts and plain numbers left out)."""
+    values = ((key, getattr(metrics, key)) for key in type(metrics).model_fields)
+    return [(key, value) for key, value in values if isinstance(value, METRIC_KINDS)]
 
 
 def unified_section(repeats: list[RepeatPaths]) -> Section:
@@ -139,35 +157,41 @@ def unified_section(repeats: list[RepeatPaths]) -> Section:
         if not (rep.v10_reference / "manifest.json").exists() and not rep.v10_recording.exists():
             continue  # this repeat left v1.0 out
         unified = _load(rep.v10_reference / "unified.json")
-        problem = unified_problem(rep, unified)
+        result, problem = _unified(rep, unified)
         heading = f"repeat-{rep.number}"
-        if problem is not None:
+        if result is None:
             section.lines += [f"### {heading}", "", f"Unified metrics unavailable: {problem}. {backfill_hint(rep)}", ""]
             continue
         section.data[heading] = unified
-        section.lines += [f"### {heading}", "", f"Definitions `{unified['definitions']}`; ASR "
-                          f"`{unified['inputs']['asr_backend'].get('name')}`; VAD "
-                          f"`{(unified.get('vad') or {}).get('name', 'not used')}`.", ""]
-        section.show(_coverage(heading, unified))
-        for name, subset in unified["subsets"].items():
-            metrics = subset["metrics"]
+        section.lines += [f"### {heading}", "", f"Definitions `{result.definitions}`; ASR "
+                          f"`{result.inputs.asr_backend.get('name')}`; VAD "
+                          f"`{result.vad.name if result.vad else 'not used'}`.", ""]
+        section.show(_coverage(heading, result))
+        for name, subset in result.subsets.items():
             table = results_table(heading, name, METRIC_COLUMNS)
-            for key in UNIFIED_ORDER[subset["task"]]:
-                if key in metrics:
-                    table.add(**_metric_row(key, metrics[key]))
-            section.lines += [f"**{name}** ({subset['task']})", ""]
+            for key, metric in _metrics(subset.metrics):
+                table.add(**_metric_row(key, metric))
+            section.lines += [f"**{name}** ({subset.task})", ""]
             section.show(table)
-        for name, why in unified.get("not_scored", {}).items():
+        for name, why in result.not_scored.items():
             section.lines += [f"{name}: not scored by the unified metrics ({why}).", ""]
     return section
 
 
+def _unified(rep: RepeatPaths, unified: dict | None) -> tuple[UnifiedResult | None, str | None]:
+    """A repeat's unified.json as its record, or why it cannot be shown."""
+    problem = unified_problem(rep, unified)
+    if problem is not None:
+        return None, problem
+    try:
+        return UnifiedResult.model_validate(unified), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return None, f"unified.json does not parse ({'.'.join(str(p) for p in first['loc'])}: {first['msg']})"
+
+
 def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
     """Why a repeat's unified.json cannot be shown (missing, stale, unsupported, incomplete), or None."""
-    from fdb.datasets.types import V10_TASK
-    from fdb.io import sha256_file
-    from scorers.v10_records import UNIFIED_SCHEMA
-
     tree = rep.v10_reference
     for name in ("manifest.json", "asr.json"):
         if not (tree / name).exists():
@@ -196,39 +220,41 @@ def backfill_hint(rep: RepeatPaths) -> str:
             f"{rep.v10_reference}` (no ASR, no v1.5 work) and rerun aggregate.")
 
 
-def _coverage(heading: str, unified: dict) -> Table:
+def _coverage(heading: str, unified: UnifiedResult) -> Table:
     table = results_table(heading, "", COVERAGE_COLUMNS)
-    for name, subset in unified["subsets"].items():
-        c = subset["counts"]
-        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(c["ineligible_reasons"].items())) or "-"
-        table.add(subset=name, declared=c["declared"], selected=c["selected"], eligible=c["eligible"],
-                  ineligible=c["ineligible"], reasons=reasons, min_observable_s=subset["metrics"].get("min_observable_s"))
+    for name, subset in unified.subsets.items():
+        c = subset.counts
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(c.ineligible_reasons.items())) or "-"
+        table.add(subset=name, declared=c.declared, selected=c.selected, eligible=c.eligible,
+                  ineligible=c.ineligible, reasons=reasons,
+                  min_observable_s=getattr(subset.metrics, "min_observable_s", None))
     return table
 
 
-def _relevance_states(repeats: list[RepeatPaths], statuses: tuple[str, ...]) -> list[dict]:
+def _relevance_states(repeats: list[RepeatPaths], statuses: tuple[str, ...]) -> list[RelevanceSummary]:
+    """The relevance summaries of judge.json in the given statuses (read through their record)."""
     found = []
     for rep in repeats:
         rel = (_load(rep.root / "judge.json") or {}).get("relevance")
         if rel and rel.get("status") in statuses:
-            found.append(rel)
+            found.append(RelevanceSummary.model_validate(rel))
     return found
 
 
-def _relevance(repeats: list[RepeatPaths]) -> list[dict]:
+def _relevance(repeats: list[RepeatPaths]) -> list[RelevanceSummary]:
     return _relevance_states(repeats, ("complete", "failed", "incomplete"))
 
 
-def _official_row(name: str, cells: list[dict], relevance: list[dict]) -> dict:
-    task = cells[0]["task"]
+def _official_row(name: str, cells: list[OfficialSubset], relevance: list[RelevanceSummary]) -> dict:
+    task = cells[0].task
     backchannel = task == "backchannel"
     rel_cells = {"relevance": NA, "judge_retries": NA}
     if task == "user_interruption":
-        rel_cells = {"relevance": mean_sd([r["relevance"] for r in relevance]) if relevance else NOT_MEASURED,
-                     "judge_retries": count_range([r["retries"] for r in relevance]) if relevance else NA}
+        rel_cells = {"relevance": mean_sd([r.relevance for r in relevance]) if relevance else NOT_MEASURED,
+                     "judge_retries": count_range([r.retries for r in relevance]) if relevance else NA}
 
     def values(key: str, applies: bool = True) -> list | None:
-        return [c.get(key) for c in cells] if applies else None
+        return [getattr(c, key) for c in cells] if applies else None
 
     return {"subset": name, "selected": values("selected"), "eligible": values("eligible"),
             "evaluated": values("evaluated"), "takeover_rate": values("takeover_rate"),
@@ -252,11 +278,12 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
               "official evaluator itself. " + _relevance_note(repeats, relevance), ""]
     if evaluators:
         section.lines += [_evaluator_note(evaluators), ""]
-    subsets = sorted({k for s in found.values() for k in s["subsets"]})
+    typed = [_official(n, s, repeats) for n, s in found.items()]
+    subsets = sorted({k for s in typed for k in s.subsets})
     table = results_table(heading, "", official_columns(bool(evaluators)))
     for name in subsets:
-        cells = [c for c in (s["subsets"].get(name) for s in found.values()) if c]
-        extra = _evaluator_cells(name, cells[0]["task"], evaluators) if evaluators else {}
+        cells = [c for c in (s.subsets.get(name) for s in typed) if c]
+        extra = _evaluator_cells(name, cells[0].task, evaluators) if evaluators else {}
         table.add(**_official_row(name, cells, relevance), **extra)
     by_number = {r.number: r for r in repeats}
     missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s and _holds_v10(by_number[n])]
@@ -268,6 +295,17 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
     if evaluators:
         section.data["original_evaluator"] = {f"repeat-{n}": e.dump() for n, e in evaluators.items()}
     return section
+
+
+def _official(number: int, raw: dict, repeats: list[RepeatPaths]) -> OfficialSummary:
+    """A repeat's official.json through its record; one that does not parse is an error naming it."""
+    try:
+        return OfficialSummary.model_validate(raw)
+    except ValidationError as exc:
+        rep = next(r for r in repeats if r.number == number)
+        first = exc.errors()[0]
+        raise FdbError(f"{rep.v10_reference / 'official.json'}: {'.'.join(str(p) for p in first['loc'])}: "
+                       f"{first['msg']}", backfill_hint(rep)) from exc
 
 
 def _holds_v10(rep: RepeatPaths) -> bool:
@@ -285,15 +323,11 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
     if manifest is None:
         return Section([])
     outcomes = {}
-    if samples.exists():
-        import json
-
-        for line in samples.read_text().splitlines():
-            row = json.loads(line)
-            if "outcome" in row:
-                outcomes[row["sample_id"]] = row["outcome"]
-            elif "pause_intrusion" in row:
-                outcomes[row["sample_id"]] = "pause intrusion" if row["pause_intrusion"] else "no intrusion"
+    for row in read_sample_rows(samples, backfill_hint(rep)) if samples.exists() else []:
+        if isinstance(row, TurnRow | InterruptRow):
+            outcomes[row.sample_id] = row.outcome
+        elif isinstance(row, PauseRow):
+            outcomes[row.sample_id] = "pause intrusion" if row.pause_intrusion else "no intrusion"
     heading = f"v1.0 replies as transcribed (repeat-{rep.number})"
     table = results_table(heading, "", REPLIES_COLUMNS)
     for sample in manifest["samples"]:
@@ -312,13 +346,12 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
     return section
 
 
-def _relevance_note(repeats: list[RepeatPaths], relevance: list[dict]) -> str:
+def _relevance_note(repeats: list[RepeatPaths], relevance: list[RelevanceSummary]) -> str:
     if not relevance:
-        reasons = sorted({str(r.get("message")) for r in _relevance_states(repeats, ("pending", "blocked"))
-                          if r.get("message")})
+        reasons = sorted({str(r.message) for r in _relevance_states(repeats, ("pending", "blocked")) if r.message})
         why = "; ".join(reasons) if reasons else "no judge ran"
         return f"Relevance needs an LLM judge: not measured ({why})."
-    labels = sorted({str((r.get("rubric") or {}).get("label")) for r in relevance})
-    models = sorted({str((r.get("judge") or {}).get("model")) for r in relevance})
+    labels = sorted({str((r.rubric or {}).get("label")) for r in relevance})
+    models = sorted({str((r.judge or {}).get("model")) for r in relevance})
     return (f"Relevance rated by {', '.join(models)} with {', '.join(labels)}; a nonzero Judge retries "
             "means the official loop would have inflated the interruption takeover rate.")

@@ -24,15 +24,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from fdb.datasets.types import category_key
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_text, read_json, read_jsonl, sha256_file
 from fdb.provenance import current
 from fdb.records import ExportSample, load_v15_manifest
+from fdb.records.judge import LABELS as BEHAVIOR_LABELS
+from fdb.records.judge import SEMANTIC_SCHEMA
 from fdb.tables import Column, Table
-from judges.behavior import LABELS as BEHAVIOR_LABELS
-from judges.semantic.run import SEMANTIC_SCHEMA
 from reports.v15 import UNMEASURED, semantic_table, timing_section
-from scorers.v15_timing import category_key
 
 TREE_SCORES_SCHEMA = "fdb-v1.5-tree-scores-1"
 MANIFEST = "reference-manifest.json"

@@ -296,7 +296,7 @@ def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: 
 def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
     """The repeat's evaluator.json when a rerun would repeat it: computed from the current
     manifest.json and asr.json, from the same checkout and accepted revision, no subset failed."""
-    from scorers.v10_reference import current_reference
+    from fdb.records.v10_reference import current_reference
 
     if not (rep.v10_reference / "evaluator.json").exists():
         return None

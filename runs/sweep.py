@@ -312,8 +312,8 @@ def level_servers(levels: list[Path]) -> tuple[ServerProvenance | None, list[str
 
 
 def summary_table(data: dict) -> Table:
+    from fdb.records.serving import ServingRow
     from reports.serving import serving_table
-    from scorers.serving import ServingRow
 
     published = serving_table([ServingRow.model_validate(row) for row in data["rows"]])
     headers, cells = published.headers(), published.cells()

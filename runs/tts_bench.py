@@ -256,8 +256,9 @@ def recorded_rounds(output: Path, opts: TtsBenchOptions) -> list[RoundSpec]:
 
 
 def round_rows(output: Path, opts: TtsBenchOptions) -> list:
-    """scorers.tts_serving.RoundRow of every recorded round, cold ones included."""
-    from scorers.tts_serving import RoundRow, level_row
+    """fdb.records.tts.RoundRow of every recorded round, cold ones included."""
+    from fdb.records.tts import RoundRow
+    from scorers.tts_serving import level_row
 
     reserve = opts.playback_reserve_ms / 1000.0
     return [RoundRow(**spec.model_dump(), row=level_row(spec.concurrency, load_records(output / spec.directory),

@@ -9,5 +9,5 @@
 - ``v15_timing``: v1.5 stop and response intervals and their pooled summary.
 
 Scorers read files written by earlier phases and write their own; they never talk to servers
-and never write reports.
+and never write reports. The records they write (and reports reads) are in ``fdb.records``.
 """

@@ -37,15 +37,15 @@ from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes
 from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
-from fdb.session_records import read_trace
-from scorers.listening_cut import REPLY_RATE, CutReply, cut_replies
-from scorers.listening_records import (
+from fdb.records.listening import (
     REPLIES_SCHEMA,
     SCORES_SCHEMA,
     ListeningSummary,
     ReplyRow,
     ReplyScores,
 )
+from fdb.session_records import read_trace
+from scorers.listening_cut import REPLY_RATE, CutReply, cut_replies
 from scorers.listening_stats import group_summaries
 from scorers.listening_text import align
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fdb.datasets.types import V15_CATEGORIES
-from scorers.listening_records import GroupSummary, ReplyRow, ReplyScores
+from fdb.records.listening import GroupSummary, ReplyRow, ReplyScores
 
 
 def _mean_p10(values: list[float]) -> tuple[float | None, float | None]:

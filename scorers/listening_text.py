@@ -9,17 +9,8 @@ words) only. A reply whose normalized reference is empty has no words to compare
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
+from fdb.records.listening import WordCounts
 from fdb.text import align_words, english_normalize
-
-
-class WordCounts(BaseModel):
-    reference_words: int
-    hits: int
-    substitutions: int
-    deletions: int
-    insertions: int
 
 
 def align(reference: str | None, hypothesis: str | None) -> WordCounts | None:

@@ -16,12 +16,11 @@ from pydantic import BaseModel, Field
 
 from fdb.playout import audio_delta
 from fdb.profiles import Profile, get_profile
+from fdb.records.serving import CLIENT_CPU_SATURATED, DEFAULT_RESERVE_MS, Capacity, ServingRow
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from fdb.stats import P50, P90, P95, ceil_quantile, quantile_ms
 
-DEFAULT_RESERVE_MS = 80.0
 UNIT_MISS_TARGET = 0.01
-CLIENT_CPU_SATURATED = 0.9  # share of one core: the recorder's single event loop is saturated
 APPEND = "input_audio_buffer.append"
 
 
@@ -40,60 +39,6 @@ class Session(BaseModel):
     trace: list[TraceEvent]
 
 
-class ServingRow(BaseModel):
-    """One level of a sweep (docs: "Serving metrics"); times in milliseconds."""
-
-    concurrency: int
-    profile: str
-    native: bool
-    sessions: int
-    mean_open: float | None = None
-    sessions_failed: int = 0
-    admission_denied: int = 0
-    pacing_violations: int = 0
-    client_behind: int = 0  # sessions whose recorder loop fell behind (load generator limit)
-    client_limited_sessions: int = 0  # sessions with a pacing violation while the client loop lagged
-    client_cpu: float | None = None  # the level's client process: CPU seconds / wall seconds (one core = 1)
-    client_limited: bool = False  # the load generator, not the server, broke the pacing
-    server_max_sessions: int | None = None  # as the server reported it before the level
-    repeats: int = 1
-    units: int | None = None
-    unit_misses: int | None = None
-    unit_miss_rate: float | None = None
-    unit_lag_p50_ms: float | None = None
-    unit_lag_p95_ms: float | None = None
-    replies: int = 0
-    empty_replies: int = 0
-    first_audio_p50_ms: float | None = None
-    first_audio_p95_ms: float | None = None
-    buffer_needed_p90_ms: float | None = None
-    playback_reserve_ms: float = DEFAULT_RESERVE_MS
-    underrun_replies: int | None = None
-    rtf_p90: float | None = None
-    meets_targets: bool = False
-    missed_targets: list[str] = Field(default_factory=list)
-
-
-class Capacity(BaseModel):
-    """The highest level below the first that misses; ``at_least`` when every level meets."""
-
-    sessions: int | None
-    at_least: bool = False
-    first_miss: int | None = None
-    client_limited: bool = False  # the first miss is the load generator's, not the server's
-
-    def line(self) -> str:
-        if self.sessions is None and self.first_miss is None:
-            return "Capacity: no level recorded"
-        if self.client_limited:
-            floor = f"at least {self.sessions} sessions" if self.sessions else "not measured"
-            return (f"Capacity: {floor} (at level {self.first_miss} the load generator, not the server, fell "
-                    "behind its pacing: that level does not measure the server)")
-        if self.sessions is None:
-            return f"Capacity: below the lowest level recorded ({self.first_miss} sessions miss the targets)"
-        if self.at_least:
-            return f"Capacity: at least {self.sessions} sessions (every level meets the targets; record a higher one)"
-        return f"Capacity: {self.sessions} sessions ({self.first_miss} sessions miss the targets)"
 
 
 def _packets(trace: list[TraceEvent], input_rate: int) -> list[tuple[float, float]]:

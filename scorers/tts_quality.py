@@ -25,27 +25,12 @@ published Seed-TTS numbers. The embedded ASR is English-only, so a ZH row has no
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
+from fdb.records.tts import QualitySummary, UtteranceQuality, WerCounts
 from fdb.text import align_words, seed_tts_normalize
 
-QUALITY_SCHEMA = "fdb-tts-quality-1"
 OUTLIER_WER = 0.5
-
-
-class WerCounts(BaseModel):
-    words: int
-    substitutions: int
-    deletions: int
-    insertions: int
-
-    @property
-    def errors(self) -> int:
-        return self.substitutions + self.deletions + self.insertions
-
-    @property
-    def wer(self) -> float:
-        return self.errors / self.words
 
 
 def wer_counts(reference: str, hypothesis: str, lang: str) -> WerCounts | None:
@@ -55,48 +40,6 @@ def wer_counts(reference: str, hypothesis: str, lang: str) -> WerCounts | None:
         return None
     return WerCounts(words=counts.reference_words, substitutions=counts.substitutions,
                      deletions=counts.deletions, insertions=counts.insertions)
-
-
-class UtteranceQuality(BaseModel):
-    """One line of quality.jsonl."""
-
-    id: str
-    lang: str
-    audio_s: float | None = None
-    reference: str
-    hypothesis: str | None = None
-    counts: WerCounts | None = None
-    wer: float | None = None
-    sim: float | None = None
-    mos: float | None = None
-    note: str | None = None
-
-
-class QualitySummary(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-
-    schema_: str = Field(QUALITY_SCHEMA, alias="schema")
-    lang: str
-    expected: int  # requests of the scored level
-    evaluated: int  # utterances with a WER
-    wer_mean_pct: float | None = None
-    wer_corpus_pct: float | None = None
-    wer_outliers: int | None = None  # utterances with WER > 50%
-    wer_mean_excl_outliers_pct: float | None = None
-    sim_mean: float | None = None
-    sim_n: int = 0
-    mos_mean: float | None = None
-    mos_n: int = 0
-    asr: dict[str, object] | None = None
-    asr_label: str | None = None
-    speaker: dict[str, object] | None = None
-    sim_label: str | None = None
-    mos_backend: dict[str, object] | None = None
-    mos_label: str | None = None
-    notes: list[str] = Field(default_factory=list)
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -34,12 +34,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from fdb.records.tts import DEFAULT_RESERVE_S, LevelRow, LevelStats, MetricStats
 from fdb.speech_formats import server_text
 from fdb.stats import P50, P95, quantile_ms
 from fdb.tts_records import TtsRequestRecord
 from scorers.serving import Reply, buffer_needed_s
-
-DEFAULT_RESERVE_S = 0.080
 
 
 class RequestMetrics(BaseModel):
@@ -64,37 +63,6 @@ class RequestMetrics(BaseModel):
     overrun_s: float | None = None
     stop_violation: bool | None = None
     partial_frame_bytes: int = 0
-
-
-class LevelRow(BaseModel):
-    """One concurrency level; times in milliseconds, throughput per wall-clock second."""
-
-    concurrency: int
-    requests: int
-    warmups: int = 0
-    ok: int = 0
-    failed: int = 0
-    empty: int = 0  # ok, but no audio
-    wall_s: float | None = None
-    audio_s: float | None = None
-    throughput_audio_s_per_s: float | None = None
-    frame_rate_hz: float | None = None
-    throughput_frames_per_s: float | None = None
-    requests_per_s: float | None = None
-    ttfa_p50_ms: float | None = None
-    ttfa_p95_ms: float | None = None
-    ttfa_mean_ms: float | None = None
-    e2e_p50_ms: float | None = None
-    e2e_p95_ms: float | None = None
-    rtf_mean: float | None = None
-    max_gap_p95_ms: float | None = None
-    underrun_p95_ms: float | None = None
-    playback_reserve_ms: float = DEFAULT_RESERVE_S * 1000.0
-    underrun_requests: int | None = None
-    stop_checked: int = 0
-    stop_violations: int = 0
-    sample_rates: list[int] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)  # distinct failure reasons, first 5
 
 
 def _bytes_to_s(nbytes: int, record: TtsRequestRecord) -> float | None:
@@ -196,35 +164,6 @@ STAT_METRICS = ("throughput_audio_s_per_s", "throughput_frames_per_s", "ttfa_p50
 _COUNTS = ("requests", "warmups", "ok", "failed", "empty", "stop_checked", "stop_violations")
 _MEANS = ("wall_s", "audio_s", "throughput_audio_s_per_s", "throughput_frames_per_s", "requests_per_s", "ttfa_p50_ms",
           "ttfa_p95_ms", "ttfa_mean_ms", "e2e_p50_ms", "e2e_p95_ms", "rtf_mean", "max_gap_p95_ms", "underrun_p95_ms")
-
-
-class MetricStats(BaseModel):
-    """One metric over an entry's measured rounds: rounds without a value are left out (n counts
-    the others); all None when no round has one, sd None below two values."""
-
-    mean: float | None = None
-    sd: float | None = None  # sample standard deviation (n - 1)
-    min: float | None = None
-    max: float | None = None
-    n: int = 0
-
-
-class LevelStats(BaseModel):
-    entry: int
-    concurrency: int
-    rounds: int  # measured rounds (the cold one is not among them)
-    metrics: dict[str, MetricStats]
-
-
-class RoundRow(BaseModel):
-    """tts.json ``rounds``: one recorded round of a level entry and its row."""
-
-    entry: int  # 1..K, the position in --concurrency
-    concurrency: int
-    round: int  # 1..--rounds; 0 for the cold round
-    cold: bool = False
-    directory: str  # relative to the run directory, e.g. concurrency-64~2/round-1
-    row: LevelRow
 
 
 def metric_stats(values: list[float | None]) -> MetricStats:

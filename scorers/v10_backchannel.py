@@ -38,16 +38,24 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from fdb.audio import Audio, resample
 from fdb.errors import FdbError, SampleError
 from fdb.io import read_json, sha256_file
 from fdb.models.vad import VadSettings
-from fdb.official_source import ICC_GT, PINNED_FILES, pinned_path, pinned_places
+from fdb.official_source import ICC_GT, pinned_path, pinned_places
+from fdb.records.v10_reference import (
+    ICC_GT_SHA256,
+    AudioRate,
+    BackchannelResult,
+    BackchannelRow,
+    BackchannelRule,
+    IccInfo,
+    Segment,
+)
 from scorers.segmenter import SpeechSegmenter
 
 WINDOW_S = 0.2
@@ -58,13 +66,9 @@ VAD_RATE = 16000
 BACKCHANNEL_VAD_SETTINGS = VadSettings(threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100,
                                        speech_pad_ms=30)
 ICC_GT_NAME = "icc_gt_distribution.json"
-ICC_GT_SHA256 = PINNED_FILES[ICC_GT]  # the one pin table (fdb.official_source)
 NO_GT_NOTE = "no icc_gt_distribution.json given (--icc-gt or --reference-source): backchannel JSD not computed"
 
-BackchannelRule = Literal["since-2026-02-22", "before-2026-02-22"]
-AudioRate = Literal["assume-16k", "resample"]
 Chunk = tuple[float | None, float | None]
-Segment = tuple[float, float]
 
 
 class BackchannelOptions(BaseModel):
@@ -83,13 +87,6 @@ class IccGroundTruth:
     @property
     def matches_pin(self) -> bool:
         return self.sha256 == ICC_GT_SHA256
-
-
-class IccInfo(BaseModel):
-    path: str
-    sha256: str
-    pinned_sha256: str = ICC_GT_SHA256
-    matches_pin: bool
 
 
 def load_icc_gt(path: str | Path) -> IccGroundTruth:
@@ -198,36 +195,6 @@ class BackchannelInput:
     segments: tuple[Segment, ...]
     frames: int
     rate: int
-
-
-class BackchannelRow(BaseModel):
-    sample_id: str
-    duration_s: float
-    rate: int
-    segments: list[Segment]
-    tor: int
-    tor_carried_over: bool = False
-    predictions: list[Segment]
-    frequency: float
-    jsd: float | None
-
-
-class BackchannelResult(BaseModel):
-    """Official backchannel numbers of a subset: mean and population std over samples."""
-
-    rule: BackchannelRule
-    audio_rate: AudioRate
-    n: int
-    tor_mean: float | None
-    tor_std: float | None
-    frequency_mean: float | None
-    frequency_std: float | None
-    jsd_mean: float | None
-    jsd_std: float | None
-    without_backchannel: int
-    icc_gt: IccInfo | None
-    note: str | None = None
-    samples: list[BackchannelRow] = Field(default_factory=list)
 
 
 def _gt_for(gt: IccGroundTruth | None, item: BackchannelInput) -> list[float] | None:

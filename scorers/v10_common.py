@@ -18,9 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from fdb.records import ExportSample
-from fdb.stats import MEDIAN, P90, bootstrap_quantile, bootstrap_ratio, ceil_quantile, wilson
-from scorers.times import US_PER_S, to_s
-from scorers.v10_records import (
+from fdb.records.v10 import (
     NOT_REACHED,
     Better,
     Counts,
@@ -29,6 +27,8 @@ from scorers.v10_records import (
     Quantile,
     Share,
 )
+from fdb.stats import MEDIAN, P90, bootstrap_quantile, bootstrap_ratio, ceil_quantile, wilson
+from scorers.times import US_PER_S, to_s
 
 
 def share(count: int, n: int, selected: int, unknown: int, better: Better) -> Share:

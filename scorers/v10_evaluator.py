@@ -27,9 +27,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from fdb.datasets.types import V10_ANNOTATION, V10_TASK
 from fdb.errors import FdbError
@@ -38,66 +35,17 @@ from fdb.official_source import (
     EVALUATION_DIR,
     EVALUATOR_FILES,
     PINNED_FILES,
-    PINNED_REVISION,
-    CheckoutCheck,
     verify_checkout,
 )
 from fdb.provenance import current
+from fdb.records.v10_reference import EvaluatorSubset, EvaluatorSummary
 from scorers.v10_tree import check_fresh, id_key, load_tree, subset_key
 
-EVALUATOR_SCHEMA = "fdb-v1.0-evaluator-2"  # -2: checkout_check (accepted revision, differences)
-EVALUATOR_LABEL = "original Full-Duplex-Bench evaluator, run unchanged from the user's checkout"
 EVALUATOR_TASK = {"pause_handling": "pause_handling", "turn_taking": "smooth_turn_taking",
                   "backchannel": "backchannel", "user_interruption": "user_interruption"}
 NEEDS_JUDGE = frozenset({"user_interruption"})
-# official.json's field -> the [Result] labels evaluate.py prints for it (the first one present counts)
-EVALUATOR_METRICS = {"takeover_rate": ("Average take turn", "TOR mean"), "latency_s": ("Average latency",),
-                     "backchannel_frequency": ("Frequency mean",), "backchannel_jsd": ("JSD mean",)}
 _RESULT_LINE = re.compile(r"^\s*(?P<label>[^:]+?)\s*:\s*(?P<value>.+?)\s*$")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-class EvaluatorSubset(BaseModel):
-    subset: str
-    task: str
-    selected: int
-    eligible: int
-    evaluated: int
-    status: Literal["ok", "failed", "not_run"]
-    result: dict[str, float | None] = Field(default_factory=dict)
-    log: str | None = None
-    note: str | None = None
-
-
-class EvaluatorSummary(BaseModel):
-    schema_: str = Field(EVALUATOR_SCHEMA, alias="schema")
-    label: str = EVALUATOR_LABEL
-    checkout: str
-    pinned_revision: str = PINNED_REVISION
-    checkout_revision: str | None
-    files: dict[str, str]
-    python: str
-    manifest_sha256: str
-    asr_sha256: str
-    subsets: dict[str, EvaluatorSubset]
-    checkout_check: CheckoutCheck | None = None  # None in -1 files (written before revisions could be accepted)
-    provenance: dict[str, object] = Field(default_factory=dict)
-
-    model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
-
-    def revision_label(self) -> str:
-        """The revision the evaluator ran at, as RESULTS.md and `score v10` show it."""
-        if self.checkout_check is not None:
-            return self.checkout_check.label()
-        return f"Full-Duplex-Bench {self.pinned_revision[:7]} (pinned)"
-
-
-def evaluator_metric(result: dict[str, float | None], key: str) -> float | None:
-    """The evaluator's number for official.json's field ``key`` (None when it printed none)."""
-    return next((result[label] for label in EVALUATOR_METRICS[key] if label in result), None)
 
 
 def _number(text: str) -> float | None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from fdb.records.v10 import NOT_REACHED, InterruptMetrics, InterruptRow
 from scorers.times import US_PER_S, to_s
 from scorers.v10_common import latency_quantiles, min_observable, pooled_ratio, response_rate, share
 from scorers.v10_inputs import InterruptSample
-from scorers.v10_records import NOT_REACHED, InterruptMetrics, InterruptRow
 
 
 def _outcome(at_onset: bool, at_end: bool, has_words: bool) -> str:

@@ -24,15 +24,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from fdb.datasets.types import V10_ANNOTATION, V10_TASK
 from fdb.errors import SampleError
 from fdb.io import atomic_write_json
 from fdb.provenance import current
+from fdb.records.v10_reference import (
+    AudioRate,
+    BackchannelResult,
+    IccInfo,
+    OfficialRules,
+    OfficialSubset,
+    OfficialSummary,
+    VadRecord,
+)
 from fdb.takeover import official_takeover
 from scorers import v10_backchannel as bc
 from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
@@ -47,60 +55,6 @@ from scorers.v10_tree import (
     read_sample_json,
     subset_key,
 )
-
-OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-2"
-OFFICIAL_LABEL = "official rules, clean-room reimplementation (not the official evaluator)"
-
-
-class OfficialSubset(BaseModel):
-    subset: str
-    task: str
-    selected: int
-    eligible: int
-    evaluated: int
-    takeovers: int | None
-    takeover_rate: float | None
-    latency_s: float | None
-    latency_n: int | None
-    relevance: float | None = None
-    backchannel_frequency: float | None = None
-    backchannel_jsd: float | None = None
-    backchannel: bc.BackchannelResult | None = None
-    note: str | None = None
-    not_evaluated: dict[str, str] = Field(default_factory=dict)  # eligible sample id -> why it is left out
-
-
-class VadRecord(BaseModel):
-    name: str
-    version: str | None
-    model_sha256: str | None
-    settings: dict[str, object]
-
-
-class OfficialRules(BaseModel):
-    """The rules official.json was computed with (see the module docstrings)."""
-
-    takeover: str = "span e(W[-1]) - s(W[0]) >= 1 s or more than 3 words (null last end: its start)"
-    latency: str = "s(W[0]) - boundary, clamped at 0, mean over takeover samples"
-    backchannel_rule: bc.BackchannelRule = "since-2026-02-22"
-    backchannel_audio_rate: bc.AudioRate = "assume-16k"
-    backchannel_vad: VadRecord | None = None
-    icc_gt: bc.IccInfo | None = None
-
-
-class OfficialSummary(BaseModel):
-    schema_: str = Field(OFFICIAL_SCHEMA, alias="schema")
-    label: Literal["official rules, clean-room reimplementation (not the official evaluator)"] = OFFICIAL_LABEL
-    manifest_sha256: str
-    asr_sha256: str
-    rules: OfficialRules = Field(default_factory=OfficialRules)
-    subsets: dict[str, OfficialSubset]
-    provenance: dict[str, object] = Field(default_factory=dict)
-
-    model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 def chunk_times(sample_id: str, transcript: Any, raw: bool = False) -> list[tuple[float | None, float | None]]:
@@ -155,7 +109,7 @@ def summarize_subset(subset: str, selected: int, eligible: int,
     )
 
 
-def backchannel_subset(subset: str, selected: int, result: bc.BackchannelResult) -> OfficialSubset:
+def backchannel_subset(subset: str, selected: int, result: BackchannelResult) -> OfficialSubset:
     """Pure: the subset row of the official backchannel numbers (TOR mean as the takeover rate)."""
     return OfficialSubset(
         subset=subset, task="backchannel", selected=selected, eligible=result.n, evaluated=result.n,
@@ -166,7 +120,7 @@ def backchannel_subset(subset: str, selected: int, result: bc.BackchannelResult)
 
 
 def _backchannel_inputs(inputs: TreeInputs, samples: Sequence, vad: SpeechSegmenter,
-                        audio_rate: bc.AudioRate) -> list[bc.BackchannelInput]:
+                        audio_rate: AudioRate) -> list[bc.BackchannelInput]:
     items = []
     memo = SegmentMemo(vad)
 
@@ -251,7 +205,7 @@ def score_official(tree: Path, icc_gt: str | Path | bc.IccGroundTruth | None = N
         subsets[subset] = summarize_subset(subset, len(samples), len(eligible), parsed, left_out)
     rules = OfficialRules(backchannel_rule=options.rule, backchannel_audio_rate=options.audio_rate,
                           backchannel_vad=_vad_record(vad),
-                          icc_gt=None if gt is None else bc.IccInfo(path=gt.path, sha256=gt.sha256,
+                          icc_gt=None if gt is None else IccInfo(path=gt.path, sha256=gt.sha256,
                                                                     matches_pin=gt.matches_pin))
     summary = OfficialSummary(manifest_sha256=inputs.manifest_sha256, asr_sha256=inputs.receipt_sha256, rules=rules,
                               subsets=subsets, provenance=current().model_dump(mode="json"))

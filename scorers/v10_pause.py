@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fdb.records.v10 import PauseMetrics, PauseRow
 from scorers.times import US_PER_S, to_s
 from scorers.v10_common import pooled_ratio, share
 from scorers.v10_inputs import PauseSample, Span, WordSpan
-from scorers.v10_records import PauseMetrics, PauseRow
 
 
 def word_union(words: Sequence[WordSpan]) -> list[Span]:

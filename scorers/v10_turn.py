@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from fdb.records.v10 import TurnMetrics, TurnRow
 from scorers.times import US_PER_S, to_s
 from scorers.v10_common import latency_quantiles, min_observable, response_rate, share
 from scorers.v10_inputs import TurnSample
-from scorers.v10_records import TurnMetrics, TurnRow
 
 
 def score_turn_sample(sample: TurnSample, subset: str) -> TurnRow:

@@ -20,13 +20,7 @@ from fdb.io import atomic_write_json, atomic_write_jsonl
 from fdb.models.vad import VadSettings
 from fdb.provenance import current
 from fdb.records import ExportSample
-from scorers import v10_inputs as parse
-from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
-from scorers.v10_common import counts
-from scorers.v10_inputs import InterruptSample, PauseSample, TurnSample
-from scorers.v10_interrupt import interrupt_metrics, score_interrupt_sample
-from scorers.v10_pause import pause_metrics, score_pause_sample
-from scorers.v10_records import (
+from fdb.records.v10 import (
     IneligibleRow,
     SampleRow,
     SubsetResult,
@@ -34,6 +28,12 @@ from scorers.v10_records import (
     UnifiedResult,
     VadInfo,
 )
+from scorers import v10_inputs as parse
+from scorers.segmenter import SegmentMemo, SpeechSegmenter, prefetch_blocks
+from scorers.v10_common import counts
+from scorers.v10_inputs import InterruptSample, PauseSample, TurnSample
+from scorers.v10_interrupt import interrupt_metrics, score_interrupt_sample
+from scorers.v10_pause import pause_metrics, score_pause_sample
 from scorers.v10_tree import (
     TreeInputs,
     check_fresh,

@@ -21,12 +21,20 @@ from pathlib import Path
 import numpy as np
 
 from fdb.audio import read_wav, resample
-from fdb.datasets.types import V15_CATEGORIES
+from fdb.datasets.types import category_key
 from fdb.errors import SampleError
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_bytes, sha256_file
 from fdb.models.vad import VadSettings
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample, load_v15_manifest
+from fdb.records.v15 import (
+    ANCHORED_LABEL,
+    CategoryTiming,
+    LatencyStats,
+    SessionIntervals,
+    TimingSummary,
+    TimingVad,
+)
 from fdb.stats import bootstrap_indices, percentile_interval
 from scorers.segmenter import PREFETCH_BLOCK, SegmentMemo, SpeechSegmenter, prefetch_blocks
 from scorers.v10_tree import id_key
@@ -41,14 +49,6 @@ from scorers.v15_intervals import (
     merge_spans,
     response_intervals,
     stop_intervals,
-)
-from scorers.v15_records import (
-    ANCHORED_LABEL,
-    CategoryTiming,
-    LatencyStats,
-    SessionIntervals,
-    TimingSummary,
-    TimingVad,
 )
 
 TIMING_VAD_SETTINGS = VadSettings(threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100,
@@ -234,9 +234,6 @@ def _one(values: Sequence[float | None]) -> list[list[float]]:
     return [[] if v is None else [v] for v in values]
 
 
-def category_key(category: str) -> tuple[int, str]:
-    known = list(V15_CATEGORIES)
-    return (known.index(category) if category in known else len(known), category)
 
 
 def definitions() -> dict[str, object]:

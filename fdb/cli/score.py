@@ -52,7 +52,7 @@ def _interval(pair) -> str:
 
 def metric_rows(metrics) -> list[tuple[str, str, str, str, str]]:
     """(metric, value, 95% interval, count, all-selected bounds) for every field of a metrics record."""
-    from scorers.v10_records import LatencyQuantiles, PooledRatio, Share
+    from fdb.records.v10 import LatencyQuantiles, PooledRatio, Share
 
     rows = []
     for name in type(metrics).model_fields:
@@ -79,7 +79,7 @@ METRIC_FIELDS = {"takeover rate": "takeover_rate", "latency (s)": "latency_s",
 
 
 def _evaluator_value(result: dict, metric: str) -> str:
-    from scorers.v10_evaluator import evaluator_metric
+    from fdb.records.v10_reference import evaluator_metric
 
     return _num(evaluator_metric(result, METRIC_FIELDS[metric]))
 
@@ -260,10 +260,10 @@ def v10(
 
     from fdb.errors import FdbError, SampleError
     from fdb.official_source import EVALUATOR_FILES, verify_checkout
+    from fdb.records.v10_reference import load_reference
     from scorers.v10_backchannel import BackchannelOptions, load_icc_gt
     from scorers.v10_evaluator import run_evaluator
     from scorers.v10_official import score_official
-    from scorers.v10_reference import load_reference
     from scorers.v10_tree import load_tree
     from scorers.v10_unified import score_unified
 

@@ -90,7 +90,7 @@ def _print_failed(console, engine: str, rows_path: Path) -> bool:
     from rich.markup import escape
 
     from fdb.io import read_jsonl
-    from scorers.v15_records import SessionIntervals
+    from fdb.records.v15 import SessionIntervals
 
     rows = read_jsonl(rows_path, SessionIntervals)
     bad = [r for r in rows if r.status == "failed"]

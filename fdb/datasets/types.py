@@ -27,10 +27,17 @@ V10_ANNOTATION = {
     "user_interruption": "interrupt.json",
     "backchannel": None,
 }
+INTERRUPTION = "synthetic_user_interruption"  # the v1.0 subset the relevance judge rates
 V15_CATEGORIES = ("user_interruption", "user_backchannel", "talking_to_other", "background_speech")
 DATASET_SUBSETS = {"v1.0": V10_SUBSETS, "v1.5": V15_CATEGORIES}
 
 DatasetName = Literal["v1.0", "v1.5"]
+
+
+def category_key(category: str) -> tuple[int, str]:
+    """The sort key of a v1.5 category: V15_CATEGORIES' order first, then any other by name."""
+    known = list(V15_CATEGORIES)
+    return (known.index(category) if category in known else len(known), category)
 
 
 class SampleProblem(BaseModel):

@@ -7,11 +7,10 @@ unresolved."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from fdb.io import atomic_write_json
+from fdb.records.judge import AxisCell, SemanticSample, SemanticSummary
 from judges.client import JudgeClient
 from judges.config import JudgeSettings
 from judges.engine import NoProgress, Progress, TaskSpec, judge_sample, request_sha256, run_bounded
@@ -35,8 +34,6 @@ from judges.semantic.grading import (
 from judges.semantic.rubric import AXES, SEMANTIC_PROMPT
 from judges.store import SampleResult, TaskDir, utc_now
 
-SEMANTIC_SCHEMA = "fdb-v1.5-semantic-1"
-SCOPE = "fdb semantic judge (fdb's own rubric, not part of the paper)"
 Item = tuple[PairView, list[dict[str, Any]]]
 
 
@@ -108,39 +105,6 @@ async def judge_semantic(client: JudgeClient, tdir: TaskDir, settings: JudgeSett
     for result in await run_bounded(rest, keep, grader.tick):
         done[result.sample_id] = result
     return done, comparison
-
-
-class AxisCell(BaseModel):
-    selected: int
-    accepted: int
-    failed: int
-    unresolved: int
-    quality: float | None  # A / (A + F)
-    coverage: float | None  # (A + F) / N
-
-
-class SemanticSample(BaseModel):
-    sample_id: str
-    category: str
-    outcome: str  # valid / invalid_label / model_mismatch / failed / pending / ineligible / missing_transcript
-    axes: dict[str, str]  # axis (and joint) -> accept / fail / unresolved
-    reason: str | None = None
-
-
-class SemanticSummary(BaseModel):
-    schema_: str = Field(SEMANTIC_SCHEMA, alias="schema")
-    scope: str = SCOPE
-    status: Literal["complete", "has_failures", "control_failed", "pending", "not_run"]
-    message: str | None = None
-    judge: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
-    controls: dict[str, Any] | None = None
-    denominator: str = "N = every selected pair; ineligible, missing and failed pairs count as unresolved"
-    categories: dict[str, dict[str, AxisCell]]
-    all: dict[str, AxisCell]
-    samples: list[SemanticSample]
-
-    model_config = {"populate_by_name": True}
 
 
 def _sample(pair: PairInput, result: SampleResult | None) -> SemanticSample:

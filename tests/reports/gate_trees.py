@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from fdb.io import atomic_write_json, atomic_write_jsonl
-from scorers.serving import ServingRow
-from scorers.tts_serving import LevelRow
+from fdb.records.serving import ServingRow
+from fdb.records.tts import LevelRow
 
 
 def tts_output(root: Path, *, throughput: float = 10.0, ttfa_ms: float = 200.0, rounds: int = 3, seed: int = 0,

@@ -18,16 +18,9 @@ from typer.testing import CliRunner
 
 from fdb.cli.compare import register
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_file
-from fdb.run_manifest import DatasetUse, RunManifest, ServerUse
-from judges.behavior import summarize_behavior
-from judges.inputs import TRANSCRIPTS, PairInput
-from judges.repeat import JudgeSummary
-from judges.semantic.run import summarize_semantic
-from judges.store import SampleResult
-from reports.compare import noise_points
-from scorers.listening_records import GroupSummary, ListeningSummary
-from scorers.v10_pause import pause_metrics
-from scorers.v10_records import (
+from fdb.records.judge import JudgeSummary
+from fdb.records.listening import GroupSummary, ListeningSummary
+from fdb.records.v10 import (
     Counts,
     PauseRow,
     SubsetResult,
@@ -35,8 +28,15 @@ from scorers.v10_records import (
     UnifiedInputs,
     UnifiedResult,
 )
+from fdb.records.v15 import SessionIntervals, TimingSummary, TimingVad
+from fdb.run_manifest import DatasetUse, RunManifest, ServerUse
+from judges.behavior import summarize_behavior
+from judges.inputs import TRANSCRIPTS, PairInput
+from judges.semantic.run import summarize_semantic
+from judges.store import SampleResult
+from reports.compare import noise_points
+from scorers.v10_pause import pause_metrics
 from scorers.v10_turn import turn_metrics
-from scorers.v15_records import SessionIntervals, TimingSummary, TimingVad
 from scorers.v15_timing import category_timing
 
 CATEGORIES = ("user_interruption", "user_backchannel", "talking_to_other", "background_speech")

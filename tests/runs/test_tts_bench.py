@@ -250,7 +250,7 @@ def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, m
     """tables/*.csv and tts.json "tables" come from the Table objects TTS.md shows: each CSV's rows
     are the cells of the Markdown table at its position (serving, cold rounds, details, quality,
     stop condition), and tts.json keeps their typed values."""
-    from scorers.tts_quality import QualitySummary
+    from fdb.records.tts import QualitySummary
 
     monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
     out = tmp_path / "tables"

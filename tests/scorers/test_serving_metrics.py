@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fdb.profiles import NATIVE, TURN_BASED
+from fdb.records.serving import ServingRow
 from fdb.session_records import LoopLagStats, PacingStats, SessionRecord, TraceEvent, Verdict
 from scorers.serving import (
     Reply,
-    ServingRow,
     Session,
     buffer_needed_s,
     capacity,

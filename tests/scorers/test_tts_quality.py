@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fdb.records.tts import UtteranceQuality
 from scorers.tts_quality import (
     QualityJob,
-    UtteranceQuality,
     aggregate_wer,
     asr_label,
     cosine,

@@ -11,16 +11,15 @@ import pytest
 from benchmarks.support.treebuild import V10Tree, interrupt_json, pause_json, turn_json
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, read_json, sha256_file
-from fdb.official_source import EVALUATOR_FILES
+from fdb.official_source import EVALUATOR_FILES, PINNED_REVISION
+from fdb.records.v10_reference import load_reference
 from scorers.v10_evaluator import (
     EVALUATION_DIR,
     PINNED_FILES,
-    PINNED_REVISION,
     parse_result,
     run_evaluator,
     verify_checkout,
 )
-from scorers.v10_reference import load_reference
 from tests.conftest import git_commit_all
 
 FAKE_EVALUATE = textwrap.dedent('''

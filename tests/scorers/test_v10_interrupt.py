@@ -20,9 +20,9 @@ import pytest
 from benchmarks.support.treebuild import transcript
 from fdb.errors import SampleError
 from fdb.records import ExportSample
+from fdb.records.v10 import NOT_REACHED
 from scorers.times import to_us
 from scorers.v10_inputs import InterruptSample, check_words_after, parse_segments, parse_words
-from scorers.v10_records import NOT_REACHED
 from scorers.v10_unified import UNIFIED_VAD_SETTINGS, score_subset
 
 SUBSET = "synthetic_user_interruption"

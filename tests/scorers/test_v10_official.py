@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fdb.io import read_json
+from fdb.records.v10_reference import OFFICIAL_LABEL
 from fdb.takeover import official_takeover
 from scorers.v10_official import (
-    OFFICIAL_LABEL,
     chunk_times,
     official_latency,
     score_official,

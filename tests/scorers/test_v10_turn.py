@@ -16,9 +16,9 @@ import pytest
 from benchmarks.support.treebuild import transcript, turn_json
 from fdb.errors import SampleError
 from fdb.records import ExportSample
+from fdb.records.v10 import NOT_REACHED
 from scorers.times import to_us
 from scorers.v10_inputs import TurnSample, parse_turn_end, parse_words
-from scorers.v10_records import NOT_REACHED
 from scorers.v10_unified import score_subset
 
 SUBSET = "candor_turn_taking"

@@ -18,7 +18,7 @@ from benchmarks.support.treebuild import (
 )
 from fdb.errors import FdbError, SampleError
 from fdb.io import atomic_write_json, read_json
-from scorers.v10_records import UNIFIED_SCHEMA, UnifiedResult
+from fdb.records.v10 import UNIFIED_SCHEMA, UnifiedResult
 from scorers.v10_unified import score_unified
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from benchmarks.support.treebuild import FixedSegments, bursts
 from fdb.io import atomic_write_json
 from fdb.records import ExportManifest
+from fdb.records.v15 import ANCHORED_LABEL
 from scorers.v15_intervals import anchored_response, anchored_stop, event_span, merge_spans
-from scorers.v15_records import ANCHORED_LABEL
 from scorers.v15_timing import _SPAN_CACHE, score_v15_timing
 from tests.scorers.test_v15_timing import write_pair
 

@@ -13,8 +13,8 @@ from benchmarks.support.treebuild import FixedSegments, bursts
 from fdb.audio import wav_bytes
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
 from fdb.records import ExportManifest, ExportSample
+from fdb.records.v15 import TIMING_SCHEMA
 from scorers.v15_intervals import latencies, merge_spans, response_intervals, stop_intervals
-from scorers.v15_records import TIMING_SCHEMA
 from scorers.v15_timing import cluster_stats, score_v15_timing
 
 FILES = ("input.wav", "output.wav", "clean_input.wav", "clean_output.wav")

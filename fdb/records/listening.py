@@ -8,11 +8,19 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from scorers.listening_text import WordCounts
-
 REPLIES_SCHEMA = "fdb-listening-replies-2"
 SCORES_SCHEMA = "fdb-listening-scores-2"
 SUMMARY_SCHEMA = "fdb-listening-2"
+
+
+class WordCounts(BaseModel):
+    """The alignment counts of one reply's reference (transcript) and hypothesis (ASR text)."""
+
+    reference_words: int
+    hits: int
+    substitutions: int
+    deletions: int
+    insertions: int
 
 
 class ReplyRow(BaseModel):

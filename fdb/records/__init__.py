@@ -1,4 +1,12 @@
-"""Typed records for the files that cross package boundaries (see docs/formats.md)."""
+"""Typed records for the files that cross package boundaries (see docs/formats.md), with their
+readers: every phase writes through them and every later phase (and reports) reads through them.
+
+Here: the export manifest (``fdb-export-1``) and the v1.0 ASR receipt (``fdb-asr-1``). The
+result records live in the submodules: ``v10`` (unified.json, unified-samples.jsonl),
+``v10_reference`` (official.json, evaluator.json), ``v15`` (v1.5 timing), ``listening``,
+``judge`` (behavior, semantic, relevance, judge.json), ``serving`` (sweep rows, capacity) and
+``tts`` (tts-bench rows, Seed-TTS quality). The recorded sessions' records are in
+``fdb.session_records`` and ``fdb.tts_records``."""
 
 from __future__ import annotations
 

@@ -7,9 +7,13 @@ computed (no samples, zero denominator) is ``null``, never 0.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+
+from fdb.errors import FdbError
 
 UNIFIED_SCHEMA = "fdb-v1.0-unified-4"
 NOT_REACHED = "not_reached"
@@ -200,3 +204,30 @@ class InterruptRow(RowBase):
 
 
 SampleRow = IneligibleRow | PauseRow | TurnRow | InterruptRow
+ROW_BY_TASK: dict[str, type[RowBase]] = {"pause_handling": PauseRow, "turn_taking": TurnRow,
+                                         "user_interruption": InterruptRow}
+RESCORE_FIX = "rescore the tree: python -m fdb score v10 --tree DIR"
+
+
+def sample_row(raw: dict, fix: str = RESCORE_FIX) -> SampleRow:
+    """One line of unified-samples.jsonl as its row: an ineligible sample's by ``eligible``, the
+    others' by ``task``; an unknown task is an error naming the sample (``fix`` says what to do)."""
+    model = ROW_BY_TASK.get(raw.get("task")) if raw.get("eligible") else IneligibleRow
+    if model is None:
+        raise FdbError(f"unified-samples.jsonl row {raw.get('sample_id')!r} has the unknown task "
+                       f"{raw.get('task')!r}", fix)
+    return model.model_validate(raw)
+
+
+def read_sample_rows(path: Path, fix: str = RESCORE_FIX) -> list[SampleRow]:
+    """The rows of a unified-samples.jsonl, in file order; a line that is not a row is an error
+    naming the file."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        return [sample_row(json.loads(line), fix) for line in lines]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise FdbError(f"{path}: {where}: {first['msg']}", fix) from exc
+    except ValueError as exc:
+        raise FdbError(f"{path} is not valid JSON lines ({exc})", fix) from exc
