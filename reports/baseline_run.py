@@ -22,7 +22,7 @@ from typing import Any
 from fdb.errors import FdbError
 from fdb.io import read_json
 from fdb.layout import RepeatPaths, RunPaths
-from fdb.records import ExportManifest
+from fdb.records import ExportManifest, asr_backend
 from reports.baseline_sources import _digest, _ident, _load
 from reports.observations import Observations, Series
 
@@ -172,14 +172,13 @@ def comparability(manifest: dict, repeats: list[RepeatPaths]) -> dict[str, str |
         keys[f"dataset.{name}.revision"] = use.get("revision")
         keys[f"dataset.{name}.selection"] = _digest(sorted(use.get("sample_ids") or []))
     rep = repeats[0]
-    asr = _read(rep.v10_reference / "asr.json") or {}
     unified = _read(rep.v10_reference / "unified.json") or {}
     timing = _read(rep.scores / "summary.json") or {}
     listening = _read(rep.root / "listening" / "summary.json") or {}
     judge = _read(rep.root / "judge.json") or {}
     backends = listening.get("backends") or {}
     keys.update({
-        "backend.asr": _ident(asr.get("backend")), "backend.vad": _ident(unified.get("vad") or timing.get("vad")),
+        "backend.asr": _ident(asr_backend(rep.v10_reference)), "backend.vad": _ident(unified.get("vad") or timing.get("vad")),
         "backend.listening_asr": _ident(backends.get("asr")), "backend.mos": _ident(backends.get("mos")),
         "backend.speaker": _ident(backends.get("speaker")),
         "backend.judge": _ident(judge.get("judge")) if (judge.get("behavior") or {}).get("status")

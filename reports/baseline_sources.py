@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from fdb.errors import FdbError
+from fdb.io import read_jsonl
 from fdb.records.serving import ServingRow
 from fdb.records.tts import LevelRow, UtteranceQuality
 from reports.observations import Observations, Series
@@ -121,8 +122,7 @@ def _tts_quality(directory: Path, out: Observations) -> None:
     path = directory / "quality" / "quality.jsonl"
     if not path.is_file():
         return
-    rows = [UtteranceQuality.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    rows = read_jsonl(path, UtteranceQuality)
     for metric, label, unit, better in TTS_QUALITY:
         series = Series(metric=metric, key="all", label=label, unit=unit, better=better, shape="paired")
         series.samples = {row.id: [getattr(row, metric)] for row in rows}

@@ -12,13 +12,12 @@ aggregate that this one does not write are removed. Every file is written atomic
 from __future__ import annotations
 
 import io
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fdb.io import atomic_write_bytes
+from fdb.io import atomic_write_bytes, read_jsonl
 from fdb.layout import RepeatPaths, RunPaths
 from fdb.tables import Column, Table
 
@@ -54,9 +53,7 @@ def _prune(folder: Path, pattern: str, keep: list[Path]) -> None:
 
 
 def _jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path) if path.exists() else []
 
 
 def latency_samples(repeats: list[RepeatPaths]) -> dict[str, list[float]]:

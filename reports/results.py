@@ -55,15 +55,15 @@ def mixed_asr_lines(repeats: list) -> list[str]:
     """A warning when the repeats' transcripts come from different ASR models (a run scored
     before fdb recorded its backends, or by hand with `score transcribe --replace`): the v1.0
     and v1.5 cells then average over them."""
-    from fdb.io import read_json
     from fdb.models.scoring import same_model
+    from fdb.records import asr_backend
 
     found = []
     for rep in repeats:
-        for receipt in (rep.v10_reference / "asr.json", rep.reference_audio / "asr.json"):
-            ident = read_json(receipt).get("backend") if receipt.exists() else None
+        for tree in (rep.v10_reference, rep.reference_audio):
+            ident = asr_backend(tree)
             if ident:
-                found.append((f"repeat-{rep.number}/{receipt.parent.relative_to(rep.root)}", ident))
+                found.append((f"repeat-{rep.number}/{tree.relative_to(rep.root)}", ident))
     if all(same_model(found[0][1], ident) for _, ident in found[1:]):
         return []
     names = ", ".join(f"{where} {ident.get('name')}" for where, ident in found)

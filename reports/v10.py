@@ -28,8 +28,8 @@ from fdb.records.v10 import (
 from fdb.records.v10_reference import (
     OfficialSubset,
     OfficialSummary,
+    current_reference,
     evaluator_metric,
-    load_reference,
 )
 from fdb.tables import Column, Table
 from reports.cells import NA, NOT_MEASURED, count_range, interval, mean_sd, percent, seconds
@@ -87,9 +87,9 @@ def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str
     found, notes = {}, []
     for rep in repeats:
         tree = rep.v10_reference
-        if not all((tree / name).exists() for name in ("evaluator.json", "manifest.json", "asr.json")):
+        columns = current_reference(tree) if (tree / "evaluator.json").exists() else None
+        if columns is None:
             continue
-        columns = load_reference(tree, sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json"))
         notes += [f"repeat-{rep.number}: {note}" for note in columns.notes if note.startswith("evaluator.json")]
         if columns.evaluator is not None:
             found[rep.number] = columns.evaluator
