@@ -106,12 +106,6 @@ class PiperSpeechOptions(KindOptions):
     length_scale: float | None = Field(None, gt=0)
 
 
-class EchoChatOptions(KindOptions):
-    """``echo_chat``: answers with the user's last message (a fixture backend)."""
-
-    prefix: str = ""
-
-
 class GpuModelOptions(KindOptions):
     """A model of ``serving.gpu``, loaded once per server process and shared by every session.
     ``weights``: a ``serving.gpu.weights.WeightSource`` mapping, ``{load_format: checkpoint, path,
@@ -231,7 +225,6 @@ register(ComponentKind("running_transcript", _fs("pcm16", "session", "text"), _f
 register(ComponentKind("dialog", _fs("transcript", "text_delta", "session"), _fs("messages", "session"),
                        DialogOptions, opens_turns=True))
 for _name, _opts in (("openai_chat", OpenAiChatOptions), ("llama_chat", LlamaChatOptions),
-                     ("echo_chat", EchoChatOptions),
                      ("causal_lm_gpu", CausalLmGpuOptions)):
     register(ComponentKind(_name, _fs("messages"), _fs("text_delta", "session"), _opts, ends_turns=True))
 for _name, _opts in (("openai_speech", OpenAiSpeechOptions), ("piper_speech", PiperSpeechOptions)):

@@ -774,23 +774,16 @@ def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict, history_me
                 "llama_chat": lambda: LlamaChatNode(models, decl.options, hold_first=any(
                     e.event == "turn.started" for e in decl.control_inputs)),
                 "piper_speech": lambda: PiperSpeechNode(models, decl.options),
-                "echo_chat": lambda: _echo_chat()(models, decl.options),
                 "whisper_gpu": lambda: _gpu_node("whisper", "WhisperGpuNode")(models, decl.options, decl.name),
                 "causal_lm_gpu": lambda: _gpu_node("chat", "CausalLmGpuNode")(models, decl.options, decl.name)}
     build = builders.get(decl.kind or "")
     if build is None:
         what = f"kind '{decl.kind}'" if decl.kind else f"stages {list(decl.stages)}"
         raise FdbError(f"node '{decl.name}': no graph adapter runs {what} yet",
-                       "use the embedded kinds (whisper_transcription, dialog, llama_chat, echo_chat, piper_speech, "
+                       "use the embedded kinds (whisper_transcription, dialog, llama_chat, piper_speech, "
                        "the GPU kinds whisper_gpu and causal_lm_gpu, "
                        "stages: [vad] or [turn_detection]) in a graph, or serve this system through serving/realtime")
     return build()
-
-
-def _echo_chat() -> type[Node]:
-    from serving.graph.echo_chat import EchoChatNode
-
-    return EchoChatNode
 
 
 def _gpu_node(module: str, name: str) -> type[Node]:
