@@ -32,12 +32,16 @@ from __future__ import annotations
 
 from fdb.errors import FdbError
 from serving.graph.kinds import DialogOptions
-from serving.graph.runtime import Emit, Node
+from serving.graph.runtime import Emit, Node, NodeContext
 from serving.graph.streams import Chunk, Message, Messages, control
 from serving.realtime.dialog import Boundary, Dialog, ReplyRecord
 
 
 class DialogNode(Node):
+    @classmethod
+    def build(cls, ctx: NodeContext) -> DialogNode:
+        return cls(ctx.decl.options, ctx.max_history_messages)
+
     def __init__(self, options: DialogOptions, max_history_messages: int = 12):
         self._options = options
         self._instructions = options.system_prompt

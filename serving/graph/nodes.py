@@ -30,15 +30,15 @@ import numpy as np
 
 from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
-from serving.graph.declare import GraphDecl, NodeDecl
-from serving.graph.dialog_node import DialogNode
+from serving.graph import registry
+from serving.graph.declare import GraphDecl
 from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE, ComputeGate
 from serving.graph.kinds import (
     LlamaChatOptions,
     PiperSpeechOptions,
     WhisperTranscriptionOptions,
 )
-from serving.graph.runtime import Emit, Node
+from serving.graph.runtime import Emit, Node, NodeContext
 from serving.graph.streams import (
     PCM16_RATE,
     PCM_F32_RATE,
@@ -159,6 +159,10 @@ class VadNode(Node):
     turn_detection null turns it off (an open utterance stops at the input's end), semantic_vad
     makes its pauses the 200 ms candidates of the turn_detection stage; ``commit`` stops an open
     utterance at the input's end and resets it."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> VadNode:
+        return cls(ctx.models, **ctx.vad_settings)
 
     def __init__(self, models: EmbeddedModels, **settings):
         self._models = models
@@ -405,6 +409,10 @@ class TurnDetectionNode(Node):
     Held pauses are timed on the input this node has received, so the input must arrive at its
     real-time pace (as a realtime client sends it) for a resumed speech to be seen in time."""
 
+    @classmethod
+    def build(cls, ctx: NodeContext) -> TurnDetectionNode:
+        return cls(ctx.models, prefetch=ctx.vad_settings.get("prefetch_ms") is not None)
+
     def __init__(self, models: EmbeddedModels, eagerness: str = "medium", prefetch: bool = True):
         self._models, self._eagerness, self._semantic, self._prefetch = models, eagerness, True, prefetch
         self._timeline = Timeline()
@@ -554,6 +562,11 @@ class LlamaChatNode(PrefetchingChatNode):
     messages and sampling are the same (greedy decoding: the same reply), and it is stopped
     otherwise, at a withdrawal (messages None), at the next prefetch, or PREFETCH_TTL_S after it
     started unclaimed."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> LlamaChatNode:
+        return cls(ctx.models, ctx.decl.options,
+                   hold_first=any(e.event == "turn.started" for e in ctx.decl.control_inputs))
 
     def __init__(self, models: EmbeddedModels, options: LlamaChatOptions, hold_first: bool = False):
         self._models, self._hold_first = models, hold_first
@@ -764,39 +777,22 @@ class _SpokenTurn:
     audio_ms: float = 0.0
 
 
-def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict, history_messages: int) -> Node:
-    if decl.stages == ("vad",):
-        return VadNode(models, **vad_settings)
-    if decl.stages == ("turn_detection",):
-        return TurnDetectionNode(models, prefetch=vad_settings.get("prefetch_ms") is not None)
-    builders = {"whisper_transcription": lambda: WhisperNode(models, decl.options),
-                "dialog": lambda: DialogNode(decl.options, history_messages),
-                "llama_chat": lambda: LlamaChatNode(models, decl.options, hold_first=any(
-                    e.event == "turn.started" for e in decl.control_inputs)),
-                "piper_speech": lambda: PiperSpeechNode(models, decl.options),
-                "whisper_gpu": lambda: _gpu_node("whisper", "WhisperGpuNode")(models, decl.options, decl.name),
-                "causal_lm_gpu": lambda: _gpu_node("chat", "CausalLmGpuNode")(models, decl.options, decl.name)}
-    build = builders.get(decl.kind or "")
-    if build is None:
+def _node(ctx: NodeContext) -> Node:
+    decl = ctx.decl
+    cls = registry.node_class(decl.kind, decl.stages)
+    if cls is None:
         what = f"kind '{decl.kind}'" if decl.kind else f"stages {list(decl.stages)}"
+        kinds, stages = registry.graph_adapters()
         raise FdbError(f"node '{decl.name}': no graph adapter runs {what} yet",
-                       "use the embedded kinds (whisper_transcription, dialog, llama_chat, piper_speech, "
-                       "the GPU kinds whisper_gpu and causal_lm_gpu, "
-                       "stages: [vad] or [turn_detection]) in a graph, or serve this system through serving/realtime")
-    return build()
-
-
-def _gpu_node(module: str, name: str) -> type[Node]:
-    """A node class of ``serving.gpu`` (imported when a graph declares it: torch and transformers
-    are the gpu extra)."""
-    import importlib
-
-    return getattr(importlib.import_module(f"serving.gpu.{module}"), name)
+                       f"use a kind with a graph adapter ({', '.join(kinds)}; stages: "
+                       f"{' or '.join(f'[{s}]' for s in stages)}) in a graph, or serve this system through "
+                       "serving/realtime")
+    return cls.build(ctx)
 
 
 def build_nodes(decl: GraphDecl, models: EmbeddedModels | None = None, vad_settings: dict | None = None,
                 max_history_messages: int = 12) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared)."""
     models = models or EmbeddedModels()
-    return {name: _node(d, models, dict(vad_settings or {}), max_history_messages)
+    return {name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages))
             for name, d in decl.nodes.items()}
