@@ -114,7 +114,6 @@ BACKENDS: list[Backend] = [
     Backend("chat", "openai_chat", _K + "OpenAiChatOptions",
             system_options=_SERVICE + "OpenAiChatNode", client=_SERVICE + "OpenAiChat"),
     Backend("chat", "llama_chat", _K + "LlamaChatOptions", node="serving.graph.nodes:LlamaChatNode"),
-    Backend("chat", "echo_chat", "serving.graph.echo_chat:EchoChatOptions", node="serving.graph.echo_chat:EchoChatNode"),
     Backend("chat", "causal_lm_gpu", _K + "CausalLmGpuOptions", node="serving.gpu.chat:CausalLmGpuNode"),
     Backend("speech", "openai_speech", _K + "OpenAiSpeechOptions",
             system_options=_SERVICE + "OpenAiSpeechNode", client=_SERVICE + "OpenAiSpeech"),
