@@ -16,7 +16,7 @@ is an entry of ``serving.graph.registry``, which parses and builds it)::
   turn, with the session's ``max_tokens`` and ``temperature`` plus ``extra_body``; an answer
   that is not an event stream (a server that ignores ``stream``) is read as one JSON completion;
 - ``openai_speech`` cuts the text into sentences, drops markup, emoji and URLs
-  (:func:`serving.realtime.chunker.speakable`), skips a sentence with no word left, writes the
+  (:func:`serving.conversation.chunker.speakable`), skips a sentence with no word left, writes the
   numbers of an English-tagged sentence as words (:mod:`serving.spoken_numbers`), and sends
   one request per sentence to ``{base_url}/audio/speech`` with ``response_format`` (``pcm``, or
   ``wav``) and ``stream`` (true) as set. The answer is read by its Content-Type, chunked or
@@ -417,7 +417,7 @@ class OpenAiSpeech:
     def stream(self, text: str, heard_language: str | None = None) -> Iterator[np.ndarray]:
         import httpx
 
-        from serving.realtime.chunker import speakable
+        from serving.conversation.chunker import speakable
 
         with httpx.Client(timeout=self.node.timeout_s) as client:
             for sentence in sentences(text, self.node.max_sentence_words):

@@ -30,6 +30,7 @@ import numpy as np
 
 from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
+from serving.conversation.chunker import SpeechChunker
 from serving.graph import registry
 from serving.graph.declare import GraphDecl
 from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE, ComputeGate
@@ -48,7 +49,6 @@ from serving.graph.streams import (
     Transcript,
     control,
 )
-from serving.realtime.chunker import SpeechChunker
 
 T = TypeVar("T")
 HOLD_MAX_S = 3.0  # the longest a reply's token stream waits for its first chunk's synthesis
@@ -201,7 +201,7 @@ class VadNode(Node):
             await self._configure(chunk.payload.data["turn_detection"], emit)
 
     async def _configure(self, td: dict | None, emit: Emit) -> None:
-        from serving.realtime.end_of_turn import CANDIDATE_MS
+        from serving.conversation.end_of_turn import CANDIDATE_MS
 
         if td is None:
             if self._on:
@@ -398,7 +398,7 @@ class WhisperNode(Node):
 class TurnDetectionNode(Node):
     """Stage ``turn_detection`` (Smart Turn v3.2): the VAD's speech.started opens a turn; at each
     VAD speech.stopped the turn's audio is scored and the turn ends once the input has run that
-    score's silence past the stop (``serving.realtime.end_of_turn``); speech resuming before then
+    score's silence past the stop (``serving.conversation.end_of_turn``); speech resuming before then
     continues the turn; commit ends it there. ``server_vad`` passes the VAD's boundaries through.
 
     A pause that may end the turn is announced ahead as ``speech.pausing`` (t_ms: the speech end
@@ -457,7 +457,7 @@ class TurnDetectionNode(Node):
             await self._end_turn(self._held.end_ms, emit)
 
     async def _pause(self, t_ms: int, emit: Emit) -> None:
-        from serving.realtime.end_of_turn import HeldPause, required_silence_ms
+        from serving.conversation.end_of_turn import HeldPause, required_silence_ms
 
         if not self._semantic:
             await self._end_turn(t_ms, emit)
@@ -693,7 +693,7 @@ class _Prefetch:
 
 class PiperSpeechNode(Node):
     """``piper_speech``: cuts a turn's text_delta into speakable chunks
-    (``serving.realtime.chunker.SpeechChunker``: the first one short, then sentences; the rest at
+    (``serving.conversation.chunker.SpeechChunker``: the first one short, then sentences; the rest at
     the source's turn.done) and synthesizes each as 24 kHz pcm_f32le (a backend with ``astream``,
     serving.gpu's CSM, sends each frame as it is made), followed by its
     ``reply.progress`` (the chunk's text, text_end in the reply's spoken text joined with
