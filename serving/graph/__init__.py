@@ -36,7 +36,7 @@ response.cancel an ``interrupt`` without a turn. Its sink (``serving.realtime.gr
 maps the published chunks to realtime events and paces the reply audio (max_output_lead_ms):
 it holds the speech node's turn.done until the audio has played and then releases it to the
 dialog, and it reports reply.delivered (the audio sent and played) when a started reply is
-interrupted; the dialog keeps what was heard (``serving.realtime.dialog``'s rules) and answers
+interrupted; the dialog keeps what was heard (``serving.conversation.dialog``'s rules) and answers
 with reply.heard. The openai_* / realtime_transcription service nodes have no graph adapter: a
 system whose backends are service nodes runs the same graph over the service clients the server
 loaded (they take the embedded models' calls). The ``turn_detection`` adapter times held pauses
