@@ -36,6 +36,7 @@ from fdb.models.packages import (
     BackendPackage,
 )
 from serving.graph.gate import ComputeGate
+from serving.graph.registry import build_backend
 from serving.systems import SystemConfig
 
 log = logging.getLogger("fdb.serving")
@@ -178,9 +179,8 @@ def load_models(system: SystemConfig) -> ModelHub:
     nodes.update(load_gpu_nodes(system))
     native = None
     if system.duplex is not None and system.duplex.model is not None:
-        from serving.gpu.nodes import build_gpu
-
-        native = _timed(f"native model {system.duplex.model.kind}", lambda: build_gpu(system.duplex.model))
+        native = _timed(f"native model {system.duplex.model.kind}",
+                        lambda: build_backend("native", system.duplex.model))
     limit_blas_threads()
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
     asr, llm = nodes.get("asr"), nodes.get("llm")
@@ -207,20 +207,18 @@ def load_models(system: SystemConfig) -> ModelHub:
 
 def load_gpu_nodes(system: SystemConfig) -> dict[str, Any]:
     """The backends of the system's GPU model nodes (serving.gpu), loaded."""
-    from serving.gpu.nodes import build_gpu
-
-    return {role: _timed(f"{role} GPU node {node.kind}", lambda node=node: build_gpu(node))
+    return {role: _timed(f"{role} GPU node {node.kind}", lambda role=role, node=node: build_backend(role, node))
             for role, node in system.backends.gpu_nodes().items()}
 
 
 def probe_nodes(system: SystemConfig) -> dict[str, Any]:
     """The clients of the system's service nodes, each probed once (raises FdbError naming the
     node and URL of the first that fails, see :func:`serving.service_nodes.probe`)."""
-    from serving.service_nodes import build, probe
+    from serving.service_nodes import probe
 
     clients = {}
     for role, node in system.backends.nodes().items():
-        clients[role] = build(node)
+        clients[role] = build_backend(role, node)
         start = time.monotonic()
         probe(role, node, clients[role])
         log.info("%s node %s answered at %s in %.1f s", role, node.kind, node.base_url, time.monotonic() - start)

@@ -1,6 +1,7 @@
 """Service nodes: a cascade role (ASR, LLM or TTS) served by any OpenAI-compatible endpoint.
 
-A launch file picks a node for a role instead of an embedded backend's registry key::
+A launch file picks a node for a role instead of an embedded backend's registry key (each kind
+is an entry of ``serving.graph.registry``, which parses and builds it)::
 
     backends:
       asr: {kind: openai_transcription, base_url: http://127.0.0.1:8102/v1, model: whisper-1, health: request}
@@ -15,7 +16,7 @@ A launch file picks a node for a role instead of an embedded backend's registry 
   turn, with the session's ``max_tokens`` and ``temperature`` plus ``extra_body``; an answer
   that is not an event stream (a server that ignores ``stream``) is read as one JSON completion;
 - ``openai_speech`` cuts the text into sentences, drops markup, emoji and URLs
-  (:func:`serving.realtime.chunker.speakable`), skips a sentence with no word left, writes the
+  (:func:`serving.conversation.chunker.speakable`), skips a sentence with no word left, writes the
   numbers of an English-tagged sentence as words (:mod:`serving.spoken_numbers`), and sends
   one request per sentence to ``{base_url}/audio/speech`` with ``response_format`` (``pcm``, or
   ``wav``) and ``stream`` (true) as set. The answer is read by its Content-Type, chunked or
@@ -127,31 +128,6 @@ class OpenAiSpeechNode(_Node):
     sample_rate: int = Field(24000, ge=8000, le=192000)
     response_format: Literal["pcm", "wav"] = "pcm"
     stream: bool = True
-
-
-NODE_KINDS: dict[str, dict[str, type[_Node]]] = {
-    "asr": {"openai_transcription": OpenAiTranscriptionNode},
-    "llm": {"openai_chat": OpenAiChatNode},
-    "tts": {"openai_speech": OpenAiSpeechNode},
-}
-ServiceNode = OpenAiTranscriptionNode | OpenAiChatNode | OpenAiSpeechNode
-
-
-def parse_node(role: str, raw: dict[str, Any]) -> _Node:
-    """The node of ``role`` that ``raw`` describes; errors name the role and the field."""
-    from pydantic import ValidationError
-
-    kinds = NODE_KINDS.get(role, {})
-    kind = raw.get("kind")
-    if kind not in kinds:
-        allowed = sorted(kinds) or "none (use a registry key)"
-        raise ValueError(f"{role}.kind: {kind!r} is not a service node kind for {role} (use {allowed})")
-    try:
-        return kinds[kind].model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ValueError(f"{role}.{where}: {first['msg']}") from None
 
 
 RUNTIME_HINT = "check that the service runs and that the node's base_url, model and api_key_env are right"
@@ -441,7 +417,7 @@ class OpenAiSpeech:
     def stream(self, text: str, heard_language: str | None = None) -> Iterator[np.ndarray]:
         import httpx
 
-        from serving.realtime.chunker import speakable
+        from serving.conversation.chunker import speakable
 
         with httpx.Client(timeout=self.node.timeout_s) as client:
             for sentence in sentences(text, self.node.max_sentence_words):
@@ -464,15 +440,6 @@ def language_name(reported: str) -> str:
     ("english" -> "English"); anything else as reported (the service then says what it speaks)."""
     reported = reported.strip()
     return _LANGUAGE_NAMES.get(reported.lower(), reported[:1].upper() + reported[1:] if reported.isalpha() else reported)
-
-
-CLIENTS = {OpenAiTranscriptionNode: OpenAiTranscription, OpenAiChatNode: OpenAiChat,
-           OpenAiSpeechNode: OpenAiSpeech}
-
-
-def build(node: _Node) -> Any:
-    """The client of ``node``."""
-    return CLIENTS[type(node)](node)
 
 
 # ---------------------------------------------------------------------------------- probes

@@ -32,18 +32,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fdb.errors import FdbError
-from serving.gpu.nodes import GPU_NODE_KINDS, CsmSpeechNode, GpuNode, MoshiNativeNode, is_gpu_kind
-from serving.service_nodes import (
-    OpenAiChatNode,
-    OpenAiSpeechNode,
-    OpenAiTranscriptionNode,
-    ServiceNode,
-    parse_node,
-)
+from serving.gpu.nodes import GpuNode
+from serving.graph.registry import parse_backend
+from serving.service_nodes import OpenAiChatNode
 from serving.services import ServiceEntry
+
+# A role's backend given as a mapping with ``kind``: parsed by the registry into that kind's
+# options model (serving.graph.registry.parse_backend), dumped with all of its fields.
+BackendNode = SerializeAsAny[BaseModel]
 
 DEFAULT_INSTRUCTIONS = "You are a helpful voice assistant. Answer in one short sentence."
 
@@ -59,27 +66,27 @@ class VadDefaults(BaseModel):
 
 
 class Backends(BaseModel):
-    """The backend per role: a registry key (see ``serving.models``) or, for asr, llm and tts,
-    a service node (a mapping with ``kind``, see ``serving.service_nodes``)."""
+    """The backend per role: an embedded backend's key (see ``serving.models``) or, for asr, llm
+    and tts, a node of the backend registry (a mapping with ``kind``: a service node, see
+    ``serving.service_nodes``, or a GPU node, see ``serving.gpu.nodes``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     vad: str = "silero"
-    asr: str | OpenAiTranscriptionNode = "faster-whisper"
-    llm: str | OpenAiChatNode = "smollm2"
-    tts: str | OpenAiSpeechNode | CsmSpeechNode = "piper"
+    asr: str | BackendNode = "faster-whisper"
+    llm: str | BackendNode = "smollm2"
+    tts: str | BackendNode = "piper"
 
     @model_validator(mode="before")
     @classmethod
     def _nodes(cls, data: Any) -> Any:
         """A mapping becomes the role's node, so an error names the node's own field."""
         if isinstance(data, dict):
-            data = {role: _parse_gpu(role, value) if is_gpu_kind(role, value) else
-                    parse_node(role, value) if isinstance(value, dict) else value
+            data = {role: parse_backend(role, value) if isinstance(value, dict) else value
                     for role, value in data.items()}
         return data
 
-    def nodes(self) -> dict[str, ServiceNode]:
+    def nodes(self) -> dict[str, BaseModel]:
         """The roles served by service nodes."""
         return {role: value for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
                 if not isinstance(value, str | GpuNode)}
@@ -88,17 +95,6 @@ class Backends(BaseModel):
         """The roles served by GPU model nodes (serving.gpu)."""
         return {role: value for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
                 if isinstance(value, GpuNode)}
-
-
-def _parse_gpu(role: str, raw: dict[str, Any]) -> GpuNode:
-    from pydantic import ValidationError
-
-    try:
-        return GPU_NODE_KINDS[role][raw["kind"]].model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ValueError(f"{role}.{where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 class SpeechService(BaseModel):
@@ -139,12 +135,12 @@ class DuplexSettings(BaseModel):
     eagerness: Literal["low", "medium", "high", "auto"] = "medium"
     # A native model instead of the rule-based policy and cascade: every unit goes to it and its
     # audio comes back per unit (serving/gpu/native.py); None: the policy above decides.
-    model: MoshiNativeNode | None = None
+    model: BackendNode | None = None  # a "native" kind of serving.graph.registry (moshi_gpu)
 
     @field_validator("model", mode="before")
     @classmethod
     def _native_model(cls, value: Any) -> Any:
-        return _parse_gpu("native", value) if is_gpu_kind("native", value) else value
+        return parse_backend("native", value) if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _unit_is_a_choice(self) -> DuplexSettings:

@@ -34,7 +34,7 @@ or 200 ms), from what Silero VAD heard in the audio up to the end of that unit:
 6. **Semantic turn detection** (setting ``turn_detection: semantic``, eagerness ``eagerness``):
    the VAD proposes a pause after 200 ms of silence; the end-of-turn model (Smart Turn v3.2)
    scores the turn's audio up to the pause and the pause is held until the silence reaches what
-   that score requires (``serving.realtime.end_of_turn``: 400 / 800 / 4000 ms at medium for a
+   that score requires (``serving.conversation.end_of_turn``: 400 / 800 / 4000 ms at medium for a
    confident / likely / unlikely end). Speech inside a held pause continues the same run. A
    confident end is answered sooner than the fixed 700 ms; an unfinished sentence waits longer.
 5. **End of input.** At ``sglang.input_audio.end`` the partial last unit is padded with silence
@@ -51,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from serving.realtime.end_of_turn import HeldPause, required_silence_ms
+from serving.conversation.end_of_turn import HeldPause, required_silence_ms
 from serving.systems import DuplexSettings
 
 

@@ -29,7 +29,7 @@ from serving.gpu.batching import identity, shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import CausalLmGpuOptions
 from serving.graph.nodes import EmbeddedModels, PrefetchingChatNode, _Prefetch
-from serving.graph.runtime import Emit
+from serving.graph.runtime import Emit, NodeContext
 from serving.graph.streams import Chunk, TextDelta, control
 
 log = logging.getLogger("fdb.serving")
@@ -199,6 +199,10 @@ class CausalLmGpuNode(PrefetchingChatNode):
     turn) starts the reply to its messages at once; the next messages chunk takes it over if its
     messages and max_new_tokens are the same (greedy decoding: the same reply), else it is
     cancelled, as it is at a withdrawal, at the next prefetch, or PREFETCH_TTL_S unclaimed."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> CausalLmGpuNode:
+        return cls(ctx.models, ctx.decl.options, ctx.decl.name)
 
     def __init__(self, models: EmbeddedModels, options: CausalLmGpuOptions, name: str = "llm"):
         self._models, self._options, self._name = models, options, name

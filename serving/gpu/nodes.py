@@ -10,7 +10,8 @@ A role's backend in a launch file may be a GPU node (a mapping with ``kind``)::
         max_batch: 64
 
 The options are checked when the launch file loads (no torch needed); the model loads when the
-server starts. :data:`GPU_NODE_KINDS` is the registry: a new GPU node is one file and one entry.
+server starts. Each kind is an entry of ``serving.graph.registry`` (its options class here, its
+backend class here or in its own module): a new GPU node is one file and one entry.
 """
 
 from __future__ import annotations
@@ -81,16 +82,6 @@ class MoshiNativeNode(GpuNode):
     cuda_graphs: bool = True
 
 
-GPU_NODE_KINDS: dict[str, dict[str, type[GpuNode]]] = {
-    "tts": {"csm_gpu": CsmSpeechNode},
-    "native": {"moshi_gpu": MoshiNativeNode},
-}
-
-
-def is_gpu_kind(role: str, raw: Any) -> bool:
-    return isinstance(raw, dict) and raw.get("kind") in GPU_NODE_KINDS.get(role, {})
-
-
 class CsmTts:
     """The TTS backend interface (``rate``, ``stream``, ``synthesize``, ``identity``) over a
     :class:`serving.gpu.csm.CsmEngine`; ``clones``: it takes reference audio."""
@@ -129,17 +120,3 @@ class CsmTts:
 
     def close(self) -> None:
         self.engine.close()
-
-
-def _moshi(node: MoshiNativeNode) -> Any:
-    from serving.gpu.native import MoshiNative
-
-    return MoshiNative(node)
-
-
-BUILDERS = {CsmSpeechNode: CsmTts, MoshiNativeNode: _moshi}
-
-
-def build_gpu(node: GpuNode) -> Any:
-    """The backend object of ``node`` (loads the model: blocking, seconds to minutes)."""
-    return BUILDERS[type(node)](node)

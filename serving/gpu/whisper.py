@@ -27,6 +27,7 @@ from serving.gpu.batching import Batcher, identity, shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import WhisperGpuOptions
 from serving.graph.nodes import EmbeddedModels, WhisperNode
+from serving.graph.runtime import NodeContext
 
 log = logging.getLogger("fdb.serving")
 RATE = 16000
@@ -114,6 +115,10 @@ def engine_key(options: WhisperGpuOptions) -> tuple:
 
 class WhisperGpuNode(WhisperNode):
     """``whisper_gpu``: ``WhisperNode``'s utterances, recognized by the shared :class:`WhisperEngine`."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> WhisperGpuNode:
+        return cls(ctx.models, ctx.decl.options, ctx.decl.name)
 
     def __init__(self, models: EmbeddedModels, options: WhisperGpuOptions, name: str = "asr"):
         super().__init__(models, options)

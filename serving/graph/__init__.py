@@ -4,8 +4,10 @@ turn ids on every chunk, interruption fencing and bounded edges.
 - ``streams``: the stream vocabulary (pcm16, pcm_f32le, image_frame, transcript, messages,
   text_delta, text, tool_call, tool_response, session), typed payloads, ``Chunk`` and the
   control types.
-- ``kinds``: the registry of component kinds (formats consumed/produced, options, turn role)
-  and of the stages a ``stages: [...]`` route may name (vad, turn_detection).
+- ``registry``: the one registry of backends by role (transcription, chat, speech, vad, turn,
+  dialog, native): each kind's options, formats, turn role and node class (or, for a launch
+  file's ``backends:``, its backend class), and the stages a ``stages: [...]`` route may name
+  (vad, turn_detection); ``kinds``: the options classes of the graph kinds.
 - ``declare``: ``load_graph(mapping | yaml)`` parses and validates ``session_nodes`` +
   ``session_publish`` with the guide's error messages; the result is a ``GraphDecl``.
 - ``runtime``: ``SessionGraph`` runs a ``GraphDecl`` over ``Node`` adapters in asyncio and
@@ -34,7 +36,7 @@ response.cancel an ``interrupt`` without a turn. Its sink (``serving.realtime.gr
 maps the published chunks to realtime events and paces the reply audio (max_output_lead_ms):
 it holds the speech node's turn.done until the audio has played and then releases it to the
 dialog, and it reports reply.delivered (the audio sent and played) when a started reply is
-interrupted; the dialog keeps what was heard (``serving.realtime.dialog``'s rules) and answers
+interrupted; the dialog keeps what was heard (``serving.conversation.dialog``'s rules) and answers
 with reply.heard. The openai_* / realtime_transcription service nodes have no graph adapter: a
 system whose backends are service nodes runs the same graph over the service clients the server
 loaded (they take the embedded models' calls). The ``turn_detection`` adapter times held pauses

@@ -18,7 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fdb.errors import FdbError
-from serving.graph.kinds import COMPONENTS, STAGES, KindOptions
+from serving.graph import registry
+from serving.graph.kinds import KindOptions
 from serving.graph.streams import CONTROLS_IN, CONTROLS_OUT, FORMATS
 
 INPUT = "input"
@@ -110,11 +111,11 @@ def _node_shape(name: str, raw: Mapping[str, Any]) -> tuple[str | None, tuple[st
         if options:
             raise _fail(f"session_nodes.{name}: options {sorted(options)} belong to a node of a kind.")
         stages = tuple(raw["stages"] or ())
-        unknown = [s for s in stages if s not in STAGES]
+        unknown = [s for s in stages if registry.stage(s) is None]
         if unknown or not stages:
             raise _fail(f"session_nodes.{name}: no stage group serves the stages {unknown or list(stages)}.")
         return None, stages, None
-    kind = COMPONENTS.get(raw["kind"])
+    kind = registry.component(raw["kind"])
     if kind is None:
         raise _fail(f"session_nodes.{name}: unknown component kind '{raw['kind']}'.")
     try:
@@ -125,9 +126,9 @@ def _node_shape(name: str, raw: Mapping[str, Any]) -> tuple[str | None, tuple[st
 
 def _formats_of(name: str, kind: str | None, stages: tuple[str, ...]) -> tuple[frozenset, frozenset, frozenset]:
     if kind is not None:
-        k = COMPONENTS[kind]
+        k = registry.component(kind)
         return k.consumes, k.produces, k.required
-    first, last = STAGES[stages[0]], STAGES[stages[-1]]
+    first, last = registry.stage(stages[0]), registry.stage(stages[-1])
     return first.consumes, last.produces, first.consumes - {"session"}
 
 
@@ -265,13 +266,13 @@ def _check_publish(publish: Mapping[str, Any], nodes: dict[str, NodeDecl]) -> di
         if extra:
             raise _fail(f"node '{name}' does not produce {extra}.")
         out[name] = frozenset(formats)
-    openers = [n.name for n in nodes.values() if n.kind and COMPONENTS[n.kind].opens_turns]
+    openers = [n.name for n in nodes.values() if n.kind and registry.component(n.kind).opens_turns]
     if len(openers) > 1:
         raise _fail(f"nodes {openers} open turns; a session has one node of kind 'dialog'.")
     if not openers:
         return out
     enders = [n.name for n in nodes.values()
-              if n.kind and COMPONENTS[n.kind].ends_turns and "session" in out.get(n.name, ())]
+              if n.kind and registry.component(n.kind).ends_turns and "session" in out.get(n.name, ())]
     if not enders:
         raise _fail("no published node ends turns.")
     if len(enders) > 1:

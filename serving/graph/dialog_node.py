@@ -1,5 +1,5 @@
 """``dialog``: the conversation history of a session graph, with the history rules of
-:mod:`serving.realtime.dialog` (what a cut reply keeps, carried words, the cut note).
+:mod:`serving.conversation.dialog` (what a cut reply keeps, carried words, the cut note).
 
 - Each final transcript opens turn N (``turn.queued``); the turns are answered one at a time,
   in order: an empty one is ``turn.empty``, any other sends the history as ``messages``.
@@ -31,13 +31,17 @@
 from __future__ import annotations
 
 from fdb.errors import FdbError
+from serving.conversation.dialog import Boundary, Dialog, ReplyRecord
 from serving.graph.kinds import DialogOptions
-from serving.graph.runtime import Emit, Node
+from serving.graph.runtime import Emit, Node, NodeContext
 from serving.graph.streams import Chunk, Message, Messages, control
-from serving.realtime.dialog import Boundary, Dialog, ReplyRecord
 
 
 class DialogNode(Node):
+    @classmethod
+    def build(cls, ctx: NodeContext) -> DialogNode:
+        return cls(ctx.decl.options, ctx.max_history_messages)
+
     def __init__(self, options: DialogOptions, max_history_messages: int = 12):
         self._options = options
         self._instructions = options.system_prompt

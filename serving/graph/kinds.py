@@ -1,17 +1,14 @@
-"""The registry of component kinds and stages a session node can declare.
-
-A kind names the formats it consumes and produces, its options (a pydantic model that forbids
-unknown options), and its turn role: ``opens_turns`` (the dialog numbers turns) and
-``ends_turns`` (a reply-ending kind; the one whose session is published ends turns). The
-guide's service kinds are registered so its profiles validate; the embedded kinds
-(``whisper_transcription``, ``llama_chat``, ``piper_speech``) run on the offline models and have
-node adapters in ``serving.graph.nodes``; the GPU kinds (``whisper_gpu``, ``causal_lm_gpu``) run
-torch/transformers models shared by every session and batched across them (``serving.gpu``).
+"""The options of the component kinds a session node can declare (pydantic models that forbid
+unknown options); the kinds themselves, their roles and formats are entries of
+``serving.graph.registry``. The guide's service kinds are registered so its profiles validate;
+the embedded kinds (``whisper_transcription``, ``llama_chat``, ``piper_speech``) run on the
+offline models and have node adapters in ``serving.graph.nodes``; the GPU kinds
+(``whisper_gpu``, ``causal_lm_gpu``) run torch/transformers models shared by every session and
+batched across them (``serving.gpu``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -175,60 +172,3 @@ class CausalLmGpuOptions(GpuModelOptions):
     block_size: int = Field(256, ge=4)
     cache_blocks: int | None = Field(None, ge=1)
     cache_memory_fraction: float = Field(0.4, gt=0, le=0.95)
-
-
-@dataclass(frozen=True)
-class ComponentKind:
-    name: str
-    consumes: frozenset[str]
-    produces: frozenset[str]
-    options: type[KindOptions]
-    opens_turns: bool = False
-    ends_turns: bool = False
-    optional: frozenset[str] = frozenset()  # consumed formats a declaration may leave unconnected
-
-    @property
-    def required(self) -> frozenset[str]:
-        return self.consumes - {"session"} - self.optional
-
-
-@dataclass(frozen=True)
-class StageKind:
-    """A stage a ``stages: [...]`` route may name (served in-process by fdb)."""
-
-    name: str
-    consumes: frozenset[str]
-    produces: frozenset[str]
-
-
-COMPONENTS: dict[str, ComponentKind] = {}
-STAGES: dict[str, StageKind] = {}
-
-
-def register(kind: ComponentKind) -> ComponentKind:
-    COMPONENTS[kind.name] = kind
-    return kind
-
-
-def _fs(*names: str) -> frozenset[str]:
-    return frozenset(names)
-
-
-for _name, _opts in (("realtime_transcription", RealtimeTranscriptionOptions),
-                     ("openai_transcription", OpenAiTranscriptionOptions),
-                     ("whisper_transcription", WhisperTranscriptionOptions),
-                     ("whisper_gpu", WhisperGpuOptions)):
-    register(ComponentKind(_name, _fs("pcm16", "session"), _fs("transcript"), _opts))
-register(ComponentKind("running_transcript", _fs("pcm16", "session", "text"), _fs("transcript"),
-                       RunningTranscriptOptions))
-register(ComponentKind("dialog", _fs("transcript", "text_delta", "session"), _fs("messages", "session"),
-                       DialogOptions, opens_turns=True))
-for _name, _opts in (("openai_chat", OpenAiChatOptions), ("llama_chat", LlamaChatOptions),
-                     ("causal_lm_gpu", CausalLmGpuOptions)):
-    register(ComponentKind(_name, _fs("messages"), _fs("text_delta", "session"), _opts, ends_turns=True))
-for _name, _opts in (("openai_speech", OpenAiSpeechOptions), ("piper_speech", PiperSpeechOptions)):
-    register(ComponentKind(_name, _fs("text_delta", "session"), _fs("pcm_f32le", "session"), _opts,
-                           ends_turns=True))
-
-STAGES["vad"] = StageKind("vad", _fs("pcm16", "session"), _fs("session"))
-STAGES["turn_detection"] = StageKind("turn_detection", _fs("pcm16", "session"), _fs("session"))

@@ -30,15 +30,16 @@ import numpy as np
 
 from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
-from serving.graph.declare import GraphDecl, NodeDecl
-from serving.graph.dialog_node import DialogNode
+from serving.conversation.chunker import SpeechChunker
+from serving.graph import registry
+from serving.graph.declare import GraphDecl
 from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE, ComputeGate
 from serving.graph.kinds import (
     LlamaChatOptions,
     PiperSpeechOptions,
     WhisperTranscriptionOptions,
 )
-from serving.graph.runtime import Emit, Node
+from serving.graph.runtime import Emit, Node, NodeContext
 from serving.graph.streams import (
     PCM16_RATE,
     PCM_F32_RATE,
@@ -48,7 +49,6 @@ from serving.graph.streams import (
     Transcript,
     control,
 )
-from serving.realtime.chunker import SpeechChunker
 
 T = TypeVar("T")
 HOLD_MAX_S = 3.0  # the longest a reply's token stream waits for its first chunk's synthesis
@@ -160,6 +160,10 @@ class VadNode(Node):
     makes its pauses the 200 ms candidates of the turn_detection stage; ``commit`` stops an open
     utterance at the input's end and resets it."""
 
+    @classmethod
+    def build(cls, ctx: NodeContext) -> VadNode:
+        return cls(ctx.models, **ctx.vad_settings)
+
     def __init__(self, models: EmbeddedModels, **settings):
         self._models = models
         self._settings = settings
@@ -197,7 +201,7 @@ class VadNode(Node):
             await self._configure(chunk.payload.data["turn_detection"], emit)
 
     async def _configure(self, td: dict | None, emit: Emit) -> None:
-        from serving.realtime.end_of_turn import CANDIDATE_MS
+        from serving.conversation.end_of_turn import CANDIDATE_MS
 
         if td is None:
             if self._on:
@@ -394,7 +398,7 @@ class WhisperNode(Node):
 class TurnDetectionNode(Node):
     """Stage ``turn_detection`` (Smart Turn v3.2): the VAD's speech.started opens a turn; at each
     VAD speech.stopped the turn's audio is scored and the turn ends once the input has run that
-    score's silence past the stop (``serving.realtime.end_of_turn``); speech resuming before then
+    score's silence past the stop (``serving.conversation.end_of_turn``); speech resuming before then
     continues the turn; commit ends it there. ``server_vad`` passes the VAD's boundaries through.
 
     A pause that may end the turn is announced ahead as ``speech.pausing`` (t_ms: the speech end
@@ -404,6 +408,10 @@ class TurnDetectionNode(Node):
 
     Held pauses are timed on the input this node has received, so the input must arrive at its
     real-time pace (as a realtime client sends it) for a resumed speech to be seen in time."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> TurnDetectionNode:
+        return cls(ctx.models, prefetch=ctx.vad_settings.get("prefetch_ms") is not None)
 
     def __init__(self, models: EmbeddedModels, eagerness: str = "medium", prefetch: bool = True):
         self._models, self._eagerness, self._semantic, self._prefetch = models, eagerness, True, prefetch
@@ -449,7 +457,7 @@ class TurnDetectionNode(Node):
             await self._end_turn(self._held.end_ms, emit)
 
     async def _pause(self, t_ms: int, emit: Emit) -> None:
-        from serving.realtime.end_of_turn import HeldPause, required_silence_ms
+        from serving.conversation.end_of_turn import HeldPause, required_silence_ms
 
         if not self._semantic:
             await self._end_turn(t_ms, emit)
@@ -554,6 +562,11 @@ class LlamaChatNode(PrefetchingChatNode):
     messages and sampling are the same (greedy decoding: the same reply), and it is stopped
     otherwise, at a withdrawal (messages None), at the next prefetch, or PREFETCH_TTL_S after it
     started unclaimed."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> LlamaChatNode:
+        return cls(ctx.models, ctx.decl.options,
+                   hold_first=any(e.event == "turn.started" for e in ctx.decl.control_inputs))
 
     def __init__(self, models: EmbeddedModels, options: LlamaChatOptions, hold_first: bool = False):
         self._models, self._hold_first = models, hold_first
@@ -680,7 +693,7 @@ class _Prefetch:
 
 class PiperSpeechNode(Node):
     """``piper_speech``: cuts a turn's text_delta into speakable chunks
-    (``serving.realtime.chunker.SpeechChunker``: the first one short, then sentences; the rest at
+    (``serving.conversation.chunker.SpeechChunker``: the first one short, then sentences; the rest at
     the source's turn.done) and synthesizes each as 24 kHz pcm_f32le (a backend with ``astream``,
     serving.gpu's CSM, sends each frame as it is made), followed by its
     ``reply.progress`` (the chunk's text, text_end in the reply's spoken text joined with
@@ -764,39 +777,22 @@ class _SpokenTurn:
     audio_ms: float = 0.0
 
 
-def _node(decl: NodeDecl, models: EmbeddedModels, vad_settings: dict, history_messages: int) -> Node:
-    if decl.stages == ("vad",):
-        return VadNode(models, **vad_settings)
-    if decl.stages == ("turn_detection",):
-        return TurnDetectionNode(models, prefetch=vad_settings.get("prefetch_ms") is not None)
-    builders = {"whisper_transcription": lambda: WhisperNode(models, decl.options),
-                "dialog": lambda: DialogNode(decl.options, history_messages),
-                "llama_chat": lambda: LlamaChatNode(models, decl.options, hold_first=any(
-                    e.event == "turn.started" for e in decl.control_inputs)),
-                "piper_speech": lambda: PiperSpeechNode(models, decl.options),
-                "whisper_gpu": lambda: _gpu_node("whisper", "WhisperGpuNode")(models, decl.options, decl.name),
-                "causal_lm_gpu": lambda: _gpu_node("chat", "CausalLmGpuNode")(models, decl.options, decl.name)}
-    build = builders.get(decl.kind or "")
-    if build is None:
+def _node(ctx: NodeContext) -> Node:
+    decl = ctx.decl
+    cls = registry.node_class(decl.kind, decl.stages)
+    if cls is None:
         what = f"kind '{decl.kind}'" if decl.kind else f"stages {list(decl.stages)}"
+        kinds, stages = registry.graph_adapters()
         raise FdbError(f"node '{decl.name}': no graph adapter runs {what} yet",
-                       "use the embedded kinds (whisper_transcription, dialog, llama_chat, piper_speech, "
-                       "the GPU kinds whisper_gpu and causal_lm_gpu, "
-                       "stages: [vad] or [turn_detection]) in a graph, or serve this system through serving/realtime")
-    return build()
-
-
-def _gpu_node(module: str, name: str) -> type[Node]:
-    """A node class of ``serving.gpu`` (imported when a graph declares it: torch and transformers
-    are the gpu extra)."""
-    import importlib
-
-    return getattr(importlib.import_module(f"serving.gpu.{module}"), name)
+                       f"use a kind with a graph adapter ({', '.join(kinds)}; stages: "
+                       f"{' or '.join(f'[{s}]' for s in stages)}) in a graph, or serve this system through "
+                       "serving/realtime")
+    return cls.build(ctx)
 
 
 def build_nodes(decl: GraphDecl, models: EmbeddedModels | None = None, vad_settings: dict | None = None,
                 max_history_messages: int = 12) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared)."""
     models = models or EmbeddedModels()
-    return {name: _node(d, models, dict(vad_settings or {}), max_history_messages)
+    return {name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages))
             for name, d in decl.nodes.items()}

@@ -27,7 +27,7 @@ import asyncio
 import dataclasses
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from fdb.errors import FdbError
 from serving.graph.declare import INPUT, DataEdge, GraphDecl, NodeDecl
@@ -37,12 +37,28 @@ Emit = Callable[[Chunk], Awaitable[None]]
 FENCING = ("interrupt", "turn.interrupted")
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeContext:
+    """What a node class gets to build its node for one session (``Node.build``)."""
+
+    decl: NodeDecl
+    models: Any  # the models shared by every session's graph (serving.graph.nodes.EmbeddedModels)
+    vad_settings: dict
+    max_history_messages: int = 12
+
+
 class Node:
     """A node adapter. Override what the node needs; ``emit`` sends one chunk of this node.
     ``live_controls``: its controls are taken while an ``on_chunk`` is in flight too (else
     between chunks, or by cancelling it with ``preempt``)."""
 
     live_controls = False
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> Node:
+        """This kind's node for one session (``serving.graph.registry`` names the class): by
+        default ``cls(models, options)``."""
+        return cls(ctx.models, ctx.decl.options)
 
     async def open(self) -> None:
         return None

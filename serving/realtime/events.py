@@ -292,7 +292,7 @@ class OutputTextDone(_Part):
 # --- sglang extensions: how much of a reply was spoken and heard ----------------------------
 
 class ResponseProgress(ServerEvent):
-    """A boundary of an audio reply (the end of a chunk, see :mod:`serving.realtime.chunker`)
+    """A boundary of an audio reply (the end of a chunk, see :mod:`serving.conversation.chunker`)
     whose audio has been sent in full: ``text_end`` characters of the reply's transcript are
     spoken by the first ``audio_ms`` of its audio."""
 

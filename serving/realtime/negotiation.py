@@ -11,7 +11,7 @@ OpenAI Realtime GA session as the default, see :mod:`serving.realtime.wire`):
 - ``audio.input.turn_detection`` is ``{"type": "server_vad", threshold?, prefix_padding_ms?,
   silence_duration_ms?, interrupt_response?, create_response?}`` or ``null`` (utterances then
   end only at ``input_audio_buffer.commit``); ``{"type": "semantic_vad", eagerness?}`` (low,
-  medium, high or auto, see :mod:`serving.realtime.end_of_turn`) where Smart Turn is installed;
+  medium, high or auto, see :mod:`serving.conversation.end_of_turn`) where Smart Turn is installed;
   any other type is ``unsupported_turn_detection``. ``interrupt_response`` false lets a reply
   play on under new speech; ``create_response`` false (and, in a GA session, turn detection
   null) leaves a reply to the client's ``response.create``.
@@ -73,7 +73,7 @@ class ServerVad(BaseModel):
 
 
 class SemanticVad(BaseModel):
-    """The granted semantic_vad settings (see :mod:`serving.realtime.end_of_turn`)."""
+    """The granted semantic_vad settings (see :mod:`serving.conversation.end_of_turn`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -4,7 +4,7 @@ Order for an audio reply (the OpenAI Realtime GA flow): ``response.created`` (st
 in_progress); before the first content, ``response.output_item.added`` and
 ``conversation.item.added`` (the assistant message, in progress) and
 ``response.content_part.added``; then per chunk of the reply (a sentence, or part of one: see
-:mod:`serving.realtime.chunker`) one ``response.output_audio_transcript.delta`` followed by that
+:mod:`serving.conversation.chunker`) one ``response.output_audio_transcript.delta`` followed by that
 chunk's ``response.output_audio.delta`` events; then ``response.output_audio.done``,
 ``response.output_audio_transcript.done``, ``response.content_part.done``,
 ``response.output_item.done``, ``conversation.item.done`` and ``response.done``. A text-only

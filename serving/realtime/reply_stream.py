@@ -3,7 +3,7 @@
 :meth:`ReplyStream.start` runs the LLM's token stream in a thread of its own (not in the
 model pool: a stream waiting for the model's lock, or held as below, must never keep the pool
 from running the synthesis it waits for). That thread cuts the text with a
-:class:`~serving.realtime.chunker.SpeechChunker` and hands every chunk to the event loop the
+:class:`~serving.conversation.chunker.SpeechChunker` and hands every chunk to the event loop the
 moment it is complete, so its synthesis can start while the rest of the reply is still being
 generated. :meth:`ReplyStream.get` awaits the next chunk (``None`` once
 the reply is complete; an LLM error is raised there).
@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from serving.realtime.chunker import SpeechChunker
+from serving.conversation.chunker import SpeechChunker
 from serving.realtime.turn import Turn
 
 HOLD_MAX_S = 3.0

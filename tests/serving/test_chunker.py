@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from serving.realtime.chunker import SpeechChunker, speakable
+from serving.conversation.chunker import SpeechChunker, speakable
 
 SKY = ("The answer to this question is that the sky appears blue because of a process called "
        "Rayleigh scattering, which is a natural phenomenon where light encounters molecules of air "

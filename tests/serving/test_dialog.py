@@ -1,11 +1,10 @@
-"""The history's cut rules (serving.realtime.dialog), without models or sockets."""
+"""The history's cut rules (serving.conversation.dialog), without models or sockets."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving.realtime.dialog import CUT_NOTE, Boundary, Dialog
-from serving.realtime.protocol import ProtocolError
+from serving.conversation.dialog import CUT_NOTE, Boundary, Dialog, DialogError
 
 TEXT = "Hello there. The sky is blue. It scatters light."
 BOUNDARIES = [Boundary(12, 900.0), Boundary(29, 2100.0), Boundary(len(TEXT), 3300.0)]
@@ -44,7 +43,7 @@ def test_truncate_moves_the_cut_is_clamped_and_names_unknown_items():
     record, kept, position = dialog.truncate("item_1", 9999, None)
     assert (kept, position) == (BOUNDARIES[-1], 3300.0)
     assert dialog.history[-1]["content"] == TEXT
-    with pytest.raises(ProtocolError) as error:
+    with pytest.raises(DialogError) as error:
         dialog.truncate("item_404", 10, "evt_1")
     assert error.value.code == "item_not_found" and error.value.event_id == "evt_1"
 

@@ -1,8 +1,8 @@
-"""The semantic_vad eagerness mapping (serving.realtime.end_of_turn), without models."""
+"""The semantic_vad eagerness mapping (serving.conversation.end_of_turn), without models."""
 
 from __future__ import annotations
 
-from serving.realtime.end_of_turn import SILENCE_MS, HeldPause, required_silence_ms
+from serving.conversation.end_of_turn import SILENCE_MS, HeldPause, required_silence_ms
 
 
 def test_eagerness_sets_the_silence_each_score_needs():

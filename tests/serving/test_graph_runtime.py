@@ -11,15 +11,16 @@ import pytest
 
 from fdb.errors import FdbError
 from serving.graph.declare import load_graph
-from serving.graph.kinds import COMPONENTS, ComponentKind, KindOptions, register
+from serving.graph.kinds import KindOptions
+from serving.graph.registry import Backend, component, register
 from serving.graph.runtime import Node, SessionGraph
 from serving.graph.streams import Chunk, Pcm16, TextDelta, control
 
-# A scripted kind for the runtime tests: reads audio, text and controls, writes text and controls.
-if "scripted" not in COMPONENTS:
-    register(ComponentKind("scripted", frozenset({"pcm16", "session", "text_delta"}),
-                           frozenset({"text_delta", "session"}), KindOptions,
-                           optional=frozenset({"pcm16", "text_delta"})))
+# A scripted kind for the runtime tests: reads audio, text and controls, writes text and controls
+# (the role of a transcription: it neither opens nor ends turns).
+if component("scripted") is None:
+    register(Backend("transcription", "scripted", KindOptions, consumes=frozenset({"pcm16", "session", "text_delta"}),
+                     produces=frozenset({"text_delta", "session"}), optional=frozenset({"pcm16", "text_delta"})))
 
 
 def text(value: str, turn: int | None = None) -> Chunk:

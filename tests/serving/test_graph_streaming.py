@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from fdb.audio import float_to_pcm16
+from serving.conversation.chunker import speakable
 from serving.graph.nodes import EmbeddedModels, build_nodes
 from serving.graph.runtime import SessionGraph
 from serving.graph.streams import Chunk, Pcm16, control
-from serving.realtime.chunker import speakable
 from serving.realtime.graph_output import DeliverySink, GraphOutput
 from serving.realtime.graph_session import cascade
 from serving.realtime.negotiation import initial_config

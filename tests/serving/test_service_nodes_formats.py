@@ -12,7 +12,7 @@ import pytest
 
 from fdb.audio import pcm16_to_float
 from fdb.errors import FdbError
-from serving.service_nodes import build, parse_node
+from serving.graph.registry import build_backend, parse_backend
 from tests.recorders.speech_variants import Answer, VariantServer, pieces, tone, wav
 
 SPEECH = ("POST", "/v1/audio/speech")
@@ -23,7 +23,7 @@ T16 = tone(16000, 0.25, 300.0)
 
 
 def _client(role: str, kind: str, url: str, **extra):
-    return build(parse_node(role, {"kind": kind, "base_url": f"{url}/v1", "model": "m", **extra}))
+    return build_backend(role, parse_backend(role, {"kind": kind, "base_url": f"{url}/v1", "model": "m", **extra}))
 
 
 SPEECH_VARIANTS = {

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from fdb.errors import FdbError
-from serving.service_nodes import build, parse_node, probe
+from serving.graph.registry import build_backend, parse_backend
+from serving.service_nodes import probe
 from serving.services import ServiceEntry, Services, answers
 from serving.systems import apply_overrides, get_system
 from tests.conftest import free_port
@@ -26,12 +27,12 @@ MODELS = ("GET", "/v1/models")
 
 
 def _node(role: str, kind: str, url: str, **extra):
-    return parse_node(role, {"kind": kind, "base_url": f"{url}/v1", "model": "m1", "api_key_env": "FDB_NO_KEY",
+    return parse_backend(role, {"kind": kind, "base_url": f"{url}/v1", "model": "m1", "api_key_env": "FDB_NO_KEY",
                              **extra})
 
 
 def _probe(role: str, node) -> None:
-    probe(role, node, build(node))
+    probe(role, node, build_backend(role, node))
 
 
 def _failure(role: str, node) -> FdbError:

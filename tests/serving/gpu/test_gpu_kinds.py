@@ -7,17 +7,18 @@ import pytest
 
 from fdb.errors import FdbError
 from serving.graph.declare import load_graph
-from serving.graph.kinds import COMPONENTS, CausalLmGpuOptions, WhisperGpuOptions
+from serving.graph.kinds import CausalLmGpuOptions, WhisperGpuOptions
+from serving.graph.registry import component
 from serving.systems import PROFILES, get_system, resolve_system
 
 DUMMY_WHISPER = {"load_format": "dummy", "preset": "whisper-large-v3"}
 
 
 def test_the_kinds_are_registered_with_their_formats():
-    assert COMPONENTS["whisper_gpu"].consumes == {"pcm16", "session"}
-    assert COMPONENTS["whisper_gpu"].produces == {"transcript"}
-    assert COMPONENTS["causal_lm_gpu"].produces == {"text_delta", "session"}
-    assert COMPONENTS["causal_lm_gpu"].ends_turns
+    assert component("whisper_gpu").consumes == {"pcm16", "session"}
+    assert component("whisper_gpu").produces == {"transcript"}
+    assert component("causal_lm_gpu").produces == {"text_delta", "session"}
+    assert component("causal_lm_gpu").ends_turns
 
 
 @pytest.mark.parametrize(("options", "says"), [

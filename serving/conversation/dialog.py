@@ -23,7 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from serving.realtime.protocol import ProtocolError
+
+class DialogError(Exception):
+    """A truncate the history refuses (an unknown item, an item without audio); ``code``,
+    ``param`` and ``event_id`` as the protocol's error event would carry them."""
+
+    def __init__(self, code: str, message: str, *, param: str | None = None, event_id: str | None = None):
+        super().__init__(message)
+        self.code, self.message, self.param, self.event_id = code, message, param, event_id
+
 
 CUT_MARK = "…"
 CUT_NOTE = ("A reply of yours that ends with … was cut off by the user: they heard only that "
@@ -133,10 +141,10 @@ class Dialog:
         position used: ``audio_end_ms`` clamped to the audio sent)."""
         record = self._records.get(item_id or "")
         if record is None:
-            raise ProtocolError("item_not_found", f"no item {item_id!r} in this conversation",
+            raise DialogError("item_not_found", f"no item {item_id!r} in this conversation",
                                 param="item_id", event_id=event_id)
         if not record.audio:
-            raise ProtocolError("invalid_value", f"item {item_id!r} has no audio to truncate",
+            raise DialogError("invalid_value", f"item {item_id!r} has no audio to truncate",
                                 param="item_id", event_id=event_id)
         position = min(float(audio_end_ms), record.sent_ms)
         if record.open:  # applied when the reply ends

@@ -1,0 +1,217 @@
+"""The one registry of serving backends, chosen by role.
+
+Every backend a system can use is one :class:`Backend` entry here: its role (``transcription``,
+``chat``, ``speech``, ``vad``, ``turn``, plus ``dialog`` and ``native``), its kind name (what a
+launch file writes), and where its code lives, as lazy ``"module:Name"`` references (nothing
+heavy is imported until a system uses the kind):
+
+- ``options``: the pydantic options of a session-graph node of this kind (``session_nodes``,
+  ``serving.graph.declare``); ``node``: its graph node class, made per session by
+  ``Node.build(NodeContext)`` (``serving.graph.nodes.build_nodes``); no ``node``: the kind
+  validates in a declaration but has no graph adapter yet;
+- ``system_options`` / ``client``: the model of a launch file's ``backends.<role>: {kind: ...}``
+  mapping and the backend object made from it, loaded once per server (``serving.systems``,
+  ``serving.models``): the OpenAI-compatible service nodes and the GPU nodes;
+- ``stage``: a stage a ``stages: [...]`` route names (``vad``, ``turn_detection``).
+
+A graph kind's formats follow from its role (:data:`ROLE_FORMATS`); an entry may override them.
+A new backend is its own module (options + node or client) and one entry in :data:`BACKENDS`.
+The kinds are listed with ``python -c "from serving.graph.registry import describe; print(describe())"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+ROLES = ("transcription", "chat", "speech", "vad", "turn", "dialog", "native")
+SYSTEM_ROLES = {"asr": "transcription", "llm": "chat", "tts": "speech", "native": "native"}  # backends.<role>
+
+
+def _fs(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class Formats:
+    consumes: frozenset[str]
+    produces: frozenset[str]
+    opens_turns: bool = False
+    ends_turns: bool = False
+
+
+ROLE_FORMATS: dict[str, Formats] = {
+    "transcription": Formats(_fs("pcm16", "session"), _fs("transcript")),
+    "chat": Formats(_fs("messages"), _fs("text_delta", "session"), ends_turns=True),
+    "speech": Formats(_fs("text_delta", "session"), _fs("pcm_f32le", "session"), ends_turns=True),
+    "dialog": Formats(_fs("transcript", "text_delta", "session"), _fs("messages", "session"), opens_turns=True),
+    "vad": Formats(_fs("pcm16", "session"), _fs("session")),
+    "turn": Formats(_fs("pcm16", "session"), _fs("session")),
+}
+
+
+@dataclass(frozen=True)
+class Backend:
+    role: str
+    kind: str
+    options: str | type | None = None  # graph node options ("module:Class" or the class)
+    node: str | type | None = None  # graph node class (``Node.build``); None: no graph adapter
+    system_options: str | None = None  # backends.<role> mapping model
+    client: str | None = None  # the backend object made from system_options (loaded per server)
+    stage: bool = False
+    consumes: frozenset[str] | None = None  # None: the role's
+    produces: frozenset[str] | None = None
+    optional: frozenset[str] = frozenset()  # consumed formats a declaration may leave unconnected
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"backend {self.kind!r}: unknown role {self.role!r} (one of {ROLES})")
+
+
+@dataclass(frozen=True)
+class ComponentKind:
+    """A graph kind as a declaration sees it: formats, options class, turn role."""
+
+    name: str
+    consumes: frozenset[str]
+    produces: frozenset[str]
+    options: type
+    opens_turns: bool = False
+    ends_turns: bool = False
+    optional: frozenset[str] = frozenset()
+
+    @property
+    def required(self) -> frozenset[str]:
+        return self.consumes - {"session"} - self.optional
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """A stage a ``stages: [...]`` route may name (served in-process by fdb)."""
+
+    name: str
+    consumes: frozenset[str]
+    produces: frozenset[str]
+
+
+_K = "serving.graph.kinds:"
+_SERVICE = "serving.service_nodes:"
+BACKENDS: list[Backend] = [
+    Backend("vad", "vad", node="serving.graph.nodes:VadNode", stage=True),
+    Backend("turn", "turn_detection", node="serving.graph.nodes:TurnDetectionNode", stage=True),
+    Backend("transcription", "realtime_transcription", _K + "RealtimeTranscriptionOptions"),
+    Backend("transcription", "openai_transcription", _K + "OpenAiTranscriptionOptions",
+            system_options=_SERVICE + "OpenAiTranscriptionNode", client=_SERVICE + "OpenAiTranscription"),
+    Backend("transcription", "whisper_transcription", _K + "WhisperTranscriptionOptions",
+            node="serving.graph.nodes:WhisperNode"),
+    Backend("transcription", "whisper_gpu", _K + "WhisperGpuOptions", node="serving.gpu.whisper:WhisperGpuNode"),
+    Backend("transcription", "running_transcript", _K + "RunningTranscriptOptions",
+            consumes=_fs("pcm16", "session", "text")),
+    Backend("dialog", "dialog", _K + "DialogOptions", node="serving.graph.dialog_node:DialogNode"),
+    Backend("chat", "openai_chat", _K + "OpenAiChatOptions",
+            system_options=_SERVICE + "OpenAiChatNode", client=_SERVICE + "OpenAiChat"),
+    Backend("chat", "llama_chat", _K + "LlamaChatOptions", node="serving.graph.nodes:LlamaChatNode"),
+    Backend("chat", "causal_lm_gpu", _K + "CausalLmGpuOptions", node="serving.gpu.chat:CausalLmGpuNode"),
+    Backend("speech", "openai_speech", _K + "OpenAiSpeechOptions",
+            system_options=_SERVICE + "OpenAiSpeechNode", client=_SERVICE + "OpenAiSpeech"),
+    Backend("speech", "piper_speech", _K + "PiperSpeechOptions", node="serving.graph.nodes:PiperSpeechNode"),
+    Backend("speech", "csm_gpu", system_options="serving.gpu.nodes:CsmSpeechNode", client="serving.gpu.nodes:CsmTts"),
+    Backend("native", "moshi_gpu", system_options="serving.gpu.nodes:MoshiNativeNode",
+            client="serving.gpu.native:MoshiNative"),
+]
+
+
+def register(backend: Backend) -> Backend:
+    """Add (or replace) ``backend``'s entry."""
+    BACKENDS[:] = [b for b in BACKENDS if (b.kind, b.stage) != (backend.kind, backend.stage)]
+    BACKENDS.append(backend)
+    return backend
+
+
+def resolve(ref: str | type) -> Any:
+    """The object a ``"module:Name"`` reference names (imported now), or ``ref`` itself."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _entry(kind: str, stage: bool = False) -> Backend | None:
+    return next((b for b in BACKENDS if b.kind == kind and b.stage == stage), None)
+
+
+# ------------------------------------------------------------------------- session graphs
+
+
+def component(kind: str) -> ComponentKind | None:
+    """The graph kind ``kind`` (None: not one)."""
+    b = _entry(kind)
+    if b is None or b.options is None:
+        return None
+    formats = ROLE_FORMATS[b.role]
+    return ComponentKind(b.kind, b.consumes or formats.consumes, b.produces or formats.produces,
+                         resolve(b.options), formats.opens_turns, formats.ends_turns, b.optional)
+
+
+def stage(name: str) -> StageKind | None:
+    b = _entry(name, stage=True)
+    if b is None:
+        return None
+    formats = ROLE_FORMATS[b.role]
+    return StageKind(b.kind, b.consumes or formats.consumes, b.produces or formats.produces)
+
+
+def graph_adapters() -> tuple[list[str], list[str]]:
+    """(kinds, stages) that a session graph can run (those with a node)."""
+    return ([b.kind for b in BACKENDS if b.node is not None and not b.stage],
+            [b.kind for b in BACKENDS if b.node is not None and b.stage])
+
+
+def node_class(kind: str | None, stages: tuple[str, ...]) -> type | None:
+    """The node class of a declared kind, or of a one-stage route; None: no adapter."""
+    b = _entry(kind) if kind else _entry(stages[0], stage=True) if len(stages) == 1 else None
+    return None if b is None or b.node is None else resolve(b.node)
+
+
+# ------------------------------------------------------------------ a system's backends: roles
+
+
+def system_kinds(role: str) -> dict[str, Backend]:
+    """The kinds a launch file's ``backends.<role>`` (asr, llm, tts) or a duplex ``model``
+    (native) may name."""
+    return {b.kind: b for b in BACKENDS if b.role == SYSTEM_ROLES.get(role) and b.system_options}
+
+
+def parse_backend(role: str, raw: dict[str, Any]) -> BaseModel:
+    """The backend of ``role`` that ``raw`` (a mapping with ``kind``) describes; errors name the
+    role and the field."""
+    kinds = system_kinds(role)
+    kind = raw.get("kind")
+    if kind not in kinds:
+        allowed = sorted(kinds) or "none (use a registry key)"
+        raise ValueError(f"{role}.kind: {kind!r} is not a service node kind for {role} (use {allowed})")
+    try:
+        return resolve(kinds[kind].system_options).model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{role}.{where}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+def build_backend(role: str, node: BaseModel) -> Any:
+    """The backend object of ``role``'s ``node`` (a GPU node loads its model: seconds to minutes)."""
+    return resolve(system_kinds(role)[node.kind].client)(node)
+
+
+def describe() -> str:
+    """Every registered backend, one line each: role, kind, where it runs."""
+    lines = []
+    for b in sorted(BACKENDS, key=lambda b: (ROLES.index(b.role), b.kind)):
+        where = [w for w, on in (("stage", b.stage), ("graph node", b.node is not None),
+                                 ("graph declaration only", b.options is not None and b.node is None),
+                                 ("system backend", b.system_options is not None)) if on]
+        lines.append(f"{b.role:14} {b.kind:24} {', '.join(where)}")
+    return "\n".join(lines)
