@@ -46,7 +46,7 @@ TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "nu
         "audio_encoder_config": MIMI_TINY}
 
 
-def profile_steps(tiny: bool, batches: list[int], device: str) -> dict:
+def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "streaming") -> dict:
     """The engine's parts at each batch, in this process before the server starts: Mimi encode
     and decode (eager) and the captured temporal + depth step (CUDA events, median of 20)."""
     import torch
@@ -58,7 +58,8 @@ def profile_steps(tiny: bool, batches: list[int], device: str) -> dict:
     device = "cpu" if tiny else device
     source = WeightSource("dummy", preset="moshi-7b", overrides=TINY if tiny else {})
     model = load_model(source, "native", device, "float32" if tiny else "bfloat16")
-    engine = MoshiEngine(model, MoshiOptions(max_batch=max(batches)), dummy=True, weights_label=source.label())
+    engine = MoshiEngine(model, MoshiOptions(max_batch=max(batches), codec=codec), dummy=True,
+                         weights_label=source.label())
     results = {"warm_s": engine.warm_s, "graphs": {f"{k[0]}-{k[1]}": v is not False for k, v in engine._graphs.items()}}
     with torch.inference_mode():
         engine.pos.fill_(500)  # 40 s into a session
@@ -77,12 +78,12 @@ def profile_steps(tiny: bool, batches: list[int], device: str) -> dict:
     return results
 
 
-def launch_file(path: Path, sessions: int, device: str, tiny: bool) -> Path:
+def launch_file(path: Path, sessions: int, device: str, tiny: bool, codec: str = "streaming") -> Path:
     import yaml
 
     from fdb.io import atomic_write_text
 
-    model = {"kind": "moshi_gpu", "device": "cpu" if tiny else device, "max_batch": sessions,
+    model = {"kind": "moshi_gpu", "device": "cpu" if tiny else device, "max_batch": sessions, "codec": codec,
              "weights": {"load_format": "dummy", "preset": "moshi-7b", **({"overrides": TINY} if tiny else {})}}
     if tiny:
         model["dtype"] = "float32"
@@ -105,14 +106,14 @@ def run(args: argparse.Namespace) -> dict:
 
     out = args.out
     levels = parse_levels(args.levels)
-    profile = None if args.skip_profile else profile_steps(args.tiny, levels, args.device)
+    profile = None if args.skip_profile else profile_steps(args.tiny, levels, args.device, args.codec)
     sessions = args.sessions or max(levels)
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     root = synthetic_tree(args.dataset or out / "dataset", sessions)
     record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0", "--profile", PROFILE,
                                    "--subset-count", f"{SUBSET}={sessions}"])
     opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
-    config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny)
+    config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny, args.codec)
     server = ManagedServer(system="gpu-native", host="127.0.0.1", port=int(os.environ["SERVER_PORT"]),
                            config=config, log_path=opts.output / "logs" / "model-server.log",
                            ready_timeout_s=args.ready_timeout_s)
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> dict:
     summary_levels = [level_summary(row) for row in rows]
     meeting = [lv["concurrency"] for lv in summary_levels if lv["meets_goal"]]
     summary = {"schema": "fdb-gpu-native-benchmark-1", "system": "gpu-native", "profile": PROFILE,
-               "tiny": args.tiny, "device": "cpu" if args.tiny else args.device,
+               "tiny": args.tiny, "device": "cpu" if args.tiny else args.device, "codec": args.codec,
                "weights": "dummy (moshi-7b configuration): compute path only, the audio is noise",
                "launch": str(config), "sessions": sessions, "step_profile": profile, "levels": summary_levels,
                "goal": {"late_unit_share_at_most": GOAL_LATE_SHARE, "sessions": 16},
@@ -137,9 +138,13 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    args = sweep_args(__doc__, "8,16,32", "gpu-native-", "a 2-layer Moshi on CPU: checks the path end to end",
-                      lambda parser: parser.add_argument("--skip-profile", action="store_true",
-                                                         help="no in-process step profile first"))
+    def extra(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--skip-profile", action="store_true", help="no in-process step profile first")
+        parser.add_argument("--codec", choices=["streaming", "window"], default="streaming",
+                            help="Moshi's Mimi: streaming (serving.gpu.mimi_static, captured) or window "
+                                 "(transformers' Mimi over the last 8 frames, eager): run both for an A/B")
+
+    args = sweep_args(__doc__, "8,16,32", "gpu-native-", "a 2-layer Moshi on CPU: checks the path end to end", extra)
     summary = run(args)
     for level in summary["levels"]:
         row = level["sweep_row"]
