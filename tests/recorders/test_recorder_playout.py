@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fdb.dialects import TURN_BASED
 from fdb.playout import trace_playout_inputs
-from fdb.profiles import TURN_BASED
 from recorders.export import playout_window
 from tests.recorders.recorder_fakes import Reply, good_trace, tone
 
