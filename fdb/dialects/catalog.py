@@ -26,6 +26,14 @@ A new dialect is one ``Dialect`` here, added to ``DIALECTS``.
 
 from __future__ import annotations
 
+from fdb.dialects.events import (
+    BETA_NAMES,
+    OutputAudioCleared,
+    OutputAudioDelta,
+    ResponseDone,
+    SpeechStarted,
+    event_type,
+)
 from fdb.dialects.model import (
     Client,
     CutRule,
@@ -41,16 +49,17 @@ from fdb.dialects.model import (
 )
 from fdb.errors import FdbError
 
-GA_AUDIO = ("response.output_audio.delta",)
-BETA_AUDIO = ("response.audio.delta",)
+# Event names come from the server's event records (fdb.dialects.events): one vocabulary.
+GA_AUDIO = (event_type(OutputAudioDelta),)
+BETA_AUDIO = (BETA_NAMES[event_type(OutputAudioDelta)],)
 
 CANCELLED_RESPONSE = Cuts(
-    rules=(CutRule(event="response.done", target="response.id", status="cancelled"),),
+    rules=(CutRule(event=event_type(ResponseDone), target="response.id", status="cancelled"),),
     description="a cancelled response.done drops that response's queued audio",
 )
 CLEARED_OR_SPEECH_STARTED = Cuts(
-    rules=(CutRule(event="output_audio_buffer.cleared", target="response_id"),
-           CutRule(event="input_audio_buffer.speech_started", target="all", obeys_interrupt=True)),
+    rules=(CutRule(event=event_type(OutputAudioCleared), target="response_id"),
+           CutRule(event=event_type(SpeechStarted), target="all", obeys_interrupt=True)),
     description="output_audio_buffer.cleared or speech_started drops queued audio",
 )
 SERVER_VAD = ("server_vad", "semantic_vad")
