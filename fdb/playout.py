@@ -189,7 +189,7 @@ def trace_playout_inputs(
     decides whether a rule that obeys it cuts). Raises ValueError when output.pcm is shorter than
     the trace says."""
     interrupts = profile.interrupts(turn_detection)
-    rules = {rule.event: rule for rule in profile.cuts.rules if interrupts or not rule.obeys_interrupt}
+    rules = {r.event: r for r in profile.cuts.rules if interrupts or not r.obeys_interrupt}
     deltas: list[Delta] = []
     cancels: list[Cancellation] = []
     for ev in trace:

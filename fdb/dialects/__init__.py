@@ -28,7 +28,21 @@ from fdb.dialects.catalog import (
 from fdb.dialects.model import ALL, CutRule, Dialect
 
 __all__ = [
-    "ALL", "BUNDLED_ALSO_SPEAKS", "BUNDLED_SYSTEM_DIALECTS", "BY_TRACE_FORMAT", "DIALECTS", "LEGACY", "NATIVE",
-    "NATIVE_80", "OPENAI_BETA", "OPENAI_GA", "TURN_BASED", "CutRule", "Dialect", "check_bundled_dialect",
-    "dialect_for_trace_format", "dialects_help", "get_dialect",
+    "ALL",
+    "BUNDLED_ALSO_SPEAKS",
+    "BUNDLED_SYSTEM_DIALECTS",
+    "BY_TRACE_FORMAT",
+    "DIALECTS",
+    "LEGACY",
+    "NATIVE",
+    "NATIVE_80",
+    "OPENAI_BETA",
+    "OPENAI_GA",
+    "TURN_BASED",
+    "CutRule",
+    "Dialect",
+    "check_bundled_dialect",
+    "dialect_for_trace_format",
+    "dialects_help",
+    "get_dialect",
 ]

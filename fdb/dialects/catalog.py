@@ -58,8 +58,10 @@ CANCELLED_RESPONSE = Cuts(
     description="a cancelled response.done drops that response's queued audio",
 )
 CLEARED_OR_SPEECH_STARTED = Cuts(
-    rules=(CutRule(event=event_type(OutputAudioCleared), target="response_id"),
-           CutRule(event=event_type(SpeechStarted), target="all", obeys_interrupt=True)),
+    rules=(
+        CutRule(event=event_type(OutputAudioCleared), target="response_id"),
+        CutRule(event=event_type(SpeechStarted), target="all", obeys_interrupt=True),
+    ),
     description="output_audio_buffer.cleared or speech_started drops queued audio",
 )
 SERVER_VAD = ("server_vad", "semantic_vad")
@@ -71,10 +73,24 @@ TURN_BASED = Dialect(
     events=Events(audio_delta=GA_AUDIO, receipts=True, unit_done=True),
     units=Units(unit_ms=200, tail_policy="flush"),
     cuts=CANCELLED_RESPONSE,
-    responses=Responses(completed_reasons=("stop", "empty_turn"), cancelled_reasons=("interrupted",),
-                        client_cancel_reasons=("interrupted",), commit_answers_itself=True),
-    turn_detection=TurnDetection(required=True, types=SERVER_VAD, keys=(
-        "type", "threshold", "prefix_padding_ms", "silence_duration_ms", "interrupt_response", "eagerness")),
+    responses=Responses(
+        completed_reasons=("stop", "empty_turn"),
+        cancelled_reasons=("interrupted",),
+        client_cancel_reasons=("interrupted",),
+        commit_answers_itself=True,
+    ),
+    turn_detection=TurnDetection(
+        required=True,
+        types=SERVER_VAD,
+        keys=(
+            "type",
+            "threshold",
+            "prefix_padding_ms",
+            "silence_duration_ms",
+            "interrupt_response",
+            "eagerness",
+        ),
+    ),
     client=Client(requests_extensions=True),
 )
 
@@ -85,56 +101,102 @@ NATIVE = Dialect(
     events=Events(audio_delta=GA_AUDIO, receipts=True, unit_done=True),
     units=Units(unit_ms=1000, tail_policy="pad"),
     cuts=CANCELLED_RESPONSE,
-    responses=Responses(completed_reasons=("stop",), cancelled_reasons=("client_closed",),
-                        cancel_rule="after_close"),
+    responses=Responses(
+        completed_reasons=("stop",), cancelled_reasons=("client_closed",), cancel_rule="after_close"
+    ),
     turn_detection=TurnDetection(required=False),
     client=Client(sends_t_start=True),
-    oracle=OracleRules(native=True, required_grant=(
-        ("interaction", "native"), ("tail_policy", "pad"), ("native_unit_ms", 1000))),
+    oracle=OracleRules(
+        native=True,
+        required_grant=(
+            ("interaction", "native"),
+            ("tail_policy", "pad"),
+            ("native_unit_ms", 1000),
+        ),
+    ),
 )
 
-NATIVE_80 = NATIVE.model_copy(update=dict(
-    name="personaplex-native-80ms", trace_format="realtime-native80-pcm16-v1",
-    summary="24 kHz in, 80 ms units, one response per session",
-    formats=Formats(input_rate=24000, declared=True),
-    units=Units(unit_ms=80, tail_policy="pad", requested=True),
-    responses=NATIVE.responses.model_copy(update=dict(completed_reasons=("input_audio_ended", "stop"),
-                                                      single=True)),
-    oracle=OracleRules(native=True, required_grant=(
-        ("interaction", "native"), ("tail_policy", "pad"), ("native_unit_ms", 80))),
-))
+NATIVE_80 = NATIVE.model_copy(
+    update=dict(
+        name="personaplex-native-80ms",
+        trace_format="realtime-native80-pcm16-v1",
+        summary="24 kHz in, 80 ms units, one response per session",
+        formats=Formats(input_rate=24000, declared=True),
+        units=Units(unit_ms=80, tail_policy="pad", requested=True),
+        responses=NATIVE.responses.model_copy(
+            update=dict(completed_reasons=("input_audio_ended", "stop"), single=True)
+        ),
+        oracle=OracleRules(
+            native=True,
+            required_grant=(
+                ("interaction", "native"),
+                ("tail_policy", "pad"),
+                ("native_unit_ms", 80),
+            ),
+        ),
+    )
+)
 
 _CONVERSATION = dict(
     events=Events(audio_delta=GA_AUDIO, receipts=False, unit_done=False),
     units=Units(unit_ms=80, tail_policy="flush"),
     end=End(mode="tail"),
     cuts=CLEARED_OR_SPEECH_STARTED,
-    responses=Responses(completed_reasons=(None, "stop", "max_output_tokens"),
-                        cancelled_reasons=("turn_detected",), cancel_rule="speech_during"),
-    turn_detection=TurnDetection(required=True, types=SERVER_VAD, keys=(
-        "type", "threshold", "prefix_padding_ms", "silence_duration_ms", "interrupt_response",
-        "create_response", "eagerness")),
+    responses=Responses(
+        completed_reasons=(None, "stop", "max_output_tokens"),
+        cancelled_reasons=("turn_detected",),
+        cancel_rule="speech_during",
+    ),
+    turn_detection=TurnDetection(
+        required=True,
+        types=SERVER_VAD,
+        keys=(
+            "type",
+            "threshold",
+            "prefix_padding_ms",
+            "silence_duration_ms",
+            "interrupt_response",
+            "create_response",
+            "eagerness",
+        ),
+    ),
     client=Client(sends_seq=False, session_settings=False),
 )
 _BETA_EVENTS = Events(audio_delta=BETA_AUDIO, receipts=False, unit_done=False)
 
 LEGACY = Dialect(
-    name="qwen3-omni-half-duplex", trace_format="realtime-legacy-pcm16-v1",
-    summary="legacy response.audio.delta, barge-in cuts", shape="beta",
+    name="qwen3-omni-half-duplex",
+    trace_format="realtime-legacy-pcm16-v1",
+    summary="legacy response.audio.delta, barge-in cuts",
+    shape="beta",
     **{**_CONVERSATION, "events": _BETA_EVENTS},
 )
 OPENAI_GA = Dialect(
-    name="openai-ga", trace_format="openai-ga-pcm16-v1", summary="OpenAI Realtime GA",
-    formats=Formats(input_rate=24000, declared=True), shape="ga", **_CONVERSATION,
+    name="openai-ga",
+    trace_format="openai-ga-pcm16-v1",
+    summary="OpenAI Realtime GA",
+    formats=Formats(input_rate=24000, declared=True),
+    shape="ga",
+    **_CONVERSATION,
 )
 OPENAI_BETA = Dialect(
-    name="openai-beta", trace_format="openai-beta-pcm16-v1", summary="OpenAI Realtime beta",
-    formats=Formats(input_rate=24000, declared=True), shape="beta",
-    **{**_CONVERSATION, "events": _BETA_EVENTS,
-       "client": _CONVERSATION["client"].model_copy(update={"headers": (("OpenAI-Beta", "realtime=v1"),)})},
+    name="openai-beta",
+    trace_format="openai-beta-pcm16-v1",
+    summary="OpenAI Realtime beta",
+    formats=Formats(input_rate=24000, declared=True),
+    shape="beta",
+    **{
+        **_CONVERSATION,
+        "events": _BETA_EVENTS,
+        "client": _CONVERSATION["client"].model_copy(
+            update={"headers": (("OpenAI-Beta", "realtime=v1"),)}
+        ),
+    },
 )
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (TURN_BASED, NATIVE, NATIVE_80, LEGACY, OPENAI_GA, OPENAI_BETA)}
+DIALECTS: dict[str, Dialect] = {
+    d.name: d for d in (TURN_BASED, NATIVE, NATIVE_80, LEGACY, OPENAI_GA, OPENAI_BETA)
+}
 BY_TRACE_FORMAT: dict[str, Dialect] = {d.trace_format: d for d in DIALECTS.values()}
 
 
@@ -143,10 +205,13 @@ def dialects_help() -> str:
     return ", ".join(f"{d.name} ({d.summary})" if d.summary else d.name for d in DIALECTS.values())
 
 
-# The dialect each bundled system of serving/systems.py speaks (a system not named here: turn-based).
-BUNDLED_SYSTEM_DIALECTS = {"embedded-cascade": TURN_BASED.name, "duplex-baseline": NATIVE.name,
-                           "gpu-native": NATIVE_80.name}
-# Further dialects a bundled system also speaks (duplex-baseline grants 80 ms units and 24 kHz input).
+# The dialect each bundled system of serving/systems.py speaks (any other system: turn-based).
+BUNDLED_SYSTEM_DIALECTS = {
+    "embedded-cascade": TURN_BASED.name,
+    "duplex-baseline": NATIVE.name,
+    "gpu-native": NATIVE_80.name,
+}
+# Further dialects a bundled system speaks (duplex-baseline grants 80 ms units, 24 kHz input).
 BUNDLED_ALSO_SPEAKS = {"duplex-baseline": (NATIVE_80.name,)}
 
 
@@ -154,8 +219,11 @@ def check_bundled_dialect(system: str, profile: str) -> None:
     """FdbError unless the bundled ``system`` speaks the dialect ``profile``."""
     speaks = BUNDLED_SYSTEM_DIALECTS.get(system, TURN_BASED.name)
     if profile != speaks and profile not in BUNDLED_ALSO_SPEAKS.get(system, ()):
-        raise FdbError(f"the bundled system {system} speaks {speaks}, not {profile}",
-                       f"pass --profile {speaks}, another --system, or --url of a server that speaks {profile}")
+        raise FdbError(
+            f"the bundled system {system} speaks {speaks}, not {profile}",
+            f"pass --profile {speaks}, another --system, "
+            f"or --url of a server that speaks {profile}",
+        )
 
 
 def get_dialect(name: str | Dialect) -> Dialect:

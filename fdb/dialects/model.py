@@ -100,7 +100,9 @@ class Responses(_Part):
     cancelled_reasons: tuple[str, ...]  # a barge-in's reason
     # how a cancellation is justified: a speech_started of its own before it, one during it, or
     # the client's session.close
-    cancel_rule: Literal["own_speech_started", "speech_during", "after_close"] = "own_speech_started"
+    cancel_rule: Literal["own_speech_started", "speech_during", "after_close"] = (
+        "own_speech_started"
+    )
     single: bool = False  # the whole session is one response, done after the input end
     client_cancel_reasons: tuple[str, ...] = ("client_cancelled",)  # answer to response.cancel
     commit_answers_itself: bool = False  # a commit gets a response without response.create
@@ -169,7 +171,10 @@ class Dialect(BaseModel):
         return bool(turn_detection.get("interrupt_response", default))
 
     def session_update(
-        self, turn_detection: dict[str, Any] | None, model: str | None, instructions: str | None,
+        self,
+        turn_detection: dict[str, Any] | None,
+        model: str | None,
+        instructions: str | None,
         sglang: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The ``session`` object of session.update (:meth:`shapes.Shape.update_body`)."""
@@ -181,7 +186,8 @@ class Dialect(BaseModel):
             if self.turn_detection.required:
                 raise FdbError(
                     f"profile {self.name} requires --turn-detection",
-                    'pass e.g. --turn-detection \'{"type": "server_vad", "silence_duration_ms": 500}\'',
+                    "pass e.g. --turn-detection "
+                    '\'{"type": "server_vad", "silence_duration_ms": 500}\'',
                 )
             return None
         if not self.turn_detection.required:
@@ -239,8 +245,10 @@ _TYPE_ONLY_KEYS = {
     "server_vad": ("eagerness",),
     "semantic_vad": ("threshold", "prefix_padding_ms", "silence_duration_ms"),
 }
-_RANGES = ("threshold is in [0, 1], prefix_padding_ms >= 0, silence_duration_ms > 0, eagerness one of "
-           "low/medium/high/auto, interrupt_response and create_response booleans")
+_RANGES = (
+    "threshold is in [0, 1], prefix_padding_ms >= 0, silence_duration_ms > 0, eagerness one of "
+    "low/medium/high/auto, interrupt_response and create_response booleans"
+)
 
 
 def _is_number(value: Any) -> bool:

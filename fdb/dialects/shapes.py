@@ -16,12 +16,18 @@ class Shape:
     name: str
     names_model = False  # session.update carries the model (a mismatch is the server's error)
 
-    def update_body(self, dialect: Dialect, turn_detection: dict[str, Any] | None, model: str | None,
-                    instructions: str | None, sglang: dict[str, Any] | None) -> dict[str, Any]:
+    def update_body(
+        self,
+        dialect: Dialect,
+        turn_detection: dict[str, Any] | None,
+        model: str | None,
+        instructions: str | None,
+        sglang: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         raise NotImplementedError
 
     def noop_update(self) -> dict[str, Any]:
-        """The --legacy-tail session.update: changes nothing; its session.updated proves liveness."""
+        """The --legacy-tail session.update: changes nothing; its answer proves liveness."""
         raise NotImplementedError
 
     def without_turn_detection(self, body: dict[str, Any]) -> None:
@@ -46,8 +52,14 @@ class Ga(Shape):
     name = "ga"
     names_model = True
 
-    def update_body(self, dialect: Dialect, turn_detection: dict[str, Any] | None, model: str | None,
-                    instructions: str | None, sglang: dict[str, Any] | None) -> dict[str, Any]:
+    def update_body(
+        self,
+        dialect: Dialect,
+        turn_detection: dict[str, Any] | None,
+        model: str | None,
+        instructions: str | None,
+        sglang: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         """``type: realtime``, turn detection and formats under ``audio``; ``sglang`` holds the
         session settings' fields, and a dialect that asks for its unit adds
         ``timebase.native_unit_ms``."""
@@ -60,7 +72,10 @@ class Ga(Shape):
         if turn_detection is not None:
             audio["input"] = {"turn_detection": dict(turn_detection)}
         if dialect.formats.declared:
-            audio.setdefault("input", {})["format"] = {"type": "audio/pcm", "rate": dialect.formats.input_rate}
+            audio.setdefault("input", {})["format"] = {
+                "type": "audio/pcm",
+                "rate": dialect.formats.input_rate,
+            }
             audio["output"] = {"format": {"type": "audio/pcm", "rate": dialect.formats.output_rate}}
         if audio:
             body["audio"] = audio
@@ -98,8 +113,14 @@ class Ga(Shape):
 class Beta(Shape):
     name = "beta"
 
-    def update_body(self, dialect: Dialect, turn_detection: dict[str, Any] | None, model: str | None,
-                    instructions: str | None, sglang: dict[str, Any] | None) -> dict[str, Any]:
+    def update_body(
+        self,
+        dialect: Dialect,
+        turn_detection: dict[str, Any] | None,
+        model: str | None,
+        instructions: str | None,
+        sglang: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         """Flat ``turn_detection`` and ``modalities``; no model, no extension object."""
         body: dict[str, Any] = {"modalities": ["text", "audio"]}
         if instructions:
@@ -131,7 +152,11 @@ class Beta(Shape):
 
     def wrong_24k_input(self, session: dict[str, Any]) -> str | None:
         fmt = session.get("input_audio_format")
-        return None if fmt in (None, "pcm16") else f"session.updated declares input_audio_format {fmt!r}"
+        return (
+            None
+            if fmt in (None, "pcm16")
+            else f"session.updated declares input_audio_format {fmt!r}"
+        )
 
 
 SHAPES: dict[str, Shape] = {shape.name: shape for shape in (Ga(), Beta())}
