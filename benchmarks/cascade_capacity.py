@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fdb.profiles import get_profile  # noqa: E402
+from fdb.dialects import get_dialect  # noqa: E402
 from fdb.records.serving import ServingRow  # noqa: E402
 from fdb.stats import quantile_ms  # noqa: E402
 from runs.sweep import SweepOptions, bundled_server, level_dir, parse_levels, sweep  # noqa: E402
@@ -127,7 +127,7 @@ def speech_end_latencies(directory: Path, turn_end: dict[str, float]) -> tuple[l
         end = turn_end.get(session.record.sample_id)
         if end is None:
             continue
-        value = speech_end_first_audio_s(session.trace, get_profile(session.record.profile),
+        value = speech_end_first_audio_s(session.trace, get_dialect(session.record.profile),
                                          session.record.output_rate, end)
         if value is None:
             missing += 1

@@ -7,9 +7,10 @@ This script shows it on a real run::
     python benchmarks/rescore_diff.py --run $FDB_WORK/runs/demo --old /tmp/fdb-old --new . \\
         --out /tmp/rescore
 
-For each side it copies the run's inputs into OUT/<side>/runs/<name>/ (run.json, each repeat's
+For each side it copies the run's inputs into OUT/work/runs/<name>/ (run.json, each repeat's
 recordings, sample lists and server.json: nothing any later phase wrote), then runs, with that
-checkout first on PYTHONPATH and FDB_WORK=OUT/<side>:
+checkout first on PYTHONPATH and FDB_WORK=OUT/work, and moves the result to OUT/<side> (both sides
+run at the same path, so the paths that outputs record are the same):
 
     python -m fdb generate --run-name NAME --export-only   (the observation windows, cut again)
     python -m fdb asr --run-name NAME                      (v1.0, v1.5 timing, listening)
@@ -19,7 +20,9 @@ checkout first on PYTHONPATH and FDB_WORK=OUT/<side>:
 and compares every file the phases wrote, byte for byte. A JSON file that differs is compared
 again with its provenance left out (the ``provenance`` objects and the keys in MASKED: the fdb
 revision, package versions, timestamps and durations differ between two checkouts and two runs
-by nature); it is reported as ``provenance only`` when that is the whole difference. Every other
+by nature), and with the sha256s of the manifests and ASR receipts that later phases record as
+their inputs (those files are compared themselves, and differ in their provenance); it is
+reported as ``provenance only`` when that is the whole difference. Every other
 difference is listed with its first differing line. Exit 0 when no file differs beyond
 provenance, 1 otherwise, 2 when a phase failed. The run's datasets must be where run.json says.
 """
@@ -42,7 +45,7 @@ KEEP_FILES = ("run.json", "sample-ids.txt", "server.json")
 SKIP_PARTS = {"recording", "logs", "__pycache__"}
 MASKED = {"provenance", "fdb_revision", "git_revision", "revision_dirty", "created_at", "started_at",
           "finished_at", "elapsed_s", "wall_s", "duration_s", "timestamp", "command", "versions",
-          "packages", "python", "platform", "host"}
+          "packages", "python", "platform", "host", "manifest_sha256", "asr_sha256"}
 
 
 def copy_inputs(run: Path, dest: Path) -> None:
@@ -117,13 +120,17 @@ def main() -> int:
     parser.add_argument("--python", default=sys.executable, help="the interpreter (its packages serve both)")
     args = parser.parse_args()
     name = args.run.name
+    work = args.out / "work"
     for side, checkout in (("old", args.old), ("new", args.new)):
-        work = args.out / side
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(args.out / side, ignore_errors=True)
         copy_inputs(args.run, work / "runs" / name)
-        print(f"{side}: re-scoring with {checkout} (log: {work}/rescore.log) …", flush=True)
-        if not rescore(checkout, work, name, args.python, work / "rescore.log"):
-            print(f"{side}: a phase failed; see {work}/rescore.log", file=sys.stderr)
+        log = args.out / f"rescore-{side}.log"
+        print(f"{side}: re-scoring with {checkout} (log: {log}) …", flush=True)
+        ok = rescore(checkout, work, name, args.python, log)
+        work.rename(args.out / side)
+        if not ok:
+            print(f"{side}: a phase failed; see {log}", file=sys.stderr)
             return 2
     same, provenance, differ = compare(args.out / "old" / "runs" / name, args.out / "new" / "runs" / name)
     print(f"{len(same)} files identical, {len(provenance)} differ in provenance only, {len(differ)} differ")

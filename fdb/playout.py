@@ -2,9 +2,10 @@
 
 Rule (docs/formats.md, "Export"): received audio plays first-in first-out from its receipt
 time: a chunk starts at max(receipt time, end of the previous chunk), so initial delay, gaps and
-queueing stay in. For the turn-based and native profiles, a ``response.done`` with status
+queueing stay in. The dialect's cut rules (``Dialect.cuts``) name the received events that drop
+queued audio: for the turn-based and native dialects a ``response.done`` with status
 ``cancelled`` drops that response's audio not yet played at its receipt time; for the legacy and
-OpenAI profiles an ``output_audio_buffer.cleared`` drops the queued audio (of its response_id,
+OpenAI dialects an ``output_audio_buffer.cleared`` drops the queued audio (of its response_id,
 else all), and so does an ``input_audio_buffer.speech_started`` unless the session set
 ``interrupt_response: false``. Each drop that removes queued audio is a barge-in cut.
 
@@ -27,12 +28,11 @@ from typing import NamedTuple
 import numpy as np
 
 from fdb.audio import pcm16_to_float, resample
-from fdb.profiles import Profile
+from fdb.dialects import ALL, Dialect
 from fdb.session_records import TraceEvent
 
 Delta = tuple[float, bytes, str | None]  # (receipt time s, PCM16 bytes, response id)
 Cancellation = tuple[float, str | None]  # (receipt time s, response id, or ALL)
-ALL = "*"  # a cut that drops every queued response
 
 
 class PlayoutWindow(NamedTuple):
@@ -193,22 +193,23 @@ class TraceDelta(NamedTuple):
     response_id: str | None
 
 
-def audio_delta(ev: TraceEvent, profile: Profile) -> TraceDelta | None:
-    """The received audio delta ``ev`` is under ``profile``'s audio events, else None."""
-    if ev.dir != "recv" or ev.type not in profile.audio_delta_events:
+def audio_delta(ev: TraceEvent, profile: Dialect) -> TraceDelta | None:
+    """The received audio delta ``ev`` is under the dialect's audio events, else None."""
+    if ev.dir != "recv" or ev.type not in profile.events.audio_delta:
         return None
     return TraceDelta(ev.t, int(ev.event.get("audio_offset", 0)), int(ev.event.get("audio_bytes", 0)),
                       ev.event.get("response_id"))
 
 
 def trace_playout_inputs(
-    trace: Sequence[TraceEvent], output: bytes, profile: Profile, turn_detection: dict | None = None,
+    trace: Sequence[TraceEvent], output: bytes, profile: Dialect, turn_detection: dict | None = None,
 ) -> tuple[list[Delta], list[Cancellation]]:
     """Audio deltas (sliced from output.pcm by their trace offsets) and the cuts of playout under
-    ``profile`` (``turn_detection`` is the session's request: its interrupt_response decides
-    whether speech_started cuts). Raises ValueError when output.pcm is shorter than the trace
-    says."""
-    speech_cuts = profile.playout_cut == "cleared_or_speech_started" and profile.interrupts(turn_detection)
+    the dialect's cut rules (``turn_detection`` is the session's request: its interrupt_response
+    decides whether a rule that obeys it cuts). Raises ValueError when output.pcm is shorter than
+    the trace says."""
+    interrupts = profile.interrupts(turn_detection)
+    rules = {r.event: r for r in profile.cuts.rules if interrupts or not r.obeys_interrupt}
     deltas: list[Delta] = []
     cancels: list[Cancellation] = []
     for ev in trace:
@@ -219,13 +220,8 @@ def trace_playout_inputs(
             if end > len(output):
                 raise ValueError(f"output.pcm holds {len(output)} bytes, the trace needs {end}")
             deltas.append((delta.t, output[delta.offset : end], delta.response_id))
-        elif profile.playout_cut == "cleared_or_speech_started":
-            if ev.type == "output_audio_buffer.cleared":
-                cancels.append((ev.t, ev.event.get("response_id") or ALL))
-            elif ev.type == "input_audio_buffer.speech_started" and speech_cuts:
-                cancels.append((ev.t, ALL))
-        elif ev.type == "response.done" and profile.playout_cut == "cancelled_response":
-            response = ev.event.get("response") or {}
-            if response.get("status") == "cancelled":
-                cancels.append((ev.t, response.get("id")))
+        elif ev.type in rules:
+            dropped = rules[ev.type].cut(ev.event)
+            if dropped is not False:
+                cancels.append((ev.t, dropped))
     return deltas, cancels

@@ -129,14 +129,14 @@ def session_settings(
 ) -> SessionSettings | None:
     """The checked settings of ``fdb generate`` (None when none is given); FdbError naming the
     option when one is malformed or the profile's protocol has no ``sglang`` settings."""
-    from fdb.profiles import get_profile
+    from fdb.dialects import get_dialect
 
     settings = SessionSettings(
         instructions=instructions, voice=voice if voice else None, sampling=parse_sampling(sampling),
         reference_audio=reference_audio(reference) if reference is not None else None,
     )
-    profile = get_profile(profile_name)
-    if settings.sends_sglang and not profile.takes_session_settings:
+    profile = get_dialect(profile_name)
+    if settings.sends_sglang and not profile.client.session_settings:
         raise FdbError(f"profile {profile.name} has no sglang session settings (--voice, --sampling, "
                        "--reference-audio)", "leave them out, or use a session-protocol profile")
     return settings if settings != SessionSettings() else None

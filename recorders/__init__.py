@@ -1,6 +1,6 @@
 """Client side of fdb: record paced /v1/realtime sessions, judge their traces, export windows.
 
-- ``fdb.profiles``: protocol profiles (``turn-based``) and ``--turn-detection`` validation
+- ``fdb.dialects``: the protocol dialects (``turn-based``, ...), one ``Dialect`` record each
 - ``recorders.session``: ``record_session`` writes one session directory (docs/formats.md)
 - ``recorders.batch``: ``record_many`` runs ``SessionJob``s with bounded concurrency
 - ``recorders.pacing``: the absolute 80 ms packet schedule and pacing statistics

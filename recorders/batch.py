@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from fdb.audio import Audio, read_wav
+from fdb.dialects import Dialect, get_dialect
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, redact_url
-from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, Verdict
 from fdb.session_settings import SessionSettings
 from recorders.looplag import paced_gc
@@ -35,7 +35,7 @@ class SessionJob:
     out_dir: Path
     sample_id: str
     variant: str
-    profile: Profile | str
+    profile: Dialect | str
     turn_detection: dict[str, Any] | str | None
     model: str | None = None
     instructions: str | None = None
@@ -92,8 +92,8 @@ async def _run_job(job: SessionJob) -> SessionRecord:
 def _client_failure(job: SessionJob, message: str) -> SessionRecord:
     """A record for a session that could not be run; written unless a recording exists."""
     try:
-        profile = get_profile(job.profile)
-        name, trace_format, output_rate = profile.name, profile.trace_format, profile.output_rate
+        profile = get_dialect(job.profile)
+        name, trace_format, output_rate = profile.name, profile.trace_format, profile.formats.output_rate
     except FdbError:
         name, trace_format, output_rate = str(job.profile), "unknown", 24000
     failure = message if job.sample_id in message else f"{job.label}: {message}"

@@ -30,11 +30,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from fdb.audio import Audio
+from fdb.dialects import Dialect, get_dialect
 from fdb.errors import FdbError
-from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from recorders.conformance_scenarios import (
-    Dialect,
     RuleResult,
     ScenarioInput,
     Status,
@@ -42,7 +41,6 @@ from recorders.conformance_scenarios import (
     run_scenarios,
 )
 from recorders.conformance_speech import padded, spoken_question, trimmed
-from recorders.recording import session_update_body
 from recorders.session import record_session
 
 PROBE_TIMEOUT_S = 5.0
@@ -55,13 +53,13 @@ INPUT_24K = "24 kHz PCM16 input is read at 24 kHz (declared rate; speech_started
 SCENARIO_RULES = ("barge-in", "barge-in-off", "cancel", "truncate", "commit", "commit-response")
 
 
-def default_turn_detection(profile: Profile) -> dict[str, Any] | None:
+def default_turn_detection(profile: Dialect) -> dict[str, Any] | None:
     """server_vad with 500 ms of silence for profiles with server-side turn detection (turn-based,
     legacy, OpenAI); none for the native profile, which takes none."""
-    return dict(DEFAULT_TURN_DETECTION) if profile.turn_detection_required else None
+    return dict(DEFAULT_TURN_DETECTION) if profile.turn_detection.required else None
 
 
-def resolve_turn_detection(profile: Profile, value: dict[str, Any] | str | None) -> dict[str, Any] | None:
+def resolve_turn_detection(profile: Dialect, value: dict[str, Any] | str | None) -> dict[str, Any] | None:
     """``--turn-detection`` as given (checked by the profile), or the profile's default when empty."""
     if value is None or value == "":
         return default_turn_detection(profile)
@@ -83,14 +81,14 @@ class SessionFacts:
     why: str  # why the session stopped early ("" when it did not)
 
     @classmethod
-    def of(cls, trace: Sequence[TraceEvent], rec: SessionRecord, profile: Profile) -> SessionFacts:
+    def of(cls, trace: Sequence[TraceEvent], rec: SessionRecord, profile: Dialect) -> SessionFacts:
         sends = [e for e in trace if e.dir == "send"]
         recvs = [e for e in trace if e.dir == "recv"]
         sent_bytes = sum(int(e.event.get("audio_bytes", 0)) for e in sends if e.type == "input_audio_buffer.append")
         updates = sum(e.type == "session.update" for e in sends)
-        end_sent = (updates >= 2 if profile.end_mode == "tail"
+        end_sent = (updates >= 2 if profile.end.mode == "tail"
                     else any(e.type == "sglang.input_audio.end" for e in sends))
-        kinds = {"response.created", "response.done", *profile.audio_delta_events}
+        kinds = {"response.created", "response.done", *profile.events.audio_delta}
         return cls(
             connected=bool(recvs),
             opened=any(e.type == "session.updated" for e in recvs),
@@ -102,19 +100,19 @@ class SessionFacts:
 
 
 # rule id -> (oracle rule prefix, description, applies to the profile, exercised when)
-SESSION_RULES: list[tuple[str, str, str, Callable[[Profile], bool], Callable[[SessionFacts], bool]]] = [
+SESSION_RULES: list[tuple[str, str, str, Callable[[Dialect], bool], Callable[[SessionFacts], bool]]] = [
     ("handshake", "handshake", "session.created -> session.update -> session.updated (echo, rates, grant)",
      lambda p: True, lambda f: f.connected),
     ("paced-append", "input", "80 ms appends on an absolute schedule, seq contiguous, input complete",
      lambda p: True, lambda f: f.opened and f.appends > 0),
     ("receipts", "accepted", "one sglang.input_audio.accepted per append at the cumulative ms",
-     lambda p: p.expects_receipts, lambda f: f.opened and f.appends > 0),
+     lambda p: p.events.receipts, lambda f: f.opened and f.appends > 0),
     ("units", "units", "sglang.unit.done tiles the input in unit_ms steps",
-     lambda p: p.expects_unit_done, lambda f: f.opened and f.appends > 0),
+     lambda p: p.events.unit_done, lambda f: f.opened and f.appends > 0),
     ("end-drain-close", "end", "end -> ended -> drained (arithmetic) -> session.close -> session.closed",
-     lambda p: p.end_mode == "drain", lambda f: f.end_sent),
+     lambda p: p.end.mode == "drain", lambda f: f.end_sent),
     ("legacy-tail", "end", "the no-op session.update after the input is answered by session.updated",
-     lambda p: p.end_mode == "tail", lambda f: f.end_sent),
+     lambda p: p.end.mode == "tail", lambda f: f.end_sent),
     ("responses", "responses", "response lifecycle: created/done pairs, reasons, cancellations",
      lambda p: True, lambda f: f.responses > 0),
     ("no-error", "error", "no error event and no client-side failure", lambda p: True, lambda f: f.connected),
@@ -145,7 +143,7 @@ def _left_open(trace: Sequence[TraceEvent], violations: list[str]) -> tuple[list
     return kept, f"{len(left)} response(s) still in progress when the client ended the session (not judged)"
 
 
-def session_results(rec: SessionRecord, trace: Sequence[TraceEvent], profile: Profile,
+def session_results(rec: SessionRecord, trace: Sequence[TraceEvent], profile: Dialect,
                     speech_ms: tuple[float, float]) -> list[RuleResult]:
     """The recorded session's verdict, split into one row per rule; a rule whose part of the
     session never happened is ``not exercised``."""
@@ -159,7 +157,7 @@ def session_results(rec: SessionRecord, trace: Sequence[TraceEvent], profile: Pr
             rows.append(RuleResult(rule=rule, description=text, status="not exercised", detail=_not_run(facts)))
             continue
         note = ""
-        if rule == "responses" and profile.end_mode == "tail":
+        if rule == "responses" and profile.end.mode == "tail":
             bad, note = _left_open(trace, bad)
         rows.append(RuleResult(rule=rule, description=text, status="fail" if bad else "pass",
                                detail="; ".join(bad[:3] + ([note] if note else []))))
@@ -177,25 +175,19 @@ def session_results(rec: SessionRecord, trace: Sequence[TraceEvent], profile: Pr
         detail=_not_run(facts) if not facts.input_complete else
         f"{rec.responses.created} responses, {rec.responses.output_duration_s:.2f} s audio",
     ))
-    if profile.input_rate == 24000:
+    if profile.formats.input_rate == 24000:
         rows.append(input_rate_result(trace, profile, speech_ms, facts))
     return rows
 
 
-def _declared_input(profile: Profile, trace: Sequence[TraceEvent]) -> str | None:
+def _declared_input(profile: Dialect, trace: Sequence[TraceEvent]) -> str | None:
     """What the first session.updated declares about the input format, when it declares it
     wrong for 24 kHz PCM16 (None when it is right or says nothing)."""
     updated = next((e.event for e in trace if e.dir == "recv" and e.type == "session.updated"), None)
-    session = (updated or {}).get("session") or {}
-    if profile.session_shape == "beta":
-        fmt = session.get("input_audio_format")
-        return None if fmt in (None, "pcm16") else f"session.updated declares input_audio_format {fmt!r}"
-    fmt = ((session.get("audio") or {}).get("input") or {}).get("format") or {}
-    rate = fmt.get("rate") if isinstance(fmt, dict) else None
-    return None if rate in (None, 24000) else f"session.updated declares input rate {rate}"
+    return profile.session.wrong_24k_input((updated or {}).get("session") or {})
 
 
-def input_rate_result(trace: Sequence[TraceEvent], profile: Profile, speech_ms: tuple[float, float],
+def input_rate_result(trace: Sequence[TraceEvent], profile: Dialect, speech_ms: tuple[float, float],
                       facts: SessionFacts) -> RuleResult:
     """``input-24k``: the server takes 24 kHz PCM16 and reads it at 24 kHz: it declares no other
     rate, and its speech_started/stopped ms fall on the client's timeline (a server that read
@@ -209,7 +201,7 @@ def input_rate_result(trace: Sequence[TraceEvent], profile: Profile, speech_ms: 
     sent, problems, seen = 0.0, [], []
     for ev in trace:
         if ev.dir == "send" and ev.type == "input_audio_buffer.append":
-            sent += int(ev.event.get("audio_bytes", 0)) / 2 / (profile.input_rate / 1000.0)
+            sent += int(ev.event.get("audio_bytes", 0)) / 2 / (profile.formats.input_rate / 1000.0)
             continue
         key = {"input_audio_buffer.speech_started": "audio_start_ms",
                "input_audio_buffer.speech_stopped": "audio_end_ms"}.get(ev.type) if ev.dir == "recv" else None
@@ -233,10 +225,10 @@ def input_rate_result(trace: Sequence[TraceEvent], profile: Profile, speech_ms: 
 
 # --- probes --------------------------------------------------------------------------------------
 
-async def _probe(url: str, profile: Profile, body: dict | None, payload: str, update: bool) -> tuple[str, str]:
+async def _probe(url: str, profile: Dialect, body: dict | None, payload: str, update: bool) -> tuple[str, str]:
     """Connect, (optionally) open the session, send ``payload``; ('error', code) when the server
     answers with an error event, else ('<what happened>', detail)."""
-    headers = list(profile.extra_headers) or None
+    headers = list(profile.client.headers) or None
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
             async with connect(url, compression=None, ping_interval=None, proxy=None,
@@ -268,22 +260,22 @@ async def _until(ws, *types: str) -> dict:
             return event
 
 
-def _probes(profile: Profile, turn_detection: dict | None) -> list[tuple[str, str, bool, str]]:
+def _probes(profile: Dialect, turn_detection: dict | None) -> list[tuple[str, str, bool, str]]:
     packet = base64.b64encode(b"\0\0" * profile.packet_samples).decode()
     probes = [("invalid-json", "invalid JSON is answered with an error event", False, "{not json")]
-    if profile.sends_seq:
+    if profile.client.sends_seq:
         append = {"type": "input_audio_buffer.append", "event_id": "evt_conf_seq", "audio": packet, "sglang": {"seq": 5}}
         probes.append(("out-of-order-seq", "an append with seq 5 first is rejected", True, json.dumps(append)))
-    if profile.session_shape == "ga":
-        wrong = {**session_update_body(profile, turn_detection, None, None), "model": NO_SUCH_MODEL}
+    if profile.session.names_model:
+        wrong = {**profile.session_update(turn_detection, None, None), "model": NO_SUCH_MODEL}
         update = {"type": "session.update", "event_id": "evt_conf_model", "session": wrong}
         probes.append(("model-mismatch", "session.update naming another model is rejected", False, json.dumps(update)))
     return probes
 
 
-async def probe_results(url: str, profile: Profile, turn_detection: dict | None, model: str | None,
+async def probe_results(url: str, profile: Dialect, turn_detection: dict | None, model: str | None,
                         only: set[str] | None = None) -> list[RuleResult]:
-    body = session_update_body(profile, turn_detection, model, None)
+    body = profile.session_update(turn_detection, model, None)
     rows = []
     for rule, text, opened, payload in _probes(profile, turn_detection):
         if only is not None and rule not in only:
@@ -298,16 +290,16 @@ async def probe_results(url: str, profile: Profile, turn_detection: dict | None,
 
 # --- the battery ---------------------------------------------------------------------------------
 
-def rule_table(profile: Profile) -> list[tuple[str, str]]:
+def rule_table(profile: Dialect) -> list[tuple[str, str]]:
     """(rule, what it checks) of every rule the battery reports for ``profile``, in table order."""
     rows = [(rule, text) for rule, _, text, applies, _ in SESSION_RULES if applies(profile)]
     rows += [("pacing", "no packet more than 80 ms off schedule (client side)"),
              ("question-answered", "the spoken question gets a response with audio")]
-    if profile.input_rate == 24000:
+    if profile.formats.input_rate == 24000:
         rows.append(("input-24k", INPUT_24K))
     rows += [(rule, text) for rule, text, *_ in _probes(profile, None)]
-    if profile.turn_detection_required:
-        rows += [(rule, describe(rule, Dialect.of(profile))) for rule in SCENARIO_RULES]
+    if profile.turn_detection.required:
+        rows += [(rule, describe(rule, profile)) for rule in SCENARIO_RULES]
     return rows
 
 
@@ -321,7 +313,7 @@ def question_speech(question: Audio | None) -> Audio:
     return speech
 
 
-async def _record(url: str, profile: Profile, speech: Audio, td: dict | None, model: str | None,
+async def _record(url: str, profile: Dialect, speech: Audio, td: dict | None, model: str | None,
                   timeout_s: float, tail_s: float | None, reply_room_s: float) -> tuple[SessionRecord, list[TraceEvent]]:
     audio = padded(speech, speech.rate, LEAD_S, reply_room_s)
     with tempfile.TemporaryDirectory(prefix="fdb-conformance-") as tmp:
@@ -334,7 +326,7 @@ async def _record(url: str, profile: Profile, speech: Audio, td: dict | None, mo
     return rec, trace
 
 
-def _unreachable(profile: Profile, rec: SessionRecord, only: set[str] | None) -> list[RuleResult]:
+def _unreachable(profile: Dialect, rec: SessionRecord, only: set[str] | None) -> list[RuleResult]:
     rows = [RuleResult(rule="connect", description="the server accepts a WebSocket", status="fail",
                        detail=rec.failure or "")]
     for rule, text in rule_table(profile):
@@ -345,13 +337,13 @@ def _unreachable(profile: Profile, rec: SessionRecord, only: set[str] | None) ->
 
 
 async def run_conformance(
-    url: str, profile: str | Profile, turn_detection: dict | str | None = None, model: str | None = None,
+    url: str, profile: str | Dialect, turn_detection: dict | str | None = None, model: str | None = None,
     question: Audio | None = None, timeout_s: float = 60.0, tail_s: float | None = None,
     reply_timeout_s: float = 30.0, reply_room_s: float = 4.0, only: set[str] | None = None,
 ) -> list[RuleResult]:
     """The whole battery (the rules in ``only``, when given); raises FdbError only for bad local
     arguments (profile, turn detection, a question without speech)."""
-    profile = get_profile(profile)
+    profile = get_dialect(profile)
     td = resolve_turn_detection(profile, turn_detection)
     speech = question_speech(question)
     rows: list[RuleResult] = []
@@ -363,8 +355,8 @@ async def run_conformance(
         speech_ms = (LEAD_S * 1000.0, (LEAD_S + speech.duration_s) * 1000.0)
         rows += [r for r in session_results(rec, trace, profile, speech_ms) if only is None or r.rule in only]
     rows += await probe_results(url, profile, td, model, only)
-    if profile.turn_detection_required:
-        inp = ScenarioInput(url, profile, td, model, speech.resample(profile.input_rate).to_pcm16(), reply_timeout_s)
+    if profile.turn_detection.required:
+        inp = ScenarioInput(url, profile, td, model, speech.resample(profile.formats.input_rate).to_pcm16(), reply_timeout_s)
         rows += await run_scenarios(inp, only)
     return rows
 

@@ -22,7 +22,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from fdb.profiles import Profile
+from fdb.dialects import Dialect
 
 PACKET_MS = 80
 CONNECT_TIMEOUT_S = 10.0
@@ -50,7 +50,7 @@ class Mic:
 
     def __init__(self, client: ScenarioClient, silence_between: bool):
         self.client, self.silence_between = client, silence_between
-        self.bytes_per_packet = client.profile.input_rate * PACKET_MS // 1000 * 2
+        self.bytes_per_packet = client.profile.formats.input_rate * PACKET_MS // 1000 * 2
         self.queue: list[tuple[Utterance, int]] = []  # (utterance, offset of its next packet)
         self.sent_bytes = 0
         self.seq = 0
@@ -59,7 +59,7 @@ class Mic:
 
     @property
     def sent_ms(self) -> float:
-        return self.sent_bytes / 2 / (self.client.profile.input_rate / 1000.0)
+        return self.sent_bytes / 2 / (self.client.profile.formats.input_rate / 1000.0)
 
     def say(self, pcm: bytes) -> Utterance:
         utterance = Utterance(pcm)
@@ -122,7 +122,7 @@ class Mic:
 class ScenarioClient:
     """One connection; use as ``async with ScenarioClient(url, profile) as client``."""
 
-    def __init__(self, url: str, profile: Profile):
+    def __init__(self, url: str, profile: Dialect):
         self.url, self.profile = url, profile
         self.events: list[tuple[float, dict[str, Any]]] = []  # (loop time, server event)
         self.sent: list[tuple[float, dict[str, Any]]] = []  # (loop time, client event, no audio)
@@ -134,7 +134,7 @@ class ScenarioClient:
         self.mic: Mic | None = None
 
     async def __aenter__(self) -> ScenarioClient:
-        headers = list(self.profile.extra_headers) or None
+        headers = list(self.profile.client.headers) or None
         try:
             self._ws = await asyncio.wait_for(connect(
                 self.url, compression=None, ping_interval=None, proxy=None, additional_headers=headers,
@@ -197,9 +197,9 @@ class ScenarioClient:
 
     async def append(self, pcm: bytes, seq: int, sent_ms: float) -> None:
         event: dict[str, Any] = {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
-        if self.profile.sends_seq:
+        if self.profile.client.sends_seq:
             event["sglang"] = {"seq": seq}
-            if self.profile.sends_t_start:
+            if self.profile.client.sends_t_start:
                 event["sglang"]["t_start_ms"] = round(sent_ms)
         event = {"event_id": f"evt_conf_{next(self._ids)}", **event}
         await self._send_text(json.dumps(event), {**event, "audio": len(pcm)})

@@ -27,9 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from fdb.profiles import Profile
+from fdb.dialects import Dialect
 from recorders.conformance_client import ScenarioClient, ScenarioError
-from recorders.recording import session_update_body
 
 Status = Literal["pass", "fail", "not exercised"]
 DETECT_S = 0.8  # speech this long into a reply: any VAD has heard it
@@ -47,48 +46,25 @@ class RuleResult(BaseModel):
 
 
 @dataclass(frozen=True)
-class Dialect:
-    """What the profile's servers answer where the dialects differ."""
-
-    barge_in_reasons: tuple[str, ...]
-    cancel_reasons: tuple[str, ...]
-    commit_answers_itself: bool  # the turn-based dialect answers a commit without response.create
-
-    @classmethod
-    def of(cls, profile: Profile) -> Dialect:
-        guide = profile.requests_extensions  # fdb's turn-based session protocol on a GA server
-        return cls(barge_in_reasons=profile.cancelled_reasons,
-                   cancel_reasons=("interrupted",) if guide else ("client_cancelled",),
-                   commit_answers_itself=guide)
-
-
-@dataclass(frozen=True)
 class ScenarioInput:
     """What every scenario needs: the server, the dialect, the session settings and the speech."""
 
     url: str
-    profile: Profile
+    profile: Dialect
     turn_detection: dict[str, Any] | None
     model: str | None
     speech: bytes  # the spoken question, PCM16 at the profile's input rate, trimmed to its speech
     reply_timeout_s: float  # from the end of the question to the reply's first audio
 
     @property
-    def dialect(self) -> Dialect:
-        return Dialect.of(self.profile)
-
-    @property
     def speech_s(self) -> float:
-        return len(self.speech) / 2 / self.profile.input_rate
+        return len(self.speech) / 2 / self.profile.formats.input_rate
 
     def body(self, turn_detection: dict[str, Any] | None, manual: bool = False) -> dict[str, Any]:
         """The session.update body; ``manual``: turn_detection null, where the profile puts it."""
-        body = session_update_body(self.profile, turn_detection, self.model, None)
+        body = self.profile.session_update(turn_detection, self.model, None)
         if manual:
-            if self.profile.session_shape == "beta":
-                body["turn_detection"] = None
-            else:
-                body.setdefault("audio", {}).setdefault("input", {})["turn_detection"] = None
+            self.profile.session.without_turn_detection(body)
         return body
 
 
@@ -104,13 +80,15 @@ DESCRIPTIONS = {
 
 
 def describe(rule: str, dialect: Dialect) -> str:
-    how = "the server itself (no response.create)" if dialect.commit_answers_itself else "response.create"
-    return DESCRIPTIONS[rule].format(barge="/".join(dialect.barge_in_reasons),
-                                     cancel="/".join(dialect.cancel_reasons), how=how)
+    """The rule's description in the words of ``dialect``'s response rules."""
+    answers = dialect.responses
+    how = "the server itself (no response.create)" if answers.commit_answers_itself else "response.create"
+    return DESCRIPTIONS[rule].format(barge="/".join(answers.cancelled_reasons),
+                                     cancel="/".join(answers.client_cancel_reasons), how=how)
 
 
 def _row(rule: str, inp: ScenarioInput, status: Status, detail: str) -> RuleResult:
-    return RuleResult(rule=rule, description=describe(rule, inp.dialect), status=status, detail=detail)
+    return RuleResult(rule=rule, description=describe(rule, inp.profile), status=status, detail=detail)
 
 
 # --- the reply: its first audio, its end --------------------------------------------------------
@@ -132,7 +110,7 @@ def _done_of(rid: str | None) -> Any:
 
 
 async def _first_audio(c: ScenarioClient, timeout_s: float, start: int = 0) -> Reply | None:
-    found = await c.wait_for(lambda e: e.get("type") in c.profile.audio_delta_events, timeout_s, start)
+    found = await c.wait_for(lambda e: e.get("type") in c.profile.events.audio_delta, timeout_s, start)
     if found is None:
         return None
     index, event = found
@@ -156,14 +134,14 @@ def _received_ms(c: ScenarioClient, item_id: str | None, rid: str | None) -> flo
     """Ms of reply audio received so far for ``item_id`` (or the response, without one)."""
     total = 0
     for _, event in c.events:
-        if event.get("type") not in c.profile.audio_delta_events:
+        if event.get("type") not in c.profile.events.audio_delta:
             continue
         if (event.get("item_id") if item_id is not None else event.get("response_id")) != (item_id or rid):
             continue
         delta = event.get("delta")
         if isinstance(delta, str):
             total += len(delta) // 4 * 3 - (2 if delta.endswith("==") else 1 if delta.endswith("=") else 0)
-    return total / 2 / (c.profile.output_rate / 1000.0)
+    return total / 2 / (c.profile.formats.output_rate / 1000.0)
 
 
 async def _reply_to_question(c: ScenarioClient, inp: ScenarioInput) -> Reply | None:
@@ -221,10 +199,10 @@ def _judge_barge_in(rule: str, inp: ScenarioInput, c: ScenarioClient, found: tup
     if status == "cancelled":
         if not interrupt:
             return _row(rule, inp, "fail", f"cancelled (reason {reason!r}) {at:.2f} s into the speech ({vad})")
-        ok = reason in inp.dialect.barge_in_reasons
+        ok = reason in inp.profile.responses.cancelled_reasons
         detail = f"cancelled {at:.2f} s into the speech, reason {reason!r}"
         return _row(rule, inp, "pass" if ok else "fail",
-                    detail + ("" if ok else f", expected {'/'.join(inp.dialect.barge_in_reasons)}"))
+                    detail + ("" if ok else f", expected {'/'.join(inp.profile.responses.cancelled_reasons)}"))
     if at < DETECT_S:
         return _row(rule, inp, "not exercised", f"the reply ended ({status}) {at:.2f} s into the speech, "
                     f"before a VAD could hear it (needs {DETECT_S:g} s)")
@@ -255,8 +233,8 @@ async def cancel(inp: ScenarioInput) -> RuleResult:
         at = c.events[index][0] - sent_at
         if at < 0:
             return _row("cancel", inp, "not exercised", f"the reply ended {status} before response.cancel was sent")
-        ok = status == "cancelled" and reason in inp.dialect.cancel_reasons
-        expected = "" if ok else f"; expected cancelled/{'/'.join(inp.dialect.cancel_reasons)}"
+        ok = status == "cancelled" and reason in inp.profile.responses.client_cancel_reasons
+        expected = "" if ok else f"; expected cancelled/{'/'.join(inp.profile.responses.client_cancel_reasons)}"
         return _row("cancel", inp, "pass" if ok else "fail",
                     f"response.done {status} (reason {reason!r}) {at:.2f} s after response.cancel{expected}"
                     + (f" (errors: {'; '.join(errors[:2])})" if errors else ""))
@@ -330,7 +308,7 @@ async def commit(inp: ScenarioInput) -> list[RuleResult]:
 async def _manual_response(c: ScenarioClient, inp: ScenarioInput, after: int) -> RuleResult:
     start, sent_at = len(c.events), c.now()
     how = "the commit"
-    if not inp.dialect.commit_answers_itself:
+    if not inp.profile.responses.commit_answers_itself:
         await c.send({"type": "response.create"})
         how = "response.create"
     created = await c.wait_for(_is("response.created"), inp.reply_timeout_s, after)
@@ -339,7 +317,7 @@ async def _manual_response(c: ScenarioClient, inp: ScenarioInput, after: int) ->
         return _row("commit-response", inp, "fail", f"no response.created within {inp.reply_timeout_s:g} s of {how}"
                     + (f" (errors: {'; '.join(errors[:2])})" if errors else ""))
     rid = (created[1].get("response") or {}).get("id")
-    audio = await c.wait_for(lambda e: e.get("type") in c.profile.audio_delta_events and e.get("response_id") == rid,
+    audio = await c.wait_for(lambda e: e.get("type") in c.profile.events.audio_delta and e.get("response_id") == rid,
                              inp.reply_timeout_s, created[0])
     if audio is None:
         done = next((e for _, e in c.events[created[0]:] if _done_of(rid)(e)), None)

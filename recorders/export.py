@@ -9,7 +9,7 @@ count; an ineligible one gets no audio folder and keeps its reasons. A v1.5 pair
 when both its sessions are. Export is deterministic: the same recordings give the same bytes.
 
 The manifest's ``trace_format`` names the protocol the cohort was recorded in (each profile has
-its own, see :mod:`fdb.profiles`): the one passed (``--trace-format``), else the recordings' own
+its own, see :mod:`fdb.dialects`): the one passed (``--trace-format``), else the recordings' own
 (the first recorded session's). A session recorded in another format is ineligible
 (``trace_format``); with no session recorded at all it is null.
 """
@@ -24,6 +24,7 @@ from typing import Any
 
 from fdb.audio import pcm16_to_float, read_wav, wav_bytes
 from fdb.datasets.types import V10Sample, V15Pair
+from fdb.dialects import dialect_for_trace_format
 from fdb.errors import FdbError
 from fdb.io import (
     atomic_write_bytes,
@@ -33,7 +34,6 @@ from fdb.io import (
     sha256_bytes,
     sha256_file,
 )
-from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
 from fdb.records import ExportManifest, ExportSample
 from fdb.session_records import SessionRecord
@@ -168,7 +168,7 @@ def _too_short(result: VariantResult, duration_s: float) -> VariantResult:
 def _cohort_format(given: str | None, sessions: Sequence[Path | None]) -> str | None:
     """The export's trace format: ``given`` (checked), else the first readable recording's."""
     if given is not None:
-        return profile_for_trace_format(given).trace_format
+        return dialect_for_trace_format(given).trace_format
     for where in sessions:
         if where is None:
             continue
@@ -221,9 +221,7 @@ def _canonical(obj: Any) -> str:
 
 
 def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str, fmt: str | None) -> dict[str, Any]:
-    profile = profile_for_trace_format(fmt) if fmt else None
-    cut = {"cancelled_response": "a cancelled response.done drops that response's queued audio",
-           "cleared_or_speech_started": "output_audio_buffer.cleared or speech_started drops queued audio"}
+    profile = dialect_for_trace_format(fmt) if fmt else None
     return {
         "fdb": current().model_dump(mode="json"),
         "recordings": [str(r) for r in recordings],
@@ -231,9 +229,9 @@ def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str
         "sources": sources,
         "policy": {
             "window": "[0, T], T the input length from the first packet's slot",
-            "playout": "fifo from receipt" + (f"; {cut[profile.playout_cut]}" if profile else ""),
+            "playout": "fifo from receipt" + (f"; {profile.cuts.description}" if profile else ""),
             "resample": "soxr HQ, output rate -> 16000 Hz, fixed to the input's sample count",
-            "pacing_tolerance_ms": profile.pacing_tolerance_ms if profile else None,
+            "pacing_tolerance_ms": profile.pacing.tolerance_ms if profile else None,
         },
     }
 

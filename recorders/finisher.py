@@ -248,7 +248,7 @@ def finish_recording(done: FinishedSession, out_dir: Path, kwargs: dict[str, Any
     batch hundreds of sessions prepare at once, and their WAV writes held the interpreter lock
     against the loop that already paces the first ones (benchmarks/recorder_capacity.py)."""
     pcm, profile = kwargs["pcm"], kwargs["profile"]
-    input_sha = write_input_wav(out_dir, pcm, profile.input_rate)
+    input_sha = write_input_wav(out_dir, pcm, profile.formats.input_rate)
     return write_recording(out_dir, done.outcome(), input_wav_sha256=input_sha, **kwargs)
 
 

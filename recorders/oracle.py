@@ -1,20 +1,20 @@
-"""The protocol oracle: a pure function of a trace that says whether a session followed its profile.
+"""The protocol oracle: a pure function of a trace that says whether a session followed its dialect.
 
 Each violation names its rule and the event index. The rules below are the ``turn-based``
-profile's; the others differ where their profile says so:
+dialect's; the others differ where their ``Dialect`` (fdb.dialects) says so:
 
 - native (``minicpmo-native-pr2377``): tail policy ``pad`` (drained reports the padding up to
-  a whole 1 s unit), the granted capabilities named in ``Profile.required_grant`` must be
+  a whole 1 s unit), the granted capabilities named in ``oracle.required_grant`` must be
   granted, responses end completed/stop, or cancelled/client_closed only after session.close.
-  With ``Profile.native_rules``: ``drain``: no response.created, no audio delta and no completed
+  With ``oracle.native``: ``drain``: no response.created, no audio delta and no completed
   response.done after sglang.input_audio.drained (a reply must be over before the drain); no
   response.created before session.updated; one audio item per response (``responses``); for
   unit-aligned input one extra empty (0 ms) unit may close the input (``units``).
-- native 80 ms (``personaplex-native-80ms``, ``Profile.single_response``): the native rules, at
+- native 80 ms (``personaplex-native-80ms``, ``responses.single``): the native rules, at
   80 ms units and 24 kHz input, except that the whole session is one response: a second
   response.created is a ``responses`` violation, its response.done may follow the drain, and a
   response completed with reason ``input_audio_ended`` must come after sglang.input_audio.end.
-- legacy and OpenAI (``end_mode == "tail"``): no receipts and no units; the appends carry no
+- legacy and OpenAI (``end.mode == "tail"``): no receipts and no units; the appends carry no
   seq; the session ends with a second, no-op session.update after the last append that a second
   session.updated answers; turn_detection is echoed where the profile's session shape puts it
   (flat for beta); a response cancelled with reason turn_detected needs an
@@ -52,7 +52,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from fdb.profiles import Profile, declared_output_rate, echoed_turn_detection
+from fdb.dialects import Dialect
 from fdb.session_records import TraceEvent, Verdict
 
 MS_TOLERANCE = 1.0  # servers may round receipt times to whole milliseconds
@@ -88,7 +88,7 @@ class _Checker:
 
 def judge_trace(
     events: Sequence[TraceEvent],
-    profile: Profile,
+    profile: Dialect,
     requested_turn_detection: dict[str, Any] | None,
     input_ms: float,
 ) -> Verdict:
@@ -98,18 +98,18 @@ def judge_trace(
     _check_errors(c)
     updated = _check_handshake(c, profile, requested_turn_detection)
     appends = _check_input(c, profile, updated, input_ms)
-    if profile.expects_receipts:
+    if profile.events.receipts:
         _check_accepted(c, profile, appends)
-    if profile.end_mode == "tail":
+    if profile.end.mode == "tail":
         _check_tail_end(c, appends)
     else:
         _check_end(c, profile, appends, input_ms)
-    if profile.expects_unit_done:
+    if profile.events.unit_done:
         _check_units(c, profile, input_ms)
     _check_responses(c, profile)
-    if profile.native_rules:
+    if profile.oracle.native:
         _check_native(c, profile)
-    if profile.single_response:
+    if profile.responses.single:
         _check_single_response(c)
     return Verdict(status="fail" if c.violations else "pass", violations=c.violations)
 
@@ -130,10 +130,10 @@ def _check_errors(c: _Checker) -> None:
             c.add("error", f"session failed: {ev.event.get('reason')}", i)
 
 
-def _check_handshake(c: _Checker, profile: Profile, requested: dict[str, Any] | None) -> int | None:
+def _check_handshake(c: _Checker, profile: Dialect, requested: dict[str, Any] | None) -> int | None:
     """session.created -> session.update -> session.updated, with the turn_detection echo."""
     created = c.one("handshake", "recv", "session.created", None, "")
-    if profile.end_mode == "tail":  # the second update/updated pair is the liveness tail
+    if profile.end.mode == "tail":  # the second update/updated pair is the liveness tail
         update = _first(c, "handshake", "send", "session.update", created, "session.created")
         updated = _first(c, "handshake", "recv", "session.updated", update, "session.update")
     else:
@@ -146,13 +146,13 @@ def _check_handshake(c: _Checker, profile: Profile, requested: dict[str, Any] | 
         c.add("handshake", "session.updated answers another client event", updated)
     session = c.ev(updated).get("session") or {}
     in_rate = ((((session.get("audio") or {}).get("input") or {}).get("format")) or {}).get("rate")
-    out_rate = declared_output_rate(profile, session)
-    if in_rate is not None and in_rate != profile.input_rate:
-        c.add("handshake", f"input rate {in_rate}, expected {profile.input_rate}", updated)
-    if out_rate is not None and out_rate != profile.output_rate:
-        c.add("handshake", f"output rate {out_rate}, expected {profile.output_rate}", updated)
+    out_rate = profile.session.declared_output_rate(session)
+    if in_rate is not None and in_rate != profile.formats.input_rate:
+        c.add("handshake", f"input rate {in_rate}, expected {profile.formats.input_rate}", updated)
+    if out_rate is not None and out_rate != profile.formats.output_rate:
+        c.add("handshake", f"output rate {out_rate}, expected {profile.formats.output_rate}", updated)
     if requested is not None:
-        echoed = echoed_turn_detection(profile, session)
+        echoed = profile.session.echoed_turn_detection(session)
         got = echoed.get("type") if echoed else None
         if got != requested.get("type"):
             c.add(
@@ -174,14 +174,14 @@ def _first(c: _Checker, rule: str, direction: str, type_: str, after: int | None
     return found[0]
 
 
-def _check_grant(c: _Checker, profile: Profile, session: dict[str, Any], updated: int) -> None:
+def _check_grant(c: _Checker, profile: Dialect, session: dict[str, Any], updated: int) -> None:
     granted = ((session.get("sglang") or {}).get("granted")) or {}
-    for key, want in profile.required_grant:
+    for key, want in profile.oracle.required_grant:
         if granted.get(key) != want:
             c.add("handshake", f"granted {key} is {granted.get(key)!r}, the profile needs {want!r}", updated)
 
 
-def _check_input(c: _Checker, profile: Profile, updated: int | None, input_ms: float) -> list[int]:
+def _check_input(c: _Checker, profile: Dialect, updated: int | None, input_ms: float) -> list[int]:
     """Appends after session.updated, seq contiguous from 0 (where sent), totalling the input."""
     appends = c.find("send", "input_audio_buffer.append")
     total_bytes = 0
@@ -189,16 +189,16 @@ def _check_input(c: _Checker, profile: Profile, updated: int | None, input_ms: f
         if updated is not None and i < updated:
             c.add("input", "append before session.updated", i)
         seq = (c.ev(i).get("sglang") or {}).get("seq")
-        if profile.sends_seq and seq != k:
+        if profile.client.sends_seq and seq != k:
             c.add("input", f"append seq {seq}, expected {k}", i)
         total_bytes += int(c.ev(i).get("audio_bytes", 0))
-    sent_ms = total_bytes / 2 / (profile.input_rate / 1000.0)
+    sent_ms = total_bytes / 2 / (profile.formats.input_rate / 1000.0)
     if abs(sent_ms - input_ms) > 1e-6:
         c.add("input", f"appends carry {sent_ms:g} ms of audio, the input is {input_ms:g} ms")
     return appends
 
 
-def _check_accepted(c: _Checker, profile: Profile, appends: list[int]) -> None:
+def _check_accepted(c: _Checker, profile: Dialect, appends: list[int]) -> None:
     """One accepted receipt per append, in seq order, at the cumulative input ms."""
     accepted = c.find("recv", "sglang.input_audio.accepted")
     if len(accepted) != len(appends):
@@ -210,7 +210,7 @@ def _check_accepted(c: _Checker, profile: Profile, appends: list[int]) -> None:
             c.add("accepted", f"accepted seq {event.get('seq')}, expected {k}", i)
         if k >= len(appends):
             continue
-        cumulative += int(c.ev(appends[k]).get("audio_bytes", 0)) / 2 / (profile.input_rate / 1000.0)
+        cumulative += int(c.ev(appends[k]).get("audio_bytes", 0)) / 2 / (profile.formats.input_rate / 1000.0)
         if i < appends[k]:
             c.add("accepted", f"seq {k} accepted before it was sent", i)
         end_ms = event.get("accepted_end_ms")
@@ -221,25 +221,25 @@ def _check_accepted(c: _Checker, profile: Profile, appends: list[int]) -> None:
             c.add("accepted", f"seq {k} receipt names another client event", i)
 
 
-def _check_end(c: _Checker, profile: Profile, appends: list[int], input_ms: float) -> None:
+def _check_end(c: _Checker, profile: Dialect, appends: list[int], input_ms: float) -> None:
     """end -> ended -> drained -> close -> closed, with the drain arithmetic."""
     end = c.one("end", "send", "sglang.input_audio.end", appends[-1] if appends else None, "the last append")
     for i in appends:
         if end is not None and i > end:
             c.add("input", "append after sglang.input_audio.end", i)
     drain_after, drain_name = end, "sglang.input_audio.end"
-    if profile.expects_receipts:
+    if profile.events.receipts:
         ended = c.one("end", "recv", "sglang.input_audio.ended", end, "sglang.input_audio.end")
         if ended is not None:
             policy = c.ev(ended).get("tail_policy")
-            if policy != profile.tail_policy:
-                c.add("end", f"tail_policy {policy!r}, expected {profile.tail_policy!r}", ended)
+            if policy != profile.units.tail_policy:
+                c.add("end", f"tail_policy {policy!r}, expected {profile.units.tail_policy!r}", ended)
             _check_ms(c, ended, "accepted_end_ms", input_ms)
         drained = c.one("end", "recv", "sglang.input_audio.drained", ended, "sglang.input_audio.ended")
         if drained is not None:
             for key, want in (
                 ("accepted_end_ms", input_ms), ("consumed_ms", input_ms),
-                ("discarded_ms", 0.0), ("padding_ms", profile.padding_ms(input_ms)),
+                ("discarded_ms", 0.0), ("padding_ms", profile.units.padding_ms(input_ms)),
             ):
                 _check_ms(c, drained, key, want)
         drain_after, drain_name = drained, "sglang.input_audio.drained"
@@ -280,12 +280,12 @@ def _near(value: Any, want: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and abs(value - want) < MS_TOLERANCE
 
 
-def _check_units(c: _Checker, profile: Profile, input_ms: float) -> None:
+def _check_units(c: _Checker, profile: Dialect, input_ms: float) -> None:
     """unit_k tiles the input in unit_ms steps; the flushed last unit may be short."""
     units = c.find("recv", "sglang.unit.done")
     drained = c.find("recv", "sglang.input_audio.drained")
-    expected = math.ceil(input_ms / profile.unit_ms - 1e-9) if input_ms > 0 else 0
-    if profile.native_rules and len(units) == expected + 1 and _empty_eos_unit(c, units[-1], input_ms, profile):
+    expected = math.ceil(input_ms / profile.units.unit_ms - 1e-9) if input_ms > 0 else 0
+    if profile.oracle.native and len(units) == expected + 1 and _empty_eos_unit(c, units[-1], input_ms, profile):
         units = units[:-1]  # the empty unit that closes unit-aligned input
     if len(units) != expected:
         c.add("units", f"{len(units)} units for {input_ms:g} ms of input, expected {expected}")
@@ -297,15 +297,15 @@ def _check_units(c: _Checker, profile: Profile, input_ms: float) -> None:
             c.add("units", f"unit id {event.get('unit_id')!r}, expected 'unit_{k}'", i)
         media = (event.get("sglang") or {}).get("media_time") or {}
         start, duration = media.get("t_start_ms"), media.get("duration_ms")
-        if not _near(start, k * profile.unit_ms):
-            c.add("units", f"unit_{k} t_start_ms {start}, expected {k * profile.unit_ms}", i)
-        if not isinstance(duration, int | float) or not 0 < duration <= profile.unit_ms:
-            c.add("units", f"unit_{k} duration_ms {duration} outside (0, {profile.unit_ms}]", i)
+        if not _near(start, k * profile.units.unit_ms):
+            c.add("units", f"unit_{k} t_start_ms {start}, expected {k * profile.units.unit_ms}", i)
+        if not isinstance(duration, int | float) or not 0 < duration <= profile.units.unit_ms:
+            c.add("units", f"unit_{k} duration_ms {duration} outside (0, {profile.units.unit_ms}]", i)
             continue
-        if k < len(units) - 1 and not _near(duration, profile.unit_ms):
+        if k < len(units) - 1 and not _near(duration, profile.units.unit_ms):
             c.add("units", f"unit_{k} lasts {duration} ms but is not the last unit", i)
         total += duration
-        if sent[i] + MS_TOLERANCE < k * profile.unit_ms + duration:
+        if sent[i] + MS_TOLERANCE < k * profile.units.unit_ms + duration:
             c.add("units", f"unit_{k} done when only {sent[i]:g} ms of its audio had been sent", i)
         if drained and i > drained[0]:
             c.add("units", f"unit_{k} done after sglang.input_audio.drained", i)
@@ -313,24 +313,24 @@ def _check_units(c: _Checker, profile: Profile, input_ms: float) -> None:
         c.add("units", f"unit durations sum to {total:g} ms, the input is {input_ms:g} ms")
 
 
-def _sent_ms_before(c: _Checker, profile: Profile) -> list[float]:
+def _sent_ms_before(c: _Checker, profile: Dialect) -> list[float]:
     """Per trace index: the input ms the client had sent before that event."""
     out, sent = [], 0.0
     for ev in c.events:
         out.append(sent)
         if ev.dir == "send" and ev.type == "input_audio_buffer.append":
-            sent += int(ev.event.get("audio_bytes", 0)) / 2 / (profile.input_rate / 1000.0)
+            sent += int(ev.event.get("audio_bytes", 0)) / 2 / (profile.formats.input_rate / 1000.0)
     return out
 
 
-def _empty_eos_unit(c: _Checker, index: int, input_ms: float, profile: Profile) -> bool:
+def _empty_eos_unit(c: _Checker, index: int, input_ms: float, profile: Dialect) -> bool:
     """A 0 ms last unit at the input end, allowed only when the input fills whole units."""
     media = (c.ev(index).get("sglang") or {}).get("media_time") or {}
-    aligned = input_ms > 0 and _near(input_ms % profile.unit_ms, 0.0)
+    aligned = input_ms > 0 and _near(input_ms % profile.units.unit_ms, 0.0)
     return aligned and media.get("duration_ms") == 0 and _near(media.get("t_start_ms"), input_ms)
 
 
-def _check_native(c: _Checker, profile: Profile) -> None:
+def _check_native(c: _Checker, profile: Dialect) -> None:
     """Output ends before the drain; responses start after session.updated; one audio item each."""
     drained = c.find("recv", "sglang.input_audio.drained")
     updated = c.find("recv", "session.updated")
@@ -346,9 +346,9 @@ def _check_native(c: _Checker, profile: Profile) -> None:
             if after_drain:
                 c.add("drain", f"response {response.get('id')!r} created after sglang.input_audio.drained", i)
         elif (ev.type == "response.done" and after_drain and response.get("status") == "completed"
-              and not profile.single_response):
+              and not profile.responses.single):
             c.add("drain", f"response {response.get('id')!r} completed after sglang.input_audio.drained", i)
-        elif ev.type in profile.audio_delta_events:
+        elif ev.type in profile.events.audio_delta:
             rid = ev.event.get("response_id")
             if after_drain:
                 c.add("drain", f"audio for response {rid!r} after sglang.input_audio.drained", i)
@@ -371,7 +371,7 @@ def _check_single_response(c: _Checker) -> None:
                   "sglang.input_audio.end", i)
 
 
-def _check_responses(c: _Checker, profile: Profile) -> None:
+def _check_responses(c: _Checker, profile: Dialect) -> None:
     """Lifecycle of every response, with one speech_started consumed per cancellation."""
     state: dict[str, str] = {}  # response id -> "open" | "done"
     speech_during: set[str] = set()  # open responses that saw a speech_started
@@ -388,10 +388,10 @@ def _check_responses(c: _Checker, profile: Profile) -> None:
             _on_created(c, i, state)
         elif ev.type == "response.done":
             unused_speech_starts -= _on_done(c, profile, i, state, unused_speech_starts, speech_during)
-        elif ev.type in profile.audio_delta_events:
+        elif ev.type in profile.events.audio_delta:
             rate = ev.event.get("sample_rate_hz")
-            if rate is not None and rate != profile.output_rate:
-                c.add("handshake", f"audio delta at {rate} Hz, expected {profile.output_rate}", i)
+            if rate is not None and rate != profile.formats.output_rate:
+                c.add("handshake", f"audio delta at {rate} Hz, expected {profile.formats.output_rate}", i)
             rid = ev.event.get("response_id")
             if rid not in state:
                 c.add("responses", f"audio for response {rid!r} before its response.created", i)
@@ -416,7 +416,7 @@ def _on_created(c: _Checker, i: int, state: dict[str, str]) -> None:
 
 
 def _on_done(
-    c: _Checker, profile: Profile, i: int, state: dict[str, str], unused: int, speech_during: set[str]
+    c: _Checker, profile: Dialect, i: int, state: dict[str, str], unused: int, speech_during: set[str]
 ) -> int:
     """Check one response.done; returns how many speech_started events it consumed (0 or 1)."""
     response = c.ev(i).get("response") or {}
@@ -428,17 +428,17 @@ def _on_done(
         c.add("responses", f"second response.done for {rid!r}", i)
     state[rid] = "done"
     if status == "completed":
-        if reason not in profile.completed_reasons:
+        if reason not in profile.responses.completed_reasons:
             c.add("responses", f"completed response {rid!r} with reason {reason!r}", i)
         return 0
     if status == "cancelled":
-        if reason not in profile.cancelled_reasons:
+        if reason not in profile.responses.cancelled_reasons:
             c.add("responses", f"cancelled response {rid!r} with reason {reason!r}", i)
-        if profile.cancel_rule == "speech_during":
+        if profile.responses.cancel_rule == "speech_during":
             if rid not in speech_during:
                 c.add("responses", f"cancelled response {rid!r} saw no speech_started during it", i)
             return 0
-        if profile.cancel_rule == "after_close":
+        if profile.responses.cancel_rule == "after_close":
             if "<close>" not in speech_during:
                 c.add("responses", f"response {rid!r} cancelled before session.close", i)
             return 0

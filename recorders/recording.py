@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from fdb.audio import Audio, float_to_pcm16, pcm16_to_float, wav_bytes
+from fdb.dialects import Dialect
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_bytes
-from fdb.profiles import Profile, echoed_turn_detection
 from fdb.session_records import (
     InputInfo,
     LoopLagStats,
@@ -22,49 +22,6 @@ from recorders.oracle import judge_trace
 from recorders.pacing import pacing_stats, sends_from_trace
 
 SESSION_FILES = ("session.json", "trace.jsonl", "input.wav", "output.pcm")
-
-
-def session_update_body(
-    profile: Profile, turn_detection: dict[str, Any] | None, model: str | None, instructions: str | None,
-    sglang: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The ``session`` object of session.update in the profile's shape: GA (``type: realtime``,
-    turn detection under session.audio.input) or beta (flat ``turn_detection``, ``modalities``).
-    ``sglang`` holds the session settings' fields (``SessionSettings.sglang_fields``); a profile
-    with ``requests_unit_ms`` adds ``timebase.native_unit_ms``."""
-    if profile.session_shape == "beta":
-        body: dict[str, Any] = {"modalities": ["text", "audio"]}
-        if instructions:
-            body["instructions"] = instructions
-        if turn_detection is not None:
-            body["turn_detection"] = dict(turn_detection)
-        if profile.declares_formats:
-            body["input_audio_format"] = body["output_audio_format"] = "pcm16"
-        return body
-    body = {"type": "realtime"}
-    if model:
-        body["model"] = model
-    if instructions:
-        body["instructions"] = instructions
-    audio: dict[str, Any] = {}
-    if turn_detection is not None:
-        audio["input"] = {"turn_detection": dict(turn_detection)}
-    if profile.declares_formats:
-        audio.setdefault("input", {})["format"] = {"type": "audio/pcm", "rate": profile.input_rate}
-        audio["output"] = {"format": {"type": "audio/pcm", "rate": profile.output_rate}}
-    if audio:
-        body["audio"] = audio
-    extension = dict(sglang or {})
-    if profile.requests_unit_ms:
-        extension["timebase"] = {"native_unit_ms": profile.unit_ms}
-    if profile.requests_extensions or extension:
-        body["sglang"] = extension
-    return body
-
-
-def noop_session_update(profile: Profile) -> dict[str, Any]:
-    """The --legacy-tail session.update: changes nothing; its session.updated proves liveness."""
-    return {} if profile.session_shape == "beta" else {"type": "realtime"}
 
 
 def input_pcm16(audio: Audio, rate: int = 16000) -> bytes:
@@ -86,15 +43,15 @@ def write_input_wav(out_dir: Path, pcm: bytes, rate: int) -> str:
     return sha256_bytes(data)
 
 
-def response_counts(trace: Sequence[TraceEvent], profile: Profile, output_bytes: int) -> ResponseCounts:
+def response_counts(trace: Sequence[TraceEvent], profile: Dialect, output_bytes: int) -> ResponseCounts:
     counts = ResponseCounts(output_bytes=output_bytes)
-    counts.output_duration_s = round(output_bytes / 2 / profile.output_rate, 6)
+    counts.output_duration_s = round(output_bytes / 2 / profile.formats.output_rate, 6)
     for ev in trace:
         if ev.dir != "recv":
             continue
         if ev.type == "response.created":
             counts.created += 1
-        elif ev.type in profile.audio_delta_events:
+        elif ev.type in profile.events.audio_delta:
             counts.audio_deltas += 1
         elif ev.type == "response.done":
             status = (ev.event.get("response") or {}).get("status")
@@ -126,7 +83,7 @@ class SessionOutcome:
 
 
 def write_recording(
-    out_dir: Path, outcome: SessionOutcome, *, base: dict[str, Any], profile: Profile,
+    out_dir: Path, outcome: SessionOutcome, *, base: dict[str, Any], profile: Dialect,
     pcm: bytes, source_rate: int, input_wav_sha256: str,
     turn_detection: dict[str, Any] | None,
 ) -> SessionRecord:
@@ -135,23 +92,23 @@ def write_recording(
     atomic_write_text(out_dir / "trace.jsonl", trace_text)
     atomic_write_bytes(out_dir / "output.pcm", outcome.output)
     samples = len(pcm) // 2
-    input_ms = samples * 1000.0 / profile.input_rate
+    input_ms = samples * 1000.0 / profile.formats.input_rate
     granted = outcome.granted_session or {}
     record = SessionRecord(
         **base,
         profile=profile.name,
         trace_format=profile.trace_format,
         turn_detection_requested=turn_detection,
-        turn_detection_granted=echoed_turn_detection(profile, granted),
+        turn_detection_granted=profile.session.echoed_turn_detection(granted),
         granted=(granted.get("sglang") or {}).get("granted") if isinstance(granted.get("sglang"), dict) else None,
         input=InputInfo(
-            rate=profile.input_rate, samples=samples, duration_s=samples / profile.input_rate,
+            rate=profile.formats.input_rate, samples=samples, duration_s=samples / profile.formats.input_rate,
             pcm_sha256=sha256_bytes(pcm), source_rate=source_rate,
         ),
-        output_rate=profile.output_rate,
+        output_rate=profile.formats.output_rate,
         t0_wall=outcome.t0_wall,
         elapsed_s=round(outcome.elapsed_s, 3),
-        pacing=pacing_stats(sends_from_trace(outcome.trace), profile.packet_ms, profile.pacing_tolerance_ms),
+        pacing=pacing_stats(sends_from_trace(outcome.trace), profile.pacing.packet_ms, profile.pacing.tolerance_ms),
         status=outcome.status,
         failure=outcome.failure,
         close_code=outcome.close_code,

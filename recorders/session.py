@@ -33,9 +33,9 @@ from typing import Any
 import picows
 
 from fdb.audio import Audio
+from fdb.dialects import Dialect, get_dialect
 from fdb.errors import FdbError, SampleError
 from fdb.io import redact_url
-from fdb.profiles import Profile, get_profile
 from fdb.session_records import SessionRecord, SessionStatus
 from fdb.session_settings import SessionSettings
 from recorders.eventloop import CLOCK, loop_local, paced_sleep, sleep_until
@@ -54,8 +54,6 @@ from recorders.pacing import SPREADER, send_paced, split_packets
 from recorders.recording import (  # noqa: F401  (input_pcm16 is re-exported)
     SessionOutcome,
     input_pcm16,
-    noop_session_update,
-    session_update_body,
     write_input_wav,
     write_recording,
 )
@@ -127,7 +125,7 @@ async def _opening_slot() -> _OpeningSlot:
 class _Session:
     """State of one session run; ``run()`` never raises for server-side problems."""
 
-    def __init__(self, url: str, pcm: bytes, profile: Profile, session_update: dict[str, Any], timeout_s: float):
+    def __init__(self, url: str, pcm: bytes, profile: Dialect, session_update: dict[str, Any], timeout_s: float):
         self.url, self.pcm, self.profile, self.timeout_s = url, pcm, profile, timeout_s
         self.session_update = session_update
         # Trace rows with absolute ``CLOCK`` times, in columns that the garbage collector never
@@ -203,7 +201,7 @@ class _Session:
         for attempt in range(1, ADMISSION_RETRIES + 2):
             self.note("connect", url=redact_url(self.url), attempt=attempt)
             try:
-                return await open_client(self.url, self._on_message, list(self.profile.extra_headers),
+                return await open_client(self.url, self._on_message, list(self.profile.client.headers),
                                          MAX_MESSAGE_BYTES, handshake_timeout=self.timeout_s)
             except Refused as exc:
                 code = exc.status
@@ -229,9 +227,9 @@ class _Session:
         except TimeoutError:
             self.fail("timeout", f"session deadline of {self.timeout_s:g} s passed while {self.phase}")
         finally:
-            t0, input_s = self.t0, len(self.pcm) / 2 / self.profile.input_rate
+            t0, input_s = self.t0, len(self.pcm) / 2 / self.profile.formats.input_rate
             window = None if t0 is None else (t0, t0 + input_s)
-            self.loop_lag = ticker.release(start, self.profile.pacing_tolerance_ms, window)
+            self.loop_lag = ticker.release(start, self.profile.pacing.tolerance_ms, window)
             await self._shutdown()
 
     def _opened(self) -> None:
@@ -261,7 +259,7 @@ class _Session:
     def finished(self) -> bool:
         """The server confirmed our session.close with session.closed (or, for a ``tail``
         profile, answered the no-op session.update after the input)."""
-        if self.profile.end_mode == "tail":
+        if self.profile.end.mode == "tail":
             return self.flags["tail"].is_set()
         return self.sent_close and self.flags["closed"].is_set()
 
@@ -271,7 +269,7 @@ class _Session:
         if self.flow_task is not None and not self.flow_task.done():
             self.flow_task.cancel()
         ws = self.ws
-        drain = self.profile.end_mode == "drain"
+        drain = self.profile.end.mode == "drain"
         if drain and self.failure is None and self.finished and ws is not None:
             done, _ = await asyncio.wait({ws.closed}, timeout=CLOSE_GRACE_S)  # the server closes
             if not done:
@@ -316,8 +314,8 @@ class _Session:
         loop more than the send)."""
         assert self.ws is not None
         eid, sglang = event_id(), ""
-        if self.profile.sends_seq:
-            t_start = f', "t_start_ms": {seq * self.profile.packet_ms}' if self.profile.sends_t_start else ""
+        if self.profile.client.sends_seq:
+            t_start = f', "t_start_ms": {seq * self.profile.pacing.packet_ms}' if self.profile.client.sends_t_start else ""
             sglang = f', "sglang": {{"seq": {seq}{t_start}}}'
         logged = f'{{"type": "input_audio_buffer.append"{sglang}, "audio_bytes": {len(packet)}, "event_id": "{eid}"}}'
         index = self.raw.append(start, "send", "input_audio_buffer.append", logged, due)
@@ -340,13 +338,13 @@ class _Session:
         self._opened()
         self.phase = "sending input"
         packets = split_packets(self.pcm, self.profile.packet_samples)
-        packet_s = self.profile.packet_ms / 1000.0
+        packet_s = self.profile.pacing.packet_ms / 1000.0
         t0, _ = await send_paced(packets, self._send_append, CLOCK, paced_sleep, packet_s,
                                  self._anchor, SPREADER, receipts=False)
-        input_s = len(self.pcm) / 2 / self.profile.input_rate
-        if self.profile.end_mode == "tail":
-            await sleep_until(t0 + input_s + self.profile.tail_s)
-            await self._send(ws, {"type": "session.update", "session": noop_session_update(self.profile)})
+        input_s = len(self.pcm) / 2 / self.profile.formats.input_rate
+        if self.profile.end.mode == "tail":
+            await sleep_until(t0 + input_s + self.profile.end.tail_s)
+            await self._send(ws, {"type": "session.update", "session": self.profile.session.noop_update()})
             self.phase = "waiting for the session.updated of the --legacy-tail session.update"
             await self.flags["tail"].wait()
             return
@@ -383,7 +381,7 @@ class _Session:
 
     def _dispatch(self, event: dict[str, Any], message: str | bytes, t: float) -> None:
         type_ = event["type"]
-        if type_ in self.profile.audio_delta_events:
+        if type_ in self.profile.events.audio_delta:
             logged = self._take_audio(event, t)
             if logged is None:
                 return
@@ -478,7 +476,7 @@ async def record_session(
     *,
     sample_id: str,
     variant: str,
-    profile: Profile | str,
+    profile: Dialect | str,
     turn_detection: dict[str, Any] | str | None,
     model: str | None = None,
     instructions: str | None = None,
@@ -495,11 +493,11 @@ async def record_session(
     Bad local input (an invalid --turn-detection, empty audio, an existing recording) raises
     FdbError/SampleError before anything is sent; everything the server does is recorded.
     """
-    profile = get_profile(profile)
-    if tail_s is not None and profile.end_mode == "tail":  # --legacy-tail
+    profile = get_dialect(profile)
+    if tail_s is not None and profile.end.mode == "tail":  # --legacy-tail
         if not 0 <= tail_s <= 30:
             raise FdbError(f"--legacy-tail must be in [0, 30] s, got {tail_s}")
-        profile = profile.model_copy(update={"tail_s": tail_s})
+        profile = profile.with_tail(tail_s)
     turn_detection = profile.validate_turn_detection(turn_detection)
     label = f"{sample_id} [{variant}]"
     out_dir = Path(out_dir)
@@ -509,7 +507,7 @@ async def record_session(
         raise FdbError(f"{label}: timeout_s must be positive, got {timeout_s}")
     slot = await _opening_slot()
     try:
-        pcm = await _off_loop(_prepare, audio, profile.input_rate)  # keep the loop free
+        pcm = await _off_loop(_prepare, audio, profile.formats.input_rate)  # keep the loop free
         if not pcm:
             raise SampleError(label, "input audio is empty", "check the dataset file")
     except BaseException:
@@ -519,7 +517,7 @@ async def record_session(
         instructions = settings.instructions if settings.instructions is not None else instructions
         extra_meta = {**(extra_meta or {}), "session_settings": settings.model_dump(mode="json")}
     sglang = settings.sglang_fields() if settings is not None else None
-    body = session_update_body(profile, turn_detection, model, instructions, sglang)
+    body = profile.session_update(turn_detection, model, instructions, sglang)
     session = _Session(url, pcm, profile, body, timeout_s)
     session.slot = slot
     started = CLOCK()

@@ -23,10 +23,10 @@ from typing import Literal
 import numpy as np
 
 from fdb.audio import read_wav
+from fdb.dialects import Dialect, dialect_for_trace_format
 from fdb.errors import FdbError
 from fdb.io import read_json, sha256_bytes, sha256_file
 from fdb.playout import playout_window, trace_playout_inputs
-from fdb.profiles import Profile, profile_for_trace_format
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from recorders.oracle import judge_trace
 from recorders.pacing import pacing_stats, sends_from_trace
@@ -90,15 +90,15 @@ def analyze_variant(
         return result
     try:
         trace, output = read_trace(session_dir / "trace.jsonl"), (session_dir / "output.pcm").read_bytes()
-        profile = profile_for_trace_format(record.trace_format)
+        profile = dialect_for_trace_format(record.trace_format)
     except (OSError, ValueError, FdbError) as exc:
         result.reasons = _status_reasons(record) or [f"unreadable: {label}: {exc}"]
         return result
-    input_ms = (record.input.samples if record.input else 0) * 1000.0 / profile.input_rate
+    input_ms = (record.input.samples if record.input else 0) * 1000.0 / profile.formats.input_rate
     verdict = judge_trace(trace, profile, record.turn_detection_requested, input_ms)
     sent_pcm = expected_pcm
-    if profile.input_rate != EXPORT_RATE:  # the integrity check compares the stream as sent
-        sent_pcm = input_at_rate(profile.input_rate) if input_at_rate else b""
+    if profile.formats.input_rate != EXPORT_RATE:  # the integrity check compares the stream as sent
+        sent_pcm = input_at_rate(profile.formats.input_rate) if input_at_rate else b""
     result.verdict = verdict.status if record.status == "ok" else "fail"
     result.reasons = (
         _status_reasons(record) + _protocol_reasons(verdict.violations) + _pacing_reasons(trace, profile)
@@ -131,8 +131,8 @@ def _protocol_reasons(violations: list[str]) -> list[str]:
     return reasons
 
 
-def _pacing_reasons(trace: list[TraceEvent], profile: Profile) -> list[str]:
-    stats = pacing_stats(sends_from_trace(trace), profile.packet_ms, profile.pacing_tolerance_ms)
+def _pacing_reasons(trace: list[TraceEvent], profile: Dialect) -> list[str]:
+    stats = pacing_stats(sends_from_trace(trace), profile.pacing.packet_ms, profile.pacing.tolerance_ms)
     if stats.violations == 0:
         return []
     return [

@@ -22,10 +22,10 @@ from fdb.datasets.selection import (
     require_some_selection,
     select,
 )
+from fdb.dialects import check_bundled_dialect
 from fdb.errors import FdbError
 from fdb.io import atomic_write_text, redact_url
 from fdb.layout import RepeatPaths, RunPaths
-from fdb.profiles import check_bundled_profile
 from fdb.provenance import current as provenance
 from fdb.run_manifest import (
     DatasetUse,
@@ -195,9 +195,9 @@ def with_report(manifest: RunManifest, report: ServerReport | None) -> RunManife
 
 
 def _probe(url: str, opts: GenerateOptions) -> ServerReport:
-    from fdb.profiles import get_profile
+    from fdb.dialects import get_dialect
 
-    return probe_server(url, headers=dict(get_profile(opts.profile).extra_headers))
+    return probe_server(url, headers=dict(get_dialect(opts.profile).client.headers))
 
 
 def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tuple[RunPaths, RepeatPaths, list[Selected]]:
@@ -215,7 +215,7 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
         raise FdbError("--gpus starts bundled model servers, but --url names your own server",
                        "drop --gpus, or drop --url to let generate start one server per GPU")
     if not opts.url:
-        check_bundled_profile(opts.system, opts.profile)
+        check_bundled_dialect(opts.system, opts.profile)
     v15 = select_dataset("v1.5", opts.v15, opts.v15_root, settings, console)
     v10 = select_dataset("v1.0", opts.v10, opts.v10_root, settings, console)
     require_some_selection(v10.ids if v10 else [], v15.ids if v15 else [])

@@ -30,7 +30,7 @@ class GenerateOptions(BaseModel):
     url: str | None = None
     model: str | None = None
     system: str = "embedded-cascade"
-    profile: str = "turn-based"  # the recorder's protocol dialect (fdb/profiles.py)
+    profile: str = "turn-based"  # the recorder's protocol dialect (fdb/dialects)
     turn_detection: dict | None = Field(default_factory=lambda: dict(DEFAULT_TURN_DETECTION))
     session: SessionSettings | None = None  # --instructions, --voice, --sampling, --reference-audio
     num_shards: int = 1
@@ -54,10 +54,10 @@ class GenerateOptions(BaseModel):
 def parse_turn_detection(raw: str | None, profile: str = "turn-based") -> dict | None:
     """--turn-detection checked by the profile: required (server_vad 500 ms by default) for the
     turn-based and legacy dialects, refused for native ones."""
-    from fdb.profiles import get_profile
+    from fdb.dialects import get_dialect
 
-    dialect = get_profile(profile)
-    if raw is None and dialect.turn_detection_required:
+    dialect = get_dialect(profile)
+    if raw is None and dialect.turn_detection.required:
         return dict(DEFAULT_TURN_DETECTION)
     if raw is not None:
         try:

@@ -30,9 +30,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fdb.dialects import check_bundled_dialect
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from fdb.profiles import check_bundled_profile
 from fdb.run_manifest import ServerProvenance
 from runs.sweep_args import RecordOptions
 
@@ -345,7 +345,7 @@ def bundled_server(opts: SweepOptions):
     from fdb.settings import load_settings
     from runs.server import ManagedServer
 
-    check_bundled_profile(opts.record.system, opts.record.profile)
+    check_bundled_dialect(opts.record.system, opts.record.profile)
     config = atomic_write_text(opts.output / "logs" / "launch.yaml",
                                f"system: {opts.record.system}\nmax_sessions: {opts.top_level}\n")
     return ManagedServer(system=opts.record.system, host="127.0.0.1", port=load_settings().server_port, config=config,
@@ -354,12 +354,12 @@ def bundled_server(opts: SweepOptions):
 
 def _server_provenance(url: str, opts: SweepOptions, console: Console) -> ServerProvenance:
     """What the sweep records of its server: the declared revisions and the server's report."""
+    from fdb.dialects import get_dialect
     from fdb.io import redact_url
-    from fdb.profiles import get_profile
     from runs.server_probe import describe, probe_server
 
     record = opts.record
-    report = probe_server(url, headers=dict(get_profile(record.profile).extra_headers))
+    report = probe_server(url, headers=dict(get_dialect(record.profile).client.headers))
     console.print(f"server {escape(redact_url(url))} reports: {escape(describe(report))}")
     return ServerProvenance(url=None if record.url is None else redact_url(record.url),
                             bundled_system=record.system if record.url is None else None,

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from pydantic import BaseModel, Field
 
+from fdb.dialects import dialects_help
 from fdb.errors import FdbError
 from runs.options import DatasetChoice, parse_turn_detection, revision_option
 
@@ -22,8 +23,7 @@ SWEEP_OPTIONS = ("--output", "--concurrency", "--dataset", "--search", "--max-co
 _OPTIONS = (
     ("--url", str, "ws://HOST:PORT/v1/realtime of your server (max_sessions at least the top level); "
                    "without it the bundled server is started with max_sessions raised to the top level."),
-    ("--profile", str, "Protocol dialect: turn-based (default, the bundled server), minicpmo-native-pr2377, "
-                       "qwen3-omni-half-duplex, openai-ga, openai-beta."),
+    ("--profile", str, f"Protocol dialect (default turn-based): {dialects_help()}."),
     ("--turn-detection", str, 'Turn detection JSON for turn-based/legacy profiles (default {"type": '
                               '"server_vad", "silence_duration_ms": 500}); refused by native ones.'),
     ("--model", str, "Model name sent in session.update."),

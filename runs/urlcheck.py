@@ -15,9 +15,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import picows
 
+from fdb.dialects import get_dialect
 from fdb.errors import FdbError
 from fdb.io import one_line, redact_url
-from fdb.profiles import get_profile
 from recorders.eventloop import CLOCK
 from recorders.eventloop import run as run_loop
 from recorders.session import ADMISSION_BACKOFF_S, ADMISSION_RETRIES, MAX_MESSAGE_BYTES
@@ -107,7 +107,7 @@ def _refused_hint(status: int) -> str:
 
 
 async def _upgrade(url: str, profile: str, shown: str, on_message) -> WsClient:
-    headers = list(get_profile(profile).extra_headers)
+    headers = list(get_dialect(profile).client.headers)
     for attempt in range(ADMISSION_RETRIES + 1):
         try:
             return await open_client(url, on_message, headers, MAX_MESSAGE_BYTES, handshake_timeout=HANDSHAKE_TIMEOUT_S)

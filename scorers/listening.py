@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from fdb.audio import wav_bytes, write_wav
+from fdb.dialects import dialect_for_trace_format
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes
-from fdb.profiles import profile_for_trace_format
 from fdb.provenance import current
 from fdb.records.listening import (
     REPLIES_SCHEMA,
@@ -97,7 +97,7 @@ def session_replies(folder: Path) -> tuple[list[CutReply], int]:
     session = read_json(folder / "session.json")
     rate = int(session.get("output_rate") or 24000)
     try:
-        profile = profile_for_trace_format(str(session.get("trace_format")))
+        profile = dialect_for_trace_format(str(session.get("trace_format")))
     except FdbError as exc:
         raise ValueError(f"{folder / 'session.json'}: {exc.message} ({exc.hint})") from None
     pcm = (folder / "output.pcm").read_bytes() if (folder / "output.pcm").exists() else b""

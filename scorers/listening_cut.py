@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fdb.audio import pcm16_to_float, resample
+from fdb.dialects import Dialect
 from fdb.playout import played_replies, trace_playout_inputs
-from fdb.profiles import Profile
 from fdb.session_records import TraceEvent
 
 TRANSCRIPT_DONE = ("response.output_audio_transcript.done", "response.audio_transcript.done")
@@ -51,13 +51,13 @@ def _done_transcript(response: dict) -> str | None:
     return " ".join(texts) if texts else None
 
 
-def _text(trace: list[TraceEvent], profile: Profile, get) -> None:
+def _text(trace: list[TraceEvent], profile: Dialect, get) -> None:
     """Status and transcript of each reply from the received events (a reply is registered at
     its first event of any kind, which sets its order)."""
     for ev in trace:
         if ev.dir != "recv":
             continue
-        if ev.type in profile.audio_delta_events:
+        if ev.type in profile.events.audio_delta:
             get(ev.event.get("response_id"))
         elif ev.type in TRANSCRIPT_DELTA:
             get(ev.event.get("response_id"))._text_deltas.append(str(ev.event.get("delta") or ""))
@@ -71,7 +71,7 @@ def _text(trace: list[TraceEvent], profile: Profile, get) -> None:
 
 
 def cut_replies(
-    trace: list[TraceEvent], output: bytes, profile: Profile, output_rate: int,
+    trace: list[TraceEvent], output: bytes, profile: Dialect, output_rate: int,
     turn_detection: dict | None = None,
 ) -> list[CutReply]:
     """Replies of one session in order of their first audio or text event (see module rule).

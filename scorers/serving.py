@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from fdb.dialects import Dialect, get_dialect
 from fdb.playout import audio_delta
-from fdb.profiles import Profile, get_profile
 from fdb.records.serving import CLIENT_CPU_SATURATED, DEFAULT_RESERVE_MS, Capacity, ServingRow
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from fdb.stats import P50, P90, P95, ceil_quantile, quantile_ms
@@ -51,14 +51,14 @@ def _packets(trace: list[TraceEvent], input_rate: int) -> list[tuple[float, floa
     return out
 
 
-def unit_readiness(trace: list[TraceEvent], profile: Profile) -> tuple[list[tuple[float, float]], int]:
+def unit_readiness(trace: list[TraceEvent], profile: Dialect) -> tuple[list[tuple[float, float]], int]:
     """(receipt of sglang.unit.done, t_end of the packet holding the unit's last audio) per unit,
     the input end standing in for a short or padded last unit; and the expected unit count."""
-    packets = _packets(trace, profile.input_rate)
+    packets = _packets(trace, profile.formats.input_rate)
     if not packets:
         return [], 0
     input_ms = packets[-1][0]
-    expected = math.ceil(input_ms / profile.unit_ms - 1e-9)
+    expected = math.ceil(input_ms / profile.units.unit_ms - 1e-9)
     units = []
     for ev in trace:
         if ev.dir != "recv" or ev.type != "sglang.unit.done":
@@ -76,13 +76,13 @@ def _ready(packets: list[tuple[float, float]], input_ms: float) -> float:
     return next((t_end for cum, t_end in packets if cum >= input_ms - 1e-6), packets[-1][1])
 
 
-def speech_end_first_audio_s(trace: list[TraceEvent], profile: Profile, output_rate: int,
+def speech_end_first_audio_s(trace: list[TraceEvent], profile: Dialect, output_rate: int,
                              speech_end_s: float) -> float | None:
     """First audio after the user's speech end: the speech end (an input time, e.g. a dataset's
     turn-end annotation) is ready when the packet holding it was sent; the reply to it is the first
     response created after that. Its first audio's receipt minus that moment; None when no reply
     with audio was created after the speech end."""
-    packets = _packets(trace, profile.input_rate)
+    packets = _packets(trace, profile.formats.input_rate)
     if not packets:
         return None
     ready = _ready(packets, speech_end_s * 1000.0)
@@ -92,7 +92,7 @@ def speech_end_first_audio_s(trace: list[TraceEvent], profile: Profile, output_r
     return None
 
 
-def unit_lags(trace: list[TraceEvent], profile: Profile) -> tuple[list[float], int]:
+def unit_lags(trace: list[TraceEvent], profile: Dialect) -> tuple[list[float], int]:
     """Lag (s) of each unit: its sglang.unit.done receipt minus its input being ready."""
     units, expected = unit_readiness(trace, profile)
     return [done - ready for done, ready in units], expected
@@ -108,7 +108,7 @@ def native_first_audio_s(reply: Reply, units: list[tuple[float, float]]) -> floa
     return arrival - carried[-1] if carried else None
 
 
-def replies(trace: list[TraceEvent], profile: Profile, output_rate: int) -> list[Reply]:
+def replies(trace: list[TraceEvent], profile: Dialect, output_rate: int) -> list[Reply]:
     """Responses in order of response.created (or of their first audio), with their chunks."""
     found: dict[str | None, Reply] = {}
     for ev in trace:
@@ -188,11 +188,11 @@ def denials(record: SessionRecord) -> int:
     return max(record.admission_denials, 1 if record.status == "admission_denied" else 0)
 
 
-def _unit_columns(sessions: list[Session], profile: Profile) -> dict:
+def _unit_columns(sessions: list[Session], profile: Dialect) -> dict:
     """Unit miss and lag over the level; every unit of a failed session is a miss."""
     lags: list[float] = []
     units = misses = 0
-    unit_s = profile.unit_ms / 1000.0
+    unit_s = profile.units.unit_ms / 1000.0
     for session in sessions:
         found, expected = unit_lags(session.trace, profile)
         lags += found
@@ -206,7 +206,7 @@ def _unit_columns(sessions: list[Session], profile: Profile) -> dict:
             "unit_lag_p50_ms": quantile_ms(lags, P50), "unit_lag_p95_ms": quantile_ms(lags, P95)}
 
 
-def _reply_columns(sessions: list[Session], profile: Profile, native: bool, reserve_ms: float) -> dict:
+def _reply_columns(sessions: list[Session], profile: Dialect, native: bool, reserve_ms: float) -> dict:
     all_replies = [r for s in sessions for r in replies(s.trace, profile, s.record.output_rate)]
     heard = [r for r in all_replies if r.chunks]
     buffers = [b for b in (buffer_needed_s(r) for r in heard) if b is not None]
@@ -221,7 +221,7 @@ def _reply_columns(sessions: list[Session], profile: Profile, native: bool, rese
             "rtf_p90": None if rtf is None else round(rtf, 4)}
 
 
-def _first_audio(sessions: list[Session], profile: Profile) -> list[float]:
+def _first_audio(sessions: list[Session], profile: Dialect) -> list[float]:
     found = []
     for session in sessions:
         units, _ = unit_readiness(session.trace, profile)
@@ -269,12 +269,12 @@ def is_client_limited(row: ServingRow) -> bool:
     return row.client_limited_sessions > 0 or (row.pacing_violations > 0 and saturated)
 
 
-def level_row(concurrency: int, sessions: list[Session], profile: str | Profile = "turn-based",
+def level_row(concurrency: int, sessions: list[Session], profile: str | Dialect = "turn-based",
               reserve_ms: float = DEFAULT_RESERVE_MS, client_cpu: float | None = None) -> ServingRow:
     """The serving row of one level. The profile is the sessions' own when they name one;
     ``client_cpu`` is the client process's CPU share of one core while it recorded the level."""
-    dialect = get_profile(sessions[0].record.profile if sessions else profile)
-    native = dialect.tail_policy == "pad"
+    dialect = get_dialect(sessions[0].record.profile if sessions else profile)
+    native = dialect.units.tail_policy == "pad"
     spans = [span for span in (session_span(s) for s in sessions) if span is not None]
     row = ServingRow(
         concurrency=concurrency, profile=dialect.name, native=native, sessions=len(sessions),

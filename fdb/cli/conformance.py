@@ -6,12 +6,14 @@ from pathlib import Path
 
 import typer
 
+from fdb.dialects import dialects_help
+
 
 def conformance(
     url: str = typer.Option(..., help="The server's WebSocket URL, e.g. ws://127.0.0.1:8097/v1/realtime."),
     profile: str = typer.Option(
         "turn-based",
-        help="Protocol profile: turn-based, minicpmo-native-pr2377, qwen3-omni-half-duplex, openai-ga, openai-beta.",
+        help=f"Protocol profile (dialect): {dialects_help()}.",
     ),
     turn_detection: str = typer.Option(
         "", help='JSON turn detection. Default: {"type": "server_vad", "silence_duration_ms": 500} for '

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from fdb.dialects import dialects_help
+
 
 def generate(
     run_name: str = typer.Option(..., help="Name of the run: $FDB_WORK/runs/RUN_NAME."),
@@ -21,7 +23,7 @@ def generate(
     url: str | None = typer.Option(None, help="ws://HOST:PORT/v1/realtime of your own server; without it generate starts the bundled one."),
     model: str | None = typer.Option(None, help="Model name sent in session.update (must match the server's)."),
     system: str = typer.Option("embedded-cascade", help="Bundled system to start when --url is not given."),
-    profile: str = typer.Option("turn-based", help="Protocol dialect of the server: turn-based (the bundled server), minicpmo-native-pr2377 (1 s units), personaplex-native-80ms (24 kHz in, 80 ms units, one response per session), qwen3-omni-half-duplex, openai-ga or openai-beta."),
+    profile: str = typer.Option("turn-based", help=f"Protocol dialect of the server: {dialects_help()}."),
     turn_detection: str | None = typer.Option(None, help='Turn detection JSON sent in session.update: required by turn-based and legacy profiles (default {"type": "server_vad", "silence_duration_ms": 500}), refused by native ones.'),
     instructions: str | None = typer.Option(None, help="Role prompt sent as instructions in the first session.update (replaces the deployment's); recorded in run.json."),
     voice: str | None = typer.Option(None, help="Voice sent as sglang.voice: one of the voices the server lists in /v1/realtime/capabilities (an unknown one is the server's error); session-protocol profiles only."),

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.conversation.end_of_turn import CANDIDATE_MS
 from serving.duplex.negotiation import NativeConfig, duplex_settings
 from serving.duplex.policy import Decision, DuplexPolicy, Heard
@@ -31,7 +32,6 @@ from serving.duplex.speaker import SpokenReply
 from serving.duplex.worker import ReplyWorker
 from serving.models import ModelHub
 from serving.realtime.audio_input import SAMPLES_PER_MS, InputTimeline, Unit, UnitCutter
-from serving.realtime.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.realtime.listener import ASR_TAIL_MS, AudioChunk, EndMark
 from serving.realtime.outbox import Outbox
 from serving.realtime.responder import synthesize_pcm24

@@ -22,17 +22,17 @@ from __future__ import annotations
 import numpy as np
 from starlette.websockets import WebSocket
 
-from serving.duplex.engine import DuplexEngine
-from serving.duplex.negotiation import apply_native_update, initial_config, native_session_object
-from serving.models import ModelHub
-from serving.realtime import protocol as p
-from serving.realtime.audio_input import samples_to_ms
-from serving.realtime.events import (
+from fdb.dialects.events import (
     InputAudioDrained,
     InputAudioEnded,
     SessionUpdated,
     error_event,
 )
+from serving.duplex.engine import DuplexEngine
+from serving.duplex.negotiation import apply_native_update, initial_config, native_session_object
+from serving.models import ModelHub
+from serving.realtime import protocol as p
+from serving.realtime.audio_input import samples_to_ms
 from serving.realtime.listener import EndMark
 from serving.realtime.session import RealtimeSession
 

@@ -21,10 +21,10 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from fdb.audio import float_to_pcm16, resample
+from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.duplex.negotiation import NativeConfig
 from serving.duplex.speaker import SpokenReply
 from serving.realtime.audio_input import SAMPLES_PER_MS, Unit, UnitCutter
-from serving.realtime.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.realtime.listener import AudioChunk, EndMark
 from serving.realtime.outbox import Outbox
 from serving.realtime.turn import Turn, Utterance

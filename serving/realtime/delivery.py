@@ -18,7 +18,7 @@ import base64
 import time
 from collections.abc import Callable
 
-from serving.realtime.events import AudioDeltaSglang, MediaTime, OutputAudioDelta
+from fdb.dialects.events import AudioDeltaSglang, MediaTime, OutputAudioDelta
 from serving.realtime.outbox import Outbox
 from serving.realtime.turn import Turn, TurnInterrupted
 

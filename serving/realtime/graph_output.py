@@ -35,10 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fdb.audio import float_to_pcm16
-from serving.graph.runtime import PublishSink, SessionGraph
-from serving.graph.streams import Chunk, Control, control
-from serving.realtime.delivery import AudioDelivery
-from serving.realtime.events import (
+from fdb.dialects.events import (
     Committed,
     ItemAdded,
     ItemDone,
@@ -50,6 +47,9 @@ from serving.realtime.events import (
     TranscriptionUsage,
     new_id,
 )
+from serving.graph.runtime import PublishSink, SessionGraph
+from serving.graph.streams import Chunk, Control, control
+from serving.realtime.delivery import AudioDelivery
 from serving.realtime.negotiation import SessionConfig
 from serving.realtime.outbox import Outbox
 from serving.realtime.protocol import ProtocolError, shown

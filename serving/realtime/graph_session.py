@@ -32,6 +32,19 @@ from pathlib import Path
 import numpy as np
 
 from fdb.audio import float_to_pcm16
+from fdb.dialects.events import (
+    InputAudioCleared,
+    InputAudioDrained,
+    InputAudioEnded,
+    ItemTruncated,
+    MediaTime,
+    OutputAudioCleared,
+    TranscriptionCompleted,
+    TranscriptionUsage,
+    UnitDone,
+    UnitSglang,
+    new_id,
+)
 from serving.graph.declare import GraphDecl, load_graph
 from serving.graph.gate import TRANSCRIBE
 from serving.graph.nodes import EmbeddedModels, build_nodes
@@ -44,19 +57,6 @@ from serving.realtime.audio_input import (
     UnitCutter,
     decode_pcm16,
     samples_to_ms,
-)
-from serving.realtime.events import (
-    InputAudioCleared,
-    InputAudioDrained,
-    InputAudioEnded,
-    ItemTruncated,
-    MediaTime,
-    OutputAudioCleared,
-    TranscriptionCompleted,
-    TranscriptionUsage,
-    UnitDone,
-    UnitSglang,
-    new_id,
 )
 from serving.realtime.graph_output import DeliverySink, GraphOutput
 from serving.realtime.negotiation import GA_INPUT_RATE, SessionConfig, initial_config

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from starlette.websockets import WebSocket
 
-from serving.realtime.events import ServerEvent
+from fdb.dialects.events import ServerEvent
 from serving.realtime.wire import Wire
 
 log = logging.getLogger("fdb.serving")

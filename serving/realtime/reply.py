@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.realtime.events import (
+from fdb.dialects.events import (
     ContentPart,
     ContentPartAdded,
     ContentPartDone,

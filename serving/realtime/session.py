@@ -48,10 +48,7 @@ import numpy as np
 import soxr
 from starlette.websockets import WebSocket
 
-from serving.models import ModelHub
-from serving.realtime import protocol as p
-from serving.realtime.audio_input import decode_pcm16, samples_to_ms
-from serving.realtime.events import (
+from fdb.dialects.events import (
     InputAudioAccepted,
     ServerEvent,
     SessionClosed,
@@ -60,6 +57,9 @@ from serving.realtime.events import (
     error_event,
     new_id,
 )
+from serving.models import ModelHub
+from serving.realtime import protocol as p
+from serving.realtime.audio_input import decode_pcm16, samples_to_ms
 from serving.realtime.listener import AudioChunk
 from serving.realtime.negotiation import (
     INPUT_RATE,

@@ -22,22 +22,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from serving.realtime.events import ServerEvent
+from fdb.dialects.events import BETA_ABSENT, BETA_NAMES, ServerEvent
 
 Dialect = Literal["ga", "beta"]
 BETA_HEADER = ("openai-beta", "realtime=v1")
 
-# GA event name -> beta name (events not listed are named alike)
-BETA_NAMES = {
-    "response.output_audio.delta": "response.audio.delta",
-    "response.output_audio.done": "response.audio.done",
-    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
-    "response.output_audio_transcript.done": "response.audio_transcript.done",
-    "response.output_text.delta": "response.text.delta",
-    "response.output_text.done": "response.text.done",
-    "conversation.item.added": "conversation.item.created",
-}
-BETA_ABSENT = frozenset({"conversation.item.done"})
 _BETA_CONTENT = {"output_audio": "audio", "output_text": "text"}
 
 # The server's own reasons of a response.done -> the Guide's (extensions) and GA's

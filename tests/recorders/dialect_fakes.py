@@ -14,7 +14,7 @@ from http import HTTPStatus
 
 from websockets.asyncio.server import ServerConnection
 
-from fdb.profiles import Profile, get_profile
+from fdb.dialects import Dialect, get_dialect
 from tests.recorders.recorder_fakes import LoopbackPeer, tone
 
 
@@ -39,8 +39,8 @@ class Faults:
 class DialectServer(LoopbackPeer):
     """Speaks ``profile`` (not turn-based: see recorder_fakes.ScriptedServer) with ``faults``."""
 
-    def __init__(self, profile: str | Profile, faults: Faults | None = None):
-        self.profile = get_profile(profile)
+    def __init__(self, profile: str | Dialect, faults: Faults | None = None):
+        self.profile = get_dialect(profile)
         self.f = faults or Faults()
         self.denied = 0
         self.headers: list[dict[str, str]] = []
@@ -60,18 +60,18 @@ class DialectServer(LoopbackPeer):
 
     def _session(self, update: dict) -> dict:
         p, requested = self.profile, update.get("session") or {}
-        rate = self.f.output_rate or p.output_rate
-        if p.session_shape == "beta":
+        rate = self.f.output_rate or p.formats.output_rate
+        if p.shape == "beta":
             session = {"modalities": ["text", "audio"], "turn_detection": requested.get("turn_detection")}
-            if p.declares_formats or self.f.output_rate:
+            if p.formats.declared or self.f.output_rate:
                 session["output_audio_format"] = "pcm16" if rate == 24000 else f"pcm16_{rate}"
             return session
-        audio_in = {"format": {"type": "audio/pcm", "rate": p.input_rate}}
-        if p.turn_detection_required:
+        audio_in = {"format": {"type": "audio/pcm", "rate": p.formats.input_rate}}
+        if p.turn_detection.required:
             audio_in["turn_detection"] = ((requested.get("audio") or {}).get("input") or {}).get("turn_detection")
         session = {"type": "realtime", "audio": {"input": audio_in, "output": {"format": {"type": "audio/pcm", "rate": rate}}}}
-        if p.required_grant:
-            session["sglang"] = {"granted": {**dict(p.required_grant), "native_full_duplex": True}}
+        if p.oracle.required_grant:
+            session["sglang"] = {"granted": {**dict(p.oracle.required_grant), "native_full_duplex": True}}
         return session
 
     async def _handler(self, ws: ServerConnection) -> None:
@@ -120,28 +120,28 @@ class DialectServer(LoopbackPeer):
             await ws.send("{not json")
         if seq == f.oversized_at_packet:
             await ws.send(json.dumps({"type": "response.text.delta", "delta": "x" * (17 * 1024 * 1024)}))
-        if self.profile.expects_receipts:
+        if self.profile.events.receipts:
             await self._native_receipts(ws, event, state)
         if seq == f.reply_at_packet:
             await self._reply(ws, state)
         return True
 
     async def _native_receipts(self, ws: ServerConnection, event: dict, state: dict) -> None:
-        per_ms = self.profile.input_rate // 1000
-        unit = self.profile.unit_ms * per_ms
+        per_ms = self.profile.formats.input_rate // 1000
+        unit = self.profile.units.unit_ms * per_ms
         await self._send(ws, {"type": "sglang.input_audio.accepted", "seq": event["sglang"]["seq"],
                               "accepted_end_ms": state["samples"] / per_ms, "client_event_id": event["event_id"]})
         while state["samples"] - state["unit"] * unit >= unit:
-            await self._unit(ws, state, self.profile.unit_ms)
+            await self._unit(ws, state, self.profile.units.unit_ms)
 
     async def _unit(self, ws: ServerConnection, state: dict, duration_ms: float) -> None:
         k = state["unit"]
         await self._send(ws, {"type": "sglang.unit.done", "unit_id": f"unit_{k}", "sglang": {
-            "media_time": {"t_start_ms": k * self.profile.unit_ms, "duration_ms": duration_ms}}})
+            "media_time": {"t_start_ms": k * self.profile.units.unit_ms, "duration_ms": duration_ms}}})
         state["unit"] += 1
 
     def _delta(self, rid: str) -> dict:
-        event = {"type": self.profile.audio_delta_events[0], "response_id": rid, "item_id": "item_2",
+        event = {"type": self.profile.events.audio_delta[0], "response_id": rid, "item_id": "item_2",
                  "delta": base64.b64encode(tone(100)).decode()}
         if self.f.delta_rate:
             event["sample_rate_hz"] = self.f.delta_rate
@@ -149,7 +149,7 @@ class DialectServer(LoopbackPeer):
 
     async def _reply(self, ws: ServerConnection, state: dict) -> None:
         rid = state["rid"] = "resp_1"
-        native = self.profile.end_mode == "drain"
+        native = self.profile.end.mode == "drain"
         if not native:
             await self._send(ws, {"type": "input_audio_buffer.speech_started", "audio_start_ms": 0})
             await self._send(ws, {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 100})
@@ -175,16 +175,16 @@ class DialectServer(LoopbackPeer):
                                                                      "status_details": details}})
 
     async def _on_end(self, ws: ServerConnection, event: dict, state: dict) -> None:
-        ms, unit_ms = state["samples"] / (self.profile.input_rate // 1000), self.profile.unit_ms
+        ms, unit_ms = state["samples"] / (self.profile.formats.input_rate // 1000), self.profile.units.unit_ms
         await self._send(ws, {"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "pad",
                               "client_event_id": event["event_id"]})
         tail = ms - state["unit"] * unit_ms
         if tail > 0:
             await self._unit(ws, state, tail)
         if state["rid"]:
-            reason = "input_audio_ended" if self.profile.single_response else "stop"
+            reason = "input_audio_ended" if self.profile.responses.single else "stop"
             await self._done(ws, state["rid"], "completed", reason)
         await asyncio.sleep(self.f.drain_delay_s)
         await self._send(ws, {"type": "sglang.input_audio.drained", "accepted_end_ms": ms, "consumed_ms": ms,
-                              "discarded_ms": 0, "padding_ms": self.profile.padding_ms(ms),
+                              "discarded_ms": 0, "padding_ms": self.profile.units.padding_ms(ms),
                               "client_event_id": event["event_id"]})

@@ -276,7 +276,7 @@ def write_session(out_dir, pcm: bytes, events, output: bytes, status: str = "ok"
     """A session directory written by the recorder's own writer from a hand-built trace."""
     from pathlib import Path
 
-    from fdb.profiles import TURN_BASED
+    from fdb.dialects import TURN_BASED
     from recorders.recording import SessionOutcome, write_input_wav, write_recording
 
     out_dir = Path(out_dir)

@@ -11,8 +11,8 @@ import pytest
 
 from fdb.audio import write_wav
 from fdb.cli import main
+from fdb.dialects import get_dialect
 from fdb.errors import FdbError
-from fdb.profiles import get_profile
 from recorders.conformance import (
     SCENARIO_RULES,
     resolve_turn_detection,
@@ -47,7 +47,7 @@ def battery(broken: Broken | None = None, profile: str = "openai-ga", only=None,
 @pytest.mark.parametrize("profile", ["openai-ga", "openai-beta"])
 def test_a_correct_server_passes_every_rule(profile):
     rows = battery(profile=profile)
-    assert [r.rule for r in rows] == [rule for rule, _ in rule_table(get_profile(profile))]
+    assert [r.rule for r in rows] == [rule for rule, _ in rule_table(get_dialect(profile))]
     assert all(r.status == "pass" for r in rows), details(rows)
     got = {r.rule: r.detail for r in rows}
     assert "turn_detected" in got["barge-in"] and "client_cancelled" in got["cancel"]
@@ -114,7 +114,7 @@ def test_a_server_that_reads_24k_as_16k_fails_input_24k(monkeypatch):
 def test_faulty_turn_based_peer_names_the_failing_rules():
     async def main_():
         async with ScriptedServer(Script(bad_seq_at_packet=2)) as server:
-            only = {r for r, _ in rule_table(get_profile("turn-based"))} - set(SCENARIO_RULES)
+            only = {r for r, _ in rule_table(get_dialect("turn-based"))} - set(SCENARIO_RULES)
             return await run_conformance(server.url, "turn-based", TD, only=only, **FAST)
 
     got = statuses(asyncio.run(main_()))
@@ -144,16 +144,16 @@ def test_unreachable_server_fails_connect_and_exercises_nothing():
                                        timeout_s=3))
     assert rows[0].rule == "connect" and rows[0].status == "fail" and "cannot connect" in rows[0].detail
     assert {r.status for r in rows[1:]} == {"not exercised"}
-    assert [r.rule for r in rows[1:]] == [rule for rule, _ in rule_table(get_profile("turn-based"))]
+    assert [r.rule for r in rows[1:]] == [rule for rule, _ in rule_table(get_dialect("turn-based"))]
 
 
 def test_default_turn_detection_per_profile():
     for name in ("turn-based", "qwen3-omni-half-duplex", "openai-ga", "openai-beta"):
-        assert resolve_turn_detection(get_profile(name), None) == {"type": "server_vad", "silence_duration_ms": 500}
-    assert resolve_turn_detection(get_profile("minicpmo-native-pr2377"), "") is None
-    assert resolve_turn_detection(get_profile("openai-ga"), '{"type": "semantic_vad"}') == {"type": "semantic_vad"}
+        assert resolve_turn_detection(get_dialect(name), None) == {"type": "server_vad", "silence_duration_ms": 500}
+    assert resolve_turn_detection(get_dialect("minicpmo-native-pr2377"), "") is None
+    assert resolve_turn_detection(get_dialect("openai-ga"), '{"type": "semantic_vad"}') == {"type": "semantic_vad"}
     with pytest.raises(FdbError, match="does not take --turn-detection"):
-        resolve_turn_detection(get_profile("minicpmo-native-pr2377"), '{"type": "server_vad"}')
+        resolve_turn_detection(get_dialect("minicpmo-native-pr2377"), '{"type": "server_vad"}')
 
 
 def test_a_question_without_speech_is_refused(tmp_path):

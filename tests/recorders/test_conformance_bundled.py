@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from fdb.profiles import get_profile
+from fdb.dialects import get_dialect
 from recorders.conformance import rule_table, run_conformance
 from tests.conftest import REPO, launched_server
 
@@ -54,7 +54,7 @@ def batteries(server_url):
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_rule_of_the_profile_passes(batteries, profile):
     rows = batteries[profile]
-    assert [r.rule for r in rows] == [rule for rule, _ in rule_table(get_profile(profile))]
+    assert [r.rule for r in rows] == [rule for rule, _ in rule_table(get_dialect(profile))]
     assert {r.status for r in rows} == {"pass"}, [(r.rule, r.status, r.detail) for r in rows if r.status != "pass"]
 
 
@@ -64,7 +64,7 @@ def test_the_readme_command_passes_with_openai_ga(server_url, work):
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = done.stdout.strip().splitlines()[-1]
-    total = len(rule_table(get_profile("openai-ga")))
+    total = len(rule_table(get_dialect("openai-ga")))
     assert summary == f"{total} of {total} rules passed", done.stdout
     for rule in ("barge-in", "barge-in-off", "cancel", "truncate", "commit-response", "input-24k"):
         assert rule in done.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fdb.profiles import NATIVE, TURN_BASED
+from fdb.dialects import NATIVE, TURN_BASED
 from recorders.export import export_v10
 from recorders.recording import SessionOutcome, write_input_wav, write_recording
 from recorders.variant import dataset_input
@@ -30,7 +30,7 @@ def test_a_native_cohort_exports_as_realtime_pcm16_v1(tmp_path):
     manifest = export_v10([rec], [sample], tmp_path / "out")
     assert manifest.trace_format == NATIVE.trace_format == "realtime-pcm16-v1"
     assert manifest.samples[0].eligible, manifest.samples[0].reasons
-    assert manifest.provenance["policy"]["pacing_tolerance_ms"] == NATIVE.pacing_tolerance_ms
+    assert manifest.provenance["policy"]["pacing_tolerance_ms"] == NATIVE.pacing.tolerance_ms
     forced = export_v10([rec], [sample], tmp_path / "out-tb", trace_format=TURN_BASED.trace_format)
     assert forced.trace_format == "realtime-turn-based-pcm16-v1"
     assert not forced.samples[0].eligible

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fdb.profiles import NATIVE, TURN_BASED
+from fdb.dialects import NATIVE, TURN_BASED
 from fdb.session_records import TraceEvent
 from recorders.oracle import judge_trace
 
@@ -21,7 +21,7 @@ def native_trace(input_samples: int = 40000, reply_at: float | None = 1.5, empty
     def add(t: float, direction: str, kind: str, event: dict) -> None:
         rows.append((round(t, 6), direction, kind, {"type": kind, **event}))
 
-    grant = {**dict(NATIVE.required_grant), "native_full_duplex": True}
+    grant = {**dict(NATIVE.oracle.required_grant), "native_full_duplex": True}
     add(-0.2, "recv", "session.created", {"session": {"id": "s"}})
     add(-0.15, "send", "session.update", {"event_id": "u1", "session": {"type": "realtime"}})
     add(-0.1, "recv", "session.updated", {"client_event_id": "u1", "session": {"sglang": {"granted": grant}}})
@@ -56,7 +56,7 @@ def native_trace(input_samples: int = 40000, reply_at: float | None = 1.5, empty
         add(T + 0.012, "recv", "sglang.unit.done", _unit(unit, 0))
     add(T + 0.02, "recv", "sglang.input_audio.drained", {
         "accepted_end_ms": sent / 16, "consumed_ms": sent / 16, "discarded_ms": 0,
-        "padding_ms": NATIVE.padding_ms(sent / 16), "client_event_id": "e1"})
+        "padding_ms": NATIVE.units.padding_ms(sent / 16), "client_event_id": "e1"})
     add(T + 0.03, "send", "session.close", {"event_id": "c1"})
     add(T + 0.04, "recv", "session.closed", {"reason": "client_closed"})
     rows.sort(key=lambda r: r[0])

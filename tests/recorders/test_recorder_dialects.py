@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
+from fdb.dialects import LEGACY, NATIVE, NATIVE_80, OPENAI_BETA, OPENAI_GA, get_dialect
 from fdb.errors import FdbError
 from fdb.playout import playout_window, trace_playout_inputs
-from fdb.profiles import LEGACY, NATIVE, NATIVE_80, OPENAI_BETA, OPENAI_GA, get_profile
 from fdb.session_records import SessionRecord, read_trace
 from recorders.session import record_session
 from tests.recorders.dialect_fakes import DialectServer, Faults
@@ -88,13 +88,13 @@ def test_conversation_profiles_end_with_the_legacy_tail(tmp_path, profile):
     assert all("sglang" not in a for a in appends)
     assert not any(e["type"].startswith("sglang.") or e["type"] == "session.close" for e in server.received)
     shape = updates[0]["session"]
-    if profile.session_shape == "beta":
+    if profile.shape == "beta":
         assert shape["turn_detection"] == TD and "type" not in shape
     else:
         assert shape["audio"]["input"]["turn_detection"] == TD and shape["type"] == "realtime"
     if profile is OPENAI_BETA:
         assert server.headers[0].get("openai-beta") == "realtime=v1"
-    assert rec.input.rate == profile.input_rate and rec.responses.audio_deltas == 3
+    assert rec.input.rate == profile.formats.input_rate and rec.responses.audio_deltas == 3
     trace = read_trace(tmp_path / "s" / "trace.jsonl")
     tail = [e for e in trace if e.type == "session.update"][1]
     assert tail.t >= rec.input.duration_s + 0.2 - 1e-3
@@ -127,10 +127,10 @@ def test_legacy_cancel_without_speech_during_it_fails(tmp_path):
 
 
 def test_profiles_declare_their_contracts():
-    assert (NATIVE.unit_ms, NATIVE.tail_policy, NATIVE.padding_ms(1500)) == (1000, "pad", 500)
-    assert LEGACY.trace_format == "realtime-legacy-pcm16-v1" and LEGACY.audio_delta_events == ("response.audio.delta",)
-    assert OPENAI_GA.audio_delta_events == ("response.output_audio.delta",) and OPENAI_GA.input_rate == 24000
-    assert get_profile("openai-beta").session_shape == "beta" and not OPENAI_BETA.expects_receipts
+    assert (NATIVE.units.unit_ms, NATIVE.units.tail_policy, NATIVE.units.padding_ms(1500)) == (1000, "pad", 500)
+    assert LEGACY.trace_format == "realtime-legacy-pcm16-v1" and LEGACY.events.audio_delta == ("response.audio.delta",)
+    assert OPENAI_GA.events.audio_delta == ("response.output_audio.delta",) and OPENAI_GA.formats.input_rate == 24000
+    assert get_dialect("openai-beta").shape == "beta" and not OPENAI_BETA.events.receipts
     assert LEGACY.interrupts(None) and not LEGACY.interrupts({"interrupt_response": False})
 
 

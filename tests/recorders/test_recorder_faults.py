@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from fdb.profiles import LEGACY, NATIVE
+from fdb.dialects import LEGACY, NATIVE
 from fdb.session_records import read_trace
 from recorders.batch import SessionJob, record_many
 from tests.recorders.dialect_fakes import DialectServer, Faults

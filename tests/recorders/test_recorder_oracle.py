@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fdb.profiles import TURN_BASED
+from fdb.dialects import TURN_BASED
 from fdb.session_records import TraceEvent
 from recorders.oracle import judge_trace
 from tests.recorders.recorder_fakes import Reply, good_trace

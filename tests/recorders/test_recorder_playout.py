@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fdb.dialects import TURN_BASED
 from fdb.playout import playout_window, trace_playout_inputs
-from fdb.profiles import TURN_BASED
 from tests.recorders.recorder_fakes import Reply, good_trace, tone
 
 RATE = 16000  # tests at 16 kHz output skip resampling, so sample positions are exact

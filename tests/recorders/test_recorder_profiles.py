@@ -1,34 +1,34 @@
-"""Profiles: the turn-based contract and --turn-detection validation."""
+"""Dialects: the turn-based contract and --turn-detection validation."""
 
 from __future__ import annotations
 
 import pytest
 
+from fdb.dialects import TURN_BASED, dialect_for_trace_format, get_dialect
 from fdb.errors import FdbError
-from fdb.profiles import TURN_BASED, get_profile, profile_for_trace_format
 
 
 def test_turn_based_profile_contract():
-    p = get_profile("turn-based")
+    p = get_dialect("turn-based")
     assert p is TURN_BASED
     assert p.trace_format == "realtime-turn-based-pcm16-v1"
-    assert (p.input_rate, p.output_rate, p.unit_ms, p.packet_samples) == (16000, 24000, 200, 1280)
-    assert p.tail_policy == "flush" and p.padding_ms(1234.5) == 0.0
-    assert p.expects_receipts and p.expects_unit_done
-    assert p.audio_delta_events == ("response.output_audio.delta",)
-    assert p.playout_cut == "cancelled_response"
-    assert profile_for_trace_format("realtime-turn-based-pcm16-v1") is p
+    assert (p.formats.input_rate, p.formats.output_rate, p.units.unit_ms, p.packet_samples) == (16000, 24000, 200, 1280)
+    assert p.units.tail_policy == "flush" and p.units.padding_ms(1234.5) == 0.0
+    assert p.events.receipts and p.events.unit_done
+    assert p.events.audio_delta == ("response.output_audio.delta",)
+    assert [rule.event for rule in p.cuts.rules] == ["response.done"]
+    assert dialect_for_trace_format("realtime-turn-based-pcm16-v1") is p
 
 
 def test_unknown_profile_and_trace_format_name_the_known_ones():
     with pytest.raises(FdbError) as err:
-        get_profile("nemotron")
+        get_dialect("nemotron")
     assert "'nemotron'" in err.value.one_line() and "turn-based" in err.value.one_line()
     with pytest.raises(FdbError) as err:
-        profile_for_trace_format("realtime-pcm16-v2")
+        dialect_for_trace_format("realtime-pcm16-v2")
     assert "realtime-turn-based-pcm16-v1" in err.value.one_line()
-    assert profile_for_trace_format("realtime-pcm16-v1").name == "minicpmo-native-pr2377"
-    assert profile_for_trace_format("realtime-legacy-pcm16-v1").name == "qwen3-omni-half-duplex"
+    assert dialect_for_trace_format("realtime-pcm16-v1").name == "minicpmo-native-pr2377"
+    assert dialect_for_trace_format("realtime-legacy-pcm16-v1").name == "qwen3-omni-half-duplex"
 
 
 def test_turn_detection_accepts_json_and_dicts():

@@ -282,11 +282,11 @@ def test_openings_start_at_most_opening_rate_a_second(monkeypatch):
 
 
 def test_a_session_handed_to_the_finisher_reads_no_more_messages():
-    from fdb.profiles import get_profile
+    from fdb.dialects import get_dialect
     from recorders.session import _Session
 
-    profile = get_profile("turn-based")
-    delta_type = sorted(profile.audio_delta_events)[0]
+    profile = get_dialect("turn-based")
+    delta_type = sorted(profile.events.audio_delta)[0]
     session = _Session("ws://127.0.0.1:1/v1/realtime", b"\0\0" * 3200, profile, {}, 10.0)
     message = json.dumps({"type": delta_type, "delta": "AAAAAA=="})
     session._on_message(message, 1.0)

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from fdb.audio import write_wav
+from fdb.dialects import LEGACY, NATIVE_80
 from fdb.errors import FdbError
-from fdb.profiles import LEGACY, NATIVE_80
 from fdb.session_settings import session_settings
-from recorders.recording import session_update_body
 
 
 def test_settings_become_the_sglang_fields_of_the_first_update(tmp_path):
@@ -20,7 +19,7 @@ def test_settings_become_the_sglang_fields_of_the_first_update(tmp_path):
     settings = session_settings(NATIVE_80.name, "Be brief.", "NATF2", '{"temperature": 0.7, "greedy": false}',
                                 tmp_path / "ref.wav")
     assert settings.reference_audio.duration_s == 0.5 and settings.reference_audio.bytes == 16044
-    body = session_update_body(NATIVE_80, None, None, settings.instructions, settings.sglang_fields())
+    body = NATIVE_80.session_update(None, None, settings.instructions, settings.sglang_fields())
     assert body["instructions"] == "Be brief." and body["sglang"]["voice"] == "NATF2"
     assert body["sglang"]["timebase"] == {"native_unit_ms": 80}
     assert body["sglang"]["sampling"] == {"temperature": 0.7, "greedy": False}

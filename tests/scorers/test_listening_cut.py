@@ -7,9 +7,9 @@ import pytest
 
 from benchmarks.support.listening_build import OUT_RATE, write_session
 from fdb.audio import float_to_pcm16
+from fdb.dialects import LEGACY, TURN_BASED
 from fdb.io import read_json
 from fdb.playout import playout_window, trace_playout_inputs
-from fdb.profiles import LEGACY, TURN_BASED
 from fdb.session_records import TraceEvent, read_trace
 from scorers.listening import score_listening
 from scorers.listening_cut import cut_replies

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fdb.profiles import NATIVE, TURN_BASED
+from fdb.dialects import NATIVE, TURN_BASED
 from fdb.records.serving import ServingRow
 from fdb.session_records import LoopLagStats, PacingStats, SessionRecord, TraceEvent, Verdict
 from scorers.serving import (

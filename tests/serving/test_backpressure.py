@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from benchmarks.support.realtime_client import PACKET_BYTES, Client
-from serving.realtime.events import error_event
+from fdb.dialects.events import error_event
 from serving.realtime.outbox import Activity, Outbox
 from tests.serving.conftest import launched_server
 

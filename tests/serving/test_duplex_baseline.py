@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.support.realtime_client import PACKET_BYTES, Client
 from fdb.audio import Audio, float_to_pcm16, write_wav
-from fdb.profiles import NATIVE, NATIVE_80
+from fdb.dialects import NATIVE, NATIVE_80
 from fdb.session_settings import session_settings
 from recorders.session import record_session
 from tests.serving.conftest import launched_server, silence
@@ -36,7 +36,7 @@ def native_server(tmp_path_factory: pytest.TempPathFactory):
 
 def test_capabilities_grant_what_the_native_profile_requires(native_server):
     caps = httpx.get(f"{native_server.base_url}/v1/realtime/capabilities").json()
-    for key, want in NATIVE.required_grant:
+    for key, want in NATIVE.oracle.required_grant:
         assert caps[key] == want, key
     assert caps["native_full_duplex"] is True and caps["first_unit_ms"] == 1000
     assert caps["turn_control"] == [None] and caps["client_commit"] is False

@@ -87,23 +87,23 @@ def test_a_turn_open_at_the_input_end_is_answered():
 def test_every_bundled_system_is_recorded_with_the_dialect_it_speaks():
     import pytest
 
-    from fdb.errors import FdbError
-    from fdb.profiles import (
-        BUNDLED_SYSTEM_PROFILES,
+    from fdb.dialects import (
+        BUNDLED_SYSTEM_DIALECTS,
         NATIVE,
         NATIVE_80,
         TURN_BASED,
-        check_bundled_profile,
+        check_bundled_dialect,
     )
+    from fdb.errors import FdbError
     from serving.systems import SYSTEMS
 
     for name, system in SYSTEMS.items():
         native = NATIVE_80.name if system.duplex is not None and system.duplex.unit_ms == 80 else NATIVE.name
-        assert BUNDLED_SYSTEM_PROFILES.get(name, TURN_BASED.name) == (
+        assert BUNDLED_SYSTEM_DIALECTS.get(name, TURN_BASED.name) == (
             native if system.duplex is not None else TURN_BASED.name), name
-    check_bundled_profile("duplex-baseline", NATIVE.name)
+    check_bundled_dialect("duplex-baseline", NATIVE.name)
     with pytest.raises(FdbError, match="speaks turn-based"):
-        check_bundled_profile("embedded-cascade", NATIVE.name)
+        check_bundled_dialect("embedded-cascade", NATIVE.name)
 
 
 SEMANTIC = DuplexSettings(min_utterance_ms=200, turn_detection="semantic", eagerness="medium")

@@ -1,6 +1,6 @@
 """Every server event of real sessions validates: standard ones against the ``openai`` SDK's
 GA ``RealtimeServerEvent`` union (a discriminated TypeAdapter), extension ones against our own
-models (``serving.realtime.events.EXTENSION_EVENTS``). A type known to neither fails.
+models (``fdb.dialects.events.EXTENSION_EVENTS``). A type known to neither fails.
 
 Values the Full-Duplex Guide prescribes outside the SDK's literal types are the only deviations
 allowed, each at its one path (docs/formats.md, "Realtime extension events"):
@@ -22,7 +22,7 @@ from openai.types.realtime.realtime_server_event import RealtimeServerEvent
 from pydantic import Field, TypeAdapter, ValidationError
 
 from benchmarks.support.realtime_client import Client
-from serving.realtime.events import EXTENSION_EVENTS
+from fdb.dialects.events import EXTENSION_EVENTS
 from tests.serving.conftest import _pcm16, silence
 
 _MEMBERS = typing.get_args(typing.get_args(RealtimeServerEvent)[0])

@@ -1,7 +1,9 @@
-"""Server → client events, as typed records.
+"""Server → client events, as typed records: the protocol's vocabulary, built by the server
+(``serving.realtime``) and named by the client's dialects (:mod:`fdb.dialects.catalog`).
 
 Names and shapes follow the OpenAI Realtime GA events plus the ``sglang.*`` session receipts
-(docs: the Full-Duplex Guide's turn-based session protocol). Every event carries a fresh
+(docs: the Full-Duplex Guide's turn-based session protocol); ``BETA_NAMES`` gives the beta
+dialect's names where they differ. Every event carries a fresh
 ``event_id``; acknowledgements carry the ``client_event_id`` of the event they answer.
 Times are milliseconds on the input timeline (speech boundaries, units) or on the reply's own
 audio timeline (``media_time`` of an audio delta).
@@ -22,6 +24,11 @@ def new_id(prefix: str) -> str:
 class ServerEvent(BaseModel):
     type: str
     event_id: str = Field(default_factory=lambda: new_id("event"))
+
+
+def event_type(model: type[ServerEvent]) -> str:
+    """The wire name (GA) of an event record."""
+    return model.model_fields["type"].default
 
 
 # --- session -----------------------------------------------------------------------------
@@ -207,7 +214,7 @@ class ContentPartDone(_ContentPartEvent):
 class StatusDetails(BaseModel):
     """``reason`` is the server's own: ``stop`` / ``empty_turn`` (completed), ``turn_detected``
     (speech during the reply) or ``client_cancelled`` (response.cancel); the connection's
-    dialect names it (:mod:`serving.realtime.wire`)."""
+    dialect names it (the server's wire rendering)."""
 
     type: str
     reason: str | None
@@ -338,7 +345,20 @@ def error_event(code: str, message: str, *, param: str | None = None, event_id: 
 # Server events outside the OpenAI Realtime GA set: the Guide's session receipts and the
 # ``sglang.*`` extensions (docs/formats.md, "Realtime extension events").
 EXTENSION_EVENTS: dict[str, type[ServerEvent]] = {
-    model.model_fields["type"].default: model for model in (
+    event_type(model): model for model in (
         SessionClosed, InputAudioAccepted, InputAudioEnded, InputAudioDrained, UnitDone,
         ResponseProgress, ResponseHeard)
 }
+
+
+# GA event name -> beta name (events not listed are named alike)
+BETA_NAMES = {
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+    "conversation.item.added": "conversation.item.created",
+}
+BETA_ABSENT = frozenset({"conversation.item.done"})  # GA events beta does not send
