@@ -432,17 +432,10 @@ class CsmEngine:
 
     def _capture(self, n: int, fn=None):
         """``fn(n)`` (default: the frame step) as a CUDA graph, after two eager warm-up calls."""
-        torch = self.torch
+        from serving.gpu.slots import capture
+
         fn = fn or self._step
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm up kernels (and autotuning) before capture
-                fn(n)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn(n)
+        graph = capture(lambda: fn(n))
         log.info("CSM %s captured for batch %d", getattr(fn, "__name__", "step"), n)
         return graph
 

@@ -357,17 +357,11 @@ class MimiGraphs:
         graph.replay()
 
     def _capture(self, n: int, fn, active: torch.Tensor) -> torch.cuda.CUDAGraph:
+        from serving.gpu.slots import capture
+
         keep = active[:n].clone()
         active[:n] = False  # the warm-up runs leave every stream as it was
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                fn(n)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            fn(n)
+        graph = capture(lambda: fn(n), pool=self._pool)
         self._pool = graph.pool()
         active[:n] = keep
         return graph

@@ -289,7 +289,8 @@ class MoshiEngine:
         return self.tokenizer.decode([token], skip_special_tokens=True)
 
     def _run_graph(self, name: str, n: int, fn) -> None:
-        torch = self.torch
+        from serving.gpu.slots import capture
+
         key = (name, n)
         graph = self._graphs.get(key)
         if not (self.opts.cuda_graphs and self.device.type == "cuda") or graph is False:
@@ -297,15 +298,7 @@ class MoshiEngine:
             return
         if graph is None:
             try:
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(2):
-                        fn(n)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    fn(n)
+                graph = capture(lambda: fn(n))
                 log.info("Moshi %s captured for batch %d", name, n)
             except Exception as exc:  # noqa: BLE001 - recorded; this part runs eagerly
                 log.warning("Moshi %s capture failed for batch %d (%s); running eagerly", name, n, exc)

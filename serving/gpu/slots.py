@@ -17,6 +17,22 @@ from torch import nn
 from torch.nn import functional as F
 
 
+def capture(fn, warmups: int = 2, pool=None) -> torch.cuda.CUDAGraph:
+    """``fn()`` as a CUDA graph: ``warmups`` eager calls on a side stream first (kernels chosen
+    and autotuned before capture), then one captured call; ``pool``: a memory pool to share with
+    other graphs (``graph.pool()``)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        fn()
+    return graph
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
