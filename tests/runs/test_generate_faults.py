@@ -396,6 +396,7 @@ def test_dataset_warnings_keep_square_brackets(tmp_path):
 # ------------------------------------------------- 7. RESULTS.md: a repeat with no recording
 def test_official_section_lists_only_recorded_repeats_as_not_evaluated(tmp_path):
     from fdb.layout import RunPaths
+    from fdb.records.v10_reference import OfficialSubset, OfficialSummary
     from reports.v10 import official_section
 
     run = RunPaths(tmp_path / "r")
@@ -403,9 +404,10 @@ def test_official_section_lists_only_recorded_repeats_as_not_evaluated(tmp_path)
     empty.root.mkdir(parents=True)  # never recorded (a failed start of older versions, or removed)
     scored.v10_reference.mkdir(parents=True)
     (scored.v10_reference / "manifest.json").write_text("{}")
-    cell = {"task": "turn_taking", "selected": 1, "eligible": 1, "evaluated": 1, "takeover_rate": 1.0,
-            "latency_s": 0.5}
-    (scored.v10_reference / "official.json").write_text(json.dumps({"subsets": {"candor_turn_taking": cell}}))
+    cell = OfficialSubset(subset="candor_turn_taking", task="turn_taking", selected=1, eligible=1, evaluated=1,
+                          takeovers=1, takeover_rate=1.0, latency_s=0.5, latency_n=1)
+    official = OfficialSummary(manifest_sha256="0" * 64, asr_sha256="0" * 64, subsets={"candor_turn_taking": cell})
+    (scored.v10_reference / "official.json").write_text(json.dumps(official.dump()))
     text = "\n".join(official_section(run.repeats()).lines)
     assert "Not evaluated yet" not in text, text
     pending.v10_reference.mkdir(parents=True)
