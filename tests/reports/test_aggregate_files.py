@@ -7,15 +7,33 @@ import json
 import re
 
 from fdb.layout import RunPaths
+from fdb.records.judge import (
+    OUTCOMES,
+    BehaviorCell,
+    BehaviorSample,
+    BehaviorSummary,
+    JudgeSummary,
+    Share,
+)
+from fdb.stats import wilson
 from reports.results import build_results, write_results
 from tests.reports.test_results_tables import _summary
 
 
 def _judge(share_respond: float) -> dict:
-    cell = {"judged": 2, "labels": {"C_RESPOND": {"share": share_respond}, "C_RESUME": {"share": 1 - share_respond},
-                                    "C_UNCERTAIN_HANDLING": {"share": 0.0}, "C_UNKNOWN": {"share": 0.0}}}
-    return {"judge": {"model": "qwen-test"}, "behavior": {"status": "complete", "all": cell,
-                                                          "categories": {"user_interruption": cell}}}
+    """judge.json of two pairs judged, a share ``share_respond`` of them C_RESPOND, the rest C_RESUME."""
+    respond = round(2 * share_respond)
+    counts = {"C_RESPOND": respond, "C_RESUME": 2 - respond, "C_UNCERTAIN_HANDLING": 0, "C_UNKNOWN": 0}
+    cell = BehaviorCell(selected=2, eligible=2, outcomes=dict.fromkeys(OUTCOMES, 0) | {"valid": 2}, judged=2,
+                        labels={k: Share(count=n, share=n / 2, ci95=wilson(n, 2)) for k, n in counts.items()})
+    labels = ["C_RESPOND"] * respond + ["C_RESUME"] * (2 - respond)
+    samples = [BehaviorSample(sample_id=f"user_interruption/{i}", category="user_interruption", outcome="valid",
+                              label=label, attempts=1) for i, label in enumerate(labels, 1)]
+    judge = {"model": "qwen-test"}
+    behavior = BehaviorSummary(status="complete", judge=judge, categories={"user_interruption": cell}, all=cell,
+                               attempts=2, samples=samples)
+    return JudgeSummary(repeat_dir="repeat", judge=judge, dirs={"behavior": "judge-qwen-test"}, behavior=behavior,
+                        semantic=None, relevance=None, ok=True).dump()
 
 
 def _three_repeats(tmp_path) -> RunPaths:
