@@ -26,9 +26,9 @@ from pydantic import BaseModel, Field
 
 from fdb.datasets.types import category_key
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_text, read_json, read_jsonl, sha256_file
+from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
 from fdb.provenance import current
-from fdb.records import ExportSample, load_record, load_v15_manifest
+from fdb.records import AsrReceipt, ExportSample, load_record, load_rows, load_v15_manifest
 from fdb.records.judge import LABELS as BEHAVIOR_LABELS
 from fdb.records.judge import SEMANTIC_SCHEMA, BehaviorCell, JudgeSummary, SemanticSummary, Share
 from fdb.records.v15 import SessionIntervals, TimingSummary
@@ -105,14 +105,14 @@ def _populations(chosen: list[ExportSample], declared: dict[str, int] | None) ->
 
 def _asr(tree: Path, manifest_sha: str, ids: set[str]) -> AsrCoverage | None:
     path = tree / "asr.json"
-    if not path.exists():
+    receipt = load_record(AsrReceipt, path, "rerun `python -m fdb score transcribe` on the tree")
+    if receipt is None:
         return None
-    receipt = read_json(path)
-    backend = (receipt.get("backend") or {}).get("name")
-    if receipt.get("manifest_sha256") != manifest_sha:
+    backend = receipt.backend.get("name")
+    if receipt.manifest_sha256 != manifest_sha:
         return AsrCoverage(backend=backend, pairs={}, note=f"{path} was written for another {MANIFEST}: "
                            "not counted; rerun `python -m fdb score transcribe` on the tree")
-    counts = Counter(e["status"] for e in receipt.get("samples", []) if e.get("sample_id") in ids)
+    counts = Counter(e.status for e in receipt.samples if e.sample_id in ids)
     return AsrCoverage(backend=backend, pairs=dict(sorted(counts.items())))
 
 
@@ -123,7 +123,7 @@ def _timing(out: Path, engine: str, manifest_sha: str, ids: set[str]) -> tuple[T
     summary = TimingSummary.load(summary_path)
     if summary is None or not rows_path.exists():
         raise FdbError(f"{engine}: {summary_path} is missing: the cohort has not been timed", rerun)
-    rows = read_jsonl(rows_path, SessionIntervals)
+    rows = load_rows(SessionIntervals, rows_path, f"time the tree again: {rerun.removeprefix('run ').removesuffix(' first')}")
     if summary.manifest_sha256 != manifest_sha:
         raise FdbError(f"{engine}: {summary_path} was computed from another {MANIFEST}",
                        f"time the tree again: {rerun.removeprefix('run ').removesuffix(' first')}")

@@ -6,6 +6,7 @@ import csv
 import json
 import re
 
+from fdb.io import atomic_write_jsonl
 from fdb.layout import RunPaths
 from fdb.records.judge import (
     OUTCOMES,
@@ -15,6 +16,7 @@ from fdb.records.judge import (
     JudgeSummary,
     Share,
 )
+from fdb.records.v15 import SessionIntervals
 from fdb.stats import wilson
 from reports.results import build_results, write_results
 from tests.reports.test_results_tables import _summary
@@ -42,9 +44,11 @@ def _three_repeats(tmp_path) -> RunPaths:
         rep = run.repeat(n)
         rep.scores.mkdir(parents=True)
         (rep.scores / "summary.json").write_text(json.dumps(_summary(stop, 2.0)))
-        rows = [{"variant": "overlap", "status": "ok", "stop_latencies_s": [stop, stop + 0.5],
-                 "response_latencies_s": [2.0]}, {"variant": "clean", "status": "ok", "stop_latencies_s": [9.0]}]
-        (rep.scores / "intervals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        pair = {"sample_id": "user_interruption/1", "category": "user_interruption", "id": "1", "status": "ok"}
+        rows = [SessionIntervals(**pair, variant="overlap", stop_latencies_s=[stop, stop + 0.5],
+                                 response_latencies_s=[2.0]),
+                SessionIntervals(**pair, variant="clean", stop_latencies_s=[9.0])]
+        atomic_write_jsonl(rep.scores / "intervals.jsonl", rows)
         (rep.root / "judge.json").write_text(json.dumps(_judge(respond)))
     return run
 
