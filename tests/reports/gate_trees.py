@@ -10,6 +10,7 @@ import numpy as np
 from fdb.io import atomic_write_json, atomic_write_jsonl
 from fdb.records.serving import ServingRow
 from fdb.records.tts import LevelRow
+from fdb.records.v10 import TurnRow
 
 
 def tts_output(root: Path, *, throughput: float = 10.0, ttfa_ms: float = 200.0, rounds: int = 3, seed: int = 0,
@@ -69,8 +70,11 @@ def run_output(root: Path, latencies: dict[str, float | None], revision: str = "
     rows = []
     for sample in ids:
         latency = latencies[sample]
-        rows.append({"sample_id": sample, "subset": "candor_turn_taking", "task": "turn_taking", "eligible": True,
-                     "latency_s": latency, "outcome": "response" if latency is not None else "no_response"})
+        rows.append(TurnRow(sample_id=sample, subset="candor_turn_taking", task="turn_taking", eligible=True,
+                            T_s=10.0, E_s=5.0, words=0 if latency is None else 3,
+                            first_word_s=None if latency is None else 5.0 + latency,
+                            outcome="response" if latency is not None else "no_response", latency_s=latency,
+                            observable_s=5.0))
     atomic_write_jsonl(ref / "unified-samples.jsonl", rows)
     atomic_write_json(ref / "asr.json", {"schema": "fdb-asr-1", "backend": {"name": asr}})
     atomic_write_json(ref / "unified.json", {"definitions": "fdb-v1.0-unified-4", "vad": {"name": "silero"}})
