@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from fdb.io import atomic_write_json, atomic_write_jsonl
-from fdb.records.serving import ServingRow
+from fdb.records.serving import Capacity, ServingRow, SweepCapacity, SweepReport
 from fdb.records.tts import LevelRow
 from fdb.records.v10 import TurnRow
 
@@ -53,10 +53,13 @@ def sweep_output(root: Path, capacity: int, first_audio_ms: float = 400.0, repea
                                              first_audio_p95_ms=first_audio_ms * 1.5, rtf_p90=0.5,
                                              meets_targets=level <= capacity).model_dump(mode="json")
                                   for _ in range(repeats)]
-    data = {"schema": "fdb-serving-2", "playback_reserve_ms": 80.0,
-            "capacity": {"sessions": capacity, "at_least": False, "first_miss": capacity * 2},
-            "rows": [rows[0] for rows in per_repeat.values()], "repeat_rows": per_repeat}
-    atomic_write_json(root / "serving.json", data)
+    cap = Capacity(sessions=capacity, first_miss=capacity * 2)
+    report = SweepReport(playback_reserve_ms=80.0, capacity=SweepCapacity(**dict(cap), sentence=cap.line()),
+                         client_limited_levels=[], warnings=[],
+                         levels={level: f"concurrency-{level}" for level in per_repeat},
+                         rows=[rows[0] for rows in per_repeat.values()], repeat_rows=per_repeat, provenance={},
+                         tables=[])
+    atomic_write_json(root / "serving.json", report.dump())
     return root
 
 
