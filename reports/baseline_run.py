@@ -22,7 +22,11 @@ from typing import Any
 from fdb.errors import FdbError
 from fdb.io import read_json
 from fdb.layout import RepeatPaths, RunPaths
-from fdb.records import ExportManifest, asr_backend
+from fdb.records import ExportManifest, asr_backend, load_rows
+from fdb.records.judge import JudgeSummary
+from fdb.records.listening import ListeningSummary, ReplyScores
+from fdb.records.v10 import InterruptRow, PauseRow, SampleRow, read_sample_rows
+from fdb.records.v15 import SessionIntervals, TimingSummary
 from reports.baseline_sources import _digest, _ident, _load
 from reports.observations import Observations, Series
 
@@ -38,17 +42,8 @@ LISTENING = {"omission_rate": ("omission rate", "lower"), "wer": ("reply WER", "
 DAMAGED_HINT = "the file is damaged (cut short?): rerun the phase that writes it (python -m fdb asr / aggregate)"
 
 
-def _jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise FdbError(f"{path} line {number} is not valid JSON ({exc.msg})", DAMAGED_HINT) from None
-    return rows
+def _sample_rows(path: Path) -> list[SampleRow]:
+    return read_sample_rows(path, DAMAGED_HINT) if path.is_file() else []
 
 
 def _read(path: Path) -> Any:
@@ -87,23 +82,21 @@ def _put(out: Observations, metric: str, key: str, sample: str, value: float | N
 
 
 def _v10(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
-    for row in _jsonl(rep.v10_reference / "unified-samples.jsonl"):
-        if not row.get("eligible"):
+    for row in _sample_rows(rep.v10_reference / "unified-samples.jsonl"):
+        if not row.eligible:
             continue
-        subset, sample, task = row["subset"], row["sample_id"], row["task"]
         values: dict[str, float | None] = {}
-        if task == "pause_handling":
-            values["pause_intrusion"] = float(bool(row["pause_intrusion"]))
+        if isinstance(row, PauseRow):
+            values["pause_intrusion"] = float(row.pause_intrusion)
         else:
-            latency = row.get("latency_s")
+            latency = row.latency_s
             values["latency_s"] = latency
-            values["response_2s"] = float(row.get("outcome") == "response" and latency is not None and latency <= 2.0)
-        if task == "user_interruption" and row.get("outcome") != "not_exercised":
-            stop = row.get("stop_s")
-            values["stop_s"] = stop if isinstance(stop, int | float) else None
+            values["response_2s"] = float(row.outcome == "response" and latency is not None and latency <= 2.0)
+        if isinstance(row, InterruptRow) and row.outcome != "not_exercised":
+            values["stop_s"] = row.stop_s if isinstance(row.stop_s, int | float) else None
         for metric, value in values.items():
             label, unit, better, shape = V10_LABELS[metric]
-            _put(out, f"v10.{metric}", subset, sample, value, index, total, label, unit, better, shape)
+            _put(out, f"v10.{metric}", row.subset, row.sample_id, value, index, total, label, unit, better, shape)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -111,23 +104,24 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _v15(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
-    for row in _jsonl(rep.scores / "intervals.jsonl"):
-        if row.get("variant") != "overlap" or row.get("status") != "ok":
+    for row in load_rows(SessionIntervals, rep.scores / "intervals.jsonl", DAMAGED_HINT):
+        if row.variant != "overlap" or row.status != "ok":
             continue
-        for metric, field, label in (("v15.stop_latency_s", "stop_latencies_s", "stop latency"),
-                                     ("v15.response_latency_s", "response_latencies_s", "response latency")):
-            value = _mean(row.get(field) or [])
-            for key in (row["category"], "all"):
-                _put(out, metric, key, row["sample_id"], value, index, total, label, "s", "lower", "paired")
-    behavior = (_read(rep.root / "judge.json") or {}).get("behavior") or {}
-    if behavior.get("status") in ("complete", "has_failures"):
-        for sample in behavior.get("samples") or []:
-            if sample.get("outcome") != "valid":
+        for metric, latencies, label in (("v15.stop_latency_s", row.stop_latencies_s, "stop latency"),
+                                         ("v15.response_latency_s", row.response_latencies_s, "response latency")):
+            value = _mean(latencies)
+            for key in (row.category, "all"):
+                _put(out, metric, key, row.sample_id, value, index, total, label, "s", "lower", "paired")
+    judge = JudgeSummary.load(rep.root / "judge.json")
+    behavior = judge.behavior if judge else None
+    if behavior is not None and behavior.status in ("complete", "has_failures"):
+        for sample in behavior.samples:
+            if sample.outcome != "valid":
                 continue
-            expected = EXPECTED_LABEL.get(sample["category"], "C_RESUME")
-            value = float(sample.get("label") == expected)
-            for key in (sample["category"], "all"):
-                _put(out, "v15.expected_behavior", key, sample["sample_id"], value, index, total,
+            expected = EXPECTED_LABEL.get(sample.category, "C_RESUME")
+            value = float(sample.label == expected)
+            for key in (sample.category, "all"):
+                _put(out, "v15.expected_behavior", key, sample.sample_id, value, index, total,
                      "expected behavior (judge label)", "", "higher", "binary")
 
 
@@ -136,14 +130,23 @@ def _listening(out: Observations, rep: RepeatPaths, index: int, total: int) -> N
     if not scores:
         return
     per_sample: dict[tuple[str, str, str], list[float]] = {}
-    for reply in scores.get("replies") or []:
-        sample = reply["reply_id"].rsplit("/", 1)[0]  # dataset/category/id/variant
+    for reply in _replies(rep.root / "listening" / "scores.json", scores):
+        sample = reply.reply_id.rsplit("/", 1)[0]  # dataset/category/id/variant
         for metric in LISTENING:
-            if reply.get(metric) is not None:
-                per_sample.setdefault((metric, reply["dataset"], sample), []).append(float(reply[metric]))
+            value = getattr(reply, metric)
+            if value is not None:
+                per_sample.setdefault((metric, reply.dataset, sample), []).append(float(value))
     for (metric, dataset, sample), values in sorted(per_sample.items()):
         label, better = LISTENING[metric]
         _put(out, f"listening.{metric}", dataset, sample, _mean(values), index, total, label, "", better, "paired")
+
+
+def _replies(path: Path, scores: dict) -> list[ReplyScores]:
+    """The replies of listening/scores.json, each through its record."""
+    try:
+        return [ReplyScores.model_validate(reply) for reply in scores.get("replies") or []]
+    except ValueError as exc:
+        raise FdbError(f"{path}: a reply does not parse ({str(exc).splitlines()[0]})", DAMAGED_HINT) from exc
 
 
 def _failed_sessions(rep: RepeatPaths) -> int | None:
@@ -172,20 +175,23 @@ def comparability(manifest: dict, repeats: list[RepeatPaths]) -> dict[str, str |
         keys[f"dataset.{name}.revision"] = use.get("revision")
         keys[f"dataset.{name}.selection"] = _digest(sorted(use.get("sample_ids") or []))
     rep = repeats[0]
+    # unified.json stays a dict here: a repeat scored under an older unified schema (which
+    # UnifiedResult does not read) is still compared by the definitions it names.
     unified = _read(rep.v10_reference / "unified.json") or {}
-    timing = _read(rep.scores / "summary.json") or {}
-    listening = _read(rep.root / "listening" / "summary.json") or {}
-    judge = _read(rep.root / "judge.json") or {}
-    backends = listening.get("backends") or {}
+    timing = TimingSummary.load(rep.scores / "summary.json")
+    listening = ListeningSummary.load(rep.root / "listening" / "summary.json")
+    judge = JudgeSummary.load(rep.root / "judge.json")
+    backends = listening.backends if listening else {}
+    judged = judge is not None and judge.behavior is not None and judge.behavior.status in ("complete", "has_failures")
     keys.update({
-        "backend.asr": _ident(asr_backend(rep.v10_reference)), "backend.vad": _ident(unified.get("vad") or timing.get("vad")),
+        "backend.asr": _ident(asr_backend(rep.v10_reference)),
+        "backend.vad": _ident(unified.get("vad") or (timing.vad.model_dump() if timing else None)),
         "backend.listening_asr": _ident(backends.get("asr")), "backend.mos": _ident(backends.get("mos")),
         "backend.speaker": _ident(backends.get("speaker")),
-        "backend.judge": _ident(judge.get("judge")) if (judge.get("behavior") or {}).get("status")
-        in ("complete", "has_failures") else None,
+        "backend.judge": _ident(judge.judge) if judged else None,
         "definitions.v10_unified": unified.get("definitions"),
-        "definitions.v15_timing": _digest(timing.get("definitions")) if timing else None,
-        "definitions.listening": _digest(listening.get("definitions")) if listening else None,
+        "definitions.v15_timing": _digest(timing.definitions) if timing else None,
+        "definitions.listening": _digest(listening.definitions) if listening else None,
     })
     return keys
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from fdb.errors import FdbError
 from fdb.io import read_jsonl
-from fdb.records.serving import ServingRow
+from fdb.records.serving import SweepReport
 from fdb.records.tts import LevelRow, UtteranceQuality
 from reports.observations import Observations, Series
 
@@ -133,30 +133,31 @@ def _tts_quality(directory: Path, out: Observations) -> None:
 # --- sweep -------------------------------------------------------------------------------------
 
 def observe_sweep(directory: Path) -> Observations:
-    fix = f"let the sweep finish (or rerun it into a new --output); its report is {directory / 'serving.json'}"
-    data = _load(directory / "serving.json", "the sweep report (the sweep did not finish)", fix)
+    path = directory / "serving.json"
+    fix = f"let the sweep finish (or rerun it into a new --output); its report is {path}"
+    report = SweepReport.load(path, fix)
+    if report is None:
+        raise FdbError(f"{path} is missing: the sweep report (the sweep did not finish)", fix)
     out = Observations(kind="sweep", source=str(directory))
-    capacity = data.get("capacity") or {}
     cap = Series(metric="capacity_sessions", key="all", label="sessions meeting the targets", unit="sessions",
-                 better="higher", shape="exact", values=[capacity.get("sessions")])
+                 better="higher", shape="exact", values=[report.capacity.sessions])
     out.add(cap)
-    if capacity.get("at_least"):
+    if report.capacity.at_least:
         out.notes.append("capacity is a floor: every level met the targets")
-    per_repeat = data.get("repeat_rows") or {str(r["concurrency"]): [r] for r in data.get("rows", [])}
+    per_repeat = report.repeat_rows or {str(r.concurrency): [r] for r in report.rows}
     for level in sorted(per_repeat, key=int):
-        for raw in per_repeat[level]:
-            row = _typed(ServingRow, raw, directory / "serving.json", fix)
+        for row in per_repeat[level]:
             for metric, label, unit, better in SWEEP_LEVEL:
                 name = f"{metric}@c{row.concurrency}"
                 series = out.series.get(name) or Series(metric=metric, key=f"c{row.concurrency}", label=label,
                                                        unit=unit, better=better, shape="unpaired")
                 series.values.append(getattr(row, metric))
                 out.add(series)
-    out.comparability = _sweep_comparability(directory, data)
+    out.comparability = _sweep_comparability(directory, report)
     return out
 
 
-def _sweep_comparability(directory: Path, data: dict) -> dict[str, str | None]:
+def _sweep_comparability(directory: Path, report: SweepReport) -> dict[str, str | None]:
     specs = []
     for level in sorted(directory.glob("concurrency-*/level.json")) + sorted(
             directory.glob("concurrency-*/repeat-*/level.json")):
@@ -167,5 +168,5 @@ def _sweep_comparability(directory: Path, data: dict) -> dict[str, str | None]:
     return {"dataset.name": first.get("dataset"), "dataset.selection": _digest(jobs) if jobs else None,
             "protocol.profile": first.get("profile"),
             "protocol.turn_detection": _digest(first.get("turn_detection")) if specs else None,
-            "options.playback_reserve_ms": str(data.get("playback_reserve_ms")),
-            "definitions.serving": str(data.get("schema"))}
+            "options.playback_reserve_ms": str(report.playback_reserve_ms),
+            "definitions.serving": report.schema_}

@@ -23,7 +23,7 @@ from fdb.io import sha256_file
 from fdb.layout import RepeatPaths, RunPaths
 from fdb.records.judge import BehaviorSummary, JudgeSummary, SemanticSummary
 from fdb.records.listening import ListeningSummary
-from fdb.records.serving import Capacity
+from fdb.records.serving import Capacity, SweepReport
 from fdb.records.v10 import SampleRow, UnifiedResult, sample_row
 from fdb.records.v15 import SessionIntervals, TimingSummary
 from fdb.run_manifest import RunManifest
@@ -169,14 +169,10 @@ def _task_dir(reader: _Reader, rep: RepeatPaths, pattern: str, model: type[BaseM
 
 def load_capacity(system: System, directory: Path) -> None:
     path = directory / "serving.json"
-    if not path.is_file():
+    report = SweepReport.load(path, "rebuild the sweep report (python -m fdb sweep report), or pass another sweep")
+    if report is None:
         raise FdbError(f"{path} is missing: --sweep {system.name}={directory} is not a finished sweep",
                        "pass the --output directory of a finished `python -m fdb sweep`")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        system.capacity = Capacity.model_validate(raw.get("capacity") or {})
-    except (ValueError, ValidationError, AttributeError) as exc:
-        raise FdbError(f"{path} has no readable capacity ({str(exc).splitlines()[0]})",
-                       "rebuild the sweep report, or pass another sweep") from exc
+    system.capacity = report.capacity
     system.sweep = directory
     system.inputs[f"sweep:{path}"] = sha256_file(path)

@@ -17,8 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fdb.io import atomic_write_bytes, read_jsonl
+from fdb.io import atomic_write_bytes
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.records import load_rows
+from fdb.records.v10 import InterruptRow, TurnRow, read_sample_rows
+from fdb.records.v15 import RESCORE as TIMING_RESCORE
+from fdb.records.v15 import SessionIntervals
 from fdb.tables import Column, Table
 
 
@@ -52,21 +56,18 @@ def _prune(folder: Path, pattern: str, keep: list[Path]) -> None:
             stale.unlink()
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return read_jsonl(path) if path.exists() else []
-
-
 def latency_samples(repeats: list[RepeatPaths]) -> dict[str, list[float]]:
     """Latency values per plot, pooled over repeats, in a fixed order."""
     series: dict[str, list[float]] = {}
     for rep in repeats:
-        for row in _jsonl(rep.scores / "intervals.jsonl"):
-            if row.get("variant") == "overlap" and row.get("status") == "ok":
-                series.setdefault("v15-stop-latency", []).extend(row.get("stop_latencies_s") or [])
-                series.setdefault("v15-response-latency", []).extend(row.get("response_latencies_s") or [])
-        for row in _jsonl(rep.v10_reference / "unified-samples.jsonl"):
-            if row.get("latency_s") is not None:
-                series.setdefault(f"v10-{row['subset']}-response-latency", []).append(row["latency_s"])
+        for row in load_rows(SessionIntervals, rep.scores / "intervals.jsonl", TIMING_RESCORE):
+            if row.variant == "overlap" and row.status == "ok":
+                series.setdefault("v15-stop-latency", []).extend(row.stop_latencies_s)
+                series.setdefault("v15-response-latency", []).extend(row.response_latencies_s)
+        samples = rep.v10_reference / "unified-samples.jsonl"
+        for sample in read_sample_rows(samples) if samples.exists() else []:
+            if isinstance(sample, TurnRow | InterruptRow) and sample.latency_s is not None:
+                series.setdefault(f"v10-{sample.subset}-response-latency", []).append(sample.latency_s)
     return {name: values for name, values in sorted(series.items()) if values}
 
 

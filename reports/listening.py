@@ -12,9 +12,9 @@ from __future__ import annotations
 from functools import partial
 
 from fdb.datasets.types import V15_CATEGORIES
-from fdb.io import read_json
 from fdb.layout import RepeatPaths
 from fdb.models.scoring import KINDS, mos_label, same_model, voice_label
+from fdb.records.listening import GroupSummary, ListeningSummary
 from fdb.tables import Column
 from reports.cells import count_range, mean_sd
 from reports.exports import Section, results_table
@@ -22,18 +22,21 @@ from reports.exports import Section, results_table
 SHARE = partial(mean_sd, fmt="{:.1f}", scale=100.0, suffix="%")
 
 
+# The GroupSummary fields RESULTS.md shows, with their header and cell format; the columns follow
+# the record's field order ("{mos}" and "{voice}" name the backends that scored them).
+SHOWN = {"replies": ("Replies", count_range), "short_replies": ("Short replies", count_range),
+         "compared_replies": ("Compared replies", count_range), "omission_rate": ("Omission rate", SHARE),
+         "wer": ("WER", SHARE), "mos_mean": ("{mos} mean", mean_sd), "mos_p10": ("{mos} p10", mean_sd),
+         "voice_mean": ("{voice} mean", mean_sd), "voice_p10": ("{voice} p10", mean_sd)}
+FIELDS = [key for key in GroupSummary.model_fields if key in SHOWN]
+assert len(FIELDS) == len(SHOWN), "every shown column is a GroupSummary field"
+
+
 def columns(backends: dict | None) -> list[Column]:
     """The table's columns; each cell holds the per-repeat values, shown as a range or mean ± sd."""
-    mos, voice = mos_label((backends or {}).get("mos")), voice_label((backends or {}).get("speaker"))
-    return [Column("category", "Category"), Column("replies", "Replies", count_range),
-            Column("short_replies", "Short replies", count_range),
-            Column("compared_replies", "Compared replies", count_range),
-            Column("omission_rate", "Omission rate", SHARE), Column("wer", "WER", SHARE),
-            Column("mos_mean", f"{mos} mean", mean_sd), Column("mos_p10", f"{mos} p10", mean_sd),
-            Column("voice_mean", f"{voice} mean", mean_sd), Column("voice_p10", f"{voice} p10", mean_sd)]
-
-
-COLUMNS = columns(None)
+    names = {"mos": mos_label((backends or {}).get("mos")), "voice": voice_label((backends or {}).get("speaker"))}
+    return [Column("category", "Category"),
+            *(Column(key, SHOWN[key][0].format(**names), SHOWN[key][1]) for key in FIELDS)]
 
 
 NOTE = ("A reply is cut where the client's playout stopped, by the export's playout rule for the "
@@ -47,18 +50,17 @@ def _order(category: str) -> tuple[int, int, str]:
     return (category != "all", known.index(category) if category in known else len(known), category)
 
 
-def _load(repeats: list[RepeatPaths]) -> tuple[list[dict], list[str], list[str]]:
+def _load(repeats: list[RepeatPaths]) -> tuple[list[ListeningSummary], list[str], list[str]]:
     """The summaries of one backend set (the first scored repeat's), the repeats not scored yet,
     and a line for each repeat left out because another model scored it."""
-    docs, missing, other = [], [], []
+    docs: list[ListeningSummary] = []
+    missing, other = [], []
     for rep in repeats:
-        path = rep.listening / "summary.json"
-        if not path.exists():
+        doc = ListeningSummary.load(rep.listening / "summary.json")
+        if doc is None:
             missing.append(f"repeat-{rep.number}")
             continue
-        doc = read_json(path)
-        differs = [k for k in KINDS if docs and not _same(docs[0].get("backends", {}).get(k),
-                                                          doc.get("backends", {}).get(k))]
+        differs = [k for k in KINDS if docs and not _same(docs[0].backends.get(k), doc.backends.get(k))]
         if differs:
             other.append(f"repeat-{rep.number} left out: scored with another {' and '.join(differs)} backend "
                          f"({', '.join(_name(doc, k) for k in differs)}, not {', '.join(_name(docs[0], k) for k in differs)}).")
@@ -71,13 +73,13 @@ def _same(a: dict | None, b: dict | None) -> bool:
     return a is None or b is None or same_model(a, b)  # a metric one repeat did not measure mixes nothing
 
 
-def _name(doc: dict, kind: str) -> str:
-    ident = doc.get("backends", {}).get(kind)
+def _name(doc: ListeningSummary, kind: str) -> str:
+    ident = doc.backends.get(kind)
     return ident["name"] if ident else "none"
 
 
-def _row(category: str, cells: list[dict]) -> dict:
-    return {"category": category} | {c.key: [cell.get(c.key) for cell in cells] for c in COLUMNS[1:]}
+def _row(category: str, cells: list[GroupSummary]) -> dict:
+    return {"category": category} | {key: [getattr(cell, key) for cell in cells] for key in FIELDS}
 
 
 def _backend_lines(backends: dict) -> list[str]:
@@ -92,24 +94,24 @@ def listening_section(repeats: list[RepeatPaths]) -> Section:
     """Markdown lines, their tables and the data behind them (per dataset, per category, per repeat)."""
     docs, missing, other = _load(repeats)
     data: dict = {"repeats_missing": missing, "repeats_other_backends": other, "datasets": {},
-                  "backends": [d.get("backends") for d in docs]}
+                  "backends": [d.backends for d in docs]}
     section = Section(["## Listening quality", ""], data)
     lines = section.lines
     if not docs:
         lines.append("No repeat has listening scores yet (run the asr step).")
         return section
-    lines += _backend_lines(docs[0].get("backends", {}))
+    lines += _backend_lines(docs[0].backends)
     lines += ["", NOTE, ""]
-    cols = columns(docs[0].get("backends"))
+    cols = columns(docs[0].backends)
     for dataset in ("v1.5", "v1.0"):
-        cats = [c for d in docs for c in d.get("datasets", {}).get(dataset, {})]
+        cats = [c for d in docs for c in d.datasets.get(dataset, {})]
         order = sorted(set(cats), key=_order)
         if not order:
             continue
         table, data["datasets"][dataset] = results_table(dataset, "", cols), {}
         for cat in order:
-            cells = [d["datasets"][dataset][cat] for d in docs if cat in d.get("datasets", {}).get(dataset, {})]
-            data["datasets"][dataset][cat] = cells
+            cells = [d.datasets[dataset][cat] for d in docs if cat in d.datasets.get(dataset, {})]
+            data["datasets"][dataset][cat] = [cell.model_dump(mode="json") for cell in cells]
             table.add(**_row(cat, cells))
         lines += [f"### {dataset}", ""]
         section.show(table)

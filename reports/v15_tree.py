@@ -26,11 +26,12 @@ from pydantic import BaseModel, Field
 
 from fdb.datasets.types import category_key
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_text, read_json, read_jsonl, sha256_file
+from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
 from fdb.provenance import current
-from fdb.records import ExportSample, load_v15_manifest
+from fdb.records import AsrReceipt, ExportSample, load_record, load_rows, load_v15_manifest
 from fdb.records.judge import LABELS as BEHAVIOR_LABELS
-from fdb.records.judge import SEMANTIC_SCHEMA
+from fdb.records.judge import SEMANTIC_SCHEMA, BehaviorCell, JudgeSummary, SemanticSummary, Share
+from fdb.records.v15 import SessionIntervals, TimingSummary
 from fdb.tables import Column, Table
 from reports.v15 import UNMEASURED, semantic_table, timing_section
 
@@ -73,8 +74,8 @@ class CohortScores(BaseModel):
     asr: AsrCoverage | None  # None: the tree has no asr.json
     timing_coverage: dict[str, int]  # timed overlap / clean sessions, failed sessions (all categories)
     not_evaluated: dict[str, str]  # "category/id" -> why it gives no timing (ineligible, failed session)
-    timing: dict[str, Any]  # timing/summary.json as written
-    judge: dict[str, Any] | None  # judge.json as written; None: not judged
+    timing: TimingSummary  # timing/summary.json
+    judge: JudgeSummary | None  # judge.json; None: not judged
     inputs: dict[str, str]  # file -> sha256
 
 
@@ -104,50 +105,51 @@ def _populations(chosen: list[ExportSample], declared: dict[str, int] | None) ->
 
 def _asr(tree: Path, manifest_sha: str, ids: set[str]) -> AsrCoverage | None:
     path = tree / "asr.json"
-    if not path.exists():
+    receipt = load_record(AsrReceipt, path, "rerun `python -m fdb score transcribe` on the tree")
+    if receipt is None:
         return None
-    receipt = read_json(path)
-    backend = (receipt.get("backend") or {}).get("name")
-    if receipt.get("manifest_sha256") != manifest_sha:
+    backend = receipt.backend.get("name")
+    if receipt.manifest_sha256 != manifest_sha:
         return AsrCoverage(backend=backend, pairs={}, note=f"{path} was written for another {MANIFEST}: "
                            "not counted; rerun `python -m fdb score transcribe` on the tree")
-    counts = Counter(e["status"] for e in receipt.get("samples", []) if e.get("sample_id") in ids)
+    counts = Counter(e.status for e in receipt.samples if e.sample_id in ids)
     return AsrCoverage(backend=backend, pairs=dict(sorted(counts.items())))
 
 
-def _timing(out: Path, engine: str, manifest_sha: str, ids: set[str]) -> tuple[dict, list[dict]]:
+def _timing(out: Path, engine: str, manifest_sha: str, ids: set[str]) -> tuple[TimingSummary, list[SessionIntervals]]:
     folder = timing_dir(out, engine)
     summary_path, rows_path = folder / "summary.json", folder / "intervals.jsonl"
     rerun = f"run `python -m fdb score v15 timing --tree {engine}=DIR --out {out}` first"
-    if not summary_path.exists() or not rows_path.exists():
+    summary = TimingSummary.load(summary_path)
+    if summary is None or not rows_path.exists():
         raise FdbError(f"{engine}: {summary_path} is missing: the cohort has not been timed", rerun)
-    summary, rows = read_json(summary_path), read_jsonl(rows_path)
-    if summary.get("manifest_sha256") != manifest_sha:
+    rows = load_rows(SessionIntervals, rows_path, f"time the tree again: {rerun.removeprefix('run ').removesuffix(' first')}")
+    if summary.manifest_sha256 != manifest_sha:
         raise FdbError(f"{engine}: {summary_path} was computed from another {MANIFEST}",
                        f"time the tree again: {rerun.removeprefix('run ').removesuffix(' first')}")
-    timed = {r["sample_id"] for r in rows}
+    timed = {r.sample_id for r in rows}
     if timed != ids:
         raise FdbError(f"{engine}: {summary_path} times {len(timed)} pair(s), the selection has {len(ids)}",
                        "pass the same --only to timing and summarize")
     return summary, rows
 
 
-def _not_evaluated(chosen: list[ExportSample], rows: list[dict]) -> dict[str, str]:
+def _not_evaluated(chosen: list[ExportSample], rows: list[SessionIntervals]) -> dict[str, str]:
     out = {s.sample_id: "ineligible: " + ("; ".join(s.reasons) or "no reason recorded")
            for s in chosen if not s.eligible}
     for row in rows:
-        if row.get("status") == "failed":
-            out.setdefault(row["sample_id"], f"{row['variant']} session failed: {row.get('error')}")
+        if row.status == "failed":
+            out.setdefault(row.sample_id, f"{row.variant} session failed: {row.error}")
     return dict(sorted(out.items()))
 
 
-def _judge(out: Path, engine: str, ids: set[str]) -> dict | None:
+def _judge(out: Path, engine: str, ids: set[str]) -> JudgeSummary | None:
     """judge.json of the cohort (None: not judged), after checking it judged the selected pairs."""
     path = cohort_dir(out, engine) / "judge.json"
-    if not path.exists():
+    judge = JudgeSummary.load(path)
+    if judge is None:
         return None
-    judge = read_json(path)
-    judged = {s["sample_id"] for s in (judge.get("behavior") or {}).get("samples", [])}
+    judged = {s.sample_id for s in (judge.behavior.samples if judge.behavior else [])}
     if judged != ids:
         raise FdbError(f"{engine}: {path} judged {len(judged)} pair(s), the selection has {len(ids)}",
                        "pass the same --tree and --only to judge and summarize (or rerun judge)")
@@ -169,7 +171,7 @@ def summarize_cohort(engine: str, tree: Path, out: Path, only: list[str] | None,
     judge = _judge(out, engine, ids)
     timing, rows = _timing(out, engine, manifest_sha, ids)
     judge_path = cohort_dir(out, engine) / "judge.json"
-    overall = timing["categories"].get("all", {})
+    overall = timing.categories.get("all")
     inputs = {str(p): sha256_file(p) for p in (path, timing_dir(out, engine) / "summary.json", judge_path,
                                                 tree / "asr.json") if p.exists()}
     return CohortScores(
@@ -178,8 +180,8 @@ def summarize_cohort(engine: str, tree: Path, out: Path, only: list[str] | None,
         populations=_populations(chosen, declared), verdicts=dict(sorted(Counter(s.verdict for s in chosen).items())),
         ineligible_reasons=dict(sorted(Counter(r for s in chosen if not s.eligible for r in s.reasons).items())),
         asr=_asr(tree, manifest_sha, ids),
-        timing_coverage={k: overall.get(k, 0) for k in ("timed_overlap_sessions", "timed_clean_sessions",
-                                                        "failed_sessions")},
+        timing_coverage={k: getattr(overall, k) if overall else 0
+                         for k in ("timed_overlap_sessions", "timed_clean_sessions", "failed_sessions")},
         not_evaluated=_not_evaluated(chosen, rows), timing=timing,
         judge=judge, inputs=inputs)
 
@@ -229,31 +231,31 @@ def _coverage_lines(c: CohortScores) -> list[str]:
     return [*lines, ""]
 
 
-def _share(cell: dict) -> str:
-    if cell.get("share") is None:
+def _share(cell: Share | None) -> str:
+    if cell is None or cell.share is None or cell.ci95 is None:
         return "n/a"
-    low, high = cell["ci95"]
-    return f"{cell['count']} ({100 * cell['share']:.1f}% [{100 * low:.1f}, {100 * high:.1f}])"
+    low, high = cell.ci95
+    return f"{cell.count} ({100 * cell.share:.1f}% [{100 * low:.1f}, {100 * high:.1f}])"
 
 
-def behavior_lines(judge: dict | None) -> list[str]:
+def behavior_lines(judge: JudgeSummary | None) -> list[str]:
     """The behavior label distribution of judge.json: per category the pairs under each outcome
     and each label's count and share of the judged pairs with its Wilson 95% interval."""
-    behavior = (judge or {}).get("behavior")
-    if not behavior or behavior.get("status") in UNMEASURED:
-        why = (behavior or {}).get("message") or "no judge ran"
+    behavior = judge.behavior if judge else None
+    if behavior is None or behavior.status in UNMEASURED:
+        why = (behavior.message if behavior else None) or "no judge ran"
         return ["Behavior label distribution: not measured (" + why + ").", ""]
     columns = [Column("category", "Category"), Column("outcomes", "Pairs by outcome"),
                Column("judged", "Judged pairs"), *(Column(label, label, _share) for label in BEHAVIOR_LABELS)]
     table = Table("behavior", "Behavior label distribution", columns)
-    cells = {"all": behavior["all"], **behavior["categories"]}
+    cells: dict[str, BehaviorCell] = {"all": behavior.all, **behavior.categories}
     for name in sorted(cells, key=lambda n: (n != "all", category_key(n))):
         cell = cells[name]
-        outcomes = ", ".join(f"{k} {v}" for k, v in cell["outcomes"].items() if v)
-        table.add(category=name, outcomes=outcomes, judged=cell["judged"],
-                  **{label: cell["labels"].get(label, {}) for label in BEHAVIOR_LABELS})
-    model = (behavior.get("judge") or {}).get("model")
-    return [f"Behavior label distribution ({model}; status {behavior['status']}): count (share of judged pairs "
+        outcomes = ", ".join(f"{k} {v}" for k, v in cell.outcomes.items() if v)
+        table.add(category=name, outcomes=outcomes, judged=cell.judged,
+                  **{label: cell.labels.get(label) for label in BEHAVIOR_LABELS})
+    model = (behavior.judge or {}).get("model")
+    return [f"Behavior label distribution ({model}; status {behavior.status}): count (share of judged pairs "
             "[Wilson 95%])", "", *table.markdown(None)]
 
 
@@ -293,9 +295,11 @@ def semantic_lines(path: Path, categories: list[str]) -> list[str]:
     if doc.get("schema") != SEMANTIC_SCHEMA:
         raise FdbError(f"{path} is not a semantic judge summary (schema {doc.get('schema')!r})",
                        "pass --semantic-summary the summary.json of a semantic-<name>/ directory")
-    table = semantic_table(categories, [{"semantic": doc}])
+    semantic = load_record(SemanticSummary, path, "pass --semantic-summary the summary.json of a semantic-<name>/ "
+                           "directory")
+    table = semantic_table(categories, [semantic])
     if table is None:
-        return [f"Semantic judge ({path}): status {doc.get('status')}, no grades to show.", ""]
+        return [f"Semantic judge ({path}): status {semantic.status}, no grades to show.", ""]
     return [f"Semantic judge ({path}): quality = A/(A+F), coverage = (A+F)/N.", "", *table.markdown(None)]
 
 
@@ -319,7 +323,7 @@ def report_text(scores: TreeScores, engines: list[str] | None = None, replay: Pa
         lines += [*section.lines[:2], *_coverage_lines(cohort), *(replay_lines(replay) if replay else []),
                   *section.lines[2:], *behavior_lines(cohort.judge)]
         if semantic:
-            lines += semantic_lines(semantic, list(cohort.timing["categories"]))
+            lines += semantic_lines(semantic, list(cohort.timing.categories))
     return "\n".join(lines).rstrip() + "\n"
 
 

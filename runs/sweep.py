@@ -33,10 +33,10 @@ from rich.table import Table
 from fdb.dialects import check_bundled_dialect
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from fdb.records.serving import SweepCapacity, SweepReport
 from fdb.run_manifest import ServerProvenance
 from runs.sweep_args import RecordOptions
 
-SERVING_SCHEMA = "fdb-serving-2"
 CLIENT_SCHEMA = "fdb-sweep-client-1"
 URL_ENV = "FDB_SWEEP_URL"  # the level's URL as given (level.json keeps it with its secrets redacted)
 
@@ -270,16 +270,14 @@ def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: 
     cap = capacity(rows)
     published = tables(rows)  # SERVING.md's tables: its Markdown, tables/*.csv and serving.json "tables"
     server, differ = level_servers([directory for _, _, directory in found])
-    data = {"schema": SERVING_SCHEMA, "playback_reserve_ms": reserve_ms,
-            "capacity": {**cap.model_dump(mode="json"), "line": cap.line()},
-            "client_limited_levels": [r.concurrency for r in rows if r.client_limited],
-            "warnings": warnings(rows) + differ,
-            "server": server.model_dump(mode="json", by_alias=True) if server else None,
-            "levels": {str(row.concurrency): str(directory) for row, _, directory in found},
-            "rows": [r.model_dump(mode="json") for r in rows],
-            "repeat_rows": {str(row.concurrency): [r.model_dump(mode="json") for r in repeats]
-                            for row, repeats, _ in found},
-            "provenance": current().model_dump(mode="json"), "tables": [table.dump() for table in published]}
+    record = SweepReport(playback_reserve_ms=reserve_ms, capacity=SweepCapacity(**dict(cap), sentence=cap.line()),
+                         client_limited_levels=[r.concurrency for r in rows if r.client_limited],
+                         warnings=warnings(rows) + differ,
+                         server=server.model_dump(mode="json", by_alias=True) if server else None,
+                         levels={str(row.concurrency): str(directory) for row, _, directory in found},
+                         rows=rows, repeat_rows={str(row.concurrency): repeats for row, repeats, _ in found},
+                         provenance=current().model_dump(mode="json"), tables=[table.dump() for table in published])
+    data = record.dump()
     atomic_write_json(output, data)
     atomic_write_text(output.parent / "SERVING.md", render(rows, cap, found=published, server=server, extra_warnings=differ))
     write_tables(output.parent / "tables", published)

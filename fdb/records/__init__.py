@@ -11,15 +11,50 @@ result records live in the submodules: ``v10`` (unified.json, unified-samples.js
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from fdb.errors import FdbError
-from fdb.io import read_json, sha256_file
+from fdb.io import read_json, read_jsonl, sha256_file
 
 EXPORT_SCHEMA = "fdb-export-1"
 ASR_SCHEMA = "fdb-asr-1"
+
+
+Record = TypeVar("Record", bound=BaseModel)
+
+
+def load_record(model: type[Record], path: Path, fix: str) -> Record | None:
+    """``path`` read as ``model``; None when the file does not exist. A file that is not valid
+    JSON or not such a record is an FdbError naming the file and its first bad field (``fix``
+    says what to do)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        return model.model_validate(read_json(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise FdbError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}", fix) from exc
+    except ValueError as exc:
+        raise FdbError(f"{path} is not valid JSON ({str(exc).splitlines()[0]})", fix) from exc
+
+
+def load_rows(model: type[Record], path: Path, fix: str) -> list[Record]:
+    """The lines of a JSONL file as ``model`` records, in file order; no rows when the file does
+    not exist. A line that is not such a record is an FdbError naming the file (``fix`` says what
+    to do)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        return read_jsonl(path, model)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise FdbError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}", fix) from exc
+    except ValueError as exc:
+        raise FdbError(f"{path} is not valid JSON lines ({str(exc).splitlines()[0]})", fix) from exc
 
 
 class ExportSample(BaseModel):

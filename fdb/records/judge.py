@@ -7,16 +7,19 @@ null where nothing was judged, never 0. The judges package writes them; reports 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from fdb.datasets.types import INTERRUPTION
+from fdb.records import load_record
 
 BEHAVIOR_SCHEMA = "fdb-v1.5-behavior-1"
 SEMANTIC_SCHEMA = "fdb-v1.5-semantic-1"
 RELEVANCE_SCHEMA = "fdb-v1.0-relevance-1"
 JUDGE_SCHEMA = "fdb-judge-1"
+REJUDGE = "judge the repeat again: python -m fdb judge --run-name RUN --repeat N"
 LABELS = ("C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN")
 SCOPE = "fdb semantic judge (fdb's own rubric, not part of the paper)"
 PairOutcome = Literal["valid", "invalid_label", "model_mismatch", "failed", "pending",
@@ -156,6 +159,11 @@ class JudgeSummary(BaseModel):
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def load(cls, path: Path) -> JudgeSummary | None:
+        """A ``judge.json``; None when it does not exist, an FdbError naming it when it does not parse."""
+        return load_record(cls, path, REJUDGE)
 
     def statuses(self) -> dict[str, str | None]:
         return {name: getattr(self, name).status if getattr(self, name) else None

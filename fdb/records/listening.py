@@ -6,11 +6,16 @@ WER pools every compared reply (version 1 pooled those of >= 3 s only)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field
+
+from fdb.records import load_record
 
 REPLIES_SCHEMA = "fdb-listening-replies-2"
 SCORES_SCHEMA = "fdb-listening-scores-2"
 SUMMARY_SCHEMA = "fdb-listening-2"
+RESCORE = "rescore the repeat's listening quality: python -m fdb asr --run-name RUN --repeat N"
 
 
 class WordCounts(BaseModel):
@@ -89,3 +94,8 @@ class ListeningSummary(BaseModel):
 
     def dump(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def load(cls, path: Path) -> ListeningSummary | None:
+        """``listening/summary.json``; None when it does not exist, an FdbError naming it when it does not parse."""
+        return load_record(cls, path, RESCORE)

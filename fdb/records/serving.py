@@ -1,12 +1,19 @@
 """Typed records of the duplex serving sweep (docs: "Serving metrics"): one ``ServingRow`` per
-concurrency level of ``serving.json`` (``rows`` and ``repeat_rows``) and its ``Capacity``.
-Times in milliseconds; a value that cannot be measured is None, never 0. ``scorers.serving``
-computes them from the recorded sessions."""
+concurrency level of ``serving.json`` (``rows`` and ``repeat_rows``), its ``Capacity``, and the
+file itself (``SweepReport``, schema ``fdb-serving-2``). Times in milliseconds; a value that
+cannot be measured is None, never 0. ``scorers.serving`` computes the rows from the recorded
+sessions; ``runs.sweep`` writes serving.json through ``SweepReport``, reports read it back."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pydantic import BaseModel, Field
 
+from fdb.records import load_record
+
+SERVING_SCHEMA = "fdb-serving-2"
 DEFAULT_RESERVE_MS = 80.0
 CLIENT_CPU_SATURATED = 0.9  # share of one core: the recorder's single event loop is saturated
 
@@ -65,3 +72,39 @@ class Capacity(BaseModel):
         if self.at_least:
             return f"Capacity: at least {self.sessions} sessions (every level meets the targets; record a higher one)"
         return f"Capacity: {self.sessions} sessions ({self.first_miss} sessions miss the targets)"
+
+
+class SweepCapacity(Capacity):
+    """serving.json ``capacity``: the Capacity and its sentence (``line``, as Capacity.line() wrote it)."""
+
+    sentence: str | None = Field(None, alias="line")
+
+    model_config = {"populate_by_name": True}
+
+
+class SweepReport(BaseModel):
+    """serving.json. A sweep written by an older fdb lacks the fields marked None (client-limited
+    levels and warnings before the --search sweeps, repeat rows, provenance and tables before
+    the table objects, server before external servers were recorded)."""
+
+    schema_: str = Field(SERVING_SCHEMA, alias="schema")
+    playback_reserve_ms: float
+    capacity: SweepCapacity
+    client_limited_levels: list[int] | None = None
+    warnings: list[str] | None = None
+    server: dict[str, Any] | None = None  # fdb.run_manifest.ServerReport as dumped; None: a bundled system
+    levels: dict[str, str]  # concurrency -> level directory
+    rows: list[ServingRow]
+    repeat_rows: dict[str, list[ServingRow]] | None = None  # concurrency -> each repeat's own row
+    provenance: dict[str, Any] | None = None
+    tables: list[dict[str, Any]] | None = None  # SERVING.md's tables (fdb.tables.Table.dump)
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def load(cls, path: Path, fix: str) -> SweepReport | None:
+        """serving.json; None when it does not exist, an FdbError naming it when it does not parse."""
+        return load_record(cls, path, fix)

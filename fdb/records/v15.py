@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from fdb.records import load_record
+
 TIMING_SCHEMA = "fdb-v1.5-timing-1"
 Interval = tuple[float, float]
 ANCHORED_LABEL = "fdb event-anchored, not official"
+RESCORE = "rescore the v1.5 timing: python -m fdb asr --run-name RUN --repeat N (or score v15 timing)"
 
 
 class SessionIntervals(BaseModel):
@@ -95,3 +99,8 @@ class TimingSummary(BaseModel):
 
     def dump(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def load(cls, path: Path) -> TimingSummary | None:
+        """A timing ``summary.json``; None when it does not exist, an FdbError naming it when it does not parse."""
+        return load_record(cls, path, RESCORE)

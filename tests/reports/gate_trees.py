@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from fdb.io import atomic_write_json, atomic_write_jsonl
-from fdb.records.serving import ServingRow
+from fdb.records.serving import Capacity, ServingRow, SweepCapacity, SweepReport
 from fdb.records.tts import LevelRow
+from fdb.records.v10 import TurnRow
 
 
 def tts_output(root: Path, *, throughput: float = 10.0, ttfa_ms: float = 200.0, rounds: int = 3, seed: int = 0,
@@ -52,10 +53,13 @@ def sweep_output(root: Path, capacity: int, first_audio_ms: float = 400.0, repea
                                              first_audio_p95_ms=first_audio_ms * 1.5, rtf_p90=0.5,
                                              meets_targets=level <= capacity).model_dump(mode="json")
                                   for _ in range(repeats)]
-    data = {"schema": "fdb-serving-2", "playback_reserve_ms": 80.0,
-            "capacity": {"sessions": capacity, "at_least": False, "first_miss": capacity * 2},
-            "rows": [rows[0] for rows in per_repeat.values()], "repeat_rows": per_repeat}
-    atomic_write_json(root / "serving.json", data)
+    cap = Capacity(sessions=capacity, first_miss=capacity * 2)
+    report = SweepReport(playback_reserve_ms=80.0, capacity=SweepCapacity(**dict(cap), sentence=cap.line()),
+                         client_limited_levels=[], warnings=[],
+                         levels={level: f"concurrency-{level}" for level in per_repeat},
+                         rows=[rows[0] for rows in per_repeat.values()], repeat_rows=per_repeat, provenance={},
+                         tables=[])
+    atomic_write_json(root / "serving.json", report.dump())
     return root
 
 
@@ -69,8 +73,11 @@ def run_output(root: Path, latencies: dict[str, float | None], revision: str = "
     rows = []
     for sample in ids:
         latency = latencies[sample]
-        rows.append({"sample_id": sample, "subset": "candor_turn_taking", "task": "turn_taking", "eligible": True,
-                     "latency_s": latency, "outcome": "response" if latency is not None else "no_response"})
+        rows.append(TurnRow(sample_id=sample, subset="candor_turn_taking", task="turn_taking", eligible=True,
+                            T_s=10.0, E_s=5.0, words=0 if latency is None else 3,
+                            first_word_s=None if latency is None else 5.0 + latency,
+                            outcome="response" if latency is not None else "no_response", latency_s=latency,
+                            observable_s=5.0))
     atomic_write_jsonl(ref / "unified-samples.jsonl", rows)
     atomic_write_json(ref / "asr.json", {"schema": "fdb-asr-1", "backend": {"name": asr}})
     atomic_write_json(ref / "unified.json", {"definitions": "fdb-v1.0-unified-4", "vad": {"name": "silero"}})

@@ -6,16 +6,36 @@ import csv
 import json
 import re
 
+from fdb.io import atomic_write_jsonl
 from fdb.layout import RunPaths
+from fdb.records.judge import (
+    OUTCOMES,
+    BehaviorCell,
+    BehaviorSample,
+    BehaviorSummary,
+    JudgeSummary,
+    Share,
+)
+from fdb.records.v15 import SessionIntervals
+from fdb.stats import wilson
 from reports.results import build_results, write_results
 from tests.reports.test_results_tables import _summary
 
 
 def _judge(share_respond: float) -> dict:
-    cell = {"judged": 2, "labels": {"C_RESPOND": {"share": share_respond}, "C_RESUME": {"share": 1 - share_respond},
-                                    "C_UNCERTAIN_HANDLING": {"share": 0.0}, "C_UNKNOWN": {"share": 0.0}}}
-    return {"judge": {"model": "qwen-test"}, "behavior": {"status": "complete", "all": cell,
-                                                          "categories": {"user_interruption": cell}}}
+    """judge.json of two pairs judged, a share ``share_respond`` of them C_RESPOND, the rest C_RESUME."""
+    respond = round(2 * share_respond)
+    counts = {"C_RESPOND": respond, "C_RESUME": 2 - respond, "C_UNCERTAIN_HANDLING": 0, "C_UNKNOWN": 0}
+    cell = BehaviorCell(selected=2, eligible=2, outcomes=dict.fromkeys(OUTCOMES, 0) | {"valid": 2}, judged=2,
+                        labels={k: Share(count=n, share=n / 2, ci95=wilson(n, 2)) for k, n in counts.items()})
+    labels = ["C_RESPOND"] * respond + ["C_RESUME"] * (2 - respond)
+    samples = [BehaviorSample(sample_id=f"user_interruption/{i}", category="user_interruption", outcome="valid",
+                              label=label, attempts=1) for i, label in enumerate(labels, 1)]
+    judge = {"model": "qwen-test"}
+    behavior = BehaviorSummary(status="complete", judge=judge, categories={"user_interruption": cell}, all=cell,
+                               attempts=2, samples=samples)
+    return JudgeSummary(repeat_dir="repeat", judge=judge, dirs={"behavior": "judge-qwen-test"}, behavior=behavior,
+                        semantic=None, relevance=None, ok=True).dump()
 
 
 def _three_repeats(tmp_path) -> RunPaths:
@@ -24,9 +44,11 @@ def _three_repeats(tmp_path) -> RunPaths:
         rep = run.repeat(n)
         rep.scores.mkdir(parents=True)
         (rep.scores / "summary.json").write_text(json.dumps(_summary(stop, 2.0)))
-        rows = [{"variant": "overlap", "status": "ok", "stop_latencies_s": [stop, stop + 0.5],
-                 "response_latencies_s": [2.0]}, {"variant": "clean", "status": "ok", "stop_latencies_s": [9.0]}]
-        (rep.scores / "intervals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        pair = {"sample_id": "user_interruption/1", "category": "user_interruption", "id": "1", "status": "ok"}
+        rows = [SessionIntervals(**pair, variant="overlap", stop_latencies_s=[stop, stop + 0.5],
+                                 response_latencies_s=[2.0]),
+                SessionIntervals(**pair, variant="clean", stop_latencies_s=[9.0])]
+        atomic_write_jsonl(rep.scores / "intervals.jsonl", rows)
         (rep.root / "judge.json").write_text(json.dumps(_judge(respond)))
     return run
 

@@ -20,6 +20,7 @@ from fdb.cli.compare import register
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_file
 from fdb.records.judge import JudgeSummary
 from fdb.records.listening import GroupSummary, ListeningSummary
+from fdb.records.serving import SweepCapacity, SweepReport
 from fdb.records.v10 import (
     Counts,
     PauseRow,
@@ -201,9 +202,10 @@ def make_run(root: Path, repeats: list[Rep], v10_per_subset: int = V10) -> Path:
 
 
 def make_sweep(root: Path, sessions: int, first_miss: int) -> Path:
-    atomic_write_json(root / "serving.json", {"schema": "fdb-serving-2", "capacity": {
-        "sessions": sessions, "at_least": False, "first_miss": first_miss, "client_limited": False,
-        "line": f"Capacity: {sessions} sessions"}, "rows": []})
+    capacity = SweepCapacity(sessions=sessions, first_miss=first_miss, sentence=f"Capacity: {sessions} sessions")
+    report = SweepReport(playback_reserve_ms=80.0, capacity=capacity, client_limited_levels=[], warnings=[],
+                         levels={}, rows=[], repeat_rows={}, provenance={}, tables=[])
+    atomic_write_json(root / "serving.json", report.dump())
     return root
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fdb.io import atomic_write_json
 from fdb.layout import RunPaths
+from fdb.records.listening import GroupSummary, ListeningSummary
 from reports.listening import listening_section
 
 UTMOS = {"kind": "mos", "name": "utmos", "checkpoint_sha256": "a" * 64}
@@ -14,10 +15,13 @@ RESEMBLYZER = {"kind": "speaker", "name": "resemblyzer-ge2e", "checkpoint_sha256
 
 
 def _summary(rep, mos: dict, speaker: dict, mos_mean: float) -> None:
-    cell = {"replies": 4, "short_replies": 0, "compared_replies": 4, "omission_rate": 0.1, "wer": 0.2,
-            "mos_mean": mos_mean, "mos_p10": mos_mean - 0.5, "voice_mean": 80.0, "voice_p10": 70.0}
-    atomic_write_json(rep.listening / "summary.json", {
-        "backends": {"asr": None, "mos": mos, "speaker": speaker}, "datasets": {"v1.5": {"all": cell}}})
+    cell = GroupSummary(dataset="v1.5", category="all", replies=4, short_replies=0, compared_replies=4,
+                        cancelled_replies=0, reference_words=40, omitted_words=4, omission_rate=0.1, wer=0.2,
+                        wer_reference_words=40, mos_n=4, mos_mean=mos_mean, mos_p10=mos_mean - 0.5, voice_n=4,
+                        voice_mean=80.0, voice_p10=70.0)
+    summary = ListeningSummary(definitions={}, backends={"asr": None, "mos": mos, "speaker": speaker},
+                               datasets={"v1.5": {"all": cell}})
+    atomic_write_json(rep.listening / "summary.json", summary.dump())
 
 
 def test_columns_follow_the_backends_and_other_models_stay_out_of_the_cells(tmp_path):

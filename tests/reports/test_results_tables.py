@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from fdb.layout import RunPaths
+from fdb.records.v15 import TimingSummary
 from reports.cells import NA, count_range, mean_sd, percent, seconds
 from reports.results import build_results
 
@@ -28,7 +29,9 @@ def _summary(stop, response):
            "timed_clean_sessions": 2, "failed_sessions": 0, "stop_latency": _latency(stop),
            "response_latency": _latency(response), "clean_stop_latency": _latency(None),
            "clean_response_latency": _latency(None)}
-    return {"schema": "fdb-v1.5-timing-1", "categories": {"all": dict(cat, category="all"), "user_interruption": cat}}
+    vad = {"name": "silero-vad", "version": None, "model_sha256": None, "settings": {}}
+    return TimingSummary(definitions={}, manifest_sha256="0" * 64, vad=vad,
+                         categories={"all": dict(cat, category="all"), "user_interruption": cat}).dump()
 
 
 def test_v15_cells_are_mean_and_sd_over_repeats(tmp_path):
