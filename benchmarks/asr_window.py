@@ -74,8 +74,12 @@ SENTENCES = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--windows", default="30,15,10,5", help="comma-separated window floors in seconds")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--windows", default="30,15,10,5", help="comma-separated window floors in seconds"
+    )
     parser.add_argument("--threads", type=int, default=2, help="CTranslate2 CPU threads")
     args = parser.parse_args()
 
@@ -83,22 +87,39 @@ def main() -> None:
     clips = []
     for text in SENTENCES:
         speech = resample(tts.synthesize(text), tts.rate, ASR_RATE).astype(np.float32)
-        clips.append(np.concatenate([np.zeros(ASR_RATE // 5, np.float32), speech,
-                                     np.zeros(ASR_RATE * 3 // 10, np.float32)]))
+        clips.append(
+            np.concatenate(
+                [
+                    np.zeros(ASR_RATE // 5, np.float32),
+                    speech,
+                    np.zeros(ASR_RATE * 3 // 10, np.float32),
+                ]
+            )
+        )
     asr.transcribe(clips[0])  # warm up
 
     runs = [("full pipeline (30 s, word times)", lambda clip: asr.transcribe(clip).text)]
-    runs += [(f"utterance, window >= {w:g} s", lambda clip, w=w: asr.transcribe_utterance(clip, min_window_s=w).text)
-             for w in (float(x) for x in args.windows.split(","))]
-    print(f"{len(clips)} utterances, {sum(len(c) for c in clips) / ASR_RATE / len(clips):.2f} s on average")
+    runs += [
+        (
+            f"utterance, window >= {w:g} s",
+            lambda clip, w=w: asr.transcribe_utterance(clip, min_window_s=w).text,
+        )
+        for w in (float(x) for x in args.windows.split(","))
+    ]
+    print(
+        f"{len(clips)} utterances, {sum(len(c) for c in clips) / ASR_RATE / len(clips):.2f} s on average"
+    )
     print(f"{'method':<36} {'ms/utt':>7} {'WER %':>6}")
     for name, run in runs:
         start = time.perf_counter()
         hypotheses = [run(clip) for clip in clips]
         per = (time.perf_counter() - start) / len(clips) * 1000
         counts = [align(ref, hyp) for ref, hyp in zip(SENTENCES, hypotheses, strict=True)]
-        wer = sum(c.substitutions + c.deletions + c.insertions for c in counts) \
-            / sum(c.reference_words for c in counts) * 100
+        wer = (
+            sum(c.substitutions + c.deletions + c.insertions for c in counts)
+            / sum(c.reference_words for c in counts)
+            * 100
+        )
         print(f"{name:<36} {per:>7.0f} {wer:>6.1f}")
         for ref, hyp in zip(SENTENCES, hypotheses, strict=True):
             if english_normalize(hyp) != english_normalize(ref):

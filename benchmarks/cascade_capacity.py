@@ -70,7 +70,9 @@ def tree_rss(pid: int) -> int | None:
     family, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
-        children = [child for child, ppid in parents.items() if ppid == parent and child not in family]
+        children = [
+            child for child, ppid in parents.items() if ppid == parent and child not in family
+        ]
         family.update(children)
         frontier += children
     total = None
@@ -127,8 +129,9 @@ def speech_end_latencies(directory: Path, turn_end: dict[str, float]) -> tuple[l
         end = turn_end.get(session.record.sample_id)
         if end is None:
             continue
-        value = speech_end_first_audio_s(session.trace, get_dialect(session.record.profile),
-                                         session.record.output_rate, end)
+        value = speech_end_first_audio_s(
+            session.trace, get_dialect(session.record.profile), session.record.output_rate, end
+        )
         if value is None:
             missing += 1
         else:
@@ -147,35 +150,68 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def table(rows: list[ServingRow], latencies: dict[int, tuple[list[float], int]], peaks: dict[int, int]):
+def table(
+    rows: list[ServingRow], latencies: dict[int, tuple[list[float], int]], peaks: dict[int, int]
+):
     from rich.table import Table
 
-    out = Table("sessions at once", "sessions", "failed", "503", "pacing violations", "client-limited",
-                "client CPU", "RTF p90", "meets", "first audio after speech end p50 / p90 ms", "no reply",
-                "server RSS peak MiB", title="Embedded cascade capacity")
+    out = Table(
+        "sessions at once",
+        "sessions",
+        "failed",
+        "503",
+        "pacing violations",
+        "client-limited",
+        "client CPU",
+        "RTF p90",
+        "meets",
+        "first audio after speech end p50 / p90 ms",
+        "no reply",
+        "server RSS peak MiB",
+        title="Embedded cascade capacity",
+    )
     for row in rows:
         values, missing = latencies[row.concurrency]
         p50, p90 = quantile_ms(values, Fraction(1, 2)), quantile_ms(values, Fraction(9, 10))
         first = "-" if p50 is None else f"{p50:.0f} / {p90:.0f} (n={len(values)})"
         peak = peaks.get(row.concurrency)
-        out.add_row(str(row.concurrency), str(row.sessions), str(row.sessions_failed), str(row.admission_denied),
-                    str(row.pacing_violations), "yes" if row.client_limited else "no",
-                    "-" if row.client_cpu is None else f"{row.client_cpu * 100:.0f}%",
-                    "-" if row.rtf_p90 is None else f"{row.rtf_p90:.2f}",
-                    "yes" if row.meets_targets else "no: " + "; ".join(row.missed_targets), first, str(missing),
-                    "-" if peak is None else f"{peak / MIB:.0f}")
+        out.add_row(
+            str(row.concurrency),
+            str(row.sessions),
+            str(row.sessions_failed),
+            str(row.admission_denied),
+            str(row.pacing_violations),
+            "yes" if row.client_limited else "no",
+            "-" if row.client_cpu is None else f"{row.client_cpu * 100:.0f}%",
+            "-" if row.rtf_p90 is None else f"{row.rtf_p90:.2f}",
+            "yes" if row.meets_targets else "no: " + "; ".join(row.missed_targets),
+            first,
+            str(missing),
+            "-" if peak is None else f"{peak / MIB:.0f}",
+        )
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--levels", default="1,2,4,8", help="rising concurrency levels")
-    parser.add_argument("--sessions", type=int, default=8, help="candor_turn_taking samples in the cohort")
+    parser.add_argument(
+        "--sessions", type=int, default=8, help="candor_turn_taking samples in the cohort"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="recordings per level")
-    parser.add_argument("--dataset-root", type=Path, help="a v1.0 tree (default: a synthetic one under OUTPUT)")
-    parser.add_argument("--output", type=Path, help="working directory (default: a new temporary one)")
-    parser.add_argument("--turn-detection", help="the sessions' turn detection as JSON, e.g. "
-                        '\'{"type": "semantic_vad", "eagerness": "high"}\' (default: the sweep\'s server_vad)')
+    parser.add_argument(
+        "--dataset-root", type=Path, help="a v1.0 tree (default: a synthetic one under OUTPUT)"
+    )
+    parser.add_argument(
+        "--output", type=Path, help="working directory (default: a new temporary one)"
+    )
+    parser.add_argument(
+        "--turn-detection",
+        help="the sessions' turn detection as JSON, e.g. "
+        '\'{"type": "semantic_vad", "eagerness": "high"}\' (default: the sweep\'s server_vad)',
+    )
     args = parser.parse_args()
     from rich.console import Console
 
@@ -185,13 +221,28 @@ def main() -> None:
     output = args.output or Path(tempfile.mkdtemp(prefix="cascade-capacity-"))
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     root = args.dataset_root or synthetic_tree(output / "dataset", args.sessions)
-    record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0",
-                                   "--subset-count", f"{SUBSET}={args.sessions}",
-                                   *(["--turn-detection", args.turn_detection] if args.turn_detection else [])])
-    opts = SweepOptions(output=output / "sweep", concurrency=parse_levels(args.levels), dataset="v1.0",
-                        record=record, repeats=args.repeats)
+    record = parse_record_options(
+        [
+            "--dataset-root",
+            str(root),
+            "--per-subset",
+            "0",
+            "--subset-count",
+            f"{SUBSET}={args.sessions}",
+            *(["--turn-detection", args.turn_detection] if args.turn_detection else []),
+        ]
+    )
+    opts = SweepOptions(
+        output=output / "sweep",
+        concurrency=parse_levels(args.levels),
+        dataset="v1.0",
+        record=record,
+        repeats=args.repeats,
+    )
     loaded, _ = load_v10(root, [SUBSET], strict=False)
-    turn_end = {s.sample_id: s.turn_end_s for s in loaded.get(SUBSET, []) if s.turn_end_s is not None}
+    turn_end = {
+        s.sample_id: s.turn_end_s for s in loaded.get(SUBSET, []) if s.turn_end_s is not None
+    }
     server = bundled_server(opts)
     server.start()
     sampler = RssSampler(server.proc.pid)
@@ -203,17 +254,25 @@ def main() -> None:
         sampler.stop.set()
         server.stop()
     rows = [ServingRow.model_validate(row) for row in data["rows"]]
-    latencies = {row.concurrency: speech_end_latencies(level_dir(opts.output, row.concurrency), turn_end)
-                 for row in rows}
+    latencies = {
+        row.concurrency: speech_end_latencies(level_dir(opts.output, row.concurrency), turn_end)
+        for row in rows
+    }
     console.print(table(rows, latencies, sampler.peaks))
-    console.print(data["capacity"]["line"] + " (targets: no failed session, no 503, no pacing violation, "
-                  "reply RTF p90 < 1)")
+    console.print(
+        data["capacity"]["line"] + " (targets: no failed session, no 503, no pacing violation, "
+        "reply RTF p90 < 1)"
+    )
     idle = "-" if sampler.idle is None else f"{sampler.idle / MIB:.0f} MiB"
-    console.print(f"Server RSS at idle after loading the models: {idle}. Models are loaded once per server "
-                  f"process (ModelHub; {model_loads(server.log_path)} LLM load(s) in its log for "
-                  f"{sum(r.sessions for r in rows)} sessions); sessions add only their own state.")
-    console.print(f"Speech end: the {SUBSET} turn_taking.json annotation E, from the send end of the packet "
-                  f"holding it. {os.cpu_count()} CPUs; client and server share them. Output: {opts.output}")
+    console.print(
+        f"Server RSS at idle after loading the models: {idle}. Models are loaded once per server "
+        f"process (ModelHub; {model_loads(server.log_path)} LLM load(s) in its log for "
+        f"{sum(r.sessions for r in rows)} sessions); sessions add only their own state."
+    )
+    console.print(
+        f"Speech end: the {SUBSET} turn_taking.json annotation E, from the send end of the packet "
+        f"holding it. {os.cpu_count()} CPUs; client and server share them. Output: {opts.output}"
+    )
 
 
 if __name__ == "__main__":

@@ -68,7 +68,10 @@ def spoken_questions() -> list[bytes]:
     out = []
     for text in QUESTIONS:
         words = resample(tts.synthesize(text), tts.rate, 16000)
-        lead, tail = np.zeros(int(LEAD_S * 16000), np.float32), np.zeros(int(TAIL_S * 16000), np.float32)
+        lead, tail = (
+            np.zeros(int(LEAD_S * 16000), np.float32),
+            np.zeros(int(TAIL_S * 16000), np.float32),
+        )
         out.append(float_to_pcm16(np.concatenate([lead, words, tail])))
     return out
 
@@ -85,11 +88,15 @@ def start_server(folder: Path) -> tuple[subprocess.Popen, str]:
     config = folder / "launch.yaml"
     config.write_text(LAUNCH_YAML, encoding="utf-8")
     port = _free_port()
-    code = (f"from pathlib import Path; from serving.launcher import serve; "
-            f"serve(port={port}, config=Path({str(config)!r}), log_level='warning')")
+    code = (
+        f"from pathlib import Path; from serving.launcher import serve; "
+        f"serve(port={port}, config=Path({str(config)!r}), log_level='warning')"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     log = open(folder / "server.log", "wb")  # noqa: SIM115 - the child writes it until it ends
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -146,16 +153,23 @@ async def run_all(url: str, pcms: list[bytes], args: argparse.Namespace) -> list
 def report(timings: list[TurnTiming]) -> None:
     print(f"{'question':<48} {'stop→asr':>9} {'asr→audio':>10} {'end→audio':>10}")
     for t in timings:
-        print(f"{t.question:<48} {t.stop_to_asr:>8.2f}s {t.asr_to_audio:>9.2f}s {t.end_to_audio:>9.2f}s")
+        print(
+            f"{t.question:<48} {t.stop_to_asr:>8.2f}s {t.asr_to_audio:>9.2f}s {t.end_to_audio:>9.2f}s"
+        )
     for name, pick in (("mean", np.mean), ("max", np.max)):
-        cols = [pick([getattr(t, f) for t in timings]) for f in ("stop_to_asr", "asr_to_audio", "end_to_audio")]
+        cols = [
+            pick([getattr(t, f) for t in timings])
+            for f in ("stop_to_asr", "asr_to_audio", "end_to_audio")
+        ]
         print(f"{name:<48} {cols[0]:>8.2f}s {cols[1]:>9.2f}s {cols[2]:>9.2f}s")
     for t in {t.question: t for t in timings}.values():
         print(f"  reply to {t.question!r}: {t.reply!r}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", help="use this running server instead of starting one")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--stagger", type=float, default=1.0, help="seconds between session starts")

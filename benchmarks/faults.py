@@ -53,8 +53,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SELECT = ["--v15-per-subset", "0", "--v15-subset-count", "user_interruption=1",
-          "--v10-per-subset", "0", "--v10-subset-count", "candor_turn_taking=1"]
+SELECT = [
+    "--v15-per-subset",
+    "0",
+    "--v15-subset-count",
+    "user_interruption=1",
+    "--v10-per-subset",
+    "0",
+    "--v10-subset-count",
+    "candor_turn_taking=1",
+]
 RUN = "faults"
 COMMANDS = {
     "generate": ["generate", "--run-name", RUN, *SELECT],
@@ -85,7 +93,9 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
         rel = path.relative_to(root)
         if path.is_file() and "logs" not in rel.parts and not path.name.endswith(".tmp"):
             data = path.read_bytes()
-            found[str(rel)] = STAMP.sub(b'"finished_utc": ""', data) if path.name == "judge.json" else data
+            found[str(rel)] = (
+                STAMP.sub(b'"finished_utc": ""', data) if path.name == "judge.json" else data
+            )
     return found
 
 
@@ -95,12 +105,18 @@ def torn_files(root: Path) -> list[str]:
 
     torn = []
     for path in sorted(root.rglob("*")):
-        if not path.is_file() or path.name.endswith(".tmp") or "logs" in path.relative_to(root).parts:
+        if (
+            not path.is_file()
+            or path.name.endswith(".tmp")
+            or "logs" in path.relative_to(root).parts
+        ):
             continue
         try:
             if path.suffix == ".json":
                 json.loads(path.read_bytes())
-            elif path.suffix == ".jsonl" and "recording" not in path.parts:  # events stream while recording
+            elif (
+                path.suffix == ".jsonl" and "recording" not in path.parts
+            ):  # events stream while recording
                 read_jsonl(path)
             elif path.suffix == ".wav" and "recording" not in path.parts:
                 with wave.open(str(path)) as w:
@@ -125,7 +141,13 @@ def our_processes(work: Path) -> list[tuple[int, str]]:
             continue
         try:
             if mark in (entry / "environ").read_bytes().split(b"\0"):
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                cmd = (
+                    (entry / "cmdline")
+                    .read_bytes()
+                    .replace(b"\0", b" ")
+                    .decode(errors="replace")
+                    .strip()
+                )
                 if cmd:  # a zombie has an empty command line and holds nothing
                     found.append((int(entry.name), cmd[:120]))
         except OSError:
@@ -143,7 +165,9 @@ class Fault:
     torn_after_kill: list[str] = field(default_factory=list)
     tmp_after_kill: int = 0
     orphans: list[str] = field(default_factory=list)
-    orphan_clear_s: float | None = None  # seconds from the kill until no process of the battery was left
+    orphan_clear_s: float | None = (
+        None  # seconds from the kill until no process of the battery was left
+    )
     recovered: bool = False
     identical: bool | None = None  # None: not comparable (a new recording)
     differs: list[str] = field(default_factory=list)
@@ -159,8 +183,13 @@ class Battery:
         self.work = work
         ensure_synthetic(work, v10_per_subset=1, v15_per_category=1)
         self.shim = SHIM
-        self.env = dict(os.environ, FDB_WORK=str(work), SERVER_PORT=str(free_port()), PYTHONPATH=str(REPO),
-                        FDB_FAULT_PARENT=str(os.getpid()))
+        self.env = dict(
+            os.environ,
+            FDB_WORK=str(work),
+            SERVER_PORT=str(free_port()),
+            PYTHONPATH=str(REPO),
+            FDB_FAULT_PARENT=str(os.getpid()),
+        )
         for name in ("CUDA_VISIBLE_DEVICES", "GPU", "JUDGE_CONFIG", "JUDGE_URL", "OPENAI_API_KEY"):
             self.env.pop(name, None)
         self.snapshots: dict[str, Path] = {}
@@ -174,8 +203,14 @@ class Battery:
         return self.work / "runs" / RUN
 
     def fdb(self, args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env or self.env,
-                              capture_output=True, text=True, timeout=900)
+        return subprocess.run(
+            [sys.executable, "-m", "fdb", *args],
+            cwd=REPO,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     def snapshot(self, name: str) -> None:
         target = self.work / "snapshots" / name
@@ -200,19 +235,34 @@ class Battery:
                 self.drop_exports()
                 self.snapshot("export-input")
             count_file = self.work / f"renames-{phase}"
-            env = dict(self.env, PYTHONPATH=f"{self.shim}{os.pathsep}{REPO}", FDB_FAULT_COUNT=str(count_file))
+            env = dict(
+                self.env,
+                PYTHONPATH=f"{self.shim}{os.pathsep}{REPO}",
+                FDB_FAULT_COUNT=str(count_file),
+            )
             started = time.monotonic()
             done = self.fdb(COMMANDS[phase], env)
             self.durations[phase] = time.monotonic() - started
             if done.returncode != 0:
-                raise SystemExit(f"reference {phase} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+                raise SystemExit(
+                    f"reference {phase} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+                )
             self.renames[phase] = int(count_file.read_text()) if count_file.is_file() else 0
             self.snapshot(phase)
-            print(f"reference {phase}: {self.durations[phase]:.1f} s, {self.renames[phase]} renames", flush=True)
+            print(
+                f"reference {phase}: {self.durations[phase]:.1f} s, {self.renames[phase]} renames",
+                flush=True,
+            )
 
     def _kill_timed(self, args: list[str], at_s: float, group: bool) -> bool:
-        proc = subprocess.Popen([sys.executable, "-m", "fdb", *args], cwd=REPO, env=self.env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fdb", *args],
+            cwd=REPO,
+            env=self.env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             proc.wait(timeout=at_s)
             return False
@@ -225,8 +275,19 @@ class Battery:
             return True
 
     def _kill_at_rename(self, args: list[str], k: int, when: str) -> bool:
-        env = dict(self.env, PYTHONPATH=f"{self.shim}{os.pathsep}{REPO}", FDB_FAULT_AT=str(k), FDB_FAULT_WHEN=when)
-        done = subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, capture_output=True, timeout=900)
+        env = dict(
+            self.env,
+            PYTHONPATH=f"{self.shim}{os.pathsep}{REPO}",
+            FDB_FAULT_AT=str(k),
+            FDB_FAULT_WHEN=when,
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "fdb", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            timeout=900,
+        )
         return done.returncode == -signal.SIGKILL
 
     def _wait_for_orphans(self, fault: Fault, after_recovery: bool = False) -> None:
@@ -239,7 +300,9 @@ class Battery:
                 return
             time.sleep(0.1)
         left = our_processes(self.work)
-        fault.orphans += [f"{'after recovery: ' if after_recovery else ''}{pid} {cmd}" for pid, cmd in left]
+        fault.orphans += [
+            f"{'after recovery: ' if after_recovery else ''}{pid} {cmd}" for pid, cmd in left
+        ]
         for pid, _ in left:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -287,39 +350,58 @@ class Battery:
         fault.recovery_s = round(time.monotonic() - started, 1)
         fault.recovered = done.returncode == 0
         if not fault.recovered:
-            fault.note = done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else f"exit {done.returncode}"
+            fault.note = (
+                done.stderr.strip().splitlines()[-1][:200]
+                if done.stderr.strip()
+                else f"exit {done.returncode}"
+            )
             return
         fault.partial_after_recovery = leftovers(self.run) + torn_files(self.run)
         if fault.phase != "generate":
             expected = tree_bytes(self.snapshots[fault.phase])
             got = tree_bytes(self.run)
-            fault.differs = sorted(set(expected) ^ set(got)) + [k for k in expected if k in got and got[k] != expected[k]]
+            fault.differs = sorted(set(expected) ^ set(got)) + [
+                k for k in expected if k in got and got[k] != expected[k]
+            ]
             fault.identical = not fault.differs
-            if fault.differs and self.keep_failed is not None:  # kept for a look: what the recovery wrote
-                target = self.keep_failed / f"{fault.kind}-{fault.phase}-{len(list(self.keep_failed.glob('*')))}"
+            if (
+                fault.differs and self.keep_failed is not None
+            ):  # kept for a look: what the recovery wrote
+                target = (
+                    self.keep_failed
+                    / f"{fault.kind}-{fault.phase}-{len(list(self.keep_failed.glob('*')))}"
+                )
                 shutil.copytree(self.run, target, symlinks=True)
                 fault.note = f"recovered run kept in {target}"
         self._wait_for_orphans(fault, after_recovery=True)
 
 
 def table(faults: list[Fault]) -> str:
-    lines = ["| kind | phase | how | at s | landed | torn after kill | .tmp after kill | orphans | "
-             "orphan-free after s | recovered | identical | partial after recovery |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| kind | phase | how | at s | landed | torn after kill | .tmp after kill | orphans | "
+        "orphan-free after s | recovered | identical | partial after recovery |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for f in faults:
         ident = "n/a (new recording)" if f.identical is None and f.recovered else str(f.identical)
-        lines.append(f"| {f.kind} | {f.phase} | {f.how} | {f.at_s if f.at_s is not None else ''} | {f.landed} | "
-                     f"{len(f.torn_after_kill)} | {f.tmp_after_kill} | {len(f.orphans)} | {f.orphan_clear_s} | "
-                     f"{f.recovered} | {ident} | {len(f.partial_after_recovery)} |")
+        lines.append(
+            f"| {f.kind} | {f.phase} | {f.how} | {f.at_s if f.at_s is not None else ''} | {f.landed} | "
+            f"{len(f.torn_after_kill)} | {f.tmp_after_kill} | {len(f.orphans)} | {f.orphan_clear_s} | "
+            f"{f.recovered} | {ident} | {len(f.partial_after_recovery)} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kills", type=int, default=24, help="faults to inject (spread over the kinds in turn)")
+    parser.add_argument(
+        "--kills", type=int, default=24, help="faults to inject (spread over the kinds in turn)"
+    )
     parser.add_argument("--seed", default="faults")
     parser.add_argument("--out", type=Path, default=Path("/tmp/fdb-faults"))
-    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset of " + ",".join(KINDS))
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help="comma-separated subset of " + ",".join(KINDS)
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
@@ -337,9 +419,12 @@ def main() -> int:
             kind = kinds[index % len(kinds)]
             fault = battery.one(kind, index // len(kinds))
             faults.append(fault)
-            print(f"[{index + 1}/{args.kills}] {fault.kind} {fault.phase} {fault.how} at {fault.at_s}: "
-                  f"landed={fault.landed} orphans={len(fault.orphans)} recovered={fault.recovered} "
-                  f"identical={fault.identical} partial={len(fault.partial_after_recovery)} {fault.note}", flush=True)
+            print(
+                f"[{index + 1}/{args.kills}] {fault.kind} {fault.phase} {fault.how} at {fault.at_s}: "
+                f"landed={fault.landed} orphans={len(fault.orphans)} recovered={fault.recovered} "
+                f"identical={fault.identical} partial={len(fault.partial_after_recovery)} {fault.note}",
+                flush=True,
+            )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -362,14 +447,22 @@ def main() -> int:
         "wall_s": round(time.monotonic() - started, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "faults.json").write_text(json.dumps({"summary": summary, "faults": [asdict(f) for f in faults]},
-                                                     indent=2) + "\n")
+    (args.out / "faults.json").write_text(
+        json.dumps({"summary": summary, "faults": [asdict(f) for f in faults]}, indent=2) + "\n"
+    )
     text = table(faults)
-    (args.out / "FAULTS.md").write_text(f"# Fault battery\n\n{json.dumps(summary, indent=2)}\n\n{text}\n")
+    (args.out / "FAULTS.md").write_text(
+        f"# Fault battery\n\n{json.dumps(summary, indent=2)}\n\n{text}\n"
+    )
     print(text)
     print(json.dumps(summary, indent=2))
-    bad = (summary["orphans"] or summary["torn_after_kill"] or summary["partial_after_recovery"]
-           or summary["not_recovered"] or summary["not_identical"])
+    bad = (
+        summary["orphans"]
+        or summary["torn_after_kill"]
+        or summary["partial_after_recovery"]
+        or summary["not_recovered"]
+        or summary["not_identical"]
+    )
     return 1 if bad else 0
 
 

@@ -43,8 +43,9 @@ def pooled_rounds(paths: list[Path]) -> dict[int, list[dict]]:
     pools: dict[int, list[dict]] = {}
     for path in paths:
         data = json.loads((path / "tts.json").read_text(encoding="utf-8"))
-        rounds = data.get("rounds") or [{"concurrency": r["concurrency"], "cold": False, "row": r}
-                                        for r in data["rows"]]
+        rounds = data.get("rounds") or [
+            {"concurrency": r["concurrency"], "cold": False, "row": r} for r in data["rows"]
+        ]
         for entry in rounds:
             if not entry.get("cold"):
                 pools.setdefault(int(entry["concurrency"]), []).append(entry["row"])
@@ -62,7 +63,7 @@ BANDWIDTH = 0.5
 def smoothed(value: float, centre: float, sd: float, rng) -> float:
     """A shrunk smoothed-bootstrap draw in log space: the recorded round pulled towards the
     pool's centre and jittered, so the draws keep the pool's spread (Efron & Tibshirani 1993)."""
-    scale = 1.0 / math.sqrt(1.0 + BANDWIDTH ** 2)
+    scale = 1.0 / math.sqrt(1.0 + BANDWIDTH**2)
     log = centre + (math.log(value) - centre) * scale + BANDWIDTH * sd * scale * float(rng.normal())
     return math.exp(log)
 
@@ -86,8 +87,14 @@ def draw(pools, spreads, rounds: int, rng, loss: float = 0.0, ttfa: float = 0.0)
                 if value is not None and metric == "ttfa_p50_ms":
                     value *= 1.0 + ttfa
                 name = f"{metric}@c{level}"
-                series = obs.series.get(name) or Series(metric=metric, key=f"c{level}", label=label, unit=unit,
-                                                        better=better, shape="unpaired")
+                series = obs.series.get(name) or Series(
+                    metric=metric,
+                    key=f"c{level}",
+                    label=label,
+                    unit=unit,
+                    better=better,
+                    shape="unpaired",
+                )
                 series.values.append(value)
                 obs.add(series)
     return obs
@@ -121,28 +128,56 @@ def smallest(pools, spreads, rounds, sims, seed, metric, kind) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("outputs", nargs="+", type=Path, help="tts-bench --output directories of one config")
-    parser.add_argument("--sims", type=int, default=2000, help="simulated gate pairs for the false-alarm rate")
-    parser.add_argument("--power-sims", type=int, default=400, help="simulations per grid point for power")
+    parser.add_argument(
+        "outputs", nargs="+", type=Path, help="tts-bench --output directories of one config"
+    )
+    parser.add_argument(
+        "--sims", type=int, default=2000, help="simulated gate pairs for the false-alarm rate"
+    )
+    parser.add_argument(
+        "--power-sims", type=int, default=400, help="simulations per grid point for power"
+    )
     parser.add_argument("--rounds", type=int, nargs="+", default=[3, 5])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     pools = pooled_rounds(args.outputs)
-    spreads = {level: {m: (centre(pool, m), spread(pool, m)) for m, *_ in METRICS} for level, pool in pools.items()}
-    print(f"pooled rounds per level: {', '.join(f'C{k}: {len(v)}' for k, v in sorted(pools.items()))}")
+    spreads = {
+        level: {m: (centre(pool, m), spread(pool, m)) for m, *_ in METRICS}
+        for level, pool in pools.items()
+    }
+    print(
+        f"pooled rounds per level: {', '.join(f'C{k}: {len(v)}' for k, v in sorted(pools.items()))}"
+    )
     for level in sorted(pools):
-        print(f"  C{level} round-to-round spread (sd of log): throughput "
-              f"{spreads[level]['throughput_audio_s_per_s'][1]:.3f}, TTFA p50 {spreads[level]['ttfa_p50_ms'][1]:.3f}")
-    print("| rounds | false alarms (any guard) | smallest throughput loss at 95% power | "
-          "smallest TTFA p50 increase at 95% power |")
+        print(
+            f"  C{level} round-to-round spread (sd of log): throughput "
+            f"{spreads[level]['throughput_audio_s_per_s'][1]:.3f}, TTFA p50 {spreads[level]['ttfa_p50_ms'][1]:.3f}"
+        )
+    print(
+        "| rounds | false alarms (any guard) | smallest throughput loss at 95% power | "
+        "smallest TTFA p50 increase at 95% power |"
+    )
     print("| --- | --- | --- | --- |")
     for rounds in args.rounds:
         alarms = rate(pools, spreads, rounds, args.sims, args.seed)
-        loss = smallest(pools, spreads, rounds, args.power_sims, args.seed + 1, "throughput_audio_s_per_s", "loss")
-        ttfa = smallest(pools, spreads, rounds, args.power_sims, args.seed + 2, "ttfa_p50_ms", "ttfa")
+        loss = smallest(
+            pools,
+            spreads,
+            rounds,
+            args.power_sims,
+            args.seed + 1,
+            "throughput_audio_s_per_s",
+            "loss",
+        )
+        ttfa = smallest(
+            pools, spreads, rounds, args.power_sims, args.seed + 2, "ttfa_p50_ms", "ttfa"
+        )
         show = lambda v: "> 60%" if v is None else f"{100 * v:.0f}%"  # noqa: E731
-        print(f"| {rounds} | {100 * alarms:.2f}% ({round(alarms * args.sims)}/{args.sims}) | {show(loss)} | "
-              f"{show(ttfa)} |", flush=True)
+        print(
+            f"| {rounds} | {100 * alarms:.2f}% ({round(alarms * args.sims)}/{args.sims}) | {show(loss)} | "
+            f"{show(ttfa)} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -54,15 +54,48 @@ from runs.sweep_args import parse_record_options  # noqa: E402
 PROFILE = REPO / "serving" / "gpu" / "gpu-cascade.yaml"
 GOAL_FIRST_AUDIO_P90_S = 0.5
 TINY = {  # 1 layer, hidden 32: loads and runs on a CPU in seconds
-    "asr": {"max_batch": 8, "weights": {"load_format": "dummy", "preset": "whisper-large-v3", "overrides": {
-        "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-        "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_mel_bins": 128,
-        "vocab_size": 64, "max_source_positions": 1500, "max_target_positions": 32,
-        "decoder_start_token_id": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}}},
-    "llm": {"max_batch": 8, "block_size": 32, "max_prompt_tokens": 1024, "weights": {
-        "load_format": "dummy", "preset": "qwen3-4b", "overrides": {
-            "hidden_size": 32, "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2,
-            "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 300}}},
+    "asr": {
+        "max_batch": 8,
+        "weights": {
+            "load_format": "dummy",
+            "preset": "whisper-large-v3",
+            "overrides": {
+                "d_model": 32,
+                "encoder_layers": 1,
+                "decoder_layers": 1,
+                "encoder_attention_heads": 2,
+                "decoder_attention_heads": 2,
+                "encoder_ffn_dim": 64,
+                "decoder_ffn_dim": 64,
+                "num_mel_bins": 128,
+                "vocab_size": 64,
+                "max_source_positions": 1500,
+                "max_target_positions": 32,
+                "decoder_start_token_id": 1,
+                "pad_token_id": 0,
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+            },
+        },
+    },
+    "llm": {
+        "max_batch": 8,
+        "block_size": 32,
+        "max_prompt_tokens": 1024,
+        "weights": {
+            "load_format": "dummy",
+            "preset": "qwen3-4b",
+            "overrides": {
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "intermediate_size": 64,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "head_dim": 16,
+                "vocab_size": 300,
+            },
+        },
+    },
 }
 
 
@@ -96,11 +129,17 @@ def level_summary(row: ServingRow, latencies: tuple[list[float], int]) -> dict:
     p50, p90 = quantile_ms(values, Fraction(1, 2)), quantile_ms(values, Fraction(9, 10))
     rtf_ok = row.rtf_p90 is not None and row.rtf_p90 < 1
     fast = p90 is not None and p90 / 1000 <= GOAL_FIRST_AUDIO_P90_S and missing == 0
-    return {"concurrency": row.concurrency, "sweep_row": row.model_dump(mode="json"),
-            "first_audio_after_speech_end_s": {"p50": None if p50 is None else p50 / 1000,
-                                               "p90": None if p90 is None else p90 / 1000,
-                                               "n": len(values), "no_reply": missing},
-            "meets_goal": bool(row.meets_targets and rtf_ok and fast)}
+    return {
+        "concurrency": row.concurrency,
+        "sweep_row": row.model_dump(mode="json"),
+        "first_audio_after_speech_end_s": {
+            "p50": None if p50 is None else p50 / 1000,
+            "p90": None if p90 is None else p90 / 1000,
+            "n": len(values),
+            "no_reply": missing,
+        },
+        "meets_goal": bool(row.meets_targets and rtf_ok and fast),
+    }
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -116,14 +155,27 @@ def run(args: argparse.Namespace) -> dict:
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     # the synthetic cohort is spoken by Piper: on a machine without it, bring one made elsewhere
     root = synthetic_tree(args.dataset or out / "dataset", sessions)
-    record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0",
-                                   "--subset-count", f"{SUBSET}={sessions}",
-                                   *(["--turn-detection", args.turn_detection] if args.turn_detection else [])])
+    record = parse_record_options(
+        [
+            "--dataset-root",
+            str(root),
+            "--per-subset",
+            "0",
+            "--subset-count",
+            f"{SUBSET}={sessions}",
+            *(["--turn-detection", args.turn_detection] if args.turn_detection else []),
+        ]
+    )
     opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
     config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny, args.asr_tokens)
-    server = ManagedServer(system="gpu-cascade", host="127.0.0.1", port=int(os.environ["SERVER_PORT"]),
-                           config=config, log_path=opts.output / "logs" / "model-server.log",
-                           ready_timeout_s=args.ready_timeout_s)
+    server = ManagedServer(
+        system="gpu-cascade",
+        host="127.0.0.1",
+        port=int(os.environ["SERVER_PORT"]),
+        config=config,
+        log_path=opts.output / "logs" / "model-server.log",
+        ready_timeout_s=args.ready_timeout_s,
+    )
     server.start()
     try:
         opts.record = record.model_copy(update={"url": server.ws_url})
@@ -131,44 +183,75 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         server.stop()
     loaded, _ = load_v10(root, [SUBSET], strict=False)
-    turn_end = {s.sample_id: s.turn_end_s for s in loaded.get(SUBSET, []) if s.turn_end_s is not None}
+    turn_end = {
+        s.sample_id: s.turn_end_s for s in loaded.get(SUBSET, []) if s.turn_end_s is not None
+    }
     rows = [ServingRow.model_validate(row) for row in data["rows"]]
-    summary_levels = [level_summary(row, speech_end_latencies(level_dir(opts.output, row.concurrency), turn_end))
-                      for row in rows]
+    summary_levels = [
+        level_summary(row, speech_end_latencies(level_dir(opts.output, row.concurrency), turn_end))
+        for row in rows
+    ]
     meeting = [lv["concurrency"] for lv in summary_levels if lv["meets_goal"]]
-    summary = {"schema": "fdb-gpu-cascade-benchmark-1", "system": "gpu-cascade", "tiny": args.tiny,
-               "turn_detection": record.turn_detection, "asr_max_new_tokens": args.asr_tokens,
-               "device": "cpu" if args.tiny else args.device, "weights": "dummy (compute path only)",
-               "launch": str(config), "sessions": sessions, "levels": summary_levels,
-               "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
-               "highest_level_meeting_goal": max(meeting) if meeting else None,
-               "sweep_capacity_line": data["capacity"]["line"], "command": sys.argv}
+    summary = {
+        "schema": "fdb-gpu-cascade-benchmark-1",
+        "system": "gpu-cascade",
+        "tiny": args.tiny,
+        "turn_detection": record.turn_detection,
+        "asr_max_new_tokens": args.asr_tokens,
+        "device": "cpu" if args.tiny else args.device,
+        "weights": "dummy (compute path only)",
+        "launch": str(config),
+        "sessions": sessions,
+        "levels": summary_levels,
+        "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
+        "highest_level_meeting_goal": max(meeting) if meeting else None,
+        "sweep_capacity_line": data["capacity"]["line"],
+        "command": sys.argv,
+    }
     atomic_write_json(out / "summary.json", summary)
     return summary
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--asr-tokens", type=int, default=24, help="the recognizer's max_new_tokens. Dummy "
-                        "weights never end a transcript early, so every one costs all of them: 24, about a 5 s "
-                        "question's transcript (the cohort's questions are 2-4 s)")
-    parser.add_argument("--turn-detection", help="the sessions' turn detection as JSON (default: the sweep's "
-                        'server_vad with 500 ms of silence, which alone puts the first audio 0.5 s after the '
-                        'speech end), e.g. \'{"type": "semantic_vad", "eagerness": "high"}\'')
+    parser.add_argument(
+        "--asr-tokens",
+        type=int,
+        default=24,
+        help="the recognizer's max_new_tokens. Dummy "
+        "weights never end a transcript early, so every one costs all of them: 24, about a 5 s "
+        "question's transcript (the cohort's questions are 2-4 s)",
+    )
+    parser.add_argument(
+        "--turn-detection",
+        help="the sessions' turn detection as JSON (default: the sweep's "
+        "server_vad with 500 ms of silence, which alone puts the first audio 0.5 s after the "
+        'speech end), e.g. \'{"type": "semantic_vad", "eagerness": "high"}\'',
+    )
 
 
 def main() -> None:
-    args = sweep_args(__doc__, "8,16,32,48", "gpu-cascade-", "1-layer models on CPU: checks the path end to end",
-                      _options, device_help="the GPU the two models run on",
-                      dataset_help=f"{DATASET_HELP}: make it where Piper is and carry it to a GPU machine without Piper",
-                      ready_help="how long the server may take to load")
+    args = sweep_args(
+        __doc__,
+        "8,16,32,48",
+        "gpu-cascade-",
+        "1-layer models on CPU: checks the path end to end",
+        _options,
+        device_help="the GPU the two models run on",
+        dataset_help=f"{DATASET_HELP}: make it where Piper is and carry it to a GPU machine without Piper",
+        ready_help="how long the server may take to load",
+    )
     summary = run(args)
     for level in summary["levels"]:
         row, first = level["sweep_row"], level["first_audio_after_speech_end_s"]
-        print(f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, RTF p90 {row['rtf_p90']}, "
-              f"first audio p50/p90 {first['p50']}/{first['p90']} s (no reply {first['no_reply']}), "
-              f"goal {'met' if level['meets_goal'] else 'missed'}")
-    print(f"highest level meeting the goal: {summary['highest_level_meeting_goal']}; "
-          f"{summary['sweep_capacity_line']}; summary: {args.out / 'summary.json'}")
+        print(
+            f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, RTF p90 {row['rtf_p90']}, "
+            f"first audio p50/p90 {first['p50']}/{first['p90']} s (no reply {first['no_reply']}), "
+            f"goal {'met' if level['meets_goal'] else 'missed'}"
+        )
+    print(
+        f"highest level meeting the goal: {summary['highest_level_meeting_goal']}; "
+        f"{summary['sweep_capacity_line']}; summary: {args.out / 'summary.json'}"
+    )
 
 
 if __name__ == "__main__":

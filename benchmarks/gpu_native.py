@@ -36,14 +36,39 @@ from runs.sweep_args import parse_record_options  # noqa: E402
 
 PROFILE = "personaplex-native-80ms"
 GOAL_LATE_SHARE = 0.01
-MIMI_TINY = {"model_type": "mimi", "upsample_groups": 32, "hidden_size": 32, "num_filters": 4,
-             "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
-             "head_dim": 16, "codebook_dim": 16, "vector_quantization_hidden_dimension": 16, "num_quantizers": 32}
-TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "head_dim": 16, "ffn_dim": 128, "vocab_size": 100,
-        "depth_decoder_config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                                 "num_key_value_heads": 2, "head_dim": 16, "ffn_dim": 64, "input_size": 64},
-        "audio_encoder_config": MIMI_TINY}
+MIMI_TINY = {
+    "model_type": "mimi",
+    "upsample_groups": 32,
+    "hidden_size": 32,
+    "num_filters": 4,
+    "num_hidden_layers": 1,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "codebook_dim": 16,
+    "vector_quantization_hidden_dimension": 16,
+    "num_quantizers": 32,
+}
+TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 16,
+    "ffn_dim": 128,
+    "vocab_size": 100,
+    "depth_decoder_config": {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "ffn_dim": 64,
+        "input_size": 64,
+    },
+    "audio_encoder_config": MIMI_TINY,
+}
 
 
 def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "streaming") -> dict:
@@ -58,16 +83,25 @@ def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "str
     device = "cpu" if tiny else device
     source = WeightSource("dummy", preset="moshi-7b", overrides=TINY if tiny else {})
     model = load_model(source, "native", device, "float32" if tiny else "bfloat16")
-    engine = MoshiEngine(model, MoshiOptions(max_batch=max(batches), codec=codec), dummy=True,
-                         weights_label=source.label())
-    results = {"warm_s": engine.warm_s, "graphs": {f"{k[0]}-{k[1]}": v is not False for k, v in engine._graphs.items()}}
+    engine = MoshiEngine(
+        model,
+        MoshiOptions(max_batch=max(batches), codec=codec),
+        dummy=True,
+        weights_label=source.label(),
+    )
+    results = {
+        "warm_s": engine.warm_s,
+        "graphs": {f"{k[0]}-{k[1]}": v is not False for k, v in engine._graphs.items()},
+    }
     with torch.inference_mode():
         engine.pos.fill_(500)  # 40 s into a session
         for n in batches:
             engine.active[:n] = True
-            row = {"encode_ms": _timed(lambda n=n: engine._encode(n), device),
-                   "step_ms": _timed(lambda n=n: engine._run_graph("step", n, engine._step), device),
-                   "decode_ms": _timed(lambda n=n: engine._decode(n), device)}
+            row = {
+                "encode_ms": _timed(lambda n=n: engine._encode(n), device),
+                "step_ms": _timed(lambda n=n: engine._run_graph("step", n, engine._step), device),
+                "decode_ms": _timed(lambda n=n: engine._decode(n), device),
+            }
             row["frame_ms"] = round(row["encode_ms"] + row["step_ms"] + row["decode_ms"], 3)
             results[str(n)] = row
             print(f"moshi batch {n}: {row}", flush=True)
@@ -78,24 +112,43 @@ def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "str
     return results
 
 
-def launch_file(path: Path, sessions: int, device: str, tiny: bool, codec: str = "streaming") -> Path:
+def launch_file(
+    path: Path, sessions: int, device: str, tiny: bool, codec: str = "streaming"
+) -> Path:
     import yaml
 
     from fdb.io import atomic_write_text
 
-    model = {"kind": "moshi_gpu", "device": "cpu" if tiny else device, "max_batch": sessions, "codec": codec,
-             "weights": {"load_format": "dummy", "preset": "moshi-7b", **({"overrides": TINY} if tiny else {})}}
+    model = {
+        "kind": "moshi_gpu",
+        "device": "cpu" if tiny else device,
+        "max_batch": sessions,
+        "codec": codec,
+        "weights": {
+            "load_format": "dummy",
+            "preset": "moshi-7b",
+            **({"overrides": TINY} if tiny else {}),
+        },
+    }
     if tiny:
         model["dtype"] = "float32"
-    raw = {"system": "gpu-native", "max_sessions": sessions,
-           "duplex": {"unit_ms": 80, "unit_ms_choices": [80], "model": model}}
+    raw = {
+        "system": "gpu-native",
+        "max_sessions": sessions,
+        "duplex": {"unit_ms": 80, "unit_ms_choices": [80], "model": model},
+    }
     return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
 
 
 def level_summary(row: ServingRow) -> dict:
     late = row.unit_miss_rate
-    return {"concurrency": row.concurrency, "sweep_row": row.model_dump(mode="json"),
-            "meets_goal": bool(row.sessions_failed == 0 and late is not None and late <= GOAL_LATE_SHARE)}
+    return {
+        "concurrency": row.concurrency,
+        "sweep_row": row.model_dump(mode="json"),
+        "meets_goal": bool(
+            row.sessions_failed == 0 and late is not None and late <= GOAL_LATE_SHARE
+        ),
+    }
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -106,17 +159,34 @@ def run(args: argparse.Namespace) -> dict:
 
     out = args.out
     levels = parse_levels(args.levels)
-    profile = None if args.skip_profile else profile_steps(args.tiny, levels, args.device, args.codec)
+    profile = (
+        None if args.skip_profile else profile_steps(args.tiny, levels, args.device, args.codec)
+    )
     sessions = args.sessions or max(levels)
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     root = synthetic_tree(args.dataset or out / "dataset", sessions)
-    record = parse_record_options(["--dataset-root", str(root), "--per-subset", "0", "--profile", PROFILE,
-                                   "--subset-count", f"{SUBSET}={sessions}"])
+    record = parse_record_options(
+        [
+            "--dataset-root",
+            str(root),
+            "--per-subset",
+            "0",
+            "--profile",
+            PROFILE,
+            "--subset-count",
+            f"{SUBSET}={sessions}",
+        ]
+    )
     opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
     config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny, args.codec)
-    server = ManagedServer(system="gpu-native", host="127.0.0.1", port=int(os.environ["SERVER_PORT"]),
-                           config=config, log_path=opts.output / "logs" / "model-server.log",
-                           ready_timeout_s=args.ready_timeout_s)
+    server = ManagedServer(
+        system="gpu-native",
+        host="127.0.0.1",
+        port=int(os.environ["SERVER_PORT"]),
+        config=config,
+        log_path=opts.output / "logs" / "model-server.log",
+        ready_timeout_s=args.ready_timeout_s,
+    )
     server.start()
     try:
         opts.record = record.model_copy(update={"url": server.ws_url})
@@ -126,31 +196,55 @@ def run(args: argparse.Namespace) -> dict:
     rows = [ServingRow.model_validate(row) for row in data["rows"]]
     summary_levels = [level_summary(row) for row in rows]
     meeting = [lv["concurrency"] for lv in summary_levels if lv["meets_goal"]]
-    summary = {"schema": "fdb-gpu-native-benchmark-1", "system": "gpu-native", "profile": PROFILE,
-               "tiny": args.tiny, "device": "cpu" if args.tiny else args.device, "codec": args.codec,
-               "weights": "dummy (moshi-7b configuration): compute path only, the audio is noise",
-               "launch": str(config), "sessions": sessions, "step_profile": profile, "levels": summary_levels,
-               "goal": {"late_unit_share_at_most": GOAL_LATE_SHARE, "sessions": 16},
-               "highest_level_meeting_goal": max(meeting) if meeting else None,
-               "sweep_capacity_line": data["capacity"]["line"], "command": sys.argv}
+    summary = {
+        "schema": "fdb-gpu-native-benchmark-1",
+        "system": "gpu-native",
+        "profile": PROFILE,
+        "tiny": args.tiny,
+        "device": "cpu" if args.tiny else args.device,
+        "codec": args.codec,
+        "weights": "dummy (moshi-7b configuration): compute path only, the audio is noise",
+        "launch": str(config),
+        "sessions": sessions,
+        "step_profile": profile,
+        "levels": summary_levels,
+        "goal": {"late_unit_share_at_most": GOAL_LATE_SHARE, "sessions": 16},
+        "highest_level_meeting_goal": max(meeting) if meeting else None,
+        "sweep_capacity_line": data["capacity"]["line"],
+        "command": sys.argv,
+    }
     atomic_write_json(out / "summary.json", summary)
     return summary
 
 
 def main() -> None:
     def extra(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--skip-profile", action="store_true", help="no in-process step profile first")
-        parser.add_argument("--codec", choices=["streaming", "window"], default="streaming",
-                            help="Moshi's Mimi: streaming (serving.gpu.mimi_static, captured) or window "
-                                 "(transformers' Mimi over the last 8 frames, eager): run both for an A/B")
+        parser.add_argument(
+            "--skip-profile", action="store_true", help="no in-process step profile first"
+        )
+        parser.add_argument(
+            "--codec",
+            choices=["streaming", "window"],
+            default="streaming",
+            help="Moshi's Mimi: streaming (serving.gpu.mimi_static, captured) or window "
+            "(transformers' Mimi over the last 8 frames, eager): run both for an A/B",
+        )
 
-    args = sweep_args(__doc__, "8,16,32", "gpu-native-", "a 2-layer Moshi on CPU: checks the path end to end", extra)
+    args = sweep_args(
+        __doc__,
+        "8,16,32",
+        "gpu-native-",
+        "a 2-layer Moshi on CPU: checks the path end to end",
+        extra,
+    )
     summary = run(args)
     for level in summary["levels"]:
         row = level["sweep_row"]
-        print(f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, units {row['units']}, "
-              f"late {row['unit_misses']} ({row['unit_miss_rate']}), lag p50/p95 {row['unit_lag_p50_ms']}/"
-              f"{row['unit_lag_p95_ms']} ms, goal {'met' if level['meets_goal'] else 'missed'}")
+        print(
+            f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, units {row['units']}, "
+            f"late {row['unit_misses']} ({row['unit_miss_rate']}), lag p50/p95 {row['unit_lag_p50_ms']}/"
+            f"{row['unit_lag_p95_ms']} ms, goal {'met' if level['meets_goal'] else 'missed'}"
+        )
     print(f"highest level meeting the goal: {summary['highest_level_meeting_goal']}")
 
 

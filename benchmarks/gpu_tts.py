@@ -33,15 +33,38 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.cascade_capacity import _free_port  # noqa: E402
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16, "text_vocab_size": 300,
-        "depth_decoder_config": {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
-                                 "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-                                 "backbone_hidden_size": 64},
-        "codec_config": {"model_type": "mimi", "upsample_groups": 32, "hidden_size": 32, "num_filters": 4,
-                         "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2,
-                         "num_key_value_heads": 2, "head_dim": 16, "codebook_dim": 16,
-                         "vector_quantization_hidden_dimension": 16, "num_quantizers": 32}}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "text_vocab_size": 300,
+    "depth_decoder_config": {
+        "num_hidden_layers": 1,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "backbone_hidden_size": 64,
+    },
+    "codec_config": {
+        "model_type": "mimi",
+        "upsample_groups": 32,
+        "hidden_size": 32,
+        "num_filters": 4,
+        "num_hidden_layers": 1,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "codebook_dim": 16,
+        "vector_quantization_hidden_dimension": 16,
+        "num_quantizers": 32,
+    },
+}
 
 
 def profile_steps(tiny: bool, batches: list[int]) -> dict:
@@ -53,19 +76,27 @@ def profile_steps(tiny: bool, batches: list[int]) -> dict:
     device = "cpu" if tiny else "cuda"
     source = WeightSource("dummy", preset="csm-1b", overrides=TINY if tiny else {})
     model = load_model(source, "tts", device, "float32" if tiny else "bfloat16")
-    engine = CsmEngine(model, CsmOptions(max_batch=max(batches), max_len=1024), dummy=True,
-                       weights_label=source.label())
+    engine = CsmEngine(
+        model,
+        CsmOptions(max_batch=max(batches), max_len=1024),
+        dummy=True,
+        weights_label=source.label(),
+    )
     engine.pos.fill_(200)  # a realistic prompt + some audio already in the cache
     results = {}
     with torch.inference_mode():
         for n in batches:
-            row = {"eager_ms": _timed(lambda n=n: engine._step(n), device),
-                   "mimi_eager_ms": _timed(lambda n=n: engine._decode(n), device)}
+            row = {
+                "eager_ms": _timed(lambda n=n: engine._step(n), device),
+                "mimi_eager_ms": _timed(lambda n=n: engine._decode(n), device),
+            }
             if device == "cuda":
                 graph = engine._capture(n)
                 row["graph_ms"] = _timed(graph.replay, device)
                 row.update(_kernels(lambda n=n: engine._step(n)))
-                row["frames_per_s"] = round(n / ((row["graph_ms"] + row["mimi_eager_ms"]) / 1000), 1)
+                row["frames_per_s"] = round(
+                    n / ((row["graph_ms"] + row["mimi_eager_ms"]) / 1000), 1
+                )
             results[str(n)] = row
             print(f"step batch {n}: {row}", flush=True)
     engine.close()
@@ -113,40 +144,76 @@ def _kernels(fn) -> dict:
 def serve_and_bench(args, out: Path) -> dict:
     from runs.server import ManagedServer
 
-    server = ManagedServer(system="gpu-tts", host="127.0.0.1", port=_free_port(), config=args.config,
-                           log_path=out / "server.log", ready_timeout_s=600)
+    server = ManagedServer(
+        system="gpu-tts",
+        host="127.0.0.1",
+        port=_free_port(),
+        config=args.config,
+        log_path=out / "server.log",
+        ready_timeout_s=600,
+    )
     server.start()
     try:
-        bench = [sys.executable, "-m", "fdb", "tts-bench", "--url", server.http_url,
-                 "--output", str(out / "tts-bench"), "--concurrency", args.concurrency,
-                 "--num-prompts", str(args.num_prompts), "--num-warmups", "2", "--frame-rate", "12.5",
-                 "--no-quality", "--timeout-s", "300"]
+        bench = [
+            sys.executable,
+            "-m",
+            "fdb",
+            "tts-bench",
+            "--url",
+            server.http_url,
+            "--output",
+            str(out / "tts-bench"),
+            "--concurrency",
+            args.concurrency,
+            "--num-prompts",
+            str(args.num_prompts),
+            "--num-warmups",
+            "2",
+            "--frame-rate",
+            "12.5",
+            "--no-quality",
+            "--timeout-s",
+            "300",
+        ]
         if args.seed_tts:
             bench += ["--seed-tts", str(args.seed_tts)]
         started = time.monotonic()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         done = subprocess.run(bench, env=env, cwd=ROOT, capture_output=True, text=True)
         (out / "tts-bench.log").write_text(done.stdout + done.stderr)
-        return {"tts_bench_exit": done.returncode, "tts_bench_s": round(time.monotonic() - started, 1)}
+        return {
+            "tts_bench_exit": done.returncode,
+            "tts_bench_s": round(time.monotonic() - started, 1),
+        }
     finally:
         server.stop()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     parser.add_argument("--num-prompts", type=int, default=64)
     parser.add_argument("--seed-tts", type=Path, default=None)
-    parser.add_argument("--config", type=Path, default=None, help="a launch.yaml instead of --system gpu-tts")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="a launch.yaml instead of --system gpu-tts"
+    )
     parser.add_argument("--batches", default="1,16,64")
-    parser.add_argument("--tiny", action="store_true", help="CPU, tiny configuration: checks the script")
+    parser.add_argument(
+        "--tiny", action="store_true", help="CPU, tiny configuration: checks the script"
+    )
     parser.add_argument("--skip-profile", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"weights": "dummy (csm-1b configuration): compute path only, the audio is noise"}
+    summary: dict = {
+        "weights": "dummy (csm-1b configuration): compute path only, the audio is noise"
+    }
     if not args.skip_profile:
-        summary["step_profile"] = profile_steps(args.tiny, [int(b) for b in args.batches.split(",")])
+        summary["step_profile"] = profile_steps(
+            args.tiny, [int(b) for b in args.batches.split(",")]
+        )
     summary.update(serve_and_bench(args, args.out))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -51,21 +51,31 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="judge-throughput-"))
     with FakeJudge(delay_s=args.delay) as fake:
         kw = {"reference_source": REFERENCE, "timeout_s": 30}
-        fast = JudgeSettings.openai("judge-model", fake.base_url, concurrency=args.concurrency, **kw)
+        fast = JudgeSettings.openai(
+            "judge-model", fake.base_url, concurrency=args.concurrency, **kw
+        )
         wall, statuses = timed(repeat_of(tmp / "a" / "repeat-1", args.pairs), fast)
         served = fake.max_in_flight
         serial = JudgeSettings.openai("judge-model", fake.base_url, concurrency=1, **kw)
         base, _ = timed(repeat_of(tmp / "b" / "repeat-1", args.baseline_pairs), serial)
         serial_estimate = base / args.baseline_pairs * args.pairs
-        custom = JudgeSettings.custom(judge_config(tmp / "judge"), fake.base_url, concurrency=args.concurrency, **kw)
+        custom = JudgeSettings.custom(
+            judge_config(tmp / "judge"), fake.base_url, concurrency=args.concurrency, **kw
+        )
         full, full_statuses = timed(repeat_of(tmp / "c" / "repeat-1", args.pairs), custom)
     print(f"endpoint delay {args.delay:.2f} s per request, {args.pairs} pairs")
-    print(f"behavior labels, concurrency {args.concurrency}: {wall:.2f} s wall ({statuses['behavior']}; "
-          f"max {served} requests in flight at the server)")
-    print(f"baseline, concurrency 1: {base:.2f} s for {args.baseline_pairs} pairs -> {serial_estimate:.1f} s "
-          f"for {args.pairs} (x{serial_estimate / wall:.1f} slower)")
-    print(f"self-hosted judge, behavior + semantic with 6 controls ({2 * args.pairs + 6} requests), concurrency "
-          f"{args.concurrency}: {full:.2f} s wall ({full_statuses})")
+    print(
+        f"behavior labels, concurrency {args.concurrency}: {wall:.2f} s wall ({statuses['behavior']}; "
+        f"max {served} requests in flight at the server)"
+    )
+    print(
+        f"baseline, concurrency 1: {base:.2f} s for {args.baseline_pairs} pairs -> {serial_estimate:.1f} s "
+        f"for {args.pairs} (x{serial_estimate / wall:.1f} slower)"
+    )
+    print(
+        f"self-hosted judge, behavior + semantic with 6 controls ({2 * args.pairs + 6} requests), concurrency "
+        f"{args.concurrency}: {full:.2f} s wall ({full_statuses})"
+    )
 
 
 if __name__ == "__main__":

@@ -125,8 +125,10 @@ class TimerFloor:
     def __enter__(self) -> TimerFloor:
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self._stop, self._results = mp.Event(), mp.Queue()
-        self._procs = [mp.Process(target=_floor_probe, args=(self._stop, self._results, cpu), daemon=True)
-                       for cpu in [None, *cpus]]
+        self._procs = [
+            mp.Process(target=_floor_probe, args=(self._stop, self._results, cpu), daemon=True)
+            for cpu in [None, *cpus]
+        ]
         for proc in self._procs:
             proc.start()
         return self
@@ -158,18 +160,37 @@ def idle_floor(seconds: float = 3.0) -> tuple[float, float]:
 def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> dict:
     t = np.arange(int(seconds * 16000)) / 16000
     audio = Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
-    jobs = [SessionJob(url, audio, out / f"s{k:04d}", f"bench/{k}", "main", "turn-based", TD, timeout_s=seconds + 60)
-            for k in range(sessions)]
+    jobs = [
+        SessionJob(
+            url,
+            audio,
+            out / f"s{k:04d}",
+            f"bench/{k}",
+            "main",
+            "turn-based",
+            TD,
+            timeout_s=seconds + 60,
+        )
+        for k in range(sessions)
+    ]
     before = rss_bytes()
     cpu, wall, sink = time.process_time(), time.perf_counter(), cpu_seconds(sink_pid)
     with PeakRss() as rss, TimerFloor() as floor:
         records = run_loop(record_many(jobs, concurrency=sessions))
-    cpu, wall, sink = time.process_time() - cpu, time.perf_counter() - wall, cpu_seconds(sink_pid) - sink
+    cpu, wall, sink = (
+        time.process_time() - cpu,
+        time.perf_counter() - wall,
+        cpu_seconds(sink_pid) - sink,
+    )
     sends = [s for job in jobs for s in sends_from_trace(read_trace(job.out_dir / "trace.jsonl"))]
     lateness = np.array([s.lateness_s * 1000 for s in sends])
     last = max((s.seq for s in sends), default=0)
-    phase = np.array(["start" if s.seq < EDGE_START else "end" if s.seq > last - EDGE_END else "steady"
-                      for s in sends])
+    phase = np.array(
+        [
+            "start" if s.seq < EDGE_START else "end" if s.seq > last - EDGE_END else "steady"
+            for s in sends
+        ]
+    )
     lag = [r.loop_lag.max_ms for r in records if r.loop_lag.max_ms is not None]
     row = {
         "sessions": sessions,
@@ -179,8 +200,12 @@ def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> d
         "p99_ms": float(np.percentile(lateness, 99)) if lateness.size else float("nan"),
         "max_ms": float(lateness.max()) if lateness.size else float("nan"),
         "loop_lag_max_ms": max(lag) if lag else float("nan"),
-        **{f"p99_{name}_ms": float(np.percentile(lateness[phase == name], 99)) if (phase == name).any()
-           else float("nan") for name in ("start", "steady", "end")},
+        **{
+            f"p99_{name}_ms": float(np.percentile(lateness[phase == name], 99))
+            if (phase == name).any()
+            else float("nan")
+            for name in ("start", "steady", "end")
+        },
         "cpu_share": cpu / wall,
         "sink_cpu_share": sink / wall,
         "rss_per_session_mib": (rss.peak - before) / sessions / MIB,
@@ -188,18 +213,30 @@ def step(url: str, sessions: int, seconds: float, out: Path, sink_pid: int) -> d
         "floor_p99_ms": floor.p99_ms,
         "floor_max_ms": floor.max_ms,
     }
-    row["passes"] = row["ok"] == sessions and row["violations"] == 0 and row["p99_ms"] <= P99_GOAL_MS
-    row["failed_in_stall"] = not row["passes"] and row["floor_max_ms"] > STALL_MS  # the machine stalled
+    row["passes"] = (
+        row["ok"] == sessions and row["violations"] == 0 and row["p99_ms"] <= P99_GOAL_MS
+    )
+    row["failed_in_stall"] = (
+        not row["passes"] and row["floor_max_ms"] > STALL_MS
+    )  # the machine stalled
     return row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ladder", default="64,128,256,512", help="comma-separated concurrencies")
     parser.add_argument("--seconds", type=float, default=10.0, help="input length per session")
-    parser.add_argument("--keep-going", action="store_true", help="run every step even after one fails")
-    parser.add_argument("--reruns", type=int, default=1,
-                        help="times a step that failed while the machine itself stalled is run again (default 1)")
+    parser.add_argument(
+        "--keep-going", action="store_true", help="run every step even after one fails"
+    )
+    parser.add_argument(
+        "--reruns",
+        type=int,
+        default=1,
+        help="times a step that failed while the machine itself stalled is run again (default 1)",
+    )
     args = parser.parse_args()
     if args.reruns < 0:
         parser.error("--reruns must be 0 or more")
@@ -209,10 +246,14 @@ def main() -> None:
     url = f"ws://127.0.0.1:{ports.get(timeout=30)}/v1/realtime"
     rows = []
     p99, worst = idle_floor()
-    print(f"timer floor of this machine at rest (bare processes, 2 ms deadlines): p99 {p99:.2f} ms, max {worst:.2f} ms",
-          flush=True)
-    header = (f"{'sessions':>8} {'ok':>5} {'late>80':>7} {'behind':>6} {'p99 ms':>7} {'start':>6} {'steady':>6} "
-              f"{'end':>6} {'max ms':>8} {'lag max':>8} {'floor':>6} {'fl max':>6} {'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass")
+    print(
+        f"timer floor of this machine at rest (bare processes, 2 ms deadlines): p99 {p99:.2f} ms, max {worst:.2f} ms",
+        flush=True,
+    )
+    header = (
+        f"{'sessions':>8} {'ok':>5} {'late>80':>7} {'behind':>6} {'p99 ms':>7} {'start':>6} {'steady':>6} "
+        f"{'end':>6} {'max ms':>8} {'lag max':>8} {'floor':>6} {'fl max':>6} {'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass"
+    )
     print(header, flush=True)
     try:
         for n in (int(x) for x in args.ladder.split(",")):
@@ -220,10 +261,17 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     r = step(url, n, args.seconds, Path(tmp), server.pid)
                 rows.append(r)
-                mark = f" (machine stalled: floor max {r['floor_max_ms']:.0f} ms)" if r["failed_in_stall"] else ""
-                print(f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
-                      f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['floor_max_ms']:>6.1f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
-                      f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}{mark}", flush=True)
+                mark = (
+                    f" (machine stalled: floor max {r['floor_max_ms']:.0f} ms)"
+                    if r["failed_in_stall"]
+                    else ""
+                )
+                print(
+                    f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
+                    f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['floor_max_ms']:>6.1f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
+                    f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}{mark}",
+                    flush=True,
+                )
                 if not r["failed_in_stall"]:
                     break
             if not r["passes"] and not args.keep_going:
@@ -234,9 +282,13 @@ def main() -> None:
     best = max((r["sessions"] for r in rows if r["passes"]), default=0)
     stalls = sum(r["failed_in_stall"] for r in rows)
     if stalls:
-        print(f"{stalls} attempt(s) failed while the machine itself stalled (bare processes beside the step)")
-    print(f"capacity: {best} concurrent paced sessions with zero violations and p99 <= {P99_GOAL_MS:g} ms "
-          f"(goal 512); RSS per session at the largest step: {rows[-1]['rss_per_session_mib']:.3f} MiB (goal < 2)")
+        print(
+            f"{stalls} attempt(s) failed while the machine itself stalled (bare processes beside the step)"
+        )
+    print(
+        f"capacity: {best} concurrent paced sessions with zero violations and p99 <= {P99_GOAL_MS:g} ms "
+        f"(goal 512); RSS per session at the largest step: {rows[-1]['rss_per_session_mib']:.3f} MiB (goal < 2)"
+    )
 
 
 if __name__ == "__main__":

@@ -60,19 +60,49 @@ class _EchoSession(picows.WSListener):
         if kind == "input_audio_buffer.append":
             self.on_append(event)
         elif kind == "session.update":
-            self.send({"type": "session.updated", "client_event_id": event["event_id"], "session": {
-                "audio": {"input": {"format": {"rate": 16000},
-                                    "turn_detection": event["session"]["audio"]["input"]["turn_detection"]},
-                          "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}})
+            self.send(
+                {
+                    "type": "session.updated",
+                    "client_event_id": event["event_id"],
+                    "session": {
+                        "audio": {
+                            "input": {
+                                "format": {"rate": 16000},
+                                "turn_detection": event["session"]["audio"]["input"][
+                                    "turn_detection"
+                                ],
+                            },
+                            "output": {"format": {"type": "audio/pcm", "rate": 24000}},
+                        }
+                    },
+                }
+            )
         elif kind == "sglang.input_audio.end":
             ms = self.samples / 16
-            self.send({"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "flush"})
+            self.send(
+                {"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "flush"}
+            )
             if self.samples > self.units * 3200:
                 self.send(_unit(self.units, (self.samples - self.units * 3200) / 16))
-            self.send({"type": "response.done", "response": {
-                "id": self.rid, "status": "completed", "status_details": {"type": "completed", "reason": "stop"}}})
-            self.send({"type": "sglang.input_audio.drained", "accepted_end_ms": ms, "consumed_ms": ms,
-                       "discarded_ms": 0, "padding_ms": 0})
+            self.send(
+                {
+                    "type": "response.done",
+                    "response": {
+                        "id": self.rid,
+                        "status": "completed",
+                        "status_details": {"type": "completed", "reason": "stop"},
+                    },
+                }
+            )
+            self.send(
+                {
+                    "type": "sglang.input_audio.drained",
+                    "accepted_end_ms": ms,
+                    "consumed_ms": ms,
+                    "discarded_ms": 0,
+                    "padding_ms": 0,
+                }
+            )
         elif kind == "session.close":
             self.send({"type": "session.closed", "reason": "client_closed"})
             transport.send_close(picows.WSCloseCode.OK)
@@ -80,28 +110,49 @@ class _EchoSession(picows.WSListener):
     def on_append(self, event: dict) -> None:
         audio, seq = event["audio"], event["sglang"]["seq"]
         self.samples += len(base64.b64decode(audio)) // 2
-        self.send({"type": "sglang.input_audio.accepted", "seq": seq,
-                   "accepted_end_ms": self.samples / 16, "client_event_id": event["event_id"]})
+        self.send(
+            {
+                "type": "sglang.input_audio.accepted",
+                "seq": seq,
+                "accepted_end_ms": self.samples / 16,
+                "client_event_id": event["event_id"],
+            }
+        )
         if seq == 0:
-            self.send({"type": "response.created", "response": {"id": self.rid, "status": "in_progress"}})
+            self.send(
+                {"type": "response.created", "response": {"id": self.rid, "status": "in_progress"}}
+            )
         # the audio text goes back as it came, never through the JSON encoder
-        self.t.send(picows.WSMsgType.TEXT, b"".join((
-            b'{"type": "response.output_audio.delta", "response_id": "', self.rid.encode(),
-            b'", "item_id": "i", "delta": "', audio.encode(), b'"}')))
+        self.t.send(
+            picows.WSMsgType.TEXT,
+            b"".join(
+                (
+                    b'{"type": "response.output_audio.delta", "response_id": "',
+                    self.rid.encode(),
+                    b'", "item_id": "i", "delta": "',
+                    audio.encode(),
+                    b'"}',
+                )
+            ),
+        )
         while self.samples - self.units * 3200 >= 3200:
             self.send(_unit(self.units, 200))
             self.units += 1
 
 
 def _unit(k: int, ms: float) -> dict:
-    return {"type": "sglang.unit.done", "unit_id": f"unit_{k}",
-            "sglang": {"media_time": {"t_start_ms": k * 200, "duration_ms": ms}}}
+    return {
+        "type": "sglang.unit.done",
+        "unit_id": f"unit_{k}",
+        "sglang": {"media_time": {"t_start_ms": k * 200, "duration_ms": ms}},
+    }
 
 
 def _serve(ports: mp.Queue) -> None:
     async def main() -> None:
-        server = await picows.ws_create_server(lambda request: _EchoSession(), "127.0.0.1", 0,
-                                               max_frame_size=16 * 2**20)
+        server = await picows.ws_create_server(
+            lambda request: _EchoSession(), "127.0.0.1", 0, max_frame_size=16 * 2**20
+        )
         ports.put(server.sockets[0].getsockname()[1])
         await asyncio.Future()
 
@@ -112,13 +163,29 @@ def _serve(ports: mp.Queue) -> None:
 def measure(url: str, sessions: int, seconds: float, out: Path) -> dict:
     t = np.arange(int(seconds * 16000)) / 16000
     audio = Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000)
-    jobs = [SessionJob(url, audio, out / f"s{k:03d}", f"bench/{k}", "main", "turn-based", TD, timeout_s=seconds + 30)
-            for k in range(sessions)]
+    jobs = [
+        SessionJob(
+            url,
+            audio,
+            out / f"s{k:03d}",
+            f"bench/{k}",
+            "main",
+            "turn-based",
+            TD,
+            timeout_s=seconds + 30,
+        )
+        for k in range(sessions)
+    ]
     cpu, wall = time.process_time(), time.perf_counter()
     records = run_loop(record_many(jobs, concurrency=sessions))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    lateness = np.array([s.lateness_s * 1000 for job in jobs
-                         for s in sends_from_trace(read_trace(job.out_dir / "trace.jsonl"))])
+    lateness = np.array(
+        [
+            s.lateness_s * 1000
+            for job in jobs
+            for s in sends_from_trace(read_trace(job.out_dir / "trace.jsonl"))
+        ]
+    )
     return {
         "sessions": sessions,
         "ok": sum(r.status == "ok" and r.verdict.status == "pass" for r in records),
@@ -132,7 +199,9 @@ def measure(url: str, sessions: int, seconds: float, out: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
@@ -142,20 +211,28 @@ def main() -> None:
     url = f"ws://127.0.0.1:{ports.get(timeout=30)}/v1/realtime"
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            rows = [measure(url, 1, args.seconds, Path(tmp) / "base"),
-                    measure(url, args.sessions, args.seconds, Path(tmp) / "load")]
+            rows = [
+                measure(url, 1, args.seconds, Path(tmp) / "base"),
+                measure(url, args.sessions, args.seconds, Path(tmp) / "load"),
+            ]
     finally:
         server.terminate()
         server.join()
-    print(f"{'sessions':>8} {'ok':>4} {'packets':>8} {'late>80ms':>9} {'max ms':>8} {'p99 ms':>8} "
-          f"{'CPU s per session-s':>20} {'wall s':>7}")
+    print(
+        f"{'sessions':>8} {'ok':>4} {'packets':>8} {'late>80ms':>9} {'max ms':>8} {'p99 ms':>8} "
+        f"{'CPU s per session-s':>20} {'wall s':>7}"
+    )
     for r in rows:
-        print(f"{r['sessions']:>8} {r['ok']:>4} {r['packets']:>8} {r['violations']:>9} {r['max_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.2f} {r['cpu_per_session_s']:>20.5f} {r['wall_s']:>7.2f}")
+        print(
+            f"{r['sessions']:>8} {r['ok']:>4} {r['packets']:>8} {r['violations']:>9} {r['max_ms']:>8.2f} "
+            f"{r['p99_ms']:>8.2f} {r['cpu_per_session_s']:>20.5f} {r['wall_s']:>7.2f}"
+        )
     base, load = rows
-    print(f"p99 lateness at {load['sessions']} sessions: {load['p99_ms']:.2f} ms "
-          f"(baseline 1 session: {base['p99_ms']:.2f} ms); recorder CPU {100 * load['cpu_per_session_s']:.2f}% "
-          f"of one core per session ({load['cpu_per_session_s'] / base['cpu_per_session_s']:.2f}x the baseline)")
+    print(
+        f"p99 lateness at {load['sessions']} sessions: {load['p99_ms']:.2f} ms "
+        f"(baseline 1 session: {base['p99_ms']:.2f} ms); recorder CPU {100 * load['cpu_per_session_s']:.2f}% "
+        f"of one core per session ({load['cpu_per_session_s'] / base['cpu_per_session_s']:.2f}x the baseline)"
+    )
 
 
 if __name__ == "__main__":

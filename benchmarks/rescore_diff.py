@@ -43,16 +43,36 @@ PHASES = (["generate", "--export-only"], ["asr"], ["judge"], ["aggregate"])
 KEEP_DIRS = ("recording",)
 KEEP_FILES = ("run.json", "sample-ids.txt", "server.json")
 SKIP_PARTS = {"recording", "logs", "__pycache__"}
-MASKED = {"provenance", "fdb_revision", "git_revision", "revision_dirty", "created_at", "started_at",
-          "finished_at", "elapsed_s", "wall_s", "duration_s", "timestamp", "command", "versions",
-          "packages", "python", "platform", "host", "manifest_sha256", "asr_sha256"}
+MASKED = {
+    "provenance",
+    "fdb_revision",
+    "git_revision",
+    "revision_dirty",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "elapsed_s",
+    "wall_s",
+    "duration_s",
+    "timestamp",
+    "command",
+    "versions",
+    "packages",
+    "python",
+    "platform",
+    "host",
+    "manifest_sha256",
+    "asr_sha256",
+}
 
 
 def copy_inputs(run: Path, dest: Path) -> None:
     """run.json and, under every folder, the recordings, sample lists and server.json."""
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run)
-        if any(part in KEEP_DIRS for part in rel.parts[:-1]) or (path.is_file() and rel.name in KEEP_FILES):
+        if any(part in KEEP_DIRS for part in rel.parts[:-1]) or (
+            path.is_file() and rel.name in KEEP_FILES
+        ):
             if path.is_file():
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, dest / rel)
@@ -65,7 +85,9 @@ def rescore(checkout: Path, work: Path, name: str, python: str, log: Path) -> bo
             command = [python, "-m", "fdb", phase[0], "--run-name", name, *phase[1:]]
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
-            rc = subprocess.call(command, cwd=checkout, env=env, stdout=out, stderr=subprocess.STDOUT)
+            rc = subprocess.call(
+                command, cwd=checkout, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
             out.write(f"exit {rc}\n")
             if rc not in (0, 1):  # 1: a sample failed or a gate says so; the phase still wrote
                 return False
@@ -73,8 +95,11 @@ def rescore(checkout: Path, work: Path, name: str, python: str, log: Path) -> bo
 
 
 def outputs(root: Path) -> dict[str, Path]:
-    return {str(p.relative_to(root)): p for p in sorted(root.rglob("*"))
-            if p.is_file() and not SKIP_PARTS.intersection(p.relative_to(root).parts)}
+    return {
+        str(p.relative_to(root)): p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not SKIP_PARTS.intersection(p.relative_to(root).parts)
+    }
 
 
 def masked(value):
@@ -104,20 +129,33 @@ def compare(old: Path, new: Path) -> tuple[list[str], list[str], list[str]]:
                     continue
             except ValueError:
                 pass
-        lines = [line for line in difflib.unified_diff(x.decode(errors="replace").splitlines(),
-                                                       y.decode(errors="replace").splitlines(), n=0, lineterm="")
-                 if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        lines = [
+            line
+            for line in difflib.unified_diff(
+                x.decode(errors="replace").splitlines(),
+                y.decode(errors="replace").splitlines(),
+                n=0,
+                lineterm="",
+            )
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")
+        ]
         differ.append(f"{rel}: {lines[:2] if lines else 'binary'}")
     return same, provenance, differ
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", type=Path, required=True, help="a recorded run: $FDB_WORK/runs/NAME")
-    parser.add_argument("--old", type=Path, required=True, help="the checkout before (a git worktree)")
+    parser.add_argument(
+        "--run", type=Path, required=True, help="a recorded run: $FDB_WORK/runs/NAME"
+    )
+    parser.add_argument(
+        "--old", type=Path, required=True, help="the checkout before (a git worktree)"
+    )
     parser.add_argument("--new", type=Path, required=True, help="the checkout after")
     parser.add_argument("--out", type=Path, required=True, help="where the two re-scored copies go")
-    parser.add_argument("--python", default=sys.executable, help="the interpreter (its packages serve both)")
+    parser.add_argument(
+        "--python", default=sys.executable, help="the interpreter (its packages serve both)"
+    )
     args = parser.parse_args()
     name = args.run.name
     work = args.out / "work"
@@ -132,8 +170,12 @@ def main() -> int:
         if not ok:
             print(f"{side}: a phase failed; see {log}", file=sys.stderr)
             return 2
-    same, provenance, differ = compare(args.out / "old" / "runs" / name, args.out / "new" / "runs" / name)
-    print(f"{len(same)} files identical, {len(provenance)} differ in provenance only, {len(differ)} differ")
+    same, provenance, differ = compare(
+        args.out / "old" / "runs" / name, args.out / "new" / "runs" / name
+    )
+    print(
+        f"{len(same)} files identical, {len(provenance)} differ in provenance only, {len(differ)} differ"
+    )
     for rel in provenance:
         print(f"  provenance only: {rel}")
     for line in differ:

@@ -37,8 +37,13 @@ from fdb.models import BackendIdentity  # noqa: E402
 from fdb.records import AsrReceipt, AsrSampleReceipt, ExportManifest, ExportSample  # noqa: E402
 
 RATE = 16000
-SUBSETS = {"synthetic_pause_handling": 137, "candor_pause_handling": 216, "candor_turn_taking": 119,
-           "synthetic_user_interruption": 200, "icc_backchannel": 55}
+SUBSETS = {
+    "synthetic_pause_handling": 137,
+    "candor_pause_handling": 216,
+    "candor_turn_taking": 119,
+    "synthetic_user_interruption": 200,
+    "icc_backchannel": 55,
+}
 DEFAULT_GT = ROOT.parent / "shared" / "fdb-reference" / "icc_gt_distribution.json"
 
 
@@ -50,13 +55,17 @@ class NonzeroSegments:
     def segments(self, samples, settings=None):
         active = np.abs(samples) > 1e-3
         edges = np.flatnonzero(np.diff(np.concatenate([[0], active.astype(np.int8), [0]])))
-        return [(int(a) / RATE, int(b) / RATE) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+        return [
+            (int(a) / RATE, int(b) / RATE) for a, b in zip(edges[::2], edges[1::2], strict=True)
+        ]
 
 
 def words_between(rng, start: float, end: float, count: int) -> list[list[float]]:
     """``count`` word spans evenly placed in [start, end], 3-decimal times."""
     step = (end - start) / max(count, 1)
-    return [[round(start + i * step, 3), round(start + i * step + step * 0.8, 3)] for i in range(count)]
+    return [
+        [round(start + i * step, 3), round(start + i * step + step * 0.8, 3)] for i in range(count)
+    ]
 
 
 def make_sample(rng, subset: str, idx: int, gt: dict | None):
@@ -72,7 +81,13 @@ def make_sample(rng, subset: str, idx: int, gt: dict | None):
         T = round(E + 5.0, 3)
         first = E + float(rng.uniform(-0.5, 4.0))
         words = words_between(rng, max(first, 0.0), T - 0.2, int(rng.integers(0, 12)))
-        return T, "turn_taking.json", [{"text": "[TURN-TAKING]", "timestamp": [E, round(E + 0.4, 3)]}], [], words
+        return (
+            T,
+            "turn_taking.json",
+            [{"text": "[TURN-TAKING]", "timestamp": [E, round(E + 0.4, 3)]}],
+            [],
+            words,
+        )
     if subset == "synthetic_user_interruption":
         T = round(float(rng.uniform(20, 35)), 3)
         S = round(float(rng.uniform(5, 15)), 3)
@@ -84,7 +99,11 @@ def make_sample(rng, subset: str, idx: int, gt: dict | None):
         annotation = [{"context": "c", "interrupt": "i", "timestamp": [S, R]}]
         return T, "interrupt.json", annotation, bursts, words
     key = str(idx)
-    T = round((len(gt[key]) - 1) * 0.2, 3) if gt and key in gt else round(float(rng.uniform(20, 80)), 3)
+    T = (
+        round((len(gt[key]) - 1) * 0.2, 3)
+        if gt and key in gt
+        else round(float(rng.uniform(20, 80)), 3)
+    )
     starts = np.sort(rng.uniform(0.5, T - 5.0, size=int(rng.integers(0, 6))))
     bursts = [(float(s), float(s) + float(rng.uniform(0.3, 3.6))) for s in starts]
     words = [w for a, b in bursts for w in words_between(rng, a, b, int(rng.integers(0, 5)))]
@@ -102,21 +121,48 @@ def write_tree(out: Path, gt: dict | None, seed: int = 0) -> Path:
             n = round(T * RATE)
             audio = np.zeros(n, np.float32)
             for a, b in bursts:
-                audio[round(max(a, 0.0) * RATE):round(min(b, T) * RATE)] = 0.3
+                audio[round(max(a, 0.0) * RATE) : round(min(b, T) * RATE)] = 0.3
             folder = out / subset / sid
-            files = {"output.wav": sha256_file(atomic_write_bytes(folder / "output.wav", wav_bytes(audio, RATE)))}
+            files = {
+                "output.wav": sha256_file(
+                    atomic_write_bytes(folder / "output.wav", wav_bytes(audio, RATE))
+                )
+            }
             if name:
                 files[name] = sha256_file(atomic_write_json(folder / name, annotation))
             chunks = [{"text": f"w{i}", "timestamp": w} for i, w in enumerate(words)]
-            text = atomic_write_json(folder / "output.json", {"text": " ".join(c["text"] for c in chunks),
-                                                                "chunks": chunks}).read_bytes()
-            samples.append(ExportSample(sample_id=f"{subset}/{sid}", subset=subset, id=sid, eligible=True, T_s=T,
-                                        input_samples=n, files=files))
-            entries.append(AsrSampleReceipt(sample_id=f"{subset}/{sid}", status="ok", output_wav_sha256=files["output.wav"],
-                                            output_json_sha256=sha256_bytes(text), words=len(chunks)))
-    manifest = atomic_write_json(out / "manifest.json", ExportManifest(dataset="v1.0", samples=samples).dump())
-    receipt = AsrReceipt(backend={"kind": "asr", "name": "synthetic-benchmark"}, manifest_sha256=sha256_file(manifest),
-                         samples=entries)
+            text = atomic_write_json(
+                folder / "output.json",
+                {"text": " ".join(c["text"] for c in chunks), "chunks": chunks},
+            ).read_bytes()
+            samples.append(
+                ExportSample(
+                    sample_id=f"{subset}/{sid}",
+                    subset=subset,
+                    id=sid,
+                    eligible=True,
+                    T_s=T,
+                    input_samples=n,
+                    files=files,
+                )
+            )
+            entries.append(
+                AsrSampleReceipt(
+                    sample_id=f"{subset}/{sid}",
+                    status="ok",
+                    output_wav_sha256=files["output.wav"],
+                    output_json_sha256=sha256_bytes(text),
+                    words=len(chunks),
+                )
+            )
+    manifest = atomic_write_json(
+        out / "manifest.json", ExportManifest(dataset="v1.0", samples=samples).dump()
+    )
+    receipt = AsrReceipt(
+        backend={"kind": "asr", "name": "synthetic-benchmark"},
+        manifest_sha256=sha256_file(manifest),
+        samples=entries,
+    )
     atomic_write_json(out / "asr.json", receipt.dump())
     return out
 
@@ -125,7 +171,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vad", choices=("injected", "silero"), default="injected")
     parser.add_argument("--icc-gt", type=Path, default=DEFAULT_GT)
-    parser.add_argument("--out", type=Path, default=None, help="build the tree here (default: a temp dir)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="build the tree here (default: a temp dir)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the tree")
     args = parser.parse_args()
     from scorers.v10_official import score_official
@@ -147,15 +195,24 @@ def main() -> None:
     t3 = time.perf_counter()
     official = score_official(out, icc_gt=args.icc_gt if gt else None, vad=vad)
     t4 = time.perf_counter()
-    selected = sum(s.counts.selected for s in unified.subsets.values()) + official.subsets["icc_backchannel"].selected
-    print(f"samples: {selected} (tree built in {t1 - t0:.1f} s at {out}); VAD: {vad.identity.name}; "
-          f"cpus: {os.cpu_count()}")
-    print(f"unified: {t3 - t2:.1f} s; official rules: {t4 - t3:.1f} s; scoring total: {t4 - t2:.1f} s "
-          f"(goal <= 60 s)")
+    selected = (
+        sum(s.counts.selected for s in unified.subsets.values())
+        + official.subsets["icc_backchannel"].selected
+    )
+    print(
+        f"samples: {selected} (tree built in {t1 - t0:.1f} s at {out}); VAD: {vad.identity.name}; "
+        f"cpus: {os.cpu_count()}"
+    )
+    print(
+        f"unified: {t3 - t2:.1f} s; official rules: {t4 - t3:.1f} s; scoring total: {t4 - t2:.1f} s "
+        f"(goal <= 60 s)"
+    )
     inter = unified.subsets["synthetic_user_interruption"].counts
     bc = official.subsets["icc_backchannel"]
-    print(f"interruption exercised {inter.exercised}/{inter.eligible}; backchannel TOR {bc.takeover_rate:.3f}, "
-          f"frequency {bc.backchannel_frequency:.4f}, JSD {bc.backchannel_jsd}")
+    print(
+        f"interruption exercised {inter.exercised}/{inter.eligible}; backchannel TOR {bc.takeover_rate:.3f}, "
+        f"frequency {bc.backchannel_frequency:.4f}, JSD {bc.backchannel_jsd}"
+    )
     if not (args.keep or args.out):
         shutil.rmtree(out)
 

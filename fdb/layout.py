@@ -13,8 +13,10 @@ RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def check_run_name(name: str) -> str:
     if not RUN_NAME_RE.match(name):
-        raise FdbError(f"run name {name!r} is not allowed",
-                       "use letters, digits, '.', '_' and '-', starting with a letter or digit")
+        raise FdbError(
+            f"run name {name!r} is not allowed",
+            "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
     return name
 
 

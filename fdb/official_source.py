@@ -61,23 +61,33 @@ class CheckoutCheck(BaseModel):
     pinned_revision: str = PINNED_REVISION
     accepted_revision: str | None = None  # --accept-revision, resolved to the full commit
     checkout_revision: str | None = None  # the checkout's git HEAD, when it is a git work tree
-    files: dict[str, str] = Field(default_factory=dict)  # path -> actual sha256 of each checked file
-    differences: list[FileDifference] = Field(default_factory=list)  # accepted differences from the pins
+    files: dict[str, str] = Field(
+        default_factory=dict
+    )  # path -> actual sha256 of each checked file
+    differences: list[FileDifference] = Field(
+        default_factory=list
+    )  # accepted differences from the pins
 
     model_config = {"populate_by_name": True}
 
     @property
     def revision(self) -> str:
         """The revision the files are vouched for: the pinned one, or the one the user accepted."""
-        return self.accepted_revision if self.differences and self.accepted_revision else self.pinned_revision
+        return (
+            self.accepted_revision
+            if self.differences and self.accepted_revision
+            else self.pinned_revision
+        )
 
     def label(self) -> str:
         """``Full-Duplex-Bench 3e799c4``, or the accepted revision and what differs from the pin."""
         if not self.differences:
             return f"Full-Duplex-Bench {self.pinned_revision[:7]} (pinned)"
         names = ", ".join(Path(d.path).name for d in self.differences)
-        return (f"Full-Duplex-Bench {self.revision[:7]} (accepted with --accept-revision; differs from the "
-                f"pinned {self.pinned_revision[:7]} in {names})")
+        return (
+            f"Full-Duplex-Bench {self.revision[:7]} (accepted with --accept-revision; differs from the "
+            f"pinned {self.pinned_revision[:7]} in {names})"
+        )
 
     def dump(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
@@ -87,7 +97,9 @@ def pinned_places(rel: str) -> list[str]:
     """Where the pinned file ``rel`` may lie under a source: the checkout root, its ``v1_v1.5``
     directory, or the evaluation directory itself."""
     parts = EVALUATION_DIR.split("/")
-    stripped = [rel.removeprefix("/".join(parts[:depth]) + "/") for depth in range(1, len(parts) + 1)]
+    stripped = [
+        rel.removeprefix("/".join(parts[:depth]) + "/") for depth in range(1, len(parts) + 1)
+    ]
     return list(dict.fromkeys([rel, *stripped]))
 
 
@@ -102,8 +114,13 @@ def pinned_path(source: str | Path, rel: str) -> Path:
 
 def _git(source: Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10,
-                             check=True)
+        out = subprocess.run(
+            ["git", "-C", str(source), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -118,22 +135,34 @@ def _accepted(source: Path, revision: str, paths: list[str]) -> tuple[str, str |
     """(the accepted revision as a full commit, HEAD); refuses anything but a clean checkout of it."""
     head = checkout_revision(source)
     if head is None:
-        raise FdbError(f"--accept-revision {revision}: {source} is not a git work tree, so its revision cannot be "
-                       "checked", "clone Full-Duplex-Bench with git and check out the revision you accept")
+        raise FdbError(
+            f"--accept-revision {revision}: {source} is not a git work tree, so its revision cannot be "
+            "checked",
+            "clone Full-Duplex-Bench with git and check out the revision you accept",
+        )
     full = _git(source, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     if full != head:
-        raise FdbError(f"--accept-revision {revision}: the checkout {source} is at {head}, not at "
-                       f"{full or revision + ' (unknown to it)'}",
-                       f"run git -C {source} checkout {revision}, or accept {head[:12]} instead")
+        raise FdbError(
+            f"--accept-revision {revision}: the checkout {source} is at {head}, not at "
+            f"{full or revision + ' (unknown to it)'}",
+            f"run git -C {source} checkout {revision}, or accept {head[:12]} instead",
+        )
     changed = _git(source, "status", "--porcelain", "--", *paths)
     if changed:
-        raise FdbError(f"--accept-revision {revision}: {source} has local changes in pinned files: "
-                       + "; ".join(changed.splitlines()), f"undo them (git -C {source} checkout -- .)")
+        raise FdbError(
+            f"--accept-revision {revision}: {source} has local changes in pinned files: "
+            + "; ".join(changed.splitlines()),
+            f"undo them (git -C {source} checkout -- .)",
+        )
     return full, head
 
 
-def verify_checkout(source: str | Path, paths: list[str] | tuple[str, ...] | None = None,
-                    accept_revision: str | None = None, pins: dict[str, str] = PINNED_FILES) -> CheckoutCheck:
+def verify_checkout(
+    source: str | Path,
+    paths: list[str] | tuple[str, ...] | None = None,
+    accept_revision: str | None = None,
+    pins: dict[str, str] = PINNED_FILES,
+) -> CheckoutCheck:
     """Check the files ``paths`` (default: every pinned file) of ``source`` against ``pins``.
 
     A missing file always stops. A differing file stops with the path, expected and actual
@@ -142,8 +171,10 @@ def verify_checkout(source: str | Path, paths: list[str] | tuple[str, ...] | Non
     then recorded in the returned ``CheckoutCheck``."""
     root = Path(source).expanduser()
     if not root.is_dir():
-        raise FdbError(f"the Full-Duplex-Bench checkout {root} is not a directory",
-                       f"clone DanielLin94144/Full-Duplex-Bench and check out {PINNED_REVISION[:7]}, then pass its path")
+        raise FdbError(
+            f"the Full-Duplex-Bench checkout {root} is not a directory",
+            f"clone DanielLin94144/Full-Duplex-Bench and check out {PINNED_REVISION[:7]}, then pass its path",
+        )
     paths = list(pins if paths is None else paths)
     files, differences = {}, []
     for rel in sorted(paths):
@@ -152,15 +183,28 @@ def verify_checkout(source: str | Path, paths: list[str] | tuple[str, ...] | Non
         if actual is not None:
             files[rel] = actual
         if actual != pins[rel]:
-            differences.append(FileDifference(path=rel, expected_sha256=pins[rel], actual_sha256=actual))
+            differences.append(
+                FileDifference(path=rel, expected_sha256=pins[rel], actual_sha256=actual)
+            )
     missing = [d for d in differences if d.actual_sha256 is None]
     if missing or (differences and accept_revision is None):
-        raise FdbError(f"{root} is not the pinned Full-Duplex-Bench {PINNED_REVISION[:7]}: " + _listed(differences),
-                       _fix(root, bool(missing)))
-    accepted, head = (_accepted(root, accept_revision, [str(pinned_path(root, p)) for p in paths])
-                      if accept_revision else (None, checkout_revision(root)))
-    return CheckoutCheck(checkout=str(root), accepted_revision=accepted, checkout_revision=head, files=files,
-                         differences=differences)
+        raise FdbError(
+            f"{root} is not the pinned Full-Duplex-Bench {PINNED_REVISION[:7]}: "
+            + _listed(differences),
+            _fix(root, bool(missing)),
+        )
+    accepted, head = (
+        _accepted(root, accept_revision, [str(pinned_path(root, p)) for p in paths])
+        if accept_revision
+        else (None, checkout_revision(root))
+    )
+    return CheckoutCheck(
+        checkout=str(root),
+        accepted_revision=accepted,
+        checkout_revision=head,
+        files=files,
+        differences=differences,
+    )
 
 
 def _listed(differences: list[FileDifference], shown: int = 2) -> str:
@@ -177,5 +221,7 @@ def _fix(root: Path, missing: bool) -> str:
     if missing:
         return fix
     head = checkout_revision(root)
-    return (f"{fix}, or accept this checkout's revision deliberately with --accept-revision "
-            f"{head or 'REV'} (recorded in the outputs)")
+    return (
+        f"{fix}, or accept this checkout's revision deliberately with --accept-revision "
+        f"{head or 'REV'} (recorded in the outputs)"
+    )

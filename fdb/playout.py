@@ -97,13 +97,17 @@ class _Player:
 
 
 def simulate_playout(
-    deltas: Sequence[Delta], cancellations: Sequence[Cancellation], output_rate: int, end: int | None = None,
+    deltas: Sequence[Delta],
+    cancellations: Sequence[Cancellation],
+    output_rate: int,
+    end: int | None = None,
 ) -> Playout:
     """FIFO playout of ``deltas`` (receipt order) under ``cancellations``, up to sample ``end``
     (None: until every kept sample played). At equal times a delta is handled before a cut."""
     player = _Player([len(pcm) // 2 for _, pcm, _ in deltas], end)
     timeline = sorted(
-        [(t, 0, k) for k, (t, _, _) in enumerate(deltas)] + [(t, 1, k) for k, (t, _) in enumerate(cancellations)]
+        [(t, 0, k) for k, (t, _, _) in enumerate(deltas)]
+        + [(t, 1, k) for k, (t, _) in enumerate(cancellations)]
     )
     cuts = 0
     for t, kind, k in timeline:
@@ -117,7 +121,9 @@ def simulate_playout(
         elif player.drop(cancellations[k][1]):
             cuts += 1
     player.drain()
-    played = [Played(s, d, x) for s, d, x in zip(player.start, player.done, player.dropped, strict=True)]
+    played = [
+        Played(s, d, x) for s, d, x in zip(player.start, player.done, player.dropped, strict=True)
+    ]
     return Playout(played, cuts)
 
 
@@ -162,12 +168,15 @@ class ReplyAudio:
 
 
 def played_replies(
-    deltas: Sequence[Delta], cancellations: Sequence[Cancellation], output_rate: int,
+    deltas: Sequence[Delta],
+    cancellations: Sequence[Cancellation],
+    output_rate: int,
 ) -> dict[str | None, ReplyAudio]:
     """Each response's played audio (late-arrival gaps left out), in order of its first delta."""
     replies: dict[str | None, ReplyAudio] = {}
-    for (_, pcm, rid), played in zip(deltas, simulate_playout(deltas, cancellations, output_rate).played,
-                                     strict=True):
+    for (_, pcm, rid), played in zip(
+        deltas, simulate_playout(deltas, cancellations, output_rate).played, strict=True
+    ):
         reply = replies.setdefault(rid, ReplyAudio(rid))
         reply.deltas += 1
         reply.cut = reply.cut or played.dropped
@@ -197,12 +206,19 @@ def audio_delta(ev: TraceEvent, profile: Dialect) -> TraceDelta | None:
     """The received audio delta ``ev`` is under the dialect's audio events, else None."""
     if ev.dir != "recv" or ev.type not in profile.events.audio_delta:
         return None
-    return TraceDelta(ev.t, int(ev.event.get("audio_offset", 0)), int(ev.event.get("audio_bytes", 0)),
-                      ev.event.get("response_id"))
+    return TraceDelta(
+        ev.t,
+        int(ev.event.get("audio_offset", 0)),
+        int(ev.event.get("audio_bytes", 0)),
+        ev.event.get("response_id"),
+    )
 
 
 def trace_playout_inputs(
-    trace: Sequence[TraceEvent], output: bytes, profile: Dialect, turn_detection: dict | None = None,
+    trace: Sequence[TraceEvent],
+    output: bytes,
+    profile: Dialect,
+    turn_detection: dict | None = None,
 ) -> tuple[list[Delta], list[Cancellation]]:
     """Audio deltas (sliced from output.pcm by their trace offsets) and the cuts of playout under
     the dialect's cut rules (``turn_detection`` is the session's request: its interrupt_response

@@ -17,8 +17,17 @@ from fdb.models.packages import PROVENANCE_RUNTIMES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORE_PACKAGES = (
-    "numpy", "scipy", "soundfile", "soxr", "pydantic", "websockets", "fastapi", "uvicorn",
-    *(package.distribution for package in PROVENANCE_RUNTIMES), "jiwer", "whisper-normalizer",
+    "numpy",
+    "scipy",
+    "soundfile",
+    "soxr",
+    "pydantic",
+    "websockets",
+    "fastapi",
+    "uvicorn",
+    *(package.distribution for package in PROVENANCE_RUNTIMES),
+    "jiwer",
+    "whisper-normalizer",
 )
 
 
@@ -37,11 +46,17 @@ def git_revision() -> str | None:
     try:
         rev = subprocess.run(
             ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=5, check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=5, check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except Exception:

@@ -68,9 +68,14 @@ class SessionSettings(BaseModel):
         if self.reference_audio is not None:
             data = Path(self.reference_audio.path).read_bytes()
             if sha256_bytes(data) != self.reference_audio.sha256:
-                raise FdbError(f"--reference-audio {self.reference_audio.path} changed since the run recorded it",
-                               "restore the file, or record into a new --run-name")
-            fields["reference_audio"] = {"media_type": "audio/wav", "data": base64.b64encode(data).decode()}
+                raise FdbError(
+                    f"--reference-audio {self.reference_audio.path} changed since the run recorded it",
+                    "restore the file, or record into a new --run-name",
+                )
+            fields["reference_audio"] = {
+                "media_type": "audio/wav",
+                "data": base64.b64encode(data).decode(),
+            }
         return fields
 
 
@@ -102,8 +107,12 @@ def reference_audio(path: Path) -> ReferenceAudio:
     duration, problem = check_reference_wav(data)
     if problem is not None:
         raise FdbError(f"--reference-audio {path}: {problem}", hint)
-    return ReferenceAudio(path=str(path.resolve()), sha256=sha256_bytes(data), bytes=len(data),
-                          duration_s=round(duration, 6))
+    return ReferenceAudio(
+        path=str(path.resolve()),
+        sha256=sha256_bytes(data),
+        bytes=len(data),
+        duration_s=round(duration, 6),
+    )
 
 
 def parse_sampling(raw: str | None) -> dict[str, Any] | None:
@@ -124,19 +133,27 @@ def parse_sampling(raw: str | None) -> dict[str, Any] | None:
 
 
 def session_settings(
-    profile_name: str, instructions: str | None = None, voice: str | None = None,
-    sampling: str | None = None, reference: Path | None = None,
+    profile_name: str,
+    instructions: str | None = None,
+    voice: str | None = None,
+    sampling: str | None = None,
+    reference: Path | None = None,
 ) -> SessionSettings | None:
     """The checked settings of ``fdb generate`` (None when none is given); FdbError naming the
     option when one is malformed or the profile's protocol has no ``sglang`` settings."""
     from fdb.dialects import get_dialect
 
     settings = SessionSettings(
-        instructions=instructions, voice=voice if voice else None, sampling=parse_sampling(sampling),
+        instructions=instructions,
+        voice=voice if voice else None,
+        sampling=parse_sampling(sampling),
         reference_audio=reference_audio(reference) if reference is not None else None,
     )
     profile = get_dialect(profile_name)
     if settings.sends_sglang and not profile.client.session_settings:
-        raise FdbError(f"profile {profile.name} has no sglang session settings (--voice, --sampling, "
-                       "--reference-audio)", "leave them out, or use a session-protocol profile")
+        raise FdbError(
+            f"profile {profile.name} has no sglang session settings (--voice, --sampling, "
+            "--reference-audio)",
+            "leave them out, or use a session-protocol profile",
+        )
     return settings if settings != SessionSettings() else None

@@ -34,7 +34,10 @@ def _port_env(name: str, default: int) -> int:
     if not raw:
         return default
     if not raw.isdigit() or not 1 <= int(raw) <= 65535:
-        raise FdbError(f"{name}={raw!r} is not a TCP port", f"export {name} as a number from 1 to 65535, or unset it")
+        raise FdbError(
+            f"{name}={raw!r} is not a TCP port",
+            f"export {name} as a number from 1 to 65535, or unset it",
+        )
     return int(raw)
 
 
@@ -51,7 +54,9 @@ def job_gpu() -> int:
             )
         first = int(parts[0])
         if gpu not in (None, "") and int(gpu) != first:
-            raise FdbError("GPU and CUDA_VISIBLE_DEVICES disagree", "unset GPU, or set it to the first index")
+            raise FdbError(
+                "GPU and CUDA_VISIBLE_DEVICES disagree", "unset GPU, or set it to the first index"
+            )
         return first
     if gpu not in (None, ""):
         if not gpu.isdigit():
@@ -69,15 +74,20 @@ class Settings:
     judge_port: int
     session_timeout_s: float
     v10_session_timeout_s: float
-    model_path: Path | None = None  # MODEL_PATH: checkpoint of the model under test (a server you host)
+    model_path: Path | None = (
+        None  # MODEL_PATH: checkpoint of the model under test (a server you host)
+    )
     model_revision: str | None = None  # MODEL_REVISION: recorded in the run manifest
     judge_model_path: Path | None = None  # JUDGE_MODEL_PATH: checkpoint of the Qwen judge you serve
     scoring_venv: Path | None = None  # SCORING_VENV: fdb scores in its own venv unless set
 
     def recorded(self) -> dict[str, str]:
         """The machine settings a run manifest records (only those set)."""
-        pairs = (("MODEL_PATH", self.model_path), ("MODEL_REVISION", self.model_revision),
-                 ("JUDGE_MODEL_PATH", self.judge_model_path))
+        pairs = (
+            ("MODEL_PATH", self.model_path),
+            ("MODEL_REVISION", self.model_revision),
+            ("JUDGE_MODEL_PATH", self.judge_model_path),
+        )
         return {name: str(value) for name, value in pairs if value}
 
     @property

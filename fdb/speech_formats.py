@@ -32,8 +32,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-RAW_TYPES = ("audio/pcm", "audio/pcm_s16le", "audio/pcm_s16be", "audio/s16le", "audio/s16be", "audio/l16",
-             "audio/x-raw", "audio/raw", "audio/x-pcm", "application/octet-stream")
+RAW_TYPES = (
+    "audio/pcm",
+    "audio/pcm_s16le",
+    "audio/pcm_s16be",
+    "audio/s16le",
+    "audio/s16be",
+    "audio/l16",
+    "audio/x-raw",
+    "audio/raw",
+    "audio/x-pcm",
+    "application/octet-stream",
+)
 WAV_TYPES = ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave")
 SSE_TYPE = "text/event-stream"
 Kind = Literal["pcm", "wav", "sse"]
@@ -98,7 +108,9 @@ def sample_rate(rate: int | None, what: str) -> int | None:
     """``rate`` when it is a plausible audio sample rate (8 to 192 kHz), else FormatError: a
     server's ``X-Sample-Rate: 1`` would otherwise be resampled into 24,000 times its samples."""
     if rate is not None and not RATES[0] <= rate <= RATES[1]:
-        raise FormatError(f"{what} {rate} Hz is not an audio sample rate ({RATES[0]} to {RATES[1]} Hz)")
+        raise FormatError(
+            f"{what} {rate} Hz is not an audio sample rate ({RATES[0]} to {RATES[1]} Hz)"
+        )
     return rate
 
 
@@ -139,17 +151,25 @@ def raw_format(headers: Mapping[str, str], content_type: str | None) -> RawForma
     if base == "audio/x-raw":
         encoding = (param(ctype, "format") or "S16LE").upper()
         if encoding not in ("S16LE", "S16BE"):
-            raise FormatError(f"audio/x-raw format={encoding}; only S16LE/S16BE (16-bit PCM) is supported")
+            raise FormatError(
+                f"audio/x-raw format={encoding}; only S16LE/S16BE (16-bit PCM) is supported"
+            )
         big = encoding == "S16BE"
     if base == "audio/l16":
         big = (param(ctype, "endianness", "endian") or "").lower().startswith("big")
-    rate = sample_rate(positive_int(_header(headers, "x-sample-rate"), "X-Sample-Rate"), "X-Sample-Rate")
+    rate = sample_rate(
+        positive_int(_header(headers, "x-sample-rate"), "X-Sample-Rate"), "X-Sample-Rate"
+    )
     source: Literal["header", "content-type"] | None = "header" if rate else None
     if rate is None:
-        rate = sample_rate(positive_int(param(ctype, *RATE_PARAMS), "the Content-Type rate"), "the Content-Type rate")
+        rate = sample_rate(
+            positive_int(param(ctype, *RATE_PARAMS), "the Content-Type rate"),
+            "the Content-Type rate",
+        )
         source = "content-type" if rate else None
-    channels = (positive_int(_header(headers, "x-channels"), "X-Channels")
-                or positive_int(param(ctype, "channels"), "the Content-Type channels"))
+    channels = positive_int(_header(headers, "x-channels"), "X-Channels") or positive_int(
+        param(ctype, "channels"), "the Content-Type channels"
+    )
     return RawFormat(rate=rate, channels=channels, rate_source=source, big_endian=big)
 
 
@@ -172,7 +192,9 @@ class WavStream:
         self.bits: int | None = None
         self.started = False
         self._buffer = bytearray()
-        self._left: int | None = None  # payload bytes left in the current data chunk (None: to the end)
+        self._left: int | None = (
+            None  # payload bytes left in the current data chunk (None: to the end)
+        )
         self._in_data = False
         self._after_data = False  # a sized data chunk ended: skip, unless a new RIFF header follows
         self._skipping = False  # trailing chunks after the last data chunk: the rest is not audio
@@ -187,7 +209,7 @@ class WavStream:
                 take = data[: self._left]
                 out += take
                 self._left -= len(take)
-                data = data[len(take):]
+                data = data[len(take) :]
                 if self._left == 0:
                     self._in_data, self._after_data = False, True
                 continue
@@ -215,11 +237,14 @@ class WavStream:
             raise FormatError("the audio/wav answer does not start with a RIFF/WAVE header")
         pos = 12
         while len(buf) >= pos + 8:
-            chunk, size = bytes(buf[pos:pos + 4]), int.from_bytes(buf[pos + 4:pos + 8], "little")
+            chunk, size = (
+                bytes(buf[pos : pos + 4]),
+                int.from_bytes(buf[pos + 4 : pos + 8], "little"),
+            )
             if chunk == b"data":
                 if self.rate is None:
                     raise FormatError("the WAV answer has no fmt chunk before its data")
-                rest = bytes(buf[pos + 8:])
+                rest = bytes(buf[pos + 8 :])
                 self._buffer = bytearray()
                 self._in_data, self.started = True, True
                 self._left = None if size in UNKNOWN_SIZES else size
@@ -227,7 +252,7 @@ class WavStream:
             if len(buf) < pos + 8 + size:
                 return None
             if chunk == b"fmt ":
-                self._fmt(bytes(buf[pos + 8:pos + 8 + size]))
+                self._fmt(bytes(buf[pos + 8 : pos + 8 + size]))
             pos += 8 + size + (size & 1)
         return None
 
@@ -235,10 +260,14 @@ class WavStream:
         fmt, channels = int.from_bytes(chunk[0:2], "little"), int.from_bytes(chunk[2:4], "little")
         rate, bits = int.from_bytes(chunk[4:8], "little"), int.from_bytes(chunk[14:16], "little")
         if fmt not in (1, 0xFFFE) or bits != 16:
-            raise FormatError(f"the WAV answer is format {fmt} at {bits} bits; only PCM16 is supported")
+            raise FormatError(
+                f"the WAV answer is format {fmt} at {bits} bits; only PCM16 is supported"
+            )
         if self.rate is not None and (rate, channels) != (self.rate, self.channels):
-            raise FormatError(f"a concatenated WAV changed format ({self.rate} Hz x {self.channels} -> "
-                              f"{rate} Hz x {channels})")
+            raise FormatError(
+                f"a concatenated WAV changed format ({self.rate} Hz x {self.channels} -> "
+                f"{rate} Hz x {channels})"
+            )
         if rate <= 0 or channels <= 0:
             raise FormatError(f"the WAV answer declares {rate} Hz and {channels} channels")
         sample_rate(rate, "the WAV answer's rate")
@@ -269,6 +298,9 @@ def server_text(body: bytes | str | None, limit: int = 200) -> str:
         text = body
         found = _BINARY.search(text.replace("\ufffd", "\x00"))
         if found:
-            text = text[: found.start()] + f"<{len(text) - found.start()} characters of binary data, not shown>"
+            text = (
+                text[: found.start()]
+                + f"<{len(text) - found.start()} characters of binary data, not shown>"
+            )
     text = _BASE64_RUN.sub(lambda m: f"<{len(m.group())} base64 characters>", text)
     return one_line(text, limit)

@@ -99,7 +99,9 @@ def percentile_interval(statistics: np.ndarray) -> tuple[tuple[float, float] | N
     return (float(valid[ceil_rank(LOW, b) - 1]), float(valid[ceil_rank(HIGH, b) - 1])), b
 
 
-def bootstrap_quantile(values: np.ndarray, q: Fraction = MEDIAN) -> tuple[tuple[float, float] | None, int]:
+def bootstrap_quantile(
+    values: np.ndarray, q: Fraction = MEDIAN
+) -> tuple[tuple[float, float] | None, int]:
     """Percentile interval of Q(q) over resamples of the given per-unit values (inf allowed)."""
     vals = np.asarray(values, dtype=np.float64)
     if vals.size == 0:
@@ -108,7 +110,9 @@ def bootstrap_quantile(values: np.ndarray, q: Fraction = MEDIAN) -> tuple[tuple[
     return percentile_interval(draws[:, ceil_rank(q, vals.size) - 1])
 
 
-def bootstrap_ratio(numerators: np.ndarray, denominators: np.ndarray) -> tuple[tuple[float, float] | None, int]:
+def bootstrap_ratio(
+    numerators: np.ndarray, denominators: np.ndarray
+) -> tuple[tuple[float, float] | None, int]:
     """Percentile interval of a pooled ratio sum(num)/sum(den) over resampled units.
 
     Integer inputs are summed exactly; a resample with a zero denominator is skipped.

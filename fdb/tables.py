@@ -64,16 +64,20 @@ class Table:
     def cells(self) -> list[list[str]]:
         """Every row as the strings a reader sees."""
         frame = self.frame
-        return [[column.fmt(value) for column, value in zip(self.columns, values, strict=True)]
-                for values in frame.itertuples(index=False, name=None)]
+        return [
+            [column.fmt(value) for column, value in zip(self.columns, values, strict=True)]
+            for values in frame.itertuples(index=False, name=None)
+        ]
 
     def headers(self) -> list[str]:
         return [c.header for c in self.columns]
 
     def markdown(self, heading: str | None = "###") -> list[str]:
         lines = [f"{heading} {self.title}", ""] if heading else []
-        lines += ["| " + " | ".join(_escape(h) for h in self.headers()) + " |",
-                  "|" + "|".join(" --- " for _ in self.columns) + "|"]
+        lines += [
+            "| " + " | ".join(_escape(h) for h in self.headers()) + " |",
+            "|" + "|".join(" --- " for _ in self.columns) + "|",
+        ]
         lines += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in self.cells()]
         for note in self.notes:
             lines += ["", note]
@@ -91,8 +95,14 @@ class Table:
         return [{c.key: _json_value(row.get(c.key)) for c in self.columns} for row in self.rows]
 
     def dump(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "columns": [c.key for c in self.columns],
-                "headers": self.headers(), "rows": self.records(), "notes": list(self.notes)}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "columns": [c.key for c in self.columns],
+            "headers": self.headers(),
+            "rows": self.records(),
+            "notes": list(self.notes),
+        }
 
 
 def _escape(text: str) -> str:
@@ -112,8 +122,10 @@ def write_tables(folder, tables: Sequence[Table]) -> list:
     from fdb.io import atomic_write_text
 
     folder = Path(folder)
-    written = [atomic_write_text(folder / f"{index:02d}-{table.name}.csv", table.csv())
-               for index, table in enumerate(tables, start=1)]
+    written = [
+        atomic_write_text(folder / f"{index:02d}-{table.name}.csv", table.csv())
+        for index, table in enumerate(tables, start=1)
+    ]
     if folder.is_dir():
         for stale in set(folder.glob("*.csv")) - set(written):
             stale.unlink()

@@ -18,8 +18,10 @@ from functools import lru_cache
 from typing import NamedTuple
 
 # zhon.hanzi.punctuation (zhon 2.x): non-stops then stops
-HANZI_PUNCTUATION = ("＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､\u3000、〃〈〉《》「」『』【】〔〕〖〗"
-                     "〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏﹑﹔·！？｡。")
+HANZI_PUNCTUATION = (
+    "＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､\u3000、〃〈〉《》「」『』【】〔〕〖〗"
+    "〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏﹑﹔·！？｡。"
+)
 _DROP = {ord(ch): None for ch in set(string.punctuation + HANZI_PUNCTUATION) - {"'"}}
 
 
@@ -61,5 +63,10 @@ def align_words(reference: str, hypothesis: str) -> Alignment | None:
     import jiwer
 
     out = jiwer.process_words(reference, hypothesis)
-    return Alignment(reference_words=n, hits=out.hits, substitutions=out.substitutions,
-                     deletions=out.deletions, insertions=out.insertions)
+    return Alignment(
+        reference_words=n,
+        hits=out.hits,
+        substitutions=out.substitutions,
+        deletions=out.deletions,
+        insertions=out.insertions,
+    )

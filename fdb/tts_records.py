@@ -47,7 +47,9 @@ class TtsRequestRecord(BaseModel):
     start_s: float | None = None  # send time, seconds from the level's first send (client clock)
     chunks: list[tuple[float, int]] = Field(default_factory=list)  # (t_s, audio bytes) per arrival
     end_s: float | None = None  # the response body ended (or the request failed)
-    done_s: float | None = None  # the server declared the end of the audio (SSE done, response.done)
+    done_s: float | None = (
+        None  # the server declared the end of the audio (SSE done, response.done)
+    )
     bytes_after_done: int = 0  # audio bytes that arrived after done_s
     audio_bytes: int = 0
     partial_frame_bytes: int = 0  # trailing bytes that do not fill one sample frame

@@ -10,5 +10,12 @@ Entry points: ``judge_repeat(repeat_dir, judge)`` (its ``fdb.records.judge.Judge
 from judges.config import JudgeChoice, JudgeConfig, JudgeSettings, load_judge_config, resolve_judge
 from judges.repeat import judge_repeat, judge_repeat_async
 
-__all__ = ["JudgeChoice", "JudgeConfig", "JudgeSettings", "judge_repeat", "judge_repeat_async",
-           "load_judge_config", "resolve_judge"]
+__all__ = [
+    "JudgeChoice",
+    "JudgeConfig",
+    "JudgeSettings",
+    "judge_repeat",
+    "judge_repeat_async",
+    "load_judge_config",
+    "resolve_judge",
+]

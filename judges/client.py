@@ -45,8 +45,11 @@ def model_matches(requested: str, returned: str | None) -> bool:
         return False
     if returned == requested:
         return True
-    return not _DATED.search(requested) and returned.startswith(requested) and bool(
-        _DATED.fullmatch(returned[len(requested):]))
+    return (
+        not _DATED.search(requested)
+        and returned.startswith(requested)
+        and bool(_DATED.fullmatch(returned[len(requested) :]))
+    )
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,12 @@ class JudgeClient:
         except ImportError as exc:  # pragma: no cover - openai is a core dependency
             raise MissingExtraError("openai", "judge", "the LLM judge") from exc
         self._secrets = secret_values()
-        self._sdk = AsyncOpenAI(api_key=settings.api_key(), base_url=settings.base_url,
-                                max_retries=0, timeout=settings.timeout_s)
+        self._sdk = AsyncOpenAI(
+            api_key=settings.api_key(),
+            base_url=settings.base_url,
+            max_retries=0,
+            timeout=settings.timeout_s,
+        )
         self._slots = asyncio.Semaphore(settings.concurrency)
         self.in_flight = 0
         self.max_in_flight = 0
@@ -107,8 +114,13 @@ class JudgeClient:
         if not choices:
             raise TransportFailure("the reply has no choices", elapsed)
         choice = choices[0]
-        return Reply(model=resp.model, content=choice.message.content if choice.message else None,
-                     finish_reason=choice.finish_reason, raw=raw, elapsed_s=elapsed)
+        return Reply(
+            model=resp.model,
+            content=choice.message.content if choice.message else None,
+            finish_reason=choice.finish_reason,
+            raw=raw,
+            elapsed_s=elapsed,
+        )
 
     def _describe(self, exc: Exception) -> str:
         status = getattr(exc, "status_code", None)

@@ -95,26 +95,36 @@ def load_judge_config(path: Path) -> JudgeConfig:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise FdbError(f"judge config {path} does not exist",
-                       "start the judge with `serve-judge`, or pass --judge-config PATH") from exc
+        raise FdbError(
+            f"judge config {path} does not exist",
+            "start the judge with `serve-judge`, or pass --judge-config PATH",
+        ) from exc
     except json.JSONDecodeError as exc:
         raise FdbError(f"judge config {path} is not valid JSON: {exc}", "fix the file") from exc
     try:
         config = JudgeConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
-        raise FdbError(f"judge config {path} is not valid: {problems}",
-                       "see the judge config format in the guide's Scoring CLI reference") from exc
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()
+        )
+        raise FdbError(
+            f"judge config {path} is not valid: {problems}",
+            "see the judge config format in the guide's Scoring CLI reference",
+        ) from exc
     receipt = Path(config.server_launch_receipt)
     receipt = receipt if receipt.is_absolute() else path.parent / receipt
     if not receipt.is_file():
-        raise FdbError(f"judge config {path}: launch receipt {receipt} does not exist",
-                       "the receipt records the judge server's command and checkpoint; restart the judge server")
+        raise FdbError(
+            f"judge config {path}: launch receipt {receipt} does not exist",
+            "the receipt records the judge server's command and checkpoint; restart the judge server",
+        )
     actual = sha256_file(receipt)
     if actual != config.server_launch_receipt_sha256:
-        raise FdbError(f"judge config {path}: launch receipt {receipt} has sha256 {actual}, "
-                       f"not the configured {config.server_launch_receipt_sha256}",
-                       "the judge server was relaunched differently; regenerate the judge config")
+        raise FdbError(
+            f"judge config {path}: launch receipt {receipt} has sha256 {actual}, "
+            f"not the configured {config.server_launch_receipt_sha256}",
+            "the judge server was relaunched differently; regenerate the judge config",
+        )
     return config
 
 
@@ -133,28 +143,51 @@ class JudgeSettings(BaseModel):
     concurrency: int = Field(DEFAULT_CONCURRENCY, ge=1, le=1024)
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
     reference_source: Path | None = None  # a Full-Duplex-Bench checkout (or its evaluation/ dir)
-    accept_revision: str | None = None  # a checkout revision the user accepted instead of the pinned one
+    accept_revision: str | None = (
+        None  # a checkout revision the user accepted instead of the pinned one
+    )
 
     @classmethod
     def custom(cls, config_path: Path, base_url: str, **kw: Any) -> JudgeSettings:
         config = load_judge_config(config_path)
-        return cls(kind="custom", model=config.served_model, relevance_model=config.served_model,
-                   base_url=base_url, api_key_env=CUSTOM_KEY_ENV, config=config,
-                   config_path=str(config_path), **kw)
+        return cls(
+            kind="custom",
+            model=config.served_model,
+            relevance_model=config.served_model,
+            base_url=base_url,
+            api_key_env=CUSTOM_KEY_ENV,
+            config=config,
+            config_path=str(config_path),
+            **kw,
+        )
 
     @classmethod
-    def openai(cls, model: str = GPT_BEHAVIOR_MODEL, base_url: str | None = None, **kw: Any) -> JudgeSettings:
-        relevance = kw.pop("relevance_model", None) or (GPT_RELEVANCE_MODEL if model == GPT_BEHAVIOR_MODEL else model)
-        return cls(kind="openai", model=model, relevance_model=relevance, base_url=base_url,
-                   api_key_env=OPENAI_KEY_ENV, **kw)
+    def openai(
+        cls, model: str = GPT_BEHAVIOR_MODEL, base_url: str | None = None, **kw: Any
+    ) -> JudgeSettings:
+        relevance = kw.pop("relevance_model", None) or (
+            GPT_RELEVANCE_MODEL if model == GPT_BEHAVIOR_MODEL else model
+        )
+        return cls(
+            kind="openai",
+            model=model,
+            relevance_model=relevance,
+            base_url=base_url,
+            api_key_env=OPENAI_KEY_ENV,
+            **kw,
+        )
 
     def identity(self) -> dict[str, Any]:
         """What makes two judges the same judge. Concurrency and timeouts are not part of it."""
         if self.kind == "custom":
             assert self.config is not None
             return {"kind": "custom", "config": self.config.model_dump(mode="json")}
-        return {"kind": "openai", "model": self.model, "relevance_model": self.relevance_model,
-                "base_url": self.base_url or "https://api.openai.com/v1"}
+        return {
+            "kind": "openai",
+            "model": self.model,
+            "relevance_model": self.relevance_model,
+            "base_url": self.base_url or "https://api.openai.com/v1",
+        }
 
     @property
     def identity_sha256(self) -> str:
@@ -173,15 +206,25 @@ class JudgeSettings(BaseModel):
             return value
         if self.kind == "custom":
             return "EMPTY"
-        raise FdbError(f"{self.api_key_env} is not set", f"export {self.api_key_env} for the judge endpoint")
+        raise FdbError(
+            f"{self.api_key_env} is not set", f"export {self.api_key_env} for the judge endpoint"
+        )
 
     def public(self) -> dict[str, Any]:
         """The settings as recorded in outputs (no key)."""
-        return {"kind": self.kind, "name": self.name, "model": self.model,
-                "relevance_model": self.relevance_model, "base_url": self.base_url,
-                "api_key_env": self.api_key_env, "identity_sha256": self.identity_sha256,
-                "identity": self.identity(), "config_path": self.config_path,
-                "concurrency": self.concurrency, "timeout_s": self.timeout_s}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "model": self.model,
+            "relevance_model": self.relevance_model,
+            "base_url": self.base_url,
+            "api_key_env": self.api_key_env,
+            "identity_sha256": self.identity_sha256,
+            "identity": self.identity(),
+            "config_path": self.config_path,
+            "concurrency": self.concurrency,
+            "timeout_s": self.timeout_s,
+        }
 
 
 class JudgeChoice(BaseModel):
@@ -191,15 +234,23 @@ class JudgeChoice(BaseModel):
     reason: str | None = None
 
 
-NO_JUDGE = ("no judge is configured: for a self-hosted judge pass --judge-config PATH (or export "
-            "JUDGE_CONFIG) and --base-url URL (or JUDGE_URL); for the paper's GPT judge export "
-            "JUDGE=gpt and OPENAI_API_KEY (--judge-model and --base-url pick another OpenAI-compatible "
-            "model). Labels and ratings stay pending until then")
+NO_JUDGE = (
+    "no judge is configured: for a self-hosted judge pass --judge-config PATH (or export "
+    "JUDGE_CONFIG) and --base-url URL (or JUDGE_URL); for the paper's GPT judge export "
+    "JUDGE=gpt and OPENAI_API_KEY (--judge-model and --base-url pick another OpenAI-compatible "
+    "model). Labels and ratings stay pending until then"
+)
 
 
-def resolve_judge(*, judge_config: Path | None = None, base_url: str | None = None,
-                  judge_model: str | None = None, env: Mapping[str, str] | None = None,
-                  work: Path | None = None, **kw: Any) -> JudgeChoice:
+def resolve_judge(
+    *,
+    judge_config: Path | None = None,
+    base_url: str | None = None,
+    judge_model: str | None = None,
+    env: Mapping[str, str] | None = None,
+    work: Path | None = None,
+    **kw: Any,
+) -> JudgeChoice:
     """Pick the judge: a judge config makes a custom judge; --judge-model or JUDGE=gpt an OpenAI
     one (pending without OPENAI_API_KEY); nothing configured leaves the judge pending."""
     env = os.environ if env is None else env
@@ -211,21 +262,30 @@ def resolve_judge(*, judge_config: Path | None = None, base_url: str | None = No
         config = default if default.is_file() else None
     if config is not None:
         if not Path(config).is_file():  # a typo says so, before the URL it would also need
-            raise FdbError(f"judge config {config} does not exist",
-                           "start the judge with `serve-judge`, or pass --judge-config PATH")
+            raise FdbError(
+                f"judge config {config} does not exist",
+                "start the judge with `serve-judge`, or pass --judge-config PATH",
+            )
         url = base_url or env.get("JUDGE_URL")
         if not url:
-            raise FdbError(f"the judge config {config} needs the judge server's URL",
-                           "pass --base-url http://HOST:PORT/v1 (or export JUDGE_URL)")
+            raise FdbError(
+                f"the judge config {config} needs the judge server's URL",
+                "pass --base-url http://HOST:PORT/v1 (or export JUDGE_URL)",
+            )
         settings = JudgeSettings.custom(Path(config), url, **kw)
         if judge_model and judge_model != settings.model:
-            raise FdbError(f"--judge-model {judge_model} differs from the config's served_model {settings.model}",
-                           "leave --judge-model out for a custom judge, or fix the config")
+            raise FdbError(
+                f"--judge-model {judge_model} differs from the config's served_model {settings.model}",
+                "leave --judge-model out for a custom judge, or fix the config",
+            )
         return JudgeChoice(settings=settings)
     if judge_model is None and judge != "gpt":
         return JudgeChoice(settings=None, reason=NO_JUDGE)
     if not env.get(OPENAI_KEY_ENV):
-        return JudgeChoice(settings=None, reason=f"{OPENAI_KEY_ENV} is not set, so the "
-                           f"{judge_model or GPT_BEHAVIOR_MODEL} judge cannot run; labels stay pending")
+        return JudgeChoice(
+            settings=None,
+            reason=f"{OPENAI_KEY_ENV} is not set, so the "
+            f"{judge_model or GPT_BEHAVIOR_MODEL} judge cannot run; labels stay pending",
+        )
     url = base_url or env.get("OPENAI_BASE_URL") or None
     return JudgeChoice(settings=JudgeSettings.openai(judge_model or GPT_BEHAVIOR_MODEL, url, **kw))

@@ -17,8 +17,14 @@ class RichProgress:
     """``judges.engine.Progress`` on a rich progress bar (one row per task)."""
 
     def __init__(self, console: Console):
-        self.bar = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, transient=False)
+        self.bar = Progress(
+            TextColumn("{task.description:<10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         self.rows: dict[str, Any] = {}
 
     def __enter__(self) -> RichProgress:
@@ -48,9 +54,17 @@ def _behavior(console: Console, summary: JudgeSummary) -> None:
         table.add_column(col)
     for name, cell in [*b.categories.items(), ("all", b.all)]:
         other = ", ".join(f"{k} {v}" for k, v in cell.outcomes.items() if v and k != "valid") or "-"
-        table.add_row(name, str(cell.selected), str(cell.judged), *(_pct(cell.labels[lab].share) for lab in LABELS), other)
+        table.add_row(
+            name,
+            str(cell.selected),
+            str(cell.judged),
+            *(_pct(cell.labels[lab].share) for lab in LABELS),
+            other,
+        )
     console.print(table)
-    counts = {"valid": b.all.outcomes["valid"]} | {k: v for k, v in b.all.outcomes.items() if v and k != "valid"}
+    counts = {"valid": b.all.outcomes["valid"]} | {
+        k: v for k, v in b.all.outcomes.items() if v and k != "valid"
+    }
     console.print(json.dumps(counts), markup=False, highlight=False)
 
 
@@ -64,12 +78,18 @@ def _semantic(console: Console, summary: JudgeSummary) -> None:
     if s.status in ("not_run", "pending"):
         console.print(f"v1.5 semantic judge: {s.status}")
         return
-    table = Table(title=f"v1.5 semantic judge: {s.status} (quality A/(A+F), coverage (A+F)/N)", title_justify="left")
+    table = Table(
+        title=f"v1.5 semantic judge: {s.status} (quality A/(A+F), coverage (A+F)/N)",
+        title_justify="left",
+    )
     table.add_column("category")
     for axis in (*AXES, "joint"):
         table.add_column(f"{axis} q / cov")
     for name, cells in [*s.categories.items(), ("all", s.all)]:
-        table.add_row(name, *(f"{_pct(cells[a].quality)} / {_pct(cells[a].coverage)}" for a in (*AXES, "joint")))
+        table.add_row(
+            name,
+            *(f"{_pct(cells[a].quality)} / {_pct(cells[a].coverage)}" for a in (*AXES, "joint")),
+        )
     console.print(table)
 
 
@@ -78,8 +98,10 @@ def _relevance(console: Console, summary: JudgeSummary) -> None:
     if r is None:
         return
     value = "n/a" if r.relevance is None else f"{r.relevance:.3f}"
-    console.print(f"v1.0 interruption relevance: {r.status}; relevance {value} over {r.rated}/{r.takeovers} "
-                  f"takeover samples; retries {r.retries}; takeovers {r.takeovers}/{r.evaluated} (counted once each)")
+    console.print(
+        f"v1.0 interruption relevance: {r.status}; relevance {value} over {r.rated}/{r.takeovers} "
+        f"takeover samples; retries {r.retries}; takeovers {r.takeovers}/{r.evaluated} (counted once each)"
+    )
     if r.rubric:
         console.print(f"  rubric: {r.rubric['label']}")
     if r.failed_samples:
@@ -89,17 +111,29 @@ def _relevance(console: Console, summary: JudgeSummary) -> None:
 def print_summary(console: Console, summary: JudgeSummary) -> None:
     judge = summary.judge
     if judge.get("configured"):
-        console.print(f"judge: {judge['name']} ({judge['kind']}, model {judge['model']}, relevance model "
-                      f"{judge['relevance_model']}, concurrency {judge['concurrency']})")
+        console.print(
+            f"judge: {judge['name']} ({judge['kind']}, model {judge['model']}, relevance model "
+            f"{judge['relevance_model']}, concurrency {judge['concurrency']})"
+        )
     else:
         console.print(f"[yellow]judge: pending[/] ({judge.get('reason')})")
     _behavior(console, summary)
     _semantic(console, summary)
     _relevance(console, summary)
-    for name, task in (("behavior", summary.behavior), ("semantic", summary.semantic), ("relevance", summary.relevance)):
-        if task is not None and task.message and task.status in ("blocked", "control_failed", "has_failures", "failed"):
+    for name, task in (
+        ("behavior", summary.behavior),
+        ("semantic", summary.semantic),
+        ("relevance", summary.relevance),
+    ):
+        if (
+            task is not None
+            and task.message
+            and task.status in ("blocked", "control_failed", "has_failures", "failed")
+        ):
             console.print(f"[red]{name}[/]: {task.message}")
         elif task is not None and task.message and task.status == "not_run" and name == "behavior":
             console.print(f"[yellow]{name}[/]: {task.message}")
-    console.print(f"written: {summary.repeat_dir}/judge.json" +
-                  "".join(f", {d}/" for d in summary.dirs.values() if d))
+    console.print(
+        f"written: {summary.repeat_dir}/judge.json"
+        + "".join(f", {d}/" for d in summary.dirs.values() if d)
+    )

@@ -65,7 +65,11 @@ def request_sha256(requests: Sequence[dict[str, Any]]) -> str:
 def _classify(spec: TaskSpec, reply: Reply) -> tuple[str, Parsed | None, str | None]:
     """(attempt outcome, parse result, reason) for one reply."""
     if not model_matches(spec.expected_model, reply.model):
-        return "model_mismatch", None, f"the reply names model {reply.model!r}, not {spec.expected_model!r}"
+        return (
+            "model_mismatch",
+            None,
+            f"the reply names model {reply.model!r}, not {spec.expected_model!r}",
+        )
     if spec.require_stop and reply.finish_reason != "stop":
         return "non_stop_finish", None, f"finish_reason {reply.finish_reason!r}, not 'stop'"
     parsed = spec.parse(reply.content or "")
@@ -73,43 +77,89 @@ def _classify(spec: TaskSpec, reply: Reply) -> tuple[str, Parsed | None, str | N
     return outcome, parsed, parsed.reason
 
 
-def _final(sample_id: str, outcome: str, attempt: int, sha: str, reason: str | None,
-           reply: Reply | None, parsed: Parsed | None) -> SampleResult:
-    mapped = {"valid": "valid", "invalid_label": "invalid_label", "non_stop_finish": "invalid_label",
-              "model_mismatch": "model_mismatch"}.get(outcome, "failed")
+def _final(
+    sample_id: str,
+    outcome: str,
+    attempt: int,
+    sha: str,
+    reason: str | None,
+    reply: Reply | None,
+    parsed: Parsed | None,
+) -> SampleResult:
+    mapped = {
+        "valid": "valid",
+        "invalid_label": "invalid_label",
+        "non_stop_finish": "invalid_label",
+        "model_mismatch": "model_mismatch",
+    }.get(outcome, "failed")
     if mapped == "failed":
         reason = f"{'transport' if outcome == 'transport_error' else 'parse'}: {reason}"
-    return SampleResult(sample_id=sample_id, outcome=mapped, reason=reason,
-                        value=parsed.value if parsed and parsed.kind != "unparsed" else None,
-                        attempts=attempt, retries=attempt - 1, request_sha256=sha,
-                        reply_model=reply.model if reply else None, finished_utc=utc_now())
+    return SampleResult(
+        sample_id=sample_id,
+        outcome=mapped,
+        reason=reason,
+        value=parsed.value if parsed and parsed.kind != "unparsed" else None,
+        attempts=attempt,
+        retries=attempt - 1,
+        request_sha256=sha,
+        reply_model=reply.model if reply else None,
+        finished_utc=utc_now(),
+    )
 
 
-async def judge_sample(client: JudgeClient, ledger: Ledger, spec: TaskSpec, sample_id: str,
-                       requests: Sequence[dict[str, Any]]) -> SampleResult:
+async def judge_sample(
+    client: JudgeClient,
+    ledger: Ledger,
+    spec: TaskSpec,
+    sample_id: str,
+    requests: Sequence[dict[str, Any]],
+) -> SampleResult:
     """Send up to ``len(requests)`` attempts for one sample and return its final result."""
     sha = request_sha256(requests)
     outcome, reason, reply, parsed = "transport_error", "not sent", None, None
     for attempt, body in enumerate(requests, start=1):
-        row: dict[str, Any] = {"t_utc": utc_now(), "task": spec.task, "sample_id": sample_id,
-                               "attempt": attempt, "max_attempts": len(requests), "request": body}
+        row: dict[str, Any] = {
+            "t_utc": utc_now(),
+            "task": spec.task,
+            "sample_id": sample_id,
+            "attempt": attempt,
+            "max_attempts": len(requests),
+            "request": body,
+        }
         try:
             reply = await client.complete(body)
         except TransportFailure as exc:
             outcome, reason, reply, parsed = "transport_error", exc.message, None, None
-            ledger.append({**row, "reply": None, "error": exc.message, "outcome": outcome,
-                           "reason": reason, "elapsed_s": round(exc.elapsed_s, 4)})
+            ledger.append(
+                {
+                    **row,
+                    "reply": None,
+                    "error": exc.message,
+                    "outcome": outcome,
+                    "reason": reason,
+                    "elapsed_s": round(exc.elapsed_s, 4),
+                }
+            )
             continue
         outcome, parsed, reason = _classify(spec, reply)
-        ledger.append({**row, "reply": reply.raw, "error": None, "outcome": outcome,
-                       "reason": reason, "elapsed_s": round(reply.elapsed_s, 4)})
+        ledger.append(
+            {
+                **row,
+                "reply": reply.raw,
+                "error": None,
+                "outcome": outcome,
+                "reason": reason,
+                "elapsed_s": round(reply.elapsed_s, 4),
+            }
+        )
         if outcome != "unparsed":
             return _final(sample_id, outcome, attempt, sha, reason, reply, parsed)
     return _final(sample_id, outcome, len(requests), sha, reason, reply, parsed)
 
 
-async def run_bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]],
-                      tick: Callable[[], None] | None = None) -> list[R]:
+async def run_bounded(
+    items: Sequence[T], fn: Callable[[T], Awaitable[R]], tick: Callable[[], None] | None = None
+) -> list[R]:
     """Run ``fn`` over every item at once (the client caps requests in flight); results keep
     the items' order. An unexpected error cancels the rest."""
     results: list[Any] = [None] * len(items)
@@ -125,15 +175,24 @@ async def run_bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]],
     return results
 
 
-async def judge_pending(client: JudgeClient, tdir: TaskDir, spec: TaskSpec,
-                        candidates: Iterable[tuple[str, list[dict[str, Any]]]], retry_failed: bool,
-                        progress: Progress | None = None, limit: int | None = None) -> dict[str, SampleResult]:
+async def judge_pending(
+    client: JudgeClient,
+    tdir: TaskDir,
+    spec: TaskSpec,
+    candidates: Iterable[tuple[str, list[dict[str, Any]]]],
+    retry_failed: bool,
+    progress: Progress | None = None,
+    limit: int | None = None,
+) -> dict[str, SampleResult]:
     """Judge the candidates (sample id, requests) a rerun has not finished yet (at most
     ``limit`` of them in this call), record each result in the task directory, and return every
     result, earlier ones included."""
     done = tdir.results()
-    todo = [(sample_id, requests) for sample_id, requests in candidates
-            if tdir.needs_judging(done.get(sample_id), request_sha256(requests), retry_failed)][:limit]
+    todo = [
+        (sample_id, requests)
+        for sample_id, requests in candidates
+        if tdir.needs_judging(done.get(sample_id), request_sha256(requests), retry_failed)
+    ][:limit]
 
     async def one(item: tuple[str, list[dict[str, Any]]]) -> SampleResult:
         result = await judge_sample(client, tdir.ledger, spec, *item)

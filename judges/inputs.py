@@ -65,17 +65,24 @@ def _manifest(path: Path) -> ExportManifest:
     try:
         return ExportManifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError as exc:
-        raise FdbError(f"{path} is missing", "generate recorded this dataset but did not finish its "
-                       f"export; the recording is kept: cut the windows again with {_export_only(path)}") from exc
+        raise FdbError(
+            f"{path} is missing",
+            "generate recorded this dataset but did not finish its "
+            f"export; the recording is kept: cut the windows again with {_export_only(path)}",
+        ) from exc
     except (json.JSONDecodeError, ValidationError) as exc:
-        raise FdbError(f"{path} is not a valid export manifest: {exc}",
-                       f"delete {path.parent} and cut the windows again from the recording with "
-                       f"{_export_only(path)}") from exc
+        raise FdbError(
+            f"{path} is not a valid export manifest: {exc}",
+            f"delete {path.parent} and cut the windows again from the recording with "
+            f"{_export_only(path)}",
+        ) from exc
 
 
 def _export_only(manifest: Path) -> str:
     """The command that recovers the interrupted export of the repeat holding ``manifest``."""
-    repeat = next((p for p in manifest.parents if p.name.startswith("repeat-") and p.name[7:].isdigit()), None)
+    repeat = next(
+        (p for p in manifest.parents if p.name.startswith("repeat-") and p.name[7:].isdigit()), None
+    )
     if repeat is None:
         return "python -m fdb generate --run-name NAME --repeat N --export-only"
     return f"python -m fdb generate --run-name {repeat.parent.name} --repeat {repeat.name[7:]} --export-only"
@@ -87,7 +94,11 @@ def transcript_or_none(path: Path) -> dict[str, Any] | None:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not isinstance(obj.get("chunks"), list):
+    if (
+        not isinstance(obj, dict)
+        or not isinstance(obj.get("text"), str)
+        or not isinstance(obj.get("chunks"), list)
+    ):
         return None
     return obj
 
@@ -99,7 +110,9 @@ def _json_or_none(path: Path) -> Any:
         return None
 
 
-def _selection(ids_file: Path, manifest_path: Path, subset: str | None = None) -> tuple[list[str], ExportManifest] | None:
+def _selection(
+    ids_file: Path, manifest_path: Path, subset: str | None = None
+) -> tuple[list[str], ExportManifest] | None:
     """Selected ids (sample-ids.txt, else the manifest's) and the manifest; None when left out."""
     ids = _read_ids(ids_file)
     if ids is not None and subset is not None:
@@ -128,16 +141,28 @@ def load_v15_tree_pairs(tree: Path, only: list[str] | None = None) -> list[PairI
     category then numeric id order; every one, whatever its state, as ``load_v15_pairs``."""
     path = Path(tree) / "reference-manifest.json"
     chosen = _manifest(path).select(only, str(path))
-    return [_pair(Path(tree), s.sample_id, s) for s in sorted(chosen, key=lambda s: id_key(s.sample_id))]
+    return [
+        _pair(Path(tree), s.sample_id, s) for s in sorted(chosen, key=lambda s: id_key(s.sample_id))
+    ]
 
 
 def _pair(tree: Path, sample_id: str, sample: ExportSample | None) -> PairInput:
     category, _, ident = sample_id.partition("/")
     if sample is None:
-        return PairInput(sample_id=sample_id, category=category, id=ident, eligible=False,
-                         reasons=["not in reference-manifest.json"])
-    pair = PairInput(sample_id=sample_id, category=sample.subset, id=sample.id, eligible=sample.eligible,
-                     reasons=list(sample.reasons))
+        return PairInput(
+            sample_id=sample_id,
+            category=category,
+            id=ident,
+            eligible=False,
+            reasons=["not in reference-manifest.json"],
+        )
+    pair = PairInput(
+        sample_id=sample_id,
+        category=sample.subset,
+        id=sample.id,
+        eligible=sample.eligible,
+        reasons=list(sample.reasons),
+    )
     if not sample.eligible:
         return pair
     folder = tree / sample.subset / sample.id
@@ -155,7 +180,9 @@ def _pair(tree: Path, sample_id: str, sample: ExportSample | None) -> PairInput:
 def load_interruptions(repeat_dir: Path) -> list[InterruptInput] | None:
     """Every selected v1.0 interruption sample; None when the repeat has none."""
     tree = Path(repeat_dir) / "v10" / "reference"
-    found = _selection(Path(repeat_dir) / "v10" / "sample-ids.txt", tree / "manifest.json", INTERRUPTION)
+    found = _selection(
+        Path(repeat_dir) / "v10" / "sample-ids.txt", tree / "manifest.json", INTERRUPTION
+    )
     if found is None:
         return None
     ids, manifest = found
@@ -165,15 +192,25 @@ def load_interruptions(repeat_dir: Path) -> list[InterruptInput] | None:
         sample = by_id.get(sid)
         ident = sid.partition("/")[2]
         if sample is None:
-            out.append(InterruptInput(sample_id=sid, id=ident, eligible=False, reasons=["not in manifest.json"]))
+            out.append(
+                InterruptInput(
+                    sample_id=sid, id=ident, eligible=False, reasons=["not in manifest.json"]
+                )
+            )
             continue
-        item = InterruptInput(sample_id=sid, id=ident, eligible=sample.eligible, reasons=list(sample.reasons))
+        item = InterruptInput(
+            sample_id=sid, id=ident, eligible=sample.eligible, reasons=list(sample.reasons)
+        )
         if sample.eligible:
             folder = tree / sample.subset / sample.id
             item.output = transcript_or_none(folder / "output.json")
             annotation = _json_or_none(folder / "interrupt.json")
             ok = isinstance(annotation, list) and annotation and isinstance(annotation[0], dict)
             item.interrupt = annotation[0] if ok else None
-            item.missing = [n for n, v in (("output.json", item.output), ("interrupt.json", item.interrupt)) if v is None]
+            item.missing = [
+                n
+                for n, v in (("output.json", item.output), ("interrupt.json", item.interrupt))
+                if v is None
+            ]
         out.append(item)
     return out

@@ -29,7 +29,9 @@ from judges.config import Decoding, JudgeConfig
 LAUNCH_SCHEMA = "fdb-judge-launch-1"
 RECEIPT_NAME = "launch-receipt.json"
 # The runbook's Qwen judge: non-thinking, greedy, seeds 1-3, 512 tokens (spec "Scoring CLI reference").
-DEFAULT_DECODING = Decoding(temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0, repetition_penalty=1.0, max_tokens=512)
+DEFAULT_DECODING = Decoding(
+    temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0, repetition_penalty=1.0, max_tokens=512
+)
 DEFAULT_SEEDS = (1, 2, 3)
 
 
@@ -39,7 +41,9 @@ class LaunchReceipt(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     schema_: str = Field(LAUNCH_SCHEMA, alias="schema")
     command: list[str]  # secrets redacted
-    runtime: str | None  # the serving runtime and its version, as the user gave it (e.g. "sglang 0.5.2")
+    runtime: (
+        str | None
+    )  # the serving runtime and its version, as the user gave it (e.g. "sglang 0.5.2")
     model_id: str
     model_revision: str
     model_path: str
@@ -53,7 +57,12 @@ class LaunchReceipt(BaseModel):
 
 
 def load_launch_receipt(path: Path) -> LaunchReceipt:
-    return load_record(path, LaunchReceipt, "judge launch receipt", "restart the judge with `serve-judge -- COMMAND`")
+    return load_record(
+        path,
+        LaunchReceipt,
+        "judge launch receipt",
+        "restart the judge with `serve-judge -- COMMAND`",
+    )
 
 
 def launch_receipt(command: list[str], **fields) -> LaunchReceipt:
@@ -62,17 +71,31 @@ def launch_receipt(command: list[str], **fields) -> LaunchReceipt:
     return LaunchReceipt(command=[redact_secrets(arg) for arg in redact_command(command)], **fields)
 
 
-def write_launch(config_path: Path, receipt: LaunchReceipt, served_model: str, enable_thinking: bool | None = False,
-                 decoding: Decoding = DEFAULT_DECODING, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> JudgeConfig:
+def write_launch(
+    config_path: Path,
+    receipt: LaunchReceipt,
+    served_model: str,
+    enable_thinking: bool | None = False,
+    decoding: Decoding = DEFAULT_DECODING,
+    seeds: tuple[int, ...] = DEFAULT_SEEDS,
+) -> JudgeConfig:
     """Write the receipt beside ``config_path``, then the judge config that pins its sha256. The
     config is validated first: an invalid value writes nothing."""
     config_path = Path(config_path)
     data = dumps_json(receipt.dump()).encode("utf-8")
-    config = JudgeConfig(model_id=receipt.model_id, model_revision=receipt.model_revision,
-                         tokenizer_id=receipt.tokenizer_id, tokenizer_revision=receipt.tokenizer_revision,
-                         served_model=served_model, precision=receipt.precision, enable_thinking=enable_thinking,
-                         decoding=decoding, seeds=list(seeds), server_launch_receipt=RECEIPT_NAME,
-                         server_launch_receipt_sha256=sha256_bytes(data))
+    config = JudgeConfig(
+        model_id=receipt.model_id,
+        model_revision=receipt.model_revision,
+        tokenizer_id=receipt.tokenizer_id,
+        tokenizer_revision=receipt.tokenizer_revision,
+        served_model=served_model,
+        precision=receipt.precision,
+        enable_thinking=enable_thinking,
+        decoding=decoding,
+        seeds=list(seeds),
+        server_launch_receipt=RECEIPT_NAME,
+        server_launch_receipt_sha256=sha256_bytes(data),
+    )
     atomic_write_bytes(config_path.parent / RECEIPT_NAME, data)
     atomic_write_json(config_path, config.model_dump(mode="json", exclude_none=True))
     return config

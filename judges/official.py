@@ -33,8 +33,11 @@ from fdb.official_source import (
 )
 
 OFFICIAL_PARSE_PATTERN = r"Analysis:\s*(.*?)\nI would rate the AI's response as (\d+)"
-TEMPLATE_FIELDS = {"in_before_interrupt_text": "context", "in_interrupt_text": "interrupt",
-                   "out_after_interrupt_text": "response"}
+TEMPLATE_FIELDS = {
+    "in_before_interrupt_text": "context",
+    "in_interrupt_text": "interrupt",
+    "out_after_interrupt_text": "response",
+}
 
 
 def evaluation_dir(source: Path) -> Path:
@@ -44,8 +47,10 @@ def evaluation_dir(source: Path) -> Path:
         path = pinned_path(source, rel)
         if path.is_file():
             return source / EVALUATION_DIR if path == source / rel else source
-    raise FdbError(f"{source} is not a Full-Duplex-Bench checkout (no {BEHAVIOR_PROMPT})",
-                   f"pass --reference-source pointing at a checkout at revision {PINNED_REVISION[:7]}")
+    raise FdbError(
+        f"{source} is not a Full-Duplex-Bench checkout (no {BEHAVIOR_PROMPT})",
+        f"pass --reference-source pointing at a checkout at revision {PINNED_REVISION[:7]}",
+    )
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,9 @@ def _read_checked(source: Path, rel: str, accept_revision: str | None) -> Offici
     path = pinned_path(source, rel)
     data = path.read_bytes()
     if sha256_bytes(data) != check.files[rel]:  # the text used is the text checked
-        raise FdbError(f"{path} changed while fdb read it", "rerun when nothing writes into the checkout")
+        raise FdbError(
+            f"{path} changed while fdb read it", "rerun when nothing writes into the checkout"
+        )
     return OfficialText(path=path, sha256=check.files[rel], text=data.decode("utf-8"), check=check)
 
 
@@ -85,32 +92,50 @@ class RelevanceSource:
 
     def user_message(self, context: str, interrupt: str, response: str) -> str:
         values = {"context": context, "interrupt": interrupt, "response": response}
-        return "".join(part if isinstance(part, str) else str(values[part[0]]) for part in self.template)
+        return "".join(
+            part if isinstance(part, str) else str(values[part[0]]) for part in self.template
+        )
 
 
 def _assigned(tree: ast.AST) -> dict[str, ast.expr]:
     found: dict[str, ast.expr] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             found.setdefault(node.targets[0].id.lower().lstrip("_"), node.value)
     return found
 
 
 def _template(node: ast.expr, path: Path) -> tuple[str | tuple[str], ...]:
     if not isinstance(node, ast.JoinedStr):
-        raise FdbError(f"{path}: user_msg is not an f-string", "the scorer file is not the official one")
+        raise FdbError(
+            f"{path}: user_msg is not an f-string", "the scorer file is not the official one"
+        )
     parts: list[str | tuple[str]] = []
     for value in node.values:
         if isinstance(value, ast.Constant) and isinstance(value.value, str):
             parts.append(value.value)
-        elif (isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name)
-              and value.value.id in TEMPLATE_FIELDS and value.conversion == -1 and value.format_spec is None):
+        elif (
+            isinstance(value, ast.FormattedValue)
+            and isinstance(value.value, ast.Name)
+            and value.value.id in TEMPLATE_FIELDS
+            and value.conversion == -1
+            and value.format_spec is None
+        ):
             parts.append((TEMPLATE_FIELDS[value.value.id],))
         else:
-            raise FdbError(f"{path}: unexpected placeholder in user_msg", "the scorer file is not the official one")
+            raise FdbError(
+                f"{path}: unexpected placeholder in user_msg",
+                "the scorer file is not the official one",
+            )
     fields = sorted(p[0] for p in parts if isinstance(p, tuple))
     if fields != sorted(TEMPLATE_FIELDS.values()):
-        raise FdbError(f"{path}: user_msg has fields {fields}", "the scorer file is not the official one")
+        raise FdbError(
+            f"{path}: user_msg has fields {fields}", "the scorer file is not the official one"
+        )
     return tuple(parts)
 
 
@@ -123,12 +148,19 @@ def _constant(found: dict[str, ast.expr], name: str, kind: type, path: Path):
 
 def _check_pattern(tree: ast.AST, path: Path) -> None:
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"
-                and node.args and isinstance(node.args[0], ast.Constant)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "compile"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             if node.args[0].value == OFFICIAL_PARSE_PATTERN:
                 return
-    raise FdbError(f"{path}: the rating parse pattern is not the official one",
-                   "the scorer file is not the official one")
+    raise FdbError(
+        f"{path}: the rating parse pattern is not the official one",
+        "the scorer file is not the official one",
+    )
 
 
 def relevance_source(source: Path, accept_revision: str | None = None) -> RelevanceSource | None:
@@ -140,7 +172,12 @@ def relevance_source(source: Path, accept_revision: str | None = None) -> Releva
     tree = ast.parse(text)
     found = _assigned(tree)
     _check_pattern(tree, path)
-    return RelevanceSource(path=path, sha256=official.sha256, system_prompt=_constant(found, "system_msg", str, path),
-                           template=_template(found.get("user_msg"), path),
-                           model=_constant(found, "model_name", str, path),
-                           seed=_constant(found, "seed", int, path), check=official.check)
+    return RelevanceSource(
+        path=path,
+        sha256=official.sha256,
+        system_prompt=_constant(found, "system_msg", str, path),
+        template=_template(found.get("user_msg"), path),
+        model=_constant(found, "model_name", str, path),
+        seed=_constant(found, "seed", int, path),
+        check=official.check,
+    )

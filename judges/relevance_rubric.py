@@ -29,6 +29,8 @@ I would rate the AI's response as <rating>"""
 
 
 def fdb_relevance_message(context: str, interrupt: str, response: str) -> str:
-    return (f"Earlier user turn: {context}\n"
-            f"Interrupting user turn: {interrupt}\n"
-            f"Assistant after the interruption: {response}\n")
+    return (
+        f"Earlier user turn: {context}\n"
+        f"Interrupting user turn: {interrupt}\n"
+        f"Assistant after the interruption: {response}\n"
+    )

@@ -8,4 +8,6 @@ from fdb.stats import WILSON_Z_NORMALDIST, wilson
 
 
 def share(count: int, n: int) -> Share:
-    return Share(count=count, share=count / n if n else None, ci95=wilson(count, n, WILSON_Z_NORMALDIST))
+    return Share(
+        count=count, share=count / n if n else None, ci95=wilson(count, n, WILSON_Z_NORMALDIST)
+    )

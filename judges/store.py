@@ -55,7 +55,9 @@ class Ledger:
         self._secrets = secret_values()
 
     def append(self, row: dict[str, Any]) -> None:
-        line = redact(json.dumps(row, sort_keys=True, ensure_ascii=False, default=str), self._secrets)
+        line = redact(
+            json.dumps(row, sort_keys=True, ensure_ascii=False, default=str), self._secrets
+        )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
@@ -66,10 +68,17 @@ class Ledger:
 class TaskDir:
     """Open (or create) one task's output directory for one judge identity."""
 
-    def __init__(self, root: Path, task: str, judge_identity: dict[str, Any], params: dict[str, Any]):
+    def __init__(
+        self, root: Path, task: str, judge_identity: dict[str, Any], params: dict[str, Any]
+    ):
         self.root = Path(root)
         self.task = task
-        self.identity = {"schema": TASK_SCHEMA, "task": task, "judge": judge_identity, "params": params}
+        self.identity = {
+            "schema": TASK_SCHEMA,
+            "task": task,
+            "judge": judge_identity,
+            "params": params,
+        }
         self.ledger = Ledger(self.root / "ledger.jsonl")
         self.results_path = self.root / "results.jsonl"
         self._lock_handle = None
@@ -80,13 +89,25 @@ class TaskDir:
         path = self.root / "identity.json"
         if path.exists():
             stored = read_json(path)
-            diff = [k for k in ("schema", "task", "judge", "params") if stored.get(k) != self.identity[k]]
+            diff = [
+                k
+                for k in ("schema", "task", "judge", "params")
+                if stored.get(k) != self.identity[k]
+            ]
             if diff:
-                raise FdbError(f"{self.root} changed since this directory was created ({', '.join(diff)} differ)",
-                               f"delete {self.root} and rerun judge, or keep the earlier settings")
+                raise FdbError(
+                    f"{self.root} changed since this directory was created ({', '.join(diff)} differ)",
+                    f"delete {self.root} and rerun judge, or keep the earlier settings",
+                )
         else:
-            atomic_write_json(path, {**self.identity, "created_utc": utc_now(),
-                                     "provenance": current().model_dump(mode="json")})
+            atomic_write_json(
+                path,
+                {
+                    **self.identity,
+                    "created_utc": utc_now(),
+                    "provenance": current().model_dump(mode="json"),
+                },
+            )
         return self
 
     def _lock(self) -> None:
@@ -95,8 +116,10 @@ class TaskDir:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             handle.close()
-            raise FdbError(f"{self.root} is being judged by another process",
-                           "wait for it to finish; two judges must not write one directory") from exc
+            raise FdbError(
+                f"{self.root} is being judged by another process",
+                "wait for it to finish; two judges must not write one directory",
+            ) from exc
         self._lock_handle = handle
 
     def close(self) -> None:
@@ -123,13 +146,17 @@ class TaskDir:
     def record(self, result: SampleResult) -> None:
         Ledger(self.results_path).append(result.model_dump(mode="json"))
 
-    def needs_judging(self, done: SampleResult | None, request_sha256: str, retry_failed: bool) -> bool:
+    def needs_judging(
+        self, done: SampleResult | None, request_sha256: str, retry_failed: bool
+    ) -> bool:
         """Whether a sample is sent again. A finished sample's inputs must be unchanged."""
         if done is None:
             return True
         if done.outcome in RETRYABLE:
             return retry_failed
         if done.request_sha256 != request_sha256:
-            raise FdbError(f"{done.sample_id}: its inputs changed since {self.root} judged it",
-                           f"delete {self.root} and rerun judge (transcripts were redone)")
+            raise FdbError(
+                f"{done.sample_id}: its inputs changed since {self.root} judged it",
+                f"delete {self.root} and rerun judge (transcripts were redone)",
+            )
         return False

@@ -39,7 +39,9 @@ class SessionJob:
     turn_detection: dict[str, Any] | str | None
     model: str | None = None
     instructions: str | None = None
-    settings: SessionSettings | None = None  # --instructions / --voice / --sampling / --reference-audio
+    settings: SessionSettings | None = (
+        None  # --instructions / --voice / --sampling / --reference-audio
+    )
     timeout_s: float = 90.0
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
@@ -61,7 +63,9 @@ async def record_many(
         return await _gather(jobs, gate, progress)
 
 
-async def _gather(jobs: Sequence[SessionJob], gate: asyncio.Semaphore, progress: Progress | None) -> list[SessionRecord]:
+async def _gather(
+    jobs: Sequence[SessionJob], gate: asyncio.Semaphore, progress: Progress | None
+) -> list[SessionRecord]:
     done = 0
 
     async def one(job: SessionJob) -> SessionRecord:
@@ -80,9 +84,18 @@ async def _run_job(job: SessionJob) -> SessionRecord:
     try:
         audio = job.audio if isinstance(job.audio, Audio) else read_wav(job.audio, job.label)
         return await record_session(
-            job.url, audio, job.out_dir, sample_id=job.sample_id, variant=job.variant,
-            profile=job.profile, turn_detection=job.turn_detection, model=job.model,
-            instructions=job.instructions, settings=job.settings, timeout_s=job.timeout_s, extra_meta=job.extra_meta,
+            job.url,
+            audio,
+            job.out_dir,
+            sample_id=job.sample_id,
+            variant=job.variant,
+            profile=job.profile,
+            turn_detection=job.turn_detection,
+            model=job.model,
+            instructions=job.instructions,
+            settings=job.settings,
+            timeout_s=job.timeout_s,
+            extra_meta=job.extra_meta,
         )
     except Exception as exc:  # a client-side problem with this job only
         message = exc.one_line() if isinstance(exc, FdbError) else f"{type(exc).__name__}: {exc}"
@@ -93,14 +106,25 @@ def _client_failure(job: SessionJob, message: str) -> SessionRecord:
     """A record for a session that could not be run; written unless a recording exists."""
     try:
         profile = get_dialect(job.profile)
-        name, trace_format, output_rate = profile.name, profile.trace_format, profile.formats.output_rate
+        name, trace_format, output_rate = (
+            profile.name,
+            profile.trace_format,
+            profile.formats.output_rate,
+        )
     except FdbError:
         name, trace_format, output_rate = str(job.profile), "unknown", 24000
     failure = message if job.sample_id in message else f"{job.label}: {message}"
     record = SessionRecord(
-        sample_id=job.sample_id, variant=job.variant, profile=name, trace_format=trace_format,
-        url=redact_url(job.url), model=job.model, output_rate=output_rate, timeout_s=job.timeout_s,
-        status="error", failure=f"client error: {failure}",
+        sample_id=job.sample_id,
+        variant=job.variant,
+        profile=name,
+        trace_format=trace_format,
+        url=redact_url(job.url),
+        model=job.model,
+        output_rate=output_rate,
+        timeout_s=job.timeout_s,
+        status="error",
+        failure=f"client error: {failure}",
         verdict=Verdict(status="fail", violations=[f"error: client error: {failure}"]),
         extra=dict(job.extra_meta),
     )

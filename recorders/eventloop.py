@@ -84,13 +84,17 @@ class TimerFd:
         loop.add_reader(fd, self._readable)
 
     @classmethod
-    def create(cls, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> TimerFd | None:
+    def create(
+        cls, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
+    ) -> TimerFd | None:
         if not sys.platform.startswith("linux"):
             return None
         try:
             if cls._libc is None:
                 cls._libc = ctypes.CDLL(None, use_errno=True)
-            fd = cls._libc.timerfd_create(cls._CLOCK_MONOTONIC, cls._TFD_CLOEXEC | cls._TFD_NONBLOCK)
+            fd = cls._libc.timerfd_create(
+                cls._CLOCK_MONOTONIC, cls._TFD_CLOEXEC | cls._TFD_NONBLOCK
+            )
         except (OSError, AttributeError):
             return None
         if fd < 0:
@@ -106,7 +110,12 @@ class TimerFd:
         ns = max(int(when * 1e9), 1)
         value = self._spec.it_value
         value.tv_sec, value.tv_nsec = divmod(ns, 1_000_000_000)
-        if self._libc.timerfd_settime(self.fd, self._TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
+        if (
+            self._libc.timerfd_settime(
+                self.fd, self._TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None
+            )
+            != 0
+        ):
             raise OSError(ctypes.get_errno(), "timerfd_settime failed")
 
     def _readable(self) -> None:
@@ -197,8 +206,10 @@ class Pacer:
 _PACERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
 
 
-def loop_local(registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T],
-               factory: Callable[[asyncio.AbstractEventLoop], T]) -> T:
+def loop_local(
+    registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, T],
+    factory: Callable[[asyncio.AbstractEventLoop], T],
+) -> T:
     """The running loop's entry of ``registry``, made by ``factory(loop)`` on first use."""
     loop = asyncio.get_running_loop()
     found = registry.get(loop)

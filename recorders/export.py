@@ -42,7 +42,10 @@ from recorders.variant import VariantResult, analyze_variant, dataset_input, sou
 
 V10_MANIFEST = "manifest.json"
 V15_MANIFEST = "reference-manifest.json"
-V15_VARIANTS = (("overlap", "input.wav", "output.wav"), ("clean", "clean_input.wav", "clean_output.wav"))
+V15_VARIANTS = (
+    ("overlap", "input.wav", "output.wav"),
+    ("clean", "clean_input.wav", "clean_output.wav"),
+)
 # The shortest input (= window T) a sample is scored on. 1 s is the shortest duration the metric
 # definitions use: the official takeover rule counts a reply that spans at least 1 s (or has more
 # than 3 words), response_rate_1s is the first unified response threshold, and the official
@@ -56,15 +59,20 @@ TOO_SHORT_REASON = f"too_short: input shorter than {MIN_SCORABLE_INPUT_S:g} s, t
 
 def find_session(recordings: Sequence[Path], rel: Path) -> tuple[Path | None, str | None]:
     """The one recording root holding ``rel``/session.json; a reason when none or several do."""
-    found = [Path(root) / rel for root in recordings if (Path(root) / rel / "session.json").is_file()]
+    found = [
+        Path(root) / rel for root in recordings if (Path(root) / rel / "session.json").is_file()
+    ]
     if len(found) > 1:
         return None, f"duplicate: recorded in {len(found)} runs ({', '.join(map(str, found))})"
     return (found[0], None) if found else (None, None)
 
 
 def export_v10(
-    recordings: Sequence[Path], samples: Sequence[V10Sample], out_dir: Path,
-    dataset_revision: str | None = None, trace_format: str | None = None,
+    recordings: Sequence[Path],
+    samples: Sequence[V10Sample],
+    out_dir: Path,
+    dataset_revision: str | None = None,
+    trace_format: str | None = None,
 ) -> ExportManifest:
     """Export v1.0 windows: ``<subset>/<id>/output.wav`` plus the annotation copy, and
     ``manifest.json``. ``recordings`` are run roots holding ``<subset>/<id>/main/``."""
@@ -76,8 +84,11 @@ def export_v10(
     _prepare_out_dir(out_dir, V10_MANIFEST, digest, [(s.subset, s.id) for s in samples])
     rows = [_export_v10_sample(s, where, dup, out_dir, fmt) for s, where, dup in located]
     manifest = ExportManifest(
-        dataset="v1.0", dataset_revision=dataset_revision, trace_format=fmt,
-        samples=rows, provenance=_provenance(recordings, sources, digest, fmt),
+        dataset="v1.0",
+        dataset_revision=dataset_revision,
+        trace_format=fmt,
+        samples=rows,
+        provenance=_provenance(recordings, sources, digest, fmt),
     )
     atomic_write_json(out_dir / V10_MANIFEST, manifest.dump())
     (out_dir / EXPORT_MARKER).unlink()
@@ -85,7 +96,11 @@ def export_v10(
 
 
 def _export_v10_sample(
-    sample: V10Sample, where: Path | None, dup: str | None, out_dir: Path, fmt: str | None,
+    sample: V10Sample,
+    where: Path | None,
+    dup: str | None,
+    out_dir: Path,
+    fmt: str | None,
 ) -> ExportSample:
     label = sample.sample_id
     result = _too_short(_analyze(where, dup, sample.input_wav, label, fmt), sample.duration_s)
@@ -95,13 +110,18 @@ def _export_v10_sample(
     folder = out_dir / sample.subset / sample.id
     row.files["output.wav"] = _write(folder / "output.wav", wav_bytes(result.window, 16000))
     if sample.annotation is not None:
-        row.files[sample.annotation.name] = _write(folder / sample.annotation.name, sample.annotation.read_bytes())
+        row.files[sample.annotation.name] = _write(
+            folder / sample.annotation.name, sample.annotation.read_bytes()
+        )
     return row
 
 
 def export_v15(
-    recordings: Sequence[Path], pairs: Sequence[V15Pair], out_dir: Path,
-    dataset_revision: str | None = None, trace_format: str | None = None,
+    recordings: Sequence[Path],
+    pairs: Sequence[V15Pair],
+    out_dir: Path,
+    dataset_revision: str | None = None,
+    trace_format: str | None = None,
 ) -> ExportManifest:
     """Export v1.5 pairs: ``<category>/<id>/{input.wav, output.wav, clean_input.wav,
     clean_output.wav, metadata.json}`` and ``reference-manifest.json``. ``recordings`` are run
@@ -111,14 +131,19 @@ def export_v15(
     for pair in pairs:
         base = Path(pair.category) / pair.id
         located.append((pair, {v: find_session(recordings, base / v) for v, _, _ in V15_VARIANTS}))
-    fmt = _cohort_format(trace_format, [where[v][0] for _, where in located for v, _, _ in V15_VARIANTS])
+    fmt = _cohort_format(
+        trace_format, [where[v][0] for _, where in located for v, _, _ in V15_VARIANTS]
+    )
     sources = {p.sample_id: _v15_sources(p, where) for p, where in located}
     digest = sha256_bytes(_canonical(sources).encode())
     _prepare_out_dir(out_dir, V15_MANIFEST, digest, [(p.category, p.id) for p in pairs])
     rows = [_export_v15_pair(p, where, out_dir, fmt) for p, where in located]
     manifest = ExportManifest(
-        dataset="v1.5", dataset_revision=dataset_revision, trace_format=fmt,
-        samples=rows, provenance=_provenance(recordings, sources, digest, fmt),
+        dataset="v1.5",
+        dataset_revision=dataset_revision,
+        trace_format=fmt,
+        samples=rows,
+        provenance=_provenance(recordings, sources, digest, fmt),
     )
     atomic_write_json(out_dir / V15_MANIFEST, manifest.dump())
     (out_dir / EXPORT_MARKER).unlink()
@@ -126,35 +151,49 @@ def export_v15(
 
 
 def _export_v15_pair(
-    pair: V15Pair, where: dict[str, tuple[Path | None, str | None]], out_dir: Path, fmt: str | None,
+    pair: V15Pair,
+    where: dict[str, tuple[Path | None, str | None]],
+    out_dir: Path,
+    fmt: str | None,
 ) -> ExportSample:
     inputs = {"overlap": pair.input_wav, "clean": pair.clean_input_wav}
     durations = {"overlap": pair.duration_s, "clean": pair.clean_duration_s}
     results = {
-        v: _too_short(_analyze(where[v][0], where[v][1], inputs[v], f"{pair.sample_id} [{v}]", fmt), durations[v])
+        v: _too_short(
+            _analyze(where[v][0], where[v][1], inputs[v], f"{pair.sample_id} [{v}]", fmt),
+            durations[v],
+        )
         for v, _, _ in V15_VARIANTS
     }
     reasons = [f"{v}: {r}" for v, _, _ in V15_VARIANTS for r in results[v].reasons]
-    row = _row(pair.sample_id, pair.category, pair.id, results["overlap"], list(results.values()), reasons)
+    row = _row(
+        pair.sample_id, pair.category, pair.id, results["overlap"], list(results.values()), reasons
+    )
     if not row.eligible:
         return row
     folder = out_dir / pair.category / pair.id
     for variant, input_name, output_name in V15_VARIANTS:
         result = results[variant]
-        row.files[input_name] = _write(folder / input_name, wav_bytes(pcm16_to_float(result.input_pcm), 16000))
+        row.files[input_name] = _write(
+            folder / input_name, wav_bytes(pcm16_to_float(result.input_pcm), 16000)
+        )
         row.files[output_name] = _write(folder / output_name, wav_bytes(result.window, 16000))
     row.files["metadata.json"] = _write(folder / "metadata.json", pair.metadata.read_bytes())
     return row
 
 
-def _analyze(where: Path | None, dup: str | None, input_wav: Path, label: str, fmt: str | None) -> VariantResult:
+def _analyze(
+    where: Path | None, dup: str | None, input_wav: Path, label: str, fmt: str | None
+) -> VariantResult:
     if dup is not None:
         return VariantResult.missing(dup, verdict="fail")
     try:
         expected = dataset_input(input_wav, label)
     except FdbError as exc:
         return VariantResult.missing(f"dataset: {exc.one_line()}", verdict="fail")
-    return analyze_variant(where, expected, label, lambda rate: input_pcm16(read_wav(input_wav, label), rate), fmt)
+    return analyze_variant(
+        where, expected, label, lambda rate: input_pcm16(read_wav(input_wav, label), rate), fmt
+    )
 
 
 def _too_short(result: VariantResult, duration_s: float) -> VariantResult:
@@ -180,17 +219,26 @@ def _cohort_format(given: str | None, sessions: Sequence[Path | None]) -> str | 
 
 
 def _row(
-    sample_id: str, subset: str, id_: str, main: VariantResult, parts: list[VariantResult],
+    sample_id: str,
+    subset: str,
+    id_: str,
+    main: VariantResult,
+    parts: list[VariantResult],
     reasons: list[str] | None = None,
 ) -> ExportSample:
     verdicts = {p.verdict for p in parts}
     verdict = "missing" if "missing" in verdicts else "fail" if "fail" in verdicts else "pass"
     eligible = all(p.eligible for p in parts)
     return ExportSample(
-        sample_id=sample_id, subset=subset, id=id_, eligible=eligible,
+        sample_id=sample_id,
+        subset=subset,
+        id=id_,
+        eligible=eligible,
         reasons=[] if eligible else (reasons if reasons is not None else main.reasons),
-        T_s=main.T_s, input_samples=main.input_samples,
-        barge_in_cuts=sum(p.barge_in_cuts for p in parts) if eligible else 0, verdict=verdict,
+        T_s=main.T_s,
+        input_samples=main.input_samples,
+        barge_in_cuts=sum(p.barge_in_cuts for p in parts) if eligible else 0,
+        verdict=verdict,
     )
 
 
@@ -200,12 +248,18 @@ def _write(path: Path, data: bytes) -> str:
 
 
 def _v10_sources(sample: V10Sample, where: Path | None) -> dict[str, Any]:
-    files = [("input", sample.input_wav)] + ([("annotation", sample.annotation)] if sample.annotation else [])
+    files = [("input", sample.input_wav)] + (
+        [("annotation", sample.annotation)] if sample.annotation else []
+    )
     return {"dataset": {k: _file_sha(p) for k, p in files}, "main": source_hashes(where)}
 
 
 def _v15_sources(pair: V15Pair, where: dict[str, tuple[Path | None, str | None]]) -> dict[str, Any]:
-    files = [("input", pair.input_wav), ("clean_input", pair.clean_input_wav), ("metadata", pair.metadata)]
+    files = [
+        ("input", pair.input_wav),
+        ("clean_input", pair.clean_input_wav),
+        ("metadata", pair.metadata),
+    ]
     out: dict[str, Any] = {"dataset": {k: _file_sha(p) for k, p in files}}
     for variant, _, _ in V15_VARIANTS:
         out[variant] = source_hashes(where[variant][0])
@@ -220,7 +274,9 @@ def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str, fmt: str | None) -> dict[str, Any]:
+def _provenance(
+    recordings: Sequence[Path], sources: dict[str, Any], digest: str, fmt: str | None
+) -> dict[str, Any]:
     profile = dialect_for_trace_format(fmt) if fmt else None
     return {
         "fdb": current().model_dump(mode="json"),
@@ -236,10 +292,14 @@ def _provenance(recordings: Sequence[Path], sources: dict[str, Any], digest: str
     }
 
 
-EXPORT_MARKER = ".export-in-progress.json"  # written before the first sample, removed after the manifest
+EXPORT_MARKER = (
+    ".export-in-progress.json"  # written before the first sample, removed after the manifest
+)
 
 
-def _previous_folders(out_dir: Path, manifest_name: str, digest: str) -> set[tuple[str, str]] | None:
+def _previous_folders(
+    out_dir: Path, manifest_name: str, digest: str
+) -> set[tuple[str, str]] | None:
     """The sample folders of a previous export of the same recordings in ``out_dir`` (finished:
     its manifest; interrupted: its in-progress marker), or None when there is none."""
     for name in (manifest_name, EXPORT_MARKER):
@@ -257,7 +317,9 @@ def _previous_folders(out_dir: Path, manifest_name: str, digest: str) -> set[tup
     return None
 
 
-def _prepare_out_dir(out_dir: Path, manifest_name: str, digest: str, planned: Sequence[tuple[str, str]]) -> None:
+def _prepare_out_dir(
+    out_dir: Path, manifest_name: str, digest: str, planned: Sequence[tuple[str, str]]
+) -> None:
     """Refuse a non-empty ``out_dir`` unless it holds only a previous export of the same
     recordings, finished or interrupted (a killed export leaves its marker); that export's
     sample folders are removed before writing again, and so are the temp files of writes that a
@@ -286,5 +348,11 @@ def _prepare_out_dir(out_dir: Path, manifest_name: str, digest: str, planned: Se
             if (out_dir / subset).is_dir() and not any((out_dir / subset).iterdir()):
                 (out_dir / subset).rmdir()
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / EXPORT_MARKER, {"schema": "fdb-export-progress-1", "sources_sha256": digest,
-                                                "folders": sorted({tuple(f) for f in planned})})
+    atomic_write_json(
+        out_dir / EXPORT_MARKER,
+        {
+            "schema": "fdb-export-progress-1",
+            "sources_sha256": digest,
+            "folders": sorted({tuple(f) for f in planned}),
+        },
+    )

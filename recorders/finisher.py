@@ -117,7 +117,9 @@ class RawTrace:
         self.types: list[str] = []
         self.texts: list[str] = []
 
-    def append(self, t: float, direction: str, type_: str, text: str, scheduled: float | None = None) -> int:
+    def append(
+        self, t: float, direction: str, type_: str, text: str, scheduled: float | None = None
+    ) -> int:
         """Add a row; returns its index."""
         self.times.append(t)
         self.scheduled.append(_NAN if scheduled is None else scheduled)
@@ -135,7 +137,11 @@ class RawTrace:
 
     def copy(self) -> RawTrace:
         other = RawTrace()
-        other.times, other.scheduled, other.ends = array("d", self.times), array("d", self.scheduled), array("d", self.ends)
+        other.times, other.scheduled, other.ends = (
+            array("d", self.times),
+            array("d", self.scheduled),
+            array("d", self.ends),
+        )
         other.dirs, other.types, other.texts = list(self.dirs), list(self.types), list(self.texts)
         return other
 
@@ -155,9 +161,14 @@ def trace_from_raw(raw: RawTrace, origin: float) -> list[TraceEvent]:
     def rel(value: float) -> float | None:
         return None if math.isnan(value) else round(value - origin, 6)
 
-    return [TraceEvent(t=rel(t), dir=d, type=k, event=json.loads(text), scheduled=rel(sched), t_end=rel(end))
-            for t, d, k, text, sched, end in zip(raw.times, raw.dirs, raw.types, raw.texts, raw.scheduled,
-                                                 raw.ends, strict=True)]
+    return [
+        TraceEvent(
+            t=rel(t), dir=d, type=k, event=json.loads(text), scheduled=rel(sched), t_end=rel(end)
+        )
+        for t, d, k, text, sched, end in zip(
+            raw.times, raw.dirs, raw.types, raw.texts, raw.scheduled, raw.ends, strict=True
+        )
+    ]
 
 
 class AudioText:
@@ -177,7 +188,9 @@ class AudioText:
 
     __slots__ = ("buffer", "sizes")
 
-    def __init__(self, buffer: bytes | bytearray | memoryview | None = None, sizes: Iterable[int] = ()):
+    def __init__(
+        self, buffer: bytes | bytearray | memoryview | None = None, sizes: Iterable[int] = ()
+    ):
         self.buffer = bytearray() if buffer is None else buffer
         self.sizes = array("q", sizes)
 
@@ -197,7 +210,7 @@ class AudioText:
         """Each delta's text (``?`` for what was not ASCII)."""
         view, out, offset = memoryview(self.buffer), [], 0
         for size in self.sizes:
-            out.append(bytes(view[offset:offset + size]).decode("ascii"))
+            out.append(bytes(view[offset : offset + size]).decode("ascii"))
             offset += size
         return out
 
@@ -207,7 +220,7 @@ class AudioText:
         view, parts, offset = memoryview(self.buffer), [], 0
         for k, size in enumerate(self.sizes):
             try:
-                parts.append(binascii.a2b_base64(view[offset:offset + size], strict_mode=True))
+                parts.append(binascii.a2b_base64(view[offset : offset + size], strict_mode=True))
             except (binascii.Error, ValueError) as exc:
                 return b"".join(parts), f"audio delta {k}: {exc}"
             offset += size
@@ -307,7 +320,13 @@ def _serve_one(channel: socket.socket) -> bool:
         if not reply[1]:  # an exception the recorder could not rebuild goes back as text
             pickle.loads(pieces[1], buffers=pieces[2:])
     except Exception as exc:
-        pieces = encode_message((job, False, RuntimeError(f"finisher: {reply[2]!r} (its reply did not pickle: {exc!r})")))
+        pieces = encode_message(
+            (
+                job,
+                False,
+                RuntimeError(f"finisher: {reply[2]!r} (its reply did not pickle: {exc!r})"),
+            )
+        )
     try:
         channel.sendall(b"".join(pieces))
     except OSError:
@@ -345,7 +364,9 @@ def _process() -> tuple[multiprocessing.process.BaseProcess, Connection]:
     if _PROCESS is None or not _PROCESS[0].is_alive():
         context = multiprocessing.get_context("forkserver")
         mine, theirs = context.Pipe(duplex=True)
-        process = context.Process(target=_serve, args=(theirs,), daemon=True, name="fdb-recorder-finisher")
+        process = context.Process(
+            target=_serve, args=(theirs,), daemon=True, name="fdb-recorder-finisher"
+        )
         process.start()
         theirs.close()
         _PROCESS = (process, mine)
@@ -378,12 +399,16 @@ class FinisherChannel:
                 theirs.close()
             reader, self._writer = await asyncio.open_unix_connection(sock=mine, limit=_READ_LIMIT)
             self._reader_task = self.loop.create_task(self._read(reader))
-            await self._call(_PING, None, None)  # the process has started and imported what it needs
+            await self._call(
+                _PING, None, None
+            )  # the process has started and imported what it needs
         except BaseException:
             self.broken = True
             raise
 
-    async def finish(self, done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]) -> SessionRecord:
+    async def finish(
+        self, done: FinishedSession, out_dir: Path, kwargs: dict[str, Any]
+    ) -> SessionRecord:
         """``finish_recording(done, out_dir, kwargs)`` in the finisher process."""
         return await self._call(done, out_dir, kwargs)
 
@@ -418,13 +443,17 @@ class FinisherChannel:
             self.broken = True
             for future in self._pending.values():
                 if not future.done():
-                    future.set_exception(FinisherBroken("the finisher process ended before replying"))
+                    future.set_exception(
+                        FinisherBroken("the finisher process ended before replying")
+                    )
             self._pending.clear()
             if self._writer is not None:
                 self._writer.close()
 
 
-_CHANNELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FinisherChannel] = weakref.WeakKeyDictionary()
+_CHANNELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FinisherChannel] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def finisher_channel() -> FinisherChannel:

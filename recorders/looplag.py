@@ -54,12 +54,20 @@ class LagSamples:
         if len(lags) == 0:
             return LoopLagStats(interval_ms=interval_ms)
         over = int((lags > tolerance_ms).sum())
-        inside = np.ones(len(lags), bool) if window is None else (times >= window[0]) & (times <= window[1] + tolerance_ms / 1000)
+        inside = (
+            np.ones(len(lags), bool)
+            if window is None
+            else (times >= window[0]) & (times <= window[1] + tolerance_ms / 1000)
+        )
         behind = bool(((lags > tolerance_ms) & inside).any())
         return LoopLagStats(
-            interval_ms=interval_ms, ticks=len(lags), max_ms=round(float(lags.max()), 3),
-            p99_ms=round(float(np.percentile(lags, 99)), 3), mean_ms=round(float(lags.mean()), 3),
-            over_tolerance=over, client_behind=behind,
+            interval_ms=interval_ms,
+            ticks=len(lags),
+            max_ms=round(float(lags.max()), 3),
+            p99_ms=round(float(np.percentile(lags, 99)), 3),
+            mean_ms=round(float(lags.mean()), 3),
+            over_tolerance=over,
+            client_behind=behind,
         )
 
 
@@ -80,11 +88,15 @@ class LoopMonitor:
             self.task = self.loop.create_task(self._tick())
         return self.base + len(self.lags)
 
-    def release(self, start: int, tolerance_ms: float, window: tuple[float, float] | None = None) -> LagSamples:
+    def release(
+        self, start: int, tolerance_ms: float, window: tuple[float, float] | None = None
+    ) -> LagSamples:
         """The session's samples (from tick ``start`` on) and its window; the statistics are
         computed from them later, off the paced loop (``LagSamples.stats``)."""
         first = max(0, start - self.base)
-        samples = LagSamples(self.interval, tolerance_ms, window, self.lags[first:], self.times[first:])
+        samples = LagSamples(
+            self.interval, tolerance_ms, window, self.lags[first:], self.times[first:]
+        )
         self.users -= 1
         if self.users == 0 and self.task is not None:
             self.task.cancel()
@@ -104,7 +116,9 @@ class LoopMonitor:
             gc_valve()
 
 
-_MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMonitor] = weakref.WeakKeyDictionary()
+_MONITORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopMonitor] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def monitor() -> LoopMonitor:

@@ -70,7 +70,9 @@ class _Checker:
     def find(self, direction: str, type_: str) -> list[int]:
         return [i for i, ev in enumerate(self.events) if ev.dir == direction and ev.type == type_]
 
-    def one(self, rule: str, direction: str, type_: str, after: int | None, after_name: str) -> int | None:
+    def one(
+        self, rule: str, direction: str, type_: str, after: int | None, after_name: str
+    ) -> int | None:
         """The single ``type_`` event, which must come after index ``after``; None when absent."""
         found = self.find(direction, type_)
         if not found:
@@ -150,7 +152,9 @@ def _check_handshake(c: _Checker, profile: Dialect, requested: dict[str, Any] | 
     if in_rate is not None and in_rate != profile.formats.input_rate:
         c.add("handshake", f"input rate {in_rate}, expected {profile.formats.input_rate}", updated)
     if out_rate is not None and out_rate != profile.formats.output_rate:
-        c.add("handshake", f"output rate {out_rate}, expected {profile.formats.output_rate}", updated)
+        c.add(
+            "handshake", f"output rate {out_rate}, expected {profile.formats.output_rate}", updated
+        )
     if requested is not None:
         echoed = profile.session.echoed_turn_detection(session)
         got = echoed.get("type") if echoed else None
@@ -164,7 +168,9 @@ def _check_handshake(c: _Checker, profile: Dialect, requested: dict[str, Any] | 
     return updated
 
 
-def _first(c: _Checker, rule: str, direction: str, type_: str, after: int | None, after_name: str) -> int | None:
+def _first(
+    c: _Checker, rule: str, direction: str, type_: str, after: int | None, after_name: str
+) -> int | None:
     found = c.find(direction, type_)
     if not found:
         c.add(rule, f"no {type_}")
@@ -178,7 +184,11 @@ def _check_grant(c: _Checker, profile: Dialect, session: dict[str, Any], updated
     granted = ((session.get("sglang") or {}).get("granted")) or {}
     for key, want in profile.oracle.required_grant:
         if granted.get(key) != want:
-            c.add("handshake", f"granted {key} is {granted.get(key)!r}, the profile needs {want!r}", updated)
+            c.add(
+                "handshake",
+                f"granted {key} is {granted.get(key)!r}, the profile needs {want!r}",
+                updated,
+            )
 
 
 def _check_input(c: _Checker, profile: Dialect, updated: int | None, input_ms: float) -> list[int]:
@@ -210,7 +220,9 @@ def _check_accepted(c: _Checker, profile: Dialect, appends: list[int]) -> None:
             c.add("accepted", f"accepted seq {event.get('seq')}, expected {k}", i)
         if k >= len(appends):
             continue
-        cumulative += int(c.ev(appends[k]).get("audio_bytes", 0)) / 2 / (profile.formats.input_rate / 1000.0)
+        cumulative += (
+            int(c.ev(appends[k]).get("audio_bytes", 0)) / 2 / (profile.formats.input_rate / 1000.0)
+        )
         if i < appends[k]:
             c.add("accepted", f"seq {k} accepted before it was sent", i)
         end_ms = event.get("accepted_end_ms")
@@ -223,7 +235,9 @@ def _check_accepted(c: _Checker, profile: Dialect, appends: list[int]) -> None:
 
 def _check_end(c: _Checker, profile: Dialect, appends: list[int], input_ms: float) -> None:
     """end -> ended -> drained -> close -> closed, with the drain arithmetic."""
-    end = c.one("end", "send", "sglang.input_audio.end", appends[-1] if appends else None, "the last append")
+    end = c.one(
+        "end", "send", "sglang.input_audio.end", appends[-1] if appends else None, "the last append"
+    )
     for i in appends:
         if end is not None and i > end:
             c.add("input", "append after sglang.input_audio.end", i)
@@ -233,13 +247,19 @@ def _check_end(c: _Checker, profile: Dialect, appends: list[int], input_ms: floa
         if ended is not None:
             policy = c.ev(ended).get("tail_policy")
             if policy != profile.units.tail_policy:
-                c.add("end", f"tail_policy {policy!r}, expected {profile.units.tail_policy!r}", ended)
+                c.add(
+                    "end", f"tail_policy {policy!r}, expected {profile.units.tail_policy!r}", ended
+                )
             _check_ms(c, ended, "accepted_end_ms", input_ms)
-        drained = c.one("end", "recv", "sglang.input_audio.drained", ended, "sglang.input_audio.ended")
+        drained = c.one(
+            "end", "recv", "sglang.input_audio.drained", ended, "sglang.input_audio.ended"
+        )
         if drained is not None:
             for key, want in (
-                ("accepted_end_ms", input_ms), ("consumed_ms", input_ms),
-                ("discarded_ms", 0.0), ("padding_ms", profile.units.padding_ms(input_ms)),
+                ("accepted_end_ms", input_ms),
+                ("consumed_ms", input_ms),
+                ("discarded_ms", 0.0),
+                ("padding_ms", profile.units.padding_ms(input_ms)),
             ):
                 _check_ms(c, drained, key, want)
         drain_after, drain_name = drained, "sglang.input_audio.drained"
@@ -263,7 +283,11 @@ def _check_tail_end(c: _Checker, appends: list[int]) -> None:
         c.add("end", "the tail session.update before the last append", tail)
     answers = [i for i in updateds if i > tail]
     if len(updateds) != 2 or not answers:
-        c.add("end", f"{len(updateds)} session.updated events; the tail session.update has no answer", tail)
+        c.add(
+            "end",
+            f"{len(updateds)} session.updated events; the tail session.update has no answer",
+            tail,
+        )
         return
     answered = c.ev(answers[0]).get("client_event_id")
     if answered is not None and answered != c.ev(tail).get("event_id"):
@@ -277,7 +301,11 @@ def _check_ms(c: _Checker, index: int, key: str, want: float) -> None:
 
 
 def _near(value: Any, want: float) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value - want) < MS_TOLERANCE
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and abs(value - want) < MS_TOLERANCE
+    )
 
 
 def _check_units(c: _Checker, profile: Dialect, input_ms: float) -> None:
@@ -285,7 +313,11 @@ def _check_units(c: _Checker, profile: Dialect, input_ms: float) -> None:
     units = c.find("recv", "sglang.unit.done")
     drained = c.find("recv", "sglang.input_audio.drained")
     expected = math.ceil(input_ms / profile.units.unit_ms - 1e-9) if input_ms > 0 else 0
-    if profile.oracle.native and len(units) == expected + 1 and _empty_eos_unit(c, units[-1], input_ms, profile):
+    if (
+        profile.oracle.native
+        and len(units) == expected + 1
+        and _empty_eos_unit(c, units[-1], input_ms, profile)
+    ):
         units = units[:-1]  # the empty unit that closes unit-aligned input
     if len(units) != expected:
         c.add("units", f"{len(units)} units for {input_ms:g} ms of input, expected {expected}")
@@ -300,7 +332,9 @@ def _check_units(c: _Checker, profile: Dialect, input_ms: float) -> None:
         if not _near(start, k * profile.units.unit_ms):
             c.add("units", f"unit_{k} t_start_ms {start}, expected {k * profile.units.unit_ms}", i)
         if not isinstance(duration, int | float) or not 0 < duration <= profile.units.unit_ms:
-            c.add("units", f"unit_{k} duration_ms {duration} outside (0, {profile.units.unit_ms}]", i)
+            c.add(
+                "units", f"unit_{k} duration_ms {duration} outside (0, {profile.units.unit_ms}]", i
+            )
             continue
         if k < len(units) - 1 and not _near(duration, profile.units.unit_ms):
             c.add("units", f"unit_{k} lasts {duration} ms but is not the last unit", i)
@@ -344,31 +378,55 @@ def _check_native(c: _Checker, profile: Dialect) -> None:
             if updated and i < updated[0]:
                 c.add("responses", "response.created before session.updated", i)
             if after_drain:
-                c.add("drain", f"response {response.get('id')!r} created after sglang.input_audio.drained", i)
-        elif (ev.type == "response.done" and after_drain and response.get("status") == "completed"
-              and not profile.responses.single):
-            c.add("drain", f"response {response.get('id')!r} completed after sglang.input_audio.drained", i)
+                c.add(
+                    "drain",
+                    f"response {response.get('id')!r} created after sglang.input_audio.drained",
+                    i,
+                )
+        elif (
+            ev.type == "response.done"
+            and after_drain
+            and response.get("status") == "completed"
+            and not profile.responses.single
+        ):
+            c.add(
+                "drain",
+                f"response {response.get('id')!r} completed after sglang.input_audio.drained",
+                i,
+            )
         elif ev.type in profile.events.audio_delta:
             rid = ev.event.get("response_id")
             if after_drain:
                 c.add("drain", f"audio for response {rid!r} after sglang.input_audio.drained", i)
             item = items.setdefault(rid, ev.event.get("item_id"))
             if item != ev.event.get("item_id"):
-                c.add("responses", f"response {rid!r} audio moved from item {item!r} to {ev.event.get('item_id')!r}", i)
+                c.add(
+                    "responses",
+                    f"response {rid!r} audio moved from item {item!r} to {ev.event.get('item_id')!r}",
+                    i,
+                )
 
 
 def _check_single_response(c: _Checker) -> None:
     """One response per session; completed at the input end only after the client ended it."""
     created = c.find("recv", "response.created")
     if len(created) > 1:
-        c.add("responses", f"{len(created)} response.created events: the session is one response", created[1])
+        c.add(
+            "responses",
+            f"{len(created)} response.created events: the session is one response",
+            created[1],
+        )
     ends = c.find("send", "sglang.input_audio.end")
     for i in c.find("recv", "response.done"):
         response = c.ev(i).get("response") or {}
         reason = (response.get("status_details") or {}).get("reason")
         if reason == "input_audio_ended" and (not ends or i < ends[0]):
-            c.add("responses", f"response {response.get('id')!r} ended input_audio_ended before "
-                  "sglang.input_audio.end", i)
+            c.add(
+                "responses",
+                f"response {response.get('id')!r} ended input_audio_ended before "
+                "sglang.input_audio.end",
+                i,
+            )
 
 
 def _check_responses(c: _Checker, profile: Dialect) -> None:
@@ -387,11 +445,17 @@ def _check_responses(c: _Checker, profile: Dialect) -> None:
         elif ev.type == "response.created":
             _on_created(c, i, state)
         elif ev.type == "response.done":
-            unused_speech_starts -= _on_done(c, profile, i, state, unused_speech_starts, speech_during)
+            unused_speech_starts -= _on_done(
+                c, profile, i, state, unused_speech_starts, speech_during
+            )
         elif ev.type in profile.events.audio_delta:
             rate = ev.event.get("sample_rate_hz")
             if rate is not None and rate != profile.formats.output_rate:
-                c.add("handshake", f"audio delta at {rate} Hz, expected {profile.formats.output_rate}", i)
+                c.add(
+                    "handshake",
+                    f"audio delta at {rate} Hz, expected {profile.formats.output_rate}",
+                    i,
+                )
             rid = ev.event.get("response_id")
             if rid not in state:
                 c.add("responses", f"audio for response {rid!r} before its response.created", i)
@@ -416,7 +480,12 @@ def _on_created(c: _Checker, i: int, state: dict[str, str]) -> None:
 
 
 def _on_done(
-    c: _Checker, profile: Dialect, i: int, state: dict[str, str], unused: int, speech_during: set[str]
+    c: _Checker,
+    profile: Dialect,
+    i: int,
+    state: dict[str, str],
+    unused: int,
+    speech_during: set[str],
 ) -> int:
     """Check one response.done; returns how many speech_started events it consumed (0 or 1)."""
     response = c.ev(i).get("response") or {}
@@ -443,7 +512,11 @@ def _on_done(
                 c.add("responses", f"response {rid!r} cancelled before session.close", i)
             return 0
         if unused <= 0:
-            c.add("responses", f"cancelled response {rid!r} has no speech_started of its own before it", i)
+            c.add(
+                "responses",
+                f"cancelled response {rid!r} has no speech_started of its own before it",
+                i,
+            )
             return 0
         return 1
     c.add("responses", f"response {rid!r} ended with status {status!r}", i)

@@ -40,7 +40,7 @@ class PhaseSpreader:
     trace clock starts at packet 0.
     """
 
-    GOLDEN = (5 ** 0.5 - 1) / 2
+    GOLDEN = (5**0.5 - 1) / 2
     GRID_S = 0.0005
 
     def __init__(self, grid_s: float = GRID_S) -> None:
@@ -92,12 +92,20 @@ async def send_paced(
         if receipts:
             end = clock()
             sent.append(
-                PacketSend(seq=seq, samples=len(packet) // 2, scheduled=due - t0, start=start - t0, end=end - t0)
+                PacketSend(
+                    seq=seq,
+                    samples=len(packet) // 2,
+                    scheduled=due - t0,
+                    start=start - t0,
+                    end=end - t0,
+                )
             )
     return t0, sent
 
 
-def pacing_stats(sends: Sequence[PacketSend], packet_ms: int = 80, tolerance_ms: float = 80.0) -> PacingStats:
+def pacing_stats(
+    sends: Sequence[PacketSend], packet_ms: int = 80, tolerance_ms: float = 80.0
+) -> PacingStats:
     """Lateness = send start - scheduled slot; a violation is lateness beyond ``tolerance_ms``
     (early sends count by their absolute offset too, though this sender never sends early)."""
     if not sends:
@@ -128,5 +136,7 @@ def sends_from_trace(events: Sequence[TraceEvent]) -> list[PacketSend]:
         scheduled = ev.scheduled if ev.scheduled is not None else ev.t
         end = ev.t_end if ev.t_end is not None else ev.t
         samples = int(ev.event.get("audio_bytes", 0)) // 2
-        sends.append(PacketSend(seq=int(seq), samples=samples, scheduled=scheduled, start=ev.t, end=end))
+        sends.append(
+            PacketSend(seq=int(seq), samples=samples, scheduled=scheduled, start=ev.t, end=end)
+        )
     return sends

@@ -32,7 +32,9 @@ def input_pcm16(audio: Audio, rate: int = 16000) -> bytes:
 def drain_seconds(trace: Sequence[TraceEvent]) -> float | None:
     """Seconds from the sent sglang.input_audio.end to the received drained (None if either is absent)."""
     end = next((e.t for e in trace if e.dir == "send" and e.type == "sglang.input_audio.end"), None)
-    drained = next((e.t for e in trace if e.dir == "recv" and e.type == "sglang.input_audio.drained"), None)
+    drained = next(
+        (e.t for e in trace if e.dir == "recv" and e.type == "sglang.input_audio.drained"), None
+    )
     return None if end is None or drained is None else round(drained - end, 6)
 
 
@@ -43,7 +45,9 @@ def write_input_wav(out_dir: Path, pcm: bytes, rate: int) -> str:
     return sha256_bytes(data)
 
 
-def response_counts(trace: Sequence[TraceEvent], profile: Dialect, output_bytes: int) -> ResponseCounts:
+def response_counts(
+    trace: Sequence[TraceEvent], profile: Dialect, output_bytes: int
+) -> ResponseCounts:
     counts = ResponseCounts(output_bytes=output_bytes)
     counts.output_duration_s = round(output_bytes / 2 / profile.formats.output_rate, 6)
     for ev in trace:
@@ -83,8 +87,14 @@ class SessionOutcome:
 
 
 def write_recording(
-    out_dir: Path, outcome: SessionOutcome, *, base: dict[str, Any], profile: Dialect,
-    pcm: bytes, source_rate: int, input_wav_sha256: str,
+    out_dir: Path,
+    outcome: SessionOutcome,
+    *,
+    base: dict[str, Any],
+    profile: Dialect,
+    pcm: bytes,
+    source_rate: int,
+    input_wav_sha256: str,
     turn_detection: dict[str, Any] | None,
 ) -> SessionRecord:
     """Write trace.jsonl and output.pcm, judge the trace, then write session.json atomically."""
@@ -100,15 +110,22 @@ def write_recording(
         trace_format=profile.trace_format,
         turn_detection_requested=turn_detection,
         turn_detection_granted=profile.session.echoed_turn_detection(granted),
-        granted=(granted.get("sglang") or {}).get("granted") if isinstance(granted.get("sglang"), dict) else None,
+        granted=(granted.get("sglang") or {}).get("granted")
+        if isinstance(granted.get("sglang"), dict)
+        else None,
         input=InputInfo(
-            rate=profile.formats.input_rate, samples=samples, duration_s=samples / profile.formats.input_rate,
-            pcm_sha256=sha256_bytes(pcm), source_rate=source_rate,
+            rate=profile.formats.input_rate,
+            samples=samples,
+            duration_s=samples / profile.formats.input_rate,
+            pcm_sha256=sha256_bytes(pcm),
+            source_rate=source_rate,
         ),
         output_rate=profile.formats.output_rate,
         t0_wall=outcome.t0_wall,
         elapsed_s=round(outcome.elapsed_s, 3),
-        pacing=pacing_stats(sends_from_trace(outcome.trace), profile.pacing.packet_ms, profile.pacing.tolerance_ms),
+        pacing=pacing_stats(
+            sends_from_trace(outcome.trace), profile.pacing.packet_ms, profile.pacing.tolerance_ms
+        ),
         status=outcome.status,
         failure=outcome.failure,
         close_code=outcome.close_code,

@@ -64,8 +64,12 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 ADMISSION_RETRIES = 3
 ADMISSION_BACKOFF_S = 0.25
 CLOSE_GRACE_S = 2.0
-_FLAGS = {"session.created": "created", "session.updated": "updated",
-          "sglang.input_audio.drained": "drained", "session.closed": "closed"}
+_FLAGS = {
+    "session.created": "created",
+    "session.updated": "updated",
+    "sglang.input_audio.drained": "drained",
+    "session.closed": "closed",
+}
 
 
 # Sessions that are opening (connect, upgrade, session.update, session.updated) at once, per event
@@ -81,7 +85,9 @@ _FLAGS = {"session.created": "created", "session.updated": "updated",
 OPENING_CONCURRENCY = 8
 OPENING_HOLD_S = 2.0
 OPENING_RATE = 125.0
-_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OpeningGate] = weakref.WeakKeyDictionary()
+_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OpeningGate] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class _OpeningSlot:
@@ -125,7 +131,14 @@ async def _opening_slot() -> _OpeningSlot:
 class _Session:
     """State of one session run; ``run()`` never raises for server-side problems."""
 
-    def __init__(self, url: str, pcm: bytes, profile: Dialect, session_update: dict[str, Any], timeout_s: float):
+    def __init__(
+        self,
+        url: str,
+        pcm: bytes,
+        profile: Dialect,
+        session_update: dict[str, Any],
+        timeout_s: float,
+    ):
         self.url, self.pcm, self.profile, self.timeout_s = url, pcm, profile, timeout_s
         self.session_update = session_update
         # Trace rows with absolute ``CLOCK`` times, in columns that the garbage collector never
@@ -146,7 +159,9 @@ class _Session:
         self.sent_close = False
         self.close_code: int | None = None
         self.close_reason: str | None = None
-        self.flags = {name: asyncio.Event() for name in ("created", "updated", "drained", "closed", "tail")}
+        self.flags = {
+            name: asyncio.Event() for name in ("created", "updated", "drained", "closed", "tail")
+        }
         self.updates_answered = 0
         self.ws: WsClient | None = None
         # Off after a message that is not an event (the rest is not read), and once the session
@@ -154,11 +169,17 @@ class _Session:
         self.receiving = True
         self.flow_task: asyncio.Task | None = None
         self.loop_lag = None
-        self.slot: _OpeningSlot | None = None  # held from before the input is prepared to session.updated
+        self.slot: _OpeningSlot | None = (
+            None  # held from before the input is prepared to session.updated
+        )
 
     # ----------------------------------------------------------------- trace
     def log(
-        self, direction: str, type_: str, event: dict[str, Any] | str, t: float | None = None,
+        self,
+        direction: str,
+        type_: str,
+        event: dict[str, Any] | str,
+        t: float | None = None,
         scheduled: float | None = None,
     ) -> int:
         """Append a trace row (``event`` as a dict or its JSON text); returns its index."""
@@ -189,11 +210,22 @@ class _Session:
         received audio is handed over, not copied: from here on no message is read into it."""
         self.receiving = False
         return FinishedSession(
-            raw=self.raw.copy(), origin=self.origin, audio=self.audio, fields=dict(
-                status=self.status, failure=self.failure, close_code=self.close_code,
-                close_reason=self.close_reason, admission_denials=self.admission_denials,
-                granted_session=self.granted_session, t0_wall=self.t0_wall, elapsed_s=elapsed_s,
-                extra=dict(extra or {}), loop_lag=self.loop_lag))
+            raw=self.raw.copy(),
+            origin=self.origin,
+            audio=self.audio,
+            fields=dict(
+                status=self.status,
+                failure=self.failure,
+                close_code=self.close_code,
+                close_reason=self.close_reason,
+                admission_denials=self.admission_denials,
+                granted_session=self.granted_session,
+                t0_wall=self.t0_wall,
+                elapsed_s=elapsed_s,
+                extra=dict(extra or {}),
+                loop_lag=self.loop_lag,
+            ),
+        )
 
     # ------------------------------------------------------------ connection
     async def _connect(self) -> WsClient | None:
@@ -201,8 +233,13 @@ class _Session:
         for attempt in range(1, ADMISSION_RETRIES + 2):
             self.note("connect", url=redact_url(self.url), attempt=attempt)
             try:
-                return await open_client(self.url, self._on_message, list(self.profile.client.headers),
-                                         MAX_MESSAGE_BYTES, handshake_timeout=self.timeout_s)
+                return await open_client(
+                    self.url,
+                    self._on_message,
+                    list(self.profile.client.headers),
+                    MAX_MESSAGE_BYTES,
+                    handshake_timeout=self.timeout_s,
+                )
             except Refused as exc:
                 code = exc.status
                 if code != 503:
@@ -215,7 +252,9 @@ class _Session:
             except (OSError, picows.WSError, ValueError) as exc:
                 self.fail("error", f"cannot connect to {redact_url(self.url)}: {exc}")
                 return None
-        self.fail("admission_denied", f"HTTP 503 on all {ADMISSION_RETRIES + 1} connection attempts")
+        self.fail(
+            "admission_denied", f"HTTP 503 on all {ADMISSION_RETRIES + 1} connection attempts"
+        )
         return None
 
     async def run(self) -> None:
@@ -225,7 +264,9 @@ class _Session:
             async with asyncio.timeout(self.timeout_s):
                 await self._converse()
         except TimeoutError:
-            self.fail("timeout", f"session deadline of {self.timeout_s:g} s passed while {self.phase}")
+            self.fail(
+                "timeout", f"session deadline of {self.timeout_s:g} s passed while {self.phase}"
+            )
         finally:
             t0, input_s = self.t0, len(self.pcm) / 2 / self.profile.formats.input_rate
             window = None if t0 is None else (t0, t0 + input_s)
@@ -287,7 +328,10 @@ class _Session:
             self.close_code, self.close_reason = ws.close_code, ws.close_reason or None
             self.note("connection.closed", code=self.close_code, reason=self.close_reason)
             if self.failure is None and self.close_code != 1000:
-                self.fail("error", f"connection closed with code {self.close_code} after the session ended")
+                self.fail(
+                    "error",
+                    f"connection closed with code {self.close_code} after the session ended",
+                )
         if self.flow_task is not None:
             if not self.flow_task.done():
                 self.flow_task.cancel()
@@ -295,8 +339,12 @@ class _Session:
 
     # ------------------------------------------------------------------ send
     async def _send(
-        self, ws: WsClient, event: dict[str, Any], trace_event: dict | None = None,
-        t: float | None = None, scheduled: float | None = None,
+        self,
+        ws: WsClient,
+        event: dict[str, Any],
+        trace_event: dict | None = None,
+        t: float | None = None,
+        scheduled: float | None = None,
     ) -> int:
         """Send ``event`` with a fresh event_id; the trace logs ``trace_event`` (no audio) at ``t``."""
         event = {"event_id": event_id(), **event}
@@ -315,7 +363,11 @@ class _Session:
         assert self.ws is not None
         eid, sglang = event_id(), ""
         if self.profile.client.sends_seq:
-            t_start = f', "t_start_ms": {seq * self.profile.pacing.packet_ms}' if self.profile.client.sends_t_start else ""
+            t_start = (
+                f', "t_start_ms": {seq * self.profile.pacing.packet_ms}'
+                if self.profile.client.sends_t_start
+                else ""
+            )
             sglang = f', "sglang": {{"seq": {seq}{t_start}}}'
         logged = f'{{"type": "input_audio_buffer.append"{sglang}, "audio_bytes": {len(packet)}, "event_id": "{eid}"}}'
         index = self.raw.append(start, "send", "input_audio_buffer.append", logged, due)
@@ -339,12 +391,22 @@ class _Session:
         self.phase = "sending input"
         packets = split_packets(self.pcm, self.profile.packet_samples)
         packet_s = self.profile.pacing.packet_ms / 1000.0
-        t0, _ = await send_paced(packets, self._send_append, CLOCK, paced_sleep, packet_s,
-                                 self._anchor, SPREADER, receipts=False)
+        t0, _ = await send_paced(
+            packets,
+            self._send_append,
+            CLOCK,
+            paced_sleep,
+            packet_s,
+            self._anchor,
+            SPREADER,
+            receipts=False,
+        )
         input_s = len(self.pcm) / 2 / self.profile.formats.input_rate
         if self.profile.end.mode == "tail":
             await sleep_until(t0 + input_s + self.profile.end.tail_s)
-            await self._send(ws, {"type": "session.update", "session": self.profile.session.noop_update()})
+            await self._send(
+                ws, {"type": "session.update", "session": self.profile.session.noop_update()}
+            )
             self.phase = "waiting for the session.updated of the --legacy-tail session.update"
             await self.flags["tail"].wait()
             return
@@ -394,7 +456,9 @@ class _Session:
             if self.updates_answered > 1:
                 flag = "tail"
             else:
-                self.granted_session = event.get("session") if isinstance(event.get("session"), dict) else {}
+                self.granted_session = (
+                    event.get("session") if isinstance(event.get("session"), dict) else {}
+                )
         if flag is not None:
             self.flags[flag].set()
         if type_ == "error":
@@ -407,10 +471,16 @@ class _Session:
         delta = event.get("delta") or ""
         if not isinstance(delta, str) or len(delta) % 4:
             self.log("recv", event["type"], {**event, "delta": None}, t)
-            problem = "not a string" if not isinstance(delta, str) else f"length {len(delta)} is not a multiple of 4"
+            problem = (
+                "not a string"
+                if not isinstance(delta, str)
+                else f"length {len(delta)} is not a multiple of 4"
+            )
             self.fail("error", f"undecodable audio delta ({problem})")
             return None
-        size = len(delta) // 4 * 3 - (2 if delta.endswith("==") else 1 if delta.endswith("=") else 0)
+        size = len(delta) // 4 * 3 - (
+            2 if delta.endswith("==") else 1 if delta.endswith("=") else 0
+        )
         offset = self.output_bytes
         self.audio.append(delta)
         self.output_bytes += size
@@ -419,7 +489,9 @@ class _Session:
     def _on_error(self, event: dict[str, Any]) -> None:
         err = event.get("error") if isinstance(event.get("error"), dict) else {}
         self.fatal = bool((event.get("sglang") or {}).get("fatal"))
-        self.fail("error", f"server error {err.get('code')} ({err.get('type')}): {err.get('message')}")
+        self.fail(
+            "error", f"server error {err.get('code')} ({err.get('type')}): {err.get('message')}"
+        )
 
     def _on_connection_lost(self) -> None:
         if self.finished:
@@ -429,8 +501,16 @@ class _Session:
         reason = (ws.close_reason if ws is not None else "") or CLOSE_CODES.get(code or 0, "")
         if ws is not None and ws.failed_by_client is not None:  # we failed the connection
             sent_code, sent_reason = ws.failed_by_client
-            code, reason = sent_code, " ".join(filter(None, ("client closed it:", CLOSE_CODES.get(sent_code), sent_reason)))
-        self.fail("disconnected", f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}")
+            code, reason = (
+                sent_code,
+                " ".join(
+                    filter(None, ("client closed it:", CLOSE_CODES.get(sent_code), sent_reason))
+                ),
+            )
+        self.fail(
+            "disconnected",
+            f"connection closed (code {code}{', ' + reason if reason else ''}) while {self.phase}",
+        )
 
 
 # One worker thread for the light CPU-bound parts of a session (input resampling, the input WAV).
@@ -502,7 +582,9 @@ async def record_session(
     label = f"{sample_id} [{variant}]"
     out_dir = Path(out_dir)
     if (out_dir / "session.json").exists():
-        raise SampleError(label, "is already recorded", "delete it or record into a new output", str(out_dir))
+        raise SampleError(
+            label, "is already recorded", "delete it or record into a new output", str(out_dir)
+        )
     if not timeout_s > 0:
         raise FdbError(f"{label}: timeout_s must be positive, got {timeout_s}")
     slot = await _opening_slot()
@@ -523,12 +605,17 @@ async def record_session(
     started = CLOCK()
 
     base = {
-        "sample_id": sample_id, "variant": variant, "url": redact_url(url), "model": model,
-        "instructions": instructions, "timeout_s": timeout_s,
+        "sample_id": sample_id,
+        "variant": variant,
+        "url": redact_url(url),
+        "model": model,
+        "instructions": instructions,
+        "timeout_s": timeout_s,
     }
 
-    kwargs = dict(base=base, profile=profile, pcm=pcm, source_rate=audio.rate,
-                  turn_detection=turn_detection)
+    kwargs = dict(
+        base=base, profile=profile, pcm=pcm, source_rate=audio.rate, turn_detection=turn_detection
+    )
 
     try:
         await session.run()

@@ -63,11 +63,20 @@ from fdb.tts_records import TtsRequestRecord
 
 SPEECH_PATH = "/v1/audio/speech"
 REALTIME_PATH = "/v1/realtime"
-AUDIO_HEADERS = ("content-type", "x-sample-rate", "x-channels", "x-bit-depth", "x-sample-width", "content-length",
-                 "transfer-encoding")
+AUDIO_HEADERS = (
+    "content-type",
+    "x-sample-rate",
+    "x-channels",
+    "x-bit-depth",
+    "x-sample-width",
+    "content-length",
+    "transfer-encoding",
+)
 MAX_QUOTED_BODY = 1 << 20
-UNDECLARED = ("the server sent raw PCM without declaring its sample rate (no X-Sample-Rate header, no "
-              "rate= in the Content-Type); refusing to guess: pass --sample-rate HZ if you know the model's rate")
+UNDECLARED = (
+    "the server sent raw PCM without declaring its sample rate (no X-Sample-Rate header, no "
+    "rate= in the Content-Type); refusing to guess: pass --sample-rate HZ if you know the model's rate"
+)
 
 
 class SpeechClientOptions(BaseModel):
@@ -97,7 +106,9 @@ class SpeechClientOptions(BaseModel):
     @property
     def endpoint(self) -> str:
         if self.transport == "realtime":
-            base = self.url.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+            base = (
+                self.url.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+            )
             return base + REALTIME_PATH
         return self.url.rstrip("/") + SPEECH_PATH
 
@@ -111,8 +122,12 @@ def ref_audio_value(path: Path, mode: str) -> str | None:
 
 
 def build_body(item: SeedTtsItem, opts: SpeechClientOptions) -> dict[str, object]:
-    body: dict[str, object] = {"input": item.target_text, "stream": opts.stream,
-                               "stream_format": opts.stream_format, "response_format": opts.response_format}
+    body: dict[str, object] = {
+        "input": item.target_text,
+        "stream": opts.stream,
+        "stream_format": opts.stream_format,
+        "response_format": opts.response_format,
+    }
     if opts.model:
         body["model"] = opts.model
     ref = ref_audio_value(item.prompt_wav, opts.ref_audio)
@@ -178,7 +193,11 @@ def _raw_format(response: httpx.Response, opts: SpeechClientOptions, stream: _St
         rate, record.rate_source = opts.sample_rate, "option"
     if rate is None:
         raise _Failed(UNDECLARED)
-    record.sample_rate, record.channels, record.bit_depth = rate, declared.channels or opts.channels or 1, 16
+    record.sample_rate, record.channels, record.bit_depth = (
+        rate,
+        declared.channels or opts.channels or 1,
+        16,
+    )
     stream.big_endian = declared.big_endian
 
 
@@ -200,7 +219,11 @@ class _WavHeader:
             raise _Failed(str(exc)) from None
         rec = self.record
         if self.wav.rate is not None and rec.rate_source != "wav-header":
-            rec.sample_rate, rec.channels, rec.bit_depth = self.wav.rate, self.wav.channels, self.wav.bits
+            rec.sample_rate, rec.channels, rec.bit_depth = (
+                self.wav.rate,
+                self.wav.channels,
+                self.wav.bits,
+            )
             rec.rate_source = "wav-header"
         return payload
 
@@ -234,7 +257,9 @@ def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptio
     rec = stream.record
     kind = event.get("type") or event.get("object")
     if kind == "error" or (kind is None and "error" in event):
-        raise _Failed(f"the server sent an error event: {server_text(json.dumps(event.get('error', event)), 300)}")
+        raise _Failed(
+            f"the server sent an error event: {server_text(json.dumps(event.get('error', event)), 300)}"
+        )
     if kind in ("speech.audio.delta", "response.output_audio.delta", "response.audio.delta"):
         data = _b64(event.get("audio") or event.get("delta"), f"an SSE {kind} event")
         if data and rec.sample_rate is None:
@@ -261,7 +286,12 @@ def _fallback_rate(rec: TtsRequestRecord, opts: SpeechClientOptions, what: str) 
     """Audio arrived and nothing declared its rate: --sample-rate, else refuse."""
     if not opts.sample_rate:
         raise _Failed(UNDECLARED.replace("raw PCM", what))
-    rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = opts.sample_rate, opts.channels or 1, 16, "option"
+    rec.sample_rate, rec.channels, rec.bit_depth, rec.rate_source = (
+        opts.sample_rate,
+        opts.channels or 1,
+        16,
+        "option",
+    )
 
 
 async def _read_sse(response: httpx.Response, stream: _Stream, opts: SpeechClientOptions) -> None:
@@ -276,7 +306,9 @@ async def _read_sse(response: httpx.Response, stream: _Stream, opts: SpeechClien
         buffer += text.replace("\r\n", "\n")
         while "\n\n" in buffer:
             block, buffer = buffer.split("\n\n", 1)
-            data = "\n".join(line[5:].lstrip() for line in block.split("\n") if line.startswith("data:"))
+            data = "\n".join(
+                line[5:].lstrip() for line in block.split("\n") if line.startswith("data:")
+            )
             if data:
                 _sse_event(data, stream, at, opts)
     data = "\n".join(line[5:].lstrip() for line in buffer.split("\n") if line.startswith("data:"))
@@ -291,8 +323,11 @@ async def _body_text(response: httpx.Response, limit: int) -> str:
     async for data in response.aiter_bytes():
         body += data
         if len(body) > MAX_QUOTED_BODY:
-            return server_text(bytes(body[:4096]), limit) if is_text(bytes(body[:4096])) else \
-                f"<more than {MAX_QUOTED_BODY} bytes, not text>"
+            return (
+                server_text(bytes(body[:4096]), limit)
+                if is_text(bytes(body[:4096]))
+                else f"<more than {MAX_QUOTED_BODY} bytes, not text>"
+            )
     return server_text(bytes(body), limit)
 
 
@@ -316,38 +351,60 @@ async def _read(response: httpx.Response, stream: _Stream, opts: SpeechClientOpt
         _raw_format(response, opts, stream)
         await _read_raw(response, stream, None)
     else:
-        raise _Failed(f"unexpected Content-Type {server_text(ctype, 80) or '(none)'!r} (expected raw PCM such as "
-                      f"audio/pcm, audio/pcm_s16le or audio/L16;rate=N, audio/wav or text/event-stream): "
-                      f"{await _body_text(response, 200)}")
+        raise _Failed(
+            f"unexpected Content-Type {server_text(ctype, 80) or '(none)'!r} (expected raw PCM such as "
+            f"audio/pcm, audio/pcm_s16le or audio/L16;rate=N, audio/wav or text/event-stream): "
+            f"{await _body_text(response, 200)}"
+        )
 
 
-async def synthesize(client: httpx.AsyncClient, item: SeedTtsItem, opts: SpeechClientOptions, *,
-                     concurrency: int, index: int, warmup: bool = False,
-                     level_t0: float | None = None) -> tuple[TtsRequestRecord, bytes]:
+async def synthesize(
+    client: httpx.AsyncClient,
+    item: SeedTtsItem,
+    opts: SpeechClientOptions,
+    *,
+    concurrency: int,
+    index: int,
+    warmup: bool = False,
+    level_t0: float | None = None,
+) -> tuple[TtsRequestRecord, bytes]:
     """Send one request and read its whole response. Never raises for a server's fault: the
     record's ``status`` is ``failed`` with the reason in ``error``."""
     body = build_body(item, opts)
-    record = TtsRequestRecord(id=item.id, list_name=item.list_name, index=index, warmup=warmup,
-                              concurrency=concurrency, status="ok", target_text=item.target_text,
-                              max_audio_s=opts.max_audio_s)
+    record = TtsRequestRecord(
+        id=item.id,
+        list_name=item.list_name,
+        index=index,
+        warmup=warmup,
+        concurrency=concurrency,
+        status="ok",
+        target_text=item.target_text,
+        max_audio_s=opts.max_audio_s,
+    )
     record.started_wall = datetime.now(UTC).isoformat(timespec="milliseconds")
     t0 = time.perf_counter()
     if level_t0 is not None:
         record.start_s = round(t0 - level_t0, 6)
     stream = _Stream(t0, record)
     try:
-        async with client.stream("POST", opts.endpoint, json=body, headers=opts.auth_headers(),
-                                 timeout=opts.timeout_s) as response:
+        async with client.stream(
+            "POST", opts.endpoint, json=body, headers=opts.auth_headers(), timeout=opts.timeout_s
+        ) as response:
             await _read(response, stream, opts)
     except _Failed as exc:
         record.status, record.error = "failed", str(exc)
     except httpx.HTTPError as exc:
-        record.status, record.error = "failed", f"{type(exc).__name__}: {server_text(str(exc), 200) or 'no detail'}"
+        record.status, record.error = (
+            "failed",
+            f"{type(exc).__name__}: {server_text(str(exc), 200) or 'no detail'}",
+        )
     record.end_s = stream.now()
     record.audio_bytes = len(stream.pcm)
     frame = 2 * (record.channels or 1)
     record.partial_frame_bytes = len(stream.pcm) % frame
-    pcm = little_endian(bytes(stream.pcm[: len(stream.pcm) - record.partial_frame_bytes]), stream.big_endian)
+    pcm = little_endian(
+        bytes(stream.pcm[: len(stream.pcm) - record.partial_frame_bytes]), stream.big_endian
+    )
     return record, pcm
 
 
@@ -363,17 +420,28 @@ def _sender(client: httpx.AsyncClient, opts: SpeechClientOptions):
     return lambda item, **kw: synthesize(client, item, opts, **kw)
 
 
-async def replay(items: list[SeedTtsItem], opts: SpeechClientOptions, concurrency: int, warmups: int = 0,
-                 progress: Callable[[TtsRequestRecord], None] | None = None) -> list[Result]:
+async def replay(
+    items: list[SeedTtsItem],
+    opts: SpeechClientOptions,
+    concurrency: int,
+    warmups: int = 0,
+    progress: Callable[[TtsRequestRecord], None] | None = None,
+) -> list[Result]:
     """Closed loop: ``warmups`` requests one after another (the first rows again, marked
     ``warmup``), then every item with ``concurrency`` requests in flight, each worker sending its
     next request as soon as its last one ended. Results in index order."""
     results: list[Result] = []
-    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
+    limits = httpx.Limits(
+        max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1
+    )
     async with httpx.AsyncClient(limits=limits, timeout=opts.timeout_s) as client:
         send = _sender(client, opts)
         for number in range(warmups):
-            results.append(await send(items[number % len(items)], concurrency=concurrency, index=number, warmup=True))
+            results.append(
+                await send(
+                    items[number % len(items)], concurrency=concurrency, index=number, warmup=True
+                )
+            )
         pending = list(enumerate(items, start=warmups))
         level_t0 = time.perf_counter()
 

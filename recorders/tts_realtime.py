@@ -53,9 +53,15 @@ async def _until(ws, kind: str) -> dict:
 
 
 def _session_body(opts: SpeechClientOptions) -> dict:
-    session = {"type": "realtime", "instructions": INSTRUCTIONS, "output_modalities": ["audio"],
-               "audio": {"input": {"turn_detection": None},
-                         "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}
+    session = {
+        "type": "realtime",
+        "instructions": INSTRUCTIONS,
+        "output_modalities": ["audio"],
+        "audio": {
+            "input": {"turn_detection": None},
+            "output": {"format": {"type": "audio/pcm", "rate": 24000}},
+        },
+    }
     if opts.model:
         session["model"] = opts.model
     return {**session, **opts.extra_body}
@@ -70,8 +76,12 @@ def _rates(updated: dict, opts: SpeechClientOptions) -> tuple[int, str, int]:
         return int(out_rate), "session", int(in_rate)
     if opts.sample_rate:
         return opts.sample_rate, "option", int(in_rate)
-    raise _Failed(UNDECLARED.replace("raw PCM", "realtime audio").replace(
-        "no X-Sample-Rate header, no rate= in the Content-Type", "no audio.output.format.rate in session.updated"))
+    raise _Failed(
+        UNDECLARED.replace("raw PCM", "realtime audio").replace(
+            "no X-Sample-Rate header, no rate= in the Content-Type",
+            "no audio.output.format.rate in session.updated",
+        )
+    )
 
 
 def _item(item: SeedTtsItem, opts: SpeechClientOptions, input_rate: int) -> dict:
@@ -81,9 +91,14 @@ def _item(item: SeedTtsItem, opts: SpeechClientOptions, input_rate: int) -> dict
 
         prompt = read_wav(item.prompt_wav, item.id)
         pcm = resample(prompt.samples, prompt.rate, input_rate)
-        content += [{"type": "input_audio", "audio": base64.b64encode(float_to_pcm16(pcm)).decode("ascii")},
-                    {"type": "input_text", "text": f"Reference transcript: {item.prompt_text}"}]
-    return {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": content}}
+        content += [
+            {"type": "input_audio", "audio": base64.b64encode(float_to_pcm16(pcm)).decode("ascii")},
+            {"type": "input_text", "text": f"Reference transcript: {item.prompt_text}"},
+        ]
+    return {
+        "type": "conversation.item.create",
+        "item": {"type": "message", "role": "user", "content": content},
+    }
 
 
 async def _collect(ws, record: TtsRequestRecord, t0: float, pcm: bytearray, drain_s: float) -> None:
@@ -91,7 +106,11 @@ async def _collect(ws, record: TtsRequestRecord, t0: float, pcm: bytearray, drai
     while True:
         timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())
         try:
-            raw = await asyncio.wait_for(ws.recv(), timeout) if timeout is not None else await ws.recv()
+            raw = (
+                await asyncio.wait_for(ws.recv(), timeout)
+                if timeout is not None
+                else await ws.recv()
+            )
         except TimeoutError:
             return
         at = round(time.perf_counter() - t0, 6)
@@ -114,31 +133,64 @@ async def _collect(ws, record: TtsRequestRecord, t0: float, pcm: bytearray, drai
             deadline = time.perf_counter() + drain_s
 
 
-async def _session(item: SeedTtsItem, opts: SpeechClientOptions, record: TtsRequestRecord,
-                   pcm: bytearray, level_t0: float | None) -> float:
+async def _session(
+    item: SeedTtsItem,
+    opts: SpeechClientOptions,
+    record: TtsRequestRecord,
+    pcm: bytearray,
+    level_t0: float | None,
+) -> float:
     from websockets.asyncio.client import connect
 
-    async with connect(opts.endpoint, max_size=MAX_MESSAGE_BYTES, compression=None, ping_interval=None,
-                       proxy=None, additional_headers=opts.auth_headers()) as ws:
+    async with connect(
+        opts.endpoint,
+        max_size=MAX_MESSAGE_BYTES,
+        compression=None,
+        ping_interval=None,
+        proxy=None,
+        additional_headers=opts.auth_headers(),
+    ) as ws:
         await _until(ws, "session.created")
         await ws.send(json.dumps({"type": "session.update", "session": _session_body(opts)}))
         rate, source, input_rate = _rates(await _until(ws, "session.updated"), opts)
-        record.sample_rate, record.rate_source, record.channels, record.bit_depth = rate, source, 1, 16
+        record.sample_rate, record.rate_source, record.channels, record.bit_depth = (
+            rate,
+            source,
+            1,
+            16,
+        )
         await ws.send(json.dumps(_item(item, opts, input_rate)))
         t0 = time.perf_counter()
         if level_t0 is not None:
             record.start_s = round(t0 - level_t0, 6)
-        await ws.send(json.dumps({"type": "response.create", "response": {"output_modalities": ["audio"]}}))
+        await ws.send(
+            json.dumps({"type": "response.create", "response": {"output_modalities": ["audio"]}})
+        )
         await _collect(ws, record, t0, pcm, opts.drain_s)
         return t0
 
 
-async def synthesize_realtime(item: SeedTtsItem, opts: SpeechClientOptions, *, concurrency: int, index: int,
-                              warmup: bool = False, level_t0: float | None = None) -> tuple[TtsRequestRecord, bytes]:
+async def synthesize_realtime(
+    item: SeedTtsItem,
+    opts: SpeechClientOptions,
+    *,
+    concurrency: int,
+    index: int,
+    warmup: bool = False,
+    level_t0: float | None = None,
+) -> tuple[TtsRequestRecord, bytes]:
     """One request over its own realtime session; never raises for the server's fault."""
-    record = TtsRequestRecord(id=item.id, list_name=item.list_name, index=index, warmup=warmup,
-                              concurrency=concurrency, status="ok", target_text=item.target_text,
-                              max_audio_s=opts.max_audio_s, transport="realtime")
+    record = TtsRequestRecord(
+        id=item.id,
+        list_name=item.list_name,
+        index=index,
+        warmup=warmup,
+        concurrency=concurrency,
+        status="ok",
+        target_text=item.target_text,
+        max_audio_s=opts.max_audio_s,
+        transport="realtime",
+    )
     record.started_wall = datetime.now(UTC).isoformat(timespec="milliseconds")
     pcm = bytearray()
     t0 = None
@@ -152,7 +204,9 @@ async def synthesize_realtime(item: SeedTtsItem, opts: SpeechClientOptions, *, c
     except Exception as exc:  # websockets' handshake and close errors
         record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
     if t0 is not None:  # E2E ends at response.done, not after the drain
-        record.end_s = record.done_s if record.done_s is not None else round(time.perf_counter() - t0, 6)
+        record.end_s = (
+            record.done_s if record.done_s is not None else round(time.perf_counter() - t0, 6)
+        )
     record.audio_bytes = len(pcm)
     record.partial_frame_bytes = len(pcm) % 2
     return record, bytes(pcm[: len(pcm) - record.partial_frame_bytes])

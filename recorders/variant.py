@@ -69,8 +69,11 @@ def _sha_or_none(path: Path) -> str | None:
 
 
 def analyze_variant(
-    session_dir: Path | None, expected_pcm: bytes, label: str,
-    input_at_rate: Callable[[int], bytes] | None = None, trace_format: str | None = None,
+    session_dir: Path | None,
+    expected_pcm: bytes,
+    label: str,
+    input_at_rate: Callable[[int], bytes] | None = None,
+    trace_format: str | None = None,
 ) -> VariantResult:
     """Judge one session for export and, when it is eligible, build its window.
 
@@ -78,7 +81,12 @@ def analyze_variant(
     rate a profile sends (24 kHz for the OpenAI profiles), for the integrity check."""
     n = len(expected_pcm) // 2
     result = VariantResult(
-        eligible=False, reasons=[], verdict="fail", T_s=n / EXPORT_RATE, input_samples=n, input_pcm=expected_pcm,
+        eligible=False,
+        reasons=[],
+        verdict="fail",
+        T_s=n / EXPORT_RATE,
+        input_samples=n,
+        input_pcm=expected_pcm,
     )
     if session_dir is None:
         result.verdict, result.reasons = "missing", ["missing: no recording"]
@@ -89,7 +97,10 @@ def analyze_variant(
         result.reasons = [f"unreadable: {label}: session.json: {exc}"]
         return result
     try:
-        trace, output = read_trace(session_dir / "trace.jsonl"), (session_dir / "output.pcm").read_bytes()
+        trace, output = (
+            read_trace(session_dir / "trace.jsonl"),
+            (session_dir / "output.pcm").read_bytes(),
+        )
         profile = dialect_for_trace_format(record.trace_format)
     except (OSError, ValueError, FdbError) as exc:
         result.reasons = _status_reasons(record) or [f"unreadable: {label}: {exc}"]
@@ -101,20 +112,30 @@ def analyze_variant(
         sent_pcm = input_at_rate(profile.formats.input_rate) if input_at_rate else b""
     result.verdict = verdict.status if record.status == "ok" else "fail"
     result.reasons = (
-        _status_reasons(record) + _protocol_reasons(verdict.violations) + _pacing_reasons(trace, profile)
+        _status_reasons(record)
+        + _protocol_reasons(verdict.violations)
+        + _pacing_reasons(trace, profile)
         + _integrity_reasons(session_dir, record, sent_pcm)
     )
     if trace_format is not None and record.trace_format != trace_format:
-        result.reasons.insert(0, f"trace_format: recorded as {record.trace_format}, the export is {trace_format}")
+        result.reasons.insert(
+            0, f"trace_format: recorded as {record.trace_format}, the export is {trace_format}"
+        )
     if result.reasons:
         return result
     try:
-        deltas, cancels = trace_playout_inputs(trace, output, profile, record.turn_detection_requested)
+        deltas, cancels = trace_playout_inputs(
+            trace, output, profile, record.turn_detection_requested
+        )
     except ValueError as exc:
         result.reasons = [f"unreadable: {label}: {exc}"]
         return result
     window = playout_window(deltas, cancels, record.output_rate, n / EXPORT_RATE, EXPORT_RATE, n)
-    result.window, result.barge_in_cuts, result.eligible = window.samples, window.barge_in_cuts, True
+    result.window, result.barge_in_cuts, result.eligible = (
+        window.samples,
+        window.barge_in_cuts,
+        True,
+    )
     return result
 
 
@@ -132,7 +153,9 @@ def _protocol_reasons(violations: list[str]) -> list[str]:
 
 
 def _pacing_reasons(trace: list[TraceEvent], profile: Dialect) -> list[str]:
-    stats = pacing_stats(sends_from_trace(trace), profile.pacing.packet_ms, profile.pacing.tolerance_ms)
+    stats = pacing_stats(
+        sends_from_trace(trace), profile.pacing.packet_ms, profile.pacing.tolerance_ms
+    )
     if stats.violations == 0:
         return []
     return [

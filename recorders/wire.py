@@ -7,8 +7,15 @@ import json
 import secrets
 from typing import Any
 
-CLOSE_CODES = {1002: "protocol error", 1005: "no status code", 1006: "abnormal closure", 1007: "invalid data",
-               1008: "policy violation", 1009: "message too big", 1011: "server error"}
+CLOSE_CODES = {
+    1002: "protocol error",
+    1005: "no status code",
+    1006: "abnormal closure",
+    1007: "invalid data",
+    1008: "policy violation",
+    1009: "message too big",
+    1011: "server error",
+}
 
 
 # Event ids: a random 48-bit prefix per process and a counter (unique, and much cheaper than a

@@ -99,7 +99,9 @@ class WsClient(WSListener):
         kind = frame.msg_type
         if kind is WSMsgType.TEXT or kind is WSMsgType.BINARY:
             if self._parts:
-                return self._fail(WSCloseCode.PROTOCOL_ERROR, "a new message began inside a fragmented one")
+                return self._fail(
+                    WSCloseCode.PROTOCOL_ERROR, "a new message began inside a fragmented one"
+                )
             if not frame.fin:
                 self._parts_type = kind
                 return self._add_part(frame)
@@ -114,7 +116,9 @@ class WsClient(WSListener):
             self.on_message(message, t)
         elif kind is WSMsgType.CONTINUATION:
             if not self._parts:
-                return self._fail(WSCloseCode.PROTOCOL_ERROR, "a continuation frame with no message to continue")
+                return self._fail(
+                    WSCloseCode.PROTOCOL_ERROR, "a continuation frame with no message to continue"
+                )
             self._add_part(frame)
             if frame.fin:
                 self._deliver_parts()
@@ -132,9 +136,16 @@ class WsClient(WSListener):
                 self.close_code = _code(received.code) or NO_STATUS_RECEIVED
                 self.close_reason = received.reason or ""
             sent = handshake.sent if handshake is not None else None
-            if sent is not None and self.failed_by_client is None and not handshake.recv_then_sent \
-                    and _code(sent.code) != 1000:
-                self.failed_by_client = (_code(sent.code), sent.reason or "")  # picows failed it (a frame too big)
+            if (
+                sent is not None
+                and self.failed_by_client is None
+                and not handshake.recv_then_sent
+                and _code(sent.code) != 1000
+            ):
+                self.failed_by_client = (
+                    _code(sent.code),
+                    sent.reason or "",
+                )  # picows failed it (a frame too big)
         finally:  # whatever happened above, no one waits on a connection that is gone
             if self._server_close_timer is not None:
                 self._server_close_timer.cancel()
@@ -157,14 +168,20 @@ class WsClient(WSListener):
         if self.failed_by_client is not None:
             return True
         handshake = transport.close_handshake
-        return handshake is not None and handshake.sent is not None and not handshake.recv_then_sent \
+        return (
+            handshake is not None
+            and handshake.sent is not None
+            and not handshake.recv_then_sent
             and _code(handshake.sent.code) != 1000
+        )
 
     def _add_part(self, frame: picows.WSFrame) -> None:
         self._parts_size += frame.payload_size
         if self._parts_size > self.max_size:
             self._parts.clear()
-            return self._fail(WSCloseCode.MESSAGE_TOO_BIG, f"a fragmented message over {self.max_size} bytes")
+            return self._fail(
+                WSCloseCode.MESSAGE_TOO_BIG, f"a fragmented message over {self.max_size} bytes"
+            )
         self._parts.append(frame.get_payload_as_bytes())
 
     def _deliver_parts(self) -> None:
@@ -188,11 +205,14 @@ class WsClient(WSListener):
         if not transport.is_close_frame_sent:
             received = transport.close_handshake.recv
             code = _code(received.code)
-            transport.send_close(WSCloseCode.OK if code in _NOT_ECHOED else received.code,
-                                 _close_reason(received.reason or ""))
+            transport.send_close(
+                WSCloseCode.OK if code in _NOT_ECHOED else received.code,
+                _close_reason(received.reason or ""),
+            )
         if self._server_close_timer is None:
             self._server_close_timer = asyncio.get_running_loop().call_later(
-                SERVER_CLOSE_WAIT_S, transport.disconnect)
+                SERVER_CLOSE_WAIT_S, transport.disconnect
+            )
 
     def _fail(self, code: WSCloseCode, reason: str) -> None:
         """Fail the connection (RFC 6455 §7.1.7): send CLOSE with ``code`` and close the socket."""
@@ -263,7 +283,10 @@ def _ignore(message: str | bytes, t: float) -> None:
 
 
 async def open_client(
-    url: str, on_message: OnMessage, headers: list[tuple[str, str]] | None, max_size: int,
+    url: str,
+    on_message: OnMessage,
+    headers: list[tuple[str, str]] | None,
+    max_size: int,
     handshake_timeout: float,
 ) -> WsClient:
     """Connect and upgrade (redirects followed, up to 5). ``Refused`` carries the HTTP status of
@@ -277,9 +300,16 @@ async def open_client(
     def listener() -> WsClient:
         return WsClient(_ignore if abandoned else on_message, max_size)
 
-    connecting = asyncio.ensure_future(picows.ws_connect(
-        listener, url, websocket_handshake_timeout=handshake_timeout, enable_auto_pong=True,
-        max_frame_size=max_size, extra_headers=headers or None))
+    connecting = asyncio.ensure_future(
+        picows.ws_connect(
+            listener,
+            url,
+            websocket_handshake_timeout=handshake_timeout,
+            enable_auto_pong=True,
+            max_frame_size=max_size,
+            extra_headers=headers or None,
+        )
+    )
     try:
         _, client = await asyncio.shield(connecting)
     except asyncio.CancelledError:

@@ -33,8 +33,10 @@ def resolve(source: str | Path) -> Path:
     runs = load_settings().runs_dir / str(source)
     if runs.is_dir():
         return runs
-    raise FdbError(f"{source} does not exist (neither a path nor a run under $FDB_WORK/runs)",
-                   "pass a run directory or name, a sweep or tts-bench --output, or a frozen baseline file")
+    raise FdbError(
+        f"{source} does not exist (neither a path nor a run under $FDB_WORK/runs)",
+        "pass a run directory or name, a sweep or tts-bench --output, or a frozen baseline file",
+    )
 
 
 def observe(source: str | Path) -> Observations:
@@ -48,8 +50,10 @@ def observe(source: str | Path) -> Observations:
             return sources.observe_sweep(path.parent).sealed()
         if schema and schema.startswith("fdb-tts-bench-"):
             return sources.observe_tts(path.parent).sealed()
-        raise FdbError(f"{path} is neither a frozen baseline, a serving.json nor a tts.json",
-                       "pass a run directory, a sweep or tts-bench --output, or a frozen baseline file")
+        raise FdbError(
+            f"{path} is neither a frozen baseline, a serving.json nor a tts.json",
+            "pass a run directory, a sweep or tts-bench --output, or a frozen baseline file",
+        )
     run_schema = _json_schema(path / "run.json") if (path / "run.json").is_file() else None
     if (path / "tts.json").is_file() or (run_schema or "").startswith("fdb-tts-bench-"):
         return sources.observe_tts(path).sealed()
@@ -57,8 +61,10 @@ def observe(source: str | Path) -> Observations:
         return sources.observe_sweep(path).sealed()
     if run_schema is not None or any(path.glob("repeat-*")):
         return baseline_run.observe_run(path).sealed()
-    raise FdbError(f"{path} holds no fdb output (no run.json, serving.json or tts.json)",
-                   "pass a run directory, a sweep or tts-bench --output, or a frozen baseline file")
+    raise FdbError(
+        f"{path} holds no fdb output (no run.json, serving.json or tts.json)",
+        "pass a run directory, a sweep or tts-bench --output, or a frozen baseline file",
+    )
 
 
 def freeze(source: str | Path, out: Path) -> Observations:

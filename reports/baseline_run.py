@@ -31,12 +31,18 @@ from reports.baseline_sources import _digest, _ident, _load
 from reports.observations import Observations, Series
 
 EXPECTED_LABEL = {"user_interruption": "C_RESPOND"}  # every other category: C_RESUME
-V10_LABELS = {"latency_s": ("response latency", "s", "lower", "paired"),
-              "response_2s": ("responds within 2 s", "", "higher", "binary"),
-              "stop_s": ("stop time", "s", "lower", "paired"),
-              "pause_intrusion": ("speaks into a pause", "", "lower", "binary")}
-LISTENING = {"omission_rate": ("omission rate", "lower"), "wer": ("reply WER", "lower"),
-             "mos": ("MOS", "higher"), "voice_similarity": ("voice consistency", "higher")}
+V10_LABELS = {
+    "latency_s": ("response latency", "s", "lower", "paired"),
+    "response_2s": ("responds within 2 s", "", "higher", "binary"),
+    "stop_s": ("stop time", "s", "lower", "paired"),
+    "pause_intrusion": ("speaks into a pause", "", "lower", "binary"),
+}
+LISTENING = {
+    "omission_rate": ("omission rate", "lower"),
+    "wer": ("reply WER", "lower"),
+    "mos": ("MOS", "higher"),
+    "voice_similarity": ("voice consistency", "higher"),
+}
 
 
 DAMAGED_HINT = "the file is damaged (cut short?): rerun the phase that writes it (python -m fdb asr / aggregate)"
@@ -52,7 +58,9 @@ def _read(path: Path) -> Any:
     try:
         return read_json(path)
     except json.JSONDecodeError as exc:
-        raise FdbError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})", DAMAGED_HINT) from None
+        raise FdbError(
+            f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})", DAMAGED_HINT
+        ) from None
 
 
 def check_scored(rep: RepeatPaths, run: str, manifest: dict) -> None:
@@ -61,17 +69,36 @@ def check_scored(rep: RepeatPaths, run: str, manifest: dict) -> None:
     fix = f"finish the repeat: python -m fdb asr --run-name {run} --repeat {rep.number}"
     if "v1.0" in datasets and not (rep.v10_reference / "unified-samples.jsonl").is_file():
         if rep.holds_recording() and not (rep.v10_reference / "manifest.json").is_file():
-            raise FdbError(f"{rep.root} is still recording or was not exported (no v10/reference/manifest.json)",
-                           f"wait for generate to finish, or recover it: python -m fdb generate --run-name {run} "
-                           f"--repeat {rep.number} --export-only")
-        raise FdbError(f"{rep.v10_reference / 'unified-samples.jsonl'} is missing: repeat-{rep.number} has no "
-                       "v1.0 scores", fix)
+            raise FdbError(
+                f"{rep.root} is still recording or was not exported (no v10/reference/manifest.json)",
+                f"wait for generate to finish, or recover it: python -m fdb generate --run-name {run} "
+                f"--repeat {rep.number} --export-only",
+            )
+        raise FdbError(
+            f"{rep.v10_reference / 'unified-samples.jsonl'} is missing: repeat-{rep.number} has no "
+            "v1.0 scores",
+            fix,
+        )
     if "v1.5" in datasets and not (rep.scores / "intervals.jsonl").is_file():
-        raise FdbError(f"{rep.scores / 'intervals.jsonl'} is missing: repeat-{rep.number} has no v1.5 timing", fix)
+        raise FdbError(
+            f"{rep.scores / 'intervals.jsonl'} is missing: repeat-{rep.number} has no v1.5 timing",
+            fix,
+        )
 
 
-def _put(out: Observations, metric: str, key: str, sample: str, value: float | None, index: int, total: int,
-         label: str, unit: str, better: str, shape: str) -> None:
+def _put(
+    out: Observations,
+    metric: str,
+    key: str,
+    sample: str,
+    value: float | None,
+    index: int,
+    total: int,
+    label: str,
+    unit: str,
+    better: str,
+    shape: str,
+) -> None:
     name = f"{metric}@{key}"
     series = out.series.get(name)
     if series is None:
@@ -91,12 +118,26 @@ def _v10(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
         else:
             latency = row.latency_s
             values["latency_s"] = latency
-            values["response_2s"] = float(row.outcome == "response" and latency is not None and latency <= 2.0)
+            values["response_2s"] = float(
+                row.outcome == "response" and latency is not None and latency <= 2.0
+            )
         if isinstance(row, InterruptRow) and row.outcome != "not_exercised":
             values["stop_s"] = row.stop_s if isinstance(row.stop_s, int | float) else None
         for metric, value in values.items():
             label, unit, better, shape = V10_LABELS[metric]
-            _put(out, f"v10.{metric}", row.subset, row.sample_id, value, index, total, label, unit, better, shape)
+            _put(
+                out,
+                f"v10.{metric}",
+                row.subset,
+                row.sample_id,
+                value,
+                index,
+                total,
+                label,
+                unit,
+                better,
+                shape,
+            )
 
 
 def _mean(values: list[float]) -> float | None:
@@ -107,11 +148,25 @@ def _v15(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
     for row in load_rows(SessionIntervals, rep.scores / "intervals.jsonl", DAMAGED_HINT):
         if row.variant != "overlap" or row.status != "ok":
             continue
-        for metric, latencies, label in (("v15.stop_latency_s", row.stop_latencies_s, "stop latency"),
-                                         ("v15.response_latency_s", row.response_latencies_s, "response latency")):
+        for metric, latencies, label in (
+            ("v15.stop_latency_s", row.stop_latencies_s, "stop latency"),
+            ("v15.response_latency_s", row.response_latencies_s, "response latency"),
+        ):
             value = _mean(latencies)
             for key in (row.category, "all"):
-                _put(out, metric, key, row.sample_id, value, index, total, label, "s", "lower", "paired")
+                _put(
+                    out,
+                    metric,
+                    key,
+                    row.sample_id,
+                    value,
+                    index,
+                    total,
+                    label,
+                    "s",
+                    "lower",
+                    "paired",
+                )
     judge = JudgeSummary.load(rep.root / "judge.json")
     behavior = judge.behavior if judge else None
     if behavior is not None and behavior.status in ("complete", "has_failures"):
@@ -121,8 +176,19 @@ def _v15(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
             expected = EXPECTED_LABEL.get(sample.category, "C_RESUME")
             value = float(sample.label == expected)
             for key in (sample.category, "all"):
-                _put(out, "v15.expected_behavior", key, sample.sample_id, value, index, total,
-                     "expected behavior (judge label)", "", "higher", "binary")
+                _put(
+                    out,
+                    "v15.expected_behavior",
+                    key,
+                    sample.sample_id,
+                    value,
+                    index,
+                    total,
+                    "expected behavior (judge label)",
+                    "",
+                    "higher",
+                    "binary",
+                )
 
 
 def _listening(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
@@ -138,7 +204,19 @@ def _listening(out: Observations, rep: RepeatPaths, index: int, total: int) -> N
                 per_sample.setdefault((metric, reply.dataset, sample), []).append(float(value))
     for (metric, dataset, sample), values in sorted(per_sample.items()):
         label, better = LISTENING[metric]
-        _put(out, f"listening.{metric}", dataset, sample, _mean(values), index, total, label, "", better, "paired")
+        _put(
+            out,
+            f"listening.{metric}",
+            dataset,
+            sample,
+            _mean(values),
+            index,
+            total,
+            label,
+            "",
+            better,
+            "paired",
+        )
 
 
 def _replies(path: Path, scores: dict) -> list[ReplyScores]:
@@ -146,12 +224,17 @@ def _replies(path: Path, scores: dict) -> list[ReplyScores]:
     try:
         return [ReplyScores.model_validate(reply) for reply in scores.get("replies") or []]
     except ValueError as exc:
-        raise FdbError(f"{path}: a reply does not parse ({str(exc).splitlines()[0]})", DAMAGED_HINT) from exc
+        raise FdbError(
+            f"{path}: a reply does not parse ({str(exc).splitlines()[0]})", DAMAGED_HINT
+        ) from exc
 
 
 def _failed_sessions(rep: RepeatPaths) -> int | None:
     found = None
-    for path in (rep.reference_audio / "reference-manifest.json", rep.v10_reference / "manifest.json"):
+    for path in (
+        rep.reference_audio / "reference-manifest.json",
+        rep.v10_reference / "manifest.json",
+    ):
         if path.is_file():
             manifest = ExportManifest.model_validate_json(path.read_text(encoding="utf-8"))
             found = (found or 0) + sum(1 for s in manifest.samples if s.verdict != "pass")
@@ -163,8 +246,14 @@ def add_repeat(out: Observations, rep: RepeatPaths, index: int, total: int) -> N
     _v15(out, rep, index, total)
     _listening(out, rep, index, total)
     name = "sessions_failed@all"
-    series = out.series.get(name) or Series(metric="sessions_failed", key="all", label="failed sessions",
-                                           unit="sessions", better="lower", shape="unpaired")
+    series = out.series.get(name) or Series(
+        metric="sessions_failed",
+        key="all",
+        label="failed sessions",
+        unit="sessions",
+        better="lower",
+        shape="unpaired",
+    )
     series.values.append(_failed_sessions(rep))
     out.add(series)
 
@@ -182,31 +271,48 @@ def comparability(manifest: dict, repeats: list[RepeatPaths]) -> dict[str, str |
     listening = ListeningSummary.load(rep.root / "listening" / "summary.json")
     judge = JudgeSummary.load(rep.root / "judge.json")
     backends = listening.backends if listening else {}
-    judged = judge is not None and judge.behavior is not None and judge.behavior.status in ("complete", "has_failures")
-    keys.update({
-        "backend.asr": _ident(asr_backend(rep.v10_reference)),
-        "backend.vad": _ident(unified.get("vad") or (timing.vad.model_dump() if timing else None)),
-        "backend.listening_asr": _ident(backends.get("asr")), "backend.mos": _ident(backends.get("mos")),
-        "backend.speaker": _ident(backends.get("speaker")),
-        "backend.judge": _ident(judge.judge) if judged else None,
-        "definitions.v10_unified": unified.get("definitions"),
-        "definitions.v15_timing": _digest(timing.definitions) if timing else None,
-        "definitions.listening": _digest(listening.definitions) if listening else None,
-    })
+    judged = (
+        judge is not None
+        and judge.behavior is not None
+        and judge.behavior.status in ("complete", "has_failures")
+    )
+    keys.update(
+        {
+            "backend.asr": _ident(asr_backend(rep.v10_reference)),
+            "backend.vad": _ident(
+                unified.get("vad") or (timing.vad.model_dump() if timing else None)
+            ),
+            "backend.listening_asr": _ident(backends.get("asr")),
+            "backend.mos": _ident(backends.get("mos")),
+            "backend.speaker": _ident(backends.get("speaker")),
+            "backend.judge": _ident(judge.judge) if judged else None,
+            "definitions.v10_unified": unified.get("definitions"),
+            "definitions.v15_timing": _digest(timing.definitions) if timing else None,
+            "definitions.listening": _digest(listening.definitions) if listening else None,
+        }
+    )
     return keys
 
 
 def observe_run(directory: Path) -> Observations:
     run = RunPaths(directory)
-    manifest = _load(run.manifest, "the run manifest (no repeat was ever started)",
-                     f"record the run with `python -m fdb generate --run-name {run.name}`")
+    manifest = _load(
+        run.manifest,
+        "the run manifest (no repeat was ever started)",
+        f"record the run with `python -m fdb generate --run-name {run.name}`",
+    )
     repeats = run.repeats()
     if not repeats:
-        raise FdbError(f"{directory} has no repeat-N/", f"record one: python -m fdb generate --run-name {run.name}")
+        raise FdbError(
+            f"{directory} has no repeat-N/",
+            f"record one: python -m fdb generate --run-name {run.name}",
+        )
     out = Observations(kind="run", source=str(directory))
     for index, rep in enumerate(repeats):
         check_scored(rep, run.name, manifest)
         add_repeat(out, rep, index, len(repeats))
     out.comparability = comparability(manifest, repeats)
-    out.notes.append(f"{len(repeats)} repeat(s): " + ", ".join(f"repeat-{r.number}" for r in repeats))
+    out.notes.append(
+        f"{len(repeats)} repeat(s): " + ", ".join(f"repeat-{r.number}" for r in repeats)
+    )
     return out

@@ -30,7 +30,11 @@ TTS_LEVEL = [
     ("failed", "failed requests", "requests", "lower"),
     ("stop_violations", "stop-condition violations", "requests", "lower"),
 ]
-TTS_QUALITY = [("wer", "Seed-TTS WER", "", "lower"), ("sim", "SIM", "", "higher"), ("mos", "MOS", "", "higher")]
+TTS_QUALITY = [
+    ("wer", "Seed-TTS WER", "", "lower"),
+    ("sim", "SIM", "", "higher"),
+    ("mos", "MOS", "", "higher"),
+]
 SWEEP_LEVEL = [
     ("first_audio_p50_ms", "first audio p50", "ms", "lower"),
     ("first_audio_p95_ms", "first audio p95", "ms", "lower"),
@@ -48,8 +52,9 @@ def _load(path: Path, what: str, fix: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise FdbError(f"{path} is not valid JSON ({str(exc).splitlines()[0]}): a half-written {what}",
-                       fix) from exc
+        raise FdbError(
+            f"{path} is not valid JSON ({str(exc).splitlines()[0]}): a half-written {what}", fix
+        ) from exc
 
 
 def _typed(model: type[BaseModel], raw: Any, path: Path, fix: str) -> Any:
@@ -79,6 +84,7 @@ def _ident(identity: Any) -> str | None:
 
 # --- tts-bench ---------------------------------------------------------------------------------
 
+
 def observe_tts(directory: Path) -> Observations:
     fix = f"finish the bench, or rebuild it with `python -m fdb tts-bench --output {directory} --report-only`"
     data = _load(directory / "tts.json", "the tts-bench report (the bench did not finish)", fix)
@@ -87,7 +93,10 @@ def observe_tts(directory: Path) -> Observations:
     out = Observations(kind="tts", source=str(directory))
     rounds = data.get("rounds")
     if rounds is None:  # a report of one round per level
-        rounds = [{"concurrency": row["concurrency"], "cold": False, "row": row} for row in data.get("rows", [])]
+        rounds = [
+            {"concurrency": row["concurrency"], "cold": False, "row": row}
+            for row in data.get("rows", [])
+        ]
     cold = 0
     for entry in rounds:
         if entry.get("cold"):
@@ -96,8 +105,14 @@ def observe_tts(directory: Path) -> Observations:
         row = _typed(LevelRow, entry["row"], directory / "tts.json", fix)
         for metric, label, unit, better in TTS_LEVEL:
             name = f"{metric}@c{row.concurrency}"
-            series = out.series.get(name) or Series(metric=metric, key=f"c{row.concurrency}", label=label,
-                                                   unit=unit, better=better, shape="unpaired")
+            series = out.series.get(name) or Series(
+                metric=metric,
+                key=f"c{row.concurrency}",
+                label=label,
+                unit=unit,
+                better=better,
+                shape="unpaired",
+            )
             series.values.append(getattr(row, metric))
             out.add(series)
     if cold:
@@ -106,10 +121,13 @@ def observe_tts(directory: Path) -> Observations:
     dataset = run.get("dataset") or {}
     quality = data.get("quality") or {}
     out.comparability = {
-        "dataset.list": dataset.get("list"), "dataset.list_sha256": dataset.get("list_sha256"),
-        "dataset.prompts": str(opts.get("num_prompts")), "options.max_audio_s": str(opts.get("max_audio_s")),
+        "dataset.list": dataset.get("list"),
+        "dataset.list_sha256": dataset.get("list_sha256"),
+        "dataset.prompts": str(opts.get("num_prompts")),
+        "options.max_audio_s": str(opts.get("max_audio_s")),
         "options.playback_reserve_ms": str(opts.get("playback_reserve_ms")),
-        "options.frame_rate": str(opts.get("frame_rate")), "options.ref_audio": str(opts.get("ref_audio")),
+        "options.frame_rate": str(opts.get("frame_rate")),
+        "options.ref_audio": str(opts.get("ref_audio")),
         "backend.asr": _ident(quality.get("asr")) or quality.get("asr_label"),
         "backend.speaker": _ident(quality.get("speaker")) or quality.get("sim_label"),
         "backend.mos": _ident(quality.get("mos_backend")) or quality.get("mos_label"),
@@ -124,13 +142,16 @@ def _tts_quality(directory: Path, out: Observations) -> None:
         return
     rows = read_jsonl(path, UtteranceQuality)
     for metric, label, unit, better in TTS_QUALITY:
-        series = Series(metric=metric, key="all", label=label, unit=unit, better=better, shape="paired")
+        series = Series(
+            metric=metric, key="all", label=label, unit=unit, better=better, shape="paired"
+        )
         series.samples = {row.id: [getattr(row, metric)] for row in rows}
         if any(v[0] is not None for v in series.samples.values()):
             out.add(series)
 
 
 # --- sweep -------------------------------------------------------------------------------------
+
 
 def observe_sweep(directory: Path) -> Observations:
     path = directory / "serving.json"
@@ -139,8 +160,15 @@ def observe_sweep(directory: Path) -> Observations:
     if report is None:
         raise FdbError(f"{path} is missing: the sweep report (the sweep did not finish)", fix)
     out = Observations(kind="sweep", source=str(directory))
-    cap = Series(metric="capacity_sessions", key="all", label="sessions meeting the targets", unit="sessions",
-                 better="higher", shape="exact", values=[report.capacity.sessions])
+    cap = Series(
+        metric="capacity_sessions",
+        key="all",
+        label="sessions meeting the targets",
+        unit="sessions",
+        better="higher",
+        shape="exact",
+        values=[report.capacity.sessions],
+    )
     out.add(cap)
     if report.capacity.at_least:
         out.notes.append("capacity is a floor: every level met the targets")
@@ -149,8 +177,14 @@ def observe_sweep(directory: Path) -> Observations:
         for row in per_repeat[level]:
             for metric, label, unit, better in SWEEP_LEVEL:
                 name = f"{metric}@c{row.concurrency}"
-                series = out.series.get(name) or Series(metric=metric, key=f"c{row.concurrency}", label=label,
-                                                       unit=unit, better=better, shape="unpaired")
+                series = out.series.get(name) or Series(
+                    metric=metric,
+                    key=f"c{row.concurrency}",
+                    label=label,
+                    unit=unit,
+                    better=better,
+                    shape="unpaired",
+                )
                 series.values.append(getattr(row, metric))
                 out.add(series)
     out.comparability = _sweep_comparability(directory, report)
@@ -160,13 +194,19 @@ def observe_sweep(directory: Path) -> Observations:
 def _sweep_comparability(directory: Path, report: SweepReport) -> dict[str, str | None]:
     specs = []
     for level in sorted(directory.glob("concurrency-*/level.json")) + sorted(
-            directory.glob("concurrency-*/repeat-*/level.json")):
+        directory.glob("concurrency-*/repeat-*/level.json")
+    ):
         spec = json.loads(level.read_text(encoding="utf-8"))
         specs.append(spec)
     first = specs[0] if specs else {}
-    jobs = sorted({f"{j.get('sample_id')}/{j.get('variant')}" for s in specs for j in s.get("jobs", [])})
-    return {"dataset.name": first.get("dataset"), "dataset.selection": _digest(jobs) if jobs else None,
-            "protocol.profile": first.get("profile"),
-            "protocol.turn_detection": _digest(first.get("turn_detection")) if specs else None,
-            "options.playback_reserve_ms": str(report.playback_reserve_ms),
-            "definitions.serving": report.schema_}
+    jobs = sorted(
+        {f"{j.get('sample_id')}/{j.get('variant')}" for s in specs for j in s.get("jobs", [])}
+    )
+    return {
+        "dataset.name": first.get("dataset"),
+        "dataset.selection": _digest(jobs) if jobs else None,
+        "protocol.profile": first.get("profile"),
+        "protocol.turn_detection": _digest(first.get("turn_detection")) if specs else None,
+        "options.playback_reserve_ms": str(report.playback_reserve_ms),
+        "definitions.serving": report.schema_,
+    }

@@ -27,7 +27,9 @@ def interval(pair, fmt=seconds) -> str:
     return f"[{fmt(pair[0])}, {fmt(pair[1])}]"
 
 
-def mean_sd(values: Sequence[float | None], fmt: str = "{:.3f}", scale: float = 1.0, suffix: str = "") -> str:
+def mean_sd(
+    values: Sequence[float | None], fmt: str = "{:.3f}", scale: float = 1.0, suffix: str = ""
+) -> str:
     """Mean ± sample standard deviation over the repeats that have a value."""
     present = [v * scale for v in values if v is not None]
     if not present:

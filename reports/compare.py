@@ -70,13 +70,21 @@ class RowSpec:
 
 # --- extractors, one repeat each --------------------------------------------------------------
 
+
 def _behavior(category: str, label: str) -> Extract:
     def extract(rep: RepeatData) -> list[Part | None] | None:
         cell = rep.behavior.categories.get(category) if rep.behavior else None
         if cell is None:
             return None
         share = cell.labels.get(label)
-        return [Part(value=share.share if share else None, count=share.count if share else 0, n=cell.judged)]
+        return [
+            Part(
+                value=share.share if share else None,
+                count=share.count if share else 0,
+                n=cell.judged,
+            )
+        ]
+
     return extract
 
 
@@ -86,6 +94,7 @@ def _semantic(axis: str) -> Extract:
         if cell is None:
             return None
         return [Part(value=cell.quality, count=cell.accepted, n=cell.accepted + cell.failed)]
+
     return extract
 
 
@@ -102,9 +111,16 @@ def _unified(subsets: tuple[str, ...], metric: str) -> Extract:
             return None
         parts: list[Part | None] = []
         for name in subsets:
-            share = getattr(rep.unified.subsets[name].metrics, metric, None) if name in rep.unified.subsets else None
-            parts.append(None if share is None else Part(value=share.value, count=share.count, n=share.n))
+            share = (
+                getattr(rep.unified.subsets[name].metrics, metric, None)
+                if name in rep.unified.subsets
+                else None
+            )
+            parts.append(
+                None if share is None else Part(value=share.value, count=share.count, n=share.n)
+            )
         return parts if any(p is not None for p in parts) else None
+
     return extract
 
 
@@ -112,7 +128,9 @@ def _groups(rep: RepeatData) -> list[GroupSummary]:
     """Each dataset's "all" group: pooled below over the datasets (word counts and reply counts)."""
     if rep.listening is None:
         return []
-    return [groups["all"] for _, groups in sorted(rep.listening.datasets.items()) if "all" in groups]
+    return [
+        groups["all"] for _, groups in sorted(rep.listening.datasets.items()) if "all" in groups
+    ]
 
 
 def _omission(rep: RepeatData) -> list[Part | None] | None:
@@ -130,8 +148,12 @@ def mos_backend(rep: RepeatData) -> str | None:
 
 def _weighted(groups: list[GroupSummary], mean: str, n: str) -> Part:
     total = sum(getattr(g, n) for g in groups)
-    value = sum(getattr(g, mean) * getattr(g, n) for g in groups if getattr(g, mean) is not None) / total \
-        if total else None
+    value = (
+        sum(getattr(g, mean) * getattr(g, n) for g in groups if getattr(g, mean) is not None)
+        / total
+        if total
+        else None
+    )
     return Part(value=value, n=total)
 
 
@@ -140,6 +162,7 @@ def _mos(backend: str) -> Extract:
         if mos_backend(rep) != backend or not _groups(rep):
             return None
         return [_weighted(_groups(rep), "mos_mean", "mos_n")]
+
     return extract
 
 
@@ -151,30 +174,57 @@ def _voice(rep: RepeatData) -> list[Part | None] | None:
 
 
 def row_specs(systems: list[System]) -> list[RowSpec]:
-    behavior = [("user_interruption", "C_RESPOND", "Responds when the user interrupts ↑"),
-                ("user_backchannel", "C_RESUME", "Keeps talking through a backchannel ↑"),
-                ("talking_to_other", "C_RESUME", "Keeps talking when the user addresses someone else ↑"),
-                ("background_speech", "C_RESUME", "Keeps talking through background speech ↑")]
-    specs = [RowSpec("Behavior", metric, "share", _behavior(cat, label), noise="v1.5")
-             for cat, label, metric in behavior]
-    specs += [RowSpec("Behavior", "Overlap handled appropriately (LLM judge) ↑", "share",
-                      _semantic("interaction_handling")),
-              RowSpec("Behavior", "Grounded reply (LLM judge) ↑", "share", _semantic("grounding")),
-              RowSpec("Behavior", "Stop / response latency ↓", "seconds", _latency, unit="intervals"),
-              RowSpec("Behavior", "Speaks into a pause, synthetic / natural speech ↓", "share",
-                      _unified(PAUSE_SUBSETS, "pause_intrusion_rate"), noise="v1.0"),
-              RowSpec("Behavior", "Takes the turn within 2 s ↑", "share",
-                      _unified((TURN_SUBSET,), "response_rate_2s"), noise="v1.0"),
-              RowSpec("Serving", "Concurrent sessions per GPU meeting the target ↑", "sessions"),
-              RowSpec("Listening", "Omission rate ↓", "share", _omission, unit="words")]
+    behavior = [
+        ("user_interruption", "C_RESPOND", "Responds when the user interrupts ↑"),
+        ("user_backchannel", "C_RESUME", "Keeps talking through a backchannel ↑"),
+        ("talking_to_other", "C_RESUME", "Keeps talking when the user addresses someone else ↑"),
+        ("background_speech", "C_RESUME", "Keeps talking through background speech ↑"),
+    ]
+    specs = [
+        RowSpec("Behavior", metric, "share", _behavior(cat, label), noise="v1.5")
+        for cat, label, metric in behavior
+    ]
+    specs += [
+        RowSpec(
+            "Behavior",
+            "Overlap handled appropriately (LLM judge) ↑",
+            "share",
+            _semantic("interaction_handling"),
+        ),
+        RowSpec("Behavior", "Grounded reply (LLM judge) ↑", "share", _semantic("grounding")),
+        RowSpec("Behavior", "Stop / response latency ↓", "seconds", _latency, unit="intervals"),
+        RowSpec(
+            "Behavior",
+            "Speaks into a pause, synthetic / natural speech ↓",
+            "share",
+            _unified(PAUSE_SUBSETS, "pause_intrusion_rate"),
+            noise="v1.0",
+        ),
+        RowSpec(
+            "Behavior",
+            "Takes the turn within 2 s ↑",
+            "share",
+            _unified((TURN_SUBSET,), "response_rate_2s"),
+            noise="v1.0",
+        ),
+        RowSpec("Serving", "Concurrent sessions per GPU meeting the target ↑", "sessions"),
+        RowSpec("Listening", "Omission rate ↓", "share", _omission, unit="words"),
+    ]
     backends = sorted({b for s in systems for r in s.repeats if (b := mos_backend(r))})
-    specs += [RowSpec("Listening", f"{MOS_LABELS.get(b, b)} ↑", "score", _mos(b), unit="replies", digits=2)
-              for b in backends] or [RowSpec("Listening", "MOS ↑", "score", lambda rep: None, unit="replies", digits=2)]
-    specs.append(RowSpec("Listening", "Voice consistency ↑", "score", _voice, unit="replies", digits=1))
+    specs += [
+        RowSpec(
+            "Listening", f"{MOS_LABELS.get(b, b)} ↑", "score", _mos(b), unit="replies", digits=2
+        )
+        for b in backends
+    ] or [RowSpec("Listening", "MOS ↑", "score", lambda rep: None, unit="replies", digits=2)]
+    specs.append(
+        RowSpec("Listening", "Voice consistency ↑", "score", _voice, unit="replies", digits=1)
+    )
     return specs
 
 
 # --- cells ------------------------------------------------------------------------------------
+
 
 def _mean(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
@@ -184,8 +234,11 @@ def _mean(values: list[float | None]) -> float | None:
 def _mean_part(parts: list[Part]) -> Part:
     if not parts:
         return Part(measured=False)
-    return Part(value=_mean([p.value for p in parts]), count=_mean([p.count for p in parts]),
-                n=_mean([p.n for p in parts]))
+    return Part(
+        value=_mean([p.value for p in parts]),
+        count=_mean([p.count for p in parts]),
+        n=_mean([p.n for p in parts]),
+    )
 
 
 def system_cell(spec: RowSpec, system: System) -> Cell:
@@ -204,16 +257,25 @@ def _capacity_cell(base: Cell, capacity: Capacity | None) -> Cell:
     if capacity is None or (capacity.sessions is None and capacity.first_miss is None):
         return base
     if capacity.client_limited:
-        text = f"at least {capacity.sessions} (level {capacity.first_miss} client-limited)" if capacity.sessions \
+        text = (
+            f"at least {capacity.sessions} (level {capacity.first_miss} client-limited)"
+            if capacity.sessions
             else NOT_MEASURED
+        )
     elif capacity.sessions is None:
         text = f"below {capacity.first_miss} (the lowest level recorded misses)"
     elif capacity.at_least:
         text = f"at least {capacity.sessions} (every level met the targets)"
     else:
         text = f"{capacity.sessions} ({capacity.first_miss} miss the targets)"
-    return base.model_copy(update={"parts": [Part(value=capacity.sessions)], "repeats": 1, "of_repeats": 1,
-                                   "text": text})
+    return base.model_copy(
+        update={
+            "parts": [Part(value=capacity.sessions)],
+            "repeats": 1,
+            "of_repeats": 1,
+            "text": text,
+        }
+    )
 
 
 def _number(value: float | None) -> str:
@@ -268,13 +330,17 @@ def cross_table(systems: list[System]) -> Table:
     table = Table("comparison", "Cross-system table", columns)
     specs = row_specs(systems)
     for spec in specs:
-        table.add(dimension=spec.dimension, metric=spec.metric,
-                  **{key: system_cell(spec, s) for key, s in zip(keys, systems, strict=True)})
+        table.add(
+            dimension=spec.dimension,
+            metric=spec.metric,
+            **{key: system_cell(spec, s) for key, s in zip(keys, systems, strict=True)},
+        )
     table.notes += _notes(specs, table, systems)
     return table
 
 
 # --- notes ------------------------------------------------------------------------------------
+
 
 def noise_points(n: float) -> float:
     """Half-width (points) of a 95% interval of the difference of two independent shares of n at p = 0.5."""
@@ -292,8 +358,11 @@ def _sample_counts(specs: list[RowSpec], table: Table, group: str) -> list[int]:
 
 
 def noise_note(specs: list[RowSpec], table: Table) -> str | None:
-    groups = [(where, ns) for key, where in (("v1.5", "per v1.5 category"), ("v1.0", "per v1.0 subset"))
-              if (ns := _sample_counts(specs, table, key))]
+    groups = [
+        (where, ns)
+        for key, where in (("v1.5", "per v1.5 category"), ("v1.0", "per v1.0 subset"))
+        if (ns := _sample_counts(specs, table, key))
+    ]
     if not groups:
         return None
     sizes = [f"{ns[0]}-{ns[-1]}" if len(ns) > 1 else str(ns[0]) for _, ns in groups]
@@ -304,22 +373,29 @@ def noise_note(specs: list[RowSpec], table: Table) -> str | None:
     else:
         where, span = f"{sizes[0]} samples {groups[0][0]}", f"{margins[0]} points"
     smallest = ", at the smallest n" if any(len(ns) > 1 for _, ns in groups) else ""
-    return (f"Behavior rates come from {where}; differences smaller than about {span} are within sampling "
-            "noise (the half-width of a 95% interval of the difference of two independent shares at p = 0.5, "
-            f"1.96·√(0.5·0.5·2/n) in points{smallest}).")
+    return (
+        f"Behavior rates come from {where}; differences smaller than about {span} are within sampling "
+        "noise (the half-width of a 95% interval of the difference of two independent shares at p = 0.5, "
+        f"1.96·√(0.5·0.5·2/n) in points{smallest})."
+    )
 
 
 def _notes(specs: list[RowSpec], table: Table, systems: list[System]) -> list[str]:
     notes = [n for n in [noise_note(specs, table)] if n]
     several = [f"{s.name} ({len(s.repeats)})" for s in systems if len(s.repeats) > 1]
     if several:
-        notes.append("A run with several repeats shows the mean over its repeats, counts and denominators too: "
-                     + ", ".join(several) + ". `[k of N repeats]`: only k of them have the data.")
-    notes.append("Shares carry (count/denominator): behavior labels over judged pairs (v1.5 judge), LLM-judge "
-                 "quality accepted/(accepted + failed), v1.0 shares over eligible samples, omission over reference "
-                 "words. Latency: pooled means over the overlap sessions' intervals (scores/summary.json, all "
-                 "categories). MOS and voice consistency: pooled over the replies of both datasets. "
-                 "`not measured`: the run has no such output (no judge, no listening scores, no --sweep).")
+        notes.append(
+            "A run with several repeats shows the mean over its repeats, counts and denominators too: "
+            + ", ".join(several)
+            + ". `[k of N repeats]`: only k of them have the data."
+        )
+    notes.append(
+        "Shares carry (count/denominator): behavior labels over judged pairs (v1.5 judge), LLM-judge "
+        "quality accepted/(accepted + failed), v1.0 shares over eligible samples, omission over reference "
+        "words. Latency: pooled means over the overlap sessions' intervals (scores/summary.json, all "
+        "categories). MOS and voice consistency: pooled over the replies of both datasets. "
+        "`not measured`: the run has no such output (no judge, no listening scores, no --sweep)."
+    )
     notes += selection_notes(systems) + judge_notes(systems)
     notes += [f"{s.name}: the run has no repeat-N/ yet." for s in systems if not s.repeats]
     notes += [f"{s.name} {n}" for s in systems for r in s.repeats for n in r.notes]
@@ -328,13 +404,24 @@ def _notes(specs: list[RowSpec], table: Table, systems: list[System]) -> list[st
 
 def judge_notes(systems: list[System]) -> list[str]:
     """Behavior labels of different judge models are never mixed in a cell; the note says when columns differ."""
-    models = {s.name: sorted({str(m) for r in s.repeats if r.behavior and (m := (r.behavior.judge or {}).get("model"))})
-              for s in systems}
+    models = {
+        s.name: sorted(
+            {
+                str(m)
+                for r in s.repeats
+                if r.behavior and (m := (r.behavior.judge or {}).get("model"))
+            }
+        )
+        for s in systems
+    }
     distinct = {tuple(m) for m in models.values() if m}
     if len(distinct) <= 1:
         return []
-    return ["Behavior labels come from different judges: "
-            + "; ".join(f"{name}: {', '.join(m)}" for name, m in models.items() if m) + "."]
+    return [
+        "Behavior labels come from different judges: "
+        + "; ".join(f"{name}: {', '.join(m)}" for name, m in models.items() if m)
+        + "."
+    ]
 
 
 def selection_notes(systems: list[System]) -> list[str]:
@@ -348,8 +435,10 @@ def selection_notes(systems: list[System]) -> list[str]:
         selections = [set(use.sample_ids) for use in present.values()]
         if len(selections) > 1 and any(sel != selections[0] for sel in selections):
             counts = ", ".join(f"{name} {len(use.sample_ids)}" for name, use in present.items())
-            notes.append(f"{dataset}: the runs select different samples ({counts}; "
-                         f"{len(set.intersection(*selections))} in common): each column is its run's own selection.")
+            notes.append(
+                f"{dataset}: the runs select different samples ({counts}; "
+                f"{len(set.intersection(*selections))} in common): each column is its run's own selection."
+            )
         if len({use.revision for use in present.values()}) > 1:
             notes.append(f"{dataset}: the runs used different dataset revisions.")
     return notes
@@ -357,10 +446,13 @@ def selection_notes(systems: list[System]) -> list[str]:
 
 # --- outputs ----------------------------------------------------------------------------------
 
+
 def jsonable(table: Table) -> dict[str, Any]:
     data = table.dump()
-    data["rows"] = [{k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in row.items()}
-                    for row in data["rows"]]
+    data["rows"] = [
+        {k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in row.items()}
+        for row in data["rows"]
+    ]
     data["cells"] = table.cells()
     return data
 
@@ -396,10 +488,22 @@ def write_comparison(systems: list[System], out: Path) -> tuple[Path, dict[str, 
         intro, more, paired = paired_view(systems[0], systems[1])
         tables += more
     files = [p.name for p in write_tables(out / "tables", tables)]
-    data = {"schema": COMPARISON_SCHEMA, "files": {"tables": files},
-            "systems": [{"name": s.name, "run": str(s.root), "repeats": [r.number for r in s.repeats],
-                         "sweep": str(s.sweep) if s.sweep else None, "inputs": s.inputs} for s in systems],
-            "tables": [jsonable(t) for t in tables], "paired": paired,
-            "provenance": current().model_dump(mode="json")}
+    data = {
+        "schema": COMPARISON_SCHEMA,
+        "files": {"tables": files},
+        "systems": [
+            {
+                "name": s.name,
+                "run": str(s.root),
+                "repeats": [r.number for r in s.repeats],
+                "sweep": str(s.sweep) if s.sweep else None,
+                "inputs": s.inputs,
+            }
+            for s in systems
+        ],
+        "tables": [jsonable(t) for t in tables],
+        "paired": paired,
+        "provenance": current().model_dump(mode="json"),
+    }
     atomic_write_json(out / "comparison.json", data)
     return atomic_write_text(out / "COMPARISON.md", render(systems, tables, intro)), data

@@ -82,7 +82,11 @@ class _Reader:
             return []
         self.use(path)
         try:
-            return [parse(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            return [
+                parse(json.loads(line))
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
         except ValidationError as exc:
             raise FdbError(f"{path}: {_first_error(exc)}", SCORE_FIX) from exc
         except ValueError as exc:
@@ -100,16 +104,26 @@ def resolve_run(source: str, runs_dir: Path) -> Path:
     if not path.is_dir() and not path.is_absolute() and (runs_dir / source).is_dir():
         path = runs_dir / source
     if not (path / "run.json").is_file():
-        raise FdbError(f"{path} is not a run directory (no run.json)",
-                       f"pass a run directory written by `python -m fdb generate`, or a run name under {runs_dir}")
+        raise FdbError(
+            f"{path} is not a run directory (no run.json)",
+            f"pass a run directory written by `python -m fdb generate`, or a run name under {runs_dir}",
+        )
     return path
 
 
 def load_system(name: str, root: Path) -> System:
     reader = _Reader(root)
-    manifest = reader.model(RunManifest, root / "run.json", "pass a run directory written by `python -m fdb generate`")
+    manifest = reader.model(
+        RunManifest, root / "run.json", "pass a run directory written by `python -m fdb generate`"
+    )
     repeats = [_repeat(reader, rep) for rep in RunPaths(root).repeats()]
-    return System(name=name, root=root, manifest=manifest, repeats=repeats, inputs=dict(sorted(reader.inputs.items())))
+    return System(
+        name=name,
+        root=root,
+        manifest=manifest,
+        repeats=repeats,
+        inputs=dict(sorted(reader.inputs.items())),
+    )
 
 
 def _repeat(reader: _Reader, rep: RepeatPaths) -> RepeatData:
@@ -131,18 +145,22 @@ def _unified(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
     try:
         raw = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except ValueError as exc:
-        raise FdbError(f"{path} is not valid JSON ({exc})",
-                       f"rescore it: python -m fdb score v10 --tree {rep.v10_reference}") from exc
+        raise FdbError(
+            f"{path} is not valid JSON ({exc})",
+            f"rescore it: python -m fdb score v10 --tree {rep.v10_reference}",
+        ) from exc
     data.unified_problem = unified_problem(rep, raw)
     if data.unified_problem is not None:
-        data.notes.append(f"repeat-{rep.number}: v1.0 unified metrics not used ({data.unified_problem})")
+        data.notes.append(
+            f"repeat-{rep.number}: v1.0 unified metrics not used ({data.unified_problem})"
+        )
         return
     for name in ("manifest.json", "asr.json"):
         reader.use(rep.v10_reference / name)
     data.unified = reader.model(UnifiedResult, path)
-    data.v10_rows = reader.rows(rep.v10_reference / "unified-samples.jsonl", partial(sample_row, fix=SCORE_FIX))
-
-
+    data.v10_rows = reader.rows(
+        rep.v10_reference / "unified-samples.jsonl", partial(sample_row, fix=SCORE_FIX)
+    )
 
 
 def _judges(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
@@ -158,21 +176,29 @@ def _judges(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
     data.semantic = semantic if semantic is not None and semantic.status in JUDGED else None
 
 
-def _task_dir(reader: _Reader, rep: RepeatPaths, pattern: str, model: type[BaseModel], data: RepeatData):
+def _task_dir(
+    reader: _Reader, rep: RepeatPaths, pattern: str, model: type[BaseModel], data: RepeatData
+):
     found = sorted(p for p in rep.root.glob(f"{pattern}/summary.json") if p.is_file())
     if len(found) > 1:
-        data.notes.append(f"repeat-{rep.number}: several {pattern} directories and no judged judge.json; "
-                          "their labels are not used (rerun `python -m fdb judge` to name the current one)")
+        data.notes.append(
+            f"repeat-{rep.number}: several {pattern} directories and no judged judge.json; "
+            "their labels are not used (rerun `python -m fdb judge` to name the current one)"
+        )
         return None
     return reader.model(model, found[0], "rerun `python -m fdb judge`") if found else None
 
 
 def load_capacity(system: System, directory: Path) -> None:
     path = directory / "serving.json"
-    report = SweepReport.load(path, "rebuild the sweep report (python -m fdb sweep report), or pass another sweep")
+    report = SweepReport.load(
+        path, "rebuild the sweep report (python -m fdb sweep report), or pass another sweep"
+    )
     if report is None:
-        raise FdbError(f"{path} is missing: --sweep {system.name}={directory} is not a finished sweep",
-                       "pass the --output directory of a finished `python -m fdb sweep`")
+        raise FdbError(
+            f"{path} is missing: --sweep {system.name}={directory} is not a finished sweep",
+            "pass the --output directory of a finished `python -m fdb sweep`",
+        )
     system.capacity = report.capacity
     system.sweep = directory
     system.inputs[f"sweep:{path}"] = sha256_file(path)

@@ -64,6 +64,7 @@ def _pairs(a: PerRepeat, b: PerRepeat) -> tuple[dict[str, Any], dict[str, Any]]:
 
 # --- per-sample values ------------------------------------------------------------------------
 
+
 def _v10_outcome(row: SampleRow) -> str:
     if not row.eligible:
         return "ineligible"
@@ -77,7 +78,10 @@ def outcomes(system: System) -> PerRepeat:
     out: PerRepeat = {}
     for rep in system.repeats:
         for row in rep.v10_rows:
-            out.setdefault(row.sample_id, {})[rep.number] = (f"v1.0 {row.subset}", _v10_outcome(row))
+            out.setdefault(row.sample_id, {})[rep.number] = (
+                f"v1.0 {row.subset}",
+                _v10_outcome(row),
+            )
         for sample in rep.behavior.samples if rep.behavior else []:
             label = sample.label if sample.outcome == "valid" else sample.outcome
             out.setdefault(sample.sample_id, {})[rep.number] = (f"v1.5 {sample.category}", label)
@@ -90,7 +94,9 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def _v10_rows(system: System, subset: str) -> list[tuple[int, SampleRow]]:
-    return [(rep.number, row) for rep in system.repeats for row in rep.v10_rows if row.subset == subset]
+    return [
+        (rep.number, row) for rep in system.repeats for row in rep.v10_rows if row.subset == subset
+    ]
 
 
 def v10_latency(system: System, subset: str) -> dict[str, float | None]:
@@ -139,20 +145,34 @@ def v15_expected(system: System, category: str) -> PerRepeat:
 
 # --- tables -----------------------------------------------------------------------------------
 
+
 def changed_table(a: System, b: System) -> tuple[Table, dict[str, int]]:
     left, right = outcomes(a), outcomes(b)
-    columns = [Column("set", "Set"), Column("sample", "Sample"), Column("a", a.name), Column("b", b.name)]
+    columns = [
+        Column("set", "Set"),
+        Column("sample", "Sample"),
+        Column("a", a.name),
+        Column("b", b.name),
+    ]
     table = Table("changed-outcomes", "Samples whose outcome changed", columns)
-    common = sorted(left.keys() & right.keys(), key=lambda s: (pick(left[s], right[s])[0][0], id_key(s)))
+    common = sorted(
+        left.keys() & right.keys(), key=lambda s: (pick(left[s], right[s])[0][0], id_key(s))
+    )
     for sample in common:
         (where, before), (_, after) = pick(left[sample], right[sample])
         if before != after:
             table.add(set=where, sample=sample, a=before, b=after)
-    counts = {"paired": len(common), "changed": len(table.rows), "only_a": len(left.keys() - right.keys()),
-              "only_b": len(right.keys() - left.keys())}
-    table.notes.append(f"{counts['changed']} of {counts['paired']} samples both runs have changed outcome "
-                       f"(outcome from the first repeat both runs have; {counts['only_a']} only in {a.name}, "
-                       f"{counts['only_b']} only in {b.name}, left out).")
+    counts = {
+        "paired": len(common),
+        "changed": len(table.rows),
+        "only_a": len(left.keys() - right.keys()),
+        "only_b": len(right.keys() - left.keys()),
+    }
+    table.notes.append(
+        f"{counts['changed']} of {counts['paired']} samples both runs have changed outcome "
+        f"(outcome from the first repeat both runs have; {counts['only_a']} only in {a.name}, "
+        f"{counts['only_b']} only in {b.name}, left out)."
+    )
     return table, counts
 
 
@@ -191,33 +211,53 @@ def _mark(effect: Effect, better: Better, a: str, b: str) -> str:
 class _Differences:
     def __init__(self, a: System, b: System):
         self.a, self.b = a, b
-        columns = [Column("metric", "Metric"), Column("set", "Set"), Column("n", "Paired samples"),
-                   Column("a", a.name, lambda m: _measure(m.value, m.unit)),
-                   Column("b", b.name, lambda m: _measure(m.value, m.unit)),
-                   Column("delta", f"{b.name} − {a.name} [90% interval]", _delta), Column("p", "p (one-sided)"),
-                   Column("differs", "Differs beyond noise")]
+        columns = [
+            Column("metric", "Metric"),
+            Column("set", "Set"),
+            Column("n", "Paired samples"),
+            Column("a", a.name, lambda m: _measure(m.value, m.unit)),
+            Column("b", b.name, lambda m: _measure(m.value, m.unit)),
+            Column("delta", f"{b.name} − {a.name} [90% interval]", _delta),
+            Column("p", "p (one-sided)"),
+            Column("differs", "Differs beyond noise"),
+        ]
         self.table = Table("paired-differences", "Paired differences by sample id", columns)
         self.effects: list[dict[str, Any]] = []
 
-    def latency(self, metric: str, where: str, values: Callable[[System], dict[str, float | None]]) -> None:
+    def latency(
+        self, metric: str, where: str, values: Callable[[System], dict[str, float | None]]
+    ) -> None:
         left, right = values(self.a), values(self.b)
         if _present(left) or _present(right):
             self._add(metric, where, "lower", paired(left, right, "lower", ALPHA), "s")
 
-    def binary(self, metric: str, where: str, better: Better, values: Callable[[System], PerRepeat]) -> None:
+    def binary(
+        self, metric: str, where: str, better: Better, values: Callable[[System], PerRepeat]
+    ) -> None:
         left, right = _pairs(values(self.a), values(self.b))
         if _present(left) or _present(right):
             self._add(metric, where, better, mcnemar(left, right, better, ALPHA), "share")
 
     def _add(self, metric: str, where: str, better: Better, effect: Effect, unit: str) -> None:
-        self.table.add(metric=f"{metric} ({'lower' if better == 'lower' else 'higher'} is better)", set=where,
-                       n=effect.n_baseline, a=Measure(value=effect.baseline, unit=unit),
-                       b=Measure(value=effect.candidate, unit=unit),
-                       delta=Delta(estimate=effect.estimate, low=effect.low, high=effect.high, unit=unit),
-                       p=_p(effect), differs=_mark(effect, better, self.a.name, self.b.name))
-        self.effects.append({"metric": metric, "set": where, "better": better,
-                             "verdict": verdict(effect, better, allowed=0.0, alpha=ALPHA),
-                             "effect": effect.model_dump(mode="json")})
+        self.table.add(
+            metric=f"{metric} ({'lower' if better == 'lower' else 'higher'} is better)",
+            set=where,
+            n=effect.n_baseline,
+            a=Measure(value=effect.baseline, unit=unit),
+            b=Measure(value=effect.candidate, unit=unit),
+            delta=Delta(estimate=effect.estimate, low=effect.low, high=effect.high, unit=unit),
+            p=_p(effect),
+            differs=_mark(effect, better, self.a.name, self.b.name),
+        )
+        self.effects.append(
+            {
+                "metric": metric,
+                "set": where,
+                "better": better,
+                "verdict": verdict(effect, better, allowed=0.0, alpha=ALPHA),
+                "effect": effect.model_dump(mode="json"),
+            }
+        )
 
 
 def _present(values: dict[str, Any]) -> bool:
@@ -227,13 +267,16 @@ def _present(values: dict[str, Any]) -> bool:
 def _categories(a: System, b: System) -> list[str]:
     def found(s: System) -> set[str]:
         return {i.category for r in s.repeats for i in r.intervals} | {
-            x.category for r in s.repeats if r.behavior for x in r.behavior.samples}
+            x.category for r in s.repeats if r.behavior for x in r.behavior.samples
+        }
+
     return sorted(found(a) & found(b))
 
 
 def _subsets(a: System, b: System) -> list[tuple[str, type]]:
     def found(s: System) -> dict[str, type]:
         return {row.subset: type(row) for r in s.repeats for row in r.v10_rows if row.eligible}
+
     left, right = found(a), found(b)
     return [(name, left[name]) for name in sorted(left.keys() & right.keys())]
 
@@ -241,17 +284,31 @@ def _subsets(a: System, b: System) -> list[tuple[str, type]]:
 def differences_table(a: System, b: System) -> tuple[Table, list[dict[str, Any]]]:
     diff = _Differences(a, b)
     for category in [*_categories(a, b), "all"]:
-        for metric, field in (("stop latency", "stop_latencies_s"), ("response latency", "response_latencies_s")):
-            diff.latency(metric, f"v1.5 {category}", lambda s, f=field, c=category: v15_latency(s, f, c))
+        for metric, field in (
+            ("stop latency", "stop_latencies_s"),
+            ("response latency", "response_latencies_s"),
+        ):
+            diff.latency(
+                metric, f"v1.5 {category}", lambda s, f=field, c=category: v15_latency(s, f, c)
+            )
     for category in _categories(a, b):
-        label = "responds (judge label)" if EXPECTED.get(category) else "keeps talking (judge label)"
+        label = (
+            "responds (judge label)" if EXPECTED.get(category) else "keeps talking (judge label)"
+        )
         diff.binary(label, f"v1.5 {category}", "higher", lambda s, c=category: v15_expected(s, c))
     for subset, kind in _subsets(a, b):
         if kind is PauseRow:
-            diff.binary("speaks into a pause", f"v1.0 {subset}", "lower", lambda s, n=subset: v10_binary(s, n))
+            diff.binary(
+                "speaks into a pause",
+                f"v1.0 {subset}",
+                "lower",
+                lambda s, n=subset: v10_binary(s, n),
+            )
             continue
         diff.latency("response latency", f"v1.0 {subset}", lambda s, n=subset: v10_latency(s, n))
-        diff.binary("responds within 2 s", f"v1.0 {subset}", "higher", lambda s, n=subset: v10_binary(s, n))
+        diff.binary(
+            "responds within 2 s", f"v1.0 {subset}", "higher", lambda s, n=subset: v10_binary(s, n)
+        )
     return diff.table, diff.effects
 
 
@@ -259,12 +316,20 @@ def paired_view(a: System, b: System) -> tuple[list[str], list[Table], dict[str,
     """Markdown lines that introduce the view, its two tables and the data for comparison.json."""
     changed, counts = changed_table(a, b)
     deltas, effects = differences_table(a, b)
-    intro = [f"## Paired view: {a.name} → {b.name}", "",
-             f"By sample id, over the samples both runs have ({counts['paired']}; {counts['only_a']} only in "
-             f"{a.name} and {counts['only_b']} only in {b.name} are left out). Outcomes and yes/no metrics come from "
-             "the first repeat both runs have; latencies are each sample's mean over its repeats. "
-             f"{b.name} − {a.name}: the mean paired difference with its 90% interval (paired bootstrap over sample "
-             "ids, 2000 resamples, seed 0; yes/no: exact McNemar on the discordant pairs). Differs beyond noise: "
-             f"the one-sided test at alpha = {ALPHA} finds {b.name} worse or better (fdb.decide.verdict, no "
-             "allowed change).", ""]
-    return intro, [changed, deltas], {"a": a.name, "b": b.name, "counts": counts, "effects": effects}
+    intro = [
+        f"## Paired view: {a.name} → {b.name}",
+        "",
+        f"By sample id, over the samples both runs have ({counts['paired']}; {counts['only_a']} only in "
+        f"{a.name} and {counts['only_b']} only in {b.name} are left out). Outcomes and yes/no metrics come from "
+        "the first repeat both runs have; latencies are each sample's mean over its repeats. "
+        f"{b.name} − {a.name}: the mean paired difference with its 90% interval (paired bootstrap over sample "
+        "ids, 2000 resamples, seed 0; yes/no: exact McNemar on the discordant pairs). Differs beyond noise: "
+        f"the one-sided test at alpha = {ALPHA} finds {b.name} worse or better (fdb.decide.verdict, no "
+        "allowed change).",
+        "",
+    ]
+    return (
+        intro,
+        [changed, deltas],
+        {"a": a.name, "b": b.name, "counts": counts, "effects": effects},
+    )

@@ -67,7 +67,9 @@ def latency_samples(repeats: list[RepeatPaths]) -> dict[str, list[float]]:
         samples = rep.v10_reference / "unified-samples.jsonl"
         for sample in read_sample_rows(samples) if samples.exists() else []:
             if isinstance(sample, TurnRow | InterruptRow) and sample.latency_s is not None:
-                series.setdefault(f"v10-{sample.subset}-response-latency", []).append(sample.latency_s)
+                series.setdefault(f"v10-{sample.subset}-response-latency", []).append(
+                    sample.latency_s
+                )
     return {name: values for name, values in sorted(series.items()) if values}
 
 
@@ -96,7 +98,9 @@ def figure_png(figure) -> bytes:
 
 def write_plots(run: RunPaths, repeats: list[RepeatPaths]) -> list[Path]:
     out = run.root / "plots"
-    written = [atomic_write_bytes(out / f"{name}.png", _plot(name, values))
-               for name, values in latency_samples(repeats).items()]
+    written = [
+        atomic_write_bytes(out / f"{name}.png", _plot(name, values))
+        for name, values in latency_samples(repeats).items()
+    ]
     _prune(out, "*.png", written)
     return written

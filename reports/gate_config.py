@@ -30,7 +30,8 @@ Rule = Literal["change", "ceiling", "no_increase"]
 METRICS: dict[str, set[str]] = {
     "tts": {m for m, *_ in TTS_LEVEL} | {m for m, *_ in TTS_QUALITY},
     "sweep": {m for m, *_ in SWEEP_LEVEL} | {"capacity_sessions"},
-    "run": {f"v10.{m}" for m in V10_LABELS} | {f"listening.{m}" for m in LISTENING}
+    "run": {f"v10.{m}" for m in V10_LABELS}
+    | {f"listening.{m}" for m in LISTENING}
     | {"v15.stop_latency_s", "v15.response_latency_s", "v15.expected_behavior", "sessions_failed"},
 }
 
@@ -77,26 +78,58 @@ class GateConfig(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
-def _g(metric: str, allowed: float = 0.0, relative: bool = True, rule: Rule = "change", **extra) -> Guard:
+def _g(
+    metric: str, allowed: float = 0.0, relative: bool = True, rule: Rule = "change", **extra
+) -> Guard:
     return Guard(metric=metric, allowed=allowed, relative=relative, rule=rule, **extra)
 
 
 DEFAULTS: dict[str, GateConfig] = {
-    "tts": GateConfig(kind="tts", reward=Reward(metric="throughput_audio_s_per_s"), guards=[
-        _g("throughput_audio_s_per_s", 0.05), _g("ttfa_p50_ms", 0.10), _g("ttfa_p95_ms", 0.20), _g("ttfa_mean_ms", 0.10), _g("rtf_mean", 0.10),
-        _g("e2e_p50_ms", 0.10), _g("stop_violations", rule="ceiling", max=0),
-        _g("failed", rule="no_increase"), _g("wer", 0.02, relative=False), _g("sim", 0.02, relative=False),
-        _g("mos", 0.10, relative=False)]),
-    "sweep": GateConfig(kind="sweep", reward=Reward(metric="capacity_sessions"), guards=[
-        _g("capacity_sessions"), _g("first_audio_p50_ms", 0.10), _g("first_audio_p95_ms", 0.20),
-        _g("rtf_p90", 0.10), _g("sessions_failed", rule="no_increase")]),
-    "run": GateConfig(kind="run", guards=[
-        _g("v10.latency_s", 0.10, relative=False), _g("v10.response_2s", 0.10, relative=False),
-        _g("v10.stop_s", 0.10, relative=False), _g("v10.pause_intrusion", 0.10, relative=False),
-        _g("v15.stop_latency_s", 0.10, relative=False), _g("v15.response_latency_s", 0.10, relative=False),
-        _g("v15.expected_behavior", 0.10, relative=False), _g("listening.omission_rate", 0.02, relative=False),
-        _g("listening.wer", 0.05, relative=False), _g("listening.mos", 0.10, relative=False),
-        _g("listening.voice_similarity", 2.0, relative=False), _g("sessions_failed", rule="no_increase")]),
+    "tts": GateConfig(
+        kind="tts",
+        reward=Reward(metric="throughput_audio_s_per_s"),
+        guards=[
+            _g("throughput_audio_s_per_s", 0.05),
+            _g("ttfa_p50_ms", 0.10),
+            _g("ttfa_p95_ms", 0.20),
+            _g("ttfa_mean_ms", 0.10),
+            _g("rtf_mean", 0.10),
+            _g("e2e_p50_ms", 0.10),
+            _g("stop_violations", rule="ceiling", max=0),
+            _g("failed", rule="no_increase"),
+            _g("wer", 0.02, relative=False),
+            _g("sim", 0.02, relative=False),
+            _g("mos", 0.10, relative=False),
+        ],
+    ),
+    "sweep": GateConfig(
+        kind="sweep",
+        reward=Reward(metric="capacity_sessions"),
+        guards=[
+            _g("capacity_sessions"),
+            _g("first_audio_p50_ms", 0.10),
+            _g("first_audio_p95_ms", 0.20),
+            _g("rtf_p90", 0.10),
+            _g("sessions_failed", rule="no_increase"),
+        ],
+    ),
+    "run": GateConfig(
+        kind="run",
+        guards=[
+            _g("v10.latency_s", 0.10, relative=False),
+            _g("v10.response_2s", 0.10, relative=False),
+            _g("v10.stop_s", 0.10, relative=False),
+            _g("v10.pause_intrusion", 0.10, relative=False),
+            _g("v15.stop_latency_s", 0.10, relative=False),
+            _g("v15.response_latency_s", 0.10, relative=False),
+            _g("v15.expected_behavior", 0.10, relative=False),
+            _g("listening.omission_rate", 0.02, relative=False),
+            _g("listening.wer", 0.05, relative=False),
+            _g("listening.mos", 0.10, relative=False),
+            _g("listening.voice_similarity", 2.0, relative=False),
+            _g("sessions_failed", rule="no_increase"),
+        ],
+    ),
 }
 
 
@@ -110,7 +143,9 @@ def load_config(path: Path | None, kind: str) -> GateConfig:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise FdbError(f"{path} cannot be read ({exc.strerror})", "pass an existing --config") from exc
+        raise FdbError(
+            f"{path} cannot be read ({exc.strerror})", "pass an existing --config"
+        ) from exc
     except yaml.YAMLError as exc:
         raise FdbError(f"{path} is not valid YAML ({str(exc).splitlines()[0]})", fix) from exc
     try:
@@ -118,13 +153,21 @@ def load_config(path: Path | None, kind: str) -> GateConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "gate"
-        raise FdbError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}", fix) from exc
+        raise FdbError(
+            f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}", fix
+        ) from exc
     if config.kind != kind:
-        raise FdbError(f"{path} is a gate for {config.kind} outputs, but the outputs are {kind}",
-                       f"pass a gate.yaml with kind: {kind}")
+        raise FdbError(
+            f"{path} is a gate for {config.kind} outputs, but the outputs are {kind}",
+            f"pass a gate.yaml with kind: {kind}",
+        )
     known = METRICS[kind]
-    for name in [g.metric for g in config.guards] + ([config.reward.metric] if config.reward else []):
+    for name in [g.metric for g in config.guards] + (
+        [config.reward.metric] if config.reward else []
+    ):
         if name not in known:
-            raise FdbError(f"{path}: unknown metric {name!r} for {kind} outputs",
-                           f"use one of {', '.join(sorted(known))}")
+            raise FdbError(
+                f"{path}: unknown metric {name!r} for {kind} outputs",
+                f"use one of {', '.join(sorted(known))}",
+            )
     return config

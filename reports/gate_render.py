@@ -10,7 +10,12 @@ from fdb.io import atomic_write_json, atomic_write_text
 from fdb.tables import NA, Column, Table, write_tables
 from reports.gate import GateResult, SeriesVerdict
 
-MARK = {"pass": "pass", "regressed": "REGRESSED", "improved": "improved", "inconclusive": "inconclusive"}
+MARK = {
+    "pass": "pass",
+    "regressed": "REGRESSED",
+    "improved": "improved",
+    "inconclusive": "inconclusive",
+}
 
 
 def _num(value: float | None, unit: str = "") -> str:
@@ -24,16 +29,27 @@ def change_text(effect: Effect | None, unit: str = "", alpha: float = 0.05) -> s
     """benchstat-style: ``+12.3% [+8.1%, +16.9%]``, ``~`` when nothing significant changed."""
     if effect is None or effect.estimate is None:
         return NA
-    significant = min(effect.p_worse if effect.p_worse is not None else 1.0,
-                      effect.p_better if effect.p_better is not None else 1.0) < alpha
+    significant = (
+        min(
+            effect.p_worse if effect.p_worse is not None else 1.0,
+            effect.p_better if effect.p_better is not None else 1.0,
+        )
+        < alpha
+    )
     if effect.relative:
         body = f"{100 * (effect.estimate - 1):+.1f}%"
-        interval = (f" [{100 * (effect.low - 1):+.1f}%, {100 * (effect.high - 1):+.1f}%]"
-                    if effect.low is not None and effect.high is not None and effect.test != "exact" else "")
+        interval = (
+            f" [{100 * (effect.low - 1):+.1f}%, {100 * (effect.high - 1):+.1f}%]"
+            if effect.low is not None and effect.high is not None and effect.test != "exact"
+            else ""
+        )
     else:
         body = f"{effect.estimate:+.4g}{(' ' + unit) if unit else ''}"
-        interval = (f" [{effect.low:+.4g}, {effect.high:+.4g}]"
-                    if effect.low is not None and effect.high is not None else "")
+        interval = (
+            f" [{effect.low:+.4g}, {effect.high:+.4g}]"
+            if effect.low is not None and effect.high is not None
+            else ""
+        )
     if effect.test != "exact" and not significant:
         return f"~ ({body}{interval})"
     return body + interval
@@ -56,41 +72,72 @@ def _allowed(row: SeriesVerdict) -> str:
 
 
 def guard_table(result: GateResult) -> Table:
-    columns = [Column("series", "Guard"), Column("label", "Metric"), Column("baseline", "Baseline"),
-               Column("candidate", "Candidate"), Column("change", "Change [interval]"), Column("p", "p"),
-               Column("n", "n (base/cand)"), Column("allowed", "Allowed"), Column("verdict", "Verdict"),
-               Column("reason", "Why")]
+    columns = [
+        Column("series", "Guard"),
+        Column("label", "Metric"),
+        Column("baseline", "Baseline"),
+        Column("candidate", "Candidate"),
+        Column("change", "Change [interval]"),
+        Column("p", "p"),
+        Column("n", "n (base/cand)"),
+        Column("allowed", "Allowed"),
+        Column("verdict", "Verdict"),
+        Column("reason", "Why"),
+    ]
     table = Table("guards", "Guards", columns)
     for row in result.guards:
         e = row.effect
         base = e.baseline if e is not None else row.baseline_total
         cand = e.candidate if e is not None else row.candidate_total
-        table.add(series=row.series, label=f"{row.label} ({'lower' if row.better == 'lower' else 'higher'} is better)",
-                  baseline=_num(base, row.unit), candidate=_num(cand, row.unit), change=change_text(e, row.unit, result.series_alpha),
-                  p=_p(e), n=f"{e.n_baseline}/{e.n_candidate}" if e is not None else NA, allowed=_allowed(row),
-                  verdict=MARK[row.verdict], reason=row.reason)
-    family = (f"Bonferroni over the {round(result.config['alpha'] / result.series_alpha)} tested series"
-              if result.config.get("family", "bonferroni") == "bonferroni" else "no family correction")
-    table.notes.append(f"Each series is tested one-sided at {result.series_alpha:.3g} (alpha "
-                       f"{result.config['alpha']}, {family}; unpaired: {result.config['test']} over rounds/repeats; "
-                       "paired: bootstrap over sample ids; yes/no: exact McNemar); its interval is the matching "
-                       f"two-sided {100 * (1 - 2 * result.series_alpha):.2f}% interval. `~`: no significant change.")
+        table.add(
+            series=row.series,
+            label=f"{row.label} ({'lower' if row.better == 'lower' else 'higher'} is better)",
+            baseline=_num(base, row.unit),
+            candidate=_num(cand, row.unit),
+            change=change_text(e, row.unit, result.series_alpha),
+            p=_p(e),
+            n=f"{e.n_baseline}/{e.n_candidate}" if e is not None else NA,
+            allowed=_allowed(row),
+            verdict=MARK[row.verdict],
+            reason=row.reason,
+        )
+    family = (
+        f"Bonferroni over the {round(result.config['alpha'] / result.series_alpha)} tested series"
+        if result.config.get("family", "bonferroni") == "bonferroni"
+        else "no family correction"
+    )
+    table.notes.append(
+        f"Each series is tested one-sided at {result.series_alpha:.3g} (alpha "
+        f"{result.config['alpha']}, {family}; unpaired: {result.config['test']} over rounds/repeats; "
+        "paired: bootstrap over sample ids; yes/no: exact McNemar); its interval is the matching "
+        f"two-sided {100 * (1 - 2 * result.series_alpha):.2f}% interval. `~`: no significant change."
+    )
     return table
 
 
 def reward_table(result: GateResult) -> Table | None:
     if result.reward is None:
         return None
-    columns = [Column("series", "Level"), Column("baseline", "Baseline"), Column("candidate", "Candidate"),
-               Column("ratio", "Candidate / baseline [interval]"), Column("n", "rounds (base/cand)")]
+    columns = [
+        Column("series", "Level"),
+        Column("baseline", "Baseline"),
+        Column("candidate", "Candidate"),
+        Column("ratio", "Candidate / baseline [interval]"),
+        Column("n", "rounds (base/cand)"),
+    ]
     table = Table("reward", f"Reward: {result.reward.metric}", columns)
     for level in result.reward.levels:
         e = level.effect
         ratio = NA if e.estimate is None else f"{e.estimate:.2f}×"
         if e.low is not None and e.high is not None and e.test != "exact":
             ratio += f" [{e.low:.2f}, {e.high:.2f}]"
-        table.add(series=level.series, baseline=_num(e.baseline), candidate=_num(e.candidate), ratio=ratio,
-                  n=f"{e.n_baseline}/{e.n_candidate}")
+        table.add(
+            series=level.series,
+            baseline=_num(e.baseline),
+            candidate=_num(e.candidate),
+            ratio=ratio,
+            n=f"{e.n_baseline}/{e.n_candidate}",
+        )
     return table
 
 
@@ -117,10 +164,16 @@ def headline(result: GateResult) -> str:
 
 def render(result: GateResult) -> tuple[str, list[Table]]:
     tables = [t for t in (reward_table(result), guard_table(result)) if t is not None]
-    lines = ["# fdb gate", "", headline(result), "",
-             f"Baseline: `{result.baseline}` (sha256 {str(result.baseline_sha256)[:12]}…); candidate: "
-             f"`{result.candidate}` (sha256 {str(result.candidate_sha256)[:12]}…); kind {result.kind}; exit code "
-             f"{result.exit_code}.", ""]
+    lines = [
+        "# fdb gate",
+        "",
+        headline(result),
+        "",
+        f"Baseline: `{result.baseline}` (sha256 {str(result.baseline_sha256)[:12]}…); candidate: "
+        f"`{result.candidate}` (sha256 {str(result.candidate_sha256)[:12]}…); kind {result.kind}; exit code "
+        f"{result.exit_code}.",
+        "",
+    ]
     for table in tables:
         lines += table.markdown("##")
     if result.notes:
@@ -129,11 +182,17 @@ def render(result: GateResult) -> tuple[str, list[Table]]:
 
 
 def junit(result: GateResult) -> str:
-    suite = ET.Element("testsuite", name="fdb-gate", tests=str(len(result.guards)),
-                       failures=str(sum(g.verdict == "regressed" for g in result.guards)),
-                       skipped=str(sum(g.verdict == "inconclusive" for g in result.guards)))
+    suite = ET.Element(
+        "testsuite",
+        name="fdb-gate",
+        tests=str(len(result.guards)),
+        failures=str(sum(g.verdict == "regressed" for g in result.guards)),
+        skipped=str(sum(g.verdict == "inconclusive" for g in result.guards)),
+    )
     for row in result.guards:
-        case = ET.SubElement(suite, "testcase", classname=f"fdb.gate.{result.kind}.{row.guard}", name=row.series)
+        case = ET.SubElement(
+            suite, "testcase", classname=f"fdb.gate.{result.kind}.{row.guard}", name=row.series
+        )
         text = f"{row.label}: {change_text(row.effect, row.unit, result.series_alpha)}; allowed {_allowed(row)}; {row.reason}"
         if row.verdict == "regressed":
             ET.SubElement(case, "failure", message=text, type="regressed").text = text
@@ -143,7 +202,9 @@ def junit(result: GateResult) -> str:
         else:
             ET.SubElement(case, "system-out").text = f"{row.verdict}: {text}"
     ET.indent(suite)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+    )
 
 
 def write(result: GateResult, out: Path, junit_path: Path | None = None) -> Path:

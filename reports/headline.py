@@ -8,9 +8,15 @@ from reports.v10 import replies_section
 
 HEADLINE = {
     "pause_handling": [("pause intrusion", "pause_intrusion_rate")],
-    "turn_taking": [("response within 2 s", "response_rate_2s"), ("median latency", "response_latency_s")],
-    "user_interruption": [("exercised", "exercised_rate"), ("response within 2 s", "response_rate_2s"),
-                          ("median stop latency", "stop_latency_s")],
+    "turn_taking": [
+        ("response within 2 s", "response_rate_2s"),
+        ("median latency", "response_latency_s"),
+    ],
+    "user_interruption": [
+        ("exercised", "exercised_rate"),
+        ("response within 2 s", "response_rate_2s"),
+        ("median stop latency", "stop_latency_s"),
+    ],
 }
 
 
@@ -28,17 +34,34 @@ def headline(run: RunPaths, data: dict) -> str:
         categories = next(iter(v15.values()))["categories"]
         for name in categories:
             cells = [s["categories"][name] for s in v15.values() if name in s["categories"]]
-            rows.append([name, cells[0]["pairs"], cells[0]["timed_overlap_sessions"],
-                         mean_sd([c["stop_latency"]["mean_s"] for c in cells]),
-                         mean_sd([c["response_latency"]["mean_s"] for c in cells])])
+            rows.append(
+                [
+                    name,
+                    cells[0]["pairs"],
+                    cells[0]["timed_overlap_sessions"],
+                    mean_sd([c["stop_latency"]["mean_s"] for c in cells]),
+                    mean_sd([c["response_latency"]["mean_s"] for c in cells]),
+                ]
+            )
         lines += ["v1.5 timing (labels: see RESULTS.md)", ""]
-        lines += table(["category", "pairs", "timed overlap sessions", "stop latency (s)", "response latency (s)"],
-                       rows) + [""]
+        lines += table(
+            [
+                "category",
+                "pairs",
+                "timed overlap sessions",
+                "stop latency (s)",
+                "response latency (s)",
+            ],
+            rows,
+        ) + [""]
     unified = data.get("v1.0_unified") or {}
     for repeat, result in unified.items():
         rows = []
         for name, subset in result["subsets"].items():
-            cells = [f"{label} {_cell(subset['metrics'][key])}" for label, key in HEADLINE[subset["task"]]]
+            cells = [
+                f"{label} {_cell(subset['metrics'][key])}"
+                for label, key in HEADLINE[subset["task"]]
+            ]
             counts = subset["counts"]
             rows.append([name, f"{counts['eligible']}/{counts['selected']}", "; ".join(cells)])
         lines += [f"v1.0 unified, {repeat} (95% intervals)", ""]

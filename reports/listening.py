@@ -24,25 +24,39 @@ SHARE = partial(mean_sd, fmt="{:.1f}", scale=100.0, suffix="%")
 
 # The GroupSummary fields RESULTS.md shows, with their header and cell format; the columns follow
 # the record's field order ("{mos}" and "{voice}" name the backends that scored them).
-SHOWN = {"replies": ("Replies", count_range), "short_replies": ("Short replies", count_range),
-         "compared_replies": ("Compared replies", count_range), "omission_rate": ("Omission rate", SHARE),
-         "wer": ("WER", SHARE), "mos_mean": ("{mos} mean", mean_sd), "mos_p10": ("{mos} p10", mean_sd),
-         "voice_mean": ("{voice} mean", mean_sd), "voice_p10": ("{voice} p10", mean_sd)}
+SHOWN = {
+    "replies": ("Replies", count_range),
+    "short_replies": ("Short replies", count_range),
+    "compared_replies": ("Compared replies", count_range),
+    "omission_rate": ("Omission rate", SHARE),
+    "wer": ("WER", SHARE),
+    "mos_mean": ("{mos} mean", mean_sd),
+    "mos_p10": ("{mos} p10", mean_sd),
+    "voice_mean": ("{voice} mean", mean_sd),
+    "voice_p10": ("{voice} p10", mean_sd),
+}
 FIELDS = [key for key in GroupSummary.model_fields if key in SHOWN]
 assert len(FIELDS) == len(SHOWN), "every shown column is a GroupSummary field"
 
 
 def columns(backends: dict | None) -> list[Column]:
     """The table's columns; each cell holds the per-repeat values, shown as a range or mean ± sd."""
-    names = {"mos": mos_label((backends or {}).get("mos")), "voice": voice_label((backends or {}).get("speaker"))}
-    return [Column("category", "Category"),
-            *(Column(key, SHOWN[key][0].format(**names), SHOWN[key][1]) for key in FIELDS)]
+    names = {
+        "mos": mos_label((backends or {}).get("mos")),
+        "voice": voice_label((backends or {}).get("speaker")),
+    }
+    return [
+        Column("category", "Category"),
+        *(Column(key, SHOWN[key][0].format(**names), SHOWN[key][1]) for key in FIELDS),
+    ]
 
 
-NOTE = ("A reply is cut where the client's playout stopped, by the export's playout rule for the "
-        "session's protocol. Omission rate and WER pool the same compared replies (completed, short "
-        "ones included); a reply whose playout was cut is not compared, like a cancelled one, since "
-        "its transcript runs past the audio it played.")
+NOTE = (
+    "A reply is cut where the client's playout stopped, by the export's playout rule for the "
+    "session's protocol. Omission rate and WER pool the same compared replies (completed, short "
+    "ones included); a reply whose playout was cut is not compared, like a cancelled one, since "
+    "its transcript runs past the audio it played."
+)
 
 
 def _order(category: str) -> tuple[int, int, str]:
@@ -60,17 +74,23 @@ def _load(repeats: list[RepeatPaths]) -> tuple[list[ListeningSummary], list[str]
         if doc is None:
             missing.append(f"repeat-{rep.number}")
             continue
-        differs = [k for k in KINDS if docs and not _same(docs[0].backends.get(k), doc.backends.get(k))]
+        differs = [
+            k for k in KINDS if docs and not _same(docs[0].backends.get(k), doc.backends.get(k))
+        ]
         if differs:
-            other.append(f"repeat-{rep.number} left out: scored with another {' and '.join(differs)} backend "
-                         f"({', '.join(_name(doc, k) for k in differs)}, not {', '.join(_name(docs[0], k) for k in differs)}).")
+            other.append(
+                f"repeat-{rep.number} left out: scored with another {' and '.join(differs)} backend "
+                f"({', '.join(_name(doc, k) for k in differs)}, not {', '.join(_name(docs[0], k) for k in differs)})."
+            )
         else:
             docs.append(doc)
     return docs, missing, other
 
 
 def _same(a: dict | None, b: dict | None) -> bool:
-    return a is None or b is None or same_model(a, b)  # a metric one repeat did not measure mixes nothing
+    return (
+        a is None or b is None or same_model(a, b)
+    )  # a metric one repeat did not measure mixes nothing
 
 
 def _name(doc: ListeningSummary, kind: str) -> str:
@@ -85,7 +105,11 @@ def _row(category: str, cells: list[GroupSummary]) -> dict:
 def _backend_lines(backends: dict) -> list[str]:
     lines = []
     for kind, ident in backends.items():
-        sha = f" (sha256 {ident['checkpoint_sha256'][:12]}…)" if ident and ident.get("checkpoint_sha256") else ""
+        sha = (
+            f" (sha256 {ident['checkpoint_sha256'][:12]}…)"
+            if ident and ident.get("checkpoint_sha256")
+            else ""
+        )
         lines.append(f"- {kind}: {ident['name'] if ident else 'unavailable (null)'}{sha}")
     return lines + [""]
 
@@ -93,8 +117,12 @@ def _backend_lines(backends: dict) -> list[str]:
 def listening_section(repeats: list[RepeatPaths]) -> Section:
     """Markdown lines, their tables and the data behind them (per dataset, per category, per repeat)."""
     docs, missing, other = _load(repeats)
-    data: dict = {"repeats_missing": missing, "repeats_other_backends": other, "datasets": {},
-                  "backends": [d.backends for d in docs]}
+    data: dict = {
+        "repeats_missing": missing,
+        "repeats_other_backends": other,
+        "datasets": {},
+        "backends": [d.backends for d in docs],
+    }
     section = Section(["## Listening quality", ""], data)
     lines = section.lines
     if not docs:

@@ -41,7 +41,9 @@ class Series(BaseModel):
     better: Better
     shape: Shape
     values: list[float | None] = Field(default_factory=list)  # unpaired / exact
-    samples: dict[str, list[float | None]] = Field(default_factory=dict)  # paired / binary: per repeat
+    samples: dict[str, list[float | None]] = Field(
+        default_factory=dict
+    )  # paired / binary: per repeat
 
     @property
     def name(self) -> str:
@@ -56,7 +58,9 @@ class Series(BaseModel):
         return out
 
     def single_values(self) -> bool:
-        return all(len([v for v in values if v is not None]) <= 1 for values in self.samples.values())
+        return all(
+            len([v for v in values if v is not None]) <= 1 for values in self.samples.values()
+        )
 
 
 class Observations(BaseModel):
@@ -75,7 +79,9 @@ class Observations(BaseModel):
         self.series[series.name] = series
 
     def content_hash(self) -> str:
-        body = self.model_dump(mode="json", by_alias=True, exclude={"content_sha256", "provenance", "source"})
+        body = self.model_dump(
+            mode="json", by_alias=True, exclude={"content_sha256", "provenance", "source"}
+        )
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -92,11 +98,17 @@ def read_frozen(path: Path) -> Observations:
         raw = json.loads(path.read_text(encoding="utf-8"))
         frozen = Observations.model_validate(raw)
     except (OSError, ValueError, ValidationError) as exc:
-        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
-        raise FdbError(f"{path} is not a readable frozen baseline ({first})",
-                       "freeze it again with `python -m fdb baseline freeze SRC --out FILE`") from exc
+        first = (
+            exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+        )
+        raise FdbError(
+            f"{path} is not a readable frozen baseline ({first})",
+            "freeze it again with `python -m fdb baseline freeze SRC --out FILE`",
+        ) from exc
     if frozen.content_sha256 != frozen.content_hash():
-        raise FdbError(f"{path}: content hash {str(frozen.content_sha256)[:12]}… does not match its content "
-                       f"({frozen.content_hash()[:12]}…): the file was changed after it was frozen",
-                       "freeze the baseline again from its source output")
+        raise FdbError(
+            f"{path}: content hash {str(frozen.content_sha256)[:12]}… does not match its content "
+            f"({frozen.content_hash()[:12]}…): the file was changed after it was frozen",
+            "freeze the baseline again from its source output",
+        )
     return frozen

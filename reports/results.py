@@ -21,22 +21,34 @@ def _header(run: RunPaths, manifest: RunManifest | None, repeats: list) -> list[
     if manifest:
         server = manifest.server
         target = server.url or f"bundled system `{server.system}` (started by generate)"
-        lines.append(f"Server: {target}; profile `{server.profile}`; turn detection `{server.turn_detection}`; "
-                     f"shards {manifest.num_shards}.")
+        lines.append(
+            f"Server: {target}; profile `{server.profile}`; turn detection `{server.turn_detection}`; "
+            f"shards {manifest.num_shards}."
+        )
         lines.append(revisions_line(server.server_revision, server.model_revision))
         lines += report_lines(server.reported)
         lines += _repeat_servers(server.reported, repeats)
         for name, use in sorted(manifest.datasets.items()):
-            declared = f", declared revision {code(use.declared_revision)}" if use.declared_revision else ""
-            lines.append(f"Dataset {name}: {use.source} tree `{use.root}`, revision "
-                         f"`{(use.revision or 'n/a')[:16]}`{declared}, {len(use.sample_ids)} selected.")
+            declared = (
+                f", declared revision {code(use.declared_revision)}"
+                if use.declared_revision
+                else ""
+            )
+            lines.append(
+                f"Dataset {name}: {use.source} tree `{use.root}`, revision "
+                f"`{(use.revision or 'n/a')[:16]}`{declared}, {len(use.sample_ids)} selected."
+            )
         lines.append(scoring_line(manifest))
         lines += mixed_asr_lines(repeats)
         prov = manifest.provenance
         lines.append(f"fdb {prov.get('fdb_version')} at revision `{prov.get('fdb_revision')}`.")
-    lines += ["", "Every number below comes from the recorded audio of these repeats: the observation "
-              "windows the recorder exported, their ASR transcripts and VAD spans. `n/a` means no data; "
-              "`not measured` means fdb has no producer for that column yet.", ""]
+    lines += [
+        "",
+        "Every number below comes from the recorded audio of these repeats: the observation "
+        "windows the recorder exported, their ASR transcripts and VAD spans. `n/a` means no data; "
+        "`not measured` means fdb has no producer for that column yet.",
+        "",
+    ]
     return lines
 
 
@@ -45,10 +57,15 @@ def scoring_line(manifest: RunManifest) -> str:
     from fdb.models.scoring import KINDS
 
     if manifest.scoring is None:
-        return ("Scoring backends: none recorded in run.json yet (a run scored before fdb recorded them used "
-                "the embedded faster-whisper, dnsmos and resemblyzer).")
-    return "Scoring backends (run.json): " + ", ".join(
-        f"{kind} `{getattr(manifest.scoring, kind).describe()}`" for kind in KINDS) + "."
+        return (
+            "Scoring backends: none recorded in run.json yet (a run scored before fdb recorded them used "
+            "the embedded faster-whisper, dnsmos and resemblyzer)."
+        )
+    return (
+        "Scoring backends (run.json): "
+        + ", ".join(f"{kind} `{getattr(manifest.scoring, kind).describe()}`" for kind in KINDS)
+        + "."
+    )
 
 
 def mixed_asr_lines(repeats: list) -> list[str]:
@@ -67,8 +84,10 @@ def mixed_asr_lines(repeats: list) -> list[str]:
     if all(same_model(found[0][1], ident) for _, ident in found[1:]):
         return []
     names = ", ".join(f"{where} {ident.get('name')}" for where, ident in found)
-    return [f"**Warning**: the transcripts come from different ASR models ({names}); cells over these "
-            "repeats mix them: score every repeat with one backend (fdb asr --help)."]
+    return [
+        f"**Warning**: the transcripts come from different ASR models ({names}); cells over these "
+        "repeats mix them: score every repeat with one backend (fdb asr --help)."
+    ]
 
 
 def _dump(record) -> dict | None:
@@ -81,7 +100,7 @@ def _repeat_servers(first: ServerReport | None, repeats: list) -> list[str]:
     lines = []
     for repeat in repeats:
         record = load_repeat_server(repeat)
-        for report in (record.servers if record else []):
+        for report in record.servers if record else []:
             if first is not None and report.identity() != first.identity():
                 lines += report_lines(report, f"In repeat-{repeat.number}, the server")
     return lines
@@ -92,10 +111,16 @@ def build_report(run: RunPaths) -> tuple[str, dict, list[Table]]:
     manifest = load_manifest(run)
     repeats = run.repeats()
     lines = _header(run, manifest, repeats)
-    data: dict = {"schema": RESULTS_SCHEMA, "run": run.name, "repeats": [r.number for r in repeats],
-                  "server": manifest.server.model_dump(mode="json", by_alias=True) if manifest else None,
-                  "scoring": manifest.scoring.model_dump(mode="json") if manifest and manifest.scoring else None,
-                  "repeat_servers": {f"repeat-{r.number}": _dump(load_repeat_server(r)) for r in repeats}}
+    data: dict = {
+        "schema": RESULTS_SCHEMA,
+        "run": run.name,
+        "repeats": [r.number for r in repeats],
+        "server": manifest.server.model_dump(mode="json", by_alias=True) if manifest else None,
+        "scoring": manifest.scoring.model_dump(mode="json")
+        if manifest and manifest.scoring
+        else None,
+        "repeat_servers": {f"repeat-{r.number}": _dump(load_repeat_server(r)) for r in repeats},
+    }
     tables: list[Table] = []
 
     def show(section: Section, key: str | None = None) -> None:
@@ -129,8 +154,14 @@ def listening_tables(repeats: list) -> Section:
     try:
         from reports.listening import listening_section
     except ImportError:
-        return Section(["## Listening quality", "", "Not measured: fdb has no listening-quality scorer yet "
-                        "(reports/listening.py).", ""])
+        return Section(
+            [
+                "## Listening quality",
+                "",
+                "Not measured: fdb has no listening-quality scorer yet (reports/listening.py).",
+                "",
+            ]
+        )
     return listening_section(repeats)
 
 
@@ -145,8 +176,10 @@ def write_results(run: RunPaths) -> tuple[str, dict]:
 
     text, data, tables = build_report(run)
     data["tables"] = [t.dump() for t in tables]
-    data["files"] = {"tables": [p.name for p in write_tables(run.root / "tables", tables)],
-                     "plots": [p.name for p in write_plots(run, run.repeats())]}
+    data["files"] = {
+        "tables": [p.name for p in write_tables(run.root / "tables", tables)],
+        "plots": [p.name for p in write_plots(run, run.repeats())],
+    }
     atomic_write_json(run.results_json, data)
     atomic_write_text(run.results_md, text)
     return text, data

@@ -17,18 +17,30 @@ def code(value: Any) -> str:
     return "`" + str(value).replace("`", "'") + "`"
 
 
-def revisions_line(server_revision: str | None, model_revision: str | None,
-                   dataset_revision: str | None = None, with_dataset: bool = False) -> str:
-    parts = [f"server revision {code(server_revision) if server_revision else NOT_GIVEN + ' (--server-revision)'}",
-             f"model revision {code(model_revision) if model_revision else NOT_GIVEN + ' (--model-revision)'}"]
+def revisions_line(
+    server_revision: str | None,
+    model_revision: str | None,
+    dataset_revision: str | None = None,
+    with_dataset: bool = False,
+) -> str:
+    parts = [
+        f"server revision {code(server_revision) if server_revision else NOT_GIVEN + ' (--server-revision)'}",
+        f"model revision {code(model_revision) if model_revision else NOT_GIVEN + ' (--model-revision)'}",
+    ]
     if with_dataset:
-        parts.append(f"dataset revision {code(dataset_revision) if dataset_revision else NOT_GIVEN + ' (--dataset-revision)'}")
+        parts.append(
+            f"dataset revision {code(dataset_revision) if dataset_revision else NOT_GIVEN + ' (--dataset-revision)'}"
+        )
     return "Declared: " + "; ".join(parts) + "."
 
 
 def _node(role: str, value: Any) -> str:
     if isinstance(value, dict):
-        said = [f"{k} {code(v)}" for k, v in value.items() if isinstance(v, str | int | float | bool) and v is not None]
+        said = [
+            f"{k} {code(v)}"
+            for k, v in value.items()
+            if isinstance(v, str | int | float | bool) and v is not None
+        ]
         return f"{role} ({', '.join(said)})" if said else role
     return f"{role} ({code(value)})" if value is not None else role
 
@@ -46,15 +58,24 @@ def report_lines(report: ServerReport | None, label: str = "The server") -> list
     answer (absent or failed, with its reason)."""
     if report is None:
         return [f"{label} was not asked what it is (recorded before fdb probed servers)."]
-    said = [f"system {code(report.system) if report.system else NOT_REPORTED}",
-            f"model {code(report.model) if report.model else NOT_REPORTED}"]
+    said = [
+        f"system {code(report.system) if report.system else NOT_REPORTED}",
+        f"model {code(report.model) if report.model else NOT_REPORTED}",
+    ]
     if report.service_nodes:
-        said.append("service nodes " + ", ".join(_node(role, report.service_nodes[role])
-                                                 for role in sorted(report.service_nodes)))
+        said.append(
+            "service nodes "
+            + ", ".join(
+                _node(role, report.service_nodes[role]) for role in sorted(report.service_nodes)
+            )
+        )
     else:
         said.append("service nodes " + (NOT_REPORTED if report.service_nodes is None else "none"))
     if report.backends:
-        said.append("backends " + ", ".join(_backend(role, report.backends[role]) for role in sorted(report.backends)))
+        said.append(
+            "backends "
+            + ", ".join(_backend(role, report.backends[role]) for role in sorted(report.backends))
+        )
     if report.models is None:
         said.append(f"/v1/models {NOT_REPORTED}")
     else:
@@ -62,7 +83,11 @@ def report_lines(report: ServerReport | None, label: str = "The server") -> list
     if report.max_sessions is not None:
         said.append(f"max_sessions {report.max_sessions}")
     lines = [f"{label} ({report.url}) reports: " + "; ".join(said) + "."]
-    quiet = [f"{p.path} {p.status}" + (f" ({p.reason})" if p.reason else "") for p in report.probes if p.status != "ok"]
+    quiet = [
+        f"{p.path} {p.status}" + (f" ({p.reason})" if p.reason else "")
+        for p in report.probes
+        if p.status != "ok"
+    ]
     if quiet:
         lines.append("Not answered: " + "; ".join(quiet) + ".")
     return lines

@@ -24,16 +24,21 @@ from fdb.tables import NA, Column, Table, write_tables
 from reports.server_header import report_lines, revisions_line
 
 # (LevelRow field, header, format, unit) of the serving table's measured columns
-METRICS = (("throughput_audio_s_per_s", "Throughput (audio-s/s)", ",.2f", ""),
-           ("throughput_frames_per_s", "Throughput (frames/s)", ",.1f", ""),
-           ("ttfa_p50_ms", "TTFA p50", ",.1f", " ms"), ("ttfa_p95_ms", "TTFA p95", ",.1f", " ms"),
-           ("ttfa_mean_ms", "TTFA mean", ",.1f", " ms"), ("rtf_mean", "RTF (mean)", ".3f", ""))
+METRICS = (
+    ("throughput_audio_s_per_s", "Throughput (audio-s/s)", ",.2f", ""),
+    ("throughput_frames_per_s", "Throughput (frames/s)", ",.1f", ""),
+    ("ttfa_p50_ms", "TTFA p50", ",.1f", " ms"),
+    ("ttfa_p95_ms", "TTFA p95", ",.1f", " ms"),
+    ("ttfa_mean_ms", "TTFA mean", ",.1f", " ms"),
+    ("rtf_mean", "RTF (mean)", ".3f", ""),
+)
 SERVING_COLUMNS = ("Concurrency", *(header for _, header, _, _ in METRICS))
 
 
 def _number(fmt: str, unit: str = "") -> Callable[[Any], str]:
     """A float as ``fmt`` with ``unit``; a {mean, sd} spread over rounds as ``mean ± sd`` (the sd when
     there is one); None as n/a; text as it is."""
+
     def cell(value: Any) -> str:
         if value is None:
             return NA
@@ -43,17 +48,28 @@ def _number(fmt: str, unit: str = "") -> Callable[[Any], str]:
             sd = "" if value["sd"] is None else f" ± {format(value['sd'], fmt)}"
             return f"{format(value['mean'], fmt)}{sd}{unit}"
         return f"{format(value, fmt)}{unit}"
+
     return cell
 
 
 _MS = _number(",.1f", " ms")
 ENTRY, CONCURRENCY = Column("entry", "Entry"), Column("concurrency", "Concurrency")
-METRIC_COLUMNS = tuple(Column(name, header, _number(fmt, unit)) for name, header, fmt, unit in METRICS)
-DETAIL_COLUMNS = (CONCURRENCY, Column("requests", "Requests"), Column("failed", "Failed"),
-                  Column("empty", "No audio"), Column("wall_s", "Wall s", _number(".2f")),
-                  Column("e2e_p50_ms", "E2E p50", _MS), Column("e2e_p95_ms", "E2E p95", _MS),
-                  Column("max_gap_p95_ms", "Max gap p95", _MS), Column("underrun_p95_ms", "Underrun p95", _MS),
-                  Column("underruns", "Underruns"), Column("stop_violations", "Stop violations"))
+METRIC_COLUMNS = tuple(
+    Column(name, header, _number(fmt, unit)) for name, header, fmt, unit in METRICS
+)
+DETAIL_COLUMNS = (
+    CONCURRENCY,
+    Column("requests", "Requests"),
+    Column("failed", "Failed"),
+    Column("empty", "No audio"),
+    Column("wall_s", "Wall s", _number(".2f")),
+    Column("e2e_p50_ms", "E2E p50", _MS),
+    Column("e2e_p95_ms", "E2E p95", _MS),
+    Column("max_gap_p95_ms", "Max gap p95", _MS),
+    Column("underrun_p95_ms", "Underrun p95", _MS),
+    Column("underruns", "Underruns"),
+    Column("stop_violations", "Stop violations"),
+)
 
 
 def _metrics(row: LevelRow, stats: LevelStats | None = None) -> dict[str, Any]:
@@ -63,7 +79,10 @@ def _metrics(row: LevelRow, stats: LevelStats | None = None) -> dict[str, Any]:
     if stats is None:
         return values
     sd = {name: found.sd for name, found in stats.metrics.items()}
-    return {name: None if value is None else {"mean": value, "sd": sd.get(name)} for name, value in values.items()}
+    return {
+        name: None if value is None else {"mean": value, "sd": sd.get(name)}
+        for name, value in values.items()
+    }
 
 
 def _entries(data: dict) -> list[tuple[LevelRow, LevelStats | None]]:
@@ -80,28 +99,51 @@ def serving(data: dict) -> Table:
     columns = (ENTRY, CONCURRENCY, Column("rounds", "Rounds")) if rounds else (CONCURRENCY,)
     table = Table("serving", "Serving", [*columns, *METRIC_COLUMNS])
     for row, stats in _entries(data):
-        table.add(**({"entry": stats.entry, "rounds": stats.rounds} if stats else {}), concurrency=row.concurrency,
-                  **_metrics(row, stats))
+        table.add(
+            **({"entry": stats.entry, "rounds": stats.rounds} if stats else {}),
+            concurrency=row.concurrency,
+            **_metrics(row, stats),
+        )
     return table
 
 
 def serving_table(data: dict) -> tuple[tuple[str, ...], list[tuple[LevelRow, list[str]]]]:
     """(headers, (row, cells) per level entry) of the serving table (the CLI's summary)."""
     table = serving(data)
-    return tuple(table.headers()), list(zip((row for row, _ in _entries(data)), table.cells(), strict=True))
+    return tuple(table.headers()), list(
+        zip((row for row, _ in _entries(data)), table.cells(), strict=True)
+    )
 
 
 def _details(data: dict) -> Table:
     entries = _entries(data)
     rounds = data.get("layout") == "rounds"
-    table = Table("serving-details", "Details", [ENTRY, *DETAIL_COLUMNS] if rounds else list(DETAIL_COLUMNS))
+    table = Table(
+        "serving-details", "Details", [ENTRY, *DETAIL_COLUMNS] if rounds else list(DETAIL_COLUMNS)
+    )
     for row, stats in entries:
-        under = None if row.underrun_requests is None else f"{row.underrun_requests}/{row.ok - row.empty}"
-        stops = "not checked" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
-        table.add(**({"entry": stats.entry} if stats else {}), concurrency=row.concurrency, requests=row.requests,
-                  failed=row.failed, empty=row.empty, wall_s=row.wall_s, e2e_p50_ms=row.e2e_p50_ms,
-                  e2e_p95_ms=row.e2e_p95_ms, max_gap_p95_ms=row.max_gap_p95_ms, underrun_p95_ms=row.underrun_p95_ms,
-                  underruns=under, stop_violations=stops)
+        under = (
+            None
+            if row.underrun_requests is None
+            else f"{row.underrun_requests}/{row.ok - row.empty}"
+        )
+        stops = (
+            "not checked" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
+        )
+        table.add(
+            **({"entry": stats.entry} if stats else {}),
+            concurrency=row.concurrency,
+            requests=row.requests,
+            failed=row.failed,
+            empty=row.empty,
+            wall_s=row.wall_s,
+            e2e_p50_ms=row.e2e_p50_ms,
+            e2e_p95_ms=row.e2e_p95_ms,
+            max_gap_p95_ms=row.max_gap_p95_ms,
+            underrun_p95_ms=row.underrun_p95_ms,
+            underruns=under,
+            stop_violations=stops,
+        )
     return table
 
 
@@ -109,30 +151,56 @@ def _cold(data: dict) -> Table | None:
     cold = [RoundRow.model_validate(found) for found in data.get("rounds") or [] if found["cold"]]
     if not cold:
         return None
-    table = Table("serving-cold-rounds", "Cold rounds",
-                  [ENTRY, CONCURRENCY, *METRIC_COLUMNS, Column("failed", "Failed")])
+    table = Table(
+        "serving-cold-rounds",
+        "Cold rounds",
+        [ENTRY, CONCURRENCY, *METRIC_COLUMNS, Column("failed", "Failed")],
+    )
     for found in cold:
-        table.add(entry=found.entry, concurrency=found.row.concurrency, **_metrics(found.row),
-                  failed=f"{found.row.failed}/{found.row.requests}")
+        table.add(
+            entry=found.entry,
+            concurrency=found.row.concurrency,
+            **_metrics(found.row),
+            failed=f"{found.row.failed}/{found.row.requests}",
+        )
     return table
 
 
 def _quality(q: dict) -> Table:
-    table = Table("quality", "Quality", [Column("metric", "Metric"), Column("value", "Value", _number(".3f")),
-                                         Column("backend", "Backend")])
+    table = Table(
+        "quality",
+        "Quality",
+        [
+            Column("metric", "Metric"),
+            Column("value", "Value", _number(".3f")),
+            Column("backend", "Backend"),
+        ],
+    )
     asr = q["asr_label"] or NA
 
     def counted(mean: float | None, n: int) -> str:
         return f"{_number('.3f')(mean)} (n = {n})"
 
-    table.add(metric="WER % (mean of per-utterance WER; headline)", value=q["wer_mean_pct"], backend=asr)
+    table.add(
+        metric="WER % (mean of per-utterance WER; headline)", value=q["wer_mean_pct"], backend=asr
+    )
     table.add(metric="WER % (corpus)", value=q["wer_corpus_pct"], backend=asr)
-    table.add(metric="Utterances with WER > 50%", backend="",
-              value=None if q["wer_outliers"] is None else f"{q['wer_outliers']}/{q['evaluated']}")
-    table.add(metric="WER % (mean, without those)", value=q["wer_mean_excl_outliers_pct"], backend="")
-    table.add(metric="SIM (generated vs prompt wav)", value=counted(q["sim_mean"], q["sim_n"]),
-              backend=q["sim_label"] or "off")
-    table.add(metric="MOS", value=counted(q["mos_mean"], q["mos_n"]), backend=q["mos_label"] or "off")
+    table.add(
+        metric="Utterances with WER > 50%",
+        backend="",
+        value=None if q["wer_outliers"] is None else f"{q['wer_outliers']}/{q['evaluated']}",
+    )
+    table.add(
+        metric="WER % (mean, without those)", value=q["wer_mean_excl_outliers_pct"], backend=""
+    )
+    table.add(
+        metric="SIM (generated vs prompt wav)",
+        value=counted(q["sim_mean"], q["sim_n"]),
+        backend=q["sim_label"] or "off",
+    )
+    table.add(
+        metric="MOS", value=counted(q["mos_mean"], q["mos_n"]), backend=q["mos_label"] or "off"
+    )
     return table
 
 
@@ -140,12 +208,25 @@ def _stops(found: list[dict], rounds: bool = False) -> Table | None:
     if not found:
         return None
     seconds = _number(".3f")
-    columns = [CONCURRENCY, Column("id", "Request"), Column("audio_after_done_s", "Audio after end (s)", seconds),
-               Column("overrun_s", "Audio beyond bound (s)", seconds)]
-    table = Table("stop-condition", "Stop condition", [Column("directory", "Round"), *columns] if rounds else columns)
+    columns = [
+        CONCURRENCY,
+        Column("id", "Request"),
+        Column("audio_after_done_s", "Audio after end (s)", seconds),
+        Column("overrun_s", "Audio beyond bound (s)", seconds),
+    ]
+    table = Table(
+        "stop-condition",
+        "Stop condition",
+        [Column("directory", "Round"), *columns] if rounds else columns,
+    )
     for v in found:
-        table.add(**({"directory": v["directory"]} if rounds else {}), concurrency=v["concurrency"], id=v["id"],
-                  audio_after_done_s=v["audio_after_done_s"], overrun_s=v["overrun_s"])
+        table.add(
+            **({"directory": v["directory"]} if rounds else {}),
+            concurrency=v["concurrency"],
+            id=v["id"],
+            audio_after_done_s=v["audio_after_done_s"],
+            overrun_s=v["overrun_s"],
+        )
     return table
 
 
@@ -153,15 +234,22 @@ def tables(data: dict) -> list[Table]:
     """Every table of TTS.md, in its order: serving, cold rounds (if any), details, quality (if
     scored), stop violations (if any)."""
     q = data.get("quality")
-    found = [serving(data), _cold(data), _details(data), None if q is None else _quality(q),
-             _stops(data.get("stop_violations") or [], data.get("layout") == "rounds")]
+    found = [
+        serving(data),
+        _cold(data),
+        _details(data),
+        None if q is None else _quality(q),
+        _stops(data.get("stop_violations") or [], data.get("layout") == "rounds"),
+    ]
     return [table for table in found if table is not None]
 
 
 DEFINITIONS = [
-    "## Definitions", "",
+    "## Definitions",
+    "",
     "All times are on the client's clock (time.perf_counter), from just before the request was sent; they "
-    "include the network to the server. Warm-up requests are excluded; failed requests stay in the counts.", "",
+    "include the network to the server. Warm-up requests are excluded; failed requests stay in the counts.",
+    "",
     "- TTFA: arrival of the first non-empty audio payload (SSE framing and WAV headers are not audio).",
     "- E2E: end of the response body.",
     "- Audio duration: PCM bytes / (2 x channels x the sample rate the server declared: X-Sample-Rate, a rate= "
@@ -191,8 +279,10 @@ def _rounds(opts: dict) -> str:
     rounds, cold = opts.get("rounds", 1), opts.get("cold_round")
     if rounds == 1 and not cold and len(set(opts["concurrency"])) == len(opts["concurrency"]):
         return ""
-    return (f" Level entries {' '.join(str(n) for n in opts['concurrency'])}: {rounds} measured round(s) each"
-            + (", after one cold round (excluded)." if cold else "."))
+    return (
+        f" Level entries {' '.join(str(n) for n in opts['concurrency'])}: {rounds} measured round(s) each"
+        + (", after one cold round (excluded)." if cold else ".")
+    )
 
 
 def _sent(opts: dict) -> str:
@@ -205,28 +295,44 @@ def _serving(data: dict, reserve: float, found: dict[str, Table]) -> list[str]:
     """The serving table, the cold rounds (if any) and the details table."""
     rounds = data.get("layout") == "rounds"
     cold = found.get("serving-cold-rounds")
-    caption = f"**Details** (playback reserve {reserve:g} ms" + ("; counts summed over the rounds)" if rounds else ")")
+    caption = f"**Details** (playback reserve {reserve:g} ms" + (
+        "; counts summed over the rounds)" if rounds else ")"
+    )
     out = ["## Serving", "", *found["serving"].markdown(None)]
     if cold is not None:
-        out += ["**Cold rounds** (one per entry, recorded before its measured rounds; not in the means above)", "",
-                *cold.markdown(None)]
+        out += [
+            "**Cold rounds** (one per entry, recorded before its measured rounds; not in the means above)",
+            "",
+            *cold.markdown(None),
+        ]
     return out + [caption, "", *found["serving-details"].markdown(None)]
 
 
 def _quality_section(q: dict | None, table: Table | None) -> list[str]:
     if q is None or table is None:
         return ["## Quality", "", "Not scored (--no-quality).", ""]
-    out = ["## Quality", "", f"{q['evaluated']} of {q['expected']} utterances have a WER ({q['lang']}).", "",
-           *table.markdown(None)]
+    out = [
+        "## Quality",
+        "",
+        f"{q['evaluated']} of {q['expected']} utterances have a WER ({q['lang']}).",
+        "",
+        *table.markdown(None),
+    ]
     return out + [f"- {note}" for note in q.get("notes", [])] + [""]
 
 
 def _stops_section(found: list[dict], table: Table | None) -> list[str]:
     out = ["## Stop condition", ""]
     if table is None:
-        return out + ["No request received audio after the server's declared end or beyond --max-audio-s.", ""]
-    return out + [f"{len(found)} requests broke it (audio after the declared end, or beyond the bound):", "",
-                  *table.markdown(None)]
+        return out + [
+            "No request received audio after the server's declared end or beyond --max-audio-s.",
+            "",
+        ]
+    return out + [
+        f"{len(found)} requests broke it (audio after the declared end, or beyond the bound):",
+        "",
+        *table.markdown(None),
+    ]
 
 
 def _server_lines(raw: dict | None) -> list[str]:
@@ -234,8 +340,15 @@ def _server_lines(raw: dict | None) -> list[str]:
     if raw is None:
         return ["Server provenance: not recorded (a run recorded before fdb kept it)."]
     server = ServerProvenance.model_validate(raw)
-    return [revisions_line(server.server_revision, server.model_revision, server.dataset_revision, with_dataset=True),
-            *report_lines(server.reported)]
+    return [
+        revisions_line(
+            server.server_revision,
+            server.model_revision,
+            server.dataset_revision,
+            with_dataset=True,
+        ),
+        *report_lines(server.reported),
+    ]
 
 
 def render(data: dict, found: list[Table] | None = None) -> str:
@@ -248,18 +361,29 @@ def render(data: dict, found: list[Table] | None = None) -> str:
     rates = sorted({rate for row in rows for rate in row.sample_rates})
     reserve = rows[0].playback_reserve_ms if rows else opts["playback_reserve_ms"]
     frame = f"{opts['frame_rate']:g} Hz" if opts.get("frame_rate") else "not given (--frame-rate)"
-    lines = ["# TTS serving", "",
-             f"Endpoint {run['endpoint']}" + (f" (bundled system {run['server']})" if run.get("server") else "") + ". "
-             f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): {opts['num_prompts']} "
-             f"requests per {'round' if rounds else 'level'}, {opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
-             f"{opts['ref_audio']}. Declared sample rate(s): "
-             f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.{_rounds(opts)}", ""]
+    lines = [
+        "# TTS serving",
+        "",
+        f"Endpoint {run['endpoint']}"
+        + (f" (bundled system {run['server']})" if run.get("server") else "")
+        + ". "
+        f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): {opts['num_prompts']} "
+        f"requests per {'round' if rounds else 'level'}, {opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
+        f"{opts['ref_audio']}. Declared sample rate(s): "
+        f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.{_rounds(opts)}",
+        "",
+    ]
     lines += _server_lines(run.get("server_provenance")) + [""]
     lines += [f"- {note}" for note in run.get("notes", [])] + ([""] if run.get("notes") else [])
     lines += _serving(data, reserve, named)
     errors = [(r.concurrency, e) for r in rows for e in r.errors]
     if errors:
-        lines += ["Failures (first distinct reasons):", "", *(f"- concurrency {n}: {e}" for n, e in errors), ""]
+        lines += [
+            "Failures (first distinct reasons):",
+            "",
+            *(f"- concurrency {n}: {e}" for n, e in errors),
+            "",
+        ]
     lines += _quality_section(data.get("quality"), named.get("quality"))
     lines += _stops_section(data.get("stop_violations") or [], named.get("stop-condition"))
     lines += DEFINITIONS[:-1] + ROUND_DEFINITIONS if rounds else DEFINITIONS
@@ -273,13 +397,22 @@ def plot(rows: list[LevelRow]) -> bytes:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    rows = sorted(rows, key=lambda r: r.concurrency)  # level entries may repeat a level or come in any order
+    rows = sorted(
+        rows, key=lambda r: r.concurrency
+    )  # level entries may repeat a level or come in any order
     levels = [r.concurrency for r in rows]
     figure = Figure(figsize=(9, 3.5), dpi=100)
     left, right = figure.subplots(1, 2)
     frames = all(r.throughput_frames_per_s is not None for r in rows)
-    left.plot(levels, [(r.throughput_frames_per_s if frames else r.throughput_audio_s_per_s) or float("nan")
-                       for r in rows], marker="o", color="#4c72b0")
+    left.plot(
+        levels,
+        [
+            (r.throughput_frames_per_s if frames else r.throughput_audio_s_per_s) or float("nan")
+            for r in rows
+        ],
+        marker="o",
+        color="#4c72b0",
+    )
     left.set_ylabel("frames/s" if frames else "audio-s/s")
     left.set_title("Throughput")
     for key, label in (("ttfa_p50_ms", "p50"), ("ttfa_p95_ms", "p95")):

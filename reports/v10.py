@@ -40,13 +40,30 @@ from reports.exports import Section, results_table
 # shows up in RESULTS.md as soon as unified.json holds it.
 METRIC_KINDS = (Share, PooledRatio, LatencyQuantiles)
 Metric = Share | PooledRatio | LatencyQuantiles
-METRIC_COLUMNS = [Column("metric", "metric"), Column("value", "value"), Column("interval", "95% interval"),
-                  Column("count", "count"), Column("bounds", "all-selected bounds"), Column("better", "better")]
-COVERAGE_COLUMNS = [Column("subset", "subset"), Column("declared", "declared"), Column("selected", "selected"),
-                    Column("eligible", "eligible"), Column("ineligible", "ineligible"), Column("reasons", "reasons"),
-                    Column("min_observable_s", "min observable (s)", seconds)]
-REPLIES_COLUMNS = [Column("sample", "sample"), Column("outcome", "outcome"), Column("words", "words"),
-                   Column("first_word_s", "first word (s)", seconds), Column("transcript", "transcript")]
+METRIC_COLUMNS = [
+    Column("metric", "metric"),
+    Column("value", "value"),
+    Column("interval", "95% interval"),
+    Column("count", "count"),
+    Column("bounds", "all-selected bounds"),
+    Column("better", "better"),
+]
+COVERAGE_COLUMNS = [
+    Column("subset", "subset"),
+    Column("declared", "declared"),
+    Column("selected", "selected"),
+    Column("eligible", "eligible"),
+    Column("ineligible", "ineligible"),
+    Column("reasons", "reasons"),
+    Column("min_observable_s", "min observable (s)", seconds),
+]
+REPLIES_COLUMNS = [
+    Column("sample", "sample"),
+    Column("outcome", "outcome"),
+    Column("words", "words"),
+    Column("first_word_s", "first word (s)", seconds),
+    Column("transcript", "transcript"),
+]
 
 
 def _repeats(fmt):
@@ -55,18 +72,27 @@ def _repeats(fmt):
 
 
 # Counts and rates hold their per-repeat values; relevance cells say why they are missing, so are strings.
-OFFICIAL_COLUMNS = [Column("subset", "Subset"), Column("selected", "Selected", count_range),
-                    Column("eligible", "Eligible", count_range), Column("evaluated", "Evaluated", count_range),
-                    Column("takeover_rate", "Takeover rate", mean_sd),
-                    Column("latency_s", "Latency (s)", _repeats(mean_sd)), Column("relevance", "Relevance (0-5)"),
-                    Column("judge_retries", "Judge retries"),
-                    Column("backchannel_frequency", "Backchannel frequency", _repeats(mean_sd)),
-                    Column("backchannel_jsd", "Backchannel JSD", _repeats(mean_sd))]
+OFFICIAL_COLUMNS = [
+    Column("subset", "Subset"),
+    Column("selected", "Selected", count_range),
+    Column("eligible", "Eligible", count_range),
+    Column("evaluated", "Evaluated", count_range),
+    Column("takeover_rate", "Takeover rate", mean_sd),
+    Column("latency_s", "Latency (s)", _repeats(mean_sd)),
+    Column("relevance", "Relevance (0-5)"),
+    Column("judge_retries", "Judge retries"),
+    Column("backchannel_frequency", "Backchannel frequency", _repeats(mean_sd)),
+    Column("backchannel_jsd", "Backchannel JSD", _repeats(mean_sd)),
+]
 
 
 # The original evaluator's numbers, each beside the clean-room column of the same metric.
-EVALUATOR_BESIDE = {"takeover_rate": "Takeover rate", "latency_s": "Latency (s)",
-                    "backchannel_frequency": "Backchannel frequency", "backchannel_jsd": "Backchannel JSD"}
+EVALUATOR_BESIDE = {
+    "takeover_rate": "Takeover rate",
+    "latency_s": "Latency (s)",
+    "backchannel_frequency": "Backchannel frequency",
+    "backchannel_jsd": "Backchannel JSD",
+}
 
 
 def official_columns(with_evaluator: bool) -> list[Column]:
@@ -77,7 +103,12 @@ def official_columns(with_evaluator: bool) -> list[Column]:
     for column in OFFICIAL_COLUMNS:
         columns.append(column)
         if column.key in EVALUATOR_BESIDE:
-            columns.append(Column(f"evaluator_{column.key}", f"{EVALUATOR_BESIDE[column.key]} (original evaluator)"))
+            columns.append(
+                Column(
+                    f"evaluator_{column.key}",
+                    f"{EVALUATOR_BESIDE[column.key]} (original evaluator)",
+                )
+            )
     return columns
 
 
@@ -90,7 +121,11 @@ def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str
         columns = current_reference(tree) if (tree / "evaluator.json").exists() else None
         if columns is None:
             continue
-        notes += [f"repeat-{rep.number}: {note}" for note in columns.notes if note.startswith("evaluator.json")]
+        notes += [
+            f"repeat-{rep.number}: {note}"
+            for note in columns.notes
+            if note.startswith("evaluator.json")
+        ]
         if columns.evaluator is not None:
             found[rep.number] = columns.evaluator
     return found, notes
@@ -111,8 +146,13 @@ def _evaluator_cells(name: str, task: str, evaluators: dict[int, object]) -> dic
         elif any(v is not None for v in values):
             cells[f"evaluator_{key}"] = mean_sd(values)
         else:
-            cells[f"evaluator_{key}"] = (NA if ok or not runs else
-                                         "failed" if any(r.status == "failed" for r in runs) else "not run")
+            cells[f"evaluator_{key}"] = (
+                NA
+                if ok or not runs
+                else "failed"
+                if any(r.status == "failed" for r in runs)
+                else "not run"
+            )
     return cells
 
 
@@ -121,8 +161,11 @@ def _evaluator_note(evaluators: dict[int, object]) -> str:
     for number, summary in evaluators.items():
         by_label.setdefault(summary.revision_label(), []).append(f"repeat-{number}")
     ran = "; ".join(f"{label} ({', '.join(reps)})" for label, reps in sorted(by_label.items()))
-    return ("Columns marked (original evaluator): evaluate.py run unchanged from the user's checkout of " + ran
-            + ", on the same windows and transcripts; user interruption needs the judge, so it is not run there.")
+    return (
+        "Columns marked (original evaluator): evaluate.py run unchanged from the user's checkout of "
+        + ran
+        + ", on the same windows and transcripts; user interruption needs the judge, so it is not run there."
+    )
 
 
 def _load(path: Path):
@@ -135,14 +178,26 @@ def _metric_row(name: str, m: Metric) -> dict[str, str]:
 
 def _metric_cells(name: str, m: Metric) -> list[str]:
     if isinstance(m, Share):  # a share of samples
-        return [name, percent(m.value), interval(m.wilson95, percent), f"{m.count}/{m.n}",
-                interval(m.selected_bounds, percent), m.better]
+        return [
+            name,
+            percent(m.value),
+            interval(m.wilson95, percent),
+            f"{m.count}/{m.n}",
+            interval(m.selected_bounds, percent),
+            m.better,
+        ]
     if isinstance(m, PooledRatio):
         value = NA if m.value is None else f"{m.value:.3f}"
         ci = interval(m.bootstrap95, lambda v: f"{v:.3f}")
         return [name, value, ci, f"{m.numerator:.3f}/{m.denominator:.3f}", NA, m.better]
-    return [name, f"median {seconds(m.median_s)} s, p90 {seconds(m.p90_s)} s", interval(m.median_bootstrap95),
-            f"{m.observed}/{m.n} responded", NA, m.better]
+    return [
+        name,
+        f"median {seconds(m.median_s)} s, p90 {seconds(m.p90_s)} s",
+        interval(m.median_bootstrap95),
+        f"{m.observed}/{m.n} responded",
+        NA,
+        m.better,
+    ]
 
 
 def _metrics(metrics: PauseMetrics | TurnMetrics | InterruptMetrics) -> list[tuple[str, Metric]]:
@@ -160,12 +215,22 @@ def unified_section(repeats: list[RepeatPaths]) -> Section:
         result, problem = _unified(rep, unified)
         heading = f"repeat-{rep.number}"
         if result is None:
-            section.lines += [f"### {heading}", "", f"Unified metrics unavailable: {problem}. {backfill_hint(rep)}", ""]
+            section.lines += [
+                f"### {heading}",
+                "",
+                f"Unified metrics unavailable: {problem}. {backfill_hint(rep)}",
+                "",
+            ]
             continue
         section.data[heading] = unified
-        section.lines += [f"### {heading}", "", f"Definitions `{result.definitions}`; ASR "
-                          f"`{result.inputs.asr_backend.get('name')}`; VAD "
-                          f"`{result.vad.name if result.vad else 'not used'}`.", ""]
+        section.lines += [
+            f"### {heading}",
+            "",
+            f"Definitions `{result.definitions}`; ASR "
+            f"`{result.inputs.asr_backend.get('name')}`; VAD "
+            f"`{result.vad.name if result.vad else 'not used'}`.",
+            "",
+        ]
         section.show(_coverage(heading, result))
         for name, subset in result.subsets.items():
             table = results_table(heading, name, METRIC_COLUMNS)
@@ -187,7 +252,10 @@ def _unified(rep: RepeatPaths, unified: dict | None) -> tuple[UnifiedResult | No
         return UnifiedResult.model_validate(unified), None
     except ValidationError as exc:
         first = exc.errors()[0]
-        return None, f"unified.json does not parse ({'.'.join(str(p) for p in first['loc'])}: {first['msg']})"
+        return (
+            None,
+            f"unified.json does not parse ({'.'.join(str(p) for p in first['loc'])}: {first['msg']})",
+        )
 
 
 def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
@@ -216,8 +284,10 @@ def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
 
 
 def backfill_hint(rep: RepeatPaths) -> str:
-    return (f"Repair the export or ASR if named, then run the CPU-only backfill `python -m fdb score v10 --tree "
-            f"{rep.v10_reference}` (no ASR, no v1.5 work) and rerun aggregate.")
+    return (
+        f"Repair the export or ASR if named, then run the CPU-only backfill `python -m fdb score v10 --tree "
+        f"{rep.v10_reference}` (no ASR, no v1.5 work) and rerun aggregate."
+    )
 
 
 def _coverage(heading: str, unified: UnifiedResult) -> Table:
@@ -225,13 +295,21 @@ def _coverage(heading: str, unified: UnifiedResult) -> Table:
     for name, subset in unified.subsets.items():
         c = subset.counts
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(c.ineligible_reasons.items())) or "-"
-        table.add(subset=name, declared=c.declared, selected=c.selected, eligible=c.eligible,
-                  ineligible=c.ineligible, reasons=reasons,
-                  min_observable_s=getattr(subset.metrics, "min_observable_s", None))
+        table.add(
+            subset=name,
+            declared=c.declared,
+            selected=c.selected,
+            eligible=c.eligible,
+            ineligible=c.ineligible,
+            reasons=reasons,
+            min_observable_s=getattr(subset.metrics, "min_observable_s", None),
+        )
     return table
 
 
-def _relevance_states(repeats: list[RepeatPaths], statuses: tuple[str, ...]) -> list[RelevanceSummary]:
+def _relevance_states(
+    repeats: list[RepeatPaths], statuses: tuple[str, ...]
+) -> list[RelevanceSummary]:
     """The relevance summaries of judge.json in the given statuses (read through their record)."""
     found = []
     for rep in repeats:
@@ -245,22 +323,32 @@ def _relevance(repeats: list[RepeatPaths]) -> list[RelevanceSummary]:
     return _relevance_states(repeats, ("complete", "failed", "incomplete"))
 
 
-def _official_row(name: str, cells: list[OfficialSubset], relevance: list[RelevanceSummary]) -> dict:
+def _official_row(
+    name: str, cells: list[OfficialSubset], relevance: list[RelevanceSummary]
+) -> dict:
     task = cells[0].task
     backchannel = task == "backchannel"
     rel_cells = {"relevance": NA, "judge_retries": NA}
     if task == "user_interruption":
-        rel_cells = {"relevance": mean_sd([r.relevance for r in relevance]) if relevance else NOT_MEASURED,
-                     "judge_retries": count_range([r.retries for r in relevance]) if relevance else NA}
+        rel_cells = {
+            "relevance": mean_sd([r.relevance for r in relevance]) if relevance else NOT_MEASURED,
+            "judge_retries": count_range([r.retries for r in relevance]) if relevance else NA,
+        }
 
     def values(key: str, applies: bool = True) -> list | None:
         return [getattr(c, key) for c in cells] if applies else None
 
-    return {"subset": name, "selected": values("selected"), "eligible": values("eligible"),
-            "evaluated": values("evaluated"), "takeover_rate": values("takeover_rate"),
-            "latency_s": values("latency_s", not backchannel), **rel_cells,
-            "backchannel_frequency": values("backchannel_frequency", backchannel),
-            "backchannel_jsd": values("backchannel_jsd", backchannel)}
+    return {
+        "subset": name,
+        "selected": values("selected"),
+        "eligible": values("eligible"),
+        "evaluated": values("evaluated"),
+        "takeover_rate": values("takeover_rate"),
+        "latency_s": values("latency_s", not backchannel),
+        **rel_cells,
+        "backchannel_frequency": values("backchannel_frequency", backchannel),
+        "backchannel_jsd": values("backchannel_jsd", backchannel),
+    }
 
 
 def official_section(repeats: list[RepeatPaths]) -> Section:
@@ -273,9 +361,12 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
         return section
     relevance = _relevance(repeats)
     evaluators, evaluator_notes = _evaluators(repeats)
-    section.lines += ["Takeover, latency and backchannel numbers by the official evaluator's rules, reimplemented "
-              "clean-room (negative latencies clamped to 0, averaged over takeover samples), not the "
-              "official evaluator itself. " + _relevance_note(repeats, relevance), ""]
+    section.lines += [
+        "Takeover, latency and backchannel numbers by the official evaluator's rules, reimplemented "
+        "clean-room (negative latencies clamped to 0, averaged over takeover samples), not the "
+        "official evaluator itself. " + _relevance_note(repeats, relevance),
+        "",
+    ]
     if evaluators:
         section.lines += [_evaluator_note(evaluators), ""]
     typed = [_official(n, s, repeats) for n, s in found.items()]
@@ -293,7 +384,9 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
     section.lines += [f"{note}." for note in evaluator_notes] + ([""] if evaluator_notes else [])
     section.data = {f"repeat-{n}": s for n, s in found.items()}
     if evaluators:
-        section.data["original_evaluator"] = {f"repeat-{n}": e.dump() for n, e in evaluators.items()}
+        section.data["original_evaluator"] = {
+            f"repeat-{n}": e.dump() for n, e in evaluators.items()
+        }
     return section
 
 
@@ -304,8 +397,11 @@ def _official(number: int, raw: dict, repeats: list[RepeatPaths]) -> OfficialSum
     except ValidationError as exc:
         rep = next(r for r in repeats if r.number == number)
         first = exc.errors()[0]
-        raise FdbError(f"{rep.v10_reference / 'official.json'}: {'.'.join(str(p) for p in first['loc'])}: "
-                       f"{first['msg']}", backfill_hint(rep)) from exc
+        raise FdbError(
+            f"{rep.v10_reference / 'official.json'}: {'.'.join(str(p) for p in first['loc'])}: "
+            f"{first['msg']}",
+            backfill_hint(rep),
+        ) from exc
 
 
 def _holds_v10(rep: RepeatPaths) -> bool:
@@ -313,7 +409,8 @@ def _holds_v10(rep: RepeatPaths) -> bool:
     removed, v1.5 only) is not waiting to be evaluated."""
     recording = rep.v10_recording
     return (rep.v10_reference / "manifest.json").exists() or (
-        recording.is_dir() and any(recording.rglob("session.json")))
+        recording.is_dir() and any(recording.rglob("session.json"))
+    )
 
 
 def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
@@ -333,14 +430,25 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
     for sample in manifest["samples"]:
         out = _load(rep.v10_reference / sample["subset"] / sample["id"] / "output.json")
         if not sample["eligible"]:
-            table.add(sample=sample["sample_id"], outcome="ineligible: " + ", ".join(sample["reasons"]),
-                      words=None, first_word_s=None, transcript="")
+            table.add(
+                sample=sample["sample_id"],
+                outcome="ineligible: " + ", ".join(sample["reasons"]),
+                words=None,
+                first_word_s=None,
+                transcript="",
+            )
             continue
         words = (out or {}).get("chunks", [])
-        text = " ".join(w["text"].strip() for w in words[:max_words]) + (" …" if len(words) > max_words else "")
-        table.add(sample=sample["sample_id"], outcome=outcomes.get(sample["sample_id"], "-"), words=len(words),
-                  first_word_s=min(w["timestamp"][0] for w in words) if words else None,
-                  transcript=text or "(no words)")
+        text = " ".join(w["text"].strip() for w in words[:max_words]) + (
+            " …" if len(words) > max_words else ""
+        )
+        table.add(
+            sample=sample["sample_id"],
+            outcome=outcomes.get(sample["sample_id"], "-"),
+            words=len(words),
+            first_word_s=min(w["timestamp"][0] for w in words) if words else None,
+            transcript=text or "(no words)",
+        )
     section = Section([f"## {heading}", ""])
     section.show(table)
     return section
@@ -348,10 +456,18 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
 
 def _relevance_note(repeats: list[RepeatPaths], relevance: list[RelevanceSummary]) -> str:
     if not relevance:
-        reasons = sorted({str(r.message) for r in _relevance_states(repeats, ("pending", "blocked")) if r.message})
+        reasons = sorted(
+            {
+                str(r.message)
+                for r in _relevance_states(repeats, ("pending", "blocked"))
+                if r.message
+            }
+        )
         why = "; ".join(reasons) if reasons else "no judge ran"
         return f"Relevance needs an LLM judge: not measured ({why})."
     labels = sorted({str((r.rubric or {}).get("label")) for r in relevance})
     models = sorted({str((r.judge or {}).get("model")) for r in relevance})
-    return (f"Relevance rated by {', '.join(models)} with {', '.join(labels)}; a nonzero Judge retries "
-            "means the official loop would have inflated the interruption takeover rate.")
+    return (
+        f"Relevance rated by {', '.join(models)} with {', '.join(labels)}; a nonzero Judge retries "
+        "means the official loop would have inflated the interruption takeover rate."
+    )

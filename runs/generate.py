@@ -64,8 +64,9 @@ class Selected:
 
 
 def _spec(dataset: str, choice: DatasetChoice) -> SelectionSpec:
-    return SelectionSpec.from_options(dataset, choice.per_subset, choice.subset_counts, choice.sample_ids,
-                                      choice.sample_ids_file)
+    return SelectionSpec.from_options(
+        dataset, choice.per_subset, choice.subset_counts, choice.sample_ids, choice.sample_ids_file
+    )
 
 
 def _revision(tree: DatasetTree) -> str:
@@ -73,8 +74,9 @@ def _revision(tree: DatasetTree) -> str:
     return stored or tree_revision(tree.root)
 
 
-def select_dataset(dataset: str, choice: DatasetChoice, root: Path | None, settings: Settings,
-                   console: Console) -> Selected | None:
+def select_dataset(
+    dataset: str, choice: DatasetChoice, root: Path | None, settings: Settings, console: Console
+) -> Selected | None:
     spec = _spec(dataset, choice)
     if spec.leaves_out:
         return None
@@ -82,9 +84,13 @@ def select_dataset(dataset: str, choice: DatasetChoice, root: Path | None, setti
     ids = select(spec, list_ids(tree.root, dataset, spec.subsets_to_load()))
     loader = load_v10 if dataset == "v1.0" else load_v15
     deadline = settings.session_timeout_s if dataset == "v1.5" else settings.v10_session_timeout_s
-    loaded, problems = loader(tree.root, sorted({i.split("/")[0] for i in ids}), strict=False, max_input_s=deadline)
+    loaded, problems = loader(
+        tree.root, sorted({i.split("/")[0] for i in ids}), strict=False, max_input_s=deadline
+    )
     by_id = {s.sample_id: s for group in loaded.values() for s in group}
-    chosen = Selected(dataset, tree, spec, ids, revision=_revision(tree), files=sample_inventory(tree.root, ids))
+    chosen = Selected(
+        dataset, tree, spec, ids, revision=_revision(tree), files=sample_inventory(tree.root, ids)
+    )
     bad = {p.sample_id: p for p in problems}
     for sample_id in ids:
         if sample_id in by_id:
@@ -94,7 +100,9 @@ def select_dataset(dataset: str, choice: DatasetChoice, root: Path | None, setti
     return chosen
 
 
-def _jobs(sel: Selected, rep: RepeatPaths, urls: list[str], opts: GenerateOptions, timeout_s: float) -> list:
+def _jobs(
+    sel: Selected, rep: RepeatPaths, urls: list[str], opts: GenerateOptions, timeout_s: float
+) -> list:
     """Session jobs in id order; sample k goes to shard k mod --num-shards, shard i to server i mod n."""
     from recorders.batch import SessionJob
     from runs.gpus import shard_server
@@ -106,12 +114,25 @@ def _jobs(sel: Selected, rep: RepeatPaths, urls: list[str], opts: GenerateOption
         url = urls[shard_server(shard_index, len(urls))]
         variants = V15_VARIANTS if sel.dataset == "v1.5" else (("main", "input_wav"),)
         for variant, attr in variants:
-            jobs.append(SessionJob(
-                url=url, audio=getattr(sample, attr), out_dir=base / f"shard-{shard_index}" / sample.sample_id / variant,
-                sample_id=sample.sample_id, variant=variant, profile=opts.profile,
-                turn_detection=opts.turn_detection, model=opts.model, settings=opts.session, timeout_s=timeout_s,
-                extra_meta={"dataset": sel.dataset, "dataset_source": sel.tree.source, "shard": shard_index},
-            ))
+            jobs.append(
+                SessionJob(
+                    url=url,
+                    audio=getattr(sample, attr),
+                    out_dir=base / f"shard-{shard_index}" / sample.sample_id / variant,
+                    sample_id=sample.sample_id,
+                    variant=variant,
+                    profile=opts.profile,
+                    turn_detection=opts.turn_detection,
+                    model=opts.model,
+                    settings=opts.session,
+                    timeout_s=timeout_s,
+                    extra_meta={
+                        "dataset": sel.dataset,
+                        "dataset_source": sel.tree.source,
+                        "shard": shard_index,
+                    },
+                )
+            )
     return jobs
 
 
@@ -124,14 +145,21 @@ def _record_logs(rep: RepeatPaths, opts: GenerateOptions) -> dict[tuple[str, int
     return logs
 
 
-def _record(jobs: list, opts: GenerateOptions, rep: RepeatPaths, console: Console, fleet: ServerFleet | None) -> list:
+def _record(
+    jobs: list, opts: GenerateOptions, rep: RepeatPaths, console: Console, fleet: ServerFleet | None
+) -> list:
     """Record every shard at once, each shard one session at a time (shard i on server i mod n)."""
     from recorders.batch import record_many
     from recorders.eventloop import run as run_loop
 
     logs = _record_logs(rep, opts)
-    columns = (TextColumn("[bold]recording"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
+    columns = (
+        TextColumn("[bold]recording"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+    )
     shards: dict[int, list] = {}
     for job in jobs:
         shards.setdefault(job.extra_meta["shard"], []).append(job)
@@ -143,13 +171,20 @@ def _record(jobs: list, opts: GenerateOptions, rep: RepeatPaths, console: Consol
             finished[0] += 1
             verdict = record.verdict.status if record.status == "ok" else record.status
             logs[(record.extra["dataset"], record.extra["shard"])].write(
-                f"{record.sample_id} [{record.variant}] {record.status} {verdict} {record.failure or ''}")
-            bar.update(task, completed=finished[0], last=f"{record.sample_id} [{record.variant}] {record.status}")
+                f"{record.sample_id} [{record.variant}] {record.status} {verdict} {record.failure or ''}"
+            )
+            bar.update(
+                task,
+                completed=finished[0],
+                last=f"{record.sample_id} [{record.variant}] {record.status}",
+            )
             if fleet is not None:
                 fleet.check_alive()
 
         async def all_shards() -> list:
-            parts = await asyncio.gather(*(record_many(shards[k], concurrency=1, progress=tick) for k in sorted(shards)))
+            parts = await asyncio.gather(
+                *(record_many(shards[k], concurrency=1, progress=tick) for k in sorted(shards))
+            )
             return [record for part in parts for record in part]
 
         return run_loop(all_shards())
@@ -168,14 +203,29 @@ def _export(sel: Selected, rep: RepeatPaths, num_shards: int):
 def _manifest(opts: GenerateOptions, selections: list[Selected], settings: Settings) -> RunManifest:
     return RunManifest(
         run_name=opts.run_name,
-        datasets={s.dataset: DatasetUse(dataset=s.dataset, root=str(s.tree.root), source=s.tree.source,
-                                        revision=s.revision, declared_revision=opts.declared_revision(s.dataset),
-                                        selection=s.spec.normalized(), sample_ids=s.ids, files=s.files)
-                  for s in selections},
-        server=ServerUse(url=redact_url(opts.url) if opts.url else None, system=None if opts.url else opts.system,
-                         model=opts.model, turn_detection=opts.turn_detection, profile=opts.profile,
-                         session=opts.session,
-                         server_revision=opts.server_revision, model_revision=opts.model_revision),
+        datasets={
+            s.dataset: DatasetUse(
+                dataset=s.dataset,
+                root=str(s.tree.root),
+                source=s.tree.source,
+                revision=s.revision,
+                declared_revision=opts.declared_revision(s.dataset),
+                selection=s.spec.normalized(),
+                sample_ids=s.ids,
+                files=s.files,
+            )
+            for s in selections
+        },
+        server=ServerUse(
+            url=redact_url(opts.url) if opts.url else None,
+            system=None if opts.url else opts.system,
+            model=opts.model,
+            turn_detection=opts.turn_detection,
+            profile=opts.profile,
+            session=opts.session,
+            server_revision=opts.server_revision,
+            model_revision=opts.model_revision,
+        ),
         num_shards=opts.num_shards,
         gpus=len(opts.gpus.split(",")) if opts.gpus else 1,
         judge=settings.judge,
@@ -189,8 +239,13 @@ def with_report(manifest: RunManifest, report: ServerReport | None) -> RunManife
     the options left them open."""
     if report is None:
         return manifest
-    server = manifest.server.model_copy(update={"reported": report, "system": manifest.server.system or report.system,
-                                                "model": manifest.server.model or report.model})
+    server = manifest.server.model_copy(
+        update={
+            "reported": report,
+            "system": manifest.server.system or report.system,
+            "model": manifest.server.model or report.model,
+        }
+    )
     return manifest.model_copy(update={"server": server})
 
 
@@ -200,20 +255,26 @@ def _probe(url: str, opts: GenerateOptions) -> ServerReport:
     return probe_server(url, headers=dict(get_dialect(opts.profile).client.headers))
 
 
-def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tuple[RunPaths, RepeatPaths, list[Selected]]:
+def _prepare(
+    opts: GenerateOptions, settings: Settings, console: Console
+) -> tuple[RunPaths, RepeatPaths, list[Selected]]:
     """Check everything that can be checked before a repeat is spent (options, selection, the
     run's earlier repeats, the --url server), then write the run manifest and the selection."""
     run = RunPaths.of(settings.runs_dir, opts.run_name)
     rep = run.repeat(opts.repeat)
     if rep.holds_recording():
-        raise FdbError(f"{rep.root} already holds a recording",
-                       "use the next --repeat, or delete the directory to redo it "
-                       "(--export-only cuts the windows again when only the export was interrupted)")
+        raise FdbError(
+            f"{rep.root} already holds a recording",
+            "use the next --repeat, or delete the directory to redo it "
+            "(--export-only cuts the windows again when only the export was interrupted)",
+        )
     if opts.num_shards < 1:
         raise FdbError(f"--num-shards {opts.num_shards} is not allowed", "use 1 or more shards")
     if opts.url and opts.gpus:
-        raise FdbError("--gpus starts bundled model servers, but --url names your own server",
-                       "drop --gpus, or drop --url to let generate start one server per GPU")
+        raise FdbError(
+            "--gpus starts bundled model servers, but --url names your own server",
+            "drop --gpus, or drop --url to let generate start one server per GPU",
+        )
     if not opts.url:
         check_bundled_dialect(opts.system, opts.profile)
     v15 = select_dataset("v1.5", opts.v15, opts.v15_root, settings, console)
@@ -240,8 +301,14 @@ def _prepare(opts: GenerateOptions, settings: Settings, console: Console) -> tup
     if v10:
         atomic_write_text(rep.v10_sample_ids, format_ids(v10.ids))
     if report is not None:
-        save_repeat_server(rep, RepeatServer(server_revision=opts.server_revision, model_revision=opts.model_revision,
-                                             servers=[report]))
+        save_repeat_server(
+            rep,
+            RepeatServer(
+                server_revision=opts.server_revision,
+                model_revision=opts.model_revision,
+                servers=[report],
+            ),
+        )
     return run, rep, selections
 
 
@@ -252,16 +319,24 @@ def _warn_declared(selections: list[Selected], opts: GenerateOptions, console: C
         declared = opts.declared_revision(sel.dataset)
         stored = read_revision(sel.tree.root.parent / f"{sel.tree.root.name}.revision")
         if declared and stored and declared != stored:
-            console.print(f"[yellow]WARNING[/]: --dataset-revision {escape(declared)} for {sel.dataset} differs from "
-                          f"{escape(str(sel.tree.root))}.revision ({escape(stored)}); both are recorded in run.json")
+            console.print(
+                f"[yellow]WARNING[/]: --dataset-revision {escape(declared)} for {sel.dataset} differs from "
+                f"{escape(str(sel.tree.root))}.revision ({escape(stored)}); both are recorded in run.json"
+            )
 
 
 def _print_selection(selections: list[Selected], console: Console) -> None:
     for sel in selections:
         counts = ", ".join(f"{k}: {v}" for k, v in count_by_subset(sel.ids).items())
-        console.print(escape(f"{sel.dataset} ({sel.tree.source}, {sel.tree.root}): {len(sel.ids)} selected — {counts}"))
+        console.print(
+            escape(
+                f"{sel.dataset} ({sel.tree.source}, {sel.tree.root}): {len(sel.ids)} selected — {counts}"
+            )
+        )
         for problem in sel.problems:  # dataset text: [brackets] in it are not rich markup
-            console.print(f"[yellow]WARNING[/]: not recorded, the dataset sample is broken: {escape(problem)}")
+            console.print(
+                f"[yellow]WARNING[/]: not recorded, the dataset sample is broken: {escape(problem)}"
+            )
 
 
 def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
@@ -276,11 +351,16 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
     before = _Before.of(run, run.repeat(opts.repeat))
     try:
         run, rep, selections = _prepare(opts, settings, console)
-        target = f"server {escape(redact_url(opts.url))}" if opts.url else \
-            f"model port {plans[0].port if plans else settings.server_port}"
-        console.print(f"Job GPU {settings.gpu}: {target}, judge port "
-                      f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {escape(str(run.root))}, "
-                      f"repeat {rep.number}")
+        target = (
+            f"server {escape(redact_url(opts.url))}"
+            if opts.url
+            else f"model port {plans[0].port if plans else settings.server_port}"
+        )
+        console.print(
+            f"Job GPU {settings.gpu}: {target}, judge port "
+            f"{settings.judge_port} (nccl {settings.judge_port + 1}), run {escape(str(run.root))}, "
+            f"repeat {rep.number}"
+        )
         if opts.url:
             _print_server(load_repeat_server(rep), console)
         _print_selection(selections, console)
@@ -289,28 +369,52 @@ def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
         before.undo(exc, settings)
         raise
     for sel in selections:  # the inputs must still be the files the run pinned before export
-        check_files(sel.dataset, str(sel.tree.root), sel.files, sample_inventory(sel.tree.root, sel.ids),
-                    "the recording started")
+        check_files(
+            sel.dataset,
+            str(sel.tree.root),
+            sel.files,
+            sample_inventory(sel.tree.root, sel.ids),
+            "the recording started",
+        )
     return _finish(selections, rep, records, opts.num_shards, console)
 
 
-def _serve_and_record(opts: GenerateOptions, settings: Settings, plans, rep: RepeatPaths,
-                      selections: list[Selected], console: Console) -> list:
+def _serve_and_record(
+    opts: GenerateOptions,
+    settings: Settings,
+    plans,
+    rep: RepeatPaths,
+    selections: list[Selected],
+    console: Console,
+) -> list:
     from runs.gpus import check_capacity
 
     fleet = None if opts.url else ServerFleet(plans, opts, settings, rep)
     try:
         if fleet is not None:
-            console.print("starting the bundled server(s) " + ", ".join(
-                f"{p.name} ({opts.system}) on :{p.port}" for p in plans) + " …")
+            console.print(
+                "starting the bundled server(s) "
+                + ", ".join(f"{p.name} ({opts.system}) on :{p.port}" for p in plans)
+                + " …"
+            )
             fleet.start()
             _record_bundled(fleet.ws_urls, opts, rep, console)
         urls = fleet.ws_urls if fleet is not None else [opts.url]
-        server = load_repeat_server(rep)  # what the server reported at the start (no second request)
-        check_capacity(opts.num_shards, len(urls), server.servers[0].max_sessions if server and server.servers else None)
+        server = load_repeat_server(
+            rep
+        )  # what the server reported at the start (no second request)
+        check_capacity(
+            opts.num_shards,
+            len(urls),
+            server.servers[0].max_sessions if server and server.servers else None,
+        )
         jobs = []
         for sel in selections:
-            timeout = settings.session_timeout_s if sel.dataset == "v1.5" else settings.v10_session_timeout_s
+            timeout = (
+                settings.session_timeout_s
+                if sel.dataset == "v1.5"
+                else settings.v10_session_timeout_s
+            )
             jobs += _jobs(sel, rep, urls, opts, timeout)
         return _record(jobs, opts, rep, console, fleet)
     finally:
@@ -318,12 +422,20 @@ def _serve_and_record(opts: GenerateOptions, settings: Settings, plans, rep: Rep
             fleet.stop()
 
 
-def _record_bundled(urls: list[str], opts: GenerateOptions, rep: RepeatPaths, console: Console) -> None:
+def _record_bundled(
+    urls: list[str], opts: GenerateOptions, rep: RepeatPaths, console: Console
+) -> None:
     """repeat-N/server.json for the bundled server(s), and, for a new run, what the first one
     reported in run.json."""
     reports = [_probe(url, opts) for url in urls]
-    save_repeat_server(rep, RepeatServer(server_revision=opts.server_revision, model_revision=opts.model_revision,
-                                         servers=reports))
+    save_repeat_server(
+        rep,
+        RepeatServer(
+            server_revision=opts.server_revision,
+            model_revision=opts.model_revision,
+            servers=reports,
+        ),
+    )
     run = RunPaths(rep.root.parent)
     manifest = load_manifest(run)
     earlier = [r for r in run.repeats() if r.number != rep.number and r.holds_recording()]
@@ -333,7 +445,7 @@ def _record_bundled(urls: list[str], opts: GenerateOptions, rep: RepeatPaths, co
 
 
 def _print_server(record: RepeatServer | None, console: Console) -> None:
-    for report in (record.servers if record else []):
+    for report in record.servers if record else []:
         console.print(escape(f"server {report.url} reports: {describe(report)}"))
 
 
@@ -348,20 +460,30 @@ class _Before:
 
     run: RunPaths
     rep: RepeatPaths
-    paths: frozenset[Path]  # the runs folder, run.root, run.json and everything under the repeat, where they existed
+    paths: frozenset[
+        Path
+    ]  # the runs folder, run.root, run.json and everything under the repeat, where they existed
 
     @classmethod
     def of(cls, run: RunPaths, rep: RepeatPaths) -> _Before:
         found = {p for p in (run.root.parent, run.root, run.manifest, rep.root) if p.exists()}
-        if rep.root.is_dir() and not rep.holds_recording():  # a recorded repeat is refused, never undone
+        if (
+            rep.root.is_dir() and not rep.holds_recording()
+        ):  # a recorded repeat is refused, never undone
             found.update(rep.root.rglob("*"))
         return cls(run, rep, frozenset(found))
 
     def undo(self, exc: BaseException, settings: Settings) -> None:
         if self.rep.holds_recording():  # a recording is never thrown away here
             return
-        created = [p for p in (self.rep.root.rglob("*") if self.rep.root.is_dir() else []) if p not in self.paths]
-        moved = self._keep_logs([p for p in created if p.suffix == ".log" and p.is_file()], settings)
+        created = [
+            p
+            for p in (self.rep.root.rglob("*") if self.rep.root.is_dir() else [])
+            if p not in self.paths
+        ]
+        moved = self._keep_logs(
+            [p for p in created if p.suffix == ".log" and p.is_file()], settings
+        )
         for path in sorted(created, key=lambda p: len(p.parts), reverse=True):
             _remove(path)
         for path in (self.rep.root, self.run.manifest, self.run.root, self.run.root.parent):
@@ -409,11 +531,21 @@ def export_recorded(run_name: str, repeat: int, console: Console | None = None) 
     rep = run.repeat(repeat)
     manifest = load_manifest(run)
     if manifest is None or not rep.holds_recording():
-        raise FdbError(f"{rep.root} holds no recording to export", "run generate without --export-only first")
+        raise FdbError(
+            f"{rep.root} holds no recording to export", "run generate without --export-only first"
+        )
     selections, records, missing = [], [], []
     for dataset, use in sorted(manifest.datasets.items(), key=lambda kv: kv[0] != "v1.5"):
-        sel = select_dataset(dataset, DatasetChoice(sample_ids=use.sample_ids), Path(use.root), settings, console)
-        check_files(dataset, use.root, use.files, sample_inventory(sel.tree.root, sel.ids), "the recording started")
+        sel = select_dataset(
+            dataset, DatasetChoice(sample_ids=use.sample_ids), Path(use.root), settings, console
+        )
+        check_files(
+            dataset,
+            use.root,
+            use.files,
+            sample_inventory(sel.tree.root, sel.ids),
+            "the recording started",
+        )
         selections.append(sel)
         opts = GenerateOptions(run_name=run_name, repeat=repeat, num_shards=manifest.num_shards)
         for job in _jobs(sel, rep, [""], opts, 0.0):
@@ -423,9 +555,11 @@ def export_recorded(run_name: str, repeat: int, console: Console | None = None) 
             else:
                 missing.append(job.label)
     if missing:
-        raise FdbError(f"{rep.root}: {len(missing)} selected session(s) were never recorded, first {missing[0]}: "
-                       "the recording itself was interrupted",
-                       f"delete {rep.root} and run generate again (a recording cannot be resumed)")
+        raise FdbError(
+            f"{rep.root}: {len(missing)} selected session(s) were never recorded, first {missing[0]}: "
+            "the recording itself was interrupted",
+            f"delete {rep.root} and run generate again (a recording cannot be resumed)",
+        )
     console.print(f"exporting {len(records)} recorded sessions of {rep.root}")
     return _finish(selections, rep, records, manifest.num_shards, console)
 
@@ -443,12 +577,16 @@ class Outcome:
     its reasons). A session the recorder itself paced late passed; it is only ineligible."""
 
     summary: dict[str, dict]
-    failed: list[str]  # "sample_id [variant]: status" or "…: protocol fail (violation)", in recording order
+    failed: list[
+        str
+    ]  # "sample_id [variant]: status" or "…: protocol fail (violation)", in recording order
     sessions: int
     run_name: str
     repeat: int
     repeat_dir: Path
-    logs: list[str] = field(default_factory=list)  # the record logs of the failed sessions, relative to repeat_dir
+    logs: list[str] = field(
+        default_factory=list
+    )  # the record logs of the failed sessions, relative to repeat_dir
 
     @property
     def ok(self) -> bool:
@@ -456,14 +594,22 @@ class Outcome:
 
     def failure_line(self) -> str:
         """One line: which sessions failed, that they are counted, how to record the repeat again."""
-        more = f" and {len(self.failed) - FAILED_SHOWN} more" if len(self.failed) > FAILED_SHOWN else ""
-        return (f"{len(self.failed)} of {self.sessions} selected session(s) of {self.repeat_dir} failed "
-                f"({'; '.join(self.failed[:FAILED_SHOWN])}{more}); they stay in the denominators. "
-                f"Read {', '.join(self.logs) or 'its record-shard-*.log'} in it, fix the server, then record the repeat again: delete "
-                f"{self.repeat_dir} and run the same generate, or record the next one with --repeat {self.repeat + 1}")
+        more = (
+            f" and {len(self.failed) - FAILED_SHOWN} more"
+            if len(self.failed) > FAILED_SHOWN
+            else ""
+        )
+        return (
+            f"{len(self.failed)} of {self.sessions} selected session(s) of {self.repeat_dir} failed "
+            f"({'; '.join(self.failed[:FAILED_SHOWN])}{more}); they stay in the denominators. "
+            f"Read {', '.join(self.logs) or 'its record-shard-*.log'} in it, fix the server, then record the repeat again: delete "
+            f"{self.repeat_dir} and run the same generate, or record the next one with --repeat {self.repeat + 1}"
+        )
 
 
-def _finish(selections: list[Selected], rep: RepeatPaths, records: list, num_shards: int, console: Console) -> Outcome:
+def _finish(
+    selections: list[Selected], rep: RepeatPaths, records: list, num_shards: int, console: Console
+) -> Outcome:
     summary: dict[str, dict] = {}
     for sel in selections:
         mine = [r for r in records if r.extra.get("dataset") == sel.dataset]
@@ -472,27 +618,57 @@ def _finish(selections: list[Selected], rep: RepeatPaths, records: list, num_sha
         eligible = sum(1 for s in manifest.samples if s.eligible)
         key = "eligible_pairs" if sel.dataset == "v1.5" else "eligible_samples"
         per_subset = Counter(s.subset for s in manifest.samples if s.eligible)
-        counts = {key: eligible, "selected": len(sel.ids), "per_subset": dict(sorted(per_subset.items()))}
+        counts = {
+            key: eligible,
+            "selected": len(sel.ids),
+            "per_subset": dict(sorted(per_subset.items())),
+        }
         summary[sel.dataset] = {"sessions": dict(sorted(verdicts.items())), **counts}
-        console.print(f"{sel.dataset}: {json.dumps(dict(sorted(verdicts.items())))} {json.dumps(counts)}",
-                      markup=False, highlight=False)
+        console.print(
+            f"{sel.dataset}: {json.dumps(dict(sorted(verdicts.items())))} {json.dumps(counts)}",
+            markup=False,
+            highlight=False,
+        )
         for record in mine:
             if record.status != "ok" or record.verdict.status != "pass":
                 reason = record.failure or "; ".join(record.verdict.violations[:2])
-                console.print(f"  [yellow]{escape(f'{record.sample_id} [{record.variant}]')}[/]: "
-                              f"{record.status}: {escape(reason)}")
+                console.print(
+                    f"  [yellow]{escape(f'{record.sample_id} [{record.variant}]')}[/]: "
+                    f"{record.status}: {escape(reason)}"
+                )
         for sample in manifest.samples:
-            if not sample.eligible and sample.verdict == "pass":  # recorded fine, cut out of scoring
-                console.print(f"  [yellow]{escape(sample.sample_id)}[/]: not eligible: {escape('; '.join(sample.reasons[:2]))}")
-    return Outcome(summary, failed_sessions(records), len(records), rep.root.parent.name, rep.number, rep.root,
-                   _failed_logs(rep, records))
+            if (
+                not sample.eligible and sample.verdict == "pass"
+            ):  # recorded fine, cut out of scoring
+                console.print(
+                    f"  [yellow]{escape(sample.sample_id)}[/]: not eligible: {escape('; '.join(sample.reasons[:2]))}"
+                )
+    return Outcome(
+        summary,
+        failed_sessions(records),
+        len(records),
+        rep.root.parent.name,
+        rep.number,
+        rep.root,
+        _failed_logs(rep, records),
+    )
 
 
 def _failed_logs(rep: RepeatPaths, records: list) -> list[str]:
     """The record-shard logs (relative to the repeat) that name the failed sessions."""
     folders = {"v1.5": rep.logs, "v1.0": rep.v10_logs}
-    return sorted({str((folders.get(r.extra.get("dataset"), rep.logs) / f"record-shard-{r.extra.get('shard', 0)}.log")
-                       .relative_to(rep.root)) for r in records if not _passed(r)})
+    return sorted(
+        {
+            str(
+                (
+                    folders.get(r.extra.get("dataset"), rep.logs)
+                    / f"record-shard-{r.extra.get('shard', 0)}.log"
+                ).relative_to(rep.root)
+            )
+            for r in records
+            if not _passed(r)
+        }
+    )
 
 
 def _passed(record) -> bool:
@@ -508,5 +684,8 @@ def failed_sessions(records: list) -> list[str]:
             failed.append(f"{r.sample_id} [{r.variant}]: {r.status}")
         elif r.verdict.status != "pass":
             first = (getattr(r.verdict, "violations", None) or [None])[0]
-            failed.append(f"{r.sample_id} [{r.variant}]: protocol {r.verdict.status}" + (f" ({first})" if first else ""))
+            failed.append(
+                f"{r.sample_id} [{r.variant}]: protocol {r.verdict.status}"
+                + (f" ({first})" if first else "")
+            )
     return failed

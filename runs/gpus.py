@@ -32,8 +32,10 @@ def visible_gpus() -> list[int] | None:
         return None
     parts = [p.strip() for p in raw.split(",") if p.strip()]
     if not parts or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
-        raise FdbError("CUDA_VISIBLE_DEVICES must list distinct numeric GPU indices",
-                       "export indices such as 0 or 0,1, not GPU UUIDs")
+        raise FdbError(
+            "CUDA_VISIBLE_DEVICES must list distinct numeric GPU indices",
+            "export indices such as 0 or 0,1, not GPU UUIDs",
+        )
     return [int(p) for p in parts]
 
 
@@ -45,13 +47,17 @@ def parse_gpus(option: str | None) -> list[int]:
         return [job]
     parts = [p.strip() for p in option.split(",") if p.strip()]
     if not parts or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
-        raise FdbError(f"--gpus {option} must list distinct numeric GPU indices", "pass e.g. --gpus 0,1")
+        raise FdbError(
+            f"--gpus {option} must list distinct numeric GPU indices", "pass e.g. --gpus 0,1"
+        )
     gpus = [int(p) for p in parts]
     outside = [g for g in gpus if visible is not None and g not in visible]
     if outside:
-        raise FdbError(f"--gpus {option} reaches outside CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} "
-                       f"(GPU {', '.join(map(str, outside))})",
-                       "list only GPUs that CUDA_VISIBLE_DEVICES names, or widen it")
+        raise FdbError(
+            f"--gpus {option} reaches outside CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} "
+            f"(GPU {', '.join(map(str, outside))})",
+            "list only GPUs that CUDA_VISIBLE_DEVICES names, or widen it",
+        )
     return gpus
 
 
@@ -60,13 +66,20 @@ def plan_servers(gpus: list[int], num_shards: int) -> list[ServerPlan]:
     if num_shards < 1:
         raise FdbError(f"--num-shards {num_shards} is not allowed", "use 1 or more shards")
     if num_shards < len(gpus):
-        raise FdbError(f"--num-shards {num_shards} leaves model servers idle ({len(gpus)} GPUs in --gpus)",
-                       "use at least as many shards as GPUs in --gpus")
+        raise FdbError(
+            f"--num-shards {num_shards} leaves model servers idle ({len(gpus)} GPUs in --gpus)",
+            "use at least as many shards as GPUs in --gpus",
+        )
     fixed = os.environ.get("SERVER_PORT")
     if fixed and len(gpus) > 1:
-        raise FdbError(f"SERVER_PORT gives every model server the same port ({fixed})",
-                       "unset SERVER_PORT when --gpus lists several GPUs; each server then derives its port from its GPU")
-    return [ServerPlan(gpu, int(fixed) if fixed else DEFAULT_SERVER_BASE_PORT + 10 * gpu) for gpu in gpus]
+        raise FdbError(
+            f"SERVER_PORT gives every model server the same port ({fixed})",
+            "unset SERVER_PORT when --gpus lists several GPUs; each server then derives its port from its GPU",
+        )
+    return [
+        ServerPlan(gpu, int(fixed) if fixed else DEFAULT_SERVER_BASE_PORT + 10 * gpu)
+        for gpu in gpus
+    ]
 
 
 def shard_server(shard: int, servers: int) -> int:
@@ -80,9 +93,11 @@ def check_capacity(num_shards: int, servers: int, max_sessions: int | None) -> N
         return
     busiest = -(-num_shards // servers)
     if busiest > max_sessions:
-        raise FdbError(f"--num-shards {num_shards} over {servers} GPU(s) exceeds the model server's "
-                       f"max_sessions {max_sessions} ({busiest} sessions on one server)",
-                       "lower --num-shards or add GPUs with --gpus")
+        raise FdbError(
+            f"--num-shards {num_shards} over {servers} GPU(s) exceeds the model server's "
+            f"max_sessions {max_sessions} ({busiest} sessions on one server)",
+            "lower --num-shards or add GPUs with --gpus",
+        )
 
 
 def max_sessions_of(capabilities: dict) -> int | None:

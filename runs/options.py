@@ -39,10 +39,14 @@ class GenerateOptions(BaseModel):
     log_level: str = "info"
     v15_root: Path | None = None
     v10_root: Path | None = None
-    server_revision: str | None = None  # --server-revision: the server's source revision, as the user declares it
+    server_revision: str | None = (
+        None  # --server-revision: the server's source revision, as the user declares it
+    )
     model_revision: str | None = None  # --model-revision: the served model snapshot
     dataset_revision: str | None = None  # --dataset-revision: the label of every selected dataset
-    v15_dataset_revision: str | None = None  # --v15-dataset-revision / --v10-dataset-revision: per dataset
+    v15_dataset_revision: str | None = (
+        None  # --v15-dataset-revision / --v10-dataset-revision: per dataset
+    )
     v10_dataset_revision: str | None = None
 
     def declared_revision(self, dataset: str) -> str | None:
@@ -63,8 +67,10 @@ def parse_turn_detection(raw: str | None, profile: str = "turn-based") -> dict |
         try:
             json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise FdbError(f"--turn-detection is not JSON: {exc}",
-                           'pass e.g. \'{"type": "server_vad", "silence_duration_ms": 500}\'') from exc
+            raise FdbError(
+                f"--turn-detection is not JSON: {exc}",
+                'pass e.g. \'{"type": "server_vad", "silence_duration_ms": 500}\'',
+            ) from exc
     return dialect.validate_turn_detection(raw)
 
 
@@ -75,7 +81,9 @@ def revision_option(value: str | None, option: str) -> str | None:
         return None
     value = value.strip()
     if not value or any(not c.isprintable() for c in value) or len(value) > 200:
-        raise FdbError(f"{option} {value!r} is not a revision",
-                       f"pass a commit hash or tag, e.g. {option} 3e799c45 (an empty value often means the "
-                       "command or file that should give it failed)")
+        raise FdbError(
+            f"{option} {value!r} is not a revision",
+            f"pass a commit hash or tag, e.g. {option} 3e799c45 (an empty value often means the "
+            "command or file that should give it failed)",
+        )
     return value

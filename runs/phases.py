@@ -19,8 +19,10 @@ from fdb.settings import load_settings
 def _run(run_name: str) -> RunPaths:
     run = RunPaths.of(load_settings().runs_dir, run_name)
     if not run.root.is_dir():
-        raise FdbError(f"no run named {run_name} under {run.root.parent}",
-                       "check --run-name, FDB_WORK, or record it first with `python -m fdb generate`")
+        raise FdbError(
+            f"no run named {run_name} under {run.root.parent}",
+            "check --run-name, FDB_WORK, or record it first with `python -m fdb generate`",
+        )
     return run
 
 
@@ -40,8 +42,13 @@ class _bar:
     """A rich progress bar whose tick(sample_id, done, total) the scorers call."""
 
     def __init__(self, label: str, console: Console):
-        columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[last]}"))
+        columns = (
+            TextColumn(f"[bold]{label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"),
+        )
         self._progress = Progress(*columns, console=console)
 
     def __enter__(self):
@@ -70,7 +77,9 @@ def _v10_asr(tree: Path, asr, console: Console, retry_failed: bool) -> dict:
             subset = entry.sample_id.split("/")[0]
             transcripts[subset] = transcripts.get(subset, 0) + 1
         if entry.status == "failed":
-            console.print(f"  [yellow]{escape(entry.sample_id)}[/]: ASR failed: {escape(str(entry.error))}")
+            console.print(
+                f"  [yellow]{escape(entry.sample_id)}[/]: ASR failed: {escape(str(entry.error))}"
+            )
     _json_line(console, "v1.0 ASR", dict(sorted(counts.items())))
     _json_line(console, "v1.0 transcripts per subset", dict(sorted(transcripts.items())))
     return counts
@@ -112,7 +121,9 @@ def _v10_scores(run: RunPaths, tree: Path, console: Console) -> None:
         for name, subset in unified.subsets.items():
             c = subset.counts
             console.print(f"  unified {escape(name)}: selected {c.selected}, eligible {c.eligible}")
-    except SampleError as exc:  # one sample's bad input: official.json is still written (that sample named)
+    except (
+        SampleError
+    ) as exc:  # one sample's bad input: official.json is still written (that sample named)
         rejected = exc
     official = score_official(tree, icc_gt=_icc_ground_truth(run))
     for name, subset in official.subsets.items():
@@ -130,14 +141,18 @@ def _v15_asr(tree: Path, asr, console: Console, retry_failed: bool) -> None:
 
     with _bar("v1.5 ASR", console) as tick:
         receipt = run_v15_asr(tree, asr, progress=tick, retry_failed=retry_failed)
-    statuses: dict[str, int] = {}  # per transcribed WAV (four per pair), like the runbook's {"ok": 16}
+    statuses: dict[
+        str, int
+    ] = {}  # per transcribed WAV (four per pair), like the runbook's {"ok": 16}
     for pair in receipt.samples:
         for wav in pair.files.values():
             statuses[wav.status] = statuses.get(wav.status, 0) + 1
         if pair.status == "skipped":
             statuses["skipped"] = statuses.get("skipped", 0) + 1
         if pair.status == "failed":
-            console.print(f"  [yellow]{escape(pair.sample_id)}[/]: ASR failed: {escape(str(pair.error))}")
+            console.print(
+                f"  [yellow]{escape(pair.sample_id)}[/]: ASR failed: {escape(str(pair.error))}"
+            )
     _json_line(console, "v1.5 ASR", dict(sorted(statuses.items())))
 
 
@@ -150,8 +165,10 @@ def _v15_timing(rep: RepeatPaths, console: Console) -> None:
         sessions = 2 * overall.pairs
         counts = {"ok": sessions - overall.failed_sessions, "failed": overall.failed_sessions}
         _json_line(console, "v1.5 timing sessions", {k: v for k, v in counts.items() if v})
-        console.print(f"  v1.5 timing: {overall.timed_overlap_sessions} timed overlap sessions of "
-                      f"{overall.pairs} pairs")
+        console.print(
+            f"  v1.5 timing: {overall.timed_overlap_sessions} timed overlap sessions of "
+            f"{overall.pairs} pairs"
+        )
 
 
 def _step(name: str, fn, console: Console, rerun: str) -> bool:
@@ -171,7 +188,9 @@ def _step(name: str, fn, console: Console, rerun: str) -> bool:
         fix = "; ".join(part for part in (hint, f"full traceback: {log}" if log else None) if part)
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             console.print(escape(traceback.format_exc()))
-        console.print(f"[red]WARNING[/]: {name} failed: {escape(text)}" + (f" ({escape(fix)})" if fix else ""))
+        console.print(
+            f"[red]WARNING[/]: {name} failed: {escape(text)}" + (f" ({escape(fix)})" if fix else "")
+        )
     console.print(f"  fix the cause, then rerun: {escape(rerun)}")
     return False
 
@@ -179,19 +198,27 @@ def _step(name: str, fn, console: Console, rerun: str) -> bool:
 def exported(rep: RepeatPaths) -> tuple[bool, bool]:
     """(v1.0, v1.5) exports of a repeat; refuses a recording whose export did not finish."""
     if not rep.root.is_dir():
-        raise FdbError(f"no {rep.root}", "check --run-name, --repeat and FDB_WORK, or record it with generate")
+        raise FdbError(
+            f"no {rep.root}", "check --run-name, --repeat and FDB_WORK, or record it with generate"
+        )
     found = []
-    for recording, manifest in ((rep.v10_recording, rep.v10_reference / "manifest.json"),
-                                (rep.recording, rep.reference_audio / "reference-manifest.json")):
+    for recording, manifest in (
+        (rep.v10_recording, rep.v10_reference / "manifest.json"),
+        (rep.recording, rep.reference_audio / "reference-manifest.json"),
+    ):
         recorded = recording.is_dir() and any(recording.rglob("session.json"))
         if recorded and not manifest.exists():
-            raise FdbError(f"{manifest} is missing: generate recorded that dataset but did not finish its export",
-                           f"the recording is kept: cut the windows again with {export_only_command(rep)}, then rerun asr")
+            raise FdbError(
+                f"{manifest} is missing: generate recorded that dataset but did not finish its export",
+                f"the recording is kept: cut the windows again with {export_only_command(rep)}, then rerun asr",
+            )
         found.append(manifest.exists())
     if not any(found):
-        raise FdbError(f"{rep.root} holds no recording",
-                       f"record it first: python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} "
-                       "with the selection options of the run's other repeats")
+        raise FdbError(
+            f"{rep.root} holds no recording",
+            f"record it first: python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} "
+            "with the selection options of the run's other repeats",
+        )
     return found[0], found[1]
 
 
@@ -200,8 +227,15 @@ def export_only_command(rep: RepeatPaths) -> str:
     return f"python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} --export-only"
 
 
-def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = False,
-            asked: dict | None = None, side_by_side: bool = False, device: str | None = None) -> bool:
+def run_asr(
+    run_name: str,
+    repeat: int,
+    console: Console,
+    retry_failed: bool = False,
+    asked: dict | None = None,
+    side_by_side: bool = False,
+    device: str | None = None,
+) -> bool:
     """Transcribe and score one repeat with the run's scoring backends (``runs.scoring``: those
     run.json records, else the defaults, or ``asked`` ones side by side). Returns True when every
     step succeeded; a refused backend choice raises FdbError before anything is written."""
@@ -213,28 +247,46 @@ def run_asr(run_name: str, repeat: int, console: Console, retry_failed: bool = F
     scoring = prepare(run, rep, asked or {}, side_by_side, device)
     target, asr = scoring.target, scoring.backends["asr"]
     rerun = f"python -m fdb asr --run-name {run_name} --repeat {repeat}" + (
-        f" --side-by-side {choice_flags(scoring.choice)}" if target.side else "")
+        f" --side-by-side {choice_flags(scoring.choice)}" if target.side else ""
+    )
     _scoring_line(scoring, console)
     ok = True
     if has_v10:
         counts: dict[str, int] = {}
         tree = target.out.v10_reference
-        ok &= _step("the v1.0 ASR", lambda: counts.update(_v10_asr(tree, asr, console, retry_failed)), console, rerun)
+        ok &= _step(
+            "the v1.0 ASR",
+            lambda: counts.update(_v10_asr(tree, asr, console, retry_failed)),
+            console,
+            rerun,
+        )
         if counts:
-            ok &= _step("v1.0 unified scoring", lambda: _v10_scores(run, tree, console), console, rerun)
+            ok &= _step(
+                "v1.0 unified scoring", lambda: _v10_scores(run, tree, console), console, rerun
+            )
     if has_v15:
         if not target.side:  # Silero VAD timing depends on no scoring backend
             ok &= _step("v1.5 timing", lambda: _v15_timing(rep, console), console, rerun)
-        ok &= _step("the v1.5 ASR", lambda: _v15_asr(target.out.reference_audio, asr, console, retry_failed),
-                    console, rerun)
+        ok &= _step(
+            "the v1.5 ASR",
+            lambda: _v15_asr(target.out.reference_audio, asr, console, retry_failed),
+            console,
+            rerun,
+        )
     ok &= _step("the listening-quality phase", lambda: _listening(scoring, console), console, rerun)
     return ok
 
 
 def _scoring_line(scoring, console: Console) -> None:
-    names = ", ".join(f"{kind} {ident['name'] if ident else 'unavailable'}"
-                      for kind, ident in ((k, scoring.identity(k)) for k in ("asr", "mos", "speaker")))
-    where = f"side by side in {scoring.target.root}" if scoring.target.side else "the run's (run.json scoring)"
+    names = ", ".join(
+        f"{kind} {ident['name'] if ident else 'unavailable'}"
+        for kind, ident in ((k, scoring.identity(k)) for k in ("asr", "mos", "speaker"))
+    )
+    where = (
+        f"side by side in {scoring.target.root}"
+        if scoring.target.side
+        else "the run's (run.json scoring)"
+    )
     console.print(f"scoring backends: {escape(names)}; {escape(where)}")
 
 
@@ -244,13 +296,21 @@ def _listening(scoring, console: Console) -> None:
 
     console.print("listening quality: cutting, transcribing and scoring every reply …")
     b = scoring.backends
-    summary = score_listening(scoring.target.rep.root, asr=b["asr"], mos=b["mos"] or False,
-                              speaker=b["speaker"] or False, out=scoring.target.out.listening, notes=scoring.notes)
+    summary = score_listening(
+        scoring.target.rep.root,
+        asr=b["asr"],
+        mos=b["mos"] or False,
+        speaker=b["speaker"] or False,
+        out=scoring.target.out.listening,
+        notes=scoring.notes,
+    )
     for dataset, groups in summary.datasets.items():
         overall = groups.get("all")
         if overall is not None:
-            console.print(f"  listening {escape(dataset)}: {overall.replies} replies, omission "
-                          f"{_pct(overall.omission_rate)}, WER {_pct(overall.wer)}")
+            console.print(
+                f"  listening {escape(dataset)}: {overall.replies} replies, omission "
+                f"{_pct(overall.omission_rate)}, WER {_pct(overall.wer)}"
+            )
     for note in summary.notes:
         console.print(f"  note: {escape(note)}")
 
@@ -265,7 +325,9 @@ def reference_checkout() -> Path | None:
     return checkout if checkout.exists() else None
 
 
-def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: str | None, console: Console) -> bool:
+def run_v10_evaluator(
+    rep: RepeatPaths, checkout: Path | None, accept_revision: str | None, console: Console
+) -> bool:
     """The original v1.0 evaluator on the LLM-free subsets of a transcribed repeat (spec: the judge
     step runs it first), when there is a checkout. False when the checkout fails its check; a
     subset that evaluate.py fails is a warning naming its log (a rerun of judge evaluates it again)."""
@@ -275,21 +337,32 @@ def run_v10_evaluator(rep: RepeatPaths, checkout: Path | None, accept_revision: 
         return True
     done = _evaluated(rep, checkout, accept_revision)
     if done is not None:
-        console.print(f"v1.0 evaluator: already evaluated with {escape(done.revision_label())} (evaluator.json)")
+        console.print(
+            f"v1.0 evaluator: already evaluated with {escape(done.revision_label())} (evaluator.json)"
+        )
         return True
     venv = load_settings().scoring_venv
     try:
-        summary = run_evaluator(rep.v10_reference, checkout, python=str(venv / "bin" / "python") if venv else None,
-                                accept_revision=accept_revision)
+        summary = run_evaluator(
+            rep.v10_reference,
+            checkout,
+            python=str(venv / "bin" / "python") if venv else None,
+            accept_revision=accept_revision,
+        )
     except FdbError as exc:
-        console.print(f"[red]WARNING[/]: the v1.0 evaluation did not run: {escape(exc.one_line())}", soft_wrap=True)
+        console.print(
+            f"[red]WARNING[/]: the v1.0 evaluation did not run: {escape(exc.one_line())}",
+            soft_wrap=True,
+        )
         return False
     console.print(f"v1.0 evaluator: {escape(summary.revision_label())}")
     for name, subset in summary.subsets.items():
         if subset.status == "ok":
             _json_line(console, f"  {name}", subset.result)
         elif subset.status == "failed":
-            console.print(f"[red]WARNING[/]: the v1.0 evaluation failed for {escape(name)}: see {escape(str(subset.log))}")
+            console.print(
+                f"[red]WARNING[/]: the v1.0 evaluation failed for {escape(name)}: see {escape(str(subset.log))}"
+            )
     return True
 
 
@@ -304,15 +377,20 @@ def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
     done = columns.evaluator if columns is not None else None
     check = done.checkout_check if done is not None else None
     accepted = check.accepted_revision if check is not None else None
-    same_acceptance = (accepted is None if accept_revision is None
-                       else bool(accepted and accepted.startswith(accept_revision)))
+    same_acceptance = (
+        accepted is None
+        if accept_revision is None
+        else bool(accepted and accepted.startswith(accept_revision))
+    )
     same = check is not None and check.checkout == str(Path(checkout).resolve()) and same_acceptance
     if not same or any(s.status == "failed" for s in done.subsets.values()):
         return None
     return done
 
 
-def run_judge(run_name: str, repeat: int, console: Console, accept_revision: str | None = None) -> bool:
+def run_judge(
+    run_name: str, repeat: int, console: Console, accept_revision: str | None = None
+) -> bool:
     """The judge step of --all-stages: the original v1.0 evaluator (with a checkout), then the
     judge the environment configures (JUDGE, JUDGE_CONFIG / JUDGE_URL, OPENAI_API_KEY); without
     one every label stays `pending`. ``accept_revision``: the checkout revision the user accepted."""
@@ -324,14 +402,20 @@ def run_judge(run_name: str, repeat: int, console: Console, accept_revision: str
     settings = load_settings()
     checkout = reference_checkout()
     evaluated = run_v10_evaluator(rep, checkout, accept_revision, console)
-    choice = resolve_judge(work=settings.work, reference_source=checkout, accept_revision=accept_revision)
+    choice = resolve_judge(
+        work=settings.work, reference_source=checkout, accept_revision=accept_revision
+    )
     if choice.settings is None:
         console.print(f"judge: {escape(str(choice.reason))}")
     with RichProgress(console) as progress:
-        summary = judge_repeat(rep.root, choice.settings, progress=progress, pending_reason=choice.reason)
+        summary = judge_repeat(
+            rep.root, choice.settings, progress=progress, pending_reason=choice.reason
+        )
     print_summary(console, summary)
     if not summary.ok:
-        console.print(f"rerun: python -m fdb judge --run-name {run_name} --repeat {repeat} --retry-failed")
+        console.print(
+            f"rerun: python -m fdb judge --run-name {run_name} --repeat {repeat} --retry-failed"
+        )
     return summary.ok and evaluated
 
 
@@ -348,15 +432,19 @@ def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:
     return run.results_md
 
 
-def continue_commands(run_name: str, repeat: int, step: str, accept_revision: str | None = None) -> list[str]:
+def continue_commands(
+    run_name: str, repeat: int, step: str, accept_revision: str | None = None
+) -> list[str]:
     """The commands that continue an --all-stages run stopped at ``step`` (asr or judge)."""
     base = f"--run-name {run_name} --repeat {repeat}"
     accept = f" --accept-revision {accept_revision}" if accept_revision else ""
-    steps = {"asr": f"python -m fdb asr {base} --retry-failed",
-             "judge": f"python -m fdb judge {base} --retry-failed{accept}",
-             "aggregate": f"python -m fdb aggregate --run-name {run_name}"}
+    steps = {
+        "asr": f"python -m fdb asr {base} --retry-failed",
+        "judge": f"python -m fdb judge {base} --retry-failed{accept}",
+        "aggregate": f"python -m fdb aggregate --run-name {run_name}",
+    }
     names = list(steps)
-    return [steps[name] for name in names[names.index(step):]]
+    return [steps[name] for name in names[names.index(step) :]]
 
 
 def stopped_after_recording(outcome, all_stages: bool, console: Console) -> None:
@@ -366,20 +454,26 @@ def stopped_after_recording(outcome, all_stages: bool, console: Console) -> None
     console.print(f"[red]ERROR[/]: {escape(outcome.failure_line())}", soft_wrap=True)
     if all_stages:
         commands = " && ".join(continue_commands(outcome.run_name, outcome.repeat, "asr"))
-        console.print(f"--all-stages stopped before asr; to score this repeat as recorded anyway: {escape(commands)}",
-                      soft_wrap=True)
+        console.print(
+            f"--all-stages stopped before asr; to score this repeat as recorded anyway: {escape(commands)}",
+            soft_wrap=True,
+        )
 
 
-def run_all_stages(run_name: str, repeat: int, console: Console, accept_revision: str | None = None) -> bool:
+def run_all_stages(
+    run_name: str, repeat: int, console: Console, accept_revision: str | None = None
+) -> bool:
     """asr, judge and aggregate after generate; stops at the first step that failed and names
     the commands that continue the run. ``accept_revision`` goes to the judge step."""
     steps = (("asr", run_asr), ("judge", lambda *a: run_judge(*a, accept_revision=accept_revision)))
     for step, fn in steps:
         if not fn(run_name, repeat, console):
-            console.print(f"[red]ERROR[/]: {step} stopped the --all-stages run of {run_name} repeat-{repeat}; "
-                          "fix the cause above, then continue with: "
-                          + escape(" && ".join(continue_commands(run_name, repeat, step, accept_revision))),
-                          soft_wrap=True)
+            console.print(
+                f"[red]ERROR[/]: {step} stopped the --all-stages run of {run_name} repeat-{repeat}; "
+                "fix the cause above, then continue with: "
+                + escape(" && ".join(continue_commands(run_name, repeat, step, accept_revision))),
+                soft_wrap=True,
+            )
             return False
     run_aggregate(run_name, console, show=True)
     return True

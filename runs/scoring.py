@@ -61,8 +61,12 @@ class Scoring:
         return None if backend is None else backend.identity.model_dump(mode="json")
 
 
-def resolve(run: RunPaths, asked: dict[str, BackendChoice], side_by_side: bool = False,
-            device: str | None = None) -> ScoringBackends:
+def resolve(
+    run: RunPaths,
+    asked: dict[str, BackendChoice],
+    side_by_side: bool = False,
+    device: str | None = None,
+) -> ScoringBackends:
     """The run's choice (else the defaults) with the kinds the user asked for; another model than
     the run's recorded one is refused without ``side_by_side``."""
     manifest = load_manifest(run)
@@ -72,12 +76,18 @@ def resolve(run: RunPaths, asked: dict[str, BackendChoice], side_by_side: bool =
         choice = choice.model_copy(update={"asr": choice.asr.model_copy(update={"device": device})})
     differs = (recorded or ScoringBackends()).differences(choice)
     if recorded is not None and differs and not side_by_side:
-        raise FdbError(f"run {run.name} is scored with other backends ({run.manifest} scoring): {'; '.join(differs)}",
-                       f"add --side-by-side to write them under repeat-N/scoring/{choice.tag()}/ beside the "
-                       "run's, leave the option out to use the run's, or score into a new --run-name")
-    if side_by_side and not differs:  # a run with no choice recorded yet is (or will be) scored with the defaults
-        raise FdbError(f"--side-by-side with the run's own backends ({choice.tag()}) would score {run.name} twice",
-                       "leave --side-by-side out, or pass the backend you want beside the run's")
+        raise FdbError(
+            f"run {run.name} is scored with other backends ({run.manifest} scoring): {'; '.join(differs)}",
+            f"add --side-by-side to write them under repeat-N/scoring/{choice.tag()}/ beside the "
+            "run's, leave the option out to use the run's, or score into a new --run-name",
+        )
+    if (
+        side_by_side and not differs
+    ):  # a run with no choice recorded yet is (or will be) scored with the defaults
+        raise FdbError(
+            f"--side-by-side with the run's own backends ({choice.tag()}) would score {run.name} twice",
+            "leave --side-by-side out, or pass the backend you want beside the run's",
+        )
     return choice
 
 
@@ -93,14 +103,22 @@ def load(kind: str, wanted: BackendChoice, notes: list[str]):
         return None
 
 
-def prepare(run: RunPaths, rep: RepeatPaths, asked: dict[str, BackendChoice], side_by_side: bool = False,
-            device: str | None = None) -> Scoring:
+def prepare(
+    run: RunPaths,
+    rep: RepeatPaths,
+    asked: dict[str, BackendChoice],
+    side_by_side: bool = False,
+    device: str | None = None,
+) -> Scoring:
     """Resolve, load and check the backends of one call (each kind checked against the outputs on
     disk as soon as it is loaded); records a new run's choice in run.json and, side by side,
     writes the side directory's scoring.json and its export links."""
     choice = resolve(run, asked, side_by_side, device)
     scoring = Scoring(choice, {}, _target(rep, choice, side_by_side))
-    on_disk = [(t, existing_outputs(t)) for t in (_target(other, choice, side_by_side) for other in run.repeats())]
+    on_disk = [
+        (t, existing_outputs(t))
+        for t in (_target(other, choice, side_by_side) for other in run.repeats())
+    ]
     for kind in KINDS:
         scoring.backends[kind] = load(kind, getattr(choice, kind), scoring.notes)
         for target, outputs in on_disk:
@@ -126,8 +144,10 @@ def _record(run: RunPaths, choice: ScoringBackends) -> None:
 
 def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
     """(file, kind, backend identity) of every backend-dependent output already in ``target``."""
-    found = [(tree / "asr.json", "asr", asr_backend(tree))
-             for tree in (target.out.v10_reference, target.out.reference_audio)]
+    found = [
+        (tree / "asr.json", "asr", asr_backend(tree))
+        for tree in (target.out.v10_reference, target.out.reference_audio)
+    ]
     summary = target.out.listening / "summary.json"
     if summary.exists():
         for kind, ident in (read_json(summary).get("backends") or {}).items():
@@ -135,7 +155,9 @@ def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
     return [(path, kind, ident) for path, kind, ident in found if ident]
 
 
-def check_outputs(target: Target, outputs: list[tuple[Path, str, dict]], kind: str, now: dict | None) -> None:
+def check_outputs(
+    target: Target, outputs: list[tuple[Path, str, dict]], kind: str, now: dict | None
+) -> None:
     """Refuse to score over a ``kind`` output of another model (it would be overwritten or mixed);
     ``outputs``: the target's ``existing_outputs``."""
     for path, found, ident in outputs:
@@ -144,17 +166,25 @@ def check_outputs(target: Target, outputs: list[tuple[Path, str, dict]], kind: s
                 f"{path} holds {kind} results of {ident.get('name')} (sha256 {str(ident.get('checkpoint_sha256'))[:12]}), "
                 f"not of {now.get('name')}: scoring {target.rep.root} with it would overwrite or mix them",
                 "pass the backend that wrote them (fdb asr --help), add --side-by-side to keep both, "
-                "or use a new --run-name")
+                "or use a new --run-name",
+            )
 
 
 def _prepare_side(scoring: Scoring) -> None:
     target = scoring.target
     target.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(target.root / "scoring.json", {
-        "schema": SIDE_SCHEMA, "scoring": scoring.choice.model_dump(mode="json"),
-        "backends": {kind: scoring.identity(kind) for kind in KINDS}})
-    for source, dest, name in ((target.rep.v10_reference, target.out.v10_reference, "manifest.json"),
-                               (target.rep.reference_audio, target.out.reference_audio, "reference-manifest.json")):
+    atomic_write_json(
+        target.root / "scoring.json",
+        {
+            "schema": SIDE_SCHEMA,
+            "scoring": scoring.choice.model_dump(mode="json"),
+            "backends": {kind: scoring.identity(kind) for kind in KINDS},
+        },
+    )
+    for source, dest, name in (
+        (target.rep.v10_reference, target.out.v10_reference, "manifest.json"),
+        (target.rep.reference_audio, target.out.reference_audio, "reference-manifest.json"),
+    ):
         if (source / name).exists():
             link_export(source, dest, name)
 
@@ -186,5 +216,9 @@ def choice_flags(choice: ScoringBackends) -> str:
         if path_flag:
             flags += [f"{path_flag} {c.checkpoint}", f"{sha_flag} {c.sha256}"]
         if c.url:
-            flags += [f"--asr-url {c.url}", f"--asr-model {c.model}", f"--api-key-env {c.api_key_env or 'OPENAI_API_KEY'}"]
+            flags += [
+                f"--asr-url {c.url}",
+                f"--asr-model {c.model}",
+                f"--api-key-env {c.api_key_env or 'OPENAI_API_KEY'}",
+            ]
     return " ".join(flags)

@@ -61,7 +61,9 @@ def _cmdline(pid_dir: Path, limit: int = 160) -> str | None:
         raw = (pid_dir / "cmdline").read_bytes()
     except OSError:
         return None
-    text = " ".join(" ".join(part.decode(errors="replace").split()) for part in raw.split(b"\0") if part)
+    text = " ".join(
+        " ".join(part.decode(errors="replace").split()) for part in raw.split(b"\0") if part
+    )
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -123,10 +125,22 @@ class ManagedServer:
     """A bundled server (`python -m fdb serve`) run as a child process for one phase, at
     ``SERVER_NICE`` (see above)."""
 
-    def __init__(self, *, system: str, host: str, port: int, log_path: Path, ready_timeout_s: float = 300.0,
-                 env: dict[str, str] | None = None, follow: bool = False, config: Path | None = None):
+    def __init__(
+        self,
+        *,
+        system: str,
+        host: str,
+        port: int,
+        log_path: Path,
+        ready_timeout_s: float = 300.0,
+        env: dict[str, str] | None = None,
+        follow: bool = False,
+        config: Path | None = None,
+    ):
         self.system = system
-        self.config = config  # a launch.yaml overriding the system's settings (`fdb serve --config`)
+        self.config = (
+            config  # a launch.yaml overriding the system's settings (`fdb serve --config`)
+        )
         self.host = host
         self.port = port
         self.log_path = log_path
@@ -149,8 +163,19 @@ class ManagedServer:
         return f"ws://{self.host}:{self.port}/v1/realtime"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "fdb", "serve", "--system", self.system, "--host", self.host,
-                "--port", str(self.port), *(["--config", str(self.config)] if self.config else [])]
+        return [
+            sys.executable,
+            "-m",
+            "fdb",
+            "serve",
+            "--system",
+            self.system,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            *(["--config", str(self.config)] if self.config else []),
+        ]
 
     def start(self) -> None:
         if port_is_served(self.host, self.port):
@@ -170,8 +195,14 @@ class ManagedServer:
             from runs.logstream import LogFollower
 
             self._follower = LogFollower(self.name, self.log_path).start()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                     preexec_fn=_lower_priority)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_lower_priority,
+        )
         log.close()
         self._wait_ready()
 
@@ -199,7 +230,10 @@ class ManagedServer:
             if phase == "during the recordings":
                 fix = f"fix the cause (full log: {self.log_path}), delete the repeat and generate it again"
             raise FdbError(
-                f"the model server exited with code {code} {phase}; last log lines:\n" + tail(self.log_path), fix)
+                f"the model server exited with code {code} {phase}; last log lines:\n"
+                + tail(self.log_path),
+                fix,
+            )
 
     def stop(self) -> None:
         try:
@@ -239,8 +273,16 @@ class ServerFleet:
         for plan in plans:
             cache = settings.work / "cache" / f"gpu-{plan.gpu}"
             env = {"CUDA_VISIBLE_DEVICES": str(plan.gpu), "XDG_CACHE_HOME": str(cache)}
-            self.servers.append(ManagedServer(system=opts.system, host="127.0.0.1", port=plan.port,
-                                              log_path=rep.logs / f"{plan.name}.log", env=env, follow=debug))
+            self.servers.append(
+                ManagedServer(
+                    system=opts.system,
+                    host="127.0.0.1",
+                    port=plan.port,
+                    log_path=rep.logs / f"{plan.name}.log",
+                    env=env,
+                    follow=debug,
+                )
+            )
 
     @property
     def ws_urls(self) -> list[str]:

@@ -33,9 +33,15 @@ HEALTH = "/health"
 PROBES = (CAPABILITIES, MODELS, HEALTH)
 ABSENT = frozenset({404, 405, 501})  # the server does not have the endpoint
 TIMEOUT_S = 5.0
-VOLATILE = {MODELS: ("created",), HEALTH: ("sessions", "uptime", "uptime_s")}  # per start, not per server
-_SECRET_KEY = re.compile(r"(^|[_\-])(api_?key|apikey|key|token|secret|password|passwd|authorization|credentials?"
-                         r"|bearer)($|[_\-])", re.IGNORECASE)
+VOLATILE = {
+    MODELS: ("created",),
+    HEALTH: ("sessions", "uptime", "uptime_s"),
+}  # per start, not per server
+_SECRET_KEY = re.compile(
+    r"(^|[_\-])(api_?key|apikey|key|token|secret|password|passwd|authorization|credentials?"
+    r"|bearer)($|[_\-])",
+    re.IGNORECASE,
+)
 _URL = re.compile(r"\b(?:https?|wss?)://[^\s\"'<>]+")
 
 
@@ -50,12 +56,21 @@ def base_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path.rstrip("/"), "", ""))
 
 
-def probe_server(url: str, headers: Mapping[str, str] | None = None, secrets: Iterable[str] = (),
-                 timeout_s: float = TIMEOUT_S, paths: tuple[str, ...] = PROBES) -> ServerReport:
+def probe_server(
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    secrets: Iterable[str] = (),
+    timeout_s: float = TIMEOUT_S,
+    paths: tuple[str, ...] = PROBES,
+) -> ServerReport:
     """Ask the server at ``url`` (its realtime or base URL) what it is. ``headers`` go with each
     GET (a bearer token, the profile's headers); ``secrets`` are values to keep out of the record."""
     base = base_url(url)
-    hidden = sorted({*secret_values(), *(s for s in secrets if s), *_header_secrets(headers)}, key=len, reverse=True)
+    hidden = sorted(
+        {*secret_values(), *(s for s in secrets if s), *_header_secrets(headers)},
+        key=len,
+        reverse=True,
+    )
     probes = [_get(base, path, dict(headers or {}), hidden, timeout_s) for path in paths]
     return summarize(redact_url(base), probes)
 
@@ -77,7 +92,9 @@ def summarize(url: str, probes: list[Probe]) -> ServerReport:
     )
 
 
-def _get(base: str, path: str, headers: dict[str, str], hidden: list[str], timeout_s: float) -> Probe:
+def _get(
+    base: str, path: str, headers: dict[str, str], hidden: list[str], timeout_s: float
+) -> Probe:
     try:
         reply = httpx.get(base + path, headers=headers, timeout=timeout_s, follow_redirects=False)
     except httpx.TimeoutException:
@@ -87,17 +104,32 @@ def _get(base: str, path: str, headers: dict[str, str], hidden: list[str], timeo
         return Probe(path=path, status="failed", reason=f"{type(exc).__name__}: {reason}")
     status = reply.status_code
     if status in ABSENT:
-        return Probe(path=path, status="absent", http_status=status, reason=f"HTTP {status}: the server has no {path}")
+        return Probe(
+            path=path,
+            status="absent",
+            http_status=status,
+            reason=f"HTTP {status}: the server has no {path}",
+        )
     if status != 200:
-        return Probe(path=path, status="failed", http_status=status,
-                     reason=f"HTTP {status}" + _error_text(reply, hidden))
+        return Probe(
+            path=path,
+            status="failed",
+            http_status=status,
+            reason=f"HTTP {status}" + _error_text(reply, hidden),
+        )
     try:
         body = reply.json()
     except ValueError:
         kind = reply.headers.get("content-type", "no content type").split(";")[0]
-        return Probe(path=path, status="failed", http_status=status,
-                     reason=f"HTTP 200 but the body is not JSON ({one_line(kind, 60)}, {len(reply.content)} bytes)")
-    return Probe(path=path, status="ok", http_status=status, body=_clean(_drop_volatile(path, body), hidden))
+        return Probe(
+            path=path,
+            status="failed",
+            http_status=status,
+            reason=f"HTTP 200 but the body is not JSON ({one_line(kind, 60)}, {len(reply.content)} bytes)",
+        )
+    return Probe(
+        path=path, status="ok", http_status=status, body=_clean(_drop_volatile(path, body), hidden)
+    )
 
 
 def _error_text(reply: httpx.Response, hidden: list[str]) -> str:
@@ -108,8 +140,11 @@ def _error_text(reply: httpx.Response, hidden: list[str]) -> str:
     except ValueError:
         return ""
     error = body.get("error") if isinstance(body, dict) else None
-    message = (error.get("message") if isinstance(error, dict) else error) if error else (
-        body.get("detail") if isinstance(body, dict) else None)
+    message = (
+        (error.get("message") if isinstance(error, dict) else error)
+        if error
+        else (body.get("detail") if isinstance(body, dict) else None)
+    )
     if not isinstance(message, str) or not message.strip():
         return ""
     return ": " + one_line(_clean_text(message, hidden), 160)
@@ -120,8 +155,15 @@ def _drop_volatile(path: str, body: Any) -> Any:
     if not keys or not isinstance(body, dict):
         return body
     if path == MODELS and isinstance(body.get("data"), list):
-        return {**body, "data": [{k: v for k, v in entry.items() if k not in keys} if isinstance(entry, dict)
-                                 else entry for entry in body["data"]]}
+        return {
+            **body,
+            "data": [
+                {k: v for k, v in entry.items() if k not in keys}
+                if isinstance(entry, dict)
+                else entry
+                for entry in body["data"]
+            ],
+        }
     return {k: v for k, v in body.items() if k not in keys}
 
 
@@ -133,8 +175,12 @@ def _secret_key(key: str) -> bool:
 
 def _clean(value: Any, hidden: list[str]) -> Any:
     if isinstance(value, dict):
-        return {str(k): REDACTED if isinstance(v, str) and v and _secret_key(str(k)) else _clean(v, hidden)
-                for k, v in value.items()}
+        return {
+            str(k): REDACTED
+            if isinstance(v, str) and v and _secret_key(str(k))
+            else _clean(v, hidden)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_clean(v, hidden) for v in value]
     if isinstance(value, str):
@@ -165,7 +211,11 @@ def _model_ids(body: Any) -> list[str] | None:
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         return None
-    return [entry["id"] for entry in data if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
+    return [
+        entry["id"]
+        for entry in data
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str)
+    ]
 
 
 def _max_sessions(caps: dict) -> int | None:
@@ -184,6 +234,9 @@ def describe(report: ServerReport | None) -> str:
     if report.backends:
         said.append("backends " + ", ".join(sorted(report.backends)))
     if report.models is not None:
-        said.append(f"/v1/models: {', '.join(report.models[:3]) or 'none'}" + (" …" if len(report.models) > 3 else ""))
+        said.append(
+            f"/v1/models: {', '.join(report.models[:3]) or 'none'}"
+            + (" …" if len(report.models) > 3 else "")
+        )
     quiet = [f"{p.path} {p.status}" for p in report.probes if p.status != "ok"]
     return "; ".join(said + quiet) or "nothing reported"

@@ -38,7 +38,9 @@ from fdb.run_manifest import ServerProvenance
 from runs.sweep_args import RecordOptions
 
 CLIENT_SCHEMA = "fdb-sweep-client-1"
-URL_ENV = "FDB_SWEEP_URL"  # the level's URL as given (level.json keeps it with its secrets redacted)
+URL_ENV = (
+    "FDB_SWEEP_URL"  # the level's URL as given (level.json keeps it with its secrets redacted)
+)
 
 
 class SweepOptions(BaseModel):
@@ -77,7 +79,9 @@ class LevelSpec(BaseModel):
     instructions: str | None = None
     timeout_s: float = 90.0
     max_sessions: int | None = None  # the server's, as /v1/realtime/capabilities reported it
-    server: ServerProvenance | None = None  # revisions declared and what the server reported before the sweep
+    server: ServerProvenance | None = (
+        None  # revisions declared and what the server reported before the sweep
+    )
     record_args: list[str] = Field(default_factory=list)
     jobs: list[LevelJob] = Field(default_factory=list)
 
@@ -94,13 +98,17 @@ class ClientStats(BaseModel):
 
 
 def parse_levels(text: str) -> list[int]:
-    """"1,2,4" -> [1, 2, 4]: positive, strictly rising."""
+    """ "1,2,4" -> [1, 2, 4]: positive, strictly rising."""
     try:
         levels = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise FdbError(f"--concurrency {text!r} is not a list of integers", "e.g. --concurrency 1,2,4,8") from None
+        raise FdbError(
+            f"--concurrency {text!r} is not a list of integers", "e.g. --concurrency 1,2,4,8"
+        ) from None
     if not levels or any(n < 1 for n in levels) or levels != sorted(set(levels)):
-        raise FdbError(f"--concurrency {text!r} must be rising positive integers", "e.g. --concurrency 1,2,4,8")
+        raise FdbError(
+            f"--concurrency {text!r} must be rising positive integers", "e.g. --concurrency 1,2,4,8"
+        )
     return levels
 
 
@@ -109,7 +117,10 @@ def search_capacity(meets: Callable[[int], bool], max_level: int, start: int = 1
     (or ``max_level``, itself run last), then bisect between the last passing and the first failing
     level. ``meets(level)`` records a level and says whether it met the targets."""
     if not 1 <= start <= max_level:
-        raise FdbError(f"--max-concurrency {max_level} is below the first level {start}", "raise --max-concurrency")
+        raise FdbError(
+            f"--max-concurrency {max_level} is below the first level {start}",
+            "raise --max-concurrency",
+        )
     visited, level, passed = [], start, 0
     while True:
         visited.append(level)
@@ -136,14 +147,27 @@ def plan_jobs(opts: SweepOptions, console: Console) -> list[LevelJob]:
     from runs.generate import V15_VARIANTS, select_dataset
 
     record = opts.record
-    selected = select_dataset(opts.dataset, record.choice, record.dataset_root, load_settings(), console)
+    selected = select_dataset(
+        opts.dataset, record.choice, record.dataset_root, load_settings(), console
+    )
     if selected is None or not selected.samples:
-        raise FdbError(f"the selection leaves no {opts.dataset} sample to record", "raise --per-subset")
-    console.print(f"{opts.dataset} ({selected.tree.source}, {selected.tree.root}): {len(selected.samples)} selected")
+        raise FdbError(
+            f"the selection leaves no {opts.dataset} sample to record", "raise --per-subset"
+        )
+    console.print(
+        f"{opts.dataset} ({selected.tree.source}, {selected.tree.root}): {len(selected.samples)} selected"
+    )
     variants = V15_VARIANTS if opts.dataset == "v1.5" else (("main", "input_wav"),)
-    return [LevelJob(audio=getattr(sample, attr), out=f"{sample.sample_id}/{variant}", sample_id=sample.sample_id,
-                     variant=variant)
-            for sample in selected.samples for variant, attr in variants]
+    return [
+        LevelJob(
+            audio=getattr(sample, attr),
+            out=f"{sample.sample_id}/{variant}",
+            sample_id=sample.sample_id,
+            variant=variant,
+        )
+        for sample in selected.samples
+        for variant, attr in variants
+    ]
 
 
 def level_dir(output: Path, concurrency: int) -> Path:
@@ -152,12 +176,18 @@ def level_dir(output: Path, concurrency: int) -> Path:
 
 def recording_dir(output: Path, concurrency: int, repeat: int, repeats: int) -> Path:
     """concurrency-C/ for a single recording, concurrency-C/repeat-K/ when a level is repeated."""
-    return level_dir(output, concurrency) / f"repeat-{repeat}" if repeats > 1 else level_dir(output, concurrency)
+    return (
+        level_dir(output, concurrency) / f"repeat-{repeat}"
+        if repeats > 1
+        else level_dir(output, concurrency)
+    )
 
 
 def recordings(directory: Path) -> list[Path]:
     """The recordings of a level: its repeat-K/ folders in order, else the level folder itself."""
-    found = [d for d in directory.glob("repeat-*") if d.is_dir() and re.fullmatch(r"repeat-\d+", d.name)]
+    found = [
+        d for d in directory.glob("repeat-*") if d.is_dir() and re.fullmatch(r"repeat-\d+", d.name)
+    ]
     return sorted(found, key=lambda d: int(d.name.split("-")[1])) or [directory]
 
 
@@ -165,17 +195,30 @@ def run_level(spec: LevelSpec, directory: Path, console: Console, url: str | Non
     """Record one level in a fresh client process (against ``url``, else ``spec.url``); returns
     its exit code."""
     if any(directory.rglob("session.json")):
-        raise FdbError(f"{directory} already holds a recording", "use another --output, or delete it to redo the sweep")
+        raise FdbError(
+            f"{directory} already holds a recording",
+            "use another --output, or delete it to redo the sweep",
+        )
     directory.mkdir(parents=True, exist_ok=True)
     spec_path = directory / "level.json"
     atomic_write_json(spec_path, spec.model_dump(mode="json", by_alias=True))
     label = f"{spec.concurrency} at once" + (f", repeat {spec.repeat}" if spec.repeat > 1 else "")
-    columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("{task.fields[last]}"))
+    columns = (
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+    )
     with open(directory / "record.log", "ab") as log, Progress(*columns, console=console) as bar:
         task = bar.add_task("sessions", total=len(spec.jobs), last="")
-        proc = subprocess.Popen([sys.executable, "-m", "runs.sweep", str(spec_path)], stdout=subprocess.PIPE,
-                                stderr=log, text=True, env={**os.environ, URL_ENV: url or spec.url})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runs.sweep", str(spec_path)],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, URL_ENV: url or spec.url},
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             try:
@@ -195,21 +238,40 @@ def _record_level(spec_path: Path) -> None:
     spec = LevelSpec.model_validate(read_json(spec_path))
     root = spec_path.parent
     url = os.environ.get(URL_ENV) or spec.url
-    jobs = [SessionJob(url=url, audio=job.audio, out_dir=root / job.out, sample_id=job.sample_id,
-                       variant=job.variant, profile=spec.profile, turn_detection=spec.turn_detection,
-                       model=spec.model, instructions=spec.instructions, timeout_s=spec.timeout_s,
-                       extra_meta={"dataset": spec.dataset, "concurrency": spec.concurrency})
-            for job in spec.jobs]
+    jobs = [
+        SessionJob(
+            url=url,
+            audio=job.audio,
+            out_dir=root / job.out,
+            sample_id=job.sample_id,
+            variant=job.variant,
+            profile=spec.profile,
+            turn_detection=spec.turn_detection,
+            model=spec.model,
+            instructions=spec.instructions,
+            timeout_s=spec.timeout_s,
+            extra_meta={"dataset": spec.dataset, "concurrency": spec.concurrency},
+        )
+        for job in spec.jobs
+    ]
 
     def tick(done: int, total: int, record) -> None:
         label = f"{record.sample_id} [{record.variant}]"
-        print(json.dumps({"done": done, "total": total, "label": label, "status": record.status}), flush=True)
+        print(
+            json.dumps({"done": done, "total": total, "label": label, "status": record.status}),
+            flush=True,
+        )
 
     cpu0, wall0 = time.process_time(), time.monotonic()
     run_loop(record_many(jobs, concurrency=spec.concurrency, progress=tick))
     cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-    stats = ClientStats(cpu_s=round(cpu, 3), wall_s=round(wall, 3), cpu_share=round(cpu / wall, 3) if wall > 0 else 0.0,
-                        load_1m=round(os.getloadavg()[0], 2), cpus=os.cpu_count())
+    stats = ClientStats(
+        cpu_s=round(cpu, 3),
+        wall_s=round(wall, 3),
+        cpu_share=round(cpu / wall, 3) if wall > 0 else 0.0,
+        load_1m=round(os.getloadavg()[0], 2),
+        cpus=os.cpu_count(),
+    )
     atomic_write_json(root / "client.json", stats.model_dump(mode="json", by_alias=True))
 
 
@@ -227,7 +289,9 @@ def level_concurrency(directory: Path) -> int:
     found = re.search(r"concurrency-(\d+)$", directory.name)
     if found:
         return int(found.group(1))
-    raise FdbError(f"{directory} names no concurrency", "name it concurrency-N or keep its level.json")
+    raise FdbError(
+        f"{directory} names no concurrency", "name it concurrency-N or keep its level.json"
+    )
 
 
 def _client_cpu(directory: Path) -> float | None:
@@ -248,15 +312,26 @@ def measure_level_repeats(directory: Path, profile: str = "turn-based", reserve_
         raise FdbError(f"{directory} is not a recorded level", "pass --run DIR/concurrency-N")
     concurrency = level_concurrency(directory)
     per_repeat = [(load_level(d), _client_cpu(d)) for d in recordings(directory)]
-    rows = [level_row(concurrency, sessions, profile, reserve_ms, cpu) for sessions, cpu in per_repeat]
-    pooled = rows[0] if len(rows) == 1 else level_row(
-        concurrency, [s for sessions, _ in per_repeat for s in sessions], profile, reserve_ms)
+    rows = [
+        level_row(concurrency, sessions, profile, reserve_ms, cpu) for sessions, cpu in per_repeat
+    ]
+    pooled = (
+        rows[0]
+        if len(rows) == 1
+        else level_row(
+            concurrency, [s for sessions, _ in per_repeat for s in sessions], profile, reserve_ms
+        )
+    )
     row = combine_repeats(pooled, rows)
     spec = _level_spec(directory)
-    return row.model_copy(update={"server_max_sessions": spec.get("max_sessions") if spec else None}), rows
+    return row.model_copy(
+        update={"server_max_sessions": spec.get("max_sessions") if spec else None}
+    ), rows
 
 
-def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: str = "turn-based") -> dict:
+def report(
+    levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: str = "turn-based"
+) -> dict:
     """serving.json at ``output``, SERVING.md, tables/*.csv and serving.png next to it, from level
     directories."""
     from fdb.provenance import current
@@ -264,22 +339,34 @@ def report(levels: list[Path], output: Path, reserve_ms: float = 80.0, profile: 
     from reports.serving import plot_png, render, tables, warnings
     from scorers.serving import capacity
 
-    found = sorted(((*measure_level_repeats(d, profile, reserve_ms), d) for d in levels),
-                   key=lambda found: found[0].concurrency)
+    found = sorted(
+        ((*measure_level_repeats(d, profile, reserve_ms), d) for d in levels),
+        key=lambda found: found[0].concurrency,
+    )
     rows = [row for row, _, _ in found]
     cap = capacity(rows)
-    published = tables(rows)  # SERVING.md's tables: its Markdown, tables/*.csv and serving.json "tables"
+    published = tables(
+        rows
+    )  # SERVING.md's tables: its Markdown, tables/*.csv and serving.json "tables"
     server, differ = level_servers([directory for _, _, directory in found])
-    record = SweepReport(playback_reserve_ms=reserve_ms, capacity=SweepCapacity(**dict(cap), sentence=cap.line()),
-                         client_limited_levels=[r.concurrency for r in rows if r.client_limited],
-                         warnings=warnings(rows) + differ,
-                         server=server.model_dump(mode="json", by_alias=True) if server else None,
-                         levels={str(row.concurrency): str(directory) for row, _, directory in found},
-                         rows=rows, repeat_rows={str(row.concurrency): repeats for row, repeats, _ in found},
-                         provenance=current().model_dump(mode="json"), tables=[table.dump() for table in published])
+    record = SweepReport(
+        playback_reserve_ms=reserve_ms,
+        capacity=SweepCapacity(**dict(cap), sentence=cap.line()),
+        client_limited_levels=[r.concurrency for r in rows if r.client_limited],
+        warnings=warnings(rows) + differ,
+        server=server.model_dump(mode="json", by_alias=True) if server else None,
+        levels={str(row.concurrency): str(directory) for row, _, directory in found},
+        rows=rows,
+        repeat_rows={str(row.concurrency): repeats for row, repeats, _ in found},
+        provenance=current().model_dump(mode="json"),
+        tables=[table.dump() for table in published],
+    )
     data = record.dump()
     atomic_write_json(output, data)
-    atomic_write_text(output.parent / "SERVING.md", render(rows, cap, found=published, server=server, extra_warnings=differ))
+    atomic_write_text(
+        output.parent / "SERVING.md",
+        render(rows, cap, found=published, server=server, extra_warnings=differ),
+    )
     write_tables(output.parent / "tables", published)
     atomic_write_bytes(output.parent / "serving.png", plot_png(rows))
     return data
@@ -301,11 +388,20 @@ def level_servers(levels: list[Path]) -> tuple[ServerProvenance | None, list[str
     first = found[0][1]
 
     def key(server: ServerProvenance) -> tuple:
-        return (server.server_revision, server.model_revision, server.dataset_revision,
-                server.reported.identity() if server.reported else None)
+        return (
+            server.server_revision,
+            server.model_revision,
+            server.dataset_revision,
+            server.reported.identity() if server.reported else None,
+        )
 
-    differ = sorted({f"level {level}'s server provenance differs from level {found[0][0]}'s (see its level.json)"
-                     for level, server in found if key(server) != key(first)})
+    differ = sorted(
+        {
+            f"level {level}'s server provenance differs from level {found[0][0]}'s (see its level.json)"
+            for level, server in found
+            if key(server) != key(first)
+        }
+    )
     return first, differ
 
 
@@ -315,7 +411,9 @@ def summary_table(data: dict) -> Table:
 
     published = serving_table([ServingRow.model_validate(row) for row in data["rows"]])
     headers, cells = published.headers(), published.cells()
-    keep = [k for k in range(len(headers)) if any(line[k] != "-" for line in cells)]  # drop empty columns
+    keep = [
+        k for k in range(len(headers)) if any(line[k] != "-" for line in cells)
+    ]  # drop empty columns
     table = Table(*(headers[k] for k in keep), title=data["capacity"]["line"])
     for line in cells:
         table.add_row(*(line[k] for k in keep))
@@ -329,7 +427,9 @@ def _serving(opts: SweepOptions, console: Console) -> Iterator[tuple[str, Callab
         yield opts.record.url, lambda: None
         return
     server = bundled_server(opts)
-    console.print(f"starting the bundled server {opts.record.system} on :{server.port} (max_sessions {opts.top_level}) …")
+    console.print(
+        f"starting the bundled server {opts.record.system} on :{server.port} (max_sessions {opts.top_level}) …"
+    )
     server.start()
     try:
         yield server.ws_url, server.check_alive
@@ -344,10 +444,17 @@ def bundled_server(opts: SweepOptions):
     from runs.server import ManagedServer
 
     check_bundled_dialect(opts.record.system, opts.record.profile)
-    config = atomic_write_text(opts.output / "logs" / "launch.yaml",
-                               f"system: {opts.record.system}\nmax_sessions: {opts.top_level}\n")
-    return ManagedServer(system=opts.record.system, host="127.0.0.1", port=load_settings().server_port, config=config,
-                         log_path=opts.output / "logs" / "model-server.log")
+    config = atomic_write_text(
+        opts.output / "logs" / "launch.yaml",
+        f"system: {opts.record.system}\nmax_sessions: {opts.top_level}\n",
+    )
+    return ManagedServer(
+        system=opts.record.system,
+        host="127.0.0.1",
+        port=load_settings().server_port,
+        config=config,
+        log_path=opts.output / "logs" / "model-server.log",
+    )
 
 
 def _server_provenance(url: str, opts: SweepOptions, console: Console) -> ServerProvenance:
@@ -359,20 +466,29 @@ def _server_provenance(url: str, opts: SweepOptions, console: Console) -> Server
     record = opts.record
     report = probe_server(url, headers=dict(get_dialect(record.profile).client.headers))
     console.print(f"server {escape(redact_url(url))} reports: {escape(describe(report))}")
-    return ServerProvenance(url=None if record.url is None else redact_url(record.url),
-                            bundled_system=record.system if record.url is None else None,
-                            server_revision=record.server_revision, model_revision=record.model_revision,
-                            dataset_revision=record.dataset_revision, reported=report)
+    return ServerProvenance(
+        url=None if record.url is None else redact_url(record.url),
+        bundled_system=record.system if record.url is None else None,
+        server_revision=record.server_revision,
+        model_revision=record.model_revision,
+        dataset_revision=record.dataset_revision,
+        reported=report,
+    )
 
 
 def _warn_over(level: int, max_sessions: int | None, console: Console) -> None:
     if max_sessions is not None and level > max_sessions:
-        console.print(f"[yellow]WARNING[/]: level {level} exceeds the server's max_sessions {max_sessions}: "
-                      f"sessions beyond {max_sessions} at once are refused with 503 by design")
+        console.print(
+            f"[yellow]WARNING[/]: level {level} exceeds the server's max_sessions {max_sessions}: "
+            f"sessions beyond {max_sessions} at once are refused with 503 by design"
+        )
 
 
-def sweep(opts: SweepOptions, console: Console | None = None,
-          around_level: Callable[[int], AbstractContextManager] | None = None) -> dict:
+def sweep(
+    opts: SweepOptions,
+    console: Console | None = None,
+    around_level: Callable[[int], AbstractContextManager] | None = None,
+) -> dict:
     """Record every level (or search for the capacity), then write the report. ``around_level(n)``
     is entered around each recording of level n (the capacity benchmark samples server memory)."""
     from fdb.io import redact_url
@@ -383,8 +499,9 @@ def sweep(opts: SweepOptions, console: Console | None = None,
     console = console or Console(stderr=True)
     settings = load_settings()
     jobs = plan_jobs(opts, console)
-    timeout = opts.record.timeout_s or (settings.session_timeout_s if opts.dataset == "v1.5"
-                                        else settings.v10_session_timeout_s)
+    timeout = opts.record.timeout_s or (
+        settings.session_timeout_s if opts.dataset == "v1.5" else settings.v10_session_timeout_s
+    )
     recorded: list[int] = []
     with _serving(opts, console) as (url, check_alive):
         server = _server_provenance(url, opts, console)
@@ -393,21 +510,39 @@ def sweep(opts: SweepOptions, console: Console | None = None,
         def measure(level: int) -> bool:
             _warn_over(level, max_sessions, console)
             for repeat in range(1, opts.repeats + 1):
-                spec = LevelSpec(concurrency=level, repeat=repeat, url=redact_url(url), dataset=opts.dataset,
-                                 profile=opts.record.profile, turn_detection=opts.record.turn_detection,
-                                 model=opts.record.model, instructions=opts.record.instructions, timeout_s=timeout,
-                                 max_sessions=max_sessions, server=server, record_args=redact_command(list(opts.record.args)),
-                                 jobs=jobs)
+                spec = LevelSpec(
+                    concurrency=level,
+                    repeat=repeat,
+                    url=redact_url(url),
+                    dataset=opts.dataset,
+                    profile=opts.record.profile,
+                    turn_detection=opts.record.turn_detection,
+                    model=opts.record.model,
+                    instructions=opts.record.instructions,
+                    timeout_s=timeout,
+                    max_sessions=max_sessions,
+                    server=server,
+                    record_args=redact_command(list(opts.record.args)),
+                    jobs=jobs,
+                )
                 where = recording_dir(opts.output, level, repeat, opts.repeats)
                 with around_level(level) if around_level else contextlib.nullcontext():
                     rc = run_level(spec, where, console, url=url)
                 if rc != 0:
-                    console.print(f"[yellow]WARNING[/]: the level {level} client exited with code {rc} "
-                                  f"(log: {where / 'record.log'}); going on")
+                    console.print(
+                        f"[yellow]WARNING[/]: the level {level} client exited with code {rc} "
+                        f"(log: {where / 'record.log'}); going on"
+                    )
                 check_alive()
             recorded.append(level)
-            row = measure_level(level_dir(opts.output, level), opts.record.profile, opts.playback_reserve_ms)
-            verdict = "meets the targets" if row.meets_targets else "misses: " + "; ".join(row.missed_targets)
+            row = measure_level(
+                level_dir(opts.output, level), opts.record.profile, opts.playback_reserve_ms
+            )
+            verdict = (
+                "meets the targets"
+                if row.meets_targets
+                else "misses: " + "; ".join(row.missed_targets)
+            )
             console.print(f"level {level}: {verdict}")
             return row.meets_targets
 
@@ -417,7 +552,9 @@ def sweep(opts: SweepOptions, console: Console | None = None,
             for level in opts.concurrency:
                 measure(level)
     levels = [level_dir(opts.output, n) for n in sorted(set(recorded))]
-    data = report(levels, opts.output / "serving.json", opts.playback_reserve_ms, opts.record.profile)
+    data = report(
+        levels, opts.output / "serving.json", opts.playback_reserve_ms, opts.record.profile
+    )
     console.print(summary_table(data))
     for line in data["warnings"]:
         console.print(f"[yellow]WARNING[/]: {line}")

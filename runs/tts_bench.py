@@ -71,7 +71,9 @@ class TtsBenchOptions(BaseModel):
     list_name: str = "en/meta.lst"
     model: str | None = None
     stream_format: str = "audio"
-    transport: str = "http"  # http (/v1/audio/speech) | realtime (/v1/realtime, recorders.tts_realtime)
+    transport: str = (
+        "http"  # http (/v1/audio/speech) | realtime (/v1/realtime, recorders.tts_realtime)
+    )
     ref_audio: str = "inline"
     extra_body: dict[str, object] = Field(default_factory=dict)
     sample_rate: int | None = None
@@ -89,7 +91,9 @@ class TtsBenchOptions(BaseModel):
     @model_validator(mode="after")
     def _entries(self) -> TtsBenchOptions:
         if not self.concurrency or any(n < 1 for n in self.concurrency):
-            raise ValueError(f"concurrency {self.concurrency} must be one or more positive integers")
+            raise ValueError(
+                f"concurrency {self.concurrency} must be one or more positive integers"
+            )
         if self.cold_round is None:
             self.cold_round = self.rounds >= 2
         return self
@@ -106,7 +110,7 @@ class RoundSpec(BaseModel):
 
 
 def parse_concurrency(text: str) -> list[int]:
-    """"64 64 128" or "1,2,2,4" -> the level entries in order: commas and/or spaces, repeats allowed."""
+    """ "64 64 128" or "1,2,2,4" -> the level entries in order: commas and/or spaces, repeats allowed."""
     hint = "e.g. --concurrency 1,2,4,8 or --concurrency '64 64 128'"
     parts = [part for part in re.split(r"[,\s]+", text.strip()) if part]
     try:
@@ -120,7 +124,11 @@ def parse_concurrency(text: str) -> list[int]:
 
 def flat_layout(opts: TtsBenchOptions) -> bool:
     """One concurrency-N/ directory per level (the layout of runs without rounds)."""
-    return len(set(opts.concurrency)) == len(opts.concurrency) and opts.rounds == 1 and not opts.cold_round
+    return (
+        len(set(opts.concurrency)) == len(opts.concurrency)
+        and opts.rounds == 1
+        and not opts.cold_round
+    )
 
 
 def plan_rounds(opts: TtsBenchOptions) -> list[RoundSpec]:
@@ -133,9 +141,13 @@ def plan_rounds(opts: TtsBenchOptions) -> list[RoundSpec]:
             plan.append(RoundSpec(entry=entry, concurrency=n, round=1, directory=base))
             continue
         if opts.cold_round:
-            plan.append(RoundSpec(entry=entry, concurrency=n, round=0, cold=True, directory=f"{base}/cold"))
-        plan += [RoundSpec(entry=entry, concurrency=n, round=r, directory=f"{base}/round-{r}")
-                 for r in range(1, opts.rounds + 1)]
+            plan.append(
+                RoundSpec(entry=entry, concurrency=n, round=0, cold=True, directory=f"{base}/cold")
+            )
+        plan += [
+            RoundSpec(entry=entry, concurrency=n, round=r, directory=f"{base}/round-{r}")
+            for r in range(1, opts.rounds + 1)
+        ]
     return plan
 
 
@@ -143,7 +155,11 @@ def _label(spec: RoundSpec, opts: TtsBenchOptions) -> str:
     label = f"{spec.concurrency} at once"
     if flat_layout(opts):
         return label
-    return label + f" (entry {spec.entry}, " + ("cold round)" if spec.cold else f"round {spec.round}/{opts.rounds})")
+    return (
+        label
+        + f" (entry {spec.entry}, "
+        + ("cold round)" if spec.cold else f"round {spec.round}/{opts.rounds})")
+    )
 
 
 def select_items(items: list[SeedTtsItem], count: int) -> list[SeedTtsItem]:
@@ -158,7 +174,9 @@ def select_items(items: list[SeedTtsItem], count: int) -> list[SeedTtsItem]:
     return chosen
 
 
-def write_level(directory: Path, results: list[tuple[TtsRequestRecord, bytes]], reserve_s: float) -> None:
+def write_level(
+    directory: Path, results: list[tuple[TtsRequestRecord, bytes]], reserve_s: float
+) -> None:
     """requests.jsonl, metrics.jsonl and the measured requests' audio."""
     from fdb.audio import write_pcm16_wav
     from scorers.tts_serving import request_metrics
@@ -176,24 +194,45 @@ def write_level(directory: Path, results: list[tuple[TtsRequestRecord, bytes]], 
             write_pcm16_wav(directory / rel, frames.tobytes(), record.sample_rate)
         record.audio_path = rel
     atomic_write_jsonl(directory / "requests.jsonl", [record.dump() for record, _ in results])
-    atomic_write_jsonl(directory / "metrics.jsonl",
-                       [request_metrics(record, reserve_s) for record, _ in results if not record.warmup])
+    atomic_write_jsonl(
+        directory / "metrics.jsonl",
+        [request_metrics(record, reserve_s) for record, _ in results if not record.warmup],
+    )
 
 
-def run_level(items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, spec: RoundSpec,
-              console: Console) -> list[tuple[TtsRequestRecord, bytes]]:
+def run_level(
+    items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, spec: RoundSpec, console: Console
+) -> list[tuple[TtsRequestRecord, bytes]]:
     """Record one round of one level entry into its directory."""
     from recorders.tts_client import build_body, replay
 
     concurrency, directory = spec.concurrency, opts.output / spec.directory
     if (directory / "requests.jsonl").exists():
-        raise FdbError(f"{directory} already holds a recording", "use another --output, or delete it to redo the run")
-    body = {k: v for k, v in build_body(items[0], client_opts).items() if k not in ("input", "ref_audio", "ref_text")}
-    level = TtsLevelSpec(concurrency=concurrency, url=redact_url(client_opts.endpoint), requests=len(items),
-                        warmups=opts.num_warmups, body=body, ref_audio=opts.ref_audio)
+        raise FdbError(
+            f"{directory} already holds a recording",
+            "use another --output, or delete it to redo the run",
+        )
+    body = {
+        k: v
+        for k, v in build_body(items[0], client_opts).items()
+        if k not in ("input", "ref_audio", "ref_text")
+    }
+    level = TtsLevelSpec(
+        concurrency=concurrency,
+        url=redact_url(client_opts.endpoint),
+        requests=len(items),
+        warmups=opts.num_warmups,
+        body=body,
+        ref_audio=opts.ref_audio,
+    )
     atomic_write_json(directory / "level.json", level.dump())
-    columns = (TextColumn(f"[bold]{_label(spec, opts)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
+    columns = (
+        TextColumn(f"[bold]{_label(spec, opts)}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+    )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("requests", total=len(items), last="")
 
@@ -208,7 +247,9 @@ def run_level(items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, spec
 def load_records(directory: Path) -> list[TtsRequestRecord]:
     path = directory / "requests.jsonl"
     if not path.is_file():
-        raise FdbError(f"{directory} holds no requests.jsonl", "record the level with tts-bench first")
+        raise FdbError(
+            f"{directory} holds no requests.jsonl", "record the level with tts-bench first"
+        )
     return read_jsonl(path, TtsRequestRecord)
 
 
@@ -221,12 +262,22 @@ def _quality_jobs(records: list[TtsRequestRecord], directory: Path, prompts: dic
             continue
         wav = str(directory / record.audio_path) if record.audio_path else None
         note = record.error if record.status != "ok" else (None if wav else "no audio")
-        jobs.append(QualityJob(id=record.id, lang=record.list_name.split("/")[0], reference=record.target_text,
-                               wav=wav, prompt_wav=prompts[record.id], note=note))
+        jobs.append(
+            QualityJob(
+                id=record.id,
+                lang=record.list_name.split("/")[0],
+                reference=record.target_text,
+                wav=wav,
+                prompt_wav=prompts[record.id],
+                note=note,
+            )
+        )
     return jobs
 
 
-def score_quality(opts: TtsBenchOptions, spec: RoundSpec, prompts: dict[str, str], console: Console):
+def score_quality(
+    opts: TtsBenchOptions, spec: RoundSpec, prompts: dict[str, str], console: Console
+):
     """Quality of the audio of one round (the first measured one of the first entry):
     quality/quality.jsonl and quality.json."""
     from scorers.tts_quality import load_backends
@@ -237,14 +288,28 @@ def score_quality(opts: TtsBenchOptions, spec: RoundSpec, prompts: dict[str, str
     jobs = _quality_jobs(load_records(directory), directory, prompts)
     where = f"the concurrency-{spec.concurrency}" if flat_layout(opts) else spec.directory
     console.print(f"quality of {where} audio ({len(jobs)} utterances): loading ASR/SIM/MOS …")
-    asr, speaker, mos = load_backends(q.asr_model, q.asr_model_sha256, q.speaker_checkpoint, q.speaker_sha256,
-                                      q.utmos_checkpoint, q.utmos_sha256, sim=q.sim, mos=q.mos)
+    asr, speaker, mos = load_backends(
+        q.asr_model,
+        q.asr_model_sha256,
+        q.speaker_checkpoint,
+        q.speaker_sha256,
+        q.utmos_checkpoint,
+        q.utmos_sha256,
+        sim=q.sim,
+        mos=q.mos,
+    )
     columns = (TextColumn("[bold]quality"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("utterances", total=len(jobs))
-        rows, summary = score(jobs, asr, speaker, mos, progress=lambda done, _total: bar.update(task, completed=done))
-    summary.notes.insert(0, f"scored the audio of the concurrency-{spec.concurrency} level" if flat_layout(opts)
-                         else f"scored the audio of {spec.directory} (the first measured round of the first entry)")
+        rows, summary = score(
+            jobs, asr, speaker, mos, progress=lambda done, _total: bar.update(task, completed=done)
+        )
+    summary.notes.insert(
+        0,
+        f"scored the audio of the concurrency-{spec.concurrency} level"
+        if flat_layout(opts)
+        else f"scored the audio of {spec.directory} (the first measured round of the first entry)",
+    )
     atomic_write_jsonl(opts.output / "quality" / "quality.jsonl", rows)
     atomic_write_json(opts.output / "quality" / "quality.json", summary.dump())
     return summary
@@ -252,7 +317,9 @@ def score_quality(opts: TtsBenchOptions, spec: RoundSpec, prompts: dict[str, str
 
 def recorded_rounds(output: Path, opts: TtsBenchOptions) -> list[RoundSpec]:
     """The planned rounds that hold a recording (a run cut short has fewer)."""
-    return [spec for spec in plan_rounds(opts) if (output / spec.directory / "requests.jsonl").is_file()]
+    return [
+        spec for spec in plan_rounds(opts) if (output / spec.directory / "requests.jsonl").is_file()
+    ]
 
 
 def round_rows(output: Path, opts: TtsBenchOptions) -> list:
@@ -261,9 +328,15 @@ def round_rows(output: Path, opts: TtsBenchOptions) -> list:
     from scorers.tts_serving import level_row
 
     reserve = opts.playback_reserve_ms / 1000.0
-    return [RoundRow(**spec.model_dump(), row=level_row(spec.concurrency, load_records(output / spec.directory),
-                                                        reserve, opts.frame_rate))
-            for spec in recorded_rounds(output, opts)]
+    return [
+        RoundRow(
+            **spec.model_dump(),
+            row=level_row(
+                spec.concurrency, load_records(output / spec.directory), reserve, opts.frame_rate
+            ),
+        )
+        for spec in recorded_rounds(output, opts)
+    ]
 
 
 def entry_rows(rounds: list) -> tuple[list, list]:
@@ -275,7 +348,9 @@ def entry_rows(rounds: list) -> tuple[list, list]:
         if not found.cold:
             measured.setdefault(found.entry, []).append(found.row)
     entries = sorted(measured.items())
-    return [mean_row(rows) for _, rows in entries], [level_stats(entry, rows) for entry, rows in entries]
+    return [mean_row(rows) for _, rows in entries], [
+        level_stats(entry, rows) for entry, rows in entries
+    ]
 
 
 def build_report(output: Path) -> dict:
@@ -284,19 +359,28 @@ def build_report(output: Path) -> dict:
     from reports.tts import write_report
 
     if not (output / "run.json").is_file():
-        raise FdbError(f"{output} holds no run.json", "pass the --output of an earlier tts-bench run")
+        raise FdbError(
+            f"{output} holds no run.json", "pass the --output of an earlier tts-bench run"
+        )
     run = read_json(output / "run.json")
     opts = TtsBenchOptions.model_validate(run["options"])
     rounds = round_rows(output, opts)
     rows, stats = entry_rows(rounds)
     quality_path = output / "quality" / "quality.json"
-    data = {"schema": TTS_BENCH_SCHEMA, "run": run, "layout": "levels" if flat_layout(opts) else "rounds",
-            "rows": [row.model_dump(mode="json") for row in rows],
-            "rounds": [found.model_dump(mode="json") for found in rounds],
-            "level_stats": [entry.model_dump(mode="json") for entry in stats],
-            "quality": read_json(quality_path) if quality_path.is_file() else None,
-            "stop_violations": _stop_violations(output, opts), "provenance": current().model_dump(mode="json")}
-    data["tables"] = [table.dump() for table in write_report(output, data)]  # TTS.md's tables, as the CSVs
+    data = {
+        "schema": TTS_BENCH_SCHEMA,
+        "run": run,
+        "layout": "levels" if flat_layout(opts) else "rounds",
+        "rows": [row.model_dump(mode="json") for row in rows],
+        "rounds": [found.model_dump(mode="json") for found in rounds],
+        "level_stats": [entry.model_dump(mode="json") for entry in stats],
+        "quality": read_json(quality_path) if quality_path.is_file() else None,
+        "stop_violations": _stop_violations(output, opts),
+        "provenance": current().model_dump(mode="json"),
+    }
+    data["tables"] = [
+        table.dump() for table in write_report(output, data)
+    ]  # TTS.md's tables, as the CSVs
     atomic_write_json(output / "tts.json", data)
     return data
 
@@ -311,21 +395,41 @@ def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[dict]:
         for record in load_records(output / spec.directory):
             m = request_metrics(record, opts.playback_reserve_ms / 1000.0)
             if not record.warmup and m.stop_violation:
-                found.append({"concurrency": spec.concurrency, "entry": spec.entry, "round": spec.round,
-                              "cold": spec.cold, "directory": spec.directory, "id": record.id, "audio_s": m.audio_s,
-                              "audio_after_done_s": m.audio_after_done_s, "overrun_s": m.overrun_s,
-                              "max_audio_s": record.max_audio_s})
+                found.append(
+                    {
+                        "concurrency": spec.concurrency,
+                        "entry": spec.entry,
+                        "round": spec.round,
+                        "cold": spec.cold,
+                        "directory": spec.directory,
+                        "id": record.id,
+                        "audio_s": m.audio_s,
+                        "audio_after_done_s": m.audio_after_done_s,
+                        "overrun_s": m.overrun_s,
+                        "max_audio_s": record.max_audio_s,
+                    }
+                )
     return found
 
 
 def _client_options(opts: TtsBenchOptions, url: str):
     from recorders.tts_client import SpeechClientOptions
 
-    return SpeechClientOptions(url=url, model=opts.model, stream=True, stream_format=opts.stream_format,
-                               response_format="pcm", ref_audio=opts.ref_audio, extra_body=opts.extra_body,
-                               sample_rate=opts.sample_rate, channels=opts.channels, timeout_s=opts.timeout_s,
-                               max_audio_s=opts.max_audio_s, transport=opts.transport,
-                               api_key_env=opts.api_key_env)
+    return SpeechClientOptions(
+        url=url,
+        model=opts.model,
+        stream=True,
+        stream_format=opts.stream_format,
+        response_format="pcm",
+        ref_audio=opts.ref_audio,
+        extra_body=opts.extra_body,
+        sample_rate=opts.sample_rate,
+        channels=opts.channels,
+        timeout_s=opts.timeout_s,
+        max_audio_s=opts.max_audio_s,
+        transport=opts.transport,
+        api_key_env=opts.api_key_env,
+    )
 
 
 def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsItem], dict]:
@@ -338,10 +442,17 @@ def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsIt
     loaded = load_seedtts(tree.root, [opts.list_name])
     rows = loaded.lists[opts.list_name]
     items = select_items(rows, opts.num_prompts)
-    console.print(f"Seed-TTS {opts.list_name} ({tree.source}, {tree.root}): {len(rows)} rows, "
-                  f"{len(items)} prompts per level" + ("" if flat_layout(opts) else " and round"))
-    dataset = {"root": str(tree.root), "source": tree.source, "list": opts.list_name, "rows": len(rows),
-               "list_sha256": sha256_file(tree.root / opts.list_name)}
+    console.print(
+        f"Seed-TTS {opts.list_name} ({tree.source}, {tree.root}): {len(rows)} rows, "
+        f"{len(items)} prompts per level" + ("" if flat_layout(opts) else " and round")
+    )
+    dataset = {
+        "root": str(tree.root),
+        "source": tree.source,
+        "list": opts.list_name,
+        "rows": len(rows),
+        "list_sha256": sha256_file(tree.root / opts.list_name),
+    }
     return items, dataset
 
 
@@ -350,8 +461,12 @@ def _start_server(opts: TtsBenchOptions, console: Console):
     from runs.server import ManagedServer
 
     port = load_settings().server_port
-    server = ManagedServer(system=opts.system, host="127.0.0.1", port=port,
-                           log_path=opts.output / "logs" / "model-server.log")
+    server = ManagedServer(
+        system=opts.system,
+        host="127.0.0.1",
+        port=port,
+        log_path=opts.output / "logs" / "model-server.log",
+    )
     console.print(f"starting the bundled server {opts.system} on :{port} …")
     server.start()
     return server
@@ -366,10 +481,14 @@ def server_provenance(opts: TtsBenchOptions, url: str, client_opts) -> ServerPro
 
     headers = client_opts.auth_headers()
     report = probe_server(url, headers=headers, secrets=list(headers.values()))
-    return ServerProvenance(url=None if opts.url is None else redact_url(opts.url),
-                            bundled_system=opts.system if opts.url is None else None,
-                            server_revision=opts.server_revision, model_revision=opts.model_revision,
-                            dataset_revision=opts.dataset_revision, reported=report)
+    return ServerProvenance(
+        url=None if opts.url is None else redact_url(opts.url),
+        bundled_system=opts.system if opts.url is None else None,
+        server_revision=opts.server_revision,
+        model_revision=opts.model_revision,
+        dataset_revision=opts.dataset_revision,
+        reported=report,
+    )
 
 
 def _shown_options(opts: TtsBenchOptions) -> dict:
@@ -386,27 +505,43 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     console = console or Console(stderr=True)
     plan = plan_rounds(opts)
     if any((opts.output / spec.directory / "requests.jsonl").exists() for spec in plan):
-        raise FdbError(f"{opts.output} already holds recorded levels", "use another --output, or --report-only")
+        raise FdbError(
+            f"{opts.output} already holds recorded levels", "use another --output, or --report-only"
+        )
     if opts.transport == "realtime" and opts.url is None:
-        raise FdbError("the bundled server's /v1/realtime is a spoken-dialogue cascade, not a TTS session",
-                       "pass --url of a server that reads text aloud over /v1/realtime, or use --transport http")
+        raise FdbError(
+            "the bundled server's /v1/realtime is a spoken-dialogue cascade, not a TTS session",
+            "pass --url of a server that reads text aloud over /v1/realtime, or use --transport http",
+        )
     items, dataset = _load_items(opts, console)
     notes: list[str] = []
     server = None
     if opts.url is None:
         server = _start_server(opts, console)
         if opts.ref_audio != "none" and "ignore_ref_audio" not in opts.extra_body:
-            opts = opts.model_copy(update={"extra_body": {**opts.extra_body, "ignore_ref_audio": True}})
-            notes.append("the bundled endpoint cannot clone voices: ref_audio was sent with ignore_ref_audio "
-                         "and the built-in Piper voice spoke")
+            opts = opts.model_copy(
+                update={"extra_body": {**opts.extra_body, "ignore_ref_audio": True}}
+            )
+            notes.append(
+                "the bundled endpoint cannot clone voices: ref_audio was sent with ignore_ref_audio "
+                "and the built-in Piper voice spoke"
+            )
     url = opts.url or server.http_url
     client_opts = _client_options(opts, url)
     provenance = server_provenance(opts, url, client_opts)
-    console.print(escape(f"server {provenance.reported.url} reports: {describe(provenance.reported)}"))
-    run = {"schema": TTS_BENCH_SCHEMA, "options": _shown_options(opts), "dataset": dataset,
-           "endpoint": redact_url(client_opts.endpoint), "server": None if server is None else opts.system,
-           "server_provenance": provenance.model_dump(mode="json", by_alias=True),
-           "prompt_wavs": {item.id: str(item.prompt_wav) for item in items}, "notes": notes}
+    console.print(
+        escape(f"server {provenance.reported.url} reports: {describe(provenance.reported)}")
+    )
+    run = {
+        "schema": TTS_BENCH_SCHEMA,
+        "options": _shown_options(opts),
+        "dataset": dataset,
+        "endpoint": redact_url(client_opts.endpoint),
+        "server": None if server is None else opts.system,
+        "server_provenance": provenance.model_dump(mode="json", by_alias=True),
+        "prompt_wavs": {item.id: str(item.prompt_wav) for item in items},
+        "notes": notes,
+    }
     atomic_write_json(opts.output / "run.json", run)
     try:
         for spec in plan:
@@ -417,5 +552,7 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
         if server is not None:
             server.stop()
     if opts.quality.enabled:
-        score_quality(opts, next(spec for spec in plan if not spec.cold), run["prompt_wavs"], console)
+        score_quality(
+            opts, next(spec for spec in plan if not spec.cold), run["prompt_wavs"], console
+        )
     return build_report(opts.output)

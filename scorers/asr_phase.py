@@ -58,26 +58,36 @@ def interrupt_end(sample: ExportSample, folder: Path) -> float:
         raise SampleError(sample.sample_id, "interrupt.json is missing", path=str(path))
     want = sample.files.get("interrupt.json")
     if want and sha256_file(path) != want:
-        raise SampleError(sample.sample_id, "interrupt.json differs from manifest.json", path=str(path))
+        raise SampleError(
+            sample.sample_id, "interrupt.json differs from manifest.json", path=str(path)
+        )
     try:
         value = read_json(path)[0]["timestamp"][1]
         return float(value)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise SampleError(sample.sample_id, f"interrupt.json has no [0]['timestamp'][1] ({exc})") from exc
+        raise SampleError(
+            sample.sample_id, f"interrupt.json has no [0]['timestamp'][1] ({exc})"
+        ) from exc
 
 
-def transcribe_sample(asr: AsrBackend, sample: ExportSample, folder: Path) -> tuple[dict, float | None]:
+def transcribe_sample(
+    asr: AsrBackend, sample: ExportSample, folder: Path
+) -> tuple[dict, float | None]:
     """(output.json object, cut_at_s) for one sample; cut at R for user interruption."""
     audio = read_wav(folder / "output.wav", sample.sample_id)
-    samples = audio.samples if audio.rate == ASR_RATE else resample(audio.samples, audio.rate, ASR_RATE)
+    samples = (
+        audio.samples if audio.rate == ASR_RATE else resample(audio.samples, audio.rate, ASR_RATE)
+    )
     if sample.subset != INTERRUPTION_SUBSET:
         return official_transcript(asr.transcribe(samples)), None
     R = interrupt_end(sample, folder)
-    cut = samples[int(R * ASR_RATE):]
+    cut = samples[int(R * ASR_RATE) :]
     return official_transcript(asr.transcribe(np.ascontiguousarray(cut)), R), R
 
 
-def _reusable(entry: AsrSampleReceipt | None, wav_sha: str, folder: Path, retry_failed: bool) -> bool:
+def _reusable(
+    entry: AsrSampleReceipt | None, wav_sha: str, folder: Path, retry_failed: bool
+) -> bool:
     if entry is None or entry.output_wav_sha256 != wav_sha:
         return False
     if entry.status == "failed":
@@ -86,13 +96,21 @@ def _reusable(entry: AsrSampleReceipt | None, wav_sha: str, folder: Path, retry_
     return entry.status == "ok" and out.exists() and sha256_file(out) == entry.output_json_sha256
 
 
-def process_sample(asr: AsrBackend, tree: Path, sample: ExportSample, previous: AsrSampleReceipt | None,
-                   retry_failed: bool) -> AsrSampleReceipt:
+def process_sample(
+    asr: AsrBackend,
+    tree: Path,
+    sample: ExportSample,
+    previous: AsrSampleReceipt | None,
+    retry_failed: bool,
+) -> AsrSampleReceipt:
     """One sample's receipt entry: skipped (ineligible), reused, transcribed, or failed."""
     sid = sample.sample_id
     if not sample.eligible:
-        return AsrSampleReceipt(sample_id=sid, status="skipped",
-                                error="ineligible: " + "; ".join(sample.reasons or ["unspecified"]))
+        return AsrSampleReceipt(
+            sample_id=sid,
+            status="skipped",
+            error="ineligible: " + "; ".join(sample.reasons or ["unspecified"]),
+        )
     folder = tree / sample.subset / sample.id
     wav = folder / "output.wav"
     wav_sha = sha256_file(wav) if wav.exists() else None
@@ -105,12 +123,24 @@ def process_sample(asr: AsrBackend, tree: Path, sample: ExportSample, previous: 
         obj, cut = transcribe_sample(asr, sample, folder)
     except Exception as exc:  # one bad sample is recorded; the others continue
         (folder / "output.json").unlink(missing_ok=True)
-        message = exc.one_line() if isinstance(exc, SampleError) else f"{sid}: {type(exc).__name__}: {exc}"
-        return AsrSampleReceipt(sample_id=sid, status="failed", error=message, output_wav_sha256=wav_sha)
+        message = (
+            exc.one_line()
+            if isinstance(exc, SampleError)
+            else f"{sid}: {type(exc).__name__}: {exc}"
+        )
+        return AsrSampleReceipt(
+            sample_id=sid, status="failed", error=message, output_wav_sha256=wav_sha
+        )
     text = dumps_json(obj)
     atomic_write_text(folder / "output.json", text)
-    return AsrSampleReceipt(sample_id=sid, status="ok", cut_at_s=cut, output_wav_sha256=wav_sha,
-                            output_json_sha256=sha256_bytes(text.encode("utf-8")), words=len(obj["chunks"]))
+    return AsrSampleReceipt(
+        sample_id=sid,
+        status="ok",
+        cut_at_s=cut,
+        output_wav_sha256=wav_sha,
+        output_json_sha256=sha256_bytes(text.encode("utf-8")),
+        words=len(obj["chunks"]),
+    )
 
 
 def previous_entries(tree: Path, asr: AsrBackend, receipt_cls=AsrReceipt) -> dict:
@@ -134,8 +164,12 @@ def default_asr() -> AsrBackend:
     return load_backend("asr", BackendChoice(name="faster-whisper"))
 
 
-def run_v10_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | None = None,
-                retry_failed: bool = False) -> AsrReceipt:
+def run_v10_asr(
+    tree: Path,
+    asr: AsrBackend | None = None,
+    progress: Progress | None = None,
+    retry_failed: bool = False,
+) -> AsrReceipt:
     """Transcribe a v1.0 reference tree; returns the receipt it wrote to ``tree/asr.json``.
 
     ``asr`` defaults to ``default_asr()``; ``progress(sample_id, done, total)`` is called after
@@ -144,12 +178,30 @@ def run_v10_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | 
     tree = Path(tree)
     asr = asr if asr is not None else default_asr()
     manifest, manifest_sha = load_manifest(tree)
-    return transcribe_tree(tree, asr, manifest.samples, manifest_sha, previous_entries(tree, asr),
-                           process_sample, AsrReceipt, progress, retry_failed)
+    return transcribe_tree(
+        tree,
+        asr,
+        manifest.samples,
+        manifest_sha,
+        previous_entries(tree, asr),
+        process_sample,
+        AsrReceipt,
+        progress,
+        retry_failed,
+    )
 
 
-def transcribe_tree(tree: Path, asr: AsrBackend, samples: list[ExportSample], manifest_sha: str,
-                    previous: dict, process, receipt_cls, progress: Progress | None, retry_failed: bool):
+def transcribe_tree(
+    tree: Path,
+    asr: AsrBackend,
+    samples: list[ExportSample],
+    manifest_sha: str,
+    previous: dict,
+    process,
+    receipt_cls,
+    progress: Progress | None,
+    retry_failed: bool,
+):
     """The resumable driver both ASR phases share: ``process(asr, tree, sample, previous_entry,
     retry_failed)`` per sample in manifest order; ``tree/asr.json`` (a ``receipt_cls``) is
     rewritten after every changed entry, so a killed run resumes where it stopped."""
@@ -168,10 +220,21 @@ def transcribe_tree(tree: Path, asr: AsrBackend, samples: list[ExportSample], ma
     return receipt or _write_receipt(tree, asr, manifest_sha, samples, entries, receipt_cls, prov)
 
 
-def _write_receipt(tree: Path, asr: AsrBackend, manifest_sha: str, samples: list[ExportSample],
-                   entries: dict, receipt_cls, provenance: dict):
+def _write_receipt(
+    tree: Path,
+    asr: AsrBackend,
+    manifest_sha: str,
+    samples: list[ExportSample],
+    entries: dict,
+    receipt_cls,
+    provenance: dict,
+):
     ordered = [entries[s.sample_id] for s in samples if s.sample_id in entries]
-    receipt = receipt_cls(backend=asr.identity.model_dump(mode="json"), manifest_sha256=manifest_sha,
-                          samples=ordered, provenance=provenance)
+    receipt = receipt_cls(
+        backend=asr.identity.model_dump(mode="json"),
+        manifest_sha256=manifest_sha,
+        samples=ordered,
+        provenance=provenance,
+    )
     atomic_write_json(tree / "asr.json", receipt.dump())
     return receipt

@@ -79,7 +79,9 @@ class V15AsrReceipt(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
-def _reusable(entry: V15AsrFile | None, wav_sha: str | None, json_path: Path, retry_failed: bool) -> bool:
+def _reusable(
+    entry: V15AsrFile | None, wav_sha: str | None, json_path: Path, retry_failed: bool
+) -> bool:
     if entry is None or wav_sha is None or entry.wav_sha256 != wav_sha:
         return False
     if entry.status == "failed":
@@ -87,8 +89,14 @@ def _reusable(entry: V15AsrFile | None, wav_sha: str | None, json_path: Path, re
     return json_path.exists() and sha256_file(json_path) == entry.json_sha256
 
 
-def transcribe_file(asr: AsrBackend, sample: ExportSample, folder: Path, name: str, previous: V15AsrFile | None,
-                    retry_failed: bool) -> V15AsrFile:
+def transcribe_file(
+    asr: AsrBackend,
+    sample: ExportSample,
+    folder: Path,
+    name: str,
+    previous: V15AsrFile | None,
+    retry_failed: bool,
+) -> V15AsrFile:
     """One WAV of a pair: reused, transcribed into ``<stem>.json``, or failed (JSON removed)."""
     wav, out = folder / name, folder / transcript_name(name)
     wav_sha = sha256_file(wav) if wav.exists() else None
@@ -97,9 +105,15 @@ def transcribe_file(asr: AsrBackend, sample: ExportSample, folder: Path, name: s
     try:
         want = sample.files.get(name)
         if wav_sha and want and wav_sha != want:
-            raise SampleError(sample.sample_id, f"{name} differs from {V15_MANIFEST}", path=str(wav))
+            raise SampleError(
+                sample.sample_id, f"{name} differs from {V15_MANIFEST}", path=str(wav)
+            )
         audio = read_wav(wav, sample.sample_id)
-        samples = audio.samples if audio.rate == ASR_RATE else resample(audio.samples, audio.rate, ASR_RATE)
+        samples = (
+            audio.samples
+            if audio.rate == ASR_RATE
+            else resample(audio.samples, audio.rate, ASR_RATE)
+        )
         obj = official_transcript(asr.transcribe(samples))
     except Exception as exc:  # one bad file is recorded; the others continue
         out.unlink(missing_ok=True)
@@ -109,26 +123,49 @@ def transcribe_file(asr: AsrBackend, sample: ExportSample, folder: Path, name: s
         return V15AsrFile(status="failed", error=message, wav_sha256=wav_sha)
     text = dumps_json(obj)
     atomic_write_text(out, text)
-    return V15AsrFile(status="ok", wav_sha256=wav_sha, json_sha256=sha256_bytes(text.encode("utf-8")),
-                      words=len(obj["chunks"]))
+    return V15AsrFile(
+        status="ok",
+        wav_sha256=wav_sha,
+        json_sha256=sha256_bytes(text.encode("utf-8")),
+        words=len(obj["chunks"]),
+    )
 
 
-def process_pair(asr: AsrBackend, tree: Path, sample: ExportSample, previous: V15AsrPair | None,
-                 retry_failed: bool) -> V15AsrPair:
+def process_pair(
+    asr: AsrBackend,
+    tree: Path,
+    sample: ExportSample,
+    previous: V15AsrPair | None,
+    retry_failed: bool,
+) -> V15AsrPair:
     """A pair's receipt entry: skipped (ineligible), or its four files' entries."""
     if not sample.eligible:
-        return V15AsrPair(sample_id=sample.sample_id, status="skipped",
-                          error="ineligible: " + "; ".join(sample.reasons or ["unspecified"]))
+        return V15AsrPair(
+            sample_id=sample.sample_id,
+            status="skipped",
+            error="ineligible: " + "; ".join(sample.reasons or ["unspecified"]),
+        )
     folder = tree / sample.subset / sample.id
     old = previous.files if previous is not None else {}
-    files = {name: transcribe_file(asr, sample, folder, name, old.get(name), retry_failed) for name in TRANSCRIBED}
+    files = {
+        name: transcribe_file(asr, sample, folder, name, old.get(name), retry_failed)
+        for name in TRANSCRIBED
+    }
     failed = [f.error for f in files.values() if f.status == "failed"]
-    return V15AsrPair(sample_id=sample.sample_id, status="failed" if failed else "ok",
-                      error="; ".join(e for e in failed if e) or None, files=files)
+    return V15AsrPair(
+        sample_id=sample.sample_id,
+        status="failed" if failed else "ok",
+        error="; ".join(e for e in failed if e) or None,
+        files=files,
+    )
 
 
-def run_v15_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | None = None,
-                retry_failed: bool = False) -> V15AsrReceipt:
+def run_v15_asr(
+    tree: Path,
+    asr: AsrBackend | None = None,
+    progress: Progress | None = None,
+    retry_failed: bool = False,
+) -> V15AsrReceipt:
     """Transcribe a v1.5 ``reference-audio`` tree; returns the receipt written to ``tree/asr.json``.
 
     ``asr`` defaults to ``default_asr()``; ``progress(sample_id, done, total)`` runs after each pair.
@@ -136,5 +173,14 @@ def run_v15_asr(tree: Path, asr: AsrBackend | None = None, progress: Progress | 
     tree = Path(tree)
     asr = asr if asr is not None else default_asr()
     manifest, manifest_sha = load_v15_manifest(tree)
-    return transcribe_tree(tree, asr, manifest.samples, manifest_sha, previous_entries(tree, asr, V15AsrReceipt),
-                           process_pair, V15AsrReceipt, progress, retry_failed)
+    return transcribe_tree(
+        tree,
+        asr,
+        manifest.samples,
+        manifest_sha,
+        previous_entries(tree, asr, V15AsrReceipt),
+        process_pair,
+        V15AsrReceipt,
+        progress,
+        retry_failed,
+    )

@@ -59,7 +59,9 @@ def discover_sessions(root: Path) -> list[tuple[str, str, str, str, Path]]:
     for dataset, rec in (("v1.5", root / "recording"), ("v1.0", root / "v10" / "recording")):
         for session in rec.glob("shard-*/*/*/*/session.json"):
             folder = session.parent
-            found.append((dataset, folder.parent.parent.name, folder.parent.name, folder.name, folder))
+            found.append(
+                (dataset, folder.parent.parent.name, folder.parent.name, folder.name, folder)
+            )
     return sorted(found, key=lambda s: (s[0], s[1], _id_key(s[2]), s[3], str(s[4])))
 
 
@@ -112,12 +114,28 @@ def _row(out: Path, key: tuple, reply: CutReply, audio: np.ndarray) -> ReplyRow:
     data = wav_bytes(audio, REPLY_RATE)
     atomic_write_bytes(out / rel, data)
     duration = len(audio) / REPLY_RATE
-    compared = reply.status == "completed" and not reply.barge_in_cut and align(reply.transcript, "") is not None
-    return ReplyRow(reply_id=rid, dataset=dataset, category=category, sample_id=f"{category}/{sid}",
-                    variant=variant, response_id=reply.response_id, status=reply.status,
-                    barge_in_cut=reply.barge_in_cut, duration_s=round(duration, 6),
-                    short=duration < MIN_SCORED_S, compared=compared, transcript=reply.transcript,
-                    asr_text=None, wav=rel, wav_sha256=sha256_bytes(data))
+    compared = (
+        reply.status == "completed"
+        and not reply.barge_in_cut
+        and align(reply.transcript, "") is not None
+    )
+    return ReplyRow(
+        reply_id=rid,
+        dataset=dataset,
+        category=category,
+        sample_id=f"{category}/{sid}",
+        variant=variant,
+        response_id=reply.response_id,
+        status=reply.status,
+        barge_in_cut=reply.barge_in_cut,
+        duration_s=round(duration, 6),
+        short=duration < MIN_SCORED_S,
+        compared=compared,
+        transcript=reply.transcript,
+        asr_text=None,
+        wav=rel,
+        wav_sha256=sha256_bytes(data),
+    )
 
 
 def previous_scores(out: Path, backends: dict) -> dict[str, dict[str, object]]:
@@ -128,11 +146,18 @@ def previous_scores(out: Path, backends: dict) -> dict[str, dict[str, object]]:
     scores, replies = read_json(out / "scores.json"), read_json(out / "replies.json")["replies"]
     old = scores.get("backends") or {}
     sha = {r["reply_id"]: r.get("wav_sha256") for r in replies}
-    values = {"asr": {r["reply_id"]: r.get("asr_text") for r in replies},
-              "mos": {s["reply_id"]: s.get("mos") for s in scores.get("replies", [])}}
-    return {kind: ({rid: (sha.get(rid), v) for rid, v in values[kind].items()}
-                   if backends.get(kind) is not None and old.get(kind) == backends[kind] else {})
-            for kind in ("asr", "mos")}
+    values = {
+        "asr": {r["reply_id"]: r.get("asr_text") for r in replies},
+        "mos": {s["reply_id"]: s.get("mos") for s in scores.get("replies", [])},
+    }
+    return {
+        kind: (
+            {rid: (sha.get(rid), v) for rid, v in values[kind].items()}
+            if backends.get(kind) is not None and old.get(kind) == backends[kind]
+            else {}
+        )
+        for kind in ("asr", "mos")
+    }
 
 
 def _reused(previous: dict, row: ReplyRow):
@@ -144,18 +169,25 @@ def _reused(previous: dict, row: ReplyRow):
 def middle_window(audio: np.ndarray) -> np.ndarray:
     n = int(WINDOW_S * REPLY_RATE)
     start = (len(audio) - n) // 2
-    return audio[start: start + n]
+    return audio[start : start + n]
 
 
 def _text_scores(row: ReplyRow, score: ReplyScores) -> None:
     if not row.compared:
-        score.notes.append(f"not compared: status {row.status}" if row.status != "completed"
-                           else "not compared: playout cut" if row.barge_in_cut else "not compared: empty transcript")
+        score.notes.append(
+            f"not compared: status {row.status}"
+            if row.status != "completed"
+            else "not compared: playout cut"
+            if row.barge_in_cut
+            else "not compared: empty transcript"
+        )
         return
     counts = align(row.transcript, row.asr_text or "")
     score.counts = counts
     score.omission_rate = counts.deletions / counts.reference_words
-    score.wer = (counts.substitutions + counts.deletions + counts.insertions) / counts.reference_words
+    score.wer = (
+        counts.substitutions + counts.deletions + counts.insertions
+    ) / counts.reference_words
 
 
 def _voice_scores(rows, scores, windows: dict[int, np.ndarray], speaker) -> None:
@@ -175,14 +207,22 @@ def _voice_scores(rows, scores, windows: dict[int, np.ndarray], speaker) -> None
         scores[k].voice_similarity = 100.0 * float(embs[k] @ others) / norms
 
 
-def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None, out: Path | None = None,
-                    notes: list[str] | None = None) -> ListeningSummary:
+def score_listening(
+    repeat_root: Path,
+    asr=None,
+    mos=None,
+    speaker=None,
+    out: Path | None = None,
+    notes: list[str] | None = None,
+) -> ListeningSummary:
     """Cut, transcribe and score every reply of a repeat; writes ``out`` (default
     ``listening/`` of the repeat; another directory for backends side by side). ``notes`` are
     kept in the summary (e.g. why a backend is unavailable)."""
     root, notes = Path(repeat_root), list(notes or [])
     out = Path(out) if out is not None else root / "listening"
-    asr, mos, speaker = (_load(k, b, notes) for k, b in (("asr", asr), ("mos", mos), ("speaker", speaker)))
+    asr, mos, speaker = (
+        _load(k, b, notes) for k, b in (("asr", asr), ("mos", mos), ("speaker", speaker))
+    )
     rows: list[ReplyRow] = []
     audios: list[np.ndarray] = []
     for key in discover_sessions(root):
@@ -195,8 +235,17 @@ def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None, out: Pa
             audio = reply.audio(_rate)
             rows.append(_row(out, key, reply, audio))
             audios.append(audio)
-    scores = [ReplyScores(reply_id=r.reply_id, dataset=r.dataset, category=r.category, duration_s=r.duration_s,
-                          short=r.short, compared=r.compared) for r in rows]
+    scores = [
+        ReplyScores(
+            reply_id=r.reply_id,
+            dataset=r.dataset,
+            category=r.category,
+            duration_s=r.duration_s,
+            short=r.short,
+            compared=r.compared,
+        )
+        for r in rows
+    ]
     windows: dict[int, np.ndarray] = {}
     previous = previous_scores(out, _identities(asr, mos, speaker))
     for k, (row, audio) in enumerate(zip(rows, audios, strict=True)):
@@ -217,18 +266,32 @@ def score_listening(repeat_root: Path, asr=None, mos=None, speaker=None, out: Pa
 
 
 def _identities(asr, mos, speaker) -> dict[str, dict | None]:
-    return {kind: (b.identity.model_dump(mode="json") if b is not None else None)
-            for kind, b in (("asr", asr), ("mos", mos), ("speaker", speaker))}
+    return {
+        kind: (b.identity.model_dump(mode="json") if b is not None else None)
+        for kind, b in (("asr", asr), ("mos", mos), ("speaker", speaker))
+    }
 
 
 def _finish(out: Path, rows, scores, notes, asr, mos, speaker) -> ListeningSummary:
     backends = _identities(asr, mos, speaker)
-    summary = ListeningSummary(definitions=definitions(), backends=backends, notes=notes,
-                               datasets=group_summaries(rows, scores),
-                               provenance=current().model_dump(mode="json"))
-    atomic_write_json(out / "replies.json", {"schema": REPLIES_SCHEMA, "replies": [r.model_dump() for r in rows]})
-    atomic_write_json(out / "scores.json", {"schema": SCORES_SCHEMA, "backends": backends,
-                                            "replies": [s.model_dump() for s in scores]})
+    summary = ListeningSummary(
+        definitions=definitions(),
+        backends=backends,
+        notes=notes,
+        datasets=group_summaries(rows, scores),
+        provenance=current().model_dump(mode="json"),
+    )
+    atomic_write_json(
+        out / "replies.json", {"schema": REPLIES_SCHEMA, "replies": [r.model_dump() for r in rows]}
+    )
+    atomic_write_json(
+        out / "scores.json",
+        {
+            "schema": SCORES_SCHEMA,
+            "backends": backends,
+            "replies": [s.model_dump() for s in scores],
+        },
+    )
     atomic_write_json(out / "summary.json", summary.dump())
     return summary
 
@@ -236,19 +299,19 @@ def _finish(out: Path, rows, scores, notes, asr, mos, speaker) -> ListeningSumma
 def definitions() -> dict[str, object]:
     return {
         "reply": "a response's played audio back to back, under the export's FIFO playout rule (fdb.playout) "
-                 "for the session's profile: cut where playout stopped (a cancelled response.done; or "
-                 "output_audio_buffer.cleared / input_audio_buffer.speech_started on the legacy and OpenAI "
-                 "profiles); no window end; late-arrival gaps left out; 16 kHz (soxr HQ)",
+        "for the session's profile: cut where playout stopped (a cancelled response.done; or "
+        "output_audio_buffer.cleared / input_audio_buffer.speech_started on the legacy and OpenAI "
+        "profiles); no window end; late-arrival gaps left out; 16 kHz (soxr HQ)",
         "compared": "status completed, playout not cut, non-empty normalized response.done transcript "
-                    "(a reply cut at playout is not compared, like a cancelled one: its transcript runs "
-                    "past the audio it played)",
+        "(a reply cut at playout is not compared, like a cancelled one: its transcript runs "
+        "past the audio it played)",
         "omission_rate": "deleted reference words / reference words, pooled over compared replies",
         "wer": "(S + D + I) / reference words of the same alignment, pooled over compared replies "
-               "(short ones included)",
+        "(short ones included)",
         "normalizer": "whisper_normalizer.english.EnglishTextNormalizer; alignment jiwer.process_words",
         "short_s": MIN_SCORED_S,
         "mos": "per reply of >= 3 s, whole reply; mean and p10 (np.percentile, linear)",
         "voice_similarity": "100 x cosine(embedding of the middle 3 s, mean embedding of the middle 3 s "
-                            "of every other reply of >= 3 s in the repeat); mean and p10",
+        "of every other reply of >= 3 s in the repeat); mean and p10",
         "groups": "each v1.5 category and v1.0 subset plus one 'all' per dataset; never across datasets",
     }

@@ -46,8 +46,12 @@ class CutReply:
 
 
 def _done_transcript(response: dict) -> str | None:
-    texts = [c.get("transcript") for item in response.get("output") or [] for c in item.get("content") or []
-             if isinstance(c, dict) and c.get("transcript")]
+    texts = [
+        c.get("transcript")
+        for item in response.get("output") or []
+        for c in item.get("content") or []
+        if isinstance(c, dict) and c.get("transcript")
+    ]
     return " ".join(texts) if texts else None
 
 
@@ -71,7 +75,10 @@ def _text(trace: list[TraceEvent], profile: Dialect, get) -> None:
 
 
 def cut_replies(
-    trace: list[TraceEvent], output: bytes, profile: Dialect, output_rate: int,
+    trace: list[TraceEvent],
+    output: bytes,
+    profile: Dialect,
+    output_rate: int,
     turn_detection: dict | None = None,
 ) -> list[CutReply]:
     """Replies of one session in order of their first audio or text event (see module rule).

@@ -23,7 +23,9 @@ PREFETCH_BLOCK = 64  # files per batched VAD call
 class SpeechSegmenter(Protocol):
     identity: BackendIdentity
 
-    def segments(self, samples: np.ndarray, settings: VadSettings = ...) -> list[tuple[float, float]]:
+    def segments(
+        self, samples: np.ndarray, settings: VadSettings = ...
+    ) -> list[tuple[float, float]]:
         """Speech segments of 16 kHz mono float32 audio, (start_s, end_s) = samples / 16000."""
 
 
@@ -56,19 +58,29 @@ class SegmentMemo:
         if not todo:
             return
         many = getattr(self.inner, "segments_many", None)
-        found = (many(list(todo.values()), settings) if many is not None
-                 else [self.inner.segments(a, settings) for a in todo.values()])
+        found = (
+            many(list(todo.values()), settings)
+            if many is not None
+            else [self.inner.segments(a, settings) for a in todo.values()]
+        )
         self._memo.update(zip(todo, found, strict=True))
 
-    def segments(self, samples: np.ndarray, settings: VadSettings = VadSettings()) -> list[tuple[float, float]]:
+    def segments(
+        self, samples: np.ndarray, settings: VadSettings = VadSettings()
+    ) -> list[tuple[float, float]]:
         key = self._key(samples, settings)
         if key not in self._memo:
             self._memo[key] = self.inner.segments(samples, settings)
         return list(self._memo[key])
 
 
-def prefetch_blocks(memo: SegmentMemo, items: Sequence[T], load: Callable[[T], list[np.ndarray]],
-                    settings: VadSettings, block: int = PREFETCH_BLOCK) -> Iterator[list[T]]:
+def prefetch_blocks(
+    memo: SegmentMemo,
+    items: Sequence[T],
+    load: Callable[[T], list[np.ndarray]],
+    settings: VadSettings,
+    block: int = PREFETCH_BLOCK,
+) -> Iterator[list[T]]:
     """Yield ``items`` in blocks of ``block``, each after its audio went through ``memo.prefetch``.
 
     ``load`` returns the 16 kHz arrays an item needs segmented (none when cached elsewhere); an
@@ -76,7 +88,7 @@ def prefetch_blocks(memo: SegmentMemo, items: Sequence[T], load: Callable[[T], l
     that error as before.
     """
     for start in range(0, len(items), block):
-        chunk = list(items[start:start + block])
+        chunk = list(items[start : start + block])
         arrays: list[np.ndarray] = []
         for item in chunk:
             try:

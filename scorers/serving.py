@@ -39,8 +39,6 @@ class Session(BaseModel):
     trace: list[TraceEvent]
 
 
-
-
 def _packets(trace: list[TraceEvent], input_rate: int) -> list[tuple[float, float]]:
     """(cumulative input end in ms, t_end) of each paced append, in send order."""
     total, out = 0.0, []
@@ -51,7 +49,9 @@ def _packets(trace: list[TraceEvent], input_rate: int) -> list[tuple[float, floa
     return out
 
 
-def unit_readiness(trace: list[TraceEvent], profile: Dialect) -> tuple[list[tuple[float, float]], int]:
+def unit_readiness(
+    trace: list[TraceEvent], profile: Dialect
+) -> tuple[list[tuple[float, float]], int]:
     """(receipt of sglang.unit.done, t_end of the packet holding the unit's last audio) per unit,
     the input end standing in for a short or padded last unit; and the expected unit count."""
     packets = _packets(trace, profile.formats.input_rate)
@@ -76,8 +76,9 @@ def _ready(packets: list[tuple[float, float]], input_ms: float) -> float:
     return next((t_end for cum, t_end in packets if cum >= input_ms - 1e-6), packets[-1][1])
 
 
-def speech_end_first_audio_s(trace: list[TraceEvent], profile: Dialect, output_rate: int,
-                             speech_end_s: float) -> float | None:
+def speech_end_first_audio_s(
+    trace: list[TraceEvent], profile: Dialect, output_rate: int, speech_end_s: float
+) -> float | None:
     """First audio after the user's speech end: the speech end (an input time, e.g. a dataset's
     turn-end annotation) is ready when the packet holding it was sent; the reply to it is the first
     response created after that. Its first audio's receipt minus that moment; None when no reply
@@ -201,24 +202,37 @@ def _unit_columns(sessions: list[Session], profile: Dialect) -> dict:
             misses += expected
             continue
         misses += sum(1 for lag in found if lag > unit_s) + max(expected - len(found), 0)
-    return {"units": units, "unit_misses": misses,
-            "unit_miss_rate": round(misses / units, 6) if units else None,
-            "unit_lag_p50_ms": quantile_ms(lags, P50), "unit_lag_p95_ms": quantile_ms(lags, P95)}
+    return {
+        "units": units,
+        "unit_misses": misses,
+        "unit_miss_rate": round(misses / units, 6) if units else None,
+        "unit_lag_p50_ms": quantile_ms(lags, P50),
+        "unit_lag_p95_ms": quantile_ms(lags, P95),
+    }
 
 
-def _reply_columns(sessions: list[Session], profile: Dialect, native: bool, reserve_ms: float) -> dict:
+def _reply_columns(
+    sessions: list[Session], profile: Dialect, native: bool, reserve_ms: float
+) -> dict:
     all_replies = [r for s in sessions for r in replies(s.trace, profile, s.record.output_rate)]
     heard = [r for r in all_replies if r.chunks]
     buffers = [b for b in (buffer_needed_s(r) for r in heard) if b is not None]
-    firsts = _first_audio(sessions, profile) if native else [
-        f for f in (first_audio_s(r) for r in heard) if f is not None]
+    firsts = (
+        _first_audio(sessions, profile)
+        if native
+        else [f for f in (first_audio_s(r) for r in heard) if f is not None]
+    )
     rtfs = [] if native else [x for x in (reply_rtf(r) for r in heard) if x is not None]
     rtf = ceil_quantile(rtfs, P90) if rtfs else None
-    return {"replies": len(all_replies), "empty_replies": len(all_replies) - len(heard),
-            "first_audio_p50_ms": quantile_ms(firsts, P50), "first_audio_p95_ms": quantile_ms(firsts, P95),
-            "buffer_needed_p90_ms": quantile_ms(buffers, P90),
-            "underrun_replies": sum(1 for b in buffers if b * 1000.0 > reserve_ms) if heard else None,
-            "rtf_p90": None if rtf is None else round(rtf, 4)}
+    return {
+        "replies": len(all_replies),
+        "empty_replies": len(all_replies) - len(heard),
+        "first_audio_p50_ms": quantile_ms(firsts, P50),
+        "first_audio_p95_ms": quantile_ms(firsts, P95),
+        "buffer_needed_p90_ms": quantile_ms(buffers, P90),
+        "underrun_replies": sum(1 for b in buffers if b * 1000.0 > reserve_ms) if heard else None,
+        "rtf_p90": None if rtf is None else round(rtf, 4),
+    }
 
 
 def _first_audio(sessions: list[Session], profile: Dialect) -> list[float]:
@@ -259,7 +273,9 @@ def _pct(rate: float | None) -> str:
 
 def client_limited_sessions(sessions: list[Session]) -> int:
     """Sessions whose pacing violations coincide with the recorder's own loop lag during the input."""
-    return sum(1 for s in sessions if s.record.pacing.violations > 0 and s.record.loop_lag.client_behind)
+    return sum(
+        1 for s in sessions if s.record.pacing.violations > 0 and s.record.loop_lag.client_behind
+    )
 
 
 def is_client_limited(row: ServingRow) -> bool:
@@ -269,21 +285,30 @@ def is_client_limited(row: ServingRow) -> bool:
     return row.client_limited_sessions > 0 or (row.pacing_violations > 0 and saturated)
 
 
-def level_row(concurrency: int, sessions: list[Session], profile: str | Dialect = "turn-based",
-              reserve_ms: float = DEFAULT_RESERVE_MS, client_cpu: float | None = None) -> ServingRow:
+def level_row(
+    concurrency: int,
+    sessions: list[Session],
+    profile: str | Dialect = "turn-based",
+    reserve_ms: float = DEFAULT_RESERVE_MS,
+    client_cpu: float | None = None,
+) -> ServingRow:
     """The serving row of one level. The profile is the sessions' own when they name one;
     ``client_cpu`` is the client process's CPU share of one core while it recorded the level."""
     dialect = get_dialect(sessions[0].record.profile if sessions else profile)
     native = dialect.units.tail_policy == "pad"
     spans = [span for span in (session_span(s) for s in sessions) if span is not None]
     row = ServingRow(
-        concurrency=concurrency, profile=dialect.name, native=native, sessions=len(sessions),
+        concurrency=concurrency,
+        profile=dialect.name,
+        native=native,
+        sessions=len(sessions),
         mean_open=mean_open(spans),
         sessions_failed=sum(1 for s in sessions if is_failed(s.record)),
         admission_denied=sum(denials(s.record) for s in sessions),
         pacing_violations=sum(1 for s in sessions if s.record.pacing.violations > 0),
         client_behind=sum(1 for s in sessions if s.record.loop_lag.client_behind),
-        client_limited_sessions=client_limited_sessions(sessions), client_cpu=client_cpu,
+        client_limited_sessions=client_limited_sessions(sessions),
+        client_cpu=client_cpu,
         playback_reserve_ms=reserve_ms,
         **(_unit_columns(sessions, dialect) if native else {}),
         **_reply_columns(sessions, dialect, native, reserve_ms),
@@ -303,11 +328,19 @@ def combine_repeats(pooled: ServingRow, repeats: list[ServingRow]) -> ServingRow
         return repeats[0] if repeats else pooled
     opens = [r.mean_open for r in repeats if r.mean_open is not None]
     cpus = [r.client_cpu for r in repeats if r.client_cpu is not None]
-    missed = [f"repeat {k}: {miss}" for k, r in enumerate(repeats, start=1) for miss in r.missed_targets]
-    return pooled.model_copy(update={
-        "repeats": len(repeats), "mean_open": round(sum(opens) / len(opens), 3) if opens else None,
-        "client_cpu": max(cpus) if cpus else None, "client_limited": any(r.client_limited for r in repeats),
-        "missed_targets": missed, "meets_targets": not missed})
+    missed = [
+        f"repeat {k}: {miss}" for k, r in enumerate(repeats, start=1) for miss in r.missed_targets
+    ]
+    return pooled.model_copy(
+        update={
+            "repeats": len(repeats),
+            "mean_open": round(sum(opens) / len(opens), 3) if opens else None,
+            "client_cpu": max(cpus) if cpus else None,
+            "client_limited": any(r.client_limited for r in repeats),
+            "missed_targets": missed,
+            "meets_targets": not missed,
+        }
+    )
 
 
 def capacity(rows: list[ServingRow]) -> Capacity:
@@ -317,8 +350,12 @@ def capacity(rows: list[ServingRow]) -> Capacity:
     best = None
     for row in ordered:
         if not row.meets_targets:
-            return Capacity(sessions=best, first_miss=row.concurrency, at_least=row.client_limited,
-                            client_limited=row.client_limited)
+            return Capacity(
+                sessions=best,
+                first_miss=row.concurrency,
+                at_least=row.client_limited,
+                client_limited=row.client_limited,
+            )
         best = row.concurrency
     return Capacity(sessions=best, at_least=True)
 

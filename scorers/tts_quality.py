@@ -35,11 +35,17 @@ OUTLIER_WER = 0.5
 
 def wer_counts(reference: str, hypothesis: str, lang: str) -> WerCounts | None:
     """Alignment counts of one utterance; None when the normalized reference is empty."""
-    counts = align_words(seed_tts_normalize(reference, lang), seed_tts_normalize(hypothesis or "", lang))
+    counts = align_words(
+        seed_tts_normalize(reference, lang), seed_tts_normalize(hypothesis or "", lang)
+    )
     if counts is None:
         return None
-    return WerCounts(words=counts.reference_words, substitutions=counts.substitutions,
-                     deletions=counts.deletions, insertions=counts.insertions)
+    return WerCounts(
+        words=counts.reference_words,
+        substitutions=counts.substitutions,
+        deletions=counts.deletions,
+        insertions=counts.insertions,
+    )
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -55,14 +61,23 @@ def aggregate_wer(rows: list[UtteranceQuality]) -> dict[str, float | int | None]
     """Mean of per-utterance WER (the headline), corpus WER, outliers, mean without outliers."""
     scored = [r for r in rows if r.counts is not None]
     if not scored:
-        return {"evaluated": 0, "wer_mean_pct": None, "wer_corpus_pct": None, "wer_outliers": None,
-                "wer_mean_excl_outliers_pct": None}
+        return {
+            "evaluated": 0,
+            "wer_mean_pct": None,
+            "wer_corpus_pct": None,
+            "wer_outliers": None,
+            "wer_mean_excl_outliers_pct": None,
+        }
     wers = [r.counts.wer for r in scored]
     kept = [w for w in wers if w <= OUTLIER_WER]
     corpus = sum(r.counts.errors for r in scored) / sum(r.counts.words for r in scored)
-    return {"evaluated": len(scored), "wer_mean_pct": round(100.0 * sum(wers) / len(wers), 3),
-            "wer_corpus_pct": round(100.0 * corpus, 3), "wer_outliers": len(wers) - len(kept),
-            "wer_mean_excl_outliers_pct": round(100.0 * sum(kept) / len(kept), 3) if kept else None}
+    return {
+        "evaluated": len(scored),
+        "wer_mean_pct": round(100.0 * sum(wers) / len(wers), 3),
+        "wer_corpus_pct": round(100.0 * corpus, 3),
+        "wer_outliers": len(wers) - len(kept),
+        "wer_mean_excl_outliers_pct": round(100.0 * sum(kept) / len(kept), 3) if kept else None,
+    }
 
 
 def asr_label(identity: dict[str, object] | None) -> str | None:
@@ -78,7 +93,11 @@ def sim_label(identity: dict[str, object] | None) -> str | None:
     if identity is None:
         return None
     name = str(identity.get("name"))
-    return f"SIM ({name})" if name == "wavlm-large-ecapa" else f"SIM proxy ({name}, not WavLM-large ECAPA)"
+    return (
+        f"SIM ({name})"
+        if name == "wavlm-large-ecapa"
+        else f"SIM proxy ({name}, not WavLM-large ECAPA)"
+    )
 
 
 def mos_label(identity: dict[str, object] | None) -> str | None:
@@ -88,17 +107,31 @@ def mos_label(identity: dict[str, object] | None) -> str | None:
     return "UTMOS" if name == "utmos" else f"{name} (not UTMOS)"
 
 
-def summarize(rows: list[UtteranceQuality], lang: str, expected: int, backends: dict[str, dict | None],
-              notes: list[str]) -> QualitySummary:
+def summarize(
+    rows: list[UtteranceQuality],
+    lang: str,
+    expected: int,
+    backends: dict[str, dict | None],
+    notes: list[str],
+) -> QualitySummary:
     sims = [r.sim for r in rows if r.sim is not None]
     moses = [r.mos for r in rows if r.mos is not None]
     return QualitySummary(
-        lang=lang, expected=expected, **aggregate_wer(rows),
-        sim_mean=_round(sum(sims) / len(sims), 3) if sims else None, sim_n=len(sims),
-        mos_mean=_round(sum(moses) / len(moses), 3) if moses else None, mos_n=len(moses),
-        asr=backends.get("asr"), asr_label=asr_label(backends.get("asr")),
-        speaker=backends.get("speaker"), sim_label=sim_label(backends.get("speaker")),
-        mos_backend=backends.get("mos"), mos_label=mos_label(backends.get("mos")), notes=notes)
+        lang=lang,
+        expected=expected,
+        **aggregate_wer(rows),
+        sim_mean=_round(sum(sims) / len(sims), 3) if sims else None,
+        sim_n=len(sims),
+        mos_mean=_round(sum(moses) / len(moses), 3) if moses else None,
+        mos_n=len(moses),
+        asr=backends.get("asr"),
+        asr_label=asr_label(backends.get("asr")),
+        speaker=backends.get("speaker"),
+        sim_label=sim_label(backends.get("speaker")),
+        mos_backend=backends.get("mos"),
+        mos_label=mos_label(backends.get("mos")),
+        notes=notes,
+    )
 
 
 class QualityJob(BaseModel):
@@ -112,9 +145,16 @@ class QualityJob(BaseModel):
     note: str | None = None
 
 
-def load_backends(asr_model: str | None = None, asr_sha256: str | None = None, speaker_checkpoint: str | None = None,
-                  speaker_sha256: str | None = None, utmos_checkpoint: str | None = None,
-                  utmos_sha256: str | None = None, sim: bool = True, mos: bool = True):
+def load_backends(
+    asr_model: str | None = None,
+    asr_sha256: str | None = None,
+    speaker_checkpoint: str | None = None,
+    speaker_sha256: str | None = None,
+    utmos_checkpoint: str | None = None,
+    utmos_sha256: str | None = None,
+    sim: bool = True,
+    mos: bool = True,
+):
     """(asr, speaker or None, mos or None): Whisper-large-v3 from a local CTranslate2 directory
     when ``asr_model`` is given (its model.bin sha256 required), else the embedded tiny.en."""
     from fdb.errors import FdbError
@@ -122,8 +162,10 @@ def load_backends(asr_model: str | None = None, asr_sha256: str | None = None, s
 
     if asr_model:
         if not asr_sha256:
-            raise FdbError("--asr-model needs --asr-model-sha256 (the sha256 of its model.bin)",
-                           "pass the hash of the checkpoint you mean to use")
+            raise FdbError(
+                "--asr-model needs --asr-model-sha256 (the sha256 of its model.bin)",
+                "pass the hash of the checkpoint you mean to use",
+            )
         asr = FasterWhisperAsr(model_dir=asr_model, expected_sha256=asr_sha256, cpu_threads=2)
         asr.identity = asr.identity.model_copy(update={"name": "faster-whisper/whisper-large-v3"})
     else:
@@ -146,7 +188,9 @@ def _wav16k(path: str) -> np.ndarray:
     return read_wav(path).resample(16000).samples
 
 
-def score_utterance(job: QualityJob, asr, speaker, mos, english_only: bool = True) -> UtteranceQuality:
+def score_utterance(
+    job: QualityJob, asr, speaker, mos, english_only: bool = True
+) -> UtteranceQuality:
     row = UtteranceQuality(id=job.id, lang=job.lang, reference=job.reference, note=job.note)
     if job.wav is None:
         row.counts = wer_counts(job.reference, "", job.lang)  # no audio: every word deleted
@@ -167,8 +211,9 @@ def score_utterance(job: QualityJob, asr, speaker, mos, english_only: bool = Tru
     return row
 
 
-def score_quality(jobs: list[QualityJob], asr, speaker=None, mos=None, progress=None
-                  ) -> tuple[list[UtteranceQuality], QualitySummary]:
+def score_quality(
+    jobs: list[QualityJob], asr, speaker=None, mos=None, progress=None
+) -> tuple[list[UtteranceQuality], QualitySummary]:
     """Score every job; ``progress(done, total)`` after each. One language per call."""
     langs = sorted({job.lang for job in jobs}) or ["en"]
     rows = []
@@ -176,16 +221,20 @@ def score_quality(jobs: list[QualityJob], asr, speaker=None, mos=None, progress=
         rows.append(score_utterance(job, asr, speaker, mos))
         if progress is not None:
             progress(number, len(jobs))
-    backends = {"asr": asr.identity.model_dump(mode="json"),
-                "speaker": None if speaker is None else speaker.identity.model_dump(mode="json"),
-                "mos": None if mos is None else mos.identity.model_dump(mode="json")}
+    backends = {
+        "asr": asr.identity.model_dump(mode="json"),
+        "speaker": None if speaker is None else speaker.identity.model_dump(mode="json"),
+        "mos": None if mos is None else mos.identity.model_dump(mode="json"),
+    }
     notes = [] if speaker is not None else ["SIM off (--no-sim)"]
     notes += [] if mos is not None else ["MOS off (--no-mos)"]
     missing = sum(1 for job in jobs if job.wav is None)
     if jobs and missing == len(jobs):
         for row in rows:  # nothing was heard: nothing to measure
             row.counts = row.wer = None
-        notes.append(f"not measured: none of the {missing} requests returned audio (see the failures under Serving)")
+        notes.append(
+            f"not measured: none of the {missing} requests returned audio (see the failures under Serving)"
+        )
     elif missing:
         notes.append(f"{missing} requests without audio count as all words deleted (WER 1)")
     return rows, summarize(rows, "+".join(langs), len(jobs), backends, notes)

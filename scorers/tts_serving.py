@@ -76,7 +76,9 @@ def chunk_seconds(record: TtsRequestRecord) -> list[tuple[float, float]]:
     return [(t, _bytes_to_s(n, record) or 0.0) for t, n in record.chunks]
 
 
-def stop_check(record: TtsRequestRecord, audio_s: float | None) -> tuple[float | None, float | None, bool | None]:
+def stop_check(
+    record: TtsRequestRecord, audio_s: float | None
+) -> tuple[float | None, float | None, bool | None]:
     """(audio after the declared end, audio beyond max_audio_s, violation) as defined above."""
     after = _bytes_to_s(record.bytes_after_done, record) if record.done_s is not None else None
     over = None
@@ -86,15 +88,26 @@ def stop_check(record: TtsRequestRecord, audio_s: float | None) -> tuple[float |
     return after, over, (any(value > 1e-9 for value in checks) if checks else None)
 
 
-def request_metrics(record: TtsRequestRecord, reserve_s: float = DEFAULT_RESERVE_S) -> RequestMetrics:
+def request_metrics(
+    record: TtsRequestRecord, reserve_s: float = DEFAULT_RESERVE_S
+) -> RequestMetrics:
     audio_bytes = record.audio_bytes - record.partial_frame_bytes
     seconds = _bytes_to_s(audio_bytes, record) if audio_bytes > 0 else None
     audio_s = None if seconds is None else round(seconds, 6)
-    error = None if record.error is None else server_text(record.error, 600)  # an older record may hold bytes
-    out = RequestMetrics(id=record.id, index=record.index, status=record.status, error=error,
-                         sample_rate=record.sample_rate, chunks=len(record.chunks),
-                         e2e_s=record.end_s if record.status == "ok" else None, audio_s=audio_s,
-                         partial_frame_bytes=record.partial_frame_bytes)
+    error = (
+        None if record.error is None else server_text(record.error, 600)
+    )  # an older record may hold bytes
+    out = RequestMetrics(
+        id=record.id,
+        index=record.index,
+        status=record.status,
+        error=error,
+        sample_rate=record.sample_rate,
+        chunks=len(record.chunks),
+        e2e_s=record.end_s if record.status == "ok" else None,
+        audio_s=audio_s,
+        partial_frame_bytes=record.partial_frame_bytes,
+    )
     out.audio_after_done_s, out.overrun_s, out.stop_violation = stop_check(record, audio_s)
     if not record.chunks or audio_s is None:
         return out
@@ -114,14 +127,22 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _wall(records: list[TtsRequestRecord]) -> float | None:
-    spans = [(r.start_s, r.start_s + r.end_s) for r in records if r.start_s is not None and r.end_s is not None]
+    spans = [
+        (r.start_s, r.start_s + r.end_s)
+        for r in records
+        if r.start_s is not None and r.end_s is not None
+    ]
     if not spans:
         return None
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
-def level_row(concurrency: int, records: list[TtsRequestRecord], reserve_s: float = DEFAULT_RESERVE_S,
-              frame_rate_hz: float | None = None) -> LevelRow:
+def level_row(
+    concurrency: int,
+    records: list[TtsRequestRecord],
+    reserve_s: float = DEFAULT_RESERVE_S,
+    frame_rate_hz: float | None = None,
+) -> LevelRow:
     """The row of one level from all of its records (warm-ups are counted, then left out)."""
     measured = [r for r in records if not r.warmup]
     metrics = [request_metrics(r, reserve_s) for r in measured]
@@ -129,10 +150,18 @@ def level_row(concurrency: int, records: list[TtsRequestRecord], reserve_s: floa
     heard = [m for m in ok if m.ttfa_s is not None]
     wall = _wall(measured)
     audio = sum(m.audio_s or 0.0 for m in ok) if ok else None
-    row = LevelRow(concurrency=concurrency, requests=len(measured), warmups=len(records) - len(measured),
-                   ok=len(ok), failed=len(metrics) - len(ok), empty=len(ok) - len(heard),
-                   wall_s=None if wall is None else round(wall, 6), audio_s=None if audio is None else round(audio, 6),
-                   frame_rate_hz=frame_rate_hz, playback_reserve_ms=round(reserve_s * 1000.0, 3))
+    row = LevelRow(
+        concurrency=concurrency,
+        requests=len(measured),
+        warmups=len(records) - len(measured),
+        ok=len(ok),
+        failed=len(metrics) - len(ok),
+        empty=len(ok) - len(heard),
+        wall_s=None if wall is None else round(wall, 6),
+        audio_s=None if audio is None else round(audio, 6),
+        frame_rate_hz=frame_rate_hz,
+        playback_reserve_ms=round(reserve_s * 1000.0, 3),
+    )
     if wall and wall > 0 and audio is not None:
         row.throughput_audio_s_per_s = round(audio / wall, 4)
         row.requests_per_s = round(len(ok) / wall, 4)
@@ -151,7 +180,10 @@ def level_row(concurrency: int, records: list[TtsRequestRecord], reserve_s: floa
     row.underrun_p95_ms = quantile_ms(under, P95)
     row.underrun_requests = sum(1 for m in heard if m.underrun) if heard else None
     checked = [m for m in metrics if m.stop_violation is not None]
-    row.stop_checked, row.stop_violations = len(checked), sum(1 for m in checked if m.stop_violation)
+    row.stop_checked, row.stop_violations = (
+        len(checked),
+        sum(1 for m in checked if m.stop_violation),
+    )
     row.sample_rates = sorted({m.sample_rate for m in metrics if m.sample_rate})
     row.errors = list(dict.fromkeys(m.error for m in metrics if m.error))[:5]
     return row
@@ -159,11 +191,31 @@ def level_row(concurrency: int, records: list[TtsRequestRecord], reserve_s: floa
 
 # --- several rounds of one level entry (tts-bench --rounds) ----------------------------------------
 
-STAT_METRICS = ("throughput_audio_s_per_s", "throughput_frames_per_s", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_mean_ms",
-                "rtf_mean", "e2e_p50_ms")
+STAT_METRICS = (
+    "throughput_audio_s_per_s",
+    "throughput_frames_per_s",
+    "ttfa_p50_ms",
+    "ttfa_p95_ms",
+    "ttfa_mean_ms",
+    "rtf_mean",
+    "e2e_p50_ms",
+)
 _COUNTS = ("requests", "warmups", "ok", "failed", "empty", "stop_checked", "stop_violations")
-_MEANS = ("wall_s", "audio_s", "throughput_audio_s_per_s", "throughput_frames_per_s", "requests_per_s", "ttfa_p50_ms",
-          "ttfa_p95_ms", "ttfa_mean_ms", "e2e_p50_ms", "e2e_p95_ms", "rtf_mean", "max_gap_p95_ms", "underrun_p95_ms")
+_MEANS = (
+    "wall_s",
+    "audio_s",
+    "throughput_audio_s_per_s",
+    "throughput_frames_per_s",
+    "requests_per_s",
+    "ttfa_p50_ms",
+    "ttfa_p95_ms",
+    "ttfa_mean_ms",
+    "e2e_p50_ms",
+    "e2e_p95_ms",
+    "rtf_mean",
+    "max_gap_p95_ms",
+    "underrun_p95_ms",
+)
 
 
 def metric_stats(values: list[float | None]) -> MetricStats:
@@ -173,13 +225,19 @@ def metric_stats(values: list[float | None]) -> MetricStats:
     if not found:
         return MetricStats()
     sd = round(statistics.stdev(found), 6) if len(found) >= 2 else None
-    return MetricStats(mean=round(statistics.fmean(found), 6), sd=sd, min=min(found), max=max(found), n=len(found))
+    return MetricStats(
+        mean=round(statistics.fmean(found), 6), sd=sd, min=min(found), max=max(found), n=len(found)
+    )
 
 
 def level_stats(entry: int, rows: list[LevelRow]) -> LevelStats:
     """The spread of STAT_METRICS over the measured rounds ``rows`` of one level entry."""
-    return LevelStats(entry=entry, concurrency=rows[0].concurrency, rounds=len(rows),
-                      metrics={name: metric_stats([getattr(r, name) for r in rows]) for name in STAT_METRICS})
+    return LevelStats(
+        entry=entry,
+        concurrency=rows[0].concurrency,
+        rounds=len(rows),
+        metrics={name: metric_stats([getattr(r, name) for r in rows]) for name in STAT_METRICS},
+    )
 
 
 def mean_row(rows: list[LevelRow]) -> LevelRow:

@@ -63,8 +63,9 @@ EPSILON = 1e-10
 TIME_THRESHOLD_S = 3
 SENTINEL_JSD = 1.0
 VAD_RATE = 16000
-BACKCHANNEL_VAD_SETTINGS = VadSettings(threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100,
-                                       speech_pad_ms=30)
+BACKCHANNEL_VAD_SETTINGS = VadSettings(
+    threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100, speech_pad_ms=30
+)
 ICC_GT_NAME = "icc_gt_distribution.json"
 NO_GT_NOTE = "no icc_gt_distribution.json given (--icc-gt or --reference-source): backchannel JSD not computed"
 
@@ -95,11 +96,15 @@ def load_icc_gt(path: str | Path) -> IccGroundTruth:
     if path.is_dir():
         found = pinned_path(path, ICC_GT)
         if not found.is_file():
-            raise FdbError(f"{path} holds no {ICC_GT_NAME} (looked for {', '.join(pinned_places(ICC_GT))})",
-                           "pass the file itself, or a Full-Duplex-Bench checkout")
+            raise FdbError(
+                f"{path} holds no {ICC_GT_NAME} (looked for {', '.join(pinned_places(ICC_GT))})",
+                "pass the file itself, or a Full-Duplex-Bench checkout",
+            )
         path = found
     if not path.is_file():
-        raise FdbError(f"ICC ground truth {path} does not exist", "pass icc_gt_distribution.json or a checkout")
+        raise FdbError(
+            f"ICC ground truth {path} does not exist", "pass icc_gt_distribution.json or a checkout"
+        )
     try:
         raw = read_json(path)
         data = {str(k): [float(x) for x in v] for k, v in raw.items()}
@@ -137,8 +142,9 @@ def words_in_segment(chunks: Sequence[Chunk], a: float, b: float) -> int:
     return count
 
 
-def sample_verdict(segments: Sequence[Segment], chunks: Sequence[Chunk],
-                   rule: BackchannelRule) -> tuple[int, list[Segment]]:
+def sample_verdict(
+    segments: Sequence[Segment], chunks: Sequence[Chunk], rule: BackchannelRule
+) -> tuple[int, list[Segment]]:
     """(TOR, backchannel predictions) of one sample with a transcript."""
     tor, preds = 0, []
     for a, b in segments:
@@ -172,7 +178,9 @@ def histogram(preds: Sequence[Segment], duration_s: float) -> np.ndarray:
     return counts / np.sum(counts)
 
 
-def official_jsd(preds: Sequence[Segment], duration_s: float, gt: Sequence[float] | None) -> float | None:
+def official_jsd(
+    preds: Sequence[Segment], duration_s: float, gt: Sequence[float] | None
+) -> float | None:
     """The sample's JSD: the 1.0 sentinel without predictions, None without a ground truth."""
     if not preds:
         return SENTINEL_JSD
@@ -182,8 +190,12 @@ def official_jsd(preds: Sequence[Segment], duration_s: float, gt: Sequence[float
     from scipy.spatial.distance import jensenshannon
 
     hist = histogram(preds, duration_s)
-    resize = interp1d(np.linspace(0, 1, len(gt)), np.asarray(gt, dtype=np.float64), kind="linear",
-                      fill_value="extrapolate")
+    resize = interp1d(
+        np.linspace(0, 1, len(gt)),
+        np.asarray(gt, dtype=np.float64),
+        kind="linear",
+        fill_value="extrapolate",
+    )
     return float(jensenshannon(hist, resize(np.linspace(0, 1, len(hist)))))
 
 
@@ -201,13 +213,17 @@ def _gt_for(gt: IccGroundTruth | None, item: BackchannelInput) -> list[float] | 
     if gt is None:
         return None
     if item.id not in gt.distributions:
-        raise SampleError(item.sample_id, f"{Path(gt.path).name} has no distribution for id {item.id!r}",
-                          "the ICC ground truth covers the official icc_backchannel ids 0-54 only")
+        raise SampleError(
+            item.sample_id,
+            f"{Path(gt.path).name} has no distribution for id {item.id!r}",
+            "the ICC ground truth covers the official icc_backchannel ids 0-54 only",
+        )
     return gt.distributions[item.id]
 
 
-def score_rows(items: Sequence[BackchannelInput], options: BackchannelOptions,
-               gt: IccGroundTruth | None) -> list[BackchannelRow]:
+def score_rows(
+    items: Sequence[BackchannelInput], options: BackchannelOptions, gt: IccGroundTruth | None
+) -> list[BackchannelRow]:
     """Per-sample rows in the given order (the order matters only for the carry-over quirk)."""
     rows: list[BackchannelRow] = []
     previous: int | None = None
@@ -215,18 +231,30 @@ def score_rows(items: Sequence[BackchannelInput], options: BackchannelOptions,
         duration = item.frames / item.rate
         if item.chunks is None:
             if previous is None:
-                raise SampleError(item.sample_id, "output.json is missing on the first sample (the official "
-                                  "evaluator stops here with a NameError)", "rerun the asr phase")
+                raise SampleError(
+                    item.sample_id,
+                    "output.json is missing on the first sample (the official "
+                    "evaluator stops here with a NameError)",
+                    "rerun the asr phase",
+                )
             tor, preds, carried = previous, [], True
         else:
             tor, preds = sample_verdict(item.segments, item.chunks, options.rule)
             carried = False
         previous = tor
-        rows.append(BackchannelRow(
-            sample_id=item.sample_id, duration_s=duration, rate=item.rate, segments=list(item.segments), tor=tor,
-            tor_carried_over=carried, predictions=preds, frequency=len(preds) / duration,
-            jsd=official_jsd(preds, duration, _gt_for(gt, item) if preds else None),
-        ))
+        rows.append(
+            BackchannelRow(
+                sample_id=item.sample_id,
+                duration_s=duration,
+                rate=item.rate,
+                segments=list(item.segments),
+                tor=tor,
+                tor_carried_over=carried,
+                predictions=preds,
+                frequency=len(preds) / duration,
+                jsd=official_jsd(preds, duration, _gt_for(gt, item) if preds else None),
+            )
+        )
     return rows
 
 
@@ -237,18 +265,29 @@ def _mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
     return float(np.mean(arr)), float(np.std(arr))
 
 
-def summarize(rows: Sequence[BackchannelRow], options: BackchannelOptions,
-              gt: IccGroundTruth | None) -> BackchannelResult:
+def summarize(
+    rows: Sequence[BackchannelRow], options: BackchannelOptions, gt: IccGroundTruth | None
+) -> BackchannelResult:
     """Subset means and population standard deviations (None when there is no sample)."""
     tor = _mean_std([r.tor for r in rows])
     freq = _mean_std([r.frequency for r in rows])
     jsd = _mean_std([r.jsd for r in rows])
     return BackchannelResult(
-        rule=options.rule, audio_rate=options.audio_rate, n=len(rows), tor_mean=tor[0], tor_std=tor[1],
-        frequency_mean=freq[0], frequency_std=freq[1], jsd_mean=jsd[0], jsd_std=jsd[1],
+        rule=options.rule,
+        audio_rate=options.audio_rate,
+        n=len(rows),
+        tor_mean=tor[0],
+        tor_std=tor[1],
+        frequency_mean=freq[0],
+        frequency_std=freq[1],
+        jsd_mean=jsd[0],
+        jsd_std=jsd[1],
         without_backchannel=sum(1 for r in rows if not r.predictions),
-        icc_gt=None if gt is None else IccInfo(path=gt.path, sha256=gt.sha256, matches_pin=gt.matches_pin),
-        note=_note(gt, jsd[0], bool(rows)), samples=list(rows),
+        icc_gt=None
+        if gt is None
+        else IccInfo(path=gt.path, sha256=gt.sha256, matches_pin=gt.matches_pin),
+        note=_note(gt, jsd[0], bool(rows)),
+        samples=list(rows),
     )
 
 

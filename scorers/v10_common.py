@@ -37,13 +37,19 @@ def share(count: int, n: int, selected: int, unknown: int, better: Better) -> Sh
     if selected > 0:
         bounds = (count / selected, (count + unknown) / selected)
     return Share(
-        value=count / n if n else None, count=count, n=n, wilson95=wilson(count, n),
-        selected_bounds=bounds, unknown=unknown, better=better,
+        value=count / n if n else None,
+        count=count,
+        n=n,
+        wilson95=wilson(count, n),
+        selected_bounds=bounds,
+        unknown=unknown,
+        better=better,
     )
 
 
-def pooled_ratio(numerators: Sequence[int], denominators: Sequence[int], better: Better,
-                 scale: int = 1) -> PooledRatio:
+def pooled_ratio(
+    numerators: Sequence[int], denominators: Sequence[int], better: Better, scale: int = 1
+) -> PooledRatio:
     """sum(num) / sum(den) over units in bootstrap order; ``scale`` converts the reported
     numerator and denominator (1e6 for microseconds to seconds)."""
     num = np.asarray(numerators, dtype=np.int64)
@@ -52,8 +58,11 @@ def pooled_ratio(numerators: Sequence[int], denominators: Sequence[int], better:
     interval, valid = bootstrap_ratio(num, den)
     return PooledRatio(
         value=total_num / total_den if total_den > 0 else None,
-        numerator=total_num / scale, denominator=total_den / scale,
-        bootstrap95=interval, valid_resamples=valid, better=better,
+        numerator=total_num / scale,
+        denominator=total_den / scale,
+        bootstrap95=interval,
+        valid_resamples=valid,
+        better=better,
     )
 
 
@@ -71,9 +80,12 @@ def latency_quantiles(values_us: Sequence[float]) -> LatencyQuantiles:
     vals = np.asarray(values_us, dtype=np.float64)
     interval, valid = bootstrap_quantile(vals, MEDIAN)
     return LatencyQuantiles(
-        n=int(vals.size), observed=int(np.isfinite(vals).sum()),
+        n=int(vals.size),
+        observed=int(np.isfinite(vals).sum()),
         median_s=as_quantile(ceil_quantile(vals, MEDIAN)),
-        median_bootstrap95=None if interval is None else (as_quantile(interval[0]), as_quantile(interval[1])),
+        median_bootstrap95=None
+        if interval is None
+        else (as_quantile(interval[0]), as_quantile(interval[1])),
         valid_resamples=valid,
         p90_s=as_quantile(ceil_quantile(vals, P90)),
     )
@@ -96,8 +108,11 @@ def counts(samples: Iterable[ExportSample], declared: int | None) -> Counts:
         if not sample.eligible:
             reasons.update(set(sample.reasons) or {"unspecified"})
     return Counts(
-        declared=declared, selected=len(samples),
-        eligible=eligible, ineligible=len(samples) - eligible, ineligible_reasons=dict(sorted(reasons.items())),
+        declared=declared,
+        selected=len(samples),
+        eligible=eligible,
+        ineligible=len(samples) - eligible,
+        ineligible_reasons=dict(sorted(reasons.items())),
     )
 
 

@@ -41,8 +41,12 @@ from fdb.provenance import current
 from fdb.records.v10_reference import EvaluatorSubset, EvaluatorSummary
 from scorers.v10_tree import check_fresh, id_key, load_tree, subset_key
 
-EVALUATOR_TASK = {"pause_handling": "pause_handling", "turn_taking": "smooth_turn_taking",
-                  "backchannel": "backchannel", "user_interruption": "user_interruption"}
+EVALUATOR_TASK = {
+    "pause_handling": "pause_handling",
+    "turn_taking": "smooth_turn_taking",
+    "backchannel": "backchannel",
+    "user_interruption": "user_interruption",
+}
 NEEDS_JUDGE = frozenset({"user_interruption"})
 _RESULT_LINE = re.compile(r"^\s*(?P<label>[^:]+?)\s*:\s*(?P<value>.+?)\s*$")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -92,27 +96,48 @@ def stage_subset(inputs, samples, staging: Path) -> int:
     return staged
 
 
-def run_task(checkout: Path, python: str, task: str, root_dir: Path, log: Path, timeout_s: float) -> tuple[int, str]:
+def run_task(
+    checkout: Path, python: str, task: str, root_dir: Path, log: Path, timeout_s: float
+) -> tuple[int, str]:
     """(return code, combined output) of one evaluate.py run; the output is also written to ``log``."""
     cmd = [python, "evaluate.py", "--task", EVALUATOR_TASK[task], "--root_dir", str(root_dir)]
     try:
-        proc = subprocess.run(cmd, cwd=checkout / EVALUATION_DIR, capture_output=True, text=True, timeout=timeout_s,
-                              env=os.environ.copy())
-        code, output = proc.returncode, proc.stdout + ("\n[stderr]\n" + proc.stderr if proc.stderr else "")
+        proc = subprocess.run(
+            cmd,
+            cwd=checkout / EVALUATION_DIR,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=os.environ.copy(),
+        )
+        code, output = (
+            proc.returncode,
+            proc.stdout + ("\n[stderr]\n" + proc.stderr if proc.stderr else ""),
+        )
     except subprocess.TimeoutExpired as exc:
         code, output = -1, f"timed out after {timeout_s} s\n{exc.stdout or ''}"
     atomic_write_text(log, f"$ {' '.join(cmd)}\n{output}")
     return code, output
 
 
-def _run_subset(inputs, checkout: Path, python: str, subset: str, samples: list, staging: Path,
-                timeout_s: float) -> EvaluatorSubset:
+def _run_subset(
+    inputs, checkout: Path, python: str, subset: str, samples: list, staging: Path, timeout_s: float
+) -> EvaluatorSubset:
     task = V10_TASK[subset]
     eligible = [s for s in samples if s.eligible]
-    base = {"subset": subset, "task": EVALUATOR_TASK[task], "selected": len(samples), "eligible": len(eligible)}
+    base = {
+        "subset": subset,
+        "task": EVALUATOR_TASK[task],
+        "selected": len(samples),
+        "eligible": len(eligible),
+    }
     if task in NEEDS_JUDGE:
-        return EvaluatorSubset(**base, evaluated=0, status="not_run",
-                               note="needs the relevance judge (an LLM); run it through the judge phase")
+        return EvaluatorSubset(
+            **base,
+            evaluated=0,
+            status="not_run",
+            note="needs the relevance judge (an LLM); run it through the judge phase",
+        )
     if not eligible:
         return EvaluatorSubset(**base, evaluated=0, status="not_run", note="no eligible sample")
     staged = stage_subset(inputs, eligible, staging / subset)
@@ -120,19 +145,35 @@ def _run_subset(inputs, checkout: Path, python: str, subset: str, samples: list,
     code, output = run_task(checkout, python, task, staging / subset, log, timeout_s)
     result = parse_result(output)
     ok = code == 0 and bool(result)
-    return EvaluatorSubset(**base, evaluated=staged, status="ok" if ok else "failed", result=result,
-                           log=str(log), note=None if ok else f"evaluate.py exited {code}; see the log")
+    return EvaluatorSubset(
+        **base,
+        evaluated=staged,
+        status="ok" if ok else "failed",
+        result=result,
+        log=str(log),
+        note=None if ok else f"evaluate.py exited {code}; see the log",
+    )
 
 
-def run_evaluator(tree: Path, checkout: str | Path, python: str | None = None, timeout_s: float = 3600.0,
-                  pins: dict[str, str] = PINNED_FILES, accept_revision: str | None = None) -> EvaluatorSummary:
+def run_evaluator(
+    tree: Path,
+    checkout: str | Path,
+    python: str | None = None,
+    timeout_s: float = 3600.0,
+    pins: dict[str, str] = PINNED_FILES,
+    accept_revision: str | None = None,
+) -> EvaluatorSummary:
     """Verify the checkout (``accept_revision``: the revision the user accepted instead of the
     pinned one), run the LLM-free v1.0 evaluations on the eligible samples, write
     ``evaluator.json``. ``python`` is the interpreter with the evaluator's packages (default: this one)."""
     tree, checkout = Path(tree), Path(checkout).resolve()
-    if not (checkout / EVALUATION_DIR).is_dir():  # evaluate.py runs in it (it reads ./icc_gt_distribution.json)
-        raise FdbError(f"{checkout} is not the root of a Full-Duplex-Bench checkout (no {EVALUATION_DIR}/)",
-                       "pass the checkout's root directory, not its evaluation folder")
+    if not (
+        checkout / EVALUATION_DIR
+    ).is_dir():  # evaluate.py runs in it (it reads ./icc_gt_distribution.json)
+        raise FdbError(
+            f"{checkout} is not the root of a Full-Duplex-Bench checkout (no {EVALUATION_DIR}/)",
+            "pass the checkout's root directory, not its evaluation folder",
+        )
     check = verify_checkout(checkout, EVALUATOR_FILES, accept_revision=accept_revision, pins=pins)
     inputs = load_tree(tree)
     groups: dict[str, list] = {}
@@ -143,10 +184,19 @@ def run_evaluator(tree: Path, checkout: str | Path, python: str | None = None, t
     with tempfile.TemporaryDirectory(prefix="fdb-evaluator-") as tmp:
         for subset in sorted(groups, key=subset_key):
             samples = sorted(groups[subset], key=lambda s: id_key(s.id))
-            subsets[subset] = _run_subset(inputs, checkout, python, subset, samples, Path(tmp), timeout_s)
-    summary = EvaluatorSummary(checkout=str(checkout), checkout_revision=check.checkout_revision, files=check.files,
-                               checkout_check=check, python=python, manifest_sha256=inputs.manifest_sha256,
-                               asr_sha256=inputs.receipt_sha256, subsets=subsets,
-                               provenance=current().model_dump(mode="json"))
+            subsets[subset] = _run_subset(
+                inputs, checkout, python, subset, samples, Path(tmp), timeout_s
+            )
+    summary = EvaluatorSummary(
+        checkout=str(checkout),
+        checkout_revision=check.checkout_revision,
+        files=check.files,
+        checkout_check=check,
+        python=python,
+        manifest_sha256=inputs.manifest_sha256,
+        asr_sha256=inputs.receipt_sha256,
+        subsets=subsets,
+        provenance=current().model_dump(mode="json"),
+    )
     atomic_write_json(tree / "evaluator.json", summary.dump())
     return summary

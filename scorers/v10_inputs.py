@@ -27,8 +27,10 @@ from scorers.times import to_us
 
 Span = tuple[int, int]  # [start_us, end_us]
 WordTimes = tuple[float | None, float | None]  # (start, end) in seconds as the file has them
-TRANSCRIPT_HINT = ("delete this output.json and rerun the asr phase (`python -m fdb asr --run-name RUN`), "
-                   "which transcribes the sample again; or correct the file")
+TRANSCRIPT_HINT = (
+    "delete this output.json and rerun the asr phase (`python -m fdb asr --run-name RUN`), "
+    "which transcribes the sample again; or correct the file"
+)
 
 
 @dataclass(frozen=True)
@@ -76,25 +78,34 @@ def _time(sample_id: str, value: Any, what: str) -> int:
 
 def _inside(sample_id: str, t: int, T: int, what: str) -> None:
     if not 0 <= t <= T:
-        raise SampleError(sample_id, f"{what} {t / 1e6:.6f} s lies outside the window [0, {T / 1e6:.6f}] s")
+        raise SampleError(
+            sample_id, f"{what} {t / 1e6:.6f} s lies outside the window [0, {T / 1e6:.6f}] s"
+        )
 
 
 def _word_time(sample_id: str, value: Any, what: str, non_negative: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SampleError(sample_id, f"output.json {what} is {value!r}, not a number", TRANSCRIPT_HINT)
+        raise SampleError(
+            sample_id, f"output.json {what} is {value!r}, not a number", TRANSCRIPT_HINT
+        )
     try:
         number = float(value)
     except OverflowError:  # an integer too large for a float
         number = math.inf
     if not math.isfinite(number):
-        raise SampleError(sample_id, f"output.json {what} is {value!r}, not a finite time", TRANSCRIPT_HINT)
+        raise SampleError(
+            sample_id, f"output.json {what} is {value!r}, not a finite time", TRANSCRIPT_HINT
+        )
     if non_negative and number < 0:
-        raise SampleError(sample_id, f"output.json {what} is {number:g} s, a negative time", TRANSCRIPT_HINT)
+        raise SampleError(
+            sample_id, f"output.json {what} is {number:g} s, a negative time", TRANSCRIPT_HINT
+        )
     return number
 
 
-def transcript_times(sample_id: str, transcript: Any, allow_null_start: bool = False,
-                     strict: bool = True) -> list[WordTimes]:
+def transcript_times(
+    sample_id: str, transcript: Any, allow_null_start: bool = False, strict: bool = True
+) -> list[WordTimes]:
     """(start, end) of every output.json chunk in file order, checked: numbers, finite, no
     negative start and, with ``strict`` (what the scorers' file readers use), no negative end,
     no word ending before it starts and the starts in time order. A null start is an error
@@ -108,7 +119,9 @@ def transcript_times(sample_id: str, transcript: Any, allow_null_start: bool = F
     for i, chunk in enumerate(chunks):
         stamp = chunk.get("timestamp") if isinstance(chunk, dict) else None
         if not isinstance(stamp, list | tuple) or len(stamp) != 2:
-            raise SampleError(sample_id, f"output.json chunk {i} has no [start, end] timestamp", TRANSCRIPT_HINT)
+            raise SampleError(
+                sample_id, f"output.json chunk {i} has no [start, end] timestamp", TRANSCRIPT_HINT
+            )
         if stamp[0] is None and not allow_null_start:
             raise SampleError(sample_id, f"output.json chunk {i} has a null start", TRANSCRIPT_HINT)
         start = None if stamp[0] is None else _word_time(sample_id, stamp[0], f"word {i} start")
@@ -121,17 +134,31 @@ def transcript_times(sample_id: str, transcript: Any, allow_null_start: bool = F
     return out
 
 
-def _check_order(sample_id: str, i: int, start: float | None, end: float | None,
-                 previous: tuple[int, float] | None) -> None:
+def _check_order(
+    sample_id: str,
+    i: int,
+    start: float | None,
+    end: float | None,
+    previous: tuple[int, float] | None,
+) -> None:
     if start is not None and end is not None and end < start:
-        raise SampleError(sample_id, f"output.json word {i} ends before it starts ({end:g} s < {start:g} s)",
-                          TRANSCRIPT_HINT)
+        raise SampleError(
+            sample_id,
+            f"output.json word {i} ends before it starts ({end:g} s < {start:g} s)",
+            TRANSCRIPT_HINT,
+        )
     if start is not None and previous is not None and start < previous[1]:
-        raise SampleError(sample_id, f"output.json word {i} starts at {start:g} s, before word {previous[0]} "
-                          f"({previous[1]:g} s): the words are out of time order", TRANSCRIPT_HINT)
+        raise SampleError(
+            sample_id,
+            f"output.json word {i} starts at {start:g} s, before word {previous[0]} "
+            f"({previous[1]:g} s): the words are out of time order",
+            TRANSCRIPT_HINT,
+        )
 
 
-def parse_words(sample_id: str, transcript: Any, T: int, strict: bool = False) -> tuple[WordSpan, ...]:
+def parse_words(
+    sample_id: str, transcript: Any, T: int, strict: bool = False
+) -> tuple[WordSpan, ...]:
     """Words of an official-schema output.json; every chunk is a word (ruling 15). The unified
     rules themselves are order-free (ruling 6 takes the earliest start) and accept a word that
     ends before it starts; ``strict`` refuses those files, as the scorers' file readers do (see
@@ -168,7 +195,9 @@ def parse_pauses(sample_id: str, annotation: Any, T: int) -> tuple[Span, ...]:
         if a > b:
             raise SampleError(sample_id, f"pause {i} ends before it starts ({a / 1e6} > {b / 1e6})")
         if pauses and a < pauses[-1][1]:
-            raise SampleError(sample_id, f"pause {i} starts before pause {i - 1} ends (unsorted or overlapping)")
+            raise SampleError(
+                sample_id, f"pause {i} starts before pause {i - 1} ends (unsorted or overlapping)"
+            )
         pauses.append((a, b))
     return tuple(pauses)
 
@@ -196,8 +225,11 @@ def check_words_after(sample_id: str, words: tuple[WordSpan, ...], R: int) -> No
     """No interruption word starts before R (the transcript was cut at R)."""
     for i, word in enumerate(words):
         if word.start < R:
-            raise SampleError(sample_id, f"word {i} starts at {word.start / 1e6} s, before R {R / 1e6} s",
-                              "the transcript was not cut at R; rerun the asr phase")
+            raise SampleError(
+                sample_id,
+                f"word {i} starts at {word.start / 1e6} s, before R {R / 1e6} s",
+                "the transcript was not cut at R; rerun the asr phase",
+            )
 
 
 def parse_segments(sample_id: str, segments: list[tuple[float, float]], T: int) -> tuple[Span, ...]:

@@ -47,12 +47,20 @@ def score_interrupt_sample(sample: InterruptSample, subset: str) -> InterruptRow
     outcome = _outcome(at_onset, at_end, first is not None)
     stop = _stop(sample) if at_onset else None
     return InterruptRow(
-        sample_id=sample.sample_id, subset=subset, task="user_interruption", eligible=True,
-        T_s=to_s(sample.T), S_s=to_s(S), R_s=to_s(R), words=len(sample.words),
+        sample_id=sample.sample_id,
+        subset=subset,
+        task="user_interruption",
+        eligible=True,
+        T_s=to_s(sample.T),
+        S_s=to_s(S),
+        R_s=to_s(R),
+        words=len(sample.words),
         first_word_s=None if first is None else to_s(first),
         vad_segments=[(to_s(s), to_s(e)) for s, e in segs],
-        speech_at_onset=at_onset, speech_at_end=at_end,
-        speech_before_onset=any(s < S for s, _e in segs), outcome=outcome,
+        speech_at_onset=at_onset,
+        speech_at_end=at_end,
+        speech_before_onset=any(s < S for s, _e in segs),
+        outcome=outcome,
         latency_s=to_s(first - R) if outcome == "response" else None,
         stop_s=None if stop is None else (NOT_REACHED if math.isinf(stop) else to_s(stop)),
         speech_in_interruption_s=to_s(sum(max(0, min(e, R) - max(s, S)) for s, e in segs)),
@@ -89,8 +97,11 @@ def interrupt_metrics(rows: Sequence[InterruptRow], selected: int) -> InterruptM
         response_latency_s=latency_quantiles(latencies),
         stop_latency_s=latency_quantiles(stops),
         speech_s_per_interruption_s=pooled_ratio(
-            [_us(r.speech_in_interruption_s) for r in ex], [_us(r.interruption_s) for r in ex],
-            "lower", scale=US_PER_S),
+            [_us(r.speech_in_interruption_s) for r in ex],
+            [_us(r.interruption_s) for r in ex],
+            "lower",
+            scale=US_PER_S,
+        ),
         restart_rate=rate(lambda r: r.restarts > 0, "lower"),
         min_observable_s=min_observable([_us(r.observable_s) for r in rows]),
     )

@@ -57,7 +57,9 @@ from scorers.v10_tree import (
 )
 
 
-def chunk_times(sample_id: str, transcript: Any, raw: bool = False) -> list[tuple[float | None, float | None]]:
+def chunk_times(
+    sample_id: str, transcript: Any, raw: bool = False
+) -> list[tuple[float | None, float | None]]:
     """(start, end) of every output.json chunk in file order, checked by
     ``scorers.v10_inputs.transcript_times`` (numbers, finite, non-negative, end >= start, starts
     in time order: the first chunk is the first word). A null start is an error unless ``raw``
@@ -77,32 +79,56 @@ def _boundary(sample_id: str, task: str, annotation: Any) -> float | None:
     name = V10_ANNOTATION[task]
     try:
         value = annotation[0]["timestamp"][0 if task == "turn_taking" else 1]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             raise TypeError(f"{value!r} is not a finite number")
     except (KeyError, IndexError, TypeError, OverflowError) as exc:
-        raise SampleError(sample_id, f"{name} has no numeric [0]['timestamp'] ({exc})",
-                          "re-export the tree from the dataset's annotation") from exc
+        raise SampleError(
+            sample_id,
+            f"{name} has no numeric [0]['timestamp'] ({exc})",
+            "re-export the tree from the dataset's annotation",
+        ) from exc
     return float(value)
 
 
-def summarize_subset(subset: str, selected: int, eligible: int,
-                     samples: Sequence[tuple[list[tuple[float, float | None]], float | None]],
-                     not_evaluated: dict[str, str] | None = None) -> OfficialSubset:
+def summarize_subset(
+    subset: str,
+    selected: int,
+    eligible: int,
+    samples: Sequence[tuple[list[tuple[float, float | None]], float | None]],
+    not_evaluated: dict[str, str] | None = None,
+) -> OfficialSubset:
     """Pure: takeover rate and mean takeover latency from (words, boundary) per evaluated sample;
     ``not_evaluated`` names the eligible samples left out, with the reason."""
     task = V10_TASK[subset]
     left_out = dict(not_evaluated or {})
     note = None
     if left_out:
-        note = (f"{len(left_out)} eligible sample(s) not evaluated: "
-                + "; ".join(f"{sid}: {why}" for sid, why in left_out.items()))
-    base = {"subset": subset, "task": task, "selected": selected, "eligible": eligible,
-            "not_evaluated": left_out, "note": note}
+        note = f"{len(left_out)} eligible sample(s) not evaluated: " + "; ".join(
+            f"{sid}: {why}" for sid, why in left_out.items()
+        )
+    base = {
+        "subset": subset,
+        "task": task,
+        "selected": selected,
+        "eligible": eligible,
+        "not_evaluated": left_out,
+        "note": note,
+    }
     flags = [official_takeover(words) for words, _b in samples]
-    lats = [official_latency(w, b) for (w, b), f in zip(samples, flags, strict=True) if f and b is not None]
+    lats = [
+        official_latency(w, b)
+        for (w, b), f in zip(samples, flags, strict=True)
+        if f and b is not None
+    ]
     has_latency = task != "pause_handling"
     return OfficialSubset(
-        **base, evaluated=len(samples), takeovers=sum(flags),
+        **base,
+        evaluated=len(samples),
+        takeovers=sum(flags),
         takeover_rate=sum(flags) / len(flags) if flags else None,
         latency_s=(sum(lats) / len(lats) if lats else None) if has_latency else None,
         latency_n=len(lats) if has_latency else None,
@@ -112,51 +138,86 @@ def summarize_subset(subset: str, selected: int, eligible: int,
 def backchannel_subset(subset: str, selected: int, result: BackchannelResult) -> OfficialSubset:
     """Pure: the subset row of the official backchannel numbers (TOR mean as the takeover rate)."""
     return OfficialSubset(
-        subset=subset, task="backchannel", selected=selected, eligible=result.n, evaluated=result.n,
-        takeovers=sum(r.tor for r in result.samples), takeover_rate=result.tor_mean, latency_s=None,
-        latency_n=None, backchannel_frequency=result.frequency_mean, backchannel_jsd=result.jsd_mean,
-        backchannel=result, note=result.note,
+        subset=subset,
+        task="backchannel",
+        selected=selected,
+        eligible=result.n,
+        evaluated=result.n,
+        takeovers=sum(r.tor for r in result.samples),
+        takeover_rate=result.tor_mean,
+        latency_s=None,
+        latency_n=None,
+        backchannel_frequency=result.frequency_mean,
+        backchannel_jsd=result.jsd_mean,
+        backchannel=result,
+        note=result.note,
     )
 
 
-def _backchannel_inputs(inputs: TreeInputs, samples: Sequence, vad: SpeechSegmenter,
-                        audio_rate: AudioRate) -> list[bc.BackchannelInput]:
+def _backchannel_inputs(
+    inputs: TreeInputs, samples: Sequence, vad: SpeechSegmenter, audio_rate: AudioRate
+) -> list[bc.BackchannelInput]:
     items = []
     memo = SegmentMemo(vad)
 
     def load(sample) -> list[np.ndarray]:
-        return [bc.vad_samples(read_native_window(sample, inputs.root / sample.subset / sample.id), audio_rate)]
+        return [
+            bc.vad_samples(
+                read_native_window(sample, inputs.root / sample.subset / sample.id), audio_rate
+            )
+        ]
 
-    for sample in (s for block in prefetch_blocks(memo, samples, load, bc.BACKCHANNEL_VAD_SETTINGS) for s in block):
+    for sample in (
+        s
+        for block in prefetch_blocks(memo, samples, load, bc.BACKCHANNEL_VAD_SETTINGS)
+        for s in block
+    ):
         check_fresh(inputs, sample)
         folder = inputs.root / sample.subset / sample.id
-        chunks = tuple(chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"), raw=True))
+        chunks = tuple(
+            chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"), raw=True)
+        )
         audio = read_native_window(sample, folder)
         segments = tuple(bc.official_segments(memo, audio, audio_rate))
-        items.append(bc.BackchannelInput(sample.sample_id, sample.id, chunks, segments, len(audio.samples),
-                                         audio.rate))
+        items.append(
+            bc.BackchannelInput(
+                sample.sample_id, sample.id, chunks, segments, len(audio.samples), audio.rate
+            )
+        )
     return items
 
 
-def not_cut_at_R(sample_id: str, words: Sequence[tuple[float, float | None]], R: float) -> str | None:
+def not_cut_at_R(
+    sample_id: str, words: Sequence[tuple[float, float | None]], R: float
+) -> str | None:
     """Why an interruption transcript is not the official input (a word starts before R), or None."""
     try:
-        check_words_after(sample_id, tuple(WordSpan(to_us(s), to_us(s)) for s, _e in words), to_us(R))
+        check_words_after(
+            sample_id, tuple(WordSpan(to_us(s), to_us(s)) for s, _e in words), to_us(R)
+        )
     except SampleError as exc:
         return exc.one_line().removeprefix(f"{sample_id}: ")
     return None
 
 
-def _takeover_inputs(inputs: TreeInputs, samples: Sequence, task: str) -> tuple[list, dict[str, str]]:
+def _takeover_inputs(
+    inputs: TreeInputs, samples: Sequence, task: str
+) -> tuple[list, dict[str, str]]:
     """(words, boundary) of every evaluated sample, and the eligible samples left out with the reason."""
     parsed, left_out = [], {}
     for sample in samples:
         check_fresh(inputs, sample)
         folder = inputs.root / sample.subset / sample.id
         words = chunk_times(sample.sample_id, read_sample_json(sample, folder, "output.json"))
-        annotation = read_sample_json(sample, folder, V10_ANNOTATION[task]) if task != "pause_handling" else None
+        annotation = (
+            read_sample_json(sample, folder, V10_ANNOTATION[task])
+            if task != "pause_handling"
+            else None
+        )
         boundary = _boundary(sample.sample_id, task, annotation)
-        problem = not_cut_at_R(sample.sample_id, words, boundary) if task == "user_interruption" else None
+        problem = (
+            not_cut_at_R(sample.sample_id, words, boundary) if task == "user_interruption" else None
+        )
         if problem is not None:
             left_out[sample.sample_id] = problem
             continue
@@ -170,14 +231,26 @@ def _vad_record(vad: SpeechSegmenter | None) -> VadRecord | None:
     from dataclasses import asdict
 
     ident = vad.identity
-    settings = {**asdict(bc.BACKCHANNEL_VAD_SETTINGS), "sampling_rate": 16000, "return_seconds": True,
-                "time_resolution": 1}
-    return VadRecord(name=ident.name, version=ident.version, model_sha256=ident.checkpoint_sha256, settings=settings)
+    settings = {
+        **asdict(bc.BACKCHANNEL_VAD_SETTINGS),
+        "sampling_rate": 16000,
+        "return_seconds": True,
+        "time_resolution": 1,
+    }
+    return VadRecord(
+        name=ident.name,
+        version=ident.version,
+        model_sha256=ident.checkpoint_sha256,
+        settings=settings,
+    )
 
 
-def score_official(tree: Path, icc_gt: str | Path | bc.IccGroundTruth | None = None,
-                   vad: SpeechSegmenter | None = None,
-                   options: bc.BackchannelOptions | None = None) -> OfficialSummary:
+def score_official(
+    tree: Path,
+    icc_gt: str | Path | bc.IccGroundTruth | None = None,
+    vad: SpeechSegmenter | None = None,
+    options: bc.BackchannelOptions | None = None,
+) -> OfficialSummary:
     """Official takeover / latency / backchannel per subset over the eligible samples; writes
     official.json. ``icc_gt`` (a file, a checkout or a loaded ground truth) enables the
     backchannel JSD; ``vad`` defaults to Silero, loaded only for eligible backchannel samples."""
@@ -197,17 +270,33 @@ def score_official(tree: Path, icc_gt: str | Path | bc.IccGroundTruth | None = N
 
                 vad = SileroVad()
             # no eligible sample: nothing to segment, so no VAD is loaded (an empty subset, not a crash)
-            rows = (bc.score_rows(_backchannel_inputs(inputs, eligible, vad, options.audio_rate), options, gt)
-                    if eligible else [])
-            subsets[subset] = backchannel_subset(subset, len(samples), bc.summarize(rows, options, gt))
+            rows = (
+                bc.score_rows(
+                    _backchannel_inputs(inputs, eligible, vad, options.audio_rate), options, gt
+                )
+                if eligible
+                else []
+            )
+            subsets[subset] = backchannel_subset(
+                subset, len(samples), bc.summarize(rows, options, gt)
+            )
             continue
         parsed, left_out = _takeover_inputs(inputs, eligible, task)
         subsets[subset] = summarize_subset(subset, len(samples), len(eligible), parsed, left_out)
-    rules = OfficialRules(backchannel_rule=options.rule, backchannel_audio_rate=options.audio_rate,
-                          backchannel_vad=_vad_record(vad),
-                          icc_gt=None if gt is None else IccInfo(path=gt.path, sha256=gt.sha256,
-                                                                    matches_pin=gt.matches_pin))
-    summary = OfficialSummary(manifest_sha256=inputs.manifest_sha256, asr_sha256=inputs.receipt_sha256, rules=rules,
-                              subsets=subsets, provenance=current().model_dump(mode="json"))
+    rules = OfficialRules(
+        backchannel_rule=options.rule,
+        backchannel_audio_rate=options.audio_rate,
+        backchannel_vad=_vad_record(vad),
+        icc_gt=None
+        if gt is None
+        else IccInfo(path=gt.path, sha256=gt.sha256, matches_pin=gt.matches_pin),
+    )
+    summary = OfficialSummary(
+        manifest_sha256=inputs.manifest_sha256,
+        asr_sha256=inputs.receipt_sha256,
+        rules=rules,
+        subsets=subsets,
+        provenance=current().model_dump(mode="json"),
+    )
     atomic_write_json(tree / "official.json", summary.dump())
     return summary

@@ -60,9 +60,15 @@ def score_pause_sample(sample: PauseSample, subset: str) -> PauseRow:
     intruded = sum(_holds(onsets, s, e, c) for s, e, c in owned_intervals(sample.pauses, sample.T))
     pause_us = sum(b - a for a, b in sample.pauses)
     return PauseRow(
-        sample_id=sample.sample_id, subset=subset, task="pause_handling", eligible=True,
-        T_s=to_s(sample.T), words=len(sample.words), first_pause_s=to_s(a1),
-        pauses=len(sample.pauses), pause_s=to_s(pause_us),
+        sample_id=sample.sample_id,
+        subset=subset,
+        task="pause_handling",
+        eligible=True,
+        T_s=to_s(sample.T),
+        words=len(sample.words),
+        first_pause_s=to_s(a1),
+        pauses=len(sample.pauses),
+        pause_s=to_s(pause_us),
         pause_intrusion=any(t >= a1 for t in onsets),
         inside_pause_onset=any(a <= t < b for t in onsets for a, b in sample.pauses),
         pre_pause_speech=any(t < a1 for t in onsets),
@@ -89,9 +95,12 @@ def pause_metrics(rows: Sequence[PauseRow], selected: int) -> PauseMetrics:
     pause_us = [round(r.pause_s * US_PER_S) for r in rows]
     return PauseMetrics(
         pause_intrusion_rate=rate("pause_intrusion", "lower"),
-        pause_intrusion_per_pause=pooled_ratio([r.intruded_pauses for r in rows], [r.pauses for r in rows], "lower"),
+        pause_intrusion_per_pause=pooled_ratio(
+            [r.intruded_pauses for r in rows], [r.pauses for r in rows], "lower"
+        ),
         intrusion_s_per_pause_s=pooled_ratio(
-            [round(r.intrusion_s * US_PER_S) for r in rows], pause_us, "lower", scale=US_PER_S),
+            [round(r.intrusion_s * US_PER_S) for r in rows], pause_us, "lower", scale=US_PER_S
+        ),
         inside_pause_onset_rate=rate("inside_pause_onset", "context"),
         pre_pause_speech_rate=rate("pre_pause_speech", "context"),
         carry_in_rate=rate("carry_in", "context"),

@@ -62,13 +62,17 @@ def load_tree(tree: Path) -> TreeInputs:
     manifest, manifest_sha = load_manifest(tree)
     asr_path = tree / "asr.json"
     if not asr_path.exists():
-        raise FdbError(f"{asr_path} is missing: the tree has not been transcribed",
-                       "run the asr phase on this tree first")
+        raise FdbError(
+            f"{asr_path} is missing: the tree has not been transcribed",
+            "run the asr phase on this tree first",
+        )
     receipt = AsrReceipt.model_validate(read_json(asr_path))
     if receipt.manifest_sha256 != manifest_sha:
-        raise FdbError(f"{asr_path} was written for another manifest.json "
-                       f"({receipt.manifest_sha256[:12]}… vs {manifest_sha[:12]}…)",
-                       "rerun the asr phase on this tree")
+        raise FdbError(
+            f"{asr_path} was written for another manifest.json "
+            f"({receipt.manifest_sha256[:12]}… vs {manifest_sha[:12]}…)",
+            "rerun the asr phase on this tree",
+        )
     return TreeInputs(tree, manifest, manifest_sha, receipt, sha256_file(asr_path))
 
 
@@ -88,21 +92,32 @@ def check_fresh(inputs: TreeInputs, sample: ExportSample) -> AsrSampleReceipt:
     if entry is None or entry.status != "ok":
         why = "has no entry" if entry is None else f"has status {entry.status} ({entry.error})"
         raise SampleError(sid, f"asr.json {why}", "rerun the asr phase (with --retry-failed)")
-    for name, want in (("output.json", entry.output_json_sha256), ("output.wav", entry.output_wav_sha256)):
+    for name, want in (
+        ("output.json", entry.output_json_sha256),
+        ("output.wav", entry.output_wav_sha256),
+    ):
         path = folder / name
         if not path.exists():
             raise SampleError(sid, f"{name} is missing", path=str(path))
         actual = sha256_file(path)
         if actual != want:
-            raise SampleError(sid, f"{name} differs from asr.json (stale transcript)",
-                              "rerun the asr phase on this tree", str(path))
+            raise SampleError(
+                sid,
+                f"{name} differs from asr.json (stale transcript)",
+                "rerun the asr phase on this tree",
+                str(path),
+            )
         if sample.files.get(name) not in (None, actual):
-            raise SampleError(sid, f"{name} differs from manifest.json", "re-export the tree", str(path))
+            raise SampleError(
+                sid, f"{name} differs from manifest.json", "re-export the tree", str(path)
+            )
     annotation = V10_ANNOTATION[V10_TASK[sample.subset]]
     if annotation and annotation in sample.files:
         path = folder / annotation
         if not path.exists() or sha256_file(path) != sample.files[annotation]:
-            raise SampleError(sid, f"{annotation} is missing or differs from manifest.json", path=str(path))
+            raise SampleError(
+                sid, f"{annotation} is missing or differs from manifest.json", path=str(path)
+            )
     check_window_length(sample, folder / "output.wav")
     return entry
 
@@ -114,8 +129,12 @@ def _length_matches(sample: ExportSample, frames: int, rate: int) -> bool:
 
 
 def _wrong_length(sample: ExportSample, path: Path, frames: int, rate: int) -> SampleError:
-    return SampleError(sample.sample_id, f"output.wav holds {frames} samples at {rate} Hz, not T = "
-                       f"{window_us(sample) / 1e6} s", "re-export the window", str(path))
+    return SampleError(
+        sample.sample_id,
+        f"output.wav holds {frames} samples at {rate} Hz, not T = {window_us(sample) / 1e6} s",
+        "re-export the window",
+        str(path),
+    )
 
 
 def check_window_length(sample: ExportSample, path: Path) -> None:
@@ -125,7 +144,9 @@ def check_window_length(sample: ExportSample, path: Path) -> None:
     try:
         info = sf.info(str(path))
     except Exception as exc:  # soundfile raises several error types for a bad header
-        raise SampleError(sample.sample_id, f"unreadable WAV ({exc})", "re-export the window", str(path)) from exc
+        raise SampleError(
+            sample.sample_id, f"unreadable WAV ({exc})", "re-export the window", str(path)
+        ) from exc
     if not _length_matches(sample, int(info.frames), int(info.samplerate)):
         raise _wrong_length(sample, path, int(info.frames), int(info.samplerate))
 
@@ -138,9 +159,14 @@ def read_sample_json(sample: ExportSample, folder: Path, name: str) -> Any:
     try:
         return read_json(path)
     except (ValueError, UnicodeDecodeError) as exc:
-        fix = ("delete it and rerun the asr phase (`python -m fdb asr --run-name RUN`)" if name == "output.json"
-               else "re-export the tree (`python -m fdb generate --run-name RUN --export-only`)")
-        raise SampleError(sample.sample_id, f"{name} is not valid UTF-8 JSON ({exc})", fix, str(path)) from exc
+        fix = (
+            "delete it and rerun the asr phase (`python -m fdb asr --run-name RUN`)"
+            if name == "output.json"
+            else "re-export the tree (`python -m fdb generate --run-name RUN --export-only`)"
+        )
+        raise SampleError(
+            sample.sample_id, f"{name} is not valid UTF-8 JSON ({exc})", fix, str(path)
+        ) from exc
 
 
 def read_native_window(sample: ExportSample, folder: Path) -> Audio:
@@ -155,4 +181,6 @@ def read_native_window(sample: ExportSample, folder: Path) -> Audio:
 def read_window(sample: ExportSample, folder: Path) -> np.ndarray:
     """output.wav as 16 kHz float32, after checking it holds exactly T seconds of samples."""
     audio = read_native_window(sample, folder)
-    return audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)
+    return (
+        audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)
+    )

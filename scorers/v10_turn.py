@@ -28,10 +28,17 @@ def score_turn_sample(sample: TurnSample, subset: str) -> TurnRow:
     else:
         outcome, latency = "response", first - sample.E
     return TurnRow(
-        sample_id=sample.sample_id, subset=subset, task="turn_taking", eligible=True,
-        T_s=to_s(sample.T), E_s=to_s(sample.E), words=len(sample.words),
-        first_word_s=None if first is None else to_s(first), outcome=outcome,
-        latency_s=None if latency is None else to_s(latency), observable_s=to_s(sample.T - sample.E),
+        sample_id=sample.sample_id,
+        subset=subset,
+        task="turn_taking",
+        eligible=True,
+        T_s=to_s(sample.T),
+        E_s=to_s(sample.E),
+        words=len(sample.words),
+        first_word_s=None if first is None else to_s(first),
+        outcome=outcome,
+        latency_s=None if latency is None else to_s(latency),
+        observable_s=to_s(sample.T - sample.E),
     )
 
 

@@ -46,8 +46,9 @@ from scorers.v10_tree import (
 )
 from scorers.v10_turn import score_turn_sample, turn_metrics
 
-UNIFIED_VAD_SETTINGS = VadSettings(threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100,
-                                   speech_pad_ms=0)
+UNIFIED_VAD_SETTINGS = VadSettings(
+    threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100, speech_pad_ms=0
+)
 BACKCHANNEL_NOTE = "no unified metric; the official backchannel frequency and JSD are the reference"
 Parsed = PauseSample | TurnSample | InterruptSample
 
@@ -55,7 +56,11 @@ Parsed = PauseSample | TurnSample | InterruptSample
 def load_sample(inputs: TreeInputs, sample: ExportSample, vad: SpeechSegmenter | None) -> Parsed:
     """Parse and check one eligible sample's transcript, annotation (and VAD segments)."""
     check_fresh(inputs, sample)
-    sid, folder, task = sample.sample_id, inputs.root / sample.subset / sample.id, V10_TASK[sample.subset]
+    sid, folder, task = (
+        sample.sample_id,
+        inputs.root / sample.subset / sample.id,
+        V10_TASK[sample.subset],
+    )
     T = window_us(sample)
     words = parse.parse_words(sid, read_sample_json(sample, folder, "output.json"), T, strict=True)
     annotation = read_sample_json(sample, folder, V10_ANNOTATION[task])
@@ -71,35 +76,53 @@ def load_sample(inputs: TreeInputs, sample: ExportSample, vad: SpeechSegmenter |
     return InterruptSample(sid, T, S, R, words, parse.parse_segments(sid, raw, T))
 
 
-def score_subset(subset: str, samples: Sequence[ExportSample], parsed: dict[str, Parsed],
-                 declared: int | None = None) -> tuple[SubsetResult, list[SampleRow]]:
+def score_subset(
+    subset: str,
+    samples: Sequence[ExportSample],
+    parsed: dict[str, Parsed],
+    declared: int | None = None,
+) -> tuple[SubsetResult, list[SampleRow]]:
     """Pure: one subset's result and rows from its selected samples and their parsed inputs.
 
     ``parsed`` holds every eligible sample; rows come out ordered by numeric id.
     """
     task = V10_TASK[subset]
     ordered = sorted(samples, key=lambda s: id_key(s.id))
-    scorer = {"pause_handling": score_pause_sample, "turn_taking": score_turn_sample,
-              "user_interruption": score_interrupt_sample}[task]
+    scorer = {
+        "pause_handling": score_pause_sample,
+        "turn_taking": score_turn_sample,
+        "user_interruption": score_interrupt_sample,
+    }[task]
     rows: list[SampleRow] = []
     scored = []
     for sample in ordered:
         if not sample.eligible:
-            rows.append(IneligibleRow(sample_id=sample.sample_id, subset=subset, task=task,
-                                      reasons=list(sample.reasons)))
+            rows.append(
+                IneligibleRow(
+                    sample_id=sample.sample_id,
+                    subset=subset,
+                    task=task,
+                    reasons=list(sample.reasons),
+                )
+            )
             continue
         row = scorer(parsed[sample.sample_id], subset)
         rows.append(row)
         scored.append(row)
     tally = counts(ordered, declared)
-    aggregate = {"pause_handling": pause_metrics, "turn_taking": turn_metrics,
-                 "user_interruption": interrupt_metrics}[task]
+    aggregate = {
+        "pause_handling": pause_metrics,
+        "turn_taking": turn_metrics,
+        "user_interruption": interrupt_metrics,
+    }[task]
     metrics = aggregate(scored, tally.selected)
     if task == "user_interruption":
         tally.exercised = metrics.exercised_rate.count
         tally.not_exercised = tally.eligible - tally.exercised
     coverage = tally.eligible / tally.selected if tally.selected else None
-    return SubsetResult(subset=subset, task=task, counts=tally, coverage=coverage, metrics=metrics), rows
+    return SubsetResult(
+        subset=subset, task=task, counts=tally, coverage=coverage, metrics=metrics
+    ), rows
 
 
 def vad_info(vad: SpeechSegmenter | None) -> VadInfo | None:
@@ -107,35 +130,49 @@ def vad_info(vad: SpeechSegmenter | None) -> VadInfo | None:
     if vad is None:
         return None
     ident = vad.identity
-    return VadInfo(name=ident.name, version=ident.version, model_sha256=ident.checkpoint_sha256,
-                   settings={**asdict(UNIFIED_VAD_SETTINGS), "sampling_rate": 16000, "return_seconds": False})
+    return VadInfo(
+        name=ident.name,
+        version=ident.version,
+        model_sha256=ident.checkpoint_sha256,
+        settings={**asdict(UNIFIED_VAD_SETTINGS), "sampling_rate": 16000, "return_seconds": False},
+    )
 
 
 def _group(inputs: TreeInputs) -> dict[str, list[ExportSample]]:
     groups: dict[str, list[ExportSample]] = {}
     for sample in inputs.manifest.samples:
         if sample.subset not in V10_TASK:
-            raise FdbError(f"manifest.json lists unknown v1.0 subset {sample.subset!r} ({sample.sample_id})")
+            raise FdbError(
+                f"manifest.json lists unknown v1.0 subset {sample.subset!r} ({sample.sample_id})"
+            )
         groups.setdefault(sample.subset, []).append(sample)
     return {k: groups[k] for k in sorted(groups, key=subset_key)}
 
 
 def _needs_vad(groups: dict[str, list[ExportSample]]) -> bool:
-    return any(V10_TASK[k] == "user_interruption" and any(s.eligible for s in v) for k, v in groups.items())
+    return any(
+        V10_TASK[k] == "user_interruption" and any(s.eligible for s in v) for k, v in groups.items()
+    )
 
 
-def _vad_blocks(inputs: TreeInputs, subset: str, eligible: list[ExportSample],
-                vad: SegmentMemo | None) -> Iterator[list[ExportSample]]:
+def _vad_blocks(
+    inputs: TreeInputs, subset: str, eligible: list[ExportSample], vad: SegmentMemo | None
+) -> Iterator[list[ExportSample]]:
     """The eligible samples in blocks; for interruption, each block's VAD is computed batched."""
     if vad is None or V10_TASK[subset] != "user_interruption":
         yield eligible
         return
-    yield from prefetch_blocks(vad, eligible, lambda s: [read_window(s, inputs.root / s.subset / s.id)],
-                               UNIFIED_VAD_SETTINGS)
+    yield from prefetch_blocks(
+        vad,
+        eligible,
+        lambda s: [read_window(s, inputs.root / s.subset / s.id)],
+        UNIFIED_VAD_SETTINGS,
+    )
 
 
-def score_unified(tree: Path, vad: SpeechSegmenter | None = None,
-                  declared: dict[str, int] | None = None) -> UnifiedResult:
+def score_unified(
+    tree: Path, vad: SpeechSegmenter | None = None, declared: dict[str, int] | None = None
+) -> UnifiedResult:
     """Score a v1.0 reference tree and write unified.json and unified-samples.jsonl into it.
 
     ``vad`` defaults to Silero VAD (loaded only when an eligible interruption sample exists);
@@ -162,9 +199,14 @@ def score_unified(tree: Path, vad: SpeechSegmenter | None = None,
         subsets[subset] = result
         rows.extend(subset_rows)
     unified = UnifiedResult(
-        inputs=UnifiedInputs(manifest_sha256=inputs.manifest_sha256, asr_sha256=inputs.receipt_sha256,
-                             asr_backend=inputs.receipt.backend),
-        vad=vad_info(vad), subsets=subsets, not_scored=not_scored,
+        inputs=UnifiedInputs(
+            manifest_sha256=inputs.manifest_sha256,
+            asr_sha256=inputs.receipt_sha256,
+            asr_backend=inputs.receipt.backend,
+        ),
+        vad=vad_info(vad),
+        subsets=subsets,
+        not_scored=not_scored,
         provenance=current().model_dump(mode="json"),
     )
     atomic_write_json(tree / "unified.json", unified.dump())

@@ -51,17 +51,23 @@ from scorers.v15_intervals import (
     stop_intervals,
 )
 
-TIMING_VAD_SETTINGS = VadSettings(threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100,
-                                  speech_pad_ms=30)
+TIMING_VAD_SETTINGS = VadSettings(
+    threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100, speech_pad_ms=30
+)
 VAD_RATE = 16000
-VARIANTS = {"overlap": ("input.wav", "output.wav"), "clean": ("clean_input.wav", "clean_output.wav")}
+VARIANTS = {
+    "overlap": ("input.wav", "output.wav"),
+    "clean": ("clean_input.wav", "clean_output.wav"),
+}
 _SPAN_CACHE: dict[tuple, list[Interval]] = {}
 
 
 def _disk_key(vad: SpeechSegmenter, sha: str) -> str:
     """File name of a cached span list: sha256 of (VAD identity, settings, file sha256)."""
     ident = vad.identity.model_dump(mode="json")
-    blob = json.dumps({"vad": ident, "settings": asdict(TIMING_VAD_SETTINGS), "file": sha}, sort_keys=True)
+    blob = json.dumps(
+        {"vad": ident, "settings": asdict(TIMING_VAD_SETTINGS), "file": sha}, sort_keys=True
+    )
     return sha256_bytes(blob.encode()) + ".json"
 
 
@@ -72,18 +78,26 @@ def _cached(vad: SpeechSegmenter, sha: str, cache_dir: Path | None) -> tuple[tup
     if key not in _SPAN_CACHE and disk is not None and disk.exists():
         try:
             _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in read_json(disk)["spans"]]
-        except (OSError, ValueError, KeyError, TypeError):  # a damaged cache entry is a miss: recomputed
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            TypeError,
+        ):  # a damaged cache entry is a miss: recomputed
             _SPAN_CACHE.pop(key, None)
     return key, disk
 
 
 def _vad_input(path: Path, sample_id: str) -> np.ndarray:
     audio = read_wav(path, sample_id)
-    return audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)
+    return (
+        audio.samples if audio.rate == VAD_RATE else resample(audio.samples, audio.rate, VAD_RATE)
+    )
 
 
-def vad_spans(vad: SpeechSegmenter, path: Path, sample_id: str,
-              cache_dir: Path | None = None) -> tuple[list[Interval], str]:
+def vad_spans(
+    vad: SpeechSegmenter, path: Path, sample_id: str, cache_dir: Path | None = None
+) -> tuple[list[Interval], str]:
     """(VAD spans in seconds, file sha256); cached in-process by (VAD identity, sha256) and,
     with ``cache_dir``, on disk as ``<sha256(identity, settings, file sha256)>.json``."""
     if not path.exists():
@@ -92,14 +106,25 @@ def vad_spans(vad: SpeechSegmenter, path: Path, sample_id: str,
     key, disk = _cached(vad, sha, cache_dir)
     if key not in _SPAN_CACHE:
         samples = _vad_input(path, sample_id)
-        _SPAN_CACHE[key] = [(float(s), float(e)) for s, e in vad.segments(samples, TIMING_VAD_SETTINGS)]
+        _SPAN_CACHE[key] = [
+            (float(s), float(e)) for s, e in vad.segments(samples, TIMING_VAD_SETTINGS)
+        ]
         if disk is not None:
-            atomic_write_json(disk, {"schema": "fdb-vad-cache-1", "vad": vad.identity.model_dump(mode="json"),
-                                     "file_sha256": sha, "spans": _SPAN_CACHE[key]})
+            atomic_write_json(
+                disk,
+                {
+                    "schema": "fdb-vad-cache-1",
+                    "vad": vad.identity.model_dump(mode="json"),
+                    "file_sha256": sha,
+                    "spans": _SPAN_CACHE[key],
+                },
+            )
     return list(_SPAN_CACHE[key]), sha
 
 
-def _uncached(vad: SpeechSegmenter, tree: Path, sample: ExportSample, cache_dir: Path | None) -> list[tuple[Path, str]]:
+def _uncached(
+    vad: SpeechSegmenter, tree: Path, sample: ExportSample, cache_dir: Path | None
+) -> list[tuple[Path, str]]:
     """(path, sha256) of an eligible pair's files whose spans no cache holds yet; the sha256 is
     the manifest's (the file is hashed only when the manifest lists none), no audio is read."""
     if not sample.eligible:
@@ -128,12 +153,16 @@ def anchor_session(row: SessionIntervals, span: Interval | None) -> None:
     row.event_span = event_span(row.user_spans, span)
     row.anchored_stop_interval = anchored_stop(row.event_span, row.model_spans)
     row.anchored_response_interval = anchored_response(row.event_span, row.model_spans)
-    for field, iv in (("anchored_stop_latency_s", row.anchored_stop_interval),
-                      ("anchored_response_latency_s", row.anchored_response_interval)):
+    for field, iv in (
+        ("anchored_stop_latency_s", row.anchored_stop_interval),
+        ("anchored_response_latency_s", row.anchored_response_interval),
+    ):
         setattr(row, field, None if iv is None else latencies([iv])[0])
 
 
-def intervals_from_spans(row: SessionIntervals, user_vad: list[Interval], model_vad: list[Interval]) -> None:
+def intervals_from_spans(
+    row: SessionIntervals, user_vad: list[Interval], model_vad: list[Interval]
+) -> None:
     """Fill a session row from raw VAD spans (pure): merged spans, intervals, latencies."""
     row.user_vad, row.model_vad = user_vad, model_vad
     row.user_spans = merge_spans(user_vad, USER_MERGE_GAP_S)
@@ -144,11 +173,21 @@ def intervals_from_spans(row: SessionIntervals, user_vad: list[Interval], model_
     row.response_latencies_s = latencies(row.response_intervals)
 
 
-def time_session(vad: SpeechSegmenter, tree: Path, sample: ExportSample, variant: str,
-                 cache_dir: Path | None = None) -> SessionIntervals:
+def time_session(
+    vad: SpeechSegmenter,
+    tree: Path,
+    sample: ExportSample,
+    variant: str,
+    cache_dir: Path | None = None,
+) -> SessionIntervals:
     """One session's row; an unreadable or changed file gives a failed row with the error."""
-    row = SessionIntervals(sample_id=sample.sample_id, category=sample.subset, id=sample.id, variant=variant,
-                           status="ok")
+    row = SessionIntervals(
+        sample_id=sample.sample_id,
+        category=sample.subset,
+        id=sample.id,
+        variant=variant,
+        status="ok",
+    )
     if not sample.eligible:
         row.status, row.reasons = "ineligible", list(sample.reasons)
         return row
@@ -156,7 +195,8 @@ def time_session(vad: SpeechSegmenter, tree: Path, sample: ExportSample, variant
     names = VARIANTS[variant]
     try:
         (user, row.input_sha256), (model, row.output_sha256) = (
-            vad_spans(vad, folder / name, sample.sample_id, cache_dir) for name in names)
+            vad_spans(vad, folder / name, sample.sample_id, cache_dir) for name in names
+        )
         for name, sha in zip(names, (row.input_sha256, row.output_sha256), strict=True):
             if sample.files.get(name) not in (None, sha):
                 raise SampleError(sample.sample_id, f"{name} differs from reference-manifest.json")
@@ -171,17 +211,34 @@ def time_session(vad: SpeechSegmenter, tree: Path, sample: ExportSample, variant
 
 def cluster_stats(clusters: Sequence[Sequence[float]]) -> LatencyStats:
     """Pooled mean and median over clusters (one per pair) with sample-cluster bootstrap."""
-    values = np.concatenate([np.asarray(c, dtype=np.float64) for c in clusters]) if clusters else np.zeros(0)
+    values = (
+        np.concatenate([np.asarray(c, dtype=np.float64) for c in clusters])
+        if clusters
+        else np.zeros(0)
+    )
     sessions = sum(1 for c in clusters if len(c))
     if values.size == 0:
-        return LatencyStats(intervals=0, sessions=0, mean_s=None, median_s=None, mean_bootstrap95=None,
-                            median_bootstrap95=None, valid_resamples=0)
+        return LatencyStats(
+            intervals=0,
+            sessions=0,
+            mean_s=None,
+            median_s=None,
+            mean_bootstrap95=None,
+            median_bootstrap95=None,
+            valid_resamples=0,
+        )
     means, medians = _resample_stats(clusters)
     mean_ci, valid = percentile_interval(means)
     median_ci, _ = percentile_interval(medians)
-    return LatencyStats(intervals=int(values.size), sessions=sessions, mean_s=float(values.mean()),
-                        median_s=float(np.median(values)), mean_bootstrap95=mean_ci,
-                        median_bootstrap95=median_ci, valid_resamples=valid)
+    return LatencyStats(
+        intervals=int(values.size),
+        sessions=sessions,
+        mean_s=float(values.mean()),
+        median_s=float(np.median(values)),
+        mean_bootstrap95=mean_ci,
+        median_bootstrap95=median_ci,
+        valid_resamples=valid,
+    )
 
 
 def _resample_stats(clusters: Sequence[Sequence[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -207,15 +264,20 @@ def _resample_stats(clusters: Sequence[Sequence[float]]) -> tuple[np.ndarray, np
     return means, medians
 
 
-def category_timing(category: str, pairs: Sequence[ExportSample], rows: dict[tuple[str, str], SessionIntervals]) -> CategoryTiming:
+def category_timing(
+    category: str, pairs: Sequence[ExportSample], rows: dict[tuple[str, str], SessionIntervals]
+) -> CategoryTiming:
     """Counts and pooled latency statistics of one category (or "all") from its session rows."""
+
     def clusters(variant: str, field: str) -> list[list[float]]:
         chosen = [rows[(p.sample_id, variant)] for p in pairs]
         return [getattr(r, field) for r in chosen if r.status == "ok"]
 
     sessions = [rows[(p.sample_id, v)] for p in pairs for v in VARIANTS]
     return CategoryTiming(
-        category=category, pairs=len(pairs), eligible_pairs=sum(1 for p in pairs if p.eligible),
+        category=category,
+        pairs=len(pairs),
+        eligible_pairs=sum(1 for p in pairs if p.eligible),
         timed_overlap_sessions=sum(1 for p in pairs if rows[(p.sample_id, "overlap")].timed),
         timed_clean_sessions=sum(1 for p in pairs if rows[(p.sample_id, "clean")].timed),
         failed_sessions=sum(1 for r in sessions if r.status == "failed"),
@@ -225,7 +287,9 @@ def category_timing(category: str, pairs: Sequence[ExportSample], rows: dict[tup
         clean_response_latency=cluster_stats(clusters("clean", "response_latencies_s")),
         anchored_event_sessions=sum(1 for c in clusters("overlap", "event_span") if c is not None),
         anchored_stop_latency=cluster_stats(_one(clusters("overlap", "anchored_stop_latency_s"))),
-        anchored_response_latency=cluster_stats(_one(clusters("overlap", "anchored_response_latency_s"))),
+        anchored_response_latency=cluster_stats(
+            _one(clusters("overlap", "anchored_response_latency_s"))
+        ),
     )
 
 
@@ -234,22 +298,24 @@ def _one(values: Sequence[float | None]) -> list[list[float]]:
     return [[] if v is None else [v] for v in values]
 
 
-
-
 def definitions() -> dict[str, object]:
     """The rules summary.json was computed with (recorded in the file)."""
     return {
-        "vad_settings": {**asdict(TIMING_VAD_SETTINGS), "sampling_rate": VAD_RATE, "return_seconds": False},
+        "vad_settings": {
+            **asdict(TIMING_VAD_SETTINGS),
+            "sampling_rate": VAD_RATE,
+            "return_seconds": False,
+        },
         "merge_gap_s": {"user": USER_MERGE_GAP_S, "model": MODEL_MERGE_GAP_S},
         "intervals": "official get_timing.py rules (clean-room), values rounded to 3 decimals",
         "pooled": "mean and median (np.median) of all intervals of the sessions of a category",
         "bootstrap": "2000 resamples of the pairs whose session of the variant was read (status ok, with "
-                     "or without intervals), a fresh default_rng(0) per statistic; a resample without "
-                     "intervals is skipped; ceil(0.025 B)-th and ceil(0.975 B)-th valid statistic",
+        "or without intervals), a fresh default_rng(0) per statistic; a resample without "
+        "intervals is skipped; ceil(0.025 B)-th and ceil(0.975 B)-th valid statistic",
         "anchored": f"{ANCHORED_LABEL}: metadata.json's overlap span picks the merged user span "
-                    "with the largest intersection (earliest on ties); stop = its first positive "
-                    "overlap with a merged model span; response = [its end, next model start "
-                    "strictly after]; at most one of each per overlap session, same bootstrap",
+        "with the largest intersection (earliest on ties); stop = its first positive "
+        "overlap with a merged model span; response = [its end, next model start "
+        "strictly after]; at most one of each per overlap session, same bootstrap",
     }
 
 
@@ -261,22 +327,34 @@ def _default_vad(vad: SpeechSegmenter | None) -> SpeechSegmenter:
     return SileroVad()
 
 
-def _selected_pairs(tree: Path, manifest: ExportManifest, only: Sequence[str] | None) -> list[ExportSample]:
+def _selected_pairs(
+    tree: Path, manifest: ExportManifest, only: Sequence[str] | None
+) -> list[ExportSample]:
     chosen = manifest.select(list(only) if only else None, str(tree / "reference-manifest.json"))
     return sorted(chosen, key=lambda s: (category_key(s.subset), id_key(s.id)))
 
 
-def time_some(tree: Path, cache_dir: Path, limit: int, vad: SpeechSegmenter | None = None,
-              only: Sequence[str] | None = None) -> tuple[int, int]:
+def time_some(
+    tree: Path,
+    cache_dir: Path,
+    limit: int,
+    vad: SpeechSegmenter | None = None,
+    only: Sequence[str] | None = None,
+) -> tuple[int, int]:
     """Run the VAD of at most ``limit`` selected pairs whose spans ``cache_dir`` does not hold
     yet (the work units of one call of ``score v15 timing --limit``); returns (pairs done now,
     pairs still to do). Once none is left, ``score_v15_timing`` reads every span from the cache."""
     tree, vad = Path(tree), _default_vad(vad)
     manifest, _ = load_v15_manifest(tree)
-    unreadable_path = Path(cache_dir) / "unreadable.json"  # files the VAD could not read: tried, not cached
+    unreadable_path = (
+        Path(cache_dir) / "unreadable.json"
+    )  # files the VAD could not read: tried, not cached
     unreadable = set(read_json(unreadable_path)) if unreadable_path.exists() else set()
-    todo = [p for p in _selected_pairs(tree, manifest, only)
-            if {sha for _, sha in _uncached(vad, tree, p, cache_dir)} - unreadable]
+    todo = [
+        p
+        for p in _selected_pairs(tree, manifest, only)
+        if {sha for _, sha in _uncached(vad, tree, p, cache_dir)} - unreadable
+    ]
     for pair in todo[:limit]:
         for variant in VARIANTS:
             time_session(vad, tree, pair, variant, cache_dir)
@@ -285,8 +363,13 @@ def time_some(tree: Path, cache_dir: Path, limit: int, vad: SpeechSegmenter | No
     return min(limit, len(todo)), max(0, len(todo) - limit)
 
 
-def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path | None = None,
-                     cache_dir: Path | None = None, only: Sequence[str] | None = None) -> TimingSummary:
+def score_v15_timing(
+    tree: Path,
+    vad: SpeechSegmenter | None = None,
+    out: Path | None = None,
+    cache_dir: Path | None = None,
+    only: Sequence[str] | None = None,
+) -> TimingSummary:
     """Time every session of a v1.5 reference-audio tree (``only``: just these "category/id"
     pairs); writes ``out/intervals.jsonl`` and ``out/summary.json`` (``out`` defaults to
     ``tree/../scores``); ``cache_dir`` keeps VAD spans on disk by (VAD identity, settings, file
@@ -297,21 +380,38 @@ def score_v15_timing(tree: Path, vad: SpeechSegmenter | None = None, out: Path |
     vad = _default_vad(vad)
     pairs = _selected_pairs(tree, manifest, only)
     memo, rows = SegmentMemo(vad), {}
+
     def load(pair: ExportSample) -> list[np.ndarray]:
-        return [_vad_input(path, pair.sample_id) for path, _ in _uncached(vad, tree, pair, cache_dir)]
+        return [
+            _vad_input(path, pair.sample_id) for path, _ in _uncached(vad, tree, pair, cache_dir)
+        ]
 
     blocks = prefetch_blocks(memo, pairs, load, TIMING_VAD_SETTINGS, block=PREFETCH_BLOCK // 4)
     for block in blocks:
-        rows.update({(p.sample_id, v): time_session(memo, tree, p, v, cache_dir) for p in block for v in VARIANTS})
+        rows.update(
+            {
+                (p.sample_id, v): time_session(memo, tree, p, v, cache_dir)
+                for p in block
+                for v in VARIANTS
+            }
+        )
     categories = {"all": category_timing("all", pairs, rows)}
     for category in sorted({p.subset for p in pairs}, key=category_key):
-        categories[category] = category_timing(category, [p for p in pairs if p.subset == category], rows)
+        categories[category] = category_timing(
+            category, [p for p in pairs if p.subset == category], rows
+        )
     ident = vad.identity
     summary = TimingSummary(
-        definitions=definitions(), manifest_sha256=manifest_sha,
-        vad=TimingVad(name=ident.name, version=ident.version, model_sha256=ident.checkpoint_sha256,
-                      settings=definitions()["vad_settings"]),
-        categories=categories, provenance=current().model_dump(mode="json"),
+        definitions=definitions(),
+        manifest_sha256=manifest_sha,
+        vad=TimingVad(
+            name=ident.name,
+            version=ident.version,
+            model_sha256=ident.checkpoint_sha256,
+            settings=definitions()["vad_settings"],
+        ),
+        categories=categories,
+        provenance=current().model_dump(mode="json"),
     )
     atomic_write_jsonl(out / "intervals.jsonl", list(rows.values()))
     atomic_write_json(out / "summary.json", summary.dump())

@@ -36,8 +36,11 @@ def _describe(exc: BaseException) -> str:
     return exc.one_line() if isinstance(exc, FdbError) else f"{type(exc).__name__}: {exc}"
 
 
-def _lifespan(runtime: ServerRuntime, on_ready: Callable[[], None] | None,
-              on_failure: Callable[[BaseException], None] | None):
+def _lifespan(
+    runtime: ServerRuntime,
+    on_ready: Callable[[], None] | None,
+    on_failure: Callable[[BaseException], None] | None,
+):
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
@@ -62,20 +65,31 @@ def _lifespan(runtime: ServerRuntime, on_ready: Callable[[], None] | None,
     return lifespan
 
 
-def create_app(system: SystemConfig, *, hub: ModelHub | None = None,
-               on_ready: Callable[[], None] | None = None,
-               on_failure: Callable[[BaseException], None] | None = None) -> FastAPI:
+def create_app(
+    system: SystemConfig,
+    *,
+    hub: ModelHub | None = None,
+    on_ready: Callable[[], None] | None = None,
+    on_failure: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
     """The app serving ``system``. ``on_ready`` / ``on_failure`` run on the event loop once
     loading finished (the launcher logs the ready line and stops on failure)."""
     runtime = ServerRuntime(system, hub)
-    app = FastAPI(title=f"fdb serving: {system.name}", lifespan=_lifespan(runtime, on_ready, on_failure))
+    app = FastAPI(
+        title=f"fdb serving: {system.name}", lifespan=_lifespan(runtime, on_ready, on_failure)
+    )
     app.state.runtime = runtime
     created = int(time.time())
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        body: dict[str, object] = {"status": runtime.status, "system": system.name, "model": system.model,
-                                   "sessions": runtime.sessions, "max_sessions": system.max_sessions}
+        body: dict[str, object] = {
+            "status": runtime.status,
+            "system": system.name,
+            "model": system.model,
+            "sessions": runtime.sessions,
+            "max_sessions": system.max_sessions,
+        }
         if runtime.hub is not None:
             body["backends"] = runtime.hub.identities()
         if runtime.failure is not None:
@@ -84,15 +98,29 @@ def create_app(system: SystemConfig, *, hub: ModelHub | None = None,
 
     @app.get("/v1/models")
     async def models() -> dict[str, object]:
-        return {"object": "list", "data": [
-            {"id": system.model, "object": "model", "created": created, "owned_by": "fdb"}]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": system.model, "object": "model", "created": created, "owned_by": "fdb"}
+            ],
+        }
 
     @app.get("/v1/realtime/capabilities")
     async def realtime_capabilities() -> JSONResponse:
         if not runtime.ready:
-            return JSONResponse({"error": {"type": "server_error", "code": "not_ready",
-                                           "message": "instance is not ready"}}, status_code=503)
-        return JSONResponse(capabilities(system) if system.duplex is None else native_capabilities(system))
+            return JSONResponse(
+                {
+                    "error": {
+                        "type": "server_error",
+                        "code": "not_ready",
+                        "message": "instance is not ready",
+                    }
+                },
+                status_code=503,
+            )
+        return JSONResponse(
+            capabilities(system) if system.duplex is None else native_capabilities(system)
+        )
 
     app.add_api_websocket_route("/v1/realtime", realtime_endpoint)
     app.include_router(speech_router)  # POST /v1/audio/speech (serving/speech.py)

@@ -43,8 +43,10 @@ def profile_path(name: str) -> Path:
     """The file of the shipped profile ``name``; an unknown name lists the known ones."""
     path = PROFILE_DIR / f"{name}.yaml"
     if "/" in name or not path.is_file():
-        raise FdbError(f"--profile {name!r}: no such shipped profile (known: {', '.join(profile_names())})",
-                       "pass one of them, or --config PATH for a launch file of your own")
+        raise FdbError(
+            f"--profile {name!r}: no such shipped profile (known: {', '.join(profile_names())})",
+            "pass one of them, or --config PATH for a launch file of your own",
+        )
     return path
 
 
@@ -55,18 +57,25 @@ def substitute_vars(raw: dict[str, Any], source: str) -> dict[str, Any]:
     """``raw`` without its ``vars`` and with every ``${name}`` replaced (see the module's text)."""
     found = raw.get("vars") or {}
     if not isinstance(found, dict):
-        raise FdbError(f"{source}: vars must be a mapping of names to values", "write vars: {name: value, ...}")
+        raise FdbError(
+            f"{source}: vars must be a mapping of names to values", "write vars: {name: value, ...}"
+        )
     for name, value in found.items():
         if not VAR_NAME.match(str(name)) or isinstance(value, dict | list):
-            raise FdbError(f"{source}: vars.{name}: a var is a lowercase name with one value",
-                           "write vars: {llm_port: 8000}, names of a-z, 0-9 and _")
+            raise FdbError(
+                f"{source}: vars.{name}: a var is a lowercase name with one value",
+                "write vars: {llm_port: 8000}, names of a-z, 0-9 and _",
+            )
     rest = {key: value for key, value in raw.items() if key != "vars"}
     return _fill(rest, found, source, "")
 
 
 def _fill(value: Any, found: dict[str, Any], source: str, where: str) -> Any:
     if isinstance(value, dict):
-        return {key: _fill(item, found, source, f"{where}.{key}".lstrip(".")) for key, item in value.items()}
+        return {
+            key: _fill(item, found, source, f"{where}.{key}".lstrip("."))
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [_fill(item, found, source, f"{where}[{k}]") for k, item in enumerate(value)]
     if isinstance(value, str):
@@ -76,8 +85,10 @@ def _fill(value: Any, found: dict[str, Any], source: str, where: str) -> Any:
 
 def _value(name: str, found: dict[str, Any], source: str, where: str) -> str:
     if name not in found:
-        raise FdbError(f"{source}: {where}: ${{{name}}} is not defined under vars (defined: {sorted(found)})",
-                       f"add {name} under vars:, or pass --vars.{name} VALUE")
+        raise FdbError(
+            f"{source}: {where}: ${{{name}}} is not defined under vars (defined: {sorted(found)})",
+            f"add {name} under vars:, or pass --vars.{name} VALUE",
+        )
     if found[name] is None:
         raise FdbError(f"{source}: {where}: vars.{name} has no value", f"pass --vars.{name} VALUE")
     value = found[name]
@@ -106,7 +117,7 @@ def gpus(entry: Any, source: str = "the launch file") -> list[str]:
     if visible is None:
         return [INHERITED.format(base + k) for k in range(tp)]
     ids = [part.strip() for part in visible.split(",") if part.strip()]
-    return [f"GPU {gpu}" for gpu in ids[base:base + tp]]
+    return [f"GPU {gpu}" for gpu in ids[base : base + tp]]
 
 
 def _count(entry: Any, source: str, *names: str, default: int) -> int:
@@ -114,8 +125,10 @@ def _count(entry: Any, source: str, *names: str, default: int) -> int:
     if raw is None:
         return default
     if not raw.isdigit():
-        raise FdbError(f"{source}: services.{entry.name}: {names[0]} {raw!r} is not a whole number",
-                       "fix its command")
+        raise FdbError(
+            f"{source}: services.{entry.name}: {names[0]} {raw!r} is not a whole number",
+            "fix its command",
+        )
     return int(raw)
 
 
@@ -129,8 +142,10 @@ def mem_fraction(entry: Any, source: str) -> float | None:
     except ValueError:
         value = -1.0
     if not 0.0 < value < 1.0:
-        raise FdbError(f"{source}: services.{entry.name}: --mem-fraction-static {raw!r} is not a number in (0, 1)",
-                       "set the share of the GPU's memory this service may take, e.g. 0.3")
+        raise FdbError(
+            f"{source}: services.{entry.name}: --mem-fraction-static {raw!r} is not a number in (0, 1)",
+            "set the share of the GPU's memory this service may take, e.g. 0.3",
+        )
     return value
 
 
@@ -140,9 +155,12 @@ def check_services(services: list[Any], source: str) -> None:
     for entry in services:
         port = flag(entry.command, "--port")
         if port is not None and port != str(entry.port):
-            raise FdbError(f"{source}: services.{entry.name}: its command's --port {port} differs from port "
-                           f"{entry.port}", "the command's --port, port and the node's base_url must agree; "
-                           "in a profile set them with one var, e.g. --vars.llm_port 9000")
+            raise FdbError(
+                f"{source}: services.{entry.name}: its command's --port {port} differs from port "
+                f"{entry.port}",
+                "the command's --port, port and the node's base_url must agree; "
+                "in a profile set them with one var, e.g. --vars.llm_port 9000",
+            )
         fraction = mem_fraction(entry, source)
         for gpu in gpus(entry, source):
             shares.setdefault(gpu, []).append((entry.name, fraction))
@@ -150,20 +168,26 @@ def check_services(services: list[Any], source: str) -> None:
         _check_gpu(gpu, users, services, source)
 
 
-def _check_gpu(gpu: str, users: list[tuple[str, float | None]], services: list[Any], source: str) -> None:
+def _check_gpu(
+    gpu: str, users: list[tuple[str, float | None]], services: list[Any], source: str
+) -> None:
     total = sum(fraction or 0.0 for _, fraction in users)
     named = ", ".join(f"{name} {fraction}" for name, fraction in users)
     if total > 1.0 + 1e-9:
-        raise FdbError(f"{source}: {gpu}: the services' --mem-fraction-static add up to {total:.2f} > 1 ({named})",
-                       "lower them, or move a service to another GPU with services.NAME.env.CUDA_VISIBLE_DEVICES")
+        raise FdbError(
+            f"{source}: {gpu}: the services' --mem-fraction-static add up to {total:.2f} > 1 ({named})",
+            "lower them, or move a service to another GPU with services.NAME.env.CUDA_VISIBLE_DEVICES",
+        )
     if len(users) < 2:
         return
     commands = {entry.name: entry.command for entry in services}
     for name, fraction in users:
         if fraction is None and any("sglang" in part for part in commands[name]):
-            raise FdbError(f"{source}: services.{name}: runs SGLang on {gpu} beside other services "
-                           "without --mem-fraction-static (SGLang's default takes most of the GPU)",
-                           "add --mem-fraction-static F to its command, with the shares on that GPU at most 1")
+            raise FdbError(
+                f"{source}: services.{name}: runs SGLang on {gpu} beside other services "
+                "without --mem-fraction-static (SGLang's default takes most of the GPU)",
+                "add --mem-fraction-static F to its command, with the shares on that GPU at most 1",
+            )
 
 
 def check_profile(config: Any, source: str) -> None:
@@ -179,9 +203,11 @@ def check_profile(config: Any, source: str) -> None:
         port = url.port or (443 if url.scheme == "https" else 80)
         if port not in ports:
             served = ", ".join(f"{name} :{port}" for port, name in ports.items()) or "none"
-            raise FdbError(f"{source}: backends.{role}.base_url {node.base_url}: no service of the profile "
-                           f"serves :{port} (services: {served})",
-                           "point the node at one of its services' ports, or copy the profile and edit its services")
+            raise FdbError(
+                f"{source}: backends.{role}.base_url {node.base_url}: no service of the profile "
+                f"serves :{port} (services: {served})",
+                "point the node at one of its services' ports, or copy the profile and edit its services",
+            )
 
 
 def service_port_clash(config: Any, port: int) -> str | None:

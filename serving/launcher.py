@@ -57,14 +57,19 @@ def open_port(host: str, port: int, next_free_port: bool = False) -> socket.sock
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 continue
-            raise FdbError(f"cannot bind {host}:{candidate} ({exc.strerror})",
-                           "pass another --host or --port") from exc
+            raise FdbError(
+                f"cannot bind {host}:{candidate} ({exc.strerror})", "pass another --host or --port"
+            ) from exc
         if candidate != port:
             log.info("port %d on %s is in use. Using port %d instead", port, host, candidate)
         return sock
     if next_free_port:
-        raise FdbError(f"ports {port}-{last} on {host} are all in use", "stop other servers or pass --port")
-    raise FdbError(f"port {port} on {host} is already in use", "stop the other server or pass --port")
+        raise FdbError(
+            f"ports {port}-{last} on {host} are all in use", "stop other servers or pass --port"
+        )
+    raise FdbError(
+        f"port {port} on {host} is already in use", "stop the other server or pass --port"
+    )
 
 
 class _DenialNoise(logging.Filter):
@@ -82,7 +87,10 @@ class _ClientUtf8Noise(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.getMessage().startswith("Invalid UTF-8 sequence received from client"):
-            record.msg, record.args = "a client sent a text frame that is not UTF-8: closed with 1007", ()
+            record.msg, record.args = (
+                "a client sent a text frame that is not UTF-8: closed with 1007",
+                (),
+            )
             record.exc_info = record.exc_text = None
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
@@ -108,9 +116,16 @@ def _hung_up(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int = 8097,
-          config: Path | None = None, next_free_port: bool = False, log_level: str = "info",
-          overrides: Sequence[tuple[str, Any]] = (), profile: str | None = None) -> None:
+def serve(
+    system: str = "embedded-cascade",
+    host: str = "127.0.0.1",
+    port: int = 8097,
+    config: Path | None = None,
+    next_free_port: bool = False,
+    log_level: str = "info",
+    overrides: Sequence[tuple[str, Any]] = (),
+    profile: str | None = None,
+) -> None:
     """Serve ``system`` on ``host:port`` until interrupted (blocking); ``overrides`` are the
     command line's (path, value) pairs (``serving.overrides``), ``profile`` a shipped launch
     profile's name (``serving.launch_profiles``)."""
@@ -122,7 +137,9 @@ def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int =
     resolved = resolve_system(system, config, overrides, profile)
     clash = service_port_clash(resolved, port)
     if clash is not None:
-        raise FdbError(f"--port {port} is also the port of service '{clash}'", "pass another --port")
+        raise FdbError(
+            f"--port {port} is also the port of service '{clash}'", "pass another --port"
+        )
     sock = open_port(host, port, next_free_port)
     services = Services(resolved.services)
     try:
@@ -148,7 +165,9 @@ def serve(system: str = "embedded-cascade", host: str = "127.0.0.1", port: int =
         failed(error)
 
     app = create_app(resolved, on_ready=ready, on_failure=failed)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level.lower(), ws_per_message_deflate=False))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level=log_level.lower(), ws_per_message_deflate=False)
+    )
     services.watch(service_exited)
 
     def orphaned() -> None:

@@ -61,17 +61,24 @@ def check_dependencies(system: SystemConfig) -> None:
             continue
         options = REQUIREMENTS[role]
         if key not in options:
-            raise FdbError(f"unknown {role} backend {key!r} in system {system.name!r}",
-                           f"choose one of {sorted(options)}")
+            raise FdbError(
+                f"unknown {role} backend {key!r} in system {system.name!r}",
+                f"choose one of {sorted(options)}",
+            )
         for package in options[key]:
             if importlib.util.find_spec(package.module) is None:
-                raise MissingExtraError(package.requirement, package.extra, f"{ROLE_NAMES[role]} of {system.name}")
+                raise MissingExtraError(
+                    package.requirement, package.extra, f"{ROLE_NAMES[role]} of {system.name}"
+                )
     if system.duplex is not None and system.duplex.turn_detection == "semantic":
         from fdb.models.turn import smart_turn_installed
 
         if not smart_turn_installed():
-            raise MissingExtraError(PIPECAT.requirement, PIPECAT.extra,
-                                    f"Smart Turn, the semantic turn detection of {system.name}")
+            raise MissingExtraError(
+                PIPECAT.requirement,
+                PIPECAT.extra,
+                f"Smart Turn, the semantic turn detection of {system.name}",
+            )
 
 
 @dataclass
@@ -101,22 +108,39 @@ class ModelHub:
         """A fresh per-session streaming VAD (blocking: call it through :meth:`run`)."""
         from fdb.models.vad import StreamingVad
 
-        return StreamingVad(threshold=threshold, silence_duration_ms=silence_duration_ms,
-                            prefix_padding_ms=prefix_padding_ms)
+        return StreamingVad(
+            threshold=threshold,
+            silence_duration_ms=silence_duration_ms,
+            prefix_padding_ms=prefix_padding_ms,
+        )
 
     @property
     def speech_only(self) -> bool:
         """No ASR or no LLM (backend ``none``) and no session graph of its own that brings them:
         /v1/audio/speech only, no realtime sessions."""
-        return (self.asr is None or self.llm is None) and self.system.session_nodes is None and \
-            self.native is None
+        return (
+            (self.asr is None or self.llm is None)
+            and self.system.session_nodes is None
+            and self.native is None
+        )
 
     def identities(self) -> dict[str, dict[str, Any]]:
-        models = {"asr": self.asr, "llm": self.llm, "tts": self.tts, "turn": self.turn, "native": self.native}
-        return {"vad": self.vad_identity.model_dump(mode="json"),
-                **{role: model.identity.model_dump(mode="json") for role, model in models.items()
-                   if model is not None},
-                **self._graph_identities()}
+        models = {
+            "asr": self.asr,
+            "llm": self.llm,
+            "tts": self.tts,
+            "turn": self.turn,
+            "native": self.native,
+        }
+        return {
+            "vad": self.vad_identity.model_dump(mode="json"),
+            **{
+                role: model.identity.model_dump(mode="json")
+                for role, model in models.items()
+                if model is not None
+            },
+            **self._graph_identities(),
+        }
 
     def _graph_identities(self) -> dict[str, dict[str, Any]]:
         """The roles a session graph's own models serve (the GPU kinds replace asr and llm)."""
@@ -128,7 +152,9 @@ class ModelHub:
         return identities(graph_models)
 
     def close(self) -> None:
-        graph_models = self.__dict__.get("graph_models")  # the session graphs' models (serving.realtime.graph_session)
+        graph_models = self.__dict__.get(
+            "graph_models"
+        )  # the session graphs' models (serving.realtime.graph_session)
         if graph_models is not None:
             from serving.gpu.batching import close_shared
 
@@ -179,26 +205,42 @@ def load_models(system: SystemConfig) -> ModelHub:
     nodes.update(load_gpu_nodes(system))
     native = None
     if system.duplex is not None and system.duplex.model is not None:
-        native = _timed(f"native model {system.duplex.model.kind}",
-                        lambda: build_backend("native", system.duplex.model))
+        native = _timed(
+            f"native model {system.duplex.model.kind}",
+            lambda: build_backend("native", system.duplex.model),
+        )
     limit_blas_threads()
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
     asr, llm = nodes.get("asr"), nodes.get("llm")
     if asr is None and system.backends.asr != "none":
-        asr = _timed("faster-whisper tiny.en", lambda: FasterWhisperAsr(cpu_threads=system.asr_threads))
+        asr = _timed(
+            "faster-whisper tiny.en", lambda: FasterWhisperAsr(cpu_threads=system.asr_threads)
+        )
     if llm is None and system.backends.llm != "none":
-        llm = _timed("SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads, instances=system.llm_contexts))
+        llm = _timed(
+            "SmolLM2", lambda: SmolLm2(n_threads=system.llm_threads, instances=system.llm_contexts)
+        )
     tts = nodes.get("tts")
     if tts is None and system.backends.tts != "none":
         tts = _timed("Piper", lambda: PiperTts(threads=system.tts_threads))
     turn = _timed("Smart Turn v3.2", SmartTurn) if smart_turn_installed() else None
-    hub = ModelHub(system=system, asr=asr, llm=llm, tts=tts, vad_identity=vad.identity, turn=turn, native=native,
-                   executor=ThreadPoolExecutor(system.model_workers, thread_name_prefix="fdb-model"),
-                   vad_executor=ThreadPoolExecutor(min(system.max_sessions, 8), thread_name_prefix="fdb-vad"),
-                   gate=compute_gate(system))
+    hub = ModelHub(
+        system=system,
+        asr=asr,
+        llm=llm,
+        tts=tts,
+        vad_identity=vad.identity,
+        turn=turn,
+        native=native,
+        executor=ThreadPoolExecutor(system.model_workers, thread_name_prefix="fdb-model"),
+        vad_executor=ThreadPoolExecutor(min(system.max_sessions, 8), thread_name_prefix="fdb-vad"),
+        gate=compute_gate(system),
+    )
     if system.warmup:
         _timed("warm-up", lambda: warm_up(hub))
-    if system.session_nodes is not None:  # a graph's own models (the GPU kinds): loaded before any session
+    if (
+        system.session_nodes is not None
+    ):  # a graph's own models (the GPU kinds): loaded before any session
         from serving.realtime.graph_session import preload
 
         _timed("the graph's shared models", lambda: preload(hub))
@@ -207,8 +249,12 @@ def load_models(system: SystemConfig) -> ModelHub:
 
 def load_gpu_nodes(system: SystemConfig) -> dict[str, Any]:
     """The backends of the system's GPU model nodes (serving.gpu), loaded."""
-    return {role: _timed(f"{role} GPU node {node.kind}", lambda role=role, node=node: build_backend(role, node))
-            for role, node in system.backends.gpu_nodes().items()}
+    return {
+        role: _timed(
+            f"{role} GPU node {node.kind}", lambda role=role, node=node: build_backend(role, node)
+        )
+        for role, node in system.backends.gpu_nodes().items()
+    }
 
 
 def probe_nodes(system: SystemConfig) -> dict[str, Any]:
@@ -221,7 +267,13 @@ def probe_nodes(system: SystemConfig) -> dict[str, Any]:
         clients[role] = build_backend(role, node)
         start = time.monotonic()
         probe(role, node, clients[role])
-        log.info("%s node %s answered at %s in %.1f s", role, node.kind, node.base_url, time.monotonic() - start)
+        log.info(
+            "%s node %s answered at %s in %.1f s",
+            role,
+            node.kind,
+            node.base_url,
+            time.monotonic() - start,
+        )
     return clients
 
 

@@ -56,13 +56,17 @@ def parse_override_args(args: Sequence[str]) -> list[tuple[str, Any]]:
 
 def _service(services: Any, name: str, path: str) -> dict[str, Any]:
     if not isinstance(services, list):
-        raise FdbError(f"--{path}: the launch file has no services", "add the service to the file first")
+        raise FdbError(
+            f"--{path}: the launch file has no services", "add the service to the file first"
+        )
     for entry in services:
         if isinstance(entry, dict) and entry.get("name") == name:
             return entry
     names = [e.get("name") for e in services if isinstance(e, dict)]
-    raise FdbError(f"--{path}: no service named {name!r} (services: {names})",
-                   "services are addressed by name; adding one needs an edit of the file")
+    raise FdbError(
+        f"--{path}: no service named {name!r} (services: {names})",
+        "services are addressed by name; adding one needs an edit of the file",
+    )
 
 
 def apply_override(settings: dict[str, Any], path: str, value: Any) -> None:
@@ -79,10 +83,15 @@ def apply_override(settings: dict[str, Any], path: str, value: Any) -> None:
         if child is None:
             child = node[part] = {}
         if isinstance(child, list):
-            raise FdbError(f"--{path}: {'.'.join(parts[:depth + 1])} is a list", "lists need an edit of the file")
+            raise FdbError(
+                f"--{path}: {'.'.join(parts[: depth + 1])} is a list",
+                "lists need an edit of the file",
+            )
         if not isinstance(child, dict):
-            raise FdbError(f"--{path}: {'.'.join(parts[:depth + 1])} is a single value, not a settings group",
-                           HINT)
+            raise FdbError(
+                f"--{path}: {'.'.join(parts[: depth + 1])} is a single value, not a settings group",
+                HINT,
+            )
         node = child
     leaf = parts[-1]
     current = node.get(leaf)
@@ -93,8 +102,9 @@ def apply_override(settings: dict[str, Any], path: str, value: Any) -> None:
     node[leaf] = value
 
 
-def apply_overrides(settings: dict[str, Any], overrides: Sequence[tuple[str, Any]],
-                    groups: Sequence[str] = ()) -> dict[str, Any]:
+def apply_overrides(
+    settings: dict[str, Any], overrides: Sequence[tuple[str, Any]], groups: Sequence[str] = ()
+) -> dict[str, Any]:
     """A copy of ``settings`` with every override applied. ``groups`` names the fields that are
     settings groups even where the file leaves them out (``--vad 5`` is refused for them)."""
     import copy

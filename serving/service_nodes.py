@@ -83,7 +83,9 @@ class _Node(BaseModel):
     model: str = Field(min_length=1)
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = Field(120.0, gt=0)
-    health: Literal["models", "request", "none"] = "models"  # the start-up check (see the module's text)
+    health: Literal["models", "request", "none"] = (
+        "models"  # the start-up check (see the module's text)
+    )
 
     def url(self, path: str) -> str:
         return self.base_url.rstrip("/") + path
@@ -130,7 +132,9 @@ class OpenAiSpeechNode(_Node):
     stream: bool = True
 
 
-RUNTIME_HINT = "check that the service runs and that the node's base_url, model and api_key_env are right"
+RUNTIME_HINT = (
+    "check that the service runs and that the node's base_url, model and api_key_env are right"
+)
 
 
 def _failure(role: str, node: _Node, message: str, hint: str = RUNTIME_HINT) -> FdbError:
@@ -163,11 +167,16 @@ class OpenAiTranscription:
 
     def __init__(self, node: OpenAiTranscriptionNode) -> None:
         self.node = node
-        self.identity = BackendIdentity(kind="asr", name=f"openai_transcription/{node.model}",
-                                        settings=node.settings())
+        self.identity = BackendIdentity(
+            kind="asr", name=f"openai_transcription/{node.model}", settings=node.settings()
+        )
 
     def _form(self) -> dict[str, str]:
-        form = {"model": self.node.model, "response_format": self.node.response_format, "temperature": "0"}
+        form = {
+            "model": self.node.model,
+            "response_format": self.node.response_format,
+            "temperature": "0",
+        }
         if self.node.response_format == "verbose_json":
             form["timestamp_granularities[]"] = "word"
         if self.node.language:
@@ -185,14 +194,28 @@ class OpenAiTranscription:
             return Transcript("", [])
         url = self.node.url("/audio/transcriptions")
         try:
-            reply = httpx.post(url, data=self._form(), files={"file": ("audio.wav", wav_bytes(samples, ASR_RATE),
-                                                                       "audio/wav")},
-                               headers=self.node.headers(), timeout=self.node.timeout_s)
-        except httpx.HTTPError as exc:  # no chained original: it may quote a reply that echoes the key
-            raise _failure("asr", self.node, f"cannot reach {url}: {type(exc).__name__}: "
-                           f"{redact(server_text(str(exc)), self.node)}") from None
+            reply = httpx.post(
+                url,
+                data=self._form(),
+                files={"file": ("audio.wav", wav_bytes(samples, ASR_RATE), "audio/wav")},
+                headers=self.node.headers(),
+                timeout=self.node.timeout_s,
+            )
+        except (
+            httpx.HTTPError
+        ) as exc:  # no chained original: it may quote a reply that echoes the key
+            raise _failure(
+                "asr",
+                self.node,
+                f"cannot reach {url}: {type(exc).__name__}: "
+                f"{redact(server_text(str(exc)), self.node)}",
+            ) from None
         if reply.status_code != 200:
-            raise _failure("asr", self.node, f"{url} answered {reply.status_code}: {_answer_text(reply, self.node)!r}")
+            raise _failure(
+                "asr",
+                self.node,
+                f"{url} answered {reply.status_code}: {_answer_text(reply, self.node)!r}",
+            )
         return transcript_of(reply, url, self.node)
 
 
@@ -218,13 +241,21 @@ def transcript_of(reply: Any, url: str, node: _Node):
             return Transcript(found.text, found.words, language or None)
         if isinstance(value.get("text"), str):
             return Transcript(value["text"].strip(), [], language or None)
-        raise _failure("asr", node, f"{url} answered JSON without a text field: {_answer_text(reply, node)!r}",
-                       "set backends.asr.response_format to what the service supports (json, verbose_json or text)")
+        raise _failure(
+            "asr",
+            node,
+            f"{url} answered JSON without a text field: {_answer_text(reply, node)!r}",
+            "set backends.asr.response_format to what the service supports (json, verbose_json or text)",
+        )
     if isinstance(value, str):
         return Transcript(value.strip(), [])
     if not is_text(body) or kind(ctype) is not None:
-        raise _failure("asr", node, f"{url} answered {server_text(ctype, 80) or 'no Content-Type'} "
-                       f"({len(body)} bytes) instead of a transcript")
+        raise _failure(
+            "asr",
+            node,
+            f"{url} answered {server_text(ctype, 80) or 'no Content-Type'} "
+            f"({len(body)} bytes) instead of a transcript",
+        )
     return Transcript(body.decode("utf-8").strip(), [])
 
 
@@ -235,39 +266,65 @@ class OpenAiChat:
 
     def __init__(self, node: OpenAiChatNode) -> None:
         self.node = node
-        self.identity = BackendIdentity(kind="llm", name=f"openai_chat/{node.model}", settings=node.settings())
+        self.identity = BackendIdentity(
+            kind="llm", name=f"openai_chat/{node.model}", settings=node.settings()
+        )
 
-    def _body(self, messages: list[dict[str, str]], max_tokens: int, temperature: float | None) -> dict:
-        body = {**self.node.extra_body, "model": self.node.model, "messages": messages, "stream": True,
-                "max_tokens": max_tokens}
+    def _body(
+        self, messages: list[dict[str, str]], max_tokens: int, temperature: float | None
+    ) -> dict:
+        body = {
+            **self.node.extra_body,
+            "model": self.node.model,
+            "messages": messages,
+            "stream": True,
+            "max_tokens": max_tokens,
+        }
         if temperature is not None:
             body["temperature"] = temperature
         return body
 
-    def stream_reply(self, messages: list[dict[str, str]], max_tokens: int = 48,
-                     temperature: float | None = 0.0) -> Iterator[str]:
+    def stream_reply(
+        self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float | None = 0.0
+    ) -> Iterator[str]:
         """The reply's text pieces as the service streams them; ``close()`` ends the request."""
         import httpx
 
         url = self.node.url("/chat/completions")
         with httpx.Client(timeout=self.node.timeout_s) as client:
             try:
-                with client.stream("POST", url, json=self._body(messages, max_tokens, temperature),
-                                   headers=self.node.headers()) as reply:
+                with client.stream(
+                    "POST",
+                    url,
+                    json=self._body(messages, max_tokens, temperature),
+                    headers=self.node.headers(),
+                ) as reply:
                     if reply.status_code != 200:
                         reply.read()
-                        raise _failure("llm", self.node, f"{url} answered {reply.status_code}: "
-                                       f"{_answer_text(reply, self.node)!r}")
-                    if "json" in reply.headers.get("content-type", "").lower():  # it ignored stream: true
+                        raise _failure(
+                            "llm",
+                            self.node,
+                            f"{url} answered {reply.status_code}: "
+                            f"{_answer_text(reply, self.node)!r}",
+                        )
+                    if (
+                        "json" in reply.headers.get("content-type", "").lower()
+                    ):  # it ignored stream: true
                         reply.read()
                         yield from _completion_text(reply, url, self.node)
                         return
                     yield from _sse_pieces(reply.iter_lines(), url, self.node)
             except httpx.HTTPError as exc:
-                raise _failure("llm", self.node, f"cannot reach {url}: {type(exc).__name__}: "
-                               f"{redact(server_text(str(exc)), self.node)}") from None
+                raise _failure(
+                    "llm",
+                    self.node,
+                    f"cannot reach {url}: {type(exc).__name__}: "
+                    f"{redact(server_text(str(exc)), self.node)}",
+                ) from None
 
-    def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float | None = 0.0) -> str:
+    def reply(
+        self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float | None = 0.0
+    ) -> str:
         return "".join(self.stream_reply(messages, max_tokens, temperature)).strip()
 
 
@@ -277,11 +334,15 @@ def _completion_text(reply: Any, url: str, node: _Node) -> Iterator[str]:
         event = reply.json()
         content = (event.get("choices") or [{}])[0].get("message", {}).get("content")
     except (ValueError, AttributeError, IndexError, TypeError):
-        raise FdbError(f"{url} answered JSON that is not a chat completion: {_answer_text(reply, node)!r}") from None
+        raise FdbError(
+            f"{url} answered JSON that is not a chat completion: {_answer_text(reply, node)!r}"
+        ) from None
     if isinstance(event, dict) and "error" in event:
         raise FdbError(f"{url} answered an error: {redact(server_text(str(event['error'])), node)}")
     if not isinstance(event.get("choices"), list):
-        raise FdbError(f"{url} answered JSON that is not a chat completion: {_answer_text(reply, node)!r}")
+        raise FdbError(
+            f"{url} answered JSON that is not a chat completion: {_answer_text(reply, node)!r}"
+        )
     if content:
         yield str(content)
 
@@ -297,11 +358,15 @@ def _sse_pieces(lines: Iterator[str], url: str, node: _Node) -> Iterator[str]:
         try:
             event = json.loads(data)
         except ValueError as exc:
-            raise FdbError(f"{url} streamed a line that is not JSON: {redact(server_text(data, 120), node)!r}") from exc
+            raise FdbError(
+                f"{url} streamed a line that is not JSON: {redact(server_text(data, 120), node)!r}"
+            ) from exc
         if not isinstance(event, dict):
             continue
         if "error" in event:
-            raise FdbError(f"{url} streamed an error: {redact(server_text(str(event['error'])), node)}")
+            raise FdbError(
+                f"{url} streamed an error: {redact(server_text(str(event['error'])), node)}"
+            )
         choices = event.get("choices") or [{}]
         piece = (choices[0].get("delta") or {}).get("content")
         if piece:
@@ -339,7 +404,9 @@ class OpenAiSpeech:
     def __init__(self, node: OpenAiSpeechNode) -> None:
         self.node = node
         self.rate = node.sample_rate
-        self.identity = BackendIdentity(kind="tts", name=f"openai_speech/{node.model}", settings=node.settings())
+        self.identity = BackendIdentity(
+            kind="tts", name=f"openai_speech/{node.model}", settings=node.settings()
+        )
 
     def _language(self, sentence: str, heard: str | None = None) -> str | None:
         """The sentence's tag: none without ``language``; a fixed name as it is; for ``auto``
@@ -360,12 +427,19 @@ class OpenAiSpeech:
         language = self._language(sentence, heard)
         if language is not None and language.lower() in ("english", "en"):
             sentence = spoken_numbers(sentence)
-        body: dict[str, Any] = {"model": node.model, "voice": node.voice, "input": sentence,
-                                "response_format": node.response_format, "stream": node.stream}
+        body: dict[str, Any] = {
+            "model": node.model,
+            "voice": node.voice,
+            "input": sentence,
+            "response_format": node.response_format,
+            "stream": node.stream,
+        }
         if language is not None:
             body["language"] = language
         if node.reference_audio_path:
-            body["references"] = [{"audio_path": node.reference_audio_path, "text": node.reference_text}]
+            body["references"] = [
+                {"audio_path": node.reference_audio_path, "text": node.reference_text}
+            ]
         return body
 
     def _speak(self, client: Any, sentence: str, heard: str | None = None) -> np.ndarray:
@@ -373,15 +447,24 @@ class OpenAiSpeech:
 
         url = self.node.url("/audio/speech")
         try:
-            with client.stream("POST", url, json=self._body(sentence, heard), headers=self.node.headers()) as reply:
+            with client.stream(
+                "POST", url, json=self._body(sentence, heard), headers=self.node.headers()
+            ) as reply:
                 if reply.status_code != 200:
                     reply.read()
-                    raise _failure("tts", self.node,
-                                   f"{url} answered {reply.status_code}: {_answer_text(reply, self.node)!r}")
+                    raise _failure(
+                        "tts",
+                        self.node,
+                        f"{url} answered {reply.status_code}: {_answer_text(reply, self.node)!r}",
+                    )
                 return self._audio(reply, url)
         except httpx.HTTPError as exc:
-            raise _failure("tts", self.node, f"cannot reach {url}: {type(exc).__name__}: "
-                           f"{redact(server_text(str(exc)), self.node)}") from None
+            raise _failure(
+                "tts",
+                self.node,
+                f"cannot reach {url}: {type(exc).__name__}: "
+                f"{redact(server_text(str(exc)), self.node)}",
+            ) from None
 
     def _audio(self, reply: Any, url: str) -> np.ndarray:
         """The float32 samples at ``self.rate`` of a 200 answer, read by its Content-Type."""
@@ -402,12 +485,17 @@ class OpenAiSpeech:
                 pcm = little_endian(b"".join(reply.iter_bytes()), declared.big_endian)
             else:
                 reply.read()
-                raise FormatError(f"answered {server_text(ctype, 80) or 'no Content-Type'} instead of audio "
-                                  f"(raw PCM16 or WAV): {_answer_text(reply, self.node)!r}")
+                raise FormatError(
+                    f"answered {server_text(ctype, 80) or 'no Content-Type'} instead of audio "
+                    f"(raw PCM16 or WAV): {_answer_text(reply, self.node)!r}"
+                )
         except FormatError as exc:
-            raise _failure("tts", self.node, f"{url}: {exc}",
-                           "point the node at a server that answers raw PCM16 or WAV (response_format pcm or wav)"
-                           ) from None
+            raise _failure(
+                "tts",
+                self.node,
+                f"{url}: {exc}",
+                "point the node at a server that answers raw PCM16 or WAV (response_format pcm or wav)",
+            ) from None
         frame = 2 * channels
         samples = pcm16_to_float(pcm[: len(pcm) // frame * frame])
         if channels > 1:
@@ -431,15 +519,27 @@ class OpenAiSpeech:
 
 
 # Whisper's codes of the languages speech services commonly speak (Qwen3-TTS's ten), as names.
-_LANGUAGE_NAMES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "ko": "Korean", "de": "German",
-                   "fr": "French", "ru": "Russian", "pt": "Portuguese", "es": "Spanish", "it": "Italian"}
+_LANGUAGE_NAMES = {
+    "zh": "Chinese",
+    "en": "English",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "de": "German",
+    "fr": "French",
+    "ru": "Russian",
+    "pt": "Portuguese",
+    "es": "Spanish",
+    "it": "Italian",
+}
 
 
 def language_name(reported: str) -> str:
     """A recognizer's language as a name: a known code by the table, a name capitalized
     ("english" -> "English"); anything else as reported (the service then says what it speaks)."""
     reported = reported.strip()
-    return _LANGUAGE_NAMES.get(reported.lower(), reported[:1].upper() + reported[1:] if reported.isalpha() else reported)
+    return _LANGUAGE_NAMES.get(
+        reported.lower(), reported[:1].upper() + reported[1:] if reported.isalpha() else reported
+    )
 
 
 # ---------------------------------------------------------------------------------- probes
@@ -472,37 +572,69 @@ def _probe_models(role: str, node: _Node) -> None:
     try:
         reply = httpx.get(url, headers=node.headers(), timeout=min(node.timeout_s, 30.0))
     except httpx.HTTPError as exc:
-        raise failed(f"cannot reach {url}: {type(exc).__name__}: {redact(server_text(str(exc)), node)}",
-                     f"start the service, or fix backends.{role}.base_url (fdb appends /models)") from None
+        raise failed(
+            f"cannot reach {url}: {type(exc).__name__}: {redact(server_text(str(exc)), node)}",
+            f"start the service, or fix backends.{role}.base_url (fdb appends /models)",
+        ) from None
     if reply.status_code in (404, 405):
-        raise failed(f"GET {url} answered {reply.status_code}: the server has no model list",
-                     _check_hint(role, node, f"set backends.{role}.health: request (one real {_ROLE_REQUEST[role]} "
-                                 "at start-up) or none"))
+        raise failed(
+            f"GET {url} answered {reply.status_code}: the server has no model list",
+            _check_hint(
+                role,
+                node,
+                f"set backends.{role}.health: request (one real {_ROLE_REQUEST[role]} "
+                "at start-up) or none",
+            ),
+        )
     if reply.status_code in (401, 403):
-        raise failed(f"GET {url} answered {reply.status_code}: {_answer_text(reply, node)!r}",
-                     _check_hint(role, node, f"export the service's key in {node.api_key_env} (backends.{role}."
-                                 "api_key_env names the variable)"))
+        raise failed(
+            f"GET {url} answered {reply.status_code}: {_answer_text(reply, node)!r}",
+            _check_hint(
+                role,
+                node,
+                f"export the service's key in {node.api_key_env} (backends.{role}."
+                "api_key_env names the variable)",
+            ),
+        )
     if reply.status_code != 200:
-        raise failed(f"GET {url} answered {reply.status_code}: {_answer_text(reply, node)!r}",
-                     _check_hint(role, node, "see the service's log"))
+        raise failed(
+            f"GET {url} answered {reply.status_code}: {_answer_text(reply, node)!r}",
+            _check_hint(role, node, "see the service's log"),
+        )
     try:
         served = [str(item["id"]) for item in reply.json()["data"]]
     except (ValueError, KeyError, TypeError):
-        raise failed(f"GET {url} answered 200 without an OpenAI model list ({{\"data\": [{{\"id\": ...}}]}}): "
-                     f"{_answer_text(reply, node, 120)!r}",
-                     _check_hint(role, node, f"set backends.{role}.health: request or none")) from None
+        raise failed(
+            f'GET {url} answered 200 without an OpenAI model list ({{"data": [{{"id": ...}}]}}): '
+            f"{_answer_text(reply, node, 120)!r}",
+            _check_hint(role, node, f"set backends.{role}.health: request or none"),
+        ) from None
     if node.model not in served:
-        raise failed(f"GET {url} does not list model {node.model!r} (it serves {served[:10]})",
-                     _check_hint(role, node, f"set backends.{role}.model to one it serves, or health: request if "
-                                 "it answers models it does not list"))
+        raise failed(
+            f"GET {url} does not list model {node.model!r} (it serves {served[:10]})",
+            _check_hint(
+                role,
+                node,
+                f"set backends.{role}.model to one it serves, or health: request if "
+                "it answers models it does not list",
+            ),
+        )
 
 
-_ROLE_REQUEST = {"asr": "0.5 s transcription", "llm": "1-token chat completion", "tts": "speech of 'Hello.'"}
+_ROLE_REQUEST = {
+    "asr": "0.5 s transcription",
+    "llm": "1-token chat completion",
+    "tts": "speech of 'Hello.'",
+}
 
 
 def _probe_request(role: str, node: _Node, client: Any) -> None:
     """One real minimal request of the node's role; for a chat node also the token after the model list."""
-    what = "the first token" if node.health == "models" else f"health check 'request' ({_ROLE_REQUEST[role]})"
+    what = (
+        "the first token"
+        if node.health == "models"
+        else f"health check 'request' ({_ROLE_REQUEST[role]})"
+    )
     try:
         if isinstance(node, OpenAiChatNode):
             tokens = client.stream_reply([{"role": "user", "content": "Hi"}], 1, node.temperature)
@@ -518,10 +650,15 @@ def _probe_request(role: str, node: _Node, client: Any) -> None:
             with httpx.Client(timeout=node.timeout_s) as http:
                 samples = client._speak(http, "Hello.")
             if len(samples) == 0:
-                raise _failure(role, node, f"{node.url('/audio/speech')} answered 200 without audio")
+                raise _failure(
+                    role, node, f"{node.url('/audio/speech')} answered 200 without audio"
+                )
     except FdbError as exc:
         if node.health == "models":  # the chat token after the model list
             raise FdbError(f"{what} failed: {exc.message}", exc.hint) from None
-        fix = exc.hint if exc.hint and exc.hint != RUNTIME_HINT else \
-            "check the service's log and the node's base_url, model and api_key_env"
+        fix = (
+            exc.hint
+            if exc.hint and exc.hint != RUNTIME_HINT
+            else "check the service's log and the node's base_url, model and api_key_env"
+        )
         raise FdbError(f"{what} failed: {exc.message}", _check_hint(role, node, fix)) from None

@@ -84,8 +84,13 @@ class _Started:
 class Services:
     """Starts, watches and stops the services of one server (all methods are blocking)."""
 
-    def __init__(self, entries: list[ServiceEntry], poll_s: float = 1.0, ready_timeout_s: float = 600.0,
-                 stop_grace_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        entries: list[ServiceEntry],
+        poll_s: float = 1.0,
+        ready_timeout_s: float = 600.0,
+        stop_grace_s: float = 15.0,
+    ) -> None:
         self._entries = list(entries)
         self._poll_s = poll_s
         self._ready_timeout_s = ready_timeout_s
@@ -98,7 +103,11 @@ class Services:
         A SIGTERM or SIGHUP meanwhile (in the main thread) stops them too, as Ctrl-C does, then
         raises KeyboardInterrupt."""
         main = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS} if main and self._entries else {}
+        previous = (
+            {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+            if main and self._entries
+            else {}
+        )
         try:
             for entry in self._entries:
                 self._start_one(entry)
@@ -116,34 +125,49 @@ class Services:
         log.info("starting service '%s' on :%d", entry.name, entry.port)
         main = threading.current_thread() is threading.main_thread()
         try:
-            process = subprocess.Popen(entry.command, env={**os.environ, **entry.env}, start_new_session=True,
-                                       preexec_fn=_die_with(os.getpid()) if main else None)
+            process = subprocess.Popen(
+                entry.command,
+                env={**os.environ, **entry.env},
+                start_new_session=True,
+                preexec_fn=_die_with(os.getpid()) if main else None,
+            )
         except OSError as exc:
-            raise FdbError(f"service '{entry.name}' could not start: {exc.strerror}: {entry.command[0]}",
-                           "fix the service's command in the launch file") from exc
+            raise FdbError(
+                f"service '{entry.name}' could not start: {exc.strerror}: {entry.command[0]}",
+                "fix the service's command in the launch file",
+            ) from exc
         self.started.append(_Started(entry, process))
         deadline = time.monotonic() + self._ready_timeout_s
         pause = min(0.1, self._poll_s)
         change = f"services.{entry.name}.health (models, port or a path such as /health)"
         while True:
             if process.poll() is not None:
-                raise FdbError(f"service '{entry.name}' exited with code {process.returncode} "
-                               f"before :{entry.port} answered", "run its command by hand to see why")
+                raise FdbError(
+                    f"service '{entry.name}' exited with code {process.returncode} "
+                    f"before :{entry.port} answered",
+                    "run its command by hand to see why",
+                )
             ready, seen = check(entry.port, entry.health)
             if ready:
                 log.info("service '%s' ready on :%d", entry.name, entry.port)
                 return
             if entry.health == "models" and seen.endswith((" 404", " 405")):
-                raise FdbError(f"service '{entry.name}' answers on :{entry.port} but {seen}: it has no model list",
-                               f"set {change} in the launch file, e.g. health: port")
+                raise FdbError(
+                    f"service '{entry.name}' answers on :{entry.port} but {seen}: it has no model list",
+                    f"set {change} in the launch file, e.g. health: port",
+                )
             if time.monotonic() >= deadline:
-                raise FdbError(f"service '{entry.name}' did not answer on :{entry.port} within "
-                               f"{self._ready_timeout_s:g} s (health {entry.health}: {seen})",
-                               f"check its command, port and log, or {change}")
+                raise FdbError(
+                    f"service '{entry.name}' did not answer on :{entry.port} within "
+                    f"{self._ready_timeout_s:g} s (health {entry.health}: {seen})",
+                    f"check its command, port and log, or {change}",
+                )
             time.sleep(pause)
             pause = min(2 * pause, self._poll_s)
 
-    def watch(self, on_exit: Callable[[BaseException], None], poll_s: float = 0.5) -> threading.Thread:
+    def watch(
+        self, on_exit: Callable[[BaseException], None], poll_s: float = 0.5
+    ) -> threading.Thread:
         """Call ``on_exit(error)`` (from a daemon thread) once a started service exits on its own."""
 
         def work() -> None:
@@ -151,8 +175,12 @@ class Services:
                 for item in self.started:
                     code = item.process.poll()
                     if code is not None:
-                        on_exit(FdbError(f"service '{item.entry.name}' exited with code {code}",
-                                         "the server stopped with it; see the service's log"))
+                        on_exit(
+                            FdbError(
+                                f"service '{item.entry.name}' exited with code {code}",
+                                "the server stopped with it; see the service's log",
+                            )
+                        )
                         return
 
         thread = threading.Thread(target=work, name="fdb-services-watch", daemon=True)

@@ -76,54 +76,115 @@ def speech_capabilities(system: SystemConfig) -> dict[str, Any]:
     """The speech endpoint's part of the capability grant."""
     service = system.speech_service
     if service is not None:
-        return {"endpoint": "/v1/audio/speech", "backend": "pass-through", "voice_cloning": "service-defined",
-                "service_model": service.model}
+        return {
+            "endpoint": "/v1/audio/speech",
+            "backend": "pass-through",
+            "voice_cloning": "service-defined",
+            "service_model": service.model,
+        }
     node = system.backends.tts
     if node == "none":
         return {"endpoint": None, "backend": "none"}
     if getattr(node, "kind", None) == "csm_gpu":  # serving/gpu/csm.py
-        return {"endpoint": "/v1/audio/speech", "backend": node.kind, "voices": ["default"],
-                "voice_cloning": True, "weights": node.source().label(), "sample_rate": 24000,
-                "channels": 1, "bit_depth": 16, "response_formats": ["pcm", "wav"],
-                "stream_formats": ["audio", "sse"], "chunking": "one 80 ms Mimi frame per chunk",
-                "frame_rate_hz": 12.5}
+        return {
+            "endpoint": "/v1/audio/speech",
+            "backend": node.kind,
+            "voices": ["default"],
+            "voice_cloning": True,
+            "weights": node.source().label(),
+            "sample_rate": 24000,
+            "channels": 1,
+            "bit_depth": 16,
+            "response_formats": ["pcm", "wav"],
+            "stream_formats": ["audio", "sse"],
+            "chunking": "one 80 ms Mimi frame per chunk",
+            "frame_rate_hz": 12.5,
+        }
     if not isinstance(node, str):  # an openai_speech node speaks (serving/service_nodes.py)
-        return {"endpoint": "/v1/audio/speech", "backend": node.kind, "service_model": node.model,
-                "voices": [node.voice], "sample_rate": node.sample_rate, "channels": 1, "bit_depth": 16,
-                "response_formats": ["pcm", "wav"], "stream_formats": ["audio", "sse"],
-                "chunking": "one chunk per sentence"}
-    return {"endpoint": "/v1/audio/speech", "backend": "piper", "voices": [VOICE], "voice_cloning": False,
-            "ref_audio": "refused (400 voice_cloning_unsupported) unless ignore_ref_audio is true",
-            "sample_rate": PIPER_RATE, "channels": 1, "bit_depth": 16, "response_formats": ["pcm", "wav"],
-            "stream_formats": ["audio", "sse"], "chunking": "one chunk per sentence"}
+        return {
+            "endpoint": "/v1/audio/speech",
+            "backend": node.kind,
+            "service_model": node.model,
+            "voices": [node.voice],
+            "sample_rate": node.sample_rate,
+            "channels": 1,
+            "bit_depth": 16,
+            "response_formats": ["pcm", "wav"],
+            "stream_formats": ["audio", "sse"],
+            "chunking": "one chunk per sentence",
+        }
+    return {
+        "endpoint": "/v1/audio/speech",
+        "backend": "piper",
+        "voices": [VOICE],
+        "voice_cloning": False,
+        "ref_audio": "refused (400 voice_cloning_unsupported) unless ignore_ref_audio is true",
+        "sample_rate": PIPER_RATE,
+        "channels": 1,
+        "bit_depth": 16,
+        "response_formats": ["pcm", "wav"],
+        "stream_formats": ["audio", "sse"],
+        "chunking": "one chunk per sentence",
+    }
 
 
 def _error(status: int, code: str, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"type": "invalid_request_error" if status == 400 else "server_error",
-                                   "code": code, "message": message, "param": param}}, status_code=status)
+    return JSONResponse(
+        {
+            "error": {
+                "type": "invalid_request_error" if status == 400 else "server_error",
+                "code": code,
+                "message": message,
+                "param": param,
+            }
+        },
+        status_code=status,
+    )
 
 
 def _check(req: SpeechRequest, system: SystemConfig, clones: bool = False) -> JSONResponse | None:
     if req.model not in (None, system.model):
-        return _error(400, "model_not_found", f"this server serves {system.model!r}, not {req.model!r}", "model")
+        return _error(
+            400,
+            "model_not_found",
+            f"this server serves {system.model!r}, not {req.model!r}",
+            "model",
+        )
     tts = system.backends.tts
     voices = VOICES if isinstance(tts, str) else (getattr(tts, "voice", "default"), "default")
     if req.voice not in (None, *voices):
-        return _error(400, "voice_not_found", f"unknown voice {req.voice!r}; voices: {list(voices)}", "voice")
-    if (req.ref_audio is not None or req.references is not None) and not req.ignore_ref_audio and not clones:
-        return _error(400, "voice_cloning_unsupported",
-                      f"{system.name} speaks with the built-in Piper voice {VOICE} and cannot clone a voice from "
-                      "ref_audio; leave ref_audio out, or send ignore_ref_audio: true to accept the built-in voice",
-                      "ref_audio")
+        return _error(
+            400, "voice_not_found", f"unknown voice {req.voice!r}; voices: {list(voices)}", "voice"
+        )
+    if (
+        (req.ref_audio is not None or req.references is not None)
+        and not req.ignore_ref_audio
+        and not clones
+    ):
+        return _error(
+            400,
+            "voice_cloning_unsupported",
+            f"{system.name} speaks with the built-in Piper voice {VOICE} and cannot clone a voice from "
+            "ref_audio; leave ref_audio out, or send ignore_ref_audio: true to accept the built-in voice",
+            "ref_audio",
+        )
     return None
 
 
 def _wav_header(rate: int) -> bytes:
     """A PCM16 mono RIFF header for a stream of unknown length (sizes 0xFFFFFFFF)."""
     unknown = (0xFFFFFFFF).to_bytes(4, "little")
-    fmt = (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + rate.to_bytes(4, "little") + \
-        (rate * 2).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
-    return b"RIFF" + unknown + b"WAVE" + b"fmt " + (16).to_bytes(4, "little") + fmt + b"data" + unknown
+    fmt = (
+        (1).to_bytes(2, "little")
+        + (1).to_bytes(2, "little")
+        + rate.to_bytes(4, "little")
+        + (rate * 2).to_bytes(4, "little")
+        + (2).to_bytes(2, "little")
+        + (16).to_bytes(2, "little")
+    )
+    return (
+        b"RIFF" + unknown + b"WAVE" + b"fmt " + (16).to_bytes(4, "little") + fmt + b"data" + unknown
+    )
 
 
 def reference_audio(value: Any, rate: int) -> np.ndarray:
@@ -224,21 +285,35 @@ async def _prefixed(prefix: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterato
 
 async def _piper(req: SpeechRequest, hub, delay_ms: int = 0) -> Response:
     rate = int(hub.tts.rate)
-    headers = {"X-Sample-Rate": str(rate), "X-Channels": "1", "X-Bit-Depth": "16", "Cache-Control": "no-store"}
+    headers = {
+        "X-Sample-Rate": str(rate),
+        "X-Channels": "1",
+        "X-Bit-Depth": "16",
+        "Cache-Control": "no-store",
+    }
     voice: dict[str, Any] = {}
     if getattr(hub.tts, "clones", False) and req.ref_audio is not None and not req.ignore_ref_audio:
         try:
-            voice = {"ref_audio": reference_audio(req.ref_audio, rate), "ref_text": req.ref_text or ""}
+            voice = {
+                "ref_audio": reference_audio(req.ref_audio, rate),
+                "ref_text": req.ref_text or "",
+            }
         except ValueError as exc:
             return _error(400, "invalid_ref_audio", str(exc), "ref_audio")
     spoken: AsyncGenerator[bytes, None] = sentences(hub, req.input, **voice)
-    if getattr(hub.tts, "clones", False):  # a GPU engine refuses a request in its own thread: wait for
+    if getattr(
+        hub.tts, "clones", False
+    ):  # a GPU engine refuses a request in its own thread: wait for
         try:  # the first audio, so that a refusal is an error answer, not an empty 200 or a bare 500
             first = await anext(spoken, b"")
         except FdbError as exc:
             status = getattr(exc, "status", 500)
-            return _error(status, getattr(exc, "code", "speech_failed"), exc.one_line(),
-                          "input" if status == 400 else None)
+            return _error(
+                status,
+                getattr(exc, "code", "speech_failed"),
+                exc.one_line(),
+                "input" if status == 400 else None,
+            )
         spoken = _after(first, spoken)
     chunks = delayed(spoken, delay_ms)
     if req.stream_format == "sse":
@@ -254,23 +329,34 @@ async def _piper(req: SpeechRequest, hub, delay_ms: int = 0) -> Response:
     return Response(pcm, media_type=media, headers=headers)
 
 
-async def _pass_through(service: SpeechService, body: dict[str, Any], delay_ms: int = 0) -> Response:
+async def _pass_through(
+    service: SpeechService, body: dict[str, Any], delay_ms: int = 0
+) -> Response:
     if service.model:
         body = {**body, "model": service.model}
     headers = {}
     if service.api_key_env:
         key = os.environ.get(service.api_key_env)
         if not key:
-            return _error(503, "service_key_missing", f"the speech service key variable {service.api_key_env} "
-                          "is not set on the server")
+            return _error(
+                503,
+                "service_key_missing",
+                f"the speech service key variable {service.api_key_env} is not set on the server",
+            )
         headers["Authorization"] = f"Bearer {key}"
     client = httpx.AsyncClient(timeout=service.timeout_s)
     try:
-        upstream = await client.send(client.build_request(
-            "POST", service.base_url.rstrip("/") + "/audio/speech", json=body, headers=headers), stream=True)
+        upstream = await client.send(
+            client.build_request(
+                "POST", service.base_url.rstrip("/") + "/audio/speech", json=body, headers=headers
+            ),
+            stream=True,
+        )
     except httpx.HTTPError as exc:
         await client.aclose()
-        return _error(502, "service_unreachable", f"the speech service failed: {type(exc).__name__}")
+        return _error(
+            502, "service_unreachable", f"the speech service failed: {type(exc).__name__}"
+        )
     relayed = {k: v for k, v in upstream.headers.items() if k.lower() in RELAYED_HEADERS}
 
     async def relay() -> AsyncIterator[bytes]:
@@ -281,8 +367,12 @@ async def _pass_through(service: SpeechService, body: dict[str, Any], delay_ms: 
             await upstream.aclose()
             await client.aclose()
 
-    return StreamingResponse(relay(), status_code=upstream.status_code, headers=relayed,
-                             media_type=relayed.get("content-type"))
+    return StreamingResponse(
+        relay(),
+        status_code=upstream.status_code,
+        headers=relayed,
+        media_type=relayed.get("content-type"),
+    )
 
 
 @router.post("/v1/audio/speech")
@@ -306,7 +396,9 @@ async def speech(request: Request) -> Response:
     if not runtime.ready:
         return _error(503, "not_ready", "instance is not ready")
     if runtime.hub.tts is None:
-        return _error(404, "speech_unavailable", f"system {system.name} has no TTS (backends.tts: none)")
+        return _error(
+            404, "speech_unavailable", f"system {system.name} has no TTS (backends.tts: none)"
+        )
     refused = _check(req, system, getattr(runtime.hub.tts, "clones", False))
     if refused is not None:
         return refused

@@ -14,17 +14,27 @@ from __future__ import annotations
 
 import re
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-         "fifteen sixteen seventeen eighteen nineteen").split()
+_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen"
+).split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 _SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"))
-_ORDINAL = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
-            "nine": "ninth", "twelve": "twelfth"}
+_ORDINAL = {
+    "one": "first",
+    "two": "second",
+    "three": "third",
+    "five": "fifth",
+    "eight": "eighth",
+    "nine": "ninth",
+    "twelve": "twelfth",
+}
 _NUMBER = re.compile(
     r"(?P<groups>\b\d{2,}(?:[ -]\d{2,})+\b)"  # spaced or dashed digit groups
     r"|(?P<decimal>\b\d+\.\d+\b)"
     r"|(?P<ordinal>\b\d+(?:st|nd|rd|th)\b)"
-    r"|(?P<integer>\b\d{1,3}(?:,\d{3})+\b|\b\d+\b)")
+    r"|(?P<integer>\b\d{1,3}(?:,\d{3})+\b|\b\d+\b)"
+)
 
 
 def cardinal(n: int) -> str:

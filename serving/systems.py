@@ -82,19 +82,27 @@ class Backends(BaseModel):
     def _nodes(cls, data: Any) -> Any:
         """A mapping becomes the role's node, so an error names the node's own field."""
         if isinstance(data, dict):
-            data = {role: parse_backend(role, value) if isinstance(value, dict) else value
-                    for role, value in data.items()}
+            data = {
+                role: parse_backend(role, value) if isinstance(value, dict) else value
+                for role, value in data.items()
+            }
         return data
 
     def nodes(self) -> dict[str, BaseModel]:
         """The roles served by service nodes."""
-        return {role: value for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
-                if not isinstance(value, str | GpuNode)}
+        return {
+            role: value
+            for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
+            if not isinstance(value, str | GpuNode)
+        }
 
     def gpu_nodes(self) -> dict[str, GpuNode]:
         """The roles served by GPU model nodes (serving.gpu)."""
-        return {role: value for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
-                if isinstance(value, GpuNode)}
+        return {
+            role: value
+            for role, value in (("asr", self.asr), ("llm", self.llm), ("tts", self.tts))
+            if isinstance(value, GpuNode)
+        }
 
 
 class SpeechService(BaseModel):
@@ -124,7 +132,9 @@ class DuplexSettings(BaseModel):
     vad_threshold: float = Field(0.5, ge=0.0, le=1.0)
     end_of_turn_ms: int = Field(700, ge=100, le=10000)  # silence after speech that ends the turn
     min_utterance_ms: int = Field(200, ge=0, le=10000)  # shorter speech is ignored (clicks, coughs)
-    yield_after_ms: int = Field(300, ge=32, le=10000)  # user speech over a reply that makes it yield
+    yield_after_ms: int = Field(
+        300, ge=32, le=10000
+    )  # user speech over a reply that makes it yield
     backchannel: bool = True  # the session default; session.update sglang.duplex.backchannel
     backchannel_after_ms: int = Field(4000, ge=500, le=60000)  # continuous user speech before one
     backchannel_text: str = "Mm-hmm."
@@ -145,10 +155,14 @@ class DuplexSettings(BaseModel):
     @model_validator(mode="after")
     def _unit_is_a_choice(self) -> DuplexSettings:
         if any(ms < 20 for ms in self.unit_ms_choices) or self.unit_ms not in self.unit_ms_choices:
-            raise ValueError(f"unit_ms {self.unit_ms} must be one of unit_ms_choices "
-                             f"{list(self.unit_ms_choices)}, each at least 20 ms")
+            raise ValueError(
+                f"unit_ms {self.unit_ms} must be one of unit_ms_choices "
+                f"{list(self.unit_ms_choices)}, each at least 20 ms"
+            )
         if self.model is not None and self.unit_ms_choices != (80,):
-            raise ValueError("a native model speaks in 80 ms frames: set unit_ms 80 and unit_ms_choices [80]")
+            raise ValueError(
+                "a native model speaks in 80 ms frames: set unit_ms 80 and unit_ms_choices [80]"
+            )
         return self
 
 
@@ -218,30 +232,42 @@ class SystemConfig(BaseModel):
     @model_validator(mode="after")
     def _graph(self) -> SystemConfig:
         if (self.session_nodes is None) != (self.session_publish is None):
-            raise ValueError("session_nodes and session_publish go together: set both, or neither for "
-                             "the bundled embedded-cascade graph")
+            raise ValueError(
+                "session_nodes and session_publish go together: set both, or neither for "
+                "the bundled embedded-cascade graph"
+            )
         if self.session_nodes is not None and self.duplex is not None:
-            raise ValueError("a duplex system has no session graph: drop session_nodes and session_publish")
+            raise ValueError(
+                "a duplex system has no session graph: drop session_nodes and session_publish"
+            )
         if self.session_nodes is not None:
             from serving.graph.declare import load_graph
 
             try:
-                load_graph({"session_nodes": self.session_nodes, "session_publish": self.session_publish})
+                load_graph(
+                    {"session_nodes": self.session_nodes, "session_publish": self.session_publish}
+                )
             except FdbError as err:
                 raise ValueError(err.message) from None
         return self
 
     @model_validator(mode="after")
     def _services_and_nodes(self) -> SystemConfig:
-        if len({s.name for s in self.services}) < len(self.services) or \
-                len({s.port for s in self.services}) < len(self.services):
+        if len({s.name for s in self.services}) < len(self.services) or len(
+            {s.port for s in self.services}
+        ) < len(self.services):
             raise ValueError("services must have distinct names and ports")
         llm = self.backends.llm
-        if isinstance(llm, OpenAiChatNode):  # the node's sampling settings are the sessions' defaults
+        if isinstance(
+            llm, OpenAiChatNode
+        ):  # the node's sampling settings are the sessions' defaults
             # A null temperature is kept: the node then sends none and the service's default applies.
             updates = {"max_tokens": llm.max_tokens, "temperature": llm.temperature}
-            updates = {k: v for k, v in updates.items()
-                       if (v is not None or k == "temperature") and v != getattr(self, k)}
+            updates = {
+                k: v
+                for k, v in updates.items()
+                if (v is not None or k == "temperature") and v != getattr(self, k)
+            }
             if updates:
                 return self.model_copy(update=updates)
         return self
@@ -250,26 +276,41 @@ class SystemConfig(BaseModel):
 SYSTEMS: dict[str, SystemConfig] = {
     "embedded-cascade": SystemConfig(),
     "duplex-baseline": SystemConfig(
-        name="duplex-baseline", model="fdb/duplex-baseline",
+        name="duplex-baseline",
+        model="fdb/duplex-baseline",
         description="Native full-duplex baseline on 1 s units: Silero VAD decides per unit, "
-                    "faster-whisper tiny.en + SmolLM2-135M + Piper answer (offline CPU)",
-        duplex=DuplexSettings()),
+        "faster-whisper tiny.en + SmolLM2-135M + Piper answer (offline CPU)",
+        duplex=DuplexSettings(),
+    ),
     # serving/gpu: Moshi (moshi-7b configuration, dummy weights) on one CUDA GPU, native sessions
     "gpu-native": SystemConfig(
-        name="gpu-native", model="fdb/gpu-native",
+        name="gpu-native",
+        model="fdb/gpu-native",
         description="Moshi (7B configuration) on one CUDA GPU: native full-duplex sessions on 80 ms "
-                    "units, every live session's frame in one batched step (dummy weights)",
-        backends=Backends(asr="none", llm="none", tts="none"), max_sessions=32, model_workers=8,
-        duplex=DuplexSettings(unit_ms=80, unit_ms_choices=(80,), model={
-            "kind": "moshi_gpu", "weights": {"load_format": "dummy", "preset": "moshi-7b"}})),
+        "units, every live session's frame in one batched step (dummy weights)",
+        backends=Backends(asr="none", llm="none", tts="none"),
+        max_sessions=32,
+        model_workers=8,
+        duplex=DuplexSettings(
+            unit_ms=80,
+            unit_ms_choices=(80,),
+            model={"kind": "moshi_gpu", "weights": {"load_format": "dummy", "preset": "moshi-7b"}},
+        ),
+    ),
     # serving/gpu: CSM on one CUDA GPU behind /v1/audio/speech (fdb tts-bench); dummy weights
     # unless a launch file points weights at a checkpoint (docs/gpu.md)
     "gpu-tts": SystemConfig(
-        name="gpu-tts", model="fdb/gpu-tts",
+        name="gpu-tts",
+        model="fdb/gpu-tts",
         description="CSM-1B voice-cloning TTS on one CUDA GPU, /v1/audio/speech only (dummy weights)",
-        backends=Backends(asr="none", llm="none", tts={"kind": "csm_gpu",
-                                                       "weights": {"load_format": "dummy", "preset": "csm-1b"}}),
-        max_sessions=1, model_workers=64),  # a pool thread per request streaming at once
+        backends=Backends(
+            asr="none",
+            llm="none",
+            tts={"kind": "csm_gpu", "weights": {"load_format": "dummy", "preset": "csm-1b"}},
+        ),
+        max_sessions=1,
+        model_workers=64,
+    ),  # a pool thread per request streaming at once
 }
 
 
@@ -286,7 +327,9 @@ def get_system(name: str) -> SystemConfig:
     try:
         return SYSTEMS[name]
     except KeyError as exc:
-        raise FdbError(f"unknown system {name!r}", f"choose one of {sorted([*SYSTEMS, *PROFILES])}") from exc
+        raise FdbError(
+            f"unknown system {name!r}", f"choose one of {sorted([*SYSTEMS, *PROFILES])}"
+        ) from exc
 
 
 def apply_overrides(base: SystemConfig, overrides: dict[str, Any], source: str) -> SystemConfig:
@@ -315,19 +358,33 @@ def _merge_nodes(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, A
     merged = dict(base)
     for name, node in overrides.items():
         old = merged.get(name)
-        same = isinstance(node, dict) and isinstance(old, dict) and node.get("kind", old.get("kind")) == old.get("kind")
+        same = (
+            isinstance(node, dict)
+            and isinstance(old, dict)
+            and node.get("kind", old.get("kind")) == old.get("kind")
+        )
         merged[name] = _deep_merge(old, node) if same else node
     return merged
 
 
 def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``update``'s leaves set (mappings merge, lists and values replace)."""
-    return {**base, **{k: _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-                       for k, v in update.items()}}
+    return {
+        **base,
+        **{
+            k: _deep_merge(base[k], v)
+            if isinstance(v, dict) and isinstance(base.get(k), dict)
+            else v
+            for k, v in update.items()
+        },
+    }
 
 
-def load_config_file(path: str | Path, default_system: str = "embedded-cascade",
-                     overrides: Sequence[tuple[str, Any]] = ()) -> SystemConfig:
+def load_config_file(
+    path: str | Path,
+    default_system: str = "embedded-cascade",
+    overrides: Sequence[tuple[str, Any]] = (),
+) -> SystemConfig:
     """A YAML launch file: ``system:`` picks the base (default ``default_system``), every
     other key overrides a field of :class:`SystemConfig`; then the command line's ``overrides``
     (``serving.overrides``) set single values of it."""
@@ -337,7 +394,9 @@ def load_config_file(path: str | Path, default_system: str = "embedded-cascade",
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError as exc:
-        raise FdbError(f"launch configuration {path} does not exist", "pass an existing --config") from exc
+        raise FdbError(
+            f"launch configuration {path} does not exist", "pass an existing --config"
+        ) from exc
     except yaml.YAMLError as exc:
         raise FdbError(f"{path} is not valid YAML ({exc})", "fix the launch configuration") from exc
     if not isinstance(raw, dict):
@@ -345,14 +404,17 @@ def load_config_file(path: str | Path, default_system: str = "embedded-cascade",
     return _from_mapping(dict(raw), default_system, overrides, str(path))
 
 
-def _from_mapping(raw: dict[str, Any], default_system: str, overrides: Sequence[tuple[str, Any]],
-                  source: str) -> SystemConfig:
+def _from_mapping(
+    raw: dict[str, Any], default_system: str, overrides: Sequence[tuple[str, Any]], source: str
+) -> SystemConfig:
     from serving.launch_profiles import check_services, substitute_vars
 
     if overrides:
         from serving.overrides import apply_overrides as apply_flags
 
-        groups = [key for key, value in SystemConfig().model_dump().items() if isinstance(value, dict)]
+        groups = [
+            key for key, value in SystemConfig().model_dump().items() if isinstance(value, dict)
+        ]
         raw = apply_flags(raw, overrides, [*groups, "vars"])
         source = f"{source} with the command-line overrides"
     raw = substitute_vars(raw, source)  # vars: and ${name} (serving.launch_profiles)
@@ -362,8 +424,12 @@ def _from_mapping(raw: dict[str, Any], default_system: str, overrides: Sequence[
     return config
 
 
-def resolve_system(name: str = "embedded-cascade", config: str | Path | None = None,
-                   overrides: Sequence[tuple[str, Any]] = (), profile: str | None = None) -> SystemConfig:
+def resolve_system(
+    name: str = "embedded-cascade",
+    config: str | Path | None = None,
+    overrides: Sequence[tuple[str, Any]] = (),
+    profile: str | None = None,
+) -> SystemConfig:
     """The system to serve: the registered ``name``, the launch file's (which may name it), or
     the shipped launch profile's (``serving/profiles/``, checked as a profile), with the command
     line's ``overrides`` applied."""

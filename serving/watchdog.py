@@ -22,8 +22,13 @@ def parent_gone(expected: int) -> bool:
     return os.getppid() != expected
 
 
-def watch_parent(stop: Callable[[], None], *, interval_s: float = 0.5, grace_s: float = 20.0,
-                 env: dict[str, str] | None = None) -> threading.Thread | None:
+def watch_parent(
+    stop: Callable[[], None],
+    *,
+    interval_s: float = 0.5,
+    grace_s: float = 20.0,
+    env: dict[str, str] | None = None,
+) -> threading.Thread | None:
     """Start the watchdog when the environment names a parent; returns its thread (or None)."""
     value = (env if env is not None else os.environ).get(PARENT_ENV)
     if not value or not value.isdigit():

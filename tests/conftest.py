@@ -38,9 +38,24 @@ def free_port() -> int:
 def git_commit_all(root: Path) -> str:
     """Make ``root`` a git work tree with everything in one commit; its full commit hash (a
     stand-in Full-Duplex-Bench checkout whose revision a test accepts)."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(root), "-c", "user.name=fdb-test", "-c", "user.email=t@example.invalid",
-                               *args], capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        return subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "-c",
+                "user.name=fdb-test",
+                "-c",
+                "user.email=t@example.invalid",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", "-A")
@@ -58,9 +73,11 @@ def missing_shared(path: Path, what: str) -> str | None:
         upstream = f"v1_v1.5/evaluation/{path.relative_to(REFERENCE).as_posix()}"
     except ValueError:
         upstream = path.name
-    return (f"needs {what}, missing at {path}: Full-Duplex-Bench reference data (CC BY-NC 4.0) that fdb "
-            f"does not ship. Put the team's shared/ folder beside the repository, or copy it there from "
-            f"{upstream} of a Full-Duplex-Bench checkout ({UPSTREAM})")
+    return (
+        f"needs {what}, missing at {path}: Full-Duplex-Bench reference data (CC BY-NC 4.0) that fdb "
+        f"does not ship. Put the team's shared/ folder beside the repository, or copy it there from "
+        f"{upstream} of a Full-Duplex-Bench checkout ({UPSTREAM})"
+    )
 
 
 def requires_shared(path: Path, what: str) -> pytest.MarkDecorator:
@@ -78,8 +95,12 @@ def skip_without_shared(path: Path, what: str) -> Path:
     return path
 
 
-needs_behavior_prompt = requires_shared(BEHAVIOR_TXT, "the v1.5 behavior-judge prompt instruction/behavior.txt")
-needs_examples = requires_shared(EXAMPLES, "the three Full-Duplex-Bench v1.0 example samples (example_data/)")
+needs_behavior_prompt = requires_shared(
+    BEHAVIOR_TXT, "the v1.5 behavior-judge prompt instruction/behavior.txt"
+)
+needs_examples = requires_shared(
+    EXAMPLES, "the three Full-Duplex-Bench v1.0 example samples (example_data/)"
+)
 
 
 @pytest.fixture
@@ -99,7 +120,9 @@ class ServerInfo:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
 
-def wait_healthy(proc: subprocess.Popen, base_url: str, log_path: Path, timeout: float = 120.0) -> bool:
+def wait_healthy(
+    proc: subprocess.Popen, base_url: str, log_path: Path, timeout: float = 120.0
+) -> bool:
     """Poll /health until 200; True when it answered 503 "starting" on the way."""
     saw_starting = False
     deadline = time.monotonic() + timeout
@@ -119,7 +142,9 @@ def wait_healthy(proc: subprocess.Popen, base_url: str, log_path: Path, timeout:
 
 
 @contextmanager
-def launched_server(folder: Path, launch_yaml: str, env: dict[str, str] | None = None) -> Iterator[ServerInfo]:
+def launched_server(
+    folder: Path, launch_yaml: str, env: dict[str, str] | None = None
+) -> Iterator[ServerInfo]:
     """``serving.launcher.serve`` with ``launch_yaml`` in a subprocess on a free loopback port
     (real models, ``env`` added to the environment); stopped with SIGINT (then SIGKILL) on exit.
     Its log is ``folder/server.log``."""
@@ -127,16 +152,25 @@ def launched_server(folder: Path, launch_yaml: str, env: dict[str, str] | None =
     config.write_text(launch_yaml, encoding="utf-8")
     log_path = folder / "server.log"
     port = free_port()
-    code = (f"from pathlib import Path; from serving.launcher import serve; "
-            f"serve(port={port}, config=Path({str(config)!r}))")
+    code = (
+        f"from pathlib import Path; from serving.launcher import serve; "
+        f"serve(port={port}, config=Path({str(config)!r}))"
+    )
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=full_env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     base_url = f"http://127.0.0.1:{port}"
     try:
         saw_starting = wait_healthy(proc, base_url, log_path)
-        yield ServerInfo(port, base_url, f"ws://127.0.0.1:{port}/v1/realtime", log_path, saw_starting)
+        yield ServerInfo(
+            port, base_url, f"ws://127.0.0.1:{port}/v1/realtime", log_path, saw_starting
+        )
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -14,16 +14,36 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOTS = ("fdb", "serving", "recorders", "scorers", "judges", "runs", "reports", "benchmarks", "tests")
+ROOTS = (
+    "fdb",
+    "serving",
+    "recorders",
+    "scorers",
+    "judges",
+    "runs",
+    "reports",
+    "benchmarks",
+    "tests",
+)
 
 
 def lint_imports(cwd: Path) -> subprocess.CompletedProcess:
     """lint-imports of this interpreter's environment, run in cwd (it reads cwd/pyproject.toml
     and puts cwd first on sys.path, so a copy of the tree is linted as the copy)."""
-    return subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import "
-                           "lint_imports_command as cli; sys.exit(cli())", "--no-cache", "--no-logo"],
-                          cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "200"})  # one contract name per line, unwrapped
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports_command as cli; sys.exit(cli())",
+            "--no-cache",
+            "--no-logo",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # one contract name per line, unwrapped
 
 
 def broken(result: subprocess.CompletedProcess) -> set[str]:
@@ -42,8 +62,11 @@ def tree_copy(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tree")
 
     def not_python(folder: str, names: list[str]) -> list[str]:
-        return [n for n in names if n == "__pycache__"
-                or (not n.endswith(".py") and not (Path(folder) / n).is_dir())]
+        return [
+            n
+            for n in names
+            if n == "__pycache__" or (not n.endswith(".py") and not (Path(folder) / n).is_dir())
+        ]
 
     for package in ROOTS:
         shutil.copytree(REPO / package, root / package, ignore=not_python)
@@ -54,30 +77,58 @@ def tree_copy(tmp_path_factory) -> Path:
 # (module written into the copy, its code, the contracts the crossing must break).
 # The imports sit inside functions: lazy imports count as much as top-level ones.
 CROSSINGS = {
-    "ground-floor-imports-scorers": ("fdb/_crossing.py", "from scorers import v10_common",
-                                     {"the ground floor (fdb minus fdb.cli) imports no other "
-                                      "package of the project"}),
-    "ground-floor-imports-the-cli": ("fdb/_crossing.py", "import fdb.cli",
-                                     {"the CLI is the top layer: only fdb.__main__ (and the tests) "
-                                      "import fdb.cli"}),
-    "scorers-import-judges": ("scorers/_crossing.py", "from judges import behavior",
-                              {"recorders, scorers, judges and serving do not import each other"}),
-    "serving-imports-reports": ("serving/_crossing.py", "import reports.gate",
-                                {"recorders, scorers, judges and serving import neither runs, "
-                                 "reports nor the CLI"}),
-    "reports-import-runs": ("reports/_crossing.py", "from runs import generate",
-                            {"reports never imports runs",  # and, through runs, recorders:
-                             "reports reads records through the ground floor: it imports neither "
-                             "scorers, judges, recorders nor serving"}),
-    "reports-import-scorers": ("reports/_crossing.py", "from scorers import serving",
-                               {"reports reads records through the ground floor: it imports neither "
-                                "scorers, judges, recorders nor serving"}),
-    "runs-imports-serving": ("runs/_crossing.py", "from serving import app",
-                             {"runs starts serving as a subprocess, never imports it"}),
-    "judges-import-tests": ("judges/_crossing.py", "from tests import conftest",
-                            {"the packages import neither benchmarks nor tests"}),
-    "benchmarks-import-tests": ("benchmarks/_crossing.py", "from tests.serving import conftest",
-                                {"benchmarks use the packages, never tests"}),
+    "ground-floor-imports-scorers": (
+        "fdb/_crossing.py",
+        "from scorers import v10_common",
+        {"the ground floor (fdb minus fdb.cli) imports no other package of the project"},
+    ),
+    "ground-floor-imports-the-cli": (
+        "fdb/_crossing.py",
+        "import fdb.cli",
+        {"the CLI is the top layer: only fdb.__main__ (and the tests) import fdb.cli"},
+    ),
+    "scorers-import-judges": (
+        "scorers/_crossing.py",
+        "from judges import behavior",
+        {"recorders, scorers, judges and serving do not import each other"},
+    ),
+    "serving-imports-reports": (
+        "serving/_crossing.py",
+        "import reports.gate",
+        {"recorders, scorers, judges and serving import neither runs, reports nor the CLI"},
+    ),
+    "reports-import-runs": (
+        "reports/_crossing.py",
+        "from runs import generate",
+        {
+            "reports never imports runs",  # and, through runs, recorders:
+            "reports reads records through the ground floor: it imports neither "
+            "scorers, judges, recorders nor serving",
+        },
+    ),
+    "reports-import-scorers": (
+        "reports/_crossing.py",
+        "from scorers import serving",
+        {
+            "reports reads records through the ground floor: it imports neither "
+            "scorers, judges, recorders nor serving"
+        },
+    ),
+    "runs-imports-serving": (
+        "runs/_crossing.py",
+        "from serving import app",
+        {"runs starts serving as a subprocess, never imports it"},
+    ),
+    "judges-import-tests": (
+        "judges/_crossing.py",
+        "from tests import conftest",
+        {"the packages import neither benchmarks nor tests"},
+    ),
+    "benchmarks-import-tests": (
+        "benchmarks/_crossing.py",
+        "from tests.serving import conftest",
+        {"benchmarks use the packages, never tests"},
+    ),
 }
 
 

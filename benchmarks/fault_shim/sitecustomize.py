@@ -16,7 +16,9 @@ _n = [0]
 _at = int(os.environ.get("FDB_FAULT_AT") or 0)
 _when = os.environ.get("FDB_FAULT_WHEN", "before")
 _count = os.environ.get("FDB_FAULT_COUNT")
-if os.getppid() != int(os.environ.get("FDB_FAULT_PARENT") or -1):  # only the phase itself, not a server it starts
+if os.getppid() != int(
+    os.environ.get("FDB_FAULT_PARENT") or -1
+):  # only the phase itself, not a server it starts
     _at, _count = 0, None
 
 

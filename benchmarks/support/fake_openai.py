@@ -64,7 +64,12 @@ class FakeJudge:
     def reset(self, **changes: Any) -> None:
         self.requests.clear()
         self.max_in_flight = 0
-        for name, value in {"model": "judge-model", "delay_s": 0.0, "control_mismatch": False, **changes}.items():
+        for name, value in {
+            "model": "judge-model",
+            "delay_s": 0.0,
+            "control_mismatch": False,
+            **changes,
+        }.items():
             setattr(self, name, value)
 
     # ----------------------------------------------------------------- server
@@ -81,8 +86,12 @@ class FakeJudge:
             auth = request.headers.get("authorization", "")
             self.requests.append({"body": body, "auth_ok": auth == f"Bearer {self.api_key}"})
             if self.api_key is not None and auth != f"Bearer {self.api_key}":
-                return JSONResponse({"error": {"message": f"Incorrect API key provided: {auth[7:]}"}}, 401)
-            if "#timeout" in body["messages"][1]["content"]:  # outlives the client; not counted in flight
+                return JSONResponse(
+                    {"error": {"message": f"Incorrect API key provided: {auth[7:]}"}}, 401
+                )
+            if (
+                "#timeout" in body["messages"][1]["content"]
+            ):  # outlives the client; not counted in flight
                 await asyncio.sleep(self.timeout_sleep_s)
                 return await self._answer(body)
             self.in_flight += 1
@@ -97,8 +106,14 @@ class FakeJudge:
         return app
 
     def __enter__(self) -> FakeJudge:
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="error",
-                                timeout_graceful_shutdown=1, lifespan="off")
+        config = uvicorn.Config(
+            self.app(),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="error",
+            timeout_graceful_shutdown=1,
+            lifespan="off",
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._thread.start()
@@ -115,11 +130,25 @@ class FakeJudge:
         self._thread.join(timeout=10)
 
     # ----------------------------------------------------------------- replies
-    def _completion(self, content: str, model: str | None = None, finish: str = "stop") -> JSONResponse:
-        return JSONResponse({
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model or self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    def _completion(
+        self, content: str, model: str | None = None, finish: str = "stop"
+    ) -> JSONResponse:
+        return JSONResponse(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": 0,
+                "model": model or self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": finish,
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
 
     async def _answer(self, body: dict[str, Any]) -> JSONResponse:
         system, user = body["messages"][0]["content"], body["messages"][1]["content"]
@@ -134,12 +163,19 @@ class FakeJudge:
         return self._completion(self._relevance(user), model)
 
     def _behavior(self, user: str, seed: int | None) -> tuple[str, str]:
-        if "#malformed-once" in user and seed == 1 or "#malformed" in user and "#malformed-once" not in user:
+        if (
+            "#malformed-once" in user
+            and seed == 1
+            or "#malformed" in user
+            and "#malformed-once" not in user
+        ):
             return "I think the model responded to the overlap.", "stop"
         if "#badlabel" in user:
             return '{ "behaviour": ["C_MAYBE"] }', "stop"
         label = re.search(r"#label=(C_[A-Z_]+)", user)
-        content = "Reasoning first. " + json.dumps({"behaviour": [label.group(1) if label else "C_RESPOND"]})
+        content = "Reasoning first. " + json.dumps(
+            {"behaviour": [label.group(1) if label else "C_RESPOND"]}
+        )
         return content, "length" if "#length" in user else "stop"
 
     @staticmethod
@@ -151,16 +187,27 @@ class FakeJudge:
 
     def _control_answers(self) -> dict[str, dict[str, str]]:
         pairs, expected = load_controls()
-        return {p.transcripts["clean_input"]["text"]: expected[p.sample_id.split("/")[1]] for p in pairs}
+        return {
+            p.transcripts["clean_input"]["text"]: expected[p.sample_id.split("/")[1]] for p in pairs
+        }
 
     def _semantic(self, shown: dict[str, Any]) -> str:
         statuses = self._controls.get(shown["user_clean"])
-        if statuses is not None and self.control_mismatch and shown["category"] == "background_speech":
+        if (
+            statuses is not None
+            and self.control_mismatch
+            and shown["category"] == "background_speech"
+        ):
             statuses = {**statuses, "grounding": "accept"}
-        statuses = statuses or dict.fromkeys(("interaction_handling", "relevance", "grounding"), "accept")
+        statuses = statuses or dict.fromkeys(
+            ("interaction_handling", "relevance", "grounding"), "accept"
+        )
         words = (shown["reply_with_overlap"] or shown["user_with_overlap"]).split()
         quote = " ".join(words[:3])
         if "#badquote" in shown["reply_with_overlap"]:
             quote = "words that nobody said"
-        verdict = {axis: {"status": s, "quote": quote, "reason": "scripted"} for axis, s in statuses.items()}
+        verdict = {
+            axis: {"status": s, "quote": quote, "reason": "scripted"}
+            for axis, s in statuses.items()
+        }
         return "<think>scripted</think>" + json.dumps(verdict)

@@ -10,16 +10,31 @@ from pathlib import Path
 DATASET_HELP = "where the synthetic dataset is (made there when incomplete; default DIR/dataset)"
 
 
-def sweep_args(doc: str | None, levels: str, prefix: str, tiny_help: str,
-               extra: Callable[[argparse.ArgumentParser], None] | None = None, device_help: str | None = None,
-               dataset_help: str = DATASET_HELP, ready_help: str | None = None) -> argparse.Namespace:
+def sweep_args(
+    doc: str | None,
+    levels: str,
+    prefix: str,
+    tiny_help: str,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+    device_help: str | None = None,
+    dataset_help: str = DATASET_HELP,
+    ready_help: str | None = None,
+) -> argparse.Namespace:
     """The parsed command line: --out (default: a new temporary directory ``prefix...``,
     resolved), --levels (default ``levels``; --tiny: 1,2), --sessions, --device, --dataset,
     --tiny, the options ``extra`` adds, and --ready-timeout-s."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default: a new temporary one)")
-    parser.add_argument("--levels", default=None, help=f"rising concurrency levels (default {levels}; --tiny: 1,2)")
-    parser.add_argument("--sessions", type=int, default=None, help="samples in the cohort (default: the top level)")
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output directory (default: a new temporary one)"
+    )
+    parser.add_argument(
+        "--levels", default=None, help=f"rising concurrency levels (default {levels}; --tiny: 1,2)"
+    )
+    parser.add_argument(
+        "--sessions", type=int, default=None, help="samples in the cohort (default: the top level)"
+    )
     parser.add_argument("--device", default="cuda", help=device_help)
     parser.add_argument("--dataset", type=Path, default=None, help=dataset_help)
     parser.add_argument("--tiny", action="store_true", help=tiny_help)

@@ -23,21 +23,46 @@ def write_session(folder: Path, replies: list[dict], chunk_s: float = 0.2) -> No
         step = int(chunk_s * OUT_RATE)
         t = r["t"]
         for k in range(0, len(r["audio"]), step):
-            data = float_to_pcm16(r["audio"][k: k + step])
-            events.append({"t": t, "dir": "recv", "type": "response.output_audio.delta",
-                           "event": {"response_id": r["id"], "delta": None, "audio_offset": len(pcm),
-                                     "audio_bytes": len(data)}})
+            data = float_to_pcm16(r["audio"][k : k + step])
+            events.append(
+                {
+                    "t": t,
+                    "dir": "recv",
+                    "type": "response.output_audio.delta",
+                    "event": {
+                        "response_id": r["id"],
+                        "delta": None,
+                        "audio_offset": len(pcm),
+                        "audio_bytes": len(data),
+                    },
+                }
+            )
             pcm += data
             t += chunk_s / r.get("rate_x", 4.0)
-        done = {"id": r["id"], "status": r.get("status", "completed"),
-                "output": [{"content": [{"type": "output_audio", "transcript": r["transcript"]}]}]}
-        events.append({"t": r.get("done_t", t), "dir": "recv", "type": "response.done",
-                       "event": {"response": done}})
+        done = {
+            "id": r["id"],
+            "status": r.get("status", "completed"),
+            "output": [{"content": [{"type": "output_audio", "transcript": r["transcript"]}]}],
+        }
+        events.append(
+            {
+                "t": r.get("done_t", t),
+                "dir": "recv",
+                "type": "response.done",
+                "event": {"response": done},
+            }
+        )
     events.sort(key=lambda e: e["t"])
     (folder / "trace.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (folder / "output.pcm").write_bytes(bytes(pcm))
-    atomic_write_json(folder / "session.json", {"schema": "fdb-session-1", "output_rate": OUT_RATE,
-                                                "trace_format": "realtime-turn-based-pcm16-v1"})
+    atomic_write_json(
+        folder / "session.json",
+        {
+            "schema": "fdb-session-1",
+            "output_rate": OUT_RATE,
+            "trace_format": "realtime-turn-based-pcm16-v1",
+        },
+    )
 
 
 def cut_middle(audio: np.ndarray, share: float = 0.4) -> np.ndarray:
@@ -46,15 +71,19 @@ def cut_middle(audio: np.ndarray, share: float = 0.4) -> np.ndarray:
     return np.concatenate([audio[:a], audio[b:]])
 
 
-def add_clicks(audio: np.ndarray, rate: int, per_s: float = 10.0, amplitude: float = 0.8) -> np.ndarray:
+def add_clicks(
+    audio: np.ndarray, rate: int, per_s: float = 10.0, amplitude: float = 0.8
+) -> np.ndarray:
     out = audio.copy()
     step = int(rate / per_s)
     for j, k in enumerate(range(step // 2, len(out), step)):
-        out[k: k + 3] = amplitude * (1 if j % 2 == 0 else -1)
+        out[k : k + 3] = amplitude * (1 if j % 2 == 0 else -1)
     return out
 
 
 def pitch_up(audio: np.ndarray, rate: int, semitones: float = 4.0) -> np.ndarray:
     import librosa
 
-    return librosa.effects.pitch_shift(audio.astype(np.float32), sr=rate, n_steps=semitones).astype(np.float32)
+    return librosa.effects.pitch_shift(audio.astype(np.float32), sr=rate, n_steps=semitones).astype(
+        np.float32
+    )

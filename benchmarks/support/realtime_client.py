@@ -75,8 +75,10 @@ class Client:
                     return self.received[index]
             self._cursor = len(self.received)
             if self.closed:
-                raise AssertionError(f"connection closed before {type_} ({self.ws.close_code} "
-                                     f"{self.ws.close_reason}); got {[r.type for r in self.received]}")
+                raise AssertionError(
+                    f"connection closed before {type_} ({self.ws.close_code} "
+                    f"{self.ws.close_reason}); got {[r.type for r in self.received]}"
+                )
             self._new.clear()
             await asyncio.wait_for(self._new.wait(), max(0.01, deadline - time.monotonic()))
 
@@ -84,11 +86,16 @@ class Client:
         await asyncio.wait_for(asyncio.shield(self._reader), timeout)
         return self.ws.close_code, self.ws.close_reason
 
-    async def open_session(self, session: dict[str, Any] | None = None, extensions: bool = True) -> dict[str, Any]:
+    async def open_session(
+        self, session: dict[str, Any] | None = None, extensions: bool = True
+    ) -> dict[str, Any]:
         """session.created, then a session.update (``session``; with ``extensions`` it carries
         ``"sglang": {}``, asking for fdb's session protocol: receipts, units, 16 kHz input)."""
         await self.until("session.created", 5)
-        body = dict(session or {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
+        body = dict(
+            session
+            or {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
+        )
         if extensions:
             body.setdefault("sglang", {})
         await self.send("session.update", session=body)
@@ -103,7 +110,7 @@ class Client:
             delay = start + k * interval_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            chunk = base64.b64encode(pcm[offset:offset + PACKET_BYTES]).decode("ascii")
+            chunk = base64.b64encode(pcm[offset : offset + PACKET_BYTES]).decode("ascii")
             await self.send("input_audio_buffer.append", audio=chunk, sglang={"seq": seq})
             seq += 1
         return seq

@@ -14,8 +14,10 @@ from fdb.records import AsrReceipt, AsrSampleReceipt, ExportManifest, ExportSamp
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 REFERENCE = SHARED / "fdb-reference" / "example_data"
 ANNOTATION = {
-    "synthetic_pause_handling": "pause.json", "candor_pause_handling": "pause.json",
-    "candor_turn_taking": "turn_taking.json", "synthetic_user_interruption": "interrupt.json",
+    "synthetic_pause_handling": "pause.json",
+    "candor_pause_handling": "pause.json",
+    "candor_turn_taking": "turn_taking.json",
+    "synthetic_user_interruption": "interrupt.json",
     "icc_backchannel": None,
 }
 RATE = 16000
@@ -45,8 +47,19 @@ class V10Tree:
         self.root = Path(root)
         self.samples: list[ExportSample] = []
 
-    def add(self, subset: str, sid: str, T_s: float, *, annotation=None, words=None, audio=None,
-            transcript_obj=None, eligible: bool = True, reasons: tuple[str, ...] = ()) -> Path:
+    def add(
+        self,
+        subset: str,
+        sid: str,
+        T_s: float,
+        *,
+        annotation=None,
+        words=None,
+        audio=None,
+        transcript_obj=None,
+        eligible: bool = True,
+        reasons: tuple[str, ...] = (),
+    ) -> Path:
         folder = self.root / subset / sid
         files: dict[str, str] = {}
         n = round(T_s * RATE)
@@ -59,15 +72,30 @@ class V10Tree:
             if name and annotation is not None:
                 atomic_write_json(folder / name, annotation)
                 files[name] = sha256_file(folder / name)
-            obj = transcript_obj if transcript_obj is not None else (transcript(*words) if words is not None else None)
+            obj = (
+                transcript_obj
+                if transcript_obj is not None
+                else (transcript(*words) if words is not None else None)
+            )
             if obj is not None:
                 atomic_write_json(folder / "output.json", obj)
-        self.samples.append(ExportSample(
-            sample_id=f"{subset}/{sid}", subset=subset, id=sid, eligible=eligible, reasons=list(reasons),
-            T_s=T_s, input_samples=n, files=files))
+        self.samples.append(
+            ExportSample(
+                sample_id=f"{subset}/{sid}",
+                subset=subset,
+                id=sid,
+                eligible=eligible,
+                reasons=list(reasons),
+                T_s=T_s,
+                input_samples=n,
+                files=files,
+            )
+        )
         return folder
 
-    def copy_reference(self, example: str, subset: str, sid: str, T_s: float, input_samples: int | None) -> Path:
+    def copy_reference(
+        self, example: str, subset: str, sid: str, T_s: float, input_samples: int | None
+    ) -> Path:
         folder = self.root / subset / sid
         folder.mkdir(parents=True, exist_ok=True)
         files = {}
@@ -75,8 +103,17 @@ class V10Tree:
             shutil.copyfile(REFERENCE / example / "1" / name, folder / name)
             if name != "output.json":
                 files[name] = sha256_file(folder / name)
-        self.samples.append(ExportSample(sample_id=f"{subset}/{sid}", subset=subset, id=sid, eligible=True,
-                                         T_s=T_s, input_samples=input_samples, files=files))
+        self.samples.append(
+            ExportSample(
+                sample_id=f"{subset}/{sid}",
+                subset=subset,
+                id=sid,
+                eligible=True,
+                T_s=T_s,
+                input_samples=input_samples,
+                files=files,
+            )
+        )
         return folder
 
     def manifest(self) -> Path:
@@ -93,11 +130,19 @@ class V10Tree:
                 if not s.eligible:
                     entries.append(AsrSampleReceipt(sample_id=s.sample_id, status="skipped"))
                     continue
-                entries.append(AsrSampleReceipt(
-                    sample_id=s.sample_id, status="ok", output_wav_sha256=sha256_file(folder / "output.wav"),
-                    output_json_sha256=sha256_file(folder / "output.json")))
-            receipt = AsrReceipt(backend={"kind": "asr", "name": "test-fixture"}, manifest_sha256=sha256_file(path),
-                                 samples=entries)
+                entries.append(
+                    AsrSampleReceipt(
+                        sample_id=s.sample_id,
+                        status="ok",
+                        output_wav_sha256=sha256_file(folder / "output.wav"),
+                        output_json_sha256=sha256_file(folder / "output.json"),
+                    )
+                )
+            receipt = AsrReceipt(
+                backend={"kind": "asr", "name": "test-fixture"},
+                manifest_sha256=sha256_file(path),
+                samples=entries,
+            )
             atomic_write_json(self.root / "asr.json", receipt.dump())
         return self.root
 
@@ -118,11 +163,13 @@ class FixedSegments:
         self.calls += 1
         active = np.abs(samples) > 1e-3
         edges = np.flatnonzero(np.diff(np.concatenate([[0], active.astype(np.int8), [0]])))
-        return [(int(a) / RATE, int(b) / RATE) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+        return [
+            (int(a) / RATE, int(b) / RATE) for a, b in zip(edges[::2], edges[1::2], strict=True)
+        ]
 
 
 def bursts(T_s: float, *spans: tuple[float, float], amplitude: float = 0.5) -> np.ndarray:
     audio = np.zeros(round(T_s * RATE), np.float32)
     for a, b in spans:
-        audio[round(a * RATE):round(b * RATE)] = amplitude
+        audio[round(a * RATE) : round(b * RATE)] = amplitude
     return audio

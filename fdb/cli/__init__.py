@@ -28,8 +28,24 @@ app = typer.Typer(
 
 
 # One module per verb, in the order `--help` lists them. Each module has register(app).
-VERB_MODULES = ["setup", "serve", "serve_model", "serve_judge", "generate", "asr", "judge", "aggregate",
-                "env", "score", "dataset", "conformance", "sweep", "tts_bench", "baseline", "gate"]
+VERB_MODULES = [
+    "setup",
+    "serve",
+    "serve_model",
+    "serve_judge",
+    "generate",
+    "asr",
+    "judge",
+    "aggregate",
+    "env",
+    "score",
+    "dataset",
+    "conformance",
+    "sweep",
+    "tts_bench",
+    "baseline",
+    "gate",
+]
 VERB_MODULES += ["compare"]
 
 

@@ -36,9 +36,13 @@ def _check_run(run_name: str) -> None:
         return  # run_aggregate names the missing run
     manifest = load_manifest(run)
     if manifest is None and not run.repeats():
-        raise FdbError(f"{run.root} holds neither run.json nor a repeat-N/: nothing to aggregate",
-                       f"record a repeat first: python -m fdb generate --run-name {run_name}")
+        raise FdbError(
+            f"{run.root} holds neither run.json nor a repeat-N/: nothing to aggregate",
+            f"record a repeat first: python -m fdb generate --run-name {run_name}",
+        )
 
 
 def register(app: typer.Typer) -> None:
-    app.command("aggregate", short_help="Combine a run's scored repeats into RESULTS.md and results.json.")(aggregate)
+    app.command(
+        "aggregate", short_help="Combine a run's scored repeats into RESULTS.md and results.json."
+    )(aggregate)

@@ -12,7 +12,9 @@ baseline_app = typer.Typer(help="Frozen baselines for `fdb gate`.", no_args_is_h
 @baseline_app.command("freeze")
 def freeze(
     source: str = typer.Argument(..., help="A run dir or name, a sweep or tts-bench output."),
-    out: Path = typer.Option(..., help="The frozen baseline file to write (JSON, schema fdb-baseline-1)."),
+    out: Path = typer.Option(
+        ..., help="The frozen baseline file to write (JSON, schema fdb-baseline-1)."
+    ),
 ) -> None:
     """Write the per-sample and per-level values a gate needs, their comparability keys (dataset
     revision and selection, scoring backends, definitions) and a content hash, so the baseline
@@ -25,8 +27,10 @@ def freeze(
     with console.status(f"reading {source} …"):
         frozen = freeze_source(source, out)
     samples = sum(len(s.samples) or len(s.values) for s in frozen.series.values())
-    console.print(f"froze {frozen.kind} output {frozen.source}: {len(frozen.series)} series, {samples} values, "
-                  f"sha256 {frozen.content_sha256[:12]}…")
+    console.print(
+        f"froze {frozen.kind} output {frozen.source}: {len(frozen.series)} series, {samples} values, "
+        f"sha256 {frozen.content_sha256[:12]}…"
+    )
     console.print(f"wrote {out}")
 
 

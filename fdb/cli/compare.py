@@ -24,11 +24,18 @@ HELP = (
 
 
 def compare(
-    runs: list[str] = typer.Argument(..., metavar="RUN_A RUN_B [RUN_C ...]",
-                                     help="Two or more run directories or run names."),
-    names: str | None = typer.Option(None, help="Column names, comma-separated, one per run (default: run names)."),
-    sweep: list[str] = typer.Option([], help="NAME=DIR: the serving sweep of the system NAME (repeatable)."),
-    out: Path | None = typer.Option(None, help="Output folder (default $FDB_WORK/comparisons/A-vs-B[-vs-C…])."),
+    runs: list[str] = typer.Argument(
+        ..., metavar="RUN_A RUN_B [RUN_C ...]", help="Two or more run directories or run names."
+    ),
+    names: str | None = typer.Option(
+        None, help="Column names, comma-separated, one per run (default: run names)."
+    ),
+    sweep: list[str] = typer.Option(
+        [], help="NAME=DIR: the serving sweep of the system NAME (repeatable)."
+    ),
+    out: Path | None = typer.Option(
+        None, help="Output folder (default $FDB_WORK/comparisons/A-vs-B[-vs-C…])."
+    ),
 ) -> None:
     """Compare runs of several systems."""
     try:
@@ -45,7 +52,9 @@ def _compare(runs: list[str], names: str | None, sweeps: list[str], out: Path | 
     from reports.compare_load import load_capacity, load_system, resolve_run
 
     if len(runs) < 2:
-        raise FdbError(f"compare needs at least two runs, got {len(runs)}", "pass RUN_A RUN_B [RUN_C …]")
+        raise FdbError(
+            f"compare needs at least two runs, got {len(runs)}", "pass RUN_A RUN_B [RUN_C …]"
+        )
     settings = load_settings()
     roots = [resolve_run(run, settings.runs_dir) for run in runs]
     labels = column_names(names, roots)
@@ -53,8 +62,10 @@ def _compare(runs: list[str], names: str | None, sweeps: list[str], out: Path | 
     by_name = {s.name: s for s in systems}
     for name, directory in parse_sweeps(sweeps):
         if name not in by_name:
-            raise FdbError(f"--sweep {name}={directory}: no system is named {name!r}",
-                           f"use one of: {', '.join(by_name)} (see --names)")
+            raise FdbError(
+                f"--sweep {name}={directory}: no system is named {name!r}",
+                f"use one of: {', '.join(by_name)} (see --names)",
+            )
         load_capacity(by_name[name], directory)
     folder = out or settings.work / "comparisons" / "-vs-".join(_slug(n) for n in labels)
     return write_comparison(systems, folder)
@@ -64,12 +75,17 @@ def column_names(names: str | None, roots: list[Path]) -> list[str]:
     if names is None:
         labels = [root.resolve().name for root in roots]
         if len(set(labels)) != len(labels):
-            raise FdbError(f"the runs share a name ({', '.join(labels)})", "name the columns with --names A,B,…")
+            raise FdbError(
+                f"the runs share a name ({', '.join(labels)})",
+                "name the columns with --names A,B,…",
+            )
         return labels
     labels = [n.strip() for n in names.split(",")]
     if len(labels) != len(roots) or not all(labels):
-        raise FdbError(f"--names gives {len(labels)} name(s) for {len(roots)} runs",
-                       f"pass one non-empty name per run, e.g. --names {','.join(f'S{i + 1}' for i in range(len(roots)))}")
+        raise FdbError(
+            f"--names gives {len(labels)} name(s) for {len(roots)} runs",
+            f"pass one non-empty name per run, e.g. --names {','.join(f'S{i + 1}' for i in range(len(roots)))}",
+        )
     if len(set(labels)) != len(labels):
         raise FdbError(f"--names repeats a name ({names})", "give every run its own name")
     return labels
@@ -80,7 +96,10 @@ def parse_sweeps(values: list[str]) -> list[tuple[str, Path]]:
     for value in values:
         name, sep, directory = value.partition("=")
         if not sep or not name or not directory:
-            raise FdbError(f"--sweep {value!r} is not NAME=DIR", "e.g. --sweep cascade=$FDB_WORK/sweeps/cascade")
+            raise FdbError(
+                f"--sweep {value!r} is not NAME=DIR",
+                "e.g. --sweep cascade=$FDB_WORK/sweeps/cascade",
+            )
         found.append((name, Path(directory)))
     return found
 
@@ -102,10 +121,14 @@ def _summary(path: Path, data: dict) -> None:
     if data["paired"]:
         counts = data["paired"]["counts"]
         beyond = sum(e["verdict"] in ("regressed", "improved") for e in data["paired"]["effects"])
-        console.print(f"paired view: {counts['changed']} of {counts['paired']} samples changed outcome; "
-                      f"{beyond} of {len(data['paired']['effects'])} paired differences beyond noise")
+        console.print(
+            f"paired view: {counts['changed']} of {counts['paired']} samples changed outcome; "
+            f"{beyond} of {len(data['paired']['effects'])} paired differences beyond noise"
+        )
     console.print(f"wrote {path}")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("compare", help=HELP, short_help="Compare runs of several systems side by side.")(compare)
+    app.command("compare", help=HELP, short_help="Compare runs of several systems side by side.")(
+        compare
+    )

@@ -10,22 +10,34 @@ from fdb.dialects import dialects_help
 
 
 def conformance(
-    url: str = typer.Option(..., help="The server's WebSocket URL, e.g. ws://127.0.0.1:8097/v1/realtime."),
+    url: str = typer.Option(
+        ..., help="The server's WebSocket URL, e.g. ws://127.0.0.1:8097/v1/realtime."
+    ),
     profile: str = typer.Option(
         "turn-based",
         help=f"Protocol profile (dialect): {dialects_help()}.",
     ),
     turn_detection: str = typer.Option(
-        "", help='JSON turn detection. Default: {"type": "server_vad", "silence_duration_ms": 500} for '
-                 'turn-based and the legacy/OpenAI profiles; the native profile takes none. The barge-in '
-                 'scenarios set interrupt_response themselves, the commit scenario sends null.'),
-    model: str = typer.Option("", help="Model id to request in session.update (left out when empty)."),
+        "",
+        help='JSON turn detection. Default: {"type": "server_vad", "silence_duration_ms": 500} for '
+        "turn-based and the legacy/OpenAI profiles; the native profile takes none. The barge-in "
+        "scenarios set interrupt_response themselves, the commit scenario sends null.",
+    ),
+    model: str = typer.Option(
+        "", help="Model id to request in session.update (left out when empty)."
+    ),
     question: Path | None = typer.Option(
-        None, help="A WAV of a spoken question (default: fdb's own, synthesized by its Piper voice and cached "
-                   "under $FDB_WORK/cache/conformance)."),
+        None,
+        help="A WAV of a spoken question (default: fdb's own, synthesized by its Piper voice and cached "
+        "under $FDB_WORK/cache/conformance).",
+    ),
     timeout: float = typer.Option(60.0, help="Deadline of the recorded session in seconds."),
-    legacy_tail: float = typer.Option(1.0, help="Seconds after the input before the no-op session.update (legacy/OpenAI)."),
-    reply_timeout: float = typer.Option(30.0, help="Seconds a scenario waits for the reply to its question."),
+    legacy_tail: float = typer.Option(
+        1.0, help="Seconds after the input before the no-op session.update (legacy/OpenAI)."
+    ),
+    reply_timeout: float = typer.Option(
+        30.0, help="Seconds a scenario waits for the reply to its question."
+    ),
 ) -> None:
     """Check how a server's /v1/realtime follows a protocol profile, rule by rule.
 
@@ -52,27 +64,42 @@ def conformance(
     from recorders.eventloop import run as run_loop
 
     audio = read_wav(question, "--question") if question else None
-    rows = run_loop(run_conformance(
-        url, profile, turn_detection or None, model or None, audio, timeout_s=timeout, tail_s=legacy_tail,
-        reply_timeout_s=reply_timeout,
-    ))
+    rows = run_loop(
+        run_conformance(
+            url,
+            profile,
+            turn_detection or None,
+            model or None,
+            audio,
+            timeout_s=timeout,
+            tail_s=legacy_tail,
+            reply_timeout_s=reply_timeout,
+        )
+    )
     table = Table(title=f"conformance: {profile} at {url}")
     for column in ("rule", "status", "what it checks", "detail"):
         table.add_column(column, overflow="fold")
     colors = {"pass": "green", "fail": "red", "not exercised": "yellow"}
     for row in rows:
-        table.add_row(row.rule, f"[{colors[row.status]}]{row.status}[/]", row.description, row.detail)
+        table.add_row(
+            row.rule, f"[{colors[row.status]}]{row.status}[/]", row.description, row.detail
+        )
     console = Console()
     console.print(table)
     failed = [r.rule for r in rows if r.status == "fail"]
     idle = [r.rule for r in rows if r.status == "not exercised"]
     passed = len(rows) - len(failed) - len(idle)
-    console.print(f"{passed} of {len(rows)} rules passed"
-                  + (f"; failed: {', '.join(failed)}" if failed else "")
-                  + (f"; not exercised: {', '.join(idle)}" if idle else ""))
+    console.print(
+        f"{passed} of {len(rows)} rules passed"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + (f"; not exercised: {', '.join(idle)}" if idle else "")
+    )
     if failed:
         raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("conformance", short_help="Check a /v1/realtime server against a protocol profile, rule by rule.")(conformance)
+    app.command(
+        "conformance",
+        short_help="Check a /v1/realtime server against a protocol profile, rule by rule.",
+    )(conformance)

@@ -14,13 +14,24 @@ def env_lines() -> list[str]:
 
     s = load_settings()
     values = [
-        ("FDB_WORK", s.work), ("JUDGE", s.judge), ("GPU", s.gpu), ("SERVER_PORT", s.server_port),
-        ("JUDGE_PORT", s.judge_port), ("MODEL_PATH", s.model_path), ("MODEL_REVISION", s.model_revision),
-        ("JUDGE_MODEL_PATH", s.judge_model_path), ("SESSION_TIMEOUT_S", f"{s.session_timeout_s:g}"),
-        ("V10_SESSION_TIMEOUT_S", f"{s.v10_session_timeout_s:g}"), ("SCORING_VENV", s.scoring_venv),
+        ("FDB_WORK", s.work),
+        ("JUDGE", s.judge),
+        ("GPU", s.gpu),
+        ("SERVER_PORT", s.server_port),
+        ("JUDGE_PORT", s.judge_port),
+        ("MODEL_PATH", s.model_path),
+        ("MODEL_REVISION", s.model_revision),
+        ("JUDGE_MODEL_PATH", s.judge_model_path),
+        ("SESSION_TIMEOUT_S", f"{s.session_timeout_s:g}"),
+        ("V10_SESSION_TIMEOUT_S", f"{s.v10_session_timeout_s:g}"),
+        ("SCORING_VENV", s.scoring_venv),
         # fdb scores in the interpreter that runs it unless SCORING_VENV names another venv
-        ("SCORING_PYTHON", (s.scoring_venv / "bin" / "python") if s.scoring_venv else sys.executable),
-        ("JUDGE_CONFIG", s.judge_config), ("JUDGE_URL", f"http://127.0.0.1:{s.judge_port}/v1"),
+        (
+            "SCORING_PYTHON",
+            (s.scoring_venv / "bin" / "python") if s.scoring_venv else sys.executable,
+        ),
+        ("JUDGE_CONFIG", s.judge_config),
+        ("JUDGE_URL", f"http://127.0.0.1:{s.judge_port}/v1"),
         ("SERVER_URL", f"ws://127.0.0.1:{s.server_port}/v1/realtime"),
     ]
     lines = []
@@ -39,4 +50,6 @@ def env() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("env", short_help='Print the settings as exports: eval "$(python -m fdb env)".')(env)
+    app.command("env", short_help='Print the settings as exports: eval "$(python -m fdb env)".')(
+        env
+    )

@@ -46,8 +46,13 @@ def _exception_modules() -> list:
 def click_kind(exc: BaseException) -> str | None:
     """exit, abort, help (no arguments given), usage, click, or None for any other exception."""
     for module in _exception_modules():
-        for name, kind in (("Exit", "exit"), ("Abort", "abort"), ("NoArgsIsHelpError", "help"),
-                           ("UsageError", "usage"), ("ClickException", "click")):
+        for name, kind in (
+            ("Exit", "exit"),
+            ("Abort", "abort"),
+            ("NoArgsIsHelpError", "help"),
+            ("UsageError", "usage"),
+            ("ClickException", "click"),
+        ):
             cls = getattr(module, name, None)
             if cls is not None and isinstance(exc, cls):
                 return kind
@@ -72,10 +77,12 @@ def fdb_error_line(exc: FdbError, argv: list[str], debug: bool) -> str:
 def unexpected_line(exc: BaseException, argv: list[str], debug: bool) -> str:
     """The one line for an exception no verb turned into an FdbError; appends to the debug log."""
     log = append_debug_log(exc, argv)
-    where = f"full traceback: {log}" if log else "the debug log could not be written; rerun with --log-level debug"
+    where = (
+        f"full traceback: {log}"
+        if log
+        else "the debug log could not be written; rerun with --log-level debug"
+    )
     if debug:
         sys.stderr.write(format_traceback(exc))
     text, hint = describe_failure(exc)
     return f"ERROR: {text} ({hint + '; ' if hint else ''}{where})"
-
-

@@ -20,12 +20,24 @@ HELP = (
 
 
 def gate(
-    baseline: str = typer.Option(..., help="Baseline: run dir/name, sweep or tts-bench output, or frozen baseline."),
-    candidate: str = typer.Option(..., help="Candidate: an output of the same kind as the baseline."),
-    config: Path | None = typer.Option(None, help="gate.yaml (schema fdb-gate-1); default: the kind's defaults."),
-    out: Path | None = typer.Option(None, help="Where GATE.md/gate.json go (default $FDB_WORK/gates/B-vs-C)."),
-    junit: Path | None = typer.Option(None, help="Also write JUnit XML here: one test case per guard series."),
-    require_gain: float | None = typer.Option(None, help="Fail unless the reward is at least this ratio, e.g. 1.05."),
+    baseline: str = typer.Option(
+        ..., help="Baseline: run dir/name, sweep or tts-bench output, or frozen baseline."
+    ),
+    candidate: str = typer.Option(
+        ..., help="Candidate: an output of the same kind as the baseline."
+    ),
+    config: Path | None = typer.Option(
+        None, help="gate.yaml (schema fdb-gate-1); default: the kind's defaults."
+    ),
+    out: Path | None = typer.Option(
+        None, help="Where GATE.md/gate.json go (default $FDB_WORK/gates/B-vs-C)."
+    ),
+    junit: Path | None = typer.Option(
+        None, help="Also write JUnit XML here: one test case per guard series."
+    ),
+    require_gain: float | None = typer.Option(
+        None, help="Fail unless the reward is at least this ratio, e.g. 1.05."
+    ),
     strict: bool = typer.Option(False, help="An inconclusive guard fails the gate (exit 3)."),
 ) -> None:
     """Gate a candidate against a baseline."""
@@ -67,7 +79,9 @@ def summary(result):
 
     table = Table("Guard", "Change", "Verdict", title=f"fdb gate ({result.kind})")
     for row in result.guards:
-        table.add_row(row.series, change_text(row.effect, row.unit, result.series_alpha), MARK[row.verdict])
+        table.add_row(
+            row.series, change_text(row.effect, row.unit, result.series_alpha), MARK[row.verdict]
+        )
     return table
 
 
@@ -84,5 +98,11 @@ def print_default(kind: str = typer.Argument(..., help="tts, sweep or run.")) ->
 
 
 def register(app: typer.Typer) -> None:
-    app.command("gate", help=HELP, short_help="Gate a candidate against a baseline (exit 0 pass, 1 regressed).")(gate)
-    app.command("gate-default", short_help="Print the default gate.yaml of an output kind.")(print_default)
+    app.command(
+        "gate",
+        help=HELP,
+        short_help="Gate a candidate against a baseline (exit 0 pass, 1 regressed).",
+    )(gate)
+    app.command("gate-default", short_help="Print the default gate.yaml of an output kind.")(
+        print_default
+    )

@@ -26,9 +26,11 @@ if TYPE_CHECKING:
     from fdb.layout import RunPaths
 
 score_app = typer.Typer(
-    name="score", no_args_is_help=True, add_completion=False,
+    name="score",
+    no_args_is_help=True,
+    add_completion=False,
     help="Score (or transcribe) an existing export tree: `score v10`, `score v15 timing|judge|summarize|report`, "
-         "`score transcribe`.",
+    "`score transcribe`.",
 )
 
 NA = "n/a"
@@ -60,22 +62,48 @@ def metric_rows(metrics) -> list[tuple[str, str, str, str, str]]:
         if name == "task":
             continue
         if isinstance(value, Share):
-            rows.append((name, _num(value.value), _interval(value.wilson95), f"{value.count}/{value.n}",
-                         _interval(value.selected_bounds)))
+            rows.append(
+                (
+                    name,
+                    _num(value.value),
+                    _interval(value.wilson95),
+                    f"{value.count}/{value.n}",
+                    _interval(value.selected_bounds),
+                )
+            )
         elif isinstance(value, PooledRatio):
-            rows.append((name, _num(value.value), _interval(value.bootstrap95),
-                         f"{value.numerator:g}/{value.denominator:g}", ""))
+            rows.append(
+                (
+                    name,
+                    _num(value.value),
+                    _interval(value.bootstrap95),
+                    f"{value.numerator:g}/{value.denominator:g}",
+                    "",
+                )
+            )
         elif isinstance(value, LatencyQuantiles):
             count = f"{value.observed}/{value.n} observed"
-            rows.append((f"{name} median", _num(value.median_s), _interval(value.median_bootstrap95), count, ""))
+            rows.append(
+                (
+                    f"{name} median",
+                    _num(value.median_s),
+                    _interval(value.median_bootstrap95),
+                    count,
+                    "",
+                )
+            )
             rows.append((f"{name} p90", _num(value.p90_s), "", count, ""))
         else:
             rows.append((name, _num(value), "", "", ""))
     return rows
 
 
-METRIC_FIELDS = {"takeover rate": "takeover_rate", "latency (s)": "latency_s",
-                 "backchannel frequency (1/s)": "backchannel_frequency", "backchannel JSD": "backchannel_jsd"}
+METRIC_FIELDS = {
+    "takeover rate": "takeover_rate",
+    "latency (s)": "latency_s",
+    "backchannel frequency (1/s)": "backchannel_frequency",
+    "backchannel JSD": "backchannel_jsd",
+}
 
 
 def _evaluator_value(result: dict, metric: str) -> str:
@@ -88,18 +116,27 @@ def reference_rows(official, evaluated) -> list[tuple[str, ...]]:
     """Rows of the reference table of one subset: clean-room official rules, original evaluator."""
     rows = []
     task = official.task if official is not None else None
-    metrics = ["takeover rate"] + (["latency (s)"] if task in ("turn_taking", "user_interruption") else [])
+    metrics = ["takeover rate"] + (
+        ["latency (s)"] if task in ("turn_taking", "user_interruption") else []
+    )
     if task == "backchannel":
         metrics += ["backchannel frequency (1/s)", "backchannel JSD"]
     values = {}
     if official is not None:
-        values = {"takeover rate": official.takeover_rate, "latency (s)": official.latency_s,
-                  "backchannel frequency (1/s)": official.backchannel_frequency,
-                  "backchannel JSD": official.backchannel_jsd}
+        values = {
+            "takeover rate": official.takeover_rate,
+            "latency (s)": official.latency_s,
+            "backchannel frequency (1/s)": official.backchannel_frequency,
+            "backchannel JSD": official.backchannel_jsd,
+        }
     for metric in metrics:
         row = [metric, _num(values.get(metric))]
         if evaluated is not None:
-            row.append(_evaluator_value(evaluated.result, metric) if evaluated.status == "ok" else evaluated.status)
+            row.append(
+                _evaluator_value(evaluated.result, metric)
+                if evaluated.status == "ok"
+                else evaluated.status
+            )
         rows.append(tuple(row))
     return rows
 
@@ -108,8 +145,10 @@ def _subset_title(subset: str, result) -> str:
     c = result.counts
     extra = f", exercised {c.exercised}" if c.exercised is not None else ""
     coverage = NA if result.coverage is None else f"{result.coverage:.3f}"
-    return (f"{subset} ({result.task}): declared {_num(c.declared)}, selected {c.selected}, eligible {c.eligible}"
-            f"{extra}, coverage {coverage}")
+    return (
+        f"{subset} ({result.task}): declared {_num(c.declared)}, selected {c.selected}, eligible {c.eligible}"
+        f"{extra}, coverage {coverage}"
+    )
 
 
 def print_v10(console, unified, columns, notes: tuple[str, ...] = ()) -> None:
@@ -136,8 +175,13 @@ def print_v10(console, unified, columns, notes: tuple[str, ...] = ()) -> None:
         elif subset in not_scored:
             console.print(f"[bold]{subset}[/]: {not_scored[subset]}")
         if subset in official:
-            _print_reference(console, subset, official[subset], evaluator.get(subset),
-                             columns.evaluator.revision_label() if columns.evaluator else "")
+            _print_reference(
+                console,
+                subset,
+                official[subset],
+                evaluator.get(subset),
+                columns.evaluator.revision_label() if columns.evaluator else "",
+            )
     for note in (*notes, *columns.notes):
         console.print(f"[yellow]{note}[/]")
 
@@ -146,8 +190,10 @@ def _print_reference(console, subset: str, official, evaluated, revision: str) -
     from rich.table import Table
 
     o = official
-    console.print(f"{subset} official-rule reference: selected {o.selected}, eligible {o.eligible}, "
-                  f"evaluated {o.evaluated}")
+    console.print(
+        f"{subset} official-rule reference: selected {o.selected}, eligible {o.eligible}, "
+        f"evaluated {o.evaluated}"
+    )
     table = Table()
     table.add_column("official metric")
     table.add_column("official rules (clean-room)")
@@ -175,7 +221,9 @@ def run_of_tree(tree: Path, dataset: str = "v1.0") -> RunPaths | None:
         return None
     run = RunPaths(repeat.parent)
     rep = run.repeat(int(number))
-    if (rep.v10_reference if dataset == "v1.0" else rep.reference_audio) != tree or not run.manifest.is_file():
+    if (
+        rep.v10_reference if dataset == "v1.0" else rep.reference_audio
+    ) != tree or not run.manifest.is_file():
         return None
     return run
 
@@ -190,8 +238,9 @@ def _tree_samples(tree: Path, dataset: str) -> list:
     return load_v15_manifest(tree)[0].samples
 
 
-def declared_for(tree: Path, dataset_root: Path | None,
-                 dataset: str = "v1.0") -> tuple[dict[str, int] | None, str | None]:
+def declared_for(
+    tree: Path, dataset_root: Path | None, dataset: str = "v1.0"
+) -> tuple[dict[str, int] | None, str | None]:
     """The dataset's subset sizes for the ``declared`` counts, and a note when they are not known.
 
     ``dataset_root`` (--dataset-root) is counted like the run path counts its dataset, after
@@ -201,49 +250,89 @@ def declared_for(tree: Path, dataset_root: Path | None,
     from fdb.datasets.official import list_ids
     from runs.phases import declared_counts
 
-    hint = (f"pass --dataset-root DIR, the {dataset} dataset the tree was exported from, to count its "
-            "samples")
+    hint = (
+        f"pass --dataset-root DIR, the {dataset} dataset the tree was exported from, to count its "
+        "samples"
+    )
     if dataset_root is not None:
         ids = list_ids(Path(dataset_root), dataset)
-        missing = [s.sample_id for s in _tree_samples(tree, dataset) if s.id not in ids.get(s.subset, ())]
+        missing = [
+            s.sample_id for s in _tree_samples(tree, dataset) if s.id not in ids.get(s.subset, ())
+        ]
         if missing:
             from fdb.errors import FdbError
 
-            raise FdbError(f"--dataset-root {dataset_root} does not hold {len(missing)} sample(s) of the tree "
-                           f"(first: {missing[0]})", f"pass the {dataset} dataset root the tree was exported from")
+            raise FdbError(
+                f"--dataset-root {dataset_root} does not hold {len(missing)} sample(s) of the tree "
+                f"(first: {missing[0]})",
+                f"pass the {dataset} dataset root the tree was exported from",
+            )
         return {name: len(found) for name, found in ids.items()}, None
     run = run_of_tree(tree, dataset)
     if run is None:
-        return None, f"declared n/a: {tree} is not a run's repeat-N/{TREE_IN_REPEAT[dataset]}; {hint}"
+        return (
+            None,
+            f"declared n/a: {tree} is not a run's repeat-N/{TREE_IN_REPEAT[dataset]}; {hint}",
+        )
     found = declared_counts(run, dataset)
     if found is None:
-        return None, f"declared n/a: {run.manifest} names no {dataset} dataset root that still exists; {hint}"
+        return (
+            None,
+            f"declared n/a: {run.manifest} names no {dataset} dataset root that still exists; {hint}",
+        )
     return found, None
 
 
 def v10(
-    tree: Path = typer.Option(..., help="A transcribed v1.0 reference tree (manifest.json, asr.json, "
-                              "<subset>/<id>/output.wav, output.json and annotations)."),
-    dataset_root: Path | None = typer.Option(None, help="The v1.0 dataset the tree was exported from: its subset "
-                                             "sizes are the `declared` counts. Default: the run's dataset when "
-                                             "the tree is a run's repeat-N/v10/reference, else declared is n/a."),
-    reference_source: Path | None = typer.Option(None, help="A Full-Duplex-Bench checkout at 3e799c4: its file "
-                                                 "hashes are verified, its ICC ground truth is used, and its "
-                                                 "evaluator is run on the LLM-free subsets (evaluator.json)."),
-    accept_revision: str | None = typer.Option(None, help="Accept a --reference-source checkout whose files differ "
-                                               "from the pinned 3e799c4: the git revision it is at (it must be a "
-                                               "clean git checkout of exactly that revision). evaluator.json "
-                                               "records it with each differing file."),
-    icc_gt: Path | None = typer.Option(None, help="icc_gt_distribution.json (or a checkout holding it) for the "
-                                       "backchannel JSD; without it (or --reference-source) the JSD is n/a."),
-    backchannel_rule: str = typer.Option("since-2026-02-22", help="since-2026-02-22 (current official code) or "
-                                         "before-2026-02-22 (the rule of the README rows of 2025-06-05)."),
-    backchannel_audio: str = typer.Option("assume-16k", help="assume-16k (official: Silero takes every file for "
-                                          "16 kHz) or resample (resample other rates to 16 kHz first)."),
-    reference_python: str | None = typer.Option(None, help="Python interpreter with the evaluator's packages "
-                                                "(silero_vad, torchaudio, ...); default: this one."),
-    official: bool = typer.Option(True, help="Also recompute official.json (--no-official shows the existing one "
-                                  "when it matches the inputs)."),
+    tree: Path = typer.Option(
+        ...,
+        help="A transcribed v1.0 reference tree (manifest.json, asr.json, "
+        "<subset>/<id>/output.wav, output.json and annotations).",
+    ),
+    dataset_root: Path | None = typer.Option(
+        None,
+        help="The v1.0 dataset the tree was exported from: its subset "
+        "sizes are the `declared` counts. Default: the run's dataset when "
+        "the tree is a run's repeat-N/v10/reference, else declared is n/a.",
+    ),
+    reference_source: Path | None = typer.Option(
+        None,
+        help="A Full-Duplex-Bench checkout at 3e799c4: its file "
+        "hashes are verified, its ICC ground truth is used, and its "
+        "evaluator is run on the LLM-free subsets (evaluator.json).",
+    ),
+    accept_revision: str | None = typer.Option(
+        None,
+        help="Accept a --reference-source checkout whose files differ "
+        "from the pinned 3e799c4: the git revision it is at (it must be a "
+        "clean git checkout of exactly that revision). evaluator.json "
+        "records it with each differing file.",
+    ),
+    icc_gt: Path | None = typer.Option(
+        None,
+        help="icc_gt_distribution.json (or a checkout holding it) for the "
+        "backchannel JSD; without it (or --reference-source) the JSD is n/a.",
+    ),
+    backchannel_rule: str = typer.Option(
+        "since-2026-02-22",
+        help="since-2026-02-22 (current official code) or "
+        "before-2026-02-22 (the rule of the README rows of 2025-06-05).",
+    ),
+    backchannel_audio: str = typer.Option(
+        "assume-16k",
+        help="assume-16k (official: Silero takes every file for "
+        "16 kHz) or resample (resample other rates to 16 kHz first).",
+    ),
+    reference_python: str | None = typer.Option(
+        None,
+        help="Python interpreter with the evaluator's packages "
+        "(silero_vad, torchaudio, ...); default: this one.",
+    ),
+    official: bool = typer.Option(
+        True,
+        help="Also recompute official.json (--no-official shows the existing one "
+        "when it matches the inputs).",
+    ),
 ) -> None:
     """Score a transcribed v1.0 tree: write unified.json and unified-samples.jsonl (the unified
     metrics, Silero VAD for interruption) and official.json (the official rules, clean-room:
@@ -268,14 +357,22 @@ def v10(
     from scorers.v10_unified import score_unified
 
     if backchannel_rule not in ("since-2026-02-22", "before-2026-02-22"):
-        raise FdbError(f"--backchannel-rule {backchannel_rule!r} is unknown", "use since-2026-02-22 or before-2026-02-22")
+        raise FdbError(
+            f"--backchannel-rule {backchannel_rule!r} is unknown",
+            "use since-2026-02-22 or before-2026-02-22",
+        )
     if backchannel_audio not in ("assume-16k", "resample"):
-        raise FdbError(f"--backchannel-audio {backchannel_audio!r} is unknown", "use assume-16k or resample")
+        raise FdbError(
+            f"--backchannel-audio {backchannel_audio!r} is unknown", "use assume-16k or resample"
+        )
     options = BackchannelOptions(rule=backchannel_rule, audio_rate=backchannel_audio)
     if reference_source is not None:
         verify_checkout(reference_source, EVALUATOR_FILES, accept_revision=accept_revision)
     elif accept_revision is not None:
-        raise FdbError("--accept-revision needs --reference-source", "pass the checkout whose revision you accept")
+        raise FdbError(
+            "--accept-revision needs --reference-source",
+            "pass the checkout whose revision you accept",
+        )
     gt = load_icc_gt(icc_gt or reference_source) if (icc_gt or reference_source) else None
     declared, declared_note = declared_for(tree, dataset_root)
     unified, rejected = None, None
@@ -286,25 +383,50 @@ def v10(
     if official:
         score_official(tree, icc_gt=gt, options=options)
     if reference_source is not None:
-        run_evaluator(tree, reference_source, python=reference_python, accept_revision=accept_revision)
+        run_evaluator(
+            tree, reference_source, python=reference_python, accept_revision=accept_revision
+        )
     console = Console(width=None if Console().is_terminal else 150)
     inputs = load_tree(tree)
-    print_v10(console, unified, load_reference(tree, inputs.manifest_sha256, inputs.receipt_sha256),
-              notes=(declared_note,) if declared_note and unified is not None else ())
-    written = ([] if unified is None else [tree / "unified.json", tree / "unified-samples.jsonl"]) + (
-        [tree / "official.json"] if official else [])
+    print_v10(
+        console,
+        unified,
+        load_reference(tree, inputs.manifest_sha256, inputs.receipt_sha256),
+        notes=(declared_note,) if declared_note and unified is not None else (),
+    )
+    written = (
+        [] if unified is None else [tree / "unified.json", tree / "unified-samples.jsonl"]
+    ) + ([tree / "official.json"] if official else [])
     if written:
         console.print("wrote " + ", ".join(map(str, written)))
     if rejected is not None:
         raise FdbError(f"unified metrics not written: {rejected.message}", rejected.hint)
 
 
-def _backend(asr: str, nemo: Path | None, nemo_sha256: str | None, device: str, asr_url: str | None,
-             asr_model: str | None, api_key_env: str):
+def _backend(
+    asr: str,
+    nemo: Path | None,
+    nemo_sha256: str | None,
+    device: str,
+    asr_url: str | None,
+    asr_model: str | None,
+    api_key_env: str,
+):
     from fdb.models.scoring import choose, load_backend
 
-    return load_backend("asr", choose("asr", asr, nemo, nemo_sha256, device=device, url=asr_url, model=asr_model,
-                                      api_key_env=api_key_env))
+    return load_backend(
+        "asr",
+        choose(
+            "asr",
+            asr,
+            nemo,
+            nemo_sha256,
+            device=device,
+            url=asr_url,
+            model=asr_model,
+            api_key_env=api_key_env,
+        ),
+    )
 
 
 def _refuse_other_model(tree: Path, backend, replace: bool) -> None:
@@ -317,25 +439,46 @@ def _refuse_other_model(tree: Path, backend, replace: bool) -> None:
     old = asr_backend(tree)
     now = backend.identity.model_dump(mode="json")
     if old and not replace and not same_model(old, now):
-        raise FdbError(f"{receipt} holds transcripts of {old.get('name')}, not of {now['name']}",
-                       "pass the backend that wrote them, or --replace to transcribe the whole tree again "
-                       "(a run's repeat: fdb asr --side-by-side keeps both)")
+        raise FdbError(
+            f"{receipt} holds transcripts of {old.get('name')}, not of {now['name']}",
+            "pass the backend that wrote them, or --replace to transcribe the whole tree again "
+            "(a run's repeat: fdb asr --side-by-side keeps both)",
+        )
 
 
 def transcribe(
-    tree: Path = typer.Option(..., help="A v1.0 reference tree (manifest.json) or a v1.5 reference-audio tree "
-                              "(reference-manifest.json)."),
-    asr: str = typer.Option("faster-whisper", help="faster-whisper (embedded), parakeet or openai-compatible."),
-    nemo: Path | None = typer.Option(None, help="Parakeet: the local parakeet-tdt-0.6b-v2 .nemo checkpoint."),
-    nemo_sha256: str | None = typer.Option(None, help="Parakeet: expected sha256 (default: the pinned d99e3995…)."),
+    tree: Path = typer.Option(
+        ...,
+        help="A v1.0 reference tree (manifest.json) or a v1.5 reference-audio tree "
+        "(reference-manifest.json).",
+    ),
+    asr: str = typer.Option(
+        "faster-whisper", help="faster-whisper (embedded), parakeet or openai-compatible."
+    ),
+    nemo: Path | None = typer.Option(
+        None, help="Parakeet: the local parakeet-tdt-0.6b-v2 .nemo checkpoint."
+    ),
+    nemo_sha256: str | None = typer.Option(
+        None, help="Parakeet: expected sha256 (default: the pinned d99e3995…)."
+    ),
     device: str = typer.Option("cpu", help="Parakeet: cpu, or cuda with exactly one visible GPU."),
     asr_url: str | None = typer.Option(None, help="openai-compatible: base URL ending in /v1."),
-    asr_model: str | None = typer.Option(None, help="openai-compatible: the model name to request."),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", help="openai-compatible: the environment variable holding "
-                                    "the key (EMPTY for no authentication); the key is never written."),
-    retry_failed: bool = typer.Option(False, help="Transcribe again the files whose ASR failed before."),
-    replace: bool = typer.Option(False, help="Transcribe a tree that another ASR model transcribed, replacing "
-                                 "its transcripts (refused without it)."),
+    asr_model: str | None = typer.Option(
+        None, help="openai-compatible: the model name to request."
+    ),
+    api_key_env: str = typer.Option(
+        "OPENAI_API_KEY",
+        help="openai-compatible: the environment variable holding "
+        "the key (EMPTY for no authentication); the key is never written.",
+    ),
+    retry_failed: bool = typer.Option(
+        False, help="Transcribe again the files whose ASR failed before."
+    ),
+    replace: bool = typer.Option(
+        False,
+        help="Transcribe a tree that another ASR model transcribed, replacing "
+        "its transcripts (refused without it).",
+    ),
 ) -> None:
     """Transcribe an export tree with word timestamps into the official schema: v1.0 writes
     <subset>/<id>/output.json (interruption cut at R) and asr.json; v1.5 writes input.json,
@@ -354,13 +497,19 @@ def transcribe(
     elif (tree / "reference-manifest.json").exists():
         run = run_v15_asr
     else:
-        raise FdbError(f"{tree} holds neither manifest.json (v1.0) nor reference-manifest.json (v1.5)",
-                       "point --tree at a repeat's v10/reference or reference-audio directory")
+        raise FdbError(
+            f"{tree} holds neither manifest.json (v1.0) nor reference-manifest.json (v1.5)",
+            "point --tree at a repeat's v10/reference or reference-audio directory",
+        )
     backend = _backend(asr, nemo, nemo_sha256, device, asr_url, asr_model, api_key_env)
     _refuse_other_model(tree, backend, replace)
     console = Console(stderr=True)
-    receipt = run(tree, backend, progress=lambda sid, done, total: console.print(f"{done}/{total} {sid}"),
-                  retry_failed=retry_failed)
+    receipt = run(
+        tree,
+        backend,
+        progress=lambda sid, done, total: console.print(f"{done}/{total} {sid}"),
+        retry_failed=retry_failed,
+    )
     counts: dict[str, int] = {}
     for entry in receipt.samples:
         counts[entry.status] = counts.get(entry.status, 0) + 1
@@ -371,14 +520,25 @@ def transcribe(
         raise typer.Exit(1)
 
 
-score_app.command("v10", short_help="Unified v1.0 metrics + official-rule reference of a transcribed tree.")(v10)
-score_app.add_typer(v15_app, name="v15", short_help="v1.5 timing, judge, summary and report.txt of exported "
-                    "trees (several cohorts with --tree ENGINE=DIR).")
-score_app.command("transcribe", short_help="ASR of a v1.0 or v1.5 export tree (faster-whisper, parakeet, "
-                  "openai-compatible).")(transcribe)
+score_app.command(
+    "v10", short_help="Unified v1.0 metrics + official-rule reference of a transcribed tree."
+)(v10)
+score_app.add_typer(
+    v15_app,
+    name="v15",
+    short_help="v1.5 timing, judge, summary and report.txt of exported "
+    "trees (several cohorts with --tree ENGINE=DIR).",
+)
+score_app.command(
+    "transcribe",
+    short_help="ASR of a v1.0 or v1.5 export tree (faster-whisper, parakeet, openai-compatible).",
+)(transcribe)
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(score_app, name="score",
-                  short_help="Score an existing export tree (v1.0 unified + official rules, v1.5 timing, "
-                  "judge and report) or transcribe it.")
+    app.add_typer(
+        score_app,
+        name="score",
+        short_help="Score an existing export tree (v1.0 unified + official rules, v1.5 timing, "
+        "judge and report) or transcribe it.",
+    )

@@ -9,15 +9,27 @@ import typer
 
 def serve(
     ctx: typer.Context,
-    system: str = typer.Option("embedded-cascade", help="The system to host (see serving/systems.py)."),
-    config: Path | None = typer.Option(None, help="A launch.yaml describing the system instead of --system."),
+    system: str = typer.Option(
+        "embedded-cascade", help="The system to host (see serving/systems.py)."
+    ),
+    config: Path | None = typer.Option(
+        None, help="A launch.yaml describing the system instead of --system."
+    ),
     profile: str | None = typer.Option(
-        None, help="A shipped launch profile instead of --config: SGLang services on GPUs behind fdb's VAD, "
-                   "turn taking and dialog (serving/profiles/NAME.yaml; docs/sglang.md). Set its vars with "
-                   "--vars.NAME VALUE, e.g. --vars.sglang_python /opt/sglang/bin/python."),
-    host: str = typer.Option("127.0.0.1", help="Bind address; loopback unless you mean to expose it."),
-    port: int = typer.Option(0, min=0, max=65535, help="Port (default: SERVER_PORT, or 8097 + 10 x GPU)."),
-    next_free_port: bool = typer.Option(False, help="If the port is busy, serve on the next free one instead of failing."),
+        None,
+        help="A shipped launch profile instead of --config: SGLang services on GPUs behind fdb's VAD, "
+        "turn taking and dialog (serving/profiles/NAME.yaml; docs/sglang.md). Set its vars with "
+        "--vars.NAME VALUE, e.g. --vars.sglang_python /opt/sglang/bin/python.",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", help="Bind address; loopback unless you mean to expose it."
+    ),
+    port: int = typer.Option(
+        0, min=0, max=65535, help="Port (default: SERVER_PORT, or 8097 + 10 x GPU)."
+    ),
+    next_free_port: bool = typer.Option(
+        False, help="If the port is busy, serve on the next free one instead of failing."
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
 ) -> None:
     """Serve a system on /v1/realtime, /v1/realtime/capabilities, /v1/models and /health.
@@ -46,10 +58,21 @@ def serve(
 
     configure_logging(log_level)
     overrides = parse_override_args(ctx.args)
-    run_server(system=system, host=host, port=port or load_settings().server_port, config=config,
-               next_free_port=next_free_port, log_level=log_level, overrides=overrides, profile=profile)
+    run_server(
+        system=system,
+        host=host,
+        port=port or load_settings().server_port,
+        config=config,
+        next_free_port=next_free_port,
+        log_level=log_level,
+        overrides=overrides,
+        profile=profile,
+    )
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve", short_help="Host a system (default: the embedded offline cascade) on /v1/realtime.",
-                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)
+    app.command(
+        "serve",
+        short_help="Host a system (default: the embedded offline cascade) on /v1/realtime.",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(serve)

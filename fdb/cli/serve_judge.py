@@ -33,23 +33,33 @@ def explanation() -> str:
 
     s = load_settings()
     model = s.judge_model_path or (s.work / "models" / "Qwen3.8-27B")
-    return EXPLAIN.format(model=model, port=s.judge_port, nccl=s.judge_port + 1, config=s.judge_config)
+    return EXPLAIN.format(
+        model=model, port=s.judge_port, nccl=s.judge_port + 1, config=s.judge_config
+    )
 
 
 def serve_judge(
     ctx: typer.Context,
-    model_id: str = typer.Option("Qwen/Qwen3.8-27B", help="Hugging Face id of the judge checkpoint (judge config "
-                                 "model_id)."),
-    model_revision: str | None = typer.Option(None, help="Full 40-hex commit of the checkpoint; default: the "
-                                              "content of <JUDGE_MODEL_PATH>.revision."),
+    model_id: str = typer.Option(
+        "Qwen/Qwen3.8-27B", help="Hugging Face id of the judge checkpoint (judge config model_id)."
+    ),
+    model_revision: str | None = typer.Option(
+        None,
+        help="Full 40-hex commit of the checkpoint; default: the "
+        "content of <JUDGE_MODEL_PATH>.revision.",
+    ),
     tokenizer_id: str | None = typer.Option(None, help="Tokenizer id (default: --model-id)."),
-    tokenizer_revision: str | None = typer.Option(None, help="Full 40-hex commit of the tokenizer (default: the "
-                                                  "model revision)."),
-    served_model: str = typer.Option("qwen3.8-27b", help="Model name the server answers with (judge config "
-                                     "served_model)."),
+    tokenizer_revision: str | None = typer.Option(
+        None, help="Full 40-hex commit of the tokenizer (default: the model revision)."
+    ),
+    served_model: str = typer.Option(
+        "qwen3.8-27b", help="Model name the server answers with (judge config served_model)."
+    ),
     precision: str = typer.Option("bf16", help="Precision the server loads the checkpoint in."),
-    runtime: str | None = typer.Option(None, help="Serving runtime and version, e.g. 'sglang 0.5.2' (recorded in "
-                                       "the launch receipt)."),
+    runtime: str | None = typer.Option(
+        None,
+        help="Serving runtime and version, e.g. 'sglang 0.5.2' (recorded in the launch receipt).",
+    ),
 ) -> None:
     """Without a command: explain how to serve the Qwen judge (checkpoint, port, judge config path),
     since fdb cannot start one here. With `-- COMMAND ...`: write the judge config and its launch
@@ -61,9 +71,16 @@ def serve_judge(
     if not command:
         typer.echo(explanation())
         raise SystemExit(1)
-    config = write_config(command, model_id=model_id, model_revision=model_revision, tokenizer_id=tokenizer_id,
-                          tokenizer_revision=tokenizer_revision, served_model=served_model, precision=precision,
-                          runtime=runtime)
+    config = write_config(
+        command,
+        model_id=model_id,
+        model_revision=model_revision,
+        tokenizer_id=tokenizer_id,
+        tokenizer_revision=tokenizer_revision,
+        served_model=served_model,
+        precision=precision,
+        runtime=runtime,
+    )
     typer.echo(f"serve-judge: wrote {config} and its launch receipt", err=True)
     raise SystemExit(run_command(command))
 
@@ -75,13 +92,24 @@ def _model_revision(model, given: str | None) -> str:
         return given
     path = model.parent / f"{model.name}.revision"
     if not path.is_file():
-        raise FdbError(f"serve-judge needs the judge checkpoint's commit: no --model-revision and no {path}",
-                       f"pass --model-revision <40-hex commit>, or write it to {path}")
+        raise FdbError(
+            f"serve-judge needs the judge checkpoint's commit: no --model-revision and no {path}",
+            f"pass --model-revision <40-hex commit>, or write it to {path}",
+        )
     return path.read_text(encoding="utf-8").strip()
 
 
-def write_config(command: list[str], *, model_id: str, model_revision: str | None, tokenizer_id: str | None,
-                 tokenizer_revision: str | None, served_model: str, precision: str, runtime: str | None):
+def write_config(
+    command: list[str],
+    *,
+    model_id: str,
+    model_revision: str | None,
+    tokenizer_id: str | None,
+    tokenizer_revision: str | None,
+    served_model: str,
+    precision: str,
+    runtime: str | None,
+):
     """Write launch-receipt.json and judge-config.json for ``command``; returns the config path.
     An invalid value (a revision that is not a full commit) stops before anything is written."""
     from pydantic import ValidationError
@@ -95,14 +123,23 @@ def write_config(command: list[str], *, model_id: str, model_revision: str | Non
     model = s.judge_model_path or (s.work / "models" / "Qwen3.8-27B")
     revision = _model_revision(model, model_revision)
     try:
-        receipt = launch_receipt(command, runtime=runtime, model_id=model_id, model_revision=revision,
-                                 model_path=str(model), tokenizer_id=tokenizer_id or model_id,
-                                 tokenizer_revision=tokenizer_revision or revision, precision=precision,
-                                 port=s.judge_port)
+        receipt = launch_receipt(
+            command,
+            runtime=runtime,
+            model_id=model_id,
+            model_revision=revision,
+            model_path=str(model),
+            tokenizer_id=tokenizer_id or model_id,
+            tokenizer_revision=tokenizer_revision or revision,
+            precision=precision,
+            port=s.judge_port,
+        )
         write_launch(s.judge_config, receipt, served_model)
     except ValidationError as exc:
-        raise FdbError(f"serve-judge: the judge config would not be valid: {validation_summary(exc)}",
-                       "pass full 40-hex commits to --model-revision / --tokenizer-revision") from exc
+        raise FdbError(
+            f"serve-judge: the judge config would not be valid: {validation_summary(exc)}",
+            "pass full 40-hex commits to --model-revision / --tokenizer-revision",
+        ) from exc
     return s.judge_config
 
 
@@ -116,11 +153,19 @@ def run_command(command: list[str]) -> int:
 
     s = load_settings()
     model = s.judge_model_path or (s.work / "models" / "Qwen3.8-27B")
-    env = dict(os.environ, JUDGE_PORT=str(s.judge_port), JUDGE_MODEL_PATH=str(model), JUDGE_CONFIG=str(s.judge_config))
+    env = dict(
+        os.environ,
+        JUDGE_PORT=str(s.judge_port),
+        JUDGE_MODEL_PATH=str(model),
+        JUDGE_CONFIG=str(s.judge_config),
+    )
     s.judge_config.parent.mkdir(parents=True, exist_ok=True)
     log_path = s.judge_config.parent / "judge-server.log"
     shown = " ".join(redact_command(command))
-    typer.echo(f"serve-judge: running {redact_secrets(shown)} (port {s.judge_port}; log {log_path})", err=True)
+    typer.echo(
+        f"serve-judge: running {redact_secrets(shown)} (port {s.judge_port}; log {log_path})",
+        err=True,
+    )
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
@@ -135,5 +180,8 @@ def run_command(command: list[str]) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve-judge", short_help="How to serve the Qwen judge (fdb cannot start one), or run your launch command.",
-                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve_judge)
+    app.command(
+        "serve-judge",
+        short_help="How to serve the Qwen judge (fdb cannot start one), or run your launch command.",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(serve_judge)

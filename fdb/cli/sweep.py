@@ -37,19 +37,35 @@ sweep_app = typer.Typer(
 
 
 @sweep_app.command(
-    "run", short_help="Record each level in turn, then write serving.json, SERVING.md and serving.png.",
+    "run",
+    short_help="Record each level in turn, then write serving.json, SERVING.md and serving.png.",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     epilog="Record options (after --; every level records with them):\n\n" + record_help(),
 )
 def run(
     ctx: typer.Context,
-    output: Path = typer.Option(..., help="Sweep directory: concurrency-N/ per level, serving.json, SERVING.md, serving.png."),
-    concurrency: str | None = typer.Option(None, help="Rising levels, e.g. 1,2,4,8 (default): sessions recorded at once."),
-    dataset: str = typer.Option("v1.5", help="v1.5 (two sessions per pair) or v1.0 (one per sample)."),
-    search: bool = typer.Option(False, help="Find the capacity instead of listing levels: double from 1 until a level misses, then bisect."),
+    output: Path = typer.Option(
+        ...,
+        help="Sweep directory: concurrency-N/ per level, serving.json, SERVING.md, serving.png.",
+    ),
+    concurrency: str | None = typer.Option(
+        None, help="Rising levels, e.g. 1,2,4,8 (default): sessions recorded at once."
+    ),
+    dataset: str = typer.Option(
+        "v1.5", help="v1.5 (two sessions per pair) or v1.0 (one per sample)."
+    ),
+    search: bool = typer.Option(
+        False,
+        help="Find the capacity instead of listing levels: double from 1 until a level misses, then bisect.",
+    ),
     max_concurrency: int = typer.Option(64, help="--search: the highest level it may record."),
-    repeats: int = typer.Option(1, help="Record every level this many times (concurrency-N/repeat-K/); a level meets the targets only if every repeat does."),
-    playback_reserve_ms: float = typer.Option(80.0, help="Startup buffer of the simulated player: a reply needing more underruns."),
+    repeats: int = typer.Option(
+        1,
+        help="Record every level this many times (concurrency-N/repeat-K/); a level meets the targets only if every repeat does.",
+    ),
+    playback_reserve_ms: float = typer.Option(
+        80.0, help="Startup buffer of the simulated player: a reply needing more underruns."
+    ),
 ) -> None:
     """Record each --concurrency level in turn (a fresh client process per level and repeat; failed
     sessions are part of the result, so the sweep goes on), then write serving.json, SERVING.md and
@@ -69,19 +85,39 @@ def run(
     if search and concurrency is not None:
         raise FdbError("--search finds the levels itself", "drop --concurrency, or drop --search")
     if repeats < 1 or max_concurrency < 1:
-        raise FdbError("--repeats and --max-concurrency must be at least 1", "e.g. --repeats 3 --max-concurrency 32")
-    levels = parse_levels("1,2,4,8" if concurrency is None else concurrency)  # --concurrency '' is refused
-    opts = SweepOptions(output=output, concurrency=levels, dataset=_dataset(dataset),
-                        record=parse_record_options(ctx.args), playback_reserve_ms=playback_reserve_ms,
-                        repeats=repeats, search=search, max_concurrency=max_concurrency)
+        raise FdbError(
+            "--repeats and --max-concurrency must be at least 1",
+            "e.g. --repeats 3 --max-concurrency 32",
+        )
+    levels = parse_levels(
+        "1,2,4,8" if concurrency is None else concurrency
+    )  # --concurrency '' is refused
+    opts = SweepOptions(
+        output=output,
+        concurrency=levels,
+        dataset=_dataset(dataset),
+        record=parse_record_options(ctx.args),
+        playback_reserve_ms=playback_reserve_ms,
+        repeats=repeats,
+        search=search,
+        max_concurrency=max_concurrency,
+    )
     sweep(opts, Console(stderr=True))
 
 
-@sweep_app.command("report", short_help="Build serving.json, SERVING.md and serving.png from recorded levels.")
+@sweep_app.command(
+    "report", short_help="Build serving.json, SERVING.md and serving.png from recorded levels."
+)
 def report(
-    run_dir: list[Path] = typer.Option(..., "--run", help="A recorded level directory, e.g. DIR/concurrency-4 (repeatable)."),
-    output: Path = typer.Option(..., help="serving.json to write; SERVING.md and serving.png go next to it."),
-    playback_reserve_ms: float = typer.Option(80.0, help="Startup buffer of the simulated player: a reply needing more underruns."),
+    run_dir: list[Path] = typer.Option(
+        ..., "--run", help="A recorded level directory, e.g. DIR/concurrency-4 (repeatable)."
+    ),
+    output: Path = typer.Option(
+        ..., help="serving.json to write; SERVING.md and serving.png go next to it."
+    ),
+    playback_reserve_ms: float = typer.Option(
+        80.0, help="Startup buffer of the simulated player: a reply needing more underruns."
+    ),
 ) -> None:
     """Build serving.json, SERVING.md and serving.png from levels already recorded (by `sweep run`
     or any recording whose directory is named concurrency-N or holds a level.json; repeat-K/
@@ -102,10 +138,15 @@ def _dataset(name: str) -> str:
     from fdb.errors import FdbError
 
     if name not in ("v1.5", "v1.0"):
-        raise FdbError(f"--dataset {name!r} is not v1.5 or v1.0", "pass --dataset v1.5 or --dataset v1.0")
+        raise FdbError(
+            f"--dataset {name!r} is not v1.5 or v1.0", "pass --dataset v1.5 or --dataset v1.0"
+        )
     return name
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(sweep_app, name="sweep",
-                  short_help="Serving capacity sweep: sessions a server keeps up with, per concurrency level.")
+    app.add_typer(
+        sweep_app,
+        name="sweep",
+        short_help="Serving capacity sweep: sessions a server keeps up with, per concurrency level.",
+    )

@@ -27,9 +27,13 @@ def _json_object(text: str | None, option: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FdbError(f"{option} is not JSON: {exc}", f"pass e.g. {option} '{{\"max_new_tokens\": 2048}}'") from exc
+        raise FdbError(
+            f"{option} is not JSON: {exc}", f"pass e.g. {option} '{{\"max_new_tokens\": 2048}}'"
+        ) from exc
     if not isinstance(value, dict):
-        raise FdbError(f"{option} must be a JSON object", f"pass e.g. {option} '{{\"max_new_tokens\": 2048}}'")
+        raise FdbError(
+            f"{option} must be a JSON object", f"pass e.g. {option} '{{\"max_new_tokens\": 2048}}'"
+        )
     return value
 
 
@@ -41,58 +45,134 @@ def _base_url(url: str | None) -> str | None:
         return None
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FdbError(f"--url {url!r} is not http(s)://HOST:PORT",
-                       "pass the server's base URL, e.g. --url http://127.0.0.1:8000 (fdb adds /v1/audio/speech)")
+        raise FdbError(
+            f"--url {url!r} is not http(s)://HOST:PORT",
+            "pass the server's base URL, e.g. --url http://127.0.0.1:8000 (fdb adds /v1/audio/speech)",
+        )
     return url
 
 
 def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
     if value not in allowed:
-        raise FdbError(f"{option} {value!r} is not one of {', '.join(allowed)}", f"pass {option} {allowed[0]}")
+        raise FdbError(
+            f"{option} {value!r} is not one of {', '.join(allowed)}", f"pass {option} {allowed[0]}"
+        )
     return value
 
 
 def tts_bench(
-    output: Path = typer.Option(..., help="Run directory: concurrency-N/ per level entry, quality/, tts.json, TTS.md."),
-    concurrency: str = typer.Option("1,2,4,8", help="Level entries, in order, separated by commas and/or spaces "
-                                    "(quote them): requests in flight at once, e.g. 1,2,4,8 or '64 64 128' "
-                                    "(repeats allowed, each entry recorded apart)."),
-    rounds: int = typer.Option(1, min=1, help="Measured rounds per level entry; its row is the mean over them, "
-                               "shown ± their sd."),
-    cold_round: bool | None = typer.Option(None, "--cold-round/--no-cold-round", help="Record one more round "
-                                           "before each entry's measured rounds, shown apart and left out of the "
-                                           "mean. Default: on when --rounds >= 2, off otherwise."),
-    num_prompts: int = typer.Option(8, min=1, help="Measured requests per level: the list's first N rows (cycled when shorter)."),
-    num_warmups: int = typer.Option(1, min=0, help="Warm-up requests before each level (the first rows again), excluded."),
-    url: str | None = typer.Option(None, help="http://HOST:PORT of the server; without it the bundled server is started."),
-    system: str = typer.Option("embedded-cascade", help="Bundled system to start when --url is not given."),
-    seed_tts: Path | None = typer.Option(None, help="seedtts_testset/ root (default $SEED_TTS_DATASET, the linked one, else the synthetic list)."),
-    list_name: str = typer.Option("en/meta.lst", "--list", help="Which list: en/meta.lst, zh/meta.lst or zh/hardcase.lst."),
-    model: str | None = typer.Option(None, help="model sent in the body (left out when not given)."),
-    stream_format: str = typer.Option("audio", help="audio (raw PCM bytes) or sse (speech.audio.delta events)."),
-    transport: str = typer.Option("http", help="http (POST /v1/audio/speech) or realtime (one /v1/realtime session per request, GA events; needs --url)."),
-    ref_audio: str = typer.Option("inline", help="inline (data:audio/wav;base64), file (file:// URI; the server needs the dataset path) or none."),
-    extra_body: str | None = typer.Option(None, help='JSON merged into every body, e.g. \'{"task_type": "Base", "max_new_tokens": 2048}\'.'),
-    sample_rate: int | None = typer.Option(None, help="Rate to use ONLY when the server declares none (otherwise such requests fail)."),
-    channels: int | None = typer.Option(None, help="Channel count to use only when the server declares none (default 1)."),
-    frame_rate: float | None = typer.Option(None, help="The model's codec frame rate in Hz (e.g. 21.5, 12.5): adds frames/s."),
-    max_audio_s: float | None = typer.Option(None, help="Stop-condition bound: audio beyond it is a violation (0: the request must return no audio)."),
-    playback_reserve_ms: float = typer.Option(80.0, help="Startup buffer of the simulated player: a request needing more underruns."),
+    output: Path = typer.Option(
+        ..., help="Run directory: concurrency-N/ per level entry, quality/, tts.json, TTS.md."
+    ),
+    concurrency: str = typer.Option(
+        "1,2,4,8",
+        help="Level entries, in order, separated by commas and/or spaces "
+        "(quote them): requests in flight at once, e.g. 1,2,4,8 or '64 64 128' "
+        "(repeats allowed, each entry recorded apart).",
+    ),
+    rounds: int = typer.Option(
+        1,
+        min=1,
+        help="Measured rounds per level entry; its row is the mean over them, shown ± their sd.",
+    ),
+    cold_round: bool | None = typer.Option(
+        None,
+        "--cold-round/--no-cold-round",
+        help="Record one more round "
+        "before each entry's measured rounds, shown apart and left out of the "
+        "mean. Default: on when --rounds >= 2, off otherwise.",
+    ),
+    num_prompts: int = typer.Option(
+        8, min=1, help="Measured requests per level: the list's first N rows (cycled when shorter)."
+    ),
+    num_warmups: int = typer.Option(
+        1, min=0, help="Warm-up requests before each level (the first rows again), excluded."
+    ),
+    url: str | None = typer.Option(
+        None, help="http://HOST:PORT of the server; without it the bundled server is started."
+    ),
+    system: str = typer.Option(
+        "embedded-cascade", help="Bundled system to start when --url is not given."
+    ),
+    seed_tts: Path | None = typer.Option(
+        None,
+        help="seedtts_testset/ root (default $SEED_TTS_DATASET, the linked one, else the synthetic list).",
+    ),
+    list_name: str = typer.Option(
+        "en/meta.lst", "--list", help="Which list: en/meta.lst, zh/meta.lst or zh/hardcase.lst."
+    ),
+    model: str | None = typer.Option(
+        None, help="model sent in the body (left out when not given)."
+    ),
+    stream_format: str = typer.Option(
+        "audio", help="audio (raw PCM bytes) or sse (speech.audio.delta events)."
+    ),
+    transport: str = typer.Option(
+        "http",
+        help="http (POST /v1/audio/speech) or realtime (one /v1/realtime session per request, GA events; needs --url).",
+    ),
+    ref_audio: str = typer.Option(
+        "inline",
+        help="inline (data:audio/wav;base64), file (file:// URI; the server needs the dataset path) or none.",
+    ),
+    extra_body: str | None = typer.Option(
+        None,
+        help='JSON merged into every body, e.g. \'{"task_type": "Base", "max_new_tokens": 2048}\'.',
+    ),
+    sample_rate: int | None = typer.Option(
+        None, help="Rate to use ONLY when the server declares none (otherwise such requests fail)."
+    ),
+    channels: int | None = typer.Option(
+        None, help="Channel count to use only when the server declares none (default 1)."
+    ),
+    frame_rate: float | None = typer.Option(
+        None, help="The model's codec frame rate in Hz (e.g. 21.5, 12.5): adds frames/s."
+    ),
+    max_audio_s: float | None = typer.Option(
+        None,
+        help="Stop-condition bound: audio beyond it is a violation (0: the request must return no audio).",
+    ),
+    playback_reserve_ms: float = typer.Option(
+        80.0, help="Startup buffer of the simulated player: a request needing more underruns."
+    ),
     timeout_s: float = typer.Option(120.0, help="Per-request timeout."),
-    api_key_env: str | None = typer.Option(None, help="Name of the environment variable holding the server's bearer token (e.g. OPENAI_API_KEY); sent as Authorization, never written anywhere."),
-    server_revision: str | None = typer.Option(None, help="Source revision of the server (e.g. $(git rev-parse HEAD) of its checkout): recorded as given in run.json, tts.json and TTS.md's header."),
-    model_revision: str | None = typer.Option(None, help="Revision of the served TTS model (e.g. its Hugging Face snapshot): recorded as given."),
-    dataset_revision: str | None = typer.Option(None, help="Revision label of the Seed-TTS test set: recorded as given beside the list's sha256."),
-    quality: bool = typer.Option(True, help="Score WER/SIM/MOS on the first entry's audio (its first measured round)."),
-    asr_model: str | None = typer.Option(None, help="Local CTranslate2 Whisper-large-v3 directory (else the embedded tiny.en, labeled)."),
+    api_key_env: str | None = typer.Option(
+        None,
+        help="Name of the environment variable holding the server's bearer token (e.g. OPENAI_API_KEY); sent as Authorization, never written anywhere.",
+    ),
+    server_revision: str | None = typer.Option(
+        None,
+        help="Source revision of the server (e.g. $(git rev-parse HEAD) of its checkout): recorded as given in run.json, tts.json and TTS.md's header.",
+    ),
+    model_revision: str | None = typer.Option(
+        None,
+        help="Revision of the served TTS model (e.g. its Hugging Face snapshot): recorded as given.",
+    ),
+    dataset_revision: str | None = typer.Option(
+        None,
+        help="Revision label of the Seed-TTS test set: recorded as given beside the list's sha256.",
+    ),
+    quality: bool = typer.Option(
+        True, help="Score WER/SIM/MOS on the first entry's audio (its first measured round)."
+    ),
+    asr_model: str | None = typer.Option(
+        None,
+        help="Local CTranslate2 Whisper-large-v3 directory (else the embedded tiny.en, labeled).",
+    ),
     asr_model_sha256: str | None = typer.Option(None, help="sha256 of --asr-model's model.bin."),
-    speaker_checkpoint: str | None = typer.Option(None, help="Local WavLM-large ECAPA TorchScript file (else resemblyzer, a proxy)."),
+    speaker_checkpoint: str | None = typer.Option(
+        None, help="Local WavLM-large ECAPA TorchScript file (else resemblyzer, a proxy)."
+    ),
     speaker_sha256: str | None = typer.Option(None, help="sha256 of --speaker-checkpoint."),
-    utmos_checkpoint: str | None = typer.Option(None, help="Local UTMOS TorchScript file (else DNSMOS, labeled)."),
+    utmos_checkpoint: str | None = typer.Option(
+        None, help="Local UTMOS TorchScript file (else DNSMOS, labeled)."
+    ),
     utmos_sha256: str | None = typer.Option(None, help="sha256 of --utmos-checkpoint."),
     sim: bool = typer.Option(True, help="Speaker similarity to the prompt wav."),
     mos: bool = typer.Option(True, help="MOS of each generated wav."),
-    report_only: bool = typer.Option(False, help="Rebuild tts.json/TTS.md/CSV/plot from an existing --output (no requests)."),
+    report_only: bool = typer.Option(
+        False, help="Rebuild tts.json/TTS.md/CSV/plot from an existing --output (no requests)."
+    ),
 ) -> None:
     """Record, score and report. Times are client-side; a level's failures are part of its result."""
     from rich.console import Console
@@ -111,21 +191,43 @@ def tts_bench(
         data = build_report(output)
     else:
         opts = TtsBenchOptions(
-            output=output, concurrency=parse_concurrency(concurrency), rounds=rounds, cold_round=cold_round,
-            num_prompts=num_prompts, num_warmups=num_warmups,
-            url=_base_url(url), system=system, dataset_root=seed_tts, list_name=list_name, model=model,
+            output=output,
+            concurrency=parse_concurrency(concurrency),
+            rounds=rounds,
+            cold_round=cold_round,
+            num_prompts=num_prompts,
+            num_warmups=num_warmups,
+            url=_base_url(url),
+            system=system,
+            dataset_root=seed_tts,
+            list_name=list_name,
+            model=model,
             stream_format=_choice(stream_format, ("audio", "sse"), "--stream-format"),
             transport=_choice(transport, ("http", "realtime"), "--transport"),
             ref_audio=_choice(ref_audio, ("inline", "file", "none"), "--ref-audio"),
-            extra_body=_json_object(extra_body, "--extra-body"), sample_rate=sample_rate, channels=channels,
-            frame_rate=frame_rate, max_audio_s=max_audio_s, playback_reserve_ms=playback_reserve_ms,
-            timeout_s=timeout_s, api_key_env=api_key_env,
+            extra_body=_json_object(extra_body, "--extra-body"),
+            sample_rate=sample_rate,
+            channels=channels,
+            frame_rate=frame_rate,
+            max_audio_s=max_audio_s,
+            playback_reserve_ms=playback_reserve_ms,
+            timeout_s=timeout_s,
+            api_key_env=api_key_env,
             server_revision=revision_option(server_revision, "--server-revision"),
             model_revision=revision_option(model_revision, "--model-revision"),
             dataset_revision=revision_option(dataset_revision, "--dataset-revision"),
-            quality=QualityOptions(enabled=quality, asr_model=asr_model, asr_model_sha256=asr_model_sha256,
-                                   speaker_checkpoint=speaker_checkpoint, speaker_sha256=speaker_sha256,
-                                   utmos_checkpoint=utmos_checkpoint, utmos_sha256=utmos_sha256, sim=sim, mos=mos))
+            quality=QualityOptions(
+                enabled=quality,
+                asr_model=asr_model,
+                asr_model_sha256=asr_model_sha256,
+                speaker_checkpoint=speaker_checkpoint,
+                speaker_sha256=speaker_sha256,
+                utmos_checkpoint=utmos_checkpoint,
+                utmos_sha256=utmos_sha256,
+                sim=sim,
+                mos=mos,
+            ),
+        )
         data = bench(opts, console)
     console.print(summary_table(data))
     console.print(f"wrote {output / 'TTS.md'}")
@@ -134,13 +236,19 @@ def tts_bench(
         first = next((row["errors"][0] for row in data.get("rows", []) if row.get("errors")), None)
         from fdb.errors import FdbError
 
-        raise FdbError(f"every one of the {requests} measured requests failed, so {output / 'TTS.md'} measures nothing"
-                       + (f" (first error: {first})" if first else ""),
-                       "check that --url answers POST /v1/audio/speech (curl it), and the server's log")
+        raise FdbError(
+            f"every one of the {requests} measured requests failed, so {output / 'TTS.md'} measures nothing"
+            + (f" (first error: {first})" if first else ""),
+            "check that --url answers POST /v1/audio/speech (curl it), and the server's log",
+        )
     empty = _levels_without_success(data)
     if empty:
-        console.print(f"ERROR: {'; '.join(empty)}, so those rows of {output / 'TTS.md'} measure nothing (the "
-                      "server's log says why)", highlight=False, soft_wrap=True)
+        console.print(
+            f"ERROR: {'; '.join(empty)}, so those rows of {output / 'TTS.md'} measure nothing (the "
+            "server's log says why)",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise SystemExit(1)
 
 
@@ -152,9 +260,15 @@ def _levels_without_success(data: dict) -> list[str]:
     for entry, row in enumerate(data.get("rows", []), start=1):
         requests, ok, empty = (int(row.get(key) or 0) for key in ("requests", "ok", "empty"))
         if requests and (ok if silent_ok else ok - empty) == 0:
-            why = f"first error: {row['errors'][0]}" if row.get("errors") else "no request returned audio"
-            found.append(f"concurrency {row['concurrency']} (entry {entry}): none of its {requests} measured "
-                         f"requests succeeded ({why})")
+            why = (
+                f"first error: {row['errors'][0]}"
+                if row.get("errors")
+                else "no request returned audio"
+            )
+            found.append(
+                f"concurrency {row['concurrency']} (entry {entry}): none of its {requests} measured "
+                f"requests succeeded ({why})"
+            )
     return found
 
 
@@ -170,11 +284,16 @@ def summary_table(data: dict):
         table.add_row(*cells, f"{row.failed}/{row.requests}", stops)
     q = data.get("quality")
     if q is not None and q.get("wer_mean_pct") is not None:
-        table.caption = (f"WER {q['wer_mean_pct']:.2f}% (corpus {q['wer_corpus_pct']:.2f}%, {q['asr_label']}); "
-                         f"SIM {q['sim_mean']}; MOS {q['mos_mean']}")
+        table.caption = (
+            f"WER {q['wer_mean_pct']:.2f}% (corpus {q['wer_corpus_pct']:.2f}%, {q['asr_label']}); "
+            f"SIM {q['sim_mean']}; MOS {q['mos_mean']}"
+        )
     return table
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tts-bench", help=HELP, short_help="TTS serving and quality on Seed-TTS against /v1/audio/speech.")(
-        tts_bench)
+    app.command(
+        "tts-bench",
+        help=HELP,
+        short_help="TTS serving and quality on Seed-TTS against /v1/audio/speech.",
+    )(tts_bench)

@@ -41,7 +41,8 @@ def read_annotation(path: Path, sample_id: str) -> Any:
     """Decode a JSON annotation; a missing or malformed file raises ``SampleError``."""
     if not path.is_file():
         raise SampleError(
-            sample_id, "annotation file is missing",
+            sample_id,
+            "annotation file is missing",
             f"restore {path.name} from the official archive (or rerun `python -m fdb setup`)",
             str(path),
         )
@@ -49,8 +50,10 @@ def read_annotation(path: Path, sample_id: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SampleError(
-            sample_id, f"malformed JSON ({exc})",
-            f"replace {path.name} with the official file", str(path),
+            sample_id,
+            f"malformed JSON ({exc})",
+            f"replace {path.name} with the official file",
+            str(path),
         ) from exc
 
 
@@ -58,44 +61,68 @@ def _fail(sample_id: str, path: Path, message: str, hint: str) -> SampleError:
     return SampleError(sample_id, message, hint, str(path))
 
 
-def _span(value: Any, what: str, sample_id: str, path: Path, duration_s: float) -> tuple[float, float]:
+def _span(
+    value: Any, what: str, sample_id: str, path: Path, duration_s: float
+) -> tuple[float, float]:
     """Validate ``[start, end]``: two finite numbers, start <= end, both inside the audio."""
     ok = isinstance(value, list | tuple) and len(value) == 2
     ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
     if not ok or not all(math.isfinite(float(v)) for v in value):
-        raise _fail(sample_id, path, f"{what} is {value!r}, not [start_s, end_s]",
-                    "write two numbers in seconds, e.g. [3.32, 4.0]")
+        raise _fail(
+            sample_id,
+            path,
+            f"{what} is {value!r}, not [start_s, end_s]",
+            "write two numbers in seconds, e.g. [3.32, 4.0]",
+        )
     start, end = float(value[0]), float(value[1])
     if start > end:
-        raise _fail(sample_id, path, f"{what} starts after it ends ({start:g} > {end:g})",
-                    "swap the two times or fix the annotation")
+        raise _fail(
+            sample_id,
+            path,
+            f"{what} starts after it ends ({start:g} > {end:g})",
+            "swap the two times or fix the annotation",
+        )
     lo, hi = -TIME_TOLERANCE_S, duration_s + TIME_TOLERANCE_S
     if start < lo or end > hi:
-        raise _fail(sample_id, path,
-                    f"{what} [{start:g}, {end:g}] lies outside the input audio [0, {duration_s:g}] s",
-                    "check that the annotation belongs to this input.wav")
+        raise _fail(
+            sample_id,
+            path,
+            f"{what} [{start:g}, {end:g}] lies outside the input audio [0, {duration_s:g}] s",
+            "check that the annotation belongs to this input.wav",
+        )
     return start, end
 
 
 def _entries(data: Any, sample_id: str, path: Path, example: str) -> list[dict]:
     """The top-level list of objects that pause/turn-taking/interrupt files hold."""
     if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
-        raise _fail(sample_id, path, "expected a non-empty JSON list of objects",
-                    f"use the official shape: {example}")
+        raise _fail(
+            sample_id,
+            path,
+            "expected a non-empty JSON list of objects",
+            f"use the official shape: {example}",
+        )
     return data
 
 
-def parse_pauses(data: Any, sample_id: str, path: Path, duration_s: float) -> list[tuple[float, float]]:
+def parse_pauses(
+    data: Any, sample_id: str, path: Path, duration_s: float
+) -> list[tuple[float, float]]:
     """``pause.json``: ``[{"text": "[PAUSE]", "timestamp": [a, b]}, ...]``, sorted, disjoint."""
     example = '[{"text": "[PAUSE]", "timestamp": [a, b]}]'
     pauses = []
     for k, entry in enumerate(_entries(data, sample_id, path, example)):
-        pauses.append(_span(entry.get("timestamp"), f"pause {k} timestamp", sample_id, path, duration_s))
+        pauses.append(
+            _span(entry.get("timestamp"), f"pause {k} timestamp", sample_id, path, duration_s)
+        )
     for k in range(1, len(pauses)):
         if pauses[k][0] < pauses[k - 1][1]:
-            raise _fail(sample_id, path,
-                        f"pauses {k - 1} and {k} are unsorted or overlap ({pauses[k - 1]} then {pauses[k]})",
-                        "list pauses in time order without overlaps")
+            raise _fail(
+                sample_id,
+                path,
+                f"pauses {k - 1} and {k} are unsorted or overlap ({pauses[k - 1]} then {pauses[k]})",
+                "list pauses in time order without overlaps",
+            )
     return pauses
 
 
@@ -112,20 +139,34 @@ def parse_interrupt(data: Any, sample_id: str, path: Path, duration_s: float) ->
     example = '[{"context": "...", "interrupt": "...", "timestamp": [S, R]}]'
     entry = _entries(data, sample_id, path, example)[0]
     if "timestamp" not in entry and "timestamps" in entry:
-        raise _fail(sample_id, path, 'has "timestamps" where interrupt.json uses "timestamp"',
-                    'rename the key to the singular "timestamp"')
+        raise _fail(
+            sample_id,
+            path,
+            'has "timestamps" where interrupt.json uses "timestamp"',
+            'rename the key to the singular "timestamp"',
+        )
     span = _span(entry.get("timestamp"), "interrupt timestamp [S, R]", sample_id, path, duration_s)
-    return Interrupt(context=_text(entry.get("context")), text=_text(entry.get("interrupt")), span=span)
+    return Interrupt(
+        context=_text(entry.get("context")), text=_text(entry.get("interrupt")), span=span
+    )
 
 
 def parse_metadata(data: Any, sample_id: str, path: Path, duration_s: float) -> V15Metadata:
     """v1.5 ``metadata.json``: ``{"context_text", "current_turn_text", "timestamps": [s, e]}``."""
     if not isinstance(data, dict):
-        raise _fail(sample_id, path, "expected a JSON object",
-                    'use {"context_text": "", "current_turn_text": "...", "timestamps": [s, e]}')
+        raise _fail(
+            sample_id,
+            path,
+            "expected a JSON object",
+            'use {"context_text": "", "current_turn_text": "...", "timestamps": [s, e]}',
+        )
     if "timestamps" not in data and "timestamp" in data:
-        raise _fail(sample_id, path, 'has "timestamp" where metadata.json uses "timestamps"',
-                    'rename the key to the plural "timestamps"')
+        raise _fail(
+            sample_id,
+            path,
+            'has "timestamp" where metadata.json uses "timestamps"',
+            'rename the key to the plural "timestamps"',
+        )
     overlap = _span(data.get("timestamps"), "overlap timestamps", sample_id, path, duration_s)
     return V15Metadata(
         context_text=_text(data.get("context_text")),

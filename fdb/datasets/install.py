@@ -23,7 +23,10 @@ from fdb.datasets.types import SampleProblem
 from fdb.errors import FdbError
 
 TREE_LABEL = {"v1.0": "FDB v1.0", "v1.5": "FDB v1.5", "seed-tts": "Seed-TTS"}
-OFFICIAL_TOTAL = {"v1.0": 727, "v1.5": 498}  # v1.5: 99 backchannel pairs listed, 98 seen in the archive
+OFFICIAL_TOTAL = {
+    "v1.0": 727,
+    "v1.5": 498,
+}  # v1.5: 99 backchannel pairs listed, 98 seen in the archive
 
 
 class TreeStatus(BaseModel):
@@ -57,15 +60,19 @@ def link_tree(given: Path | None, link: Path) -> Path | None:
         return link if link.is_dir() else None
     given = Path(given).expanduser()
     if not given.is_dir():
-        raise FdbError(f"the dataset path {given} does not exist or is not a directory",
-                       "pass the unpacked official tree, or leave the option and its variable unset")
+        raise FdbError(
+            f"the dataset path {given} does not exist or is not a directory",
+            "pass the unpacked official tree, or leave the option and its variable unset",
+        )
     if link.exists() and given.resolve() == link.resolve():
         return link
     if link.is_symlink():
         link.unlink()
     elif link.exists():
-        raise FdbError(f"{link} already holds a dataset tree, so {given} cannot be linked there",
-                       f"remove or rename {link}, or drop the option to keep using it")
+        raise FdbError(
+            f"{link} already holds a dataset tree, so {given} cannot be linked there",
+            f"remove or rename {link}, or drop the option to keep using it",
+        )
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(given.resolve(), target_is_directory=True)
     return link
@@ -86,8 +93,10 @@ def _refuse_synthetic(tree: Path) -> None:
     from fdb.datasets.synthetic import is_synthetic
 
     if is_synthetic(Path(tree).expanduser().resolve().parent):
-        raise FdbError(f"{tree} is part of fdb's synthetic dataset, not an official tree",
-                       "leave the option out: runs use the synthetic set by themselves when no official tree is set up")
+        raise FdbError(
+            f"{tree} is part of fdb's synthetic dataset, not an official tree",
+            "leave the option out: runs use the synthetic set by themselves when no official tree is set up",
+        )
 
 
 def install_official(key: str, given: Path | None, dataset_dir: Path) -> TreeStatus:
@@ -109,8 +118,15 @@ def install_official(key: str, given: Path | None, dataset_dir: Path) -> TreeSta
     total = sum(counts.values())
     if key in OFFICIAL_TOTAL and total != OFFICIAL_TOTAL[key]:
         notes.append(f"{total} samples where the official {key} has {OFFICIAL_TOTAL[key]}")
-    return TreeStatus(key=key, source="official", root=tree, counts=counts, problems=problems,
-                      revision=revision, notes=notes)
+    return TreeStatus(
+        key=key,
+        source="official",
+        root=tree,
+        counts=counts,
+        problems=problems,
+        revision=revision,
+        notes=notes,
+    )
 
 
 def synthetic_status(key: str, synthetic_root: Path) -> TreeStatus:
@@ -123,5 +139,11 @@ def synthetic_status(key: str, synthetic_root: Path) -> TreeStatus:
         tree = synthetic_root / key
         counts = {name: len(ids) for name, ids in list_ids(tree, key).items()}  # type: ignore[arg-type]
         revision = read_revision(synthetic_root / f"{key}.revision")
-    return TreeStatus(key=key, source="synthetic", root=tree, counts=counts, revision=revision,
-                      notes=["synthetic: smoke tests only, never mixed with official numbers"])
+    return TreeStatus(
+        key=key,
+        source="synthetic",
+        root=tree,
+        counts=counts,
+        revision=revision,
+        notes=["synthetic: smoke tests only, never mixed with official numbers"],
+    )

@@ -51,18 +51,30 @@ SETUP_HINT = (
     "run `python -m fdb setup`, or point FDB_WORK at a directory whose dataset/{name} holds "
     "the official tree"
 )
-BROKEN_FILE_HINT = ("restore {name} from the official archive and rerun `python -m fdb setup` "
-                    "(fdb's synthetic set: rerun `python -m fdb dataset synth`)")
+BROKEN_FILE_HINT = (
+    "restore {name} from the official archive and rerun `python -m fdb setup` "
+    "(fdb's synthetic set: rerun `python -m fdb dataset synth`)"
+)
 # the machine setting that holds each dataset's per-session deadline (fdb/settings.py)
 SESSION_DEADLINE_VAR = {"v1.0": "V10_SESSION_TIMEOUT_S", "v1.5": "SESSION_TIMEOUT_S"}
 
 
 @overload
-def load_v10(root: Path, subsets: Iterable[str] | None = None,
-             *, strict: Literal[True] = True, max_input_s: float = ...) -> dict[str, list[V10Sample]]: ...
+def load_v10(
+    root: Path,
+    subsets: Iterable[str] | None = None,
+    *,
+    strict: Literal[True] = True,
+    max_input_s: float = ...,
+) -> dict[str, list[V10Sample]]: ...
 @overload
-def load_v10(root: Path, subsets: Iterable[str] | None = None, *, strict: Literal[False],
-             max_input_s: float = ...) -> tuple[dict[str, list[V10Sample]], list[SampleProblem]]: ...
+def load_v10(
+    root: Path,
+    subsets: Iterable[str] | None = None,
+    *,
+    strict: Literal[False],
+    max_input_s: float = ...,
+) -> tuple[dict[str, list[V10Sample]], list[SampleProblem]]: ...
 def load_v10(root, subsets=None, *, strict=True, max_input_s=MAX_SESSION_TIMEOUT_S):
     """Load v1.0 samples per subset (all subsets present under ``root`` when ``subsets`` is None);
     an input of ``max_input_s`` seconds or more (the session deadline) is a broken sample."""
@@ -73,11 +85,21 @@ def load_v10(root, subsets=None, *, strict=True, max_input_s=MAX_SESSION_TIMEOUT
 
 
 @overload
-def load_v15(root: Path, categories: Iterable[str] | None = None,
-             *, strict: Literal[True] = True, max_input_s: float = ...) -> dict[str, list[V15Pair]]: ...
+def load_v15(
+    root: Path,
+    categories: Iterable[str] | None = None,
+    *,
+    strict: Literal[True] = True,
+    max_input_s: float = ...,
+) -> dict[str, list[V15Pair]]: ...
 @overload
-def load_v15(root: Path, categories: Iterable[str] | None = None, *, strict: Literal[False],
-             max_input_s: float = ...) -> tuple[dict[str, list[V15Pair]], list[SampleProblem]]: ...
+def load_v15(
+    root: Path,
+    categories: Iterable[str] | None = None,
+    *,
+    strict: Literal[False],
+    max_input_s: float = ...,
+) -> tuple[dict[str, list[V15Pair]], list[SampleProblem]]: ...
 def load_v15(root, categories=None, *, strict=True, max_input_s=MAX_SESSION_TIMEOUT_S):
     """Load v1.5 pairs per category (all categories present under ``root`` when None); an
     input or clean input of ``max_input_s`` seconds or more is a broken pair."""
@@ -87,12 +109,15 @@ def load_v15(root, categories=None, *, strict=True, max_input_s=MAX_SESSION_TIME
     return _finish(loaded, errors, strict)
 
 
-def list_ids(root: Path, dataset: DatasetName, subsets: Iterable[str] | None = None
-             ) -> dict[str, list[str]]:
+def list_ids(
+    root: Path, dataset: DatasetName, subsets: Iterable[str] | None = None
+) -> dict[str, list[str]]:
     """Sample ids per subset in numeric order, from folder names only (no file is opened)."""
     root = Path(root)
-    return {name: [d.name for d in sample_dirs(root / name)]
-            for name in resolve_subsets(root, dataset, subsets)}
+    return {
+        name: [d.name for d in sample_dirs(root / name)]
+        for name in resolve_subsets(root, dataset, subsets)
+    }
 
 
 def is_sample_id(name: str) -> bool:
@@ -108,13 +133,18 @@ def sample_dirs(subset_dir: Path) -> list[Path]:
 
 def skipped_dirs(subset_dir: Path) -> list[Path]:
     """Folders of a subset that are not samples (non-digit names; hidden ones left out)."""
-    return sorted(d for d in subset_dir.iterdir()
-                  if d.is_dir() and not is_sample_id(d.name) and not d.name.startswith("."))
+    return sorted(
+        d
+        for d in subset_dir.iterdir()
+        if d.is_dir() and not is_sample_id(d.name) and not d.name.startswith(".")
+    )
 
 
 def _skipped(subset: str, folder: Path) -> SampleProblem:
     problem = SampleProblem(
-        sample_id=f"{subset}/{folder.name}", path=str(folder), kind="skipped",
+        sample_id=f"{subset}/{folder.name}",
+        path=str(folder),
+        kind="skipped",
         message="not a sample folder (its name is not all digits): skipped",
         hint="sample folders are numbered (1, 2, ...); rename or remove it",
     )
@@ -137,11 +167,12 @@ def resolve_subsets(root: Path, dataset: DatasetName, subsets: Iterable[str] | N
     wanted = list(dict.fromkeys(subsets))
     for name in wanted:
         if name not in known:
-            raise FdbError(f"'{name}' is not a {dataset} subset",
-                           f"use one of: {', '.join(known)}")
+            raise FdbError(f"'{name}' is not a {dataset} subset", f"use one of: {', '.join(known)}")
         if not (root / name).is_dir():
-            raise FdbError(f"the {dataset} subset directory {root / name} is missing",
-                           SETUP_HINT.format(name=dataset))
+            raise FdbError(
+                f"the {dataset} subset directory {root / name} is missing",
+                SETUP_HINT.format(name=dataset),
+            )
     return wanted
 
 
@@ -154,8 +185,12 @@ def _check_root(root: Path, dataset: DatasetName) -> None:
     raise FdbError(f"the {dataset} dataset root {root} does not exist", hint)
 
 
-def _load(root: Path, dataset: DatasetName, subsets: Iterable[str] | None, loader: Callable[[str, Path], T]
-          ) -> tuple[dict[str, list[T]], list[SampleError | SampleProblem]]:
+def _load(
+    root: Path,
+    dataset: DatasetName,
+    subsets: Iterable[str] | None,
+    loader: Callable[[str, Path], T],
+) -> tuple[dict[str, list[T]], list[SampleError | SampleProblem]]:
     loaded: dict[str, list[T]] = {}
     errors: list[SampleError | SampleProblem] = []
     for name in resolve_subsets(root, dataset, subsets):
@@ -172,8 +207,9 @@ def _load(root: Path, dataset: DatasetName, subsets: Iterable[str] | None, loade
 def problem_of(exc: SampleError) -> SampleProblem:
     """The typed record of a per-sample error (the message without the sample/path prefix)."""
     prefix = f"{exc.sample}: " + (f"{exc.path}: " if exc.path else "")
-    return SampleProblem(sample_id=exc.sample, path=exc.path,
-                         message=exc.message.removeprefix(prefix), hint=exc.hint)
+    return SampleProblem(
+        sample_id=exc.sample, path=exc.path, message=exc.message.removeprefix(prefix), hint=exc.hint
+    )
 
 
 def _finish(loaded: dict, errors: list[SampleError | SampleProblem], strict: bool):
@@ -192,44 +228,68 @@ def wav_header(path: Path, sample_id: str) -> tuple[int, int, int]:
     import soundfile as sf
 
     if not path.is_file():
-        raise SampleError(sample_id, "audio file is missing",
-                          f"restore {path.name} from the official archive", str(path))
+        raise SampleError(
+            sample_id,
+            "audio file is missing",
+            f"restore {path.name} from the official archive",
+            str(path),
+        )
     try:
         check_complete(path, sample_id, BROKEN_FILE_HINT.format(name=path.name))
         info = sf.info(str(path))
     except SampleError:
         raise
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError variants
-        raise SampleError(sample_id, f"unreadable WAV ({exc})",
-                          "replace the file with a valid PCM WAV", str(path)) from exc
+        raise SampleError(
+            sample_id, f"unreadable WAV ({exc})", "replace the file with a valid PCM WAV", str(path)
+        ) from exc
     if info.frames <= 0 or info.samplerate <= 0:
         raise SampleError(sample_id, "WAV holds no samples", "replace the file", str(path))
-    if info.subtype in ("FLOAT", "DOUBLE"):  # only a float WAV can hold NaN / inf (PCM: header only)
+    if info.subtype in (
+        "FLOAT",
+        "DOUBLE",
+    ):  # only a float WAV can hold NaN / inf (PCM: header only)
         import numpy as np
 
         if not np.isfinite(sf.read(str(path), dtype="float32")[0]).all():
-            raise SampleError(sample_id, "WAV holds NaN or infinite samples",
-                              BROKEN_FILE_HINT.format(name=path.name), str(path))
+            raise SampleError(
+                sample_id,
+                "WAV holds NaN or infinite samples",
+                BROKEN_FILE_HINT.format(name=path.name),
+                str(path),
+            )
     return int(info.samplerate), int(info.frames), int(info.channels)
 
 
-def check_session_length(path: Path, sample_id: str, duration_s: float, max_input_s: float,
-                         dataset: DatasetName) -> None:
+def check_session_length(
+    path: Path, sample_id: str, duration_s: float, max_input_s: float, dataset: DatasetName
+) -> None:
     """An input the recorder streams in real time must end before the session deadline."""
     if duration_s < max_input_s:
         return
     var = SESSION_DEADLINE_VAR[dataset]
     if duration_s < MAX_SESSION_TIMEOUT_S:
-        hint = (f"drop the sample from the selection, or raise {var} above {duration_s:.0f} s "
-                f"(it may go up to {MAX_SESSION_TIMEOUT_S:g} s)")
+        hint = (
+            f"drop the sample from the selection, or raise {var} above {duration_s:.0f} s "
+            f"(it may go up to {MAX_SESSION_TIMEOUT_S:g} s)"
+        )
     else:
-        hint = (f"drop the sample from the selection: sessions are capped at {MAX_SESSION_TIMEOUT_S:g} s, "
-                "so it cannot be recorded")
-    raise SampleError(sample_id, f"input is {duration_s:.3f} s long, not shorter than the {max_input_s:g} s "
-                      f"session deadline ({var}): its session could never finish", hint, str(path))
+        hint = (
+            f"drop the sample from the selection: sessions are capped at {MAX_SESSION_TIMEOUT_S:g} s, "
+            "so it cannot be recorded"
+        )
+    raise SampleError(
+        sample_id,
+        f"input is {duration_s:.3f} s long, not shorter than the {max_input_s:g} s "
+        f"session deadline ({var}): its session could never finish",
+        hint,
+        str(path),
+    )
 
 
-def _load_v10_sample(subset: str, sample_dir: Path, max_input_s: float = MAX_SESSION_TIMEOUT_S) -> V10Sample:
+def _load_v10_sample(
+    subset: str, sample_dir: Path, max_input_s: float = MAX_SESSION_TIMEOUT_S
+) -> V10Sample:
     sample_id = f"{subset}/{sample_dir.name}"
     task = V10_TASK[subset]
     input_wav = sample_dir / "input.wav"
@@ -247,14 +307,28 @@ def _load_v10_sample(subset: str, sample_dir: Path, max_input_s: float = MAX_SES
             fields["turn_end_s"] = parse_turn_taking(data, sample_id, annotation, duration)
         else:
             interrupt = parse_interrupt(data, sample_id, annotation, duration)
-            fields.update(interrupt=interrupt.span, interrupt_context=interrupt.context,
-                          interrupt_text=interrupt.text)
-    return V10Sample(subset=subset, id=sample_dir.name, task=task, dir=sample_dir,
-                     input_wav=input_wav, annotation=annotation, rate=rate,
-                     duration_s=duration, channels=channels, **fields)
+            fields.update(
+                interrupt=interrupt.span,
+                interrupt_context=interrupt.context,
+                interrupt_text=interrupt.text,
+            )
+    return V10Sample(
+        subset=subset,
+        id=sample_dir.name,
+        task=task,
+        dir=sample_dir,
+        input_wav=input_wav,
+        annotation=annotation,
+        rate=rate,
+        duration_s=duration,
+        channels=channels,
+        **fields,
+    )
 
 
-def _load_v15_pair(category: str, pair_dir: Path, max_input_s: float = MAX_SESSION_TIMEOUT_S) -> V15Pair:
+def _load_v15_pair(
+    category: str, pair_dir: Path, max_input_s: float = MAX_SESSION_TIMEOUT_S
+) -> V15Pair:
     sample_id = f"{category}/{pair_dir.name}"
     input_wav, clean_wav = pair_dir / "input.wav", pair_dir / "clean_input.wav"
     rate, frames, channels = wav_header(input_wav, sample_id)
@@ -263,10 +337,21 @@ def _load_v15_pair(category: str, pair_dir: Path, max_input_s: float = MAX_SESSI
     check_session_length(input_wav, sample_id, duration, max_input_s, "v1.5")
     check_session_length(clean_wav, sample_id, clean_frames / clean_rate, max_input_s, "v1.5")
     metadata_path = pair_dir / "metadata.json"
-    meta = parse_metadata(read_annotation(metadata_path, sample_id), sample_id,
-                          metadata_path, duration)
-    return V15Pair(category=category, id=pair_dir.name, dir=pair_dir, input_wav=input_wav,
-                   clean_input_wav=clean_wav, metadata=metadata_path, rate=rate,
-                   duration_s=duration, clean_duration_s=clean_frames / clean_rate,
-                   channels=channels, overlap=meta.overlap, context_text=meta.context_text,
-                   current_turn_text=meta.current_turn_text)
+    meta = parse_metadata(
+        read_annotation(metadata_path, sample_id), sample_id, metadata_path, duration
+    )
+    return V15Pair(
+        category=category,
+        id=pair_dir.name,
+        dir=pair_dir,
+        input_wav=input_wav,
+        clean_input_wav=clean_wav,
+        metadata=metadata_path,
+        rate=rate,
+        duration_s=duration,
+        clean_duration_s=clean_frames / clean_rate,
+        channels=channels,
+        overlap=meta.overlap,
+        context_text=meta.context_text,
+        current_turn_text=meta.current_turn_text,
+    )

@@ -38,8 +38,10 @@ def inventory(root: Path) -> dict[str, str]:
     """Map each file's relative posix path to its sha256, in sorted path order."""
     root = Path(root)
     if not root.is_dir():
-        raise FdbError(f"cannot pin {root}: it is not a directory",
-                       "check the dataset path (or run `python -m fdb setup`)")
+        raise FdbError(
+            f"cannot pin {root}: it is not a directory",
+            "check the dataset path (or run `python -m fdb setup`)",
+        )
     return {rel: sha256_file(path) for rel, path in _files(root)}
 
 

@@ -56,7 +56,9 @@ class SeedTtsSet(BaseModel):
         parts = []
         for name, count in self.counts.items():
             official = OFFICIAL_COUNTS.get(name)
-            note = f" (official: {official:,})" if official is not None and official != count else ""
+            note = (
+                f" (official: {official:,})" if official is not None and official != count else ""
+            )
             parts.append(f"{name} {count:,}{note}")
         return ", ".join(parts)
 
@@ -71,58 +73,86 @@ def _inside(path: str, root: Path) -> bool:
     return os.path.commonpath([real_base, os.path.realpath(path)]) == real_base
 
 
-def _wav_path(raw: str, list_dir: Path, root: Path, utt: str, list_path: Path, what: str,
-              check_audio: bool) -> Path:
+def _wav_path(
+    raw: str, list_dir: Path, root: Path, utt: str, list_path: Path, what: str, check_audio: bool
+) -> Path:
     if not raw:
-        raise SampleError(utt, f"the {what} field is empty", f"give a path relative to {list_dir}",
-                          str(list_path))
+        raise SampleError(
+            utt, f"the {what} field is empty", f"give a path relative to {list_dir}", str(list_path)
+        )
     joined = os.path.normpath(os.path.join(os.path.abspath(list_dir), raw))
     if not _inside(joined, root):
-        raise SampleError(utt, f"{what} path {raw!r} escapes the dataset root {root}",
-                          "keep every wav inside the dataset (paths are relative to the list's directory)",
-                          str(list_path))
+        raise SampleError(
+            utt,
+            f"{what} path {raw!r} escapes the dataset root {root}",
+            "keep every wav inside the dataset (paths are relative to the list's directory)",
+            str(list_path),
+        )
     path = Path(joined)
     if check_audio:
         wav_header(path, utt)
     elif not path.is_file():
-        raise SampleError(utt, f"{what} {raw} is missing", "restore it from the Seed-TTS archive", str(path))
+        raise SampleError(
+            utt, f"{what} {raw} is missing", "restore it from the Seed-TTS archive", str(path)
+        )
     return path
 
 
-def parse_row(text: str, line: int, list_name: str, list_path: Path, root: Path,
-              check_audio: bool = False) -> SeedTtsItem:
+def parse_row(
+    text: str, line: int, list_name: str, list_path: Path, root: Path, check_audio: bool = False
+) -> SeedTtsItem:
     """One non-blank row of ``list_name`` (``list_path`` under ``root``) as a ``SeedTtsItem``."""
     fields = [f.strip() for f in text.split("|")]
     where = f"{list_name}:{line}"
     if len(fields) not in (4, 5):
-        raise SampleError(where, f"row has {len(fields)} '|'-separated fields, expected 4 or 5 ({ROW_FORMAT})",
-                          f"fix line {line} of {list_path} (a '|' inside a text splits it)", str(list_path))
+        raise SampleError(
+            where,
+            f"row has {len(fields)} '|'-separated fields, expected 4 or 5 ({ROW_FORMAT})",
+            f"fix line {line} of {list_path} (a '|' inside a text splits it)",
+            str(list_path),
+        )
     utt, prompt_text, prompt_raw, target_text = fields[:4]
     if not utt:
-        raise SampleError(where, "row has an empty utt_id", f"fix line {line} of {list_path}", str(list_path))
+        raise SampleError(
+            where, "row has an empty utt_id", f"fix line {line} of {list_path}", str(list_path)
+        )
     if not target_text:
-        raise SampleError(f"{list_name}/{utt}", "row has an empty target text",
-                          f"fix line {line} of {list_path}", str(list_path))
+        raise SampleError(
+            f"{list_name}/{utt}",
+            "row has an empty target text",
+            f"fix line {line} of {list_path}",
+            str(list_path),
+        )
     label = f"{list_name}/{utt}"
     list_dir = list_path.parent
     prompt = _wav_path(prompt_raw, list_dir, root, label, list_path, "prompt wav", check_audio)
     gt = None
     if len(fields) == 5 and fields[4]:
         gt = _wav_path(fields[4], list_dir, root, label, list_path, "ground-truth wav", check_audio)
-    return SeedTtsItem(list_name=list_name, line=line, id=utt, prompt_text=prompt_text,
-                       prompt_wav=prompt, target_text=target_text, gt_wav=gt)
+    return SeedTtsItem(
+        list_name=list_name,
+        line=line,
+        id=utt,
+        prompt_text=prompt_text,
+        prompt_wav=prompt,
+        target_text=target_text,
+        gt_wav=gt,
+    )
 
 
-def load_list(root: Path, list_name: str, check_audio: bool = False
-              ) -> tuple[list[SeedTtsItem], list[SampleError]]:
+def load_list(
+    root: Path, list_name: str, check_audio: bool = False
+) -> tuple[list[SeedTtsItem], list[SampleError]]:
     """Every row of one list, and the errors of the rows that could not be read."""
     root = Path(root)
     path = root / list_name
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise FdbError(f"cannot read the Seed-TTS list {path} ({exc})",
-                       "point --seed-tts / SEED_TTS_DATASET at the unpacked seedtts_testset/") from exc
+        raise FdbError(
+            f"cannot read the Seed-TTS list {path} ({exc})",
+            "point --seed-tts / SEED_TTS_DATASET at the unpacked seedtts_testset/",
+        ) from exc
     items: list[SeedTtsItem] = []
     errors: list[SampleError] = []
     seen: dict[str, int] = {}
@@ -135,8 +165,14 @@ def load_list(root: Path, list_name: str, check_audio: bool = False
             errors.append(exc)
             continue
         if item.id in seen:
-            errors.append(SampleError(f"{list_name}/{item.id}", f"duplicate utt_id (first on line {seen[item.id]})",
-                                      f"remove line {number} of {path}", str(path)))
+            errors.append(
+                SampleError(
+                    f"{list_name}/{item.id}",
+                    f"duplicate utt_id (first on line {seen[item.id]})",
+                    f"remove line {number} of {path}",
+                    str(path),
+                )
+            )
             continue
         seen[item.id] = number
         items.append(item)
@@ -147,17 +183,26 @@ def present_lists(root: Path) -> list[str]:
     """The known lists that exist under ``root``; a root with none of them is an error."""
     root = Path(root)
     if not root.is_dir():
-        raise FdbError(f"the Seed-TTS dataset root {root} does not exist",
-                       "unpack seedtts_testset and pass its path with --seed-tts or SEED_TTS_DATASET")
+        raise FdbError(
+            f"the Seed-TTS dataset root {root} does not exist",
+            "unpack seedtts_testset and pass its path with --seed-tts or SEED_TTS_DATASET",
+        )
     found = [name for name in SEEDTTS_LISTS if (root / name).is_file()]
     if not found:
-        raise FdbError(f"{root} holds none of the Seed-TTS lists ({', '.join(SEEDTTS_LISTS)})",
-                       "pass the directory that contains en/ and zh/ (seedtts_testset/)")
+        raise FdbError(
+            f"{root} holds none of the Seed-TTS lists ({', '.join(SEEDTTS_LISTS)})",
+            "pass the directory that contains en/ and zh/ (seedtts_testset/)",
+        )
     return found
 
 
-def load_seedtts(root: Path, lists: Iterable[str] | None = None, *, check_audio: bool = False,
-                 strict: bool = True):
+def load_seedtts(
+    root: Path,
+    lists: Iterable[str] | None = None,
+    *,
+    check_audio: bool = False,
+    strict: bool = True,
+):
     """Load the Seed-TTS lists under ``root`` (every known list present when ``lists`` is None).
 
     ``check_audio`` reads every wav header instead of only checking that the file exists.
@@ -169,7 +214,9 @@ def load_seedtts(root: Path, lists: Iterable[str] | None = None, *, check_audio:
     errors: list[SampleError] = []
     for name in names:
         if name not in SEEDTTS_LISTS:
-            raise FdbError(f"'{name}' is not a Seed-TTS list", f"use one of: {', '.join(SEEDTTS_LISTS)}")
+            raise FdbError(
+                f"'{name}' is not a Seed-TTS list", f"use one of: {', '.join(SEEDTTS_LISTS)}"
+            )
         loaded[name], bad = load_list(root, name, check_audio)
         errors += bad
     result = SeedTtsSet(root=root, lists=loaded)

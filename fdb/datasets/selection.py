@@ -122,9 +122,14 @@ class SelectionSpec(BaseModel):
         return self
 
     @classmethod
-    def from_options(cls, dataset: DatasetName, per_subset: str | int | None = None,
-                     subset_counts: Iterable[str] = (), sample_ids: Iterable[str] = (),
-                     ids_file: Path | None = None) -> SelectionSpec:
+    def from_options(
+        cls,
+        dataset: DatasetName,
+        per_subset: str | int | None = None,
+        subset_counts: Iterable[str] = (),
+        sample_ids: Iterable[str] = (),
+        ids_file: Path | None = None,
+    ) -> SelectionSpec:
         """Build a spec from CLI-style strings (``NAME=N``, ``NAME/ID``, an ids file path)."""
         counts = dict(parse_subset_count(text, dataset) for text in subset_counts)
         ids = [parse_sample_id(text, dataset) for text in sample_ids]
@@ -134,21 +139,31 @@ class SelectionSpec(BaseModel):
             flag = "--v10" if dataset == "v1.0" else "--v15"
             count_opt = f"{flag}-per-subset" if per_subset is not None else f"{flag}-subset-count"
             ids_opt = f"{flag}-sample-id" if sample_ids else f"{flag}-sample-ids-file"
-            raise FdbError(f"{count_opt} and {ids_opt} exclude each other: explicit sample ids select exactly "
-                           "those samples", f"drop {flag}-per-subset and {flag}-subset-count, or drop "
-                           f"{flag}-sample-id and {flag}-sample-ids-file")
+            raise FdbError(
+                f"{count_opt} and {ids_opt} exclude each other: explicit sample ids select exactly "
+                "those samples",
+                f"drop {flag}-per-subset and {flag}-subset-count, or drop "
+                f"{flag}-sample-id and {flag}-sample-ids-file",
+            )
         try:
-            return cls(dataset=dataset,
-                       per_subset=None if per_subset is None else parse_count(
-                           per_subset, f"{'--v10' if dataset == 'v1.0' else '--v15'}-per-subset"),
-                       subset_counts=counts, sample_ids=ids,
-                       ids_file=None if ids_file is None else str(ids_file))
+            return cls(
+                dataset=dataset,
+                per_subset=None
+                if per_subset is None
+                else parse_count(
+                    per_subset, f"{'--v10' if dataset == 'v1.0' else '--v15'}-per-subset"
+                ),
+                subset_counts=counts,
+                sample_ids=ids,
+                ids_file=None if ids_file is None else str(ids_file),
+            )
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
             from fdb.io import validation_summary
 
             text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-            raise FdbError(f"invalid {dataset} selection: {text}",
-                           "see the runbook's 'Choosing samples'") from exc
+            raise FdbError(
+                f"invalid {dataset} selection: {text}", "see the runbook's 'Choosing samples'"
+            ) from exc
 
     @property
     def default_count(self) -> Count:
@@ -179,8 +194,12 @@ class SelectionSpec(BaseModel):
         per_subset = self.per_subset
         if per_subset is None and not self.sample_ids:
             per_subset = DEFAULT_PER_SUBSET
-        return {"dataset": self.dataset, "per_subset": per_subset,
-                "subset_counts": dict(self.subset_counts), "sample_ids": list(self.sample_ids)}
+        return {
+            "dataset": self.dataset,
+            "per_subset": per_subset,
+            "subset_counts": dict(self.subset_counts),
+            "sample_ids": list(self.sample_ids),
+        }
 
 
 def same_selection(a: SelectionSpec, b: SelectionSpec) -> bool:
@@ -195,8 +214,10 @@ def select(spec: SelectionSpec, catalog: Catalog) -> list[str]:
     chosen: list[str] = []
     for name in spec.subset_counts:
         if spec.subset_counts[name] != 0 and name not in catalog:
-            raise FdbError(f"{spec.dataset} subset '{name}' is not in this dataset tree",
-                           f"present subsets: {', '.join(catalog) or 'none'}")
+            raise FdbError(
+                f"{spec.dataset} subset '{name}' is not in this dataset tree",
+                f"present subsets: {', '.join(catalog) or 'none'}",
+            )
     for name in DATASET_SUBSETS[spec.dataset]:
         if name not in catalog:
             continue
@@ -211,13 +232,17 @@ def _select_explicit(spec: SelectionSpec, catalog: Catalog) -> list[str]:
     for sample_id in spec.sample_ids:
         name, _, sample = sample_id.partition("/")
         if name not in catalog:
-            raise FdbError(f"sample {sample_id}: subset '{name}' is not in this dataset tree",
-                           f"present subsets: {', '.join(catalog) or 'none'}")
+            raise FdbError(
+                f"sample {sample_id}: subset '{name}' is not in this dataset tree",
+                f"present subsets: {', '.join(catalog) or 'none'}",
+            )
         if sample not in catalog[name]:
             ids = sorted(catalog[name], key=lambda s: (int(s), s))
             have = f"ids {ids[0]}..{ids[-1]}" if ids else "no samples"
-            raise FdbError(f"unknown {spec.dataset} sample id {sample_id}",
-                           f"{name} has {have} ({len(ids)} samples)")
+            raise FdbError(
+                f"unknown {spec.dataset} sample id {sample_id}",
+                f"{name} has {have} ({len(ids)} samples)",
+            )
     return list(spec.sample_ids)
 
 
@@ -227,8 +252,10 @@ def read_ids_file(path: Path, dataset: DatasetName) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise FdbError(f"cannot read the sample ids file {path} ({exc.strerror})",
-                       "pass an existing file such as runs/RUN/repeat-1/sample-ids.txt") from exc
+        raise FdbError(
+            f"cannot read the sample ids file {path} ({exc.strerror})",
+            "pass an existing file such as runs/RUN/repeat-1/sample-ids.txt",
+        ) from exc
     ids = []
     for number, line in enumerate(lines, start=1):
         text = line.split("#", 1)[0].strip()
@@ -258,5 +285,7 @@ def count_by_subset(sample_ids: Iterable[str]) -> dict[str, int]:
 def require_some_selection(v10_ids: Sequence[str], v15_ids: Sequence[str]) -> None:
     """The runbook's rule: leaving both datasets out of a run is an error."""
     if not v10_ids and not v15_ids:
-        raise FdbError("the selection leaves both v1.0 and v1.5 out of the run",
-                       "give --v10-per-subset or --v15-per-subset a count above 0, or sample ids")
+        raise FdbError(
+            "the selection leaves both v1.0 and v1.5 out of the run",
+            "give --v10-per-subset or --v15-per-subset a count above 0, or sample ids",
+        )

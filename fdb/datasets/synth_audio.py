@@ -88,7 +88,7 @@ class Timeline:
         if offset < 0:
             raise ValueError("a clip would start before the timeline")
         self.pad_to(offset + len(clip.samples))
-        self._buf[offset: offset + len(clip.samples)] += clip.samples * np.float32(gain)
+        self._buf[offset : offset + len(clip.samples)] += clip.samples * np.float32(gain)
         return speech_start, offset + clip.end
 
     def samples(self, length: int) -> np.ndarray:
@@ -106,6 +106,10 @@ def word_times(text: str, start_s: float, end_s: float) -> list[dict]:
     """
     words = text.split()
     weights = np.array([len(w) + 1 for w in words], dtype=np.float64)
-    bounds = start_s + (end_s - start_s) * np.concatenate([[0.0], np.cumsum(weights) / weights.sum()])
-    return [{"text": w, "timestamp": [round(float(bounds[k]), 6), round(float(bounds[k + 1]), 6)]}
-            for k, w in enumerate(words)]
+    bounds = start_s + (end_s - start_s) * np.concatenate(
+        [[0.0], np.cumsum(weights) / weights.sum()]
+    )
+    return [
+        {"text": w, "timestamp": [round(float(bounds[k]), 6), round(float(bounds[k + 1]), 6)]}
+        for k, w in enumerate(words)
+    ]

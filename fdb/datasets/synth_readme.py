@@ -11,8 +11,10 @@ README_MARKER = "<!-- fdb synthetic dataset -->"
 
 
 def _voices() -> str:
-    return "; ".join(f"`{key}` = {spec.name} (length_scale {spec.length_scale:g}, pitch x{spec.pitch:g})"
-                     for key, spec in VOICES.items())
+    return "; ".join(
+        f"`{key}` = {spec.name} (length_scale {spec.length_scale:g}, pitch x{spec.pitch:g})"
+        for key, spec in VOICES.items()
+    )
 
 
 def _v10_section() -> str:

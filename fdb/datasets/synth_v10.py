@@ -58,8 +58,14 @@ def _transcription(sample_dir: Path, phrases: list[tuple[str, int, int]]) -> Non
     atomic_write_json(sample_dir / "transcription.json", [{"speaker": 1, "item": words}])
 
 
-def _spoken_with_pauses(ctx: SynthContext, subset: str, number: int, parts: tuple[str, ...],
-                        bounds: tuple[float, float], sample_dir: Path) -> float:
+def _spoken_with_pauses(
+    ctx: SynthContext,
+    subset: str,
+    number: int,
+    parts: tuple[str, ...],
+    bounds: tuple[float, float],
+    sample_dir: Path,
+) -> float:
     """One user turn cut into ``parts`` with a pause between consecutive parts."""
     line = Timeline()
     phrases, pauses = [], []
@@ -69,23 +75,34 @@ def _spoken_with_pauses(ctx: SynthContext, subset: str, number: int, parts: tupl
             position = on_grid(phrases[-1][2] + ctx.draw(subset, number, bounds, slot))
         start, end = line.put(ctx.voices.clip("user", text), position)
         if slot:
-            pauses.append({"text": "[PAUSE]", "timestamp": [seconds(phrases[-1][2]), seconds(start)]})
+            pauses.append(
+                {"text": "[PAUSE]", "timestamp": [seconds(phrases[-1][2]), seconds(start)]}
+            )
         phrases.append((text, start, end))
     atomic_write_json(sample_dir / "pause.json", pauses)
     _transcription(sample_dir, phrases)
-    return write_input(sample_dir, "input.wav", line.samples(phrases[-1][2] + n_samples(PAUSE_TAIL_S)))
+    return write_input(
+        sample_dir, "input.wav", line.samples(phrases[-1][2] + n_samples(PAUSE_TAIL_S))
+    )
 
 
 def pause_sample(ctx: SynthContext, number: int, sample_dir: Path) -> float:
     """synthetic_pause_handling: part 1, a 1.5-2.5 s pause, part 2, 1 s of silence."""
-    return _spoken_with_pauses(ctx, "synthetic_pause_handling", number, pick(PAUSE_PARTS, number),
-                               PAUSE_S, sample_dir)
+    return _spoken_with_pauses(
+        ctx, "synthetic_pause_handling", number, pick(PAUSE_PARTS, number), PAUSE_S, sample_dir
+    )
 
 
 def candor_pause_sample(ctx: SynthContext, number: int, sample_dir: Path) -> float:
     """candor_pause_handling: a conversational turn in three parts with two 1-2 s pauses."""
-    return _spoken_with_pauses(ctx, "candor_pause_handling", number, pick(CANDOR_PAUSE_PARTS, number),
-                               CANDOR_PAUSE_S, sample_dir)
+    return _spoken_with_pauses(
+        ctx,
+        "candor_pause_handling",
+        number,
+        pick(CANDOR_PAUSE_PARTS, number),
+        CANDOR_PAUSE_S,
+        sample_dir,
+    )
 
 
 def turn_sample(ctx: SynthContext, number: int, sample_dir: Path) -> float:
@@ -94,7 +111,9 @@ def turn_sample(ctx: SynthContext, number: int, sample_dir: Path) -> float:
     line = Timeline()
     start, end = line.put(question, lead())
     stamp = [seconds(end), seconds(end + n_samples(TURN_WINDOW_S))]
-    atomic_write_json(sample_dir / "turn_taking.json", [{"text": "[TURN-TAKING]", "timestamp": stamp}])
+    atomic_write_json(
+        sample_dir / "turn_taking.json", [{"text": "[TURN-TAKING]", "timestamp": stamp}]
+    )
     _transcription(sample_dir, [(question.text, start, end)])
     return write_input(sample_dir, "input.wav", line.samples(end + n_samples(TURN_TAIL_S)))
 
@@ -102,15 +121,25 @@ def turn_sample(ctx: SynthContext, number: int, sample_dir: Path) -> float:
 def interrupt_sample(ctx: SynthContext, number: int, sample_dir: Path) -> float:
     """synthetic_user_interruption: question, 2.5-3 s gap, the interruption [S, R], 5 s."""
     context_text, interrupt_text = pick(INTERRUPTIONS, number)
-    context, interrupt = ctx.voices.clip("user", context_text), ctx.voices.clip("user", interrupt_text)
+    context, interrupt = (
+        ctx.voices.clip("user", context_text),
+        ctx.voices.clip("user", interrupt_text),
+    )
     line = Timeline()
     _, question_end = line.put(context, lead())
     gap = ctx.draw("synthetic_user_interruption", number, INTERRUPT_GAP_S)
     s, r = line.put(interrupt, on_grid(question_end + gap))
     audio = line.samples(r + n_samples(INTERRUPT_TAIL_S))
-    atomic_write_json(sample_dir / "interrupt.json", [
-        {"context": context_text, "interrupt": interrupt_text, "timestamp": [seconds(s), seconds(r)]}
-    ])
+    atomic_write_json(
+        sample_dir / "interrupt.json",
+        [
+            {
+                "context": context_text,
+                "interrupt": interrupt_text,
+                "timestamp": [seconds(s), seconds(r)],
+            }
+        ],
+    )
     write_input(sample_dir, "context.wav", audio[:s])
     write_input(sample_dir, "interrupt.wav", audio[s:r])
     return write_input(sample_dir, "input.wav", audio)
@@ -130,7 +159,9 @@ def icc_sample(ctx: SynthContext, number: int, sample_dir: Path) -> float:
         phrases.append((text, start, end))
         k += 1
     _transcription(sample_dir, phrases)
-    return write_input(sample_dir, "input.wav", line.samples(phrases[-1][2] + n_samples(ICC_TAIL_S)))
+    return write_input(
+        sample_dir, "input.wav", line.samples(phrases[-1][2] + n_samples(ICC_TAIL_S))
+    )
 
 
 V10_BUILDERS: dict[str, Callable[[SynthContext, int, Path], float]] = {

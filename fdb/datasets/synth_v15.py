@@ -22,8 +22,12 @@ BACKGROUND_GAIN = 0.2  # background talker, relative to the user's level (about 
 V15_GAP_S = (2.25, 2.75)  # question end -> overlap start
 V15_CLEAN_TAIL_S = 6.0
 V15_MIN_TAIL_S = 1.0
-OVERLAP_VOICE = {"user_interruption": "user", "user_backchannel": "user",
-                 "talking_to_other": "other", "background_speech": "background"}
+OVERLAP_VOICE = {
+    "user_interruption": "user",
+    "user_backchannel": "user",
+    "talking_to_other": "other",
+    "background_speech": "background",
+}
 SEEDTTS_PROMPT_VOICES = ("user", "other", "background")
 SEEDTTS_MARGIN_S = 0.1  # silence kept around the speech of a prompt / ground-truth wav
 
@@ -41,12 +45,18 @@ def v15_pair(ctx: SynthContext, category: str, number: int, pair_dir: Path) -> f
     clean.put(question, lead())
     _, end = mixed.put(question, lead())
     gain = BACKGROUND_GAIN if category == "background_speech" else 1.0
-    start, stop = mixed.put(overlap, on_grid(end + ctx.draw(category, number, V15_GAP_S)), gain=gain)
+    start, stop = mixed.put(
+        overlap, on_grid(end + ctx.draw(category, number, V15_GAP_S)), gain=gain
+    )
     length = max(end + n_samples(V15_CLEAN_TAIL_S), stop + n_samples(V15_MIN_TAIL_S))
-    atomic_write_json(pair_dir / "metadata.json", {
-        "context_text": "", "current_turn_text": question.text,
-        "timestamps": [seconds(start), seconds(stop)],
-    })
+    atomic_write_json(
+        pair_dir / "metadata.json",
+        {
+            "context_text": "",
+            "current_turn_text": question.text,
+            "timestamps": [seconds(start), seconds(stop)],
+        },
+    )
     write_input(pair_dir, "clean_input.wav", clean.samples(length))
     return write_input(pair_dir, "input.wav", mixed.samples(length))
 

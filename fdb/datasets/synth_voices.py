@@ -47,7 +47,9 @@ VOICES: dict[str, VoiceSpec] = {
 def _piper_for(spec: VoiceSpec):
     from fdb.models.tts import PiperTts
 
-    return PiperTts(deterministic=True, length_scale=None if spec.length_scale == 1.0 else spec.length_scale)
+    return PiperTts(
+        deterministic=True, length_scale=None if spec.length_scale == 1.0 else spec.length_scale
+    )
 
 
 class VoiceBank:
@@ -103,7 +105,11 @@ class VoiceBank:
         if identity is None:
             data: dict[str, object] = {"name": type(base).__name__}
         else:
-            data = identity.model_dump(mode="json") if hasattr(identity, "model_dump") else dict(identity)
+            data = (
+                identity.model_dump(mode="json")
+                if hasattr(identity, "model_dump")
+                else dict(identity)
+            )
         data.pop("checkpoint", None)  # a local path: differs between machines
         data.pop("settings", None)
         voices = {key: spec.model_dump() for key, spec in VOICES.items()}

@@ -50,11 +50,19 @@ class SynthSizes(BaseModel):
         return value
 
     @classmethod
-    def build(cls, v10_per_subset: int = 3, v15_per_category: int = 2, seedtts_rows: int = 8,
-              counts: Iterable[str] = ()) -> SynthSizes:
+    def build(
+        cls,
+        v10_per_subset: int = 3,
+        v15_per_category: int = 2,
+        seedtts_rows: int = 8,
+        counts: Iterable[str] = (),
+    ) -> SynthSizes:
         """Uniform counts, then ``NAME=N`` overrides (a v1.0 subset, a v1.5 category or seedtts)."""
-        sizes = {"v10": dict.fromkeys(V10_SUBSETS, v10_per_subset),
-                 "v15": dict.fromkeys(V15_CATEGORIES, v15_per_category), "seedtts": seedtts_rows}
+        sizes = {
+            "v10": dict.fromkeys(V10_SUBSETS, v10_per_subset),
+            "v15": dict.fromkeys(V15_CATEGORIES, v15_per_category),
+            "seedtts": seedtts_rows,
+        }
         for text in counts:
             name, sep, value = text.partition("=")
             name = name.strip()
@@ -96,9 +104,17 @@ class SyntheticReport(BaseModel):
         return self.revisions["v1.5"]
 
 
-def generate_synthetic(root: Path, v10_per_subset: int = 3, v15_per_category: int = 2, tts=None, *,
-                       sizes: SynthSizes | None = None, seed: int = SEED,
-                       progress: Progress | None = None, voices: VoiceBank | None = None) -> SyntheticReport:
+def generate_synthetic(
+    root: Path,
+    v10_per_subset: int = 3,
+    v15_per_category: int = 2,
+    tts=None,
+    *,
+    sizes: SynthSizes | None = None,
+    seed: int = SEED,
+    progress: Progress | None = None,
+    voices: VoiceBank | None = None,
+) -> SyntheticReport:
     """Write the synthetic trees, their revision files, README.md and synthetic.json under ``root``.
 
     ``sizes`` (default: ``v10_per_subset`` per v1.0 subset, ``v15_per_category`` per v1.5
@@ -121,20 +137,39 @@ def generate_synthetic(root: Path, v10_per_subset: int = 3, v15_per_category: in
     samples, seconds_ = _write_fdb_trees(ctx, root, sizes, tick)
     samples["seedtts/en"] = sizes.seedtts
     seconds_["seedtts/en"] = round(seedtts_list(ctx, sizes.seedtts, root / SEEDTTS_PART, tick), 3)
-    revisions = {tree: write_revision(root / tree, root / f"{tree}.revision", prefix=SYNTH_PREFIX)
-                 for tree in TREES}
+    revisions = {
+        tree: write_revision(root / tree, root / f"{tree}.revision", prefix=SYNTH_PREFIX)
+        for tree in TREES
+    }
     identity = voices.identity()
-    atomic_write_json(root / "synthetic.json", {
-        "schema": SYNTH_SCHEMA, "synthetic": True, "label": "fdb synthetic dataset (not Full-Duplex-Bench"
-        " or Seed-TTS data; never mix its numbers with official ones)", "seed": seed,
-        "sizes": sizes.model_dump(), "samples": samples, "revisions": revisions, "tts": identity,
-    })
-    return SyntheticReport(root=root, seed=seed, revisions=revisions, samples=samples, input_seconds=seconds_,
-                           elapsed_s=round(time.perf_counter() - began, 3), tts=identity)
+    atomic_write_json(
+        root / "synthetic.json",
+        {
+            "schema": SYNTH_SCHEMA,
+            "synthetic": True,
+            "label": "fdb synthetic dataset (not Full-Duplex-Bench"
+            " or Seed-TTS data; never mix its numbers with official ones)",
+            "seed": seed,
+            "sizes": sizes.model_dump(),
+            "samples": samples,
+            "revisions": revisions,
+            "tts": identity,
+        },
+    )
+    return SyntheticReport(
+        root=root,
+        seed=seed,
+        revisions=revisions,
+        samples=samples,
+        input_seconds=seconds_,
+        elapsed_s=round(time.perf_counter() - began, 3),
+        tts=identity,
+    )
 
 
-def _write_fdb_trees(ctx: SynthContext, root: Path, sizes: SynthSizes,
-                     tick: Progress) -> tuple[dict[str, int], dict[str, float]]:
+def _write_fdb_trees(
+    ctx: SynthContext, root: Path, sizes: SynthSizes, tick: Progress
+) -> tuple[dict[str, int], dict[str, float]]:
     samples: dict[str, int] = {}
     seconds_: dict[str, float] = {}
     jobs = [("v1.0", name, V10_BUILDERS[name], sizes.v10.get(name, 0)) for name in V10_SUBSETS]
@@ -161,8 +196,10 @@ def _prepare_root(root: Path) -> None:
     files are written again); refuse a root whose trees are not marked synthetic."""
     trees = [root / tree for tree in TREES]
     if any(t.exists() for t in trees) and not is_synthetic(root):
-        raise FdbError(f"{root} already holds v1.0/, v1.5/ or seedtts/ trees that are not fdb's synthetic data",
-                       "choose an empty directory for the synthetic dataset")
+        raise FdbError(
+            f"{root} already holds v1.0/, v1.5/ or seedtts/ trees that are not fdb's synthetic data",
+            "choose an empty directory for the synthetic dataset",
+        )
     for tree in trees:
         if tree.exists():
             shutil.rmtree(tree)
@@ -191,19 +228,31 @@ def synthetic_complete(root: Path) -> bool:
         return False
     for tree in TREES:
         stored = read_revision(root / f"{tree}.revision")
-        if stored is None or not (root / tree).is_dir() or SYNTH_PREFIX + tree_revision(root / tree) != stored:
+        if (
+            stored is None
+            or not (root / tree).is_dir()
+            or SYNTH_PREFIX + tree_revision(root / tree) != stored
+        ):
             return False
     return True
 
 
-def install_synthetic(dest: Path, tts=None, *, sizes: SynthSizes | None = None, seed: int = SEED,
-                      progress: Progress | None = None) -> SyntheticReport:
+def install_synthetic(
+    dest: Path,
+    tts=None,
+    *,
+    sizes: SynthSizes | None = None,
+    seed: int = SEED,
+    progress: Progress | None = None,
+) -> SyntheticReport:
     """Generate into a hidden sibling of ``dest`` and rename it into place, so a killed run never
     leaves a half-written dataset that looks complete. A ``dest`` holding other data is refused."""
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not is_synthetic(dest))):
-        raise FdbError(f"{dest} holds files that are not fdb's synthetic dataset",
-                       "move them away or choose another --out, then rerun")
+        raise FdbError(
+            f"{dest} holds files that are not fdb's synthetic dataset",
+            "move them away or choose another --out, then rerun",
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
     if staging.exists():
@@ -215,9 +264,16 @@ def install_synthetic(dest: Path, tts=None, *, sizes: SynthSizes | None = None, 
     return report.model_copy(update={"root": dest})
 
 
-def ensure_synthetic(work: Path, tts=None, v10_per_subset: int = 3, v15_per_category: int = 2, *,
-                     sizes: SynthSizes | None = None, seed: int = SEED,
-                     progress: Progress | None = None) -> Path:
+def ensure_synthetic(
+    work: Path,
+    tts=None,
+    v10_per_subset: int = 3,
+    v15_per_category: int = 2,
+    *,
+    sizes: SynthSizes | None = None,
+    seed: int = SEED,
+    progress: Progress | None = None,
+) -> Path:
     """Return ``work/dataset/synthetic``, generating it first when missing or incomplete (a
     complete one is reused whatever its sizes)."""
     dest = Path(work) / "dataset" / "synthetic"

@@ -35,10 +35,14 @@ PAUSE_PARTS = (
 
 # (context question, interruption) for v1.0 synthetic user interruption.
 INTERRUPTIONS = (
-    ("Could you suggest some books to help with personal development?",
-     "Can we talk about something else? How about fiction books?"),
-    ("Tell me about the history of the Roman Empire.",
-     "Actually, can you just tell me when it fell?"),
+    (
+        "Could you suggest some books to help with personal development?",
+        "Can we talk about something else? How about fiction books?",
+    ),
+    (
+        "Tell me about the history of the Roman Empire.",
+        "Actually, can you just tell me when it fell?",
+    ),
     ("How do I bake chocolate chip cookies?", "Wait, what if I don't have any eggs?"),
     ("What are the best places to visit in Japan?", "Sorry, I meant places near Tokyo only."),
     ("Can you explain how a car engine works?", "Hold on, what about electric cars?"),
@@ -83,11 +87,23 @@ def pick(items: tuple, sample_number: int, offset: int = 0):
 
 # (part 1, part 2, part 3) of a conversational turn with two pauses (candor_pause_handling).
 CANDOR_PAUSE_PARTS = (
-    ("I think the best part of the trip was", "probably the food,", "especially the little place by the harbor."),
+    (
+        "I think the best part of the trip was",
+        "probably the food,",
+        "especially the little place by the harbor.",
+    ),
     ("So my plan for the summer is", "to fix up the old bike", "and ride it to work every day."),
-    ("What I keep wondering about is", "whether we should move", "somewhere a bit closer to the city."),
+    (
+        "What I keep wondering about is",
+        "whether we should move",
+        "somewhere a bit closer to the city.",
+    ),
     ("The thing about my job is", "that nobody really knows", "what the final deadline is."),
-    ("When my sister visited last week", "we went to the market", "and bought way too many apples."),
+    (
+        "When my sister visited last week",
+        "we went to the market",
+        "and bought way too many apples.",
+    ),
     ("Honestly the hardest part was", "getting up so early", "for the whole first month."),
     ("I was going to say that", "the movie was too long", "but the ending was worth it."),
     ("My neighbor has this dog", "that barks at every bird", "from morning until night."),

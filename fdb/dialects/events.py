@@ -33,6 +33,7 @@ def event_type(model: type[ServerEvent]) -> str:
 
 # --- session -----------------------------------------------------------------------------
 
+
 class SessionCreated(ServerEvent):
     type: Literal["session.created"] = "session.created"
     session: dict[str, Any]
@@ -69,6 +70,7 @@ class ErrorEvent(ServerEvent):
 
 
 # --- input receipts and units ------------------------------------------------------------
+
 
 class InputAudioAccepted(ServerEvent):
     type: Literal["sglang.input_audio.accepted"] = "sglang.input_audio.accepted"
@@ -133,7 +135,8 @@ class TranscriptionUsage(BaseModel):
 
 class TranscriptionCompleted(ServerEvent):
     type: Literal["conversation.item.input_audio_transcription.completed"] = (
-        "conversation.item.input_audio_transcription.completed")
+        "conversation.item.input_audio_transcription.completed"
+    )
     item_id: str
     content_index: int = 0
     transcript: str
@@ -160,6 +163,7 @@ class OutputAudioCleared(ServerEvent):
 
 
 # --- the conversation's items (GA: added, then done once complete) --------------------------
+
 
 class ItemAdded(ServerEvent):
     type: Literal["conversation.item.added"] = "conversation.item.added"
@@ -210,6 +214,7 @@ class ContentPartDone(_ContentPartEvent):
 
 
 # --- responses ---------------------------------------------------------------------------
+
 
 class StatusDetails(BaseModel):
     """``reason`` is the server's own: ``stop`` / ``empty_turn`` (completed), ``turn_detected``
@@ -277,7 +282,9 @@ class OutputAudioDone(_Part):
 
 
 class OutputAudioTranscriptDelta(_Part):
-    type: Literal["response.output_audio_transcript.delta"] = "response.output_audio_transcript.delta"
+    type: Literal["response.output_audio_transcript.delta"] = (
+        "response.output_audio_transcript.delta"
+    )
     delta: str
 
 
@@ -297,6 +304,7 @@ class OutputTextDone(_Part):
 
 
 # --- sglang extensions: how much of a reply was spoken and heard ----------------------------
+
 
 class ResponseProgress(ServerEvent):
     """A boundary of an audio reply (the end of a chunk, see :mod:`serving.conversation.chunker`)
@@ -331,13 +339,25 @@ def _clip(text: str | None, limit: int) -> str | None:
     return text if text is None or len(text) <= limit else text[:limit] + "..."
 
 
-def error_event(code: str, message: str, *, param: str | None = None, event_id: str | None = None,
-                kind: str = "invalid_request_error", fatal: bool = False) -> ErrorEvent:
+def error_event(
+    code: str,
+    message: str,
+    *,
+    param: str | None = None,
+    event_id: str | None = None,
+    kind: str = "invalid_request_error",
+    fatal: bool = False,
+) -> ErrorEvent:
     """An error event; its message and param are cut to a bounded length, as they may quote
     what a client sent (a key, a value), and a client's 10 MB frame is not echoed back."""
     return ErrorEvent(
-        error=ErrorBody(type=kind, code=code, message=_clip(message, MAX_ERROR_MESSAGE_CHARS),
-                        param=_clip(param, MAX_ERROR_PARAM_CHARS), event_id=event_id),
+        error=ErrorBody(
+            type=kind,
+            code=code,
+            message=_clip(message, MAX_ERROR_MESSAGE_CHARS),
+            param=_clip(param, MAX_ERROR_PARAM_CHARS),
+            event_id=event_id,
+        ),
         sglang=ErrorSglang(fatal=fatal),
     )
 
@@ -345,9 +365,16 @@ def error_event(code: str, message: str, *, param: str | None = None, event_id: 
 # Server events outside the OpenAI Realtime GA set: the Guide's session receipts and the
 # ``sglang.*`` extensions (docs/formats.md, "Realtime extension events").
 EXTENSION_EVENTS: dict[str, type[ServerEvent]] = {
-    event_type(model): model for model in (
-        SessionClosed, InputAudioAccepted, InputAudioEnded, InputAudioDrained, UnitDone,
-        ResponseProgress, ResponseHeard)
+    event_type(model): model
+    for model in (
+        SessionClosed,
+        InputAudioAccepted,
+        InputAudioEnded,
+        InputAudioDrained,
+        UnitDone,
+        ResponseProgress,
+        ResponseHeard,
+    )
 }
 
 

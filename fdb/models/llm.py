@@ -59,13 +59,28 @@ class SmolLm2:
         self._waiting, self._count = 0, threading.Lock()  # calls waiting for a context
         self._system_cache: dict[str, list[int]] = {}  # system turn text -> its tokens
         for _ in range(instances):
-            self._free.put(llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
-                                           n_threads_batch=n_threads, seed=0,
-                                           verbose=False))
+            self._free.put(
+                llama_cpp.Llama(
+                    model_path=str(path),
+                    n_ctx=n_ctx,
+                    n_threads=n_threads,
+                    n_threads_batch=n_threads,
+                    seed=0,
+                    verbose=False,
+                )
+            )
         self.identity = BackendIdentity(
-            kind="llm", name="smollm2-135m-instruct-q4_1", version=package_version(LLAMA_CPP.distribution),
-            checkpoint=str(path), checkpoint_sha256=sha256_file(path),
-            settings={"temperature": 0.0, "n_ctx": n_ctx, "contexts": instances, "threads": n_threads},
+            kind="llm",
+            name="smollm2-135m-instruct-q4_1",
+            version=package_version(LLAMA_CPP.distribution),
+            checkpoint=str(path),
+            checkpoint_sha256=sha256_file(path),
+            settings={
+                "temperature": 0.0,
+                "n_ctx": n_ctx,
+                "contexts": instances,
+                "threads": n_threads,
+            },
         )
 
     @property
@@ -105,7 +120,9 @@ class SmolLm2:
         if (tokens := self._system_cache.get(text)) is None:
             if len(self._system_cache) >= 64:  # sessions' own instructions: keep it bounded
                 self._system_cache.clear()
-            tokens = self._system_cache[text] = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+            tokens = self._system_cache[text] = llm.tokenize(
+                text.encode("utf-8"), add_bos=False, special=True
+            )
         return tokens
 
     def _prime(self, llm, messages: list[dict[str, str]]) -> None:
@@ -114,7 +131,7 @@ class SmolLm2:
         completion then evaluates only the rest of the prompt, always from this same state, so
         the same messages always give the same reply whatever the context served before."""
         prefix = self._system_tokens(llm, messages)
-        held = llm.n_tokens >= len(prefix) > 0 and list(llm.input_ids[:len(prefix)]) == prefix
+        held = llm.n_tokens >= len(prefix) > 0 and list(llm.input_ids[: len(prefix)]) == prefix
         if held:
             llm.n_tokens = len(prefix)  # the completion drops the KV cache after the prefix
             return
@@ -122,15 +139,24 @@ class SmolLm2:
         if prefix:
             llm.eval(prefix)
 
-    def reply(self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0) -> str:
+    def reply(
+        self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float = 0.0
+    ) -> str:
         """The whole reply, stripped."""
         with self._context() as llm:
             self._prime(llm, messages)
-            out = llm.create_chat_completion(messages=messages, **self._sampling(max_tokens, temperature))
+            out = llm.create_chat_completion(
+                messages=messages, **self._sampling(max_tokens, temperature)
+            )
         return (out["choices"][0]["message"]["content"] or "").strip()
 
-    def stream_reply(self, messages: list[dict[str, str]], max_tokens: int = 48,
-                     temperature: float = 0.0, step: Callable[..., Any] | None = None) -> Iterator[str]:
+    def stream_reply(
+        self,
+        messages: list[dict[str, str]],
+        max_tokens: int = 48,
+        temperature: float = 0.0,
+        step: Callable[..., Any] | None = None,
+    ) -> Iterator[str]:
         """The reply's text pieces as they are decoded (joined and stripped: :meth:`reply`).
 
         The context stays taken until the generator is exhausted or closed: iterate it in one
@@ -141,7 +167,8 @@ class SmolLm2:
             run = step or (lambda fn, *args: fn(*args))
             run(self._prime, llm, messages)  # as in reply(): independent of earlier calls
             chunks = llm.create_chat_completion(
-                messages=messages, stream=True, **self._sampling(max_tokens, temperature))
+                messages=messages, stream=True, **self._sampling(max_tokens, temperature)
+            )
             try:
                 while (chunk := run(next, chunks, None)) is not None:
                     piece = chunk["choices"][0]["delta"].get("content")

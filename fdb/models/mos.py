@@ -34,18 +34,31 @@ class DnsMos:
         from fdb.io import sha256_file
 
         folder = os.path.join(os.path.dirname(dns.__file__), "dnsmos_models")
-        primary, p808 = os.path.join(folder, "sig_bak_ovr.onnx"), os.path.join(folder, "model_v8.onnx")
+        primary, p808 = (
+            os.path.join(folder, "sig_bak_ovr.onnx"),
+            os.path.join(folder, "model_v8.onnx"),
+        )
         self._model = dns.DNSMOS(primary, p808)
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="mos", name="dnsmos-ovrl", version=package_version(SPEECHMOS.distribution),
-            checkpoint="speechmos/dnsmos_models/sig_bak_ovr.onnx", checkpoint_sha256=sha256_file(primary),
-            settings={"field": "ovrl_mos", "personalized": False, "clip": [-1.0, 1.0], "label": "DNSMOS (not UTMOS)"},
+            kind="mos",
+            name="dnsmos-ovrl",
+            version=package_version(SPEECHMOS.distribution),
+            checkpoint="speechmos/dnsmos_models/sig_bak_ovr.onnx",
+            checkpoint_sha256=sha256_file(primary),
+            settings={
+                "field": "ovrl_mos",
+                "personalized": False,
+                "clip": [-1.0, 1.0],
+                "label": "DNSMOS (not UTMOS)",
+            },
         )
 
     def score(self, samples: np.ndarray) -> float:
         with self._lock:
-            clipped = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)  # speechmos refuses |x| > 1
+            clipped = np.clip(
+                np.asarray(samples, dtype=np.float32), -1.0, 1.0
+            )  # speechmos refuses |x| > 1
             out = self._model(clipped, MOS_RATE, False)
         return float(out["ovrl_mos"])
 
@@ -55,8 +68,14 @@ class UtmosCheckpoint:
 
     def __init__(self, path: str | os.PathLike, expected_sha256: str):
         self._torch, self._model, sha = load_torchscript_checkpoint(path, expected_sha256, "UTMOS")
-        self.identity = BackendIdentity(kind="mos", name="utmos", version=None, checkpoint=str(path),
-                                        checkpoint_sha256=sha, settings={"rate": MOS_RATE})
+        self.identity = BackendIdentity(
+            kind="mos",
+            name="utmos",
+            version=None,
+            checkpoint=str(path),
+            checkpoint_sha256=sha,
+            settings={"rate": MOS_RATE},
+        )
 
     def score(self, samples: np.ndarray) -> float:
         with self._torch.no_grad():

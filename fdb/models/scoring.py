@@ -25,16 +25,28 @@ from pydantic import BaseModel, ConfigDict
 from fdb.errors import FdbError
 
 KINDS = ("asr", "mos", "speaker")
-CHOICES = {"asr": ("faster-whisper", "parakeet", "openai-compatible"),
-           "mos": ("dnsmos", "utmos"),
-           "speaker": ("resemblyzer", "wavlm-ecapa")}
-MOS_LABELS = {"utmos": "UTMOS", "dnsmos-ovrl": "DNSMOS (OVRL)", "dnsmos": "DNSMOS"}  # by identity name
+CHOICES = {
+    "asr": ("faster-whisper", "parakeet", "openai-compatible"),
+    "mos": ("dnsmos", "utmos"),
+    "speaker": ("resemblyzer", "wavlm-ecapa"),
+}
+MOS_LABELS = {
+    "utmos": "UTMOS",
+    "dnsmos-ovrl": "DNSMOS (OVRL)",
+    "dnsmos": "DNSMOS",
+}  # by identity name
 # The flags that give a kind's checkpoint and sha256 (fdb asr's; the errors below name them).
-FLAGS = {"parakeet": ("--nemo", "--nemo-sha256"), "utmos": ("--utmos-checkpoint", "--utmos-sha256"),
-         "wavlm-ecapa": ("--speaker-checkpoint", "--speaker-sha256")}
+FLAGS = {
+    "parakeet": ("--nemo", "--nemo-sha256"),
+    "utmos": ("--utmos-checkpoint", "--utmos-sha256"),
+    "wavlm-ecapa": ("--speaker-checkpoint", "--speaker-sha256"),
+}
 
 
-EXTRAS = {"parakeet": ("device",), "openai-compatible": ("url", "model", "api_key_env")}  # what else each reads
+EXTRAS = {
+    "parakeet": ("device",),
+    "openai-compatible": ("url", "model", "api_key_env"),
+}  # what else each reads
 
 
 class BackendChoice(BaseModel):
@@ -56,7 +68,11 @@ class BackendChoice(BaseModel):
         return (self.name, self.sha256 or self.checkpoint, self.url, self.model)
 
     def describe(self) -> str:
-        where = f"sha256 {self.sha256[:12]}…" if self.sha256 else (f"{self.url} {self.model}" if self.url else None)
+        where = (
+            f"sha256 {self.sha256[:12]}…"
+            if self.sha256
+            else (f"{self.url} {self.model}" if self.url else None)
+        )
         return self.name + (f" ({where})" if where else "")
 
 
@@ -76,25 +92,41 @@ class ScoringBackends(BaseModel):
 
     def differences(self, other: ScoringBackends) -> list[str]:
         """One phrase per kind whose model differs in ``other`` (this one being the run's)."""
-        return [f"--{kind} {getattr(other, kind).describe()} (the run's: {getattr(self, kind).describe()})"
-                for kind in KINDS if getattr(self, kind).key() != getattr(other, kind).key()]
+        return [
+            f"--{kind} {getattr(other, kind).describe()} (the run's: {getattr(self, kind).describe()})"
+            for kind in KINDS
+            if getattr(self, kind).key() != getattr(other, kind).key()
+        ]
 
 
-def choose(kind: str, name: str, checkpoint: str | Path | None = None, sha256: str | None = None,
-           **extra: str | None) -> BackendChoice:
+def choose(
+    kind: str,
+    name: str,
+    checkpoint: str | Path | None = None,
+    sha256: str | None = None,
+    **extra: str | None,
+) -> BackendChoice:
     """A checked choice: a known name with what it needs; checkpoint paths made absolute."""
     if name not in CHOICES[kind]:
-        raise FdbError(f"unknown {kind} backend {name!r}", f"choose one of {', '.join(CHOICES[kind])}")
+        raise FdbError(
+            f"unknown {kind} backend {name!r}", f"choose one of {', '.join(CHOICES[kind])}"
+        )
     if name in FLAGS and name != "parakeet" and not (checkpoint and sha256):
         path_flag, sha_flag = FLAGS[name]
-        raise FdbError(f"--{kind} {name} needs {path_flag} PATH and {sha_flag} SHA",
-                       "pass the local checkpoint and its sha256 (fdb never downloads weights)")
+        raise FdbError(
+            f"--{kind} {name} needs {path_flag} PATH and {sha_flag} SHA",
+            "pass the local checkpoint and its sha256 (fdb never downloads weights)",
+        )
     if name == "parakeet" and not checkpoint:
-        raise FdbError("--asr parakeet needs --nemo PATH",
-                       "pass the local parakeet-tdt-0.6b-v2 .nemo checkpoint, e.g. --nemo parakeet-tdt-0.6b-v2.nemo")
+        raise FdbError(
+            "--asr parakeet needs --nemo PATH",
+            "pass the local parakeet-tdt-0.6b-v2 .nemo checkpoint, e.g. --nemo parakeet-tdt-0.6b-v2.nemo",
+        )
     if name == "openai-compatible" and not (extra.get("url") and extra.get("model")):
-        raise FdbError("--asr openai-compatible needs --asr-url and --asr-model",
-                       "pass e.g. --asr-url http://127.0.0.1:8000/v1 --asr-model whisper-large-v3")
+        raise FdbError(
+            "--asr openai-compatible needs --asr-url and --asr-model",
+            "pass e.g. --asr-url http://127.0.0.1:8000/v1 --asr-model whisper-large-v3",
+        )
     if name == "parakeet" and not sha256:
         from fdb.models.asr_parakeet import PARAKEET_SHA256
 
@@ -103,7 +135,9 @@ def choose(kind: str, name: str, checkpoint: str | Path | None = None, sha256: s
         checkpoint = sha256 = None
     path = str(Path(checkpoint).resolve()) if checkpoint else None
     kept = {k: v for k, v in extra.items() if v is not None and k in EXTRAS.get(name, ())}
-    return BackendChoice(name=name, checkpoint=path, sha256=sha256.lower() if sha256 else None, **kept)
+    return BackendChoice(
+        name=name, checkpoint=path, sha256=sha256.lower() if sha256 else None, **kept
+    )
 
 
 def load_backend(kind: str, choice: BackendChoice):
@@ -113,10 +147,18 @@ def load_backend(kind: str, choice: BackendChoice):
     if kind == "mos":
         from fdb.models.mos import DnsMos, UtmosCheckpoint
 
-        return DnsMos() if choice.name == "dnsmos" else UtmosCheckpoint(choice.checkpoint, choice.sha256)
+        return (
+            DnsMos()
+            if choice.name == "dnsmos"
+            else UtmosCheckpoint(choice.checkpoint, choice.sha256)
+        )
     from fdb.models.speaker import EcapaCheckpoint, Resemblyzer
 
-    return Resemblyzer() if choice.name == "resemblyzer" else EcapaCheckpoint(choice.checkpoint, choice.sha256)
+    return (
+        Resemblyzer()
+        if choice.name == "resemblyzer"
+        else EcapaCheckpoint(choice.checkpoint, choice.sha256)
+    )
 
 
 def _load_asr(choice: BackendChoice):
@@ -127,17 +169,28 @@ def _load_asr(choice: BackendChoice):
         # about the padding early (measured: docs/benchmarks.md#embedded-asr)
         return load_asr("faster-whisper", vad_filter=True)
     if choice.name == "parakeet":
-        return load_asr("parakeet", nemo_path=choice.checkpoint, expected_sha256=choice.sha256,
-                        device=choice.device or "cpu")
-    return load_asr("openai-compatible", base_url=choice.url, model=choice.model,
-                    api_key_env=choice.api_key_env or "OPENAI_API_KEY")
+        return load_asr(
+            "parakeet",
+            nemo_path=choice.checkpoint,
+            expected_sha256=choice.sha256,
+            device=choice.device or "cpu",
+        )
+    return load_asr(
+        "openai-compatible",
+        base_url=choice.url,
+        model=choice.model,
+        api_key_env=choice.api_key_env or "OPENAI_API_KEY",
+    )
 
 
 def same_model(a: dict | None, b: dict | None) -> bool:
     """Two recorded backend identities are one model: same name and checkpoint sha256."""
     if a is None or b is None:
         return a is b
-    return (a.get("name"), a.get("checkpoint_sha256")) == (b.get("name"), b.get("checkpoint_sha256"))
+    return (a.get("name"), a.get("checkpoint_sha256")) == (
+        b.get("name"),
+        b.get("checkpoint_sha256"),
+    )
 
 
 def mos_label(identity: dict | None) -> str:
@@ -149,4 +202,6 @@ def mos_label(identity: dict | None) -> str:
 def voice_label(identity: dict | None) -> str:
     """Voice similarity's column name: plain for WavLM ECAPA (the spec's), else naming the proxy."""
     name = (identity or {}).get("name")
-    return "Voice similarity" if name in (None, "wavlm-large-ecapa") else f"Voice similarity ({name})"
+    return (
+        "Voice similarity" if name in (None, "wavlm-large-ecapa") else f"Voice similarity ({name})"
+    )

@@ -37,23 +37,34 @@ class Resemblyzer:
         self._encoder = rz.VoiceEncoder(device="cpu", verbose=False)
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="speaker", name="resemblyzer-ge2e", version=package_version(RESEMBLYZER.distribution),
-            checkpoint="resemblyzer/pretrained.pt", checkpoint_sha256=sha256_file(weights),
+            kind="speaker",
+            name="resemblyzer-ge2e",
+            version=package_version(RESEMBLYZER.distribution),
+            checkpoint="resemblyzer/pretrained.pt",
+            checkpoint_sha256=sha256_file(weights),
             settings={"preprocess_wav": True, "label": "resemblyzer (not WavLM ECAPA)"},
         )
 
     def embed(self, samples: np.ndarray) -> np.ndarray:
         with self._lock:
-            wav = self._rz.preprocess_wav(np.asarray(samples, dtype=np.float32), source_sr=SPEAKER_RATE)
+            wav = self._rz.preprocess_wav(
+                np.asarray(samples, dtype=np.float32), source_sr=SPEAKER_RATE
+            )
             return np.asarray(self._encoder.embed_utterance(wav), dtype=np.float64)
 
 
 class EcapaCheckpoint:
     def __init__(self, path: str | os.PathLike, expected_sha256: str):
         self._torch, self._model, sha = load_torchscript_checkpoint(
-            path, expected_sha256, "the WavLM ECAPA speaker encoder")
-        self.identity = BackendIdentity(kind="speaker", name="wavlm-large-ecapa", checkpoint=str(path),
-                                        checkpoint_sha256=sha, settings={"rate": SPEAKER_RATE})
+            path, expected_sha256, "the WavLM ECAPA speaker encoder"
+        )
+        self.identity = BackendIdentity(
+            kind="speaker",
+            name="wavlm-large-ecapa",
+            checkpoint=str(path),
+            checkpoint_sha256=sha,
+            settings={"rate": SPEAKER_RATE},
+        )
 
     def embed(self, samples: np.ndarray) -> np.ndarray:
         with self._torch.no_grad():

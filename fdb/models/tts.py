@@ -31,7 +31,12 @@ class PiperTts:
 
     local_compute = True  # its calls compute on this host's cores (a server may gate them)
 
-    def __init__(self, deterministic: bool = False, length_scale: float | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        deterministic: bool = False,
+        length_scale: float | None = None,
+        threads: int | None = None,
+    ):
         piper = require_package(PIPER_TTS, "the Piper TTS backend")
         voice_pkg = require_package(JOE_VOICE, "the Piper joe voice")
         from fdb.io import sha256_file
@@ -43,8 +48,9 @@ class PiperTts:
 
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-            self._voice.session = onnxruntime.InferenceSession(model, sess_options=options,
-                                                               providers=["CPUExecutionProvider"])
+            self._voice.session = onnxruntime.InferenceSession(
+                model, sess_options=options, providers=["CPUExecutionProvider"]
+            )
         kwargs = {}
         if deterministic:
             kwargs.update(noise_scale=0.0, noise_w_scale=0.0)
@@ -57,13 +63,21 @@ class PiperTts:
         def locked_phonemize(text: str) -> list[list[str]]:
             with _PHONEMIZER_LOCK:
                 return phonemize(text)
+
         # Only the phonemizer is serialized: ONNX Runtime's run is thread-safe, so syntheses of
         # several sessions compute at once (a server bounds them with its compute gate).
         self._voice.phonemize = locked_phonemize
         self.identity = BackendIdentity(
-            kind="tts", name="piper/en_US-joe-medium", version=package_version(PIPER_TTS.distribution),
-            checkpoint=model, checkpoint_sha256=sha256_file(model),
-            settings={"deterministic": deterministic, "length_scale": length_scale, "threads": threads},
+            kind="tts",
+            name="piper/en_US-joe-medium",
+            version=package_version(PIPER_TTS.distribution),
+            checkpoint=model,
+            checkpoint_sha256=sha256_file(model),
+            settings={
+                "deterministic": deterministic,
+                "length_scale": length_scale,
+                "threads": threads,
+            },
         )
 
     def stream(self, text: str) -> Iterator[np.ndarray]:

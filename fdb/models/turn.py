@@ -47,12 +47,15 @@ def smart_turn_path() -> Path:
     try:
         dist = metadata.distribution(PIPECAT.distribution)
     except metadata.PackageNotFoundError as exc:
-        raise MissingExtraError(PIPECAT.requirement, PIPECAT.extra,
-                                "Smart Turn end-of-turn detection") from exc
+        raise MissingExtraError(
+            PIPECAT.requirement, PIPECAT.extra, "Smart Turn end-of-turn detection"
+        ) from exc
     path = Path(str(dist.locate_file(SMART_TURN_FILE)))
     if not path.is_file():
-        raise FdbError(f"pipecat-ai {dist.version} has no {SMART_TURN_FILE}",
-                       "install pipecat-ai==1.14.0 with --no-deps (make venv does)")
+        raise FdbError(
+            f"pipecat-ai {dist.version} has no {SMART_TURN_FILE}",
+            "install pipecat-ai==1.14.0 with --no-deps (make venv does)",
+        )
     return path
 
 
@@ -78,8 +81,12 @@ class SmartTurn:
     """Smart Turn v3.2 on CPU; one call scores one utterance (its time:
     docs/benchmarks.md#smart-turn)."""
 
-    def __init__(self, path: str | Path | None = None, expected_sha256: str = SMART_TURN_SHA256,
-                 threads: int = 1) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        expected_sha256: str = SMART_TURN_SHA256,
+        threads: int = 1,
+    ) -> None:
         from fdb.io import sha256_file
 
         ort = require_package(ONNXRUNTIME, "Smart Turn")
@@ -87,22 +94,34 @@ class SmartTurn:
         path = Path(path) if path is not None else smart_turn_path()
         sha = sha256_file(path)
         if sha != expected_sha256:
-            raise FdbError(f"Smart Turn model {path} has sha256 {sha}, expected {expected_sha256}",
-                           "install pipecat-ai==1.14.0, or pass the sha256 of the file you mean to use")
+            raise FdbError(
+                f"Smart Turn model {path} has sha256 {sha}, expected {expected_sha256}",
+                "install pipecat-ai==1.14.0, or pass the sha256 of the file you mean to use",
+            )
         options = ort.SessionOptions()
         options.inter_op_num_threads = 1
         options.intra_op_num_threads = threads
-        self._session = ort.InferenceSession(str(path), sess_options=options,
-                                             providers=["CPUExecutionProvider"])
-        self._features = features.FeatureExtractor(feature_size=80, sampling_rate=TURN_RATE,
-                                                   hop_length=160, chunk_length=WINDOW_S, n_fft=400)
+        self._session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._features = features.FeatureExtractor(
+            feature_size=80,
+            sampling_rate=TURN_RATE,
+            hop_length=160,
+            chunk_length=WINDOW_S,
+            n_fft=400,
+        )
         self._lock = threading.Lock()
         self.identity = BackendIdentity(
-            kind="turn", name="smart-turn-v3.2-cpu", version=package_version(PIPECAT.distribution),
-            checkpoint=str(path), checkpoint_sha256=sha)
+            kind="turn",
+            name="smart-turn-v3.2-cpu",
+            version=package_version(PIPECAT.distribution),
+            checkpoint=str(path),
+            checkpoint_sha256=sha,
+        )
 
     def complete_probability(self, samples: np.ndarray) -> float:
-        mel = self._features(last_window(samples), padding=0)[:, :WINDOW_S * 100]
+        mel = self._features(last_window(samples), padding=0)[:, : WINDOW_S * 100]
         with self._lock:
             (logits,) = self._session.run(None, {"input_features": mel[None].astype(np.float32)})
         return float(np.asarray(logits).reshape(-1)[0])  # the model ends in a sigmoid
@@ -116,5 +135,7 @@ def load_turn_backend(name: str = "smart-turn") -> TurnBackend:
     try:
         factory = _REGISTRY[name]
     except KeyError as exc:
-        raise FdbError(f"unknown turn backend {name!r}", f"choose one of {sorted(_REGISTRY)}") from exc
+        raise FdbError(
+            f"unknown turn backend {name!r}", f"choose one of {sorted(_REGISTRY)}"
+        ) from exc
     return factory()

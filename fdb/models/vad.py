@@ -69,12 +69,18 @@ class SileroVad:
             checkpoint_sha256=model_file_sha256(onnx),
         )
 
-    def segments(self, samples: np.ndarray, settings: VadSettings = VadSettings()) -> list[tuple[float, float]]:
+    def segments(
+        self, samples: np.ndarray, settings: VadSettings = VadSettings()
+    ) -> list[tuple[float, float]]:
         """Speech segments of 16 kHz mono float32 audio, in seconds (exact sample / 16000)."""
         return self.segments_many([samples], settings)[0]
 
-    def segments_many(self, arrays: Sequence[np.ndarray], settings: VadSettings = VadSettings(),
-                      batch: int = BATCH) -> list[list[tuple[float, float]]]:
+    def segments_many(
+        self,
+        arrays: Sequence[np.ndarray],
+        settings: VadSettings = VadSettings(),
+        batch: int = BATCH,
+    ) -> list[list[tuple[float, float]]]:
         """``segments`` of many files at once, in their order.
 
         Files of similar length go through the model together, one row each (Silero keeps its
@@ -88,14 +94,17 @@ class SileroVad:
         out: list[list[tuple[float, float]]] = [[] for _ in arrays]
         order = sorted((i for i, a in enumerate(arrays) if len(a)), key=lambda i: len(arrays[i]))
         for start in range(0, len(order), batch):
-            rows = order[start:start + batch]
+            rows = order[start : start + batch]
             probs = self._probabilities([arrays[i] for i in rows])
             for i, row_probs in zip(rows, probs, strict=True):
                 stamps = self._silero.get_speech_timestamps_from_probs(
-                    row_probs, sampling_rate=VAD_RATE, threshold=settings.threshold,
+                    row_probs,
+                    sampling_rate=VAD_RATE,
+                    threshold=settings.threshold,
                     min_speech_duration_ms=settings.min_speech_duration_ms,
                     min_silence_duration_ms=settings.min_silence_duration_ms,
-                    speech_pad_ms=settings.speech_pad_ms, return_seconds=False,
+                    speech_pad_ms=settings.speech_pad_ms,
+                    return_seconds=False,
                     audio_length_samples=len(arrays[i]),
                 )
                 out[i] = [(s["start"] / VAD_RATE, s["end"] / VAD_RATE) for s in stamps]
@@ -106,12 +115,12 @@ class SileroVad:
         windows = [-(-len(a) // FRAME) for a in arrays]
         grid = np.zeros((len(arrays), max(windows) * FRAME), dtype=np.float32)
         for row, samples in enumerate(arrays):
-            grid[row, :len(samples)] = samples
+            grid[row, : len(samples)] = samples
         probs = np.empty((len(arrays), max(windows)), dtype=np.float32)
         with self._lock, self._torch.no_grad():
             self._model.reset_states()
             for k in range(max(windows)):
-                chunk = self._torch.from_numpy(grid[:, k * FRAME:(k + 1) * FRAME])
+                chunk = self._torch.from_numpy(grid[:, k * FRAME : (k + 1) * FRAME])
                 probs[:, k] = self._model(chunk, VAD_RATE).reshape(-1).numpy()
             self._model.reset_states()
         return [probs[row, :n].tolist() for row, n in enumerate(windows)]
@@ -132,8 +141,13 @@ class StreamingVad:
     stop follows with the same t_ms.
     """
 
-    def __init__(self, threshold: float = 0.5, silence_duration_ms: int = 500, prefix_padding_ms: int = 300,
-                 prefetch_ms: int | None = None):
+    def __init__(
+        self,
+        threshold: float = 0.5,
+        silence_duration_ms: int = 500,
+        prefix_padding_ms: int = 300,
+        prefetch_ms: int | None = None,
+    ):
         torch, silero = _silero()
         self._torch = torch
         self._model = silero.load_silero_vad(onnx=False)
@@ -197,8 +211,12 @@ class StreamingVad:
         return events
 
     def _prefetches(self, silence_ms: float) -> bool:
-        return (self.prefetch_ms is not None and not self._pausing and silence_ms >= self.prefetch_ms
-                and self.prefetch_ms < self.silence_duration_ms)
+        return (
+            self.prefetch_ms is not None
+            and not self._pausing
+            and silence_ms >= self.prefetch_ms
+            and self.prefetch_ms < self.silence_duration_ms
+        )
 
     def flush(self) -> list[tuple[str, int]]:
         """End of input: an open utterance stops at the end of its last speech frame."""

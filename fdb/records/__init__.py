@@ -36,7 +36,9 @@ def load_record(model: type[Record], path: Path, fix: str) -> Record | None:
         return model.model_validate(read_json(path))
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise FdbError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}", fix) from exc
+        raise FdbError(
+            f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}", fix
+        ) from exc
     except ValueError as exc:
         raise FdbError(f"{path} is not valid JSON ({str(exc).splitlines()[0]})", fix) from exc
 
@@ -52,7 +54,9 @@ def load_rows(model: type[Record], path: Path, fix: str) -> list[Record]:
         return read_jsonl(path, model)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise FdbError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}", fix) from exc
+        raise FdbError(
+            f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}", fix
+        ) from exc
     except ValueError as exc:
         raise FdbError(f"{path} is not valid JSON lines ({str(exc).splitlines()[0]})", fix) from exc
 
@@ -91,9 +95,11 @@ class ExportManifest(BaseModel):
         held = {s.sample_id for s in self.samples}
         unknown = [sid for sid in only if sid not in held]
         if unknown:
-            raise FdbError(f"{where} holds no sample {unknown[0]}"
-                           + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""),
-                           "pass --only category/id for samples of that export")
+            raise FdbError(
+                f"{where} holds no sample {unknown[0]}"
+                + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""),
+                "pass --only category/id for samples of that export",
+            )
         wanted = set(only)
         return [s for s in self.samples if s.sample_id in wanted]
 

@@ -22,11 +22,26 @@ JUDGE_SCHEMA = "fdb-judge-1"
 REJUDGE = "judge the repeat again: python -m fdb judge --run-name RUN --repeat N"
 LABELS = ("C_RESPOND", "C_RESUME", "C_UNCERTAIN_HANDLING", "C_UNKNOWN")
 SCOPE = "fdb semantic judge (fdb's own rubric, not part of the paper)"
-PairOutcome = Literal["valid", "invalid_label", "model_mismatch", "failed", "pending",
-                      "ineligible", "missing_transcript"]
+PairOutcome = Literal[
+    "valid",
+    "invalid_label",
+    "model_mismatch",
+    "failed",
+    "pending",
+    "ineligible",
+    "missing_transcript",
+]
 OUTCOMES: tuple[str, ...] = PairOutcome.__args__  # type: ignore[attr-defined]
-SampleOutcome = Literal["valid", "invalid_label", "model_mismatch", "failed", "pending",
-                        "ineligible", "missing_transcript", "no_takeover"]
+SampleOutcome = Literal[
+    "valid",
+    "invalid_label",
+    "model_mismatch",
+    "failed",
+    "pending",
+    "ineligible",
+    "missing_transcript",
+    "no_takeover",
+]
 
 
 class Share(BaseModel):
@@ -36,6 +51,7 @@ class Share(BaseModel):
 
 
 # --- v1.5 behavior labels
+
 
 class BehaviorSample(BaseModel):
     sample_id: str
@@ -56,12 +72,18 @@ class BehaviorCell(BaseModel):
 
 class BehaviorSummary(BaseModel):
     schema_: str = Field(BEHAVIOR_SCHEMA, alias="schema")
-    status: Literal["complete", "has_failures", "pending", "blocked", "not_run"]  # not_run: no checkout
+    status: Literal[
+        "complete", "has_failures", "pending", "blocked", "not_run"
+    ]  # not_run: no checkout
     message: str | None = None
     judge: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
-    source: dict[str, Any] | None = None  # the prompt's checkout check: label and CheckoutCheck (None: not run)
-    denominator: str = "judged pairs (valid labels); every selected pair is counted under its outcome"
+    source: dict[str, Any] | None = (
+        None  # the prompt's checkout check: label and CheckoutCheck (None: not run)
+    )
+    denominator: str = (
+        "judged pairs (valid labels); every selected pair is counted under its outcome"
+    )
     interval: str = "Wilson 95%: dataset sampling only, not judge agreement or generation variance"
     categories: dict[str, BehaviorCell]
     all: BehaviorCell
@@ -73,6 +95,7 @@ class BehaviorSummary(BaseModel):
 
 
 # --- v1.5 semantic grades
+
 
 class AxisCell(BaseModel):
     selected: int
@@ -99,7 +122,9 @@ class SemanticSummary(BaseModel):
     judge: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
     controls: dict[str, Any] | None = None
-    denominator: str = "N = every selected pair; ineligible, missing and failed pairs count as unresolved"
+    denominator: str = (
+        "N = every selected pair; ineligible, missing and failed pairs count as unresolved"
+    )
     categories: dict[str, dict[str, AxisCell]]
     all: dict[str, AxisCell]
     samples: list[SemanticSample]
@@ -108,6 +133,7 @@ class SemanticSummary(BaseModel):
 
 
 # --- v1.0 interruption relevance
+
 
 class RelevanceSample(BaseModel):
     sample_id: str
@@ -144,11 +170,14 @@ class RelevanceSummary(BaseModel):
 
 # --- judge.json
 
+
 class JudgeSummary(BaseModel):
     schema_: str = Field(JUDGE_SCHEMA, alias="schema")
     repeat_dir: str
     judge: dict[str, Any]
-    dirs: dict[str, str | None]  # task -> output directory relative to the repeat (None: nothing written)
+    dirs: dict[
+        str, str | None
+    ]  # task -> output directory relative to the repeat (None: nothing written)
     behavior: BehaviorSummary | None  # None: v1.5 not in this repeat
     semantic: SemanticSummary | None
     relevance: RelevanceSummary | None  # None: no v1.0 interruption samples
@@ -166,5 +195,7 @@ class JudgeSummary(BaseModel):
         return load_record(cls, path, REJUDGE)
 
     def statuses(self) -> dict[str, str | None]:
-        return {name: getattr(self, name).status if getattr(self, name) else None
-                for name in ("behavior", "semantic", "relevance")}
+        return {
+            name: getattr(self, name).status if getattr(self, name) else None
+            for name in ("behavior", "semantic", "relevance")
+        }

@@ -44,7 +44,9 @@ class ReplyRow(BaseModel):
     asr_text: str | None
     wav: str | None  # relative to listening/
     voice_window: str | None = None
-    wav_sha256: str | None = None  # of the reply's WAV: a rerun with the same backends reuses its scores
+    wav_sha256: str | None = (
+        None  # of the reply's WAV: a rerun with the same backends reuses its scores
+    )
 
 
 class ReplyScores(BaseModel):

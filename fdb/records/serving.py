@@ -30,8 +30,12 @@ class ServingRow(BaseModel):
     admission_denied: int = 0
     pacing_violations: int = 0
     client_behind: int = 0  # sessions whose recorder loop fell behind (load generator limit)
-    client_limited_sessions: int = 0  # sessions with a pacing violation while the client loop lagged
-    client_cpu: float | None = None  # the level's client process: CPU seconds / wall seconds (one core = 1)
+    client_limited_sessions: int = (
+        0  # sessions with a pacing violation while the client loop lagged
+    )
+    client_cpu: float | None = (
+        None  # the level's client process: CPU seconds / wall seconds (one core = 1)
+    )
     client_limited: bool = False  # the load generator, not the server, broke the pacing
     server_max_sessions: int | None = None  # as the server reported it before the level
     repeats: int = 1
@@ -65,8 +69,10 @@ class Capacity(BaseModel):
             return "Capacity: no level recorded"
         if self.client_limited:
             floor = f"at least {self.sessions} sessions" if self.sessions else "not measured"
-            return (f"Capacity: {floor} (at level {self.first_miss} the load generator, not the server, fell "
-                    "behind its pacing: that level does not measure the server)")
+            return (
+                f"Capacity: {floor} (at level {self.first_miss} the load generator, not the server, fell "
+                "behind its pacing: that level does not measure the server)"
+            )
         if self.sessions is None:
             return f"Capacity: below the lowest level recorded ({self.first_miss} sessions miss the targets)"
         if self.at_least:
@@ -92,7 +98,9 @@ class SweepReport(BaseModel):
     capacity: SweepCapacity
     client_limited_levels: list[int] | None = None
     warnings: list[str] | None = None
-    server: dict[str, Any] | None = None  # fdb.run_manifest.ServerReport as dumped; None: a bundled system
+    server: dict[str, Any] | None = (
+        None  # fdb.run_manifest.ServerReport as dumped; None: a bundled system
+    )
     levels: dict[str, str]  # concurrency -> level directory
     rows: list[ServingRow]
     repeat_rows: dict[str, list[ServingRow]] | None = None  # concurrency -> each repeat's own row

@@ -204,8 +204,11 @@ class InterruptRow(RowBase):
 
 
 SampleRow = IneligibleRow | PauseRow | TurnRow | InterruptRow
-ROW_BY_TASK: dict[str, type[RowBase]] = {"pause_handling": PauseRow, "turn_taking": TurnRow,
-                                         "user_interruption": InterruptRow}
+ROW_BY_TASK: dict[str, type[RowBase]] = {
+    "pause_handling": PauseRow,
+    "turn_taking": TurnRow,
+    "user_interruption": InterruptRow,
+}
 RESCORE_FIX = "rescore the tree: python -m fdb score v10 --tree DIR"
 
 
@@ -214,8 +217,11 @@ def sample_row(raw: dict, fix: str = RESCORE_FIX) -> SampleRow:
     others' by ``task``; an unknown task is an error naming the sample (``fix`` says what to do)."""
     model = ROW_BY_TASK.get(raw.get("task")) if raw.get("eligible") else IneligibleRow
     if model is None:
-        raise FdbError(f"unified-samples.jsonl row {raw.get('sample_id')!r} has the unknown task "
-                       f"{raw.get('task')!r}", fix)
+        raise FdbError(
+            f"unified-samples.jsonl row {raw.get('sample_id')!r} has the unknown task "
+            f"{raw.get('task')!r}",
+            fix,
+        )
     return model.model_validate(raw)
 
 

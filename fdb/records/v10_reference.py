@@ -23,8 +23,12 @@ OFFICIAL_LABEL = "official rules, clean-room reimplementation (not the official 
 EVALUATOR_SCHEMA = "fdb-v1.0-evaluator-2"  # -2: checkout_check (accepted revision, differences)
 EVALUATOR_LABEL = "original Full-Duplex-Bench evaluator, run unchanged from the user's checkout"
 # official.json's field -> the [Result] labels evaluate.py prints for it (the first one present counts)
-EVALUATOR_METRICS = {"takeover_rate": ("Average take turn", "TOR mean"), "latency_s": ("Average latency",),
-                     "backchannel_frequency": ("Frequency mean",), "backchannel_jsd": ("JSD mean",)}
+EVALUATOR_METRICS = {
+    "takeover_rate": ("Average take turn", "TOR mean"),
+    "latency_s": ("Average latency",),
+    "backchannel_frequency": ("Frequency mean",),
+    "backchannel_jsd": ("JSD mean",),
+}
 ICC_GT_SHA256 = PINNED_FILES[ICC_GT]  # the one pin table (fdb.official_source)
 
 BackchannelRule = Literal["since-2026-02-22", "before-2026-02-22"]
@@ -33,6 +37,7 @@ Segment = tuple[float, float]
 
 
 # --- official.json
+
 
 class IccInfo(BaseModel):
     path: str
@@ -86,7 +91,9 @@ class OfficialSubset(BaseModel):
     backchannel_jsd: float | None = None
     backchannel: BackchannelResult | None = None
     note: str | None = None
-    not_evaluated: dict[str, str] = Field(default_factory=dict)  # eligible sample id -> why it is left out
+    not_evaluated: dict[str, str] = Field(
+        default_factory=dict
+    )  # eligible sample id -> why it is left out
 
 
 class VadRecord(BaseModel):
@@ -109,7 +116,9 @@ class OfficialRules(BaseModel):
 
 class OfficialSummary(BaseModel):
     schema_: str = Field(OFFICIAL_SCHEMA, alias="schema")
-    label: Literal["official rules, clean-room reimplementation (not the official evaluator)"] = OFFICIAL_LABEL
+    label: Literal["official rules, clean-room reimplementation (not the official evaluator)"] = (
+        OFFICIAL_LABEL
+    )
     manifest_sha256: str
     asr_sha256: str
     rules: OfficialRules = Field(default_factory=OfficialRules)
@@ -123,6 +132,7 @@ class OfficialSummary(BaseModel):
 
 
 # --- evaluator.json
+
 
 class EvaluatorSubset(BaseModel):
     subset: str
@@ -147,7 +157,9 @@ class EvaluatorSummary(BaseModel):
     manifest_sha256: str
     asr_sha256: str
     subsets: dict[str, EvaluatorSubset]
-    checkout_check: CheckoutCheck | None = None  # None in -1 files (written before revisions could be accepted)
+    checkout_check: CheckoutCheck | None = (
+        None  # None in -1 files (written before revisions could be accepted)
+    )
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
@@ -169,6 +181,7 @@ def evaluator_metric(result: dict[str, float | None], key: str) -> float | None:
 
 # --- the reader
 
+
 @dataclass
 class ReferenceColumns:
     official: OfficialSummary | None = None
@@ -176,9 +189,17 @@ class ReferenceColumns:
     notes: list[str] = field(default_factory=list)
 
 
-def _changed(name: str, doc_manifest: str, doc_asr: str, manifest_sha: str, asr_sha: str) -> str | None:
-    changed = [what for what, a, b in (("manifest.json", doc_manifest, manifest_sha), ("asr.json", doc_asr, asr_sha))
-               if a != b]
+def _changed(
+    name: str, doc_manifest: str, doc_asr: str, manifest_sha: str, asr_sha: str
+) -> str | None:
+    changed = [
+        what
+        for what, a, b in (
+            ("manifest.json", doc_manifest, manifest_sha),
+            ("asr.json", doc_asr, asr_sha),
+        )
+        if a != b
+    ]
     if not changed:
         return None
     return f"{name} left out: {' and '.join(changed)} changed since it was written (rerun it on this tree)"
@@ -187,8 +208,10 @@ def _changed(name: str, doc_manifest: str, doc_asr: str, manifest_sha: str, asr_
 def load_reference(tree: Path, manifest_sha: str, asr_sha: str) -> ReferenceColumns:
     """The reference files of ``tree`` that match the given input hashes, and notes for the rest."""
     columns = ReferenceColumns()
-    for name, model, attr in (("official.json", OfficialSummary, "official"),
-                              ("evaluator.json", EvaluatorSummary, "evaluator")):
+    for name, model, attr in (
+        ("official.json", OfficialSummary, "official"),
+        ("evaluator.json", EvaluatorSummary, "evaluator"),
+    ):
         path = Path(tree) / name
         if not path.exists():
             continue

@@ -13,7 +13,9 @@ from fdb.records import load_record
 TIMING_SCHEMA = "fdb-v1.5-timing-1"
 Interval = tuple[float, float]
 ANCHORED_LABEL = "fdb event-anchored, not official"
-RESCORE = "rescore the v1.5 timing: python -m fdb asr --run-name RUN --repeat N (or score v15 timing)"
+RESCORE = (
+    "rescore the v1.5 timing: python -m fdb asr --run-name RUN --repeat N (or score v15 timing)"
+)
 
 
 class SessionIntervals(BaseModel):

@@ -25,12 +25,20 @@ CONTROL_FAILED = "Control check failed: this judge configuration is not accepted
 
 def load_controls(folder: Path = CONTROLS_DIR) -> tuple[list[PairView], dict[str, dict[str, str]]]:
     """The control pairs (sample ids ``control/<id>``) and their expected statuses."""
-    expected = json.loads((folder / "control-expected.json").read_text(encoding="utf-8"))["controls"]
+    expected = json.loads((folder / "control-expected.json").read_text(encoding="utf-8"))[
+        "controls"
+    ]
     pairs = []
     for cid in sorted(expected):
         data = json.loads((folder / f"{cid}.json").read_text(encoding="utf-8"))
-        pairs.append(PairView(sample_id=f"control/{cid}", category=data["category"],
-                              transcripts=data["transcripts"], metadata=data.get("metadata")))
+        pairs.append(
+            PairView(
+                sample_id=f"control/{cid}",
+                category=data["category"],
+                transcripts=data["transcripts"],
+                metadata=data.get("metadata"),
+            )
+        )
     if len(pairs) != 6 or any(set(v) != set(AXES) for v in expected.values()):
         raise FdbError(f"{folder} does not hold six controls with three axes each", "reinstall fdb")
     return pairs, expected
@@ -59,13 +67,17 @@ class Comparison(BaseModel):
     model_config = {"populate_by_name": True}
 
 
-def compare(results: dict[str, SampleResult], expected: dict[str, dict[str, str]], when: str) -> Comparison:
+def compare(
+    results: dict[str, SampleResult], expected: dict[str, dict[str, str]], when: str
+) -> Comparison:
     """Each control's final axis statuses against the expected ones; a control whose request
     failed or was invalid has every axis ``no_valid_reply``."""
     mismatches, statuses, matched = [], {}, 0
     for cid, axes in sorted(expected.items()):
         result = results.get(f"control/{cid}")
-        got_axes: dict[str, Any] = (result.value or {}).get("axes", {}) if result and result.outcome == "valid" else {}
+        got_axes: dict[str, Any] = (
+            (result.value or {}).get("axes", {}) if result and result.outcome == "valid" else {}
+        )
         statuses[cid] = {}
         for axis in AXES:
             got = got_axes.get(axis, {}).get("status", "no_valid_reply")
@@ -74,15 +86,26 @@ def compare(results: dict[str, SampleResult], expected: dict[str, dict[str, str]
                 matched += 1
             else:
                 mismatches.append(Mismatch(control=cid, axis=axis, expected=axes[axis], got=got))
-    return Comparison(passed=not mismatches, matched=matched, total=3 * len(expected),
-                      mismatches=mismatches, statuses=statuses, compared_utc=when)
+    return Comparison(
+        passed=not mismatches,
+        matched=matched,
+        total=3 * len(expected),
+        mismatches=mismatches,
+        statuses=statuses,
+        compared_utc=when,
+    )
 
 
 class ControlCheckFailed(FdbError):
     def __init__(self, comparison: Comparison, where: Path):
-        listed = "; ".join(f"{m.control} {m.axis}: expected {m.expected}, got {m.got}" for m in comparison.mismatches)
-        super().__init__(f"{CONTROL_FAILED} {comparison.matched}/{comparison.total} axis statuses match "
-                         f"({listed}); nothing graded alongside the controls was kept",
-                         f"see {where}; check that the judge server runs the pinned revision, and do not "
-                         "grade with a configuration that fails the controls")
+        listed = "; ".join(
+            f"{m.control} {m.axis}: expected {m.expected}, got {m.got}"
+            for m in comparison.mismatches
+        )
+        super().__init__(
+            f"{CONTROL_FAILED} {comparison.matched}/{comparison.total} axis statuses match "
+            f"({listed}); nothing graded alongside the controls was kept",
+            f"see {where}; check that the judge server runs the pinned revision, and do not "
+            "grade with a configuration that fails the controls",
+        )
         self.comparison = comparison

@@ -63,7 +63,9 @@ def payload(pair: PairView) -> dict[str, Any]:
 
 def semantic_requests(settings: JudgeSettings, pair: PairView) -> list[dict[str, Any]]:
     user = json.dumps(payload(pair), indent=2, ensure_ascii=False)
-    extra = decoding(settings, enable_thinking=True, temperature=0.0, max_tokens=SEMANTIC_MAX_TOKENS)
+    extra = decoding(
+        settings, enable_thinking=True, temperature=0.0, max_tokens=SEMANTIC_MAX_TOKENS
+    )
     return [chat(settings.model, SEMANTIC_PROMPT, user, SEMANTIC_SEED, extra)] * MAX_ATTEMPTS
 
 
@@ -80,7 +82,11 @@ def quote_found(quote: Any, sources: list[str]) -> bool:
 
 
 def _sources(shown: dict[str, Any]) -> list[str]:
-    return [v for k, v in shown.items() if isinstance(v, str) and k not in ("category", "correct_handling")]
+    return [
+        v
+        for k, v in shown.items()
+        if isinstance(v, str) and k not in ("category", "correct_handling")
+    ]
 
 
 def parse_verdict(text: str, shown: dict[str, Any]) -> Parsed:
@@ -106,11 +112,20 @@ def _verdict(obj: dict[str, Any], sources: list[str]) -> Parsed:
         item = obj[axis]
         status = item.get("status") if isinstance(item, dict) else None
         if status not in STATUSES:
-            return Parsed("invalid", {"reply": obj}, f"{axis}: status {status!r} is not one of {', '.join(STATUSES)}")
+            return Parsed(
+                "invalid",
+                {"reply": obj},
+                f"{axis}: status {status!r} is not one of {', '.join(STATUSES)}",
+            )
         found = quote_found(item.get("quote"), sources)
         final = status if found or status == "unresolved" else "unresolved"
-        axes[axis] = {"status": final, "judge_status": status, "quote": item.get("quote"),
-                      "quote_found": found, "reason": item.get("reason")}
+        axes[axis] = {
+            "status": final,
+            "judge_status": status,
+            "quote": item.get("quote"),
+            "quote_found": found,
+            "reason": item.get("reason"),
+        }
     return Parsed("ok", {"axes": axes, "joint": joint([a["status"] for a in axes.values()])})
 
 

@@ -40,18 +40,31 @@ Item = tuple[PairView, list[dict[str, Any]]]
 def semantic_params(settings: JudgeSettings) -> dict[str, Any]:
     from fdb.io import sha256_bytes
 
-    return {"prompt_sha256": sha256_bytes(SEMANTIC_PROMPT.encode("utf-8")), "controls": controls_sha256(),
-            "model": settings.model, "seed": SEMANTIC_SEED, "max_attempts": MAX_ATTEMPTS,
-            "thinking": True, "temperature": 0.0, "max_tokens": SEMANTIC_MAX_TOKENS}
+    return {
+        "prompt_sha256": sha256_bytes(SEMANTIC_PROMPT.encode("utf-8")),
+        "controls": controls_sha256(),
+        "model": settings.model,
+        "seed": SEMANTIC_SEED,
+        "max_attempts": MAX_ATTEMPTS,
+        "thinking": True,
+        "temperature": 0.0,
+        "max_tokens": SEMANTIC_MAX_TOKENS,
+    }
 
 
 def view(pair: PairInput) -> PairView:
-    return PairView(sample_id=pair.sample_id, category=pair.category, transcripts=pair.transcripts,
-                    metadata=pair.metadata)
+    return PairView(
+        sample_id=pair.sample_id,
+        category=pair.category,
+        transcripts=pair.transcripts,
+        metadata=pair.metadata,
+    )
 
 
 class _Grader:
-    def __init__(self, client: JudgeClient, tdir: TaskDir, settings: JudgeSettings, progress: Progress):
+    def __init__(
+        self, client: JudgeClient, tdir: TaskDir, settings: JudgeSettings, progress: Progress
+    ):
         self.client, self.tdir, self.settings, self.progress = client, tdir, settings, progress
 
     def tick(self) -> None:
@@ -67,9 +80,15 @@ class _Grader:
         return await run_bounded(items, lambda item: self.grade(item, task), self.tick)
 
 
-async def judge_semantic(client: JudgeClient, tdir: TaskDir, settings: JudgeSettings, pairs: list[PairInput],
-                         retry_failed: bool, progress: Progress | None = None, limit: int | None = None
-                         ) -> tuple[dict[str, SampleResult], Comparison | None]:
+async def judge_semantic(
+    client: JudgeClient,
+    tdir: TaskDir,
+    settings: JudgeSettings,
+    pairs: list[PairInput],
+    retry_failed: bool,
+    progress: Progress | None = None,
+    limit: int | None = None,
+) -> tuple[dict[str, SampleResult], Comparison | None]:
     """Grade every ready pair not finished before (at most ``limit`` in this call). The controls
     go out with the first batch; a mismatch discards that batch and raises ``ControlCheckFailed``."""
     done = tdir.results()
@@ -85,12 +104,16 @@ async def judge_semantic(client: JudgeClient, tdir: TaskDir, settings: JudgeSett
     controls, expected = load_controls()
     progress.start("semantic", len(todo) + len(controls))
     grader = _Grader(client, tdir, settings, progress)
-    first, rest = todo[:settings.concurrency], todo[settings.concurrency:]
+    first, rest = todo[: settings.concurrency], todo[settings.concurrency :]
     control_results, first_results = await asyncio.gather(
         grader.batch([(c, semantic_requests(settings, c)) for c in controls], "semantic-control"),
-        grader.batch(first))
+        grader.batch(first),
+    )
     comparison = compare({r.sample_id: r for r in control_results}, expected, utc_now())
-    atomic_write_json(tdir.root / "controls" / "comparison.json", comparison.model_dump(mode="json", by_alias=True))
+    atomic_write_json(
+        tdir.root / "controls" / "comparison.json",
+        comparison.model_dump(mode="json", by_alias=True),
+    )
     if not comparison.passed:
         raise ControlCheckFailed(comparison, tdir.root / "controls" / "comparison.json")
     for result in first_results:
@@ -111,10 +134,16 @@ def _sample(pair: PairInput, result: SampleResult | None) -> SemanticSample:
     unresolved = dict.fromkeys((*AXES, "joint"), "unresolved")
     base = {"sample_id": pair.sample_id, "category": pair.category}
     if not pair.eligible:
-        return SemanticSample(**base, outcome="ineligible", axes=unresolved, reason="; ".join(pair.reasons) or None)
+        return SemanticSample(
+            **base, outcome="ineligible", axes=unresolved, reason="; ".join(pair.reasons) or None
+        )
     if pair.missing:
-        return SemanticSample(**base, outcome="missing_transcript", axes=unresolved,
-                              reason="missing or unreadable: " + ", ".join(pair.missing))
+        return SemanticSample(
+            **base,
+            outcome="missing_transcript",
+            axes=unresolved,
+            reason="missing or unreadable: " + ", ".join(pair.missing),
+        )
     if result is None:
         return SemanticSample(**base, outcome="pending", axes=unresolved)
     if result.outcome != "valid" or not result.value:
@@ -129,14 +158,27 @@ def _cells(rows: list[SemanticSample]) -> dict[str, AxisCell]:
         a = sum(r.axes[axis] == "accept" for r in rows)
         f = sum(r.axes[axis] == "fail" for r in rows)
         n = len(rows)
-        out[axis] = AxisCell(selected=n, accepted=a, failed=f, unresolved=n - a - f,
-                             quality=a / (a + f) if a + f else None, coverage=(a + f) / n if n else None)
+        out[axis] = AxisCell(
+            selected=n,
+            accepted=a,
+            failed=f,
+            unresolved=n - a - f,
+            quality=a / (a + f) if a + f else None,
+            coverage=(a + f) / n if n else None,
+        )
     return out
 
 
-def summarize_semantic(pairs: list[PairInput], results: dict[str, SampleResult] | None, *,
-                       status: str | None = None, message: str | None = None, judge: dict[str, Any] | None = None,
-                       params: dict[str, Any] | None = None, comparison: Comparison | None = None) -> SemanticSummary:
+def summarize_semantic(
+    pairs: list[PairInput],
+    results: dict[str, SampleResult] | None,
+    *,
+    status: str | None = None,
+    message: str | None = None,
+    judge: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
+    comparison: Comparison | None = None,
+) -> SemanticSummary:
     rows = [_sample(p, (results or {}).get(p.sample_id)) for p in pairs]
     groups: dict[str, list[SemanticSample]] = {}
     for row in rows:
@@ -145,7 +187,19 @@ def summarize_semantic(pairs: list[PairInput], results: dict[str, SampleResult] 
         status = "has_failures" if any(r.outcome == "failed" for r in rows) else "complete"
     controls = None
     if comparison is not None:
-        controls = {"passed": comparison.passed, "matched": comparison.matched, "total": comparison.total,
-                    "mismatches": [m.model_dump() for m in comparison.mismatches]}
-    return SemanticSummary(status=status, message=message, judge=judge, params=params, controls=controls,
-                           categories={c: _cells(r) for c, r in groups.items()}, all=_cells(rows), samples=rows)
+        controls = {
+            "passed": comparison.passed,
+            "matched": comparison.matched,
+            "total": comparison.total,
+            "mismatches": [m.model_dump() for m in comparison.mismatches],
+        }
+    return SemanticSummary(
+        status=status,
+        message=message,
+        judge=judge,
+        params=params,
+        controls=controls,
+        categories={c: _cells(r) for c, r in groups.items()},
+        all=_cells(rows),
+        samples=rows,
+    )

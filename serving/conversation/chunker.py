@@ -27,7 +27,7 @@ import re
 
 _MARKUP = re.compile(r"[*_#`~<>\[\]{}|]+")
 # Pictographs, symbols, dingbats, flags, keycaps, variation selectors and joiners.
-_EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE00-\uFE0F\u200D\u20E3]+")
+_EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe00-\ufe0f\u200d\u20e3]+")
 _URL = re.compile(r"\(?\b(?:https?://|www\.)[^\s)]*\)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+")
 _CLAUSE_END = re.compile(r"(?:(?<=[,:—–])|(?<=\s-)|(?<=\s--))\s+")
@@ -36,7 +36,8 @@ _GAP = re.compile(r"\s+")
 _DANGLING = frozenset(
     "a an the of to in on at by for with from into about as and or but nor so if than that which who "
     "is are was were be been am has have had do does did will would can could should may might must "
-    "my your his her its our their this these those".split())
+    "my your his her its our their this these those".split()
+)
 DANGLING_SLACK = 2  # words a length cut may move on to avoid a dangling word
 
 
@@ -63,8 +64,13 @@ class SpeechChunker:
     """Feed it the LLM's pieces with :meth:`push`, then :meth:`finish`; each returns the chunks
     completed by then, in order."""
 
-    def __init__(self, first_clause_words: int = 3, first_max_words: int = 7,
-                 clause_words: int = 12, max_words: int = 30) -> None:
+    def __init__(
+        self,
+        first_clause_words: int = 3,
+        first_max_words: int = 7,
+        clause_words: int = 12,
+        max_words: int = 30,
+    ) -> None:
         self._first_rule = (first_clause_words, first_max_words)
         self._later_rule = (clause_words, max_words)
         self._text = ""  # cleaned of markup; whitespace not yet collapsed
@@ -74,8 +80,8 @@ class SpeechChunker:
         self._text += _strip(piece)
         out = []
         while (cut := self._cut()) is not None:
-            chunk = _collapse(self._text[:cut[0]])
-            self._text = self._text[cut[1]:]
+            chunk = _collapse(self._text[: cut[0]])
+            self._text = self._text[cut[1] :]
             if chunk:
                 out.append(chunk)
                 self.chunks += 1
@@ -98,11 +104,11 @@ class SpeechChunker:
         if (end := _SENTENCE_END.search(text)) is not None:
             cuts.append(end.span())
         for clause in _CLAUSE_END.finditer(text):
-            if _words(text[:clause.start()]) >= clause_words:
+            if _words(text[: clause.start()]) >= clause_words:
                 cuts.append(clause.span())
                 break
         for gap in _GAP.finditer(text):
-            head = text[:gap.start()].split()
+            head = text[: gap.start()].split()
             if gap.start() > 0 and len(head) >= max_words:
                 if head[-1].lower() in _DANGLING and len(head) < max_words + DANGLING_SLACK:
                     continue

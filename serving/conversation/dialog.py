@@ -28,14 +28,15 @@ class DialogError(Exception):
     """A truncate the history refuses (an unknown item, an item without audio); ``code``,
     ``param`` and ``event_id`` as the protocol's error event would carry them."""
 
-    def __init__(self, code: str, message: str, *, param: str | None = None, event_id: str | None = None):
+    def __init__(
+        self, code: str, message: str, *, param: str | None = None, event_id: str | None = None
+    ):
         super().__init__(message)
         self.code, self.message, self.param, self.event_id = code, message, param, event_id
 
 
 CUT_MARK = "…"
-CUT_NOTE = ("A reply of yours that ends with … was cut off by the user: they heard only that "
-            "part.")
+CUT_NOTE = "A reply of yours that ends with … was cut off by the user: they heard only that part."
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class ReplyRecord:
         return kept
 
     def content(self) -> str:
-        said = self.text[:self.kept.text_end]
+        said = self.text[: self.kept.text_end]
         cut = not self.finished or self.kept.text_end < len(self.text)
         return said + (CUT_MARK if cut else "")
 
@@ -108,7 +109,11 @@ class Dialog:
         system = instructions
         if any(m["role"] == "assistant" and m["content"].endswith(CUT_MARK) for m in history):
             system = f"{instructions.rstrip()} {CUT_NOTE}".strip()
-        return [{"role": "system", "content": system}, *history, {"role": "user", "content": user_text}]
+        return [
+            {"role": "system", "content": system},
+            *history,
+            {"role": "user", "content": user_text},
+        ]
 
     # --- replies -----------------------------------------------------------------------------
 
@@ -135,20 +140,31 @@ class Dialog:
             self.history += [{"role": "user", "content": record.user_text}, record.entry]
         return record.kept
 
-    def truncate(self, item_id: str | None, audio_end_ms: float,
-                 event_id: str | None) -> tuple[ReplyRecord, Boundary, float]:
+    def truncate(
+        self, item_id: str | None, audio_end_ms: float, event_id: str | None
+    ) -> tuple[ReplyRecord, Boundary, float]:
         """``conversation.item.truncate``: (the reply, the boundary the history keeps, the cut
         position used: ``audio_end_ms`` clamped to the audio sent)."""
         record = self._records.get(item_id or "")
         if record is None:
-            raise DialogError("item_not_found", f"no item {item_id!r} in this conversation",
-                                param="item_id", event_id=event_id)
+            raise DialogError(
+                "item_not_found",
+                f"no item {item_id!r} in this conversation",
+                param="item_id",
+                event_id=event_id,
+            )
         if not record.audio:
-            raise DialogError("invalid_value", f"item {item_id!r} has no audio to truncate",
-                                param="item_id", event_id=event_id)
+            raise DialogError(
+                "invalid_value",
+                f"item {item_id!r} has no audio to truncate",
+                param="item_id",
+                event_id=event_id,
+            )
         position = min(float(audio_end_ms), record.sent_ms)
         if record.open:  # applied when the reply ends
-            record.limit_ms = position if record.limit_ms is None else min(record.limit_ms, position)
+            record.limit_ms = (
+                position if record.limit_ms is None else min(record.limit_ms, position)
+            )
             return record, record.boundary_at(record.limit_ms), position
         if record.entry is not None and any(m is record.entry for m in self.history):
             record.kept = record.boundary_at(position)  # cut to nothing, the entry reads "…"

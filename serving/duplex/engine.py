@@ -45,8 +45,13 @@ _BACKCHANNEL_PCM: dict[str, bytes] = {}  # text -> 24 kHz PCM16, synthesized onc
 
 
 class DuplexEngine:
-    def __init__(self, hub: ModelHub, outbox: Outbox, config: Callable[[], NativeConfig],
-                 on_exhausted: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        hub: ModelHub,
+        outbox: Outbox,
+        config: Callable[[], NativeConfig],
+        on_exhausted: Callable[[], Awaitable[None]],
+    ) -> None:
         self._hub = hub
         self._outbox = outbox
         self._config = config
@@ -114,8 +119,9 @@ class DuplexEngine:
             for kind, t_ms in events:
                 if kind == "speech_stopped":
                     scores[t_ms] = await self._score_turn(t_ms)
-        return Heard(events, self._vad.in_speech, self._vad.last_speech_end_ms,
-                     now_ms=now_ms, scores=scores)
+        return Heard(
+            events, self._vad.in_speech, self._vad.last_speech_end_ms, now_ms=now_ms, scores=scores
+        )
 
     async def _score_turn(self, end_ms: int) -> float:
         """Smart Turn's probability that the user's turn is complete at ``end_ms``: the turn's
@@ -137,8 +143,14 @@ class DuplexEngine:
         await self._decide(await self._heard(samples, final, unit.end // SAMPLES_PER_MS), final)
         await self._emit(unit_samples // SAMPLES_PER_MS * BYTES_PER_MS)
         self.consumed_samples = unit.end
-        await self._outbox.send(UnitDone(unit_id=unit.unit_id, sglang=UnitSglang(
-            media_time=MediaTime(t_start_ms=unit.t_start_ms, duration_ms=unit.duration_ms))))
+        await self._outbox.send(
+            UnitDone(
+                unit_id=unit.unit_id,
+                sglang=UnitSglang(
+                    media_time=MediaTime(t_start_ms=unit.t_start_ms, duration_ms=unit.duration_ms)
+                ),
+            )
+        )
         self._trim()
 
     def _trim(self) -> None:
@@ -186,8 +198,13 @@ class DuplexEngine:
             return
         now_ms = self._timeline.end // SAMPLES_PER_MS
         turn = Turn(Utterance(new_id("item"), np.zeros(0, dtype=np.float32), now_ms, now_ms))
-        reply = SpokenReply(self._outbox, turn, self._config().output_modalities,
-                            self._config().unit_ms * BYTES_PER_MS, backchannel=True)
+        reply = SpokenReply(
+            self._outbox,
+            turn,
+            self._config().output_modalities,
+            self._config().unit_ms * BYTES_PER_MS,
+            backchannel=True,
+        )
         reply.add(self._settings.backchannel_text, pcm)
         reply.generation_done()
         self._playing.append(reply)

@@ -63,7 +63,9 @@ class Heard:
     in_speech: bool
     last_speech_end_ms: int
     now_ms: int = 0  # the end of the unit (semantic turn detection times held pauses on it)
-    scores: dict[int, float] = field(default_factory=dict)  # speech_stopped t_ms -> P(turn complete)
+    scores: dict[int, float] = field(
+        default_factory=dict
+    )  # speech_stopped t_ms -> P(turn complete)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,9 @@ class DuplexPolicy:
 
     def reopen(self, start_ms: int) -> None:
         """A reply was dropped before it spoke: the user's turn continues from ``start_ms``."""
-        self.turn_start_ms = start_ms if self.turn_start_ms is None else min(start_ms, self.turn_start_ms)
+        self.turn_start_ms = (
+            start_ms if self.turn_start_ms is None else min(start_ms, self.turn_start_ms)
+        )
 
     def decide(self, heard: Heard, replying: bool, final: bool = False) -> list[Decision]:
         """The decisions at the end of a unit; ``replying``: a reply is spoken or prepared;
@@ -104,14 +108,18 @@ class DuplexPolicy:
             elif kind == "speech_stopped":
                 if self.settings.turn_detection == "semantic" and not final:
                     probability = heard.scores.get(t_ms, 0.0)
-                    self._held = HeldPause(t_ms, probability, required_silence_ms(probability, self.settings.eagerness))
+                    self._held = HeldPause(
+                        t_ms, probability, required_silence_ms(probability, self.settings.eagerness)
+                    )
                 else:
                     decisions += self._run_ended(t_ms, replying)
         if self._held is not None and (final or self._held.due(heard.now_ms)):
             held, self._held = self._held, None
             decisions += self._run_ended(held.end_ms, replying)
         if self._run_start_ms is not None and heard.in_speech:
-            decisions += self._during_speech(heard.last_speech_end_ms - self._run_start_ms, replying)
+            decisions += self._during_speech(
+                heard.last_speech_end_ms - self._run_start_ms, replying
+            )
         if final and self.turn_start_ms is not None and self._run_start_ms is not None:
             decisions += self._run_ended(heard.last_speech_end_ms, replying)
         return decisions

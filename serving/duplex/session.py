@@ -55,21 +55,37 @@ class NativeSession(RealtimeSession):
     async def _context_exhausted(self) -> None:
         limit = self._system.duplex.max_context_ms if self._system.duplex else 0
         await self._engine.close_open("context_exhausted")
-        await self._finish(1008, "context_exhausted", error_event(
-            "context_exhausted", f"the session reached its context of {limit / 1000:g} s of input; "
-            "open a new session", kind="server_error", fatal=True))
+        await self._finish(
+            1008,
+            "context_exhausted",
+            error_event(
+                "context_exhausted",
+                f"the session reached its context of {limit / 1000:g} s of input; "
+                "open a new session",
+                kind="server_error",
+                fatal=True,
+            ),
+        )
 
     def _created_body(self) -> dict:
         return native_session_object(self.id, self._system, None)
 
     async def _on_update(self, event: p.SessionUpdate) -> None:
-        new = apply_native_update(self.config, event.session, self._system, event.event_id, self.opened)
+        new = apply_native_update(
+            self.config, event.session, self._system, event.event_id, self.opened
+        )
         self.config, self.opened = new, True
-        await self._outbox.send(SessionUpdated(client_event_id=event.event_id,
-                                               session=native_session_object(self.id, self._system, new)))
+        await self._outbox.send(
+            SessionUpdated(
+                client_event_id=event.event_id,
+                session=native_session_object(self.id, self._system, new),
+            )
+        )
 
     async def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
-        raise p.ProtocolError("not_granted", "manual turn commands are not granted", event_id=event.event_id)
+        raise p.ProtocolError(
+            "not_granted", "manual turn commands are not granted", event_id=event.event_id
+        )
 
     async def _on_end(self, event: p.InputAudioEnd) -> None:
         """``ended`` at the client's accepted input; the resampler of a 24 kHz input gives up the
@@ -82,13 +98,21 @@ class NativeSession(RealtimeSession):
                 await self._feed(rest, event.event_id)
                 self._accepted_samples += len(rest)
         accepted = self._accepted_ms()
-        await self._outbox.send(InputAudioEnded(accepted_end_ms=accepted, tail_policy="pad",
-                                                client_event_id=event.event_id))
+        await self._outbox.send(
+            InputAudioEnded(
+                accepted_end_ms=accepted, tail_policy="pad", client_event_id=event.event_id
+            )
+        )
 
         async def drained() -> None:
-            await self._outbox.send(InputAudioDrained(
-                accepted_end_ms=accepted, consumed_ms=samples_to_ms(self._engine.consumed_samples),
-                padding_ms=samples_to_ms(self._engine.padding_samples), client_event_id=event.event_id))
+            await self._outbox.send(
+                InputAudioDrained(
+                    accepted_end_ms=accepted,
+                    consumed_ms=samples_to_ms(self._engine.consumed_samples),
+                    padding_ms=samples_to_ms(self._engine.padding_samples),
+                    client_event_id=event.event_id,
+                )
+            )
 
         self._engine.put(EndMark(drained))
 

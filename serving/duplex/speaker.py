@@ -20,13 +20,25 @@ from serving.realtime.turn import Turn
 
 
 class SpokenReply:
-    def __init__(self, outbox: Outbox, turn: Turn, modalities: tuple[str, ...], unit_bytes: int,
-                 backchannel: bool = False) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        turn: Turn,
+        modalities: tuple[str, ...],
+        unit_bytes: int,
+        backchannel: bool = False,
+    ) -> None:
         self.turn = turn
         self.backchannel = backchannel
         self.reply = Reply(outbox, modalities)
-        self._delivery = AudioDelivery(outbox, turn, self.reply.response_id, self.reply.item_id,
-                                       lead_ms=max(1, unit_bytes // 48), paced=lambda: False)
+        self._delivery = AudioDelivery(
+            outbox,
+            turn,
+            self.reply.response_id,
+            self.reply.item_id,
+            lead_ms=max(1, unit_bytes // 48),
+            paced=lambda: False,
+        )
         self._pcm = bytearray()
         self._chunks: list[tuple[str, int, int]] = []  # (text, first byte, end byte)
         self._announced = 0
@@ -70,12 +82,15 @@ class SpokenReply:
             self.turn.response_id = self.reply.response_id
             self.created = True
         while left > 0:
-            while self._announced < len(self._chunks) and self._chunks[self._announced][1] <= self.emitted:
+            while (
+                self._announced < len(self._chunks)
+                and self._chunks[self._announced][1] <= self.emitted
+            ):
                 await self.reply.text_delta(self._chunks[self._announced][0])
                 self._announced += 1
             boundary = next(end for _t, _s, end in self._chunks if end > self.emitted)
             take = min(left, boundary - self.emitted)
-            if not await self._delivery.send(bytes(self._pcm[self.emitted:self.emitted + take])):
+            if not await self._delivery.send(bytes(self._pcm[self.emitted : self.emitted + take])):
                 return
             self.emitted += take
             left -= take

@@ -28,8 +28,13 @@ log = logging.getLogger("fdb.serving")
 
 
 class ReplyWorker:
-    def __init__(self, hub: ModelHub, outbox: Outbox, config: Callable[[], NativeConfig],
-                 on_reply: Callable[[SpokenReply], None]) -> None:
+    def __init__(
+        self,
+        hub: ModelHub,
+        outbox: Outbox,
+        config: Callable[[], NativeConfig],
+        on_reply: Callable[[SpokenReply], None],
+    ) -> None:
         self._hub = hub
         self._outbox = outbox
         self._config = config
@@ -72,16 +77,26 @@ class ReplyWorker:
                 self.current = None
 
     async def _answer(self, turn: Turn) -> None:
-        transcript = await turn.race(self._hub.run(self._hub.asr.transcribe, turn.utterance.samples))
+        transcript = await turn.race(
+            self._hub.run(self._hub.asr.transcribe, turn.utterance.samples)
+        )
         text = transcript.text.strip()
-        log.debug("duplex turn [%d, %d) ms heard %r", turn.utterance.start_ms, turn.utterance.end_ms, text)
+        log.debug(
+            "duplex turn [%d, %d) ms heard %r", turn.utterance.start_ms, turn.utterance.end_ms, text
+        )
         if not text:
             return
         config = self._config()
         unit_bytes = config.unit_ms * 48
         spoken = SpokenReply(self._outbox, turn, config.output_modalities, unit_bytes)
-        stream = ReplyStream(self._hub.llm, turn, self._messages(config, text),
-                             config.sampling.max_new_tokens_per_unit, config.sampling.temperature, hold_first=True)
+        stream = ReplyStream(
+            self._hub.llm,
+            turn,
+            self._messages(config, text),
+            config.sampling.max_new_tokens_per_unit,
+            config.sampling.temperature,
+            hold_first=True,
+        )
         self._on_reply(spoken)
         try:
             stream.start()
@@ -99,11 +114,16 @@ class ReplyWorker:
         said = spoken.said()
         if said:
             cut = spoken.pending_bytes > 0 or not spoken.complete
-            self.history += [{"role": "user", "content": text},
-                             {"role": "assistant", "content": said + ("…" if cut else "")}]
+            self.history += [
+                {"role": "user", "content": text},
+                {"role": "assistant", "content": said + ("…" if cut else "")},
+            ]
 
     def _messages(self, config: NativeConfig, user_text: str) -> list[dict[str, str]]:
         keep = self._hub.system.max_history_messages
         history = self.history[-keep:] if keep else []
-        return [{"role": "system", "content": config.instructions}, *history,
-                {"role": "user", "content": user_text}]
+        return [
+            {"role": "system", "content": config.instructions},
+            *history,
+            {"role": "user", "content": user_text},
+        ]

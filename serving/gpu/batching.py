@@ -31,7 +31,9 @@ class Batcher(Generic[Req, Res]):
     ``run_batch(requests) -> results`` is blocking (it runs in the batcher's thread) and returns
     one result per request, in order. ``name`` labels errors and the thread."""
 
-    def __init__(self, run_batch: Callable[[Sequence[Req]], Sequence[Res]], max_batch: int, name: str):
+    def __init__(
+        self, run_batch: Callable[[Sequence[Req]], Sequence[Res]], max_batch: int, name: str
+    ):
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self._run_batch, self.max_batch, self.name = run_batch, max_batch, name
@@ -68,19 +70,25 @@ class Batcher(Generic[Req, Res]):
     def _take(self) -> list[tuple[Req, asyncio.Future]]:
         """Up to max_batch waiting requests whose caller still waits (a cancelled one is dropped)."""
         live = [(r, f) for r, f in self._waiting if not f.done()]
-        batch, self._waiting = live[:self.max_batch], live[self.max_batch:]
+        batch, self._waiting = live[: self.max_batch], live[self.max_batch :]
         return batch
 
-    async def _run(self, loop: asyncio.AbstractEventLoop, batch: list[tuple[Req, asyncio.Future]]) -> None:
+    async def _run(
+        self, loop: asyncio.AbstractEventLoop, batch: list[tuple[Req, asyncio.Future]]
+    ) -> None:
         self.batch_sizes.append(len(batch))
         try:
-            results = await loop.run_in_executor(self._thread, self._run_batch, [r for r, _ in batch])
+            results = await loop.run_in_executor(
+                self._thread, self._run_batch, [r for r, _ in batch]
+            )
             if len(results) != len(batch):
                 raise RuntimeError(f"{len(results)} results for {len(batch)} requests")
         except Exception as err:  # every request of the batch gets it, the batcher goes on
-            error = FdbError(f"{self.name}: a batch of {len(batch)} failed: {type(err).__name__}: "
-                             f"{str(err).splitlines()[0] if str(err) else 'no message'}",
-                             "see the server log; the session's later requests are tried again")
+            error = FdbError(
+                f"{self.name}: a batch of {len(batch)} failed: {type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else 'no message'}",
+                "see the server log; the session's later requests are tried again",
+            )
             for _, future in batch:
                 if not future.done():
                     future.set_exception(error)
@@ -132,10 +140,14 @@ def identity(kind: str, role: str, source: Any, settings: dict[str, Any]):
     from fdb.models import BackendIdentity
 
     name = f"{kind}/{source.preset or 'checkpoint'}" + (" (dummy weights)" if source.dummy else "")
-    return BackendIdentity(kind=role, name=name, version=importlib.metadata.version("transformers"),
-                           checkpoint=None if source.dummy else source.path,
-                           checkpoint_sha256=None if source.dummy else source.sha256,
-                           settings={"weights": source.label(), **settings})
+    return BackendIdentity(
+        kind=role,
+        name=name,
+        version=importlib.metadata.version("transformers"),
+        checkpoint=None if source.dummy else source.path,
+        checkpoint_sha256=None if source.dummy else source.sha256,
+        settings={"weights": source.label(), **settings},
+    )
 
 
 def identities(owner: Any) -> dict[str, dict[str, Any]]:

@@ -33,7 +33,9 @@ from serving.graph.runtime import Emit, NodeContext
 from serving.graph.streams import Chunk, TextDelta, control
 
 log = logging.getLogger("fdb.serving")
-CPU_BATCH_TOKENS = 512  # tokens per step on CPU (on CUDA transformers sizes it from the free memory)
+CPU_BATCH_TOKENS = (
+    512  # tokens per step on CPU (on CUDA transformers sizes it from the free memory)
+)
 _ids = itertools.count()
 
 
@@ -57,7 +59,10 @@ class ByteTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         parts = []
         for i, token in enumerate(ids, 1):
-            parts.append(self.CONSONANTS[token % len(self.CONSONANTS)] + self.VOWELS[token // len(self.CONSONANTS) % 5])
+            parts.append(
+                self.CONSONANTS[token % len(self.CONSONANTS)]
+                + self.VOWELS[token // len(self.CONSONANTS) % 5]
+            )
             parts.append(". " if i % 12 == 0 else " " if i % 3 != 1 else "")
         return "".join(parts)
 
@@ -72,8 +77,9 @@ class HfTokenizer:
         self.label = f"tokenizer of {path}"
 
     def prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        ids = self.inner.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
-                                             enable_thinking=False)
+        ids = self.inner.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, enable_thinking=False
+        )
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -86,15 +92,36 @@ class ChatEngine:
     def __init__(self, source: WeightSource, options: CausalLmGpuOptions):
         self.source, self.options = source, options
         self.model = load_model(source, "causal_lm_gpu", options.device, options.dtype)
-        has_tokenizer = not source.dummy and (Path(str(source.path)) / "tokenizer_config.json").is_file()
-        self.tokenizer = HfTokenizer(str(source.path)) if has_tokenizer else ByteTokenizer(self.model.config.vocab_size)
+        has_tokenizer = (
+            not source.dummy and (Path(str(source.path)) / "tokenizer_config.json").is_file()
+        )
+        self.tokenizer = (
+            HfTokenizer(str(source.path))
+            if has_tokenizer
+            else ByteTokenizer(self.model.config.vocab_size)
+        )
         self.manager = self._start_manager()
-        self.identity = identity("causal_lm_gpu", "llm", source, {
-            "device": options.device, "dtype": options.dtype, "max_batch": options.max_batch,
-            "temperature": options.temperature, "tokenizer": self.tokenizer.label,
-            "batching": "transformers continuous batching"})
-        log.info("causal_lm_gpu: %s, %s, on %s (%s), up to %d requests per step", source.label(),
-                 self.tokenizer.label, options.device, options.dtype, options.max_batch)
+        self.identity = identity(
+            "causal_lm_gpu",
+            "llm",
+            source,
+            {
+                "device": options.device,
+                "dtype": options.dtype,
+                "max_batch": options.max_batch,
+                "temperature": options.temperature,
+                "tokenizer": self.tokenizer.label,
+                "batching": "transformers continuous batching",
+            },
+        )
+        log.info(
+            "causal_lm_gpu: %s, %s, on %s (%s), up to %d requests per step",
+            source.label(),
+            self.tokenizer.label,
+            options.device,
+            options.dtype,
+            options.max_batch,
+        )
 
     def _start_manager(self):
         from transformers import GenerationConfig
@@ -102,48 +129,72 @@ class ChatEngine:
 
         o = self.options
         sample = o.temperature > 0
-        eos = getattr(self.model.generation_config, "eos_token_id", None) if not self.source.dummy else None
-        generation = GenerationConfig(max_new_tokens=o.max_new_tokens, do_sample=sample,
-                                      temperature=o.temperature if sample else None,
-                                      eos_token_id=-1 if eos is None else eos, pad_token_id=0)
+        eos = (
+            getattr(self.model.generation_config, "eos_token_id", None)
+            if not self.source.dummy
+            else None
+        )
+        generation = GenerationConfig(
+            max_new_tokens=o.max_new_tokens,
+            do_sample=sample,
+            temperature=o.temperature if sample else None,
+            eos_token_id=-1 if eos is None else eos,
+            pad_token_id=0,
+        )
         blocks = o.cache_blocks
         cpu = o.device == "cpu"
         if cpu and blocks is None:
             blocks = o.max_batch * -(-(o.max_prompt_tokens + o.max_new_tokens) // o.block_size)
-        config = ContinuousBatchingConfig(block_size=o.block_size, num_blocks=blocks,
-                                          max_batch_tokens=CPU_BATCH_TOKENS if cpu else None,
-                                          max_requests_per_batch=o.max_batch,
-                                          max_memory_percent=o.cache_memory_fraction)
+        config = ContinuousBatchingConfig(
+            block_size=o.block_size,
+            num_blocks=blocks,
+            max_batch_tokens=CPU_BATCH_TOKENS if cpu else None,
+            max_requests_per_batch=o.max_batch,
+            max_memory_percent=o.cache_memory_fraction,
+        )
         if cpu:
             _cpu_memory()
-        manager = self.model.init_continuous_batching(generation_config=generation, continuous_batching_config=config)
+        manager = self.model.init_continuous_batching(
+            generation_config=generation, continuous_batching_config=config
+        )
         manager.start()
         return manager
 
-    async def stream(self, messages: Sequence[dict[str, str]], max_new_tokens: int) -> AsyncIterator[str]:
+    async def stream(
+        self, messages: Sequence[dict[str, str]], max_new_tokens: int
+    ) -> AsyncIterator[str]:
         """The reply's text as it decodes; leaving early (an interruption) cancels the request."""
-        ids = self.tokenizer.prompt(messages)[-self.options.max_prompt_tokens:]
+        ids = self.tokenizer.prompt(messages)[-self.options.max_prompt_tokens :]
         request = f"reply-{next(_ids)}"
         outputs: asyncio.Queue = asyncio.Queue()
         self.manager.register_result_handler(request, outputs.put_nowait)
-        if self.manager.add_request(ids, request_id=request, max_new_tokens=max_new_tokens, streaming=True) is None:
+        if (
+            self.manager.add_request(
+                ids, request_id=request, max_new_tokens=max_new_tokens, streaming=True
+            )
+            is None
+        ):
             with self.manager.output_router._lock:
                 self.manager.output_router.result_handlers.pop(request, None)
-            raise FdbError("causal_lm_gpu: the decode loop takes no requests (it stopped or failed)",
-                           "see the server log for the decode loop's error; restart the server")
+            raise FdbError(
+                "causal_lm_gpu: the decode loop takes no requests (it stopped or failed)",
+                "see the server log for the decode loop's error; restart the server",
+            )
         finished, text = False, ""
         try:
             while not finished:
                 output = await outputs.get()
                 if output.error:
-                    raise FdbError(f"causal_lm_gpu: the reply failed: {output.error.splitlines()[0]}",
-                                   "see the server log")
+                    raise FdbError(
+                        f"causal_lm_gpu: the reply failed: {output.error.splitlines()[0]}",
+                        "see the server log",
+                    )
                 finished = output.is_finished()
                 full = self.tokenizer.decode(output.generated_tokens)
                 if full.endswith("\ufffd") and not finished:
                     continue  # a character split across tokens: wait for its last byte
                 if full.startswith(text) and len(full) > len(text):
-                    yield full[len(text):]
+                    yield full[len(text) :]
                 text = full
         finally:
             if not finished:
@@ -169,9 +220,18 @@ def _cpu_memory() -> None:
 
 
 def engine_key(options: CausalLmGpuOptions) -> tuple:
-    return ("causal_lm_gpu", repr(options.source("causal_lm_gpu")), options.device, options.dtype,
-            options.max_batch, options.temperature, options.max_prompt_tokens, options.block_size,
-            options.cache_blocks, options.cache_memory_fraction)
+    return (
+        "causal_lm_gpu",
+        repr(options.source("causal_lm_gpu")),
+        options.device,
+        options.dtype,
+        options.max_batch,
+        options.temperature,
+        options.max_prompt_tokens,
+        options.block_size,
+        options.cache_blocks,
+        options.cache_memory_fraction,
+    )
 
 
 class _AsyncPrefetch(_Prefetch):
@@ -216,6 +276,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
 
         def build() -> ChatEngine:
             return ChatEngine(options.source(f"session_nodes.{self._name}.weights"), options)
+
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
 
     async def warm(self) -> None:
@@ -239,7 +300,9 @@ class CausalLmGpuNode(PrefetchingChatNode):
         import threading
 
         prefetch = _AsyncPrefetch(self._key(messages), threading.Event(), threading.Event())
-        prefetch.task = asyncio.ensure_future(prefetch.fill(self._engine.stream(messages, self._max_new_tokens)))
+        prefetch.task = asyncio.ensure_future(
+            prefetch.fill(self._engine.stream(messages, self._max_new_tokens))
+        )
         self._keep_prefetch(prefetch)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
@@ -253,7 +316,9 @@ class CausalLmGpuNode(PrefetchingChatNode):
             pieces = self._engine.stream(messages, self._max_new_tokens)
         try:
             async for piece in pieces:
-                await emit(Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn))
+                await emit(
+                    Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn)
+                )
         finally:
             if prefetch is not None:
                 prefetch.cancel()  # an interruption stops it; no-op once it has ended

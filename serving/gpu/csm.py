@@ -101,8 +101,14 @@ class _Request:
 class CsmEngine:
     """The shared CSM model and its generation thread."""
 
-    def __init__(self, model, options: CsmOptions, tokenizer=None, dummy: bool = True,
-                 weights_label: str = ""):
+    def __init__(
+        self,
+        model,
+        options: CsmOptions,
+        tokenizer=None,
+        dummy: bool = True,
+        weights_label: str = "",
+    ):
         import torch
 
         self.torch = torch
@@ -114,7 +120,9 @@ class CsmEngine:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.codebooks = config.num_codebooks
-        self.eos = torch.as_tensor(config.codebook_eos_token_id, device=self.device)  # the end frame's codes
+        self.eos = torch.as_tensor(
+            config.codebook_eos_token_id, device=self.device
+        )  # the end frame's codes
         codec = config.codec_config
         self.codec_size = codec.codebook_size
         self.frame_samples = int(round(codec.sampling_rate / codec.frame_rate))
@@ -125,16 +133,31 @@ class CsmEngine:
         from serving.gpu.slots import SlotCache
 
         s = options.max_batch
-        self.cache = SlotCache(len(backbone.layers), s, config.num_key_value_heads, options.max_len,
-                               self.head_dim, self.device, self.dtype)
+        self.cache = SlotCache(
+            len(backbone.layers),
+            s,
+            config.num_key_value_heads,
+            options.max_len,
+            self.head_dim,
+            self.device,
+            self.dtype,
+        )
         dd = model.depth_decoder.config
-        self.depth_cache = SlotCache(len(depth.layers), s, dd.num_key_value_heads, self.codebooks + 1,
-                                     depth.layers[0].self_attn.head_dim, self.device, self.dtype)
+        self.depth_cache = SlotCache(
+            len(depth.layers),
+            s,
+            dd.num_key_value_heads,
+            self.codebooks + 1,
+            depth.layers[0].self_attn.head_dim,
+            self.device,
+            self.dtype,
+        )
         self.step_in = torch.zeros(s, 1, config.hidden_size, dtype=self.dtype, device=self.device)
         self.pos = torch.zeros(s, dtype=torch.long, device=self.device)
         self.out_codes = torch.zeros(s, self.codebooks, dtype=torch.long, device=self.device)
-        self.history = torch.zeros(s, self.codebooks, options.decode_context, dtype=torch.long,
-                                   device=self.device)
+        self.history = torch.zeros(
+            s, self.codebooks, options.decode_context, dtype=torch.long, device=self.device
+        )
         self._arange = torch.arange(options.max_len, device=self.device)
         self._graphs: dict[int, object] = {}
         self.audio = torch.zeros(s, self.frame_samples, dtype=torch.float32, device=self.device)
@@ -144,8 +167,10 @@ class CsmEngine:
         if options.codec == "streaming":
             from serving.gpu.mimi_static import MimiGraphs, StaticMimi
 
-            self.mimi = MimiGraphs(StaticMimi(model.codec_model, s, num_quantizers=self.codebooks),
-                                   cuda_graphs=options.cuda_graphs)
+            self.mimi = MimiGraphs(
+                StaticMimi(model.codec_model, s, num_quantizers=self.codebooks),
+                cuda_graphs=options.cuda_graphs,
+            )
         # the sampling's uniform numbers, drawn before each step outside its graph
         self.noise = torch.zeros(self.codebooks, s, options.top_k, device=self.device)
         self._ref_codes: dict[str, object] = {}  # sha256 of a reference -> its Mimi codes (LRU)
@@ -156,11 +181,22 @@ class CsmEngine:
         self.steps = 0
         self.step_s = 0.0
         self.identity = BackendIdentity(
-            kind="tts", name="transformers/csm", version=package_version("transformers"),
-            settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "cuda_graphs": options.cuda_graphs,
-                      "codec": options.codec, "decode_context_frames": options.decode_context,
-                      "temperature": options.temperature,
-                      "top_k": options.top_k, "frame_hz": FRAME_HZ, "rate": RATE})
+            kind="tts",
+            name="transformers/csm",
+            version=package_version("transformers"),
+            settings={
+                "weights": weights_label,
+                "dummy": dummy,
+                "max_batch": s,
+                "cuda_graphs": options.cuda_graphs,
+                "codec": options.codec,
+                "decode_context_frames": options.decode_context,
+                "temperature": options.temperature,
+                "top_k": options.top_k,
+                "frame_hz": FRAME_HZ,
+                "rate": RATE,
+            },
+        )
         self.warm_s = self._warm()
         self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
         self._thread.start()
@@ -172,7 +208,9 @@ class CsmEngine:
 
         started = time.perf_counter()
         if self.device.type == "cuda" and self.opts.cuda_graphs:
-            buckets = sorted({bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)})
+            buckets = sorted(
+                {bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)}
+            )
             with self.torch.inference_mode():
                 if self.mimi is not None:
                     self.mimi.warm(buckets)
@@ -185,8 +223,13 @@ class CsmEngine:
 
     # --- requests ------------------------------------------------------------------------------
 
-    def stream(self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = "",
-               cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
+    def stream(
+        self,
+        text: str,
+        ref_audio: np.ndarray | None = None,
+        ref_text: str = "",
+        cancelled: threading.Event | None = None,
+    ) -> Iterator[np.ndarray]:
         """Float samples at 24 kHz, one 80 ms frame at a time, as they are generated (blocking;
         run it in a thread). ``cancelled`` set: the request stops at the next frame."""
         request = self._submit(_Request(text=text, ref_audio=ref_audio, ref_text=ref_text))
@@ -203,13 +246,18 @@ class CsmEngine:
         finally:
             request.cancelled = True
 
-    async def astream(self, text: str, ref_audio: np.ndarray | None = None,
-                      ref_text: str = "") -> AsyncIterator[np.ndarray]:
+    async def astream(
+        self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = ""
+    ) -> AsyncIterator[np.ndarray]:
         """:meth:`stream`'s frames awaited on the caller's event loop (no thread waits for a
         frame, so any number of sessions can stream at once); leaving early cancels the request."""
         frames: asyncio.Queue = asyncio.Queue()
-        request = _Request(text=text, ref_audio=ref_audio, ref_text=ref_text,
-                           out=_LoopQueue(asyncio.get_running_loop(), frames))
+        request = _Request(
+            text=text,
+            ref_audio=ref_audio,
+            ref_text=ref_text,
+            out=_LoopQueue(asyncio.get_running_loop(), frames),
+        )
         self._submit(request)
         try:
             while True:
@@ -274,7 +322,9 @@ class CsmEngine:
                 except BaseException as exc:  # every request in flight fails with the error
                     log.exception("CSM step failed")
                     for i in busy:
-                        self._finish(i, FdbError(f"CSM generation failed: {exc}", "see the server log"))
+                        self._finish(
+                            i, FdbError(f"CSM generation failed: {exc}", "see the server log")
+                        )
 
     def _admit(self) -> None:
         while not self._pending.empty():
@@ -292,8 +342,11 @@ class CsmEngine:
                     log.warning("CSM request refused: %s", exc.one_line())
                 else:
                     log.exception("CSM prefill failed")
-                request.out.put(exc if isinstance(exc, FdbError) else
-                                FdbError(f"CSM prefill failed: {exc}", "see the server log"))
+                request.out.put(
+                    exc
+                    if isinstance(exc, FdbError)
+                    else FdbError(f"CSM prefill failed: {exc}", "see the server log")
+                )
                 request.out.put(None)
 
     def _advance(self, busy: list[int]) -> None:
@@ -320,8 +373,11 @@ class CsmEngine:
                 continue
             request.frames += 1
             request.out.put(audio[i])
-            if request.cancelled or request.frames >= request.max_frames or \
-                    positions[i] >= self.opts.max_len - 1:
+            if (
+                request.cancelled
+                or request.frames >= request.max_frames
+                or positions[i] >= self.opts.max_len - 1
+            ):
                 self._finish(i, None)
 
     def _finish(self, slot: int, error: BaseException | None) -> None:
@@ -336,7 +392,9 @@ class CsmEngine:
 
     def _text_ids(self, text: str) -> list[int]:
         if self.tokenizer is not None:
-            return list(self.tokenizer(f"[{self.opts.speaker}]{text}", add_special_tokens=True)["input_ids"])
+            return list(
+                self.tokenizer(f"[{self.opts.speaker}]{text}", add_special_tokens=True)["input_ids"]
+            )
         vocab = self.model.config.text_vocab_size
         return [b % vocab for b in text.encode("utf-8")] or [0]
 
@@ -347,12 +405,20 @@ class CsmEngine:
         parts = []
         ref_codes = None
         if request.ref_audio is not None and len(request.ref_audio):
-            parts.append(m.embed_text_tokens(torch.tensor([self._text_ids(request.ref_text)], device=self.device)))
+            parts.append(
+                m.embed_text_tokens(
+                    torch.tensor([self._text_ids(request.ref_text)], device=self.device)
+                )
+            )
             ref_codes = self._encode_reference(request.ref_audio)  # [32, F]
             parts.append(m.backbone_model.embed_tokens(ref_codes.T[None]))
-            eos = torch.full((1, 1, self.codebooks), m.config.codebook_eos_token_id, device=self.device)
+            eos = torch.full(
+                (1, 1, self.codebooks), m.config.codebook_eos_token_id, device=self.device
+            )
             parts.append(m.backbone_model.embed_tokens(eos))
-        parts.append(m.embed_text_tokens(torch.tensor([self._text_ids(request.text)], device=self.device)))
+        parts.append(
+            m.embed_text_tokens(torch.tensor([self._text_ids(request.text)], device=self.device))
+        )
         return torch.cat(parts, dim=1).to(self.dtype), ref_codes
 
     def _encode_reference(self, samples: np.ndarray):
@@ -365,7 +431,7 @@ class CsmEngine:
         codes = self._ref_codes.pop(key, None)
         if codes is None:
             wav = self.torch.from_numpy(samples).to(self.device, self.dtype)[None, None]
-            codes = self.model.codec_model.encode(wav).audio_codes[0, :self.codebooks]
+            codes = self.model.codec_model.encode(wav).audio_codes[0, : self.codebooks]
         self._ref_codes[key] = codes
         while len(self._ref_codes) > REF_CACHE:
             self._ref_codes.pop(next(iter(self._ref_codes)))
@@ -378,8 +444,10 @@ class CsmEngine:
         embeds, ref_codes = self._prompt(request)
         t = embeds.shape[1]
         if t + 2 >= self.opts.max_len:
-            raise PromptTooLong(f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
-                                "send a shorter reference or text, or raise max_len")
+            raise PromptTooLong(
+                f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
+                "send a shorter reference or text, or raise max_len",
+            )
         backbone = self.model.backbone_model
         if t > 1:  # all but the last prompt token; the batched step takes that one
             positions = torch.arange(t - 1, device=self.device)[None]
@@ -389,17 +457,21 @@ class CsmEngine:
                 h = prefill_layer(layer, h, cos, sin, k, v, slot, 0)
         self.step_in[slot] = embeds[0, -1:]
         self.pos[slot] = t - 1
-        context = torch.zeros(self.codebooks, self.opts.decode_context, dtype=torch.long, device=self.device)
+        context = torch.zeros(
+            self.codebooks, self.opts.decode_context, dtype=torch.long, device=self.device
+        )
         if ref_codes is not None:  # the reference's last frames: the voice continues from them
-            tail = ref_codes[:, -self.opts.decode_context:]
-            context[:, -tail.shape[1]:] = tail.clamp(max=self.codec_size - 1)
+            tail = ref_codes[:, -self.opts.decode_context :]
+            context[:, -tail.shape[1] :] = tail.clamp(max=self.codec_size - 1)
         self.history[slot] = context
         if self.mimi is not None:  # a new decoder stream; a reference's last frames lead into it
             from serving.gpu.slots import bucket
 
             self.mimi.reset([slot])
             if ref_codes is not None:
-                self.mimi.prime_decoder(slot, context[:, -tail.shape[1]:], n=bucket(slot + 1, self.opts.max_batch))
+                self.mimi.prime_decoder(
+                    slot, context[:, -tail.shape[1] :], n=bucket(slot + 1, self.opts.max_batch)
+                )
         request.max_frames = self._max_frames(request.text)
         request.slot = slot
         self._slots[slot] = request
@@ -424,7 +496,9 @@ class CsmEngine:
             except Exception as exc:  # noqa: BLE001 - recorded, and the step runs eagerly
                 log.warning("CSM step capture failed for batch %d (%s); running eagerly", n, exc)
                 self.opts.cuda_graphs = False
-                self.identity.settings["cuda_graphs"] = f"off: capture failed ({type(exc).__name__})"
+                self.identity.settings["cuda_graphs"] = (
+                    f"off: capture failed ({type(exc).__name__})"
+                )
                 self._step(n)
                 return
             self._graphs[n] = graph
@@ -446,7 +520,9 @@ class CsmEngine:
         from serving.gpu.slots import decode_layer
 
         backbone = self.model.backbone_model
-        x = self.step_in[:n]  # [n, 1, H]: the last prompt token, or the last frame's codebooks summed
+        x = self.step_in[
+            :n
+        ]  # [n, 1, H]: the last prompt token, or the last frame's codebooks summed
         pos = self.pos[:n]
         cos, sin = backbone.rotary_emb(x, pos[:, None])
         mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
@@ -496,7 +572,7 @@ class CsmEngine:
     def _decode(self, n: int) -> None:
         """Rows 0..n-1: the last frame of each row's code window through Mimi into ``audio``."""
         values = self.model.codec_model.decode(self.history[:n]).audio_values  # [n, 1, W*frame]
-        self.audio[:n] = values[:, 0, -self.frame_samples:].float().nan_to_num().clamp(-1, 1)
+        self.audio[:n] = values[:, 0, -self.frame_samples :].float().nan_to_num().clamp(-1, 1)
 
     def _run_decode(self, n: int) -> None:
         """Rows 0..n-1: the new frame through Mimi into ``audio``. Streaming: every row advances
@@ -512,4 +588,3 @@ class CsmEngine:
 
 def _closed() -> FdbError:
     return FdbError("the CSM engine is closed", "the server is stopping")
-

@@ -67,13 +67,17 @@ class _Conv:
         if not module.causal:
             raise ValueError("StaticMimi streams causal convolutions only (use_causal_conv)")
         if module.pad_mode not in ("constant", "replicate"):
-            raise ValueError(f"padding mode {module.pad_mode!r} cannot stream (constant or replicate)")
+            raise ValueError(
+                f"padding mode {module.pad_mode!r} cannot stream (constant or replicate)"
+            )
         self.conv = module.conv
         self.pad = int(module.padding_total)
         self.replicate = module.pad_mode == "replicate"
         self.state = torch.zeros(slots, module.in_channels, self.pad, device=device, dtype=dtype)
 
-    def __call__(self, x: torch.Tensor, fresh: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, fresh: torch.Tensor, active: torch.Tensor | None
+    ) -> torch.Tensor:
         if self.pad == 0:
             return self.conv(x)
         state = self.state[: x.shape[0]]
@@ -82,7 +86,7 @@ class _Conv:
             prev = torch.where(fresh[:, None, None], x[..., :1].expand_as(state), state)
         padded = torch.cat([prev, x], dim=-1)
         out = self.conv(padded)
-        tail = padded[..., -self.pad:]
+        tail = padded[..., -self.pad :]
         state.copy_(tail if active is None else torch.where(active[:, None, None], tail, state))
         return out
 
@@ -99,7 +103,9 @@ class _ConvTranspose:
         self.overlap = int(module.padding_right)  # kernel - stride
         self.state = torch.zeros(slots, conv.out_channels, self.overlap, device=device, dtype=dtype)
 
-    def __call__(self, x: torch.Tensor, fresh: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, fresh: torch.Tensor, active: torch.Tensor | None
+    ) -> torch.Tensor:
         length = x.shape[-1] * self.stride
         if self.overlap > length:
             raise ValueError("a frame is shorter than the transposed convolution's overlap")
@@ -107,7 +113,7 @@ class _ConvTranspose:
         if self.overlap == 0:
             return y
         state = self.state[: x.shape[0]]
-        out = torch.cat([y[..., : self.overlap] + state, y[..., self.overlap: length]], dim=-1)
+        out = torch.cat([y[..., : self.overlap] + state, y[..., self.overlap : length]], dim=-1)
         tail = y[..., length:]
         if self.conv.bias is not None:  # the next frame's own output carries the bias once
             tail = tail - self.conv.bias[:, None]
@@ -122,7 +128,11 @@ class _Transformer:
         self.module = module
         self.layers = list(module.layers)
         attn = self.layers[0].self_attn
-        self.heads, self.kv_heads, self.head_dim = attn.num_heads, attn.num_key_value_heads, attn.head_dim
+        self.heads, self.kv_heads, self.head_dim = (
+            attn.num_heads,
+            attn.num_key_value_heads,
+            attn.head_dim,
+        )
         self.scaling = attn.scaling
         self.window = int(config.sliding_window or config.max_position_embeddings)
         self.tokens = tokens
@@ -130,7 +140,9 @@ class _Transformer:
         shape = (slots, self.kv_heads, self.ring, self.head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in self.layers]
-        self.held = torch.full((slots, self.ring), -1, device=device, dtype=torch.long)  # position per entry
+        self.held = torch.full(
+            (slots, self.ring), -1, device=device, dtype=torch.long
+        )  # position per entry
         self.pos = torch.zeros(slots, device=device, dtype=torch.long)  # the next token's position
         self.steps = torch.arange(tokens, device=device, dtype=torch.long)
 
@@ -150,7 +162,9 @@ class _Transformer:
         held_now = self.held[:n].scatter(1, entries, positions)
         q_pos = positions[:, :, None]
         k_pos = held_now[:, None, :]  # [n, 1, R]
-        mask = ((k_pos >= 0) & (k_pos <= q_pos) & (k_pos > q_pos - self.window))[:, None]  # [n, 1, T, R]
+        mask = ((k_pos >= 0) & (k_pos <= q_pos) & (k_pos > q_pos - self.window))[
+            :, None
+        ]  # [n, 1, T, R]
         cos, sin = self.module.rotary_emb(x, positions)
         cos, sin = cos[:, None], sin[:, None]
         where = entries[:, None, :, None].expand(n, self.kv_heads, t, self.head_dim)
@@ -169,9 +183,19 @@ class _Transformer:
             values.scatter_(2, where, v)
             if groups > 1:  # transformers' repeat_kv: kv head h serves query heads h*groups..
                 shape = (n, self.heads, self.ring, self.head_dim)
-                keys = keys[:, :, None].expand(n, self.kv_heads, groups, self.ring, self.head_dim).reshape(shape)
-                values = values[:, :, None].expand(n, self.kv_heads, groups, self.ring, self.head_dim).reshape(shape)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
+                keys = (
+                    keys[:, :, None]
+                    .expand(n, self.kv_heads, groups, self.ring, self.head_dim)
+                    .reshape(shape)
+                )
+                values = (
+                    values[:, :, None]
+                    .expand(n, self.kv_heads, groups, self.ring, self.head_dim)
+                    .reshape(shape)
+                )
+            out = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, scale=self.scaling
+            )
             out = attn.o_proj(out.transpose(1, 2).reshape(n, t, self.heads * self.head_dim))
             h = h + layer.self_attn_layer_scale(out)
             h = h + layer.mlp_layer_scale(layer.mlp(layer.post_attention_layernorm(h)))
@@ -212,10 +236,14 @@ class StaticMimi:
         self.device, self.dtype = device, dtype
         self.num_quantizers = num_quantizers or config.num_quantizers
         if not config.num_semantic_quantizers <= self.num_quantizers <= config.num_quantizers:
-            raise ValueError(f"num_quantizers {self.num_quantizers} is outside "
-                             f"[{config.num_semantic_quantizers}, {config.num_quantizers}]")
+            raise ValueError(
+                f"num_quantizers {self.num_quantizers} is outside "
+                f"[{config.num_semantic_quantizers}, {config.num_quantizers}]"
+            )
         if model.downsample is None or model.upsample is None:
-            raise ValueError("StaticMimi needs Mimi's downsampling (frame_rate != encodec_frame_rate)")
+            raise ValueError(
+                "StaticMimi needs Mimi's downsampling (frame_rate != encodec_frame_rate)"
+            )
         self.frame = int(config.frame_size)
         hop = self.frame // model.downsample.conv.stride[0]  # samples per encoder-transformer token
         tokens = self.frame // hop
@@ -239,7 +267,10 @@ class StaticMimi:
         self._enc_tr = _Transformer(model.encoder_transformer, config, slots, tokens, device, dtype)
         self._dec_tr = _Transformer(model.decoder_transformer, config, slots, tokens, device, dtype)
         quantizer = model.quantizer
-        for rvq in (quantizer.semantic_residual_vector_quantizer, quantizer.acoustic_residual_vector_quantizer):
+        for rvq in (
+            quantizer.semantic_residual_vector_quantizer,
+            quantizer.acoustic_residual_vector_quantizer,
+        ):
             for layer in rvq.layers:
                 layer.codebook.embed  # noqa: B018 - computed (and cached by transformers) now, not in a graph
 
@@ -255,7 +286,9 @@ class StaticMimi:
         t = self._enc_tr.tokens
         return self._enc_tr.pos // t, self._dec_tr.pos // t
 
-    def reset(self, slots: Sequence[int] | torch.Tensor, encoder: bool = True, decoder: bool = True) -> None:
+    def reset(
+        self, slots: Sequence[int] | torch.Tensor, encoder: bool = True, decoder: bool = True
+    ) -> None:
         """Slots ``slots`` start new streams: their state zeroed, their positions 0. Runs
         ``index_fill_`` on the device (no host sync), outside any captured graph."""
         index = torch.as_tensor(slots, dtype=torch.long).to(self.device, non_blocking=True)
@@ -371,8 +404,10 @@ class MimiGraphs:
         if not self.use_graphs:
             return
         for n in buckets:
-            for name, fn, active in (("encode", self._encode_rows, self.enc_active),
-                                     ("decode", self._decode_rows, self.dec_active)):
+            for name, fn, active in (
+                ("encode", self._encode_rows, self.enc_active),
+                ("decode", self._decode_rows, self.dec_active),
+            ):
                 if (name, n) not in self._graphs:
                     self._graphs[(name, n)] = self._capture(n, fn, active)
 

@@ -78,8 +78,14 @@ class _Frame:
 class MoshiEngine:
     """The shared Moshi model, its slots and its step thread."""
 
-    def __init__(self, model, options: MoshiOptions, tokenizer=None, dummy: bool = True,
-                 weights_label: str = ""):
+    def __init__(
+        self,
+        model,
+        options: MoshiOptions,
+        tokenizer=None,
+        dummy: bool = True,
+        weights_label: str = "",
+    ):
         import torch
 
         from serving.gpu.slots import SlotCache
@@ -99,12 +105,26 @@ class MoshiEngine:
         decoder = model.decoder.model
         attn = decoder.layers[0].self_attn
         s, w = options.max_batch, options.codec_context
-        self.cache = SlotCache(len(decoder.layers), s, attn.num_key_value_heads, options.max_len,
-                               attn.head_dim, self.device, self.dtype)
+        self.cache = SlotCache(
+            len(decoder.layers),
+            s,
+            attn.num_key_value_heads,
+            options.max_len,
+            attn.head_dim,
+            self.device,
+            self.dtype,
+        )
         depth = model.depth_decoder
         dattn = depth.layers[0].self_attn
-        self.depth_cache = SlotCache(len(depth.layers), s, dattn.num_key_value_heads, self.k,
-                                     dattn.head_dim, self.device, self.dtype)
+        self.depth_cache = SlotCache(
+            len(depth.layers),
+            s,
+            dattn.num_key_value_heads,
+            self.k,
+            dattn.head_dim,
+            self.device,
+            self.dtype,
+        )
         zeros = dict(device=self.device, dtype=torch.long)
         self.pos = torch.zeros(s, **zeros)
         self.active = torch.zeros(s, dtype=torch.bool, device=self.device)
@@ -115,15 +135,19 @@ class MoshiEngine:
         self.out_history = torch.zeros(s, self.k, w, **zeros)
         self.out_audio = torch.zeros(s, self.frame, dtype=torch.float32, device=self.device)
         self._arange = torch.arange(options.max_len, device=self.device)
-        self._codebook = [torch.tensor([c], device=self.device) for c in range(self.k)]  # no copies in a graph
+        self._codebook = [
+            torch.tensor([c], device=self.device) for c in range(self.k)
+        ]  # no copies in a graph
         if options.codec not in ("streaming", "window"):
             raise FdbError(f"Moshi codec {options.codec!r} is not known", "use streaming or window")
         self.mimi = None
         if options.codec == "streaming":
             from serving.gpu.mimi_static import MimiGraphs, StaticMimi
 
-            self.mimi = MimiGraphs(StaticMimi(model.audio_encoder, s, num_quantizers=self.k),
-                                   cuda_graphs=options.cuda_graphs)
+            self.mimi = MimiGraphs(
+                StaticMimi(model.audio_encoder, s, num_quantizers=self.k),
+                cuda_graphs=options.cuda_graphs,
+            )
             self.user_frame = torch.zeros(s, self.frame, dtype=torch.float32, device=self.device)
         # the sampling's uniform numbers, drawn before each step outside its graph
         self.text_noise = torch.zeros(s, options.text_top_k, device=self.device)
@@ -139,11 +163,21 @@ class MoshiEngine:
         self.step_s = 0.0
         self.rows = 0
         self.identity = BackendIdentity(
-            kind="native", name="transformers/moshi", version=package_version("transformers"),
-            settings={"weights": weights_label, "dummy": dummy, "max_batch": s, "max_len": options.max_len,
-                      "cuda_graphs": options.cuda_graphs, "codec": options.codec,
-                      "codec_context_frames": w if options.codec == "window" else None, "frame_hz": FRAME_HZ,
-                      "gather_ms": options.gather_ms})
+            kind="native",
+            name="transformers/moshi",
+            version=package_version("transformers"),
+            settings={
+                "weights": weights_label,
+                "dummy": dummy,
+                "max_batch": s,
+                "max_len": options.max_len,
+                "cuda_graphs": options.cuda_graphs,
+                "codec": options.codec,
+                "codec_context_frames": w if options.codec == "window" else None,
+                "frame_hz": FRAME_HZ,
+                "gather_ms": options.gather_ms,
+            },
+        )
         self.warm_s = self._warm()
         self._thread = threading.Thread(target=self._run, name="moshi-gpu", daemon=True)
         self._thread.start()
@@ -156,7 +190,9 @@ class MoshiEngine:
         started = time.perf_counter()
         if not (self.opts.cuda_graphs and self.device.type == "cuda"):
             return 0.0
-        buckets = sorted({bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)})
+        buckets = sorted(
+            {bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)}
+        )
         with self.torch.inference_mode():
             if self.mimi is not None:
                 self.mimi.warm(buckets)
@@ -171,8 +207,10 @@ class MoshiEngine:
         """A free slot for a new session (its state reset); FdbError when all are taken."""
         with self._lock:
             if not self._free:
-                raise FdbError(f"all {self.opts.max_batch} Moshi slots are in use",
-                               "lower max_sessions to the node's max_batch, or raise max_batch")
+                raise FdbError(
+                    f"all {self.opts.max_batch} Moshi slots are in use",
+                    "lower max_sessions to the node's max_batch, or raise max_batch",
+                )
             slot = self._free.pop(0)
             self._resets.add(slot)  # cleared by the step thread before the slot's first step
         return slot
@@ -189,11 +227,13 @@ class MoshiEngine:
         ``(text, samples)``: the text of Moshi's token ('' when none) and its 80 ms of audio."""
         future: Future = Future()
         frame = np.zeros(self.frame, dtype=np.float32)
-        frame[:min(len(samples), self.frame)] = samples[:self.frame]
+        frame[: min(len(samples), self.frame)] = samples[: self.frame]
         with self._lock:
             if slot in self._pending:
-                raise FdbError(f"slot {slot} handed in a frame before its last one was answered",
-                               "send one unit at a time")
+                raise FdbError(
+                    f"slot {slot} handed in a frame before its last one was answered",
+                    "send one unit at a time",
+                )
             self._pending[slot] = _Frame(slot, frame, future)
             self._wake.notify()
         return future
@@ -257,7 +297,9 @@ class MoshiEngine:
         self.active.zero_()
         self.active[index] = True
         if self.mimi is None:
-            self.user_audio[index, 0] = torch.cat([self.user_audio[index, 0, self.frame:], new], dim=1)
+            self.user_audio[index, 0] = torch.cat(
+                [self.user_audio[index, 0, self.frame :], new], dim=1
+            )
         else:
             self.user_frame[index] = new
         self._encode(n)
@@ -273,13 +315,20 @@ class MoshiEngine:
         self.step_s += time.perf_counter() - started
         self.rows += len(frames)
         if self.steps % LOG_EVERY == 0:
-            log.info("Moshi: %d steps, %.1f ms per step, %.1f sessions per step", self.steps,
-                     1000 * self.step_s / self.steps, self.rows / self.steps)
+            log.info(
+                "Moshi: %d steps, %.1f ms per step, %.1f sessions per step",
+                self.steps,
+                1000 * self.step_s / self.steps,
+                self.rows / self.steps,
+            )
         for frame, samples, token, position in zip(frames, audio, texts, positions, strict=True):
             if position >= self.opts.max_len:
-                frame.future.set_exception(FdbError(
-                    f"the session reached the engine's {self.opts.max_len} frames",
-                    "open a new session, or raise max_len"))
+                frame.future.set_exception(
+                    FdbError(
+                        f"the session reached the engine's {self.opts.max_len} frames",
+                        "open a new session, or raise max_len",
+                    )
+                )
             else:
                 frame.future.set_result((self._text(token), samples))
 
@@ -301,8 +350,12 @@ class MoshiEngine:
                 graph = capture(lambda: fn(n))
                 log.info("Moshi %s captured for batch %d", name, n)
             except Exception as exc:  # noqa: BLE001 - recorded; this part runs eagerly
-                log.warning("Moshi %s capture failed for batch %d (%s); running eagerly", name, n, exc)
-                self.identity.settings[f"graph_{name}"] = f"off: capture failed ({type(exc).__name__})"
+                log.warning(
+                    "Moshi %s capture failed for batch %d (%s); running eagerly", name, n, exc
+                )
+                self.identity.settings[f"graph_{name}"] = (
+                    f"off: capture failed ({type(exc).__name__})"
+                )
                 self._graphs[key] = False
                 fn(n)
                 return
@@ -317,12 +370,13 @@ class MoshiEngine:
         if self.mimi is not None:  # the streaming codec: this frame only, over the slot's state
             newest = self.mimi.encode(self.user_frame[:n], self.active[:n])  # [n, 8]
         else:  # a window of the last frames, eagerly (transformers' Mimi is not capturable)
-            newest = self.model.audio_encoder.encode(self.user_audio[:n].to(self.dtype),
-                                                     num_quantizers=self.k).audio_codes[:, :, -1]
+            newest = self.model.audio_encoder.encode(
+                self.user_audio[:n].to(self.dtype), num_quantizers=self.k
+            ).audio_codes[:, :, -1]
         keep = self.active[:n, None]
         shifted = torch.where(keep[:, :, None], self.codes[:n, :1], self.codes[:n, 1:])
         self.codes[:n, 1:] = shifted
-        self.codes[:n, 0, self.k:] = torch.where(keep, newest, self.codes[:n, 0, self.k:])
+        self.codes[:n, 0, self.k :] = torch.where(keep, newest, self.codes[:n, 0, self.k :])
 
     def _inputs(self, n: int):
         """The temporal transformer's input: text + Moshi's and the user's codes, codebook 0 of
@@ -348,13 +402,14 @@ class MoshiEngine:
         for layer, k, v in zip(decoder.layers, self.cache.k, self.cache.v, strict=True):
             h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
         hidden = decoder.norm(h)  # [n, 1, H]
-        text = sample_top_k(m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature,
-                            self.text_noise[:n])
+        text = sample_top_k(
+            m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature, self.text_noise[:n]
+        )
         codes = self._depth(hidden, text, n)
         keep = self.active[:n]
         self.text[:n] = torch.where(keep, text, self.text[:n])
-        ours = torch.where(keep[:, None], codes, self.codes[:n, 0, :self.k])
-        self.codes[:n, 0, :self.k] = ours
+        ours = torch.where(keep[:, None], codes, self.codes[:n, 0, : self.k])
+        self.codes[:n, 0, : self.k] = ours
         playable = ours.clamp(max=self.codec_size - 1)[:, :, None]
         shifted = torch.cat([self.out_history[:n, :, 1:], playable], dim=2)
         self.out_history[:n] = torch.where(keep[:, None, None], shifted, self.out_history[:n])
@@ -365,7 +420,7 @@ class MoshiEngine:
 
         torch = self.torch
         depth, o = self.model.depth_decoder, self.opts
-        arange = self._arange[:self.k]
+        arange = self._arange[: self.k]
         ks = [k[:n] for k in self.depth_cache.k]
         vs = [v[:n] for v in self.depth_cache.v]
         codes = []
@@ -378,16 +433,21 @@ class MoshiEngine:
             mask = (arange <= c)[None, None, None, :]
             for layer, k, v in zip(depth.layers, ks, vs, strict=True):
                 x = decode_layer(layer, x, None, None, k, v, pos, mask, codebook=index)
-            token = sample_top_k(depth.lm_heads(x, index)[:, 0], o.audio_top_k, o.audio_temperature,
-                                 self.audio_noise[c, :n])
+            token = sample_top_k(
+                depth.lm_heads(x, index)[:, 0],
+                o.audio_top_k,
+                o.audio_temperature,
+                self.audio_noise[c, :n],
+            )
             codes.append(token)
         return torch.stack(codes, dim=1)
 
     def _decode(self, n: int) -> None:
         if self.mimi is not None:
-            playable = self.codes[:n, 0, :self.k].clamp(max=self.codec_size - 1)
+            playable = self.codes[:n, 0, : self.k].clamp(max=self.codec_size - 1)
             values = self.mimi.decode(playable, self.active[:n])  # [n, frame]
         else:
-            values = self.model.audio_encoder.decode(self.out_history[:n]).audio_values[:, 0, -self.frame:]
+            values = self.model.audio_encoder.decode(self.out_history[:n]).audio_values[
+                :, 0, -self.frame :
+            ]
         self.out_audio[:n] = values.float().nan_to_num().clamp(-1, 1)
-

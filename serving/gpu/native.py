@@ -43,8 +43,13 @@ class _NoWorker:
 
 
 class MoshiSessionEngine:
-    def __init__(self, hub, outbox: Outbox, config: Callable[[], NativeConfig],
-                 on_exhausted: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        hub,
+        outbox: Outbox,
+        config: Callable[[], NativeConfig],
+        on_exhausted: Callable[[], Awaitable[None]],
+    ) -> None:
         self._engine = hub.native.engine
         self._max_context_ms = hub.system.duplex.max_context_ms
         self._outbox = outbox
@@ -110,8 +115,14 @@ class MoshiSessionEngine:
         text, audio = await asyncio.wrap_future(self._engine.submit(self._slot, frame))
         await self._speak(unit, text, float_to_pcm16(audio), size // SAMPLES_PER_MS * BYTES_PER_MS)
         self.consumed_samples = unit.end
-        await self._outbox.send(UnitDone(unit_id=unit.unit_id, sglang=UnitSglang(
-            media_time=MediaTime(t_start_ms=unit.t_start_ms, duration_ms=unit.duration_ms))))
+        await self._outbox.send(
+            UnitDone(
+                unit_id=unit.unit_id,
+                sglang=UnitSglang(
+                    media_time=MediaTime(t_start_ms=unit.t_start_ms, duration_ms=unit.duration_ms)
+                ),
+            )
+        )
 
     async def _speak(self, unit: Unit, text: str, pcm: bytes, budget: int) -> None:
         if self._cancel and self._reply is not None:
@@ -145,10 +156,17 @@ class MoshiNative:
         source = node.source()
         model = load_model(source, "moshi_gpu native model", node.device, node.dtype)
         tokenizer = load_tokenizer(source)
-        options = MoshiOptions(max_batch=node.max_batch, max_len=node.max_len, codec_context=node.codec_context,
-                               codec=node.codec, gather_ms=node.gather_ms, cuda_graphs=node.cuda_graphs)
-        self.engine = MoshiEngine(model, options, tokenizer=tokenizer, dummy=source.dummy,
-                                  weights_label=source.label())
+        options = MoshiOptions(
+            max_batch=node.max_batch,
+            max_len=node.max_len,
+            codec_context=node.codec_context,
+            codec=node.codec,
+            gather_ms=node.gather_ms,
+            cuda_graphs=node.cuda_graphs,
+        )
+        self.engine = MoshiEngine(
+            model, options, tokenizer=tokenizer, dummy=source.dummy, weights_label=source.label()
+        )
         self.identity = self.engine.identity
 
     def close(self) -> None:

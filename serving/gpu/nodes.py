@@ -43,8 +43,10 @@ class GpuNode(BaseModel):
         except Exception as exc:  # FdbError: its message names the field
             raise ValueError(getattr(exc, "message", str(exc))) from None
         if source.preset is not None and source.preset not in cls.presets:
-            raise ValueError(f"weights: preset {source.preset!r} is not a model of this kind "
-                             f"(use one of {', '.join(cls.presets)})")
+            raise ValueError(
+                f"weights: preset {source.preset!r} is not a model of this kind "
+                f"(use one of {', '.join(cls.presets)})"
+            )
         return value
 
     def source(self) -> WeightSource:
@@ -96,20 +98,35 @@ class CsmTts:
         source = node.source()
         model = load_model(source, "csm_gpu tts", node.device, node.dtype)
         tokenizer = load_tokenizer(source)
-        options = CsmOptions(max_batch=node.max_batch, max_len=node.max_len, max_audio_s=node.max_audio_s,
-                             temperature=node.temperature, top_k=node.top_k, decode_context=node.decode_context,
-                             codec=node.codec,
-                             cuda_graphs=node.cuda_graphs, dummy_s_per_char=node.dummy_s_per_char)
-        self.engine = CsmEngine(model, options, tokenizer=tokenizer, dummy=source.dummy,
-                                weights_label=source.label())
+        options = CsmOptions(
+            max_batch=node.max_batch,
+            max_len=node.max_len,
+            max_audio_s=node.max_audio_s,
+            temperature=node.temperature,
+            top_k=node.top_k,
+            decode_context=node.decode_context,
+            codec=node.codec,
+            cuda_graphs=node.cuda_graphs,
+            dummy_s_per_char=node.dummy_s_per_char,
+        )
+        self.engine = CsmEngine(
+            model, options, tokenizer=tokenizer, dummy=source.dummy, weights_label=source.label()
+        )
         self.identity = self.engine.identity
         self.rate = RATE
 
-    def stream(self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = "",
-               cancelled: threading.Event | None = None) -> Iterator[np.ndarray]:
+    def stream(
+        self,
+        text: str,
+        ref_audio: np.ndarray | None = None,
+        ref_text: str = "",
+        cancelled: threading.Event | None = None,
+    ) -> Iterator[np.ndarray]:
         yield from self.engine.stream(text, ref_audio, ref_text, cancelled)
 
-    def astream(self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = "") -> AsyncIterator[np.ndarray]:
+    def astream(
+        self, text: str, ref_audio: np.ndarray | None = None, ref_text: str = ""
+    ) -> AsyncIterator[np.ndarray]:
         """The frames as they are generated, on the caller's event loop (the speech node streams
         them into the session instead of waiting for a chunk's whole audio)."""
         return self.engine.astream(text, ref_audio, ref_text)

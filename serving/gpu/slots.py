@@ -46,8 +46,16 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 class SlotCache:
     """Keys and values of ``layers`` layers for ``slots`` requests of up to ``max_len`` tokens."""
 
-    def __init__(self, layers: int, slots: int, kv_heads: int, max_len: int, head_dim: int,
-                 device: torch.device | str, dtype: torch.dtype):
+    def __init__(
+        self,
+        layers: int,
+        slots: int,
+        kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+    ):
         shape = (slots, kv_heads, max_len, head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(layers)]
@@ -62,7 +70,9 @@ def _project(proj: nn.Module, x: torch.Tensor, codebook: torch.Tensor | None) ->
     return proj(x) if codebook is None else proj(x, codebook)
 
 
-def _qkv(attn: nn.Module, x: torch.Tensor, kv_heads: int, dim: int, codebook: torch.Tensor | None = None):
+def _qkv(
+    attn: nn.Module, x: torch.Tensor, kv_heads: int, dim: int, codebook: torch.Tensor | None = None
+):
     n, t, _ = x.shape
     q = _project(attn.q_proj, x, codebook).view(n, t, -1, dim).transpose(1, 2)
     k = _project(attn.k_proj, x, codebook).view(n, t, kv_heads, dim).transpose(1, 2)
@@ -70,15 +80,24 @@ def _qkv(attn: nn.Module, x: torch.Tensor, kv_heads: int, dim: int, codebook: to
     return q, k, v
 
 
-def _mlp_residual(layer: nn.Module, x: torch.Tensor, attended: torch.Tensor,
-                  codebook: torch.Tensor | None = None) -> torch.Tensor:
+def _mlp_residual(
+    layer: nn.Module, x: torch.Tensor, attended: torch.Tensor, codebook: torch.Tensor | None = None
+) -> torch.Tensor:
     x = x + attended
     return x + _project(layer.mlp, layer.post_attention_layernorm(x), codebook)
 
 
-def decode_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None,
-                 k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
-                 mask: torch.Tensor, codebook: torch.Tensor | None = None) -> torch.Tensor:
+def decode_layer(
+    layer: nn.Module,
+    x: torch.Tensor,
+    cos: torch.Tensor | None,
+    sin: torch.Tensor | None,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: torch.Tensor,
+    mask: torch.Tensor,
+    codebook: torch.Tensor | None = None,
+) -> torch.Tensor:
     """One token per row: ``x`` [n, 1, H] at per-row positions ``pos`` [n] (written into rows
     0..n-1 of the caches), ``mask`` [n, 1, 1, max_len] (True: attend); ``cos`` None: no rotary
     embedding; ``codebook``: per-codebook weights (Moshi's depth transformer)."""
@@ -96,13 +115,23 @@ def decode_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor | None, si
     # that head's "sequence" (one token per row, so no causal order among them)
     groups = heads // kv_heads
     q = q.reshape(n, kv_heads, groups, dim)
-    out = F.scaled_dot_product_attention(q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling)
+    out = F.scaled_dot_product_attention(
+        q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling
+    )
     out = _project(attn.o_proj, out.reshape(n, 1, heads * dim), codebook)
     return _mlp_residual(layer, x, out, codebook)
 
 
-def prefill_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  k_cache: torch.Tensor, v_cache: torch.Tensor, slot: int, start: int) -> torch.Tensor:
+def prefill_layer(
+    layer: nn.Module,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot: int,
+    start: int,
+) -> torch.Tensor:
     """``T`` tokens of one request (``x`` [1, T, H]) at positions ``start..start+T-1`` of ``slot``,
     causal over everything the slot holds before them."""
     attn = layer.self_attn
@@ -111,10 +140,10 @@ def prefill_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: tor
     q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim)
     heads = q.shape[1]
     q, k = rope(q, cos, sin), rope(k, cos, sin)
-    k_cache[slot, :, start:start + t] = k[0]
-    v_cache[slot, :, start:start + t] = v[0]
-    keys = k_cache[slot:slot + 1, :, :start + t].repeat_interleave(heads // kv_heads, dim=1)
-    values = v_cache[slot:slot + 1, :, :start + t].repeat_interleave(heads // kv_heads, dim=1)
+    k_cache[slot, :, start : start + t] = k[0]
+    v_cache[slot, :, start : start + t] = v[0]
+    keys = k_cache[slot : slot + 1, :, : start + t].repeat_interleave(heads // kv_heads, dim=1)
+    values = v_cache[slot : slot + 1, :, : start + t].repeat_interleave(heads // kv_heads, dim=1)
     if start == 0:
         out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=attn.scaling)
     else:
@@ -124,8 +153,9 @@ def prefill_layer(layer: nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: tor
     return _mlp_residual(layer, x, out)
 
 
-def sample_top_k(logits: torch.Tensor, top_k: int, temperature: float,
-                 noise: torch.Tensor | None = None) -> torch.Tensor:
+def sample_top_k(
+    logits: torch.Tensor, top_k: int, temperature: float, noise: torch.Tensor | None = None
+) -> torch.Tensor:
     """One token per row from the ``top_k`` most likely at ``temperature`` (0: the most likely),
     by the Gumbel-max trick: no host synchronization. ``noise``: uniform [0, 1) numbers of the
     shape [rows, top_k] drawn outside a CUDA graph, so that no random generator runs inside one
@@ -135,7 +165,7 @@ def sample_top_k(logits: torch.Tensor, top_k: int, temperature: float,
     values, indices = logits.float().topk(min(top_k, logits.shape[-1]), dim=-1)
     if noise is None:
         noise = torch.rand_like(values)
-    noise = noise[:, :values.shape[-1]].clamp(min=1e-10)
+    noise = noise[:, : values.shape[-1]].clamp(min=1e-10)
     choice = (values / temperature - torch.log(-torch.log(noise))).argmax(dim=-1, keepdim=True)
     return indices.gather(-1, choice).squeeze(-1)
 

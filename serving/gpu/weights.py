@@ -36,17 +36,39 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     # kyutai moshiko (7B temporal transformer, depth transformer, 8 Mimi codebooks)
     "moshi-7b": ("MoshiForConditionalGeneration", {}),
     # openai/whisper-large-v3
-    "whisper-large-v3": ("WhisperForConditionalGeneration", {
-        "d_model": 1280, "encoder_layers": 32, "decoder_layers": 32, "encoder_attention_heads": 20,
-        "decoder_attention_heads": 20, "encoder_ffn_dim": 5120, "decoder_ffn_dim": 5120,
-        "num_mel_bins": 128, "vocab_size": 51866, "max_source_positions": 1500,
-        "max_target_positions": 448}),
+    "whisper-large-v3": (
+        "WhisperForConditionalGeneration",
+        {
+            "d_model": 1280,
+            "encoder_layers": 32,
+            "decoder_layers": 32,
+            "encoder_attention_heads": 20,
+            "decoder_attention_heads": 20,
+            "encoder_ffn_dim": 5120,
+            "decoder_ffn_dim": 5120,
+            "num_mel_bins": 128,
+            "vocab_size": 51866,
+            "max_source_positions": 1500,
+            "max_target_positions": 448,
+        },
+    ),
     # Qwen/Qwen3-4B
-    "qwen3-4b": ("Qwen3ForCausalLM", {
-        "hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 9728,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-        "vocab_size": 151936, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
-        "tie_word_embeddings": True, "rms_norm_eps": 1e-6}),
+    "qwen3-4b": (
+        "Qwen3ForCausalLM",
+        {
+            "hidden_size": 2560,
+            "num_hidden_layers": 36,
+            "intermediate_size": 9728,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "vocab_size": 151936,
+            "max_position_embeddings": 40960,
+            "rope_theta": 1000000.0,
+            "tie_word_embeddings": True,
+            "rms_norm_eps": 1e-6,
+        },
+    ),
 }
 
 
@@ -78,22 +100,32 @@ class WeightSource:
         if fmt == "dummy":
             preset = spec.get("preset")
             if preset not in PRESETS:
-                raise FdbError(f"{where}: dummy weights need a preset, got {preset!r}",
-                               f"set preset to one of {', '.join(sorted(PRESETS))}")
+                raise FdbError(
+                    f"{where}: dummy weights need a preset, got {preset!r}",
+                    f"set preset to one of {', '.join(sorted(PRESETS))}",
+                )
             return cls("dummy", preset=preset, overrides=dict(spec.get("overrides") or {}))
         if fmt != "checkpoint":
             raise FdbError(f"{where}: load_format {fmt!r} is not known", "use checkpoint or dummy")
         path, sha = spec.get("path"), spec.get("sha256")
         if not path or not sha:
-            raise FdbError(f"{where}: a checkpoint needs path and sha256",
-                           f"set path to the checkpoint directory and sha256 to the sha256 of its {SUMS_NAME}")
+            raise FdbError(
+                f"{where}: a checkpoint needs path and sha256",
+                f"set path to the checkpoint directory and sha256 to the sha256 of its {SUMS_NAME}",
+            )
         if not re.fullmatch(r"[0-9a-fA-F]{64}", str(sha)):
-            raise FdbError(f"{where}: sha256 {sha!r} is not 64 hex digits",
-                           f"pin the output of sha256sum DIR/{SUMS_NAME}")
+            raise FdbError(
+                f"{where}: sha256 {sha!r} is not 64 hex digits",
+                f"pin the output of sha256sum DIR/{SUMS_NAME}",
+            )
         preset = spec.get("preset")
-        if preset is not None and preset not in PRESETS:  # it picks the model class: a typo fails here
-            raise FdbError(f"{where}: preset {preset!r} is not known",
-                           f"leave it out (config.json's architectures decide) or use one of {', '.join(sorted(PRESETS))}")
+        if (
+            preset is not None and preset not in PRESETS
+        ):  # it picks the model class: a typo fails here
+            raise FdbError(
+                f"{where}: preset {preset!r} is not known",
+                f"leave it out (config.json's architectures decide) or use one of {', '.join(sorted(PRESETS))}",
+            )
         return cls("checkpoint", preset=preset, path=str(path), sha256=str(sha).lower())
 
 
@@ -106,46 +138,68 @@ def read_sums(text: str, sums: Path) -> dict[str, str]:
         digest, _, name = line.partition(" ")
         name = name.lstrip(" *").removeprefix("./")
         if len(digest) != 64 or not name or Path(name).is_absolute() or ".." in Path(name).parts:
-            raise FdbError(f"{sums} line {number} is not '<sha256>  <relative path>'",
-                           "write the file with sha256sum from inside the checkpoint directory")
+            raise FdbError(
+                f"{sums} line {number} is not '<sha256>  <relative path>'",
+                "write the file with sha256sum from inside the checkpoint directory",
+            )
         listed[name] = digest.lower()
     return listed
 
 
-def verify_checkpoint(directory: str | os.PathLike, expected_sha256: str, role: str) -> dict[str, str]:
+def verify_checkpoint(
+    directory: str | os.PathLike, expected_sha256: str, role: str
+) -> dict[str, str]:
     """Check ``directory`` against its pinned ``SHA256SUMS``; returns the listing.
 
     Raises a one-line :class:`FdbError` naming the first missing or differing file."""
     root = Path(directory)
     sums = root / SUMS_NAME
     if not root.is_dir():
-        raise FdbError(f"{role} checkpoint {root} is not a directory",
-                       "pass the local checkpoint directory (fdb never downloads weights)")
+        raise FdbError(
+            f"{role} checkpoint {root} is not a directory",
+            "pass the local checkpoint directory (fdb never downloads weights)",
+        )
     if not sums.is_file():
-        raise FdbError(f"{role} checkpoint {root} has no {SUMS_NAME}",
-                       f"write it with sha256sum inside the directory and pin its sha256 ({__name__} says how)")
+        raise FdbError(
+            f"{role} checkpoint {root} has no {SUMS_NAME}",
+            f"write it with sha256sum inside the directory and pin its sha256 ({__name__} says how)",
+        )
     actual = sha256_file(sums)
     if actual != expected_sha256.lower():
-        raise FdbError(f"{role} checkpoint {sums} has sha256 {actual}, expected {expected_sha256}",
-                       "point at the pinned checkpoint, or pin the sha256 of the SHA256SUMS you mean to use")
+        raise FdbError(
+            f"{role} checkpoint {sums} has sha256 {actual}, expected {expected_sha256}",
+            "point at the pinned checkpoint, or pin the sha256 of the SHA256SUMS you mean to use",
+        )
     listed = read_sums(sums.read_text(), sums)
     for name in NEEDED:
         if name not in listed:
-            raise FdbError(f"{role} checkpoint {sums} does not list {name}", f"add {name} to {SUMS_NAME}")
+            raise FdbError(
+                f"{role} checkpoint {sums} does not list {name}", f"add {name} to {SUMS_NAME}"
+            )
     for name, digest in sorted(listed.items()):
         path = root / name
         if not path.is_file():
-            raise FdbError(f"{role} checkpoint file {path} is missing", "restore it from the pinned checkpoint")
+            raise FdbError(
+                f"{role} checkpoint file {path} is missing", "restore it from the pinned checkpoint"
+            )
         got = sha256_file(path)
         if got != digest:
-            raise FdbError(f"{role} checkpoint file {path} has sha256 {got}, expected {digest}",
-                           "restore it from the pinned checkpoint")
+            raise FdbError(
+                f"{role} checkpoint file {path} has sha256 {got}, expected {digest}",
+                "restore it from the pinned checkpoint",
+            )
     for path in sorted(root.rglob("*")):  # what from_pretrained may read must be pinned too
         name = path.relative_to(root).as_posix()
-        if path.is_file() and name != SUMS_NAME and name not in listed and \
-                not any(part.startswith(".") for part in path.relative_to(root).parts):
-            raise FdbError(f"{role} checkpoint file {path} is not listed in {SUMS_NAME}",
-                           f"remove it, or list it in {SUMS_NAME} and pin the new sha256")
+        if (
+            path.is_file()
+            and name != SUMS_NAME
+            and name not in listed
+            and not any(part.startswith(".") for part in path.relative_to(root).parts)
+        ):
+            raise FdbError(
+                f"{role} checkpoint file {path} is not listed in {SUMS_NAME}",
+                f"remove it, or list it in {SUMS_NAME} and pin the new sha256",
+            )
     return listed
 
 
@@ -181,7 +235,9 @@ def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str 
     config = transformers.AutoConfig.from_pretrained(source.path, local_files_only=True)
     class_name = PRESETS[source.preset][0] if source.preset else config.architectures[0]
     # no device_map: it needs accelerate, which the gpu extra does not bring; load, then move
-    model = getattr(transformers, class_name).from_pretrained(source.path, local_files_only=True, dtype=torch_dtype)
+    model = getattr(transformers, class_name).from_pretrained(
+        source.path, local_files_only=True, dtype=torch_dtype
+    )
     return model.to(device).eval()
 
 

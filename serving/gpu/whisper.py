@@ -38,11 +38,24 @@ DUMMY_TEXT = "dummy transcript"  # + the token count: the words of a dummy-weigh
 class WhisperEngine:
     """One Whisper model and its batcher; ``transcribe`` is awaited by every session."""
 
-    def __init__(self, source: WeightSource, device: str, dtype: str, max_batch: int,
-                 max_new_tokens: int, language: str | None, max_tokens_per_s: float | None = None):
+    def __init__(
+        self,
+        source: WeightSource,
+        device: str,
+        dtype: str,
+        max_batch: int,
+        max_new_tokens: int,
+        language: str | None,
+        max_tokens_per_s: float | None = None,
+    ):
         import torch
 
-        self.source, self.device, self.max_new_tokens, self.language = source, device, max_new_tokens, language
+        self.source, self.device, self.max_new_tokens, self.language = (
+            source,
+            device,
+            max_new_tokens,
+            language,
+        )
         self.max_tokens_per_s = max_tokens_per_s
         self.dtype = getattr(torch, dtype)
         self.model = load_model(source, "whisper_gpu", device, dtype)
@@ -52,11 +65,29 @@ class WhisperEngine:
         self.generation = self.model.generation_config
         self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
-        self.identity = identity("whisper_gpu", "asr", source, {
-            "device": device, "dtype": dtype, "max_batch": max_batch, "max_new_tokens": max_new_tokens,
-            "max_tokens_per_s": max_tokens_per_s,
-            "language": language, "tokenizer": "checkpoint" if self.tokenizer is not None else "none (dummy placeholder text)"})
-        log.info("whisper_gpu: %s on %s (%s), batches of up to %d", source.label(), device, dtype, max_batch)
+        self.identity = identity(
+            "whisper_gpu",
+            "asr",
+            source,
+            {
+                "device": device,
+                "dtype": dtype,
+                "max_batch": max_batch,
+                "max_new_tokens": max_new_tokens,
+                "max_tokens_per_s": max_tokens_per_s,
+                "language": language,
+                "tokenizer": "checkpoint"
+                if self.tokenizer is not None
+                else "none (dummy placeholder text)",
+            },
+        )
+        log.info(
+            "whisper_gpu: %s on %s (%s), batches of up to %d",
+            source.label(),
+            device,
+            dtype,
+            max_batch,
+        )
 
     def close(self) -> None:
         self.batcher.close()
@@ -68,14 +99,24 @@ class WhisperEngine:
         """The text of each utterance (blocking; one generate)."""
         import torch
 
-        inputs = self.features([np.asarray(s, dtype=np.float32)[:self.samples] for s in batch],
-                               sampling_rate=RATE, return_tensors="pt", padding="max_length",
-                               max_length=self.samples, truncation=True, device=self.device)
+        inputs = self.features(
+            [np.asarray(s, dtype=np.float32)[: self.samples] for s in batch],
+            sampling_rate=RATE,
+            return_tensors="pt",
+            padding="max_length",
+            max_length=self.samples,
+            truncation=True,
+            device=self.device,
+        )
         features = inputs.input_features.to(self.device, self.dtype)
         extra = {"language": self.language, "task": "transcribe"} if self._multilingual() else {}
         with torch.inference_mode():
-            tokens = self.model.generate(input_features=features, generation_config=self.generation,
-                                         max_new_tokens=self.token_budget(batch), **extra)
+            tokens = self.model.generate(
+                input_features=features,
+                generation_config=self.generation,
+                max_new_tokens=self.token_budget(batch),
+                **extra,
+            )
         return [self._text(row) for row in tokens.tolist()]
 
     def token_budget(self, batch: Sequence[np.ndarray]) -> int:
@@ -87,7 +128,9 @@ class WhisperEngine:
         return min(self.max_new_tokens, max(4, math.ceil(longest * self.max_tokens_per_s)))
 
     def _multilingual(self) -> bool:
-        return self.language is not None and bool(getattr(self.model.generation_config, "lang_to_id", None))
+        return self.language is not None and bool(
+            getattr(self.model.generation_config, "lang_to_id", None)
+        )
 
     def _text(self, ids: list[int]) -> str:
         if self.tokenizer is not None:
@@ -102,15 +145,31 @@ def _processors(source: WeightSource, mel_bins: int):
     transformers = _transformers()
     if source.dummy:
         return transformers.WhisperFeatureExtractor(feature_size=mel_bins), None
-    features = transformers.WhisperFeatureExtractor.from_pretrained(source.path, local_files_only=True)
-    has_tokenizer = any((Path(source.path) / name).is_file() for name in ("tokenizer.json", "vocab.json"))
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source.path, local_files_only=True) if has_tokenizer else None
+    features = transformers.WhisperFeatureExtractor.from_pretrained(
+        source.path, local_files_only=True
+    )
+    has_tokenizer = any(
+        (Path(source.path) / name).is_file() for name in ("tokenizer.json", "vocab.json")
+    )
+    tokenizer = (
+        transformers.AutoTokenizer.from_pretrained(source.path, local_files_only=True)
+        if has_tokenizer
+        else None
+    )
     return features, tokenizer
 
 
 def engine_key(options: WhisperGpuOptions) -> tuple:
-    return ("whisper_gpu", repr(options.source("whisper_gpu")), options.device, options.dtype,
-            options.max_batch, options.max_new_tokens, options.language, options.max_tokens_per_s)
+    return (
+        "whisper_gpu",
+        repr(options.source("whisper_gpu")),
+        options.device,
+        options.dtype,
+        options.max_batch,
+        options.max_new_tokens,
+        options.language,
+        options.max_tokens_per_s,
+    )
 
 
 class WhisperGpuNode(WhisperNode):
@@ -129,9 +188,16 @@ class WhisperGpuNode(WhisperNode):
         options = self._options
 
         def build() -> WhisperEngine:
-            return WhisperEngine(options.source(f"session_nodes.{self._name}.weights"), options.device,
-                                 options.dtype, options.max_batch, options.max_new_tokens, options.language,
-                                 options.max_tokens_per_s)
+            return WhisperEngine(
+                options.source(f"session_nodes.{self._name}.weights"),
+                options.device,
+                options.dtype,
+                options.max_batch,
+                options.max_new_tokens,
+                options.language,
+                options.max_tokens_per_s,
+            )
+
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
 
     async def warm(self) -> None:

@@ -99,7 +99,9 @@ def _pydantic_message(err: ValidationError) -> str:
     return f"{first['msg']} ({where})" if where else first["msg"]
 
 
-def _node_shape(name: str, raw: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...], KindOptions | None]:
+def _node_shape(
+    name: str, raw: Mapping[str, Any]
+) -> tuple[str | None, tuple[str, ...], KindOptions | None]:
     if not re.match(NAME_PATTERN, name):
         raise _fail(f"session_nodes.{name}: String should match pattern '{NAME_PATTERN}'")
     if name == INPUT:
@@ -109,11 +111,15 @@ def _node_shape(name: str, raw: Mapping[str, Any]) -> tuple[str | None, tuple[st
     options = {k: v for k, v in raw.items() if k not in ("kind", "stages", "inputs")}
     if "stages" in raw:
         if options:
-            raise _fail(f"session_nodes.{name}: options {sorted(options)} belong to a node of a kind.")
+            raise _fail(
+                f"session_nodes.{name}: options {sorted(options)} belong to a node of a kind."
+            )
         stages = tuple(raw["stages"] or ())
         unknown = [s for s in stages if registry.stage(s) is None]
         if unknown or not stages:
-            raise _fail(f"session_nodes.{name}: no stage group serves the stages {unknown or list(stages)}.")
+            raise _fail(
+                f"session_nodes.{name}: no stage group serves the stages {unknown or list(stages)}."
+            )
         return None, stages, None
     kind = registry.component(raw["kind"])
     if kind is None:
@@ -124,7 +130,9 @@ def _node_shape(name: str, raw: Mapping[str, Any]) -> tuple[str | None, tuple[st
         raise _fail(f"session_nodes.{name}: {_pydantic_message(err)}") from None
 
 
-def _formats_of(name: str, kind: str | None, stages: tuple[str, ...]) -> tuple[frozenset, frozenset, frozenset]:
+def _formats_of(
+    name: str, kind: str | None, stages: tuple[str, ...]
+) -> tuple[frozenset, frozenset, frozenset]:
     if kind is not None:
         k = registry.component(kind)
         return k.consumes, k.produces, k.required
@@ -142,7 +150,9 @@ def _parse_input(name: str, item: Any) -> BoundedInput | ControlInput:
             return BoundedInput(**item)
     except ValidationError as err:
         raise _fail(f"session_nodes.{name}.inputs: {_pydantic_message(err)}") from None
-    raise _fail(f"session_nodes.{name}.inputs: {item!r} is neither a source, a bounded input nor a control edge")
+    raise _fail(
+        f"session_nodes.{name}.inputs: {item!r} is neither a source, a bounded input nor a control edge"
+    )
 
 
 @dataclass
@@ -184,14 +194,21 @@ def _resolve_data(shape: _Shape, shapes: dict[str, _Shape]) -> tuple[DataEdge, .
         if (fmt and (fmt not in produced or fmt not in shape.consumes)) or not taken:
             raise _fail(f"node '{shape.name}' cannot take {[item.source]}.")
         bound = (item.capacity, item.overflow, item.feedback)
-        if source in bounds and (bounds[source].capacity, bounds[source].overflow, bounds[source].feedback) != bound:
+        if (
+            source in bounds
+            and (bounds[source].capacity, bounds[source].overflow, bounds[source].feedback) != bound
+        ):
             raise _fail(f"node '{shape.name}' bounds its edge from '{source}' twice.")
         if item.feedback and item.overflow == "block":
             raise _fail(f"the feedback edge from '{source}' into '{shape.name}' must not block.")
         bounds[source] = item
         formats.setdefault(source, set()).update(taken)
-    return tuple(DataEdge(s, shape.name, frozenset(f), bounds[s].capacity, bounds[s].overflow, bounds[s].feedback)
-                 for s, f in formats.items())
+    return tuple(
+        DataEdge(
+            s, shape.name, frozenset(f), bounds[s].capacity, bounds[s].overflow, bounds[s].feedback
+        )
+        for s, f in formats.items()
+    )
 
 
 def _check_formats(shape: _Shape, edges: tuple[DataEdge, ...]) -> None:
@@ -200,20 +217,29 @@ def _check_formats(shape: _Shape, edges: tuple[DataEdge, ...]) -> None:
         for fmt in sorted(edge.formats):
             senders.setdefault(fmt, []).append(edge.source)
     for fmt, sources in senders.items():
-        if len(sources) > 1 and fmt != "session":  # controls merge (turn_detection reads input's and vad's)
-            raise _fail(f"node '{shape.name}' takes {fmt} from {sources}; two nodes never send the same "
-                        "format to one reader.")
+        if (
+            len(sources) > 1 and fmt != "session"
+        ):  # controls merge (turn_detection reads input's and vad's)
+            raise _fail(
+                f"node '{shape.name}' takes {fmt} from {sources}; two nodes never send the same "
+                "format to one reader."
+            )
     missing = sorted(shape.required - set(senders))
     if missing:
         raise _fail(f"no input of node '{shape.name}' produces {missing}.")
 
 
 def _resolve_controls(shape: _Shape, shapes: dict[str, _Shape]) -> tuple[ControlEdge, ...]:
-    edges = tuple(ControlEdge(_split(i.source)[0], shape.name, i.event, i.preempt)
-                  for i in shape.inputs if isinstance(i, ControlInput))
+    edges = tuple(
+        ControlEdge(_split(i.source)[0], shape.name, i.event, i.preempt)
+        for i in shape.inputs
+        if isinstance(i, ControlInput)
+    )
     progress = [e.source for e in edges if e.event == "reply.progress"]
     if len(progress) > 1:
-        raise _fail(f"node '{shape.name}' takes reply.progress from {progress}; one source reports it.")
+        raise _fail(
+            f"node '{shape.name}' takes reply.progress from {progress}; one source reports it."
+        )
     for edge in edges:
         produced = INPUT_FORMATS if edge.source == INPUT else shapes[edge.source].produces
         is_control = edge.event in CONTROLS_IN or edge.event in CONTROLS_OUT
@@ -249,13 +275,18 @@ def _open_order(names: list[str], edges: list[DataEdge]) -> tuple[str, ...]:
     graph = [e for e in edges if not e.feedback and e.source != INPUT]
     order: list[str] = []
     while len(order) < len(names):
-        ready = [n for n in names if n not in order
-                 and all(e.source in order for e in graph if e.reader == n)]
+        ready = [
+            n
+            for n in names
+            if n not in order and all(e.source in order for e in graph if e.reader == n)
+        ]
         order.append(ready[0])
     return tuple(order)
 
 
-def _check_publish(publish: Mapping[str, Any], nodes: dict[str, NodeDecl]) -> dict[str, frozenset[str]]:
+def _check_publish(
+    publish: Mapping[str, Any], nodes: dict[str, NodeDecl]
+) -> dict[str, frozenset[str]]:
     unknown = [n for n in publish if n not in nodes]
     if unknown:
         raise _fail(f"publish names unknown nodes {unknown}.")
@@ -271,8 +302,11 @@ def _check_publish(publish: Mapping[str, Any], nodes: dict[str, NodeDecl]) -> di
         raise _fail(f"nodes {openers} open turns; a session has one node of kind 'dialog'.")
     if not openers:
         return out
-    enders = [n.name for n in nodes.values()
-              if n.kind and registry.component(n.kind).ends_turns and "session" in out.get(n.name, ())]
+    enders = [
+        n.name
+        for n in nodes.values()
+        if n.kind and registry.component(n.kind).ends_turns and "session" in out.get(n.name, ())
+    ]
     if not enders:
         raise _fail("no published node ends turns.")
     if len(enders) > 1:
@@ -284,21 +318,28 @@ def _check_publish(publish: Mapping[str, Any], nodes: dict[str, NodeDecl]) -> di
     return out
 
 
-def _check_interrupt_reaches_audio(dialog: NodeDecl, nodes: dict[str, NodeDecl],
-                                   publish: dict[str, frozenset[str]]) -> None:
+def _check_interrupt_reaches_audio(
+    dialog: NodeDecl, nodes: dict[str, NodeDecl], publish: dict[str, frozenset[str]]
+) -> None:
     """The dialog's interrupt must reach a node that publishes audio, on a control edge, and the
     dialog must read that node's session (where reply.delivered and turn.done come from)."""
     audio = {n for n, formats in publish.items() if formats & {"pcm16", "pcm_f32le"}}
-    takers = {e.reader for n in nodes.values() for e in n.control_inputs
-              if e.source == dialog.name and e.event == "interrupt"}
+    takers = {
+        e.reader
+        for n in nodes.values()
+        for e in n.control_inputs
+        if e.source == dialog.name and e.event == "interrupt"
+    }
     if not audio and not takers:
         return
     heard = {e.source for e in dialog.data_inputs if "session" in e.formats}
     heard |= {e.source for e in dialog.control_inputs}
     if not audio & takers & heard:
-        raise _fail(f"node '{dialog.name}' waits for reply.delivered after it interrupts a reply: no node that "
-                    f"publishes audio ({sorted(audio)}) takes its interrupt on a control edge with its session "
-                    f"read by '{dialog.name}'.")
+        raise _fail(
+            f"node '{dialog.name}' waits for reply.delivered after it interrupts a reply: no node that "
+            f"publishes audio ({sorted(audio)}) takes its interrupt on a control edge with its session "
+            f"read by '{dialog.name}'."
+        )
 
 
 def _shapes(session_nodes: Mapping[str, Any]) -> dict[str, _Shape]:
@@ -309,13 +350,25 @@ def _shapes(session_nodes: Mapping[str, Any]) -> dict[str, _Shape]:
         consumes, produces, required = _formats_of(name, kind, stages)
         inputs = raw.get("inputs") or []
         if not isinstance(inputs, list) or not inputs:
-            raise _fail(f"session_nodes.{name}.inputs: List should have at least 1 item after validation")
-        shapes[name] = _Shape(name, kind, stages, options, consumes, produces, required,
-                              [_parse_input(name, i) for i in inputs])
+            raise _fail(
+                f"session_nodes.{name}.inputs: List should have at least 1 item after validation"
+            )
+        shapes[name] = _Shape(
+            name,
+            kind,
+            stages,
+            options,
+            consumes,
+            produces,
+            required,
+            [_parse_input(name, i) for i in inputs],
+        )
     return shapes
 
 
-def validate_graph(session_nodes: Mapping[str, Any], session_publish: Mapping[str, Any]) -> GraphDecl:
+def validate_graph(
+    session_nodes: Mapping[str, Any], session_publish: Mapping[str, Any]
+) -> GraphDecl:
     """The declaration, validated in the guide's order of rules."""
     shapes = _shapes(session_nodes)
     for shape in shapes.values():
@@ -326,14 +379,25 @@ def validate_graph(session_nodes: Mapping[str, Any], session_publish: Mapping[st
     for shape in shapes.values():
         data = _resolve_data(shape, shapes)
         _check_formats(shape, data)
-        nodes[shape.name] = NodeDecl(shape.name, shape.kind, shape.stages, shape.options, shape.consumes,
-                                     shape.produces, shape.required, data, _resolve_controls(shape, shapes))
+        nodes[shape.name] = NodeDecl(
+            shape.name,
+            shape.kind,
+            shape.stages,
+            shape.options,
+            shape.consumes,
+            shape.produces,
+            shape.required,
+            data,
+            _resolve_controls(shape, shapes),
+        )
     names = list(nodes)
     edges = [e for n in nodes.values() for e in n.data_inputs]
     cycle = _cycle_nodes(names, edges)
     if cycle:
-        raise _fail(f"nodes {cycle} form a cycle of data edges; declare the input that closes it with "
-                    "feedback: true.")
+        raise _fail(
+            f"nodes {cycle} form a cycle of data edges; declare the input that closes it with "
+            "feedback: true."
+        )
     publish = _check_publish(session_publish or {}, nodes)
     return GraphDecl(nodes, publish, _open_order(names, edges))
 

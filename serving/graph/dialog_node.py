@@ -54,7 +54,9 @@ class DialogNode(Node):
         self._waiting: list[tuple[int, str]] = []
         self._carry_later: list[str] = []  # words of waiting turns interrupted with the open one
         self._speaking = False
-        self._languages: dict[int, str] = {}  # per queued turn: the language its transcript reported
+        self._languages: dict[
+            int, str
+        ] = {}  # per queued turn: the language its transcript reported
         self._language: str | None = None  # the language last heard in an answered turn
         self._prefetched = False  # a reply.prefetch was sent and not withdrawn or answered
         self._interrupt_response = True
@@ -91,7 +93,7 @@ class DialogNode(Node):
             self._interrupt_response = data.get("interrupt_response", self._interrupt_response)
             self._create_response = data.get("create_response", self._create_response)
         elif chunk.control == "item":
-            self._items.append(chunk.payload.data["text"][:self._options.max_text_chars])
+            self._items.append(chunk.payload.data["text"][: self._options.max_text_chars])
         elif chunk.control == "respond":
             self._respond_after = chunk.payload.data.get("after", 0)
             await self._respond_when_heard(emit)
@@ -136,7 +138,7 @@ class DialogNode(Node):
         self._prefetched = False  # the reply model keeps a prefetch only for the same messages
         self._finals += 1
         if not self._create_response:
-            self._items.append(chunk.payload.text[:self._options.max_text_chars])
+            self._items.append(chunk.payload.text[: self._options.max_text_chars])
             await self._respond_when_heard(emit)
             return
         self._turn += 1
@@ -144,7 +146,7 @@ class DialogNode(Node):
         await emit(control("turn.queued", turn=turn, t_ms=chunk.t_ms))
         if chunk.payload.language:
             self._languages[turn] = chunk.payload.language
-        text = chunk.payload.text[:self._options.max_text_chars]
+        text = chunk.payload.text[: self._options.max_text_chars]
         if self._speaking:  # the user speaks again: a reply now would be spoken over
             self._dialog.carry(text)
             await emit(control("turn.interrupted", turn=turn, t_ms=chunk.t_ms, started=False))
@@ -187,22 +189,35 @@ class DialogNode(Node):
 
     @staticmethod
     def _heard(turn: int, record: ReplyRecord, kept: Boundary, final: bool, report: bool) -> Chunk:
-        return control("reply.heard", turn=turn, final=final, report=report, text_end=kept.text_end,
-                       audio_ms=kept.audio_ms, text=record.text[:kept.text_end])
+        return control(
+            "reply.heard",
+            turn=turn,
+            final=final,
+            report=report,
+            text_end=kept.text_end,
+            audio_ms=kept.audio_ms,
+            text=record.text[: kept.text_end],
+        )
 
     async def _prefetch(self, chunk: Chunk, emit: Emit) -> None:
         """The messages a final transcript with this text would send now (as :meth:`_start`
         builds them), when it would start a reply at once."""
         if not self.idle() or not self._create_response:
             return
-        text = chunk.payload.text[:self._options.max_text_chars]
+        text = chunk.payload.text[: self._options.max_text_chars]
         if not text:
             return
         messages = self._messages(self._dialog.preview_user_turn(text))
         if messages is None:
             return
         self._prefetched = True
-        await emit(control("reply.prefetch", messages=messages, language=chunk.payload.language or self._language))
+        await emit(
+            control(
+                "reply.prefetch",
+                messages=messages,
+                language=chunk.payload.language or self._language,
+            )
+        )
 
     async def _withdraw(self, emit: Emit) -> None:
         if self._prefetched:
@@ -227,10 +242,18 @@ class DialogNode(Node):
         user_text = self._dialog.user_turn(text)
         messages = self._messages(user_text)
         if messages is None:
-            raise FdbError(f"dialog: turn {turn}'s history exceeds max_history_chars "
-                           f"({self._options.max_history_chars})", "open a new session")
+            raise FdbError(
+                f"dialog: turn {turn}'s history exceeds max_history_chars "
+                f"({self._options.max_history_chars})",
+                "open a new session",
+            )
         self._records[turn] = self._dialog.open(str(turn), str(turn), user_text, self._audio)
         self._open = turn
         self._language = self._languages.pop(turn, None) or self._language  # an answered turn's
-        await emit(Chunk("messages", Messages(tuple(Message(m["role"], m["content"]) for m in messages),
-                                              self._language), turn=turn))
+        await emit(
+            Chunk(
+                "messages",
+                Messages(tuple(Message(m["role"], m["content"]) for m in messages), self._language),
+                turn=turn,
+            )
+        )

@@ -42,7 +42,12 @@ from typing import TypeVar
 
 T = TypeVar("T")
 FIRST_AUDIO, FIRST_TEXT, TRANSCRIBE, REST = 0, 1, 2, 3
-PRIORITY_NAMES = {FIRST_AUDIO: "first_audio", FIRST_TEXT: "first_text", TRANSCRIBE: "transcribe", REST: "rest"}
+PRIORITY_NAMES = {
+    FIRST_AUDIO: "first_audio",
+    FIRST_TEXT: "first_text",
+    TRANSCRIBE: "transcribe",
+    REST: "rest",
+}
 
 
 @dataclass(order=True)
@@ -61,7 +66,9 @@ class ComputeGate:
         if slots < 1:
             raise ValueError(f"a compute gate needs at least one slot, got {slots}")
         if not 0 <= reserved < slots:
-            raise ValueError(f"reserved slots must be from 0 to slots - 1, got {reserved} of {slots}")
+            raise ValueError(
+                f"reserved slots must be from 0 to slots - 1, got {reserved} of {slots}"
+            )
         self.slots, self.reserved = slots, reserved
         self._lock = threading.Lock()
         self._busy = 0
@@ -73,8 +80,12 @@ class ComputeGate:
     def _dispatch(self) -> None:
         """Start waiting calls while slots are free: the best first whose resource is free."""
         while self._busy < self.slots and self._waiting:
-            runnable = [w for w in self._waiting if (w.resource is None or w.resource not in self._held)
-                        and (w.priority != REST or self._busy < self.slots - self.reserved)]
+            runnable = [
+                w
+                for w in self._waiting
+                if (w.resource is None or w.resource not in self._held)
+                and (w.priority != REST or self._busy < self.slots - self.reserved)
+            ]
             if not runnable:
                 return
             best = min(runnable)
@@ -85,13 +96,17 @@ class ComputeGate:
             self.calls[PRIORITY_NAMES[best.priority]] += 1
             best.ready.set()
 
-    def acquire(self, priority: int, resource: str | None = None, since: float | None = None) -> None:
+    def acquire(
+        self, priority: int, resource: str | None = None, since: float | None = None
+    ) -> None:
         """Block until this call may compute (a blocking call: from a worker thread only).
         ``since``: when the work this call belongs to began (``time.monotonic()``; default now),
         so that the steps of a reply queue by the reply's start, not each step's."""
         if priority not in PRIORITY_NAMES:
             raise ValueError(f"unknown priority {priority}")
-        waiter = _Waiter(priority, time.monotonic() if since is None else since, next(self._seq), resource)
+        waiter = _Waiter(
+            priority, time.monotonic() if since is None else since, next(self._seq), resource
+        )
         with self._lock:
             self._waiting.append(waiter)
             self._dispatch()
@@ -103,8 +118,14 @@ class ComputeGate:
             self._held.discard(resource)
             self._dispatch()
 
-    def call(self, priority: int, fn: Callable[..., T], *args, resource: str | None = None,
-             since: float | None = None) -> T:
+    def call(
+        self,
+        priority: int,
+        fn: Callable[..., T],
+        *args,
+        resource: str | None = None,
+        since: float | None = None,
+    ) -> T:
         """``fn(*args)`` once the gate lets it compute (``since``: see :meth:`acquire`)."""
         self.acquire(priority, resource, since)
         try:

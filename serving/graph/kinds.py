@@ -126,8 +126,10 @@ class GpuModelOptions(KindOptions):
         except FdbError as err:
             raise ValueError(err.one_line()) from None
         if source.preset is not None and source.preset not in cls.presets:
-            raise ValueError(f"weights: preset {source.preset!r} is not a model of this kind "
-                             f"(use one of {', '.join(cls.presets)})")
+            raise ValueError(
+                f"weights: preset {source.preset!r} is not a model of this kind "
+                f"(use one of {', '.join(cls.presets)})"
+            )
         return value
 
     def source(self, where: str):

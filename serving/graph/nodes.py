@@ -53,8 +53,12 @@ from serving.graph.streams import (
 T = TypeVar("T")
 HOLD_MAX_S = 3.0  # the longest a reply's token stream waits for its first chunk's synthesis
 HOLD_POLL_S = 0.02  # how often a held stream looks at its stop flag
-PREFETCH_TTL_S = 2.0  # a reply started ahead at a pause stops if its turn has not claimed it by then
-IDLE_KEEP_MS = 30000  # input audio kept while no utterance is open: the VAD may lag the input by that much
+PREFETCH_TTL_S = (
+    2.0  # a reply started ahead at a pause stops if its turn has not claimed it by then
+)
+IDLE_KEEP_MS = (
+    30000  # input audio kept while no utterance is open: the VAD may lag the input by that much
+)
 
 
 class EmbeddedModels:
@@ -83,8 +87,16 @@ class EmbeddedModels:
     gate: ComputeGate | None = None  # None: every call computes at once
 
     @classmethod
-    def of(cls, asr, llm, tts, turn=None, executor: Executor | None = None,
-           vad_executor: Executor | None = None, gate: ComputeGate | None = None) -> EmbeddedModels:
+    def of(
+        cls,
+        asr,
+        llm,
+        tts,
+        turn=None,
+        executor: Executor | None = None,
+        vad_executor: Executor | None = None,
+        gate: ComputeGate | None = None,
+    ) -> EmbeddedModels:
         """Models a server has loaded already (``tts``: the default Piper voice), called in its
         pools (a reply's token stream still runs in a thread of its own) and through its gate."""
         models = cls()
@@ -98,12 +110,22 @@ class EmbeddedModels:
         """The gate for ``backend``'s calls: None for a service on another host."""
         return self.gate if getattr(backend, "local_compute", False) else None
 
-    async def run(self, fn: Callable[..., T], *args, backend=None, priority: int = REST,
-                  resource: str | None = None) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args,
+        backend=None,
+        priority: int = REST,
+        resource: str | None = None,
+    ) -> T:
         """A blocking ASR / TTS call (or a model load) in the model pool; a call of a local
         ``backend`` through the gate at ``priority`` (``resource``: one call at a time)."""
         gate = self.gated(backend)
-        call = functools.partial(gate.call, priority, fn, *args, resource=resource) if gate else functools.partial(fn, *args)
+        call = (
+            functools.partial(gate.call, priority, fn, *args, resource=resource)
+            if gate
+            else functools.partial(fn, *args)
+        )
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     async def run_vad(self, fn: Callable[..., T], *args) -> T:
@@ -116,7 +138,9 @@ class EmbeddedModels:
         key = (options.deterministic, options.length_scale)
         cache = self.__dict__.setdefault("_tts", {})
         if key not in cache:
-            cache[key] = PiperTts(deterministic=options.deterministic, length_scale=options.length_scale)
+            cache[key] = PiperTts(
+                deterministic=options.deterministic, length_scale=options.length_scale
+            )
         return cache[key]
 
 
@@ -212,9 +236,11 @@ class VadNode(Node):
         defaults = self._settings
         if td.get("type") == "semantic_vad":
             td = {"silence_duration_ms": CANDIDATE_MS}
-        self._vad.configure(td.get("threshold", defaults.get("threshold", 0.5)),
-                            td.get("silence_duration_ms", defaults.get("silence_duration_ms", 500)),
-                            td.get("prefix_padding_ms", defaults.get("prefix_padding_ms", 300)))
+        self._vad.configure(
+            td.get("threshold", defaults.get("threshold", 0.5)),
+            td.get("silence_duration_ms", defaults.get("silence_duration_ms", 500)),
+            td.get("prefix_padding_ms", defaults.get("prefix_padding_ms", 300)),
+        )
 
     async def on_end(self, emit: Emit) -> None:
         if self._on:
@@ -248,7 +274,7 @@ class Timeline:
         return min(max(self.base, t_ms * PCM16_RATE // 1000), self.end)
 
     def slice(self, start: int, stop: int) -> np.ndarray:
-        return self.audio[start - self.base:max(start, stop) - self.base]
+        return self.audio[start - self.base : max(start, stop) - self.base]
 
 
 class WhisperNode(Node):
@@ -276,8 +302,12 @@ class WhisperNode(Node):
         self._last_end = 0  # end of the previous utterance, input sample index
         self._detecting = True
         self._pending: asyncio.Future | None = None  # the last utterance's transcription
-        self._ahead: tuple[int, int] | None = None  # a pause's utterance, (start, stop), its pad to come
-        self._prefetched: tuple[int, int, asyncio.Future] | None = None  # (start, stop, its transcription)
+        self._ahead: tuple[int, int] | None = (
+            None  # a pause's utterance, (start, stop), its pad to come
+        )
+        self._prefetched: tuple[int, int, asyncio.Future] | None = (
+            None  # (start, stop, its transcription)
+        )
 
     async def open(self) -> None:
         await self._models.run(lambda: self._models.asr)
@@ -335,13 +365,22 @@ class WhisperNode(Node):
                     return  # dropped
                 raise
             if self._prefetched is not None and self._prefetched[2] is recognized:
-                await emit(Chunk("transcript", Transcript(text, False, language), t_ms=stop * 1000 // PCM16_RATE))
+                await emit(
+                    Chunk(
+                        "transcript",
+                        Transcript(text, False, language),
+                        t_ms=stop * 1000 // PCM16_RATE,
+                    )
+                )
+
         self._pending = asyncio.ensure_future(tentative())
 
     def _drop_prefetch(self) -> None:
         self._ahead = None
         if self._prefetched is not None:
-            self._prefetched[2].cancel()  # not started: it never runs; running: its result is dropped
+            self._prefetched[
+                2
+            ].cancel()  # not started: it never runs; running: its result is dropped
             self._prefetched = None
 
     async def _utterance(self, end: int, stop: int, emit: Emit) -> None:
@@ -357,25 +396,31 @@ class WhisperNode(Node):
             recognized = asyncio.ensure_future(self._recognize(samples, before))
         self._pending = asyncio.ensure_future(self._transcribe(before, recognized, stop, emit))
 
-    async def _recognize(self, samples: np.ndarray, before: asyncio.Future | None = None) -> tuple[str, str | None]:
+    async def _recognize(
+        self, samples: np.ndarray, before: asyncio.Future | None = None
+    ) -> tuple[str, str | None]:
         """(text, language) of ``samples``, once ``before`` (an earlier transcription) is done."""
         if before is not None:
             await asyncio.gather(before, return_exceptions=True)
         asr, window_s = self._models.asr, self._options.window_s
         gate = {"backend": asr, "priority": TRANSCRIBE, "resource": f"asr-{id(asr)}"}
         if window_s is not None and hasattr(asr, "transcribe_utterance"):
-            result = await self._models.run(functools.partial(asr.transcribe_utterance, min_window_s=window_s),
-                                            samples, **gate)
+            result = await self._models.run(
+                functools.partial(asr.transcribe_utterance, min_window_s=window_s), samples, **gate
+            )
         else:
             result = await self._models.run(asr.transcribe, samples, **gate)
         return result.text.strip(), getattr(result, "language", None)
 
-    async def _transcribe(self, before: asyncio.Future | None, recognized: asyncio.Future, stop: int,
-                          emit: Emit) -> None:
+    async def _transcribe(
+        self, before: asyncio.Future | None, recognized: asyncio.Future, stop: int, emit: Emit
+    ) -> None:
         if before is not None:
             await before  # transcripts leave in utterance order
         text, language = await recognized
-        await emit(Chunk("transcript", Transcript(text, True, language), t_ms=stop * 1000 // PCM16_RATE))
+        await emit(
+            Chunk("transcript", Transcript(text, True, language), t_ms=stop * 1000 // PCM16_RATE)
+        )
 
     def _raise_failure(self) -> None:
         if self._pending is not None and self._pending.done() and not self._pending.cancelled():
@@ -414,7 +459,12 @@ class TurnDetectionNode(Node):
         return cls(ctx.models, prefetch=ctx.vad_settings.get("prefetch_ms") is not None)
 
     def __init__(self, models: EmbeddedModels, eagerness: str = "medium", prefetch: bool = True):
-        self._models, self._eagerness, self._semantic, self._prefetch = models, eagerness, True, prefetch
+        self._models, self._eagerness, self._semantic, self._prefetch = (
+            models,
+            eagerness,
+            True,
+            prefetch,
+        )
         self._timeline = Timeline()
         self._start_ms: int | None = None
         self._held = None  # end_of_turn.HeldPause
@@ -424,7 +474,9 @@ class TurnDetectionNode(Node):
     async def open(self) -> None:
         try:
             await self._models.run(lambda: self._models.turn)
-        except FdbError as exc:  # server_vad needs no model; semantic_vad fails when it is asked for
+        except (
+            FdbError
+        ) as exc:  # server_vad needs no model; semantic_vad fails when it is asked for
             self._missing = exc
 
     async def _resumed(self, t_ms: int | None, emit: Emit) -> None:
@@ -441,7 +493,9 @@ class TurnDetectionNode(Node):
             if self._start_ms is None:
                 self._start_ms = chunk.t_ms
                 await emit(chunk)
-        elif chunk.control == "speech.pausing" and self._start_ms is not None and not self._semantic:
+        elif (
+            chunk.control == "speech.pausing" and self._start_ms is not None and not self._semantic
+        ):
             self._pausing = True
             await emit(chunk)
         elif chunk.control == "speech.resumed":
@@ -449,7 +503,9 @@ class TurnDetectionNode(Node):
         elif chunk.control == "speech.stopped" and self._start_ms is not None:
             await self._pause(chunk.t_ms, emit)
         elif chunk.control == "commit" and self._start_ms is not None:
-            await self._end_turn(self._timeline.end_ms, emit)  # the VAD's stop that follows is ignored
+            await self._end_turn(
+                self._timeline.end_ms, emit
+            )  # the VAD's stop that follows is ignored
         elif chunk.control == "configure" and (td := chunk.payload.data.get("turn_detection")):
             self._semantic = td.get("type", "semantic_vad") == "semantic_vad"
             self._eagerness = td.get("eagerness", self._eagerness)
@@ -464,7 +520,9 @@ class TurnDetectionNode(Node):
             return
         if self._missing is not None:
             raise self._missing
-        audio = self._timeline.slice(self._timeline.index(self._start_ms), self._timeline.index(t_ms))
+        audio = self._timeline.slice(
+            self._timeline.index(self._start_ms), self._timeline.index(t_ms)
+        )
         p = await self._models.run_vad(self._models.turn.complete_probability, audio)
         self._held = HeldPause(t_ms, p, required_silence_ms(p, self._eagerness))
         if self._prefetch and not self._held.due(self._timeline.end_ms) and not self._pausing:
@@ -480,8 +538,12 @@ class TurnDetectionNode(Node):
             await self._end_turn(self._held.end_ms if self._held else self._timeline.end_ms, emit)
 
 
-def hold_after_first_chunk(pieces: Iterator[str], released: threading.Event,
-                           stop: threading.Event, first: threading.Event | None = None) -> Iterator[str]:
+def hold_after_first_chunk(
+    pieces: Iterator[str],
+    released: threading.Event,
+    stop: threading.Event,
+    first: threading.Event | None = None,
+) -> Iterator[str]:
     """``pieces``; once they complete a first speakable chunk (``first`` is set then) the stream
     waits (in its thread) until ``released``, ``stop`` or HOLD_MAX_S."""
     chunker = SpeechChunker()
@@ -494,7 +556,11 @@ def hold_after_first_chunk(pieces: Iterator[str], released: threading.Event,
                 if released.is_set():
                     continue
                 deadline = time.monotonic() + HOLD_MAX_S
-                while not released.wait(HOLD_POLL_S) and not stop.is_set() and time.monotonic() < deadline:
+                while (
+                    not released.wait(HOLD_POLL_S)
+                    and not stop.is_set()
+                    and time.monotonic() < deadline
+                ):
                     pass
                 released.set()
     finally:
@@ -515,7 +581,9 @@ class PrefetchingChatNode(Node):
 
     def _keep_prefetch(self, prefetch: _Prefetch) -> None:
         """``prefetch`` (its task started) is the reply ahead, until claimed, dropped or expired."""
-        prefetch.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, prefetch)
+        prefetch.expiry = asyncio.get_running_loop().call_later(
+            PREFETCH_TTL_S, self._expire, prefetch
+        )
         self._prefetch = prefetch
         self.prefetches["started"] += 1
 
@@ -565,8 +633,11 @@ class LlamaChatNode(PrefetchingChatNode):
 
     @classmethod
     def build(cls, ctx: NodeContext) -> LlamaChatNode:
-        return cls(ctx.models, ctx.decl.options,
-                   hold_first=any(e.event == "turn.started" for e in ctx.decl.control_inputs))
+        return cls(
+            ctx.models,
+            ctx.decl.options,
+            hold_first=any(e.event == "turn.started" for e in ctx.decl.control_inputs),
+        )
 
     def __init__(self, models: EmbeddedModels, options: LlamaChatOptions, hold_first: bool = False):
         self._models, self._hold_first = models, hold_first
@@ -592,10 +663,15 @@ class LlamaChatNode(PrefetchingChatNode):
 
     def _key(self, messages: list[dict[str, str]]) -> tuple:
         """What makes two replies the same: the messages and the current sampling."""
-        return tuple((m["role"], m["content"]) for m in messages), self._max_tokens, self._temperature
+        return (
+            tuple((m["role"], m["content"]) for m in messages),
+            self._max_tokens,
+            self._temperature,
+        )
 
-    def _stream(self, messages: list[dict[str, str]]) -> tuple[threading.Event, threading.Event,
-                                                                  Callable[[], Iterator[str]]]:
+    def _stream(
+        self, messages: list[dict[str, str]]
+    ) -> tuple[threading.Event, threading.Event, Callable[[], Iterator[str]]]:
         """(stop, released, make) of a reply to ``messages`` with the current sampling."""
         max_tokens, temperature = self._max_tokens, self._temperature
         stop, released, first = threading.Event(), threading.Event(), threading.Event()
@@ -614,8 +690,11 @@ class LlamaChatNode(PrefetchingChatNode):
 
         def make() -> Iterator[str]:
             extra = {"step": step} if gate is not None else {}
-            pieces = llm.stream_reply(messages, max_tokens=max_tokens, temperature=temperature, **extra)
+            pieces = llm.stream_reply(
+                messages, max_tokens=max_tokens, temperature=temperature, **extra
+            )
             return hold_after_first_chunk(pieces, released, stop, first)
+
         return stop, released, make
 
     def _start_prefetch(self, messages: list[dict[str, str]]) -> None:
@@ -637,7 +716,9 @@ class LlamaChatNode(PrefetchingChatNode):
         self._released[chunk.turn] = released
         try:
             async for piece in pieces:
-                await emit(Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn))
+                await emit(
+                    Chunk("text_delta", TextDelta(piece, chunk.payload.language), turn=chunk.turn)
+                )
         finally:
             self._released.pop(chunk.turn, None)
             if prefetch is not None:
@@ -739,25 +820,46 @@ class PiperSpeechNode(Node):
                 spoke = False
                 async with contextlib.aclosing(tts.astream(text)) as frames:
                     async for frame in frames:
-                        spoke = await self._send_audio(turn, spoken, resample(frame, tts.rate, PCM_F32_RATE), emit) or spoke
+                        spoke = (
+                            await self._send_audio(
+                                turn, spoken, resample(frame, tts.rate, PCM_F32_RATE), emit
+                            )
+                            or spoke
+                        )
                 if not spoke:
                     return
             else:
                 heard = () if spoken.language is None else (spoken.language,)  # for language: auto
-                samples = await self._models.run(tts.synthesize, text, *heard, backend=tts,
-                                                 priority=REST if spoken.started else FIRST_AUDIO)
-                if not await self._send_audio(turn, spoken, resample(samples, tts.rate, PCM_F32_RATE), emit):
+                samples = await self._models.run(
+                    tts.synthesize,
+                    text,
+                    *heard,
+                    backend=tts,
+                    priority=REST if spoken.started else FIRST_AUDIO,
+                )
+                if not await self._send_audio(
+                    turn, spoken, resample(samples, tts.rate, PCM_F32_RATE), emit
+                ):
                     return
         spoken.text_end += len(text) + (1 if spoken.text_end else 0)
-        await emit(control("reply.progress", turn=turn, text=text, text_end=spoken.text_end,
-                           audio_ms=round(spoken.audio_ms, 3)))
+        await emit(
+            control(
+                "reply.progress",
+                turn=turn,
+                text=text,
+                text_end=spoken.text_end,
+                audio_ms=round(spoken.audio_ms, 3),
+            )
+        )
 
     async def _start(self, turn: int | None, spoken: _SpokenTurn, emit: Emit) -> None:
         if not spoken.started:
             spoken.started = True
             await emit(control("turn.started", turn=turn))
 
-    async def _send_audio(self, turn: int | None, spoken: _SpokenTurn, audio: np.ndarray, emit: Emit) -> bool:
+    async def _send_audio(
+        self, turn: int | None, spoken: _SpokenTurn, audio: np.ndarray, emit: Emit
+    ) -> bool:
         """``audio`` of the turn sent (turn.started before the first); False when it is empty."""
         if not len(audio):
             return False
@@ -783,16 +885,24 @@ def _node(ctx: NodeContext) -> Node:
     if cls is None:
         what = f"kind '{decl.kind}'" if decl.kind else f"stages {list(decl.stages)}"
         kinds, stages = registry.graph_adapters()
-        raise FdbError(f"node '{decl.name}': no graph adapter runs {what} yet",
-                       f"use a kind with a graph adapter ({', '.join(kinds)}; stages: "
-                       f"{' or '.join(f'[{s}]' for s in stages)}) in a graph, or serve this system through "
-                       "serving/realtime")
+        raise FdbError(
+            f"node '{decl.name}': no graph adapter runs {what} yet",
+            f"use a kind with a graph adapter ({', '.join(kinds)}; stages: "
+            f"{' or '.join(f'[{s}]' for s in stages)}) in a graph, or serve this system through "
+            "serving/realtime",
+        )
     return cls.build(ctx)
 
 
-def build_nodes(decl: GraphDecl, models: EmbeddedModels | None = None, vad_settings: dict | None = None,
-                max_history_messages: int = 12) -> dict[str, Node]:
+def build_nodes(
+    decl: GraphDecl,
+    models: EmbeddedModels | None = None,
+    vad_settings: dict | None = None,
+    max_history_messages: int = 12,
+) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared)."""
     models = models or EmbeddedModels()
-    return {name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages))
-            for name, d in decl.nodes.items()}
+    return {
+        name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages))
+        for name, d in decl.nodes.items()
+    }

@@ -28,7 +28,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 ROLES = ("transcription", "chat", "speech", "vad", "turn", "dialog", "native")
-SYSTEM_ROLES = {"asr": "transcription", "llm": "chat", "tts": "speech", "native": "native"}  # backends.<role>
+SYSTEM_ROLES = {
+    "asr": "transcription",
+    "llm": "chat",
+    "tts": "speech",
+    "native": "native",
+}  # backends.<role>
 
 
 def _fs(*names: str) -> frozenset[str]:
@@ -47,7 +52,9 @@ ROLE_FORMATS: dict[str, Formats] = {
     "transcription": Formats(_fs("pcm16", "session"), _fs("transcript")),
     "chat": Formats(_fs("messages"), _fs("text_delta", "session"), ends_turns=True),
     "speech": Formats(_fs("text_delta", "session"), _fs("pcm_f32le", "session"), ends_turns=True),
-    "dialog": Formats(_fs("transcript", "text_delta", "session"), _fs("messages", "session"), opens_turns=True),
+    "dialog": Formats(
+        _fs("transcript", "text_delta", "session"), _fs("messages", "session"), opens_turns=True
+    ),
     "vad": Formats(_fs("pcm16", "session"), _fs("session")),
     "turn": Formats(_fs("pcm16", "session"), _fs("session")),
 }
@@ -103,24 +110,70 @@ BACKENDS: list[Backend] = [
     Backend("vad", "vad", node="serving.graph.nodes:VadNode", stage=True),
     Backend("turn", "turn_detection", node="serving.graph.nodes:TurnDetectionNode", stage=True),
     Backend("transcription", "realtime_transcription", _K + "RealtimeTranscriptionOptions"),
-    Backend("transcription", "openai_transcription", _K + "OpenAiTranscriptionOptions",
-            system_options=_SERVICE + "OpenAiTranscriptionNode", client=_SERVICE + "OpenAiTranscription"),
-    Backend("transcription", "whisper_transcription", _K + "WhisperTranscriptionOptions",
-            node="serving.graph.nodes:WhisperNode"),
-    Backend("transcription", "whisper_gpu", _K + "WhisperGpuOptions", node="serving.gpu.whisper:WhisperGpuNode"),
-    Backend("transcription", "running_transcript", _K + "RunningTranscriptOptions",
-            consumes=_fs("pcm16", "session", "text")),
+    Backend(
+        "transcription",
+        "openai_transcription",
+        _K + "OpenAiTranscriptionOptions",
+        system_options=_SERVICE + "OpenAiTranscriptionNode",
+        client=_SERVICE + "OpenAiTranscription",
+    ),
+    Backend(
+        "transcription",
+        "whisper_transcription",
+        _K + "WhisperTranscriptionOptions",
+        node="serving.graph.nodes:WhisperNode",
+    ),
+    Backend(
+        "transcription",
+        "whisper_gpu",
+        _K + "WhisperGpuOptions",
+        node="serving.gpu.whisper:WhisperGpuNode",
+    ),
+    Backend(
+        "transcription",
+        "running_transcript",
+        _K + "RunningTranscriptOptions",
+        consumes=_fs("pcm16", "session", "text"),
+    ),
     Backend("dialog", "dialog", _K + "DialogOptions", node="serving.graph.dialog_node:DialogNode"),
-    Backend("chat", "openai_chat", _K + "OpenAiChatOptions",
-            system_options=_SERVICE + "OpenAiChatNode", client=_SERVICE + "OpenAiChat"),
-    Backend("chat", "llama_chat", _K + "LlamaChatOptions", node="serving.graph.nodes:LlamaChatNode"),
-    Backend("chat", "causal_lm_gpu", _K + "CausalLmGpuOptions", node="serving.gpu.chat:CausalLmGpuNode"),
-    Backend("speech", "openai_speech", _K + "OpenAiSpeechOptions",
-            system_options=_SERVICE + "OpenAiSpeechNode", client=_SERVICE + "OpenAiSpeech"),
-    Backend("speech", "piper_speech", _K + "PiperSpeechOptions", node="serving.graph.nodes:PiperSpeechNode"),
-    Backend("speech", "csm_gpu", system_options="serving.gpu.nodes:CsmSpeechNode", client="serving.gpu.nodes:CsmTts"),
-    Backend("native", "moshi_gpu", system_options="serving.gpu.nodes:MoshiNativeNode",
-            client="serving.gpu.native:MoshiNative"),
+    Backend(
+        "chat",
+        "openai_chat",
+        _K + "OpenAiChatOptions",
+        system_options=_SERVICE + "OpenAiChatNode",
+        client=_SERVICE + "OpenAiChat",
+    ),
+    Backend(
+        "chat", "llama_chat", _K + "LlamaChatOptions", node="serving.graph.nodes:LlamaChatNode"
+    ),
+    Backend(
+        "chat", "causal_lm_gpu", _K + "CausalLmGpuOptions", node="serving.gpu.chat:CausalLmGpuNode"
+    ),
+    Backend(
+        "speech",
+        "openai_speech",
+        _K + "OpenAiSpeechOptions",
+        system_options=_SERVICE + "OpenAiSpeechNode",
+        client=_SERVICE + "OpenAiSpeech",
+    ),
+    Backend(
+        "speech",
+        "piper_speech",
+        _K + "PiperSpeechOptions",
+        node="serving.graph.nodes:PiperSpeechNode",
+    ),
+    Backend(
+        "speech",
+        "csm_gpu",
+        system_options="serving.gpu.nodes:CsmSpeechNode",
+        client="serving.gpu.nodes:CsmTts",
+    ),
+    Backend(
+        "native",
+        "moshi_gpu",
+        system_options="serving.gpu.nodes:MoshiNativeNode",
+        client="serving.gpu.native:MoshiNative",
+    ),
 ]
 
 
@@ -152,8 +205,15 @@ def component(kind: str) -> ComponentKind | None:
     if b is None or b.options is None:
         return None
     formats = ROLE_FORMATS[b.role]
-    return ComponentKind(b.kind, b.consumes or formats.consumes, b.produces or formats.produces,
-                         resolve(b.options), formats.opens_turns, formats.ends_turns, b.optional)
+    return ComponentKind(
+        b.kind,
+        b.consumes or formats.consumes,
+        b.produces or formats.produces,
+        resolve(b.options),
+        formats.opens_turns,
+        formats.ends_turns,
+        b.optional,
+    )
 
 
 def stage(name: str) -> StageKind | None:
@@ -166,8 +226,10 @@ def stage(name: str) -> StageKind | None:
 
 def graph_adapters() -> tuple[list[str], list[str]]:
     """(kinds, stages) that a session graph can run (those with a node)."""
-    return ([b.kind for b in BACKENDS if b.node is not None and not b.stage],
-            [b.kind for b in BACKENDS if b.node is not None and b.stage])
+    return (
+        [b.kind for b in BACKENDS if b.node is not None and not b.stage],
+        [b.kind for b in BACKENDS if b.node is not None and b.stage],
+    )
 
 
 def node_class(kind: str | None, stages: tuple[str, ...]) -> type | None:
@@ -192,7 +254,9 @@ def parse_backend(role: str, raw: dict[str, Any]) -> BaseModel:
     kind = raw.get("kind")
     if kind not in kinds:
         allowed = sorted(kinds) or "none (use a registry key)"
-        raise ValueError(f"{role}.kind: {kind!r} is not a service node kind for {role} (use {allowed})")
+        raise ValueError(
+            f"{role}.kind: {kind!r} is not a service node kind for {role} (use {allowed})"
+        )
     try:
         return resolve(kinds[kind].system_options).model_validate(raw)
     except ValidationError as exc:
@@ -210,8 +274,15 @@ def describe() -> str:
     """Every registered backend, one line each: role, kind, where it runs."""
     lines = []
     for b in sorted(BACKENDS, key=lambda b: (ROLES.index(b.role), b.kind)):
-        where = [w for w, on in (("stage", b.stage), ("graph node", b.node is not None),
-                                 ("graph declaration only", b.options is not None and b.node is None),
-                                 ("system backend", b.system_options is not None)) if on]
+        where = [
+            w
+            for w, on in (
+                ("stage", b.stage),
+                ("graph node", b.node is not None),
+                ("graph declaration only", b.options is not None and b.node is None),
+                ("system backend", b.system_options is not None),
+            )
+            if on
+        ]
         lines.append(f"{b.role:14} {b.kind:24} {', '.join(where)}")
     return "\n".join(lines)

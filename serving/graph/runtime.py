@@ -208,10 +208,14 @@ class _Runner:
         try:
             await self._loop()
         except FdbError as err:
-            raise FdbError(f"session graph node '{self.decl.name}': {err.message}", err.hint) from err
+            raise FdbError(
+                f"session graph node '{self.decl.name}': {err.message}", err.hint
+            ) from err
         except Exception as err:
-            raise FdbError(f"session graph node '{self.decl.name}' failed: {type(err).__name__}: {err}",
-                           "see the server log for the traceback") from err
+            raise FdbError(
+                f"session graph node '{self.decl.name}' failed: {type(err).__name__}: {err}",
+                "see the server log for the traceback",
+            ) from err
 
     async def _loop(self) -> None:
         while True:
@@ -259,8 +263,10 @@ class SessionGraph:
     def __init__(self, decl: GraphDecl, nodes: Mapping[str, Node], sink: Sink | None = None):
         missing = [n for n in decl.nodes if n not in nodes]
         if missing:
-            raise FdbError(f"session graph has no node adapter for {missing}",
-                           "build the nodes with serving.graph.nodes.build_nodes or pass one per declared node")
+            raise FdbError(
+                f"session graph has no node adapter for {missing}",
+                "build the nodes with serving.graph.nodes.build_nodes or pass one per declared node",
+            )
         self.decl = decl
         self.sink = sink if sink is not None else PublishSink()
         self.fenced: set[int] = set()
@@ -270,8 +276,11 @@ class SessionGraph:
         self._seq = 0
         self._input_ended = False
         self._progress = asyncio.Event()  # a node ended
-        self._audio_sources = {n for n, formats in decl.publish.items()
-                               if formats & {"pcm16", "pcm_f32le"} and "session" in formats}
+        self._audio_sources = {
+            n
+            for n, formats in decl.publish.items()
+            if formats & {"pcm16", "pcm_f32le"} and "session" in formats
+        }
         self._pacing = getattr(self.sink, "holds_turn_done", False)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -308,11 +317,15 @@ class SessionGraph:
         while not all(r.ended for r in self._runners.values()):
             left = None if deadline is None else deadline - asyncio.get_running_loop().time()
             if left is not None and left <= 0:
-                raise FdbError(f"session graph did not drain within {timeout_s} s: nodes "
-                               f"{[n for n, r in self._runners.items() if not r.ended]} still running")
+                raise FdbError(
+                    f"session graph did not drain within {timeout_s} s: nodes "
+                    f"{[n for n, r in self._runners.items() if not r.ended]} still running"
+                )
             self._progress.clear()
             progress = asyncio.ensure_future(self._progress.wait())
-            done, _ = await asyncio.wait({*tasks, progress}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {*tasks, progress}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
             progress.cancel()
             for task in done & tasks:
                 if task.cancelled():
@@ -328,9 +341,16 @@ class SessionGraph:
         chunk = dataclasses.replace(chunk, source=INPUT)
         for runner in self._runners.values():
             edge = runner.edges.get(INPUT)
-            if edge and chunk.format in edge.decl.formats and edge.full() and edge.decl.overflow == "block":
-                if not any(c.reader == runner.decl.name and c.event == chunk.event
-                           for c in self.decl.controls_from(INPUT)):
+            if (
+                edge
+                and chunk.format in edge.decl.formats
+                and edge.full()
+                and edge.decl.overflow == "block"
+            ):
+                if not any(
+                    c.reader == runner.decl.name and c.event == chunk.event
+                    for c in self.decl.controls_from(INPUT)
+                ):
                     return False
         await self._route(chunk)
         return True
@@ -372,7 +392,12 @@ class SessionGraph:
         if chunk.source != INPUT and chunk.turn in self.fenced and chunk.control not in PASS_FENCE:
             self.dropped_fenced += 1
             return
-        if publish and self._pacing and chunk.control == "turn.done" and chunk.source in self._audio_sources:
+        if (
+            publish
+            and self._pacing
+            and chunk.control == "turn.done"
+            and chunk.source in self._audio_sources
+        ):
             self.sink.put(chunk)  # released to the readers once its audio has played
             return
         controlled = set()
@@ -387,6 +412,14 @@ class SessionGraph:
         for reader, edge in self.decl.readers(chunk.source):
             if reader.name not in controlled and chunk.format in edge.formats:
                 await self._runners[reader.name].edges[chunk.source].put(seq, chunk, self.fenced)
-        if chunk.control == "turn.interrupted" and chunk.payload.data.get("started") and not self._pacing:
-            for source in sorted(self._audio_sources):  # without pacing, all it published was delivered
-                await self.release(dataclasses.replace(control("reply.delivered", turn=chunk.turn), source=source))
+        if (
+            chunk.control == "turn.interrupted"
+            and chunk.payload.data.get("started")
+            and not self._pacing
+        ):
+            for source in sorted(
+                self._audio_sources
+            ):  # without pacing, all it published was delivered
+                await self.release(
+                    dataclasses.replace(control("reply.delivered", turn=chunk.turn), source=source)
+                )

@@ -31,12 +31,27 @@ FORMATS: dict[str, str] = {
 
 # Control types sent into a session by the client, and those a session emits.
 CONTROLS_IN = ("commit", "configure", "truncate", "interrupt", "clear", "item", "respond")
-CONTROLS_OUT = ("speech.started", "speech.stopped", "speech.pausing", "speech.resumed", "reply.prefetch",
-                "turn.queued", "turn.started", "turn.done",
-                "turn.empty", "turn.interrupted", "reply.heard", "reply.progress", "reply.delivered",
-                "configured", "interrupt")
+CONTROLS_OUT = (
+    "speech.started",
+    "speech.stopped",
+    "speech.pausing",
+    "speech.resumed",
+    "reply.prefetch",
+    "turn.queued",
+    "turn.started",
+    "turn.done",
+    "turn.empty",
+    "turn.interrupted",
+    "reply.heard",
+    "reply.progress",
+    "reply.delivered",
+    "configured",
+    "interrupt",
+)
 # Controls about an interruption pass the fence of their (interrupted) turn.
-PASS_FENCE = frozenset({"interrupt", "turn.interrupted", "reply.delivered", "truncate", "reply.heard"})
+PASS_FENCE = frozenset(
+    {"interrupt", "turn.interrupted", "reply.delivered", "truncate", "reply.heard"}
+)
 
 
 @dataclass(frozen=True)
@@ -105,9 +120,16 @@ class Control:
 
 
 PAYLOAD_TYPES: dict[str, type] = {
-    "pcm16": Pcm16, "pcm_f32le": PcmF32, "image_frame": ImageFrame, "transcript": Transcript,
-    "messages": Messages, "text_delta": TextDelta, "text": Text, "tool_call": ToolCall,
-    "tool_response": ToolResponse, "session": Control,
+    "pcm16": Pcm16,
+    "pcm_f32le": PcmF32,
+    "image_frame": ImageFrame,
+    "transcript": Transcript,
+    "messages": Messages,
+    "text_delta": TextDelta,
+    "text": Text,
+    "tool_call": ToolCall,
+    "tool_response": ToolResponse,
+    "session": Control,
 }
 
 
@@ -126,7 +148,9 @@ class Chunk:
         if expected is None:
             raise ValueError(f"unknown stream format {self.format!r}; formats: {sorted(FORMATS)}")
         if not isinstance(self.payload, expected):
-            raise TypeError(f"a {self.format} chunk carries {expected.__name__}, not {type(self.payload).__name__}")
+            raise TypeError(
+                f"a {self.format} chunk carries {expected.__name__}, not {type(self.payload).__name__}"
+            )
 
     @property
     def control(self) -> str | None:

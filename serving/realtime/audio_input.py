@@ -37,13 +37,23 @@ def decode_pcm16(audio: str, max_bytes: int, event_id: str | None) -> np.ndarray
     try:
         raw = base64.b64decode(audio, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise ProtocolError("invalid_audio", "audio is not valid base64", param="audio", event_id=event_id) from exc
+        raise ProtocolError(
+            "invalid_audio", "audio is not valid base64", param="audio", event_id=event_id
+        ) from exc
     if len(raw) % 2:
-        raise ProtocolError("invalid_audio", f"audio has {len(raw)} bytes; PCM16 needs an even count",
-                            param="audio", event_id=event_id)
+        raise ProtocolError(
+            "invalid_audio",
+            f"audio has {len(raw)} bytes; PCM16 needs an even count",
+            param="audio",
+            event_id=event_id,
+        )
     if len(raw) > max_bytes:
-        raise ProtocolError("input_too_large", f"audio has {len(raw)} bytes; the limit per append is "
-                            f"{max_bytes}", param="audio", event_id=event_id)
+        raise ProtocolError(
+            "input_too_large",
+            f"audio has {len(raw)} bytes; the limit per append is {max_bytes}",
+            param="audio",
+            event_id=event_id,
+        )
     return pcm16_to_float(raw)
 
 

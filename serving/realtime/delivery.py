@@ -30,9 +30,17 @@ PACED_CHUNK_MS = 100
 class AudioDelivery:
     """Sends the audio of one response as ``response.output_audio.delta`` events."""
 
-    def __init__(self, outbox: Outbox, turn: Turn, response_id: str, item_id: str, lead_ms: int,
-                 paced: Callable[[], bool], clock: Callable[[], float] = time.monotonic,
-                 first_delay_ms: int = 0) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        turn: Turn,
+        response_id: str,
+        item_id: str,
+        lead_ms: int,
+        paced: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+        first_delay_ms: int = 0,
+    ) -> None:
         self._outbox = outbox
         self._turn = turn
         self._response_id = response_id
@@ -67,10 +75,16 @@ class AudioDelivery:
 
     async def _emit(self, chunk: bytes) -> bool:
         event = OutputAudioDelta(
-            response_id=self._response_id, item_id=self._item_id,
+            response_id=self._response_id,
+            item_id=self._item_id,
             delta=base64.b64encode(chunk).decode("ascii"),
-            sglang=AudioDeltaSglang(chunk_seq=self._chunk_seq, media_time=MediaTime(
-                t_start_ms=round(self.sent_ms, 3), duration_ms=round(len(chunk) / BYTES_PER_MS, 3))),
+            sglang=AudioDeltaSglang(
+                chunk_seq=self._chunk_seq,
+                media_time=MediaTime(
+                    t_start_ms=round(self.sent_ms, 3),
+                    duration_ms=round(len(chunk) / BYTES_PER_MS, 3),
+                ),
+            ),
         )
         if not await self._outbox.send(event):
             return False
@@ -109,7 +123,7 @@ class AudioDelivery:
                     continue  # re-check: interrupted, input ended, or time is up
             else:
                 size = min(self._lead_ms * BYTES_PER_MS, len(pcm) - pos)
-            if not await self._emit(pcm[pos:pos + size]):
+            if not await self._emit(pcm[pos : pos + size]):
                 return False
             pos += size
         return not self._turn.interrupted

@@ -45,20 +45,30 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         await deny(websocket, 503, "not_ready", "instance is not ready")
         return
     if runtime.hub.speech_only:
-        await deny(websocket, 503, "realtime_unavailable",
-                   f"system {runtime.system.name} has no ASR or no LLM (backend none): it serves "
-                   "/v1/audio/speech only")
+        await deny(
+            websocket,
+            503,
+            "realtime_unavailable",
+            f"system {runtime.system.name} has no ASR or no LLM (backend none): it serves "
+            "/v1/audio/speech only",
+        )
         return
     slot = runtime.admit()
     if slot is None:
-        await deny(websocket, 503, "admission_rejected",
-                   f"all {runtime.system.max_sessions} sessions are in use (max_sessions); retry later")
+        await deny(
+            websocket,
+            503,
+            "admission_rejected",
+            f"all {runtime.system.max_sessions} sessions are in use (max_sessions); retry later",
+        )
         return
     try:
         await websocket.accept()
         session = _session_class(runtime)(websocket, runtime.hub)
         session.on_end = slot.release
-        log.info("session %s opened (%d/%d)", session.id, runtime.sessions, runtime.system.max_sessions)
+        log.info(
+            "session %s opened (%d/%d)", session.id, runtime.sessions, runtime.system.max_sessions
+        )
         await session.run()
         log.info("session %s closed", session.id)
     finally:

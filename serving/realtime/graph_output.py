@@ -90,8 +90,14 @@ class GraphReply:
 
 
 class GraphOutput:
-    def __init__(self, outbox: Outbox, system: SystemConfig, config: Callable[[], SessionConfig],
-                 input_ended: Callable[[], bool], accepted_ms: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        system: SystemConfig,
+        config: Callable[[], SessionConfig],
+        input_ended: Callable[[], bool],
+        accepted_ms: Callable[[], float],
+    ) -> None:
         self._outbox = outbox
         self._system = system
         self._config = config
@@ -114,7 +120,9 @@ class GraphOutput:
 
     def attach(self, graph: SessionGraph) -> None:
         self.graph = graph
-        self.speaker = next(n for n, f in graph.decl.publish.items() if "pcm_f32le" in f or "pcm16" in f)
+        self.speaker = next(
+            n for n, f in graph.decl.publish.items() if "pcm_f32le" in f or "pcm16" in f
+        )
 
     @property
     def utterance_open(self) -> bool:
@@ -139,11 +147,19 @@ class GraphOutput:
         """The audio reply whose output item is ``item_id`` (a truncate's target)."""
         reply = self._by_item.get(item_id or "")
         if reply is None:
-            raise ProtocolError("item_not_found", f"no item {shown(item_id)} in this conversation",
-                                param="item_id", event_id=event_id)
+            raise ProtocolError(
+                "item_not_found",
+                f"no item {shown(item_id)} in this conversation",
+                param="item_id",
+                event_id=event_id,
+            )
         if not reply.reply.audio:
-            raise ProtocolError("invalid_value", f"item {shown(item_id)} has no audio to truncate",
-                                param="item_id", event_id=event_id)
+            raise ProtocolError(
+                "invalid_value",
+                f"item {shown(item_id)} has no audio to truncate",
+                param="item_id",
+                event_id=event_id,
+            )
         return reply
 
     # --- the published chunks, in order -------------------------------------------------------
@@ -162,7 +178,9 @@ class GraphOutput:
         if chunk.format == "pcm_f32le" or name in ("reply.progress", "turn.done"):
             self._queue.put_nowait(chunk)
         elif chunk.format == "transcript":
-            if chunk.payload.is_final:  # a tentative one (a prefetch at a pause) is the server's own
+            if (
+                chunk.payload.is_final
+            ):  # a tentative one (a prefetch at a pause) is the server's own
                 await self._transcript(chunk)
         elif name == "speech.started":
             await self._speech_started(chunk.t_ms)
@@ -196,8 +214,12 @@ class GraphOutput:
         self.commits += 1
         await self._outbox.send(Committed(item_id=item, previous_item_id=previous))
         self._previous[item] = self.conversation.add(item)
-        await self._outbox.send(ItemAdded(previous_item_id=self._previous[item],
-                                          item=user_item(item, "input_audio", status="in_progress")))
+        await self._outbox.send(
+            ItemAdded(
+                previous_item_id=self._previous[item],
+                item=user_item(item, "input_audio", status="in_progress"),
+            )
+        )
 
     async def text_item(self, item: str, text: str, kind: str = "input_text") -> None:
         """A user item the client created: added and done at once."""
@@ -207,13 +229,24 @@ class GraphOutput:
         await self._outbox.send(ItemDone(previous_item_id=previous, item=body))
 
     async def _transcript(self, chunk: Chunk) -> None:
-        item, start = self._utterances.popleft() if self._utterances else (new_id("item"), self._last_end_ms)
+        item, start = (
+            self._utterances.popleft() if self._utterances else (new_id("item"), self._last_end_ms)
+        )
         seconds = max(0.0, min(chunk.t_ms, self._accepted_ms()) - start) / 1000
-        await self._outbox.send(TranscriptionCompleted(item_id=item, transcript=chunk.payload.text,
-                                                       usage=TranscriptionUsage(seconds=round(seconds, 3))))
+        await self._outbox.send(
+            TranscriptionCompleted(
+                item_id=item,
+                transcript=chunk.payload.text,
+                usage=TranscriptionUsage(seconds=round(seconds, 3)),
+            )
+        )
         if item in self._previous:
-            await self._outbox.send(ItemDone(previous_item_id=self._previous.pop(item),
-                                             item=user_item(item, "input_audio", transcript=chunk.payload.text)))
+            await self._outbox.send(
+                ItemDone(
+                    previous_item_id=self._previous.pop(item),
+                    item=user_item(item, "input_audio", transcript=chunk.payload.text),
+                )
+            )
 
     async def _begin(self, turn: int) -> GraphReply:
         """``response.created`` of turn N (once)."""
@@ -223,9 +256,15 @@ class GraphOutput:
         pace = Turn(Utterance(reply.item_id, np.zeros(0, np.float32), 0, 0))
         if self._input_ended():
             pace.wake()
-        delivery = AudioDelivery(self._outbox, pace, reply.response_id, reply.item_id,
-                                 self._system.max_output_lead_ms, lambda: not self._input_ended(),
-                                 first_delay_ms=self._system.reply_delay_ms)
+        delivery = AudioDelivery(
+            self._outbox,
+            pace,
+            reply.response_id,
+            reply.item_id,
+            self._system.max_output_lead_ms,
+            lambda: not self._input_ended(),
+            first_delay_ms=self._system.reply_delay_ms,
+        )
         state = GraphReply(turn, reply, pace, delivery if reply.audio else None)
         self._replies[turn] = self._by_item[reply.item_id] = state
         await reply.created()
@@ -233,31 +272,47 @@ class GraphOutput:
 
     async def _interrupted(self, chunk: Chunk) -> None:
         state = await self._begin(chunk.turn)
-        at = self._speech_at if chunk.t_ms is not None and self._speech_at is not None else time.monotonic()
+        at = (
+            self._speech_at
+            if chunk.t_ms is not None and self._speech_at is not None
+            else time.monotonic()
+        )
         state.pace.interrupt()
         state.cause = "turn_detected" if chunk.t_ms is not None else "client_cancelled"
         if not chunk.payload.data.get("started"):
             await self._finish(state, "cancelled", state.cause)
             return
         played = state.delivery.played_ms(at) if state.delivery else 0.0
-        delivered = control("reply.delivered", turn=state.turn, sent_ms=state.sent_ms, played_ms=played)
+        delivered = control(
+            "reply.delivered", turn=state.turn, sent_ms=state.sent_ms, played_ms=played
+        )
         await self.graph.release(dataclasses.replace(delivered, source=self.speaker))
 
     async def _heard(self, chunk: Chunk) -> None:
         state = self._replies.get(chunk.turn) or next(
-            (r for r in self._by_item.values() if r.turn == chunk.turn), None)
+            (r for r in self._by_item.values() if r.turn == chunk.turn), None
+        )
         if state is None:
             return
         data = chunk.payload.data
         if data["report"]:
             reply = state.reply
-            await self._outbox.send(ResponseHeard(response_id=reply.response_id, item_id=reply.item_id,
-                                                  text_end=data["text_end"], audio_ms=data["audio_ms"],
-                                                  text=data["text"]))
+            await self._outbox.send(
+                ResponseHeard(
+                    response_id=reply.response_id,
+                    item_id=reply.item_id,
+                    text_end=data["text_end"],
+                    audio_ms=data["audio_ms"],
+                    text=data["text"],
+                )
+            )
         if data["final"] and not state.finished:
             interrupted = state.pace.interrupted
-            await self._finish(state, "cancelled" if interrupted else "completed",
-                               state.cause if interrupted else "stop")
+            await self._finish(
+                state,
+                "cancelled" if interrupted else "completed",
+                state.cause if interrupted else "stop",
+            )
 
     async def _finish(self, state: GraphReply, status: str, reason: str) -> None:
         state.finished = True
@@ -292,13 +347,18 @@ class GraphOutput:
             await reply.text_delta(text)
             return
         budget = max(0, self._system.max_output_bytes - state.delivery.sent_bytes)
-        pcm, state.pcm = state.pcm[:budget // 2 * 2], b""
+        pcm, state.pcm = state.pcm[: budget // 2 * 2], b""
         if not pcm or state.capped:
             state.capped = True  # max_output_bytes reached: the reply's audio ends here
             return
         await reply.text_delta(text)
         if not await state.delivery.send(pcm):
             return
-        await self._outbox.send(ResponseProgress(response_id=reply.response_id, item_id=reply.item_id,
-                                                 text_end=len(reply.text_sent),
-                                                 audio_ms=round(state.delivery.sent_ms, 3)))
+        await self._outbox.send(
+            ResponseProgress(
+                response_id=reply.response_id,
+                item_id=reply.item_id,
+                text_end=len(reply.text_sent),
+                audio_ms=round(state.delivery.sent_ms, 3),
+            )
+        )

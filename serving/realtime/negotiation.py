@@ -105,10 +105,16 @@ class SessionConfig(BaseModel):
 def initial_config(system: SystemConfig, input_rate: int = INPUT_RATE) -> SessionConfig:
     vad = system.vad
     return SessionConfig(
-        instructions=system.instructions, input_rate=input_rate,
-        turn_detection=ServerVad(threshold=vad.threshold, prefix_padding_ms=vad.prefix_padding_ms,
-                                 silence_duration_ms=vad.silence_duration_ms),
-        sampling=Sampling(temperature=system.temperature, max_new_tokens_per_unit=system.max_tokens),
+        instructions=system.instructions,
+        input_rate=input_rate,
+        turn_detection=ServerVad(
+            threshold=vad.threshold,
+            prefix_padding_ms=vad.prefix_padding_ms,
+            silence_duration_ms=vad.silence_duration_ms,
+        ),
+        sampling=Sampling(
+            temperature=system.temperature, max_new_tokens_per_unit=system.max_tokens
+        ),
     )
 
 
@@ -135,10 +141,14 @@ def capabilities(system: SystemConfig) -> dict[str, Any]:
         "supports_instruction_updates": True,
         "supports_sampling_updates": True,
         "voices": deployment_voices(system),
-        "service_nodes": {role: {"kind": node.kind, "model": node.model}
-                          for role, node in system.backends.nodes().items()},
-        "gpu_nodes": {role: {"kind": node.kind, "weights": node.source().label()}
-                      for role, node in system.backends.gpu_nodes().items()},
+        "service_nodes": {
+            role: {"kind": node.kind, "model": node.model}
+            for role, node in system.backends.nodes().items()
+        },
+        "gpu_nodes": {
+            role: {"kind": node.kind, "weights": node.source().label()}
+            for role, node in system.backends.gpu_nodes().items()
+        },
         "max_output_lead_ms": system.max_output_lead_ms,
         "max_sessions": system.max_sessions,
         "limits": {
@@ -162,17 +172,24 @@ def _fail(code: str, message: str, param: str, event_id: str | None) -> Protocol
     return ProtocolError(code, message, param=param, event_id=event_id)
 
 
-def _turn_detection(raw: dict[str, Any] | None, system: SystemConfig,
-                    event_id: str | None) -> ServerVad | SemanticVad | None:
+def _turn_detection(
+    raw: dict[str, Any] | None, system: SystemConfig, event_id: str | None
+) -> ServerVad | SemanticVad | None:
     param = "session.audio.input.turn_detection"
     if raw is None:
         return None
     kind = raw.get("type")
     granted = [k for k in capabilities(system)["turn_control"] if k]
     if kind not in granted:
-        raise _fail("unsupported_turn_detection", f"turn detection type {shown(kind)} is unavailable; "
-                    f"use {' or '.join(granted)} or null", param, event_id)
-    model, defaults = (ServerVad, system.vad.model_dump()) if kind == "server_vad" else (SemanticVad, {})
+        raise _fail(
+            "unsupported_turn_detection",
+            f"turn detection type {shown(kind)} is unavailable; use {' or '.join(granted)} or null",
+            param,
+            event_id,
+        )
+    model, defaults = (
+        (ServerVad, system.vad.model_dump()) if kind == "server_vad" else (SemanticVad, {})
+    )
     try:
         return model.model_validate({**defaults, **{k: v for k, v in raw.items() if v is not None}})
     except ValidationError as exc:
@@ -183,14 +200,20 @@ def _turn_detection(raw: dict[str, Any] | None, system: SystemConfig,
 def _sampling(raw: dict[str, Any], current: Sampling, event_id: str | None) -> Sampling:
     unknown = sorted(set(raw) - set(SAMPLING_PARAMETERS))
     if unknown:
-        raise _fail("unsupported_sampling", "unsupported sampling parameters: " + ", ".join(unknown),
-                    "session.sglang.sampling", event_id)
+        raise _fail(
+            "unsupported_sampling",
+            "unsupported sampling parameters: " + ", ".join(unknown),
+            "session.sglang.sampling",
+            event_id,
+        )
     merged = {**current.model_dump(), **{k: v for k, v in raw.items() if v is not None}}
     try:
         return Sampling.model_validate(merged)
     except ValidationError as exc:
         _where, message = describe_validation_error(exc)
-        raise _fail("invalid_sampling", f"sampling.{message}", "session.sglang.sampling", event_id) from exc
+        raise _fail(
+            "invalid_sampling", f"sampling.{message}", "session.sglang.sampling", event_id
+        ) from exc
 
 
 def _frozen_changes(patch: SessionPatch, system: SystemConfig, current: SessionConfig) -> list[str]:
@@ -223,9 +246,13 @@ def _input_rate(patch: SessionPatch, default: int, event_id: str | None) -> int 
         return None
     rate = fmt.rate if fmt.rate is not None else default
     if fmt.type != "audio/pcm" or rate not in INPUT_RATES:
-        raise _fail("unsupported_audio_format", f"unsupported PCM format or sample rate for input: "
-                    f"{shown(fmt.type)} at {fmt.rate} Hz (use audio/pcm at 24000 or 16000 Hz)",
-                    "session.audio.input.format", event_id)
+        raise _fail(
+            "unsupported_audio_format",
+            f"unsupported PCM format or sample rate for input: "
+            f"{shown(fmt.type)} at {fmt.rate} Hz (use audio/pcm at 24000 or 16000 Hz)",
+            "session.audio.input.format",
+            event_id,
+        )
     return rate
 
 
@@ -236,61 +263,123 @@ def not_applied(patch: SessionPatch, strict: bool) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     unset = {"tools": [], "tool_choice": "auto", "truncation": "auto", "include": []}
     for name in GA_NOT_APPLIED:
-        if name in patch.model_fields_set and getattr(patch, name) not in (None, unset.get(name, None)):
-            found.append((f"session.{name}", f"session.{name} is accepted but not applied: this server "
-                          "has no tool calling, tracing, prompt templates or reasoning settings"))
+        if name in patch.model_fields_set and getattr(patch, name) not in (
+            None,
+            unset.get(name, None),
+        ):
+            found.append(
+                (
+                    f"session.{name}",
+                    f"session.{name} is accepted but not applied: this server "
+                    "has no tool calling, tracing, prompt templates or reasoning settings",
+                )
+            )
     if strict:
         return found
     out = patch.audio.output if patch.audio else None
     if out is not None and out.voice is not None and out.voice != VOICE:
-        found.append(("session.audio.output.voice", f"voice {shown(out.voice)} is not available: the "
-                      f"reply speaks with {VOICE!r}"))
+        found.append(
+            (
+                "session.audio.output.voice",
+                f"voice {shown(out.voice)} is not available: the reply speaks with {VOICE!r}",
+            )
+        )
     if out is not None and out.speed is not None and out.speed != 1.0:
-        found.append(("session.audio.output.speed", f"speed {out.speed} is not applied: the reply speaks "
-                      "at 1.0"))
+        found.append(
+            (
+                "session.audio.output.speed",
+                f"speed {out.speed} is not applied: the reply speaks at 1.0",
+            )
+        )
     audio_in = patch.audio.input if patch.audio else None
     if audio_in is not None and audio_in.noise_reduction is not None:
-        found.append(("session.audio.input.noise_reduction", "noise_reduction is not applied: the input "
-                      "is used as sent"))
-    if audio_in is not None and "transcription" in audio_in.model_fields_set and audio_in.transcription is None:
-        found.append(("session.audio.input.transcription", "input transcription cannot be turned off "
-                      "here: the cascade transcribes every utterance"))
+        found.append(
+            (
+                "session.audio.input.noise_reduction",
+                "noise_reduction is not applied: the input is used as sent",
+            )
+        )
+    if (
+        audio_in is not None
+        and "transcription" in audio_in.model_fields_set
+        and audio_in.transcription is None
+    ):
+        found.append(
+            (
+                "session.audio.input.transcription",
+                "input transcription cannot be turned off "
+                "here: the cascade transcribes every utterance",
+            )
+        )
     return found
 
 
-def _check_fixed(patch: SessionPatch, system: SystemConfig, event_id: str | None, strict: bool = True) -> None:
+def _check_fixed(
+    patch: SessionPatch, system: SystemConfig, event_id: str | None, strict: bool = True
+) -> None:
     """Fields that can never take another value: type, model, formats (and, in a strict
     session, voice, speed and noise reduction)."""
     if patch.type is not None and patch.type != "realtime":
-        raise _fail("invalid_session_type", f"session type {shown(patch.type)} is not served; use 'realtime'",
-                    "session.type", event_id)
+        raise _fail(
+            "invalid_session_type",
+            f"session type {shown(patch.type)} is not served; use 'realtime'",
+            "session.type",
+            event_id,
+        )
     if patch.model is not None and patch.model != system.model:
-        raise _fail("model_mismatch", f"model differs from deployment: {shown(patch.model)} is not "
-                    f"{system.model!r}", "session.model", event_id)
+        raise _fail(
+            "model_mismatch",
+            f"model differs from deployment: {shown(patch.model)} is not {system.model!r}",
+            "session.model",
+            event_id,
+        )
     audio = patch.audio
     fmt = audio.output.format if audio and audio.output else None
     if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate not in (None, OUTPUT_RATE)):
-        raise _fail("unsupported_audio_format", f"unsupported PCM format or sample rate for output: "
-                    f"{shown(fmt.type)} at {fmt.rate} Hz (use audio/pcm at {OUTPUT_RATE} Hz)",
-                    "session.audio.output.format", event_id)
+        raise _fail(
+            "unsupported_audio_format",
+            f"unsupported PCM format or sample rate for output: "
+            f"{shown(fmt.type)} at {fmt.rate} Hz (use audio/pcm at {OUTPUT_RATE} Hz)",
+            "session.audio.output.format",
+            event_id,
+        )
     if not strict:
         return
     voice = audio.output.voice if audio and audio.output else None
     if voice is not None and voice != VOICE:
-        raise _fail("unsupported_voice", f"voice {shown(voice)} is not available; use {VOICE!r}",
-                    "session.audio.output.voice", event_id)
+        raise _fail(
+            "unsupported_voice",
+            f"voice {shown(voice)} is not available; use {VOICE!r}",
+            "session.audio.output.voice",
+            event_id,
+        )
     speed = audio.output.speed if audio and audio.output else None
     if speed is not None and speed != 1.0:
-        raise _fail("unsupported_speed", f"speed {speed} is not available; use 1.0",
-                    "session.audio.output.speed", event_id)
+        raise _fail(
+            "unsupported_speed",
+            f"speed {speed} is not available; use 1.0",
+            "session.audio.output.speed",
+            event_id,
+        )
     if audio and audio.input and audio.input.noise_reduction is not None:
-        raise _fail("unsupported_noise_reduction", "noise_reduction is not available; send null",
-                    "session.audio.input.noise_reduction", event_id)
+        raise _fail(
+            "unsupported_noise_reduction",
+            "noise_reduction is not available; send null",
+            "session.audio.input.noise_reduction",
+            event_id,
+        )
 
 
-def apply_update(current: SessionConfig, patch: SessionPatch, system: SystemConfig,
-                 event_id: str | None, opened: bool, *, strict: bool = True,
-                 input_flowed: bool = False) -> SessionConfig:
+def apply_update(
+    current: SessionConfig,
+    patch: SessionPatch,
+    system: SystemConfig,
+    event_id: str | None,
+    opened: bool,
+    *,
+    strict: bool = True,
+    input_flowed: bool = False,
+) -> SessionConfig:
     """The configuration after ``patch``; ProtocolError when the update is refused (the
     session then keeps ``current``). In a ``strict`` session, once ``opened``, a non-hot field
     sent with another value is ``frozen_field``; before that it gets the specific reason it
@@ -306,58 +395,102 @@ def apply_update(current: SessionConfig, patch: SessionPatch, system: SystemConf
         rate = INPUT_RATE  # the Guide's session: 16 kHz unless it names a format
     if rate is not None and rate != current.input_rate:
         if input_flowed:
-            raise _fail("frozen_field", "session field is frozen: session.audio.input.format (audio "
-                        "was already appended at " f"{current.input_rate} Hz)", "session.audio.input.format", event_id)
+            raise _fail(
+                "frozen_field",
+                "session field is frozen: session.audio.input.format (audio "
+                "was already appended at "
+                f"{current.input_rate} Hz)",
+                "session.audio.input.format",
+                event_id,
+            )
         changes["input_rate"] = rate
     if patch.temperature is not None:  # beta's session.temperature
-        changes["sampling"] = _sampling({"temperature": patch.temperature}, current.sampling, event_id)
+        changes["sampling"] = _sampling(
+            {"temperature": patch.temperature}, current.sampling, event_id
+        )
     if patch.max_output_tokens is not None:
         tokens = MAX_OUTPUT_TOKENS if patch.max_output_tokens == "inf" else patch.max_output_tokens
         if isinstance(tokens, bool) or not 1 <= tokens <= MAX_OUTPUT_TOKENS:
-            raise _fail("invalid_value", f"max_output_tokens must be 1 to {MAX_OUTPUT_TOKENS} or 'inf'",
-                        "session.max_output_tokens", event_id)
+            raise _fail(
+                "invalid_value",
+                f"max_output_tokens must be 1 to {MAX_OUTPUT_TOKENS} or 'inf'",
+                "session.max_output_tokens",
+                event_id,
+            )
         changes["sampling"] = changes.get("sampling", current.sampling).model_copy(
-            update={"max_new_tokens_per_unit": tokens})
+            update={"max_new_tokens_per_unit": tokens}
+        )
     if patch.instructions is not None:
         if len(patch.instructions) > system.max_instructions_chars:
-            raise _fail("instructions_too_long", "instructions exceed context or have invalid type "
-                        f"({len(patch.instructions)} > {system.max_instructions_chars} characters)",
-                        "session.instructions", event_id)
+            raise _fail(
+                "instructions_too_long",
+                "instructions exceed context or have invalid type "
+                f"({len(patch.instructions)} > {system.max_instructions_chars} characters)",
+                "session.instructions",
+                event_id,
+            )
         changes["instructions"] = patch.instructions
     if patch.output_modalities is not None:
         if set(patch.output_modalities) not in MODALITIES:
-            raise _fail("unsupported_modalities", "output_modalities must be ['audio'], ['text'] or "
-                        "['text', 'audio']", "session.output_modalities", event_id)
+            raise _fail(
+                "unsupported_modalities",
+                "output_modalities must be ['audio'], ['text'] or ['text', 'audio']",
+                "session.output_modalities",
+                event_id,
+            )
         changes["output_modalities"] = tuple(patch.output_modalities)
     audio_in = patch.audio.input if patch.audio else None
     if audio_in is not None and "turn_detection" in audio_in.model_fields_set:
         changes["turn_detection"] = _turn_detection(audio_in.turn_detection, system, event_id)
     if patch.sglang is not None and patch.sglang.sampling is not None:
-        changes["sampling"] = _sampling(patch.sglang.sampling, changes.get("sampling", current.sampling), event_id)
+        changes["sampling"] = _sampling(
+            patch.sglang.sampling, changes.get("sampling", current.sampling), event_id
+        )
     native_only = ("timebase", "duplex", "voice", "reference_audio")
-    if patch.sglang is not None and any(getattr(patch.sglang, name) is not None for name in native_only):
-        raise _fail("not_applicable", "sglang.timebase, sglang.duplex, sglang.voice and sglang.reference_audio "
-                    "are only available for native sessions", "session.sglang", event_id)
+    if patch.sglang is not None and any(
+        getattr(patch.sglang, name) is not None for name in native_only
+    ):
+        raise _fail(
+            "not_applicable",
+            "sglang.timebase, sglang.duplex, sglang.voice and sglang.reference_audio "
+            "are only available for native sessions",
+            "session.sglang",
+            event_id,
+        )
     return current.model_copy(update=changes)
 
 
-def session_object(session_id: str, system: SystemConfig, config: SessionConfig,
-                   extensions: bool = True) -> dict[str, Any]:
+def session_object(
+    session_id: str, system: SystemConfig, config: SessionConfig, extensions: bool = True
+) -> dict[str, Any]:
     """The ``session`` of session.created (the default session, active from the start) and of
     session.updated: the full effective configuration in the GA shape, with the grant under
     ``sglang`` when the session takes the extensions."""
     turn = config.turn_detection.model_dump() if config.turn_detection else None
     body: dict[str, Any] = {
-        "id": session_id, "object": "realtime.session", "type": "realtime", "model": system.model,
+        "id": session_id,
+        "object": "realtime.session",
+        "type": "realtime",
+        "model": system.model,
         "instructions": config.instructions,
         "output_modalities": list(config.output_modalities),
         "audio": {
-            "input": {"format": {"type": "audio/pcm", "rate": config.input_rate}, "turn_detection": turn,
-                      "transcription": {"model": "faster-whisper/whisper-tiny.en"}, "noise_reduction": None},
-            "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": VOICE, "speed": 1.0},
+            "input": {
+                "format": {"type": "audio/pcm", "rate": config.input_rate},
+                "turn_detection": turn,
+                "transcription": {"model": "faster-whisper/whisper-tiny.en"},
+                "noise_reduction": None,
+            },
+            "output": {
+                "format": {"type": "audio/pcm", "rate": OUTPUT_RATE},
+                "voice": VOICE,
+                "speed": 1.0,
+            },
         },
         "max_output_tokens": config.sampling.max_new_tokens_per_unit,
-        "tools": [], "tool_choice": "auto", "tracing": None,
+        "tools": [],
+        "tool_choice": "auto",
+        "tracing": None,
     }
     if extensions:
         body["sglang"] = {"granted": capabilities(system), "sampling": config.sampling.model_dump()}

@@ -44,8 +44,13 @@ class Activity:
 
 
 class Outbox:
-    def __init__(self, websocket: WebSocket, activity: Activity, max_chunks: int | None = None,
-                 max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        activity: Activity,
+        max_chunks: int | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
         self._ws = websocket
         self._activity = activity
         self.wire = Wire()  # the connection's dialect; the session sets it
@@ -58,7 +63,9 @@ class Outbox:
         self.pending_bytes = 0  # JSON of the events queued or being written
         self.closed = False  # no more events are taken
         self.broken = False  # the client went away while we were sending
-        self.overflow: str | None = None  # the pending-output limit a client that stopped reading hit
+        self.overflow: str | None = (
+            None  # the pending-output limit a client that stopped reading hit
+        )
         self.failed = asyncio.Event()
 
     async def send(self, event: ServerEvent, bounded: bool = True) -> bool:

@@ -34,8 +34,16 @@ MAX_EVENT_ID_CHARS = 512  # a longer event_id is refused and never echoed
 class ProtocolError(Exception):
     """A request the server refuses; becomes an ``error`` event (fatal only when marked)."""
 
-    def __init__(self, code: str, message: str, *, param: str | None = None,
-                 event_id: str | None = None, kind: str = "invalid_request_error", fatal: bool = False):
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        event_id: str | None = None,
+        kind: str = "invalid_request_error",
+        fatal: bool = False,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
@@ -83,13 +91,23 @@ class SglangSessionPatch(_Strict):
     timebase: dict[str, Any] | None = None  # {"native_unit_ms": 80 | 200 | 1000}
     duplex: dict[str, Any] | None = None  # {"backchannel": bool}
     voice: str | None = None  # one of the capabilities' voices
-    reference_audio: dict[str, Any] | None = None  # {"media_type": "audio/wav", "data": base64 PCM16 WAV}
+    reference_audio: dict[str, Any] | None = (
+        None  # {"media_type": "audio/wav", "data": base64 PCM16 WAV}
+    )
 
 
 # OpenAI Realtime GA session fields this server takes but does not apply (no tool calling,
 # tracing, prompt templates or reasoning): accepted, and reported in a warning, never refused.
-GA_NOT_APPLIED = ("tools", "tool_choice", "tracing", "include", "truncation", "prompt", "reasoning",
-                  "parallel_tool_calls")
+GA_NOT_APPLIED = (
+    "tools",
+    "tool_choice",
+    "tracing",
+    "include",
+    "truncation",
+    "prompt",
+    "reasoning",
+    "parallel_tool_calls",
+)
 
 
 class SessionPatch(_Strict):
@@ -197,17 +215,37 @@ class SessionClose(_Event):
 
 
 ClientEvent = Annotated[
-    SessionUpdate | InputAudioBufferAppend | InputAudioBufferCommit | InputAudioBufferClear
-    | ResponseCancel | ResponseCreate | ConversationItemTruncate | ConversationItemCreate
-    | ConversationItemOther | OutputAudioBufferClear | InputAudioEnd | SessionClose,
+    SessionUpdate
+    | InputAudioBufferAppend
+    | InputAudioBufferCommit
+    | InputAudioBufferClear
+    | ResponseCancel
+    | ResponseCreate
+    | ConversationItemTruncate
+    | ConversationItemCreate
+    | ConversationItemOther
+    | OutputAudioBufferClear
+    | InputAudioEnd
+    | SessionClose,
     Field(discriminator="type"),
 ]
-CLIENT_EVENT_TYPES = frozenset({
-    "session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
-    "input_audio_buffer.clear", "response.cancel", "response.create",
-    "conversation.item.truncate", "conversation.item.create", "conversation.item.retrieve",
-    "conversation.item.delete", "output_audio_buffer.clear", "sglang.input_audio.end", "session.close",
-})
+CLIENT_EVENT_TYPES = frozenset(
+    {
+        "session.update",
+        "input_audio_buffer.append",
+        "input_audio_buffer.commit",
+        "input_audio_buffer.clear",
+        "response.cancel",
+        "response.create",
+        "conversation.item.truncate",
+        "conversation.item.create",
+        "conversation.item.retrieve",
+        "conversation.item.delete",
+        "output_audio_buffer.clear",
+        "sglang.input_audio.end",
+        "session.close",
+    }
+)
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(ClientEvent)
 
 
@@ -274,17 +312,27 @@ def _lone_surrogate(value: Any) -> bool:
 
 def _load_object(text: str) -> dict[str, Any]:
     try:
-        raw = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
-                         parse_int=_safe_int, object_pairs_hook=_unique_keys)
+        raw = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_safe_int,
+            object_pairs_hook=_unique_keys,
+        )
     except _Refused as exc:
         raise ProtocolError("invalid_json", f"frame is refused: {exc}") from exc
     except ValueError as exc:
         raise ProtocolError("invalid_json", f"frame is not valid JSON: {exc}") from exc
-    except RecursionError as exc:  # nesting deeper than the decoder goes: refused like any bad frame
+    except (
+        RecursionError
+    ) as exc:  # nesting deeper than the decoder goes: refused like any bad frame
         raise ProtocolError("invalid_json", "frame is nested too deeply to be read") from exc
     if _SURROGATE_ESCAPE.search(text) and _lone_surrogate(raw):
-        raise ProtocolError("invalid_json", "frame is refused: a string holds a lone UTF-16 surrogate "
-                            "escape; write the character itself or a surrogate pair")
+        raise ProtocolError(
+            "invalid_json",
+            "frame is refused: a string holds a lone UTF-16 surrogate "
+            "escape; write the character itself or a surrogate pair",
+        )
     if not isinstance(raw, dict):
         raise ProtocolError("invalid_json", "frame must be a JSON object with a 'type'")
     return raw
@@ -312,10 +360,13 @@ def parse_client_event(text: str, beta: bool = False) -> Any:
         event_id = None
     kind = raw.get("type")
     if not isinstance(kind, str):
-        raise ProtocolError("invalid_event", "event has no string 'type'", param="type", event_id=event_id)
+        raise ProtocolError(
+            "invalid_event", "event has no string 'type'", param="type", event_id=event_id
+        )
     if kind not in CLIENT_EVENT_TYPES:
-        raise ProtocolError("unknown_event", f"unknown event type {shown(kind)}", param="type",
-                            event_id=event_id)
+        raise ProtocolError(
+            "unknown_event", f"unknown event type {shown(kind)}", param="type", event_id=event_id
+        )
     try:
         return _ADAPTER.validate_python(raw)
     except ValidationError as exc:

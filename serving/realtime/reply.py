@@ -55,23 +55,35 @@ class Conversation:
         return previous
 
 
-def user_item(item_id: str, kind: str, transcript: str | None = None, text: str | None = None,
-              status: str = "completed") -> dict[str, Any]:
+def user_item(
+    item_id: str,
+    kind: str,
+    transcript: str | None = None,
+    text: str | None = None,
+    status: str = "completed",
+) -> dict[str, Any]:
     """A user message item with one ``input_audio`` or ``input_text`` part."""
     part: dict[str, Any] = {"type": kind}
     if kind == "input_audio":
         part["transcript"] = transcript
     else:
         part["text"] = text
-    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "user",
-            "status": status, "content": [part]}
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": "user",
+        "status": status,
+        "content": [part],
+    }
 
 
 class Reply:
     """Builds and sends the events of one response and remembers what the client got."""
 
-    def __init__(self, outbox: Outbox, modalities: tuple[str, ...],
-                 conversation: Conversation | None = None) -> None:
+    def __init__(
+        self, outbox: Outbox, modalities: tuple[str, ...], conversation: Conversation | None = None
+    ) -> None:
         self._outbox = outbox
         self._conversation = conversation or Conversation()
         self.audio = "audio" in modalities
@@ -87,25 +99,40 @@ class Reply:
         if not (self.text_sent or self.audio_started or self._item_added):
             return []
         kind = "output_audio" if self.audio else "output_text"
-        return [OutputContent(type=kind, transcript=self.text_sent) if self.audio
-                else OutputContent(type=kind, text=self.text_sent)]
+        return [
+            OutputContent(type=kind, transcript=self.text_sent)
+            if self.audio
+            else OutputContent(type=kind, text=self.text_sent)
+        ]
 
     def _item(self, status: str) -> OutputItem:
         return OutputItem(id=self.item_id, status=status, content=self._content())
 
     def _body(self, status: str, details: StatusDetails | None) -> ResponseBody:
-        item_status = {"in_progress": "in_progress", "completed": "completed"}.get(status, "incomplete")
+        item_status = {"in_progress": "in_progress", "completed": "completed"}.get(
+            status, "incomplete"
+        )
         content = self._content()
-        output = [OutputItem(id=self.item_id, status=item_status, content=content)] if content else []
-        return ResponseBody(id=self.response_id, status=status, status_details=details,
-                            output=output, output_modalities=self.modalities)
+        output = (
+            [OutputItem(id=self.item_id, status=item_status, content=content)] if content else []
+        )
+        return ResponseBody(
+            id=self.response_id,
+            status=status,
+            status_details=details,
+            output=output,
+            output_modalities=self.modalities,
+        )
 
     def _part(self) -> dict[str, str]:
         return {"response_id": self.response_id, "item_id": self.item_id}
 
     def _content_part(self) -> ContentPart:
-        return (ContentPart(type="audio", transcript=self.text_sent) if self.audio
-                else ContentPart(type="text", text=self.text_sent))
+        return (
+            ContentPart(type="audio", transcript=self.text_sent)
+            if self.audio
+            else ContentPart(type="text", text=self.text_sent)
+        )
 
     async def created(self) -> None:
         await self._outbox.send(ResponseCreated(response=self._body("in_progress", None)))
@@ -116,7 +143,9 @@ class Reply:
             return
         self._item_added = True
         self._previous = self._conversation.add(self.item_id)
-        empty = OutputItem(id=self.item_id, status="in_progress", content=[]).model_dump(mode="json")
+        empty = OutputItem(id=self.item_id, status="in_progress", content=[]).model_dump(
+            mode="json"
+        )
         await self._outbox.send(OutputItemAdded(response_id=self.response_id, item=empty))
         await self._outbox.send(ItemAdded(previous_item_id=self._previous, item=empty))
         await self._outbox.send(ContentPartAdded(**self._part(), part=self._content_part()))
@@ -126,8 +155,11 @@ class Reply:
         await self.open_item()
         delta = (" " if self.text_sent else "") + chunk
         self.text_sent += delta
-        event = (OutputAudioTranscriptDelta(**self._part(), delta=delta) if self.audio
-                 else OutputTextDelta(**self._part(), delta=delta))
+        event = (
+            OutputAudioTranscriptDelta(**self._part(), delta=delta)
+            if self.audio
+            else OutputTextDelta(**self._part(), delta=delta)
+        )
         await self._outbox.send(event)
 
     async def finish(self, status: str, reason: str | None) -> None:
@@ -135,8 +167,11 @@ class Reply:
         if self.audio and self.audio_started:
             await self._outbox.send(OutputAudioDone(**self._part()))
         if self.text_sent:
-            done = (OutputAudioTranscriptDone(**self._part(), transcript=self.text_sent) if self.audio
-                    else OutputTextDone(**self._part(), text=self.text_sent))
+            done = (
+                OutputAudioTranscriptDone(**self._part(), transcript=self.text_sent)
+                if self.audio
+                else OutputTextDone(**self._part(), text=self.text_sent)
+            )
             await self._outbox.send(done)
         if self._item_added:
             item_status = "completed" if status == "completed" else "incomplete"

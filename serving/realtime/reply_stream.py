@@ -33,8 +33,15 @@ POLL_S = 0.02  # how often a held thread looks at the turn's interrupted flag
 
 
 class ReplyStream:
-    def __init__(self, llm: Any, turn: Turn, messages: list[dict[str, str]], max_tokens: int,
-                 temperature: float, hold_first: bool = False) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        turn: Turn,
+        messages: list[dict[str, str]],
+        max_tokens: int,
+        temperature: float,
+        hold_first: bool = False,
+    ) -> None:
         self._llm = llm
         self._turn = turn
         self._messages = messages

@@ -85,8 +85,11 @@ class InputResampler:
     def __init__(self, rate: int, per_chunk: bool = False) -> None:
         self.rate = rate
         self.per_chunk = per_chunk and rate != INPUT_RATE
-        self._stream = None if rate == INPUT_RATE or per_chunk else \
-            soxr.ResampleStream(rate, INPUT_RATE, 1, dtype="float32", quality="HQ")
+        self._stream = (
+            None
+            if rate == INPUT_RATE or per_chunk
+            else soxr.ResampleStream(rate, INPUT_RATE, 1, dtype="float32", quality="HQ")
+        )
 
     @property
     def stateful(self) -> bool:
@@ -97,7 +100,9 @@ class InputResampler:
         if self.per_chunk:
             if not len(samples):
                 return samples.astype(np.float32, copy=False)
-            return soxr.resample(samples.astype(np.float32, copy=False), self.rate, INPUT_RATE, quality="HQ")
+            return soxr.resample(
+                samples.astype(np.float32, copy=False), self.rate, INPUT_RATE, quality="HQ"
+            )
         if self._stream is None:
             return samples
         return self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
@@ -120,8 +125,12 @@ class RealtimeSession:
         self._hub = hub
         self._system = hub.system
         self._activity = Activity()
-        self._outbox = Outbox(websocket, self._activity, hub.system.max_pending_output_chunks,
-                              hub.system.max_pending_output_bytes)
+        self._outbox = Outbox(
+            websocket,
+            self._activity,
+            hub.system.max_pending_output_chunks,
+            hub.system.max_pending_output_bytes,
+        )
         self._wire = self._outbox.wire
         self._wire.dialect = dialect_of(getattr(websocket, "headers", None))
         self._wire.extensions = self.extensions_always
@@ -182,8 +191,10 @@ class RealtimeSession:
     async def run(self) -> None:
         """Serve the connection until it closes (the socket must already be accepted)."""
         await self._outbox.send(SessionCreated(session=self._created_body()))
-        tasks = [asyncio.create_task(self._guard(coro)) for coro in (
-            self._read(), *self._engine_work(), self._watchdog(), self._backpressure())]
+        tasks = [
+            asyncio.create_task(self._guard(coro))
+            for coro in (self._read(), *self._engine_work(), self._watchdog(), self._backpressure())
+        ]
         try:
             await self._finished.wait()
         finally:
@@ -203,8 +214,16 @@ class RealtimeSession:
             raise
         except Exception as exc:
             log.exception("session %s failed", self.id)
-            await self._finish(1011, "internal", error_event(
-                "internal_error", f"{type(exc).__name__}: {exc}", kind="server_error", fatal=True))
+            await self._finish(
+                1011,
+                "internal",
+                error_event(
+                    "internal_error",
+                    f"{type(exc).__name__}: {exc}",
+                    kind="server_error",
+                    fatal=True,
+                ),
+            )
 
     def _end(self, code: int, reason: str) -> bool:
         """Mark the session ended with close ``code`` (False when it already was); from here
@@ -242,15 +261,24 @@ class RealtimeSession:
         tick = max(0.05, min(1.0, system.session_update_timeout_s / 10, system.idle_timeout_s / 10))
         while True:
             await asyncio.sleep(tick)
-            if (self.requires_update and not self.opened
-                    and time.monotonic() - self._started > system.session_update_timeout_s):
+            if (
+                self.requires_update
+                and not self.opened
+                and time.monotonic() - self._started > system.session_update_timeout_s
+            ):
                 message = f"no session.update granted within {system.session_update_timeout_s:g} s"
-                await self._finish(1008, "session_update_timeout", error_event(
-                    "session_update_timeout", message, kind="server_error", fatal=True))
+                await self._finish(
+                    1008,
+                    "session_update_timeout",
+                    error_event("session_update_timeout", message, kind="server_error", fatal=True),
+                )
             elif self._activity.idle_for() > system.idle_timeout_s and not self._busy():
                 message = f"no input and no output for {system.idle_timeout_s:g} s"
-                await self._finish(1008, "idle_timeout", error_event(
-                    "idle_timeout", message, kind="server_error", fatal=True))
+                await self._finish(
+                    1008,
+                    "idle_timeout",
+                    error_event("idle_timeout", message, kind="server_error", fatal=True),
+                )
 
     async def _backpressure(self) -> None:
         """A client that stopped reading (the outbox's pending-output bound): the session fails
@@ -260,8 +288,11 @@ class RealtimeSession:
         if not self._end(1008, "max_pending_output"):
             return
         # queued behind the stuck write: sent if the client reads again
-        await self._outbox.send_last(error_event(
-            "max_pending_output", self._outbox.overflow or "", kind="server_error", fatal=True))
+        await self._outbox.send_last(
+            error_event(
+                "max_pending_output", self._outbox.overflow or "", kind="server_error", fatal=True
+            )
+        )
         self._finished.set()
 
     # --- reading -----------------------------------------------------------------------------
@@ -277,30 +308,52 @@ class RealtimeSession:
             try:
                 text = message.get("text")
                 if text is None:
-                    raise p.ProtocolError("binary_frame", "binary frames are not accepted; send JSON text")
+                    raise p.ProtocolError(
+                        "binary_frame", "binary frames are not accepted; send JSON text"
+                    )
                 await self._dispatch(p.parse_client_event(text, beta=self._wire.dialect == "beta"))
             except p.ProtocolError as exc:
-                await self._outbox.send(error_event(exc.code, exc.message, param=exc.param,
-                                                    event_id=exc.event_id, kind=exc.kind, fatal=exc.fatal))
+                await self._outbox.send(
+                    error_event(
+                        exc.code,
+                        exc.message,
+                        param=exc.param,
+                        event_id=exc.event_id,
+                        kind=exc.kind,
+                        fatal=exc.fatal,
+                    )
+                )
 
     async def _dispatch(self, event: object) -> None:
         handlers = {
-            p.SessionUpdate: self._on_update, p.InputAudioBufferAppend: self._on_append,
-            p.InputAudioBufferCommit: self._on_commit, p.InputAudioEnd: self._on_end,
-            p.ResponseCancel: self._on_cancel, p.SessionClose: self._on_close,
-            p.InputAudioBufferClear: self._on_clear, p.ResponseCreate: self._on_response_create,
-            p.ConversationItemTruncate: self._on_truncate, p.ConversationItemCreate: self._on_item_create,
-            p.ConversationItemOther: self._refuse, p.OutputAudioBufferClear: self._on_output_clear,
+            p.SessionUpdate: self._on_update,
+            p.InputAudioBufferAppend: self._on_append,
+            p.InputAudioBufferCommit: self._on_commit,
+            p.InputAudioEnd: self._on_end,
+            p.ResponseCancel: self._on_cancel,
+            p.SessionClose: self._on_close,
+            p.InputAudioBufferClear: self._on_clear,
+            p.ResponseCreate: self._on_response_create,
+            p.ConversationItemTruncate: self._on_truncate,
+            p.ConversationItemCreate: self._on_item_create,
+            p.ConversationItemOther: self._refuse,
+            p.OutputAudioBufferClear: self._on_output_clear,
         }
         await handlers[type(event)](event)
 
     def _require_input_open(self, event_id: str | None) -> None:
         if self.requires_update and not self.opened:
-            raise p.ProtocolError("session_not_open", "send session.update and wait for session.updated "
-                                  "before sending input", event_id=event_id)
+            raise p.ProtocolError(
+                "session_not_open",
+                "send session.update and wait for session.updated before sending input",
+                event_id=event_id,
+            )
         if self.input_ended:
-            raise p.ProtocolError("input_ended", "the input already ended with sglang.input_audio.end",
-                                  event_id=event_id)
+            raise p.ProtocolError(
+                "input_ended",
+                "the input already ended with sglang.input_audio.end",
+                event_id=event_id,
+            )
 
     # --- handlers ----------------------------------------------------------------------------
 
@@ -308,15 +361,27 @@ class RealtimeSession:
         patch = event.session
         asks = patch.sglang is not None and patch.sglang.events is not False
         strict = self._wire.extensions or asks
-        new = apply_update(self.config, patch, self._system, event.event_id, self.opened, strict=strict,
-                           input_flowed=self._client_samples > 0)
+        new = apply_update(
+            self.config,
+            patch,
+            self._system,
+            event.event_id,
+            self.opened,
+            strict=strict,
+            input_flowed=self._client_samples > 0,
+        )
         await self._configure(new, self._wire.extensions or asks)
         self.config, self.opened = new, True
         self._wire.extensions = self._wire.extensions or asks
-        await self._outbox.send(SessionUpdated(client_event_id=event.event_id, session=self._session_body()))
+        await self._outbox.send(
+            SessionUpdated(client_event_id=event.event_id, session=self._session_body())
+        )
         for param, message in not_applied(patch, strict):
-            await self._outbox.send(error_event("not_applied", message, param=param, event_id=event.event_id,
-                                                kind="warning"))
+            await self._outbox.send(
+                error_event(
+                    "not_applied", message, param=param, event_id=event.event_id, kind="warning"
+                )
+            )
 
     def _accepted_ms(self) -> int | float:
         """The client's input accepted so far, in ms of its own timeline."""
@@ -331,8 +396,12 @@ class RealtimeSession:
         self._require_input_open(event.event_id)
         seq = event.sglang.seq if event.sglang and event.sglang.seq is not None else self._next_seq
         if seq != self._next_seq:
-            raise p.ProtocolError("bad_seq", f"seq {seq} is out of order; expected {self._next_seq}",
-                                  param="sglang.seq", event_id=event.event_id)
+            raise p.ProtocolError(
+                "bad_seq",
+                f"seq {seq} is out of order; expected {self._next_seq}",
+                param="sglang.seq",
+                event_id=event.event_id,
+            )
         raw = decode_pcm16(event.audio, self._system.max_input_bytes, event.event_id)
         if self._refused is not None and self._refused[0] == seq:
             samples = self._refused[1]
@@ -343,14 +412,19 @@ class RealtimeSession:
         try:
             await self._feed(samples, event.event_id)
         except p.ProtocolError:
-            self._refused = (seq, samples) if self._resampler is not None and self._resampler.stateful else None
+            self._refused = (
+                (seq, samples) if self._resampler is not None and self._resampler.stateful else None
+            )
             raise
         self._refused = None
         self._next_seq += 1
         self._client_samples += len(raw)
         self._accepted_samples += len(samples)
-        await self._outbox.send(InputAudioAccepted(
-            seq=seq, accepted_end_ms=self._accepted_ms(), client_event_id=event.event_id))
+        await self._outbox.send(
+            InputAudioAccepted(
+                seq=seq, accepted_end_ms=self._accepted_ms(), client_event_id=event.event_id
+            )
+        )
 
     async def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
         raise NotImplementedError
@@ -372,16 +446,27 @@ class RealtimeSession:
     def _check_truncate(event: p.ConversationItemTruncate) -> None:
         if event.item_id is None or event.audio_end_ms is None:
             missing = "item_id" if event.item_id is None else "audio_end_ms"
-            raise p.ProtocolError("missing_required_parameter", f"conversation.item.truncate needs {missing}",
-                                  param=missing, event_id=event.event_id)
+            raise p.ProtocolError(
+                "missing_required_parameter",
+                f"conversation.item.truncate needs {missing}",
+                param=missing,
+                event_id=event.event_id,
+            )
         if event.audio_end_ms < 0 or event.content_index not in (None, 0):
             param = "audio_end_ms" if event.audio_end_ms < 0 else "content_index"
-            raise p.ProtocolError("invalid_value", f"{param} must be {'>= 0' if param == 'audio_end_ms' else '0'}",
-                                  param=param, event_id=event.event_id)
+            raise p.ProtocolError(
+                "invalid_value",
+                f"{param} must be {'>= 0' if param == 'audio_end_ms' else '0'}",
+                param=param,
+                event_id=event.event_id,
+            )
 
     async def _on_close(self, event: p.SessionClose) -> None:
-        await self._finish(1000, "client_closed", SessionClosed(reason="client_closed",
-                                                               client_event_id=event.event_id))
+        await self._finish(
+            1000,
+            "client_closed",
+            SessionClosed(reason="client_closed", client_event_id=event.event_id),
+        )
 
     async def _on_clear(self, event: p.InputAudioBufferClear) -> None:
         await self._refuse(event)
@@ -393,8 +478,13 @@ class RealtimeSession:
         await self._refuse(event)
 
     async def _on_response_create(self, event: p.ResponseCreate) -> None:
-        raise p.ProtocolError("not_granted", "manual turn commands are not granted", event_id=event.event_id)
+        raise p.ProtocolError(
+            "not_granted", "manual turn commands are not granted", event_id=event.event_id
+        )
 
     async def _refuse(self, event: Any) -> None:
-        raise p.ProtocolError("not_supported", f"{event.type} is not supported by this server",
-                              event_id=event.event_id)
+        raise p.ProtocolError(
+            "not_supported",
+            f"{event.type} is not supported by this server",
+            event_id=event.event_id,
+        )

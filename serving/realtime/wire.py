@@ -89,20 +89,30 @@ class Wire:
 
 def _reason(body: dict[str, Any], names: dict[str, Any]) -> None:
     """Rename ``response.status_details.reason`` of a response event in place."""
-    details = (body.get("response") or {}).get("status_details") if body.get("type") in (
-        "response.done", "response.created") else None
+    details = (
+        (body.get("response") or {}).get("status_details")
+        if body.get("type") in ("response.done", "response.created")
+        else None
+    )
     if isinstance(details, dict) and details.get("reason") in names:
         details["reason"] = names[details["reason"]]
 
 
 # --- beta session.update -> the GA shape the server validates -----------------------------
 
-_BETA_FORMATS = {"pcm16": {"type": "audio/pcm", "rate": 24000}, "g711_ulaw": {"type": "audio/pcmu"},
-                 "g711_alaw": {"type": "audio/pcma"}}
+_BETA_FORMATS = {
+    "pcm16": {"type": "audio/pcm", "rate": 24000},
+    "g711_ulaw": {"type": "audio/pcmu"},
+    "g711_alaw": {"type": "audio/pcma"},
+}
 
 
 def _beta_format(value: Any) -> Any:
-    return dict(_BETA_FORMATS[value]) if isinstance(value, str) and value in _BETA_FORMATS else {"type": value}
+    return (
+        dict(_BETA_FORMATS[value])
+        if isinstance(value, str) and value in _BETA_FORMATS
+        else {"type": value}
+    )
 
 
 def beta_session_to_ga(session: Any) -> Any:
@@ -114,11 +124,15 @@ def beta_session_to_ga(session: Any) -> Any:
     out: dict[str, Any] = {"type": "realtime"}
     audio_in: dict[str, Any] = {}
     audio_out: dict[str, Any] = {}
-    moves = {"modalities": (out, "output_modalities"), "max_response_output_tokens": (out, "max_output_tokens"),
-             "input_audio_transcription": (audio_in, "transcription"),
-             "input_audio_noise_reduction": (audio_in, "noise_reduction"),
-             "turn_detection": (audio_in, "turn_detection"), "voice": (audio_out, "voice"),
-             "speed": (audio_out, "speed")}
+    moves = {
+        "modalities": (out, "output_modalities"),
+        "max_response_output_tokens": (out, "max_output_tokens"),
+        "input_audio_transcription": (audio_in, "transcription"),
+        "input_audio_noise_reduction": (audio_in, "noise_reduction"),
+        "turn_detection": (audio_in, "turn_detection"),
+        "voice": (audio_out, "voice"),
+        "speed": (audio_out, "speed"),
+    }
     for key, value in flat.items():
         if key in moves:
             target, name = moves[key]
@@ -130,7 +144,10 @@ def beta_session_to_ga(session: Any) -> Any:
         else:
             out[key] = value
     if audio_in or audio_out:
-        out["audio"] = {**({"input": audio_in} if audio_in else {}), **({"output": audio_out} if audio_out else {})}
+        out["audio"] = {
+            **({"input": audio_in} if audio_in else {}),
+            **({"output": audio_out} if audio_out else {}),
+        }
     return out
 
 
@@ -141,19 +158,30 @@ def beta_session_object(ga: dict[str, Any], temperature: float | None) -> dict[s
 
     def fmt(part: dict[str, Any]) -> str:
         f = part.get("format") or {}
-        return "pcm16" if f.get("type") == "audio/pcm" else {"audio/pcmu": "g711_ulaw"}.get(f.get("type"), "g711_alaw")
+        return (
+            "pcm16"
+            if f.get("type") == "audio/pcm"
+            else {"audio/pcmu": "g711_ulaw"}.get(f.get("type"), "g711_alaw")
+        )
 
     body: dict[str, Any] = {
-        "id": ga.get("id"), "object": "realtime.session", "model": ga.get("model"),
-        "modalities": ga.get("output_modalities"), "instructions": ga.get("instructions"),
-        "voice": audio_out.get("voice"), "input_audio_format": fmt(audio_in),
+        "id": ga.get("id"),
+        "object": "realtime.session",
+        "model": ga.get("model"),
+        "modalities": ga.get("output_modalities"),
+        "instructions": ga.get("instructions"),
+        "voice": audio_out.get("voice"),
+        "input_audio_format": fmt(audio_in),
         "output_audio_format": fmt(audio_out),
         "input_audio_transcription": audio_in.get("transcription"),
         "input_audio_noise_reduction": audio_in.get("noise_reduction"),
-        "turn_detection": audio_in.get("turn_detection"), "speed": audio_out.get("speed"),
-        "tools": ga.get("tools"), "tool_choice": ga.get("tool_choice"),
+        "turn_detection": audio_in.get("turn_detection"),
+        "speed": audio_out.get("speed"),
+        "tools": ga.get("tools"),
+        "tool_choice": ga.get("tool_choice"),
         "temperature": temperature,
-        "max_response_output_tokens": ga.get("max_output_tokens"), "tracing": ga.get("tracing"),
+        "max_response_output_tokens": ga.get("max_output_tokens"),
+        "tracing": ga.get("tracing"),
     }
     if "sglang" in ga:
         body["sglang"] = ga["sglang"]

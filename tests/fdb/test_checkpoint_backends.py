@@ -54,7 +54,9 @@ def test_ecapa_checkpoint_embeds(tmp_path):
     path = tmp_path / "ecapa.pt"
     sha = _save(FrameEmbedder(), path)
     speaker = load_speaker(str(path), sha)
-    assert speaker.identity.name == "wavlm-large-ecapa" and speaker.identity.checkpoint_sha256 == sha
+    assert (
+        speaker.identity.name == "wavlm-large-ecapa" and speaker.identity.checkpoint_sha256 == sha
+    )
     vec = speaker.embed(np.full(16000, 0.25, np.float32))
     assert vec.shape == (8,) and vec.dtype == np.float64
     assert vec == pytest.approx(np.full(8, 0.01 * 400 * 0.25), rel=1e-5)

@@ -77,12 +77,23 @@ def test_secrets_are_redacted_from_commands():
 def test_urls_lose_their_credentials_and_secret_query_values():
     from fdb.io import redact_url
 
-    assert redact_url("ws://me:pw@h:1/v1/realtime?api_key=abc&x=1") == \
-        "ws://<redacted>@h:1/v1/realtime?api_key=%3Credacted%3E&x=1"
+    assert (
+        redact_url("ws://me:pw@h:1/v1/realtime?api_key=abc&x=1")
+        == "ws://<redacted>@h:1/v1/realtime?api_key=%3Credacted%3E&x=1"
+    )
     assert redact_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
     assert redact_url("wss://[::1") == "<redacted>"  # cannot be parsed: nothing of it is shown
-    cmd = redact_command(["fdb", "generate", "--url", "ws://u:pw@h/v1/realtime?token=t", "--run-name", "x"])
-    assert cmd == ["fdb", "generate", "--url", "ws://<redacted>@h/v1/realtime?token=%3Credacted%3E", "--run-name", "x"]
+    cmd = redact_command(
+        ["fdb", "generate", "--url", "ws://u:pw@h/v1/realtime?token=t", "--run-name", "x"]
+    )
+    assert cmd == [
+        "fdb",
+        "generate",
+        "--url",
+        "ws://<redacted>@h/v1/realtime?token=%3Credacted%3E",
+        "--run-name",
+        "x",
+    ]
 
 
 def test_sha256_file(tmp_path):
@@ -100,11 +111,17 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_write(tmp_path):
 
     from fdb.io import is_write_leftover
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead_pid = int(dead.stdout)
     stale = tmp_path / f".x.json.{dead_pid}.abc123_x.tmp"
-    live = tmp_path / f".x.json.{os.getppid()}.def456_y.tmp"  # the process that runs pytest is alive
-    other = tmp_path / f".y.json.{dead_pid}.ghi789_z.tmp"  # another file's leftover: not this write's
+    live = (
+        tmp_path / f".x.json.{os.getppid()}.def456_y.tmp"
+    )  # the process that runs pytest is alive
+    other = (
+        tmp_path / f".y.json.{dead_pid}.ghi789_z.tmp"
+    )  # another file's leftover: not this write's
     for path in (stale, live, other):
         path.write_text("half")
         assert is_write_leftover(path.name)

@@ -19,8 +19,11 @@ from fdb.datasets.pinning import read_revision, tree_revision
 from fdb.errors import FdbError
 from tests.conftest import EXAMPLES, REPO, needs_examples
 
-LAYOUT = {"synthetic_pause_handling": "pause_handling_example", "candor_turn_taking": "smooth_turn_taking_example",
-          "synthetic_user_interruption": "user_interruption_example"}
+LAYOUT = {
+    "synthetic_pause_handling": "pause_handling_example",
+    "candor_turn_taking": "smooth_turn_taking_example",
+    "synthetic_user_interruption": "user_interruption_example",
+}
 
 pytestmark = needs_examples
 
@@ -40,8 +43,9 @@ def trees(tmp_path: Path) -> dict[str, Path]:
     pair = v15 / "user_backchannel" / "1"
     _wav(pair / "input.wav", 3.0)
     _wav(pair / "clean_input.wav", 3.0)
-    (pair / "metadata.json").write_text(json.dumps({"context_text": "", "current_turn_text": "Hi.",
-                                                    "timestamps": [1.0, 1.5]}))
+    (pair / "metadata.json").write_text(
+        json.dumps({"context_text": "", "current_turn_text": "Hi.", "timestamps": [1.0, 1.5]})
+    )
     seed = tmp_path / "official" / "seedtts_testset"
     _wav(seed / "en" / "prompt-wavs" / "p.wav")
     (seed / "en" / "meta.lst").write_text("p-t|Prompt.|prompt-wavs/p.wav|Target.\n")
@@ -54,7 +58,11 @@ def test_install_links_verifies_and_pins(tmp_path: Path, trees) -> None:
     link = dataset_dir / "v1.0"
     assert link.is_symlink() and link.resolve() == trees["v1.0"].resolve()
     assert status.source == "official" and status.counts == dict.fromkeys(LAYOUT, 1)
-    assert status.revision == read_revision(dataset_dir / "v1.0.revision") == tree_revision(trees["v1.0"])
+    assert (
+        status.revision
+        == read_revision(dataset_dir / "v1.0.revision")
+        == tree_revision(trees["v1.0"])
+    )
     assert any(n == f"linked to {trees['v1.0'].resolve()}" for n in status.notes)
     assert any("3 samples where the official v1.0 has 727" in n for n in status.notes)
     again = install_official("v1.0", None, dataset_dir)  # rerun: found at the link, unchanged
@@ -84,11 +92,23 @@ def test_link_refusals(tmp_path: Path, trees) -> None:
     assert link_tree(trees["v1.0"], other).resolve() == trees["v1.0"].resolve()
 
 
-def _setup(work: Path, args: list[str], extra_env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("FDB10_DATASET", "FDB_DATASET", "SEED_TTS_DATASET")}
+def _setup(
+    work: Path, args: list[str], extra_env: dict | None = None
+) -> subprocess.CompletedProcess:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("FDB10_DATASET", "FDB_DATASET", "SEED_TTS_DATASET")
+    }
     env.update(FDB_WORK=str(work), COLUMNS="200", **(extra_env or {}))
-    return subprocess.run([sys.executable, "-m", "fdb", "setup", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "fdb", "setup", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_setup_with_official_trees_by_option_and_variable(tmp_path: Path, trees) -> None:
@@ -97,7 +117,9 @@ def test_setup_with_official_trees_by_option_and_variable(tmp_path: Path, trees)
     done = _setup(work, args, {"FDB_DATASET": str(trees["v1.5"])})
     assert done.returncode == 0, done.stderr
     for key in ("v1.0", "v1.5", "seed-tts"):
-        assert (work / "dataset" / key).is_symlink() and read_revision(work / "dataset" / f"{key}.revision")
+        assert (work / "dataset" / key).is_symlink() and read_revision(
+            work / "dataset" / f"{key}.revision"
+        )
     assert not (work / "dataset" / "synthetic").exists()  # all three official: nothing synthesized
     out = done.stderr
     assert "fdb readiness" in out and "FDB v1.0" in out and "Seed-TTS" in out and "official" in out
@@ -116,12 +138,16 @@ def test_setup_falls_back_to_the_synthetic_set(tmp_path: Path) -> None:
     from tests.fdb.test_datasets_synth_config import FakeTts
 
     work = tmp_path / "work"
-    synthetic = ensure_synthetic(work, tts=FakeTts(), sizes=SynthSizes.build(1, 1, 2))  # setup reuses it
+    synthetic = ensure_synthetic(
+        work, tts=FakeTts(), sizes=SynthSizes.build(1, 1, 2)
+    )  # setup reuses it
     done = _setup(work, [])
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("synthetic:") >= 3 and "fdb-synth-" in done.stderr
     assert not (work / "dataset" / "v1.0").exists()
-    with pytest.raises(FdbError, match="synthetic dataset, not an official tree"):  # never passed off
+    with pytest.raises(
+        FdbError, match="synthetic dataset, not an official tree"
+    ):  # never passed off
         install_official("v1.0", synthetic / "v1.0", work / "dataset")
     assert not (work / "dataset" / "v1.0").exists()
 

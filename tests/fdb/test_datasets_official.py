@@ -66,7 +66,11 @@ def test_numeric_order_and_non_digit_folders(v10_root: Path) -> None:
     (subset / "notes").mkdir()
     (subset / "README.md").write_text("x")
     assert [d.name for d in sample_dirs(subset)] == ["1", "2", "10"]
-    assert [s.id for s in load_v10(v10_root, ["candor_turn_taking"])["candor_turn_taking"]] == ["1", "2", "10"]
+    assert [s.id for s in load_v10(v10_root, ["candor_turn_taking"])["candor_turn_taking"]] == [
+        "1",
+        "2",
+        "10",
+    ]
     assert list_ids(v10_root, "v1.0")["candor_turn_taking"] == ["1", "2", "10"]
 
 
@@ -91,20 +95,40 @@ def _break(root: Path, subset: str, name: str, text: str | None) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("subset", "name", "text", "needle"), [
-    ("synthetic_pause_handling", "pause.json", "[{not json", "malformed JSON"),
-    ("synthetic_pause_handling", "pause.json", None, "annotation file is missing"),
-    ("synthetic_pause_handling", "pause.json",
-     '[{"timestamp": [3.0, 3.5]}, {"timestamp": [1.0, 2.0]}]', "unsorted or overlap"),
-    ("synthetic_pause_handling", "pause.json", '[{"timestamp": [3.0, 9.5]}]', "outside the input audio"),
-    ("candor_turn_taking", "turn_taking.json", '{"timestamp": [1, 2]}', "non-empty JSON list"),
-    ("synthetic_user_interruption", "interrupt.json",
-     '[{"context": "c", "interrupt": "i", "timestamp": [13.1, 10.5]}]', "starts after it ends"),
-    ("synthetic_user_interruption", "interrupt.json",
-     '[{"context": "c", "interrupt": "i", "timestamps": [10.5, 13.1]}]', 'uses "timestamp"'),
-    ("synthetic_user_interruption", "input.wav", None, "audio file is missing"),
-    ("candor_turn_taking", "input.wav", "RIFF garbage", "unreadable WAV"),
-])
+@pytest.mark.parametrize(
+    ("subset", "name", "text", "needle"),
+    [
+        ("synthetic_pause_handling", "pause.json", "[{not json", "malformed JSON"),
+        ("synthetic_pause_handling", "pause.json", None, "annotation file is missing"),
+        (
+            "synthetic_pause_handling",
+            "pause.json",
+            '[{"timestamp": [3.0, 3.5]}, {"timestamp": [1.0, 2.0]}]',
+            "unsorted or overlap",
+        ),
+        (
+            "synthetic_pause_handling",
+            "pause.json",
+            '[{"timestamp": [3.0, 9.5]}]',
+            "outside the input audio",
+        ),
+        ("candor_turn_taking", "turn_taking.json", '{"timestamp": [1, 2]}', "non-empty JSON list"),
+        (
+            "synthetic_user_interruption",
+            "interrupt.json",
+            '[{"context": "c", "interrupt": "i", "timestamp": [13.1, 10.5]}]',
+            "starts after it ends",
+        ),
+        (
+            "synthetic_user_interruption",
+            "interrupt.json",
+            '[{"context": "c", "interrupt": "i", "timestamps": [10.5, 13.1]}]',
+            'uses "timestamp"',
+        ),
+        ("synthetic_user_interruption", "input.wav", None, "audio file is missing"),
+        ("candor_turn_taking", "input.wav", "RIFF garbage", "unreadable WAV"),
+    ],
+)
 def test_bad_sample_errors_name_sample_and_file(v10_root, subset, name, text, needle) -> None:
     path = _break(v10_root, subset, name, text)
     with pytest.raises(SampleError) as err:
@@ -119,7 +143,9 @@ def test_lenient_mode_collects_problems(v10_root: Path) -> None:
     _break(v10_root, "synthetic_pause_handling", "pause.json", "oops")
     loaded, problems = load_v10(v10_root, strict=False)
     assert loaded["synthetic_pause_handling"] == []
-    assert len(loaded["candor_turn_taking"]) == 1 and len(loaded["synthetic_user_interruption"]) == 1
+    assert (
+        len(loaded["candor_turn_taking"]) == 1 and len(loaded["synthetic_user_interruption"]) == 1
+    )
     assert [p.sample_id for p in problems] == ["synthetic_pause_handling/1"]
     assert problems[0].path.endswith("pause.json") and "malformed JSON" in problems[0].message
     assert problems[0].one_line().startswith("synthetic_pause_handling/1: ")
@@ -138,8 +164,14 @@ def _v15_tree(tmp_path: Path, metadata: dict) -> Path:
 
 
 def test_v15_pair_loads(tmp_path: Path) -> None:
-    root = _v15_tree(tmp_path, {"context_text": "", "current_turn_text": "Could you?",
-                                "timestamps": [10.530666666666667, 13.144]})
+    root = _v15_tree(
+        tmp_path,
+        {
+            "context_text": "",
+            "current_turn_text": "Could you?",
+            "timestamps": [10.530666666666667, 13.144],
+        },
+    )
     loaded = load_v15(root)
     assert list(loaded) == ["user_interruption"]
     pair = loaded["user_interruption"][0]
@@ -180,16 +212,30 @@ def test_non_digit_folders_are_skipped_with_a_warning(v10_root: Path, caplog) ->
         loaded = load_v10(v10_root, ["candor_turn_taking"])  # strict: a warning, not an error
     assert [s.id for s in loaded["candor_turn_taking"]] == ["1"]
     warned = [r.getMessage() for r in caplog.records]
-    assert len(warned) == 4 and any("candor_turn_taking/notes" in m and "not all digits" in m for m in warned)
+    assert len(warned) == 4 and any(
+        "candor_turn_taking/notes" in m and "not all digits" in m for m in warned
+    )
     _, problems = load_v10(v10_root, ["candor_turn_taking"], strict=False)
     assert sorted(p.sample_id for p in problems) == [
-        "candor_turn_taking/1a", "candor_turn_taking/__MACOSX", "candor_turn_taking/notes", "candor_turn_taking/²"]
+        "candor_turn_taking/1a",
+        "candor_turn_taking/__MACOSX",
+        "candor_turn_taking/notes",
+        "candor_turn_taking/²",
+    ]
     assert {p.kind for p in problems} == {"skipped"} and all(p.hint for p in problems)
     assert list_ids(v10_root, "v1.0", ["candor_turn_taking"]) == {"candor_turn_taking": ["1"]}
 
 
-@pytest.mark.parametrize("text", ["candor_turn_taking/../1", "../candor_turn_taking/1",
-                                  "candor_turn_taking/1/../../x", "/etc/1", "candor_turn_taking/²"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "candor_turn_taking/../1",
+        "../candor_turn_taking/1",
+        "candor_turn_taking/1/../../x",
+        "/etc/1",
+        "candor_turn_taking/²",
+    ],
+)
 def test_sample_ids_cannot_escape_the_root(text: str) -> None:
     from fdb.datasets.selection import SelectionSpec
 

@@ -82,8 +82,15 @@ def test_sample_inventory_covers_only_the_selected_folders(tmp_path: Path) -> No
 def _settings(work: Path):
     from fdb.settings import Settings
 
-    return Settings(work=work, judge="qwen", gpu=0, server_port=1, judge_port=2, session_timeout_s=90.0,
-                    v10_session_timeout_s=230.0)
+    return Settings(
+        work=work,
+        judge="qwen",
+        gpu=0,
+        server_port=1,
+        judge_port=2,
+        session_timeout_s=90.0,
+        v10_session_timeout_s=230.0,
+    )
 
 
 def test_a_repeat_refuses_changed_dataset_files(tmp_path: Path) -> None:
@@ -103,8 +110,13 @@ def test_a_repeat_refuses_changed_dataset_files(tmp_path: Path) -> None:
     choice = DatasetChoice(per_subset="0", subset_counts=["candor_turn_taking=2"])
 
     def prepare(repeat: int, v10: DatasetChoice = choice):
-        opts = GenerateOptions(run_name="pin", repeat=repeat, v15=DatasetChoice(per_subset="0"), v10=v10,
-                               v10_root=data / "v1.0")
+        opts = GenerateOptions(
+            run_name="pin",
+            repeat=repeat,
+            v15=DatasetChoice(per_subset="0"),
+            v10=v10,
+            v10_root=data / "v1.0",
+        )
         return _prepare(opts, _settings(tmp_path / "work"), Console(stderr=True, quiet=True))
 
     run, rep, _ = prepare(1)
@@ -114,10 +126,15 @@ def test_a_repeat_refuses_changed_dataset_files(tmp_path: Path) -> None:
         prepare(2, DatasetChoice(per_subset="0", subset_counts=["candor_turn_taking=1"]))
     use = json.loads(run.manifest.read_text())["datasets"]["v1.0"]
     assert use["revision"].startswith("fdb-synth-")
-    assert sorted(use["files"]) == [f"candor_turn_taking/{i}/{name}" for i in (1, 2)
-                                    for name in ("input.wav", "transcription.json", "turn_taking.json")]
+    assert sorted(use["files"]) == [
+        f"candor_turn_taking/{i}/{name}"
+        for i in (1, 2)
+        for name in ("input.wav", "transcription.json", "turn_taking.json")
+    ]
     prepare(2)  # unchanged inputs: fine
-    (data / "v1.0" / "candor_turn_taking" / "2" / "turn_taking.json").write_text('[{"timestamp": [1, 2]}]')
+    (data / "v1.0" / "candor_turn_taking" / "2" / "turn_taking.json").write_text(
+        '[{"timestamp": [1, 2]}]'
+    )
     with pytest.raises(FdbError) as err:
         prepare(3)
     assert "candor_turn_taking/2/turn_taking.json changed (sha256" in err.value.message

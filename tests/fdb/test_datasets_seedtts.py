@@ -30,8 +30,12 @@ def root(tmp_path: Path) -> Path:
         "\n"
         "  common_voice_en_p2-common_voice_en_t2 | Prompt two. | prompt-wavs/common_voice_en_p2.wav | Target two.\r\n"
     )
-    (root / "zh" / "meta.lst").write_text("10002287-00000095|在一无所知中。|prompt-wavs/10002287-00000094.wav|我们走吧。\n")
-    (root / "zh" / "hardcase.lst").write_text("hard_1|提示。|prompt-wavs/10002287-00000094.wav|八百标兵奔北坡。\n")
+    (root / "zh" / "meta.lst").write_text(
+        "10002287-00000095|在一无所知中。|prompt-wavs/10002287-00000094.wav|我们走吧。\n"
+    )
+    (root / "zh" / "hardcase.lst").write_text(
+        "hard_1|提示。|prompt-wavs/10002287-00000094.wav|八百标兵奔北坡。\n"
+    )
     return root
 
 
@@ -58,17 +62,32 @@ def _append(root: Path, line: str) -> int:
     return len(text.splitlines())
 
 
-@pytest.mark.parametrize(("line", "needle"), [
-    ("u3|Prompt.|prompt-wavs/common_voice_en_p1.wav", "row has 3 '|'-separated fields, expected 4 or 5"),
-    ("u3|P|prompt-wavs/common_voice_en_p1.wav|T|wavs/x.wav|extra", "row has 6 '|'-separated fields"),
-    ("u3|P|../../outside.wav|T", "escapes the dataset root"),
-    ("u3|P|prompt-wavs/../../../x.wav|T", "escapes the dataset root"),
-    ("u3|P|/etc/hostname|T", "escapes the dataset root"),
-    ("u3|P|prompt-wavs/missing.wav|T", "prompt wav prompt-wavs/missing.wav is missing"),
-    ("u3|P|prompt-wavs/common_voice_en_p1.wav|T|wavs/none.wav", "ground-truth wav wavs/none.wav is missing"),
-    ("u3|P|prompt-wavs/common_voice_en_p1.wav|", "empty target text"),
-    ("common_voice_en_p2-common_voice_en_t2|P|prompt-wavs/common_voice_en_p1.wav|T", "duplicate utt_id"),
-])
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        (
+            "u3|Prompt.|prompt-wavs/common_voice_en_p1.wav",
+            "row has 3 '|'-separated fields, expected 4 or 5",
+        ),
+        (
+            "u3|P|prompt-wavs/common_voice_en_p1.wav|T|wavs/x.wav|extra",
+            "row has 6 '|'-separated fields",
+        ),
+        ("u3|P|../../outside.wav|T", "escapes the dataset root"),
+        ("u3|P|prompt-wavs/../../../x.wav|T", "escapes the dataset root"),
+        ("u3|P|/etc/hostname|T", "escapes the dataset root"),
+        ("u3|P|prompt-wavs/missing.wav|T", "prompt wav prompt-wavs/missing.wav is missing"),
+        (
+            "u3|P|prompt-wavs/common_voice_en_p1.wav|T|wavs/none.wav",
+            "ground-truth wav wavs/none.wav is missing",
+        ),
+        ("u3|P|prompt-wavs/common_voice_en_p1.wav|", "empty target text"),
+        (
+            "common_voice_en_p2-common_voice_en_t2|P|prompt-wavs/common_voice_en_p1.wav|T",
+            "duplicate utt_id",
+        ),
+    ],
+)
 def test_bad_rows_name_the_list_line_and_fix(root: Path, line: str, needle: str) -> None:
     number = _append(root, line)
     with pytest.raises(SampleError) as err:
@@ -96,7 +115,10 @@ def test_symlinked_roots_and_inside_absolute_paths_work(root: Path, tmp_path: Pa
     link.symlink_to(root, target_is_directory=True)
     data = load_seedtts(link)
     assert data.counts["en/meta.lst"] == 3 and data.lists["en/meta.lst"][2].prompt_wav == inside
-    assert data.lists["en/meta.lst"][0].prompt_wav == link / "en" / "prompt-wavs" / "common_voice_en_p1.wav"
+    assert (
+        data.lists["en/meta.lst"][0].prompt_wav
+        == link / "en" / "prompt-wavs" / "common_voice_en_p1.wav"
+    )
 
 
 def test_missing_root_lists_and_unknown_names(tmp_path: Path, root: Path) -> None:

@@ -31,13 +31,22 @@ def spec(**kwargs) -> SelectionSpec:
 def test_numeric_order_and_subset_order() -> None:
     ids = select(spec(per_subset=3), CATALOG)
     assert ids == [
-        "synthetic_pause_handling/1", "synthetic_pause_handling/2", "synthetic_pause_handling/3",
-        "candor_turn_taking/1", "candor_turn_taking/2", "candor_turn_taking/3",
-        "icc_backchannel/0", "icc_backchannel/1", "icc_backchannel/2",
+        "synthetic_pause_handling/1",
+        "synthetic_pause_handling/2",
+        "synthetic_pause_handling/3",
+        "candor_turn_taking/1",
+        "candor_turn_taking/2",
+        "candor_turn_taking/3",
+        "icc_backchannel/0",
+        "icc_backchannel/1",
+        "icc_backchannel/2",
     ]
     assert select(spec(subset_counts=["candor_turn_taking=all"], per_subset=0), CATALOG) == [
-        "candor_turn_taking/1", "candor_turn_taking/2", "candor_turn_taking/3",
-        "candor_turn_taking/10", "candor_turn_taking/11",
+        "candor_turn_taking/1",
+        "candor_turn_taking/2",
+        "candor_turn_taking/3",
+        "candor_turn_taking/10",
+        "candor_turn_taking/11",
     ]
 
 
@@ -55,8 +64,9 @@ def test_smaller_n_is_a_prefix_per_subset(small: int) -> None:
 def test_default_all_and_overrides() -> None:
     assert len(select(spec(), CATALOG)) == 12 + 5 + 3  # default 12 per subset
     assert len(select(spec(per_subset="all"), CATALOG)) == 20 + 5 + 3
-    ids = select(spec(per_subset=2, subset_counts=["icc_backchannel=0", "candor_turn_taking=all"]),
-                 CATALOG)
+    ids = select(
+        spec(per_subset=2, subset_counts=["icc_backchannel=0", "candor_turn_taking=all"]), CATALOG
+    )
     assert count_by_subset(ids) == {"synthetic_pause_handling": 2, "candor_turn_taking": 5}
 
 
@@ -73,11 +83,20 @@ def test_zero_leaves_the_dataset_out() -> None:
 
 def test_explicit_ids_and_ids_file(tmp_path: Path) -> None:
     ids_file = tmp_path / "sample-ids.txt"
-    ids_file.write_text("# from another run\n\ncandor_turn_taking/10\n  icc_backchannel/1  # note\n")
+    ids_file.write_text(
+        "# from another run\n\ncandor_turn_taking/10\n  icc_backchannel/1  # note\n"
+    )
     chosen = spec(sample_ids=["synthetic_pause_handling/7"], ids_file=ids_file)
-    assert chosen.subsets_to_load() == ["synthetic_pause_handling", "candor_turn_taking", "icc_backchannel"]
+    assert chosen.subsets_to_load() == [
+        "synthetic_pause_handling",
+        "candor_turn_taking",
+        "icc_backchannel",
+    ]
     assert select(chosen, CATALOG) == [
-        "synthetic_pause_handling/7", "candor_turn_taking/10", "icc_backchannel/1"]
+        "synthetic_pause_handling/7",
+        "candor_turn_taking/10",
+        "icc_backchannel/1",
+    ]
     assert read_ids_file(ids_file, "v1.0") == ["candor_turn_taking/10", "icc_backchannel/1"]
     replay = tmp_path / "replay.txt"
     replay.write_text(format_ids(select(chosen, CATALOG)))
@@ -115,8 +134,11 @@ def test_spec_records_and_compares_repeats() -> None:
     assert b == a and same_selection(a, b)
     assert same_selection(spec(), spec(per_subset=12))
     assert not same_selection(spec(per_subset=3), spec(per_subset=4))
-    assert same_selection(spec(sample_ids=["icc_backchannel/2", "icc_backchannel/1"]),
-                          spec(sample_ids=["icc_backchannel/1", "icc_backchannel/2"]))
+    assert same_selection(
+        spec(sample_ids=["icc_backchannel/2", "icc_backchannel/1"]),
+        spec(sample_ids=["icc_backchannel/1", "icc_backchannel/2"]),
+    )
     v15 = SelectionSpec.from_options("v1.5", per_subset=1, subset_counts=["user_backchannel=0"])
     assert select(v15, {"user_backchannel": ["1"], "talking_to_other": ["2", "1"]}) == [
-        "talking_to_other/1"]
+        "talking_to_other/1"
+    ]

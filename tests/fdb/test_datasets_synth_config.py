@@ -61,11 +61,24 @@ def test_same_seed_same_bytes_whole_tree(tmp_path: Path) -> None:
     second = _generate(tmp_path / "b", SMALL)
     assert inventory(first) == inventory(second)  # README.md, synthetic.json, revisions included
     assert {p.name for p in first.iterdir()} == {
-        "README.md", "synthetic.json", "v1.0", "v1.5", "seedtts", "v1.0.revision", "v1.5.revision",
-        "seedtts.revision"}
+        "README.md",
+        "synthetic.json",
+        "v1.0",
+        "v1.5",
+        "seedtts",
+        "v1.0.revision",
+        "v1.5.revision",
+        "seedtts.revision",
+    }
     meta = json.loads((first / "synthetic.json").read_text())
-    assert meta["seed"] == 7 and meta["synthetic"] and meta["revisions"]["v1.0"].startswith("fdb-synth-")
-    assert meta["tts"]["voices"]["other"]["length_scale"] == 1.0  # a single fake backend: pitch only
+    assert (
+        meta["seed"] == 7
+        and meta["synthetic"]
+        and meta["revisions"]["v1.0"].startswith("fdb-synth-")
+    )
+    assert (
+        meta["tts"]["voices"]["other"]["length_scale"] == 1.0
+    )  # a single fake backend: pitch only
 
 
 def test_another_seed_moves_the_draws_only(tmp_path: Path) -> None:
@@ -82,13 +95,19 @@ def test_another_seed_moves_the_draws_only(tmp_path: Path) -> None:
 def test_a_larger_set_extends_a_smaller_one(tmp_path: Path) -> None:
     small = inventory(_generate(tmp_path / "a", SMALL))
     big = inventory(_generate(tmp_path / "b", SynthSizes.build(3, 2, 4)))
-    samples = [rel for rel in small if rel.startswith(("v1.0/", "v1.5/", "seedtts/en/prompt-wavs/"))]
+    samples = [
+        rel for rel in small if rel.startswith(("v1.0/", "v1.5/", "seedtts/en/prompt-wavs/"))
+    ]
     assert samples and all(big[rel] == small[rel] for rel in samples)
 
 
 def test_sizes_per_part_and_the_icc_monologue(tmp_path: Path) -> None:
     sizes = SynthSizes.build(0, 0, 2, ["icc_backchannel=2", "talking_to_other=1", "seedtts=1"])
-    assert sizes.v10["icc_backchannel"] == 2 and sizes.v15["talking_to_other"] == 1 and sizes.seedtts == 1
+    assert (
+        sizes.v10["icc_backchannel"] == 2
+        and sizes.v15["talking_to_other"] == 1
+        and sizes.seedtts == 1
+    )
     root = _generate(tmp_path / "s", sizes)
     v10 = load_v10(root / "v1.0")
     assert list(v10) == list(V10_SUBSETS) and [s.id for s in v10["icc_backchannel"]] == ["0", "1"]
@@ -99,16 +118,20 @@ def test_sizes_per_part_and_the_icc_monologue(tmp_path: Path) -> None:
         assert len(words) > 60 and words[-1]["timestamp"][1] < icc.duration_s
         assert [w["timestamp"][0] for w in words] == sorted(w["timestamp"][0] for w in words)
     assert {k: len(v) for k, v in load_v15(root / "v1.5").items()} == {
-        c: int(c == "talking_to_other") for c in V15_CATEGORIES}
+        c: int(c == "talking_to_other") for c in V15_CATEGORIES
+    }
     assert load_seedtts(root / "seedtts").counts == {"en/meta.lst": 1}
 
 
-@pytest.mark.parametrize(("counts", "needle"), [
-    (["bogus=1"], "unknown synthetic part 'bogus'"),
-    (["icc_backchannel"], "not NAME=N"),
-    (["icc_backchannel=-1"], "not NAME=N"),
-    (["seedtts=x"], "not NAME=N"),
-])
+@pytest.mark.parametrize(
+    ("counts", "needle"),
+    [
+        (["bogus=1"], "unknown synthetic part 'bogus'"),
+        (["icc_backchannel"], "not NAME=N"),
+        (["icc_backchannel=-1"], "not NAME=N"),
+        (["seedtts=x"], "not NAME=N"),
+    ],
+)
 def test_bad_sizes_are_errors(counts: list[str], needle: str) -> None:
     with pytest.raises(FdbError, match=needle):
         SynthSizes.build(counts=counts)
@@ -148,14 +171,37 @@ def test_foreign_directories_are_refused(tmp_path: Path) -> None:
 def test_dataset_synth_verb(tmp_path: Path) -> None:
     pytest.importorskip("piper")
     out = tmp_path / "synth"
-    args = [sys.executable, "-m", "fdb", "dataset", "synth", "--out", str(out), "--v10-per-subset", "0",
-            "--v15-per-category", "0", "--seedtts-rows", "1", "--count", "candor_turn_taking=1", "--seed", "3"]
+    args = [
+        sys.executable,
+        "-m",
+        "fdb",
+        "dataset",
+        "synth",
+        "--out",
+        str(out),
+        "--v10-per-subset",
+        "0",
+        "--v15-per-category",
+        "0",
+        "--seedtts-rows",
+        "1",
+        "--count",
+        "candor_turn_taking=1",
+        "--seed",
+        "3",
+    ]
     env = dict(os.environ, COLUMNS="160", FDB_WORK=str(tmp_path / "work"))
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "v1.0/candor_turn_taking" in done.stderr and "revision fdb-synth-" in done.stderr
     assert synthetic_complete(out) and json.loads((out / "synthetic.json").read_text())["seed"] == 3
     assert [s.id for s in load_v10(out / "v1.0")["candor_turn_taking"]] == ["1"]
-    bad = subprocess.run([*args[:7], "--count", "nope=1"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=60)
+    bad = subprocess.run(
+        [*args[:7], "--count", "nope=1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("ERROR: unknown synthetic part 'nope'")

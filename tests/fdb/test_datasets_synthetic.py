@@ -54,9 +54,14 @@ def test_regeneration_is_byte_identical_and_labeled_synthetic(piper_runs) -> Non
     (a smaller set is a prefix of a larger one). Whole-tree identity: test_datasets_synth_config."""
     first, second = piper_runs
     small, big = inventory(second), inventory(first)
-    shared = [rel for rel in small if rel.startswith(("v1.0/", "v1.5/", "seedtts/en/prompt-wavs/",
-                                                       "seedtts/en/wavs/"))]
-    assert len(shared) > 20 and {rel: small[rel] for rel in shared} == {rel: big[rel] for rel in shared}
+    shared = [
+        rel
+        for rel in small
+        if rel.startswith(("v1.0/", "v1.5/", "seedtts/en/prompt-wavs/", "seedtts/en/wavs/"))
+    ]
+    assert len(shared) > 20 and {rel: small[rel] for rel in shared} == {
+        rel: big[rel] for rel in shared
+    }
     meta_lines = (second / "seedtts/en/meta.lst").read_text().splitlines()
     assert meta_lines == (first / "seedtts/en/meta.lst").read_text().splitlines()[:1]
     for tree in ("v1.0", "v1.5", "seedtts"):
@@ -77,11 +82,17 @@ def test_every_part_passes_the_loaders(piper_runs) -> None:
     v10 = load_v10(root / "v1.0")
     assert list(v10) == list(V10_SUBSETS)
     assert {name: [s.id for s in samples] for name, samples in v10.items()} == {
-        "synthetic_pause_handling": ["1", "2"], "candor_pause_handling": ["1", "2"],
-        "candor_turn_taking": ["1", "2"], "synthetic_user_interruption": ["1", "2"], "icc_backchannel": []}
+        "synthetic_pause_handling": ["1", "2"],
+        "candor_pause_handling": ["1", "2"],
+        "candor_turn_taking": ["1", "2"],
+        "synthetic_user_interruption": ["1", "2"],
+        "icc_backchannel": [],
+    }
     for sample in v10["candor_pause_handling"]:
         assert len(sample.pauses) == 2
-        assert all(CANDOR_PAUSE_S[0] - 0.01 <= b - a <= CANDOR_PAUSE_S[1] + 0.04 for a, b in sample.pauses)
+        assert all(
+            CANDOR_PAUSE_S[0] - 0.01 <= b - a <= CANDOR_PAUSE_S[1] + 0.04 for a, b in sample.pauses
+        )
     for sample in v10["synthetic_pause_handling"]:
         ((a, b),) = sample.pauses
         assert PAUSE_S[0] - 0.01 <= b - a <= PAUSE_S[1] + 0.04
@@ -110,7 +121,9 @@ def test_annotations_agree_with_silero(piper_runs, vad) -> None:
             for a, b in sample.pauses or []:
                 worst["pause start"] = max(worst["pause start"], _near(a, ends))
                 worst["pause end"] = max(worst["pause end"], _near(b, starts))
-                assert not [s for s in segments if s[0] < b - TOLERANCE_S and s[1] > a + TOLERANCE_S], sample.sample_id
+                assert not [
+                    s for s in segments if s[0] < b - TOLERANCE_S and s[1] > a + TOLERANCE_S
+                ], sample.sample_id
             if sample.interrupt is not None:
                 worst["S"] = max(worst["S"], _near(sample.interrupt[0], starts))
             if sample.turn_end_s is not None:
@@ -133,11 +146,11 @@ def test_annotated_silences_are_silent_and_starts_on_the_grid(piper_runs) -> Non
     for sample in loaded["synthetic_pause_handling"] + loaded["candor_pause_handling"]:
         rms = _rms(sample.input_wav)
         for a, b in sample.pauses:
-            assert rms[_frames(a) + 1: _frames(b) - 1].max() < SILENCE_RMS, sample.sample_id
+            assert rms[_frames(a) + 1 : _frames(b) - 1].max() < SILENCE_RMS, sample.sample_id
             assert round(b * 16000) % GRID == 0  # every speech start is on Silero's 32 ms grid
     for turn in loaded["candor_turn_taking"]:
         rms = _rms(turn.input_wav)
-        assert rms[_frames(turn.turn_end_s) + 1:].max() < SILENCE_RMS
+        assert rms[_frames(turn.turn_end_s) + 1 :].max() < SILENCE_RMS
         assert turn.duration_s - turn.turn_end_s == pytest.approx(5.0, abs=0.01)
     for cut in loaded["synthetic_user_interruption"]:
         s, r = cut.interrupt
@@ -145,9 +158,11 @@ def test_annotated_silences_are_silent_and_starts_on_the_grid(piper_runs) -> Non
         speech = np.flatnonzero(rms[: _frames(s)] > SILENCE_RMS)
         gap = s - (speech[-1] + 1) / 100
         assert INTERRUPT_GAP_S[0] - 0.02 <= gap <= INTERRUPT_GAP_S[1] + 0.05
-        assert rms[_frames(r) + 1:].max() < SILENCE_RMS
+        assert rms[_frames(r) + 1 :].max() < SILENCE_RMS
         context, interrupt = read_wav(cut.dir / "context.wav"), read_wav(cut.dir / "interrupt.wav")
-        assert context.duration_s == pytest.approx(s) and interrupt.duration_s == pytest.approx(r - s)
+        assert context.duration_s == pytest.approx(s) and interrupt.duration_s == pytest.approx(
+            r - s
+        )
 
 
 def _overlap(pair) -> np.ndarray:
@@ -163,9 +178,9 @@ def test_v15_clean_input_is_input_without_the_overlap(piper_runs) -> None:
         quiet = extra.max() * 10 ** (EDGE_REL_DB / 20)  # the generator's edge rule
         # 10 ms frames of the file straddle the edges (starts sit on a 32 ms grid): allow one frame
         assert extra[: _frames(start) - 1].max() < quiet, category  # nothing before the overlap
-        assert extra[_frames(start): _frames(start) + 2].max() > quiet, category
-        assert extra[_frames(stop) - 2: _frames(stop)].max() > quiet, category
-        assert extra[_frames(stop) + 1:].max() < quiet, category
+        assert extra[_frames(start) : _frames(start) + 2].max() > quiet, category
+        assert extra[_frames(stop) - 2 : _frames(stop)].max() > quiet, category
+        assert extra[_frames(stop) + 1 :].max() < quiet, category
         levels[category] = float(extra.max())
         assert pair.current_turn_text and pair.context_text == ""
     assert levels["background_speech"] < 0.4 * levels["talking_to_other"]  # a lower level
@@ -175,11 +190,11 @@ def _median_f0(samples: np.ndarray, rate: int = 16000) -> float:
     """Median autocorrelation pitch of the loud 40 ms frames."""
     values = []
     for i in range(0, len(samples) - 640, 320):
-        frame = samples[i: i + 640]
-        if np.sqrt((frame ** 2).mean()) < 0.05:
+        frame = samples[i : i + 640]
+        if np.sqrt((frame**2).mean()) < 0.05:
             continue
         ac = np.correlate(frame, frame, "full")[639:]
-        lag = rate // 300 + int(np.argmax(ac[rate // 300: rate // 60]))
+        lag = rate // 300 + int(np.argmax(ac[rate // 300 : rate // 60]))
         if ac[lag] > 0.5 * ac[0]:
             values.append(rate / lag)
     return float(np.median(values))
@@ -191,6 +206,8 @@ def test_derived_voices_are_distinct(piper_runs) -> None:
     user = read_wav(v10["candor_turn_taking"][0].input_wav).samples
     other = _overlap(v15["talking_to_other"][0])
     background = _overlap(v15["background_speech"][0])
-    f0 = {name: _median_f0(audio * (0.6 / np.abs(audio).max()))
-          for name, audio in (("user", user), ("other", other), ("background", background))}
+    f0 = {
+        name: _median_f0(audio * (0.6 / np.abs(audio).max()))
+        for name, audio in (("user", user), ("other", other), ("background", background))
+    }
     assert f0["other"] > 1.12 * f0["user"] and f0["background"] < 0.9 * f0["user"], f0

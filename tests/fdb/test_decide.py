@@ -15,7 +15,9 @@ def test_welch_log_matches_scipy_and_gives_a_ratio_interval():
     base, cand = [100.0, 104.0, 98.0], [120.0, 118.0, 125.0]
     effect = decide.unpaired(base, cand, "lower", alpha=0.05)
     assert effect.estimate == pytest.approx(np.mean(cand) / np.mean(base))
-    expected = stats.ttest_ind(np.log(cand), np.log(base), equal_var=False, alternative="greater").pvalue
+    expected = stats.ttest_ind(
+        np.log(cand), np.log(base), equal_var=False, alternative="greater"
+    ).pvalue
     assert effect.p_worse == pytest.approx(expected)
     assert effect.low < math.exp(np.log(cand).mean() - np.log(base).mean()) < effect.high
     assert decide.verdict(effect, "lower", allowed=0.10) == "regressed"
@@ -101,7 +103,9 @@ def test_sign_flip_p_matches_a_brute_force_count():
 
     deltas = np.array([0.3, -0.1, 0.2, 0.05, -0.02])
     observed = deltas.mean()
-    flips = [np.mean(np.array(signs) * np.abs(deltas)) for signs in itertools.product([-1, 1], repeat=5)]
+    flips = [
+        np.mean(np.array(signs) * np.abs(deltas)) for signs in itertools.product([-1, 1], repeat=5)
+    ]
     larger, smaller = decide.sign_flip_p(deltas)
     assert larger == pytest.approx(sum(f >= observed - 1e-12 for f in flips) / 32)
     assert smaller == pytest.approx(sum(f <= observed + 1e-12 for f in flips) / 32)

@@ -17,7 +17,9 @@ def test_every_dialect_has_its_own_name_and_trace_format_and_survives_pickling()
     for name, dialect in DIALECTS.items():
         assert dialect.name == name and dialect_for_trace_format(dialect.trace_format) is dialect
         assert f"{name} (" in dialects_help()
-        assert pickle.loads(pickle.dumps(dialect)) == dialect  # the finisher process gets it pickled
+        assert (
+            pickle.loads(pickle.dumps(dialect)) == dialect
+        )  # the finisher process gets it pickled
 
 
 def test_audio_events_are_the_server_records_names():
@@ -31,14 +33,23 @@ def _recv(t: float, type_: str, **event) -> TraceEvent:
 
 
 def test_a_dialect_with_other_cut_rules_needs_no_code():
-    trace = [_recv(0.0, "response.audio.delta", response_id="r1", audio_offset=0, audio_bytes=4),
-             _recv(0.1, "input_audio_buffer.speech_started"),
-             _recv(0.2, "output_audio_buffer.cleared", response_id="r1")]
+    trace = [
+        _recv(0.0, "response.audio.delta", response_id="r1", audio_offset=0, audio_bytes=4),
+        _recv(0.1, "input_audio_buffer.speech_started"),
+        _recv(0.2, "output_audio_buffer.cleared", response_id="r1"),
+    ]
     assert trace_playout_inputs(trace, b"\0" * 4, OPENAI_BETA)[1] == [(0.1, ALL), (0.2, "r1")]
     no_td = {"type": "server_vad", "interrupt_response": False}
     assert trace_playout_inputs(trace, b"\0" * 4, OPENAI_BETA, no_td)[1] == [(0.2, "r1")]
-    cleared_only = OPENAI_BETA.model_copy(update={"cuts": OPENAI_BETA.cuts.model_copy(update={
-        "rules": (CutRule(event="output_audio_buffer.cleared", target="response_id"),)})})
+    cleared_only = OPENAI_BETA.model_copy(
+        update={
+            "cuts": OPENAI_BETA.cuts.model_copy(
+                update={
+                    "rules": (CutRule(event="output_audio_buffer.cleared", target="response_id"),)
+                }
+            )
+        }
+    )
     assert trace_playout_inputs(trace, b"\0" * 4, cleared_only)[1] == [(0.2, "r1")]
 
 

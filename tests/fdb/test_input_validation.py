@@ -30,7 +30,12 @@ SUBSET = "icc_backchannel"  # no annotation: the input alone makes the sample
 def backchannel_tree(root: Path, seconds: float = 3.0, sample: str = "1") -> Path:
     folder = root / "v1.0" / SUBSET / sample
     folder.mkdir(parents=True)
-    sf.write(folder / "input.wav", 0.1 * np.ones(int(16000 * seconds), np.float32), 16000, subtype="PCM_16")
+    sf.write(
+        folder / "input.wav",
+        0.1 * np.ones(int(16000 * seconds), np.float32),
+        16000,
+        subtype="PCM_16",
+    )
     return folder / "input.wav"
 
 
@@ -65,7 +70,8 @@ def test_truncated_wav_is_refused_by_read_wav(tmp_path):
     assert err.value.one_line() == (
         f"icc_backchannel/1: {wav}: truncated WAV: its header declares 48000 frames (3.000 s) but the file "
         "holds 16000 (1.000 s) (the file is cut short (an interrupted copy or download?): replace it with "
-        "the complete file)")
+        "the complete file)"
+    )
 
 
 def test_truncated_dataset_input_is_a_per_sample_problem(tmp_path):
@@ -75,14 +81,17 @@ def test_truncated_dataset_input_is_a_per_sample_problem(tmp_path):
     with pytest.raises(SampleError, match="truncated WAV") as err:
         load_v10(tmp_path / "v1.0")
     assert err.value.sample == f"{SUBSET}/1" and err.value.path == str(wav)
-    assert "python -m fdb setup" in err.value.hint and "python -m fdb dataset synth" in err.value.hint
+    assert (
+        "python -m fdb setup" in err.value.hint and "python -m fdb dataset synth" in err.value.hint
+    )
     loaded, problems = load_v10(tmp_path / "v1.0", strict=False)
     assert [s.id for s in loaded[SUBSET]] == ["2"]
     (problem,) = problems
     assert problem.one_line() == (
         f"{SUBSET}/1: {wav}: truncated WAV: its header declares 48000 frames (3.000 s) but the file holds "
         "16000 (1.000 s) (restore input.wav from the official archive and rerun `python -m fdb setup` "
-        "(fdb's synthetic set: rerun `python -m fdb dataset synth`))")
+        "(fdb's synthetic set: rerun `python -m fdb dataset synth`))"
+    )
 
 
 def test_truncated_clean_input_of_a_v15_pair(tmp_path):
@@ -93,7 +102,9 @@ def test_truncated_clean_input_of_a_v15_pair(tmp_path):
     (pair / "metadata.json").write_text(json.dumps({"timestamps": [1.0, 1.5]}))
     cut(pair / "clean_input.wav", 0.5)
     _, problems = load_v15(tmp_path / "v1.5", strict=False)
-    assert problems[0].path == str(pair / "clean_input.wav") and "truncated WAV" in problems[0].message
+    assert (
+        problems[0].path == str(pair / "clean_input.wav") and "truncated WAV" in problems[0].message
+    )
 
 
 def test_generate_reports_a_broken_sample_and_records_the_others(tmp_path, monkeypatch):
@@ -108,8 +119,10 @@ def test_generate_reports_a_broken_sample_and_records_the_others(tmp_path, monke
     chosen = select_dataset("v1.0", DatasetChoice(), tmp_path / "v1.0", load_settings(), console)
     assert chosen.ids == [f"{SUBSET}/1", f"{SUBSET}/2"] and [s.id for s in chosen.samples] == ["2"]
     _print_selection([chosen], console)
-    assert (f"WARNING: not recorded, the dataset sample is broken: {SUBSET}/1: {wav}: truncated WAV: its header "
-            "declares 48000 frames") in console.export_text()
+    assert (
+        f"WARNING: not recorded, the dataset sample is broken: {SUBSET}/1: {wav}: truncated WAV: its header "
+        "declares 48000 frames"
+    ) in console.export_text()
 
 
 # ------------------------------------------------------------------ over the session cap
@@ -123,7 +136,8 @@ def test_twenty_minute_input_is_refused_before_recording(tmp_path):
     assert problems[0].one_line() == (
         f"{SUBSET}/1: {wav}: input is 1200.000 s long, not shorter than the 230 s session deadline "
         "(V10_SESSION_TIMEOUT_S): its session could never finish (drop the sample from the selection: "
-        "sessions are capped at 230 s, so it cannot be recorded)")
+        "sessions are capped at 230 s, so it cannot be recorded)"
+    )
 
 
 def test_input_over_a_raised_deadline_says_how_far_it_may_go(tmp_path, monkeypatch):
@@ -134,12 +148,15 @@ def test_input_over_a_raised_deadline_says_how_far_it_may_go(tmp_path, monkeypat
     assert load_v10(tmp_path / "v1.0")[SUBSET][0].duration_s == 100  # under the 230 s cap: loads
     monkeypatch.setenv("FDB_WORK", str(tmp_path / "work"))
     monkeypatch.setenv("V10_SESSION_TIMEOUT_S", "90")
-    chosen = select_dataset("v1.0", DatasetChoice(), tmp_path / "v1.0", load_settings(), Console(quiet=True))
+    chosen = select_dataset(
+        "v1.0", DatasetChoice(), tmp_path / "v1.0", load_settings(), Console(quiet=True)
+    )
     assert chosen.samples == []
     assert chosen.problems == [
         f"{SUBSET}/1: {wav}: input is 100.000 s long, not shorter than the 90 s session deadline "
         "(V10_SESSION_TIMEOUT_S): its session could never finish (drop the sample from the selection, or "
-        f"raise V10_SESSION_TIMEOUT_S above 100 s (it may go up to {MAX_SESSION_TIMEOUT_S:g} s))"]
+        f"raise V10_SESSION_TIMEOUT_S above 100 s (it may go up to {MAX_SESSION_TIMEOUT_S:g} s))"
+    ]
 
 
 def test_v15_pair_over_its_deadline(tmp_path):
@@ -159,13 +176,24 @@ def test_v15_pair_over_its_deadline(tmp_path):
 def short_sample(root: Path, seconds: float, id_: str) -> V10Sample:
     folder = root / SUBSET / id_
     wav = make_input(folder / "input.wav", seconds=seconds, freq=300 + int(id_))
-    return V10Sample(subset=SUBSET, id=id_, task="backchannel", dir=folder, input_wav=wav, annotation=None,
-                     rate=16000, duration_s=seconds)
+    return V10Sample(
+        subset=SUBSET,
+        id=id_,
+        task="backchannel",
+        dir=folder,
+        input_wav=wav,
+        annotation=None,
+        rate=16000,
+        duration_s=seconds,
+    )
 
 
 def test_sample_too_short_to_score_is_ineligible_with_a_named_reason(tmp_path):
     data, rec = tmp_path / "dataset", tmp_path / "recording"
-    samples = [short_sample(data, 0.1, "1"), short_sample(data, 1.0, "2")]  # 1.0 s: just long enough
+    samples = [
+        short_sample(data, 0.1, "1"),
+        short_sample(data, 1.0, "2"),
+    ]  # 1.0 s: just long enough
     for sample in samples:
         record_fake(rec, f"{SUBSET}/{sample.id}/main", sample.input_wav, replies=())
     manifest = export_v10([rec], samples, tmp_path / "out")
@@ -202,7 +230,9 @@ def test_float_wav_with_nan_is_refused_and_its_sample_is_ineligible(tmp_path):
         read_wav(sample.input_wav, sample.sample_id)
     assert err.value.path == str(sample.input_wav) and err.value.hint
     (row,) = export_v10([rec], [sample], tmp_path / "out").samples
-    assert not row.eligible and row.reasons[0].startswith(f"dataset: {SUBSET}/1: {sample.input_wav}: WAV holds NaN")
+    assert not row.eligible and row.reasons[0].startswith(
+        f"dataset: {SUBSET}/1: {sample.input_wav}: WAV holds NaN"
+    )
 
 
 def test_float_dataset_input_with_nan_is_refused_at_load(tmp_path):
@@ -211,7 +241,9 @@ def test_float_dataset_input_with_nan_is_refused_at_load(tmp_path):
     samples[-1] = np.inf
     sf.write(wav, samples, 16000, subtype="FLOAT")
     _, problems = load_v10(tmp_path / "v1.0", strict=False)
-    assert problems[0].path == str(wav) and problems[0].message == "WAV holds NaN or infinite samples"
+    assert (
+        problems[0].path == str(wav) and problems[0].message == "WAV holds NaN or infinite samples"
+    )
     assert "python -m fdb setup" in problems[0].hint
     sf.write(wav, samples[:-1], 16000, subtype="FLOAT")  # a finite float WAV loads
     assert load_v10(tmp_path / "v1.0")[SUBSET][0].duration_s == 47999 / 16000
@@ -225,8 +257,10 @@ def test_empty_wav_is_a_per_sample_problem(tmp_path):
         read_wav(wav)
 
 
-@pytest.mark.parametrize("subtype, channels, rate", [("PCM_U8", 2, 16000), ("PCM_24", 1, 48000),
-                                                     ("FLOAT", 2, 8000), ("PCM_16", 1, 44100)])
+@pytest.mark.parametrize(
+    "subtype, channels, rate",
+    [("PCM_U8", 2, 16000), ("PCM_24", 1, 48000), ("FLOAT", 2, 8000), ("PCM_16", 1, 44100)],
+)
 def test_other_wav_shapes_are_read_whole(tmp_path, subtype, channels, rate):
     n = rate * 2
     left = 0.25 * np.ones(n)
@@ -244,12 +278,14 @@ def test_streaming_header_with_an_open_length_is_not_called_truncated(tmp_path):
     path = write_wav(tmp_path / "x.wav", 0.1 * np.ones(16000, np.float32), 16000)
     raw = bytearray(path.read_bytes())
     data_at = raw.index(b"data")
-    raw[data_at + 4:data_at + 8] = struct.pack("<I", 0xFFFFFFFF)  # as a writer to a pipe leaves it
+    raw[data_at + 4 : data_at + 8] = struct.pack(
+        "<I", 0xFFFFFFFF
+    )  # as a writer to a pipe leaves it
     path.write_bytes(bytes(raw))
     assert riff_data_frames(path) is None
     assert len(read_wav(path).samples) == 16000
     os.truncate(path, 44 + 16000)  # and a plain cut of a complete file is caught again
     raw = bytearray(path.read_bytes())
-    raw[data_at + 4:data_at + 8] = struct.pack("<I", 32000)
+    raw[data_at + 4 : data_at + 8] = struct.pack("<I", 32000)
     path.write_bytes(bytes(raw))
     assert riff_data_frames(path) == (16000, 8000, 16000)

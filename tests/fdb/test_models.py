@@ -46,9 +46,13 @@ def test_whisper_utterance_window_reads_the_same_words_in_a_shorter_window(tts, 
     from fdb.models.asr import FasterWhisperAsr
 
     asr = FasterWhisperAsr()
-    clip = np.concatenate([np.zeros(3200, np.float32),
-                           resample(tts.synthesize("Why is the sky blue during the day?"), tts.rate, 16000),
-                           np.zeros(4800, np.float32)])
+    clip = np.concatenate(
+        [
+            np.zeros(3200, np.float32),
+            resample(tts.synthesize("Why is the sky blue during the day?"), tts.rate, 16000),
+            np.zeros(4800, np.float32),
+        ]
+    )
     widths: list[int] = []
 
     class Spy:  # records the encoder input's width, then encodes for real
@@ -67,8 +71,11 @@ def test_whisper_utterance_window_reads_the_same_words_in_a_shorter_window(tts, 
     short = asr.transcribe_utterance(clip)
     assert widths == [1000]
     assert short.words == [] and short.language == "en"
-    assert short.text.strip(" .?").lower() == asr.transcribe(clip).text.strip(" .?").lower() == \
-        "why is the sky blue during the day"
+    assert (
+        short.text.strip(" .?").lower()
+        == asr.transcribe(clip).text.strip(" .?").lower()
+        == "why is the sky blue during the day"
+    )
     widths.clear()
     longer = np.concatenate([clip] * 8)  # about 19 s: the window is the utterance + 1 s
     expected = int(np.ceil(len(longer) / 16000 * 100)) + 100
@@ -106,7 +113,7 @@ def test_silero_segments_and_streaming(tts):
     vad = StreamingVad(silence_duration_ms=500, prefix_padding_ms=0)
     events = []
     for i in range(0, len(x), 1280):
-        events += vad.feed(x[i:i + 1280])
+        events += vad.feed(x[i : i + 1280])
     kinds = [k for k, _ in events]
     assert kinds[0] == "speech_started" and kinds[-1] == "speech_stopped"
     assert 300 <= events[0][1] <= 800
@@ -131,15 +138,19 @@ def test_smollm2_contexts_decode_two_replies_at_once_and_give_the_same_text():
     from fdb.errors import FdbError
     from fdb.models.llm import SmolLm2
 
-    msgs = [[{"role": "user", "content": "What is the capital of France?"}],
-            [{"role": "user", "content": "Name three colors of the rainbow."}]]
+    msgs = [
+        [{"role": "user", "content": "What is the capital of France?"}],
+        [{"role": "user", "content": "Name three colors of the rainbow."}],
+    ]
     alone = [SmolLm2(n_threads=1).reply(m, max_tokens=24) for m in msgs]
     llm = SmolLm2(n_threads=1, instances=2)
     assert llm.identity.settings["contexts"] == 2
     first = llm.stream_reply(msgs[0], max_tokens=24)
     pieces = [next(first)]  # the first reply holds a context, mid-decode
     second: list[str] = []
-    worker = threading.Thread(target=lambda: second.extend(llm.stream_reply(msgs[1], max_tokens=24)))
+    worker = threading.Thread(
+        target=lambda: second.extend(llm.stream_reply(msgs[1], max_tokens=24))
+    )
     worker.start()
     worker.join(timeout=30)
     assert not worker.is_alive()  # it did not wait for the first reply to end
@@ -168,7 +179,9 @@ def test_smollm2_runs_each_decoding_step_through_step_and_says_when_a_call_waits
 
     pieces = list(llm.stream_reply(msgs, max_tokens=16, step=step))
     assert "".join(pieces).strip() == llm.reply(msgs, max_tokens=16)
-    assert len(pieces) < len(steps) <= 16 + 4  # a step per token, plus priming, the role and the end chunks
+    assert (
+        len(pieces) < len(steps) <= 16 + 4
+    )  # a step per token, plus priming, the role and the end chunks
     held = llm.stream_reply(msgs, max_tokens=16)
     next(held)  # holds the only context
     assert not llm.contended
@@ -193,8 +206,12 @@ def test_piper_synthesizes_several_texts_at_once_as_it_does_one_by_one(tts):
 
     voice, other = PiperTts(deterministic=True, threads=1), PiperTts(deterministic=True, threads=1)
     assert voice.identity.settings["threads"] == 1
-    texts = ["The tallest mountain is Mount Everest.", "Paris is the capital of France.",
-             "Hello there, how are you today?", "I like green apples and red pears."]
+    texts = [
+        "The tallest mountain is Mount Everest.",
+        "Paris is the capital of France.",
+        "Hello there, how are you today?",
+        "I like green apples and red pears.",
+    ]
     alone = [voice.synthesize(text) for text in texts]
     together: list = [None] * len(texts)
 
@@ -206,7 +223,10 @@ def test_piper_synthesizes_several_texts_at_once_as_it_does_one_by_one(tts):
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert all(a is not None and len(a) > 8000 and np.array_equal(a, b) for a, b in zip(alone, together, strict=True))
+    assert all(
+        a is not None and len(a) > 8000 and np.array_equal(a, b)
+        for a, b in zip(alone, together, strict=True)
+    )
 
 
 def test_smollm2_keeps_the_system_turn_cached_and_replies_the_same_whatever_it_served_before():
@@ -217,19 +237,31 @@ def test_smollm2_keeps_the_system_turn_cached_and_replies_the_same_whatever_it_s
     question = [system, {"role": "user", "content": "What is the capital of France?"}]
     first = llm.reply(question, max_tokens=16)
     assert "paris" in first.lower()
-    llm.reply([system, {"role": "user", "content": "What is the capital of France? And of Spain?"}], max_tokens=8)
-    assert "".join(llm.stream_reply(question, max_tokens=16)).strip() == first  # after a longer shared prefix
-    llm.reply([{"role": "system", "content": "Answer like a pirate."}, {"role": "user", "content": "Hi"}], max_tokens=8)
+    llm.reply(
+        [system, {"role": "user", "content": "What is the capital of France? And of Spain?"}],
+        max_tokens=8,
+    )
+    assert (
+        "".join(llm.stream_reply(question, max_tokens=16)).strip() == first
+    )  # after a longer shared prefix
+    llm.reply(
+        [{"role": "system", "content": "Answer like a pirate."}, {"role": "user", "content": "Hi"}],
+        max_tokens=8,
+    )
     llm.reply([{"role": "user", "content": "Hi"}], max_tokens=8)  # no system turn at all
     assert llm.reply(question, max_tokens=16) == first  # after another system prompt
     with llm._context() as context:
         evaluated: list[int] = []
         original = context.eval
         context.eval = lambda tokens: (evaluated.append(len(tokens)), original(tokens))[1]
-        prompt = len(context.tokenize(
-            b"<|im_start|>system\nYou are a helpful voice assistant. Answer concisely.<|im_end|>\n"
-            b"<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
-            add_bos=False, special=True))
+        prompt = len(
+            context.tokenize(
+                b"<|im_start|>system\nYou are a helpful voice assistant. Answer concisely.<|im_end|>\n"
+                b"<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+                add_bos=False,
+                special=True,
+            )
+        )
     llm.reply(question, max_tokens=4)
     llm.reply(question, max_tokens=4)
     system_tokens = len(llm._system_tokens(context, question))

@@ -27,7 +27,9 @@ def _stand_in(root, rels):
 
 def test_one_table_for_the_evaluator_and_the_judges():
     assert set(EVALUATOR_FILES) | {BEHAVIOR_PROMPT} == set(PINNED_FILES)
-    assert all(rel.startswith(EVALUATION_DIR + "/") and len(sha) == 64 for rel, sha in PINNED_FILES.items())
+    assert all(
+        rel.startswith(EVALUATION_DIR + "/") and len(sha) == 64 for rel, sha in PINNED_FILES.items()
+    )
 
 
 def test_files_are_found_under_the_root_or_the_evaluation_dir(tmp_path):
@@ -47,6 +49,10 @@ def test_an_accepted_revision_needs_git_and_never_covers_a_missing_file(tmp_path
         verify_checkout(root, [BEHAVIOR_PROMPT], accept_revision="abc1234")
     with pytest.raises(FdbError, match="eval_backchannel.py is missing") as err:
         verify_checkout(root, accept_revision="abc1234")
-    assert "--accept-revision" not in (err.value.hint or "")  # accepting cannot supply a missing file
-    more = [f"{p} (missing)" for p in sorted(EVALUATOR_FILES)[2:]] + [BEHAVIOR_PROMPT]  # by name: one line, fix kept
+    assert "--accept-revision" not in (
+        err.value.hint or ""
+    )  # accepting cannot supply a missing file
+    more = [f"{p} (missing)" for p in sorted(EVALUATOR_FILES)[2:]] + [
+        BEHAVIOR_PROMPT
+    ]  # by name: one line, fix kept
     assert err.value.message.endswith(f"and 5 more: {', '.join(more)}")

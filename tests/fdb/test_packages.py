@@ -15,7 +15,9 @@ NOT_AN_EXTRA_LINE = {SMOLLM2, PIPECAT, CTRANSLATE2, TORCH_FOR_NEMO}
 
 
 def test_every_listed_package_is_in_its_extra():
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     for package in BACKEND_PACKAGES:
         if package in NOT_AN_EXTRA_LINE:
             continue
@@ -25,7 +27,21 @@ def test_every_listed_package_is_in_its_extra():
 
 def test_provenance_records_the_runtimes_in_order():
     assert CORE_PACKAGES == (
-        "numpy", "scipy", "soundfile", "soxr", "pydantic", "websockets", "fastapi", "uvicorn",
-        "torch", "silero-vad", "onnxruntime", "faster-whisper", "ctranslate2", "piper-tts",
-        "llama-cpp-python", "jiwer", "whisper-normalizer",
+        "numpy",
+        "scipy",
+        "soundfile",
+        "soxr",
+        "pydantic",
+        "websockets",
+        "fastapi",
+        "uvicorn",
+        "torch",
+        "silero-vad",
+        "onnxruntime",
+        "faster-whisper",
+        "ctranslate2",
+        "piper-tts",
+        "llama-cpp-python",
+        "jiwer",
+        "whisper-normalizer",
     )

@@ -6,7 +6,10 @@ from fdb.text import Alignment, align_words, english_normalize, seed_tts_normali
 
 
 def test_seed_tts_normalization_as_run_wer():
-    assert seed_tts_normalize("Hello, World! It's 5 o'clock; well-known.", "en") == "hello world it's 5 o'clock wellknown"
+    assert (
+        seed_tts_normalize("Hello, World! It's 5 o'clock; well-known.", "en")
+        == "hello world it's 5 o'clock wellknown"
+    )
     assert seed_tts_normalize("  Spaces   and\ttabs ", "en") == "spaces and tabs"
     assert seed_tts_normalize("你好，世界！「测试」", "zh") == "你 好 世 界 测 试"
     assert seed_tts_normalize("Ｈｉ—there…", "en") == "ｈｉthere"  # zhon punctuation goes in EN too

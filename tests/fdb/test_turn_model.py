@@ -20,8 +20,10 @@ def clips():
     def say(text: str) -> np.ndarray:
         return np.concatenate([resample(tts.synthesize(text), tts.rate, 16000), pause])
 
-    return {"complete": say("What is the capital of France?"),
-            "trailing": say("I was wondering if you could tell me about the")}
+    return {
+        "complete": say("What is the capital of France?"),
+        "trailing": say("I was wondering if you could tell me about the"),
+    }
 
 
 def test_complete_question_scores_above_a_sentence_cut_short(clips):
@@ -38,7 +40,9 @@ def test_input_window_and_pinned_file(tmp_path):
     window = last_window(np.ones(10 * 16000, dtype=np.float32) * np.arange(10 * 16000))
     assert window.shape == (8 * 16000,) and abs(float(window.mean())) < 1e-3
     short = last_window(np.full(1600, 0.5, dtype=np.float32))
-    assert short.shape == (8 * 16000,) and short[0] == short[-8 * 16000 + 1000]  # zero-padded at the start
+    assert (
+        short.shape == (8 * 16000,) and short[0] == short[-8 * 16000 + 1000]
+    )  # zero-padded at the start
     copy = tmp_path / "smart-turn.onnx"
     copy.write_bytes(smart_turn_path().read_bytes()[:-1] + b"\0")
     with pytest.raises(FdbError, match="sha256"):

@@ -14,13 +14,22 @@ from tests.judges.conftest import CUSTOM_KEY
 
 
 def _fdb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "160", **env})
+    return subprocess.run(
+        [sys.executable, "-m", "fdb", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "160", **env},
+    )
 
 
 def _work(tmp_path):
-    Repeat(tmp_path / "runs" / "r1" / "repeat-1", pairs=[Pair("user_interruption", "1"), Pair("user_backchannel", "1")],
-           interrupts=[Interrupt("1")]).write()
+    Repeat(
+        tmp_path / "runs" / "r1" / "repeat-1",
+        pairs=[Pair("user_interruption", "1"), Pair("user_backchannel", "1")],
+        interrupts=[Interrupt("1")],
+    ).write()
     return {"FDB_WORK": str(tmp_path)}
 
 
@@ -43,22 +52,45 @@ def test_without_a_judge_it_says_what_to_set(tmp_path):
 def test_a_full_run_prints_a_summary(tmp_path, fake):
     env = {**_work(tmp_path), "CUSTOM_JUDGE_API_KEY": CUSTOM_KEY}
     config = judge_config(tmp_path / "judge")
-    args = ("judge", "--run-name", "r1", "--judge-config", str(config), "--base-url", fake.base_url,
-            "--reference-source", str(REFERENCE), "--concurrency", "4")
+    args = (
+        "judge",
+        "--run-name",
+        "r1",
+        "--judge-config",
+        str(config),
+        "--base-url",
+        fake.base_url,
+        "--reference-source",
+        str(REFERENCE),
+        "--concurrency",
+        "4",
+    )
     out = _fdb(*args, env=env)
     assert out.returncode == 0, out.stderr
     assert '{"valid": 2}' in out.stderr and "controls: 18/18 axis statuses match" in out.stderr
     assert "v1.0 interruption relevance: complete; relevance 4.000" in out.stderr
     assert "fdb's own relevance rubric" in out.stderr and "judge.json" in out.stderr
     fake.requests.clear()
-    assert _fdb(*args, env=env).returncode == 0 and fake.requests == []  # a rerun skips finished samples
+    assert (
+        _fdb(*args, env=env).returncode == 0 and fake.requests == []
+    )  # a rerun skips finished samples
 
 
 def test_a_failed_control_check_exits_nonzero(tmp_path, fake):
     fake.reset(api_key=CUSTOM_KEY, control_mismatch=True)
     env = {**_work(tmp_path), "CUSTOM_JUDGE_API_KEY": CUSTOM_KEY}
-    out = _fdb("judge", "--run-name", "r1", "--judge-config", str(judge_config(tmp_path / "judge")),
-               "--base-url", fake.base_url, "--reference-source", str(REFERENCE), env=env)
+    out = _fdb(
+        "judge",
+        "--run-name",
+        "r1",
+        "--judge-config",
+        str(judge_config(tmp_path / "judge")),
+        "--base-url",
+        fake.base_url,
+        "--reference-source",
+        str(REFERENCE),
+        env=env,
+    )
     assert out.returncode == 1
     assert "Control check failed: this judge configuration is not accepted." in out.stderr
     assert "controls: 17/18 axis statuses match" in out.stderr

@@ -24,7 +24,9 @@ def test_valid_config_names_the_directory_by_its_hash(tmp_path):
     config = load_judge_config(path)
     assert config.served_model == "judge-model" and config.seeds == [1, 2, 3]
     one = JudgeSettings.custom(path, "http://127.0.0.1:1/v1")
-    other = JudgeSettings.custom(judge_config(tmp_path / "b", precision="fp8"), "http://127.0.0.1:1/v1")
+    other = JudgeSettings.custom(
+        judge_config(tmp_path / "b", precision="fp8"), "http://127.0.0.1:1/v1"
+    )
     assert one.name.startswith("judge-model-") and one.name[-12:] == one.identity_sha256[:12]
     assert one.name != other.name
     # concurrency, timeouts and the URL are not part of the identity
@@ -32,14 +34,20 @@ def test_valid_config_names_the_directory_by_its_hash(tmp_path):
     assert again.name == one.name
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"model_revision": "abc1234"}, "model_revision: Value error, 'abc1234' is not a full 40-hex commit hash"),
-    ({"tokenizer_revision": "B" * 40}, "tokenizer_revision"),
-    ({"server_launch_receipt_sha256": "0" * 64}, "launch receipt"),
-    ({"decoding": {"temperature": 0.0, "top_p": 1.0}}, "decoding.max_tokens"),
-    ({"extra_field": 1}, "extra_field"),
-    ({"seeds": [1, 2, 3, 4]}, "seeds"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"model_revision": "abc1234"},
+            "model_revision: Value error, 'abc1234' is not a full 40-hex commit hash",
+        ),
+        ({"tokenizer_revision": "B" * 40}, "tokenizer_revision"),
+        ({"server_launch_receipt_sha256": "0" * 64}, "launch receipt"),
+        ({"decoding": {"temperature": 0.0, "top_p": 1.0}}, "decoding.max_tokens"),
+        ({"extra_field": 1}, "extra_field"),
+        ({"seeds": [1, 2, 3, 4]}, "seeds"),
+    ],
+)
 def test_bad_config_is_refused_with_the_reason(tmp_path, change, message):
     path = judge_config(tmp_path, **change)
     with pytest.raises(FdbError, match="judge config") as err:
@@ -58,22 +66,36 @@ def test_missing_receipt_and_missing_file(tmp_path):
 
 def test_resolve_without_anything_is_pending(tmp_path):
     choice = resolve_judge(env={}, work=tmp_path)
-    assert choice.settings is None and "--judge-config" in choice.reason and "OPENAI_API_KEY" in choice.reason
+    assert (
+        choice.settings is None
+        and "--judge-config" in choice.reason
+        and "OPENAI_API_KEY" in choice.reason
+    )
     gpt = resolve_judge(env={"JUDGE": "gpt"}, work=tmp_path)
     assert gpt.settings is None and "OPENAI_API_KEY is not set" in gpt.reason
 
 
 def test_resolve_gpt_and_custom(tmp_path):
     gpt = resolve_judge(env={"JUDGE": "gpt", "OPENAI_API_KEY": "sk-x"}, work=tmp_path).settings
-    assert gpt.kind == "openai" and gpt.model == GPT_BEHAVIOR_MODEL and gpt.relevance_model == GPT_RELEVANCE_MODEL
+    assert (
+        gpt.kind == "openai"
+        and gpt.model == GPT_BEHAVIOR_MODEL
+        and gpt.relevance_model == GPT_RELEVANCE_MODEL
+    )
     assert gpt.api_key_env == "OPENAI_API_KEY" and "sk-x" not in json.dumps(gpt.public())
-    other = resolve_judge(judge_model="local", base_url="http://h/v1", env={"OPENAI_API_KEY": "k"}).settings
+    other = resolve_judge(
+        judge_model="local", base_url="http://h/v1", env={"OPENAI_API_KEY": "k"}
+    ).settings
     assert other.relevance_model == "local" and other.base_url == "http://h/v1"
     path = judge_config(tmp_path / "judge" / "port-30000")
     with pytest.raises(FdbError, match="needs the judge server's URL"):
         resolve_judge(env={}, work=tmp_path)
     custom = resolve_judge(env={"JUDGE_URL": "http://127.0.0.1:30000/v1"}, work=tmp_path).settings
-    assert custom.kind == "custom" and custom.config_path == str(path) and custom.api_key_env == "CUSTOM_JUDGE_API_KEY"
+    assert (
+        custom.kind == "custom"
+        and custom.config_path == str(path)
+        and custom.api_key_env == "CUSTOM_JUDGE_API_KEY"
+    )
     with pytest.raises(FdbError, match="differs from the config's served_model"):
         resolve_judge(judge_config=path, base_url="http://x/v1", judge_model="gpt-4o", env={})
 
@@ -94,7 +116,10 @@ def test_model_match_and_redaction():
     assert model_matches("gpt-4-turbo", "gpt-4-turbo-2024-04-09")
     assert not model_matches("gpt-4-turbo", "gpt-4-turbo-preview")
     assert not model_matches("qwen3.8-27b", "qwen3.8-27b-instruct") and not model_matches("m", None)
-    assert redact("key sk-abcdef123456 and s3cr3tvalue!", ["s3cr3tvalue!"], keylike=True) == "key <redacted> and <redacted>"
+    assert (
+        redact("key sk-abcdef123456 and s3cr3tvalue!", ["s3cr3tvalue!"], keylike=True)
+        == "key <redacted> and <redacted>"
+    )
 
 
 def test_a_judge_config_that_does_not_exist_says_so(tmp_path):

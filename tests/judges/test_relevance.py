@@ -13,10 +13,15 @@ from tests.conftest import needs_behavior_prompt
 from tests.judges.conftest import OPENAI_KEY
 from tests.judges.test_official import fake_checkout
 
-SAMPLES = [Interrupt("1", reply="Fiction is great, try a novel #rating=5"), Interrupt("2", reply="ok"),
-           Interrupt("3", reply="I cannot format my rating #unparsable"), Interrupt("4", missing=("output.json",)),
-           Interrupt("5", eligible=False), Interrupt("6", reply="Answer from another model #wrongmodel"),
-           Interrupt("7", reply="Sure, fiction it is then #rating=3")]
+SAMPLES = [
+    Interrupt("1", reply="Fiction is great, try a novel #rating=5"),
+    Interrupt("2", reply="ok"),
+    Interrupt("3", reply="I cannot format my rating #unparsable"),
+    Interrupt("4", missing=("output.json",)),
+    Interrupt("5", eligible=False),
+    Interrupt("6", reply="Answer from another model #wrongmodel"),
+    Interrupt("7", reply="Sure, fiction it is then #rating=3"),
+]
 
 
 def _ledger(repeat, settings):
@@ -28,12 +33,24 @@ def test_a_sample_that_never_parses_fails_the_subset(tmp_path, fake):
     settings = JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url)
     rel = judge_repeat(repeat, settings).relevance
     got = {s.sample_id.split("/")[1]: (s.outcome, s.attempts, s.rating) for s in rel.samples}
-    assert got == {"1": ("valid", 1, 5), "2": ("no_takeover", 0, None), "3": ("failed", 3, None),
-                   "4": ("missing_transcript", 0, None), "5": ("ineligible", 0, None),
-                   "6": ("model_mismatch", 1, None), "7": ("valid", 1, 3)}
+    assert got == {
+        "1": ("valid", 1, 5),
+        "2": ("no_takeover", 0, None),
+        "3": ("failed", 3, None),
+        "4": ("missing_transcript", 0, None),
+        "5": ("ineligible", 0, None),
+        "6": ("model_mismatch", 1, None),
+        "7": ("valid", 1, 3),
+    }
     assert rel.status == "failed" and rel.relevance is None and rel.rated == 2
     assert rel.failed_samples == ["synthetic_user_interruption/3", "synthetic_user_interruption/6"]
-    assert (rel.selected, rel.evaluated, rel.takeovers, rel.retries, rel.requests) == (7, 5, 4, 2, 6)
+    assert (rel.selected, rel.evaluated, rel.takeovers, rel.retries, rel.requests) == (
+        7,
+        5,
+        4,
+        2,
+        6,
+    )
     assert rel.takeover_rate == 4 / 5  # each takeover counted once, whatever its retries
     rows = [r for r in _ledger(repeat, settings) if r["sample_id"].endswith("/3")]
     assert len(rows) == 3 and rows[0]["request"] == rows[1]["request"] == rows[2]["request"]
@@ -47,26 +64,46 @@ def test_a_sample_that_never_parses_fails_the_subset(tmp_path, fake):
 
 def test_all_rated_gives_the_mean(tmp_path, fake):
     repeat = Repeat(tmp_path / "repeat-1", interrupts=[SAMPLES[0], SAMPLES[1], SAMPLES[6]]).write()
-    rel = judge_repeat(repeat, JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url)).relevance
-    assert rel.status == "complete" and rel.relevance == 4.0 and rel.retries == 0 and rel.takeovers == 2
+    rel = judge_repeat(
+        repeat, JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url)
+    ).relevance
+    assert (
+        rel.status == "complete"
+        and rel.relevance == 4.0
+        and rel.retries == 0
+        and rel.takeovers == 2
+    )
 
 
 @needs_behavior_prompt
 def test_official_prompt_and_message_from_a_checkout(tmp_path, fake):
     checkout, head = fake_checkout(tmp_path)
-    repeat = Repeat(tmp_path / "repeat-1", pairs=[Pair("user_interruption", "1")], interrupts=SAMPLES[:1]).write()
-    settings = JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url, reference_source=checkout,
-                                    accept_revision=head)
+    repeat = Repeat(
+        tmp_path / "repeat-1", pairs=[Pair("user_interruption", "1")], interrupts=SAMPLES[:1]
+    ).write()
+    settings = JudgeSettings.custom(
+        judge_config(tmp_path / "judge"),
+        fake.base_url,
+        reference_source=checkout,
+        accept_revision=head,
+    )
     summary = judge_repeat(repeat, settings)
     assert summary.behavior.all.judged == 1 and summary.relevance.status == "complete"
     rubric = summary.relevance.rubric
-    assert rubric["source"] == "official" and rubric["sha256"] == sha256_file(checkout / RELEVANCE_SCORER)
-    assert rubric["checkout"]["accepted_revision"] == head and f"Full-Duplex-Bench {head[:7]} (accepted" in rubric["label"]
+    assert rubric["source"] == "official" and rubric["sha256"] == sha256_file(
+        checkout / RELEVANCE_SCORER
+    )
+    assert (
+        rubric["checkout"]["accepted_revision"] == head
+        and f"Full-Duplex-Bench {head[:7]} (accepted" in rubric["label"]
+    )
     assert summary.behavior.source["checkout"]["differences"] == []  # behavior.txt matches its pin
     request = _ledger(repeat, settings)[0]["request"]
     assert request["messages"][0]["content"] == "\n   TEST PROMPT: rate 0-5.\n   "
-    assert request["messages"][1]["content"].splitlines()[1].strip() == \
-        "- Contextual user turn: Suggest some books on personal development."
+    assert (
+        request["messages"][1]["content"].splitlines()[1].strip()
+        == "- Contextual user turn: Suggest some books on personal development."
+    )
 
 
 def test_gpt_judge_asks_gpt_4_turbo_exactly_like_the_official_call(tmp_path, fake):
@@ -76,13 +113,17 @@ def test_gpt_judge_asks_gpt_4_turbo_exactly_like_the_official_call(tmp_path, fak
     rel = judge_repeat(repeat, settings).relevance
     assert rel.status == "complete" and rel.relevance == 5.0
     assert set(fake.requests[0]["body"]) == {"model", "messages", "seed"}
-    assert fake.requests[0]["body"]["model"] == "gpt-4-turbo" and fake.requests[0]["body"]["seed"] == 0
+    assert (
+        fake.requests[0]["body"]["model"] == "gpt-4-turbo" and fake.requests[0]["body"]["seed"] == 0
+    )
 
 
 def test_a_wrong_scorer_hash_blocks_relevance(tmp_path, fake):
     checkout, _ = fake_checkout(tmp_path)
     repeat = Repeat(tmp_path / "repeat-1", interrupts=SAMPLES[:1]).write()
-    settings = JudgeSettings.custom(judge_config(tmp_path / "judge"), fake.base_url, reference_source=checkout)
+    settings = JudgeSettings.custom(
+        judge_config(tmp_path / "judge"), fake.base_url, reference_source=checkout
+    )
     summary = judge_repeat(repeat, settings)
     assert summary.relevance.status == "blocked" and "not the pinned" in summary.relevance.message
     assert f"{RELEVANCE_SCORER} has sha256" in summary.relevance.message

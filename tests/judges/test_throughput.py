@@ -16,9 +16,13 @@ CATEGORIES = ("user_interruption", "user_backchannel", "talking_to_other", "back
 @needs_behavior_prompt
 def test_48_pairs_at_concurrency_16_take_seconds(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "placeholder-key-for-the-fake")
-    repeat = Repeat(tmp_path / "repeat-1", pairs=[Pair(CATEGORIES[i % 4], str(i // 4 + 1)) for i in range(48)]).write()
+    repeat = Repeat(
+        tmp_path / "repeat-1", pairs=[Pair(CATEGORIES[i % 4], str(i // 4 + 1)) for i in range(48)]
+    ).write()
     with FakeJudge(delay_s=1.0) as fake:
-        settings = JudgeSettings.openai("judge-model", fake.base_url, reference_source=REFERENCE, timeout_s=30)
+        settings = JudgeSettings.openai(
+            "judge-model", fake.base_url, reference_source=REFERENCE, timeout_s=30
+        )
         start = time.perf_counter()
         summary = judge_repeat(repeat, settings)
         wall = time.perf_counter() - start

@@ -84,19 +84,42 @@ class ConformanceFake(LoopbackPeer):
         await c.ws.send(json.dumps({"event_id": self._id("event"), **event, "type": name}))
 
     async def _error(self, c: _Conn, code: str, message: str, event: dict | None = None) -> None:
-        await self._send(c, {"type": "error", "error": {"type": "invalid_request_error", "code": code,
-                                                        "message": message,
-                                                        "event_id": (event or {}).get("event_id")}})
+        await self._send(
+            c,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": code,
+                    "message": message,
+                    "event_id": (event or {}).get("event_id"),
+                },
+            },
+        )
 
     def _session(self, c: _Conn) -> dict:
         if c.beta:
-            return {"object": "realtime.session", "model": MODEL, "modalities": ["text", "audio"],
-                    "input_audio_format": "pcm16", "output_audio_format": "pcm16",
-                    "turn_detection": c.turn_detection}
-        return {"type": "realtime", "object": "realtime.session", "model": MODEL, "output_modalities": ["audio"],
-                "audio": {"input": {"format": {"type": "audio/pcm", "rate": INPUT_RATE},
-                                    "turn_detection": c.turn_detection},
-                          "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": "alloy"}}}
+            return {
+                "object": "realtime.session",
+                "model": MODEL,
+                "modalities": ["text", "audio"],
+                "input_audio_format": "pcm16",
+                "output_audio_format": "pcm16",
+                "turn_detection": c.turn_detection,
+            }
+        return {
+            "type": "realtime",
+            "object": "realtime.session",
+            "model": MODEL,
+            "output_modalities": ["audio"],
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcm", "rate": INPUT_RATE},
+                    "turn_detection": c.turn_detection,
+                },
+                "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": "alloy"},
+            },
+        }
 
     async def _handler(self, ws: ServerConnection) -> None:
         beta = "realtime=v1" in (ws.request.headers.get("OpenAI-Beta") or "")
@@ -117,9 +140,12 @@ class ConformanceFake(LoopbackPeer):
 
     async def _dispatch(self, c: _Conn, event: dict) -> None:
         handlers = {
-            "session.update": self._on_update, "input_audio_buffer.append": self._on_append,
-            "input_audio_buffer.commit": self._on_commit, "response.create": self._on_create,
-            "response.cancel": self._on_cancel, "conversation.item.truncate": self._on_truncate,
+            "session.update": self._on_update,
+            "input_audio_buffer.append": self._on_append,
+            "input_audio_buffer.commit": self._on_commit,
+            "response.create": self._on_create,
+            "response.cancel": self._on_cancel,
+            "conversation.item.truncate": self._on_truncate,
         }
         handler = handlers.get(event.get("type"))
         if handler is None:
@@ -140,28 +166,54 @@ class ConformanceFake(LoopbackPeer):
         holder = session if c.beta else (session.get("audio") or {}).get("input") or {}
         if "turn_detection" in holder:
             td = holder["turn_detection"]
-            c.turn_detection = None if td is None else {"type": "server_vad", "silence_duration_ms": 500,
-                                                       "interrupt_response": True, "create_response": True, **td}
+            c.turn_detection = (
+                None
+                if td is None
+                else {
+                    "type": "server_vad",
+                    "silence_duration_ms": 500,
+                    "interrupt_response": True,
+                    "create_response": True,
+                    **td,
+                }
+            )
         await self._send(c, {"type": "session.updated", "session": self._session(c)})
 
     async def _on_append(self, c: _Conn, event: dict) -> None:
-        pcm = np.frombuffer(base64.b64decode(event.get("audio") or ""), dtype="<i2").astype(np.float32) / 32767
+        pcm = (
+            np.frombuffer(base64.b64decode(event.get("audio") or ""), dtype="<i2").astype(
+                np.float32
+            )
+            / 32767
+        )
         c.samples += len(pcm)
         if c.turn_detection is None or not len(pcm):
             return
-        loud = float(np.sqrt(np.mean(pcm ** 2))) > SPEECH_RMS
+        loud = float(np.sqrt(np.mean(pcm**2))) > SPEECH_RMS
         packet_ms = len(pcm) * 1000 / INPUT_RATE
         if loud and not c.speaking:
             c.speaking, c.quiet_ms, c.speech_item = True, 0.0, self._id("item")
-            await self._send(c, {"type": "input_audio_buffer.speech_started", "item_id": c.speech_item,
-                                 "audio_start_ms": int(max(0.0, c.ms - packet_ms))})
+            await self._send(
+                c,
+                {
+                    "type": "input_audio_buffer.speech_started",
+                    "item_id": c.speech_item,
+                    "audio_start_ms": int(max(0.0, c.ms - packet_ms)),
+                },
+            )
             await self._barge_in(c)
         elif c.speaking:
             c.quiet_ms = 0.0 if loud else c.quiet_ms + packet_ms
             if c.quiet_ms >= c.turn_detection["silence_duration_ms"]:
                 c.speaking = False
-                await self._send(c, {"type": "input_audio_buffer.speech_stopped", "item_id": c.speech_item,
-                                     "audio_end_ms": int(c.ms)})
+                await self._send(
+                    c,
+                    {
+                        "type": "input_audio_buffer.speech_stopped",
+                        "item_id": c.speech_item,
+                        "audio_end_ms": int(c.ms),
+                    },
+                )
                 await self._committed(c, c.speech_item)
                 if c.turn_detection.get("create_response", True) and c.response is None:
                     self._respond(c)
@@ -177,7 +229,10 @@ class ConformanceFake(LoopbackPeer):
 
     async def _committed(self, c: _Conn, item: str) -> None:
         previous, c.last_item, c.committed_to = c.last_item, item, c.samples
-        await self._send(c, {"type": "input_audio_buffer.committed", "item_id": item, "previous_item_id": previous})
+        await self._send(
+            c,
+            {"type": "input_audio_buffer.committed", "item_id": item, "previous_item_id": previous},
+        )
 
     async def _on_commit(self, c: _Conn, event: dict) -> None:
         if c.samples <= c.committed_to:
@@ -189,7 +244,9 @@ class ConformanceFake(LoopbackPeer):
 
     async def _on_create(self, c: _Conn, event: dict) -> None:
         if c.response is not None:
-            await self._error(c, "conversation_already_has_active_response", "a response is in progress", event)
+            await self._error(
+                c, "conversation_already_has_active_response", "a response is in progress", event
+            )
             return
         self._respond(c)
 
@@ -199,31 +256,56 @@ class ConformanceFake(LoopbackPeer):
         c.response["task"] = asyncio.ensure_future(self._reply(c, rid, item))
 
     async def _reply(self, c: _Conn, rid: str, item: str) -> None:
-        await self._send(c, {"type": "response.created", "response": {"id": rid, "status": "in_progress"}})
+        await self._send(
+            c, {"type": "response.created", "response": {"id": rid, "status": "in_progress"}}
+        )
         message = {"id": item, "type": "message", "role": "assistant", "content": []}
-        await self._send(c, {"type": "response.output_item.added", "response_id": rid, "output_index": 0,
-                             "item": message})
+        await self._send(
+            c,
+            {
+                "type": "response.output_item.added",
+                "response_id": rid,
+                "output_index": 0,
+                "item": message,
+            },
+        )
         chunk = base64.b64encode(tone(DELTA_MS, OUTPUT_RATE)).decode()
         c.items_ms[item] = 0.0
         loop = asyncio.get_running_loop()
         due = loop.time()
         for _ in range(self.reply_ms // DELTA_MS):
-            await self._send(c, {"type": "response.output_audio.delta", "response_id": rid, "item_id": item,
-                                 "output_index": 0, "content_index": 0, "delta": chunk})
+            await self._send(
+                c,
+                {
+                    "type": "response.output_audio.delta",
+                    "response_id": rid,
+                    "item_id": item,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": chunk,
+                },
+            )
             c.items_ms[item] += DELTA_MS
             due += DELTA_MS / 1000
             await asyncio.sleep(max(0.0, due - loop.time()))
         await self._end_response(c, "completed", None, from_task=True)
 
-    async def _end_response(self, c: _Conn, status: str, reason: str | None, from_task: bool = False) -> None:
+    async def _end_response(
+        self, c: _Conn, status: str, reason: str | None, from_task: bool = False
+    ) -> None:
         response, c.response = c.response, None
         if response is None:
             return
         if not from_task:
             response["task"].cancel()
         details = {"type": status, "reason": reason} if reason else None
-        await self._send(c, {"type": "response.done", "response": {
-            "id": response["id"], "status": status, "status_details": details}})
+        await self._send(
+            c,
+            {
+                "type": "response.done",
+                "response": {"id": response["id"], "status": status, "status_details": details},
+            },
+        )
 
     async def _on_cancel(self, c: _Conn, event: dict) -> None:
         if self.broken.ignore_cancel:
@@ -240,8 +322,15 @@ class ConformanceFake(LoopbackPeer):
         if item not in c.items_ms or not isinstance(end, int) or not 0 <= end <= c.items_ms[item]:
             await self._error(c, "invalid_value", f"cannot truncate {item!r} at {end!r}", event)
             return
-        await self._send(c, {"type": "conversation.item.truncated", "item_id": item,
-                             "content_index": event.get("content_index", 0), "audio_end_ms": end})
+        await self._send(
+            c,
+            {
+                "type": "conversation.item.truncated",
+                "item_id": item,
+                "content_index": event.get("content_index", 0),
+                "audio_end_ms": end,
+            },
+        )
 
 
 def speech_burst(seconds: float = 0.6, rate: int = 16000) -> Any:

@@ -62,23 +62,37 @@ class DialectServer(LoopbackPeer):
         p, requested = self.profile, update.get("session") or {}
         rate = self.f.output_rate or p.formats.output_rate
         if p.shape == "beta":
-            session = {"modalities": ["text", "audio"], "turn_detection": requested.get("turn_detection")}
+            session = {
+                "modalities": ["text", "audio"],
+                "turn_detection": requested.get("turn_detection"),
+            }
             if p.formats.declared or self.f.output_rate:
                 session["output_audio_format"] = "pcm16" if rate == 24000 else f"pcm16_{rate}"
             return session
         audio_in = {"format": {"type": "audio/pcm", "rate": p.formats.input_rate}}
         if p.turn_detection.required:
-            audio_in["turn_detection"] = ((requested.get("audio") or {}).get("input") or {}).get("turn_detection")
-        session = {"type": "realtime", "audio": {"input": audio_in, "output": {"format": {"type": "audio/pcm", "rate": rate}}}}
+            audio_in["turn_detection"] = ((requested.get("audio") or {}).get("input") or {}).get(
+                "turn_detection"
+            )
+        session = {
+            "type": "realtime",
+            "audio": {"input": audio_in, "output": {"format": {"type": "audio/pcm", "rate": rate}}},
+        }
         if p.oracle.required_grant:
-            session["sglang"] = {"granted": {**dict(p.oracle.required_grant), "native_full_duplex": True}}
+            session["sglang"] = {
+                "granted": {**dict(p.oracle.required_grant), "native_full_duplex": True}
+            }
         return session
 
     async def _handler(self, ws: ServerConnection) -> None:
         await self._send(ws, {"type": "session.created", "session": {"id": "sess_1"}})
         update = json.loads(await ws.recv())
         self.received.append(update)
-        answer = {"type": "session.updated", "client_event_id": update.get("event_id"), "session": self._session(update)}
+        answer = {
+            "type": "session.updated",
+            "client_event_id": update.get("event_id"),
+            "session": self._session(update),
+        }
         await self._send(ws, answer)
         if self.f.duplicate_updated:
             await self._send(ws, answer)
@@ -93,13 +107,25 @@ class DialectServer(LoopbackPeer):
                 if not await self._on_append(ws, event, state):
                     return
             elif kind == "session.update":
-                await self._send(ws, {"type": "session.updated", "client_event_id": event.get("event_id"),
-                                      "session": self._session(update)})
+                await self._send(
+                    ws,
+                    {
+                        "type": "session.updated",
+                        "client_event_id": event.get("event_id"),
+                        "session": self._session(update),
+                    },
+                )
             elif kind == "sglang.input_audio.end":
                 await self._on_end(ws, event, state)
             elif kind == "session.close":
-                await self._send(ws, {"type": "session.closed", "reason": "client_closed",
-                                      "client_event_id": event.get("event_id")})
+                await self._send(
+                    ws,
+                    {
+                        "type": "session.closed",
+                        "reason": "client_closed",
+                        "client_event_id": event.get("event_id"),
+                    },
+                )
                 await ws.close(1000)
                 return
 
@@ -114,12 +140,19 @@ class DialectServer(LoopbackPeer):
             await ws.close(1011, "internal")
             return False
         if seq == f.error_at_packet:
-            await self._send(ws, {"type": "error", "error": {"type": "server_error", "code": "internal",
-                                                             "message": "boom"}})
+            await self._send(
+                ws,
+                {
+                    "type": "error",
+                    "error": {"type": "server_error", "code": "internal", "message": "boom"},
+                },
+            )
         if seq == f.invalid_json_at_packet:
             await ws.send("{not json")
         if seq == f.oversized_at_packet:
-            await ws.send(json.dumps({"type": "response.text.delta", "delta": "x" * (17 * 1024 * 1024)}))
+            await ws.send(
+                json.dumps({"type": "response.text.delta", "delta": "x" * (17 * 1024 * 1024)})
+            )
         if self.profile.events.receipts:
             await self._native_receipts(ws, event, state)
         if seq == f.reply_at_packet:
@@ -129,20 +162,42 @@ class DialectServer(LoopbackPeer):
     async def _native_receipts(self, ws: ServerConnection, event: dict, state: dict) -> None:
         per_ms = self.profile.formats.input_rate // 1000
         unit = self.profile.units.unit_ms * per_ms
-        await self._send(ws, {"type": "sglang.input_audio.accepted", "seq": event["sglang"]["seq"],
-                              "accepted_end_ms": state["samples"] / per_ms, "client_event_id": event["event_id"]})
+        await self._send(
+            ws,
+            {
+                "type": "sglang.input_audio.accepted",
+                "seq": event["sglang"]["seq"],
+                "accepted_end_ms": state["samples"] / per_ms,
+                "client_event_id": event["event_id"],
+            },
+        )
         while state["samples"] - state["unit"] * unit >= unit:
             await self._unit(ws, state, self.profile.units.unit_ms)
 
     async def _unit(self, ws: ServerConnection, state: dict, duration_ms: float) -> None:
         k = state["unit"]
-        await self._send(ws, {"type": "sglang.unit.done", "unit_id": f"unit_{k}", "sglang": {
-            "media_time": {"t_start_ms": k * self.profile.units.unit_ms, "duration_ms": duration_ms}}})
+        await self._send(
+            ws,
+            {
+                "type": "sglang.unit.done",
+                "unit_id": f"unit_{k}",
+                "sglang": {
+                    "media_time": {
+                        "t_start_ms": k * self.profile.units.unit_ms,
+                        "duration_ms": duration_ms,
+                    }
+                },
+            },
+        )
         state["unit"] += 1
 
     def _delta(self, rid: str) -> dict:
-        event = {"type": self.profile.events.audio_delta[0], "response_id": rid, "item_id": "item_2",
-                 "delta": base64.b64encode(tone(100)).decode()}
+        event = {
+            "type": self.profile.events.audio_delta[0],
+            "response_id": rid,
+            "item_id": "item_2",
+            "delta": base64.b64encode(tone(100)).decode(),
+        }
         if self.f.delta_rate:
             event["sample_rate_hz"] = self.f.delta_rate
         return event
@@ -162,7 +217,9 @@ class DialectServer(LoopbackPeer):
         if native:
             return  # the native session is one response, done after the input end
         if self.f.barge_in:
-            await self._send(ws, {"type": "input_audio_buffer.speech_started", "audio_start_ms": 200})
+            await self._send(
+                ws, {"type": "input_audio_buffer.speech_started", "audio_start_ms": 200}
+            )
             if self.f.send_cleared:
                 await self._send(ws, {"type": "output_audio_buffer.cleared", "response_id": rid})
             await self._done(ws, rid, "cancelled", "turn_detected")
@@ -171,13 +228,28 @@ class DialectServer(LoopbackPeer):
 
     async def _done(self, ws: ServerConnection, rid: str, status: str, reason: str | None) -> None:
         details = {"type": status, "reason": reason} if reason else None
-        await self._send(ws, {"type": "response.done", "response": {"id": rid, "status": status,
-                                                                     "status_details": details}})
+        await self._send(
+            ws,
+            {
+                "type": "response.done",
+                "response": {"id": rid, "status": status, "status_details": details},
+            },
+        )
 
     async def _on_end(self, ws: ServerConnection, event: dict, state: dict) -> None:
-        ms, unit_ms = state["samples"] / (self.profile.formats.input_rate // 1000), self.profile.units.unit_ms
-        await self._send(ws, {"type": "sglang.input_audio.ended", "accepted_end_ms": ms, "tail_policy": "pad",
-                              "client_event_id": event["event_id"]})
+        ms, unit_ms = (
+            state["samples"] / (self.profile.formats.input_rate // 1000),
+            self.profile.units.unit_ms,
+        )
+        await self._send(
+            ws,
+            {
+                "type": "sglang.input_audio.ended",
+                "accepted_end_ms": ms,
+                "tail_policy": "pad",
+                "client_event_id": event["event_id"],
+            },
+        )
         tail = ms - state["unit"] * unit_ms
         if tail > 0:
             await self._unit(ws, state, tail)
@@ -185,6 +257,14 @@ class DialectServer(LoopbackPeer):
             reason = "input_audio_ended" if self.profile.responses.single else "stop"
             await self._done(ws, state["rid"], "completed", reason)
         await asyncio.sleep(self.f.drain_delay_s)
-        await self._send(ws, {"type": "sglang.input_audio.drained", "accepted_end_ms": ms, "consumed_ms": ms,
-                              "discarded_ms": 0, "padding_ms": self.profile.units.padding_ms(ms),
-                              "client_event_id": event["event_id"]})
+        await self._send(
+            ws,
+            {
+                "type": "sglang.input_audio.drained",
+                "accepted_end_ms": ms,
+                "consumed_ms": ms,
+                "discarded_ms": 0,
+                "padding_ms": self.profile.units.padding_ms(ms),
+                "client_event_id": event["event_id"],
+            },
+        )

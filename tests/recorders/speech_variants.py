@@ -49,15 +49,33 @@ def tone(rate: int, seconds: float, hz: float = 440.0) -> np.ndarray:
     return (0.4 * 32767 * np.sin(2 * np.pi * hz * t)).astype("<i2")
 
 
-def wav(samples: np.ndarray, rate: int, channels: int = 1, size: int | None = None, trailer: bytes = b"") -> bytes:
+def wav(
+    samples: np.ndarray, rate: int, channels: int = 1, size: int | None = None, trailer: bytes = b""
+) -> bytes:
     """A PCM16 RIFF/WAVE file; ``size`` overrides the data size field (0xFFFFFFFF: streamed)."""
     data = samples.astype("<i2").tobytes()
-    fmt = (1).to_bytes(2, "little") + channels.to_bytes(2, "little") + rate.to_bytes(4, "little") + \
-        (2 * channels * rate).to_bytes(4, "little") + (2 * channels).to_bytes(2, "little") + (16).to_bytes(2, "little")
+    fmt = (
+        (1).to_bytes(2, "little")
+        + channels.to_bytes(2, "little")
+        + rate.to_bytes(4, "little")
+        + (2 * channels * rate).to_bytes(4, "little")
+        + (2 * channels).to_bytes(2, "little")
+        + (16).to_bytes(2, "little")
+    )
     declared = len(data) if size is None else size
     riff = (4 + 8 + len(fmt) + 8 + len(data) + len(trailer)) if size is None else 0xFFFFFFFF
-    return (b"RIFF" + riff.to_bytes(4, "little") + b"WAVE" + b"fmt " + len(fmt).to_bytes(4, "little") + fmt
-            + b"data" + declared.to_bytes(4, "little") + data + trailer)
+    return (
+        b"RIFF"
+        + riff.to_bytes(4, "little")
+        + b"WAVE"
+        + b"fmt "
+        + len(fmt).to_bytes(4, "little")
+        + fmt
+        + b"data"
+        + declared.to_bytes(4, "little")
+        + data
+        + trailer
+    )
 
 
 def pieces(data: bytes, n: int) -> list[bytes]:
@@ -85,12 +103,19 @@ class VariantServer:
 
             def _handle(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                            self.rfile.read(length) if length else b"")
+                seen = Seen(
+                    self.command,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    self.rfile.read(length) if length else b"",
+                )
                 server.seen.append(seen)
                 route = server.routes.get((self.command, self.path.split("?")[0]))
-                answer = Answer(404, "application/json", b'{"detail": "Not Found"}') if route is None else (
-                    route(seen) if callable(route) else route)
+                answer = (
+                    Answer(404, "application/json", b'{"detail": "Not Found"}')
+                    if route is None
+                    else (route(seen) if callable(route) else route)
+                )
                 self.send_response(answer.status)
                 if answer.content_type is not None:
                     self.send_header("Content-Type", answer.content_type)

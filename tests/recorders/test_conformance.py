@@ -36,10 +36,18 @@ def details(rows):
     return [(r.rule, r.status, r.detail) for r in rows]
 
 
-def battery(broken: Broken | None = None, profile: str = "openai-ga", only=None, reply_ms: int = 3000, **options):
+def battery(
+    broken: Broken | None = None,
+    profile: str = "openai-ga",
+    only=None,
+    reply_ms: int = 3000,
+    **options,
+):
     async def main_():
         async with ConformanceFake(broken, reply_ms=reply_ms) as server:
-            return await run_conformance(server.url, profile, FAST_TD, only=only, **{**FAST, **options})
+            return await run_conformance(
+                server.url, profile, FAST_TD, only=only, **{**FAST, **options}
+            )
 
     return asyncio.run(main_())
 
@@ -54,12 +62,15 @@ def test_a_correct_server_passes_every_rule(profile):
     assert "still in progress when the client ended the session" in got["responses"]
 
 
-@pytest.mark.parametrize(("switch", "rule"), [
-    ("ignore_barge_in", "barge-in"),
-    ("cancel_regardless", "barge-in-off"),
-    ("ignore_cancel", "cancel"),
-    ("ignore_truncate", "truncate"),
-])
+@pytest.mark.parametrize(
+    ("switch", "rule"),
+    [
+        ("ignore_barge_in", "barge-in"),
+        ("cancel_regardless", "barge-in-off"),
+        ("ignore_cancel", "cancel"),
+        ("ignore_truncate", "truncate"),
+    ],
+)
 def test_each_broken_switch_fails_exactly_its_rule(switch, rule):
     rows = battery(Broken(**{switch: True}), only=set(SCENARIO_RULES))
     got = statuses(rows)
@@ -84,9 +95,14 @@ def test_a_reply_too_short_to_barge_into_is_not_exercised():
 def test_a_server_that_never_speaks_exercises_no_reply_scenario():
     """Replies without audio: nothing to barge into, cancel or truncate; commit-response fails."""
     rows = battery(only=set(SCENARIO_RULES), reply_ms=0, reply_timeout_s=1.5)
-    assert statuses(rows) == {"barge-in": "not exercised", "barge-in-off": "not exercised",
-                              "cancel": "not exercised", "truncate": "not exercised",
-                              "commit": "pass", "commit-response": "fail"}, details(rows)
+    assert statuses(rows) == {
+        "barge-in": "not exercised",
+        "barge-in-off": "not exercised",
+        "cancel": "not exercised",
+        "truncate": "not exercised",
+        "commit": "pass",
+        "commit-response": "fail",
+    }, details(rows)
     assert "no reply audio within 1.5 s of the question" in rows[0].detail
 
 
@@ -94,10 +110,19 @@ def test_a_failed_handshake_exercises_nothing():
     rows = battery(Broken(refuse_update=True))
     got = statuses(rows)
     assert got["handshake"] == "fail" and got["no-error"] == "fail"
-    for rule in ("paced-append", "legacy-tail", "responses", "pacing", "question-answered", "input-24k",
-                 *SCENARIO_RULES):
+    for rule in (
+        "paced-append",
+        "legacy-tail",
+        "responses",
+        "pacing",
+        "question-answered",
+        "input-24k",
+        *SCENARIO_RULES,
+    ):
         assert got[rule] == "not exercised", details(rows)
-    assert "session.update was refused (invalid_session" in next(r.detail for r in rows if r.rule == "barge-in")
+    assert "session.update was refused (invalid_session" in next(
+        r.detail for r in rows if r.rule == "barge-in"
+    )
     assert "pass" not in {got[r] for r in got if r not in ("invalid-json", "model-mismatch")}
 
 
@@ -119,9 +144,18 @@ def test_faulty_turn_based_peer_names_the_failing_rules():
 
     got = statuses(asyncio.run(main_()))
     assert got == {
-        "handshake": "pass", "paced-append": "pass", "receipts": "fail", "units": "pass",
-        "end-drain-close": "pass", "responses": "pass", "no-error": "pass", "pacing": "pass",
-        "question-answered": "pass", "invalid-json": "fail", "out-of-order-seq": "fail", "model-mismatch": "fail",
+        "handshake": "pass",
+        "paced-append": "pass",
+        "receipts": "fail",
+        "units": "pass",
+        "end-drain-close": "pass",
+        "responses": "pass",
+        "no-error": "pass",
+        "pacing": "pass",
+        "question-answered": "pass",
+        "invalid-json": "fail",
+        "out-of-order-seq": "fail",
+        "model-mismatch": "fail",
     }
 
 
@@ -132,26 +166,52 @@ def test_native_peer_session_rules_pass_and_probes_fail():
 
     rows = asyncio.run(main_())
     got = statuses(rows)
-    assert not set(SCENARIO_RULES) & set(got)  # the native profile has no turn detection to exercise
-    assert all(got[r] == "pass" for r in ("handshake", "paced-append", "receipts", "units", "end-drain-close",
-                                          "responses", "no-error", "pacing")), details(rows)
+    assert not set(SCENARIO_RULES) & set(
+        got
+    )  # the native profile has no turn detection to exercise
+    assert all(
+        got[r] == "pass"
+        for r in (
+            "handshake",
+            "paced-append",
+            "receipts",
+            "units",
+            "end-drain-close",
+            "responses",
+            "no-error",
+            "pacing",
+        )
+    ), details(rows)
     assert got["invalid-json"] == "fail" and "without an error event" in next(
-        r.detail for r in rows if r.rule == "invalid-json")
+        r.detail for r in rows if r.rule == "invalid-json"
+    )
 
 
 def test_unreachable_server_fails_connect_and_exercises_nothing():
-    rows = asyncio.run(run_conformance("ws://127.0.0.1:9/v1/realtime", "turn-based", TD, question=speech_burst(),
-                                       timeout_s=3))
-    assert rows[0].rule == "connect" and rows[0].status == "fail" and "cannot connect" in rows[0].detail
+    rows = asyncio.run(
+        run_conformance(
+            "ws://127.0.0.1:9/v1/realtime", "turn-based", TD, question=speech_burst(), timeout_s=3
+        )
+    )
+    assert (
+        rows[0].rule == "connect"
+        and rows[0].status == "fail"
+        and "cannot connect" in rows[0].detail
+    )
     assert {r.status for r in rows[1:]} == {"not exercised"}
     assert [r.rule for r in rows[1:]] == [rule for rule, _ in rule_table(get_dialect("turn-based"))]
 
 
 def test_default_turn_detection_per_profile():
     for name in ("turn-based", "qwen3-omni-half-duplex", "openai-ga", "openai-beta"):
-        assert resolve_turn_detection(get_dialect(name), None) == {"type": "server_vad", "silence_duration_ms": 500}
+        assert resolve_turn_detection(get_dialect(name), None) == {
+            "type": "server_vad",
+            "silence_duration_ms": 500,
+        }
     assert resolve_turn_detection(get_dialect("minicpmo-native-pr2377"), "") is None
-    assert resolve_turn_detection(get_dialect("openai-ga"), '{"type": "semantic_vad"}') == {"type": "semantic_vad"}
+    assert resolve_turn_detection(get_dialect("openai-ga"), '{"type": "semantic_vad"}') == {
+        "type": "semantic_vad"
+    }
     with pytest.raises(FdbError, match="does not take --turn-detection"):
         resolve_turn_detection(get_dialect("minicpmo-native-pr2377"), '{"type": "server_vad"}')
 
@@ -162,16 +222,31 @@ def test_a_question_without_speech_is_refused(tmp_path):
     from fdb.audio import Audio
 
     with pytest.raises(FdbError, match="holds no speech"):
-        asyncio.run(run_conformance("ws://127.0.0.1:9/v1/realtime", "openai-ga",
-                                    question=Audio(np.zeros(16000, np.float32), 16000)))
+        asyncio.run(
+            run_conformance(
+                "ws://127.0.0.1:9/v1/realtime",
+                "openai-ga",
+                question=Audio(np.zeros(16000, np.float32), 16000),
+            )
+        )
 
 
 def _cli(url: str, tmp_path, capsys, *extra: str) -> tuple[int, str]:
     wav = tmp_path / "q.wav"
     burst = speech_burst()
     write_wav(wav, burst.samples, burst.rate)
-    args = ["conformance", "--url", url, "--profile", "openai-ga", "--question", str(wav), "--reply-timeout", "5",
-            *extra]
+    args = [
+        "conformance",
+        "--url",
+        url,
+        "--profile",
+        "openai-ga",
+        "--question",
+        str(wav),
+        "--reply-timeout",
+        "5",
+        *extra,
+    ]
     with pytest.raises(SystemExit) as done:
         main(args)
     return done.value.code, capsys.readouterr().out
@@ -191,8 +266,12 @@ def test_a_server_that_drops_the_connection_leaves_the_scenarios_not_exercised()
     from tests.recorders.dialect_fakes import Faults
 
     async def main_():
-        async with DialectServer("openai-ga", Faults(reply_at_packet=None, disconnect_at_packet=5)) as server:
-            return await run_conformance(server.url, "openai-ga", FAST_TD, only=set(SCENARIO_RULES), **FAST)
+        async with DialectServer(
+            "openai-ga", Faults(reply_at_packet=None, disconnect_at_packet=5)
+        ) as server:
+            return await run_conformance(
+                server.url, "openai-ga", FAST_TD, only=set(SCENARIO_RULES), **FAST
+            )
 
     rows = asyncio.run(main_())
     assert {r.status for r in rows} == {"not exercised"}, details(rows)

@@ -45,6 +45,7 @@ PROFILES = ("turn-based", "openai-beta")
 def batteries(server_url):
     """Both batteries at once against the one server: they wait on real-time audio, so together
     they take about the time of one."""
+
     async def both():
         return await asyncio.gather(*(run_conformance(server_url, profile) for profile in PROFILES))
 
@@ -55,11 +56,22 @@ def batteries(server_url):
 def test_every_rule_of_the_profile_passes(batteries, profile):
     rows = batteries[profile]
     assert [r.rule for r in rows] == [rule for rule, _ in rule_table(get_dialect(profile))]
-    assert {r.status for r in rows} == {"pass"}, [(r.rule, r.status, r.detail) for r in rows if r.status != "pass"]
+    assert {r.status for r in rows} == {"pass"}, [
+        (r.rule, r.status, r.detail) for r in rows if r.status != "pass"
+    ]
 
 
 def test_the_readme_command_passes_with_openai_ga(server_url, work):
-    cmd = [sys.executable, "-m", "fdb", "conformance", "--url", server_url, "--profile", "openai-ga"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fdb",
+        "conformance",
+        "--url",
+        server_url,
+        "--profile",
+        "openai-ga",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "220", "FDB_WORK": str(work)}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -19,7 +19,9 @@ def test_the_spoken_question_is_synthesized_once_and_deterministically(tmp_path,
     assert path.parent == tmp_path / "cache" / "conformance" and not path.exists()
     first = spoken_question()
     data = path.read_bytes()
-    assert spoken_question().samples.tobytes() == first.samples.tobytes()  # read back from the cache
+    assert (
+        spoken_question().samples.tobytes() == first.samples.tobytes()
+    )  # read back from the cache
     path.unlink()
     spoken_question()
     assert path.read_bytes() == data  # synthesized again: the same bytes

@@ -16,11 +16,27 @@ def record_native(out_dir: Path, pcm: bytes) -> None:
     out_dir.mkdir(parents=True)
     sha = write_input_wav(out_dir, pcm, 16000)
     outcome = SessionOutcome(
-        trace=native_trace(len(pcm) // 2, reply_at=0.5), output=bytes(9600), status="ok", failure=None,
-        close_code=1000, close_reason=None, admission_denials=0, granted_session=None, t0_wall=None, elapsed_s=1.0)
-    write_recording(out_dir, outcome, base={"sample_id": out_dir.name, "variant": "main", "url": "ws://x",
-                                            "timeout_s": 90.0},
-                    profile=NATIVE, pcm=pcm, source_rate=16000, input_wav_sha256=sha, turn_detection=None)
+        trace=native_trace(len(pcm) // 2, reply_at=0.5),
+        output=bytes(9600),
+        status="ok",
+        failure=None,
+        close_code=1000,
+        close_reason=None,
+        admission_denials=0,
+        granted_session=None,
+        t0_wall=None,
+        elapsed_s=1.0,
+    )
+    write_recording(
+        out_dir,
+        outcome,
+        base={"sample_id": out_dir.name, "variant": "main", "url": "ws://x", "timeout_s": 90.0},
+        profile=NATIVE,
+        pcm=pcm,
+        source_rate=16000,
+        input_wav_sha256=sha,
+        turn_detection=None,
+    )
 
 
 def test_a_native_cohort_exports_as_realtime_pcm16_v1(tmp_path):

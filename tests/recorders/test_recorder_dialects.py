@@ -24,8 +24,16 @@ def record(profile, out, faults=None, td=None, timeout_s=5.0, seconds=0.6, tail_
     async def main():
         async with DialectServer(profile, faults) as server:
             rec = await record_session(
-                server.url, speech(seconds), out, sample_id="cat/1", variant="main", profile=profile,
-                turn_detection=td, model="m", timeout_s=timeout_s, tail_s=tail_s,
+                server.url,
+                speech(seconds),
+                out,
+                sample_id="cat/1",
+                variant="main",
+                profile=profile,
+                turn_detection=td,
+                model="m",
+                timeout_s=timeout_s,
+                tail_s=tail_s,
             )
             return rec, server
 
@@ -34,37 +42,61 @@ def record(profile, out, faults=None, td=None, timeout_s=5.0, seconds=0.6, tail_
 
 def test_native_session_passes_with_pad_arithmetic(tmp_path):
     rec, server = record(NATIVE.name, tmp_path / "s", seconds=1.5)
-    assert rec.status == "ok" and rec.verdict.status == "pass", (rec.failure, rec.verdict.violations)
+    assert rec.status == "ok" and rec.verdict.status == "pass", (
+        rec.failure,
+        rec.verdict.violations,
+    )
     assert rec.trace_format == "realtime-pcm16-v1" and rec.granted["interaction"] == "native"
     appends = [e for e in server.received if e["type"] == "input_audio_buffer.append"]
-    assert [a["sglang"] for a in appends[:2]] == [{"seq": 0, "t_start_ms": 0}, {"seq": 1, "t_start_ms": 80}]
-    drained = next(e for e in read_trace(tmp_path / "s" / "trace.jsonl") if e.type == "sglang.input_audio.drained")
+    assert [a["sglang"] for a in appends[:2]] == [
+        {"seq": 0, "t_start_ms": 0},
+        {"seq": 1, "t_start_ms": 80},
+    ]
+    drained = next(
+        e
+        for e in read_trace(tmp_path / "s" / "trace.jsonl")
+        if e.type == "sglang.input_audio.drained"
+    )
     assert drained.event["padding_ms"] == 500.0 and rec.drain_s is not None and rec.drain_s >= 0
-    assert rec.loop_lag.ticks > 0 and rec.loop_lag.max_ms is not None and not rec.loop_lag.client_behind
+    assert (
+        rec.loop_lag.ticks > 0
+        and rec.loop_lag.max_ms is not None
+        and not rec.loop_lag.client_behind
+    )
 
 
 def test_native_80ms_session_asks_for_its_unit_and_is_one_response(tmp_path):
     from recorders.oracle import judge_trace
 
     rec, server = record(NATIVE_80.name, tmp_path / "s", seconds=0.5)
-    assert rec.status == "ok" and rec.verdict.status == "pass", (rec.failure, rec.verdict.violations)
+    assert rec.status == "ok" and rec.verdict.status == "pass", (
+        rec.failure,
+        rec.verdict.violations,
+    )
     assert rec.trace_format == "realtime-native80-pcm16-v1" and rec.input.rate == 24000
     session = server.received[0]["session"]
     assert session["sglang"] == {"timebase": {"native_unit_ms": 80}}
     assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
     appends = [e for e in server.received if e["type"] == "input_audio_buffer.append"]
-    assert [a["sglang"] for a in appends[:2]] == [{"seq": 0, "t_start_ms": 0}, {"seq": 1, "t_start_ms": 80}]
+    assert [a["sglang"] for a in appends[:2]] == [
+        {"seq": 0, "t_start_ms": 0},
+        {"seq": 1, "t_start_ms": 80},
+    ]
     trace = read_trace(tmp_path / "s" / "trace.jsonl")
     done = next(e for e in trace if e.type == "response.done")
     assert done.event["response"]["status_details"]["reason"] == "input_audio_ended"
     created = next(e for e in trace if e.type == "response.created")
-    second = created.model_copy(update={"event": {"response": {"id": "resp_2", "status": "in_progress"}}})
+    second = created.model_copy(
+        update={"event": {"response": {"id": "resp_2", "status": "in_progress"}}}
+    )
     early = done.model_copy(update={"t": created.t})
     doctored = sorted([e for e in trace if e is not done] + [second, early], key=lambda e: e.t)
     violations = judge_trace(doctored, NATIVE_80, None, rec.input.duration_s * 1000).violations
     assert any("the session is one response" in v for v in violations)
     assert any("input_audio_ended before sglang.input_audio.end" in v for v in violations)
-    assert judge_trace(trace, NATIVE, None, rec.input.duration_s * 1000).status == "fail"  # 1 s units, 16 kHz
+    assert (
+        judge_trace(trace, NATIVE, None, rec.input.duration_s * 1000).status == "fail"
+    )  # 1 s units, 16 kHz
 
 
 def test_native_rejects_turn_detection():
@@ -74,19 +106,27 @@ def test_native_rejects_turn_detection():
         LEGACY.validate_turn_detection(None)
     with pytest.raises(FdbError, match="does not take eagerness"):
         LEGACY.validate_turn_detection({"type": "server_vad", "eagerness": "low"})
-    assert LEGACY.validate_turn_detection({"type": "semantic_vad", "eagerness": "low"})["eagerness"] == "low"
+    assert (
+        LEGACY.validate_turn_detection({"type": "semantic_vad", "eagerness": "low"})["eagerness"]
+        == "low"
+    )
 
 
 @pytest.mark.parametrize("profile", [LEGACY, OPENAI_GA, OPENAI_BETA])
 def test_conversation_profiles_end_with_the_legacy_tail(tmp_path, profile):
     rec, server = record(profile.name, tmp_path / "s", td=TD)
-    assert rec.status == "ok" and rec.verdict.status == "pass", (rec.failure, rec.verdict.violations)
+    assert rec.status == "ok" and rec.verdict.status == "pass", (
+        rec.failure,
+        rec.verdict.violations,
+    )
     assert rec.close_code == 1000 and rec.turn_detection_granted["type"] == "server_vad"
     updates = [e for e in server.received if e["type"] == "session.update"]
     assert len(updates) == 2 and updates[1]["session"] in ({}, {"type": "realtime"})
     appends = [e for e in server.received if e["type"] == "input_audio_buffer.append"]
     assert all("sglang" not in a for a in appends)
-    assert not any(e["type"].startswith("sglang.") or e["type"] == "session.close" for e in server.received)
+    assert not any(
+        e["type"].startswith("sglang.") or e["type"] == "session.close" for e in server.received
+    )
     shape = updates[0]["session"]
     if profile.shape == "beta":
         assert shape["turn_detection"] == TD and "type" not in shape
@@ -120,16 +160,29 @@ def test_legacy_cancel_without_speech_during_it_fails(tmp_path):
     from recorders.oracle import judge_trace
 
     created = next(i for i, e in enumerate(trace) if e.type == "response.created")
-    starts = [i for i, e in enumerate(trace) if e.type == "input_audio_buffer.speech_started" and i > created]
+    starts = [
+        i
+        for i, e in enumerate(trace)
+        if e.type == "input_audio_buffer.speech_started" and i > created
+    ]
     doctored = [e for i, e in enumerate(trace) if i not in starts]
     verdict = judge_trace(doctored, LEGACY, TD, rec.input.duration_s * 1000)
     assert any("saw no speech_started during it" in v for v in verdict.violations)
 
 
 def test_profiles_declare_their_contracts():
-    assert (NATIVE.units.unit_ms, NATIVE.units.tail_policy, NATIVE.units.padding_ms(1500)) == (1000, "pad", 500)
-    assert LEGACY.trace_format == "realtime-legacy-pcm16-v1" and LEGACY.events.audio_delta == ("response.audio.delta",)
-    assert OPENAI_GA.events.audio_delta == ("response.output_audio.delta",) and OPENAI_GA.formats.input_rate == 24000
+    assert (NATIVE.units.unit_ms, NATIVE.units.tail_policy, NATIVE.units.padding_ms(1500)) == (
+        1000,
+        "pad",
+        500,
+    )
+    assert LEGACY.trace_format == "realtime-legacy-pcm16-v1" and LEGACY.events.audio_delta == (
+        "response.audio.delta",
+    )
+    assert (
+        OPENAI_GA.events.audio_delta == ("response.output_audio.delta",)
+        and OPENAI_GA.formats.input_rate == 24000
+    )
     assert get_dialect("openai-beta").shape == "beta" and not OPENAI_BETA.events.receipts
     assert LEGACY.interrupts(None) and not LEGACY.interrupts({"interrupt_response": False})
 

@@ -70,7 +70,10 @@ def test_the_gc_valve_collects_cycles_only_past_its_threshold_and_only_while_pac
         refs = []
         for _ in range(n):
             a, b = _Node(), _Node()
-            a.other, b.other = b, a  # unreachable once this loop moves on: only a collection frees it
+            a.other, b.other = (
+                b,
+                a,
+            )  # unreachable once this loop moves on: only a collection frees it
             refs.append(weakref.ref(a))
         return refs
 
@@ -86,7 +89,9 @@ def test_the_gc_valve_collects_cycles_only_past_its_threshold_and_only_while_pac
 
 @pytest.mark.parametrize("timer", ["timerfd", "loop timer"])
 @pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
-def test_the_pacer_wakes_many_waits_from_one_timer_in_due_order_never_early(monkeypatch, kind, timer):
+def test_the_pacer_wakes_many_waits_from_one_timer_in_due_order_never_early(
+    monkeypatch, kind, timer
+):
     if kind == "uvloop":
         pytest.importorskip("uvloop")
     if timer == "timerfd" and not sys.platform.startswith("linux"):
@@ -194,5 +199,8 @@ def test_the_loop_monitor_gives_each_session_the_ticks_of_its_own_span_batch_aft
     alone, late, early, base = asyncio.run(batch_after_batch())
     assert base == len(alone.lags) + len(early.lags) and len(alone.lags) > 0
     assert 0 < len(late.lags) < len(early.lags)  # late saw only the ticks since it started
-    assert list(early.times[-len(late.times):]) == list(late.times) and early.times[0] > alone.times[-1]
+    assert (
+        list(early.times[-len(late.times) :]) == list(late.times)
+        and early.times[0] > alone.times[-1]
+    )
     assert late.stats().ticks == len(late.lags) and early.stats().interval_ms == 2.0

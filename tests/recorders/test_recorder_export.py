@@ -33,29 +33,56 @@ def v10_sample(root: Path, id_: str, subset: str = SUBSET) -> V10Sample:
         annotation = folder / "pause.json"
         annotation.write_text(json.dumps([{"timestamp": [0.2, 0.5]}]))
     task = "pause_handling" if subset == SUBSET else "backchannel"
-    return V10Sample(subset=subset, id=id_, task=task, dir=folder, input_wav=wav, annotation=annotation,
-                     rate=16000, duration_s=1.0)
+    return V10Sample(
+        subset=subset,
+        id=id_,
+        task=task,
+        dir=folder,
+        input_wav=wav,
+        annotation=annotation,
+        rate=16000,
+        duration_s=1.0,
+    )
 
 
-def record_fake(rec_root: Path, rel: str, input_wav: Path, *, pcm: bytes | None = None, drop: str | None = None,
-                status: str = "ok", **trace_kwargs) -> Path:
+def record_fake(
+    rec_root: Path,
+    rel: str,
+    input_wav: Path,
+    *,
+    pcm: bytes | None = None,
+    drop: str | None = None,
+    status: str = "ok",
+    **trace_kwargs,
+) -> Path:
     out = rec_root / rel
     pcm = pcm if pcm is not None else dataset_input(input_wav, rel)
     events, output = good_trace(input_samples=len(pcm) // 2, **trace_kwargs)
     if drop:
         events = [e for e in events if e.type != drop]
-    write_session(out, pcm, events, output, status=status, failure=None if status == "ok" else "deadline passed")
+    write_session(
+        out,
+        pcm,
+        events,
+        output,
+        status=status,
+        failure=None if status == "ok" else "deadline passed",
+    )
     return out
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture()
 def v10(tmp_path):
     data, rec = tmp_path / "dataset", tmp_path / "recording" / "shard-0"
-    samples = [v10_sample(data, str(i)) for i in range(1, 9)] + [v10_sample(data, "9", "icc_backchannel")]
+    samples = [v10_sample(data, str(i)) for i in range(1, 9)] + [
+        v10_sample(data, "9", "icc_backchannel")
+    ]
     by = {s.id: s for s in samples}
     main = lambda s: f"{s.subset}/{s.id}/main"  # noqa: E731
     record_fake(rec, main(by["1"]), by["1"].input_wav)
@@ -80,7 +107,10 @@ def test_v10_export_windows_and_reasons(tmp_path, v10):
     assert {i for i, r in rows.items() if r.eligible} == {"1", "2", "9"}
     expect = {
         "3": ("fail", "status: timeout: deadline passed"),
-        "4": ("pass", "pacing: 1 of 13 packets started more than 80 ms off schedule (max 100.0 ms)"),
+        "4": (
+            "pass",
+            "pacing: 1 of 13 packets started more than 80 ms off schedule (max 100.0 ms)",
+        ),
         "5": ("fail", "protocol: end: no sglang.input_audio.drained"),
         "6": ("pass", "input: the recorded input is not the dataset input"),
         "7": ("missing", "missing: no recording"),
@@ -102,10 +132,19 @@ def test_v10_eligible_folder_contents(tmp_path, v10):
     assert sorted(p.name for p in folder.iterdir()) == ["output.wav", "pause.json"]
     assert (folder / "pause.json").read_bytes() == samples[0].annotation.read_bytes()
     window = read_wav(folder / "output.wav")
-    assert window.rate == 16000 and len(window.samples) == row.input_samples == 16000 and row.T_s == 1.0
+    assert (
+        window.rate == 16000
+        and len(window.samples) == row.input_samples == 16000
+        and row.T_s == 1.0
+    )
     loud = np.abs(window.samples) > 0.05
-    assert loud[5000:9400].mean() > 0.5 and not loud[:4700].any() and not loud[9800:].any()  # 0.3-0.6 s
-    assert row.files == {"output.wav": sha256_file(folder / "output.wav"), "pause.json": sha256_file(folder / "pause.json")}
+    assert (
+        loud[5000:9400].mean() > 0.5 and not loud[:4700].any() and not loud[9800:].any()
+    )  # 0.3-0.6 s
+    assert row.files == {
+        "output.wav": sha256_file(folder / "output.wav"),
+        "pause.json": sha256_file(folder / "pause.json"),
+    }
     assert sorted(p.name for p in (out / "icc_backchannel" / "9").iterdir()) == ["output.wav"]
     data = json.loads((out / "manifest.json").read_text())
     assert data["schema"] == "fdb-export-1" and data["dataset"] == "v1.0"
@@ -142,8 +181,9 @@ def test_an_interrupted_export_is_redone_in_place(tmp_path, v10):
     assert not (done / EXPORT_MARKER).exists()
     export_v10(recordings, samples, cut)
     (cut / "manifest.json").unlink()  # as if killed after the samples, before the manifest
-    (cut / EXPORT_MARKER).write_text(json.dumps({"schema": "fdb-export-progress-1",
-                                                 "sources_sha256": "0" * 64, "folders": []}))
+    (cut / EXPORT_MARKER).write_text(
+        json.dumps({"schema": "fdb-export-progress-1", "sources_sha256": "0" * 64, "folders": []})
+    )
     with pytest.raises(FdbError, match="not empty"):  # a marker of other recordings
         export_v10(recordings, samples, cut)
     first = tree_bytes(done)
@@ -153,8 +193,15 @@ def test_an_interrupted_export_is_redone_in_place(tmp_path, v10):
             child.unlink()
         path.rmdir()
     digest = json.loads((done / "manifest.json").read_text())["provenance"]["sources_sha256"]
-    (cut / EXPORT_MARKER).write_text(json.dumps({"schema": "fdb-export-progress-1", "sources_sha256": digest,
-                                                 "folders": [[s.subset, s.id] for s in samples]}))
+    (cut / EXPORT_MARKER).write_text(
+        json.dumps(
+            {
+                "schema": "fdb-export-progress-1",
+                "sources_sha256": digest,
+                "folders": [[s.subset, s.id] for s in samples],
+            }
+        )
+    )
     export_v10(recordings, samples, cut)
     assert tree_bytes(cut) == first
 
@@ -173,9 +220,18 @@ def v15_pair(root: Path, category: str, id_: str) -> V15Pair:
     make_input(folder / "input.wav", rate=24000, freq=250)
     make_input(folder / "clean_input.wav", seconds=1.2, rate=24000, freq=350)
     (folder / "metadata.json").write_text(json.dumps({"timestamps": [0.4, 0.7]}))
-    return V15Pair(category=category, id=id_, dir=folder, input_wav=folder / "input.wav",
-                   clean_input_wav=folder / "clean_input.wav", metadata=folder / "metadata.json", rate=24000,
-                   duration_s=1.0, clean_duration_s=1.2, overlap=(0.4, 0.7))
+    return V15Pair(
+        category=category,
+        id=id_,
+        dir=folder,
+        input_wav=folder / "input.wav",
+        clean_input_wav=folder / "clean_input.wav",
+        metadata=folder / "metadata.json",
+        rate=24000,
+        duration_s=1.0,
+        clean_duration_s=1.2,
+        overlap=(0.4, 0.7),
+    )
 
 
 def test_v15_export_pairs(tmp_path):
@@ -184,18 +240,34 @@ def test_v15_export_pairs(tmp_path):
     for pair, variants in ((good, ("overlap", "clean")), (half, ("overlap",))):
         for variant in variants:
             wav = pair.input_wav if variant == "overlap" else pair.clean_input_wav
-            record_fake(rec, f"{pair.category}/{pair.id}/{variant}", wav, replies=(Reply(at=0.2, cancel=True),))
+            record_fake(
+                rec,
+                f"{pair.category}/{pair.id}/{variant}",
+                wav,
+                replies=(Reply(at=0.2, cancel=True),),
+            )
     out = tmp_path / "reference-audio"
     manifest = export_v15([rec], [good, half], out)
     rows = {r.id: r for r in manifest.samples}
     assert rows["1"].eligible and rows["1"].verdict == "pass" and rows["1"].barge_in_cuts == 2
     assert not rows["2"].eligible and rows["2"].verdict == "missing"
-    assert rows["2"].reasons == ["clean: missing: no recording"] and not (out / "user_interruption" / "2").exists()
+    assert (
+        rows["2"].reasons == ["clean: missing: no recording"]
+        and not (out / "user_interruption" / "2").exists()
+    )
     folder = out / "user_interruption" / "1"
     names = ["clean_input.wav", "clean_output.wav", "input.wav", "metadata.json", "output.wav"]
     assert sorted(p.name for p in folder.iterdir()) == names and sorted(rows["1"].files) == names
-    assert len(read_wav(folder / "input.wav").samples) == len(read_wav(folder / "output.wav").samples) == 16000
-    assert len(read_wav(folder / "clean_input.wav").samples) == len(read_wav(folder / "clean_output.wav").samples) == 19200
+    assert (
+        len(read_wav(folder / "input.wav").samples)
+        == len(read_wav(folder / "output.wav").samples)
+        == 16000
+    )
+    assert (
+        len(read_wav(folder / "clean_input.wav").samples)
+        == len(read_wav(folder / "clean_output.wav").samples)
+        == 19200
+    )
     assert read_wav(folder / "input.wav").rate == 16000
     assert (folder / "metadata.json").read_bytes() == good.metadata.read_bytes()
     assert json.loads((out / "reference-manifest.json").read_text())["dataset"] == "v1.5"

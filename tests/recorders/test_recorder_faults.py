@@ -39,7 +39,10 @@ def test_native_faults_are_recorded_and_named(tmp_path, faults, status, phrase):
     out = tmp_path / "s"
     rec, _ = record(NATIVE.name, out, faults, timeout_s=2.0)
     assert rec.status == status, rec.failure
-    assert rec.verdict.status == "fail" and _named(rec, phrase), (rec.failure, rec.verdict.violations)
+    assert rec.verdict.status == "fail" and _named(rec, phrase), (
+        rec.failure,
+        rec.verdict.violations,
+    )
     assert (out / "session.json").is_file() and read_trace(out / "trace.jsonl")
 
 
@@ -49,26 +52,46 @@ def test_slow_drain_within_the_deadline_passes_and_is_timed(tmp_path):
     assert rec.drain_s >= 0.4
 
 
-@pytest.mark.parametrize("faults,status,phrase", [
-    (Faults(delta_rate=16000), "ok", "audio delta at 16000 Hz, expected 24000"),
-    (Faults(stall_at_packet=2), "timeout", "--legacy-tail"),
-    (Faults(duplicate_updated=True), "ok", "session.updated"),
-    (Faults(disconnect_at_packet=2), "disconnected", "code 1011"),
-], ids=lambda x: None)
+@pytest.mark.parametrize(
+    "faults,status,phrase",
+    [
+        (Faults(delta_rate=16000), "ok", "audio delta at 16000 Hz, expected 24000"),
+        (Faults(stall_at_packet=2), "timeout", "--legacy-tail"),
+        (Faults(duplicate_updated=True), "ok", "session.updated"),
+        (Faults(disconnect_at_packet=2), "disconnected", "code 1011"),
+    ],
+    ids=lambda x: None,
+)
 def test_legacy_faults_are_named(tmp_path, faults, status, phrase):
     rec, _ = record(LEGACY.name, tmp_path / "s", faults, td=TD, timeout_s=2.0)
-    assert rec.status == status and rec.verdict.status == "fail", (rec.failure, rec.verdict.violations)
+    assert rec.status == status and rec.verdict.status == "fail", (
+        rec.failure,
+        rec.verdict.violations,
+    )
     assert _named(rec, phrase), (rec.failure, rec.verdict.violations)
 
 
 def test_a_batch_of_faulty_sessions_loses_none(tmp_path):
     async def main():
-        servers = [DialectServer(NATIVE.name, f) for f, _, _ in NATIVE_FAULTS[:4]] + [DialectServer(NATIVE.name)]
+        servers = [DialectServer(NATIVE.name, f) for f, _, _ in NATIVE_FAULTS[:4]] + [
+            DialectServer(NATIVE.name)
+        ]
         for s in servers:
             await s.__aenter__()
         try:
-            jobs = [SessionJob(s.url, speech(), tmp_path / str(k), f"c/{k}", "main", NATIVE.name, None, timeout_s=2.0)
-                    for k, s in enumerate(servers)]
+            jobs = [
+                SessionJob(
+                    s.url,
+                    speech(),
+                    tmp_path / str(k),
+                    f"c/{k}",
+                    "main",
+                    NATIVE.name,
+                    None,
+                    timeout_s=2.0,
+                )
+                for k, s in enumerate(servers)
+            ]
             return await record_many(jobs, concurrency=5)
         finally:
             for s in servers:

@@ -18,7 +18,11 @@ def judge(events, td=TD, input_ms=INPUT_MS):
 
 
 def index(events, type_, nth=0, direction=None):
-    found = [i for i, e in enumerate(events) if e.type == type_ and (direction is None or e.dir == direction)]
+    found = [
+        i
+        for i, e in enumerate(events)
+        if e.type == type_ and (direction is None or e.dir == direction)
+    ]
     return found[nth]
 
 
@@ -38,7 +42,9 @@ def test_unaligned_input_with_short_last_packet_and_unit_passes():
 
 
 def test_each_cancellation_with_its_own_speech_started_passes():
-    events, _ = good_trace(replies=(Reply(at=0.2, cancel=True, rid="r1"), Reply(at=0.6, cancel=True, rid="r2")))
+    events, _ = good_trace(
+        replies=(Reply(at=0.2, cancel=True, rid="r1"), Reply(at=0.6, cancel=True, rid="r2"))
+    )
     assert judge(events).status == "pass", judge(events).violations
 
 
@@ -77,11 +83,14 @@ def test_append_seq_out_of_order_fails():
     assert "input" in rules(judge(events))
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("unit_id", "unit_9", "unit id 'unit_9'"),
-    ("t_start_ms", 333, "t_start_ms 333"),
-    ("duration_ms", 150, "unit_1 lasts 150"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("unit_id", "unit_9", "unit id 'unit_9'"),
+        ("t_start_ms", 333, "t_start_ms 333"),
+        ("duration_ms", 150, "unit_1 lasts 150"),
+    ],
+)
 def test_unit_rules(field, value, needle):
     events, _ = good_trace()
     unit = events[index(events, "sglang.unit.done", 1)].event
@@ -121,15 +130,21 @@ def test_ordering_of_end_ended_drained_close_closed():
     close = events.pop(index(events, "session.close"))
     events.insert(index(events, "sglang.input_audio.drained"), close)
     _retime(events)
-    assert any("session.close before sglang.input_audio.drained" in v for v in judge(events).violations)
+    assert any(
+        "session.close before sglang.input_audio.drained" in v for v in judge(events).violations
+    )
 
 
 def test_missing_closed_and_events_after_closed_fail():
     events, _ = good_trace()
     no_closed = [e for e in events if e.type != "session.closed"]
     assert any("no session.closed" in v for v in judge(no_closed).violations)
-    late = TraceEvent(t=events[-1].t + 1, dir="recv", type="response.created",
-                      event={"type": "response.created", "response": {"id": "late", "status": "in_progress"}})
+    late = TraceEvent(
+        t=events[-1].t + 1,
+        dir="recv",
+        type="response.created",
+        event={"type": "response.created", "response": {"id": "late", "status": "in_progress"}},
+    )
     verdict = judge([*events, late])
     assert any("response.created after session.closed" in v for v in verdict.violations)
 
@@ -142,8 +157,13 @@ def test_response_without_done_fails():
 
 def test_completed_with_wrong_reason_and_unknown_status_fail():
     events, _ = good_trace()
-    events[index(events, "response.done")].event["response"]["status_details"]["reason"] = "interrupted"
-    assert any("completed response 'resp_1' with reason 'interrupted'" in v for v in judge(events).violations)
+    events[index(events, "response.done")].event["response"]["status_details"]["reason"] = (
+        "interrupted"
+    )
+    assert any(
+        "completed response 'resp_1' with reason 'interrupted'" in v
+        for v in judge(events).violations
+    )
     events[index(events, "response.done")].event["response"]["status"] = "failed"
     assert any("ended with status 'failed'" in v for v in judge(events).violations)
 
@@ -155,10 +175,16 @@ def test_cancellation_without_speech_started_fails():
 
 
 def test_one_speech_started_cannot_justify_two_cancellations():
-    events, _ = good_trace(replies=(Reply(at=0.2, cancel=True, rid="r1"), Reply(at=0.6, cancel=True, rid="r2")))
+    events, _ = good_trace(
+        replies=(Reply(at=0.2, cancel=True, rid="r1"), Reply(at=0.6, cancel=True, rid="r2"))
+    )
     starts = [i for i, e in enumerate(events) if e.type == "input_audio_buffer.speech_started"]
     keep = starts[0]
-    events = [e for i, e in enumerate(events) if i == keep or e.type != "input_audio_buffer.speech_started"]
+    events = [
+        e
+        for i, e in enumerate(events)
+        if i == keep or e.type != "input_audio_buffer.speech_started"
+    ]
     verdict = judge(events)
     assert sum("no speech_started of its own" in v for v in verdict.violations) == 1
     assert any("'r2'" in v for v in verdict.violations)
@@ -187,11 +213,17 @@ def test_audio_after_response_done_or_before_created_fails():
 
 def test_error_event_and_failure_note_fail():
     events, _ = good_trace()
-    err = TraceEvent(t=0.5, dir="recv", type="error",
-                     event={"type": "error", "error": {"code": "internal", "message": "boom"}})
+    err = TraceEvent(
+        t=0.5,
+        dir="recv",
+        type="error",
+        event={"type": "error", "error": {"code": "internal", "message": "boom"}},
+    )
     events.insert(index(events, "sglang.unit.done", 2), err)
     assert any("server error internal: boom" in v for v in judge(events).violations)
-    note = TraceEvent(t=events[-1].t, dir="note", type="failure", event={"status": "timeout", "reason": "late"})
+    note = TraceEvent(
+        t=events[-1].t, dir="note", type="failure", event={"status": "timeout", "reason": "late"}
+    )
     assert any("session failed: late" in v for v in judge([*events, note]).violations)
 
 

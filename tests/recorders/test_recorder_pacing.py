@@ -68,21 +68,37 @@ def test_spreader_interleaves_sessions_that_start_together():
     gaps = [b - a for a, b in zip(phases, phases[1:] + [phases[0] + period], strict=True)]
     assert min(gaps) > 0.3 * period / 64 and max(gaps) < 3 * period / 64  # about evenly spread
     clock = FakeClock(cost=0.001)
-    t0, receipts = asyncio.run(send_paced([b"\0\0" * 1280] * 3, clock.send, clock.time, clock.sleep, period,
-                                          spreader=PhaseSpreader()))
-    assert t0 == pytest.approx(100.0)  # the first session's phase is 0, and 100.0 is on the 80 ms grid
+    t0, receipts = asyncio.run(
+        send_paced(
+            [b"\0\0" * 1280] * 3,
+            clock.send,
+            clock.time,
+            clock.sleep,
+            period,
+            spreader=PhaseSpreader(),
+        )
+    )
+    assert t0 == pytest.approx(
+        100.0
+    )  # the first session's phase is 0, and 100.0 is on the 80 ms grid
     assert [r.scheduled for r in receipts] == pytest.approx([0.0, 0.08, 0.16])
     assert all(r.start >= r.scheduled for r in receipts)
 
 
 def test_spreader_puts_phases_on_its_grid_so_sessions_share_wake_ups():
     spreader, period = PhaseSpreader(), 0.08  # the default grid: 0.5 ms, 160 phases
-    starts = [spreader.start(100.013 + 0.37 * k, period) for k in range(512)]  # sessions start apart
+    starts = [
+        spreader.start(100.013 + 0.37 * k, period) for k in range(512)
+    ]  # sessions start apart
     phases = [round((t % period) / 0.0005) for t in starts]
-    assert all(abs((t % period) - p * 0.0005) < 1e-9 or abs((t % period) - period) < 1e-9
-               for t, p in zip(starts, phases, strict=True))  # on the grid, counted from the clock's periods
+    assert all(
+        abs((t % period) - p * 0.0005) < 1e-9 or abs((t % period) - period) < 1e-9
+        for t, p in zip(starts, phases, strict=True)
+    )  # on the grid, counted from the clock's periods
     counts = Counter(p % 160 for p in phases)
-    assert len(counts) == 160 and max(counts.values()) <= 5  # every phase used, about evenly (512/160)
+    assert (
+        len(counts) == 160 and max(counts.values()) <= 5
+    )  # every phase used, about evenly (512/160)
 
 
 def test_late_sender_sends_overdue_packets_at_once_then_returns_to_schedule():

@@ -30,12 +30,21 @@ def speech(seconds: float = 0.6, rate: int = 16000) -> Audio:
     return Audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate)
 
 
-def record(script: Script, out: Path, audio: Audio | None = None, timeout_s: float = 5.0) -> SessionRecord:
+def record(
+    script: Script, out: Path, audio: Audio | None = None, timeout_s: float = 5.0
+) -> SessionRecord:
     async def main():
         async with ScriptedServer(script) as server:
             return await record_session(
-                server.url, audio or speech(), out, sample_id="synthetic_pause_handling/1", variant="main",
-                profile="turn-based", turn_detection=TD, model="m", timeout_s=timeout_s,
+                server.url,
+                audio or speech(),
+                out,
+                sample_id="synthetic_pause_handling/1",
+                variant="main",
+                profile="turn-based",
+                turn_detection=TD,
+                model="m",
+                timeout_s=timeout_s,
             )
 
     return asyncio.run(main())
@@ -50,8 +59,16 @@ def test_clean_session_writes_the_directory(tmp_path):
     rec = record(Script(reply_at_packet=3, reply_ms=300), out)
     assert rec.status == "ok" and rec.failure is None, rec.failure
     assert rec.verdict.status == "pass", rec.verdict.violations
-    assert sorted(p.name for p in out.iterdir()) == ["input.wav", "output.pcm", "session.json", "trace.jsonl"]
-    assert stored(out) == rec and json.loads((out / "session.json").read_text())["schema"] == "fdb-session-1"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "input.wav",
+        "output.pcm",
+        "session.json",
+        "trace.jsonl",
+    ]
+    assert (
+        stored(out) == rec
+        and json.loads((out / "session.json").read_text())["schema"] == "fdb-session-1"
+    )
     assert rec.close_code == 1000 and rec.pacing.packets == 8 and rec.pacing.violations == 0
     assert rec.turn_detection_requested == TD and rec.turn_detection_granted["type"] == "server_vad"
     assert rec.responses.created == rec.responses.completed == 1
@@ -144,15 +161,27 @@ def test_invalid_json_fails_the_session(tmp_path):
     assert rec.status == "error" and "invalid JSON" in rec.failure
 
 
-@pytest.mark.parametrize("delta,detail", [
-    ("abc", "length 3 is not a multiple of 4"),  # seen at once: the session stops there
-    ("!!!!" * 8, "audio delta 1"),  # the right shape: found when the finished session is decoded
-])
-def test_an_undecodable_audio_delta_fails_the_session_and_keeps_the_audio_before_it(tmp_path, delta, detail):
+@pytest.mark.parametrize(
+    "delta,detail",
+    [
+        ("abc", "length 3 is not a multiple of 4"),  # seen at once: the session stops there
+        (
+            "!!!!" * 8,
+            "audio delta 1",
+        ),  # the right shape: found when the finished session is decoded
+    ],
+)
+def test_an_undecodable_audio_delta_fails_the_session_and_keeps_the_audio_before_it(
+    tmp_path, delta, detail
+):
     rec = record(Script(bad_delta=delta), tmp_path / "s")
-    assert rec.status == "error" and "undecodable audio delta" in rec.failure and detail in rec.failure
+    assert (
+        rec.status == "error" and "undecodable audio delta" in rec.failure and detail in rec.failure
+    )
     output = (tmp_path / "s" / "output.pcm").read_bytes()
-    assert output.startswith(tone(100)) and len(output) < len(tone(300))  # the bad delta is not in it
+    assert output.startswith(tone(100)) and len(output) < len(
+        tone(300)
+    )  # the bad delta is not in it
     trace = read_trace(tmp_path / "s" / "trace.jsonl")
     assert any(ev.type == "failure" and "undecodable" in ev.event["reason"] for ev in trace)
 
@@ -173,10 +202,18 @@ def test_connection_refused_is_recorded(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "s"
-    rec = asyncio.run(record_session(
-        f"ws://127.0.0.1:{port}/v1/realtime?api_key=secret", speech(), out, sample_id="a/1", variant="main",
-        profile="turn-based", turn_detection=TD, timeout_s=3,
-    ))
+    rec = asyncio.run(
+        record_session(
+            f"ws://127.0.0.1:{port}/v1/realtime?api_key=secret",
+            speech(),
+            out,
+            sample_id="a/1",
+            variant="main",
+            profile="turn-based",
+            turn_detection=TD,
+            timeout_s=3,
+        )
+    )
     assert rec.status == "error" and "cannot connect" in rec.failure
     assert "secret" not in (out / "session.json").read_text() + (out / "trace.jsonl").read_text()
 
@@ -187,25 +224,56 @@ def test_local_input_problems_raise_before_sending(tmp_path):
     with pytest.raises(SampleError, match="already recorded"):
         record(Script(), out)
     with pytest.raises(FdbError, match="requires --turn-detection"):
-        asyncio.run(record_session("ws://x", speech(), tmp_path / "t", sample_id="a/1", variant="main",
-                                   profile="turn-based", turn_detection=None))
+        asyncio.run(
+            record_session(
+                "ws://x",
+                speech(),
+                tmp_path / "t",
+                sample_id="a/1",
+                variant="main",
+                profile="turn-based",
+                turn_detection=None,
+            )
+        )
     with pytest.raises(SampleError, match="empty"):
-        asyncio.run(record_session("ws://x", Audio(np.zeros(0, np.float32), 16000), tmp_path / "u",
-                                   sample_id="a/1", variant="main", profile="turn-based", turn_detection=TD))
+        asyncio.run(
+            record_session(
+                "ws://x",
+                Audio(np.zeros(0, np.float32), 16000),
+                tmp_path / "u",
+                sample_id="a/1",
+                variant="main",
+                profile="turn-based",
+                turn_detection=TD,
+            )
+        )
 
 
 def test_record_many_isolates_failures_and_keeps_order(tmp_path):
     seen = []
 
     async def main():
-        async with ScriptedServer(Script()) as good, ScriptedServer(Script(disconnect_at_packet=2)) as bad:
+        async with (
+            ScriptedServer(Script()) as good,
+            ScriptedServer(Script(disconnect_at_packet=2)) as bad,
+        ):
             jobs = [
                 SessionJob(good.url, speech(), tmp_path / "a", "s/a", "main", "turn-based", TD),
                 SessionJob(bad.url, speech(), tmp_path / "b", "s/b", "main", "turn-based", TD),
-                SessionJob(good.url, tmp_path / "missing.wav", tmp_path / "c", "s/c", "main", "turn-based", TD),
+                SessionJob(
+                    good.url,
+                    tmp_path / "missing.wav",
+                    tmp_path / "c",
+                    "s/c",
+                    "main",
+                    "turn-based",
+                    TD,
+                ),
                 SessionJob(good.url, speech(), tmp_path / "d", "s/d", "main", "turn-based", TD),
             ]
-            return await record_many(jobs, concurrency=2, progress=lambda d, n, r: seen.append((d, n, r.sample_id)))
+            return await record_many(
+                jobs, concurrency=2, progress=lambda d, n, r: seen.append((d, n, r.sample_id))
+            )
 
     records = asyncio.run(main())
     assert [r.sample_id for r in records] == ["s/a", "s/b", "s/c", "s/d"]
@@ -232,8 +300,19 @@ def test_opening_slots_ramp_a_batch_but_a_silent_server_cannot_hold_it_back(tmp_
     async def main():
         async with serve(silent, "127.0.0.1", 0, compression=None, ping_interval=None) as server:
             url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/realtime"
-            jobs = [SessionJob(url, speech(), tmp_path / f"s{k}", f"silent/{k}", "main", "turn-based", TD,
-                               timeout_s=1.0) for k in range(4)]
+            jobs = [
+                SessionJob(
+                    url,
+                    speech(),
+                    tmp_path / f"s{k}",
+                    f"silent/{k}",
+                    "main",
+                    "turn-based",
+                    TD,
+                    timeout_s=1.0,
+                )
+                for k in range(4)
+            ]
             await session_mod.start_finisher()
             t = asyncio.get_running_loop().time()
             records = await record_many(jobs, concurrency=4)

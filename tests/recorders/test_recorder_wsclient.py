@@ -30,8 +30,15 @@ class Peer:
         return connection.respond(HTTPStatus(self.status), "no\n") if self.status else None
 
     async def __aenter__(self):
-        self.server = await serve(self.handler, "127.0.0.1", 0, process_request=self._process_request,
-                                  compression=None, ping_interval=None, **self.options)
+        self.server = await serve(
+            self.handler,
+            "127.0.0.1",
+            0,
+            process_request=self._process_request,
+            compression=None,
+            ping_interval=None,
+            **self.options,
+        )
         return f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/realtime"
 
     async def __aexit__(self, *exc):
@@ -45,7 +52,9 @@ def run(handler, client_steps, *, client_max: int = 1 << 20, status: int | None 
 
     async def main():
         async with Peer(handler, status, **options) as url:
-            client = await open_client(url, lambda m, t: got.append((m, t)), [("X-Test", "1")], client_max, 5.0)
+            client = await open_client(
+                url, lambda m, t: got.append((m, t)), [("X-Test", "1")], client_max, 5.0
+            )
             await client_steps(client, got)
             await client.close(2.0)
             return client
@@ -70,7 +79,11 @@ def test_messages_whole_and_fragmented_arrive_in_order_with_receipt_times():
     assert [m for m, _ in got] == ['{"type": "a"}', "fragmented text é", b"\x00\x01", "tail"]
     times = [t for _, t in got]
     assert before <= times[0] <= times[1] <= times[2] <= times[3] <= CLOCK()
-    assert client.close_code == 1000 and client.close_reason == "done" and client.failed_by_client is None
+    assert (
+        client.close_code == 1000
+        and client.close_reason == "done"
+        and client.failed_by_client is None
+    )
 
 
 def test_a_peer_close_without_a_reason_is_answered_and_logs_nothing(capsys):
@@ -188,15 +201,22 @@ def test_a_refused_upgrade_carries_its_status(status):
     assert info.value.status == status
 
 
-async def _upgrade(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float = 0.0) -> None:
+async def _upgrade(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float = 0.0
+) -> None:
     """Accept the client's upgrade by hand (RFC 6455 §4.2.2), ``delay`` seconds after its request."""
     request = await reader.readuntil(b"\r\n\r\n")
-    key = next(line.split(b":", 1)[1].strip() for line in request.split(b"\r\n")
-               if line.lower().startswith(b"sec-websocket-key:"))
+    key = next(
+        line.split(b":", 1)[1].strip()
+        for line in request.split(b"\r\n")
+        if line.lower().startswith(b"sec-websocket-key:")
+    )
     accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
     await asyncio.sleep(delay)
-    writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    writer.write(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+    )
 
 
 async def _mute_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -213,6 +233,7 @@ async def _raw_server(handler):
 
 def _open_with(peer):
     """Serve the raw handler ``peer`` and open a client to it (what ``open_client`` raises, raises)."""
+
     async def main():
         server, url = await _raw_server(peer)
         try:
@@ -350,7 +371,9 @@ def test_an_upgrade_given_up_on_leaves_no_connection_behind():
 
         server, url = await _raw_server(peer)
         try:
-            opening = asyncio.ensure_future(open_client(url, lambda m, t: got.append(m), None, 1 << 20, 5.0))
+            opening = asyncio.ensure_future(
+                open_client(url, lambda m, t: got.append(m), None, 1 << 20, 5.0)
+            )
             await asyncio.sleep(0.1)
             opening.cancel()
             with pytest.raises(asyncio.CancelledError):

@@ -16,8 +16,13 @@ from fdb.session_settings import session_settings
 
 def test_settings_become_the_sglang_fields_of_the_first_update(tmp_path):
     write_wav(tmp_path / "ref.wav", np.full(8000, 0.1, np.float32), 16000)
-    settings = session_settings(NATIVE_80.name, "Be brief.", "NATF2", '{"temperature": 0.7, "greedy": false}',
-                                tmp_path / "ref.wav")
+    settings = session_settings(
+        NATIVE_80.name,
+        "Be brief.",
+        "NATF2",
+        '{"temperature": 0.7, "greedy": false}',
+        tmp_path / "ref.wav",
+    )
     assert settings.reference_audio.duration_s == 0.5 and settings.reference_audio.bytes == 16044
     body = NATIVE_80.session_update(None, None, settings.instructions, settings.sglang_fields())
     assert body["instructions"] == "Be brief." and body["sglang"]["voice"] == "NATF2"
@@ -29,13 +34,16 @@ def test_settings_become_the_sglang_fields_of_the_first_update(tmp_path):
     assert session_settings(NATIVE_80.name) is None
 
 
-@pytest.mark.parametrize("args, match", [
-    (dict(sampling="[1]"), "--sampling must be a non-empty JSON object"),
-    (dict(sampling='{"temperature": "hot"}'), "temperature are not numbers"),
-    (dict(sampling="{"), "--sampling is not valid JSON"),
-    (dict(reference="long.wav"), "long.wav: 31.00 s, not between 0 and 30 s"),
-    (dict(reference="missing.wav"), "not a readable WAV"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (dict(sampling="[1]"), "--sampling must be a non-empty JSON object"),
+        (dict(sampling='{"temperature": "hot"}'), "temperature are not numbers"),
+        (dict(sampling="{"), "--sampling is not valid JSON"),
+        (dict(reference="long.wav"), "long.wav: 31.00 s, not between 0 and 30 s"),
+        (dict(reference="missing.wav"), "not a readable WAV"),
+    ],
+)
 def test_malformed_settings_are_refused_naming_the_option(tmp_path, args, match):
     write_wav(tmp_path / "long.wav", np.zeros(31 * 8000, np.float32), 8000)
     if "reference" in args:

@@ -41,15 +41,25 @@ SCRIPTS = {
     "wav": ("audio/wav", {}, [(0.05, 3200), (0.15, 3200)]),
     "stop80": ("audio/pcm", {"X-Sample-Rate": "24000"}, [(0.05, 3840)]),
 }
-SSE = {"sse": [(0.10, 4800), (0.20, 4800), (0.21, None)],
-       "sse-late": [(0.10, 4800), (0.15, None), (0.20, 3840)],
-       "sse-legacy": [(0.05, 4800), (0.10, 4800), (0.11, None)]}
+SSE = {
+    "sse": [(0.10, 4800), (0.20, 4800), (0.21, None)],
+    "sse-late": [(0.10, 4800), (0.15, None), (0.20, 3840)],
+    "sse-legacy": [(0.05, 4800), (0.10, 4800), (0.11, None)],
+}
 
 
 def _wav_header(rate: int) -> bytes:
-    fmt = (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + rate.to_bytes(4, "little") + \
-        (2 * rate).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
-    return b"RIFF\xff\xff\xff\xffWAVEfmt " + (16).to_bytes(4, "little") + fmt + b"data\xff\xff\xff\xff"
+    fmt = (
+        (1).to_bytes(2, "little")
+        + (1).to_bytes(2, "little")
+        + rate.to_bytes(4, "little")
+        + (2 * rate).to_bytes(4, "little")
+        + (2).to_bytes(2, "little")
+        + (16).to_bytes(2, "little")
+    )
+    return (
+        b"RIFF\xff\xff\xff\xffWAVEfmt " + (16).to_bytes(4, "little") + fmt + b"data\xff\xff\xff\xff"
+    )
 
 
 async def _at(start: float, t: float) -> None:
@@ -67,9 +77,14 @@ async def _raw(start: float, variant: str):
 def _legacy(size: int | None) -> bytes:
     """sglang's older SSE: base64 WAV chunks with their rate, a finish_reason chunk, [DONE]."""
     if size is None:
-        return b'data: {"object": "audio.speech.chunk", "finish_reason": "stop"}\n\ndata: [DONE]\n\n'
+        return (
+            b'data: {"object": "audio.speech.chunk", "finish_reason": "stop"}\n\ndata: [DONE]\n\n'
+        )
     wav = base64.b64encode(_wav_header(24000) + b"\x10\x00" * (size // 2)).decode()
-    event = {"object": "audio.speech.chunk", "audio": {"data": wav, "format": "wav", "sample_rate": 24000}}
+    event = {
+        "object": "audio.speech.chunk",
+        "audio": {"data": wav, "format": "wav", "sample_rate": 24000},
+    }
     return f"data: {json.dumps(event)}\n\n".encode()
 
 
@@ -94,7 +109,9 @@ async def speech(request: Request):
         return JSONResponse({"error": {"message": "engine exploded"}}, status_code=500)
     if variant in SSE:
         headers = {} if variant == "sse-legacy" else {"X-Sample-Rate": "24000"}
-        return StreamingResponse(_sse(start, variant), media_type="text/event-stream", headers=headers)
+        return StreamingResponse(
+            _sse(start, variant), media_type="text/event-stream", headers=headers
+        )
     ctype, headers, _ = SCRIPTS[variant]
     return StreamingResponse(_raw(start, variant), headers={**headers, "Content-Type": ctype})
 
@@ -107,7 +124,9 @@ class ScriptedServer:
         self.app.state.bodies = []
         self.app.state.auth = []  # the Authorization header of each request (None when absent)
         self.port = free_port()
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -136,9 +155,20 @@ def seed_items(folder, count: int = 1) -> list:
     from fdb.datasets.seedtts import SeedTtsItem
 
     wav = folder / "prompt.wav"
-    write_wav(wav, 0.1 * np.sin(np.arange(3200) / 16000 * 2 * np.pi * 220).astype(np.float32), 16000)
-    return [SeedTtsItem(list_name="en/meta.lst", line=n, id=f"utt{n}", prompt_text="A prompt.", prompt_wav=wav,
-                        target_text=f"Target number {n}.") for n in range(1, count + 1)]
+    write_wav(
+        wav, 0.1 * np.sin(np.arange(3200) / 16000 * 2 * np.pi * 220).astype(np.float32), 16000
+    )
+    return [
+        SeedTtsItem(
+            list_name="en/meta.lst",
+            line=n,
+            id=f"utt{n}",
+            prompt_text="A prompt.",
+            prompt_wav=wav,
+            target_text=f"Target number {n}.",
+        )
+        for n in range(1, count + 1)
+    ]
 
 
 def run(coro):

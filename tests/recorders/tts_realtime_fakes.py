@@ -15,8 +15,13 @@ from tests.recorders.recorder_fakes import LoopbackPeer
 
 
 class RealtimeTtsPeer(LoopbackPeer):
-    def __init__(self, rate: int | None = 24000, deltas=((0.10, 4800), (0.20, 4800)), done_at: float = 0.25,
-                 late=((0.30, 3840),)):
+    def __init__(
+        self,
+        rate: int | None = 24000,
+        deltas=((0.10, 4800), (0.20, 4800)),
+        done_at: float = 0.25,
+        late=((0.30, 3840),),
+    ):
         self.rate, self.deltas, self.done_at, self.late = rate, list(deltas), done_at, list(late)
         self.received: list[dict] = []
 
@@ -38,11 +43,17 @@ class RealtimeTtsPeer(LoopbackPeer):
 
     async def _respond(self, ws: ServerConnection) -> None:
         start = time.perf_counter()
-        script = [(t, n) for t, n in self.deltas] + [(self.done_at, None)] + [(t, n) for t, n in self.late]
+        script = (
+            [(t, n) for t, n in self.deltas]
+            + [(self.done_at, None)]
+            + [(t, n) for t, n in self.late]
+        )
         for t, size in sorted(script, key=lambda pair: pair[0]):
             await asyncio.sleep(max(0.0, start + t - time.perf_counter()))
             if size is None:
-                await ws.send(json.dumps({"type": "response.done", "response": {"status": "completed"}}))
+                await ws.send(
+                    json.dumps({"type": "response.done", "response": {"status": "completed"}})
+                )
             else:
                 delta = base64.b64encode(b"\x10\x00" * (size // 2)).decode()
                 await ws.send(json.dumps({"type": "response.output_audio.delta", "delta": delta}))

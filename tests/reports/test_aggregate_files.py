@@ -25,17 +25,48 @@ from tests.reports.test_results_tables import _summary
 def _judge(share_respond: float) -> dict:
     """judge.json of two pairs judged, a share ``share_respond`` of them C_RESPOND, the rest C_RESUME."""
     respond = round(2 * share_respond)
-    counts = {"C_RESPOND": respond, "C_RESUME": 2 - respond, "C_UNCERTAIN_HANDLING": 0, "C_UNKNOWN": 0}
-    cell = BehaviorCell(selected=2, eligible=2, outcomes=dict.fromkeys(OUTCOMES, 0) | {"valid": 2}, judged=2,
-                        labels={k: Share(count=n, share=n / 2, ci95=wilson(n, 2)) for k, n in counts.items()})
+    counts = {
+        "C_RESPOND": respond,
+        "C_RESUME": 2 - respond,
+        "C_UNCERTAIN_HANDLING": 0,
+        "C_UNKNOWN": 0,
+    }
+    cell = BehaviorCell(
+        selected=2,
+        eligible=2,
+        outcomes=dict.fromkeys(OUTCOMES, 0) | {"valid": 2},
+        judged=2,
+        labels={k: Share(count=n, share=n / 2, ci95=wilson(n, 2)) for k, n in counts.items()},
+    )
     labels = ["C_RESPOND"] * respond + ["C_RESUME"] * (2 - respond)
-    samples = [BehaviorSample(sample_id=f"user_interruption/{i}", category="user_interruption", outcome="valid",
-                              label=label, attempts=1) for i, label in enumerate(labels, 1)]
+    samples = [
+        BehaviorSample(
+            sample_id=f"user_interruption/{i}",
+            category="user_interruption",
+            outcome="valid",
+            label=label,
+            attempts=1,
+        )
+        for i, label in enumerate(labels, 1)
+    ]
     judge = {"model": "qwen-test"}
-    behavior = BehaviorSummary(status="complete", judge=judge, categories={"user_interruption": cell}, all=cell,
-                               attempts=2, samples=samples)
-    return JudgeSummary(repeat_dir="repeat", judge=judge, dirs={"behavior": "judge-qwen-test"}, behavior=behavior,
-                        semantic=None, relevance=None, ok=True).dump()
+    behavior = BehaviorSummary(
+        status="complete",
+        judge=judge,
+        categories={"user_interruption": cell},
+        all=cell,
+        attempts=2,
+        samples=samples,
+    )
+    return JudgeSummary(
+        repeat_dir="repeat",
+        judge=judge,
+        dirs={"behavior": "judge-qwen-test"},
+        behavior=behavior,
+        semantic=None,
+        relevance=None,
+        ok=True,
+    ).dump()
 
 
 def _three_repeats(tmp_path) -> RunPaths:
@@ -44,10 +75,21 @@ def _three_repeats(tmp_path) -> RunPaths:
         rep = run.repeat(n)
         rep.scores.mkdir(parents=True)
         (rep.scores / "summary.json").write_text(json.dumps(_summary(stop, 2.0)))
-        pair = {"sample_id": "user_interruption/1", "category": "user_interruption", "id": "1", "status": "ok"}
-        rows = [SessionIntervals(**pair, variant="overlap", stop_latencies_s=[stop, stop + 0.5],
-                                 response_latencies_s=[2.0]),
-                SessionIntervals(**pair, variant="clean", stop_latencies_s=[9.0])]
+        pair = {
+            "sample_id": "user_interruption/1",
+            "category": "user_interruption",
+            "id": "1",
+            "status": "ok",
+        }
+        rows = [
+            SessionIntervals(
+                **pair,
+                variant="overlap",
+                stop_latencies_s=[stop, stop + 0.5],
+                response_latencies_s=[2.0],
+            ),
+            SessionIntervals(**pair, variant="clean", stop_latencies_s=[9.0]),
+        ]
         atomic_write_jsonl(rep.scores / "intervals.jsonl", rows)
         (rep.root / "judge.json").write_text(json.dumps(_judge(respond)))
     return run
@@ -55,7 +97,9 @@ def _three_repeats(tmp_path) -> RunPaths:
 
 def test_three_repeats_give_mean_and_sd_cells(tmp_path):
     text, _ = build_results(_three_repeats(tmp_path))
-    row = next(line for line in text.splitlines() if line.startswith("| user_interruption | 2 | 2 |"))
+    row = next(
+        line for line in text.splitlines() if line.startswith("| user_interruption | 2 | 2 |")
+    )
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3] == "2.000 ± 1.000"  # stop latency over repeats 1, 2, 3
     assert cells[4] == "2.000 ± 0.000"
@@ -77,7 +121,9 @@ def test_aggregate_writes_csv_tables_and_png_plots(tmp_path):
     first = {p: (run.root / "plots" / p).read_bytes() for p in plots}
     assert all(b.startswith(b"\x89PNG") for b in first.values())
     write_results(run)
-    assert {p: (run.root / "plots" / p).read_bytes() for p in plots} == first, "plots are byte-stable"
+    assert {p: (run.root / "plots" / p).read_bytes() for p in plots} == first, (
+        "plots are byte-stable"
+    )
     assert "## Listening quality" in (run.root / "RESULTS.md").read_text()
 
 
@@ -99,12 +145,27 @@ def _markdown_tables(text: str) -> list[list[list[str]]]:
 def test_csv_tables_and_results_json_tables_are_the_markdown_tables(tmp_path):
     run = _three_repeats(tmp_path)
     ref = run.repeat(3).v10_reference
-    samples = [{"sample_id": "candor_turn_taking/1", "subset": "candor_turn_taking", "id": "1", "eligible": True},
-               {"sample_id": "candor_turn_taking/2", "subset": "candor_turn_taking", "id": "2", "eligible": False,
-                "reasons": ["missing", "clipped"]}]
+    samples = [
+        {
+            "sample_id": "candor_turn_taking/1",
+            "subset": "candor_turn_taking",
+            "id": "1",
+            "eligible": True,
+        },
+        {
+            "sample_id": "candor_turn_taking/2",
+            "subset": "candor_turn_taking",
+            "id": "2",
+            "eligible": False,
+            "reasons": ["missing", "clipped"],
+        },
+    ]
     (ref / "candor_turn_taking" / "1").mkdir(parents=True)
     (ref / "manifest.json").write_text(json.dumps({"samples": samples}))
-    words = [{"text": " yes|no ", "timestamp": [0.25, 0.5]}, {"text": "ok", "timestamp": [0.5, 0.75]}]
+    words = [
+        {"text": " yes|no ", "timestamp": [0.25, 0.5]},
+        {"text": "ok", "timestamp": [0.5, 0.75]},
+    ]
     (ref / "candor_turn_taking" / "1" / "output.json").write_text(json.dumps({"chunks": words}))
     text, data = write_results(run)
     shown = _markdown_tables(text)
@@ -119,8 +180,13 @@ def test_csv_tables_and_results_json_tables_are_the_markdown_tables(tmp_path):
     assert [t["name"] for t in dumped] == [p.stem.split("-", 1)[1] for p in files]
     assert [t["headers"] for t in dumped] == [rows[0] for rows in written]
     assert json.loads((run.root / "results.json").read_text())["tables"] == dumped
-    assert dumped[-1]["rows"][1] == {"sample": "candor_turn_taking/2", "outcome": "ineligible: missing, clipped",
-                                     "words": None, "first_word_s": None, "transcript": ""}
+    assert dumped[-1]["rows"][1] == {
+        "sample": "candor_turn_taking/2",
+        "outcome": "ineligible: missing, clipped",
+        "words": None,
+        "first_word_s": None,
+        "transcript": "",
+    }
 
 
 def test_missing_or_stale_unified_is_labeled_unavailable_with_backfill(tmp_path):
@@ -128,14 +194,22 @@ def test_missing_or_stale_unified_is_labeled_unavailable_with_backfill(tmp_path)
     rep = run.repeat(1)
     ref = rep.v10_reference
     ref.mkdir(parents=True)
-    sample = {"sample_id": "candor_turn_taking/1", "subset": "candor_turn_taking", "id": "1", "eligible": False,
-              "reasons": ["missing"]}
+    sample = {
+        "sample_id": "candor_turn_taking/1",
+        "subset": "candor_turn_taking",
+        "id": "1",
+        "eligible": False,
+        "reasons": ["missing"],
+    }
     (ref / "manifest.json").write_text(json.dumps({"samples": [sample]}))
     (ref / "asr.json").write_text("{}")
     text, _ = build_results(run)
     assert "Unified metrics unavailable: v10/reference/unified.json is missing" in text
     assert f"python -m fdb score v10 --tree {ref}" in text
-    stale = {"schema": "fdb-v1.0-unified-4", "inputs": {"manifest_sha256": "0" * 64, "asr_sha256": "0" * 64}}
+    stale = {
+        "schema": "fdb-v1.0-unified-4",
+        "inputs": {"manifest_sha256": "0" * 64, "asr_sha256": "0" * 64},
+    }
     (ref / "unified.json").write_text(json.dumps(stale))
     text, data = build_results(run)
     assert "unified.json is stale: its manifest.json hash differs" in text

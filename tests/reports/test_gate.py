@@ -37,7 +37,10 @@ def test_unchanged_candidate_passes(tmp_path):
 
 
 def test_slower_candidate_fails_and_names_the_guard(tmp_path, capsys):
-    base, cand = tts_output(tmp_path / "b", seed=1), tts_output(tmp_path / "c", seed=2, ttfa_ms=300.0)
+    base, cand = (
+        tts_output(tmp_path / "b", seed=1),
+        tts_output(tmp_path / "c", seed=2, ttfa_ms=300.0),
+    )
     code = _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g"))
     assert code == 1
     result = read(tmp_path / "g" / "gate.json")
@@ -47,16 +50,32 @@ def test_slower_candidate_fails_and_names_the_guard(tmp_path, capsys):
 
 
 def test_faster_candidate_shows_the_reward_with_its_interval(tmp_path):
-    base, cand = tts_output(tmp_path / "b", seed=1), tts_output(tmp_path / "c", seed=2, throughput=14.4)
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 0
+    base, cand = (
+        tts_output(tmp_path / "b", seed=1),
+        tts_output(tmp_path / "c", seed=2, throughput=14.4),
+    )
+    assert (
+        _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 0
+    )
     reward = read(tmp_path / "g" / "gate.json")["reward"]
     levels = {lv["key"]: lv["effect"] for lv in reward["levels"]}
     assert levels["c1"]["low"] < levels["c1"]["estimate"] < levels["c1"]["high"]
     assert reward["earned"] == pytest.approx(1.44, rel=0.05)
     md = (tmp_path / "g" / "GATE.md").read_text()
     assert "1.4" in md and "×" in md
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "h"),
-                 "--require-gain", "2.0") == 1
+    assert (
+        _gate(
+            "--baseline",
+            str(base),
+            "--candidate",
+            str(cand),
+            "--out",
+            str(tmp_path / "h"),
+            "--require-gain",
+            "2.0",
+        )
+        == 1
+    )
 
 
 def test_cold_round_is_left_out(tmp_path):
@@ -70,26 +89,51 @@ def test_cold_round_is_left_out(tmp_path):
 def test_inconclusive_with_one_round_and_strict_exit_3(tmp_path):
     base = tts_output(tmp_path / "b", rounds=1, seed=1)
     cand = tts_output(tmp_path / "c", rounds=1, seed=2, ttfa_ms=300.0)
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 0
+    assert (
+        _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 0
+    )
     assert _verdicts(tmp_path / "g")["ttfa_p50_ms@c1"] == "inconclusive"
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "h"), "--strict") == 3
+    assert (
+        _gate(
+            "--baseline",
+            str(base),
+            "--candidate",
+            str(cand),
+            "--out",
+            str(tmp_path / "h"),
+            "--strict",
+        )
+        == 3
+    )
 
 
 def test_stop_condition_violation_is_a_ceiling(tmp_path):
     base, cand = tts_output(tmp_path / "b"), tts_output(tmp_path / "c", seed=3, stop_violations=1)
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 1
+    assert (
+        _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 1
+    )
     assert _verdicts(tmp_path / "g")["stop_violations@c1"] == "regressed"
 
 
 def test_frozen_baseline_decides_like_the_live_output(tmp_path):
-    base, cand = tts_output(tmp_path / "b", seed=1), tts_output(tmp_path / "c", seed=2, ttfa_ms=260.0)
+    base, cand = (
+        tts_output(tmp_path / "b", seed=1),
+        tts_output(tmp_path / "c", seed=2, ttfa_ms=260.0),
+    )
     with pytest.raises(SystemExit) as done:
         main(["baseline", "freeze", str(base), "--out", str(tmp_path / "base.json")])
     assert done.value.code in (0, None)
     frozen = read(tmp_path / "base.json")
     assert frozen["schema"] == "fdb-baseline-1" and len(frozen["content_sha256"]) == 64
     live = _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g1"))
-    cold = _gate("--baseline", str(tmp_path / "base.json"), "--candidate", str(cand), "--out", str(tmp_path / "g2"))
+    cold = _gate(
+        "--baseline",
+        str(tmp_path / "base.json"),
+        "--candidate",
+        str(cand),
+        "--out",
+        str(tmp_path / "g2"),
+    )
     assert live == cold == 1
     assert _verdicts(tmp_path / "g1") == _verdicts(tmp_path / "g2")
 
@@ -97,7 +141,9 @@ def test_frozen_baseline_decides_like_the_live_output(tmp_path):
 def test_refusals_exit_2_with_one_line(tmp_path, capsys):
     base = tts_output(tmp_path / "b")
     other = tts_output(tmp_path / "o", list_sha256="different")
-    assert _gate("--baseline", str(base), "--candidate", str(other), "--out", str(tmp_path / "g")) == 2
+    assert (
+        _gate("--baseline", str(base), "--candidate", str(other), "--out", str(tmp_path / "g")) == 2
+    )
     err = capsys.readouterr().err
     assert "not comparable: dataset.list_sha256" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "g").exists()  # nothing written
@@ -127,33 +173,82 @@ def test_frozen_baseline_with_a_wrong_hash_is_refused(tmp_path, capsys):
     assert "does not match its content" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("body, message", [
-    ("schema: fdb-gate-1\nkind: tts\nguards:\n  - metric: ttfa_p99_ms\n", "unknown metric 'ttfa_p99_ms'"),
-    ("schema: fdb-gate-1\nkind: tts\nguards:\n  - metric: ttfa_p50_ms\n    allowed: -1\n", "allowed"),
-    ("schema: fdb-gate-1\nkind: sweep\nguards: []\n", "a gate for sweep outputs"),
-    ("schema: fdb-gate-9\nkind: tts\nguards: []\n", "schema"),
-    ("guards: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            "schema: fdb-gate-1\nkind: tts\nguards:\n  - metric: ttfa_p99_ms\n",
+            "unknown metric 'ttfa_p99_ms'",
+        ),
+        (
+            "schema: fdb-gate-1\nkind: tts\nguards:\n  - metric: ttfa_p50_ms\n    allowed: -1\n",
+            "allowed",
+        ),
+        ("schema: fdb-gate-1\nkind: sweep\nguards: []\n", "a gate for sweep outputs"),
+        ("schema: fdb-gate-9\nkind: tts\nguards: []\n", "schema"),
+        ("guards: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_gate_yaml_is_refused(tmp_path, capsys, body, message):
     base = tts_output(tmp_path / "b")
     (tmp_path / "gate.yaml").write_text(body)
-    assert _gate("--baseline", str(base), "--candidate", str(base), "--config", str(tmp_path / "gate.yaml")) == 2
+    assert (
+        _gate(
+            "--baseline",
+            str(base),
+            "--candidate",
+            str(base),
+            "--config",
+            str(tmp_path / "gate.yaml"),
+        )
+        == 2
+    )
     assert message in capsys.readouterr().err
 
 
 def test_a_config_overrides_the_defaults(tmp_path):
-    base, cand = tts_output(tmp_path / "b", seed=1), tts_output(tmp_path / "c", seed=2, ttfa_ms=300.0)
-    (tmp_path / "gate.yaml").write_text("schema: fdb-gate-1\nkind: tts\nguards:\n"
-                                        "  - {metric: ttfa_p50_ms, allowed: 0.8, keys: [c1]}\n")
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--config", str(tmp_path / "gate.yaml"),
-                 "--out", str(tmp_path / "g")) == 0
+    base, cand = (
+        tts_output(tmp_path / "b", seed=1),
+        tts_output(tmp_path / "c", seed=2, ttfa_ms=300.0),
+    )
+    (tmp_path / "gate.yaml").write_text(
+        "schema: fdb-gate-1\nkind: tts\nguards:\n"
+        "  - {metric: ttfa_p50_ms, allowed: 0.8, keys: [c1]}\n"
+    )
+    assert (
+        _gate(
+            "--baseline",
+            str(base),
+            "--candidate",
+            str(cand),
+            "--config",
+            str(tmp_path / "gate.yaml"),
+            "--out",
+            str(tmp_path / "g"),
+        )
+        == 0
+    )
     assert list(_verdicts(tmp_path / "g")) == ["ttfa_p50_ms@c1"]
 
 
 def test_junit_has_one_case_per_guard_series(tmp_path):
-    base, cand = tts_output(tmp_path / "b", seed=1), tts_output(tmp_path / "c", seed=2, ttfa_ms=300.0)
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g"),
-                 "--junit", str(tmp_path / "junit.xml")) == 1
+    base, cand = (
+        tts_output(tmp_path / "b", seed=1),
+        tts_output(tmp_path / "c", seed=2, ttfa_ms=300.0),
+    )
+    assert (
+        _gate(
+            "--baseline",
+            str(base),
+            "--candidate",
+            str(cand),
+            "--out",
+            str(tmp_path / "g"),
+            "--junit",
+            str(tmp_path / "junit.xml"),
+        )
+        == 1
+    )
     suite = ET.parse(tmp_path / "junit.xml").getroot()
     cases = suite.findall("testcase")
     assert len(cases) == len(read(tmp_path / "g" / "gate.json")["guards"])
@@ -168,8 +263,10 @@ def test_gate_markdown_and_csv_come_from_one_table(tmp_path):
     for path in sorted((tmp_path / "g" / "tables").glob("*.csv")):
         rows = list(csv.reader(io.StringIO(path.read_text())))
         start = md.index("| " + " | ".join(rows[0]) + " |")
-        shown = [[c.strip().replace("\\|", "|") for c in line.strip().strip("|").split(" | ")]
-                 for line in md[start + 2:start + 1 + len(rows)]]
+        shown = [
+            [c.strip().replace("\\|", "|") for c in line.strip().strip("|").split(" | ")]
+            for line in md[start + 2 : start + 1 + len(rows)]
+        ]
         assert shown == rows[1:]
     again = tmp_path / "g2"
     _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(again))
@@ -179,11 +276,17 @@ def test_gate_markdown_and_csv_come_from_one_table(tmp_path):
 
 def test_sweep_capacity_drop_regresses(tmp_path):
     base, cand = sweep_output(tmp_path / "b", 4), sweep_output(tmp_path / "c", 2, seed=1)
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 1
+    assert (
+        _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 1
+    )
     result = read(tmp_path / "g" / "gate.json")
-    assert "capacity_sessions@all" in result["regressed"] and result["reward"]["ratio"] == pytest.approx(0.5)
+    assert "capacity_sessions@all" in result["regressed"] and result["reward"][
+        "ratio"
+    ] == pytest.approx(0.5)
     same = sweep_output(tmp_path / "d", 4, seed=2)
-    assert _gate("--baseline", str(base), "--candidate", str(same), "--out", str(tmp_path / "h")) == 0
+    assert (
+        _gate("--baseline", str(base), "--candidate", str(same), "--out", str(tmp_path / "h")) == 0
+    )
 
 
 def test_run_paired_latency_and_mcnemar(tmp_path):
@@ -213,14 +316,22 @@ def test_run_still_recording_is_refused(tmp_path, capsys):
     assert "unified-samples.jsonl is missing" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("damaged", ["repeat-1/v10/reference/unified.json",
-                                     "repeat-1/v10/reference/unified-samples.jsonl"])
+@pytest.mark.parametrize(
+    "damaged",
+    ["repeat-1/v10/reference/unified.json", "repeat-1/v10/reference/unified-samples.jsonl"],
+)
 def test_a_damaged_run_file_is_one_line_naming_it(tmp_path, capsys, damaged):
     """#25: a truncated unified.json ended in `ERROR: JSONDecodeError: ...` without the file."""
     base = run_output(tmp_path / "b", {f"candor_turn_taking/{i}": 1.0 + i / 10 for i in range(4)})
     cand = run_output(tmp_path / "c", {f"candor_turn_taking/{i}": 1.0 + i / 10 for i in range(4)})
     path = cand / damaged
     path.write_bytes(path.read_bytes()[:-7])
-    assert _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 2
+    assert (
+        _gate("--baseline", str(base), "--candidate", str(cand), "--out", str(tmp_path / "g")) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"ERROR: {path}") and "is not valid JSON" in err[-1] and "rerun" in err[-1]
+    assert (
+        err[-1].startswith(f"ERROR: {path}")
+        and "is not valid JSON" in err[-1]
+        and "rerun" in err[-1]
+    )

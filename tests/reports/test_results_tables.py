@@ -20,18 +20,37 @@ def test_cells_never_turn_missing_into_zero():
 
 
 def _latency(mean):
-    return {"intervals": 1 if mean is not None else 0, "sessions": 1, "mean_s": mean, "median_s": mean,
-            "mean_bootstrap95": None, "median_bootstrap95": None, "valid_resamples": 0}
+    return {
+        "intervals": 1 if mean is not None else 0,
+        "sessions": 1,
+        "mean_s": mean,
+        "median_s": mean,
+        "mean_bootstrap95": None,
+        "median_bootstrap95": None,
+        "valid_resamples": 0,
+    }
 
 
 def _summary(stop, response):
-    cat = {"category": "user_interruption", "pairs": 2, "eligible_pairs": 2, "timed_overlap_sessions": 2,
-           "timed_clean_sessions": 2, "failed_sessions": 0, "stop_latency": _latency(stop),
-           "response_latency": _latency(response), "clean_stop_latency": _latency(None),
-           "clean_response_latency": _latency(None)}
+    cat = {
+        "category": "user_interruption",
+        "pairs": 2,
+        "eligible_pairs": 2,
+        "timed_overlap_sessions": 2,
+        "timed_clean_sessions": 2,
+        "failed_sessions": 0,
+        "stop_latency": _latency(stop),
+        "response_latency": _latency(response),
+        "clean_stop_latency": _latency(None),
+        "clean_response_latency": _latency(None),
+    }
     vad = {"name": "silero-vad", "version": None, "model_sha256": None, "settings": {}}
-    return TimingSummary(definitions={}, manifest_sha256="0" * 64, vad=vad,
-                         categories={"all": dict(cat, category="all"), "user_interruption": cat}).dump()
+    return TimingSummary(
+        definitions={},
+        manifest_sha256="0" * 64,
+        vad=vad,
+        categories={"all": dict(cat, category="all"), "user_interruption": cat},
+    ).dump()
 
 
 def test_v15_cells_are_mean_and_sd_over_repeats(tmp_path):
@@ -41,7 +60,9 @@ def test_v15_cells_are_mean_and_sd_over_repeats(tmp_path):
         scores.mkdir(parents=True)
         (scores / "summary.json").write_text(json.dumps(_summary(stop, resp)))
     text, data = build_results(run)
-    row = next(line for line in text.splitlines() if line.startswith("| user_interruption | 2 | 2 |"))
+    row = next(
+        line for line in text.splitlines() if line.startswith("| user_interruption | 2 | 2 |")
+    )
     assert "1.500 ± 0.707" in row and "2.000 ± 0.000" in row and "not measured" in row
     assert set(data["v1.5"]) == {"repeat-1", "repeat-2"}
     assert "No v1.5 timing" not in text

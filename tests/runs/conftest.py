@@ -17,8 +17,11 @@ import pytest
 from benchmarks.faults import SELECT, STAMP, tree_bytes  # noqa: F401
 from tests.conftest import REPO, free_port
 
-PHASES = {"asr": ["asr", "--run-name", "e2e"], "judge": ["judge", "--run-name", "e2e"],
-          "aggregate": ["aggregate", "--run-name", "e2e", "--quiet"]}
+PHASES = {
+    "asr": ["asr", "--run-name", "e2e"],
+    "judge": ["judge", "--run-name", "e2e"],
+    "aggregate": ["aggregate", "--run-name", "e2e", "--quiet"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +31,21 @@ def v10_root(tmp_path_factory) -> Path:
     from tests.fdb.test_datasets_synth_config import FakeTts
 
     data = tmp_path_factory.mktemp("data")
-    generate_synthetic(data, sizes=SynthSizes.build(0, 0, 0, counts=["candor_turn_taking=1"]), tts=FakeTts())
+    generate_synthetic(
+        data, sizes=SynthSizes.build(0, 0, 0, counts=["candor_turn_taking=1"]), tts=FakeTts()
+    )
     return data / "v1.0"
 
 
 def fdb(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
+    return subprocess.run(
+        [sys.executable, "-m", "fdb", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # The recorder and the bundled server share the 2 cores. On the CI's virtual machines both
@@ -84,7 +93,9 @@ def demo_run(tmp_path_factory) -> DemoRun:
         for _ in range(GENERATE_RETRIES if phase == "generate" else 0):
             if not _client_fell_behind(done):
                 break
-            print(f"generate: the recorder fell behind its schedule, recording again:\n{done.stderr}")
+            print(
+                f"generate: the recorder fell behind its schedule, recording again:\n{done.stderr}"
+            )
             shutil.rmtree(demo.run)
             done = fdb(args, env)
         assert done.returncode == 0, f"{phase}: {done.stderr[-3000:]}"

@@ -40,19 +40,38 @@ CAPABILITIES = {
     "interaction": "turn_based",
     "max_sessions": 4,
     "service_nodes": {
-        "asr": {"kind": "openai-transcription", "model": "whisper-tiny.en",
-                "base_url": f"http://127.0.0.1:9/v1?api_key={URL_SECRET}"},
-        "llm": {"kind": "openai-chat", "model": "SmolLM2-135M", "api_key": SECRET, "api_key_env": "LLM_KEY",
-                "max_tokens": 64},
+        "asr": {
+            "kind": "openai-transcription",
+            "model": "whisper-tiny.en",
+            "base_url": f"http://127.0.0.1:9/v1?api_key={URL_SECRET}",
+        },
+        "llm": {
+            "kind": "openai-chat",
+            "model": "SmolLM2-135M",
+            "api_key": SECRET,
+            "api_key_env": "LLM_KEY",
+            "max_tokens": 64,
+        },
     },
 }
-MODELS = {"object": "list", "data": [{"id": "standin-omni-1", "object": "model", "created": int(time.time()),
-                                      "owned_by": "standin"}]}
+MODELS = {
+    "object": "list",
+    "data": [
+        {
+            "id": "standin-omni-1",
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "standin",
+        }
+    ],
+}
 
 
 def _pcm(seconds: float = 0.25, rate: int = 16000) -> bytes:
     count = int(seconds * rate)
-    return b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 220 * k / rate))) for k in range(count))
+    return b"".join(
+        struct.pack("<h", int(8000 * math.sin(2 * math.pi * 220 * k / rate))) for k in range(count)
+    )
 
 
 def app(mode: str, token: str | None = None) -> Starlette:
@@ -87,13 +106,24 @@ def app(mode: str, token: str | None = None) -> Starlette:
 
     async def realtime(socket: WebSocket) -> None:
         await socket.accept()
-        await socket.send_json({"type": "session.created", "event_id": "e1",
-                                "session": {"id": "s1", "object": "realtime.session"}})
+        await socket.send_json(
+            {
+                "type": "session.created",
+                "event_id": "e1",
+                "session": {"id": "s1", "object": "realtime.session"},
+            }
+        )
         await socket.close(code=1011, reason="standin closes")
 
-    return Starlette(routes=[Route("/v1/realtime/capabilities", capabilities), Route("/v1/models", models),
-                             Route("/health", health), Route("/v1/audio/speech", speech, methods=["POST"]),
-                             WebSocketRoute("/v1/realtime", realtime)])
+    return Starlette(
+        routes=[
+            Route("/v1/realtime/capabilities", capabilities),
+            Route("/v1/models", models),
+            Route("/health", health),
+            Route("/v1/audio/speech", speech, methods=["POST"]),
+            WebSocketRoute("/v1/realtime", realtime),
+        ]
+    )
 
 
 def wait_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
@@ -113,8 +143,17 @@ def standin(mode: str, token: str | None = None) -> Iterator[int]:
     """The stand-in server in ``mode`` on a free loopback port; yields the port. With ``token``,
     capabilities and /v1/models answer 401 unless the request has ``Authorization: Bearer token``."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.runs.selfreport_server", str(port), mode, *([token] if token else [])],
-                            cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.runs.selfreport_server",
+            str(port),
+            mode,
+            *([token] if token else []),
+        ],
+        cwd=REPO,
+    )
     try:
         wait_port(port, proc, 20)
         yield port
@@ -126,4 +165,10 @@ def standin(mode: str, token: str | None = None) -> Iterator[int]:
 if __name__ == "__main__":
     import uvicorn
 
-    uvicorn.run(app(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", ws="websockets-sansio")
+    uvicorn.run(
+        app(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None),
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        log_level="warning",
+        ws="websockets-sansio",
+    )

@@ -15,8 +15,12 @@ def test_generate_then_each_step_writes_results_from_recorded_audio(demo_run):
     rep = run / "repeat-1"
     assert (rep / "sample-ids.txt").read_text() == "user_interruption/1\n"
     assert (rep / "v10" / "sample-ids.txt").read_text() == "candor_turn_taking/1\n"
-    summary = "\n".join(line for line in done.stderr.splitlines() if not line.startswith(("recording", "starting")))
-    assert 'v1.5: {"pass": 2} {"eligible_pairs": 1' in done.stderr, summary  # the lines that say why
+    summary = "\n".join(
+        line for line in done.stderr.splitlines() if not line.startswith(("recording", "starting"))
+    )
+    assert 'v1.5: {"pass": 2} {"eligible_pairs": 1' in done.stderr, (
+        summary
+    )  # the lines that say why
     assert 'v1.0: {"pass": 1} {"eligible_samples": 1' in done.stderr, summary
     assert "record-shard-0.log" in {p.name for p in (rep / "logs").iterdir()}
     assert 'v1.5 ASR: {"ok": 4}' in demo_run.outputs["asr"].stderr
@@ -27,8 +31,12 @@ def test_generate_then_each_step_writes_results_from_recorded_audio(demo_run):
     timing = json.loads((rep / "scores/summary.json").read_text())
     assert timing["categories"]["user_interruption"]["pairs"] == 1
     text = (run / "RESULTS.md").read_text()
-    for heading in ("## v1.5", "## v1.0 unified metrics", "## v1.0 official-rule reference",
-                    "## v1.0 replies as transcribed"):
+    for heading in (
+        "## v1.5",
+        "## v1.0 unified metrics",
+        "## v1.0 official-rule reference",
+        "## v1.0 replies as transcribed",
+    ):
         assert heading in text
     assert transcript["chunks"][0]["text"].strip() in text
     assert json.loads((run / "run.json").read_text())["datasets"]["v1.0"]["source"] == "synthetic"
@@ -49,17 +57,53 @@ def test_refusals_are_one_line_with_the_fix(demo_run):
     again = _fdb(["generate", "--run-name", "e2e", *SELECT], env, timeout=120)
     assert again.returncode == 2
     assert "already holds a recording" in again.stderr and "--repeat" in again.stderr
-    other = _fdb(["generate", "--run-name", "e2e", "--repeat", "2", *SELECT[:4],
-                  "--v10-per-subset", "0", "--v10-subset-count", "synthetic_pause_handling=1"], env, timeout=120)
+    other = _fdb(
+        [
+            "generate",
+            "--run-name",
+            "e2e",
+            "--repeat",
+            "2",
+            *SELECT[:4],
+            "--v10-per-subset",
+            "0",
+            "--v10-subset-count",
+            "synthetic_pause_handling=1",
+        ],
+        env,
+        timeout=120,
+    )
     assert other.returncode == 2 and "selects different v1.0 samples" in other.stderr
-    v15_only = _fdb(["generate", "--run-name", "e2e", "--repeat", "2", *SELECT[:4], "--v10-per-subset", "0"],
-                    env, timeout=120)
+    v15_only = _fdb(
+        ["generate", "--run-name", "e2e", "--repeat", "2", *SELECT[:4], "--v10-per-subset", "0"],
+        env,
+        timeout=120,
+    )
     assert v15_only.returncode == 2 and "v1.0 left out" in v15_only.stderr
-    shards = _fdb(["generate", "--run-name", "z", *SELECT, "--num-shards", "1", "--gpus", "0,1"], env, timeout=120)
+    shards = _fdb(
+        ["generate", "--run-name", "z", *SELECT, "--num-shards", "1", "--gpus", "0,1"],
+        env,
+        timeout=120,
+    )
     assert shards.returncode == 2 and "leaves model servers idle" in shards.stderr
-    none = _fdb(["generate", "--run-name", "x", "--v15-per-subset", "0", "--v10-per-subset", "0"], env, timeout=120)
+    none = _fdb(
+        ["generate", "--run-name", "x", "--v15-per-subset", "0", "--v10-per-subset", "0"],
+        env,
+        timeout=120,
+    )
     assert none.returncode == 2 and "leaves both v1.0 and v1.5 out" in none.stderr
-    missing = _fdb(["generate", "--run-name", "y", "--v10-dataset-root", "/nonexistent/v1.0",
-                    "--v15-per-subset", "0"], env, timeout=120)
+    missing = _fdb(
+        [
+            "generate",
+            "--run-name",
+            "y",
+            "--v10-dataset-root",
+            "/nonexistent/v1.0",
+            "--v15-per-subset",
+            "0",
+        ],
+        env,
+        timeout=120,
+    )
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert len([line for line in missing.stderr.splitlines() if line.strip()]) == 1

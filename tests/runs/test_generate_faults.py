@@ -28,7 +28,14 @@ from runs.server import ManagedServer, PortHolder, port_holder
 from tests.conftest import REPO, free_port
 
 RUN = "faults"
-V10 = ["--v15-per-subset", "0", "--v10-per-subset", "0", "--v10-subset-count", "candor_turn_taking=1"]
+V10 = [
+    "--v15-per-subset",
+    "0",
+    "--v10-per-subset",
+    "0",
+    "--v10-subset-count",
+    "candor_turn_taking=1",
+]
 
 
 # ---------------------------------------------------------------------------------- fixtures
@@ -43,9 +50,14 @@ def work(tmp_path, monkeypatch) -> Path:
 
 
 def _opts(v10_root: Path, url: str | None = None, repeat: int = 1) -> GenerateOptions:
-    return GenerateOptions(run_name=RUN, repeat=repeat, v15=DatasetChoice(per_subset="0"),
-                           v10=DatasetChoice(per_subset="0", subset_counts=["candor_turn_taking=1"]),
-                           v10_root=v10_root, url=url)
+    return GenerateOptions(
+        run_name=RUN,
+        repeat=repeat,
+        v15=DatasetChoice(per_subset="0"),
+        v10=DatasetChoice(per_subset="0", subset_counts=["candor_turn_taking=1"]),
+        v10_root=v10_root,
+        url=url,
+    )
 
 
 def _generate(opts: GenerateOptions):
@@ -54,15 +66,19 @@ def _generate(opts: GenerateOptions):
     return generate(opts, Console(stderr=True, quiet=True))
 
 
-HOLDER = ("import socket,sys,time;s=socket.create_server(('127.0.0.1',int(sys.argv[1])));"
-          "print('listening',flush=True);time.sleep(120)")
+HOLDER = (
+    "import socket,sys,time;s=socket.create_server(('127.0.0.1',int(sys.argv[1])));"
+    "print('listening',flush=True);time.sleep(120)"
+)
 
 
 @contextmanager
 def held_port() -> Iterator[tuple[int, subprocess.Popen]]:
     """A free loopback port on which a child process listens."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(port)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(port)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "listening"
         yield port, proc
@@ -149,7 +165,11 @@ def _close_at_once(ws) -> None:
 
 
 def _error_first(ws) -> None:
-    ws.send(json.dumps({"type": "error", "error": {"code": "model_not_found", "message": "no model [x]"}}))
+    ws.send(
+        json.dumps(
+            {"type": "error", "error": {"code": "model_not_found", "message": "no model [x]"}}
+        )
+    )
     ws.close(1000)
 
 
@@ -187,7 +207,9 @@ def test_port_holder_falls_back_to_an_unknown_process(tmp_path, monkeypatch):
     monkeypatch.setattr("runs.server.port_holder", lambda port: PortHolder(None, None, None))
     with held_port() as (port, _):
         with pytest.raises(FdbError) as err:
-            ManagedServer(system="x", host="127.0.0.1", port=port, log_path=tmp_path / "s.log").start()
+            ManagedServer(
+                system="x", host="127.0.0.1", port=port, log_path=tmp_path / "s.log"
+            ).start()
     assert f"something already serves 127.0.0.1:{port} (an unknown process)" in err.value.message
     assert "interrupted run: stop it, set SERVER_PORT" in err.value.hint
 
@@ -227,7 +249,9 @@ def test_failed_start_leaves_the_run_as_it_was(fault, work, v10_root, monkeypatc
             _exits(monkeypatch)
         with pytest.raises(FdbError) as err:
             _generate(_opts(v10_root))
-    assert not (work / "runs" / RUN).exists(), sorted(p.name for p in (work / "runs" / RUN).rglob("*"))
+    assert not (work / "runs" / RUN).exists(), sorted(
+        p.name for p in (work / "runs" / RUN).rglob("*")
+    )
     if fault != "busy port":
         log = work / "logs" / f"{RUN}-repeat-1-model-server-gpu0.log"
         assert f"full log: {log}" in err.value.one_line()
@@ -269,34 +293,60 @@ def _url_case(case: str, stack) -> tuple[str, str]:
     """(--url, what the one-line error must say) for each bad server."""
     if case == "closed port":
         port = free_port()
-        return f"ws://127.0.0.1:{port}/v1/realtime", f"nothing listens on 127.0.0.1:{port} (connection refused)"
+        return (
+            f"ws://127.0.0.1:{port}/v1/realtime",
+            f"nothing listens on 127.0.0.1:{port} (connection refused)",
+        )
     if case == "http scheme":
         port = stack.enter_context(http_server())
-        return (f"http://127.0.0.1:{port}/v1/realtime",
-                f"is an HTTP URL, but the recorder speaks WebSocket (use ws:// instead of http://: --url ws://127.0.0.1:{port}/v1/realtime)")
+        return (
+            f"http://127.0.0.1:{port}/v1/realtime",
+            f"is an HTTP URL, but the recorder speaks WebSocket (use ws:// instead of http://: --url ws://127.0.0.1:{port}/v1/realtime)",
+        )
     if case == "plain http server":
         port = stack.enter_context(http_server())
-        return f"ws://127.0.0.1:{port}/v1/realtime", "the server answered the WebSocket upgrade with HTTP 200"
+        return (
+            f"ws://127.0.0.1:{port}/v1/realtime",
+            "the server answered the WebSocket upgrade with HTTP 200",
+        )
     if case == "not a url":
         return "not a url", "--url 'not a url' is not a URL, not ws:// or wss://"
     if case == "ftp":
         return "ftp://x", "--url 'ftp://x' has the scheme ftp://, not ws:// or wss://"
     if case == "unresolvable host":
-        return "ws://no-such-host.invalid:8097/v1/realtime", "the host no-such-host.invalid does not resolve"
+        return (
+            "ws://no-such-host.invalid:8097/v1/realtime",
+            "the host no-such-host.invalid does not resolve",
+        )
     if case == "accepts then closes":
         port = stack.enter_context(hang_up_server())
-        return f"ws://127.0.0.1:{port}/v1/realtime", "the server closed the connection during the WebSocket upgrade"
+        return (
+            f"ws://127.0.0.1:{port}/v1/realtime",
+            "the server closed the connection during the WebSocket upgrade",
+        )
     if case == "closes before session.created":
         url = stack.enter_context(ws_server(_close_at_once))
-        return url, "the server closed the WebSocket (code 1008, no such model) before session.created"
+        return (
+            url,
+            "the server closed the WebSocket (code 1008, no such model) before session.created",
+        )
     if case == "error event":
         url = stack.enter_context(ws_server(_error_first))
         return url, "the server answered the new session with error model_not_found: no model [x]"
     raise AssertionError(case)
 
 
-URL_CASES = ["closed port", "http scheme", "plain http server", "not a url", "ftp", "unresolvable host",
-             "accepts then closes", "closes before session.created", "error event"]
+URL_CASES = [
+    "closed port",
+    "http scheme",
+    "plain http server",
+    "not a url",
+    "ftp",
+    "unresolvable host",
+    "accepts then closes",
+    "closes before session.created",
+    "error event",
+]
 
 
 @pytest.mark.parametrize("case", URL_CASES)
@@ -310,7 +360,9 @@ def test_bad_url_is_refused_before_it_costs_a_repeat(case, work, v10_root):
     line = err.value.one_line()
     assert expected in line, line
     assert "\n" not in line and err.value.hint
-    assert not (work / "runs" / RUN).exists(), "a refused --url must leave no run, repeat or manifest"
+    assert not (work / "runs" / RUN).exists(), (
+        "a refused --url must leave no run, repeat or manifest"
+    )
 
 
 def test_url_check_passes_a_server_that_opens_the_session_and_times_out_a_silent_one():
@@ -319,7 +371,9 @@ def test_url_check_passes_a_server_that_opens_the_session_and_times_out_a_silent
     with ws_server(_created_then_close) as url:
         check_url(url, "turn-based")
     with ws_server(_silent) as url:
-        with pytest.raises(FdbError, match="the WebSocket opened but no session.created came within 0.5 s"):
+        with pytest.raises(
+            FdbError, match="the WebSocket opened but no session.created came within 0.5 s"
+        ):
             check_url(url, "turn-based", session_timeout_s=0.5)
     with pytest.raises(FdbError, match="names no host"):
         check_url("ws://:80/v1/realtime", "turn-based")
@@ -336,20 +390,51 @@ def test_failed_sessions_exit_1_and_all_stages_stops(tmp_path, v10_root):
     for name in ("CUDA_VISIBLE_DEVICES", "GPU", "SERVER_PORT"):
         env.pop(name, None)
     with ws_server(_created_then_close) as url:
-        done = subprocess.run([sys.executable, "-m", "fdb", "generate", "--run-name", RUN, *V10, "--url", url,
-                               "--v10-dataset-root", str(v10_root), "--all-stages"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fdb",
+                "generate",
+                "--run-name",
+                RUN,
+                *V10,
+                "--url",
+                url,
+                "--v10-dataset-root",
+                str(v10_root),
+                "--all-stages",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert done.returncode == 1, done.stderr[-3000:]
     err = " ".join(done.stderr.split())
     rep = tmp_path / "work" / "runs" / RUN / "repeat-1"
     assert f"Job GPU 0: server {url}, judge port" in err and "model port" not in err  # #25 point 8
-    assert f"1 of 1 selected session(s) of {rep} failed (candor_turn_taking/1 [main]: disconnected)" in err, err
-    assert (f"Read v10/logs/record-shard-0.log in it, fix the server, then record the repeat again: delete {rep} "
-            "and run the same generate, or record the next one with --repeat 2") in err
-    assert "candor_turn_taking/1 [main]: disconnected: connection closed (code 1011, model crashed)" in err
-    assert "--all-stages stopped before asr" in err and "python -m fdb asr --run-name faults --repeat 1" in err
+    assert (
+        f"1 of 1 selected session(s) of {rep} failed (candor_turn_taking/1 [main]: disconnected)"
+        in err
+    ), err
+    assert (
+        f"Read v10/logs/record-shard-0.log in it, fix the server, then record the repeat again: delete {rep} "
+        "and run the same generate, or record the next one with --repeat 2"
+    ) in err
+    assert (
+        "candor_turn_taking/1 [main]: disconnected: connection closed (code 1011, model crashed)"
+        in err
+    )
+    assert (
+        "--all-stages stopped before asr" in err
+        and "python -m fdb asr --run-name faults --repeat 1" in err
+    )
     manifest = json.loads((rep / "v10" / "reference" / "manifest.json").read_text())
-    assert [(s["sample_id"], s["eligible"]) for s in manifest["samples"]] == [("candor_turn_taking/1", False)]
+    assert [(s["sample_id"], s["eligible"]) for s in manifest["samples"]] == [
+        ("candor_turn_taking/1", False)
+    ]
     assert not list(rep.rglob("asr.json")) and "ASR" not in done.stderr
 
 
@@ -359,13 +444,26 @@ def test_a_session_passes_only_when_it_recorded_and_kept_the_protocol():
     from runs.generate import failed_sessions
 
     def record(status: str, verdict: str, sample: str, violations=()):
-        return SimpleNamespace(sample_id=sample, variant="main", status=status,
-                               verdict=SimpleNamespace(status=verdict, violations=list(violations)))
+        return SimpleNamespace(
+            sample_id=sample,
+            variant="main",
+            status=status,
+            verdict=SimpleNamespace(status=verdict, violations=list(violations)),
+        )
 
-    records = [record("ok", "pass", "a/1"), record("ok", "fail", "a/2", ["audio after response.done"]),
-               record("timeout", "fail", "a/3"), record("disconnected", "fail", "a/4"), record("ok", "missing", "a/5")]
-    assert failed_sessions(records) == ["a/2 [main]: protocol fail (audio after response.done)", "a/3 [main]: timeout",
-                                        "a/4 [main]: disconnected", "a/5 [main]: protocol missing"]
+    records = [
+        record("ok", "pass", "a/1"),
+        record("ok", "fail", "a/2", ["audio after response.done"]),
+        record("timeout", "fail", "a/3"),
+        record("disconnected", "fail", "a/4"),
+        record("ok", "missing", "a/5"),
+    ]
+    assert failed_sessions(records) == [
+        "a/2 [main]: protocol fail (audio after response.done)",
+        "a/3 [main]: timeout",
+        "a/4 [main]: disconnected",
+        "a/5 [main]: protocol missing",
+    ]
 
 
 def test_failure_line_names_the_first_failures_and_counts_the_rest(tmp_path):
@@ -385,8 +483,13 @@ def test_dataset_warnings_keep_square_brackets(tmp_path):
     from runs.generate import Selected, _print_selection
 
     tree = DatasetTree(dataset="v1.0", root=tmp_path / "v1.0 [copy]", source="user")
-    sel = Selected("v1.0", tree, spec=None, ids=["candor_turn_taking/1"],
-                   problems=["candor_turn_taking/2: turn_taking.json: key [bad] is not a list"])
+    sel = Selected(
+        "v1.0",
+        tree,
+        spec=None,
+        ids=["candor_turn_taking/1"],
+        problems=["candor_turn_taking/2: turn_taking.json: key [bad] is not a list"],
+    )
     console = Console(record=True, width=300)
     _print_selection([sel], console)
     text = console.export_text()
@@ -404,13 +507,26 @@ def test_official_section_lists_only_recorded_repeats_as_not_evaluated(tmp_path)
     empty.root.mkdir(parents=True)  # never recorded (a failed start of older versions, or removed)
     scored.v10_reference.mkdir(parents=True)
     (scored.v10_reference / "manifest.json").write_text("{}")
-    cell = OfficialSubset(subset="candor_turn_taking", task="turn_taking", selected=1, eligible=1, evaluated=1,
-                          takeovers=1, takeover_rate=1.0, latency_s=0.5, latency_n=1)
-    official = OfficialSummary(manifest_sha256="0" * 64, asr_sha256="0" * 64, subsets={"candor_turn_taking": cell})
+    cell = OfficialSubset(
+        subset="candor_turn_taking",
+        task="turn_taking",
+        selected=1,
+        eligible=1,
+        evaluated=1,
+        takeovers=1,
+        takeover_rate=1.0,
+        latency_s=0.5,
+        latency_n=1,
+    )
+    official = OfficialSummary(
+        manifest_sha256="0" * 64, asr_sha256="0" * 64, subsets={"candor_turn_taking": cell}
+    )
     (scored.v10_reference / "official.json").write_text(json.dumps(official.dump()))
     text = "\n".join(official_section(run.repeats()).lines)
     assert "Not evaluated yet" not in text, text
     pending.v10_reference.mkdir(parents=True)
-    (pending.v10_reference / "manifest.json").write_text("{}")  # exported, official.json not yet written
+    (pending.v10_reference / "manifest.json").write_text(
+        "{}"
+    )  # exported, official.json not yet written
     text = "\n".join(official_section(run.repeats()).lines)
     assert "Not evaluated yet: repeat-3." in text and "repeat-1" not in text

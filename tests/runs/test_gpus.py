@@ -18,7 +18,10 @@ def clean_env(monkeypatch):
 
 def test_one_server_per_gpu_on_derived_ports():
     plans = plan_servers(parse_gpus("0,1"), num_shards=2)
-    assert [(p.gpu, p.port, p.name) for p in plans] == [(0, 8097, "model-server-gpu0"), (1, 8107, "model-server-gpu1")]
+    assert [(p.gpu, p.port, p.name) for p in plans] == [
+        (0, 8097, "model-server-gpu0"),
+        (1, 8107, "model-server-gpu1"),
+    ]
     assert [shard_server(i, 2) for i in range(5)] == [0, 1, 0, 1, 0]
     assert [p.port for p in plan_servers(parse_gpus(None), 1)] == [8097]
 
@@ -43,7 +46,9 @@ def test_refusals(clean_env):
     with pytest.raises(FdbError, match=r"--gpus 0,1 reaches outside CUDA_VISIBLE_DEVICES"):
         parse_gpus("0,1")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "GPU-3f2a")
-    with pytest.raises(FdbError, match="CUDA_VISIBLE_DEVICES must list distinct numeric GPU indices"):
+    with pytest.raises(
+        FdbError, match="CUDA_VISIBLE_DEVICES must list distinct numeric GPU indices"
+    ):
         parse_gpus(None)
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     clean_env.setenv("GPU", "1")
@@ -58,6 +63,8 @@ def test_shards_beyond_max_sessions_are_refused_up_front():
     check_capacity(2, 1, 2)
     check_capacity(4, 2, 2)
     check_capacity(8, 1, None)  # the server does not say: nothing to refuse
-    with pytest.raises(FdbError, match="--num-shards 3 over 1 GPU\\(s\\) exceeds the model server's max_sessions") as e:
+    with pytest.raises(
+        FdbError, match="--num-shards 3 over 1 GPU\\(s\\) exceeds the model server's max_sessions"
+    ) as e:
         check_capacity(3, 1, 2)
     assert "lower --num-shards or add GPUs with --gpus" in e.value.one_line()

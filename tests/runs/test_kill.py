@@ -24,8 +24,14 @@ KILL_WINDOW_S = {"asr": (0.5, 12.0), "judge": (0.3, 3.0), "aggregate": (0.3, 3.0
 
 def _kill_at(args: list[str], env: dict, delay_s: float) -> bool:
     """Run a phase and SIGKILL its process group after ``delay_s``; True if it was still running."""
-    proc = subprocess.Popen([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fdb", *args],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         proc.wait(timeout=delay_s)
         return False
@@ -96,7 +102,11 @@ def test_sigkilled_export_reruns_to_identical_windows(demo_run):
 def test_generate_refuses_a_recorded_repeat_and_export_only_needs_every_session(demo_run):
     demo_run.restore("generate")
     again = fdb(["generate", "--run-name", "e2e", *SELECT], demo_run.env)
-    assert again.returncode == 2 and "already holds a recording" in again.stderr and "--export-only" in again.stderr
+    assert (
+        again.returncode == 2
+        and "already holds a recording" in again.stderr
+        and "--export-only" in again.stderr
+    )
     session = next(demo_run.run.rglob("v10/recording/**/session.json"))
     session.unlink()
     done = fdb(["generate", "--run-name", "e2e", "--export-only"], demo_run.env)
@@ -122,13 +132,20 @@ def test_killed_generate_leaves_no_server_behind(demo_run):
 
     port = free_port()
     env = dict(demo_run.env, SERVER_PORT=str(port))
-    proc = subprocess.Popen([sys.executable, "-m", "fdb", "generate", "--run-name", "orphan", *SELECT], cwd=REPO,
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fdb", "generate", "--run-name", "orphan", *SELECT],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     recording = demo_run.work / "runs" / "orphan" / "repeat-1"
     try:
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not (port_is_served("127.0.0.1", port)
-                                                   and any(recording.rglob("shard-*"))):
+        while time.monotonic() < deadline and not (
+            port_is_served("127.0.0.1", port) and any(recording.rglob("shard-*"))
+        ):
             assert proc.poll() is None, "generate ended before it was killed"
             time.sleep(0.2)
         assert port_is_served("127.0.0.1", port), "the bundled server never came up"
@@ -137,11 +154,15 @@ def test_killed_generate_leaves_no_server_behind(demo_run):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and port_is_served("127.0.0.1", port):
             time.sleep(0.2)
-        assert not port_is_served("127.0.0.1", port), "the server outlived the generate that started it"
+        assert not port_is_served("127.0.0.1", port), (
+            "the server outlived the generate that started it"
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        subprocess.run(["pkill", "-9", "-f", f"fdb serve .*--port {port}"], check=False)  # only if it failed
+        subprocess.run(
+            ["pkill", "-9", "-f", f"fdb serve .*--port {port}"], check=False
+        )  # only if it failed
 
 
 SHIM = REPO / "benchmarks" / "fault_shim"  # sitecustomize: SIGKILL around the k-th os.replace
@@ -153,7 +174,9 @@ def test_export_killed_at_its_renames_recovers_to_identical_windows(demo_run, tm
     directory, and `--export-only` refused the directory ("not empty"). Now the recovery
     removes the dead writer's temp file and ends byte-identical, with no *.tmp left."""
     args = ["generate", "--run-name", "e2e", "--export-only"]
-    shim_env = dict(demo_run.env, PYTHONPATH=f"{SHIM}{os.pathsep}{REPO}", FDB_FAULT_PARENT=str(os.getpid()))
+    shim_env = dict(
+        demo_run.env, PYTHONPATH=f"{SHIM}{os.pathsep}{REPO}", FDB_FAULT_PARENT=str(os.getpid())
+    )
     demo_run.restore("generate")
     _drop_exports(demo_run.run)
     count = tmp_path / "renames"

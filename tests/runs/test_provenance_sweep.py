@@ -28,28 +28,64 @@ def env(tmp_path) -> dict:
 
 
 def fdb(args: list[str], env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fdb", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_sweep_records_the_revisions_and_the_servers_report(v10_root, env, tmp_path):
     out = tmp_path / "sweep"
     with standin("full") as port:
         url = f"ws://127.0.0.1:{port}/v1/realtime?api_key={QUERY_SECRET}"
-        done = fdb(["sweep", "--dataset", "v1.0", "--concurrency", "1", "--output", str(out), "--",
-                    "--url", url, "--dataset-root", str(v10_root), "--max-per-subset", "1",
-                    "--dataset-revision", "3e799c45", "--server-revision", "3ae4c246", "--model-revision", "503e754",
-                    "--timeout", "20"], env)
+        done = fdb(
+            [
+                "sweep",
+                "--dataset",
+                "v1.0",
+                "--concurrency",
+                "1",
+                "--output",
+                str(out),
+                "--",
+                "--url",
+                url,
+                "--dataset-root",
+                str(v10_root),
+                "--max-per-subset",
+                "1",
+                "--dataset-revision",
+                "3e799c45",
+                "--server-revision",
+                "3ae4c246",
+                "--model-revision",
+                "503e754",
+                "--timeout",
+                "20",
+            ],
+            env,
+        )
     assert done.returncode == 0, done.stderr[-3000:]  # failed sessions are part of a sweep's result
     shown = f"ws://127.0.0.1:{port}/v1/realtime?api_key=%3Credacted%3E"
     spec = json.loads((out / "concurrency-1" / "level.json").read_text())
-    assert spec["url"] == shown and len(spec["jobs"]) == 1  # --max-per-subset 1: the one synthetic sample
+    assert (
+        spec["url"] == shown and len(spec["jobs"]) == 1
+    )  # --max-per-subset 1: the one synthetic sample
     assert spec["max_sessions"] == 4  # from the same capabilities probe
     server = spec["server"]
     assert (server["url"], server["bundled_system"]) == (shown, None)
-    assert (server["server_revision"], server["model_revision"], server["dataset_revision"]) == \
-        ("3ae4c246", "503e754", "3e799c45")
-    assert server["reported"]["system"] == "standin-cascade" and server["reported"]["models"] == ["standin-omni-1"]
+    assert (server["server_revision"], server["model_revision"], server["dataset_revision"]) == (
+        "3ae4c246",
+        "503e754",
+        "3e799c45",
+    )
+    assert server["reported"]["system"] == "standin-cascade" and server["reported"]["models"] == [
+        "standin-omni-1"
+    ]
     # the child process recorded against the real URL (the session reached the stand-in and was closed by it)
     record = json.loads(next((out / "concurrency-1").rglob("session.json")).read_text())
     assert "standin closes" in (record.get("failure") or ""), record.get("failure")
@@ -58,14 +94,30 @@ def test_sweep_records_the_revisions_and_the_servers_report(v10_root, env, tmp_p
     assert data["server"] == server
     header = (out / "SERVING.md").read_text().split("Profile:")[0]
     assert f"Server: {shown}." in header
-    assert ("Declared: server revision `3ae4c246`; model revision `503e754`; dataset revision `3e799c45`."
-            in header)
-    assert f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model `standin-omni-1`" in header
+    assert (
+        "Declared: server revision `3ae4c246`; model revision `503e754`; dataset revision `3e799c45`."
+        in header
+    )
+    assert (
+        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model `standin-omni-1`"
+        in header
+    )
 
-    again = fdb(["sweep", "report", "--run", str(out / "concurrency-1"), "--output", str(tmp_path / "again" / "serving.json")],
-                env)
+    again = fdb(
+        [
+            "sweep",
+            "report",
+            "--run",
+            str(out / "concurrency-1"),
+            "--output",
+            str(tmp_path / "again" / "serving.json"),
+        ],
+        env,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
-    assert (tmp_path / "again" / "SERVING.md").read_text().split("Profile:")[0] == header  # from level.json alone
+    assert (tmp_path / "again" / "SERVING.md").read_text().split("Profile:")[
+        0
+    ] == header  # from level.json alone
     for path in [*out.rglob("*"), *(tmp_path / "again").rglob("*")]:
         if path.is_file():
             for secret in (SECRET, URL_SECRET, QUERY_SECRET):
@@ -76,17 +128,44 @@ def test_sweep_records_the_revisions_and_the_servers_report(v10_root, env, tmp_p
 def test_sweep_of_a_server_without_self_report_says_so(v10_root, env, tmp_path):
     out = tmp_path / "sweep"
     with standin("bare") as port:
-        done = fdb(["sweep", "--dataset", "v1.0", "--concurrency", "1", "--output", str(out), "--",
-                    "--url", f"ws://127.0.0.1:{port}/v1/realtime", "--dataset-root", str(v10_root),
-                    "--per-subset", "1", "--timeout", "20"], env)
+        done = fdb(
+            [
+                "sweep",
+                "--dataset",
+                "v1.0",
+                "--concurrency",
+                "1",
+                "--output",
+                str(out),
+                "--",
+                "--url",
+                f"ws://127.0.0.1:{port}/v1/realtime",
+                "--dataset-root",
+                str(v10_root),
+                "--per-subset",
+                "1",
+                "--timeout",
+                "20",
+            ],
+            env,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     server = json.loads((out / "serving.json").read_text())["server"]
-    assert (server["server_revision"], server["model_revision"], server["dataset_revision"]) == (None, None, None)
+    assert (server["server_revision"], server["model_revision"], server["dataset_revision"]) == (
+        None,
+        None,
+        None,
+    )
     assert server["reported"]["system"] is None and server["reported"]["max_sessions"] is None
     header = (out / "SERVING.md").read_text().split("Profile:")[0]
-    assert ("Declared: server revision not given (--server-revision); model revision not given (--model-revision); "
-            "dataset revision not given (--dataset-revision).") in header
-    assert "system not reported; model not reported" in header and "Not answered: /v1/realtime/capabilities absent" in header
+    assert (
+        "Declared: server revision not given (--server-revision); model revision not given (--model-revision); "
+        "dataset revision not given (--dataset-revision)."
+    ) in header
+    assert (
+        "system not reported; model not reported" in header
+        and "Not answered: /v1/realtime/capabilities absent" in header
+    )
 
 
 def test_max_per_subset_is_the_spec_spelling_and_per_subset_its_alias():
@@ -108,5 +187,9 @@ def test_a_bundled_sweep_names_its_system(tmp_path):
     opts = SweepOptions(output=tmp_path, record=parse_record_options(["--model-revision", "m1"]))
     with standin("full") as port:
         found = _server_provenance(f"ws://127.0.0.1:{port}/v1/realtime", opts, Console(quiet=True))
-    assert (found.url, found.bundled_system, found.model_revision) == (None, "embedded-cascade", "m1")
+    assert (found.url, found.bundled_system, found.model_revision) == (
+        None,
+        "embedded-cascade",
+        "m1",
+    )
     assert found.reported.system == "standin-cascade"

@@ -36,30 +36,76 @@ def env(tmp_path) -> dict:
     return out
 
 
-def bench(port: int, out: Path, seedtts: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
-    args = ["tts-bench", "--output", str(out), "--url", f"http://127.0.0.1:{port}", "--concurrency", "1",
-            "--num-prompts", "1", "--num-warmups", "0", "--no-quality", "--seed-tts", str(seedtts), *extra]
-    return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+def bench(
+    port: int, out: Path, seedtts: Path, env: dict, *extra: str
+) -> subprocess.CompletedProcess:
+    args = [
+        "tts-bench",
+        "--output",
+        str(out),
+        "--url",
+        f"http://127.0.0.1:{port}",
+        "--concurrency",
+        "1",
+        "--num-prompts",
+        "1",
+        "--num-warmups",
+        "0",
+        "--no-quality",
+        "--seed-tts",
+        str(seedtts),
+        *extra,
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "fdb", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_tts_bench_records_revisions_and_the_servers_report(seedtts, env, tmp_path):
     out = tmp_path / "bench"
     with standin("full", token=TOKEN) as port:  # its self-report needs the bearer token
-        done = bench(port, out, seedtts, env, "--api-key-env", "STANDIN_TOKEN", "--server-revision", "srv1",
-                     "--model-revision", "mdl2", "--dataset-revision", "seed3")
+        done = bench(
+            port,
+            out,
+            seedtts,
+            env,
+            "--api-key-env",
+            "STANDIN_TOKEN",
+            "--server-revision",
+            "srv1",
+            "--model-revision",
+            "mdl2",
+            "--dataset-revision",
+            "seed3",
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
     server = run["server_provenance"]
     assert (server["url"], server["bundled_system"]) == (f"http://127.0.0.1:{port}", None)
-    assert (server["server_revision"], server["model_revision"], server["dataset_revision"]) == ("srv1", "mdl2", "seed3")
-    assert server["reported"]["system"] == "standin-cascade" and server["reported"]["models"] == ["standin-omni-1"]
+    assert (server["server_revision"], server["model_revision"], server["dataset_revision"]) == (
+        "srv1",
+        "mdl2",
+        "seed3",
+    )
+    assert server["reported"]["system"] == "standin-cascade" and server["reported"]["models"] == [
+        "standin-omni-1"
+    ]
     assert json.loads((out / "tts.json").read_text())["run"]["server_provenance"] == server
     text = (out / "TTS.md").read_text()
     header = text.split("## ")[0]
-    assert "Declared: server revision `srv1`; model revision `mdl2`; dataset revision `seed3`." in header
-    assert (f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model `standin-omni-1`; "
-            "service nodes asr (") in header
+    assert (
+        "Declared: server revision `srv1`; model revision `mdl2`; dataset revision `seed3`."
+        in header
+    )
+    assert (
+        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model `standin-omni-1`; "
+        "service nodes asr ("
+    ) in header
     for path in out.rglob("*"):
         if path.is_file():
             for secret in (SECRET, URL_SECRET, TOKEN):
@@ -71,11 +117,17 @@ def test_a_speech_server_without_self_report_gives_nulls(seedtts, env, tmp_path)
     out = tmp_path / "bench"
     with standin("bare") as port:
         done = bench(port, out, seedtts, env)
-    assert done.returncode == 0, done.stderr[-3000:]  # the requests succeeded; the missing endpoints cost nothing
+    assert done.returncode == 0, done.stderr[
+        -3000:
+    ]  # the requests succeeded; the missing endpoints cost nothing
     reported = json.loads((out / "run.json").read_text())["server_provenance"]["reported"]
     assert (reported["system"], reported["model"], reported["models"]) == (None, None, None)
     assert [p["status"] for p in reported["probes"]] == ["absent"] * 3
     header = (out / "TTS.md").read_text().split("## ")[0]
-    assert ("Declared: server revision not given (--server-revision); model revision not given (--model-revision); "
-            "dataset revision not given (--dataset-revision).") in header
-    assert "reports: system not reported; model not reported" in header and "Not answered: " in header
+    assert (
+        "Declared: server revision not given (--server-revision); model revision not given (--model-revision); "
+        "dataset revision not given (--dataset-revision)."
+    ) in header
+    assert (
+        "reports: system not reported; model not reported" in header and "Not answered: " in header
+    )

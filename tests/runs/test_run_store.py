@@ -14,10 +14,15 @@ from runs.server import ManagedServer, port_is_served
 
 
 def _manifest(ids: list[str], shards: int = 1) -> RunManifest:
-    use = DatasetUse(dataset="v1.0", root="/d", source="synthetic", revision="r1", selection={}, sample_ids=ids)
-    return RunManifest(run_name="x", datasets={"v1.0": use},
-                       server=ServerUse(url=None, system="embedded-cascade", model=None, turn_detection={}),
-                       num_shards=shards)
+    use = DatasetUse(
+        dataset="v1.0", root="/d", source="synthetic", revision="r1", selection={}, sample_ids=ids
+    )
+    return RunManifest(
+        run_name="x",
+        datasets={"v1.0": use},
+        server=ServerUse(url=None, system="embedded-cascade", model=None, turn_detection={}),
+        num_shards=shards,
+    )
 
 
 def test_layout_and_repeat_detection(tmp_path):
@@ -27,7 +32,9 @@ def test_layout_and_repeat_detection(tmp_path):
     assert rep.v10_reference == rep.root / "v10" / "reference"
     assert not rep.holds_recording()
     (rep.v10_recording / "shard-0" / "candor_turn_taking" / "1" / "main").mkdir(parents=True)
-    (rep.v10_recording / "shard-0" / "candor_turn_taking" / "1" / "main" / "session.json").write_text("{}")
+    (
+        rep.v10_recording / "shard-0" / "candor_turn_taking" / "1" / "main" / "session.json"
+    ).write_text("{}")
     assert rep.holds_recording()
     assert [r.number for r in run.repeats()] == [2]
     with pytest.raises(FdbError):
@@ -47,7 +54,9 @@ def test_repeats_must_share_selection_and_shards(tmp_path):
 
 def test_turn_detection_option():
     assert parse_turn_detection(None)["type"] == "server_vad"
-    assert parse_turn_detection('{"type": "semantic_vad", "eagerness": "high"}')["eagerness"] == "high"
+    assert (
+        parse_turn_detection('{"type": "semantic_vad", "eagerness": "high"}')["eagerness"] == "high"
+    )
     with pytest.raises(FdbError):
         parse_turn_detection('{"type": "near_field"}')
     with pytest.raises(FdbError):
@@ -63,7 +72,9 @@ def test_busy_port_is_refused_before_starting(tmp_path):
         sock.listen(1)
         port = sock.getsockname()[1]
         assert port_is_served("127.0.0.1", port)
-        server = ManagedServer(system="embedded-cascade", host="127.0.0.1", port=port, log_path=tmp_path / "s.log")
+        server = ManagedServer(
+            system="embedded-cascade", host="127.0.0.1", port=port, log_path=tmp_path / "s.log"
+        )
         with pytest.raises(FdbError, match="already serves"):
             server.start()
         assert server.proc is None

@@ -27,10 +27,18 @@ def scored(demo_run, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FDB_WORK", str(demo_run.work))
     run = RunPaths(demo_run.run)
     rep, use = run.repeat(1), load_manifest(run).datasets["v1.5"]
-    pairs = [p for ps in load_v15(Path(use.root)).values() for p in ps if f"{p.category}/{p.id}" in use.sample_ids]
+    pairs = [
+        p
+        for ps in load_v15(Path(use.root)).values()
+        for p in ps
+        if f"{p.category}/{p.id}" in use.sample_ids
+    ]
     export = tmp_path / "export"
     export_v15([rep.recording / "shard-0"], pairs, export, dataset_revision=use.revision)
-    out, trees = tmp_path / "scores", ["--tree", f"export={export}", "--tree", f"run={rep.reference_audio}"]
+    out, trees = (
+        tmp_path / "scores",
+        ["--tree", f"export={export}", "--tree", f"run={rep.reference_audio}"],
+    )
     for verb in (["timing", *trees], ["judge", *trees], ["summarize", *trees]):
         code, _, err = cli(["score", "v15", *verb, "--out", str(out)], capsys)
         assert code == 0, err
@@ -54,9 +62,14 @@ def test_score_v15_on_an_export_reproduces_the_runs_numbers(scored):
     assert rows and any("user_interruption" in r for r in rows)
     summary = read_json(out / "summary.json")
     for engine in ("export", "run"):
-        assert read_json(out / engine / "timing" / "summary.json")["categories"] == results["categories"]
+        assert (
+            read_json(out / engine / "timing" / "summary.json")["categories"]
+            == results["categories"]
+        )
         assert summary["cohorts"][engine]["timing"]["categories"] == results["categories"]
-        assert _table_rows(text, f"## {engine}") == rows  # every cell of the v1.5 tables, intervals included
+        assert (
+            _table_rows(text, f"## {engine}") == rows
+        )  # every cell of the v1.5 tables, intervals included
     assert (out / "report.txt").read_text() == text
 
 
@@ -65,8 +78,14 @@ def test_declared_is_the_datasets_size_and_report_txt_shows_the_coverage(scored)
     cohorts = read_json(out / "summary.json")["cohorts"]
     size = len(list_ids(Path(use.root), "v1.5")["user_interruption"])
     assert cohorts["run"]["populations"]["user_interruption"] == {
-        "declared": size, "selected": 1, "eligible": 1, "ineligible": 0}
-    assert cohorts["export"]["populations"]["user_interruption"]["declared"] is None  # not a run's tree
+        "declared": size,
+        "selected": 1,
+        "eligible": 1,
+        "ineligible": 0,
+    }
+    assert (
+        cohorts["export"]["populations"]["user_interruption"]["declared"] is None
+    )  # not a run's tree
     assert "is not a run's repeat-N/reference-audio" in cohorts["export"]["declared_note"]
     assert f"user_interruption declared {size}, selected 1, eligible 1" in text
     assert cohorts["export"]["verdicts"] == {"pass": 1} and cohorts["export"]["not_evaluated"] == {}

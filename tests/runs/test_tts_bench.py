@@ -21,8 +21,14 @@ from tests.recorders.tts_fakes import ScriptedServer
 
 
 def fdb(args: list[str], env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdb", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fdb", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,24 +53,47 @@ def _jsonl(path):
 
 def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     out = tmp_path / "bench"
-    done = fdb(["tts-bench", "--output", str(out), "--concurrency", "1,2", "--num-prompts", "2",
-                "--seed-tts", str(seedtts), "--frame-rate", "21.5"], env)
+    done = fdb(
+        [
+            "tts-bench",
+            "--output",
+            str(out),
+            "--concurrency",
+            "1,2",
+            "--num-prompts",
+            "2",
+            "--seed-tts",
+            str(seedtts),
+            "--frame-rate",
+            "21.5",
+        ],
+        env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((out / "tts.json").read_text())
-    assert data["schema"] == "fdb-tts-bench-1" and [r["concurrency"] for r in data["rows"]] == [1, 2]
+    assert data["schema"] == "fdb-tts-bench-1" and [r["concurrency"] for r in data["rows"]] == [
+        1,
+        2,
+    ]
     for row in data["rows"]:
         assert (row["requests"], row["warmups"], row["failed"], row["empty"]) == (2, 1, 0, 0)
         assert row["sample_rates"] == [22050] and row["ttfa_p50_ms"] > 0 and row["rtf_mean"] > 0
-        assert row["throughput_frames_per_s"] == pytest.approx(row["throughput_audio_s_per_s"] * 21.5, rel=1e-3)
+        assert row["throughput_frames_per_s"] == pytest.approx(
+            row["throughput_audio_s_per_s"] * 21.5, rel=1e-3
+        )
     records = _jsonl(out / "concurrency-2" / "requests.jsonl")
     assert [r["warmup"] for r in records] == [True, False, False]
     assert all(r["rate_source"] == "header" and r["transport"] == "pcm" for r in records)
     wav = out / "concurrency-2" / records[1]["audio_path"]
     info = sf.info(str(wav))
     assert info.samplerate == 22050 and info.frames * 2 == records[1]["audio_bytes"]
-    assert "ignore_ref_audio" in json.loads((out / "concurrency-1" / "level.json").read_text())["body"]
+    assert (
+        "ignore_ref_audio" in json.loads((out / "concurrency-1" / "level.json").read_text())["body"]
+    )
     run = json.loads((out / "run.json").read_text())
-    health = next(p for p in run["server_provenance"]["reported"]["probes"] if p["path"] == "/health")
+    health = next(
+        p for p in run["server_provenance"]["reported"]["probes"] if p["path"] == "/health"
+    )
     assert health["body"]["backends"]["tts"]["name"] == "piper/en_US-joe-medium"
     assert run["dataset"]["source"] == "user" and run["dataset"]["rows"] == 2
 
@@ -72,12 +101,16 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
     assert quality["expected"] == 2 and quality["evaluated"] == 2
     assert quality["wer_mean_pct"] < 30, _jsonl(out / "quality" / "quality.jsonl")
     assert "not Whisper-large-v3" in quality["asr_label"] and "proxy" in quality["sim_label"]
-    assert 0.3 < quality["sim_mean"] <= 1.0 and 1.0 <= quality["mos_mean"] <= 5.0  # resemblyzer, DNSMOS
+    assert (
+        0.3 < quality["sim_mean"] <= 1.0 and 1.0 <= quality["mos_mean"] <= 5.0
+    )  # resemblyzer, DNSMOS
     assert quality["sim_n"] == quality["mos_n"] == 2
 
     text = (out / "TTS.md").read_text()
-    assert ("| Concurrency | Throughput (audio-s/s) | Throughput (frames/s) | TTFA p50 | TTFA p95 | TTFA mean "
-            "| RTF (mean) |") in text
+    assert (
+        "| Concurrency | Throughput (audio-s/s) | Throughput (frames/s) | TTFA p50 | TTFA p95 | TTFA mean "
+        "| RTF (mean) |"
+    ) in text
     assert "cannot clone voices" in text and "## Quality" in text and "## Definitions" in text
     assert sorted(p.name for p in (out / "tables").glob("*.csv"))[0].startswith("01-serving")
     assert (out / "plots" / "tts-concurrency.png").stat().st_size > 1000
@@ -95,8 +128,14 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
 def _opts(out, seedtts, levels, prompts, **extra):
     from runs.tts_bench import QualityOptions, TtsBenchOptions
 
-    return TtsBenchOptions(output=out, concurrency=levels, num_prompts=prompts, dataset_root=seedtts,
-                           quality=QualityOptions(enabled=False), **extra)
+    return TtsBenchOptions(
+        output=out,
+        concurrency=levels,
+        num_prompts=prompts,
+        dataset_root=seedtts,
+        quality=QualityOptions(enabled=False),
+        **extra,
+    )
 
 
 def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_path, monkeypatch):
@@ -105,7 +144,9 @@ def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_p
         late = tmp_path / "late"
         bench(_opts(late, seedtts, [1], 2, url=scripted.url("sse-late"), stream_format="sse"))
         metrics = _jsonl(late / "concurrency-1" / "metrics.jsonl")
-        assert all(m["stop_violation"] and m["audio_after_done_s"] == pytest.approx(0.08) for m in metrics)
+        assert all(
+            m["stop_violation"] and m["audio_after_done_s"] == pytest.approx(0.08) for m in metrics
+        )
         text = (late / "TTS.md").read_text()
         assert "2 requests broke it" in text and "| 1 | 2 | 0 | 0 |" in text and "2/2" in text
         assert scripted.app.state.bodies[-1]["stream_format"] == "sse"
@@ -130,7 +171,11 @@ def test_realtime_transport(seedtts, tmp_path):
     asyncio.run_coroutine_threadsafe(peer.__aenter__(), loop).result(10)
     try:
         out = tmp_path / "rt"
-        bench(_opts(out, seedtts, [1, 2], 2, url=f"http://127.0.0.1:{peer.port}", transport="realtime"))
+        bench(
+            _opts(
+                out, seedtts, [1, 2], 2, url=f"http://127.0.0.1:{peer.port}", transport="realtime"
+            )
+        )
     finally:
         asyncio.run_coroutine_threadsafe(peer.__aexit__(None, None, None), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
@@ -150,72 +195,140 @@ def test_repeated_levels_in_rounds_with_a_cold_round(seedtts, env, tmp_path, mon
 
     monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
     scored = []
-    monkeypatch.setattr("runs.tts_bench.score_quality", lambda opts, spec, prompts, console: scored.append(spec))
+    monkeypatch.setattr(
+        "runs.tts_bench.score_quality", lambda opts, spec, prompts, console: scored.append(spec)
+    )
     out = tmp_path / "rounds"
     with ScriptedServer() as scripted:
-        data = bench(_opts(out, seedtts, parse_concurrency("1 1 2"), 2, rounds=2, url=scripted.url("sse"),
-                           stream_format="sse", num_warmups=0).model_copy(update={"quality": QualityOptions()}))
+        data = bench(
+            _opts(
+                out,
+                seedtts,
+                parse_concurrency("1 1 2"),
+                2,
+                rounds=2,
+                url=scripted.url("sse"),
+                stream_format="sse",
+                num_warmups=0,
+            ).model_copy(update={"quality": QualityOptions()})
+        )
     assert data["run"]["options"]["cold_round"] is True and data["layout"] == "rounds"
     assert [s.directory for s in scored] == ["concurrency-1/round-1"]
     bases = ["concurrency-1", "concurrency-1~2", "concurrency-2"]
-    expected = [(k, n, r, r == 0, f"{base}/" + ("cold" if r == 0 else f"round-{r}"))
-                for k, (n, base) in enumerate(zip([1, 1, 2], bases, strict=True), start=1) for r in (0, 1, 2)]
-    assert [(f["entry"], f["concurrency"], f["round"], f["cold"], f["directory"]) for f in data["rounds"]] == expected
+    expected = [
+        (k, n, r, r == 0, f"{base}/" + ("cold" if r == 0 else f"round-{r}"))
+        for k, (n, base) in enumerate(zip([1, 1, 2], bases, strict=True), start=1)
+        for r in (0, 1, 2)
+    ]
+    assert [
+        (f["entry"], f["concurrency"], f["round"], f["cold"], f["directory"])
+        for f in data["rounds"]
+    ] == expected
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("concurrency")) == bases
     for found in data["rounds"]:
         assert (out / found["directory"] / "level.json").is_file() and found["row"]["requests"] == 2
         assert len(_jsonl(out / found["directory"] / "metrics.jsonl")) == 2
-    assert [(r["concurrency"], r["requests"], r["failed"]) for r in data["rows"]] == [(1, 4, 0), (1, 4, 0), (2, 4, 0)]
+    assert [(r["concurrency"], r["requests"], r["failed"]) for r in data["rows"]] == [
+        (1, 4, 0),
+        (1, 4, 0),
+        (2, 4, 0),
+    ]
     for k, (row, stats) in enumerate(zip(data["rows"], data["level_stats"], strict=True), start=1):
         measured = [f["row"] for f in data["rounds"] if f["entry"] == k and not f["cold"]]
         assert (stats["entry"], stats["concurrency"], stats["rounds"]) == (k, row["concurrency"], 2)
         for name, spread in stats["metrics"].items():
             values = [m[name] for m in measured]
             if name == "throughput_frames_per_s":  # no --frame-rate: null, never 0
-                assert spread == {"mean": None, "sd": None, "min": None, "max": None, "n": 0} and row[name] is None
+                assert (
+                    spread == {"mean": None, "sd": None, "min": None, "max": None, "n": 0}
+                    and row[name] is None
+                )
                 continue
-            assert spread["n"] == 2 and spread["mean"] == pytest.approx(statistics.fmean(values), abs=1e-6)
+            assert spread["n"] == 2 and spread["mean"] == pytest.approx(
+                statistics.fmean(values), abs=1e-6
+            )
             assert spread["sd"] == pytest.approx(statistics.stdev(values), abs=1e-6)
-            assert (spread["min"], spread["max"]) == (min(values), max(values)) and row[name] == spread["mean"]
+            assert (spread["min"], spread["max"]) == (min(values), max(values)) and row[
+                name
+            ] == spread["mean"]
     text = (out / "TTS.md").read_text()
     assert "| Entry | Concurrency | Rounds | Throughput (audio-s/s) |" in text and " ± " in text
-    assert "\n| 2 | 1 | 2 | " in text and "**Cold rounds**" in text and "after one cold round (excluded)" in text
+    assert (
+        "\n| 2 | 1 | 2 | " in text
+        and "**Cold rounds**" in text
+        and "after one cold round (excluded)" in text
+    )
     cold = text.split("**Cold rounds**")[1].split("**Details**")[0]
-    assert [line.split(" | ")[0] for line in cold.splitlines() if line.startswith("| ") and "---" not in line] == [
-        "| Entry", "| 1", "| 2", "| 3"]
+    assert [
+        line.split(" | ")[0]
+        for line in cold.splitlines()
+        if line.startswith("| ") and "---" not in line
+    ] == ["| Entry", "| 1", "| 2", "| 3"]
     assert any("cold-rounds" in p.name for p in (out / "tables").glob("*.csv"))
     (out / "TTS.md").unlink()
     assert build_report(out)["rounds"] == data["rounds"] and (out / "TTS.md").read_text() == text
 
 
-def test_unique_levels_keep_one_directory_per_level_and_old_runs_load(seedtts, env, tmp_path, monkeypatch):
+def test_unique_levels_keep_one_directory_per_level_and_old_runs_load(
+    seedtts, env, tmp_path, monkeypatch
+):
     monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
     out = tmp_path / "flat"
     with ScriptedServer() as scripted:
-        data = bench(_opts(out, seedtts, parse_concurrency("2, 1"), 1, url=scripted.url("sse"), stream_format="sse"))
+        data = bench(
+            _opts(
+                out,
+                seedtts,
+                parse_concurrency("2, 1"),
+                1,
+                url=scripted.url("sse"),
+                stream_format="sse",
+            )
+        )
     assert data["layout"] == "levels" and data["run"]["options"]["cold_round"] is False
-    assert sorted(p.name for p in (out / "concurrency-2").iterdir()) == ["audio", "level.json", "metrics.jsonl",
-                                                                         "requests.jsonl"]
-    assert [(f["entry"], f["concurrency"], f["round"], f["cold"], f["directory"]) for f in data["rounds"]] == [
-        (1, 2, 1, False, "concurrency-2"), (2, 1, 1, False, "concurrency-1")]
+    assert sorted(p.name for p in (out / "concurrency-2").iterdir()) == [
+        "audio",
+        "level.json",
+        "metrics.jsonl",
+        "requests.jsonl",
+    ]
+    assert [
+        (f["entry"], f["concurrency"], f["round"], f["cold"], f["directory"])
+        for f in data["rounds"]
+    ] == [(1, 2, 1, False, "concurrency-2"), (2, 1, 1, False, "concurrency-1")]
     assert [f["row"] for f in data["rounds"]] == data["rows"]
-    assert all(s["rounds"] == 1 and s["metrics"]["ttfa_p50_ms"]["sd"] is None for s in data["level_stats"])
+    assert all(
+        s["rounds"] == 1 and s["metrics"]["ttfa_p50_ms"]["sd"] is None for s in data["level_stats"]
+    )
     text = (out / "TTS.md").read_text()
-    assert "| Concurrency | Throughput" in text and "Entry" not in text and "Cold rounds" not in text
+    assert (
+        "| Concurrency | Throughput" in text and "Entry" not in text and "Cold rounds" not in text
+    )
     run = json.loads((out / "run.json").read_text())  # a run recorded before --rounds existed
     run["options"] = {k: v for k, v in run["options"].items() if k not in ("rounds", "cold_round")}
     (out / "run.json").write_text(json.dumps(run))
     (out / "tts.json").unlink()
     again = build_report(out)
-    assert again["rows"] == data["rows"] and again["layout"] == "levels" and (out / "TTS.md").read_text() == text
+    assert (
+        again["rows"] == data["rows"]
+        and again["layout"] == "levels"
+        and (out / "TTS.md").read_text() == text
+    )
 
 
 def test_bad_concurrency_is_refused(env, tmp_path):
-    assert parse_concurrency("64 64 128") == [64, 64, 128] and parse_concurrency(" 1,2, 2 ,4 ") == [1, 2, 2, 4]
+    assert parse_concurrency("64 64 128") == [64, 64, 128] and parse_concurrency(" 1,2, 2 ,4 ") == [
+        1,
+        2,
+        2,
+        4,
+    ]
     for bad in ("", " , ", "0 1", "-1", "1;2", "a,b", "1.5"):
         with pytest.raises(FdbError, match="--concurrency"):
             parse_concurrency(bad)
-    done = fdb(["tts-bench", "--output", str(tmp_path / "x"), "--concurrency", "1 two"], env, timeout=60)
+    done = fdb(
+        ["tts-bench", "--output", str(tmp_path / "x"), "--concurrency", "1 two"], env, timeout=60
+    )
     assert done.returncode != 0 and "--concurrency '1 two' is not a list of integers" in done.stderr
     assert not (tmp_path / "x").exists()
 
@@ -242,8 +355,10 @@ def markdown_tables(text: str) -> list[list[list[str]]]:
 def csv_tables(folder) -> list[tuple[str, list[list[str]]]]:
     import csv
 
-    return [(path.name, list(csv.reader(path.open(newline=""))))
-            for path in sorted(folder.glob("*.csv"))]
+    return [
+        (path.name, list(csv.reader(path.open(newline=""))))
+        for path in sorted(folder.glob("*.csv"))
+    ]
 
 
 def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, monkeypatch):
@@ -255,26 +370,55 @@ def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, m
     monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
     out = tmp_path / "tables"
     with ScriptedServer() as scripted:
-        bench(_opts(out, seedtts, [1, 2], 2, rounds=2, url=scripted.url("sse-late"), stream_format="sse",
-                    num_warmups=0))
-    summary = QualitySummary(lang="en", expected=2, evaluated=2, wer_mean_pct=1.5, wer_corpus_pct=None,
-                             wer_outliers=0, sim_mean=0.75, sim_n=2, asr_label="test ASR")
+        bench(
+            _opts(
+                out,
+                seedtts,
+                [1, 2],
+                2,
+                rounds=2,
+                url=scripted.url("sse-late"),
+                stream_format="sse",
+                num_warmups=0,
+            )
+        )
+    summary = QualitySummary(
+        lang="en",
+        expected=2,
+        evaluated=2,
+        wer_mean_pct=1.5,
+        wer_corpus_pct=None,
+        wer_outliers=0,
+        sim_mean=0.75,
+        sim_n=2,
+        asr_label="test ASR",
+    )
     (out / "quality").mkdir()
     (out / "quality" / "quality.json").write_text(json.dumps(summary.dump()))
     data = build_report(out)
     text = (out / "TTS.md").read_text()
     shown, written = markdown_tables(text), csv_tables(out / "tables")
-    assert [name for name, _ in written] == ["01-serving.csv", "02-serving-cold-rounds.csv",
-                                             "03-serving-details.csv", "04-quality.csv", "05-stop-condition.csv"]
+    assert [name for name, _ in written] == [
+        "01-serving.csv",
+        "02-serving-cold-rounds.csv",
+        "03-serving-details.csv",
+        "04-quality.csv",
+        "05-stop-condition.csv",
+    ]
     assert [rows for _, rows in written] == shown and all(len(rows) > 1 for rows in shown)
     assert [(t["name"], [t["headers"]]) for t in data["tables"]] == [
-        (name[3:-4], rows[:1]) for name, rows in written]
+        (name[3:-4], rows[:1]) for name, rows in written
+    ]
     assert json.loads((out / "tts.json").read_text())["tables"] == data["tables"]
     serving, quality = data["tables"][0], data["tables"][3]
-    assert [r["concurrency"] for r in serving["rows"]] == [1, 2] and serving["rows"][0]["rounds"] == 2
+    assert [r["concurrency"] for r in serving["rows"]] == [1, 2] and serving["rows"][0][
+        "rounds"
+    ] == 2
     ttfa = serving["rows"][0]["ttfa_p50_ms"]  # a rounds cell: the mean and sd it shows, as numbers
-    assert ttfa["mean"] == data["rows"][0]["ttfa_p50_ms"] and ttfa["sd"] == data["level_stats"][0]["metrics"][
-        "ttfa_p50_ms"]["sd"]
+    assert (
+        ttfa["mean"] == data["rows"][0]["ttfa_p50_ms"]
+        and ttfa["sd"] == data["level_stats"][0]["metrics"]["ttfa_p50_ms"]["sd"]
+    )
     assert quality["rows"][0]["value"] == 1.5 and quality["rows"][1]["value"] is None
     assert "| WER % (corpus) | n/a | test ASR |" in text
 
@@ -282,9 +426,26 @@ def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, m
 def test_a_bench_whose_every_request_failed_exits_non_zero(seedtts, env, tmp_path):
     """#25: a closed port made every request fail and tts-bench still exited 0 with a report."""
     out = tmp_path / "closed"
-    done = fdb(["tts-bench", "--output", str(out), "--url", f"http://127.0.0.1:{free_port()}", "--seed-tts",
-                str(seedtts), "--concurrency", "1", "--num-prompts", "2", "--num-warmups", "0", "--no-quality"],
-               env, timeout=120)
+    done = fdb(
+        [
+            "tts-bench",
+            "--output",
+            str(out),
+            "--url",
+            f"http://127.0.0.1:{free_port()}",
+            "--seed-tts",
+            str(seedtts),
+            "--concurrency",
+            "1",
+            "--num-prompts",
+            "2",
+            "--num-warmups",
+            "0",
+            "--no-quality",
+        ],
+        env,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ERROR: every one of the 2 measured requests failed") and "--url" in last

@@ -10,7 +10,9 @@ from tests.conftest import skip_without_shared
 
 @pytest.fixture(scope="session")
 def reference():
-    return skip_without_shared(REFERENCE, "the three Full-Duplex-Bench v1.0 example samples (example_data/)")
+    return skip_without_shared(
+        REFERENCE, "the three Full-Duplex-Bench v1.0 example samples (example_data/)"
+    )
 
 
 @pytest.fixture(scope="session")

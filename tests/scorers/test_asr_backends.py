@@ -60,10 +60,15 @@ class FakeEndpoint:
     def handle(self, req):
         body = req.rfile.read(int(req.headers["Content-Length"]))
         message = BytesParser(policy=default).parsebytes(
-            f"Content-Type: {req.headers['Content-Type']}\r\n\r\n".encode() + body)
-        fields = {p.get_param("name", header="content-disposition"): p.get_payload(decode=True)
-                  for p in message.iter_parts()}
-        self.requests.append({"path": req.path, "auth": req.headers.get("Authorization"), "fields": fields})
+            f"Content-Type: {req.headers['Content-Type']}\r\n\r\n".encode() + body
+        )
+        fields = {
+            p.get_param("name", header="content-disposition"): p.get_payload(decode=True)
+            for p in message.iter_parts()
+        }
+        self.requests.append(
+            {"path": req.path, "auth": req.headers.get("Authorization"), "fields": fields}
+        )
         if self.script:
             return self.answer(req, self.script.pop(0), {"error": "busy"})
         samples, rate = sf.read(io.BytesIO(fields["file"]), dtype="float32")
@@ -71,7 +76,8 @@ class FakeEndpoint:
         transcript = self.asr.transcribe(samples)
         words = [{"word": w.text, "start": w.start, "end": w.end} for w in transcript.words]
         reply = {"text": transcript.text, "segments": [], "language": "english"} | (
-            {} if self.no_words else {"words": words})
+            {} if self.no_words else {"words": words}
+        )
         self.replies.append(reply)
         self.answer(req, 200, reply)
 
@@ -97,28 +103,40 @@ def client(endpoint, monkeypatch):
     endpoint.script.clear()
     endpoint.requests.clear()
     endpoint.no_words = False
-    return OpenAiCompatibleAsr(endpoint.url, "whisper-tiny.en", api_key_env=KEY_ENV, retry_sleep_s=0.0)
+    return OpenAiCompatibleAsr(
+        endpoint.url, "whisper-tiny.en", api_key_env=KEY_ENV, retry_sleep_s=0.0
+    )
 
 
 def clip(reference, start=3.0, end=7.0):
     audio = read_wav(reference / "smooth_turn_taking_example/1/output.wav").samples
-    return audio[int(start * 16000):int(end * 16000)]
+    return audio[int(start * 16000) : int(end * 16000)]
 
 
 def test_openai_compatible_real_words(client, endpoint, reference):
     transcript = client.transcribe(clip(reference))
-    assert len(transcript.words) >= 5 and transcript.text == " ".join(w.text for w in transcript.words)
+    assert len(transcript.words) >= 5 and transcript.text == " ".join(
+        w.text for w in transcript.words
+    )
     reply = endpoint.replies[-1]
     assert [(w.text, w.start, w.end) for w in transcript.words] == [
-        (w["word"].strip(), w["start"], w["end"]) for w in reply["words"]]
+        (w["word"].strip(), w["start"], w["end"]) for w in reply["words"]
+    ]
     request = endpoint.requests[-1]
     assert request["path"] == "/v1/audio/transcriptions" and request["auth"] == f"Bearer {SECRET}"
     fields = request["fields"]
-    assert fields["response_format"] == b"verbose_json" and fields["timestamp_granularities[]"] == b"word"
+    assert (
+        fields["response_format"] == b"verbose_json"
+        and fields["timestamp_granularities[]"] == b"word"
+    )
     assert fields["model"] == b"whisper-tiny.en" and fields["language"] == b"en"
     assert transcript.language == "english"  # the reply's language, for language: auto
     ident = json.dumps(client.identity.model_dump())
-    assert SECRET not in ident and KEY_ENV in ident and client.identity.name == "openai-compatible/whisper-tiny.en"
+    assert (
+        SECRET not in ident
+        and KEY_ENV in ident
+        and client.identity.name == "openai-compatible/whisper-tiny.en"
+    )
 
 
 def test_openai_compatible_retries_and_errors(client, endpoint, reference, monkeypatch):
@@ -133,13 +151,23 @@ def test_openai_compatible_retries_and_errors(client, endpoint, reference, monke
     endpoint.script[:] = [401]
     with pytest.raises(AsrEndpointError, match="refused the request .*HTTP 401") as err:
         client.transcribe(clip(reference, 3.0, 5.0))
-    assert len(endpoint.requests) == 1 and KEY_ENV in err.value.one_line() and SECRET not in err.value.one_line()
+    assert (
+        len(endpoint.requests) == 1
+        and KEY_ENV in err.value.one_line()
+        and SECRET not in err.value.one_line()
+    )
     endpoint.no_words = True
     with pytest.raises(AsrEndpointError, match="no word timestamps"):
         client.transcribe(clip(reference, 3.0, 5.0))
     assert client.transcribe(np.zeros(0, np.float32)).words == []
-    dead = OpenAiCompatibleAsr("http://127.0.0.1:9/v1", "m", api_key_env=KEY_ENV, max_attempts=2,
-                               retry_sleep_s=0.0, timeout_s=2.0)
+    dead = OpenAiCompatibleAsr(
+        "http://127.0.0.1:9/v1",
+        "m",
+        api_key_env=KEY_ENV,
+        max_attempts=2,
+        retry_sleep_s=0.0,
+        timeout_s=2.0,
+    )
     with pytest.raises(AsrEndpointError, match="failed 2 attempts .*ConnectError"):
         dead.transcribe(clip(reference, 3.0, 4.0))
     monkeypatch.delenv(KEY_ENV)
@@ -152,16 +180,30 @@ def test_openai_compatible_retries_and_errors(client, endpoint, reference, monke
 def test_asr_phase_through_the_endpoint(tmp_path, client, endpoint, reference):
     tree = V10Tree(tmp_path)
     folder = tree.add("candor_turn_taking", "1", 10.4, annotation=turn_json(2.01))
-    (folder / "output.wav").write_bytes((reference / "smooth_turn_taking_example/1/output.wav").read_bytes())
+    (folder / "output.wav").write_bytes(
+        (reference / "smooth_turn_taking_example/1/output.wav").read_bytes()
+    )
     tree.samples[0].files["output.wav"] = sha256_file(folder / "output.wav")
     tree.manifest()
-    receipt = run_v10_asr(tmp_path, load_asr("openai-compatible", base_url=endpoint.url, model="whisper-tiny.en",
-                                             api_key_env=KEY_ENV, retry_sleep_s=0.0))
+    receipt = run_v10_asr(
+        tmp_path,
+        load_asr(
+            "openai-compatible",
+            base_url=endpoint.url,
+            model="whisper-tiny.en",
+            api_key_env=KEY_ENV,
+            retry_sleep_s=0.0,
+        ),
+    )
     assert [e.status for e in receipt.samples] == ["ok"]
     out = read_json(folder / "output.json")
     assert len(out["chunks"]) >= 15 and 2.5 <= out["chunks"][0]["timestamp"][0] <= 3.6
     text = (tmp_path / "asr.json").read_text()
-    assert SECRET not in text and read_json(tmp_path / "asr.json")["backend"]["name"] == "openai-compatible/whisper-tiny.en"
+    assert (
+        SECRET not in text
+        and read_json(tmp_path / "asr.json")["backend"]["name"]
+        == "openai-compatible/whisper-tiny.en"
+    )
 
 
 def test_registry():
@@ -197,10 +239,22 @@ def test_parakeet_checks_without_nemo(tmp_path, monkeypatch):
 
 
 def test_parakeet_hypothesis_words():
-    hyp = SimpleNamespace(timestamp={"word": [{"word": "Hello,", "start": 0.32, "end": 0.64},
-                                              {"word": " ", "start": 0.7, "end": 0.7},
-                                              {"word": "there.", "start": np.float32(0.72), "end": None}]})
+    hyp = SimpleNamespace(
+        timestamp={
+            "word": [
+                {"word": "Hello,", "start": 0.32, "end": 0.64},
+                {"word": " ", "start": 0.7, "end": 0.7},
+                {"word": "there.", "start": np.float32(0.72), "end": None},
+            ]
+        }
+    )
     for out in ([hyp], ([hyp], [[hyp]])):
         t = words_from_hypotheses(out)
-        assert t.text == "Hello, there." and [(w.start, w.end) for w in t.words] == [(0.32, 0.64), (0.7200000286102295, None)]
-    assert words_from_hypotheses([]).words == [] and words_from_hypotheses([SimpleNamespace(timestamp=None)]).words == []
+        assert t.text == "Hello, there." and [(w.start, w.end) for w in t.words] == [
+            (0.32, 0.64),
+            (0.7200000286102295, None),
+        ]
+    assert (
+        words_from_hypotheses([]).words == []
+        and words_from_hypotheses([SimpleNamespace(timestamp=None)]).words == []
+    )

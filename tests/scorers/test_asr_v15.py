@@ -16,21 +16,40 @@ from tests.scorers.test_asr_phase import Counting
 
 def build(root, reference):
     speech = read_wav(reference / "smooth_turn_taking_example/1/output.wav").samples
-    clips = {"input.wav": speech[48000:96000], "clean_input.wav": speech[56000:96000],
-             "output.wav": np.zeros(32000, np.float32), "clean_output.wav": speech[64000:96000]}
+    clips = {
+        "input.wav": speech[48000:96000],
+        "clean_input.wav": speech[56000:96000],
+        "output.wav": np.zeros(32000, np.float32),
+        "clean_output.wav": speech[64000:96000],
+    }
     tiny = {name: speech[48000:48800] for name in clips}  # under 0.1 s: the backend skips the model
     samples = []
-    for category, sid, eligible in (("user_interruption", "1", True), ("user_backchannel", "2", True),
-                                    ("talking_to_other", "3", False)):
+    for category, sid, eligible in (
+        ("user_interruption", "1", True),
+        ("user_backchannel", "2", True),
+        ("talking_to_other", "3", False),
+    ):
         files = {}
         if eligible:
             for name, audio in (clips if sid == "1" else tiny).items():
-                files[name] = sha256_file(atomic_write_bytes(root / category / sid / name, wav_bytes(audio, 16000)))
-        samples.append(ExportSample(sample_id=f"{category}/{sid}", subset=category, id=sid, eligible=eligible,
-                                    reasons=[] if eligible else ["overlap: pacing"], files=files))
+                files[name] = sha256_file(
+                    atomic_write_bytes(root / category / sid / name, wav_bytes(audio, 16000))
+                )
+        samples.append(
+            ExportSample(
+                sample_id=f"{category}/{sid}",
+                subset=category,
+                id=sid,
+                eligible=eligible,
+                reasons=[] if eligible else ["overlap: pacing"],
+                files=files,
+            )
+        )
     (root / "user_backchannel/2/clean_output.wav").write_bytes(b"RIFF\x00\x00junk")
     samples[1].files.pop("clean_output.wav")
-    atomic_write_json(root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump())
+    atomic_write_json(
+        root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump()
+    )
     return samples
 
 
@@ -39,14 +58,18 @@ def test_v15_asr_real_whisper(tmp_path, reference, whisper):
     asr = Counting(whisper)
     receipt = run_v15_asr(tmp_path, asr)
     doc = read_json(tmp_path / "asr.json")
-    assert doc["schema"] == V15_ASR_SCHEMA and doc["manifest_sha256"] == sha256_file(tmp_path / "reference-manifest.json")
+    assert doc["schema"] == V15_ASR_SCHEMA and doc["manifest_sha256"] == sha256_file(
+        tmp_path / "reference-manifest.json"
+    )
     assert doc["backend"]["name"] == "faster-whisper/whisper-tiny.en"
     assert [p.status for p in receipt.samples] == ["ok", "failed", "skipped"]
     assert len(asr.calls) == 7  # 4 + 3 (the corrupt file fails while reading)
     folder = tmp_path / "user_interruption/1"
     for name in TRANSCRIBED:
         obj = read_json(folder / transcript_name(name))
-        assert set(obj) == {"text", "chunks"} and obj["text"] == " ".join(c["text"] for c in obj["chunks"])
+        assert set(obj) == {"text", "chunks"} and obj["text"] == " ".join(
+            c["text"] for c in obj["chunks"]
+        )
         entry = receipt.samples[0].files[name]
         assert entry.json_sha256 == sha256_file(folder / transcript_name(name))
         assert entry.wav_sha256 == sha256_file(folder / name)
@@ -55,7 +78,10 @@ def test_v15_asr_real_whisper(tmp_path, reference, whisper):
     assert len(words) >= 5 and all(len(c["timestamp"]) == 2 for c in words)
     bad = receipt.samples[1]
     assert bad.files["clean_output.wav"].status == "failed" and "unreadable WAV" in bad.error
-    assert "user_backchannel/2" in bad.error and not (tmp_path / "user_backchannel/2/clean_output.json").exists()
+    assert (
+        "user_backchannel/2" in bad.error
+        and not (tmp_path / "user_backchannel/2/clean_output.json").exists()
+    )
     assert (tmp_path / "user_backchannel/2/input.json").exists()
 
     asr.calls.clear()
@@ -86,11 +112,17 @@ class Silent:
 
 def test_v15_asr_refuses_changed_wav_and_other_trees(tmp_path, reference):
     samples = build(tmp_path, reference)
-    atomic_write_bytes(tmp_path / "user_interruption/1/output.wav", wav_bytes(np.ones(16000, np.float32) * 0.1, 16000))
+    atomic_write_bytes(
+        tmp_path / "user_interruption/1/output.wav",
+        wav_bytes(np.ones(16000, np.float32) * 0.1, 16000),
+    )
     whisper = Silent()
     receipt = run_v15_asr(tmp_path, whisper)
     entry = receipt.samples[0].files["output.wav"]
-    assert entry.status == "failed" and "output.wav differs from reference-manifest.json" in entry.error
+    assert (
+        entry.status == "failed"
+        and "output.wav differs from reference-manifest.json" in entry.error
+    )
     assert samples[0].sample_id in entry.error
     with pytest.raises(FdbError, match="reference-manifest.json is missing"):
         run_v15_asr(tmp_path / "user_interruption", whisper)

@@ -38,10 +38,18 @@ def test_score_v10_prints_metrics_and_reference(tmp_path, reference, capsys):
     def row(metric):
         return next(line for line in lines if line.startswith(f"│ {metric} "))
 
-    assert "candor_turn_taking (turn_taking): declared n/a, selected 2, eligible 1" in out  # no dataset known
-    assert "1.350" in row("response_latency_s median") and "1/1 observed" in row("response_latency_s median")
+    assert (
+        "candor_turn_taking (turn_taking): declared n/a, selected 2, eligible 1" in out
+    )  # no dataset known
+    assert "1.350" in row("response_latency_s median") and "1/1 observed" in row(
+        "response_latency_s median"
+    )
     assert "[0.000, 0.500]" in row("early_start_rate") and "0/1" in row("early_start_rate")
-    assert "exercised 0" in out and "n/a" in row("speaking_at_end_rate") and "[0.000, 1.000]" in row("restart_rate")
+    assert (
+        "exercised 0" in out
+        and "n/a" in row("speaking_at_end_rate")
+        and "[0.000, 1.000]" in row("restart_rate")
+    )
     latencies = [line for line in lines if line.startswith("│ latency (s)")]
     assert "1.350" in latencies[0] and "4.080" in latencies[1]  # turn-taking, interruption
     assert "1.000" in [line for line in lines if line.startswith("│ takeover rate")][0]
@@ -62,14 +70,37 @@ def test_score_v10_refusals_and_help(tmp_path, capsys):
     for rel in PINNED_FILES:
         (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
         (checkout / rel).write_text("not the real file\n")
-    code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--reference-source", str(checkout)], capsys)
-    assert code == 2 and "not the pinned Full-Duplex-Bench 3e799c4" in err and "--accept-revision" in err
-    code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--reference-source", str(checkout),
-                        "--accept-revision", "3e799c4"], capsys)
-    assert code == 2 and "is not a git work tree" in err  # accepting needs a revision git can vouch for
-    code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--accept-revision", "3e799c4"], capsys)
+    code, _, err = cli(
+        ["score", "v10", "--tree", str(tmp_path), "--reference-source", str(checkout)], capsys
+    )
+    assert (
+        code == 2
+        and "not the pinned Full-Duplex-Bench 3e799c4" in err
+        and "--accept-revision" in err
+    )
+    code, _, err = cli(
+        [
+            "score",
+            "v10",
+            "--tree",
+            str(tmp_path),
+            "--reference-source",
+            str(checkout),
+            "--accept-revision",
+            "3e799c4",
+        ],
+        capsys,
+    )
+    assert (
+        code == 2 and "is not a git work tree" in err
+    )  # accepting needs a revision git can vouch for
+    code, _, err = cli(
+        ["score", "v10", "--tree", str(tmp_path), "--accept-revision", "3e799c4"], capsys
+    )
     assert code == 2 and "--accept-revision needs --reference-source" in err
-    code, _, err = cli(["score", "v10", "--tree", str(tmp_path), "--backchannel-rule", "2024"], capsys)
+    code, _, err = cli(
+        ["score", "v10", "--tree", str(tmp_path), "--backchannel-rule", "2024"], capsys
+    )
     assert code == 2 and "--backchannel-rule '2024' is unknown" in err
     code, _, err = cli(["score", "v10", "--tree", str(tmp_path)], capsys)
     assert code == 2 and "manifest.json is missing" in err
@@ -77,23 +108,43 @@ def test_score_v10_refusals_and_help(tmp_path, capsys):
     assert code == 2 and "neither manifest.json" in err
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "manifest.json").write_text("{}")
-    code, _, err = cli(["score", "transcribe", "--tree", str(tmp_path / "t"), "--asr", "parakeet"], capsys)
+    code, _, err = cli(
+        ["score", "transcribe", "--tree", str(tmp_path / "t"), "--asr", "parakeet"], capsys
+    )
     assert code == 2 and "--asr parakeet needs --nemo" in err
     text = " ".join(run(["score", "v10", "--help"], capsys).split())
-    for phrase in ("--reference-source", "--icc-gt", "before-2026-02-22", "assume-16k", "official-rule reference"):
+    for phrase in (
+        "--reference-source",
+        "--icc-gt",
+        "before-2026-02-22",
+        "assume-16k",
+        "official-rule reference",
+    ):
         assert phrase in text
 
 
 def test_score_transcribe_v15_tree(tmp_path, reference, capsys):
     build(tmp_path, reference)
-    for name in ("input.wav", "clean_input.wav", "output.wav", "clean_output.wav"):  # keep the model idle
-        (tmp_path / "user_interruption/1" / name).write_bytes((tmp_path / "user_backchannel/2/input.wav").read_bytes())
+    for name in (
+        "input.wav",
+        "clean_input.wav",
+        "output.wav",
+        "clean_output.wav",
+    ):  # keep the model idle
+        (tmp_path / "user_interruption/1" / name).write_bytes(
+            (tmp_path / "user_backchannel/2/input.wav").read_bytes()
+        )
     doc = read_json(tmp_path / "reference-manifest.json")
-    doc["samples"][0]["files"] = {n: sha256_file(tmp_path / "user_interruption/1" / n)
-                                  for n in ("input.wav", "clean_input.wav", "output.wav", "clean_output.wav")}
+    doc["samples"][0]["files"] = {
+        n: sha256_file(tmp_path / "user_interruption/1" / n)
+        for n in ("input.wav", "clean_input.wav", "output.wav", "clean_output.wav")
+    }
     atomic_write_json(tmp_path / "reference-manifest.json", doc)
     code, _, err = cli(["score", "transcribe", "--tree", str(tmp_path)], capsys)
     assert code == 1 and "user_backchannel/2" in err and "faster-whisper/whisper-tiny.en" in err
     receipt = read_json(tmp_path / "asr.json")
     assert [p["status"] for p in receipt["samples"]] == ["ok", "failed", "skipped"]
-    assert read_json(tmp_path / "user_interruption/1/clean_output.json") == {"text": "", "chunks": []}
+    assert read_json(tmp_path / "user_interruption/1/clean_output.json") == {
+        "text": "",
+        "chunks": [],
+    }

@@ -41,12 +41,16 @@ def test_words_out_of_order_are_refused_by_both_scorers(tmp_path):
     turn_tree(tmp_path, OUT_OF_ORDER)
     for err in refused_by_both(tmp_path):
         assert err.sample == SID
-        assert "output.json word 1 starts at 1.648 s, before word 0 (3.048 s): the words are out of time order" \
+        assert (
+            "output.json word 1 starts at 1.648 s, before word 0 (3.048 s): the words are out of time order"
             in err.message
+        )
         assert "rerun the asr phase" in err.hint and "python -m fdb asr" in err.hint
     # sorted, the same words give the one latency both rules agree on (0.648 s)
     turn_tree(tmp_path / "sorted", sorted(OUT_OF_ORDER))
-    assert score_official(tmp_path / "sorted", vad=FixedSegments()).subsets[SUBSET].latency_s == pytest.approx(0.648)
+    assert score_official(tmp_path / "sorted", vad=FixedSegments()).subsets[
+        SUBSET
+    ].latency_s == pytest.approx(0.648)
     unified = score_unified(tmp_path / "sorted", FixedSegments()).subsets[SUBSET].metrics
     assert unified.response_latency_s.median_s == pytest.approx(0.648)
 
@@ -80,14 +84,29 @@ def test_malformed_word_times_are_refused_by_both_scorers(tmp_path, case):
 
 def test_backchannel_null_start_is_still_skipped_not_refused():
     # the backchannel rule skips a word with a null start; it takes no part in the order check
-    chunks = {"chunks": [{"timestamp": [1.0, 1.2]}, {"timestamp": [None, 0.5]}, {"timestamp": [1.5, None]}]}
-    assert chunk_times("icc_backchannel/1", chunks, raw=True) == [(1.0, 1.2), (None, 0.5), (1.5, None)]
+    chunks = {
+        "chunks": [
+            {"timestamp": [1.0, 1.2]},
+            {"timestamp": [None, 0.5]},
+            {"timestamp": [1.5, None]},
+        ]
+    }
+    assert chunk_times("icc_backchannel/1", chunks, raw=True) == [
+        (1.0, 1.2),
+        (None, 0.5),
+        (1.5, None),
+    ]
     with pytest.raises(SampleError, match="chunk 1 has a null start"):
         chunk_times("candor_turn_taking/1", chunks)
 
 
-@pytest.mark.parametrize("payload, problem", [(b"\xff\xfe{not utf-8", "is not valid UTF-8 JSON"),
-                                              (b'{"chunks": [', "is not valid UTF-8 JSON")])
+@pytest.mark.parametrize(
+    "payload, problem",
+    [
+        (b"\xff\xfe{not utf-8", "is not valid UTF-8 JSON"),
+        (b'{"chunks": [', "is not valid UTF-8 JSON"),
+    ],
+)
 def test_unreadable_output_json_names_the_file_and_the_fix(tmp_path, payload, problem):
     folder = turn_tree(tmp_path, [(2.0, 2.4)])
     atomic_write_bytes(folder / "output.json", payload)
@@ -99,10 +118,19 @@ def test_unreadable_output_json_names_the_file_and_the_fix(tmp_path, payload, pr
         assert f"output.json {problem}" in err.message and "rerun the asr phase" in err.hint
 
 
-@pytest.mark.parametrize("annotation", [[{"timestamps": [1.0, 1.4]}], {"timestamp": [1.0]}, [{"timestamp": ["1.0"]}],
-                                        [{"timestamp": [float("nan"), 2.0]}]])
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        [{"timestamps": [1.0, 1.4]}],
+        {"timestamp": [1.0]},
+        [{"timestamp": ["1.0"]}],
+        [{"timestamp": [float("nan"), 2.0]}],
+    ],
+)
 def test_official_boundary_of_a_malformed_annotation_is_a_sample_error(annotation):
-    with pytest.raises(SampleError, match=r"turn_taking.json has no numeric \[0\]\['timestamp'\]") as err:
+    with pytest.raises(
+        SampleError, match=r"turn_taking.json has no numeric \[0\]\['timestamp'\]"
+    ) as err:
         _boundary(SID, "turn_taking", annotation)
     assert err.value.sample == SID and err.value.hint
 
@@ -111,7 +139,11 @@ def test_damaged_v15_vad_cache_entry_is_recomputed(tmp_path):
     from fdb.audio import write_wav
     from scorers import v15_timing
 
-    wav = write_wav(tmp_path / "output.wav", np.r_[np.zeros(8000), 0.5 * np.ones(8000)].astype(np.float32), 16000)
+    wav = write_wav(
+        tmp_path / "output.wav",
+        np.r_[np.zeros(8000), 0.5 * np.ones(8000)].astype(np.float32),
+        16000,
+    )
     vad, cache = FixedSegments(), tmp_path / "cache"
     cache.mkdir()
     spans, sha = v15_timing.vad_spans(vad, wav, "user_interruption/1", cache)

@@ -25,15 +25,30 @@ def test_late_gaps_left_out_and_barge_in_cut(tmp_path):
     folder = tmp_path / "s"
     # r0 arrives slower than real time (gaps), completes; r1 arrives 4x real time from t=10 and is
     # cancelled at 11.0, when FIFO playout has played 1.0 s of it
-    write_session(folder, [
-        {"id": "r0", "audio": tone(2.0), "t": 0.0, "transcript": "red green", "rate_x": 0.5},
-        {"id": "r1", "audio": tone(4.0), "t": 10.0, "transcript": "blue sky", "status": "cancelled",
-         "done_t": 11.0},
-    ])
-    replies = cut_replies(read_trace(folder / "trace.jsonl"), (folder / "output.pcm").read_bytes(), TURN_BASED,
-                          OUT_RATE)
+    write_session(
+        folder,
+        [
+            {"id": "r0", "audio": tone(2.0), "t": 0.0, "transcript": "red green", "rate_x": 0.5},
+            {
+                "id": "r1",
+                "audio": tone(4.0),
+                "t": 10.0,
+                "transcript": "blue sky",
+                "status": "cancelled",
+                "done_t": 11.0,
+            },
+        ],
+    )
+    replies = cut_replies(
+        read_trace(folder / "trace.jsonl"),
+        (folder / "output.pcm").read_bytes(),
+        TURN_BASED,
+        OUT_RATE,
+    )
     assert [r.response_id for r in replies] == ["r0", "r1"]
-    assert len(replies[0].audio(OUT_RATE)) == 2 * 16000  # back to back: 2.0 s, not 4.0 s of wall time
+    assert (
+        len(replies[0].audio(OUT_RATE)) == 2 * 16000
+    )  # back to back: 2.0 s, not 4.0 s of wall time
     assert replies[0].status == "completed" and not replies[0].barge_in_cut
     assert replies[1].status == "cancelled" and replies[1].barge_in_cut
     assert len(replies[1].audio(OUT_RATE)) == 16000  # 1.0 s played before the cancellation
@@ -60,23 +75,47 @@ class FakeAsr:
 
 def test_missing_backends_are_null_with_notes(tmp_path):
     root = tmp_path / "repeat-1"
-    write_session(root / "recording/shard-0/user_interruption/1/overlap",
-                  [{"id": "a", "audio": tone(4.0), "t": 0.5, "transcript": "red green blue"}])
-    write_session(root / "v10/recording/shard-0/synthetic_pause_handling/3/main",
-                  [{"id": "b", "audio": tone(1.0), "t": 0.5, "transcript": "red green"},
-                   {"id": "c", "audio": tone(3.5), "t": 5.0, "transcript": "x", "status": "cancelled",
-                    "done_t": 9.0}])
+    write_session(
+        root / "recording/shard-0/user_interruption/1/overlap",
+        [{"id": "a", "audio": tone(4.0), "t": 0.5, "transcript": "red green blue"}],
+    )
+    write_session(
+        root / "v10/recording/shard-0/synthetic_pause_handling/3/main",
+        [
+            {"id": "b", "audio": tone(1.0), "t": 0.5, "transcript": "red green"},
+            {
+                "id": "c",
+                "audio": tone(3.5),
+                "t": 5.0,
+                "transcript": "x",
+                "status": "cancelled",
+                "done_t": 9.0,
+            },
+        ],
+    )
     summary = score_listening(root, asr=FakeAsr(), mos=False, speaker=False)
     v15, v10 = summary.datasets["v1.5"]["user_interruption"], summary.datasets["v1.0"]["all"]
-    assert v15.omission_rate == 1 / 3 and v15.wer == 1 / 3 and v15.mos_mean is None and v15.voice_mean is None
-    assert (v10.replies, v10.short_replies, v10.compared_replies, v10.cancelled_replies) == (2, 1, 1, 1)
+    assert (
+        v15.omission_rate == 1 / 3
+        and v15.wer == 1 / 3
+        and v15.mos_mean is None
+        and v15.voice_mean is None
+    )
+    assert (v10.replies, v10.short_replies, v10.compared_replies, v10.cancelled_replies) == (
+        2,
+        1,
+        1,
+        1,
+    )
     assert v10.omission_rate == 0.0 and v10.wer == 0.0  # the short reply counts for WER too (spec)
     assert v10.wer_reference_words == v10.reference_words == 2
     assert summary.backends["mos"] is None and any("mos" in n for n in summary.notes)
     replies = read_json(root / "listening/replies.json")["replies"]
-    assert [r["reply_id"] for r in replies] == ["v1.0/synthetic_pause_handling/3/main/0",
-                                                "v1.0/synthetic_pause_handling/3/main/1",
-                                                "v1.5/user_interruption/1/overlap/0"]
+    assert [r["reply_id"] for r in replies] == [
+        "v1.0/synthetic_pause_handling/3/main/0",
+        "v1.0/synthetic_pause_handling/3/main/1",
+        "v1.5/user_interruption/1/overlap/0",
+    ]
     assert (root / "listening/wav/v1.5/user_interruption/1/overlap/0.wav").exists()
     assert (root / "listening/voice-window/v1.5/user_interruption/1/overlap/0.wav").exists()
     assert read_json(root / "listening/summary.json")["schema"] == "fdb-listening-2"
@@ -90,23 +129,43 @@ def _legacy_trace(rate: int, td_cut: str) -> tuple[list[TraceEvent], bytes, np.n
     pcm, events = float_to_pcm16(audio), []
     step = rate // 5 * 2  # 200 ms of PCM16
     for k, off in enumerate(range(0, len(pcm), step)):
-        events.append({"t": 0.5 + 0.05 * k, "dir": "recv", "type": "response.audio.delta",
-                       "event": {"response_id": "r1", "audio_offset": off, "audio_bytes": step}})
-    done = {"id": "r1", "status": "completed", "output": [{"content": [{"transcript": "red green blue"}]}]}
-    events += [{"t": 1.0, "dir": "recv", "type": "response.done", "event": {"response": done}},
-               {"t": 1.3, "dir": "recv", "type": td_cut, "event": {"response_id": "r1"}}]
+        events.append(
+            {
+                "t": 0.5 + 0.05 * k,
+                "dir": "recv",
+                "type": "response.audio.delta",
+                "event": {"response_id": "r1", "audio_offset": off, "audio_bytes": step},
+            }
+        )
+    done = {
+        "id": "r1",
+        "status": "completed",
+        "output": [{"content": [{"transcript": "red green blue"}]}],
+    }
+    events += [
+        {"t": 1.0, "dir": "recv", "type": "response.done", "event": {"response": done}},
+        {"t": 1.3, "dir": "recv", "type": td_cut, "event": {"response_id": "r1"}},
+    ]
     return [TraceEvent.model_validate(e) for e in events], pcm, audio
 
 
-@pytest.mark.parametrize("cut", ["output_audio_buffer.cleared", "input_audio_buffer.speech_started"])
+@pytest.mark.parametrize(
+    "cut", ["output_audio_buffer.cleared", "input_audio_buffer.speech_started"]
+)
 def test_legacy_reply_is_cut_where_the_exports_playout_stops(cut):
-    rate, td = 16000, {"type": "server_vad"}  # 16 kHz output: no resampling, so samples compare exactly
+    rate, td = (
+        16000,
+        {"type": "server_vad"},
+    )  # 16 kHz output: no resampling, so samples compare exactly
     trace, pcm, audio = _legacy_trace(rate, cut)
     (reply,) = cut_replies(trace, pcm, LEGACY, rate, td)
     deltas, cancels = trace_playout_inputs(trace, pcm, LEGACY, td)
     window = playout_window(deltas, cancels, rate, 3.0).samples
     played = np.flatnonzero(np.abs(window) > 0)
-    assert (played[0], played[-1] + 1) == (8000, 20800)  # the export plays 0.5 s .. the cut at 1.3 s
+    assert (played[0], played[-1] + 1) == (
+        8000,
+        20800,
+    )  # the export plays 0.5 s .. the cut at 1.3 s
     assert reply.barge_in_cut and reply.status == "completed"
     assert np.array_equal(reply.audio(rate), window[8000:20800])
     assert np.allclose(reply.audio(rate), audio[:12800], atol=1 / 32767)
@@ -138,8 +197,10 @@ class CountingMos:
 
 def test_a_rerun_with_the_same_backends_reuses_asr_text_and_mos(tmp_path):
     root = tmp_path / "repeat-1"
-    write_session(root / "v10/recording/shard-0/synthetic_pause_handling/3/main",
-                  [{"id": "a", "audio": tone(3.5), "t": 0.5, "transcript": "red green"}])
+    write_session(
+        root / "v10/recording/shard-0/synthetic_pause_handling/3/main",
+        [{"id": "a", "audio": tone(3.5), "t": 0.5, "transcript": "red green"}],
+    )
     asr, mos = CountingAsr(), CountingMos()
     first = score_listening(root, asr=asr, mos=mos, speaker=False)
     scores = (root / "listening/scores.json").read_bytes()
@@ -149,4 +210,7 @@ def test_a_rerun_with_the_same_backends_reuses_asr_text_and_mos(tmp_path):
     other = CountingMos()
     other.identity = other.identity.model_copy(update={"name": "another"})
     score_listening(root, asr=asr, mos=other, speaker=False)
-    assert (asr.calls, other.calls) == (1, 1)  # another MOS model scores again; the ASR text is kept
+    assert (asr.calls, other.calls) == (
+        1,
+        1,
+    )  # another MOS model scores again; the ASR text is kept

@@ -46,8 +46,10 @@ def groups(tmp_path_factory):
     root = tmp_path_factory.mktemp("listen") / "repeat-1"
     for category, defect in CONDITIONS.items():
         for i, (audio, text) in enumerate(zip(base, TEXTS, strict=True)):
-            write_session(root / "recording/shard-0" / category / str(i + 1) / "overlap",
-                          [{"id": f"r{i}", "audio": defect(audio), "t": 1.0, "transcript": text}])
+            write_session(
+                root / "recording/shard-0" / category / str(i + 1) / "overlap",
+                [{"id": f"r{i}", "audio": defect(audio), "t": 1.0, "transcript": text}],
+            )
     summary = score_listening(root)
     assert summary.backends["mos"]["name"] == "dnsmos-ovrl"
     assert summary.backends["speaker"]["name"] == "resemblyzer-ge2e"

@@ -17,7 +17,10 @@ from fdb.run_manifest import DatasetUse, RunManifest, ServerUse
 from scorers.v10_official import score_official
 from tests.scorers.test_cli_score import cli
 
-SIZES = {"candor_turn_taking": 5, "synthetic_user_interruption": 3}  # the dataset declares 8 samples
+SIZES = {
+    "candor_turn_taking": 5,
+    "synthetic_user_interruption": 3,
+}  # the dataset declares 8 samples
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +42,13 @@ def tree(root, cut_at_R: bool = True):
     t = V10Tree(root)
     t.add("candor_turn_taking", "1", 5.0, annotation=turn_json(1.0), words=[(1.5, 1.9), (2.0, 2.6)])
     t.add("candor_turn_taking", "2", 5.0, eligible=False, reasons=["pacing"])
-    t.add("synthetic_user_interruption", "1", 5.0, annotation=interrupt_json(1.0, 2.0), words=[(2.5, 2.9)])
+    t.add(
+        "synthetic_user_interruption",
+        "1",
+        5.0,
+        annotation=interrupt_json(1.0, 2.0),
+        words=[(2.5, 2.9)],
+    )
     late = [(1.5, 1.8), (2.5, 2.9)] if not cut_at_R else [(3.0, 3.4)]
     t.add("synthetic_user_interruption", "2", 5.0, annotation=interrupt_json(1.0, 2.0), words=late)
     return t.finish()
@@ -48,11 +57,25 @@ def tree(root, cut_at_R: bool = True):
 def a_run(tmp_path, dataset_root):
     """$FDB_WORK/runs/r1 with run.json naming the v1.0 dataset root, and repeat-1's v10/reference."""
     run = RunPaths(tmp_path / "work" / "runs" / "r1")
-    use = DatasetUse(dataset="v1.0", root=str(dataset_root), source="user", revision=None, selection={},
-                     sample_ids=["candor_turn_taking/1", "candor_turn_taking/2", "synthetic_user_interruption/1",
-                                 "synthetic_user_interruption/2"])
-    manifest = RunManifest(run_name="r1", datasets={"v1.0": use}, num_shards=1,
-                           server=ServerUse(url=None, system=None, model=None, turn_detection=None))
+    use = DatasetUse(
+        dataset="v1.0",
+        root=str(dataset_root),
+        source="user",
+        revision=None,
+        selection={},
+        sample_ids=[
+            "candor_turn_taking/1",
+            "candor_turn_taking/2",
+            "synthetic_user_interruption/1",
+            "synthetic_user_interruption/2",
+        ],
+    )
+    manifest = RunManifest(
+        run_name="r1",
+        datasets={"v1.0": use},
+        num_shards=1,
+        server=ServerUse(url=None, system=None, model=None, turn_detection=None),
+    )
     run.root.mkdir(parents=True)
     atomic_write_json(run.manifest, manifest.model_dump(mode="json", by_alias=True))
     rep = run.repeat(1)
@@ -61,7 +84,10 @@ def a_run(tmp_path, dataset_root):
 
 
 def declared(root) -> dict:
-    return {name: s["counts"]["declared"] for name, s in read_json(root / "unified.json")["subsets"].items()}
+    return {
+        name: s["counts"]["declared"]
+        for name, s in read_json(root / "unified.json")["subsets"].items()
+    }
 
 
 def test_a_runs_tree_declares_the_runs_dataset_like_the_run_path(tmp_path, capsys, monkeypatch):
@@ -74,7 +100,9 @@ def test_a_runs_tree_declares_the_runs_dataset_like_the_run_path(tmp_path, capsy
     assert declared(rep.v10_reference) == SIZES
     by_score = read_json(rep.v10_reference / "unified.json")["subsets"]
     monkeypatch.setenv("FDB_WORK", str(tmp_path / "work"))
-    _v10_scores(run, rep.v10_reference, Console(file=None, quiet=True))  # the run path (`fdb asr`'s scoring step)
+    _v10_scores(
+        run, rep.v10_reference, Console(file=None, quiet=True)
+    )  # the run path (`fdb asr`'s scoring step)
     by_run = read_json(rep.v10_reference / "unified.json")["subsets"]
     assert by_run == by_score
 
@@ -94,7 +122,10 @@ def test_declared_from_dataset_root_else_na_never_selected(tmp_path, capsys):
 
     (ds / "synthetic_user_interruption" / "2").rmdir()  # not the dataset the tree came from
     code, _, err = cli(["score", "v10", "--tree", str(root), "--dataset-root", str(ds)], capsys)
-    assert code == 2 and "does not hold 1 sample(s) of the tree (first: synthetic_user_interruption/2)" in err
+    assert (
+        code == 2
+        and "does not hold 1 sample(s) of the tree (first: synthetic_user_interruption/2)" in err
+    )
 
 
 def test_a_run_without_its_dataset_root_declares_null(tmp_path, capsys):
@@ -107,7 +138,9 @@ def test_a_run_without_its_dataset_root_declares_null(tmp_path, capsys):
     ds.rmdir()
     code, out, err = cli(["score", "v10", "--tree", str(rep.v10_reference)], capsys)
     assert code == 0, err
-    assert "declared n/a" in out and "names no v1.0 dataset root that still exists" in " ".join(out.split())
+    assert "declared n/a" in out and "names no v1.0 dataset root that still exists" in " ".join(
+        out.split()
+    )
     assert set(declared(rep.v10_reference).values()) == {None}
 
 
@@ -115,17 +148,31 @@ def test_official_json_is_written_when_one_transcript_was_not_cut_at_R(tmp_path,
     root = tree(tmp_path / "tree", cut_at_R=False)
     code, out, err = cli(["score", "v10", "--tree", str(root)], capsys)
     assert code == 2
-    assert "unified metrics not written: synthetic_user_interruption/2: word 0 starts at 1.5 s, before R 2.0 s" in err
+    assert (
+        "unified metrics not written: synthetic_user_interruption/2: word 0 starts at 1.5 s, before R 2.0 s"
+        in err
+    )
     assert "not cut at R" in err
     assert not (root / "unified.json").exists()
     doc = read_json(root / "official.json")
-    inter, turn = doc["subsets"]["synthetic_user_interruption"], doc["subsets"]["candor_turn_taking"]
-    assert (inter["selected"], inter["eligible"], inter["evaluated"], inter["takeovers"]) == (2, 2, 1, 0)
+    inter, turn = (
+        doc["subsets"]["synthetic_user_interruption"],
+        doc["subsets"]["candor_turn_taking"],
+    )
+    assert (inter["selected"], inter["eligible"], inter["evaluated"], inter["takeovers"]) == (
+        2,
+        2,
+        1,
+        0,
+    )
     assert list(inter["not_evaluated"]) == ["synthetic_user_interruption/2"]
     assert "synthetic_user_interruption/2" in inter["note"]
     assert (turn["evaluated"], turn["takeovers"], turn["latency_s"]) == (1, 1, pytest.approx(0.5))
     flat = " ".join(out.split())
-    assert "synthetic_user_interruption official-rule reference: selected 2, eligible 2, evaluated 1" in flat
+    assert (
+        "synthetic_user_interruption official-rule reference: selected 2, eligible 2, evaluated 1"
+        in flat
+    )
     assert "note: 1 eligible sample(s) not evaluated: synthetic_user_interruption/2" in flat
     assert "official.json" in flat and "unified.json" not in flat
 
@@ -133,10 +180,18 @@ def test_official_json_is_written_when_one_transcript_was_not_cut_at_R(tmp_path,
 def test_the_official_rules_leave_out_only_the_uncut_transcript(tmp_path):
     summary = score_official(tree(tmp_path / "bad", cut_at_R=False), vad=FixedSegments())
     inter = summary.subsets["synthetic_user_interruption"]
-    assert inter.evaluated == 1 and "before R 2.0 s" in inter.not_evaluated["synthetic_user_interruption/2"]
-    good = score_official(tree(tmp_path / "good"), vad=FixedSegments()).subsets["synthetic_user_interruption"]
+    assert (
+        inter.evaluated == 1
+        and "before R 2.0 s" in inter.not_evaluated["synthetic_user_interruption/2"]
+    )
+    good = score_official(tree(tmp_path / "good"), vad=FixedSegments()).subsets[
+        "synthetic_user_interruption"
+    ]
     assert (good.evaluated, good.takeovers, good.not_evaluated, good.note) == (2, 0, {}, None)
-    assert summary.subsets["candor_turn_taking"] == score_official(tmp_path / "good").subsets["candor_turn_taking"]
+    assert (
+        summary.subsets["candor_turn_taking"]
+        == score_official(tmp_path / "good").subsets["candor_turn_taking"]
+    )
 
 
 def test_the_run_path_writes_official_json_and_names_the_sample(tmp_path, monkeypatch):
@@ -145,6 +200,13 @@ def test_the_run_path_writes_official_json_and_names_the_sample(tmp_path, monkey
     run, rep = a_run(tmp_path, dataset(tmp_path / "dataset"))
     tree(rep.v10_reference, cut_at_R=False)
     monkeypatch.setenv("FDB_WORK", str(tmp_path / "work"))
-    with pytest.raises(FdbError, match="unified metrics not written: synthetic_user_interruption/2"):
+    with pytest.raises(
+        FdbError, match="unified metrics not written: synthetic_user_interruption/2"
+    ):
         _v10_scores(run, rep.v10_reference, Console(quiet=True))
-    assert read_json(rep.v10_reference / "official.json")["subsets"]["synthetic_user_interruption"]["evaluated"] == 1
+    assert (
+        read_json(rep.v10_reference / "official.json")["subsets"]["synthetic_user_interruption"][
+            "evaluated"
+        ]
+        == 1
+    )

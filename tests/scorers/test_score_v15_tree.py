@@ -26,11 +26,20 @@ def fixed_vad(monkeypatch):
 def tree(root):
     """Two eligible user_interruption pairs (the second's output.wav changed after the export)
     and one ineligible talking_to_other pair."""
-    audio = {"input.wav": bursts(T, (1.0, 3.0)), "output.wav": bursts(T, (2.0, 4.1)),
-             "clean_input.wav": bursts(T, (1.0, 3.0)), "clean_output.wav": bursts(T, (3.7, 5.0))}
-    samples = [write_pair(root, "user_interruption", "1", audio), write_pair(root, "user_interruption", "2", audio),
-               write_pair(root, "talking_to_other", "1", {}, eligible=False)]
-    atomic_write_json(root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump())
+    audio = {
+        "input.wav": bursts(T, (1.0, 3.0)),
+        "output.wav": bursts(T, (2.0, 4.1)),
+        "clean_input.wav": bursts(T, (1.0, 3.0)),
+        "clean_output.wav": bursts(T, (3.7, 5.0)),
+    }
+    samples = [
+        write_pair(root, "user_interruption", "1", audio),
+        write_pair(root, "user_interruption", "2", audio),
+        write_pair(root, "talking_to_other", "1", {}, eligible=False),
+    ]
+    atomic_write_json(
+        root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump()
+    )
     (root / "user_interruption" / "2" / "output.wav").write_bytes(b"RIFF broken")
     return root
 
@@ -50,10 +59,17 @@ def score(capsys, verb, *args) -> tuple[int, str]:
 def test_limit_resumes_and_a_failed_session_is_named_not_dropped(tmp_path, capsys):
     root, out = tree(tmp_path / "t"), tmp_path / "scores"
     args = ("--tree", f"a={root}", "--out", str(out))
-    assert score(capsys, "timing", *args, "--limit", "1") == (0, "a: timed 1 pair(s); 1 left: rerun to continue\n")
+    assert score(capsys, "timing", *args, "--limit", "1") == (
+        0,
+        "a: timed 1 pair(s); 1 left: rerun to continue\n",
+    )
     assert not (out / "a" / "timing" / "summary.json").exists()
     code, text = score(capsys, "timing", *args, "--limit", "1")
-    assert code == 1 and "a (overlap session): user_interruption/2: " in text and "output.wav: unreadable WAV" in text
+    assert (
+        code == 1
+        and "a (overlap session): user_interruption/2: " in text
+        and "output.wav: unreadable WAV" in text
+    )
     ui = read_json(out / "a" / "timing" / "summary.json")["categories"]["user_interruption"]
     assert (ui["pairs"], ui["timed_overlap_sessions"], ui["failed_sessions"]) == (2, 1, 1)
     assert ui["stop_latency"]["mean_s"] == pytest.approx(1.0)
@@ -61,7 +77,12 @@ def test_limit_resumes_and_a_failed_session_is_named_not_dropped(tmp_path, capsy
     assert code == 0 and "user_interruption/2 not evaluated: overlap session failed" in text
     cohort = read_json(out / "summary.json")["cohorts"]["a"]
     assert set(cohort["not_evaluated"]) == {"talking_to_other/1", "user_interruption/2"}
-    assert cohort["populations"]["all"] == {"declared": None, "selected": 3, "eligible": 2, "ineligible": 1}
+    assert cohort["populations"]["all"] == {
+        "declared": None,
+        "selected": 3,
+        "eligible": 2,
+        "ineligible": 1,
+    }
     code, text = score(capsys, "report", "--scores", str(out))
     assert code == 0 and "Not evaluated: talking_to_other/1: ineligible: verdict fail" in text
     assert "| user_interruption | 2 | 1 | 1.000 ± 0.000 |" in text
@@ -83,13 +104,29 @@ def test_only_narrows_every_phase_and_must_match(tmp_path, capsys):
 def test_declared_from_the_dataset_root_or_the_run_else_na(tmp_path, capsys):
     run = RunPaths(tmp_path / "work" / "runs" / "r1")
     data = dataset(tmp_path / "data", {"user_interruption": 5, "talking_to_other": 4})
-    use = DatasetUse(dataset="v1.5", root=str(data), source="user", revision=None, selection={},
-                     sample_ids=["user_interruption/1", "user_interruption/2", "talking_to_other/1"])
+    use = DatasetUse(
+        dataset="v1.5",
+        root=str(data),
+        source="user",
+        revision=None,
+        selection={},
+        sample_ids=["user_interruption/1", "user_interruption/2", "talking_to_other/1"],
+    )
     run.root.mkdir(parents=True)
-    atomic_write_json(run.manifest, RunManifest(run_name="r1", datasets={"v1.5": use}, num_shards=1,
-                                                server=ServerUse(url=None, system=None, model=None,
-                                                                 turn_detection=None)).model_dump(mode="json", by_alias=True))
-    inside, outside, out = tree(run.repeat(1).reference_audio), tree(tmp_path / "t"), tmp_path / "scores"
+    atomic_write_json(
+        run.manifest,
+        RunManifest(
+            run_name="r1",
+            datasets={"v1.5": use},
+            num_shards=1,
+            server=ServerUse(url=None, system=None, model=None, turn_detection=None),
+        ).model_dump(mode="json", by_alias=True),
+    )
+    inside, outside, out = (
+        tree(run.repeat(1).reference_audio),
+        tree(tmp_path / "t"),
+        tmp_path / "scores",
+    )
     args = ("--tree", f"run={inside}", "--tree", f"copy={outside}", "--out", str(out))
     assert score(capsys, "timing", *args)[0] == 1  # the changed output.wav
     assert score(capsys, "summarize", *args)[0] == 0
@@ -101,7 +138,9 @@ def test_declared_from_the_dataset_root_or_the_run_else_na(tmp_path, capsys):
     assert read_json(out / "summary.json")["cohorts"]["copy"]["populations"]["all"]["declared"] == 9
     small = dataset(tmp_path / "small", {"user_interruption": 1, "talking_to_other": 1})
     code, text = score(capsys, "summarize", *args, "--dataset-root", str(small))
-    assert code != 0 and "does not hold 1 sample(s) of the tree (first: user_interruption/2)" in text
+    assert (
+        code != 0 and "does not hold 1 sample(s) of the tree (first: user_interruption/2)" in text
+    )
 
 
 def test_refusals_name_the_problem_and_the_fix(tmp_path, capsys):
@@ -110,7 +149,9 @@ def test_refusals_name_the_problem_and_the_fix(tmp_path, capsys):
     assert code != 0 and "engine name 'a b' is not allowed" in text
     code, text = score(capsys, "timing", "--tree", f"summary.json={root}", "--out", str(out))
     assert code != 0 and "engine name 'summary.json' is not allowed" in text
-    code, text = score(capsys, "timing", "--tree", f"a={root}", "--tree", f"a={root}", "--out", str(out))
+    code, text = score(
+        capsys, "timing", "--tree", f"a={root}", "--tree", f"a={root}", "--out", str(out)
+    )
     assert code != 0 and "engine a is given twice" in text
     code, text = score(capsys, "summarize", "--tree", f"a={root}", "--out", str(out))
     assert code != 0 and "the cohort has not been timed" in text and "score v15 timing" in text

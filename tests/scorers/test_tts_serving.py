@@ -14,10 +14,20 @@ SLACK = 0.12  # seconds of scheduling noise tolerated on a shared 2-core machine
 
 
 def _record(chunks, rate=24000, **extra) -> TtsRequestRecord:
-    fields = {"id": "u", "list_name": "en/meta.lst", "index": 0, "concurrency": 1, "status": "ok",
-              "target_text": "x", "sample_rate": rate, "channels": 1, "chunks": chunks,
-              "audio_bytes": sum(n for _, n in chunks), "end_s": (chunks[-1][0] + 0.01) if chunks else 0.5,
-              "start_s": 0.0}
+    fields = {
+        "id": "u",
+        "list_name": "en/meta.lst",
+        "index": 0,
+        "concurrency": 1,
+        "status": "ok",
+        "target_text": "x",
+        "sample_rate": rate,
+        "channels": 1,
+        "chunks": chunks,
+        "audio_bytes": sum(n for _, n in chunks),
+        "end_s": (chunks[-1][0] + 0.01) if chunks else 0.5,
+        "start_s": 0.0,
+    }
     return TtsRequestRecord(**{**fields, **extra})
 
 
@@ -33,7 +43,9 @@ def test_request_metrics_exact():
 
     smooth = request_metrics(_record([(0.1, 4800), (0.15, 4800), (0.25, 4800)]))
     assert smooth.playback_underrun_s == 0.0 and smooth.underrun is False
-    just = request_metrics(_record([(0.1, 4800), (0.25, 4800)]))  # 50 ms late: inside an 80 ms reserve
+    just = request_metrics(
+        _record([(0.1, 4800), (0.25, 4800)])
+    )  # 50 ms late: inside an 80 ms reserve
     assert just.playback_underrun_s == pytest.approx(0.05) and just.underrun is False
     assert request_metrics(_record([(0.1, 4800), (0.25, 4800)]), reserve_s=0.04).underrun is True
 
@@ -54,7 +66,12 @@ def test_stop_condition_and_missing_values():
     assert within.overrun_s == 0.0 and within.stop_violation is False
 
     empty = request_metrics(_record([]))
-    assert empty.ttfa_s is None and empty.rtf is None and empty.audio_s is None and empty.underrun is None
+    assert (
+        empty.ttfa_s is None
+        and empty.rtf is None
+        and empty.audio_s is None
+        and empty.underrun is None
+    )
     failed = request_metrics(_record([], status="failed", error="HTTP 500", sample_rate=None))
     assert failed.e2e_s is None and failed.audio_s is None
 
@@ -65,7 +82,9 @@ def test_level_row_exact():
         _record([(0.1, 24000), (0.2, 24000)], start_s=0.0, end_s=0.3),  # 1 s audio, RTF 0.2
         _record([(0.3, 48000)], start_s=0.0, end_s=0.4),  # 1 s audio, RTF 0.3
         _record([(0.2, 48000)], start_s=0.3, end_s=1.7),  # 1 s audio, ends at 2.0
-        _record([], start_s=0.4, end_s=0.1, status="failed", error="HTTP 500: boom", sample_rate=None),
+        _record(
+            [], start_s=0.4, end_s=0.1, status="failed", error="HTTP 500: boom", sample_rate=None
+        ),
     ]
     row = level_row(2, records, frame_rate_hz=21.5)
     assert (row.requests, row.warmups, row.ok, row.failed, row.empty) == (4, 1, 3, 1, 0)
@@ -79,7 +98,11 @@ def test_level_row_exact():
     assert row.errors == ["HTTP 500: boom"] and row.sample_rates == [24000]
     assert row.underrun_requests == 0 and row.stop_checked == 0
     nothing = level_row(1, [])
-    assert nothing.throughput_audio_s_per_s is None and nothing.ttfa_p50_ms is None and nothing.underrun_requests is None
+    assert (
+        nothing.throughput_audio_s_per_s is None
+        and nothing.ttfa_p50_ms is None
+        and nothing.underrun_requests is None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,20 +113,29 @@ def scripted():
 
 def test_metrics_from_a_scripted_22050_hz_server(scripted, tmp_path):
     items = seed_items(tmp_path, 4)
-    results = run(replay(items, SpeechClientOptions(url=scripted.url("pcm22050")), concurrency=2, warmups=1))
+    results = run(
+        replay(items, SpeechClientOptions(url=scripted.url("pcm22050")), concurrency=2, warmups=1)
+    )
     records = [r for r, _ in results]
     m = request_metrics(records[1])
     assert m.sample_rate == 22050 and m.audio_s == pytest.approx(0.4)  # 17,640 bytes at 22,050 Hz
     assert 0.2 - 0.01 <= m.ttfa_s <= 0.2 + SLACK
-    assert m.gaps_s[0] == pytest.approx(0.1, abs=SLACK) and m.gaps_s[1] == pytest.approx(0.5, abs=SLACK)
+    assert m.gaps_s[0] == pytest.approx(0.1, abs=SLACK) and m.gaps_s[1] == pytest.approx(
+        0.5, abs=SLACK
+    )
     assert m.playback_underrun_s == pytest.approx(0.3, abs=SLACK) and m.underrun is True
-    assert m.rtf == pytest.approx(m.last_audio_s / 0.4) and 0.8 / 0.4 - 0.05 <= m.rtf <= (0.8 + SLACK) / 0.4
+    assert (
+        m.rtf == pytest.approx(m.last_audio_s / 0.4)
+        and 0.8 / 0.4 - 0.05 <= m.rtf <= (0.8 + SLACK) / 0.4
+    )
     row = level_row(2, records, frame_rate_hz=12.5)
     assert (row.requests, row.warmups, row.failed, row.underrun_requests) == (4, 1, 0, 4)
     # 4 requests of ~0.8 s, two at a time: ~1.6 s wall for 1.6 audio seconds
     assert 1.6 <= row.wall_s <= 1.6 + 2 * SLACK
     assert row.throughput_audio_s_per_s == pytest.approx(1.6 / row.wall_s, rel=1e-3)
-    assert row.throughput_frames_per_s == pytest.approx(row.throughput_audio_s_per_s * 12.5, rel=1e-3)
+    assert row.throughput_frames_per_s == pytest.approx(
+        row.throughput_audio_s_per_s * 12.5, rel=1e-3
+    )
     assert 200.0 <= row.ttfa_p50_ms <= row.ttfa_p95_ms <= 200.0 + 1000 * SLACK
 
 
@@ -112,7 +144,11 @@ def test_stop_regressions_are_visible_per_request(scripted, tmp_path):
     late = run(replay(item, SpeechClientOptions(url=scripted.url("sse-late")), concurrency=1))[0][0]
     m = request_metrics(late)
     assert m.stop_violation is True and m.audio_after_done_s == pytest.approx(0.08)
-    stopped = run(replay(item, SpeechClientOptions(url=scripted.url("stop80"), max_audio_s=0.0), concurrency=1))[0][0]
+    stopped = run(
+        replay(
+            item, SpeechClientOptions(url=scripted.url("stop80"), max_audio_s=0.0), concurrency=1
+        )
+    )[0][0]
     m = request_metrics(stopped)
     assert m.stop_violation is True and m.overrun_s == pytest.approx(0.08)
     clean = run(replay(item, SpeechClientOptions(url=scripted.url("sse")), concurrency=1))[0][0]

@@ -27,22 +27,37 @@ def test_word_overlap_rule():
     assert bc.words_in_segment([(2.2, 2.5)], a, b) == 1  # inside
     assert bc.words_in_segment([(2.8, 3.4)], a, b) == 1  # over the end
     assert bc.words_in_segment([(1.5, 2.1)], a, b) == 1  # over the start
-    assert bc.words_in_segment([(1.0, 2.0), (3.0, 3.5), (3.1, 3.2)], a, b) == 1  # touching: only s <= b < e
-    assert bc.words_in_segment([(None, 2.5), (2.5, None)], a, b) == 0  # null start; null end before b
-    assert bc.words_in_segment([(3.5, None)], a, b) == 0  # null end after b: zero-length at 3.5, outside
-    assert bc.words_in_segment([(3.0, None)], a, b) == 1  # null end at b: [3.0, 3.0] counts (s >= a, e <= b)
+    assert (
+        bc.words_in_segment([(1.0, 2.0), (3.0, 3.5), (3.1, 3.2)], a, b) == 1
+    )  # touching: only s <= b < e
+    assert (
+        bc.words_in_segment([(None, 2.5), (2.5, None)], a, b) == 0
+    )  # null start; null end before b
+    assert (
+        bc.words_in_segment([(3.5, None)], a, b) == 0
+    )  # null end after b: zero-length at 3.5, outside
+    assert (
+        bc.words_in_segment([(3.0, None)], a, b) == 1
+    )  # null end at b: [3.0, 3.0] counts (s >= a, e <= b)
 
 
 def test_verdict_is_the_last_segment_and_rules_differ():
     chunks = [(1.0, 1.2), (5.0, 5.2), (5.3, 5.4), (5.5, 5.6), (9.0, 9.2)]
-    segments = [(0.9, 1.3), (4.9, 5.7), (8.9, 9.3)]  # backchannel, takeover (3 words < 1 s), backchannel
+    segments = [
+        (0.9, 1.3),
+        (4.9, 5.7),
+        (8.9, 9.3),
+    ]  # backchannel, takeover (3 words < 1 s), backchannel
     tor, preds = bc.sample_verdict(segments, chunks, SINCE.rule)
     assert tor == 0 and preds == segments  # TOR overwritten by the last segment; every segment kept
     tor, preds = bc.sample_verdict(segments, chunks, BEFORE.rule)
     assert tor == 0 and preds == [(8.9, 9.3)]  # the takeover cleared the list
     long_seg = [(0.9, 1.3), (2.0, 5.1), (8.9, 9.3)]  # a segment over 3 s stops the loop with TOR 1
     assert bc.sample_verdict(long_seg, chunks, SINCE.rule) == (1, [(0.9, 1.3)])
-    assert bc.sample_verdict([(0.0, 1.5)], [(0.1, 0.2)], SINCE.rule) == (1, [(0.0, 1.5)])  # >= 1 s: TOR 1
+    assert bc.sample_verdict([(0.0, 1.5)], [(0.1, 0.2)], SINCE.rule) == (
+        1,
+        [(0.0, 1.5)],
+    )  # >= 1 s: TOR 1
     many = [(0.1 * i, 0.1 * i + 0.05) for i in range(4)]
     assert bc.sample_verdict([(0.0, 2.5)], many, BEFORE.rule) == (1, [])  # > 3 words
     assert bc.sample_verdict([], chunks, SINCE.rule) == (0, [])
@@ -83,15 +98,25 @@ def item(sid, chunks, segments, frames=16000 * 10, rate=16000):
 
 
 def test_carry_over_quirk_and_summary():
-    rows = bc.score_rows([item("0", ((0.1, 0.4), (0.5, 0.6), (0.7, 0.8)), [(0.0, 0.9)]),
-                          item("1", None, [(1.0, 1.4)])], SINCE, None)
-    assert [r.tor for r in rows] == [1, 1] and rows[1].tor_carried_over and rows[1].predictions == []
+    rows = bc.score_rows(
+        [
+            item("0", ((0.1, 0.4), (0.5, 0.6), (0.7, 0.8)), [(0.0, 0.9)]),
+            item("1", None, [(1.0, 1.4)]),
+        ],
+        SINCE,
+        None,
+    )
+    assert (
+        [r.tor for r in rows] == [1, 1] and rows[1].tor_carried_over and rows[1].predictions == []
+    )
     assert [r.frequency for r in rows] == [0.1, 0.0] and [r.jsd for r in rows] == [None, 1.0]
     summary = bc.summarize(rows, SINCE, None)
     assert (summary.tor_mean, summary.tor_std, summary.frequency_mean) == (1.0, 0.0, 0.05)
     assert summary.frequency_std == pytest.approx(0.05) and summary.jsd_mean is None
     assert summary.note == bc.NO_GT_NOTE and summary.without_backchannel == 1
-    with pytest.raises(SampleError, match="icc_backchannel/1: output.json is missing on the first sample"):
+    with pytest.raises(
+        SampleError, match="icc_backchannel/1: output.json is missing on the first sample"
+    ):
         bc.score_rows([item("1", None, [])], SINCE, None)
     empty = bc.summarize([], SINCE, None)
     assert (empty.n, empty.tor_mean, empty.jsd_mean, empty.note) == (0, None, None, None)
@@ -112,7 +137,9 @@ def test_icc_ground_truth_loading(tmp_path, reference):
     odd = bc.load_icc_gt(tmp_path / "odd.json")
     assert not odd.matches_pin
     assert "not the pinned" in bc.summarize([], SINCE, odd).note
-    with pytest.raises(SampleError, match="icc_backchannel/7: odd.json has no distribution for id '7'"):
+    with pytest.raises(
+        SampleError, match="icc_backchannel/7: odd.json has no distribution for id '7'"
+    ):
         bc.score_rows([item("7", ((0.1, 0.2),), [(0.0, 0.5)])], SINCE, odd)
 
 
@@ -159,11 +186,21 @@ def test_official_vad_call_parity_with_silero(reference, silero):
 def backchannel_tree(root, with_json=True):
     tree = V10Tree(root)
     # sample 0: a 0.5 s backchannel of one word, then a 4 s turn (stops the loop)
-    tree.add("icc_backchannel", "0", 20.0, audio=bursts(20.0, (2.0, 2.5), (6.0, 10.0)),
-             words=[(2.1, 2.4), (6.1, 6.5), (6.6, 7.0)])
+    tree.add(
+        "icc_backchannel",
+        "0",
+        20.0,
+        audio=bursts(20.0, (2.0, 2.5), (6.0, 10.0)),
+        words=[(2.1, 2.4), (6.1, 6.5), (6.6, 7.0)],
+    )
     # sample 1: a short takeover (3 words in 0.8 s), then a backchannel
-    tree.add("icc_backchannel", "1", 20.0, audio=bursts(20.0, (3.0, 3.8), (12.0, 12.4)),
-             words=[(3.0, 3.2), (3.3, 3.5), (3.6, 3.8), (12.1, 12.3)])
+    tree.add(
+        "icc_backchannel",
+        "1",
+        20.0,
+        audio=bursts(20.0, (3.0, 3.8), (12.0, 12.4)),
+        words=[(3.0, 3.2), (3.3, 3.5), (3.6, 3.8), (12.1, 12.3)],
+    )
     tree.add("icc_backchannel", "2", 20.0, eligible=False, reasons=["pacing"])
     return tree.finish()
 
@@ -180,7 +217,9 @@ def test_backchannel_folded_into_official_json(tmp_path, reference):
     assert sub.backchannel_frequency == pytest.approx((1 / 20 + 2 / 20) / 2)
     assert 0 < sub.backchannel_jsd < 0.84 and sub.backchannel.jsd_std is not None
     assert summary.rules.icc_gt.matches_pin
-    old = score_official(root, icc_gt=gt, vad=FixedSegments(), options=BEFORE).subsets["icc_backchannel"]
+    old = score_official(root, icc_gt=gt, vad=FixedSegments(), options=BEFORE).subsets[
+        "icc_backchannel"
+    ]
     assert [r.predictions for r in old.backchannel.samples] == [[(2.0, 2.5)], [(12.0, 12.4)]]
     assert read_json(root / "official.json")["rules"]["backchannel_rule"] == "before-2026-02-22"
     none = score_official(root, vad=FixedSegments()).subsets["icc_backchannel"]

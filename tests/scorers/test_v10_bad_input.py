@@ -36,10 +36,20 @@ def both(root):
 
 
 CASES = {
-    "word outside [0, T]": ("candor_turn_taking", turn_json(1.0), [(5.2, 5.4)], r"word 0 start 5.200000 s lies outside"),
+    "word outside [0, T]": (
+        "candor_turn_taking",
+        turn_json(1.0),
+        [(5.2, 5.4)],
+        r"word 0 start 5.200000 s lies outside",
+    ),
     "S > R": ("synthetic_user_interruption", interrupt_json(3.0, 2.0), [], "S 3.0 after R 2.0"),
     "missing annotation": ("candor_turn_taking", None, [(2.0, 2.4)], "turn_taking.json is missing"),
-    "unsorted pauses": ("candor_pause_handling", pause_json((3.0, 4.0), (1.0, 2.0)), [], "unsorted or overlapping"),
+    "unsorted pauses": (
+        "candor_pause_handling",
+        pause_json((3.0, 4.0), (1.0, 2.0)),
+        [],
+        "unsorted or overlapping",
+    ),
 }
 
 
@@ -56,7 +66,10 @@ def test_stale_missing_or_failed_asr_json(tmp_path):
     folder = one(tmp_path, "candor_turn_taking", turn_json(1.0), [(2.0, 2.4)])
     atomic_write_json(folder / "output.json", transcript((2.5, 2.9)))
     for err in both(tmp_path):
-        assert err.sample == "candor_turn_taking/3" and "output.json differs from asr.json" in err.one_line()
+        assert (
+            err.sample == "candor_turn_taking/3"
+            and "output.json differs from asr.json" in err.one_line()
+        )
     receipt = read_json(tmp_path / "asr.json")
     receipt["samples"][0].update(status="failed", error="boom")
     atomic_write_json(tmp_path / "asr.json", receipt)
@@ -67,9 +80,14 @@ def test_stale_missing_or_failed_asr_json(tmp_path):
         assert "asr.json is missing" in err.one_line()
 
 
-@pytest.mark.parametrize("subset, annotation", [("candor_pause_handling", pause_json((1.0, 2.0))),
-                                                ("candor_turn_taking", turn_json(1.0)),
-                                                ("icc_backchannel", None)])
+@pytest.mark.parametrize(
+    "subset, annotation",
+    [
+        ("candor_pause_handling", pause_json((1.0, 2.0))),
+        ("candor_turn_taking", turn_json(1.0)),
+        ("icc_backchannel", None),
+    ],
+)
 def test_window_not_exactly_T(tmp_path, subset, annotation):
     tree = V10Tree(tmp_path)
     folder = tree.add(subset, "3", 5.0, annotation=annotation, words=[])
@@ -78,7 +96,9 @@ def test_window_not_exactly_T(tmp_path, subset, annotation):
     tree.finish()
     scorers = [score_official] if subset == "icc_backchannel" else [score_unified, score_official]
     for scorer in scorers:
-        with pytest.raises(SampleError, match=r"output.wav holds 79999 samples at 16000 Hz, not T = 5.0 s") as err:
+        with pytest.raises(
+            SampleError, match=r"output.wav holds 79999 samples at 16000 Hz, not T = 5.0 s"
+        ) as err:
             scorer(tmp_path, vad=FixedSegments())
         assert err.value.sample == f"{subset}/3"
 

@@ -22,7 +22,7 @@ from scorers.v10_evaluator import (
 )
 from tests.conftest import git_commit_all
 
-FAKE_EVALUATE = textwrap.dedent('''
+FAKE_EVALUATE = textwrap.dedent("""
     import argparse, os
     parser = argparse.ArgumentParser()
     parser.add_argument("--task")
@@ -48,7 +48,7 @@ FAKE_EVALUATE = textwrap.dedent('''
         print("Average take turn: ", 1.0)
         print("Average latency: ", 1.3499999999999983)
     print("---------------------------------------------------")
-''')
+""")
 
 
 def fake_checkout(root, evaluate=FAKE_EVALUATE):
@@ -67,8 +67,13 @@ def test_refuses_a_checkout_that_is_not_the_pinned_revision(tmp_path):
     assert f"not the pinned Full-Duplex-Bench {PINNED_REVISION[:7]}" in message
     backchannel = "v1_v1.5/evaluation/eval_backchannel.py"
     actual = sha256_file(checkout / backchannel)
-    assert f"{backchannel} has sha256 {actual}, expected {PINNED_FILES[backchannel]}" in message  # full hashes
-    assert f"git -C {checkout} checkout {PINNED_REVISION}" in message and "--accept-revision REV" in message
+    assert (
+        f"{backchannel} has sha256 {actual}, expected {PINNED_FILES[backchannel]}" in message
+    )  # full hashes
+    assert (
+        f"git -C {checkout} checkout {PINNED_REVISION}" in message
+        and "--accept-revision REV" in message
+    )
     (checkout / "v1_v1.5/evaluation/evaluate.py").unlink()
     with pytest.raises(FdbError, match="v1_v1.5/evaluation/evaluate.py is missing"):
         verify_checkout(checkout)
@@ -79,16 +84,25 @@ def test_refuses_a_checkout_that_is_not_the_pinned_revision(tmp_path):
 
 
 def test_parse_result_block():
-    out = "x: 9\n[Result]\nAverage rating: N/A\nAverage take turn:  0.5\nJSD - Mean: 0.8000 \u00b1 0.0500\n\n" \
-          "[Raw Counts]\nNumber of samples: 55\n-----\nafter: 3\n"
-    assert parse_result(out) == {"Average rating": None, "Average take turn": 0.5, "JSD mean": 0.8,
-                                 "JSD std": 0.05, "Number of samples": 55.0}
+    out = (
+        "x: 9\n[Result]\nAverage rating: N/A\nAverage take turn:  0.5\nJSD - Mean: 0.8000 \u00b1 0.0500\n\n"
+        "[Raw Counts]\nNumber of samples: 55\n-----\nafter: 3\n"
+    )
+    assert parse_result(out) == {
+        "Average rating": None,
+        "Average take turn": 0.5,
+        "JSD mean": 0.8,
+        "JSD std": 0.05,
+        "Number of samples": 55.0,
+    }
     assert parse_result("no block here") == {}
 
 
 def tree_for_evaluator(root):
     tree = V10Tree(root)
-    tree.add("synthetic_pause_handling", "1", 5.0, annotation=pause_json((1.0, 2.0)), words=[(0.5, 1.0)])
+    tree.add(
+        "synthetic_pause_handling", "1", 5.0, annotation=pause_json((1.0, 2.0)), words=[(0.5, 1.0)]
+    )
     tree.add("synthetic_pause_handling", "2", 5.0, annotation=pause_json((1.0, 2.0)), words=[])
     tree.add("candor_turn_taking", "1", 5.0, annotation=turn_json(2.0), words=[(3.35, 4.0)])
     tree.add("synthetic_user_interruption", "1", 5.0, annotation=interrupt_json(1.0, 2.0), words=[])
@@ -106,28 +120,43 @@ def test_runs_the_evaluator_on_a_staged_copy(tmp_path):
     summary = run_evaluator(root, checkout, pins=pins)
     subsets = summary.subsets
     assert subsets["candor_turn_taking"].status == "ok"
-    assert subsets["candor_turn_taking"].result == {"Average take turn": 1.0, "Average latency": 1.3499999999999983}
+    assert subsets["candor_turn_taking"].result == {
+        "Average take turn": 1.0,
+        "Average latency": 1.3499999999999983,
+    }
     bc = subsets["icc_backchannel"]
     assert (bc.status, bc.selected, bc.eligible, bc.evaluated) == ("ok", 3, 2, 2)
     assert bc.result["JSD mean"] == 0.7143 and bc.result["Number of samples"] == 2.0
-    assert subsets["synthetic_pause_handling"].status == "failed" and "exited 1" in subsets["synthetic_pause_handling"].note
+    assert (
+        subsets["synthetic_pause_handling"].status == "failed"
+        and "exited 1" in subsets["synthetic_pause_handling"].note
+    )
     assert "boom" in (root / "logs/evaluate-synthetic_pause_handling.log").read_text()
     assert subsets["synthetic_user_interruption"].status == "not_run"
     assert "judge" in subsets["synthetic_user_interruption"].note
     after = sorted(p.relative_to(root) for p in root.rglob("*"))
     assert sorted(set(after) - set(before)) == sorted(
         [p.relative_to(root) for p in (root / "evaluator.json", root / "logs")]
-        + [(root / "logs" / f"evaluate-{s}.log").relative_to(root)
-           for s in ("synthetic_pause_handling", "candor_turn_taking", "icc_backchannel")])
+        + [
+            (root / "logs" / f"evaluate-{s}.log").relative_to(root)
+            for s in ("synthetic_pause_handling", "candor_turn_taking", "icc_backchannel")
+        ]
+    )
     doc = read_json(root / "evaluator.json")
     assert doc["schema"] == "fdb-v1.0-evaluator-2" and doc["pinned_revision"] == PINNED_REVISION
-    assert doc["files"] == {rel: pins[rel] for rel in EVALUATOR_FILES} and (checkout / EVALUATION_DIR).is_dir()
-    assert doc["checkout_check"]["differences"] == [] and summary.revision_label().endswith("3e799c4 (pinned)")
+    assert (
+        doc["files"] == {rel: pins[rel] for rel in EVALUATOR_FILES}
+        and (checkout / EVALUATION_DIR).is_dir()
+    )
+    assert doc["checkout_check"]["differences"] == [] and summary.revision_label().endswith(
+        "3e799c4 (pinned)"
+    )
     columns = load_reference(root, doc["manifest_sha256"], doc["asr_sha256"])
     assert columns.evaluator is not None and columns.notes == []
     stale = load_reference(root, doc["manifest_sha256"], "0" * 64)
     assert stale.evaluator is None and stale.notes == [
-        "evaluator.json left out: asr.json changed since it was written (rerun it on this tree)"]
+        "evaluator.json left out: asr.json changed since it was written (rerun it on this tree)"
+    ]
     atomic_write_json(root / "official.json", {"schema": "x"})
     assert "official.json left out: it does not parse" in load_reference(root, "a", "b").notes[0]
 
@@ -144,8 +173,12 @@ def test_an_accepted_revision_runs_and_is_recorded(tmp_path):
     check = read_json(root / "evaluator.json")["checkout_check"]
     assert check["accepted_revision"] == head == check["checkout_revision"]
     assert [d["path"] for d in check["differences"]] == sorted(EVALUATOR_FILES)
-    assert check["differences"][0]["actual_sha256"] == sha256_file(checkout / sorted(EVALUATOR_FILES)[0])
-    assert summary.revision_label().startswith(f"Full-Duplex-Bench {head[:7]} (accepted with --accept-revision")
+    assert check["differences"][0]["actual_sha256"] == sha256_file(
+        checkout / sorted(EVALUATOR_FILES)[0]
+    )
+    assert summary.revision_label().startswith(
+        f"Full-Duplex-Bench {head[:7]} (accepted with --accept-revision"
+    )
     (checkout / "v1_v1.5/evaluation/eval_backchannel.py").write_text("# edited after the commit\n")
     with pytest.raises(FdbError, match="local changes in pinned files"):
         run_evaluator(root, checkout, accept_revision=head)

@@ -51,7 +51,9 @@ def test_latency_mean_over_takeovers_only():
 
 
 def test_no_takeover_gives_null_latency_not_a_division_by_zero():
-    out = summarize_subset("synthetic_user_interruption", 2, 2, [([], 13.0), ([(14.0, 14.2)], 13.0)])
+    out = summarize_subset(
+        "synthetic_user_interruption", 2, 2, [([], 13.0), ([(14.0, 14.2)], 13.0)]
+    )
     assert (out.takeovers, out.takeover_rate, out.latency_s, out.latency_n) == (0, 0.0, None, 0)
     empty = summarize_subset("candor_turn_taking", 3, 0, [])
     assert (empty.takeover_rate, empty.latency_s, empty.evaluated) == (None, None, 0)
@@ -70,11 +72,21 @@ def test_score_official_on_reference_tree(tmp_path, reference, silero):
     assert subsets["synthetic_pause_handling"].takeover_rate == 1.0
     assert subsets["synthetic_pause_handling"].latency_s is None
     assert subsets["candor_turn_taking"].latency_s == pytest.approx(1.35)
-    assert (subsets["candor_turn_taking"].selected, subsets["candor_turn_taking"].evaluated) == (2, 1)
+    assert (subsets["candor_turn_taking"].selected, subsets["candor_turn_taking"].evaluated) == (
+        2,
+        1,
+    )
     assert subsets["synthetic_user_interruption"].latency_s == pytest.approx(4.08)
     assert subsets["synthetic_user_interruption"].relevance is None
-    bc = subsets["icc_backchannel"]  # 5 s of silence: no segment, TOR 0, no backchannel, the sentinel
-    assert (bc.takeover_rate, bc.backchannel_frequency, bc.backchannel_jsd, bc.evaluated) == (0.0, 0.0, 1.0, 1)
+    bc = subsets[
+        "icc_backchannel"
+    ]  # 5 s of silence: no segment, TOR 0, no backchannel, the sentinel
+    assert (bc.takeover_rate, bc.backchannel_frequency, bc.backchannel_jsd, bc.evaluated) == (
+        0.0,
+        0.0,
+        1.0,
+        1,
+    )
     assert bc.backchannel.without_backchannel == 1
     again = read_json(root / "official.json")
     score_official(root, icc_gt=reference.parent / "icc_gt_distribution.json", vad=silero)
@@ -87,7 +99,9 @@ def test_no_eligible_backchannel_sample_scores_the_other_subsets(tmp_path):
     from benchmarks.support.treebuild import V10Tree, turn_json
 
     tree = V10Tree(tmp_path / "reference")
-    tree.add("candor_turn_taking", "1", 6.0, annotation=turn_json(2.0), words=[(3.0, 3.4), (3.5, 4.2)])
+    tree.add(
+        "candor_turn_taking", "1", 6.0, annotation=turn_json(2.0), words=[(3.0, 3.4), (3.5, 4.2)]
+    )
     tree.add("icc_backchannel", "1", 5.0, eligible=False, reasons=("pacing_violation",))
     root = tree.finish()
     summary = score_official(root)

@@ -38,15 +38,31 @@ FIXTURE = {
 
 def parsed_sample(sid: str, pauses, words) -> PauseSample:
     Tu = to_us(T)
-    return PauseSample(f"{SUBSET}/{sid}", Tu, parse_pauses(sid, pause_json(*pauses), Tu),
-                       parse_words(sid, transcript(*words), Tu))
+    return PauseSample(
+        f"{SUBSET}/{sid}",
+        Tu,
+        parse_pauses(sid, pause_json(*pauses), Tu),
+        parse_words(sid, transcript(*words), Tu),
+    )
 
 
 def scored():
-    samples = [ExportSample(sample_id=f"{SUBSET}/{k}", subset=SUBSET, id=k, eligible=True, T_s=T) for k in FIXTURE]
-    samples += [ExportSample(sample_id=f"{SUBSET}/6", subset=SUBSET, id="6", eligible=False, reasons=["pacing"]),
-                ExportSample(sample_id=f"{SUBSET}/7", subset=SUBSET, id="7", eligible=False,
-                             reasons=["pacing", "window_error", "pacing"])]
+    samples = [
+        ExportSample(sample_id=f"{SUBSET}/{k}", subset=SUBSET, id=k, eligible=True, T_s=T)
+        for k in FIXTURE
+    ]
+    samples += [
+        ExportSample(
+            sample_id=f"{SUBSET}/6", subset=SUBSET, id="6", eligible=False, reasons=["pacing"]
+        ),
+        ExportSample(
+            sample_id=f"{SUBSET}/7",
+            subset=SUBSET,
+            id="7",
+            eligible=False,
+            reasons=["pacing", "window_error", "pacing"],
+        ),
+    ]
     parsed = {f"{SUBSET}/{k}": parsed_sample(k, *v) for k, v in FIXTURE.items()}
     return score_subset(SUBSET, samples[::-1], parsed, declared=137)
 
@@ -56,11 +72,31 @@ def test_pause_rows_by_hand():
     assert [r.sample_id.split("/")[1] for r in rows] == ["1", "2", "3", "4", "5", "6", "7"]
     r1, r2, r3, r4, r5 = rows[:5]
     assert (r1.pause_intrusion, r1.intrusion_words, r1.intruded_pauses) == (True, 2, 1)
-    assert (r1.inside_pause_onset, r1.pre_pause_speech, r1.carry_in, r1.any_speech) == (True, True, True, True)
+    assert (r1.inside_pause_onset, r1.pre_pause_speech, r1.carry_in, r1.any_speech) == (
+        True,
+        True,
+        True,
+        True,
+    )
     assert r1.intrusion_s == 0.8 and r1.pause_s == 2.0
-    assert (r2.pause_intrusion, r2.intrusion_words, r2.intruded_pauses, r2.inside_pause_onset) == (True, 2, 2, False)
-    assert (r2.pre_pause_speech, r2.carry_in, r2.intrusion_s, r2.pause_s) == (False, False, 0.0, 1.0)
-    assert (r3.pause_intrusion, r3.intruded_pauses, r3.pre_pause_speech, r3.carry_in) == (False, 0, True, True)
+    assert (r2.pause_intrusion, r2.intrusion_words, r2.intruded_pauses, r2.inside_pause_onset) == (
+        True,
+        2,
+        2,
+        False,
+    )
+    assert (r2.pre_pause_speech, r2.carry_in, r2.intrusion_s, r2.pause_s) == (
+        False,
+        False,
+        0.0,
+        1.0,
+    )
+    assert (r3.pause_intrusion, r3.intruded_pauses, r3.pre_pause_speech, r3.carry_in) == (
+        False,
+        0,
+        True,
+        True,
+    )
     assert r3.intrusion_s == 0.4
     assert (r4.any_speech, r4.pause_intrusion, r4.intrusion_s) == (False, False, 0.0)
     assert (r5.pause_intrusion, r5.intruded_pauses, r5.inside_pause_onset) == (True, 1, False)
@@ -74,21 +110,34 @@ def test_pause_metrics_by_hand():
     assert c.ineligible_reasons == {"pacing": 2, "window_error": 1}
     assert result.coverage == 5 / 7
     m = result.metrics
-    assert (m.pause_intrusion_rate.count, m.pause_intrusion_rate.n, m.pause_intrusion_rate.value) == (3, 5, 0.6)
+    assert (
+        m.pause_intrusion_rate.count,
+        m.pause_intrusion_rate.n,
+        m.pause_intrusion_rate.value,
+    ) == (3, 5, 0.6)
     assert m.pause_intrusion_rate.selected_bounds == (3 / 7, 5 / 7)
     assert m.inside_pause_onset_rate.count == 1
     assert m.pre_pause_speech_rate.count == 2
     assert m.carry_in_rate.count == 2
     assert m.any_speech_rate.count == 4
-    assert (m.pause_intrusion_per_pause.numerator, m.pause_intrusion_per_pause.denominator) == (4, 7)
+    assert (m.pause_intrusion_per_pause.numerator, m.pause_intrusion_per_pause.denominator) == (
+        4,
+        7,
+    )
     assert m.pause_intrusion_per_pause.value == 4 / 7
-    assert (m.intrusion_s_per_pause_s.numerator, m.intrusion_s_per_pause_s.denominator) == (1.2, 5.5)
+    assert (m.intrusion_s_per_pause_s.numerator, m.intrusion_s_per_pause_s.denominator) == (
+        1.2,
+        5.5,
+    )
     assert m.intrusion_s_per_pause_s.value == 12 / 55
     assert m.pauses == 7 and m.pause_s == 5.5
     low, high = m.intrusion_s_per_pause_s.bootstrap95
     assert 0 <= low <= 12 / 55 <= high <= 1
     assert m.pause_intrusion_per_pause.valid_resamples == 2000
-    assert m.pause_intrusion_rate.wilson95 is not None and m.pause_intrusion_per_pause.better == "lower"
+    assert (
+        m.pause_intrusion_rate.wilson95 is not None
+        and m.pause_intrusion_per_pause.better == "lower"
+    )
 
 
 def test_bootstrap_is_deterministic():
@@ -98,7 +147,9 @@ def test_bootstrap_is_deterministic():
 
 
 def test_no_eligible_samples_gives_nulls_not_zeros():
-    samples = [ExportSample(sample_id=f"{SUBSET}/1", subset=SUBSET, id="1", eligible=False, reasons=["x"])]
+    samples = [
+        ExportSample(sample_id=f"{SUBSET}/1", subset=SUBSET, id="1", eligible=False, reasons=["x"])
+    ]
     result, rows = score_subset(SUBSET, samples, {})
     m = result.metrics
     assert m.pause_intrusion_rate.value is None and m.pause_intrusion_rate.wilson95 is None
@@ -117,13 +168,16 @@ def test_zero_pause_time_leaves_ratio_null():
     assert result.metrics.pause_intrusion_per_pause.value == 0.0
 
 
-@pytest.mark.parametrize("pauses, problem", [
-    ([], "lists no pause"),
-    ([(3.0, 2.0)], "ends before it starts"),
-    ([(2.0, 4.0), (3.0, 5.0)], "overlapping"),
-    ([(4.0, 5.0), (1.0, 2.0)], "overlapping"),
-    ([(9.0, 10.5)], "outside the window"),
-])
+@pytest.mark.parametrize(
+    "pauses, problem",
+    [
+        ([], "lists no pause"),
+        ([(3.0, 2.0)], "ends before it starts"),
+        ([(2.0, 4.0), (3.0, 5.0)], "overlapping"),
+        ([(4.0, 5.0), (1.0, 2.0)], "overlapping"),
+        ([(9.0, 10.5)], "outside the window"),
+    ],
+)
 def test_bad_pauses_stop_with_sample_and_problem(pauses, problem):
     with pytest.raises(SampleError, match=problem) as err:
         parse_pauses(f"{SUBSET}/9", pause_json(*pauses), to_us(T))

@@ -44,9 +44,16 @@ from scorers.v10_official import official_latency
 from scorers.v10_pause import pause_metrics, score_pause_sample
 from scorers.v10_turn import score_turn_sample, turn_metrics
 
-set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "fdb-hypothesis")  # no .hypothesis/ in the repo
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+set_hypothesis_home_dir(
+    Path(tempfile.gettempdir()) / "fdb-hypothesis"
+)  # no .hypothesis/ in the repo
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 SEEN: dict[str, set] = defaultdict(set)
 US = 1000  # microseconds per generated millisecond
 
@@ -72,6 +79,7 @@ def json_words(words):
 
 # ---------------------------------------------------------------- pause handling
 
+
 @st.composite
 def pause_cases(draw):
     T = draw(st.integers(1000, 12000))
@@ -84,7 +92,9 @@ def pause_cases(draw):
 def pause_oracle(T, pauses, words):
     a1 = pauses[0][0]
     starts = [a for a, _b in words]
-    owned = [(a, pauses[i + 1][0]) for i, (a, _b) in enumerate(pauses[:-1])] + [(pauses[-1][0], T + 1)]
+    owned = [(a, pauses[i + 1][0]) for i, (a, _b) in enumerate(pauses[:-1])] + [
+        (pauses[-1][0], T + 1)
+    ]
     ends = max([T] + [b for _a, b in words if b is not None]) + 1
     covered = np.zeros(ends, dtype=bool)
     for a, b in words:
@@ -114,7 +124,9 @@ FLAGS = ("pause_intrusion", "inside_pause_onset", "pre_pause_speech", "carry_in"
 @SETTINGS
 @given(pause_cases())
 @example((5000, [(1000, 2000)], []))  # every flag false
-@example((5000, [(1000, 2000), (3000, 3000)], [(500, 1500), (1200, None), (4000, 4400)]))  # every flag true
+@example(
+    (5000, [(1000, 2000), (3000, 3000)], [(500, 1500), (1200, None), (4000, 4400)])
+)  # every flag true
 @example((5000, [(1000, 2000)], [(2500, 2400)]))  # intrusion after the pause, end before start
 def test_pause_rows_match_the_oracle(case):
     T, pauses, words = case
@@ -123,7 +135,10 @@ def test_pause_rows_match_the_oracle(case):
     for flag in FLAGS:
         assert getattr(row, flag) == want[flag], flag
         SEEN["pause"].add((flag, want[flag]))
-    assert (row.intrusion_words, row.intruded_pauses) == (want["intrusion_words"], want["intruded_pauses"])
+    assert (row.intrusion_words, row.intruded_pauses) == (
+        want["intrusion_words"],
+        want["intruded_pauses"],
+    )
     assert to_us(row.intrusion_s) == want["intrusion_us"]
     assert row.pause_s == s(sum(b - a for a, b in pauses))
 
@@ -136,8 +151,13 @@ def test_pause_metrics_shares_and_ratios(cases, ineligible):
     selected = len(rows) + ineligible
     metrics = pause_metrics(rows, selected)
     for flag in FLAGS:
-        check_share(getattr(metrics, f"{flag}_rate"), sum(getattr(r, flag) for r in rows), len(rows), selected,
-                    ineligible)
+        check_share(
+            getattr(metrics, f"{flag}_rate"),
+            sum(getattr(r, flag) for r in rows),
+            len(rows),
+            selected,
+            ineligible,
+        )
     ratio = metrics.intrusion_s_per_pause_s
     pause_us = sum(to_us(r.pause_s) for r in rows)
     if pause_us == 0:
@@ -173,6 +193,7 @@ def check_share(out, count, n, selected, unknown):
 
 # ---------------------------------------------------------------- smooth turn-taking
 
+
 @st.composite
 def turn_cases(draw):
     T = draw(st.integers(1000, 12000))
@@ -188,7 +209,9 @@ def turn_sample(T, E, words) -> TurnSample:
 @SETTINGS
 @given(turn_cases())
 @example((5000, 2000, []))  # no_response
-@example((5000, 2000, [(3000, 3100), (1999, 2100)]))  # early_start (the earliest word, not the first)
+@example(
+    (5000, 2000, [(3000, 3100), (1999, 2100)])
+)  # early_start (the earliest word, not the first)
 @example((5000, 2000, [(3000, None), (2000, 2500)]))  # response at exactly E: latency 0
 def test_turn_outcomes(case):
     T, E, words = case
@@ -212,7 +235,13 @@ def test_turn_metrics(cases, ineligible):
     check_share(m.no_response_rate, by["no_response"], n, selected, ineligible)
     lat = sorted(math.inf if r.latency_s is None else to_us(r.latency_s) for r in rows)
     for k in (1, 2, 5):
-        check_share(getattr(m, f"response_rate_{k}s"), sum(v <= k * 10**6 for v in lat), n, selected, ineligible)
+        check_share(
+            getattr(m, f"response_rate_{k}s"),
+            sum(v <= k * 10**6 for v in lat),
+            n,
+            selected,
+            ineligible,
+        )
     if n == 0:
         assert m.response_latency_s.median_s is None
     else:
@@ -221,6 +250,7 @@ def test_turn_metrics(cases, ineligible):
 
 
 # ---------------------------------------------------------------- user interruption
+
 
 @st.composite
 def interrupt_cases(draw):
@@ -257,8 +287,12 @@ def interrupt_oracle(T, S, R, segments, words):
 @given(interrupt_cases())
 @example((10000, 3000, 5000, [(1000, 2000)], [(6000, 6500)]))  # not_exercised
 @example((10000, 3000, 5000, [(2000, 6000)], [(6000, 6500)]))  # speaking_at_end
-@example((10000, 3000, 5000, [(2000, 4000), (4500, 4800)], [(5000, None)]))  # response at R, a restart
-@example((10000, 3000, 5000, [(3000, 10000)], []))  # speech covers S and R: speaking_at_end, runs to T
+@example(
+    (10000, 3000, 5000, [(2000, 4000), (4500, 4800)], [(5000, None)])
+)  # response at R, a restart
+@example(
+    (10000, 3000, 5000, [(3000, 10000)], [])
+)  # speech covers S and R: speaking_at_end, runs to T
 @example((10000, 3000, 5000, [(3000, 5000)], []))  # segment ends exactly at R: no_response
 def test_interrupt_outcomes(case):
     T, S, R, segments, words = case
@@ -273,26 +307,45 @@ def test_interrupt_outcomes(case):
 
 @SETTINGS
 @given(st.lists(interrupt_cases(), max_size=5), st.integers(0, 2))
-@example([(10000, 3000, 5000, [(1000, 2000)], []), (8000, 0, 100, [], [(200, 300)])], 0)  # none exercised
+@example(
+    [(10000, 3000, 5000, [(1000, 2000)], []), (8000, 0, 100, [], [(200, 300)])], 0
+)  # none exercised
 def test_interrupt_metrics_over_exercised_samples(cases, ineligible):
-    rows = [score_interrupt_sample(interrupt_sample(*c), "synthetic_user_interruption") for c in cases]
+    rows = [
+        score_interrupt_sample(interrupt_sample(*c), "synthetic_user_interruption") for c in cases
+    ]
     selected = len(rows) + ineligible
     m = interrupt_metrics(rows, selected)
     ex = [r for r in rows if r.speech_at_onset]
     check_share(m.exercised_rate, len(ex), len(rows), selected, ineligible)
     unknown = selected - len(ex)
-    for name, outcome in (("speaking_at_end_rate", "speaking_at_end"), ("no_response_rate", "no_response")):
-        check_share(getattr(m, name), sum(r.outcome == outcome for r in ex), len(ex), selected, unknown)
+    for name, outcome in (
+        ("speaking_at_end_rate", "speaking_at_end"),
+        ("no_response_rate", "no_response"),
+    ):
+        check_share(
+            getattr(m, name), sum(r.outcome == outcome for r in ex), len(ex), selected, unknown
+        )
     check_share(m.restart_rate, sum(r.restarts > 0 for r in ex), len(ex), selected, unknown)
     if rows and not ex:
         SEEN["edge"].add("all not_exercised")
-        for name in ("speaking_at_end_rate", "no_response_rate", "restart_rate", "response_rate_2s"):
+        for name in (
+            "speaking_at_end_rate",
+            "no_response_rate",
+            "restart_rate",
+            "response_rate_2s",
+        ):
             share_ = getattr(m, name)
-            assert share_.value is None and share_.wilson95 is None and share_.selected_bounds == (0.0, 1.0)
+            assert (
+                share_.value is None
+                and share_.wilson95 is None
+                and share_.selected_bounds == (0.0, 1.0)
+            )
         assert m.speech_s_per_interruption_s.value is None and m.stop_latency_s.median_s is None
 
 
 # ---------------------------------------------------------------- official rules and intervals
+
 
 @SETTINGS
 @given(words_in(0, 5000, max_size=6), st.integers(0, 5000))

@@ -35,17 +35,42 @@ FIXTURE = {
 
 def score(fixture=FIXTURE, ineligible: int = 0):
     Tu = to_us(T)
-    parsed = {f"{SUBSET}/{k}": TurnSample(f"{SUBSET}/{k}", Tu, parse_turn_end(k, turn_json(E), Tu),
-                                          parse_words(k, transcript(*w), Tu)) for k, (E, w) in fixture.items()}
-    samples = [ExportSample(sample_id=f"{SUBSET}/{k}", subset=SUBSET, id=k, eligible=True, T_s=T) for k in fixture]
-    samples += [ExportSample(sample_id=f"{SUBSET}/x{i}", subset=SUBSET, id=f"x{i}", eligible=False,
-                             reasons=["missing"]) for i in range(ineligible)]
+    parsed = {
+        f"{SUBSET}/{k}": TurnSample(
+            f"{SUBSET}/{k}",
+            Tu,
+            parse_turn_end(k, turn_json(E), Tu),
+            parse_words(k, transcript(*w), Tu),
+        )
+        for k, (E, w) in fixture.items()
+    }
+    samples = [
+        ExportSample(sample_id=f"{SUBSET}/{k}", subset=SUBSET, id=k, eligible=True, T_s=T)
+        for k in fixture
+    ]
+    samples += [
+        ExportSample(
+            sample_id=f"{SUBSET}/x{i}",
+            subset=SUBSET,
+            id=f"x{i}",
+            eligible=False,
+            reasons=["missing"],
+        )
+        for i in range(ineligible)
+    ]
     return score_subset(SUBSET, samples, parsed)
 
 
 def test_turn_outcomes_by_hand():
     _result, rows = score()
-    assert [r.outcome for r in rows] == ["response", "early_start", "no_response", "response", "response", "response"]
+    assert [r.outcome for r in rows] == [
+        "response",
+        "early_start",
+        "no_response",
+        "response",
+        "response",
+        "response",
+    ]
     assert [r.latency_s for r in rows] == [1.0, None, None, 2.5, 0.0, 4.9]
     assert rows[3].first_word_s == 4.5
 

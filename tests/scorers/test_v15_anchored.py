@@ -44,12 +44,20 @@ def test_anchor_uses_merged_spans():
 def test_tree_reports_anchored_beside_official(tmp_path):
     root = tmp_path / "reference-audio"
     T = 12.0
-    audio = {"input.wav": bursts(T, (0.5, 2.0), (5.0, 6.0)), "output.wav": bursts(T, (2.5, 5.5), (9.0, 10.0)),
-             "clean_input.wav": bursts(T, (0.5, 2.0)), "clean_output.wav": bursts(T, (2.5, 6.0))}
+    audio = {
+        "input.wav": bursts(T, (0.5, 2.0), (5.0, 6.0)),
+        "output.wav": bursts(T, (2.5, 5.5), (9.0, 10.0)),
+        "clean_input.wav": bursts(T, (0.5, 2.0)),
+        "clean_output.wav": bursts(T, (2.5, 6.0)),
+    }
     sample = write_pair(root, "user_interruption", "1", audio)
-    atomic_write_json(root / "user_interruption" / "1" / "metadata.json",
-                      {"context_text": "", "current_turn_text": "", "timestamps": [5.0, 6.0]})
-    atomic_write_json(root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=[sample]).dump())
+    atomic_write_json(
+        root / "user_interruption" / "1" / "metadata.json",
+        {"context_text": "", "current_turn_text": "", "timestamps": [5.0, 6.0]},
+    )
+    atomic_write_json(
+        root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=[sample]).dump()
+    )
     cache = tmp_path / "vad-cache"
     vad = FixedSegments()
     summary = score_v15_timing(root, vad, cache_dir=cache)
@@ -62,5 +70,8 @@ def test_tree_reports_anchored_beside_official(tmp_path):
     assert len(list(cache.glob("*.json"))) == 4
     _SPAN_CACHE.clear()
     again = FixedSegments()
-    assert score_v15_timing(root, again, out=tmp_path / "s2", cache_dir=cache).categories["all"] == summary.categories["all"]
+    assert (
+        score_v15_timing(root, again, out=tmp_path / "s2", cache_dir=cache).categories["all"]
+        == summary.categories["all"]
+    )
     assert again.calls == 0  # every span list came from the disk cache

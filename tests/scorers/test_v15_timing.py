@@ -47,7 +47,9 @@ def test_response_intervals_rules():
     model = [(3.0, 4.0)]
     # both user ends point at the model start 3.0: keep the later user end; 6.0 has no later start
     assert response_intervals(user, model) == [(2.0, 3.0)]
-    assert response_intervals([(0.0, 3.0)], [(3.0, 4.0), (5.0, 6.0)]) == [(3.0, 5.0)]  # strictly after
+    assert response_intervals([(0.0, 3.0)], [(3.0, 4.0), (5.0, 6.0)]) == [
+        (3.0, 5.0)
+    ]  # strictly after
     assert response_intervals([(0.0, 1.00049)], [(2.0, 3.0)]) == [(1.0, 2.0)]  # 3-decimal rounding
     assert latencies([(1.0, 2.5), (0.1, 0.3)]) == [1.5, 0.2]
 
@@ -85,36 +87,68 @@ def write_pair(root, category, pid, audio: dict, eligible=True):
             else:
                 shutil.copyfile(value, folder / name)
             files[name] = sha256_file(folder / name)
-    return ExportSample(sample_id=f"{category}/{pid}", subset=category, id=pid, eligible=eligible,
-                        reasons=[] if eligible else ["verdict fail"], files=files)
+    return ExportSample(
+        sample_id=f"{category}/{pid}",
+        subset=category,
+        id=pid,
+        eligible=eligible,
+        reasons=[] if eligible else ["verdict fail"],
+        files=files,
+    )
 
 
 def test_tree_with_injected_spans(tmp_path):
     root = tmp_path / "reference-audio"
     T = 10.0
-    overlap = {"input.wav": bursts(T, (1.0, 3.0), (6.0, 7.0)), "output.wav": bursts(T, (2.0, 4.0), (8.0, 9.0))}
+    overlap = {
+        "input.wav": bursts(T, (1.0, 3.0), (6.0, 7.0)),
+        "output.wav": bursts(T, (2.0, 4.0), (8.0, 9.0)),
+    }
     clean = {"clean_input.wav": bursts(T, (1.0, 3.0)), "clean_output.wav": bursts(T, (4.0, 5.0))}
-    samples = [write_pair(root, "user_interruption", "2", {**overlap, **clean}),
-               write_pair(root, "user_interruption", "10", {**clean, "input.wav": bursts(T, (1.0, 2.0)),
-                                                             "output.wav": bursts(T)}),
-               write_pair(root, "talking_to_other", "1", {}, eligible=False)]
-    atomic_write_json(root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump())
+    samples = [
+        write_pair(root, "user_interruption", "2", {**overlap, **clean}),
+        write_pair(
+            root,
+            "user_interruption",
+            "10",
+            {**clean, "input.wav": bursts(T, (1.0, 2.0)), "output.wav": bursts(T)},
+        ),
+        write_pair(root, "talking_to_other", "1", {}, eligible=False),
+    ]
+    atomic_write_json(
+        root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump()
+    )
     vad = FixedSegments()
     summary = score_v15_timing(root, vad)
     ui = summary.categories["user_interruption"]
-    assert (ui.pairs, ui.eligible_pairs, ui.timed_overlap_sessions, ui.timed_clean_sessions) == (2, 2, 1, 2)
+    assert (ui.pairs, ui.eligible_pairs, ui.timed_overlap_sessions, ui.timed_clean_sessions) == (
+        2,
+        2,
+        1,
+        2,
+    )
     # overlap: stop (2, 3) -> 1.0; user ends 3.0 and 7.0 both point at the model start 8.0, so
     # the key keeps the later user end: (7.0, 8.0) -> 1.0
-    assert (ui.stop_latency.mean_s, ui.response_latency.mean_s, ui.response_latency.intervals) == (1.0, 1.0, 1)
+    assert (ui.stop_latency.mean_s, ui.response_latency.mean_s, ui.response_latency.intervals) == (
+        1.0,
+        1.0,
+        1,
+    )
     assert ui.clean_response_latency.mean_s == 1.0 and ui.clean_stop_latency.mean_s is None
     assert summary.categories["talking_to_other"].stop_latency.mean_s is None
     assert summary.categories["all"].pairs == 3
     rows = read_json_lines(tmp_path / "scores/intervals.jsonl")
     assert [(r["sample_id"], r["variant"], r["status"]) for r in rows] == [
-        ("user_interruption/2", "overlap", "ok"), ("user_interruption/2", "clean", "ok"),
-        ("user_interruption/10", "overlap", "ok"), ("user_interruption/10", "clean", "ok"),
-        ("talking_to_other/1", "overlap", "ineligible"), ("talking_to_other/1", "clean", "ineligible")]
-    assert rows[0]["response_intervals"] == [[7.0, 8.0]] and rows[0]["stop_intervals"] == [[2.0, 3.0]]
+        ("user_interruption/2", "overlap", "ok"),
+        ("user_interruption/2", "clean", "ok"),
+        ("user_interruption/10", "overlap", "ok"),
+        ("user_interruption/10", "clean", "ok"),
+        ("talking_to_other/1", "overlap", "ineligible"),
+        ("talking_to_other/1", "clean", "ineligible"),
+    ]
+    assert rows[0]["response_intervals"] == [[7.0, 8.0]] and rows[0]["stop_intervals"] == [
+        [2.0, 3.0]
+    ]
     calls = vad.calls
     score_v15_timing(root, vad)
     assert vad.calls == calls  # spans cached by file sha256
@@ -122,11 +156,20 @@ def test_tree_with_injected_spans(tmp_path):
 
 def test_real_silero_on_reference_audio(tmp_path, reference, silero):
     root = tmp_path / "reference-audio"
-    inter, smooth = reference / "user_interruption_example/1", reference / "smooth_turn_taking_example/1"
-    pair = {"input.wav": inter / "input.wav", "output.wav": inter / "output.wav",
-            "clean_input.wav": smooth / "input.wav", "clean_output.wav": smooth / "output.wav"}
+    inter, smooth = (
+        reference / "user_interruption_example/1",
+        reference / "smooth_turn_taking_example/1",
+    )
+    pair = {
+        "input.wav": inter / "input.wav",
+        "output.wav": inter / "output.wav",
+        "clean_input.wav": smooth / "input.wav",
+        "clean_output.wav": smooth / "output.wav",
+    }
     samples = [write_pair(root, "user_interruption", "1", pair)]
-    atomic_write_json(root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump())
+    atomic_write_json(
+        root / "reference-manifest.json", ExportManifest(dataset="v1.5", samples=samples).dump()
+    )
     summary = score_v15_timing(root, silero, out=tmp_path / "out")
     doc = read_json(tmp_path / "out/summary.json")
     assert doc["schema"] == TIMING_SCHEMA and doc["vad"]["settings"]["speech_pad_ms"] == 30

@@ -24,12 +24,14 @@ def _reference_arrays() -> list[np.ndarray]:
     cuts = []
     for samples in arrays[:3]:  # odd lengths: a short last window is zero-padded in both paths
         start = int(rng.integers(0, len(samples) // 2))
-        cuts.append(samples[start:start + 16000 * 3 + int(rng.integers(1, 511))].copy())
+        cuts.append(samples[start : start + 16000 * 3 + int(rng.integers(1, 511))].copy())
     return arrays + cuts + [np.zeros(300, np.float32), np.zeros(0, np.float32)]
 
 
 @needs_examples
-@pytest.mark.parametrize("settings", [VadSettings(), VadSettings(speech_pad_ms=30, min_silence_duration_ms=300)])
+@pytest.mark.parametrize(
+    "settings", [VadSettings(), VadSettings(speech_pad_ms=30, min_silence_duration_ms=300)]
+)
 def test_segments_many_equals_one_file_silero(silero, settings):
     import torch
     from silero_vad import get_speech_timestamps
@@ -41,10 +43,14 @@ def test_segments_many_equals_one_file_silero(silero, settings):
             expected.append([])
             continue
         silero._model.reset_states()
-        stamps = get_speech_timestamps(torch.from_numpy(samples), silero._model, threshold=settings.threshold,
-                                       min_speech_duration_ms=settings.min_speech_duration_ms,
-                                       min_silence_duration_ms=settings.min_silence_duration_ms,
-                                       speech_pad_ms=settings.speech_pad_ms)
+        stamps = get_speech_timestamps(
+            torch.from_numpy(samples),
+            silero._model,
+            threshold=settings.threshold,
+            min_speech_duration_ms=settings.min_speech_duration_ms,
+            min_silence_duration_ms=settings.min_silence_duration_ms,
+            speech_pad_ms=settings.speech_pad_ms,
+        )
         expected.append([(s["start"] / 16000, s["end"] / 16000) for s in stamps])
     assert any(expected), "the reference audio must contain speech"
     assert silero.segments_many(arrays, settings, batch=4) == expected

@@ -46,9 +46,11 @@ def say():
 @pytest.fixture(scope="session")
 def speech(say):
     """Piper-spoken test utterances at 16 kHz float32 (deterministic synthesis)."""
-    return {"question": say("What is the capital of France?"),
-            "long_question": say("Why is the sky blue?"),  # SmolLM2 answers it at length
-            "barge_in": say("Tell me about the weather in Spain instead, please.")}
+    return {
+        "question": say("What is the capital of France?"),
+        "long_question": say("Why is the sky blue?"),  # SmolLM2 answers it at length
+        "barge_in": say("Tell me about the weather in Spain instead, please."),
+    }
 
 
 def silence(seconds: float) -> np.ndarray:

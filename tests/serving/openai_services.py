@@ -39,7 +39,9 @@ PIPER_RATE = 22050
 
 @dataclass
 class Behaviour:
-    models: list[str] = field(default_factory=lambda: ["whisper-tiny", "scripted-chat", "piper-joe"])
+    models: list[str] = field(
+        default_factory=lambda: ["whisper-tiny", "scripted-chat", "piper-joe"]
+    )
     models_status: int = 200
     chat_status: int = 200
     tone: bool = False
@@ -67,15 +69,22 @@ class Behaviour:
 
 def _reply_text(messages: list[dict[str, str]]) -> str:
     last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    return "The capital of France is Paris. 😀" if "france" in last.lower() else "Sorry, I did not catch that."
+    return (
+        "The capital of France is Paris. 😀"
+        if "france" in last.lower()
+        else "Sorry, I did not catch that."
+    )
 
 
 def _sse(text: str, model: str) -> Any:
     async def events():
         for k, word in enumerate(text.split(" ")):
             piece = word if k == 0 else " " + word
-            chunk = {"object": "chat.completion.chunk", "model": model,
-                     "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+            chunk = {
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+            }
             yield f"data: {json.dumps(chunk)}\n\n".encode()
             await asyncio.sleep(0.005)
         yield b"data: [DONE]\n\n"
@@ -88,24 +97,31 @@ def _multipart(content_type: str, body: bytes) -> dict[str, bytes]:
     from email.parser import BytesParser
     from email.policy import default
 
-    message = BytesParser(policy=default).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
-    return {part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
-            for part in message.iter_parts()}
+    message = BytesParser(policy=default).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + body
+    )
+    return {
+        part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
+        for part in message.iter_parts()
+    }
 
 
 def build_app(state: Behaviour) -> FastAPI:
     app = FastAPI()
 
     def record(request: Request, body: Any) -> None:
-        state.requests.append({"path": request.url.path, "auth": request.headers.get("authorization"),
-                               "body": body})
+        state.requests.append(
+            {"path": request.url.path, "auth": request.headers.get("authorization"), "body": body}
+        )
 
     @app.get("/v1/models")
     async def models(request: Request) -> JSONResponse:
         record(request, None)
         if state.models_status != 200:
             return JSONResponse({"error": {"message": "models failed"}}, state.models_status)
-        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in state.models]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": m, "object": "model"} for m in state.models]}
+        )
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -113,7 +129,9 @@ def build_app(state: Behaviour) -> FastAPI:
         record(request, body)
         if state.chat_status != 200:  # echoes the key, as OpenAI's 401 does
             auth = request.headers.get("authorization", "")
-            return JSONResponse({"error": {"message": f"failed; key provided: {auth[7:]}"}}, state.chat_status)
+            return JSONResponse(
+                {"error": {"message": f"failed; key provided: {auth[7:]}"}}, state.chat_status
+            )
         text = _reply_text(body["messages"])
         words = text.split(" ")[: max(1, int(body.get("max_tokens", 512)))]
         return _sse(" ".join(words), body["model"])
@@ -156,7 +174,9 @@ class ThreadServer:
         self.state = state
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        config = uvicorn.Config(build_app(state), host="127.0.0.1", port=self.port, log_level="warning")
+        config = uvicorn.Config(
+            build_app(state), host="127.0.0.1", port=self.port, log_level="warning"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
@@ -187,7 +207,9 @@ def _stubborn(port: int) -> None:
             pass
 
         def do_GET(self):
-            data = json.dumps({"object": "list", "data": [{"id": "stubborn", "object": "model"}]}).encode()
+            data = json.dumps(
+                {"object": "list", "data": [{"id": "stubborn", "object": "model"}]}
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -21,7 +21,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def handler(model: str) -> type[BaseHTTPRequestHandler]:
-    launch = {"argv": sys.argv[1:], "pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    launch = {
+        "argv": sys.argv[1:],
+        "pid": os.getpid(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -37,8 +41,10 @@ def handler(model: str) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def do_GET(self):
-            answer = {"/v1/models": {"object": "list", "data": [{"id": model, "object": "model"}]},
-                      "/test/launch": launch}.get(self.path)
+            answer = {
+                "/v1/models": {"object": "list", "data": [{"id": model, "object": "model"}]},
+                "/test/launch": launch,
+            }.get(self.path)
             if answer is None:
                 self.send_error(404)
                 return
@@ -48,7 +54,9 @@ def handler(model: str) -> type[BaseHTTPRequestHandler]:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.path == "/v1/chat/completions":
                 piece = {"choices": [{"index": 0, "delta": {"content": "Hello."}}]}
-                self._send(f"data: {json.dumps(piece)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
+                self._send(
+                    f"data: {json.dumps(piece)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream"
+                )
             elif self.path == "/v1/audio/transcriptions":
                 self._send(b'{"text": "hello"}', "application/json")
             elif self.path == "/v1/audio/speech":

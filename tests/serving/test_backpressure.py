@@ -40,9 +40,13 @@ SIZE = len(_event(10, 300).model_dump_json())  # every event of the test has thi
 BYTES = 4 * SIZE + SIZE // 2  # four fit, the fifth does not
 
 
-@pytest.mark.parametrize("limit,phrase", [({"max_chunks": 4}, "5 output events wait to be sent "
-                                                                "(max_pending_output_chunks 4)"),
-                                           ({"max_bytes": BYTES}, f"(max_pending_output_bytes {BYTES})")])
+@pytest.mark.parametrize(
+    "limit,phrase",
+    [
+        ({"max_chunks": 4}, "5 output events wait to be sent (max_pending_output_chunks 4)"),
+        ({"max_bytes": BYTES}, f"(max_pending_output_bytes {BYTES})"),
+    ],
+)
 def test_the_outbox_overflows_on_the_limit_and_drops_the_rest(limit, phrase):
     async def scenario():
         ws = StuckSocket()
@@ -74,7 +78,9 @@ def test_within_the_limits_every_event_is_sent_in_order():
         return ws.sent, outbox
 
     sent, outbox = asyncio.run(scenario())
-    assert [json.loads(s)["error"]["message"][-2:].lstrip("y") for s in sent] == [str(k) for k in range(20)]
+    assert [json.loads(s)["error"]["message"][-2:].lstrip("y") for s in sent] == [
+        str(k) for k in range(20)
+    ]
     assert outbox.overflow is None and outbox.pending == 0 and outbox.pending_bytes == 0
 
 
@@ -95,16 +101,28 @@ async def _never_reading(url: str, deadline_s: float) -> tuple[int, float | None
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((host, int(port)))
-    ws = await connect(url, sock=sock, max_size=1 << 20, max_queue=1, compression=None, ping_interval=None)
+    ws = await connect(
+        url, sock=sock, max_size=1 << 20, max_queue=1, compression=None, ping_interval=None
+    )
     await ws.recv()  # session.created
-    await ws.send(json.dumps({"type": "session.update", "session": {
-        "type": "realtime", "audio": {"input": {"turn_detection": None}}}}))
+    await ws.send(
+        json.dumps(
+            {
+                "type": "session.update",
+                "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+            }
+        )
+    )
     await ws.recv()  # session.updated; from here on nothing is read
     packet = base64.b64encode(b"\0" * PACKET_BYTES).decode()
     start, seq = time.monotonic(), 0
     try:
         while time.monotonic() - start < deadline_s:
-            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": packet, "sglang": {"seq": seq}}))
+            await ws.send(
+                json.dumps(
+                    {"type": "input_audio_buffer.append", "audio": packet, "sglang": {"seq": seq}}
+                )
+            )
             seq += 1
             if seq % 50 == 0:
                 await asyncio.sleep(0.01)
@@ -121,7 +139,9 @@ def test_a_client_that_stops_reading_fails_its_session_and_others_go_on(tmp_path
         await asyncio.sleep(0.5)
         other = await Client.connect(url)  # a second session meanwhile
         try:
-            await other.open_session({"type": "realtime", "audio": {"input": {"turn_detection": None}}})
+            await other.open_session(
+                {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+            )
             seq = await other.send_audio(b"\0" * PACKET_BYTES * 5, interval_s=0.0)
             await other.until("sglang.input_audio.accepted", 5)
             assert seq == 5

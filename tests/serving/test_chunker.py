@@ -9,9 +9,11 @@ import pytest
 
 from serving.conversation.chunker import SpeechChunker, speakable
 
-SKY = ("The answer to this question is that the sky appears blue because of a process called "
-       "Rayleigh scattering, which is a natural phenomenon where light encounters molecules of air "
-       "and is scattered in all directions, but primarily in the direction of shortest distance. This")
+SKY = (
+    "The answer to this question is that the sky appears blue because of a process called "
+    "Rayleigh scattering, which is a natural phenomenon where light encounters molecules of air "
+    "and is scattered in all directions, but primarily in the direction of shortest distance. This"
+)
 
 
 def tokens(text: str) -> list[str]:
@@ -36,27 +38,40 @@ def test_sentences_are_cut_as_soon_as_they_end():
 
 def test_first_chunk_ends_at_a_clause_after_three_words_or_seven_words():
     assert chunk(tokens("Yes, the capital of France is Paris, which is a lovely city.")) == [
-        "Yes, the capital of France is Paris,", "which is a lovely city."]
+        "Yes, the capital of France is Paris,",
+        "which is a lovely city.",
+    ]
     assert chunk(tokens("Well: there are three things - first, the sun and the rain.")) == [
-        "Well: there are three things -", "first, the sun and the rain."]
+        "Well: there are three things -",
+        "first, the sun and the rain.",
+    ]
     assert chunk(tokens("The rainbow is a beautiful optical illusion created by light.")) == [
-        "The rainbow is a beautiful optical illusion", "created by light."]
+        "The rainbow is a beautiful optical illusion",
+        "created by light.",
+    ]
     # "is that" would end the 7-word chunk on a function word: the cut moves on (2 words at most)
     assert chunk(tokens(SKY)) == [
         "The answer to this question is that the sky",
         "appears blue because of a process called Rayleigh scattering, which is a natural phenomenon "
         "where light encounters molecules of air and is scattered in all directions,",
-        "but primarily in the direction of shortest distance.", "This"]
+        "but primarily in the direction of shortest distance.",
+        "This",
+    ]
 
 
 def test_a_length_cut_does_not_end_on_an_article_or_preposition():
     assert chunk(tokens("A healthy breakfast idea could be a smoothie made with fruit.")) == [
-        "A healthy breakfast idea could be a smoothie", "made with fruit."]
+        "A healthy breakfast idea could be a smoothie",
+        "made with fruit.",
+    ]
     # at most DANGLING_SLACK words further: a run of function words is still cut
     assert chunk(tokens("One two three four five six of the a an and so on")) == [
-        "One two three four five six of the a", "an and so on"]
-    assert chunk(tokens("w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15"), first_max_words=4) == [
-        "w1 w2 w3 w4", "w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15"]
+        "One two three four five six of the a",
+        "an and so on",
+    ]
+    assert chunk(
+        tokens("w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15"), first_max_words=4
+    ) == ["w1 w2 w3 w4", "w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15"]
 
 
 def test_later_chunks_cut_at_clauses_only_when_long_and_capped():
@@ -68,16 +83,22 @@ def test_later_chunks_cut_at_clauses_only_when_long_and_capped():
 
 def test_numbers_markup_and_whitespace():
     assert chunk(tokens("It costs 1,000 dollars or 3.5 euros in total, they say.")) == [
-        "It costs 1,000 dollars or 3.5 euros", "in total, they say."]
+        "It costs 1,000 dollars or 3.5 euros",
+        "in total, they say.",
+    ]
     pieces = ["**Paris**", " is", "\n\n", " `big`", ".", " *Yes*", "."]
-    assert chunk(pieces) == ["Paris is big .", "Yes ."] == [speakable("**Paris** is `big`."), "Yes ."]
+    assert (
+        chunk(pieces) == ["Paris is big .", "Yes ."] == [speakable("**Paris** is `big`."), "Yes ."]
+    )
     assert chunk(["   ", "\n"]) == []
 
 
 def test_no_markdown_emoji_or_url_reaches_the_tts():
     """A markdown link keeps its text alone; emoji (with joiners and variation selectors) go."""
-    text = ("## Paris 🇫🇷 is **the capital** 😀! See [Paris](https://en.wikipedia.org/wiki/Paris). "
-            "Family: 👨‍👩‍👧 ❤️ ok ✅.")
+    text = (
+        "## Paris 🇫🇷 is **the capital** 😀! See [Paris](https://en.wikipedia.org/wiki/Paris). "
+        "Family: 👨‍👩‍👧 ❤️ ok ✅."
+    )
     assert speakable(text) == "Paris is the capital ! See Paris . Family: ok ."
     pieces = tokens(text)
     assert " ".join(chunk(pieces)) == speakable(text)
@@ -89,8 +110,13 @@ def test_no_markdown_emoji_or_url_reaches_the_tts():
 @pytest.mark.parametrize("seed", range(20))
 def test_chunks_joined_are_the_speakable_reply_however_it_is_split(seed):
     rng = random.Random(seed)
-    text = rng.choice([SKY, "A *rainbow*, they say: light - and water. Or not?! Fine… ok; 3.5, 1,000.",
-                       "Hi 👋🏽 there! A [link](http://x.org/a_b) and 🎉🎉 more… `code` 😀."])
+    text = rng.choice(
+        [
+            SKY,
+            "A *rainbow*, they say: light - and water. Or not?! Fine… ok; 3.5, 1,000.",
+            "Hi 👋🏽 there! A [link](http://x.org/a_b) and 🎉🎉 more… `code` 😀.",
+        ]
+    )
     cuts = sorted(rng.sample(range(1, len(text)), rng.randint(1, 30)))
     pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
     chunks = chunk(pieces)

@@ -12,14 +12,22 @@ import pytest
 from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE, ComputeGate
 
 
-def _start(gate: ComputeGate, priority: int, name: str, log: list[str], hold: threading.Event,
-           resource: str | None = None) -> threading.Thread:
+def _start(
+    gate: ComputeGate,
+    priority: int,
+    name: str,
+    log: list[str],
+    hold: threading.Event,
+    resource: str | None = None,
+) -> threading.Thread:
     def work() -> None:
         log.append(f"{name} start")
         hold.wait(5)
         log.append(f"{name} end")
 
-    thread = threading.Thread(target=gate.call, args=(priority, work), kwargs={"resource": resource})
+    thread = threading.Thread(
+        target=gate.call, args=(priority, work), kwargs={"resource": resource}
+    )
     thread.start()
     return thread
 
@@ -36,8 +44,13 @@ def test_a_freed_slot_goes_to_the_best_waiting_call():
     holds = {name: threading.Event() for name in ("busy", "rest", "asr", "audio", "text", "audio2")}
     threads = [_start(gate, REST, "busy", log, holds["busy"])]
     _wait_for(lambda: "busy start" in log)
-    for priority, name in ((REST, "rest"), (TRANSCRIBE, "asr"), (FIRST_AUDIO, "audio"), (FIRST_TEXT, "text"),
-                           (FIRST_AUDIO, "audio2")):
+    for priority, name in (
+        (REST, "rest"),
+        (TRANSCRIBE, "asr"),
+        (FIRST_AUDIO, "audio"),
+        (FIRST_TEXT, "text"),
+        (FIRST_AUDIO, "audio2"),
+    ):
         threads.append(_start(gate, priority, name, log, holds[name]))
         _wait_for(lambda n=len(threads) - 1: len(gate._waiting) == n)
     for name in ("busy", "audio", "audio2", "text", "asr", "rest"):
@@ -56,9 +69,13 @@ def test_two_slots_run_two_calls_but_never_two_of_one_resource():
     holds = [threading.Event() for _ in range(3)]
     first = _start(gate, TRANSCRIBE, "asr1", log, holds[0], resource="asr")
     _wait_for(lambda: "asr1 start" in log)
-    second = _start(gate, FIRST_AUDIO, "asr2", log, holds[1], resource="asr")  # waits for the resource
+    second = _start(
+        gate, FIRST_AUDIO, "asr2", log, holds[1], resource="asr"
+    )  # waits for the resource
     _wait_for(lambda: len(gate._waiting) == 1)
-    third = _start(gate, REST, "tts", log, holds[2], resource="tts")  # a lower priority, but runnable
+    third = _start(
+        gate, REST, "tts", log, holds[2], resource="tts"
+    )  # a lower priority, but runnable
     _wait_for(lambda: "tts start" in log)
     assert "asr2 start" not in log and gate._busy == 2
     holds[0].set()
@@ -90,7 +107,9 @@ def test_a_reserved_slot_never_goes_to_the_rest_of_a_reply():
     holds = [threading.Event() for _ in range(4)]
     rest = _start(gate, REST, "rest1", log, holds[0])
     _wait_for(lambda: "rest1 start" in log)
-    later = _start(gate, REST, "rest2", log, holds[1])  # one slot is free, but it is the reserved one
+    later = _start(
+        gate, REST, "rest2", log, holds[1]
+    )  # one slot is free, but it is the reserved one
     _wait_for(lambda: len(gate._waiting) == 1)
     time.sleep(0.05)
     assert "rest2 start" not in log and gate._busy == 1
@@ -99,7 +118,9 @@ def test_a_reserved_slot_never_goes_to_the_rest_of_a_reply():
     holds[0].set()
     _wait_for(lambda: "rest1 end" in log)
     time.sleep(0.05)
-    assert "rest2 start" not in log  # the one busy slot is a first chunk's: the free one is reserved
+    assert (
+        "rest2 start" not in log
+    )  # the one busy slot is a first chunk's: the free one is reserved
     holds[2].set()
     _wait_for(lambda: "rest2 start" in log)
     for hold in holds:
@@ -124,7 +145,10 @@ def test_among_equals_the_work_that_began_first_goes_first():
         def work() -> None:
             log.append(f"{name} start")
             holds[name].wait(5)
-        thread = threading.Thread(target=gate.call, args=(FIRST_TEXT, work), kwargs={"since": since})
+
+        thread = threading.Thread(
+            target=gate.call, args=(FIRST_TEXT, work), kwargs={"since": since}
+        )
         thread.start()
         return thread
 

@@ -29,7 +29,9 @@ def test_a_reply_that_kept_nothing_joins_its_user_words_to_the_next_turn():
     dialog = Dialog(max_messages=12)
     _reply(dialog, "item_1", "Why is the sky blue?", played=400.0, finished=False)
     assert dialog.history == []
-    assert dialog.user_turn("I mean during the day.") == "Why is the sky blue? I mean during the day."
+    assert (
+        dialog.user_turn("I mean during the day.") == "Why is the sky blue? I mean during the day."
+    )
 
 
 def test_truncate_moves_the_cut_is_clamped_and_names_unknown_items():

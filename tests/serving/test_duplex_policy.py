@@ -98,9 +98,14 @@ def test_every_bundled_system_is_recorded_with_the_dialect_it_speaks():
     from serving.systems import SYSTEMS
 
     for name, system in SYSTEMS.items():
-        native = NATIVE_80.name if system.duplex is not None and system.duplex.unit_ms == 80 else NATIVE.name
+        native = (
+            NATIVE_80.name
+            if system.duplex is not None and system.duplex.unit_ms == 80
+            else NATIVE.name
+        )
         assert BUNDLED_SYSTEM_DIALECTS.get(name, TURN_BASED.name) == (
-            native if system.duplex is not None else TURN_BASED.name), name
+            native if system.duplex is not None else TURN_BASED.name
+        ), name
     check_bundled_dialect("duplex-baseline", NATIVE.name)
     with pytest.raises(FdbError, match="speaks turn-based"):
         check_bundled_dialect("embedded-cascade", NATIVE.name)
@@ -117,20 +122,28 @@ def paused(t: int, score: float) -> Heard:
 def test_semantic_a_confident_end_is_answered_sooner_than_the_fixed_silence():
     policy = DuplexPolicy(SEMANTIC, backchannel=False)
     policy.decide(started(300), replying=False)
-    assert policy.decide(paused(1900, 0.93), replying=False) == []  # held: 200 ms of the 400 it needs
+    assert (
+        policy.decide(paused(1900, 0.93), replying=False) == []
+    )  # held: 200 ms of the 400 it needs
     assert policy.held_pause is not None and policy.held_pause.silence_ms == 400
-    assert policy.decide(Heard([], False, 1900, now_ms=2300), replying=False) == [Decision("respond", 300, 1900)]
+    assert policy.decide(Heard([], False, 1900, now_ms=2300), replying=False) == [
+        Decision("respond", 300, 1900)
+    ]
 
 
 def test_semantic_an_unfinished_sentence_waits_and_speech_inside_the_pause_continues_the_turn():
     policy = DuplexPolicy(SEMANTIC, backchannel=False)
     policy.decide(started(300), replying=False)
     assert policy.decide(paused(1900, 0.1), replying=False) == []
-    assert policy.decide(Heard([], False, 1900, now_ms=2600), replying=False) == []  # 700 ms: still held
+    assert (
+        policy.decide(Heard([], False, 1900, now_ms=2600), replying=False) == []
+    )  # 700 ms: still held
     resumed = Heard([("speech_started", 2700)], True, 2730, now_ms=2800)
     assert policy.decide(resumed, replying=False) == [] and policy.held_pause is None
     assert policy.decide(paused(3500, 0.95), replying=False) == []
-    assert policy.decide(Heard([], False, 3500, now_ms=3900), replying=False) == [Decision("respond", 300, 3500)]
+    assert policy.decide(Heard([], False, 3500, now_ms=3900), replying=False) == [
+        Decision("respond", 300, 3500)
+    ]
 
 
 def test_semantic_the_longest_pause_ends_the_turn_whatever_the_score_and_so_does_the_input_end():
@@ -138,8 +151,11 @@ def test_semantic_the_longest_pause_ends_the_turn_whatever_the_score_and_so_does
     policy.decide(started(0), replying=False)
     policy.decide(paused(1000, 0.05), replying=False)
     assert policy.decide(Heard([], False, 1000, now_ms=4999), replying=False) == []
-    assert policy.decide(Heard([], False, 1000, now_ms=5000), replying=False) == [Decision("respond", 0, 1000)]
+    assert policy.decide(Heard([], False, 1000, now_ms=5000), replying=False) == [
+        Decision("respond", 0, 1000)
+    ]
     policy.decide(started(6000), replying=False)
     policy.decide(paused(7000, 0.05), replying=False)
     assert policy.decide(Heard([], False, 7000, now_ms=7200), replying=False, final=True) == [
-        Decision("respond", 6000, 7000)]
+        Decision("respond", 6000, 7000)
+    ]

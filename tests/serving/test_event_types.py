@@ -30,8 +30,11 @@ SDK_EVENT = TypeAdapter(Annotated[Union[_MEMBERS], Field(discriminator="type")])
 SDK_TYPES = {typing.get_args(m.model_fields["type"].annotation)[0] for m in _MEMBERS}
 # (event types, path, {the Guide's value: an SDK value standing in for it, None: left out})
 GUIDE_DEVIATIONS = [
-    ({"response.created", "response.done"}, ("response", "status_details", "reason"),
-     {"interrupted": "client_cancelled", "stop": None, "empty_turn": None}),
+    (
+        {"response.created", "response.done"},
+        ("response", "status_details", "reason"),
+        {"interrupted": "client_cancelled", "stop": None, "empty_turn": None},
+    ),
     ({"session.updated"}, ("session", "audio", "input", "format", "rate"), {16000: 24000}),
 ]
 
@@ -74,7 +77,9 @@ def test_the_checker_refuses_what_it_should():
     with pytest.raises(pytest.fail.Exception, match="openai SDK"):  # a required field missing
         check_event({"type": "conversation.item.truncated", "event_id": "e", "item_id": "i"})
     with pytest.raises(pytest.fail.Exception, match="openai SDK"):  # a deviation off its path
-        check_event({"type": "response.done", "event_id": "e", "response": {"status": "interrupted"}})
+        check_event(
+            {"type": "response.done", "event_id": "e", "response": {"status": "interrupted"}}
+        )
 
 
 async def _errors_question_text_truncate(url: str, question: bytes) -> Client:
@@ -90,8 +95,14 @@ async def _errors_question_text_truncate(url: str, question: bytes) -> Client:
     await client.send("input_audio_buffer.append", audio="AAAA", sglang={"seq": 0})
     for _ in range(4):
         await client.until("error", 5)
-    await client.send("session.update", session={"type": "realtime", "sglang": SHORT, "audio": {
-        "input": {"turn_detection": {"type": "server_vad"}}}})
+    await client.send(
+        "session.update",
+        session={
+            "type": "realtime",
+            "sglang": SHORT,
+            "audio": {"input": {"turn_detection": {"type": "server_vad"}}},
+        },
+    )
     await client.until("session.updated", 5)
     seq = await client.send_audio(question, interval_s=0.02)
     audio_done = (await client.until("response.done", 60)).event["response"]
@@ -99,10 +110,16 @@ async def _errors_question_text_truncate(url: str, question: bytes) -> Client:
     await client.until("session.updated", 5)
     await client.send_audio(question, first_seq=seq, interval_s=0.02)
     await client.until("response.done", 60)
-    await client.send("conversation.item.truncate", item_id=audio_done["output"][0]["id"],
-                      content_index=0, audio_end_ms=500)
+    await client.send(
+        "conversation.item.truncate",
+        item_id=audio_done["output"][0]["id"],
+        content_index=0,
+        audio_end_ms=500,
+    )
     await client.until("sglang.response.heard", 5)
-    await client.send("conversation.item.truncate", item_id="item_unknown", content_index=0, audio_end_ms=1)
+    await client.send(
+        "conversation.item.truncate", item_id="item_unknown", content_index=0, audio_end_ms=1
+    )
     await client.until("error", 5)
     await client.send("sglang.input_audio.end")
     await client.until("sglang.input_audio.drained", 30)
@@ -129,7 +146,9 @@ async def _commit_and_cancel(url: str, question: bytes) -> Client:
 
 async def _barge_in(url: str, question: bytes, barge_in: bytes) -> Client:
     client = await Client.connect(url)
-    await client.open_session({"sglang": SHORT, "audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
+    await client.open_session(
+        {"sglang": SHORT, "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
+    )
     seq = await client.send_audio(question, interval_s=0.02)
     seq = await client.silence_until("response.output_audio.delta", seq)
     await client.send_audio(barge_in, first_seq=seq, interval_s=0.04)
@@ -141,7 +160,9 @@ async def _barge_in(url: str, question: bytes, barge_in: bytes) -> Client:
 
 
 async def _timeout(url: str) -> Client:
-    client = await Client.connect(url)  # no session.update: a GA session, closed when it idles (2 s)
+    client = await Client.connect(
+        url
+    )  # no session.update: a GA session, closed when it idles (2 s)
     await client.wait_closed()
     return client
 
@@ -151,10 +172,12 @@ def test_every_server_event_validates(server, speech, question_pcm):
     barge_in = _pcm16(np.concatenate([speech["barge_in"], silence(1.0)]))
 
     async def scenario() -> list[Client]:
-        return [await _errors_question_text_truncate(server.ws_url, question_pcm),
-                await _commit_and_cancel(server.ws_url, question_pcm),
-                await _barge_in(server.ws_url, long_question, barge_in),
-                await _timeout(server.ws_url)]
+        return [
+            await _errors_question_text_truncate(server.ws_url, question_pcm),
+            await _commit_and_cancel(server.ws_url, question_pcm),
+            await _barge_in(server.ws_url, long_question, barge_in),
+            await _timeout(server.ws_url),
+        ]
 
     clients = asyncio.run(scenario())
     events = [e.event for client in clients for e in client.received]
@@ -162,20 +185,48 @@ def test_every_server_event_validates(server, speech, question_pcm):
         check_event(event)
     seen = {event["type"] for event in events}
     expected = {
-        "session.created", "session.updated", "session.closed", "error",
-        "sglang.input_audio.accepted", "sglang.input_audio.ended", "sglang.input_audio.drained",
-        "sglang.unit.done", "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
-        "input_audio_buffer.committed", "conversation.item.input_audio_transcription.completed",
-        "response.created", "response.output_audio_transcript.delta", "response.output_audio.delta",
-        "response.output_audio.done", "response.output_audio_transcript.done",
-        "response.output_text.delta", "response.output_text.done", "response.done",
-        "sglang.response.progress", "conversation.item.truncated", "sglang.response.heard",
-        "conversation.item.added", "conversation.item.done", "response.output_item.added",
-        "response.output_item.done", "response.content_part.added", "response.content_part.done",
+        "session.created",
+        "session.updated",
+        "session.closed",
+        "error",
+        "sglang.input_audio.accepted",
+        "sglang.input_audio.ended",
+        "sglang.input_audio.drained",
+        "sglang.unit.done",
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+        "response.created",
+        "response.output_audio_transcript.delta",
+        "response.output_audio.delta",
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.done",
+        "sglang.response.progress",
+        "conversation.item.truncated",
+        "sglang.response.heard",
+        "conversation.item.added",
+        "conversation.item.done",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.content_part.added",
+        "response.content_part.done",
     }
     assert expected <= seen, expected - seen
     codes = [e["error"]["code"] for e in events if e["type"] == "error"]
-    assert {"invalid_json", "unknown_event", "binary_frame", "invalid_audio", "item_not_found",
-            "input_audio_buffer_commit_empty", "idle_timeout"} <= set(codes), codes
-    reasons = {e["response"]["status_details"]["reason"] for e in events if e["type"] == "response.done"}
+    assert {
+        "invalid_json",
+        "unknown_event",
+        "binary_frame",
+        "invalid_audio",
+        "item_not_found",
+        "input_audio_buffer_commit_empty",
+        "idle_timeout",
+    } <= set(codes), codes
+    reasons = {
+        e["response"]["status_details"]["reason"] for e in events if e["type"] == "response.done"
+    }
     assert "interrupted" in reasons and "stop" in reasons

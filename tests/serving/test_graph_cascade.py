@@ -24,12 +24,14 @@ UNIT = 1280 * 2  # 80 ms of 16 kHz PCM16
 
 @pytest.fixture(scope="module")
 def question(say) -> bytes:
-    return _pcm16(np.concatenate([silence(0.3), say("What is the capital of France?"), silence(1.0)]))
+    return _pcm16(
+        np.concatenate([silence(0.3), say("What is the capital of France?"), silence(1.0)])
+    )
 
 
 async def feed(graph: SessionGraph, pcm: bytes) -> None:
     for at in range(0, len(pcm), UNIT):
-        while not await graph.append(Chunk("pcm16", Pcm16(pcm[at:at + UNIT]))):
+        while not await graph.append(Chunk("pcm16", Pcm16(pcm[at : at + UNIT]))):
             await asyncio.sleep(0.01)  # a full input edge: the client retries
 
 
@@ -50,7 +52,10 @@ async def converse(pcm: bytes) -> tuple[list[Chunk], float]:
 def test_the_embedded_cascade_graph_answers_a_spoken_question(question):
     published, elapsed = asyncio.run(converse(question))
     sessions = [(c.source, c.control, c.turn) for c in published if c.format == "session"]
-    boundaries = ("turn_detection", "speech.started", None), ("turn_detection", "speech.stopped", None)
+    boundaries = (
+        ("turn_detection", "speech.started", None),
+        ("turn_detection", "speech.stopped", None),
+    )
     assert all(b in sessions for b in boundaries)  # the VAD's, passed on by the turn detection
     started = next(c for c in published if c.control == "speech.started")
     assert 0 <= started.t_ms <= 300  # speech at 0.3 s, reported prefix_padding_ms (300) earlier
@@ -67,7 +72,9 @@ def test_the_embedded_cascade_graph_answers_a_spoken_question(question):
     assert set(tts_turn[1:-1]) == {"reply.progress"}  # one after each spoken chunk
     order = [c.format for c in published]
     assert order.index("transcript") < order.index("text_delta") < order.index("pcm_f32le")
-    print(f"graph cascade: {elapsed:.2f} s for {len(question) / 32000:.2f} s of input; reply {reply_text!r}")
+    print(
+        f"graph cascade: {elapsed:.2f} s for {len(question) / 32000:.2f} s of input; reply {reply_text!r}"
+    )
 
 
 async def barge_in(first: bytes, second: bytes) -> list[Chunk]:
@@ -102,12 +109,18 @@ def test_speech_during_a_reply_fences_the_rest_of_it(say):
     """SmolLM2 answers "Why is the sky blue?" at length; the user speaks during the answer: turn 1
     is interrupted and nothing more of it (text, audio, turn.done) is published; turn 2 is answered."""
     first = _pcm16(np.concatenate([silence(0.3), say("Why is the sky blue?"), silence(0.8)]))
-    second = _pcm16(np.concatenate([say("Tell me about the weather in Spain instead, please."), silence(1.0)]))
+    second = _pcm16(
+        np.concatenate([say("Tell me about the weather in Spain instead, please."), silence(1.0)])
+    )
     published = asyncio.run(barge_in(first, second))
     cut = next(i for i, c in enumerate(published) if c.control == "turn.interrupted")
     assert published[cut].turn == 1 and published[cut].source == "dialog"
-    after = published[cut + 1:]
-    assert not [c for c in after if c.turn == 1 and c.control not in ("interrupt", "turn.interrupted", "reply.heard")]
+    after = published[cut + 1 :]
+    assert not [
+        c
+        for c in after
+        if c.turn == 1 and c.control not in ("interrupt", "turn.interrupted", "reply.heard")
+    ]
     heard = [c for c in after if c.control == "reply.heard" and c.turn == 1]
     assert len(heard) == 1 and heard[0].payload.data["final"]  # what the history keeps of turn 1
     assert ("tts", "turn.done", 1) not in [(c.source, c.control, c.turn) for c in published]
@@ -121,7 +134,10 @@ def test_speech_during_a_reply_fences_the_rest_of_it(say):
 SEMANTIC = {
     "session_nodes": {
         "vad": {"stages": ["vad"], "inputs": ["input"]},
-        "turn_detection": {"stages": ["turn_detection"], "inputs": ["input:pcm16", "input:session", "vad:session"]},
+        "turn_detection": {
+            "stages": ["turn_detection"],
+            "inputs": ["input:pcm16", "input:session", "vad:session"],
+        },
         "asr": {"kind": "whisper_transcription", "inputs": ["input", "turn_detection:session"]},
     },
     "session_publish": {"vad": ["session"], "turn_detection": ["session"], "asr": ["transcript"]},
@@ -132,18 +148,29 @@ def test_turn_detection_holds_a_mid_sentence_pause(say):
     """The guide's turn_detection stage beside the VAD (200 ms candidate pauses): Smart Turn holds
     the 0.8 s pause after "um," that ends the VAD's first utterance, so the recognizer gets one
     utterance. The input is sent at its real-time pace, as a realtime client sends it."""
-    pcm = _pcm16(np.concatenate([silence(0.25), say("Could you tell me, um,"), silence(0.8),
-                                 say("what is the capital of France?"), silence(1.0)]))
+    pcm = _pcm16(
+        np.concatenate(
+            [
+                silence(0.25),
+                say("Could you tell me, um,"),
+                silence(0.8),
+                say("what is the capital of France?"),
+                silence(1.0),
+            ]
+        )
+    )
 
     async def scenario() -> list[Chunk]:
         decl = load_graph(SEMANTIC)
-        graph = SessionGraph(decl, build_nodes(decl, EmbeddedModels(), vad_settings={"silence_duration_ms": 200}))
+        graph = SessionGraph(
+            decl, build_nodes(decl, EmbeddedModels(), vad_settings={"silence_duration_ms": 200})
+        )
         await graph.open()
         start = time.monotonic()
         try:
             for n, at in enumerate(range(0, len(pcm), UNIT)):
                 await asyncio.sleep(max(0.0, start + n * 0.08 - time.monotonic()))
-                assert await graph.append(Chunk("pcm16", Pcm16(pcm[at:at + UNIT])))
+                assert await graph.append(Chunk("pcm16", Pcm16(pcm[at : at + UNIT])))
             graph.end_input()
             await graph.wait_done(timeout_s=30)
         finally:
@@ -193,7 +220,7 @@ async def _listen(pcm: bytes, asr: _SlowAsr, after_chunks: int) -> tuple[list[Ch
     try:
         tail = bytes(UNIT) * after_chunks
         for at in range(0, len(pcm) + len(tail), UNIT):
-            data = (pcm + tail)[at:at + UNIT]
+            data = (pcm + tail)[at : at + UNIT]
             while not await graph.append(Chunk("pcm16", Pcm16(data))):
                 refused += 1
                 await asyncio.sleep(0.01)
@@ -238,35 +265,62 @@ class _WindowedAsr:
 
 
 @pytest.mark.parametrize("window_s, expected", [(None, "full"), (10.0, 10.0), (20, 20.0)])
-def test_whisper_transcription_encodes_utterances_in_the_window_it_is_given(question, window_s, expected):
+def test_whisper_transcription_encodes_utterances_in_the_window_it_is_given(
+    question, window_s, expected
+):
     """By default (window_s 10) an utterance is read in a shortened window; ``window_s: null``
     takes faster-whisper's full 30 s pipeline; both read the question."""
-    listen = {**LISTEN, "session_nodes": {**LISTEN["session_nodes"], "asr": {
-        "kind": "whisper_transcription", "inputs": ["input", "vad:session"],
-        **({} if window_s == 10.0 else {"window_s": window_s})}}}
+    listen = {
+        **LISTEN,
+        "session_nodes": {
+            **LISTEN["session_nodes"],
+            "asr": {
+                "kind": "whisper_transcription",
+                "inputs": ["input", "vad:session"],
+                **({} if window_s == 10.0 else {"window_s": window_s}),
+            },
+        },
+    }
     asr = _WindowedAsr(EmbeddedModels().asr)
     decl = load_graph(listen)
     models = EmbeddedModels()
     models.__dict__["asr"] = asr
 
     async def scenario():
-        graph = SessionGraph(decl, build_nodes(decl, models, vad_settings={"silence_duration_ms": 300}))
+        graph = SessionGraph(
+            decl, build_nodes(decl, models, vad_settings={"silence_duration_ms": 300})
+        )
         await graph.open()
         try:
             for at in range(0, len(question) + UNIT * 20, UNIT):
-                assert await graph.append(Chunk("pcm16", Pcm16((question + bytes(UNIT * 20))[at:at + UNIT])))
+                assert await graph.append(
+                    Chunk("pcm16", Pcm16((question + bytes(UNIT * 20))[at : at + UNIT]))
+                )
             graph.end_input()
             await graph.wait_done(timeout_s=60)
         finally:
             await graph.close()
         return graph.sink.drain()
 
-    transcripts = [c.payload.text.lower() for c in asyncio.run(scenario()) if c.format == "transcript"]
+    transcripts = [
+        c.payload.text.lower() for c in asyncio.run(scenario()) if c.format == "transcript"
+    ]
     assert asr.calls == [expected] and len(transcripts) == 1 and "france" in transcripts[0]
 
 
 @pytest.mark.parametrize("window_s", [5, 31])
 def test_whisper_transcription_refuses_a_window_outside_10_to_30_s(window_s):
     with pytest.raises(FdbError, match="window_s"):
-        load_graph({**LISTEN, "session_nodes": {**LISTEN["session_nodes"], "asr": {
-            "kind": "whisper_transcription", "inputs": ["input", "vad:session"], "window_s": window_s}}})
+        load_graph(
+            {
+                **LISTEN,
+                "session_nodes": {
+                    **LISTEN["session_nodes"],
+                    "asr": {
+                        "kind": "whisper_transcription",
+                        "inputs": ["input", "vad:session"],
+                        "window_s": window_s,
+                    },
+                },
+            }
+        )

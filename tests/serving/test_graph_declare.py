@@ -32,9 +32,14 @@ def test_bundled_cascade_validates_and_opens_upstream_first(cascade):
     assert graph.order == ("vad", "turn_detection", "asr", "dialog", "llm", "tts")
     dialog = graph.nodes["dialog"]
     feedback = [e for e in dialog.data_inputs if e.feedback]
-    assert [(e.source, e.overflow, sorted(e.formats)) for e in feedback] == [("llm", "drop_oldest", ["text_delta"])]
+    assert [(e.source, e.overflow, sorted(e.formats)) for e in feedback] == [
+        ("llm", "drop_oldest", ["text_delta"])
+    ]
     assert [(e.source, e.event) for e in dialog.control_inputs] == [
-        ("tts", "reply.progress"), ("tts", "turn.done"), ("tts", "reply.delivered")]
+        ("tts", "reply.progress"),
+        ("tts", "turn.done"),
+        ("tts", "reply.delivered"),
+    ]
     tts = graph.nodes["tts"]
     assert [e.formats for e in tts.data_inputs] == [frozenset({"text_delta", "session"})]
     assert graph.publish["tts"] == frozenset({"pcm_f32le", "session"})
@@ -44,24 +49,48 @@ def test_guide_shaped_graphs_validate(cascade):
     """turn_detection beside the VAD (session from two sources merges), and the service cascade."""
     decl = copy.deepcopy(cascade)
     decl["session_nodes"]["turn_detection"] = {
-        "stages": ["turn_detection"], "inputs": ["input:pcm16", "input:session", "vad:session"]}
+        "stages": ["turn_detection"],
+        "inputs": ["input:pcm16", "input:session", "vad:session"],
+    }
     decl["session_nodes"]["asr"]["inputs"] = ["input", "turn_detection:session"]
     assert load_graph(decl).order.index("turn_detection") < load_graph(decl).order.index("asr")
     service = {
         "session_nodes": {
             "vad": {"stages": ["vad"], "inputs": ["input"]},
-            "asr": {"kind": "openai_transcription", "base_url": "http://127.0.0.1:9/v1", "model": "w",
-                    "inputs": ["input", "vad:session"]},
-            "dialog": {"kind": "dialog", "inputs": ["asr", "vad:session",
-                                                    {"source": "llm:text_delta", "feedback": True,
-                                                     "overflow": "drop_oldest"},
-                                                    {"kind": "control", "source": "tts", "event": "turn.done"}]},
-            "llm": {"kind": "openai_chat", "base_url": "http://127.0.0.1:9/v1", "model": "m",
-                    "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}, "inputs": ["dialog"]},
-            "tts": {"kind": "openai_speech", "base_url": "http://127.0.0.1:9/v1", "model": "t",
-                    "inputs": ["llm", {"kind": "control", "source": "dialog", "event": "interrupt"}]},
+            "asr": {
+                "kind": "openai_transcription",
+                "base_url": "http://127.0.0.1:9/v1",
+                "model": "w",
+                "inputs": ["input", "vad:session"],
+            },
+            "dialog": {
+                "kind": "dialog",
+                "inputs": [
+                    "asr",
+                    "vad:session",
+                    {"source": "llm:text_delta", "feedback": True, "overflow": "drop_oldest"},
+                    {"kind": "control", "source": "tts", "event": "turn.done"},
+                ],
+            },
+            "llm": {
+                "kind": "openai_chat",
+                "base_url": "http://127.0.0.1:9/v1",
+                "model": "m",
+                "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+                "inputs": ["dialog"],
+            },
+            "tts": {
+                "kind": "openai_speech",
+                "base_url": "http://127.0.0.1:9/v1",
+                "model": "t",
+                "inputs": ["llm", {"kind": "control", "source": "dialog", "event": "interrupt"}],
+            },
         },
-        "session_publish": {"asr": ["transcript"], "dialog": ["session"], "tts": ["pcm_f32le", "session"]},
+        "session_publish": {
+            "asr": ["transcript"],
+            "dialog": ["session"],
+            "tts": ["pcm_f32le", "session"],
+        },
     }
     assert load_graph(service).nodes["llm"].kind == "openai_chat"
 
@@ -102,21 +131,33 @@ def test_node_shape_rules(cascade):
 
 def test_option_rules(cascade):
     d = copy.deepcopy(cascade)
-    nodes(d)["llm"] = {"kind": "openai_chat", "base_url": "ws://h/v1", "model": "m", "inputs": ["dialog"]}
+    nodes(d)["llm"] = {
+        "kind": "openai_chat",
+        "base_url": "ws://h/v1",
+        "model": "m",
+        "inputs": ["dialog"],
+    }
     fails(d, "String should match pattern '^https?://'")
     nodes(d)["llm"].update(base_url="http://h/v1", extra_body={"model": "x", "top_k": 1})
     fails(d, "extra_body cannot set ['model']")
     nodes(d)["llm"].update(extra_body={}, temperature=3)
     fails(d, "session_nodes.llm: Input should be less than or equal to 2 (temperature)")
     d = copy.deepcopy(cascade)
-    nodes(d)["asr"] = {"kind": "realtime_transcription", "base_url": "http://h", "model": "m", "inputs": ["input"]}
+    nodes(d)["asr"] = {
+        "kind": "realtime_transcription",
+        "base_url": "http://h",
+        "model": "m",
+        "inputs": ["input"],
+    }
     fails(d, "String should match pattern '^wss?://'")
 
 
 def test_input_rules(cascade):
     d = copy.deepcopy(cascade)
-    d["session_nodes"] = {"a": {"kind": "whisper_transcription", "inputs": ["b:transcript"]},
-                          "b": {"kind": "whisper_transcription", "inputs": ["a:transcript"]}}
+    d["session_nodes"] = {
+        "a": {"kind": "whisper_transcription", "inputs": ["b:transcript"]},
+        "b": {"kind": "whisper_transcription", "inputs": ["a:transcript"]},
+    }
     fails(d, "no node reads 'input'.")
     d = copy.deepcopy(cascade)
     nodes(d)["asr"]["inputs"].append("asr")
@@ -136,13 +177,22 @@ def test_input_rules(cascade):
     d = copy.deepcopy(cascade)
     nodes(d)["asr2"] = copy.deepcopy(nodes(d)["asr"])
     nodes(d)["dialog"]["inputs"].append("asr2")
-    fails(d, "node 'dialog' takes transcript from ['asr', 'asr2']; two nodes never send the same format "
-             "to one reader.")
+    fails(
+        d,
+        "node 'dialog' takes transcript from ['asr', 'asr2']; two nodes never send the same format "
+        "to one reader.",
+    )
     d = copy.deepcopy(cascade)
-    nodes(d)["asr"]["inputs"] = ["input:pcm16", {"source": "input:session", "capacity": 8}, "vad:session"]
+    nodes(d)["asr"]["inputs"] = [
+        "input:pcm16",
+        {"source": "input:session", "capacity": 8},
+        "vad:session",
+    ]
     fails(d, "node 'asr' bounds its edge from 'input' twice.")
     d = copy.deepcopy(cascade)
-    nodes(d)["llm"]["inputs"].append({"kind": "control", "source": "vad", "event": "no_such_format"})
+    nodes(d)["llm"]["inputs"].append(
+        {"kind": "control", "source": "vad", "event": "no_such_format"}
+    )
     fails(d, "node 'llm' cannot take ['vad:no_such_format'].")
 
 
@@ -151,15 +201,20 @@ def test_cycle_and_feedback_rules(cascade):
     inputs = nodes(d)["dialog"]["inputs"]
     feedback = next(k for k, i in enumerate(inputs) if isinstance(i, dict) and i.get("feedback"))
     inputs[feedback] = "llm:text_delta"
-    fails(d, "nodes ['dialog', 'llm'] form a cycle of data edges; declare the input that closes it with "
-             "feedback: true.")
+    fails(
+        d,
+        "nodes ['dialog', 'llm'] form a cycle of data edges; declare the input that closes it with "
+        "feedback: true.",
+    )
     inputs[feedback] = {"source": "llm:text_delta", "feedback": True}
     fails(d, "the feedback edge from 'llm' into 'dialog' must not block.")
 
 
 def test_control_and_turn_rules(cascade):
     d = copy.deepcopy(cascade)
-    nodes(d)["dialog"]["inputs"] += [{"kind": "control", "source": "llm", "event": "reply.progress"}]
+    nodes(d)["dialog"]["inputs"] += [
+        {"kind": "control", "source": "llm", "event": "reply.progress"}
+    ]
     fails(d, "node 'dialog' takes reply.progress from ['tts', 'llm']; one source reports it.")
     d = copy.deepcopy(cascade)
     d["session_publish"]["ghost"] = ["session"]
@@ -187,6 +242,9 @@ def test_the_dialogs_interrupt_must_reach_the_audio_node(cascade):
     nodes(d)["tts"]["inputs"] = ["llm"]  # tts no longer takes the interrupt
     fails(d, message)
     d = copy.deepcopy(cascade)
-    nodes(d)["dialog"]["inputs"] = [i for i in nodes(d)["dialog"]["inputs"]  # it no longer hears tts's session
-                                     if not (isinstance(i, dict) and i.get("source") == "tts")]
+    nodes(d)["dialog"]["inputs"] = [
+        i
+        for i in nodes(d)["dialog"]["inputs"]  # it no longer hears tts's session
+        if not (isinstance(i, dict) and i.get("source") == "tts")
+    ]
     fails(d, message)

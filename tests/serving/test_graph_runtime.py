@@ -19,8 +19,16 @@ from serving.graph.streams import Chunk, Pcm16, TextDelta, control
 # A scripted kind for the runtime tests: reads audio, text and controls, writes text and controls
 # (the role of a transcription: it neither opens nor ends turns).
 if component("scripted") is None:
-    register(Backend("transcription", "scripted", KindOptions, consumes=frozenset({"pcm16", "session", "text_delta"}),
-                     produces=frozenset({"text_delta", "session"}), optional=frozenset({"pcm16", "text_delta"})))
+    register(
+        Backend(
+            "transcription",
+            "scripted",
+            KindOptions,
+            consumes=frozenset({"pcm16", "session", "text_delta"}),
+            produces=frozenset({"text_delta", "session"}),
+            optional=frozenset({"pcm16", "text_delta"}),
+        )
+    )
 
 
 def text(value: str, turn: int | None = None) -> Chunk:
@@ -68,8 +76,12 @@ class Slow(Node):
 
 
 def graph_of(nodes: dict, publish: dict | None = None) -> dict:
-    return {"session_nodes": {name: {"kind": "scripted", "inputs": inputs} for name, inputs in nodes.items()},
-            "session_publish": publish or {}}
+    return {
+        "session_nodes": {
+            name: {"kind": "scripted", "inputs": inputs} for name, inputs in nodes.items()
+        },
+        "session_publish": publish or {},
+    }
 
 
 async def run(decl: dict, nodes: dict, script, timeout: float = 10.0) -> SessionGraph:
@@ -87,7 +99,9 @@ async def run(decl: dict, nodes: dict, script, timeout: float = 10.0) -> Session
 @pytest.mark.parametrize("overflow", ["block", "drop_oldest"])
 def test_a_full_edge_blocks_the_producer_or_drops_the_oldest(overflow):
     prod, cons = Burst(10), Slow(0.02)
-    decl = graph_of({"prod": ["input"], "cons": [{"source": "prod", "capacity": 2, "overflow": overflow}]})
+    decl = graph_of(
+        {"prod": ["input"], "cons": [{"source": "prod", "capacity": 2, "overflow": overflow}]}
+    )
 
     async def script(graph):
         assert await graph.append(audio())
@@ -129,9 +143,20 @@ def test_a_client_append_to_a_full_blocking_edge_is_rejected_whole():
 @pytest.mark.parametrize("preempt", [False, True])
 def test_control_edges_bypass_the_data_queue_in_order(preempt):
     cons = Slow(0.3 if preempt else 0.05)
-    decl = graph_of({"prod": ["input"], "cons": ["prod:text_delta", {"kind": "control", "source": "prod",
-                                                                       "event": "reply.progress",
-                                                                       "preempt": preempt}]})
+    decl = graph_of(
+        {
+            "prod": ["input"],
+            "cons": [
+                "prod:text_delta",
+                {
+                    "kind": "control",
+                    "source": "prod",
+                    "event": "reply.progress",
+                    "preempt": preempt,
+                },
+            ],
+        }
+    )
 
     class Mixed(Node):
         async def on_chunk(self, chunk, emit):
@@ -154,14 +179,21 @@ def test_control_edges_bypass_the_data_queue_in_order(preempt):
         assert cons.log[:first_control] == [("cancelled", "d0", None)]
     else:
         assert cons.log[:first_control] == [("data", "d0", None)]  # the in-flight chunk finishes
-    assert [e[1] for e in cons.log[first_control + 3:]] == ["d1", "d2", "d3"]  # queued data after
+    assert [e[1] for e in cons.log[first_control + 3 :]] == ["d1", "d2", "d3"]  # queued data after
 
 
 def test_a_node_with_live_controls_takes_them_beside_the_chunk_in_flight():
     cons = Slow(0.3)
     cons.live_controls = True
-    decl = graph_of({"prod": ["input"], "cons": ["prod:text_delta", {"kind": "control", "source": "prod",
-                                                                       "event": "reply.progress"}]})
+    decl = graph_of(
+        {
+            "prod": ["input"],
+            "cons": [
+                "prod:text_delta",
+                {"kind": "control", "source": "prod", "event": "reply.progress"},
+            ],
+        }
+    )
 
     class Mixed(Node):
         async def on_chunk(self, chunk, emit):
@@ -180,9 +212,13 @@ def test_a_node_with_live_controls_takes_them_beside_the_chunk_in_flight():
 def test_an_interrupted_turn_is_fenced_for_the_graphs_lifetime():
     prod = Burst(6, turn_of=lambda i: 1 if i % 2 == 0 else 2)  # 0,2,4 in turn 1; 1,3,5 in turn 2
     cons = Slow(0.05)
-    decl = graph_of({"prod": ["input"],
-                     "cons": ["prod", {"kind": "control", "source": "input", "event": "interrupt"}]},
-                    publish={"prod": ["text_delta"]})
+    decl = graph_of(
+        {
+            "prod": ["input"],
+            "cons": ["prod", {"kind": "control", "source": "input", "event": "interrupt"}],
+        },
+        publish={"prod": ["text_delta"]},
+    )
 
     async def script(graph):
         await graph.append(audio())
@@ -205,6 +241,7 @@ def test_an_interrupted_turn_is_fenced_for_the_graphs_lifetime():
 
 def test_a_feedback_cycle_never_blocks():
     """a -> b -> a (feedback, drop_oldest): b keeps answering although a never keeps up."""
+
     class Echo(Node):
         def __init__(self):
             self.count = 0
@@ -223,8 +260,15 @@ def test_a_feedback_cycle_never_blocks():
             await Slow.on_chunk(slow_a, chunk, emit)
 
     a.on_chunk = a_chunk
-    decl = graph_of({"a": ["input", {"source": "b", "feedback": True, "overflow": "drop_oldest", "capacity": 2}],
-                     "b": [{"source": "a", "capacity": 64}]})
+    decl = graph_of(
+        {
+            "a": [
+                "input",
+                {"source": "b", "feedback": True, "overflow": "drop_oldest", "capacity": 2},
+            ],
+            "b": [{"source": "a", "capacity": 64}],
+        }
+    )
 
     async def script(graph):
         await graph.append(audio())
@@ -249,12 +293,20 @@ def test_nodes_open_upstream_first_and_close_downstream_first():
     # declared downstream first: the order comes from the edges, not the file
     decl = graph_of({"c": ["b"], "b": ["a"], "a": ["input"]})
     graph = asyncio.run(run(decl, {n: Track(n, log) for n in "abc"}, lambda g: asyncio.sleep(0)))
-    assert log == [("open", "a"), ("open", "b"), ("open", "c"), ("close", "c"), ("close", "b"), ("close", "a")]
+    assert log == [
+        ("open", "a"),
+        ("open", "b"),
+        ("open", "c"),
+        ("close", "c"),
+        ("close", "b"),
+        ("close", "a"),
+    ]
     assert graph.events == log
 
 
 def test_after_the_input_ends_a_node_that_is_not_idle_keeps_taking_controls():
     """Like the dialog waiting for its reply's turn.done from a downstream node (a control edge)."""
+
     class Opener(Node):
         def __init__(self):
             self.open_turn: int | None = None
@@ -276,8 +328,12 @@ def test_after_the_input_ends_a_node_that_is_not_idle_keeps_taking_controls():
             await emit(control("turn.done", turn=chunk.turn))
 
     opener = Opener()
-    decl = graph_of({"opener": ["input:pcm16", {"kind": "control", "source": "ender", "event": "turn.done"}],
-                     "ender": ["opener"]})
+    decl = graph_of(
+        {
+            "opener": ["input:pcm16", {"kind": "control", "source": "ender", "event": "turn.done"}],
+            "ender": ["opener"],
+        }
+    )
 
     async def script(graph):
         await graph.append(audio())

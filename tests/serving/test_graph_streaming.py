@@ -25,8 +25,10 @@ from serving.realtime.negotiation import initial_config
 from serving.systems import SystemConfig
 
 FIRST = "Well, the sky is blue because of sunlight,"
-REST = (" which is scattered by the air. Blue light is scattered the most, so we see it everywhere;"
-        " at sunset the light travels further and the sky turns red.")
+REST = (
+    " which is scattered by the air. Blue light is scattered the most, so we see it everywhere;"
+    " at sunset the light travels further and the sky turns red."
+)
 
 
 @dataclass
@@ -43,7 +45,7 @@ class FakeLlm:
     def stream_reply(self, messages, max_tokens=48, temperature=0.0):
         try:
             words = (FIRST + REST).split(" ")
-            for piece in [words[0], *(" " + w for w in words[1:FIRST.count(" ") + 2])]:
+            for piece in [words[0], *(" " + w for w in words[1 : FIRST.count(" ") + 2])]:
                 self.tokens_sent += 1
                 yield piece
             self.waited = self.go.wait(5.0)
@@ -83,15 +85,25 @@ class FakeOutbox:
         return [e for e in self.events if e.type == type_]
 
 
-async def _answer(llm: FakeLlm, modalities=("text", "audio"), cancel_at_audio: bool = False,
-                  language: str | None = None, tts: FakeTts | None = None):
+async def _answer(
+    llm: FakeLlm,
+    modalities=("text", "audio"),
+    cancel_at_audio: bool = False,
+    language: str | None = None,
+    tts: FakeTts | None = None,
+):
     """One committed utterance answered through the graph; (events, dialog node, cancel time).
     ``language``: what the fake recognizer reports for it."""
     system = SystemConfig()
-    config = initial_config(system).model_copy(update={"output_modalities": modalities,
-                                                       "turn_detection": None})
-    asr = SimpleNamespace(transcribe=lambda samples: SimpleNamespace(text="Why is the sky blue?", language=language))
-    models = EmbeddedModels.of(asr, llm, tts or FakeTts(), turn=SimpleNamespace(complete_probability=lambda a: 1.0))
+    config = initial_config(system).model_copy(
+        update={"output_modalities": modalities, "turn_detection": None}
+    )
+    asr = SimpleNamespace(
+        transcribe=lambda samples: SimpleNamespace(text="Why is the sky blue?", language=language)
+    )
+    models = EmbeddedModels.of(
+        asr, llm, tts or FakeTts(), turn=SimpleNamespace(complete_probability=lambda a: 1.0)
+    )
     outbox = FakeOutbox(llm.go)
     output = GraphOutput(outbox, system, lambda: config, lambda: True, lambda: 500)
     nodes = build_nodes(cascade(), models)
@@ -99,15 +111,26 @@ async def _answer(llm: FakeLlm, modalities=("text", "audio"), cancel_at_audio: b
     output.attach(graph)
     await graph.open()
     tasks = [asyncio.create_task(output.run()), asyncio.create_task(output.deliver())]
-    await graph.control(control("configure", turn_detection=None, instructions=config.instructions,
-                                output_modalities=list(modalities), sampling=config.sampling.model_dump()))
+    await graph.control(
+        control(
+            "configure",
+            turn_detection=None,
+            instructions=config.instructions,
+            output_modalities=list(modalities),
+            sampling=config.sampling.model_dump(),
+        )
+    )
     await graph.append(Chunk("pcm16", Pcm16(float_to_pcm16(np.zeros(8000, np.float32)))))
     await output.committed("item_1", 0, 500)
     await graph.control(control("commit"))
     cancelled_at = None
     try:
         while not outbox.of_type("response.done"):
-            if cancel_at_audio and cancelled_at is None and outbox.of_type("response.output_audio.delta"):
+            if (
+                cancel_at_audio
+                and cancelled_at is None
+                and outbox.of_type("response.output_audio.delta")
+            ):
                 await graph.control(control("interrupt"))  # response.cancel
                 cancelled_at = time.monotonic()
             await asyncio.sleep(0.005)
@@ -125,7 +148,10 @@ def test_first_audio_leaves_while_the_llm_is_still_generating():
     types = [e.type for e in outbox.events]
     first_audio = types.index("response.output_audio.delta")
     transcript = [e.delta for e in outbox.of_type("response.output_audio_transcript.delta")]
-    assert transcript[0] == FIRST and types[first_audio - 1] == "response.output_audio_transcript.delta"
+    assert (
+        transcript[0] == FIRST
+        and types[first_audio - 1] == "response.output_audio_transcript.delta"
+    )
     assert len(transcript) >= 3
     assert types.index("sglang.response.progress") > first_audio
     done = outbox.of_type("response.done")[0].response

@@ -50,40 +50,80 @@ def test_truncate_keeps_the_sentences_heard(server, speech):
         assert len(progress) >= 2, progress
         item_id = done["output"][0]["id"]
         middle = int(progress[0]["audio_ms"] + progress[1]["audio_ms"]) // 2
-        first_id = await client.send("conversation.item.truncate", item_id=item_id,
-                                     content_index=0, audio_end_ms=middle)
-        cut = [(await client.until(t, 5)).event
-               for t in ("conversation.item.truncated", "sglang.response.heard")]
-        await client.send("conversation.item.truncate", item_id=item_id, content_index=0,
-                          audio_end_ms=10_000_000)
-        beyond = [(await client.until(t, 5)).event
-                  for t in ("conversation.item.truncated", "sglang.response.heard")]
-        unknown_id = await client.send("conversation.item.truncate", item_id="item_never_sent",
-                                       content_index=0, audio_end_ms=100)
+        first_id = await client.send(
+            "conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=middle
+        )
+        cut = [
+            (await client.until(t, 5)).event
+            for t in ("conversation.item.truncated", "sglang.response.heard")
+        ]
+        await client.send(
+            "conversation.item.truncate", item_id=item_id, content_index=0, audio_end_ms=10_000_000
+        )
+        beyond = [
+            (await client.until(t, 5)).event
+            for t in ("conversation.item.truncated", "sglang.response.heard")
+        ]
+        unknown_id = await client.send(
+            "conversation.item.truncate",
+            item_id="item_never_sent",
+            content_index=0,
+            audio_end_ms=100,
+        )
         unknown = (await client.until("error", 5)).event["error"]
-        await client.send("conversation.item.truncate", item_id=item_id, content_index=1, audio_end_ms=100)
+        await client.send(
+            "conversation.item.truncate", item_id=item_id, content_index=1, audio_end_ms=100
+        )
         bad_index = (await client.until("error", 5)).event["error"]
         await client.send("session.close")
         await client.until("session.closed", 5)
-        return client, {"done": done, "progress": progress, "middle": middle, "cut": cut,
-                        "beyond": beyond, "unknown": unknown, "unknown_id": unknown_id,
-                        "first_id": first_id, "bad_index": bad_index}
+        return client, {
+            "done": done,
+            "progress": progress,
+            "middle": middle,
+            "cut": cut,
+            "beyond": beyond,
+            "unknown": unknown,
+            "unknown_id": unknown_id,
+            "first_id": first_id,
+            "bad_index": bad_index,
+        }
 
     client, got = asyncio.run(scenario())
     transcript = got["done"]["output"][0]["content"][0]["transcript"]
     assert got["done"]["status"] == "completed"
     progress, (truncated, heard) = got["progress"], got["cut"]
-    assert truncated == {**truncated, "item_id": got["done"]["output"][0]["id"], "content_index": 0,
-                         "audio_end_ms": got["middle"]}
+    assert truncated == {
+        **truncated,
+        "item_id": got["done"]["output"][0]["id"],
+        "content_index": 0,
+        "audio_end_ms": got["middle"],
+    }
     assert heard["response_id"] == got["done"]["id"]
-    assert heard["text_end"] == progress[0]["text_end"] and heard["audio_ms"] == progress[0]["audio_ms"]
-    assert heard["text"] == transcript[:heard["text_end"]] and len(heard["text"]) < len(transcript)
+    assert (
+        heard["text_end"] == progress[0]["text_end"]
+        and heard["audio_ms"] == progress[0]["audio_ms"]
+    )
+    assert heard["text"] == transcript[: heard["text_end"]] and len(heard["text"]) < len(transcript)
     truncated, heard = got["beyond"]
-    sent_ms = sum(len(base64.b64decode(d["delta"])) for d in client.of_type("response.output_audio.delta")) / 48
+    sent_ms = (
+        sum(
+            len(base64.b64decode(d["delta"])) for d in client.of_type("response.output_audio.delta")
+        )
+        / 48
+    )
     assert truncated["audio_end_ms"] == int(sent_ms)  # clamped to the audio sent
-    assert heard["text_end"] == len(transcript) == progress[-1]["text_end"] and heard["text"] == transcript
-    assert got["unknown"]["code"] == "item_not_found" and got["unknown"]["event_id"] == got["unknown_id"]
-    assert got["bad_index"]["code"] == "invalid_value" and got["bad_index"]["param"] == "content_index"
+    assert (
+        heard["text_end"] == len(transcript) == progress[-1]["text_end"]
+        and heard["text"] == transcript
+    )
+    assert (
+        got["unknown"]["code"] == "item_not_found"
+        and got["unknown"]["event_id"] == got["unknown_id"]
+    )
+    assert (
+        got["bad_index"]["code"] == "invalid_value" and got["bad_index"]["param"] == "content_index"
+    )
     assert len(client.of_type("error")) == 2
 
 
@@ -100,7 +140,9 @@ def test_barge_in_keeps_only_what_was_played(server, speech):
         seq = await client.send_audio(question)
         seq = await client.silence_until("sglang.response.progress", seq, limit_s=24)
         # The answer to the barge-in may be short (a hot update applies from the next reply).
-        await client.send("session.update", session={"sglang": {"sampling": {"max_new_tokens_per_unit": 8}}})
+        await client.send(
+            "session.update", session={"sglang": {"sampling": {"max_new_tokens_per_unit": 8}}}
+        )
         seq = await client.send_audio(_pcm16(silence(1.2)), first_seq=seq)  # the first chunk plays
         await client.send_audio(barge_in, first_seq=seq)
         await client.send("sglang.input_audio.end")
@@ -117,9 +159,11 @@ def test_barge_in_keeps_only_what_was_played(server, speech):
     heard = _of_response(client, "sglang.response.heard", first["id"])
     assert len(heard) == 1, client.types()
     heard = heard[0]
-    sent_text = "".join(d["delta"] for d in _of_response(
-        client, "response.output_audio_transcript.delta", first["id"]))
-    assert heard["text"] == sent_text[:heard["text_end"]]
+    sent_text = "".join(
+        d["delta"]
+        for d in _of_response(client, "response.output_audio_transcript.delta", first["id"])
+    )
+    assert heard["text"] == sent_text[: heard["text_end"]]
     assert heard["text_end"] in [p["text_end"] for p in progress]  # the first chunk played
     # Played by the wall clock when the speech was detected: from the first audio to the
     # interruption, which the server sends as speech_started right after it cancels the reply.
@@ -127,6 +171,10 @@ def test_barge_in_keeps_only_what_was_played(server, speech):
     started = [r.t for r in client.received if r.type == "input_audio_buffer.speech_started"][1]
     played_ms = (started - first_audio) * 1000
     assert heard["audio_ms"] <= played_ms + SLACK_MS
-    assert all(p["text_end"] <= heard["text_end"] for p in progress if p["audio_ms"] <= played_ms - SLACK_MS)
+    assert all(
+        p["text_end"] <= heard["text_end"]
+        for p in progress
+        if p["audio_ms"] <= played_ms - SLACK_MS
+    )
     types = client.types()
     assert types.index("sglang.response.heard") < types.index("response.done")

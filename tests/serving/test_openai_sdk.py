@@ -72,7 +72,9 @@ class Session:
             try:
                 self.adapter.validate_python(checked)
             except ValidationError as exc:
-                pytest.fail(f"{event.get('type')} does not validate against the SDK's union: {exc}\n{event}")
+                pytest.fail(
+                    f"{event.get('type')} does not validate against the SDK's union: {exc}\n{event}"
+                )
             self.events.append(event)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
@@ -85,7 +87,9 @@ class Session:
                 self._reader.result()
                 pytest.fail(f"the connection ended before {count} {kind}")
             if time.monotonic() > deadline:
-                pytest.fail(f"no {kind} (x{count}) within {timeout} s; got {[e['type'] for e in self.events]}")
+                pytest.fail(
+                    f"no {kind} (x{count}) within {timeout} s; got {[e['type'] for e in self.events]}"
+                )
             await asyncio.sleep(0.02)
         return self.of(kind)[count - 1]
 
@@ -96,7 +100,9 @@ class Session:
             delay = start + k * interval_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await self.conn.input_audio_buffer.append(audio=base64.b64encode(pcm[offset:offset + step]).decode())
+            await self.conn.input_audio_buffer.append(
+                audio=base64.b64encode(pcm[offset : offset + step]).decode()
+            )
 
     async def close(self) -> None:
         self._reader.cancel()
@@ -105,13 +111,23 @@ class Session:
 
 def _client(server) -> AsyncOpenAI:
     http = server.ws_url.replace("ws://", "http://").removesuffix("/realtime")
-    return AsyncOpenAI(api_key="sk-not-used", base_url=http, websocket_base_url=http.replace("http://", "ws://"))
+    return AsyncOpenAI(
+        api_key="sk-not-used", base_url=http, websocket_base_url=http.replace("http://", "ws://")
+    )
 
 
 def _ga_session(turn_detection: dict | None, **extra: Any) -> dict[str, Any]:
-    return {"type": "realtime", "max_output_tokens": SHORT,
-            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": turn_detection}},
-            **extra}
+    return {
+        "type": "realtime",
+        "max_output_tokens": SHORT,
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 24000},
+                "turn_detection": turn_detection,
+            }
+        },
+        **extra,
+    }
 
 
 def _announced_before_use(events: list[dict[str, Any]]) -> None:
@@ -120,8 +136,15 @@ def _announced_before_use(events: list[dict[str, Any]]) -> None:
     for event in events:
         if event["type"] == "response.output_item.added":
             announced.add(event["item"]["id"])
-        elif event["type"].startswith(("response.output_audio", "response.content_part", "response.audio",
-                                       "response.output_text", "response.text")):
+        elif event["type"].startswith(
+            (
+                "response.output_audio",
+                "response.content_part",
+                "response.audio",
+                "response.output_text",
+                "response.text",
+            )
+        ):
             assert event["item_id"] in announced, f"{event['type']} names an item never added"
 
 
@@ -132,13 +155,25 @@ def test_the_openai_sdk_ga_client_talks_to_the_bundled_server(server, speech):
         async with _client(server).realtime.connect(model="fdb/embedded-cascade") as conn:
             s = Session(conn, GA)
             created = await s.until("session.created")
-            assert created["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
-            await conn.session.update(session=_ga_session(
-                {"type": "server_vad", "silence_duration_ms": 500},
-                tools=[{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
-                audio={"input": {"format": {"type": "audio/pcm", "rate": 24000},
-                                 "turn_detection": {"type": "server_vad", "silence_duration_ms": 500}},
-                       "output": {"voice": "alloy"}}))
+            assert created["session"]["audio"]["input"]["format"] == {
+                "type": "audio/pcm",
+                "rate": 24000,
+            }
+            await conn.session.update(
+                session=_ga_session(
+                    {"type": "server_vad", "silence_duration_ms": 500},
+                    tools=[
+                        {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+                    ],
+                    audio={
+                        "input": {
+                            "format": {"type": "audio/pcm", "rate": 24000},
+                            "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                        },
+                        "output": {"voice": "alloy"},
+                    },
+                )
+            )
             await s.until("session.updated")
             await s.send_audio(question)
             await s.until("response.done", timeout=60)
@@ -151,18 +186,41 @@ def test_the_openai_sdk_ga_client_talks_to_the_bundled_server(server, speech):
     warnings = {e["error"]["param"] for e in s.of("error") if e["error"]["type"] == "warning"}
     assert warnings == {"session.tools", "session.audio.output.voice"}
     assert not [e for e in s.of("error") if e["error"]["type"] != "warning"]
-    transcript = s.of("conversation.item.input_audio_transcription.completed")[0]["transcript"].lower()
+    transcript = s.of("conversation.item.input_audio_transcription.completed")[0][
+        "transcript"
+    ].lower()
     assert "capital" in transcript and "france" in transcript  # 24 kHz read as 24 kHz
     audio = sum(len(base64.b64decode(e["delta"])) for e in s.of("response.output_audio.delta"))
     assert audio > 24000  # more than 0.5 s of reply audio
-    order = [k for k in kinds if k in ("input_audio_buffer.committed", "conversation.item.added",
-                                       "conversation.item.done", "response.created", "response.output_item.added",
-                                       "response.content_part.added", "response.content_part.done",
-                                       "response.output_item.done", "response.done")]
-    assert order == ["input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
-                     "response.created", "response.output_item.added", "conversation.item.added",
-                     "response.content_part.added", "response.content_part.done", "response.output_item.done",
-                     "conversation.item.done", "response.done"]
+    order = [
+        k
+        for k in kinds
+        if k
+        in (
+            "input_audio_buffer.committed",
+            "conversation.item.added",
+            "conversation.item.done",
+            "response.created",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.done",
+        )
+    ]
+    assert order == [
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.done",
+        "response.created",
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_item.done",
+        "conversation.item.done",
+        "response.done",
+    ]
     _announced_before_use(s.events)
     done = s.of("response.done")[0]["response"]
     assert done["status"] == "completed" and done["status_details"]["reason"] is None
@@ -182,16 +240,22 @@ def test_ga_cancel_truncate_and_barge_in(server, speech):
             await conn.session.update(session={**_ga_session(td), "max_output_tokens": 60})
             await s.until("session.updated")
             await s.send_audio(long_question)
-            while not s.of("response.output_audio.delta"):  # keep the input live until the reply speaks
+            while not s.of(
+                "response.output_audio.delta"
+            ):  # keep the input live until the reply speaks
                 await s.send_audio(float_to_pcm16(np.zeros(1920, np.float32)))
                 await asyncio.sleep(PACKET_S)
             if interrupt is None:  # the client stops the reply itself, then says what it played
                 await conn.response.cancel()
                 done = await s.until("response.done")
                 item = done["response"]["output"][0]["id"]
-                await conn.conversation.item.truncate(item_id=item, content_index=0, audio_end_ms=40)
+                await conn.conversation.item.truncate(
+                    item_id=item, content_index=0, audio_end_ms=40
+                )
                 await s.until("conversation.item.truncated")
-                await conn.conversation.item.truncate(item_id=item, content_index=0, audio_end_ms=10**6)
+                await conn.conversation.item.truncate(
+                    item_id=item, content_index=0, audio_end_ms=10**6
+                )
                 await s.until("error")
                 await conn.response.cancel()  # nothing in progress now
                 await s.until("error", 2)
@@ -236,8 +300,13 @@ def test_ga_manual_turns_and_text_items(server, speech):
             assert not s.of("response.created"), "a GA manual turn waits for response.create"
             await conn.response.create()
             await s.until("response.done", timeout=60)
-            await conn.conversation.item.create(item={
-                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]})
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "Say hello."}],
+                }
+            )
             await s.until("conversation.item.done", 3)
             await conn.response.create()
             await s.until("response.done", 2, timeout=60)
@@ -263,10 +332,16 @@ def test_the_openai_sdk_beta_client_gets_the_beta_dialect(server, speech):
         async with _client(server).beta.realtime.connect(model="fdb/embedded-cascade") as conn:
             s = Session(conn, BETA, beta=True)
             await s.until("session.created")
-            await conn.session.update(session={
-                "modalities": ["text", "audio"], "input_audio_format": "pcm16", "output_audio_format": "pcm16",
-                "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
-                "max_response_output_tokens": SHORT, "temperature": 0.8})
+            await conn.session.update(
+                session={
+                    "modalities": ["text", "audio"],
+                    "input_audio_format": "pcm16",
+                    "output_audio_format": "pcm16",
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                    "max_response_output_tokens": SHORT,
+                    "temperature": 0.8,
+                }
+            )
             await s.until("session.updated")
             await s.send_audio(question)
             await s.until("response.done", timeout=60)
@@ -275,12 +350,24 @@ def test_the_openai_sdk_beta_client_gets_the_beta_dialect(server, speech):
 
     s = asyncio.run(scenario())
     kinds = {e["type"] for e in s.events}
-    assert {"response.audio.delta", "response.audio_transcript.delta", "response.audio.done",
-            "conversation.item.created", "response.output_item.added"} <= kinds
+    assert {
+        "response.audio.delta",
+        "response.audio_transcript.delta",
+        "response.audio.done",
+        "conversation.item.created",
+        "response.output_item.added",
+    } <= kinds
     assert not {k for k in kinds if k.startswith(("sglang.", "response.output_audio"))} | (
-        kinds & {"conversation.item.added", "conversation.item.done"})
+        kinds & {"conversation.item.added", "conversation.item.done"}
+    )
     session = s.of("session.updated")[0]["session"]
-    assert session["input_audio_format"] == "pcm16" and session["turn_detection"]["type"] == "server_vad"
+    assert (
+        session["input_audio_format"] == "pcm16"
+        and session["turn_detection"]["type"] == "server_vad"
+    )
     assert session["temperature"] == 0.8
-    assert "capital" in s.of("conversation.item.input_audio_transcription.completed")[0]["transcript"].lower()
+    assert (
+        "capital"
+        in s.of("conversation.item.input_audio_transcription.completed")[0]["transcript"].lower()
+    )
     _announced_before_use(s.events)

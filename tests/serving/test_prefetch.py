@@ -54,20 +54,29 @@ def _vad_events(samples: np.ndarray, **settings) -> list[tuple[str, int]]:
     vad = StreamingVad(prefix_padding_ms=0, **settings)
     events = []
     for at in range(0, len(samples), 1280):
-        events += vad.feed(samples[at:at + 1280])
+        events += vad.feed(samples[at : at + 1280])
     return events + vad.flush()
 
 
 def test_the_vad_announces_a_pause_and_withdraws_it_when_speech_resumes(say):
-    audio = np.concatenate([silence(0.3), say("Hello there."), silence(0.15), say("How are you today?"),
-                            silence(1.0)])
+    audio = np.concatenate(
+        [silence(0.3), say("Hello there."), silence(0.15), say("How are you today?"), silence(1.0)]
+    )
     plain = _vad_events(audio, silence_duration_ms=500)
     events = _vad_events(audio, silence_duration_ms=500, prefetch_ms=160)
     assert [e for e in events if e[0] in ("speech_started", "speech_stopped")] == plain
     kinds = [k for k, _ in events]
-    assert kinds == ["speech_started", "speech_pausing", "speech_resumed", "speech_pausing", "speech_stopped"]
+    assert kinds == [
+        "speech_started",
+        "speech_pausing",
+        "speech_resumed",
+        "speech_pausing",
+        "speech_stopped",
+    ]
     first_pause, resumed, last_pause, stopped = (t for k, t in events[1:])
-    assert first_pause < resumed < last_pause  # the gap (about 300 ms with the voice's own silence): announced, then withdrawn
+    assert (
+        first_pause < resumed < last_pause
+    )  # the gap (about 300 ms with the voice's own silence): announced, then withdrawn
     assert last_pause == stopped  # the pause announced the stop's own speech end
     # a prefetch no shorter than the stop's silence announces nothing
     assert _vad_events(audio, silence_duration_ms=500, prefetch_ms=500) == plain
@@ -80,18 +89,22 @@ async def _paced(graph: SessionGraph, pcm: bytes) -> None:
     start = loop.time()
     for index, at in enumerate(range(0, len(pcm), UNIT)):
         await asyncio.sleep(max(0.0, start + index * 0.08 - loop.time()))
-        while not await graph.append(Chunk("pcm16", Pcm16(pcm[at:at + UNIT]))):
+        while not await graph.append(Chunk("pcm16", Pcm16(pcm[at : at + UNIT]))):
             await asyncio.sleep(0.01)
 
 
-async def _run(pcm: bytes, models: EmbeddedModels, prefetch_ms: int | None) -> tuple[list[Chunk], dict]:
+async def _run(
+    pcm: bytes, models: EmbeddedModels, prefetch_ms: int | None
+) -> tuple[list[Chunk], dict]:
     decl = load_graph(CASCADE)
     nodes = build_nodes(decl, models, vad_settings={"prefetch_ms": prefetch_ms})
     graph = SessionGraph(decl, nodes)
     await graph.open()
     try:
         # a turn ends after 1 s of silence: a pause of 160-200 ms leaves the prefetch 0.8 s
-        await graph.control(control("configure", turn_detection={"type": "server_vad", "silence_duration_ms": 1000}))
+        await graph.control(
+            control("configure", turn_detection={"type": "server_vad", "silence_duration_ms": 1000})
+        )
         await _paced(graph, pcm)
         graph.end_input()
         await graph.wait_done(timeout_s=60)
@@ -101,27 +114,40 @@ async def _run(pcm: bytes, models: EmbeddedModels, prefetch_ms: int | None) -> t
 
 
 def test_a_pause_that_ends_the_turn_has_its_transcript_and_reply_started_there(say, models):
-    pcm = _pcm16(np.concatenate([silence(0.3), say("What is the capital of France?"), silence(1.5)]))
+    pcm = _pcm16(
+        np.concatenate([silence(0.3), say("What is the capital of France?"), silence(1.5)])
+    )
     asr = _CountingAsr(models.asr)
     counted = EmbeddedModels()
-    counted.__dict__.update(asr=asr, llm=models.llm, turn=models.turn, _tts=models.__dict__.setdefault("_tts", {}))
+    counted.__dict__.update(
+        asr=asr, llm=models.llm, turn=models.turn, _tts=models.__dict__.setdefault("_tts", {})
+    )
     counted.gate = ComputeGate(2)
     published, nodes = asyncio.run(_run(pcm, counted, 200))
     controls = [(c.source, c.control) for c in published if c.format == "session"]
-    assert ("turn_detection", "speech.pausing") in controls and ("dialog", "reply.prefetch") in controls
+    assert ("turn_detection", "speech.pausing") in controls and (
+        "dialog",
+        "reply.prefetch",
+    ) in controls
     # the reply started before the turn ended, and its transcription was not done twice
-    assert controls.index(("dialog", "reply.prefetch")) < controls.index(("turn_detection", "speech.stopped"))
+    assert controls.index(("dialog", "reply.prefetch")) < controls.index(
+        ("turn_detection", "speech.stopped")
+    )
     assert asr.calls == 1
     # every model call went through the gate: one transcription, the first chunk's tokens and
     # its synthesis (a one-chunk reply has no rest), and each gave its slot back
     calls = counted.gate.calls
     assert calls["transcribe"] == 1 and calls["first_audio"] == 1 and calls["first_text"] >= 2
     assert counted.gate._busy == 0 and not counted.gate._waiting
-    tentative = [c.payload.text for c in published if c.format == "transcript" and not c.payload.is_final]
+    tentative = [
+        c.payload.text for c in published if c.format == "transcript" and not c.payload.is_final
+    ]
     final = [c.payload.text for c in published if c.format == "transcript" and c.payload.is_final]
     assert tentative == final and "france" in final[0].lower()
     assert nodes["llm"].prefetches == {"started": 1, "claimed": 1}
-    prefetched = next(c for c in published if c.control == "reply.prefetch").payload.data["messages"]
+    prefetched = next(c for c in published if c.control == "reply.prefetch").payload.data[
+        "messages"
+    ]
     messages = next(c for c in published if c.format == "messages").payload.messages
     assert prefetched == [{"role": m.role, "content": m.content} for m in messages]
 
@@ -135,13 +161,24 @@ def test_a_pause_that_ends_the_turn_has_its_transcript_and_reply_started_there(s
 
 
 def test_a_pause_the_speech_resumes_after_is_dropped(say, models):
-    pcm = _pcm16(np.concatenate([silence(0.3), say("Hello there."), silence(0.15),
-                                 say("What is the capital of France?"), silence(1.5)]))
+    pcm = _pcm16(
+        np.concatenate(
+            [
+                silence(0.3),
+                say("Hello there."),
+                silence(0.15),
+                say("What is the capital of France?"),
+                silence(1.5),
+            ]
+        )
+    )
     published, nodes = asyncio.run(_run(pcm, models, 160))
     controls = [(c.source, c.control) for c in published if c.format == "session"]
     assert controls.count(("turn_detection", "speech.pausing")) == 2
     assert ("turn_detection", "speech.resumed") in controls
-    final = [c.payload.text.lower() for c in published if c.format == "transcript" and c.payload.is_final]
+    final = [
+        c.payload.text.lower() for c in published if c.format == "transcript" and c.payload.is_final
+    ]
     assert len(final) == 1 and "hello" in final[0] and "france" in final[0]
     # one turn, answered from the whole utterance: only the second pause's prefetch was kept
     assert {c.turn for c in published if c.format == "text_delta"} == {1}
@@ -151,10 +188,14 @@ def test_a_pause_the_speech_resumes_after_is_dropped(say, models):
 
 
 def _messages(question: str) -> Messages:
-    return Messages((Message("system", "You are a helpful voice assistant."), Message("user", question)))
+    return Messages(
+        (Message("system", "You are a helpful voice assistant."), Message("user", question))
+    )
 
 
-def test_the_reply_model_drops_a_prefetch_for_other_messages_and_one_left_unclaimed(models, monkeypatch):
+def test_the_reply_model_drops_a_prefetch_for_other_messages_and_one_left_unclaimed(
+    models, monkeypatch
+):
     llm = models.llm
 
     async def scenario() -> tuple[str, dict, int, bool]:
@@ -165,9 +206,13 @@ def test_the_reply_model_drops_a_prefetch_for_other_messages_and_one_left_unclai
             if chunk.format == "text_delta":
                 texts.append(chunk.payload.text)
 
-        other = [{"role": m.role, "content": m.content} for m in _messages("Name a red fruit.").messages]
+        other = [
+            {"role": m.role, "content": m.content} for m in _messages("Name a red fruit.").messages
+        ]
         await node.on_control(control("reply.prefetch", messages=other), emit)
-        await node.on_chunk(Chunk("messages", _messages("What is the capital of France?"), turn=1), emit)
+        await node.on_chunk(
+            Chunk("messages", _messages("What is the capital of France?"), turn=1), emit
+        )
         after_mismatch = dict(node.prefetches)
         monkeypatch.setattr(graph_nodes, "PREFETCH_TTL_S", 0.1)
         await node.on_control(control("reply.prefetch", messages=other), emit)
@@ -179,7 +224,10 @@ def test_the_reply_model_drops_a_prefetch_for_other_messages_and_one_left_unclai
         return "".join(texts), after_mismatch, node.prefetches["started"], expired
 
     text, after_mismatch, started, expired = asyncio.run(scenario())
-    france = [{"role": m.role, "content": m.content} for m in _messages("What is the capital of France?").messages]
+    france = [
+        {"role": m.role, "content": m.content}
+        for m in _messages("What is the capital of France?").messages
+    ]
     assert text.strip() == llm.reply(france, max_tokens=16)
     assert after_mismatch == {"started": 1, "claimed": 0} and started == 2 and expired
     # every context is back in the pool: a dropped prefetch gave its context back
@@ -202,11 +250,21 @@ def test_a_realtime_client_sees_one_transcript_and_one_response_per_turn(server,
 
     client = asyncio.run(scenario())
     types = client.types()
-    order = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
-             "input_audio_buffer.committed", "conversation.item.input_audio_transcription.completed",
-             "response.created", "response.output_audio.delta", "response.done"]
-    assert [types.index(name) for name in order] == sorted(types.index(name) for name in order), types
+    order = [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+        "response.created",
+        "response.output_audio.delta",
+        "response.done",
+    ]
+    assert [types.index(name) for name in order] == sorted(types.index(name) for name in order), (
+        types
+    )
     for name in order[:5] + order[6:]:
         assert types.count(name) == 1, (name, types)
-    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0]["transcript"]
+    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0][
+        "transcript"
+    ]
     assert "capital" in transcript.lower() and "error" not in types

@@ -35,8 +35,10 @@ def test_smollm2_stream_matches_its_whole_reply():
     from fdb.models.llm import SmolLm2
 
     llm = SmolLm2()
-    messages = [{"role": "system", "content": "You are a helpful voice assistant."},
-                {"role": "user", "content": "Why is the sky blue?"}]
+    messages = [
+        {"role": "system", "content": "You are a helpful voice assistant."},
+        {"role": "user", "content": "Why is the sky blue?"},
+    ]
     # llama.cpp reuses the previous call's prompt prefix, and a prompt evaluated whole may decode
     # differently from one partly taken from that cache: compare calls made in the same state.
     llm.reply(messages, max_tokens=20)

@@ -24,19 +24,42 @@ def paused_question() -> bytes:
     def say(text: str) -> np.ndarray:
         return resample(tts.synthesize(text), tts.rate, 16000)
 
-    return _pcm16(np.concatenate([silence(0.25), say("Could you tell me, um,"), silence(0.8),
-                                  say("what is the capital of France?"), silence(1.5)]))
+    return _pcm16(
+        np.concatenate(
+            [
+                silence(0.25),
+                say("Could you tell me, um,"),
+                silence(0.8),
+                say("what is the capital of France?"),
+                silence(1.5),
+            ]
+        )
+    )
 
 
 def test_semantic_vad_holds_a_mid_sentence_pause_and_answers(server, paused_question):
     async def scenario() -> tuple[Client, dict, dict]:
         client = await Client.connect(server.ws_url)
         await client.until("session.created", 5)
-        await client.send("session.update", session={"audio": {"input": {"turn_detection": {
-            "type": "semantic_vad", "eagerness": "bogus"}}}})
+        await client.send(
+            "session.update",
+            session={
+                "audio": {
+                    "input": {"turn_detection": {"type": "semantic_vad", "eagerness": "bogus"}}
+                }
+            },
+        )
         refused = (await client.until("error", 5)).event["error"]
-        await client.send("session.update", session={"type": "realtime", "sglang": {}, "audio": {"input": {
-            "turn_detection": {"type": "semantic_vad", "eagerness": "medium"}}}})  # sglang: the end, session.closed
+        await client.send(
+            "session.update",
+            session={
+                "type": "realtime",
+                "sglang": {},
+                "audio": {
+                    "input": {"turn_detection": {"type": "semantic_vad", "eagerness": "medium"}}
+                },
+            },
+        )  # sglang: the end, session.closed
         updated = (await client.until("session.updated", 5)).event
         await client.send_audio(paused_question, interval_s=0.02)
         await client.until("input_audio_buffer.committed", 20)  # Smart Turn ended the turn
@@ -49,13 +72,19 @@ def test_semantic_vad_holds_a_mid_sentence_pause_and_answers(server, paused_ques
     client, refused, updated = asyncio.run(scenario())
     assert refused["code"] == "invalid_turn_detection" and "eagerness" in refused["message"]
     turn = updated["session"]["audio"]["input"]["turn_detection"]
-    assert turn == {"type": "semantic_vad", "eagerness": "medium", "interrupt_response": True,
-                    "create_response": True}
+    assert turn == {
+        "type": "semantic_vad",
+        "eagerness": "medium",
+        "interrupt_response": True,
+        "create_response": True,
+    }
     assert "semantic_vad" in updated["session"]["sglang"]["granted"]["turn_control"]
     types = client.types()
     assert types.count("input_audio_buffer.speech_started") == 1, types
     assert types.count("input_audio_buffer.committed") == 1
-    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0]["transcript"]
+    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0][
+        "transcript"
+    ]
     assert "tell me" in transcript.lower() and "france" in transcript.lower()
     stopped = client.of_type("input_audio_buffer.speech_stopped")[0]["audio_end_ms"]
     assert stopped > 250 + 800 + 1500  # after the pause and the second half

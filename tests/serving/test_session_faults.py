@@ -60,9 +60,13 @@ class RawWs:
         self.sock.connect(("127.0.0.1", port))
         self._buf = b""
         key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        self.sock.sendall(
+            (
+                f"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         while b"\r\n\r\n" not in self._buf:
             self._fill()
         head, self._buf = self._buf.split(b"\r\n\r\n", 1)
@@ -92,7 +96,9 @@ class RawWs:
             head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
         else:
             head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
-        body = (int.from_bytes(payload, "big") ^ int.from_bytes((mask * (n // 4 + 1))[:n], "big")).to_bytes(n, "big")
+        body = (
+            int.from_bytes(payload, "big") ^ int.from_bytes((mask * (n // 4 + 1))[:n], "big")
+        ).to_bytes(n, "big")
         self.sock.sendall(head + mask + body)
 
     def send(self, type_: str, **fields: object) -> None:
@@ -188,6 +194,7 @@ def _until_free(server: ServerInfo, timeout_s: float = 15.0) -> None:
 
 # --- the slot is free once the connection is closed (#25, defect 8) ------------------------
 
+
 def _close_by_session_close(ws: RawWs) -> None:
     ws.send("session.close")
     try:
@@ -203,7 +210,11 @@ def _close_by_session_close(ws: RawWs) -> None:
 def test_an_immediate_reconnect_finds_the_slot_free(one_slot, connect, how):
     """max_sessions 1: open a session, close it, reconnect at once; no try gets the 503."""
     _until_free(one_slot)
-    close = {"session.close": _close_by_session_close, "close frame": RawWs.close, "tcp reset": RawWs.abort}[how]
+    close = {
+        "session.close": _close_by_session_close,
+        "close frame": RawWs.close,
+        "tcp reset": RawWs.abort,
+    }[how]
     refused, tries, start = [], 0, time.monotonic()
     while tries < 200 and time.monotonic() - start < 4.0:
         tries += 1
@@ -221,6 +232,7 @@ def test_an_immediate_reconnect_finds_the_slot_free(one_slot, connect, how):
 
 # --- a client that really stops reading (#25, defect 9) ------------------------------------
 
+
 def _stop_reading_while_sending(server: ServerInfo, stuck: RawWs, limit_s: float = 20.0) -> int:
     """Send session.updates with 60 kB of instructions, which session.updated echoes, and read
     nothing, until the server gives the session up (its slot is free again). The kernel
@@ -231,7 +243,9 @@ def _stop_reading_while_sending(server: ServerInfo, stuck: RawWs, limit_s: float
     while True:
         if (sent % 5 == 0 or not sending) and not _health(server)["sessions"]:
             return sent
-        assert time.monotonic() - start < limit_s, f"the session still held its slot after {sent} updates"
+        assert time.monotonic() - start < limit_s, (
+            f"the session still held its slot after {sent} updates"
+        )
         if not sending:
             time.sleep(0.02)
             continue
@@ -261,9 +275,12 @@ def test_a_client_that_stops_reading_is_closed_with_1008_and_its_slot_is_freed(o
             try:
                 events.append(stuck.recv())
             except OSError as exc:  # the server gave up on it before it read again
-                pytest.fail(f"{len(events)} events after {sent} updates, then {exc!r} without a close frame")
-    assert (closed.value.code, closed.value.reason) == (1008, "max_pending_output"), \
+                pytest.fail(
+                    f"{len(events)} events after {sent} updates, then {exc!r} without a close frame"
+                )
+    assert (closed.value.code, closed.value.reason) == (1008, "max_pending_output"), (
         f"{len(events)} events after {sent} updates, then {closed.value}"
+    )
     assert time.monotonic() - start < freed_after + 5.0
     error = events[-1]
     assert error["type"] == "error" and error["sglang"]["fatal"] is True
@@ -293,7 +310,9 @@ def test_a_client_that_never_reads_again_is_let_go(one_slot, connect):
     _stop_reading_while_sending(one_slot, stuck)
     assert time.monotonic() - start < 10.0
     while f"session {session_id} closed" not in one_slot.log():
-        assert time.monotonic() - start < 15.0, "the server still serves the session of a client that never reads"
+        assert time.monotonic() - start < 15.0, (
+            "the server still serves the session of a client that never reads"
+        )
         time.sleep(0.1)
     other = connect()
     other.open_session()
@@ -314,23 +333,58 @@ MALFORMED = [  # (what the client sends, the frame, the error code the server an
     ("an empty text frame", b"", "invalid_json"),
     ("whitespace only", b"  \n ", "invalid_json"),
     ("broken JSON", b'{"type": "session.close"', "invalid_json"),
-    ("two objects in one frame", b'{"type": "session.close"} {"type": "session.close"}', "invalid_json"),
-    ("a byte order mark before the object", '\ufeff{"type": "session.close"}'.encode(), "invalid_json"),
+    (
+        "two objects in one frame",
+        b'{"type": "session.close"} {"type": "session.close"}',
+        "invalid_json",
+    ),
+    (
+        "a byte order mark before the object",
+        '\ufeff{"type": "session.close"}'.encode(),
+        "invalid_json",
+    ),
     ("a raw control character in a string", b'{"type": "session\x01close"}', "invalid_json"),
     ("nesting 100,000 deep", b"[" * 100_000 + b"]" * 100_000, "invalid_json"),
     ("a duplicated key", b'{"type": "session.update", "type": "session.close"}', "invalid_json"),
-    ("a duplicated key in a nested object",
-     b'{"type": "session.update", "session": {"instructions": "a", "instructions": "b"}}', "invalid_json"),
-    ("NaN", b'{"type": "session.update", "session": {"sglang": {"sampling": {"temperature": NaN}}}}', "invalid_json"),
-    ("1e999 (a float that overflows)", b'{"type": "input_audio_buffer.append", "audio": "", '
-     b'"sglang": {"seq": 0, "t_start_ms": 1e999}}', "invalid_json"),
-    ("an integer beyond 2**53", b'{"type": "conversation.item.truncate", "item_id": "item_1", '
-     b'"audio_end_ms": 100000000000000000000}', "invalid_json"),
-    ("an integer of 5,001 digits", b'{"type": "input_audio_buffer.append", "audio": "", "sglang": {"seq": '
-     + BIG_INT.encode() + b"}}", "invalid_json"),
-    ("a lone surrogate escape in event_id", b'{"type": "conversation.dance", "event_id": "\\ud800"}', "invalid_json"),
-    ("a lone surrogate escape in instructions",
-     b'{"type": "session.update", "session": {"instructions": "hi \\udfff"}}', "invalid_json"),
+    (
+        "a duplicated key in a nested object",
+        b'{"type": "session.update", "session": {"instructions": "a", "instructions": "b"}}',
+        "invalid_json",
+    ),
+    (
+        "NaN",
+        b'{"type": "session.update", "session": {"sglang": {"sampling": {"temperature": NaN}}}}',
+        "invalid_json",
+    ),
+    (
+        "1e999 (a float that overflows)",
+        b'{"type": "input_audio_buffer.append", "audio": "", '
+        b'"sglang": {"seq": 0, "t_start_ms": 1e999}}',
+        "invalid_json",
+    ),
+    (
+        "an integer beyond 2**53",
+        b'{"type": "conversation.item.truncate", "item_id": "item_1", '
+        b'"audio_end_ms": 100000000000000000000}',
+        "invalid_json",
+    ),
+    (
+        "an integer of 5,001 digits",
+        b'{"type": "input_audio_buffer.append", "audio": "", "sglang": {"seq": '
+        + BIG_INT.encode()
+        + b"}}",
+        "invalid_json",
+    ),
+    (
+        "a lone surrogate escape in event_id",
+        b'{"type": "conversation.dance", "event_id": "\\ud800"}',
+        "invalid_json",
+    ),
+    (
+        "a lone surrogate escape in instructions",
+        b'{"type": "session.update", "session": {"instructions": "hi \\udfff"}}',
+        "invalid_json",
+    ),
     ("an object without type", b'{"event_id": "evt_1"}', "invalid_event"),
     ("an empty object", b"{}", "invalid_event"),
     ("type a number", b'{"type": 5}', "invalid_event"),
@@ -338,25 +392,67 @@ MALFORMED = [  # (what the client sends, the frame, the error code the server an
     ("type a list", b'{"type": ["session.close"]}', "invalid_event"),
     ("type an object", b'{"type": {"name": "session.close"}}', "invalid_event"),
     ("an unknown type", b'{"type": "conversation.dance"}', "unknown_event"),
-    ("event_id a number", b'{"type": "session.update", "event_id": 5, "session": {}}', "invalid_session"),
+    (
+        "event_id a number",
+        b'{"type": "session.update", "event_id": 5, "session": {}}',
+        "invalid_session",
+    ),
     ("session a list", b'{"type": "session.update", "session": []}', "invalid_session"),
-    ("turn_detection.type a list", b'{"type": "session.update", "session": {"audio": {"input": '
-     b'{"turn_detection": {"type": ["server_vad"]}}}}}', "unsupported_turn_detection"),
-    ("sampling a list", b'{"type": "session.update", "session": {"sglang": {"sampling": [1]}}}', "invalid_session"),
+    (
+        "turn_detection.type a list",
+        b'{"type": "session.update", "session": {"audio": {"input": '
+        b'{"turn_detection": {"type": ["server_vad"]}}}}}',
+        "unsupported_turn_detection",
+    ),
+    (
+        "sampling a list",
+        b'{"type": "session.update", "session": {"sglang": {"sampling": [1]}}}',
+        "invalid_session",
+    ),
     ("audio a number", b'{"type": "input_audio_buffer.append", "audio": 5}', "invalid_event"),
-    ("sglang.seq true", b'{"type": "input_audio_buffer.append", "audio": "", "sglang": {"seq": true}}', "invalid_event"),
-    ("sglang.seq a string", b'{"type": "input_audio_buffer.append", "audio": "", "sglang": {"seq": "0"}}', "invalid_event"),
+    (
+        "sglang.seq true",
+        b'{"type": "input_audio_buffer.append", "audio": "", "sglang": {"seq": true}}',
+        "invalid_event",
+    ),
+    (
+        "sglang.seq a string",
+        b'{"type": "input_audio_buffer.append", "audio": "", "sglang": {"seq": "0"}}',
+        "invalid_event",
+    ),
     ("an unknown field", b'{"type": "input_audio_buffer.commit", "force": true}', "invalid_event"),
     ("a 10 MB top-level string", json.dumps(MB10).encode(), "invalid_json"),
     ("a 10 MB type", json.dumps({"type": MB10}).encode(), "unknown_event"),
-    ("a 10 MB event_id", json.dumps({"type": "conversation.dance", "event_id": MB10}).encode(), "unknown_event"),
-    ("a 10 MB key", json.dumps({"type": "input_audio_buffer.commit", MB10: 1}).encode(), "invalid_event"),
-    ("10 MB instructions", json.dumps({"type": "session.update", "session": {"instructions": MB10}}).encode(),
-     "instructions_too_long"),
-    ("10 MB of audio in one append", json.dumps({"type": "input_audio_buffer.append", "audio": MB10}).encode(),
-     "input_too_large"),
-    ("a 10 MB turn_detection type", json.dumps({"type": "session.update", "session": {"audio": {"input": {
-        "turn_detection": {"type": MB10}}}}}).encode(), "unsupported_turn_detection"),
+    (
+        "a 10 MB event_id",
+        json.dumps({"type": "conversation.dance", "event_id": MB10}).encode(),
+        "unknown_event",
+    ),
+    (
+        "a 10 MB key",
+        json.dumps({"type": "input_audio_buffer.commit", MB10: 1}).encode(),
+        "invalid_event",
+    ),
+    (
+        "10 MB instructions",
+        json.dumps({"type": "session.update", "session": {"instructions": MB10}}).encode(),
+        "instructions_too_long",
+    ),
+    (
+        "10 MB of audio in one append",
+        json.dumps({"type": "input_audio_buffer.append", "audio": MB10}).encode(),
+        "input_too_large",
+    ),
+    (
+        "a 10 MB turn_detection type",
+        json.dumps(
+            {
+                "type": "session.update",
+                "session": {"audio": {"input": {"turn_detection": {"type": MB10}}}},
+            }
+        ).encode(),
+        "unsupported_turn_detection",
+    ),
 ]
 
 
@@ -378,7 +474,9 @@ def test_malformed_frames_get_an_error_and_the_session_goes_on(one_slot, connect
     ws = connect(timeout=30.0)
     ws.open_session()
     wrong = []
-    for k, (what, frame, code) in enumerate([*MALFORMED, ("a binary frame", b"\x00\x01", "binary_frame")]):
+    for k, (what, frame, code) in enumerate(
+        [*MALFORMED, ("a binary frame", b"\x00\x01", "binary_frame")]
+    ):
         try:
             events = _answer_then_probe(ws, frame, BINARY if code == "binary_frame" else TEXT, k)
         except Closed as closed:
@@ -402,12 +500,21 @@ def test_malformed_frames_get_an_error_and_the_session_goes_on(one_slot, connect
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("what,opcode,frame,close", [
-    ("a text frame that is not UTF-8", TEXT, b'{"type": "\xff\xfe"}', (1007, "")),
-    ("a message over the 16 MiB limit", TEXT, b'{"type": "' + b"x" * (16 << 20) + b'"}',
-     (1009, "frame with 16777228 bytes exceeds limit of 16777216 bytes")),
-])
-def test_frames_the_websocket_layer_refuses_close_with_their_code(one_slot, connect, what, opcode, frame, close):
+@pytest.mark.parametrize(
+    "what,opcode,frame,close",
+    [
+        ("a text frame that is not UTF-8", TEXT, b'{"type": "\xff\xfe"}', (1007, "")),
+        (
+            "a message over the 16 MiB limit",
+            TEXT,
+            b'{"type": "' + b"x" * (16 << 20) + b'"}',
+            (1009, "frame with 16777228 bytes exceeds limit of 16777216 bytes"),
+        ),
+    ],
+)
+def test_frames_the_websocket_layer_refuses_close_with_their_code(
+    one_slot, connect, what, opcode, frame, close
+):
     """RFC 6455 fails the connection for these (the session never sees them): the close code
     names the fault, the slot is free at once and the log has one line, no traceback."""
     _until_free(one_slot)

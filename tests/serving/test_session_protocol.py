@@ -21,37 +21,65 @@ async def _error(client: Client, timeout: float = 5.0) -> dict:
 def test_session_update_rules(server):
     """A session that asks for the session protocol (``sglang`` in its update) gets the
     Guide's strict rules; the GA default session is covered in test_openai_sdk.py."""
+
     async def scenario() -> None:
         client = await Client.connect(server.ws_url)
         created = (await client.until("session.created")).event
         assert created["session"]["object"] == "realtime.session"
         assert "sglang" not in created["session"]  # nothing asked for the extensions yet
-        assert created["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+        assert created["session"]["audio"]["input"]["format"] == {
+            "type": "audio/pcm",
+            "rate": 24000,
+        }
 
-        bad_id = await client.send("session.update", session={"type": "realtime", "model": "other/model",
-                                                               "sglang": {}})
+        bad_id = await client.send(
+            "session.update", session={"type": "realtime", "model": "other/model", "sglang": {}}
+        )
         error = await _error(client)
         assert error["code"] == "model_mismatch" and error["event_id"] == bad_id
 
-        await client.send("session.update", session={"sglang": {},
-                                                     "audio": {"input": {"turn_detection": {"type": "far_field_vad"}}}})
+        await client.send(
+            "session.update",
+            session={
+                "sglang": {},
+                "audio": {"input": {"turn_detection": {"type": "far_field_vad"}}},
+            },
+        )
         assert (await _error(client))["code"] == "unsupported_turn_detection"
-        await client.send("session.update", session={"sglang": {},
-                                                     "audio": {"input": {"format": {"type": "audio/pcm", "rate": 8000}}}})
+        await client.send(
+            "session.update",
+            session={
+                "sglang": {},
+                "audio": {"input": {"format": {"type": "audio/pcm", "rate": 8000}}},
+            },
+        )
         assert (await _error(client))["code"] == "unsupported_audio_format"
         await client.send("session.update", session={"voice": "alloy", "sglang": {}})
         error = await _error(client)
         assert error["code"] == "invalid_session" and error["param"] == "session.voice"
-        await client.send("session.update", session={"sglang": {}, "audio": {"output": {"voice": "alloy"}}})
-        assert (await _error(client))["code"] == "unsupported_voice"  # strict: refused, not a warning
+        await client.send(
+            "session.update", session={"sglang": {}, "audio": {"output": {"voice": "alloy"}}}
+        )
+        assert (await _error(client))[
+            "code"
+        ] == "unsupported_voice"  # strict: refused, not a warning
 
-        update_id = await client.send("session.update", session={
-            "type": "realtime", "model": "fdb/embedded-cascade", "sglang": {},
-            "audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 0.6}}}})
+        update_id = await client.send(
+            "session.update",
+            session={
+                "type": "realtime",
+                "model": "fdb/embedded-cascade",
+                "sglang": {},
+                "audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 0.6}}},
+            },
+        )
         updated = (await client.until("session.updated")).event
         assert updated["client_event_id"] == update_id
         audio = updated["session"]["audio"]
-        assert audio["input"]["format"] == {"type": "audio/pcm", "rate": 16000}  # the Guide's default
+        assert audio["input"]["format"] == {
+            "type": "audio/pcm",
+            "rate": 16000,
+        }  # the Guide's default
         assert audio["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
         assert audio["input"]["turn_detection"]["threshold"] == 0.6
         assert audio["input"]["turn_detection"]["prefix_padding_ms"] == 300
@@ -63,10 +91,14 @@ def test_session_update_rules(server):
         await client.send("session.update", session={"sglang": {"sampling": {"top_p": 0.5}}})
         assert (await _error(client))["code"] == "unsupported_sampling"
 
-        await client.send("session.update", session={"instructions": "Be brief.",
-                                                     "sglang": {"sampling": {"temperature": 0.3}}})
+        await client.send(
+            "session.update",
+            session={"instructions": "Be brief.", "sglang": {"sampling": {"temperature": 0.3}}},
+        )
         hot = (await client.until("session.updated")).event["session"]
-        assert hot["instructions"] == "Be brief." and hot["sglang"]["sampling"]["temperature"] == 0.3
+        assert (
+            hot["instructions"] == "Be brief." and hot["sglang"]["sampling"]["temperature"] == 0.3
+        )
         await client.send("session.close")
         await client.until("session.closed")
 
@@ -81,13 +113,19 @@ def test_bad_input_is_refused_and_the_session_continues(server):
         await client.until("sglang.input_audio.accepted")
         skipped = await client.send("input_audio_buffer.append", audio=PACKET, sglang={"seq": 2})
         error = await _error(client)
-        assert error["code"] == "bad_seq" and error["event_id"] == skipped and error["param"] == "sglang.seq"
+        assert (
+            error["code"] == "bad_seq"
+            and error["event_id"] == skipped
+            and error["param"] == "sglang.seq"
+        )
         await client.send("input_audio_buffer.append", audio=PACKET, sglang={"seq": 1})
         assert (await client.until("sglang.input_audio.accepted")).event["accepted_end_ms"] == 160
 
         await client.send_raw("{not json")
         assert (await _error(client))["code"] == "invalid_json"
-        deep = "[" * 100_000 + "]" * 100_000  # nested past the decoder's recursion limit (#25, defect 6)
+        deep = (
+            "[" * 100_000 + "]" * 100_000
+        )  # nested past the decoder's recursion limit (#25, defect 6)
         await client.send_raw(deep)
         assert (await _error(client))["code"] == "invalid_json"
         await client.send_raw('{"type": "session.update", "session": {"x": ' + deep + "}}")
@@ -145,8 +183,12 @@ async def _sessions_down_to(server, count: int, timeout_s: float = 15.0) -> None
     test's session may still be closing); a session that never closes fails here."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     async with httpx.AsyncClient() as http:
-        while (open_now := (await http.get(f"{server.base_url}/health")).json()["sessions"]) > count:
-            assert asyncio.get_running_loop().time() < deadline, f"{open_now} sessions still open after {timeout_s} s"
+        while (
+            open_now := (await http.get(f"{server.base_url}/health")).json()["sessions"]
+        ) > count:
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"{open_now} sessions still open after {timeout_s} s"
+            )
             await asyncio.sleep(0.05)
 
 
@@ -179,11 +221,20 @@ def test_24khz_input_is_counted_on_the_clients_timeline_to_the_last_unit(server)
 
     async def scenario() -> Client:
         client = await Client.connect(server.ws_url)
-        await client.open_session({"type": "realtime", "audio": {"input": {
-            "format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": None}}})
+        await client.open_session(
+            {
+                "type": "realtime",
+                "audio": {
+                    "input": {
+                        "format": {"type": "audio/pcm", "rate": 24000},
+                        "turn_detection": None,
+                    }
+                },
+            }
+        )
         pcm = bytes(24000 * 2)  # 1 s of silence
         for seq, offset in enumerate(range(0, len(pcm), step)):
-            chunk = base64.b64encode(pcm[offset:offset + step]).decode("ascii")
+            chunk = base64.b64encode(pcm[offset : offset + step]).decode("ascii")
             await client.send("input_audio_buffer.append", audio=chunk, sglang={"seq": seq})
         for _ in range(13):
             await client.until("sglang.input_audio.accepted", 5)

@@ -72,12 +72,22 @@ def test_one_spoken_turn(server, question_pcm):
 
     client = asyncio.run(scenario())
     types = client.types()
-    order = ["session.created", "session.updated", "input_audio_buffer.speech_started",
-             "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
-             "conversation.item.input_audio_transcription.completed", "response.created",
-             "response.output_audio_transcript.delta", "response.output_audio.delta",
-             "response.output_audio.done", "response.output_audio_transcript.done", "response.done",
-             "sglang.input_audio.drained", "session.closed"]
+    order = [
+        "session.created",
+        "session.updated",
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+        "response.created",
+        "response.output_audio_transcript.delta",
+        "response.output_audio.delta",
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.done",
+        "sglang.input_audio.drained",
+        "session.closed",
+    ]
     positions = [types.index(name) for name in order]
     assert positions == sorted(positions), types
     assert "error" not in types
@@ -85,7 +95,9 @@ def test_one_spoken_turn(server, question_pcm):
     stopped = client.of_type("input_audio_buffer.speech_stopped")[0]
     assert started["item_id"] == stopped["item_id"]
     assert 0 <= started["audio_start_ms"] < 600 < stopped["audio_end_ms"] < len(question_pcm) / 32
-    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0]["transcript"]
+    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0][
+        "transcript"
+    ]
     assert "capital" in transcript.lower() and "france" in transcript.lower()
     done = client.of_type("response.done")[0]["response"]
     assert done["status"] == "completed" and done["status_details"]["reason"] == "stop"
@@ -117,7 +129,9 @@ def test_a_long_reply_starts_speaking_with_its_first_chunk(server, speech):
     assert done["status"] == "completed" and done["status_details"]["reason"] == "stop"
     deltas = [r for r in client.received if r.type == "response.output_audio_transcript.delta"]
     first_audio = next(r for r in client.received if r.type == "response.output_audio.delta")
-    transcript_done = next(r for r in client.received if r.type == "response.output_audio_transcript.done")
+    transcript_done = next(
+        r for r in client.received if r.type == "response.output_audio_transcript.done"
+    )
     spoken = transcript_done.event["transcript"]
     assert "".join(d.event["delta"] for d in deltas) == spoken
     assert len(deltas) >= 2 and len(deltas[0].event["delta"].split()) <= 12 < len(spoken.split())
@@ -128,8 +142,11 @@ def test_a_long_reply_starts_speaking_with_its_first_chunk(server, speech):
 def _check_pacing(client: Client, response_id: str) -> None:
     """Before the input ended, no audio left more than LEAD_MS ahead of the reply's clock."""
     ended_at = next(r.t for r in client.received if r.type == "sglang.input_audio.ended")
-    deliveries = [r for r in client.received
-                  if r.type == "response.output_audio.delta" and r.event["response_id"] == response_id]
+    deliveries = [
+        r
+        for r in client.received
+        if r.type == "response.output_audio.delta" and r.event["response_id"] == response_id
+    ]
     first = deliveries[0].t
     total_ms = 0.0
     for item in deliveries:
@@ -159,12 +176,20 @@ def test_barge_in_cancels_the_reply_and_audio_is_paced(server, speech, question_
     assert len(done) == 2, client.types()
     first, second = done[0]["response"], done[1]["response"]
     assert first["status"] == "cancelled" and first["status_details"]["reason"] == "interrupted"
-    assert second["status"] == "completed" and second["status_details"]["reason"] in ("stop", "empty_turn")
+    assert second["status"] == "completed" and second["status_details"]["reason"] in (
+        "stop",
+        "empty_turn",
+    )
     starts = [r.t for r in client.received if r.type == "input_audio_buffer.speech_started"]
     cancel_at = next(r.t for r in client.received if r.type == "response.done")
     assert len(starts) == 2 and starts[1] <= cancel_at
-    late_audio = [r for r in client.received if r.type == "response.output_audio.delta"
-                  and r.event["response_id"] == first["id"] and r.t > cancel_at]
+    late_audio = [
+        r
+        for r in client.received
+        if r.type == "response.output_audio.delta"
+        and r.event["response_id"] == first["id"]
+        and r.t > cancel_at
+    ]
     assert not late_audio
     _check_pacing(client, first["id"])
     transcripts = client.of_type("conversation.item.input_audio_transcription.completed")
@@ -193,7 +218,9 @@ def test_commit_mode_and_client_cancel(server, speech):
     client = asyncio.run(scenario())
     types = client.types()
     assert "input_audio_buffer.speech_started" not in types and "error" not in types
-    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0]["transcript"]
+    transcript = client.of_type("conversation.item.input_audio_transcription.completed")[0][
+        "transcript"
+    ]
     assert "france" in transcript.lower()
     done = client.of_type("response.done")
     assert len(done) == 1

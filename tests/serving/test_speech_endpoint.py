@@ -34,7 +34,9 @@ def _post(server, body: dict, timeout: float = 60.0) -> httpx.Response:
 def test_stream_raw_pcm_declares_rate_and_sends_each_sentence(server):
     body = {"input": TEXT, "stream": True, "stream_format": "audio", "response_format": "pcm"}
     arrivals = []
-    with httpx.stream("POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=60.0) as reply:
+    with httpx.stream(
+        "POST", f"{server.base_url}/v1/audio/speech", json=body, timeout=60.0
+    ) as reply:
         assert reply.status_code == 200
         assert reply.headers["content-type"].startswith("audio/pcm")
         assert reply.headers["x-sample-rate"] == "22050"
@@ -64,17 +66,29 @@ def test_whole_wav_and_refusals(server):
     data, rate = sf.read(io.BytesIO(reply.content))
     assert rate == 22050 and len(data) > 0.3 * rate
 
-    cloned = _post(server, {"input": "Hi.", "ref_audio": "data:audio/wav;base64,UklGRg==", "ref_text": "x"})
+    cloned = _post(
+        server, {"input": "Hi.", "ref_audio": "data:audio/wav;base64,UklGRg==", "ref_text": "x"}
+    )
     assert cloned.status_code == 400
     error = cloned.json()["error"]
     assert error["code"] == "voice_cloning_unsupported" and "ignore_ref_audio" in error["message"]
-    ignored = _post(server, {"input": "Hi.", "ref_audio": "file:///nowhere.wav", "ignore_ref_audio": True,
-                             "max_new_tokens": 500})
+    ignored = _post(
+        server,
+        {
+            "input": "Hi.",
+            "ref_audio": "file:///nowhere.wav",
+            "ignore_ref_audio": True,
+            "max_new_tokens": 500,
+        },
+    )
     assert ignored.status_code == 200 and len(ignored.content) > 0
 
-    for body, code in (({"input": ""}, "invalid_request"), ({"input": "Hi.", "voice": "alloy"}, "voice_not_found"),
-                       ({"input": "Hi.", "model": "other"}, "model_not_found"),
-                       ({"input": "Hi.", "response_format": "mp3"}, "invalid_request")):
+    for body, code in (
+        ({"input": ""}, "invalid_request"),
+        ({"input": "Hi.", "voice": "alloy"}, "voice_not_found"),
+        ({"input": "Hi.", "model": "other"}, "model_not_found"),
+        ({"input": "Hi.", "response_format": "mp3"}, "invalid_request"),
+    ):
         bad = _post(server, body)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == code, body
 
@@ -113,13 +127,24 @@ def speech_service():
 
 def test_pass_through_relays_body_and_headers(speech_service, monkeypatch):
     monkeypatch.setenv("FDB_TEST_SPEECH_KEY", "sekrit")
-    system = SystemConfig(speech_service=SpeechService(base_url=speech_service, model="svc-tts",
-                                                       api_key_env="FDB_TEST_SPEECH_KEY"))
+    system = SystemConfig(
+        speech_service=SpeechService(
+            base_url=speech_service, model="svc-tts", api_key_env="FDB_TEST_SPEECH_KEY"
+        )
+    )
     client = TestClient(create_app(system))  # no lifespan: no local models, pass-through only
-    body = {"input": "Hi.", "ref_audio": "file:///x.wav", "ref_text": "x", "stream": True, "model": "mine"}
+    body = {
+        "input": "Hi.",
+        "ref_audio": "file:///x.wav",
+        "ref_text": "x",
+        "stream": True,
+        "model": "mine",
+    }
     reply = client.post("/v1/audio/speech", json=body)
     assert reply.status_code == 200
-    assert reply.headers["x-sample-rate"] == "24000" and reply.headers["content-type"] == "audio/pcm"
+    assert (
+        reply.headers["x-sample-rate"] == "24000" and reply.headers["content-type"] == "audio/pcm"
+    )
     assert len(reply.content) == 4800
     sent, auth = _FakeSpeechService.seen[-1]
     assert sent == {**body, "model": "svc-tts"} and auth == "Bearer sekrit"
@@ -128,12 +153,17 @@ def test_pass_through_relays_body_and_headers(speech_service, monkeypatch):
 
     monkeypatch.delenv("FDB_TEST_SPEECH_KEY")
     missing = client.post("/v1/audio/speech", json=body)
-    assert missing.status_code == 503 and "FDB_TEST_SPEECH_KEY" in missing.json()["error"]["message"]
+    assert (
+        missing.status_code == 503 and "FDB_TEST_SPEECH_KEY" in missing.json()["error"]["message"]
+    )
 
 
 def test_pass_through_waits_reply_delay_ms(speech_service):
-    client = TestClient(create_app(SystemConfig(speech_service=SpeechService(base_url=speech_service),
-                                                reply_delay_ms=300)))
+    client = TestClient(
+        create_app(
+            SystemConfig(speech_service=SpeechService(base_url=speech_service), reply_delay_ms=300)
+        )
+    )
     start = time.monotonic()
     reply = client.post("/v1/audio/speech", json={"input": "Hi.", "stream": True})
     assert reply.status_code == 200 and len(reply.content) == 4800
@@ -151,7 +181,9 @@ def delayed(tmp_path_factory):
 def test_speech_first_audio_waits_reply_delay_ms(delayed):
     body = {"input": "Hi.", "stream": True, "stream_format": "audio", "response_format": "pcm"}
     start = time.monotonic()
-    with httpx.stream("POST", f"{delayed.base_url}/v1/audio/speech", json=body, timeout=60.0) as reply:
+    with httpx.stream(
+        "POST", f"{delayed.base_url}/v1/audio/speech", json=body, timeout=60.0
+    ) as reply:
         assert reply.status_code == 200
         chunks = reply.iter_bytes()
         first = next(data for data in chunks if data)
@@ -165,7 +197,9 @@ async def _committed_turn(server, speech) -> Client:
     delta (just before the held first audio) arrived."""
     client = await Client.connect(server.ws_url)
     await client.open_session({"audio": {"input": {"turn_detection": None}}})
-    await client.send_audio(_pcm16(np.concatenate([silence(0.2), speech["question"]])), interval_s=0.02)
+    await client.send_audio(
+        _pcm16(np.concatenate([silence(0.2), speech["question"]])), interval_s=0.02
+    )
     await client.send("input_audio_buffer.commit")
     await client.until("response.output_audio_transcript.delta", 30)
     return client
@@ -187,10 +221,19 @@ def test_realtime_first_audio_waits_and_cancel_during_the_wait(delayed, speech):
         return client
 
     client = asyncio.run(held())
-    at = {name: next(r.t for r in client.received if r.type == name) for name in (
-        "response.created", "response.output_audio_transcript.delta", "response.output_audio.delta")}
+    at = {
+        name: next(r.t for r in client.received if r.type == name)
+        for name in (
+            "response.created",
+            "response.output_audio_transcript.delta",
+            "response.output_audio.delta",
+        )
+    }
     assert at["response.output_audio.delta"] - at["response.created"] >= DELAY_S
-    assert at["response.output_audio.delta"] - at["response.output_audio_transcript.delta"] >= DELAY_S - 0.05
+    assert (
+        at["response.output_audio.delta"] - at["response.output_audio_transcript.delta"]
+        >= DELAY_S - 0.05
+    )
     assert client.of_type("response.done")[0]["response"]["status"] == "completed"
 
     client = asyncio.run(cancelled())

@@ -55,13 +55,18 @@ def test_a_failed_batch_fails_its_requests_with_one_line_and_the_next_batch_runs
 
     async def main():
         batcher = Batcher(run, max_batch=4, name="whisper_gpu")
-        failed = await asyncio.gather(batcher.submit("a"), batcher.submit("bad"), return_exceptions=True)
+        failed = await asyncio.gather(
+            batcher.submit("a"), batcher.submit("bad"), return_exceptions=True
+        )
         return failed, await batcher.submit("c")
 
     failed, after = asyncio.run(main())
     assert all(isinstance(e, FdbError) for e in failed)
     line = failed[0].one_line()
-    assert "\n" not in line and "whisper_gpu: a batch of 2 failed: RuntimeError: CUDA out of memory" in line
+    assert (
+        "\n" not in line
+        and "whisper_gpu: a batch of 2 failed: RuntimeError: CUDA out of memory" in line
+    )
     assert after == "C"
 
 

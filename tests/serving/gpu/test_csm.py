@@ -33,9 +33,13 @@ LABEL = "dummy weights (csm-1b configuration; compute path only)"
 @pytest.fixture(scope="module")
 def model():
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model gains nothing from more, and a busy CI core makes them spin
+    torch.set_num_threads(
+        1
+    )  # a tiny model gains nothing from more, and a busy CI core makes them spin
     torch.manual_seed(0)
-    model = load_model(WeightSource("dummy", preset="csm-1b", overrides=TINY), "tts", "cpu", "float32")
+    model = load_model(
+        WeightSource("dummy", preset="csm-1b", overrides=TINY), "tts", "cpu", "float32"
+    )
     # dummy Mimi codebooks are all zero (transformers' init), so every frame would decode to the
     # same samples whatever its codes; random codebooks make the audio follow the codes
     for module in model.codec_model.modules():
@@ -48,7 +52,9 @@ def model():
 
 @pytest.fixture(scope="module")
 def engine(model):
-    engine = CsmEngine(model, CsmOptions(max_batch=4, max_len=256, temperature=0), dummy=True, weights_label=LABEL)
+    engine = CsmEngine(
+        model, CsmOptions(max_batch=4, max_len=256, temperature=0), dummy=True, weights_label=LABEL
+    )
     yield engine
     engine.close()
 
@@ -56,7 +62,9 @@ def engine(model):
 # --- the slot cache against transformers ---------------------------------------------------------
 
 
-def _prefill(backbone, cache: SlotCache, embeds: torch.Tensor, slot: int, start: int) -> torch.Tensor:
+def _prefill(
+    backbone, cache: SlotCache, embeds: torch.Tensor, slot: int, start: int
+) -> torch.Tensor:
     positions = torch.arange(start, start + embeds.shape[1])[None]
     cos, sin = backbone.rotary_emb(embeds, positions)
     h = embeds
@@ -80,8 +88,15 @@ def test_slot_prefill_and_decode_equal_the_transformers_backbone(model):
     generator = torch.Generator().manual_seed(1)
     lengths = [6, 11, 3]  # prompt tokens of three requests: decode positions 6, 11, 3
     sequences = [torch.randn(1, n + 1, config.hidden_size, generator=generator) for n in lengths]
-    cache = SlotCache(len(backbone.layers), 4, config.num_key_value_heads, 32, backbone.layers[0].self_attn.head_dim,
-                      "cpu", torch.float32)
+    cache = SlotCache(
+        len(backbone.layers),
+        4,
+        config.num_key_value_heads,
+        32,
+        backbone.layers[0].self_attn.head_dim,
+        "cpu",
+        torch.float32,
+    )
     for tensor in cache.k + cache.v:  # stale rows of earlier requests: the masks must hide them
         tensor.normal_(generator=generator)
     with torch.inference_mode():
@@ -95,7 +110,9 @@ def test_slot_prefill_and_decode_equal_the_transformers_backbone(model):
         _prefill(backbone, cache, sequences[1][:, :4], 1, 0)
         _prefill(backbone, cache, sequences[1][:, 4:-1], 1, 4)
         _prefill(backbone, cache, sequences[2][:, :-1], 2, 0)
-        batched = _decode(backbone, cache, torch.cat([s[:, -1:] for s in sequences]), torch.tensor(lengths))
+        batched = _decode(
+            backbone, cache, torch.cat([s[:, -1:] for s in sequences]), torch.tensor(lengths)
+        )
     for row in range(3):
         torch.testing.assert_close(batched[row], reference[row][-1], atol=1e-5, rtol=1e-5)
 
@@ -131,8 +148,13 @@ def test_sampling_keeps_to_the_top_k_at_their_tempered_odds_and_buckets_are_powe
 # --- the engine ------------------------------------------------------------------------------------
 
 
-def _frames_of(engine: CsmEngine, text: str, wait: threading.Event | None = None,
-               tell: threading.Event | None = None, **voice) -> list[np.ndarray]:
+def _frames_of(
+    engine: CsmEngine,
+    text: str,
+    wait: threading.Event | None = None,
+    tell: threading.Event | None = None,
+    **voice,
+) -> list[np.ndarray]:
     """Every frame of ``text``; starts once ``wait`` is set, sets ``tell`` at its 2nd frame."""
     if wait is not None:
         assert wait.wait(30)
@@ -161,15 +183,23 @@ def test_greedy_frames_are_the_codes_of_transformers_generate(engine, model, mon
 
     def recorded(hidden, n):
         codes = depth(hidden, n)
-        frames.extend(codes[row].clone() for row in range(n)
-                      if engine._slots[row] is not None and engine._slots[row].text == text)
+        frames.extend(
+            codes[row].clone()
+            for row in range(n)
+            if engine._slots[row] is not None and engine._slots[row].text == text
+        )
         return codes
 
     monkeypatch.setattr(engine, "_depth", recorded)
     assert len(_frames_of(engine, text)) == 5
     with torch.inference_mode():
-        want = model.generate(input_ids=torch.tensor([engine._text_ids(text)]), max_new_tokens=5, min_new_tokens=5,
-                               do_sample=False, depth_decoder_do_sample=False)
+        want = model.generate(
+            input_ids=torch.tensor([engine._text_ids(text)]),
+            max_new_tokens=5,
+            min_new_tokens=5,
+            do_sample=False,
+            depth_decoder_do_sample=False,
+        )
     assert torch.equal(torch.stack(frames), want[0])
 
 
@@ -215,13 +245,18 @@ def test_both_codecs_speak_whole_frames_and_a_reference_primes_the_stream(model,
     """codec window (transformers' Mimi over the last frames) and streaming (the default, the
     slot's own decoder stream): the same frames of the same codes (greedy), audio of the same
     shape; with streaming, a request with a reference (primed into its decoder stream) too."""
-    window = CsmEngine(model, CsmOptions(max_batch=2, max_len=256, temperature=0, codec="window"), dummy=True)
+    window = CsmEngine(
+        model, CsmOptions(max_batch=2, max_len=256, temperature=0, codec="window"), dummy=True
+    )
     try:
         windowed = list(window.stream("hi"))
     finally:
         window.close()
     streamed = list(engine.stream("hi"))
-    assert engine.identity.settings["codec"] == "streaming" and window.identity.settings["codec"] == "window"
+    assert (
+        engine.identity.settings["codec"] == "streaming"
+        and window.identity.settings["codec"] == "window"
+    )
     assert [f.shape for f in windowed] == [f.shape for f in streamed] == [(FRAME,)] * 5
     reference = np.random.default_rng(5).normal(0, 0.1, 24000).astype(np.float32)
     primed = list(engine.stream("hi", ref_audio=reference, ref_text="noise"))
@@ -262,14 +297,21 @@ def test_the_speech_node_sends_each_csm_frame_as_it_is_made(engine):
         sent = []
 
         async def emit(chunk):
-            sent.append((chunk.control, None if chunk.format != "pcm_f32le" else len(chunk.payload.samples),
-                         engine._slots[0] is not None))
+            sent.append(
+                (
+                    chunk.control,
+                    None if chunk.format != "pcm_f32le" else len(chunk.payload.samples),
+                    engine._slots[0] is not None,
+                )
+            )
 
         await node.on_chunk(Chunk("text_delta", TextDelta("Hello there friend. "), turn=1), emit)
         await node.on_chunk(control("turn.done", turn=1), emit)
         # an interrupted long chunk: cancelled after its second frame
         before = len(sent)
-        task = asyncio.ensure_future(node.on_chunk(Chunk("text_delta", TextDelta("z" * 150 + ". "), turn=2), emit))
+        task = asyncio.ensure_future(
+            node.on_chunk(Chunk("text_delta", TextDelta("z" * 150 + ". "), turn=2), emit)
+        )
         while sum(1 for c, n, _ in sent[before:] if n) < 2:
             await asyncio.sleep(0.005)
         task.cancel()
@@ -278,11 +320,13 @@ def test_the_speech_node_sends_each_csm_frame_as_it_is_made(engine):
 
     sent = asyncio.run(main())
     end = [c for c, _, _ in sent].index("turn.done")
-    first, second = sent[:end], sent[end + 1:]
+    first, second = sent[:end], sent[end + 1 :]
     frames = [n for c, n, _ in first if n]
     assert first[0][0] == "turn.started" and first[-1][0] == "reply.progress"
     assert frames == [FRAME] * 17  # "Hello there friend.": 19 characters * 0.07 s = 1.33 s
-    assert any(busy for c, n, busy in first if n)  # a frame went out while the request was generating
+    assert any(
+        busy for c, n, busy in first if n
+    )  # a frame went out while the request was generating
     assert [c for c, _, _ in first].count("reply.progress") == 1
     assert second[0][0] == "turn.started" and 2 <= sum(1 for _, n, _ in second if n) < 10
     assert "reply.progress" not in [c for c, _, _ in second]  # cancelled: the chunk never finished
@@ -319,9 +363,13 @@ def test_a_too_long_prompt_fails_that_request_only(engine):
         assert running.wait(30)
         with pytest.raises(FdbError) as raised:
             list(engine.stream("z" * 300))
-        assert len(other.result(timeout=60)) == 10  # 11 characters: 0.77 s -> 10 frames, undisturbed
-    assert raised.value.one_line() == ("the prompt is 300 tokens, the engine holds 256 "
-                                       "(send a shorter reference or text, or raise max_len)")
+        assert (
+            len(other.result(timeout=60)) == 10
+        )  # 11 characters: 0.77 s -> 10 frames, undisturbed
+    assert raised.value.one_line() == (
+        "the prompt is 300 tokens, the engine holds 256 "
+        "(send a shorter reference or text, or raise max_len)"
+    )
 
 
 def test_max_len_bounds_a_request_and_closing_ends_its_streams_with_an_error(model):
@@ -339,16 +387,20 @@ def test_max_len_bounds_a_request_and_closing_ends_its_streams_with_an_error(mod
         except FdbError as exc:
             outcome[name] = exc.one_line()
 
-    threads = [threading.Thread(target=drain, args=(n, s), daemon=True) for n, s in (("busy", stream),
-                                                                                        ("waiting", waiting))]
+    threads = [
+        threading.Thread(target=drain, args=(n, s), daemon=True)
+        for n, s in (("busy", stream), ("waiting", waiting))
+    ]
     for thread in threads:
         thread.start()
     time.sleep(0.1)
     engine.close()
     for thread in threads:
         thread.join(5)
-    assert outcome == {"busy": "the CSM engine is closed (the server is stopping)",
-                       "waiting": "the CSM engine is closed (the server is stopping)"}
+    assert outcome == {
+        "busy": "the CSM engine is closed (the server is stopping)",
+        "waiting": "the CSM engine is closed (the server is stopping)",
+    }
     with pytest.raises(FdbError, match="closed"):
         next(engine.stream("after"))
 
@@ -374,36 +426,66 @@ def client(tmp_path_factory):
     from serving.systems import load_config_file
 
     launch = tmp_path_factory.mktemp("gputts") / "launch.yaml"
-    tts = {"kind": "csm_gpu", "device": "cpu", "dtype": "float32", "max_batch": 4, "max_len": 256,
-           "weights": {"load_format": "dummy", "preset": "csm-1b", "overrides": TINY}}
-    launch.write_text(yaml.safe_dump({"system": "gpu-tts", "name": "gpu-tts-tiny", "model": "fdb/gpu-tts-tiny",
-                                      "backends": {"tts": tts}}))
+    tts = {
+        "kind": "csm_gpu",
+        "device": "cpu",
+        "dtype": "float32",
+        "max_batch": 4,
+        "max_len": 256,
+        "weights": {"load_format": "dummy", "preset": "csm-1b", "overrides": TINY},
+    }
+    launch.write_text(
+        yaml.safe_dump(
+            {
+                "system": "gpu-tts",
+                "name": "gpu-tts-tiny",
+                "model": "fdb/gpu-tts-tiny",
+                "backends": {"tts": tts},
+            }
+        )
+    )
     app = create_app(load_config_file(launch))
     with TestClient(app) as client:  # the lifespan loads the models
         deadline = time.monotonic() + 120
         while (health := client.get("/health")).status_code != 200:
-            assert health.json()["status"] == "starting" and time.monotonic() < deadline, health.json()
+            assert health.json()["status"] == "starting" and time.monotonic() < deadline, (
+                health.json()
+            )
             time.sleep(0.1)
         yield client
-    assert not app.state.runtime.hub.tts.engine._thread.is_alive()  # the server's stop closed the engine
+    assert (
+        not app.state.runtime.hub.tts.engine._thread.is_alive()
+    )  # the server's stop closed the engine
 
 
 def test_speech_clones_from_ref_audio_in_whole_frames(client):
-    body = {"input": "Hi there.", "ref_audio": _wav_uri(1.0), "ref_text": "some noise", "stream": True,
-            "response_format": "pcm"}
+    body = {
+        "input": "Hi there.",
+        "ref_audio": _wav_uri(1.0),
+        "ref_text": "some noise",
+        "stream": True,
+        "response_format": "pcm",
+    }
     reply = client.post("/v1/audio/speech", json=body)
     assert reply.status_code == 200, reply.text
-    assert reply.headers["content-type"] == "audio/pcm" and reply.headers["x-sample-rate"] == "24000"
+    assert (
+        reply.headers["content-type"] == "audio/pcm" and reply.headers["x-sample-rate"] == "24000"
+    )
     assert len(reply.content) == 8 * FRAME * 2  # 9 characters: 0.63 s -> 8 frames of PCM16
 
-    bad = client.post("/v1/audio/speech", json={**body, "ref_audio": "data:audio/wav;base64,bm90IGEgd2F2"})
+    bad = client.post(
+        "/v1/audio/speech", json={**body, "ref_audio": "data:audio/wav;base64,bm90IGEgd2F2"}
+    )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_ref_audio"
     assert bad.json()["error"]["param"] == "ref_audio"
     # the engine refuses a prompt past max_len (256) in its thread: still an error answer, not an empty 200
     long = client.post("/v1/audio/speech", json={"input": "z" * 300, "stream": True})
     assert long.status_code == 400 and long.json()["error"] == {
-        "type": "invalid_request_error", "code": "input_too_long", "param": "input",
-        "message": "the prompt is 300 tokens, the engine holds 256 (send a shorter reference or text, or raise max_len)"}
+        "type": "invalid_request_error",
+        "code": "input_too_long",
+        "param": "input",
+        "message": "the prompt is 300 tokens, the engine holds 256 (send a shorter reference or text, or raise max_len)",
+    }
 
 
 def test_capabilities_and_the_realtime_refusal_of_a_speech_only_server(client):

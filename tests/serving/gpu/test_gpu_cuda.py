@@ -27,10 +27,18 @@ def test_whisper_large_v3_configuration_batches_sessions_on_cuda():
     from serving.gpu.whisper import WhisperEngine
     from serving.graph.kinds import WhisperGpuOptions
 
-    o = WhisperGpuOptions(weights={"load_format": "dummy", "preset": "whisper-large-v3"}, max_batch=SESSIONS,
-                          max_new_tokens=32)
-    engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language)
-    clips = [np.random.default_rng(i).normal(0, 0.1, 16000 * 3).astype(np.float32) for i in range(SESSIONS)]
+    o = WhisperGpuOptions(
+        weights={"load_format": "dummy", "preset": "whisper-large-v3"},
+        max_batch=SESSIONS,
+        max_new_tokens=32,
+    )
+    engine = WhisperEngine(
+        o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language
+    )
+    clips = [
+        np.random.default_rng(i).normal(0, 0.1, 16000 * 3).astype(np.float32)
+        for i in range(SESSIONS)
+    ]
 
     async def main():
         await engine.transcribe(clips[0])  # warm
@@ -39,7 +47,9 @@ def test_whisper_large_v3_configuration_batches_sessions_on_cuda():
         return texts, time.monotonic() - start
 
     texts, elapsed = asyncio.run(main())
-    print(f"whisper-large-v3 (dummy, bf16): {SESSIONS} utterances in one batch: {elapsed * 1000:.0f} ms")
+    print(
+        f"whisper-large-v3 (dummy, bf16): {SESSIONS} utterances in one batch: {elapsed * 1000:.0f} ms"
+    )
     assert len(texts) == SESSIONS and engine.batcher.batch_sizes[-1] == SESSIONS
 
 
@@ -48,7 +58,9 @@ def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda():
     from serving.gpu.chat import ChatEngine
     from serving.graph.kinds import CausalLmGpuOptions
 
-    o = CausalLmGpuOptions(weights={"load_format": "dummy", "preset": "qwen3-4b"}, max_batch=SESSIONS)
+    o = CausalLmGpuOptions(
+        weights={"load_format": "dummy", "preset": "qwen3-4b"}, max_batch=SESSIONS
+    )
     engine = ChatEngine(o.source("llm"), o)
 
     async def reply(i: int) -> tuple[float, int]:
@@ -69,6 +81,8 @@ def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda():
     finally:
         engine.close()
     firsts = sorted(r[0] for r in results)
-    print(f"qwen3-4b (dummy, bf16): {SESSIONS} replies of 48 tokens in {elapsed * 1000:.0f} ms, "
-          f"first text p50 {firsts[len(firsts) // 2] * 1000:.0f} ms, max {firsts[-1] * 1000:.0f} ms")
+    print(
+        f"qwen3-4b (dummy, bf16): {SESSIONS} replies of 48 tokens in {elapsed * 1000:.0f} ms, "
+        f"first text p50 {firsts[len(firsts) // 2] * 1000:.0f} ms, max {firsts[-1] * 1000:.0f} ms"
+    )
     assert all(pieces > 1 for _, pieces in results)

@@ -21,26 +21,46 @@ def test_the_kinds_are_registered_with_their_formats():
     assert component("causal_lm_gpu").ends_turns
 
 
-@pytest.mark.parametrize(("options", "says"), [
-    ({"weights": {"load_format": "dummy"}}, "dummy weights need a preset"),
-    ({"weights": {"load_format": "checkpoint", "path": "/x"}}, "a checkpoint needs path and sha256"),
-    ({"weights": {"load_format": "dummy", "preset": "qwen3-4b"}}, "preset 'qwen3-4b' is not a model of this kind"),
-    ({"weights": DUMMY_WHISPER, "device": "tpu"}, "String should match pattern"),
-    ({"weights": DUMMY_WHISPER, "dtype": "int8"}, "Input should be"),
-    ({"weights": DUMMY_WHISPER, "max_batch": 0}, "greater than or equal to 1"),
-    ({"weights": DUMMY_WHISPER, "beam_size": 4}, "Extra inputs are not permitted"),
-    ({}, "Field required"),
-])
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"weights": {"load_format": "dummy"}}, "dummy weights need a preset"),
+        (
+            {"weights": {"load_format": "checkpoint", "path": "/x"}},
+            "a checkpoint needs path and sha256",
+        ),
+        (
+            {"weights": {"load_format": "dummy", "preset": "qwen3-4b"}},
+            "preset 'qwen3-4b' is not a model of this kind",
+        ),
+        ({"weights": DUMMY_WHISPER, "device": "tpu"}, "String should match pattern"),
+        ({"weights": DUMMY_WHISPER, "dtype": "int8"}, "Input should be"),
+        ({"weights": DUMMY_WHISPER, "max_batch": 0}, "greater than or equal to 1"),
+        ({"weights": DUMMY_WHISPER, "beam_size": 4}, "Extra inputs are not permitted"),
+        ({}, "Field required"),
+    ],
+)
 def test_whisper_gpu_options_are_checked(options, says):
     with pytest.raises(ValueError, match=says):
         WhisperGpuOptions(**options)
 
 
 def test_causal_lm_options_parse_their_weights():
-    options = CausalLmGpuOptions(weights={"load_format": "dummy", "preset": "qwen3-4b", "overrides": {"num_hidden_layers": 2}},
-                                 device="cuda:1", max_batch=16)
+    options = CausalLmGpuOptions(
+        weights={
+            "load_format": "dummy",
+            "preset": "qwen3-4b",
+            "overrides": {"num_hidden_layers": 2},
+        },
+        device="cuda:1",
+        max_batch=16,
+    )
     source = options.source("llm")
-    assert source.dummy and source.preset == "qwen3-4b" and source.overrides == {"num_hidden_layers": 2}
+    assert (
+        source.dummy
+        and source.preset == "qwen3-4b"
+        and source.overrides == {"num_hidden_layers": 2}
+    )
     assert options.max_new_tokens == 48 and options.temperature == 0.0
 
 
@@ -48,24 +68,41 @@ def test_gpu_cascade_is_a_system_and_its_launch_file():
     system = get_system("gpu-cascade")
     assert system.name == "gpu-cascade" and system.model == "fdb/gpu-cascade"
     assert resolve_system("embedded-cascade", PROFILES["gpu-cascade"]) == system
-    graph = load_graph({"session_nodes": system.session_nodes, "session_publish": system.session_publish})
+    graph = load_graph(
+        {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
+    )
     kinds = {name: node.kind for name, node in graph.nodes.items()}
     assert kinds["asr"] == "whisper_gpu" and kinds["llm"] == "causal_lm_gpu"
     assert graph.nodes["asr"].options.weights["preset"] == "whisper-large-v3"
-    assert get_system("embedded-cascade").session_nodes is None  # the default keeps its bundled graph
+    assert (
+        get_system("embedded-cascade").session_nodes is None
+    )  # the default keeps its bundled graph
 
 
 def test_an_override_sets_one_leaf_of_a_node_and_a_wrong_one_names_node_and_field():
-    system = resolve_system("gpu-cascade", overrides=[("session_nodes.llm.max_batch", 8),
-                                                      ("session_nodes.llm.weights.overrides.num_hidden_layers", 2)])
+    system = resolve_system(
+        "gpu-cascade",
+        overrides=[
+            ("session_nodes.llm.max_batch", 8),
+            ("session_nodes.llm.weights.overrides.num_hidden_layers", 2),
+        ],
+    )
     llm = system.session_nodes["llm"]
-    assert llm["max_batch"] == 8 and llm["weights"] == {"load_format": "dummy", "preset": "qwen3-4b",
-                                                         "overrides": {"num_hidden_layers": 2}}
+    assert llm["max_batch"] == 8 and llm["weights"] == {
+        "load_format": "dummy",
+        "preset": "qwen3-4b",
+        "overrides": {"num_hidden_layers": 2},
+    }
     assert llm["kind"] == "causal_lm_gpu" and llm["inputs"][0] == "dialog"
-    with pytest.raises(FdbError, match=r"session_nodes\.asr: Extra inputs are not permitted \(beam_size\)"):
+    with pytest.raises(
+        FdbError, match=r"session_nodes\.asr: Extra inputs are not permitted \(beam_size\)"
+    ):
         resolve_system("gpu-cascade", overrides=[("session_nodes.asr.beam_size", 4)])
 
 
 def test_session_nodes_need_session_publish():
     with pytest.raises(FdbError, match="session_nodes and session_publish go together"):
-        resolve_system("embedded-cascade", overrides=[("session_nodes", {"vad": {"stages": ["vad"], "inputs": ["input"]}})])
+        resolve_system(
+            "embedded-cascade",
+            overrides=[("session_nodes", {"vad": {"stages": ["vad"], "inputs": ["input"]}})],
+        )

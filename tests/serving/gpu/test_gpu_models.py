@@ -24,18 +24,32 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     from serving.gpu.whisper import DUMMY_TEXT, WhisperEngine
 
     o = _options(WhisperGpuOptions, tiny_asr(max_new_tokens=12))
-    engine = WhisperEngine(o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language,
-                           o.max_tokens_per_s)
+    engine = WhisperEngine(
+        o.source("asr"),
+        o.device,
+        o.dtype,
+        o.max_batch,
+        o.max_new_tokens,
+        o.language,
+        o.max_tokens_per_s,
+    )
     # the decode bound: 8 tokens a second of the longest utterance (within the 2 s window), 4 to 12
-    budget = [engine.token_budget([np.zeros(n, dtype=np.float32)]) for n in (1600, 8000, 12000, 60000)]
+    budget = [
+        engine.token_budget([np.zeros(n, dtype=np.float32)]) for n in (1600, 8000, 12000, 60000)
+    ]
     assert budget == [4, 4, 6, 12]
     assert engine.samples == 2 * 100 * 160  # the encoder's window: 2 frames per position
     identity = engine.identity  # what /health and every record say about this recognizer
-    assert identity.kind == "asr" and identity.name == "whisper_gpu/whisper-large-v3 (dummy weights)"
+    assert (
+        identity.kind == "asr" and identity.name == "whisper_gpu/whisper-large-v3 (dummy weights)"
+    )
     assert identity.checkpoint is None and identity.settings["weights"].startswith("dummy weights")
 
     async def main():
-        clips = [np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32) for n in (8000, 16000, 60000)]
+        clips = [
+            np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32)
+            for n in (8000, 16000, 60000)
+        ]
         return await asyncio.gather(*[engine.transcribe(c) for c in clips])
 
     texts = asyncio.run(main())
@@ -60,7 +74,10 @@ def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_le
 
     engine = chat
     assert isinstance(engine.tokenizer, ByteTokenizer)
-    assert engine.identity.kind == "llm" and engine.identity.name == "causal_lm_gpu/qwen3-4b (dummy weights)"
+    assert (
+        engine.identity.kind == "llm"
+        and engine.identity.name == "causal_lm_gpu/qwen3-4b (dummy weights)"
+    )
     assert "dummy" in engine.identity.settings["tokenizer"]
 
     async def reply(text: str, tokens: int) -> list[str]:
@@ -75,10 +92,13 @@ def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_le
         return replies, first, after
 
     replies, first, after = asyncio.run(main())
+
     def letters(pieces: list[str]) -> int:  # one syllable (two letters) per generated token
         return len("".join(pieces).replace(" ", "").replace(".", "")) // 2
 
-    assert [letters(r) for r in replies] == [3, 5, 7] and all(len(r) > 1 for r in replies)  # streamed
+    assert [letters(r) for r in replies] == [3, 5, 7] and all(
+        len(r) > 1 for r in replies
+    )  # streamed
     assert first and letters(after) == 2
     assert not engine.manager.output_router.result_handlers  # no handler left behind
 
@@ -91,7 +111,9 @@ def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
 
     models = EmbeddedModels()
     options = _options(CausalLmGpuOptions, tiny_llm())
-    models.__dict__["_gpu_engines"] = {chat_key(options): {"lock": None, "engine": chat}}  # the loaded engine
+    models.__dict__["_gpu_engines"] = {
+        chat_key(options): {"lock": None, "engine": chat}
+    }  # the loaded engine
     asked = [{"role": "user", "content": "What is the capital of France?"}]
 
     def turn(n: int, content: str) -> Chunk:
@@ -116,8 +138,13 @@ def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
     assert node.prefetches == {"started": 2, "claimed": 1}
     for n in (1, 2):
         pieces = [c for c in out if c.turn == n]
-        assert pieces[-1].control == "turn.done" and all(c.format == "text_delta" for c in pieces[:-1])
-        assert len("".join(c.payload.text for c in pieces[:-1]).replace(" ", "").replace(".", "")) == 2 * 8
+        assert pieces[-1].control == "turn.done" and all(
+            c.format == "text_delta" for c in pieces[:-1]
+        )
+        assert (
+            len("".join(c.payload.text for c in pieces[:-1]).replace(" ", "").replace(".", ""))
+            == 2 * 8
+        )
     assert not chat.manager.output_router.result_handlers  # the unclaimed prefetch was cancelled
 
 

@@ -18,10 +18,22 @@ from serving.gpu.mimi_static import MimiGraphs, StaticMimi  # noqa: E402
 FRAMES = 12
 # two SEANet stages (4 and 3) instead of Mimi's four (8, 6, 5, 4): a frame of 24 samples, the same
 # structure (causal convs, strided and transposed convs, the 2x down/upsampling around transformers)
-TINY_MIMI = dict(upsampling_ratios=[4, 3], hidden_size=16, num_filters=4, codebook_size=32, codebook_dim=8,
-                 vector_quantization_hidden_dimension=8, num_quantizers=4, num_semantic_quantizers=1,
-                 upsample_groups=16, num_hidden_layers=2, intermediate_size=32, num_attention_heads=2,
-                 num_key_value_heads=1, sliding_window=5)
+TINY_MIMI = dict(
+    upsampling_ratios=[4, 3],
+    hidden_size=16,
+    num_filters=4,
+    codebook_size=32,
+    codebook_dim=8,
+    vector_quantization_hidden_dimension=8,
+    num_quantizers=4,
+    num_semantic_quantizers=1,
+    upsample_groups=16,
+    num_hidden_layers=2,
+    intermediate_size=32,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    sliding_window=5,
+)
 FRAME = 4 * 3 * 2  # samples per frame (the real configuration: 8 * 6 * 5 * 4 * 2 = 1920)
 
 
@@ -56,8 +68,12 @@ def _stream_encode(model, audio: torch.Tensor) -> torch.Tensor:
     padding, past, codes = None, None, []
     with torch.no_grad():
         for f in range(audio.shape[1] // FRAME):
-            out = model.encode(audio[:, None, f * FRAME:(f + 1) * FRAME], padding_cache=padding,
-                               encoder_past_key_values=past, use_streaming=True)
+            out = model.encode(
+                audio[:, None, f * FRAME : (f + 1) * FRAME],
+                padding_cache=padding,
+                encoder_past_key_values=past,
+                use_streaming=True,
+            )
             padding, past = out.padding_cache, out.encoder_past_key_values
             codes.append(out.audio_codes)
     return torch.cat(codes, dim=-1)
@@ -73,10 +89,14 @@ def test_encode_equals_transformers_streaming_encode(model):
     ref = _stream_encode(model, audio)
     with torch.no_grad():
         assert torch.equal(ref, model.encode(audio[:, None]).audio_codes)  # streaming == whole
-    assert all(ref[:, k].unique().numel() > 2 for k in range(ref.shape[1]))  # codes that say something
+    assert all(
+        ref[:, k].unique().numel() > 2 for k in range(ref.shape[1])
+    )  # codes that say something
     mimi = StaticMimi(model, slots=3)
     assert mimi.frame == FRAME
-    ours = torch.stack([mimi.encode(audio[:, f * FRAME:(f + 1) * FRAME]) for f in range(FRAMES)], dim=-1)
+    ours = torch.stack(
+        [mimi.encode(audio[:, f * FRAME : (f + 1) * FRAME]) for f in range(FRAMES)], dim=-1
+    )
     assert torch.equal(ours, ref)
     assert torch.equal(mimi.positions()[0], torch.full((3,), FRAMES))
     fewer = StaticMimi(model, slots=3, num_quantizers=2)
@@ -97,7 +117,7 @@ def test_decode_equals_transformers_decode_of_everything_so_far(model):
     past, frames = DynamicCache(config=model.config), []
     with torch.no_grad():
         for f in range(FRAMES):
-            out = model.decode(codes[:, :, f:f + 1], decoder_past_key_values=past)
+            out = model.decode(codes[:, :, f : f + 1], decoder_past_key_values=past)
             past = out.decoder_past_key_values
             frames.append(out.audio_values[:, 0])
     assert not torch.allclose(torch.cat(frames, dim=-1), ref, atol=1e-3)
@@ -121,7 +141,7 @@ def test_slots_at_different_positions_reset_and_off_rows(model):
             for s in resets:
                 got_codes[s], got_audio[s], fed[s] = [], [], []
         active = torch.tensor([(s, f) not in off for s in range(3)])
-        codes = mimi.encode(audio[:, f * FRAME:(f + 1) * FRAME], active)
+        codes = mimi.encode(audio[:, f * FRAME : (f + 1) * FRAME], active)
         pcm = mimi.decode(codes_in[:, :, f], active)
         for s in range(3):
             if active[s]:
@@ -132,10 +152,14 @@ def test_slots_at_different_positions_reset_and_off_rows(model):
     for s in range(3):
         frames = fed[s]
         assert len(frames) >= 5
-        own_audio = torch.cat([audio[s:s + 1, f * FRAME:(f + 1) * FRAME] for f in frames], dim=-1)
+        own_audio = torch.cat(
+            [audio[s : s + 1, f * FRAME : (f + 1) * FRAME] for f in frames], dim=-1
+        )
         assert torch.equal(torch.stack(got_codes[s], dim=-1), _stream_encode(model, own_audio)[0])
-        ref = _full_decode(model, codes_in[s:s + 1, :, frames])[0]
-        torch.testing.assert_close(torch.cat(got_audio[s]), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+        ref = _full_decode(model, codes_in[s : s + 1, :, frames])[0]
+        torch.testing.assert_close(
+            torch.cat(got_audio[s]), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item()
+        )
 
 
 def test_calls_keep_every_state_tensor_in_place(model):
@@ -146,7 +170,9 @@ def test_calls_keep_every_state_tensor_in_place(model):
     graphs = MimiGraphs(mimi)  # no CUDA: the same calls, eagerly
     assert not graphs.use_graphs
     for f in range(8):
-        codes = graphs.encode(audio[:, f * FRAME:(f + 1) * FRAME], torch.tensor([True, f % 3 > 0, True]))
+        codes = graphs.encode(
+            audio[:, f * FRAME : (f + 1) * FRAME], torch.tensor([True, f % 3 > 0, True])
+        )
         graphs.decode(codes)
         if f == 4:
             graphs.reset([1])
@@ -167,7 +193,7 @@ def test_cuda_graphs_equal_eager_without_host_sync():
     graphs.warm([2, 4])
     active = torch.tensor([True, True, False, True], device="cuda")
     for f in range(FRAMES):
-        frame = audio[:, f * FRAME:(f + 1) * FRAME]
+        frame = audio[:, f * FRAME : (f + 1) * FRAME]
         if f == 6:
             eager.reset([0])
             graphs.reset([0])
@@ -200,5 +226,5 @@ def test_prime_decoder_continues_from_a_reference(model):
     for f in range(3, 6):
         rows[1] = codes[:, f]
         got.append(graphs.decode(rows, torch.tensor([False, True]))[1].clone())
-    ref = _full_decode(model, codes[None])[0, 3 * FRAME:]
+    ref = _full_decode(model, codes[None])[0, 3 * FRAME :]
     torch.testing.assert_close(torch.cat(got), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())

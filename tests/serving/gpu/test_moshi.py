@@ -26,8 +26,12 @@ def model():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = load_model(WeightSource("dummy", preset="moshi-7b", overrides=TINY), "native", "cpu", "float32")
-    for module in model.audio_encoder.modules():  # dummy codebooks are zero: make audio follow the codes
+    model = load_model(
+        WeightSource("dummy", preset="moshi-7b", overrides=TINY), "native", "cpu", "float32"
+    )
+    for (
+        module
+    ) in model.audio_encoder.modules():  # dummy codebooks are zero: make audio follow the codes
         if hasattr(module, "embed_sum"):
             module.embed_sum.normal_(std=0.05)
             module._embed = None
@@ -37,7 +41,9 @@ def model():
 
 def _engine(model, codec: str) -> MoshiEngine:
     # top-k 1: greedy, so a frame is a function of the session's own inputs only
-    options = MoshiOptions(max_batch=4, max_len=64, text_top_k=1, audio_top_k=1, codec=codec, gather_ms=200)
+    options = MoshiOptions(
+        max_batch=4, max_len=64, text_top_k=1, audio_top_k=1, codec=codec, gather_ms=200
+    )
     return MoshiEngine(model, options, dummy=True, weights_label="dummy")
 
 
@@ -46,14 +52,19 @@ def _frames(seed: int, count: int) -> list[np.ndarray]:
     return [rng.normal(0, 0.1, FRAME).astype(np.float32) for _ in range(count)]
 
 
-def _run(engine: MoshiEngine, sessions: dict[int, list[np.ndarray | None]]) -> dict[int, list[np.ndarray]]:
+def _run(
+    engine: MoshiEngine, sessions: dict[int, list[np.ndarray | None]]
+) -> dict[int, list[np.ndarray]]:
     """Each step, every session with a frame (None: it sits this step out) hands it in; the
     step waits for all of them (gather_ms covers the submits)."""
     slots = {name: engine.open() for name in sessions}
     out: dict[int, list[np.ndarray]] = {name: [] for name in sessions}
     for step in range(max(len(f) for f in sessions.values())):
-        futures = {name: engine.submit(slots[name], frames[step])
-                   for name, frames in sessions.items() if step < len(frames) and frames[step] is not None}
+        futures = {
+            name: engine.submit(slots[name], frames[step])
+            for name, frames in sessions.items()
+            if step < len(frames) and frames[step] is not None
+        }
         for name, future in futures.items():
             text, audio = future.result(timeout=60)
             assert text == "" and audio.shape == (FRAME,)

@@ -25,8 +25,11 @@ def _sha(path: Path) -> str:
 def write_sums(root: Path, skip: tuple[str, ...] = ()) -> str:
     """``sha256sum $(find . -type f ! -name SHA256SUMS | sort) > SHA256SUMS`` in ``root``; the pin."""
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != SUMS_NAME)
-    lines = [f"{_sha(p)}  ./{p.relative_to(root).as_posix()}" for p in files
-             if p.relative_to(root).as_posix() not in skip]
+    lines = [
+        f"{_sha(p)}  ./{p.relative_to(root).as_posix()}"
+        for p in files
+        if p.relative_to(root).as_posix() not in skip
+    ]
     (root / SUMS_NAME).write_text("\n".join(lines) + "\n")
     return _sha(root / SUMS_NAME)
 
@@ -34,7 +37,9 @@ def write_sums(root: Path, skip: tuple[str, ...] = ()) -> str:
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """(the tiny model, its checkpoint directory, the pin)."""
-    model = load_model(WeightSource("dummy", preset="qwen3-4b", overrides=TINY_QWEN), "llm", "cpu", "float32")
+    model = load_model(
+        WeightSource("dummy", preset="qwen3-4b", overrides=TINY_QWEN), "llm", "cpu", "float32"
+    )
     root = tmp_path_factory.mktemp("ckpt") / "qwen3-tiny"
     model.save_pretrained(root)
     return model, root, write_sums(root)
@@ -104,21 +109,32 @@ def test_a_weights_file_the_sums_do_not_list_is_refused(copy):
     """The pin covers what loads: a safetensors file left out of SHA256SUMS would load unverified."""
     root, _ = copy
     pin = write_sums(root, skip=("model.safetensors",))
-    assert _refused(root, pin) == f"llm checkpoint file {root / 'model.safetensors'} is not listed in {SUMS_NAME}"
+    assert (
+        _refused(root, pin)
+        == f"llm checkpoint file {root / 'model.safetensors'} is not listed in {SUMS_NAME}"
+    )
 
 
-@pytest.mark.parametrize(("weights", "says"), [
-    ("{path: DIR}", "weights: a checkpoint needs path and sha256"),
-    ("{path: DIR, sha256: abc123}", "weights: sha256 'abc123' is not 64 hex digits"),
-    ("{path: DIR, sha256: PIN, preset: csm1b}", "weights: preset 'csm1b' is not known"),
-    ("{load_format: dummy, preset: qwen3-4b}", "weights: preset 'qwen3-4b' is not a model of this kind (use one of csm-1b)"),
-])
+@pytest.mark.parametrize(
+    ("weights", "says"),
+    [
+        ("{path: DIR}", "weights: a checkpoint needs path and sha256"),
+        ("{path: DIR, sha256: abc123}", "weights: sha256 'abc123' is not 64 hex digits"),
+        ("{path: DIR, sha256: PIN, preset: csm1b}", "weights: preset 'csm1b' is not known"),
+        (
+            "{load_format: dummy, preset: qwen3-4b}",
+            "weights: preset 'qwen3-4b' is not a model of this kind (use one of csm-1b)",
+        ),
+    ],
+)
 def test_a_launch_files_weights_mapping_is_checked_when_it_loads(tmp_path, weights, says):
     from serving.systems import load_config_file
 
     launch = tmp_path / "launch.yaml"
     weights = weights.replace("DIR", str(tmp_path)).replace("PIN", "a" * 64)
-    launch.write_text(f"system: gpu-tts\nbackends:\n  tts:\n    kind: csm_gpu\n    weights: {weights}\n")
+    launch.write_text(
+        f"system: gpu-tts\nbackends:\n  tts:\n    kind: csm_gpu\n    weights: {weights}\n"
+    )
     with pytest.raises(FdbError) as raised:
         load_config_file(launch)
     line = raised.value.one_line()
