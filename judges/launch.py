@@ -28,7 +28,8 @@ from judges.config import Decoding, JudgeConfig
 
 LAUNCH_SCHEMA = "fdb-judge-launch-1"
 RECEIPT_NAME = "launch-receipt.json"
-# The runbook's Qwen judge: non-thinking, greedy, seeds 1-3, 512 tokens (spec "Scoring CLI reference").
+# The runbook's Qwen judge: non-thinking, greedy, seeds
+# 1-3, 512 tokens (spec "Scoring CLI reference").
 DEFAULT_DECODING = Decoding(
     temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0, repetition_penalty=1.0, max_tokens=512
 )

@@ -189,7 +189,7 @@ def level_row(
     return row
 
 
-# --- several rounds of one level entry (tts-bench --rounds) ----------------------------------------
+# --- several rounds of one level entry (tts-bench --rounds) ---------------------------------------
 
 STAT_METRICS = (
     "throughput_audio_s_per_s",

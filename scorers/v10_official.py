@@ -269,7 +269,8 @@ def score_official(
                 from fdb.models.vad import SileroVad
 
                 vad = SileroVad()
-            # no eligible sample: nothing to segment, so no VAD is loaded (an empty subset, not a crash)
+            # no eligible sample: nothing to segment, so no
+            # VAD is loaded (an empty subset, not a crash)
             rows = (
                 bc.score_rows(
                     _backchannel_inputs(inputs, eligible, vad, options.audio_rate), options, gt

@@ -42,7 +42,8 @@ from serving.systems import SystemConfig
 log = logging.getLogger("fdb.serving")
 T = TypeVar("T")
 
-# role -> backend key -> the packages it needs (``fdb.models.packages``), checked before anything loads.
+# role -> backend key -> the packages it needs
+# (``fdb.models.packages``), checked before anything loads.
 REQUIREMENTS: dict[str, dict[str, tuple[BackendPackage, ...]]] = {
     "vad": {"silero": (TORCH, SILERO_VAD)},
     # "none": no model for the role, a speech-only system (/v1/audio/speech; realtime refused)

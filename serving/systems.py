@@ -261,7 +261,8 @@ class SystemConfig(BaseModel):
         if isinstance(
             llm, OpenAiChatNode
         ):  # the node's sampling settings are the sessions' defaults
-            # A null temperature is kept: the node then sends none and the service's default applies.
+            # A null temperature is kept: the node then
+            # sends none and the service's default applies.
             updates = {"max_tokens": llm.max_tokens, "temperature": llm.temperature}
             updates = {
                 k: v

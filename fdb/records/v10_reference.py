@@ -22,7 +22,8 @@ OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-2"
 OFFICIAL_LABEL = "official rules, clean-room reimplementation (not the official evaluator)"
 EVALUATOR_SCHEMA = "fdb-v1.0-evaluator-2"  # -2: checkout_check (accepted revision, differences)
 EVALUATOR_LABEL = "original Full-Duplex-Bench evaluator, run unchanged from the user's checkout"
-# official.json's field -> the [Result] labels evaluate.py prints for it (the first one present counts)
+# official.json's field -> the [Result] labels evaluate.py
+# prints for it (the first one present counts)
 EVALUATOR_METRICS = {
     "takeover_rate": ("Average take turn", "TOR mean"),
     "latency_s": ("Average latency",),

@@ -163,7 +163,8 @@ class GraphRealtimeSession(RealtimeSession):
 
     async def _configure(self, new: SessionConfig, extensions: bool) -> None:
         td = new.turn_detection.model_dump() if new.turn_detection else None
-        # without turn detection a GA session waits for response.create; the Guide's answers a commit
+        # without turn detection a GA session waits for
+        # response.create; the Guide's answers a commit
         create = td["create_response"] if td else extensions
         await self._control(
             control(
