@@ -61,7 +61,8 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
 def riff_data_frames(path: str | os.PathLike) -> tuple[int, int, int] | None:
     """(frames the data chunk's header declares, frames the file holds, rate) of a RIFF/WAVE
     file; None when it is no RIFF/WAVE file, has no fmt chunk before its data chunk, or leaves
-    the data length open (0 or 0xFFFFFFFF, as streaming writers do). Reads the chunk headers only."""
+    the data length open (0 or 0xFFFFFFFF, as streaming writers do). Reads the chunk headers
+    only."""
     path = Path(path)
     size = path.stat().st_size
     with path.open("rb") as handle:

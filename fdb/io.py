@@ -111,7 +111,8 @@ def glob_escape(name: str) -> str:
 
 class WriteError(FdbError, OSError):
     """A file could not be written. Still an ``OSError``, so callers that catch those keep working;
-    ``cause_errno`` is the errno of the failure (``errno`` stays unset so the message reads plainly)."""
+    ``cause_errno`` is the errno of the failure (``errno`` stays unset so the message reads
+    plainly)."""
 
     def __init__(self, message: str, hint: str | None, cause_errno: int | None):
         super().__init__(message, hint)
@@ -278,14 +279,16 @@ def validation_summary(exc: ValidationError, limit: int = 200) -> str:
 
 
 def one_line(text: str, limit: int = 300) -> str:
-    """``text`` on one line (whitespace runs folded), cut to ``limit`` characters with an ellipsis."""
+    """``text`` on one line (whitespace runs folded), cut to ``limit`` characters with an
+    ellipsis."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def load_record(path: str | os.PathLike, model: type[BaseModel], what: str, hint: str):
     """Read ``path`` as JSON and validate it as ``model``; any problem (unreadable, not JSON,
-    wrong types, missing fields) is one :class:`FdbError` naming the file, the field and ``hint``."""
+    wrong types, missing fields) is one :class:`FdbError` naming the file, the field and
+    ``hint``."""
     path = Path(path)
     try:
         raw = read_json(path)

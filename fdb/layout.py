@@ -1,4 +1,5 @@
-"""`$FDB_WORK/runs/RUN/repeat-N/` paths (see docs/formats.md): the run layout every package reads."""
+"""`$FDB_WORK/runs/RUN/repeat-N/` paths (see docs/formats.md): the run layout every package
+reads."""
 
 from __future__ import annotations
 

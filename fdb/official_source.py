@@ -132,7 +132,8 @@ def checkout_revision(source: str | Path) -> str | None:
 
 
 def _accepted(source: Path, revision: str, paths: list[str]) -> tuple[str, str | None]:
-    """(the accepted revision as a full commit, HEAD); refuses anything but a clean checkout of it."""
+    """(the accepted revision as a full commit, HEAD); refuses anything but a clean checkout of
+    it."""
     head = checkout_revision(source)
     if head is None:
         raise FdbError(
@@ -209,7 +210,8 @@ def verify_checkout(
 
 def _listed(differences: list[FileDifference], shown: int = 2) -> str:
     """Each difference with both full hashes, the first ``shown`` of them (missing files first);
-    the rest by name, so the one-line error (the CLI keeps 1000 characters) still ends with its fix."""
+    the rest by name, so the one-line error (the CLI keeps 1000 characters) still ends with its
+    fix."""
     ordered = sorted(differences, key=lambda d: d.actual_sha256 is not None)  # missing files first
     text = "; ".join(d.line() for d in ordered[:shown])
     rest = [d.path + (" (missing)" if d.actual_sha256 is None else "") for d in ordered[shown:]]

@@ -104,7 +104,8 @@ class Settings:
 
     @property
     def reference_checkout(self) -> Path:
-        """$FDB_WORK/Full-Duplex-Bench: where the user's Full-Duplex-Bench checkout is looked for."""
+        """$FDB_WORK/Full-Duplex-Bench: where the user's Full-Duplex-Bench checkout is looked
+        for."""
         return self.work / "Full-Duplex-Bench"
 
 
@@ -114,7 +115,8 @@ def work_dir() -> Path:
 
 
 def debug_log_path() -> Path:
-    """Where `python -m fdb` appends the traceback of a failed command: $FDB_WORK/logs/fdb-debug.log."""
+    """Where `python -m fdb` appends the traceback of a failed command:
+    $FDB_WORK/logs/fdb-debug.log."""
     return work_dir() / "logs" / "fdb-debug.log"
 
 

@@ -229,7 +229,8 @@ class WavStream:
         return bytes(out)
 
     def _header(self) -> bytes | None:
-        """Parse the buffered header; the bytes after the data chunk's header once it is complete."""
+        """Parse the buffered header; the bytes after the data chunk's header once it is
+        complete."""
         buf = self._buffer
         if len(buf) < 12:
             return None

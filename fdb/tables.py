@@ -116,7 +116,8 @@ def _json_value(value: Any) -> Any:
 
 
 def write_tables(folder, tables: Sequence[Table]) -> list:
-    """``folder/NN-<name>.csv`` for each table, atomically; stale CSVs of an earlier write removed."""
+    """``folder/NN-<name>.csv`` for each table, atomically; stale CSVs of an earlier write
+    removed."""
     from pathlib import Path
 
     from fdb.io import atomic_write_text

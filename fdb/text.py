@@ -54,7 +54,8 @@ class Alignment(NamedTuple):
 
 
 def align_words(reference: str, hypothesis: str) -> Alignment | None:
-    """Counts of the word alignment of two normalized texts; None when the reference has no words."""
+    """Counts of the word alignment of two normalized texts; None when the reference has no
+    words."""
     n = len(reference.split())
     if n == 0:
         return None

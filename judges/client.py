@@ -71,7 +71,8 @@ class TransportFailure(Exception):
 
 
 def split_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """SDK keyword arguments, and the rest (top_k, min_p, chat_template_kwargs, ...) as extra_body."""
+    """SDK keyword arguments, and the rest (top_k, min_p, chat_template_kwargs, ...) as
+    extra_body."""
     known = {k: v for k, v in body.items() if k in SDK_FIELDS}
     extra = {k: v for k, v in body.items() if k not in SDK_FIELDS}
     return known, extra

@@ -62,7 +62,8 @@ def default_turn_detection(profile: Dialect) -> dict[str, Any] | None:
 def resolve_turn_detection(
     profile: Dialect, value: dict[str, Any] | str | None
 ) -> dict[str, Any] | None:
-    """``--turn-detection`` as given (checked by the profile), or the profile's default when empty."""
+    """``--turn-detection`` as given (checked by the profile), or the profile's default when
+    empty."""
     if value is None or value == "":
         return default_turn_detection(profile)
     return profile.validate_turn_detection(value)

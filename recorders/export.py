@@ -197,7 +197,8 @@ def _analyze(
 
 
 def _too_short(result: VariantResult, duration_s: float) -> VariantResult:
-    """Mark a variant whose dataset input is under MIN_SCORABLE_INPUT_S ineligible (reason first)."""
+    """Mark a variant whose dataset input is under MIN_SCORABLE_INPUT_S ineligible (reason
+    first)."""
     if duration_s < MIN_SCORABLE_INPUT_S:
         result.eligible = False
         result.reasons.insert(0, TOO_SHORT_REASON)

@@ -172,7 +172,8 @@ def trace_from_raw(raw: RawTrace, origin: float) -> list[TraceEvent]:
 
 
 class AudioText:
-    """The received audio deltas' base64 text, as ASCII bytes in one buffer, and each delta's length.
+    """The received audio deltas' base64 text, as ASCII bytes in one buffer, and each delta's
+    length.
 
     ``append`` adds a delta as it arrives (one copy into the buffer). The
     session hands the buffer to the finisher as it is: pickled with protocol 5 it is an

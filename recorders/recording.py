@@ -30,7 +30,8 @@ def input_pcm16(audio: Audio, rate: int = 16000) -> bytes:
 
 
 def drain_seconds(trace: Sequence[TraceEvent]) -> float | None:
-    """Seconds from the sent sglang.input_audio.end to the received drained (None if either is absent)."""
+    """Seconds from the sent sglang.input_audio.end to the received drained (None if either is
+    absent)."""
     end = next((e.t for e in trace if e.dir == "send" and e.type == "sglang.input_audio.end"), None)
     drained = next(
         (e.t for e in trace if e.dir == "recv" and e.type == "sglang.input_audio.drained"), None

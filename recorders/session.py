@@ -346,7 +346,8 @@ class _Session:
         t: float | None = None,
         scheduled: float | None = None,
     ) -> int:
-        """Send ``event`` with a fresh event_id; the trace logs ``trace_event`` (no audio) at ``t``."""
+        """Send ``event`` with a fresh event_id; the trace logs ``trace_event`` (no audio) at
+        ``t``."""
         event = {"event_id": event_id(), **event}
         logged = event if trace_event is None else {**trace_event, "event_id": event["event_id"]}
         index = self.log("send", event["type"], logged, t, scheduled)

@@ -202,7 +202,8 @@ def _raw_format(response: httpx.Response, opts: SpeechClientOptions, stream: _St
 
 
 class _WavHeader:
-    """A streamed WAV body (:class:`fdb.speech_formats.WavStream`); its format goes into the record."""
+    """A streamed WAV body (:class:`fdb.speech_formats.WavStream`); its format goes into the
+    record."""
 
     def __init__(self, record: TtsRequestRecord):
         self.record = record
@@ -412,7 +413,8 @@ Result = tuple[TtsRequestRecord, bytes]
 
 
 def _sender(client: httpx.AsyncClient, opts: SpeechClientOptions):
-    """The request function of ``opts.transport``: HTTP here, a realtime session per request there."""
+    """The request function of ``opts.transport``: HTTP here, a realtime session per request
+    there."""
     if opts.transport == "realtime":
         from recorders.tts_realtime import synthesize_realtime
 

@@ -1,4 +1,5 @@
-"""The paced session's WebSocket client: picows's Cython framing under the few calls a session needs.
+"""The paced session's WebSocket client: picows's Cython framing under the few calls a session
+needs.
 
 Why not the ``websockets`` package here: at 512 paced sessions its pure-Python frame parser and
 writer, and the task wake-up per received message, cost the recorder more user CPU, and the

@@ -168,7 +168,8 @@ def run_v15_asr(
 ) -> V15AsrReceipt:
     """Transcribe a v1.5 ``reference-audio`` tree; returns the receipt written to ``tree/asr.json``.
 
-    ``asr`` defaults to ``default_asr()``; ``progress(sample_id, done, total)`` runs after each pair.
+    ``asr`` defaults to ``default_asr()``; ``progress(sample_id, done, total)`` runs after each
+    pair.
     """
     tree = Path(tree)
     asr = asr if asr is not None else default_asr()

@@ -1,6 +1,7 @@
 """Omission and WER of one reply: reference = the reply's transcript from ``response.done``,
 hypothesis = the ASR text of its audio, both through Whisper's English normalizer
-(``fdb.text.english_normalize``) and aligned with ``jiwer.process_words`` (``fdb.text.align_words``).
+(``fdb.text.english_normalize``) and aligned with ``jiwer.process_words``
+(``fdb.text.align_words``).
 
 An omitted word is a reference word the alignment deletes; a swallowed syllable that ASR
 hears as another word is a substitution and shows up in the WER (S + D + I over reference

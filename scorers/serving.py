@@ -272,7 +272,8 @@ def _pct(rate: float | None) -> str:
 
 
 def client_limited_sessions(sessions: list[Session]) -> int:
-    """Sessions whose pacing violations coincide with the recorder's own loop lag during the input."""
+    """Sessions whose pacing violations coincide with the recorder's own loop lag during the
+    input."""
     return sum(
         1 for s in sessions if s.record.pacing.violations > 0 and s.record.loop_lag.client_behind
     )

@@ -100,7 +100,8 @@ def response_rate(latencies_us: Sequence[float], k_s: int, selected: int, unknow
 
 def counts(samples: Iterable[ExportSample], declared: int | None) -> Counts:
     """declared / selected / eligible / ineligible and the reasons, each counted once per sample.
-    ``declared`` is the dataset's subset size; None (not known) stays null, never the selected count."""
+    ``declared`` is the dataset's subset size; None (not known) stays null, never the selected
+    count."""
     samples = list(samples)
     eligible = sum(1 for s in samples if s.eligible)
     reasons: Counter[str] = Counter()

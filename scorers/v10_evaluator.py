@@ -99,7 +99,8 @@ def stage_subset(inputs, samples, staging: Path) -> int:
 def run_task(
     checkout: Path, python: str, task: str, root_dir: Path, log: Path, timeout_s: float
 ) -> tuple[int, str]:
-    """(return code, combined output) of one evaluate.py run; the output is also written to ``log``."""
+    """(return code, combined output) of one evaluate.py run; the output is also written to
+    ``log``."""
     cmd = [python, "evaluate.py", "--task", EVALUATOR_TASK[task], "--root_dir", str(root_dir)]
     try:
         proc = subprocess.run(
@@ -165,7 +166,8 @@ def run_evaluator(
 ) -> EvaluatorSummary:
     """Verify the checkout (``accept_revision``: the revision the user accepted instead of the
     pinned one), run the LLM-free v1.0 evaluations on the eligible samples, write
-    ``evaluator.json``. ``python`` is the interpreter with the evaluator's packages (default: this one)."""
+    ``evaluator.json``. ``python`` is the interpreter with the evaluator's packages (default: this
+    one)."""
     tree, checkout = Path(tree), Path(checkout).resolve()
     if not (
         checkout / EVALUATION_DIR

@@ -10,9 +10,9 @@ interruption word starts before R; VAD segments do not overlap (ruling 14).
 
 Both the unified and the official-rule scorers read output.json through ``transcript_times``
 (strict): every time is a finite, non-negative number, no word ends before it starts, and the
-word starts are in time order in the file. The official rules read the first chunk as the first word (its
-latency is s(W[0]) - boundary), the unified ones the earliest start, so a transcript out of
-order would give the two different latencies without a word; it is refused instead (the file
+word starts are in time order in the file. The official rules read the first chunk as the first
+word (its latency is s(W[0]) - boundary), the unified ones the earliest start, so a transcript out
+of order would give the two different latencies without a word; it is refused instead (the file
 is a phase output: the fix is to transcribe the sample again, not to score around it).
 """
 

@@ -190,7 +190,8 @@ def _backchannel_inputs(
 def not_cut_at_R(
     sample_id: str, words: Sequence[tuple[float, float | None]], R: float
 ) -> str | None:
-    """Why an interruption transcript is not the official input (a word starts before R), or None."""
+    """Why an interruption transcript is not the official input (a word starts before R), or
+    None."""
     try:
         check_words_after(
             sample_id, tuple(WordSpan(to_us(s), to_us(s)) for s, _e in words), to_us(R)
@@ -203,7 +204,8 @@ def not_cut_at_R(
 def _takeover_inputs(
     inputs: TreeInputs, samples: Sequence, task: str
 ) -> tuple[list, dict[str, str]]:
-    """(words, boundary) of every evaluated sample, and the eligible samples left out with the reason."""
+    """(words, boundary) of every evaluated sample, and the eligible samples left out with the
+    reason."""
     parsed, left_out = [], {}
     for sample in samples:
         check_fresh(inputs, sample)

@@ -93,7 +93,8 @@ def latencies(intervals: Sequence[Interval]) -> list[float]:
 
 
 def event_span(user: Sequence[Interval], overlap: Interval) -> Interval | None:
-    """The merged user span that holds the overlap event (largest intersection, earliest on ties)."""
+    """The merged user span that holds the overlap event (largest intersection, earliest on
+    ties)."""
     best: Interval | None = None
     best_len = 0.0
     for start, end in user:

@@ -25,7 +25,8 @@ HINT = "pass one leaf value per flag, e.g. --vad.silence_duration_ms 800 (see do
 
 
 def parse_override_args(args: Sequence[str]) -> list[tuple[str, Any]]:
-    """``[--a.b, v, c.d=w, --e=x]`` as ``[("a.b", v), ("c.d", w), ("e", x)]`` with YAML scalar values."""
+    """``[--a.b, v, c.d=w, --e=x]`` as ``[("a.b", v), ("c.d", w), ("e", x)]`` with YAML scalar
+    values."""
     import yaml
 
     pairs: list[tuple[str, str]] = []

@@ -4,7 +4,8 @@ A launch file picks a node for a role instead of an embedded backend's registry 
 is an entry of ``serving.graph.registry``, which parses and builds it)::
 
     backends:
-      asr: {kind: openai_transcription, base_url: http://127.0.0.1:8102/v1, model: whisper-1, health: request}
+      asr: {kind: openai_transcription, base_url: http://127.0.0.1:8102/v1, model: whisper-1,
+            health: request}
       llm: {kind: openai_chat, base_url: http://127.0.0.1:8103/v1, model: smollm2}
       tts: {kind: openai_speech, base_url: http://127.0.0.1:8105/v1, model: fdb/embedded-cascade}
 
@@ -629,7 +630,8 @@ _ROLE_REQUEST = {
 
 
 def _probe_request(role: str, node: _Node, client: Any) -> None:
-    """One real minimal request of the node's role; for a chat node also the token after the model list."""
+    """One real minimal request of the node's role; for a chat node also the token after the model
+    list."""
     what = (
         "the first token"
         if node.health == "models"

@@ -8,10 +8,10 @@ serving on :8105``) and left running when the server stops. Otherwise ``command`
 server's environment plus ``env``, in the directory the server was started from, in a process
 group of its own; the check is repeated every second for up to 600 s (sooner at first: after
 0.1, 0.2 and 0.4 s, so a service that is up at once is not waited on for a second). A service
-that exits first fails the start with ``service '<name>' exited with code <n> before :<port> answered``,
-one that does not answer in time with ``service '<name>' did not answer on :<port> within 600 s``
-and what the last check saw. A started service whose ``models`` check gets 404 or 405 (it has no
-model list) fails at once, naming ``health: port`` or a path as the fix.
+that exits first fails the start with ``service '<name>' exited with code <n> before :<port>
+answered``, one that does not answer in time with ``service '<name>' did not answer on :<port>
+within 600 s`` and what the last check saw. A started service whose ``models`` check gets 404 or
+405 (it has no model list) fails at once, naming ``health: port`` or a path as the fix.
 
 While the server runs, a started service that exits stops the server (``service '<name>' exited
 with code <n>``). Stopping sends SIGTERM to every started service's process group and SIGKILL to
@@ -51,7 +51,8 @@ class ServiceEntry(BaseModel):
 
 
 def check(port: int, health: str = "models", timeout_s: float = 2.0) -> tuple[bool, str]:
-    """(answers, what the check saw) for ``health`` on ``127.0.0.1:<port>`` (see the module's text)."""
+    """(answers, what the check saw) for ``health`` on ``127.0.0.1:<port>`` (see the module's
+    text)."""
     import socket
 
     import httpx
@@ -71,7 +72,8 @@ def check(port: int, health: str = "models", timeout_s: float = 2.0) -> tuple[bo
 
 
 def answers(port: int, timeout_s: float = 2.0, health: str = "models") -> bool:
-    """Whether the service on ``port`` passes its ``health`` check (default: /v1/models answers 200)."""
+    """Whether the service on ``port`` passes its ``health`` check (default: /v1/models answers
+    200)."""
     return check(port, health, timeout_s)[0]
 
 
@@ -168,7 +170,8 @@ class Services:
     def watch(
         self, on_exit: Callable[[BaseException], None], poll_s: float = 0.5
     ) -> threading.Thread:
-        """Call ``on_exit(error)`` (from a daemon thread) once a started service exits on its own."""
+        """Call ``on_exit(error)`` (from a daemon thread) once a started service exits on its
+        own."""
 
         def work() -> None:
             while not self._stopping.wait(poll_s):

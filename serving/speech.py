@@ -17,7 +17,8 @@ voice speaks. A backend that clones (the ``csm_gpu`` node, :mod:`serving.gpu.csm
 ``ref_audio`` (``data:audio/wav;base64,…`` or a ``file://`` path on the server, at most
 ``MAX_REFERENCE_S`` seconds) with ``ref_text`` as the voice to speak in, and streams one 80 ms frame
 per chunk; the answer waits for the first frame, so that a refusal before it (a prompt past the
-engine's ``max_len``: 400 ``input_too_long``) is an error answer. Other extra fields (``max_new_tokens``, ``task_type``, ...) are ignored.
+engine's ``max_len``: 400 ``input_too_long``) is an error answer. Other extra fields
+(``max_new_tokens``, ``task_type``, ...) are ignored.
 
 With ``speech_service`` set, the request body goes unchanged (``model`` replaced when the service
 names one) to ``{base_url}/audio/speech`` and the answer's status, body and audio headers come

@@ -66,7 +66,8 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run a verb. Every failure ends in one line on stderr and exit code 2 (fdb/cli/failures.py):
     an FdbError with its fix, a usage error with the verb's --help, anything unexpected with its
-    type, message and the debug log that holds the traceback (printed too with --log-level debug)."""
+    type, message and the debug log that holds the traceback (printed too with --log-level
+    debug)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         _register()

@@ -8,7 +8,8 @@ import typer
 
 
 def _refuse_stray(kind: str, name: str | None, given: dict) -> None:
-    """A checkpoint or endpoint option without the backend it belongs to is a mistake, not a no-op."""
+    """A checkpoint or endpoint option without the backend it belongs to is a mistake, not a
+    no-op."""
     from fdb.errors import FdbError
 
     stray = [flag for flag, value in given.items() if value is not None]

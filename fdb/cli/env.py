@@ -9,7 +9,8 @@ import typer
 
 
 def env_lines() -> list[str]:
-    """`export NAME=value` for every runbook setting (the defaults resolved), in the runbook's order."""
+    """`export NAME=value` for every runbook setting (the defaults resolved), in the runbook's
+    order."""
     from fdb.settings import load_settings
 
     s = load_settings()

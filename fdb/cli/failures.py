@@ -67,7 +67,8 @@ def usage_line(exc) -> str:
 
 
 def fdb_error_line(exc: FdbError, argv: list[str], debug: bool) -> str:
-    """An FdbError is the expected way to fail: its line; at debug also its traceback (and the log)."""
+    """An FdbError is the expected way to fail: its line; at debug also its traceback (and the
+    log)."""
     if debug:
         sys.stderr.write(format_traceback(exc))
         append_debug_log(exc, argv)

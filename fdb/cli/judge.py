@@ -53,12 +53,13 @@ def judge(
     log_level: str = typer.Option("warning", help="debug, info, warning or error."),
 ) -> None:
     """With a Full-Duplex-Bench checkout, first run its original v1.0 evaluator on the LLM-free
-    subsets (evaluator.json, logs/evaluate-<subset>.log). Then label the v1.5 pairs (official behavior prompt; seeds 1-3, at most three attempts; shares
-    with Wilson 95% intervals), grade them with fdb's semantic judge behind its six-control gate
-    (self-hosted judge only), and rate the v1.0 interruption replies (official prompt with
-    --reference-source, else fdb's own rubric; at most three identical requests). Every
-    exchange is appended to a ledger; a rerun skips finished samples. Without a judge, labels
-    and ratings stay pending and the counts are still written to repeat-N/judge.json.
+    subsets (evaluator.json, logs/evaluate-<subset>.log). Then label the v1.5 pairs (official
+    behavior prompt; seeds 1-3, at most three attempts; shares with Wilson 95% intervals), grade
+    them with fdb's semantic judge behind its six-control gate (self-hosted judge only), and rate
+    the v1.0 interruption replies (official prompt with --reference-source, else fdb's own rubric;
+    at most three identical requests). Every exchange is appended to a ledger; a rerun skips
+    finished samples. Without a judge, labels and ratings stay pending and the counts are still
+    written to repeat-N/judge.json.
     """
     _judge(
         run_name,

@@ -53,7 +53,8 @@ def _interval(pair) -> str:
 
 
 def metric_rows(metrics) -> list[tuple[str, str, str, str, str]]:
-    """(metric, value, 95% interval, count, all-selected bounds) for every field of a metrics record."""
+    """(metric, value, 95% interval, count, all-selected bounds) for every field of a metrics
+    record."""
     from fdb.records.v10 import LatencyQuantiles, PooledRatio, Share
 
     rows = []

@@ -1,4 +1,5 @@
-"""`python -m fdb serve-judge`: what it takes to serve the Qwen judge, or run your launch command."""
+"""`python -m fdb serve-judge`: what it takes to serve the Qwen judge, or run your launch
+command."""
 
 from __future__ import annotations
 

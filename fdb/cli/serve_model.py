@@ -19,7 +19,8 @@ def serve_model(
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
 ) -> None:
     """Start the model server generate would start (same system, host 127.0.0.1 and port) in the
-    foreground until Ctrl-C, for recording or scoring by hand. The bundled systems run on the CPU."""
+    foreground until Ctrl-C, for recording or scoring by hand. The bundled systems run on the
+    CPU."""
     from fdb.cli import configure_logging
     from fdb.errors import FdbError
     from fdb.layout import RunPaths

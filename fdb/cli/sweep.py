@@ -69,8 +69,8 @@ def run(
 ) -> None:
     """Record each --concurrency level in turn (a fresh client process per level and repeat; failed
     sessions are part of the result, so the sweep goes on), then write serving.json, SERVING.md and
-    serving.png with one row per level, the capacity line, the targets and warnings (levels above the
-    server's max_sessions, levels limited by the load generator), and print the table. Times are
+    serving.png with one row per level, the capacity line, the targets and warnings (levels above
+    the server's max_sessions, levels limited by the load generator), and print the table. Times are
     client-side. Before the first level it asks the server what it is (GET
     /v1/realtime/capabilities, /v1/models, /health; missing ones give nulls, never a failure) and
     records that, with --server-revision, --model-revision and --dataset-revision, in each

@@ -174,7 +174,8 @@ def tts_bench(
         False, help="Rebuild tts.json/TTS.md/CSV/plot from an existing --output (no requests)."
     ),
 ) -> None:
-    """Record, score and report. Times are client-side; a level's failures are part of its result."""
+    """Record, score and report. Times are client-side; a level's failures are part of its
+    result."""
     from rich.console import Console
 
     from runs.options import revision_option

@@ -1,4 +1,5 @@
-"""Dataset records and loaders (official Full-Duplex-Bench and Seed-TTS layouts, fdb's synthetic sets).
+"""Dataset records and loaders (official Full-Duplex-Bench and Seed-TTS layouts, fdb's synthetic
+sets).
 
 - ``types``: ``V10Sample``, ``V15Pair``, ``SampleProblem`` and the subset names.
 - ``official``: ``load_v10``, ``load_v15``, ``list_ids`` for the official FDB trees.

@@ -5,8 +5,9 @@ A row is ``utt_id|prompt_text|prompt_wav|target_text[|gt_wav]``: 4 or 5 ``|``-se
 (the official lists ship both kinds). Relative wav paths are resolved against the list's own
 directory (``en/prompt-wavs/x.wav`` for a row of ``en/meta.lst`` reading ``prompt-wavs/x.wav``);
 a path that leads outside the dataset root is refused (checked on the path's text, then on the
-resolved paths, so a root reached through a symlink still works). Blank lines are skipped; fields are stripped. With 4 fields there
-is no ground truth (``gt_wav`` is None). Each row must be unique by id within its list.
+resolved paths, so a root reached through a symlink still works). Blank lines are skipped; fields
+are stripped. With 4 fields there is no ground truth (``gt_wav`` is None). Each row must be unique
+by id within its list.
 
 ``strict=True`` raises the first ``SampleError``; ``strict=False`` returns the good rows and a
 ``SampleProblem`` per bad one, so one broken row never loses the others.
@@ -52,7 +53,8 @@ class SeedTtsSet(BaseModel):
         return {name: len(items) for name, items in self.lists.items()}
 
     def summary(self) -> str:
-        """``en/meta.lst 1088, zh/meta.lst 2020, ...`` with a note where a count is not the official one."""
+        """``en/meta.lst 1088, zh/meta.lst 2020, ...`` with a note where a count is not the
+        official one."""
         parts = []
         for name, count in self.counts.items():
             official = OFFICIAL_COUNTS.get(name)

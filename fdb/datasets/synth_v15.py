@@ -89,7 +89,8 @@ def seedtts_row(ctx: SynthContext, number: int, lang_dir: Path) -> tuple[str, fl
 
 
 def seedtts_list(ctx: SynthContext, rows: int, seedtts_root: Path, progress=None) -> float:
-    """Write ``seedtts_root/en/meta.lst`` with ``rows`` rows plus their wavs; returns audio seconds."""
+    """Write ``seedtts_root/en/meta.lst`` with ``rows`` rows plus their wavs; returns audio
+    seconds."""
     lang_dir = seedtts_root / "en"
     lang_dir.mkdir(parents=True, exist_ok=True)
     lines, total = [], 0.0

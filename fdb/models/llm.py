@@ -85,7 +85,8 @@ class SmolLm2:
 
     @property
     def contended(self) -> bool:
-        """A call is waiting for a free context (a caller may then hurry the replies that hold one)."""
+        """A call is waiting for a free context (a caller may then hurry the replies that hold
+        one)."""
         return self._waiting > 0
 
     @contextmanager
@@ -162,7 +163,8 @@ class SmolLm2:
         The context stays taken until the generator is exhausted or closed: iterate it in one
         thread and ``close()`` it when stopping early, so generation ends at the next token.
         ``step(fn, *args)``, when given, runs each decoding step (priming the context, the
-        prompt with the first token, then one token each); the wait for a free context is not a step."""
+        prompt with the first token, then one token each); the wait for a free context is not a
+        step."""
         with self._context() as llm:
             run = step or (lambda fn, *args: fn(*args))
             run(self._prime, llm, messages)  # as in reply(): independent of earlier calls

@@ -4,11 +4,14 @@
 scores a run, and what every later ``fdb asr`` of the run loads again: a choice is a backend
 name plus the local checkpoint (path and expected sha256) or endpoint it needs, never a key.
 
-| kind | names (first: the embedded default) | needs |
-| --- | --- | --- |
-| asr | ``faster-whisper`` (Whisper tiny.en, VAD filter on), ``parakeet``, ``openai-compatible`` | parakeet: a ``.nemo`` checkpoint (sha256 default: the pinned one); openai-compatible: url and model |
-| mos | ``dnsmos`` (DNSMOS OVRL), ``utmos`` | utmos: a TorchScript checkpoint and its sha256 |
-| speaker | ``resemblyzer``, ``wavlm-ecapa`` | wavlm-ecapa: a TorchScript checkpoint and its sha256 |
+Per kind, its names (first: the embedded default) and what they need:
+
+- asr: ``faster-whisper`` (Whisper tiny.en, VAD filter on), ``parakeet``, ``openai-compatible``;
+  needs: parakeet: a ``.nemo`` checkpoint (sha256 default: the pinned one); openai-compatible: url
+  and model.
+- mos: ``dnsmos`` (DNSMOS OVRL), ``utmos``; needs: utmos: a TorchScript checkpoint and its sha256.
+- speaker: ``resemblyzer``, ``wavlm-ecapa``; needs: wavlm-ecapa: a TorchScript checkpoint and its
+  sha256.
 
 ``load_backend(kind, choice)`` builds the backend (heavy imports happen there); checkpoints are
 hash-checked before loading, as everywhere in ``fdb.models``. ``same_model(a, b)`` tells whether
@@ -64,7 +67,8 @@ class BackendChoice(BaseModel):
     api_key_env: str | None = None
 
     def key(self) -> tuple:
-        """What makes it another model: not the path it was read from, its device or key variable."""
+        """What makes it another model: not the path it was read from, its device or key
+        variable."""
         return (self.name, self.sha256 or self.checkpoint, self.url, self.model)
 
     def describe(self) -> str:

@@ -191,7 +191,8 @@ class JudgeSummary(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> JudgeSummary | None:
-        """A ``judge.json``; None when it does not exist, an FdbError naming it when it does not parse."""
+        """A ``judge.json``; None when it does not exist, an FdbError naming it when it does not
+        parse."""
         return load_record(cls, path, REJUDGE)
 
     def statuses(self) -> dict[str, str | None]:

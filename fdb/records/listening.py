@@ -99,5 +99,6 @@ class ListeningSummary(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> ListeningSummary | None:
-        """``listening/summary.json``; None when it does not exist, an FdbError naming it when it does not parse."""
+        """``listening/summary.json``; None when it does not exist, an FdbError naming it when it
+        does not parse."""
         return load_record(cls, path, RESCORE)

@@ -81,7 +81,8 @@ class Capacity(BaseModel):
 
 
 class SweepCapacity(Capacity):
-    """serving.json ``capacity``: the Capacity and its sentence (``line``, as Capacity.line() wrote it)."""
+    """serving.json ``capacity``: the Capacity and its sentence (``line``, as Capacity.line() wrote
+    it)."""
 
     sentence: str | None = Field(None, alias="line")
 
@@ -114,5 +115,6 @@ class SweepReport(BaseModel):
 
     @classmethod
     def load(cls, path: Path, fix: str) -> SweepReport | None:
-        """serving.json; None when it does not exist, an FdbError naming it when it does not parse."""
+        """serving.json; None when it does not exist, an FdbError naming it when it does not
+        parse."""
         return load_record(cls, path, fix)

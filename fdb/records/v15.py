@@ -104,5 +104,6 @@ class TimingSummary(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> TimingSummary | None:
-        """A timing ``summary.json``; None when it does not exist, an FdbError naming it when it does not parse."""
+        """A timing ``summary.json``; None when it does not exist, an FdbError naming it when it
+        does not parse."""
         return load_record(cls, path, RESCORE)

@@ -90,7 +90,8 @@ async def judge_semantic(
     limit: int | None = None,
 ) -> tuple[dict[str, SampleResult], Comparison | None]:
     """Grade every ready pair not finished before (at most ``limit`` in this call). The controls
-    go out with the first batch; a mismatch discards that batch and raises ``ControlCheckFailed``."""
+    go out with the first batch; a mismatch discards that batch and raises
+    ``ControlCheckFailed``."""
     done = tdir.results()
     todo: list[Item] = []
     for pair in (view(p) for p in pairs if p.ready):

@@ -10,8 +10,8 @@ or 200 ms), from what Silero VAD heard in the audio up to the end of that unit:
    speech frame.
 2. **Taking the turn.** When a run ends (``end_of_turn_ms``, default 700 ms, of silence after
    speech; with ``turn_detection: semantic``, the silence Smart Turn's score of the turn so far
-   asks for, see below) and its voiced span is at least ``min_utterance_ms`` (200 ms), the user's turn is
-   over: its audio (from the start of the turn, which may span runs the model yielded to) is
+   asks for, see below) and its voiced span is at least ``min_utterance_ms`` (200 ms), the user's
+   turn is over: its audio (from the start of the turn, which may span runs the model yielded to) is
    transcribed by faster-whisper, SmolLM2 writes a reply from the conversation history and
    Piper speaks it. The reply is emitted unit-aligned: at the end of each later input unit, the
    next ``unit_ms`` of reply audio goes out, before that unit's ``sglang.unit.done`` (so a

@@ -89,7 +89,8 @@ class NativeSession(RealtimeSession):
 
     async def _on_end(self, event: p.InputAudioEnd) -> None:
         """``ended`` at the client's accepted input; the resampler of a 24 kHz input gives up the
-        audio its filter still holds, so the units tile all of it; ``drained`` after the last unit."""
+        audio its filter still holds, so the units tile all of it; ``drained`` after the last
+        unit."""
         self._require_input_open(event.event_id)
         self.input_ended = True
         if self._resampler is not None and self._resampler.stateful:

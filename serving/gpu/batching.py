@@ -68,7 +68,8 @@ class Batcher(Generic[Req, Res]):
                     await self._run(loop, batch)
 
     def _take(self) -> list[tuple[Req, asyncio.Future]]:
-        """Up to max_batch waiting requests whose caller still waits (a cancelled one is dropped)."""
+        """Up to max_batch waiting requests whose caller still waits (a cancelled one is
+        dropped)."""
         live = [(r, f) for r, f in self._waiting if not f.done()]
         batch, self._waiting = live[: self.max_batch], live[self.max_batch :]
         return batch
@@ -108,7 +109,8 @@ _LOCK = threading.Lock()
 
 async def shared(owner: Any, key: tuple, build: Callable[[], Any], run: Callable[..., Any]) -> Any:
     """The engine ``build()`` makes for ``key``, one per ``owner`` (the server's shared models),
-    built once through ``run`` (the owner's blocking-call runner) however many sessions ask at once."""
+    built once through ``run`` (the owner's blocking-call runner) however many sessions ask at
+    once."""
     with _LOCK:
         engines = owner.__dict__.setdefault("_gpu_engines", {})
         slot = engines.setdefault(key, {"lock": threading.Lock(), "engine": None})

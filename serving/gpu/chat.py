@@ -43,7 +43,8 @@ class ByteTokenizer:
     """The stand-in tokenizer of dummy weights (no checkpoint, so no vocabulary): byte-level ids
     for the prompt, a syllable per generated id for the reply, with English's shape: about 1.5
     tokens a word (a space after two tokens of three) and a full stop every twelfth token, so the
-    speech node cuts its first chunk (up to 7 words) after about as many tokens as a real reply's."""
+    speech node cuts its first chunk (up to 7 words) after about as many tokens as a real
+    reply's."""
 
     label = "byte-level stand-in tokenizer (dummy weights)"
     OFFSET = 3  # ids 0-2 stay free for pad / bos / eos
@@ -87,7 +88,8 @@ class HfTokenizer:
 
 
 class ChatEngine:
-    """One causal LM under a continuous-batching manager; :meth:`stream` is called by every session."""
+    """One causal LM under a continuous-batching manager; :meth:`stream` is called by every
+    session."""
 
     def __init__(self, source: WeightSource, options: CausalLmGpuOptions):
         self.source, self.options = source, options
@@ -235,7 +237,8 @@ def engine_key(options: CausalLmGpuOptions) -> tuple:
 
 
 class _AsyncPrefetch(_Prefetch):
-    """A reply streaming ahead of its turn from the engine (no thread: the engine's stream is async)."""
+    """A reply streaming ahead of its turn from the engine (no thread: the engine's stream is
+    async)."""
 
     async def fill(self, pieces: AsyncIterator[str]) -> None:  # type: ignore[override]
         try:

@@ -11,15 +11,15 @@ One :class:`CsmEngine` per process serves every request: a GPU thread admits new
 backbone prefill each, of all prompt tokens but the last, into a free slot of
 :class:`~serving.gpu.slots.SlotCache`; a reference's Mimi codes are cached by its sha256), then
 advances every busy slot by one frame in one batched step (the new slot's last prompt token is its
-first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`: backbone, 31 depth steps and the
-sampling, captured as one CUDA graph per batch bucket when ``cuda_graphs`` is on), and decodes
-the new frame of each busy slot with Mimi: ``codec: streaming`` (the default,
-:mod:`serving.gpu.mimi_static`) continues the slot's own decoder stream, one frame per call,
-captured as a CUDA graph per bucket (a reference's last frames are primed into the stream at
-prefill); ``codec: window`` decodes a window of its last ``decode_context`` frames with
+first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`:
+backbone, 31 depth steps and the sampling, captured as one CUDA graph per batch bucket when
+``cuda_graphs`` is on), and decodes the new frame of each busy slot with Mimi: ``codec: streaming``
+(the default, :mod:`serving.gpu.mimi_static`) continues the slot's own decoder stream, one frame
+per call, captured as a CUDA graph per bucket (a reference's last frames are primed into the stream
+at prefill); ``codec: window`` decodes a window of its last ``decode_context`` frames with
 transformers' Mimi, eagerly (Mimi's convolutions are causal, so the window's last frame matches a
-full decode up to the decoder transformer's longer context). A request ends at the end frame (every codebook
-``codebook_eos_token_id``, 0), which is not spoken, or at its length bound.
+full decode up to the decoder transformer's longer context). A request ends at the end frame (every
+codebook ``codebook_eos_token_id``, 0), which is not spoken, or at its length bound.
 
 With dummy weights (no tokenizer) the text becomes its UTF-8 bytes, and since a random model
 never says "end", the length bound is ``dummy_s_per_char`` seconds per character: a speaking

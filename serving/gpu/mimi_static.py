@@ -37,7 +37,8 @@ input and output buffers) on CUDA and runs eagerly elsewhere::
 
     from serving.gpu.mimi_static import MimiGraphs, StaticMimi
 
-    mimi = StaticMimi(model.audio_encoder, slots=16, num_quantizers=8)  # Moshi; CSM: model.codec_model
+    # Moshi; CSM: model.codec_model
+    mimi = StaticMimi(model.audio_encoder, slots=16, num_quantizers=8)
     graphs = MimiGraphs(mimi)            # captures lazily per bucket n (the first call of each)
     graphs.reset([slot])                 # a new session takes ``slot`` (outside any graph)
     codes = graphs.encode(pcm, active)   # pcm [n, 1920] float, active [n] bool -> [n, 8] long

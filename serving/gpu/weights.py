@@ -242,7 +242,8 @@ def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str 
 
 
 def load_tokenizer(source: WeightSource):
-    """The checkpoint's tokenizer (verified with it by :func:`load_model`); None for dummy weights."""
+    """The checkpoint's tokenizer (verified with it by :func:`load_model`); None for dummy
+    weights."""
     if source.dummy:
         return None
     return _transformers().AutoTokenizer.from_pretrained(source.path, local_files_only=True)

@@ -1,4 +1,5 @@
-"""``whisper_gpu``: Whisper transcription on a GPU, one ``generate`` for the utterances of all sessions.
+"""``whisper_gpu``: Whisper transcription on a GPU, one ``generate`` for the utterances of all
+sessions.
 
 :class:`WhisperEngine` holds the model (``serving.gpu.weights.load_model``: a verified checkpoint,
 or dummy weights of the whisper-large-v3 configuration), its feature extractor and, where the
@@ -139,7 +140,8 @@ class WhisperEngine:
 
 
 def _processors(source: WeightSource, mel_bins: int):
-    """(feature extractor, tokenizer or None): a checkpoint's own, else the defaults for ``mel_bins``."""
+    """(feature extractor, tokenizer or None): a checkpoint's own, else the defaults for
+    ``mel_bins``."""
     from serving.gpu.weights import _transformers
 
     transformers = _transformers()
@@ -173,7 +175,8 @@ def engine_key(options: WhisperGpuOptions) -> tuple:
 
 
 class WhisperGpuNode(WhisperNode):
-    """``whisper_gpu``: ``WhisperNode``'s utterances, recognized by the shared :class:`WhisperEngine`."""
+    """``whisper_gpu``: ``WhisperNode``'s utterances, recognized by the shared
+    :class:`WhisperEngine`."""
 
     @classmethod
     def build(cls, ctx: NodeContext) -> WhisperGpuNode:

@@ -23,10 +23,10 @@ Declaration format: docs/formats.md, "Session graph".
 Rules of the guide not enforced (they concern kinds fdb does not have): the alignment kind's
 reply.progress as data vs control, forced/asr alignment options, and the service and
 command-line override rules; the reply.delivered rule checks that an audio-publishing node
-takes the dialog's interrupt and that the dialog reads its session. ``session`` is exempt from "two nodes never send the
-same format to one reader" (controls merge: the guide's turn_detection reads input:session and
-vad:session). An event taken on a control edge is not also queued as data to that reader; it
-still reaches other readers and the sink.
+takes the dialog's interrupt and that the dialog reads its session. ``session`` is exempt from "two
+nodes never send the same format to one reader" (controls merge: the guide's turn_detection reads
+input:session and vad:session). An event taken on a control edge is not also queued as data to that
+reader; it still reaches other readers and the sink.
 
 In the server: every ``/v1/realtime`` session of ``embedded-cascade`` runs on a
 ``SessionGraph`` of ``embedded-cascade.yaml`` (``serving.realtime.graph_session``): each accepted

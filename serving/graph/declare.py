@@ -403,7 +403,8 @@ def validate_graph(
 
 
 def load_graph(source: Mapping[str, Any] | str | Path) -> GraphDecl:
-    """From a mapping with ``session_nodes`` and ``session_publish``, or a YAML file holding them."""
+    """From a mapping with ``session_nodes`` and ``session_publish``, or a YAML file holding
+    them."""
     if isinstance(source, (str, Path)):
         import yaml
 

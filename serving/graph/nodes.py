@@ -129,7 +129,8 @@ class EmbeddedModels:
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     async def run_vad(self, fn: Callable[..., T], *args) -> T:
-        """A VAD or end-of-turn call in its own pool, so turn detection never waits behind a reply."""
+        """A VAD or end-of-turn call in its own pool, so turn detection never waits behind a
+        reply."""
         return await asyncio.get_running_loop().run_in_executor(self.vad_executor, fn, *args)
 
     def tts(self, options: PiperSpeechOptions):
@@ -145,7 +146,8 @@ class EmbeddedModels:
 
 
 async def stream_in_thread(make: Callable[[], Iterator], stop: threading.Event) -> AsyncIterator:
-    """Iterate a blocking generator in a worker thread; cancelling the reader stops it at the next item."""
+    """Iterate a blocking generator in a worker thread; cancelling the reader stops it at the next
+    item."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -281,7 +283,8 @@ class WhisperNode(Node):
     """``whisper_transcription``: one final transcript per utterance: speech.started ->
     speech.stopped + pad_ms; a commit ends an open utterance, and without turn detection
     (``configure`` with turn_detection null) it takes all the audio since the last utterance (or
-    the last ``clear``), as does the end of input. The transcript's t_ms is the utterance's end (pad included).
+    the last ``clear``), as does the end of input. The transcript's t_ms is the utterance's end
+    (pad included).
 
     Transcription runs beside the audio intake, one utterance after another in order: a slow
     transcription (a loaded host, a long turn) never stops the node taking the input, which
@@ -443,8 +446,9 @@ class WhisperNode(Node):
 class TurnDetectionNode(Node):
     """Stage ``turn_detection`` (Smart Turn v3.2): the VAD's speech.started opens a turn; at each
     VAD speech.stopped the turn's audio is scored and the turn ends once the input has run that
-    score's silence past the stop (``serving.conversation.end_of_turn``); speech resuming before then
-    continues the turn; commit ends it there. ``server_vad`` passes the VAD's boundaries through.
+    score's silence past the stop (``serving.conversation.end_of_turn``); speech resuming before
+    then continues the turn; commit ends it there. ``server_vad`` passes the VAD's boundaries
+    through.
 
     A pause that may end the turn is announced ahead as ``speech.pausing`` (t_ms: the speech end
     the turn's speech.stopped would carry), and ``speech.resumed`` withdraws it: with
@@ -774,8 +778,8 @@ class _Prefetch:
 
 class PiperSpeechNode(Node):
     """``piper_speech``: cuts a turn's text_delta into speakable chunks
-    (``serving.conversation.chunker.SpeechChunker``: the first one short, then sentences; the rest at
-    the source's turn.done) and synthesizes each as 24 kHz pcm_f32le (a backend with ``astream``,
+    (``serving.conversation.chunker.SpeechChunker``: the first one short, then sentences; the rest
+    at the source's turn.done) and synthesizes each as 24 kHz pcm_f32le (a backend with ``astream``,
     serving.gpu's CSM, sends each frame as it is made), followed by its
     ``reply.progress`` (the chunk's text, text_end in the reply's spoken text joined with
     spaces, audio_ms where its audio ends); turn.started before the first chunk, turn.done after

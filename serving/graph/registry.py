@@ -16,7 +16,8 @@ heavy is imported until a system uses the kind):
 
 A graph kind's formats follow from its role (:data:`ROLE_FORMATS`); an entry may override them.
 A new backend is its own module (options + node or client) and one entry in :data:`BACKENDS`.
-The kinds are listed with ``python -c "from serving.graph.registry import describe; print(describe())"``.
+The kinds are listed with
+``python -c "from serving.graph.registry import describe; print(describe())"``.
 """
 
 from __future__ import annotations
@@ -266,7 +267,8 @@ def parse_backend(role: str, raw: dict[str, Any]) -> BaseModel:
 
 
 def build_backend(role: str, node: BaseModel) -> Any:
-    """The backend object of ``role``'s ``node`` (a GPU node loads its model: seconds to minutes)."""
+    """The backend object of ``role``'s ``node`` (a GPU node loads its model: seconds to
+    minutes)."""
     return resolve(system_kinds(role)[node.kind].client)(node)
 
 

@@ -135,7 +135,8 @@ PAYLOAD_TYPES: dict[str, type] = {
 
 @dataclass(frozen=True)
 class Chunk:
-    """One unit on an edge. ``source`` is filled in by the runtime (the emitting node or 'input')."""
+    """One unit on an edge. ``source`` is filled in by the runtime (the emitting node or
+    'input')."""
 
     format: str
     payload: Any

@@ -6,9 +6,9 @@ measured from the moment the reply's first audio left. While paced, audio goes o
 100 ms. Other events (transcripts, speech boundaries, receipts) are never held back. Once the
 input has ended, everything may leave at once, joined into chunks of at most
 ``max_output_lead_ms``. The reply stays open, and interruptible, until the wall clock reaches
-the end of its audio (the client has played it), unless the input has ended. With ``first_delay_ms`` (the system's ``reply_delay_ms`` handicap) the reply's
-first audio is held back that long once it is ready; an interruption during the wait ends it at
-once and nothing is sent.
+the end of its audio (the client has played it), unless the input has ended. With
+``first_delay_ms`` (the system's ``reply_delay_ms`` handicap) the reply's first audio is held back
+that long once it is ready; an interruption during the wait ends it at once and nothing is sent.
 """
 
 from __future__ import annotations

@@ -208,7 +208,8 @@ class GraphOutput:
         await self._outbox.send(SpeechStarted(audio_start_ms=start, item_id=self._open[0]))
 
     async def committed(self, item: str, start_ms: int, end_ms: int) -> None:
-        """``input_audio_buffer.committed``: the utterance [start_ms, end_ms) awaits its transcript."""
+        """``input_audio_buffer.committed``: the utterance [start_ms, end_ms) awaits its
+        transcript."""
         previous, self._last_item, self._last_end_ms = self._last_item, item, end_ms
         self._utterances.append((item, start_ms))
         self.commits += 1

@@ -93,7 +93,8 @@ class InputResampler:
 
     @property
     def stateful(self) -> bool:
-        """Whether audio pushed once is inside the filter (a refused chunk cannot be pushed again)."""
+        """Whether audio pushed once is inside the filter (a refused chunk cannot be pushed
+        again)."""
         return self._stream is not None
 
     def push(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
