@@ -30,11 +30,19 @@ BEHAVIOR_PROMPT = f"{EVALUATION_DIR}/instruction/behavior.txt"
 RELEVANCE_SCORER = f"{EVALUATION_DIR}/eval_user_interruption.py"
 ICC_GT = f"{EVALUATION_DIR}/icc_gt_distribution.json"
 PINNED_FILES: dict[str, str] = {
-    f"{EVALUATION_DIR}/evaluate.py": "ae362d718f80428a6fe73d8a87e9e3b8935e86008267f0b2e34d1cc7573f1d4e",
-    f"{EVALUATION_DIR}/eval_pause_handling.py": "1e86519b4f4543f2f667ce60b9bea2f6148a3bc4255bb20c1ea111b45e0adbb5",
-    f"{EVALUATION_DIR}/eval_smooth_turn_taking.py": "cb7d6b987cd415e1b71b6eea06e67ea8fdc77a1167107e5c0552105bac05b2df",
+    f"{EVALUATION_DIR}/evaluate.py": (
+        "ae362d718f80428a6fe73d8a87e9e3b8935e86008267f0b2e34d1cc7573f1d4e"
+    ),
+    f"{EVALUATION_DIR}/eval_pause_handling.py": (
+        "1e86519b4f4543f2f667ce60b9bea2f6148a3bc4255bb20c1ea111b45e0adbb5"
+    ),
+    f"{EVALUATION_DIR}/eval_smooth_turn_taking.py": (
+        "cb7d6b987cd415e1b71b6eea06e67ea8fdc77a1167107e5c0552105bac05b2df"
+    ),
     RELEVANCE_SCORER: "e701c14579c1477577b262265cfff75b28ac2e057beee5ba82572afa2a35963a",
-    f"{EVALUATION_DIR}/eval_backchannel.py": "36371e3efb4a25e6b5afe317d70c81ad8f8815b95ef025baa06b11c378ecd0d9",
+    f"{EVALUATION_DIR}/eval_backchannel.py": (
+        "36371e3efb4a25e6b5afe317d70c81ad8f8815b95ef025baa06b11c378ecd0d9"
+    ),
     ICC_GT: "92bcd0ff27246aaa9a0136737b476afd456cd393f003944c3394c140e590f2a8",
     BEHAVIOR_PROMPT: "19e5477dac9a9a1e11de126783a0b820b3ecb70db5e91181824fa944e1947977",
 }
@@ -85,8 +93,8 @@ class CheckoutCheck(BaseModel):
             return f"Full-Duplex-Bench {self.pinned_revision[:7]} (pinned)"
         names = ", ".join(Path(d.path).name for d in self.differences)
         return (
-            f"Full-Duplex-Bench {self.revision[:7]} (accepted with --accept-revision; differs from the "
-            f"pinned {self.pinned_revision[:7]} in {names})"
+            f"Full-Duplex-Bench {self.revision[:7]} (accepted with --accept-revision; differs "
+            f"from the pinned {self.pinned_revision[:7]} in {names})"
         )
 
     def dump(self) -> dict:
@@ -137,8 +145,8 @@ def _accepted(source: Path, revision: str, paths: list[str]) -> tuple[str, str |
     head = checkout_revision(source)
     if head is None:
         raise FdbError(
-            f"--accept-revision {revision}: {source} is not a git work tree, so its revision cannot be "
-            "checked",
+            f"--accept-revision {revision}: {source} is not a git work tree, so its revision "
+            "cannot be checked",
             "clone Full-Duplex-Bench with git and check out the revision you accept",
         )
     full = _git(source, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
@@ -174,7 +182,8 @@ def verify_checkout(
     if not root.is_dir():
         raise FdbError(
             f"the Full-Duplex-Bench checkout {root} is not a directory",
-            f"clone DanielLin94144/Full-Duplex-Bench and check out {PINNED_REVISION[:7]}, then pass its path",
+            f"clone DanielLin94144/Full-Duplex-Bench and check out {PINNED_REVISION[:7]}, then "
+            "pass its path",
         )
     paths = list(pins if paths is None else paths)
     files, differences = {}, []

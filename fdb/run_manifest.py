@@ -204,8 +204,8 @@ def check_compatible(previous: RunManifest, new: RunManifest, repeat: RepeatPath
         )
     if old_server.session != server.session:
         raise FdbError(
-            "the session settings (--instructions, --voice, --sampling, --reference-audio) differ from "
-            "the earlier repeats of this run",
+            "the session settings (--instructions, --voice, --sampling, --reference-audio) differ "
+            "from the earlier repeats of this run",
             "pass the same settings, or use a new run name",
         )
     for flag, old, cur in (
@@ -288,6 +288,6 @@ def load_repeat_server(repeat: RepeatPaths) -> RepeatServer | None:
         path,
         RepeatServer,
         f"repeat server record ({REPEAT_SERVER_SCHEMA})",
-        "it is rewritten only by recording the repeat again; delete it to leave the repeat's server "
-        "unreported",
+        "it is rewritten only by recording the repeat again; delete it to leave the repeat's "
+        "server unreported",
     )

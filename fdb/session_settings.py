@@ -69,7 +69,8 @@ class SessionSettings(BaseModel):
             data = Path(self.reference_audio.path).read_bytes()
             if sha256_bytes(data) != self.reference_audio.sha256:
                 raise FdbError(
-                    f"--reference-audio {self.reference_audio.path} changed since the run recorded it",
+                    f"--reference-audio {self.reference_audio.path} changed since the run "
+                    "recorded it",
                     "restore the file, or record into a new --run-name",
                 )
             fields["reference_audio"] = {

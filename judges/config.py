@@ -116,7 +116,8 @@ def load_judge_config(path: Path) -> JudgeConfig:
     if not receipt.is_file():
         raise FdbError(
             f"judge config {path}: launch receipt {receipt} does not exist",
-            "the receipt records the judge server's command and checkpoint; restart the judge server",
+            "the receipt records the judge server's command and checkpoint; restart the judge "
+            "server",
         )
     actual = sha256_file(receipt)
     if actual != config.server_launch_receipt_sha256:
@@ -275,7 +276,8 @@ def resolve_judge(
         settings = JudgeSettings.custom(Path(config), url, **kw)
         if judge_model and judge_model != settings.model:
             raise FdbError(
-                f"--judge-model {judge_model} differs from the config's served_model {settings.model}",
+                f"--judge-model {judge_model} differs from the config's served_model "
+                f"{settings.model}",
                 "leave --judge-model out for a custom judge, or fix the config",
             )
         return JudgeChoice(settings=settings)

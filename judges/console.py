@@ -100,7 +100,8 @@ def _relevance(console: Console, summary: JudgeSummary) -> None:
     value = "n/a" if r.relevance is None else f"{r.relevance:.3f}"
     console.print(
         f"v1.0 interruption relevance: {r.status}; relevance {value} over {r.rated}/{r.takeovers} "
-        f"takeover samples; retries {r.retries}; takeovers {r.takeovers}/{r.evaluated} (counted once each)"
+        f"takeover samples; retries {r.retries}; takeovers {r.takeovers}/{r.evaluated} (counted "
+        "once each)"
     )
     if r.rubric:
         console.print(f"  rubric: {r.rubric['label']}")

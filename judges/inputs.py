@@ -85,7 +85,10 @@ def _export_only(manifest: Path) -> str:
     )
     if repeat is None:
         return "python -m fdb generate --run-name NAME --repeat N --export-only"
-    return f"python -m fdb generate --run-name {repeat.parent.name} --repeat {repeat.name[7:]} --export-only"
+    return (
+        f"python -m fdb generate --run-name {repeat.parent.name} --repeat {repeat.name[7:]} "
+        "--export-only"
+    )
 
 
 def transcript_or_none(path: Path) -> dict[str, Any] | None:

@@ -44,7 +44,8 @@ def parse_rating(text: str) -> Parsed:
     if not matches:
         return Parsed(
             "unparsed",
-            reason="no 'Analysis: ...' line followed by \"I would rate the AI's response as <digits>\"",
+            reason="no 'Analysis: ...' line followed by \"I would rate the AI's response as "
+            '<digits>"',
         )
     analysis, digits = matches[-1].group(1).strip(), int(matches[-1].group(2))
     if not 0 <= digits <= 5:

@@ -44,9 +44,9 @@ from judges.semantic.run import judge_semantic, semantic_params, summarize_seman
 from judges.store import TaskDir
 
 NO_CHECKOUT = (
-    "not run without a Full-Duplex-Bench checkout: fdb never bundles the official behavior prompt; put "
-    "the checkout at $FDB_WORK/Full-Duplex-Bench or pass --reference-source (the checkout, or its "
-    "v1_v1.5/evaluation directory)"
+    "not run without a Full-Duplex-Bench checkout: fdb never bundles the official behavior "
+    "prompt; put the checkout at $FDB_WORK/Full-Duplex-Bench or pass --reference-source (the "
+    "checkout, or its v1_v1.5/evaluation directory)"
 )
 SEMANTIC_GPT = "the semantic judge runs only with a self-hosted judge config (JUDGE=qwen); not run"
 BAD = {"has_failures", "control_failed", "blocked", "failed", "incomplete"}

@@ -96,7 +96,8 @@ class TaskDir:
             ]
             if diff:
                 raise FdbError(
-                    f"{self.root} changed since this directory was created ({', '.join(diff)} differ)",
+                    f"{self.root} changed since this directory was created ({', '.join(diff)} "
+                    "differ)",
                     f"delete {self.root} and rerun judge, or keep the earlier settings",
                 )
         else:

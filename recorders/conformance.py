@@ -49,7 +49,10 @@ DEFAULT_TURN_DETECTION = {"type": "server_vad", "silence_duration_ms": 500}
 LEAD_S = 0.5  # silence before the question in the recorded session
 TIMELINE_SLACK_MS = 100.0  # a VAD event may name the ms of the packet in flight
 EARLY_STOP_MS = 300.0  # a speech_stopped this far before the question's end is off the timeline
-INPUT_24K = "24 kHz PCM16 input is read at 24 kHz (declared rate; speech_started/stopped on the sent timeline)"
+INPUT_24K = (
+    "24 kHz PCM16 input is read at 24 kHz (declared rate; speech_started/stopped on the sent "
+    "timeline)"
+)
 SCENARIO_RULES = ("barge-in", "barge-in-off", "cancel", "truncate", "commit", "commit-response")
 
 
@@ -269,7 +272,8 @@ def session_results(
             status="not exercised" if not facts.input_complete else "pass" if spoken else "fail",
             detail=_not_run(facts)
             if not facts.input_complete
-            else f"{rec.responses.created} responses, {rec.responses.output_duration_s:.2f} s audio",
+            else f"{rec.responses.created} responses, {rec.responses.output_duration_s:.2f} s "
+            "audio",
         )
     )
     if profile.formats.input_rate == 24000:
@@ -326,7 +330,8 @@ def input_rate_result(
             )
         if key == "audio_end_ms" and len(seen) <= 2 and value < speech_ms[1] - EARLY_STOP_MS:
             problems.append(
-                f"the first speech_stopped is at {value:g} ms, the question ends at {speech_ms[1]:.0f} ms"
+                f"the first speech_stopped is at {value:g} ms, the question ends at "
+                f"{speech_ms[1]:.0f} ms"
             )
     if problems:
         return RuleResult(
@@ -346,7 +351,8 @@ def input_rate_result(
         rule="input-24k",
         description=text,
         status="pass",
-        detail=f"question at {speech_ms[0]:.0f}-{speech_ms[1]:.0f} ms; server: {', '.join(seen[:2])}",
+        detail=f"question at {speech_ms[0]:.0f}-{speech_ms[1]:.0f} ms; server: "
+        f"{', '.join(seen[:2])}",
     )
 
 
@@ -393,7 +399,8 @@ async def _probe(
     except ConnectionClosed as exc:
         return (
             "closed",
-            f"closed the connection (code {exc.rcvd.code if exc.rcvd else None}) without an error event",
+            f"closed the connection (code {exc.rcvd.code if exc.rcvd else None}) without an error "
+            "event",
         )
     except (OSError, InvalidHandshake) as exc:
         return "unreachable", str(exc)

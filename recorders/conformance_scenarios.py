@@ -74,9 +74,10 @@ DESCRIPTIONS = {
     "barge-in": "speech during a reply cancels it when interrupt_response is true (reason {barge})",
     "barge-in-off": "speech during a reply does not cancel it when interrupt_response is false",
     "cancel": "response.cancel during a reply: response.done cancelled (reason {cancel})",
-    "truncate": "conversation.item.truncate of the reply's item is answered by conversation.item.truncated "
-    "echoing item_id, content_index, audio_end_ms",
-    "commit": "turn_detection null: input_audio_buffer.commit is answered by input_audio_buffer.committed",
+    "truncate": "conversation.item.truncate of the reply's item is answered by "
+    "conversation.item.truncated echoing item_id, content_index, audio_end_ms",
+    "commit": "turn_detection null: input_audio_buffer.commit is answered by "
+    "input_audio_buffer.committed",
     "commit-response": "after the commit, {how} gets a response with audio",
 }
 

@@ -329,7 +329,8 @@ def _prepare_out_dir(
         remove_stale_leftovers(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         refuse = FdbError(
-            f"export directory {out_dir} is not empty and holds no previous export of these recordings",
+            f"export directory {out_dir} is not empty and holds no previous export of these "
+            "recordings",
             "export into a new directory",
         )
         folders = _previous_folders(out_dir, manifest_name, digest)

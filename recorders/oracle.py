@@ -161,7 +161,8 @@ def _check_handshake(c: _Checker, profile: Dialect, requested: dict[str, Any] | 
         if got != requested.get("type"):
             c.add(
                 "handshake",
-                f"session.updated echoes turn_detection type {got!r}, requested {requested.get('type')!r}",
+                f"session.updated echoes turn_detection type {got!r}, requested "
+                f"{requested.get('type')!r}",
                 updated,
             )
     _check_grant(c, profile, session, updated)
@@ -402,7 +403,8 @@ def _check_native(c: _Checker, profile: Dialect) -> None:
             if item != ev.event.get("item_id"):
                 c.add(
                     "responses",
-                    f"response {rid!r} audio moved from item {item!r} to {ev.event.get('item_id')!r}",
+                    f"response {rid!r} audio moved from item {item!r} to "
+                    f"{ev.event.get('item_id')!r}",
                     i,
                 )
 

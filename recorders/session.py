@@ -370,9 +370,14 @@ class _Session:
                 else ""
             )
             sglang = f', "sglang": {{"seq": {seq}{t_start}}}'
-        logged = f'{{"type": "input_audio_buffer.append"{sglang}, "audio_bytes": {len(packet)}, "event_id": "{eid}"}}'
+        logged = (
+            f'{{"type": "input_audio_buffer.append"{sglang}, "audio_bytes": {len(packet)}, '
+            f'"event_id": "{eid}"}}'
+        )
         index = self.raw.append(start, "send", "input_audio_buffer.append", logged, due)
-        head = f'{{"event_id": "{eid}", "type": "input_audio_buffer.append"{sglang}, "audio": "'.encode()
+        head = (
+            f'{{"event_id": "{eid}", "type": "input_audio_buffer.append"{sglang}, "audio": "'
+        ).encode()
         self.ws.send(b"".join((head, binascii.b2a_base64(packet, newline=False), b'"}')))
         await self.ws.drained()
         self.set_end(index, CLOCK())

@@ -74,8 +74,8 @@ AUDIO_HEADERS = (
 )
 MAX_QUOTED_BODY = 1 << 20
 UNDECLARED = (
-    "the server sent raw PCM without declaring its sample rate (no X-Sample-Rate header, no "
-    "rate= in the Content-Type); refusing to guess: pass --sample-rate HZ if you know the model's rate"
+    "the server sent raw PCM without declaring its sample rate (no X-Sample-Rate header, no rate= "
+    "in the Content-Type); refusing to guess: pass --sample-rate HZ if you know the model's rate"
 )
 
 
@@ -259,7 +259,8 @@ def _sse_event(payload: str, stream: _Stream, at: float, opts: SpeechClientOptio
     kind = event.get("type") or event.get("object")
     if kind == "error" or (kind is None and "error" in event):
         raise _Failed(
-            f"the server sent an error event: {server_text(json.dumps(event.get('error', event)), 300)}"
+            "the server sent an error event: "
+            f"{server_text(json.dumps(event.get('error', event)), 300)}"
         )
     if kind in ("speech.audio.delta", "response.output_audio.delta", "response.audio.delta"):
         data = _b64(event.get("audio") or event.get("delta"), f"an SSE {kind} event")
@@ -353,9 +354,9 @@ async def _read(response: httpx.Response, stream: _Stream, opts: SpeechClientOpt
         await _read_raw(response, stream, None)
     else:
         raise _Failed(
-            f"unexpected Content-Type {server_text(ctype, 80) or '(none)'!r} (expected raw PCM such as "
-            f"audio/pcm, audio/pcm_s16le or audio/L16;rate=N, audio/wav or text/event-stream): "
-            f"{await _body_text(response, 200)}"
+            f"unexpected Content-Type {server_text(ctype, 80) or '(none)'!r} (expected raw PCM "
+            "such as audio/pcm, audio/pcm_s16le or audio/L16;rate=N, audio/wav or "
+            f"text/event-stream): {await _body_text(response, 200)}"
         )
 
 

@@ -35,7 +35,10 @@ from fdb.tts_records import TtsRequestRecord
 from recorders.tts_client import UNDECLARED, SpeechClientOptions
 
 AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
-INSTRUCTIONS = "Read the user's text aloud, exactly as written, in the voice of the reference audio if one is given."
+INSTRUCTIONS = (
+    "Read the user's text aloud, exactly as written, in the voice of the reference audio if one "
+    "is given."
+)
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 

@@ -298,20 +298,23 @@ def _finish(out: Path, rows, scores, notes, asr, mos, speaker) -> ListeningSumma
 
 def definitions() -> dict[str, object]:
     return {
-        "reply": "a response's played audio back to back, under the export's FIFO playout rule (fdb.playout) "
-        "for the session's profile: cut where playout stopped (a cancelled response.done; or "
-        "output_audio_buffer.cleared / input_audio_buffer.speech_started on the legacy and OpenAI "
-        "profiles); no window end; late-arrival gaps left out; 16 kHz (soxr HQ)",
-        "compared": "status completed, playout not cut, non-empty normalized response.done transcript "
-        "(a reply cut at playout is not compared, like a cancelled one: its transcript runs "
-        "past the audio it played)",
+        "reply": "a response's played audio back to back, under the export's FIFO playout rule "
+        "(fdb.playout) for the session's profile: cut where playout stopped (a cancelled "
+        "response.done; or output_audio_buffer.cleared / input_audio_buffer.speech_started on "
+        "the legacy and OpenAI profiles); no window end; late-arrival gaps left out; 16 kHz "
+        "(soxr HQ)",
+        "compared": "status completed, playout not cut, non-empty normalized response.done "
+        "transcript (a reply cut at playout is not compared, like a cancelled one: its "
+        "transcript runs past the audio it played)",
         "omission_rate": "deleted reference words / reference words, pooled over compared replies",
         "wer": "(S + D + I) / reference words of the same alignment, pooled over compared replies "
         "(short ones included)",
-        "normalizer": "whisper_normalizer.english.EnglishTextNormalizer; alignment jiwer.process_words",
+        "normalizer": "whisper_normalizer.english.EnglishTextNormalizer; alignment "
+        "jiwer.process_words",
         "short_s": MIN_SCORED_S,
         "mos": "per reply of >= 3 s, whole reply; mean and p10 (np.percentile, linear)",
-        "voice_similarity": "100 x cosine(embedding of the middle 3 s, mean embedding of the middle 3 s "
-        "of every other reply of >= 3 s in the repeat); mean and p10",
-        "groups": "each v1.5 category and v1.0 subset plus one 'all' per dataset; never across datasets",
+        "voice_similarity": "100 x cosine(embedding of the middle 3 s, mean embedding of the "
+        "middle 3 s of every other reply of >= 3 s in the repeat); mean and p10",
+        "groups": "each v1.5 category and v1.0 subset plus one 'all' per dataset; never across "
+        "datasets",
     }

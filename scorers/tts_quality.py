@@ -233,7 +233,8 @@ def score_quality(
         for row in rows:  # nothing was heard: nothing to measure
             row.counts = row.wer = None
         notes.append(
-            f"not measured: none of the {missing} requests returned audio (see the failures under Serving)"
+            f"not measured: none of the {missing} requests returned audio (see the failures under "
+            "Serving)"
         )
     elif missing:
         notes.append(f"{missing} requests without audio count as all words deleted (WER 1)")

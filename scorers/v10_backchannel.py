@@ -67,7 +67,10 @@ BACKCHANNEL_VAD_SETTINGS = VadSettings(
     threshold=0.5, min_speech_duration_ms=250, min_silence_duration_ms=100, speech_pad_ms=30
 )
 ICC_GT_NAME = "icc_gt_distribution.json"
-NO_GT_NOTE = "no icc_gt_distribution.json given (--icc-gt or --reference-source): backchannel JSD not computed"
+NO_GT_NOTE = (
+    "no icc_gt_distribution.json given (--icc-gt or --reference-source): backchannel JSD not "
+    "computed"
+)
 
 Chunk = tuple[float | None, float | None]
 
@@ -295,5 +298,8 @@ def _note(gt: IccGroundTruth | None, jsd_mean: float | None, any_rows: bool) -> 
     if gt is None:
         return NO_GT_NOTE if (any_rows and jsd_mean is None) else None
     if not gt.matches_pin:
-        return f"{ICC_GT_NAME} has sha256 {gt.sha256[:12]}…, not the pinned {ICC_GT_SHA256[:12]}… (3e799c4)"
+        return (
+            f"{ICC_GT_NAME} has sha256 {gt.sha256[:12]}…, not the pinned {ICC_GT_SHA256[:12]}… "
+            "(3e799c4)"
+        )
     return None

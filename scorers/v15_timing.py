@@ -309,9 +309,9 @@ def definitions() -> dict[str, object]:
         "merge_gap_s": {"user": USER_MERGE_GAP_S, "model": MODEL_MERGE_GAP_S},
         "intervals": "official get_timing.py rules (clean-room), values rounded to 3 decimals",
         "pooled": "mean and median (np.median) of all intervals of the sessions of a category",
-        "bootstrap": "2000 resamples of the pairs whose session of the variant was read (status ok, with "
-        "or without intervals), a fresh default_rng(0) per statistic; a resample without "
-        "intervals is skipped; ceil(0.025 B)-th and ceil(0.975 B)-th valid statistic",
+        "bootstrap": "2000 resamples of the pairs whose session of the variant was read (status "
+        "ok, with or without intervals), a fresh default_rng(0) per statistic; a resample "
+        "without intervals is skipped; ceil(0.025 B)-th and ceil(0.975 B)-th valid statistic",
         "anchored": f"{ANCHORED_LABEL}: metadata.json's overlap span picks the merged user span "
         "with the largest intersection (earliest on ties); stop = its first positive "
         "overlap with a merged model span; response = [its end, next model start "

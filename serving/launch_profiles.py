@@ -143,7 +143,8 @@ def mem_fraction(entry: Any, source: str) -> float | None:
         value = -1.0
     if not 0.0 < value < 1.0:
         raise FdbError(
-            f"{source}: services.{entry.name}: --mem-fraction-static {raw!r} is not a number in (0, 1)",
+            f"{source}: services.{entry.name}: --mem-fraction-static {raw!r} is not a number in "
+            "(0, 1)",
             "set the share of the GPU's memory this service may take, e.g. 0.3",
         )
     return value
@@ -175,8 +176,10 @@ def _check_gpu(
     named = ", ".join(f"{name} {fraction}" for name, fraction in users)
     if total > 1.0 + 1e-9:
         raise FdbError(
-            f"{source}: {gpu}: the services' --mem-fraction-static add up to {total:.2f} > 1 ({named})",
-            "lower them, or move a service to another GPU with services.NAME.env.CUDA_VISIBLE_DEVICES",
+            f"{source}: {gpu}: the services' --mem-fraction-static add up to {total:.2f} > 1 "
+            f"({named})",
+            "lower them, or move a service to another GPU with "
+            "services.NAME.env.CUDA_VISIBLE_DEVICES",
         )
     if len(users) < 2:
         return
@@ -206,7 +209,8 @@ def check_profile(config: Any, source: str) -> None:
             raise FdbError(
                 f"{source}: backends.{role}.base_url {node.base_url}: no service of the profile "
                 f"serves :{port} (services: {served})",
-                "point the node at one of its services' ports, or copy the profile and edit its services",
+                "point the node at one of its services' ports, or copy the profile and edit its "
+                "services",
             )
 
 

@@ -21,7 +21,10 @@ from typing import Any
 
 from fdb.errors import FdbError
 
-HINT = "pass one leaf value per flag, e.g. --vad.silence_duration_ms 800 (see docs/formats.md, 'Launch file')"
+HINT = (
+    "pass one leaf value per flag, e.g. --vad.silence_duration_ms 800 (see docs/formats.md, "
+    "'Launch file')"
+)
 
 
 def parse_override_args(args: Sequence[str]) -> list[tuple[str, Any]]:

@@ -246,7 +246,8 @@ def transcript_of(reply: Any, url: str, node: _Node):
             "asr",
             node,
             f"{url} answered JSON without a text field: {_answer_text(reply, node)!r}",
-            "set backends.asr.response_format to what the service supports (json, verbose_json or text)",
+            "set backends.asr.response_format to what the service supports (json, verbose_json or "
+            "text)",
         )
     if isinstance(value, str):
         return Transcript(value.strip(), [])
@@ -495,7 +496,8 @@ class OpenAiSpeech:
                 "tts",
                 self.node,
                 f"{url}: {exc}",
-                "point the node at a server that answers raw PCM16 or WAV (response_format pcm or wav)",
+                "point the node at a server that answers raw PCM16 or WAV (response_format pcm or "
+                "wav)",
             ) from None
         frame = 2 * channels
         samples = pcm16_to_float(pcm[: len(pcm) // frame * frame])

@@ -155,7 +155,8 @@ class Services:
                 return
             if entry.health == "models" and seen.endswith((" 404", " 405")):
                 raise FdbError(
-                    f"service '{entry.name}' answers on :{entry.port} but {seen}: it has no model list",
+                    f"service '{entry.name}' answers on :{entry.port} but {seen}: it has no model "
+                    "list",
                     f"set {change} in the launch file, e.g. health: port",
                 )
             if time.monotonic() >= deadline:

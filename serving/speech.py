@@ -165,8 +165,9 @@ def _check(req: SpeechRequest, system: SystemConfig, clones: bool = False) -> JS
         return _error(
             400,
             "voice_cloning_unsupported",
-            f"{system.name} speaks with the built-in Piper voice {VOICE} and cannot clone a voice from "
-            "ref_audio; leave ref_audio out, or send ignore_ref_audio: true to accept the built-in voice",
+            f"{system.name} speaks with the built-in Piper voice {VOICE} and cannot clone a voice "
+            "from ref_audio; leave ref_audio out, or send ignore_ref_audio: true to accept the "
+            "built-in voice",
             "ref_audio",
         )
     return None

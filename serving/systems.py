@@ -287,8 +287,8 @@ SYSTEMS: dict[str, SystemConfig] = {
     "gpu-native": SystemConfig(
         name="gpu-native",
         model="fdb/gpu-native",
-        description="Moshi (7B configuration) on one CUDA GPU: native full-duplex sessions on 80 ms "
-        "units, every live session's frame in one batched step (dummy weights)",
+        description="Moshi (7B configuration) on one CUDA GPU: native full-duplex sessions on 80 "
+        "ms units, every live session's frame in one batched step (dummy weights)",
         backends=Backends(asr="none", llm="none", tts="none"),
         max_sessions=32,
         model_workers=8,
@@ -303,7 +303,8 @@ SYSTEMS: dict[str, SystemConfig] = {
     "gpu-tts": SystemConfig(
         name="gpu-tts",
         model="fdb/gpu-tts",
-        description="CSM-1B voice-cloning TTS on one CUDA GPU, /v1/audio/speech only (dummy weights)",
+        description="CSM-1B voice-cloning TTS on one CUDA GPU, /v1/audio/speech only (dummy "
+        "weights)",
         backends=Backends(
             asr="none",
             llm="none",

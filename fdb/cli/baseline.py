@@ -28,8 +28,8 @@ def freeze(
         frozen = freeze_source(source, out)
     samples = sum(len(s.samples) or len(s.values) for s in frozen.series.values())
     console.print(
-        f"froze {frozen.kind} output {frozen.source}: {len(frozen.series)} series, {samples} values, "
-        f"sha256 {frozen.content_sha256[:12]}…"
+        f"froze {frozen.kind} output {frozen.source}: {len(frozen.series)} series, {samples} "
+        f"values, sha256 {frozen.content_sha256[:12]}…"
     )
     console.print(f"wrote {out}")
 

@@ -10,16 +10,17 @@ import typer
 from fdb.errors import FdbError
 
 HELP = (
-    "Compare the scored runs of two or more systems. RUN is a run directory (with run.json) or a run name "
-    "under $FDB_WORK/runs. Writes OUT/COMPARISON.md, OUT/comparison.json and OUT/tables/*.csv: the "
-    "cross-system table (Behavior: v1.5 judge labels per category, LLM-judge quality, stop/response latency, "
-    "v1.0 pause intrusion and 2 s turn taking; Serving: capacity from --sweep; Listening: omission rate, MOS, "
-    "voice consistency), each cell with its denominator, `not measured` where a run lacks the data, the mean "
-    "over repeats where a run has several, and a sampling-noise note from the actual sample counts. With "
-    "exactly two runs, a paired view by sample id follows: the samples whose outcome changed and the paired "
-    "differences of latencies and yes/no outcomes, marked where they exceed sampling noise. Runs on different "
-    "selections are still compared (a note says so; the paired view uses the ids both have). Exit 2 on bad "
-    "input. Guide: docs/comparing.md."
+    "Compare the scored runs of two or more systems. RUN is a run directory (with run.json) or a "
+    "run name under $FDB_WORK/runs. Writes OUT/COMPARISON.md, OUT/comparison.json and "
+    "OUT/tables/*.csv: the cross-system table (Behavior: v1.5 judge labels per category, "
+    "LLM-judge quality, stop/response latency, v1.0 pause intrusion and 2 s turn taking; Serving: "
+    "capacity from --sweep; Listening: omission rate, MOS, voice consistency), each cell with its "
+    "denominator, `not measured` where a run lacks the data, the mean over repeats where a run "
+    "has several, and a sampling-noise note from the actual sample counts. With exactly two runs, "
+    "a paired view by sample id follows: the samples whose outcome changed and the paired "
+    "differences of latencies and yes/no outcomes, marked where they exceed sampling noise. Runs "
+    "on different selections are still compared (a note says so; the paired view uses the ids "
+    "both have). Exit 2 on bad input. Guide: docs/comparing.md."
 )
 
 
@@ -84,7 +85,8 @@ def column_names(names: str | None, roots: list[Path]) -> list[str]:
     if len(labels) != len(roots) or not all(labels):
         raise FdbError(
             f"--names gives {len(labels)} name(s) for {len(roots)} runs",
-            f"pass one non-empty name per run, e.g. --names {','.join(f'S{i + 1}' for i in range(len(roots)))}",
+            "pass one non-empty name per run, e.g. --names "
+            f"{','.join(f'S{i + 1}' for i in range(len(roots)))}",
         )
     if len(set(labels)) != len(labels):
         raise FdbError(f"--names repeats a name ({names})", "give every run its own name")

@@ -28,8 +28,8 @@ def conformance(
     ),
     question: Path | None = typer.Option(
         None,
-        help="A WAV of a spoken question (default: fdb's own, synthesized by its Piper voice and cached "
-        "under $FDB_WORK/cache/conformance).",
+        help="A WAV of a spoken question (default: fdb's own, synthesized by its Piper voice and "
+        "cached under $FDB_WORK/cache/conformance).",
     ),
     timeout: float = typer.Option(60.0, help="Deadline of the recorded session in seconds."),
     legacy_tail: float = typer.Option(

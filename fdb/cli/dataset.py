@@ -9,7 +9,8 @@ import typer
 dataset_app = typer.Typer(
     help=(
         "Datasets: `synth` writes fdb's deterministic synthetic Full-Duplex-Bench v1.0/v1.5 trees "
-        "and a Seed-TTS-format list (official trees are linked and checked by `python -m fdb setup`)."
+        "and a Seed-TTS-format list (official trees are linked and checked by `python -m fdb "
+        "setup`)."
     ),
     no_args_is_help=True,
 )
@@ -19,26 +20,32 @@ dataset_app = typer.Typer(
 def synth(
     out: Path | None = typer.Option(
         None,
-        help="Where to write (default $FDB_WORK/dataset/synthetic, which runs use when no official tree is installed). An existing synthetic dataset there is replaced; a directory holding anything else is refused.",
+        help="Where to write (default $FDB_WORK/dataset/synthetic, which runs use when no official "
+        "tree is installed). An existing synthetic dataset there is replaced; a directory "
+        "holding anything else is refused.",
     ),
     v10_per_subset: int = typer.Option(
         3,
-        help="Samples per v1.0 subset (all five: synthetic_pause_handling, candor_pause_handling, candor_turn_taking, synthetic_user_interruption, icc_backchannel).",
+        help="Samples per v1.0 subset (all five: synthetic_pause_handling, candor_pause_handling, "
+        "candor_turn_taking, synthetic_user_interruption, icc_backchannel).",
     ),
     v15_per_category: int = typer.Option(
         2,
-        help="Pairs per v1.5 category (user_interruption, user_backchannel, talking_to_other, background_speech).",
+        help="Pairs per v1.5 category (user_interruption, user_backchannel, talking_to_other, "
+        "background_speech).",
     ),
     seedtts_rows: int = typer.Option(
         8, help="Rows of seedtts/en/meta.lst (odd rows carry a ground-truth wav)."
     ),
     count: list[str] = typer.Option(
         [],
-        help="NAME=N: the size of one part, NAME a v1.0 subset, a v1.5 category or seedtts (repeatable), e.g. icc_backchannel=1.",
+        help="NAME=N: the size of one part, NAME a v1.0 subset, a v1.5 category or seedtts "
+        "(repeatable), e.g. icc_backchannel=1.",
     ),
     seed: int = typer.Option(
         20250617,
-        help="Seed of the per-sample draws (pause lengths, gaps, monologue lengths). The same seed and sizes give the same bytes.",
+        help="Seed of the per-sample draws (pause lengths, gaps, monologue lengths). The same seed "
+        "and sizes give the same bytes.",
     ),
 ) -> None:
     """Write fdb's synthetic datasets: FDB v1.0 (all five subsets, with pause.json,

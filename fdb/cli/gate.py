@@ -7,15 +7,16 @@ from pathlib import Path
 import typer
 
 HELP = (
-    "Compare a candidate output with a baseline and decide with statistics, never with a single difference. "
-    "BASELINE and CANDIDATE are run directories or names ($FDB_WORK/runs/NAME, all repeats), sweep outputs "
-    "(serving.json), tts-bench outputs (tts.json) or a frozen baseline (`fdb baseline freeze`); both of one kind. "
-    "The reward (tts: audio-s/s per level; sweep: capacity) is reported as candidate / baseline with its "
-    "interval; each guard (latency, RTF, failures, WER, behavior shares, …; gate.yaml, defaults per kind) is "
-    "pass, regressed, improved or inconclusive. A candidate that breaks a guard earns no reward. Writes "
-    "OUT/GATE.md (fits a PR comment), OUT/gate.json, OUT/tables/*.csv and, with --junit, JUnit XML. Exit: 0 "
-    "pass, 1 a guard regressed or the reward is below --require-gain, 2 not comparable or bad input, 3 an "
-    "inconclusive guard under --strict. Guide: docs/gating.md."
+    "Compare a candidate output with a baseline and decide with statistics, never with a single "
+    "difference. BASELINE and CANDIDATE are run directories or names ($FDB_WORK/runs/NAME, all "
+    "repeats), sweep outputs (serving.json), tts-bench outputs (tts.json) or a frozen baseline "
+    "(`fdb baseline freeze`); both of one kind. The reward (tts: audio-s/s per level; sweep: "
+    "capacity) is reported as candidate / baseline with its interval; each guard (latency, RTF, "
+    "failures, WER, behavior shares, …; gate.yaml, defaults per kind) is pass, regressed, "
+    "improved or inconclusive. A candidate that breaks a guard earns no reward. Writes "
+    "OUT/GATE.md (fits a PR comment), OUT/gate.json, OUT/tables/*.csv and, with --junit, JUnit "
+    "XML. Exit: 0 pass, 1 a guard regressed or the reward is below --require-gain, 2 not "
+    "comparable or bad input, 3 an inconclusive guard under --strict. Guide: docs/gating.md."
 )
 
 

@@ -16,11 +16,13 @@ def generate(
     ),
     v15_per_subset: str | None = typer.Option(
         None,
-        help="v1.5 pairs per category, first N in numeric id order (default 12); 'all'; 0 leaves v1.5 out.",
+        help="v1.5 pairs per category, first N in numeric id order (default 12); 'all'; 0 leaves "
+        "v1.5 out.",
     ),
     v10_per_subset: str | None = typer.Option(
         None,
-        help="v1.0 samples per subset, first N in numeric id order (default 12); 'all'; 0 leaves v1.0 out.",
+        help="v1.0 samples per subset, first N in numeric id order (default 12); 'all'; 0 leaves "
+        "v1.0 out.",
     ),
     v15_subset_count: list[str] = typer.Option(
         [], help="NAME=N: override the count of one v1.5 category (repeatable)."
@@ -43,7 +45,8 @@ def generate(
     ),
     url: str | None = typer.Option(
         None,
-        help="ws://HOST:PORT/v1/realtime of your own server; without it generate starts the bundled one.",
+        help="ws://HOST:PORT/v1/realtime of your own server; without it generate starts the "
+        "bundled one.",
     ),
     model: str | None = typer.Option(
         None, help="Model name sent in session.update (must match the server's)."
@@ -56,31 +59,41 @@ def generate(
     ),
     turn_detection: str | None = typer.Option(
         None,
-        help='Turn detection JSON sent in session.update: required by turn-based and legacy profiles (default {"type": "server_vad", "silence_duration_ms": 500}), refused by native ones.',
+        help="Turn detection JSON sent in session.update: required by turn-based and legacy "
+        'profiles (default {"type": "server_vad", "silence_duration_ms": 500}), refused by '
+        "native ones.",
     ),
     instructions: str | None = typer.Option(
         None,
-        help="Role prompt sent as instructions in the first session.update (replaces the deployment's); recorded in run.json.",
+        help="Role prompt sent as instructions in the first session.update (replaces the "
+        "deployment's); recorded in run.json.",
     ),
     voice: str | None = typer.Option(
         None,
-        help="Voice sent as sglang.voice: one of the voices the server lists in /v1/realtime/capabilities (an unknown one is the server's error); session-protocol profiles only.",
+        help="Voice sent as sglang.voice: one of the voices the server lists in "
+        "/v1/realtime/capabilities (an unknown one is the server's error); session-protocol "
+        "profiles only.",
     ),
     sampling: str | None = typer.Option(
         None,
-        help='Sampling sent as sglang.sampling, a JSON object, e.g. \'{"temperature": 0.7, "top_k": 50}\'; fields the server does not list in sampling_parameters are its error; unset fields keep its defaults.',
+        help='Sampling sent as sglang.sampling, a JSON object, e.g. \'{"temperature": 0.7, '
+        '"top_k": 50}\'; fields the server does not list in sampling_parameters are its '
+        "error; unset fields keep its defaults.",
     ),
     reference_audio: Path | None = typer.Option(
         None,
-        help="Voice recording sent as sglang.reference_audio (a PCM16 WAV of at most 30 s and 1 MiB, base64 on the wire); run.json records its path and sha256.",
+        help="Voice recording sent as sglang.reference_audio (a PCM16 WAV of at most 30 s and 1 "
+        "MiB, base64 on the wire); run.json records its path and sha256.",
     ),
     num_shards: int = typer.Option(
         1,
-        help="Sessions recorded at once (they share the server: latencies are measured under load); refused beyond the servers' max_sessions.",
+        help="Sessions recorded at once (they share the server: latencies are measured under "
+        "load); refused beyond the servers' max_sessions.",
     ),
     gpus: str | None = typer.Option(
         None,
-        help="GPU indices, e.g. 0,1: one bundled model server per GPU on port 8097 + 10 x GPU; shard i records on server i mod n. Needs at least as many shards.",
+        help="GPU indices, e.g. 0,1: one bundled model server per GPU on port 8097 + 10 x GPU; "
+        "shard i records on server i mod n. Needs at least as many shards.",
     ),
     v15_dataset_root: Path | None = typer.Option(
         None,
@@ -92,15 +105,20 @@ def generate(
     ),
     server_revision: str | None = typer.Option(
         None,
-        help="Source revision of the server recorded against (e.g. $(git rev-parse HEAD) of its checkout): recorded as given in run.json and RESULTS.md's header; a later repeat with another one is refused.",
+        help="Source revision of the server recorded against (e.g. $(git rev-parse HEAD) of its "
+        "checkout): recorded as given in run.json and RESULTS.md's header; a later repeat "
+        "with another one is refused.",
     ),
     model_revision: str | None = typer.Option(
         None,
-        help="Revision of the model the server serves (e.g. the Hugging Face snapshot 503e754): recorded as given, like --server-revision.",
+        help="Revision of the model the server serves (e.g. the Hugging Face snapshot 503e754): "
+        "recorded as given, like --server-revision.",
     ),
     dataset_revision: str | None = typer.Option(
         None,
-        help="Revision label of the dataset(s) (e.g. $(cat $FDB_WORK/dataset/v1.5.revision)): recorded as given beside the revision fdb reads from the tree's .revision file or hashes; a label, not a content pin (the run pins each selected file's sha256).",
+        help="Revision label of the dataset(s) (e.g. $(cat $FDB_WORK/dataset/v1.5.revision)): "
+        "recorded as given beside the revision fdb reads from the tree's .revision file or "
+        "hashes; a label, not a content pin (the run pins each selected file's sha256).",
     ),
     v15_dataset_revision: str | None = typer.Option(
         None, help="--dataset-revision for v1.5 only (wins over --dataset-revision)."
@@ -121,11 +139,14 @@ def generate(
     ),
     log_level: str = typer.Option(
         "warning",
-        help="debug, info, warning or error; debug prints the server and recorder logs prefixed by their name.",
+        help="debug, info, warning or error; debug prints the server and recorder logs prefixed by "
+        "their name.",
     ),
     export_only: bool = typer.Option(
         False,
-        help="Record nothing: cut the windows again from this repeat's finished recording (after generate was killed or failed during export). Selection and shards come from the run manifest.",
+        help="Record nothing: cut the windows again from this repeat's finished recording (after "
+        "generate was killed or failed during export). Selection and shards come from the run "
+        "manifest.",
     ),
 ) -> None:
     """Record a repeat of a run: select samples, start the model server it needs (or use
@@ -212,5 +233,6 @@ def _after_recording(
 def register(app: typer.Typer) -> None:
     app.command(
         "generate",
-        short_help="Record a repeat against a server (bundled or --url); --all-stages also scores and reports.",
+        short_help="Record a repeat against a server (bundled or --url); --all-stages also scores "
+        "and reports.",
     )(generate)

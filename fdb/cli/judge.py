@@ -107,7 +107,8 @@ def _judge(
     if not rep.root.is_dir():
         raise FdbError(
             f"no {rep.root}",
-            "check --run-name, --repeat and FDB_WORK, or record it first with `python -m fdb generate`",
+            "check --run-name, --repeat and FDB_WORK, or record it first with `python -m fdb "
+            "generate`",
         )
     source = reference_source or settings.reference_checkout
     evaluated = run_v10_evaluator(
@@ -145,5 +146,6 @@ def _judge(
 def register(app: typer.Typer) -> None:
     app.command(
         "judge",
-        short_help="LLM judges: v1.5 behavior labels, semantic grades, v1.0 interruption relevance.",
+        short_help="LLM judges: v1.5 behavior labels, semantic grades, v1.0 interruption "
+        "relevance.",
     )(judge)

@@ -29,8 +29,8 @@ score_app = typer.Typer(
     name="score",
     no_args_is_help=True,
     add_completion=False,
-    help="Score (or transcribe) an existing export tree: `score v10`, `score v15 timing|judge|summarize|report`, "
-    "`score transcribe`.",
+    help="Score (or transcribe) an existing export tree: `score v10`, `score v15 "
+    "timing|judge|summarize|report`, `score transcribe`.",
 )
 
 NA = "n/a"
@@ -147,8 +147,8 @@ def _subset_title(subset: str, result) -> str:
     extra = f", exercised {c.exercised}" if c.exercised is not None else ""
     coverage = NA if result.coverage is None else f"{result.coverage:.3f}"
     return (
-        f"{subset} ({result.task}): declared {_num(c.declared)}, selected {c.selected}, eligible {c.eligible}"
-        f"{extra}, coverage {coverage}"
+        f"{subset} ({result.task}): declared {_num(c.declared)}, selected {c.selected}, eligible "
+        f"{c.eligible}{extra}, coverage {coverage}"
     )
 
 
@@ -279,7 +279,8 @@ def declared_for(
     if found is None:
         return (
             None,
-            f"declared n/a: {run.manifest} names no {dataset} dataset root that still exists; {hint}",
+            f"declared n/a: {run.manifest} names no {dataset} dataset root that still exists; "
+            f"{hint}",
         )
     return found, None
 

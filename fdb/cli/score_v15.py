@@ -16,17 +16,17 @@ v15_app = typer.Typer(
     name="v15",
     no_args_is_help=True,
     add_completion=False,
-    help="v1.5 scoring of exported reference-audio trees: timing, judge, summarize, report (in that order, "
-    "on one --out directory with the same --tree options).",
+    help="v1.5 scoring of exported reference-audio trees: timing, judge, summarize, report (in "
+    "that order, on one --out directory with the same --tree options).",
 )
 
 ENGINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 DEFAULT_ENGINE = "model"
 RESERVED = {"summary.json", "report.txt"}  # files of OUT itself
 TREE_HELP = (
-    "A cohort to score: ENGINE=DIR, DIR a v1.5 reference-audio export (reference-manifest.json) and "
-    "ENGINE a free label (letters, digits, '.', '_', '-'); a bare DIR is labeled `model`. Repeat it "
-    "to score several cohorts together."
+    "A cohort to score: ENGINE=DIR, DIR a v1.5 reference-audio export (reference-manifest.json) "
+    "and ENGINE a free label (letters, digits, '.', '_', '-'); a bare DIR is labeled `model`. "
+    "Repeat it to score several cohorts together."
 )
 OUT_HELP = "The scores directory: OUT/<ENGINE>/ per cohort, OUT/summary.json, OUT/report.txt."
 ONLY_HELP = "Score only this pair, category/id (repeatable); default: every pair of the export."
@@ -44,8 +44,8 @@ def parse_trees(values: list[str]) -> list[tuple[str, Path]]:
         if not ENGINE_RE.match(engine) or engine in RESERVED:
             raise FdbError(
                 f"--tree {value}: engine name {engine!r} is not allowed",
-                "use --tree ENGINE=DIR with letters, digits, '.', '_' and '-' in ENGINE, other than "
-                "summary.json and report.txt",
+                "use --tree ENGINE=DIR with letters, digits, '.', '_' and '-' in ENGINE, other "
+                "than summary.json and report.txt",
             )
         if engine in (e for e, _ in cohorts):
             raise FdbError(
@@ -95,8 +95,9 @@ def timing(
         summary = score_v15_timing(folder, out=timing_dir(out, engine), cache_dir=cache, only=only)
         overall = summary.categories["all"]
         console.print(
-            f"{engine}: {overall.timed_overlap_sessions} timed overlap sessions of {overall.pairs} pairs, "
-            f"{overall.failed_sessions} failed; wrote {timing_dir(out, engine) / 'summary.json'}"
+            f"{engine}: {overall.timed_overlap_sessions} timed overlap sessions of "
+            f"{overall.pairs} pairs, {overall.failed_sessions} failed; wrote "
+            f"{timing_dir(out, engine) / 'summary.json'}"
         )
         failed |= _print_failed(console, engine, timing_dir(out, engine) / "intervals.jsonl")
     if failed:
@@ -205,7 +206,8 @@ def judge(
         )
         if limit is not None and left:
             console.print(
-                f"{escape(engine)}: {left} pair(s) still pending after --limit {limit}: rerun to continue"
+                f"{escape(engine)}: {left} pair(s) still pending after --limit {limit}: rerun to "
+                "continue"
             )
         ok &= summary.ok
     if not ok:

@@ -17,9 +17,9 @@ def serve(
     ),
     profile: str | None = typer.Option(
         None,
-        help="A shipped launch profile instead of --config: SGLang services on GPUs behind fdb's VAD, "
-        "turn taking and dialog (serving/profiles/NAME.yaml; docs/sglang.md). Set its vars with "
-        "--vars.NAME VALUE, e.g. --vars.sglang_python /opt/sglang/bin/python.",
+        help="A shipped launch profile instead of --config: SGLang services on GPUs behind fdb's "
+        "VAD, turn taking and dialog (serving/profiles/NAME.yaml; docs/sglang.md). Set its "
+        "vars with --vars.NAME VALUE, e.g. --vars.sglang_python /opt/sglang/bin/python.",
     ),
     host: str = typer.Option(
         "127.0.0.1", help="Bind address; loopback unless you mean to expose it."

@@ -183,6 +183,7 @@ def run_command(command: list[str]) -> int:
 def register(app: typer.Typer) -> None:
     app.command(
         "serve-judge",
-        short_help="How to serve the Qwen judge (fdb cannot start one), or run your launch command.",
+        short_help="How to serve the Qwen judge (fdb cannot start one), or run your launch "
+        "command.",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )(serve_judge)

@@ -14,7 +14,8 @@ def serve_model(
     ),
     gpu: int | None = typer.Option(
         None,
-        help="GPU index of the server (default: the job GPU); its port is 8097 + 10 x GPU unless SERVER_PORT is set.",
+        help="GPU index of the server (default: the job GPU); its port is 8097 + 10 x GPU unless "
+        "SERVER_PORT is set.",
     ),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
 ) -> None:

@@ -48,7 +48,10 @@ def _dataset_rows(statuses) -> list[tuple[str, str, str]]:
         counts = ", ".join(f"{name} {n}" for name, n in status.counts.items())
         state = "ok" if not status.errors else f"{len(status.errors)} broken"
         revision = (status.revision or "n/a")[:22]
-        detail = f"{status.source}: {status.root}\n{status.total} samples ({counts})\nrevision {revision}"
+        detail = (
+            f"{status.source}: {status.root}\n{status.total} samples ({counts})\nrevision "
+            f"{revision}"
+        )
         for note in status.notes:
             detail += f"\n{note}"
         rows.append((status.label, state, detail))
@@ -60,19 +63,22 @@ def setup(
         None,
         "--fdb-v10",
         envvar="FDB10_DATASET",
-        help="Official Full-Duplex-Bench v1.0 tree (the folder holding candor_turn_taking/ ...); linked at $FDB_WORK/dataset/v1.0.",
+        help="Official Full-Duplex-Bench v1.0 tree (the folder holding candor_turn_taking/ ...); "
+        "linked at $FDB_WORK/dataset/v1.0.",
     ),
     fdb_v15: Path | None = typer.Option(
         None,
         "--fdb-v15",
         envvar="FDB_DATASET",
-        help="Official Full-Duplex-Bench v1.5 tree (user_interruption/ ...); linked at $FDB_WORK/dataset/v1.5.",
+        help="Official Full-Duplex-Bench v1.5 tree (user_interruption/ ...); linked at "
+        "$FDB_WORK/dataset/v1.5.",
     ),
     seed_tts: Path | None = typer.Option(
         None,
         "--seed-tts",
         envvar="SEED_TTS_DATASET",
-        help="Unpacked seedtts_testset/ (en/meta.lst, zh/meta.lst, zh/hardcase.lst); linked at $FDB_WORK/dataset/seed-tts.",
+        help="Unpacked seedtts_testset/ (en/meta.lst, zh/meta.lst, zh/hardcase.lst); linked at "
+        "$FDB_WORK/dataset/seed-tts.",
     ),
     force: bool = typer.Option(
         False, help="Regenerate the synthetic datasets even if they are complete."

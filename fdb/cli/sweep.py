@@ -23,13 +23,14 @@ class _RunByDefault(TyperGroup):
 sweep_app = typer.Typer(
     cls=_RunByDefault,
     help=(
-        "Serving capacity: how many sessions one server keeps up with in real time, measured at the "
-        "client. `sweep --concurrency 1,2,4,8 --output DIR -- RECORD OPTIONS` (the same as `sweep run …`) "
-        "records the same cohort at each level (each level in a fresh client process, against --url or the "
-        "bundled server) and writes DIR/concurrency-N/, DIR/serving.json, DIR/SERVING.md and DIR/serving.png; "
-        "`sweep report` builds the same from levels already recorded. A level meets the targets with no "
-        "failed session, no 503, no pacing violation and a unit miss of at most 1% (native profiles) or a "
-        "reply RTF p90 below 1 (turn-based); the capacity is the highest level below the first that misses."
+        "Serving capacity: how many sessions one server keeps up with in real time, measured at "
+        "the client. `sweep --concurrency 1,2,4,8 --output DIR -- RECORD OPTIONS` (the same as "
+        "`sweep run …`) records the same cohort at each level (each level in a fresh client "
+        "process, against --url or the bundled server) and writes DIR/concurrency-N/, "
+        "DIR/serving.json, DIR/SERVING.md and DIR/serving.png; `sweep report` builds the same "
+        "from levels already recorded. A level meets the targets with no failed session, no 503, "
+        "no pacing violation and a unit miss of at most 1% (native profiles) or a reply RTF p90 "
+        "below 1 (turn-based); the capacity is the highest level below the first that misses."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -56,12 +57,14 @@ def run(
     ),
     search: bool = typer.Option(
         False,
-        help="Find the capacity instead of listing levels: double from 1 until a level misses, then bisect.",
+        help="Find the capacity instead of listing levels: double from 1 until a level misses, "
+        "then bisect.",
     ),
     max_concurrency: int = typer.Option(64, help="--search: the highest level it may record."),
     repeats: int = typer.Option(
         1,
-        help="Record every level this many times (concurrency-N/repeat-K/); a level meets the targets only if every repeat does.",
+        help="Record every level this many times (concurrency-N/repeat-K/); a level meets the "
+        "targets only if every repeat does.",
     ),
     playback_reserve_ms: float = typer.Option(
         80.0, help="Startup buffer of the simulated player: a reply needing more underruns."
@@ -148,5 +151,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(
         sweep_app,
         name="sweep",
-        short_help="Serving capacity sweep: sessions a server keeps up with, per concurrency level.",
+        short_help="Serving capacity sweep: sessions a server keeps up with, per concurrency "
+        "level.",
     )

@@ -10,14 +10,16 @@ import typer
 from fdb.errors import FdbError
 
 HELP = (
-    "Replay a Seed-TTS list against POST /v1/audio/speech (--url, or the bundled server started here) at each "
-    "--concurrency level entry in turn (--rounds times each, after a cold round with --rounds >= 2), closed loop, "
-    "warm-ups excluded; then score serving metrics per level entry (TTFA p50/p95/mean, RTF mean, throughput in audio-s/s and, with --frame-rate, frames/s, gaps, underruns, stop-condition "
-    "violations) and quality on the first entry's audio (Seed-TTS WER, SIM to the prompt wav, MOS), and write "
-    "DIR/TTS.md, DIR/tts.json, DIR/tables/*.csv and DIR/plots/tts-concurrency.png. Before the first request it asks the "
-    "server what it is (GET /v1/realtime/capabilities, /v1/models, /health; missing ones give nulls) and records that "
-    "with --server-revision, --model-revision and --dataset-revision in run.json and TTS.md's header. "
-    "Definitions: docs/tts.md."
+    "Replay a Seed-TTS list against POST /v1/audio/speech (--url, or the bundled server started "
+    "here) at each --concurrency level entry in turn (--rounds times each, after a cold round "
+    "with --rounds >= 2), closed loop, warm-ups excluded; then score serving metrics per level "
+    "entry (TTFA p50/p95/mean, RTF mean, throughput in audio-s/s and, with --frame-rate, "
+    "frames/s, gaps, underruns, stop-condition violations) and quality on the first entry's audio "
+    "(Seed-TTS WER, SIM to the prompt wav, MOS), and write DIR/TTS.md, DIR/tts.json, "
+    "DIR/tables/*.csv and DIR/plots/tts-concurrency.png. Before the first request it asks the "
+    "server what it is (GET /v1/realtime/capabilities, /v1/models, /health; missing ones give "
+    "nulls) and records that with --server-revision, --model-revision and --dataset-revision in "
+    "run.json and TTS.md's header. Definitions: docs/tts.md."
 )
 
 
@@ -47,7 +49,8 @@ def _base_url(url: str | None) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise FdbError(
             f"--url {url!r} is not http(s)://HOST:PORT",
-            "pass the server's base URL, e.g. --url http://127.0.0.1:8000 (fdb adds /v1/audio/speech)",
+            "pass the server's base URL, e.g. --url http://127.0.0.1:8000 (fdb adds "
+            "/v1/audio/speech)",
         )
     return url
 
@@ -96,7 +99,8 @@ def tts_bench(
     ),
     seed_tts: Path | None = typer.Option(
         None,
-        help="seedtts_testset/ root (default $SEED_TTS_DATASET, the linked one, else the synthetic list).",
+        help="seedtts_testset/ root (default $SEED_TTS_DATASET, the linked one, else the synthetic "
+        "list).",
     ),
     list_name: str = typer.Option(
         "en/meta.lst", "--list", help="Which list: en/meta.lst, zh/meta.lst or zh/hardcase.lst."
@@ -109,11 +113,13 @@ def tts_bench(
     ),
     transport: str = typer.Option(
         "http",
-        help="http (POST /v1/audio/speech) or realtime (one /v1/realtime session per request, GA events; needs --url).",
+        help="http (POST /v1/audio/speech) or realtime (one /v1/realtime session per request, GA "
+        "events; needs --url).",
     ),
     ref_audio: str = typer.Option(
         "inline",
-        help="inline (data:audio/wav;base64), file (file:// URI; the server needs the dataset path) or none.",
+        help="inline (data:audio/wav;base64), file (file:// URI; the server needs the dataset "
+        "path) or none.",
     ),
     extra_body: str | None = typer.Option(
         None,
@@ -130,7 +136,8 @@ def tts_bench(
     ),
     max_audio_s: float | None = typer.Option(
         None,
-        help="Stop-condition bound: audio beyond it is a violation (0: the request must return no audio).",
+        help="Stop-condition bound: audio beyond it is a violation (0: the request must return no "
+        "audio).",
     ),
     playback_reserve_ms: float = typer.Option(
         80.0, help="Startup buffer of the simulated player: a request needing more underruns."
@@ -138,15 +145,18 @@ def tts_bench(
     timeout_s: float = typer.Option(120.0, help="Per-request timeout."),
     api_key_env: str | None = typer.Option(
         None,
-        help="Name of the environment variable holding the server's bearer token (e.g. OPENAI_API_KEY); sent as Authorization, never written anywhere.",
+        help="Name of the environment variable holding the server's bearer token (e.g. "
+        "OPENAI_API_KEY); sent as Authorization, never written anywhere.",
     ),
     server_revision: str | None = typer.Option(
         None,
-        help="Source revision of the server (e.g. $(git rev-parse HEAD) of its checkout): recorded as given in run.json, tts.json and TTS.md's header.",
+        help="Source revision of the server (e.g. $(git rev-parse HEAD) of its checkout): recorded "
+        "as given in run.json, tts.json and TTS.md's header.",
     ),
     model_revision: str | None = typer.Option(
         None,
-        help="Revision of the served TTS model (e.g. its Hugging Face snapshot): recorded as given.",
+        help="Revision of the served TTS model (e.g. its Hugging Face snapshot): recorded as "
+        "given.",
     ),
     dataset_revision: str | None = typer.Option(
         None,
@@ -238,8 +248,8 @@ def tts_bench(
         from fdb.errors import FdbError
 
         raise FdbError(
-            f"every one of the {requests} measured requests failed, so {output / 'TTS.md'} measures nothing"
-            + (f" (first error: {first})" if first else ""),
+            f"every one of the {requests} measured requests failed, so {output / 'TTS.md'} "
+            "measures nothing" + (f" (first error: {first})" if first else ""),
             "check that --url answers POST /v1/audio/speech (curl it), and the server's log",
         )
     empty = _levels_without_success(data)
@@ -267,8 +277,8 @@ def _levels_without_success(data: dict) -> list[str]:
                 else "no request returned audio"
             )
             found.append(
-                f"concurrency {row['concurrency']} (entry {entry}): none of its {requests} measured "
-                f"requests succeeded ({why})"
+                f"concurrency {row['concurrency']} (entry {entry}): none of its {requests} "
+                f"measured requests succeeded ({why})"
             )
     return found
 

@@ -120,7 +120,8 @@ def parse_pauses(
             raise _fail(
                 sample_id,
                 path,
-                f"pauses {k - 1} and {k} are unsorted or overlap ({pauses[k - 1]} then {pauses[k]})",
+                f"pauses {k - 1} and {k} are unsorted or overlap ({pauses[k - 1]} then "
+                f"{pauses[k]})",
                 "list pauses in time order without overlaps",
             )
     return pauses

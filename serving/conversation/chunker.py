@@ -34,9 +34,9 @@ _CLAUSE_END = re.compile(r"(?:(?<=[,:—–])|(?<=\s-)|(?<=\s--))\s+")
 _GAP = re.compile(r"\s+")
 # Words a chunk cut by its length alone should not end on (it would be spoken as a phrase end).
 _DANGLING = frozenset(
-    "a an the of to in on at by for with from into about as and or but nor so if than that which who "
-    "is are was were be been am has have had do does did will would can could should may might must "
-    "my your his her its our their this these those".split()
+    "a an the of to in on at by for with from into about as and or but nor so if than that which "
+    "who is are was were be been am has have had do does did will would can could should may "
+    "might must my your his her its our their this these those".split()
 )
 DANGLING_SLACK = 2  # words a length cut may move on to avoid a dangling word
 

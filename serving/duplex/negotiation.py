@@ -210,8 +210,8 @@ def apply_native_update(
     if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate not in (None, *INPUT_RATES)):
         raise _fail(
             "unsupported_audio_format",
-            f"unsupported PCM format or sample rate for input: "
-            f"{shown(fmt.type)} at {fmt.rate} Hz (a native session takes audio/pcm at 16000 or 24000 Hz)",
+            f"unsupported PCM format or sample rate for input: {shown(fmt.type)} at {fmt.rate} Hz "
+            "(a native session takes audio/pcm at 16000 or 24000 Hz)",
             "session.audio.input.format",
             event_id,
         )

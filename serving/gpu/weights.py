@@ -124,7 +124,8 @@ class WeightSource:
         ):  # it picks the model class: a typo fails here
             raise FdbError(
                 f"{where}: preset {preset!r} is not known",
-                f"leave it out (config.json's architectures decide) or use one of {', '.join(sorted(PRESETS))}",
+                "leave it out (config.json's architectures decide) or use one of "
+                f"{', '.join(sorted(PRESETS))}",
             )
         return cls("checkpoint", preset=preset, path=str(path), sha256=str(sha).lower())
 
@@ -162,7 +163,8 @@ def verify_checkpoint(
     if not sums.is_file():
         raise FdbError(
             f"{role} checkpoint {root} has no {SUMS_NAME}",
-            f"write it with sha256sum inside the directory and pin its sha256 ({__name__} says how)",
+            f"write it with sha256sum inside the directory and pin its sha256 ({__name__} says "
+            "how)",
         )
     actual = sha256_file(sums)
     if actual != expected_sha256.lower():

@@ -26,7 +26,10 @@ INPUT = "input"
 INPUT_FORMATS = frozenset({"pcm16", "session"})
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 DEFAULT_CAPACITY = 64
-HINT = "fix session_nodes / session_publish in the launch config (see docs/formats.md, 'Session graph')"
+HINT = (
+    "fix session_nodes / session_publish in the launch config (see docs/formats.md, 'Session "
+    "graph')"
+)
 
 
 def _fail(message: str) -> FdbError:
@@ -151,7 +154,8 @@ def _parse_input(name: str, item: Any) -> BoundedInput | ControlInput:
     except ValidationError as err:
         raise _fail(f"session_nodes.{name}.inputs: {_pydantic_message(err)}") from None
     raise _fail(
-        f"session_nodes.{name}.inputs: {item!r} is neither a source, a bounded input nor a control edge"
+        f"session_nodes.{name}.inputs: {item!r} is neither a source, a bounded input nor a "
+        "control edge"
     )
 
 
@@ -336,9 +340,9 @@ def _check_interrupt_reaches_audio(
     heard |= {e.source for e in dialog.control_inputs}
     if not audio & takers & heard:
         raise _fail(
-            f"node '{dialog.name}' waits for reply.delivered after it interrupts a reply: no node that "
-            f"publishes audio ({sorted(audio)}) takes its interrupt on a control edge with its session "
-            f"read by '{dialog.name}'."
+            f"node '{dialog.name}' waits for reply.delivered after it interrupts a reply: no node "
+            f"that publishes audio ({sorted(audio)}) takes its interrupt on a control edge with "
+            f"its session read by '{dialog.name}'."
         )
 
 

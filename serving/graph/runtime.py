@@ -265,7 +265,8 @@ class SessionGraph:
         if missing:
             raise FdbError(
                 f"session graph has no node adapter for {missing}",
-                "build the nodes with serving.graph.nodes.build_nodes or pass one per declared node",
+                "build the nodes with serving.graph.nodes.build_nodes or pass one per declared "
+                "node",
             )
         self.decl = decl
         self.sink = sink if sink is not None else PublishSink()

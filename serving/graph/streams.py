@@ -150,7 +150,8 @@ class Chunk:
             raise ValueError(f"unknown stream format {self.format!r}; formats: {sorted(FORMATS)}")
         if not isinstance(self.payload, expected):
             raise TypeError(
-                f"a {self.format} chunk carries {expected.__name__}, not {type(self.payload).__name__}"
+                f"a {self.format} chunk carries {expected.__name__}, not "
+                f"{type(self.payload).__name__}"
             )
 
     @property

@@ -121,9 +121,15 @@ class Outbox:
         events, size = self.pending + 1, self.pending_bytes + size
         over = None
         if self._max_chunks is not None and events > self._max_chunks:
-            over = f"{events} output events wait to be sent (max_pending_output_chunks {self._max_chunks})"
+            over = (
+                f"{events} output events wait to be sent (max_pending_output_chunks "
+                f"{self._max_chunks})"
+            )
         elif self._max_bytes is not None and size > self._max_bytes:
-            over = f"{size} bytes of output wait to be sent (max_pending_output_bytes {self._max_bytes})"
+            over = (
+                f"{size} bytes of output wait to be sent (max_pending_output_bytes "
+                f"{self._max_bytes})"
+            )
         if over is None:
             return False
         self.overflow = f"the client stopped reading: {over}"
