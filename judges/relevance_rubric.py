@@ -7,7 +7,8 @@ rule reads it unchanged.
 
 from __future__ import annotations
 
-FDB_RELEVANCE_PROMPT = """You are grading one moment of a spoken conversation between a user and a voice assistant.
+FDB_RELEVANCE_PROMPT = """\
+You are grading one moment of a spoken conversation between a user and a voice assistant.
 The user asked for something, the assistant started answering, and the user cut in with a new
 turn while the assistant was still talking. You see the user's earlier turn, the user's
 interrupting turn, and a transcript of everything the assistant said after the interruption

@@ -303,10 +303,10 @@ async def _piper(req: SpeechRequest, hub, delay_ms: int = 0) -> Response:
         except ValueError as exc:
             return _error(400, "invalid_ref_audio", str(exc), "ref_audio")
     spoken: AsyncGenerator[bytes, None] = sentences(hub, req.input, **voice)
-    if getattr(
-        hub.tts, "clones", False
-    ):  # a GPU engine refuses a request in its own thread: wait for
-        try:  # the first audio, so that a refusal is an error answer, not an empty 200 or a bare 500
+    if getattr(hub.tts, "clones", False):
+        # a GPU engine refuses a request in its own thread: wait for the first audio, so that a
+        # refusal is an error answer, not an empty 200 or a bare 500
+        try:
             first = await anext(spoken, b"")
         except FdbError as exc:
             status = getattr(exc, "status", 500)

@@ -23,7 +23,8 @@ For example, in the judge's own venv:
 
 or let this command run it in the foreground (Ctrl-C stops it) and write the judge config and
 launch receipt for it (the checkpoint's commit comes from {model}.revision or --model-revision):
-  python -m fdb serve-judge --runtime "sglang X.Y" -- python -m sglang.launch_server --model-path {model} --port {port}
+  python -m fdb serve-judge --runtime "sglang X.Y" -- python -m sglang.launch_server --model-path \
+{model} --port {port}
 
 Without a judge, `judge` leaves the labels and ratings pending; JUDGE=gpt with OPENAI_API_KEY
 uses the paper's GPT judge instead."""

@@ -20,17 +20,22 @@ def _voices() -> str:
 def _v10_section() -> str:
     return f"""## v1.0 (`v1.0/<subset>/<id>/`, official layout)
 
-- `synthetic_pause_handling`: {v10.LEAD_S} s silence, part 1, a pause of {v10.PAUSE_S[0]}-{v10.PAUSE_S[1]} s,
+- `synthetic_pause_handling`: {v10.LEAD_S} s silence, part 1, a pause of \
+{v10.PAUSE_S[0]}-{v10.PAUSE_S[1]} s,
   part 2, {v10.PAUSE_TAIL_S} s silence. `pause.json` = [end of part 1, start of part 2].
 - `candor_pause_handling`: one conversational turn in three parts with two pauses of
   {v10.CANDOR_PAUSE_S[0]}-{v10.CANDOR_PAUSE_S[1]} s; `pause.json` lists both, in order.
 - `candor_turn_taking`: a question, {v10.TURN_TAIL_S} s silence. `turn_taking.json` =
   [E, E + {v10.TURN_WINDOW_S}], E the question's end.
-- `synthetic_user_interruption`: a question, a gap of {v10.INTERRUPT_GAP_S[0]}-{v10.INTERRUPT_GAP_S[1]} s
-  (a model that answers is speaking by then), the interruption [S, R], {v10.INTERRUPT_TAIL_S} s silence.
+- `synthetic_user_interruption`: a question, a gap of \
+{v10.INTERRUPT_GAP_S[0]}-{v10.INTERRUPT_GAP_S[1]} s
+  (a model that answers is speaking by then), the interruption [S, R], {v10.INTERRUPT_TAIL_S} s \
+silence.
   Also `context.wav` (input before S) and `interrupt.wav` (input from S to R).
-- `icc_backchannel`: a monologue of consecutive sentences with {v10.ICC_GAP_S[0]}-{v10.ICC_GAP_S[1]} s
-  between them, continued until it passes {v10.ICC_TARGET_S[0]:g}-{v10.ICC_TARGET_S[1]:g} s; no annotation file. Ids
+- `icc_backchannel`: a monologue of consecutive sentences with \
+{v10.ICC_GAP_S[0]}-{v10.ICC_GAP_S[1]} s
+  between them, continued until it passes {v10.ICC_TARGET_S[0]:g}-{v10.ICC_TARGET_S[1]:g} s; no \
+annotation file. Ids
   start at 0, as the official ICC ids do. The official ICC ground-truth distribution does not
   describe these samples: a backchannel JSD against it is meaningless here.
 - `transcription.json` (speaker 1, the user) for every subset except the interruption: the
@@ -67,12 +72,14 @@ phase wherever a sample puts it.
 {_v10_section()}
 ## v1.5 (`v1.5/<category>/<id>/`)
 
-`clean_input.wav` = {v10.LEAD_S} s silence, a question, {v15.V15_CLEAN_TAIL_S} s silence; `input.wav` = the
+`clean_input.wav` = {v10.LEAD_S} s silence, a question, {v15.V15_CLEAN_TAIL_S} s silence; \
+`input.wav` = the
 same plus an overlap starting {v15.V15_GAP_S[0]}-{v15.V15_GAP_S[1]} s after the question ends, so
 `clean_input.wav` is `input.wav` without the overlap. `metadata.json` "timestamps" = the
 overlap's edges. The overlap: `user_interruption` the user interrupting; `user_backchannel` a
 short acknowledgement by the user; `talking_to_other` the `other` voice speaking to a third
-person; `background_speech` the `background` voice mixed at {v15.BACKGROUND_GAIN} of the user's level.
+person; `background_speech` the `background` voice mixed at {v15.BACKGROUND_GAIN} of the user's \
+level.
 
 ## Seed-TTS (`seedtts/en/meta.lst`)
 

@@ -109,7 +109,8 @@ class AxisCell(BaseModel):
 class SemanticSample(BaseModel):
     sample_id: str
     category: str
-    outcome: str  # valid / invalid_label / model_mismatch / failed / pending / ineligible / missing_transcript
+    # valid / invalid_label / model_mismatch / failed / pending / ineligible / missing_transcript
+    outcome: str
     axes: dict[str, str]  # axis (and joint) -> accept / fail / unresolved
     reason: str | None = None
 
@@ -161,7 +162,8 @@ class RelevanceSummary(BaseModel):
     rated: int
     relevance: float | None  # mean rating over takeover samples; null unless every one is rated
     requests: int
-    retries: int  # extra requests after the first, summed; the official loop would inflate takeover by this
+    # extra requests after the first, summed; the official loop would inflate takeover by this
+    retries: int
     failed_samples: list[str]
     samples: list[RelevanceSample]
 
@@ -181,7 +183,8 @@ class JudgeSummary(BaseModel):
     behavior: BehaviorSummary | None  # None: v1.5 not in this repeat
     semantic: SemanticSummary | None
     relevance: RelevanceSummary | None  # None: no v1.0 interruption samples
-    ok: bool  # judge.json holds no timestamps: the same inputs give the same bytes (the ledgers log times)
+    # judge.json holds no timestamps: the same inputs give the same bytes (the ledgers log times)
+    ok: bool
     provenance: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}

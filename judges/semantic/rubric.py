@@ -31,7 +31,8 @@ CORRECT_HANDLING = {
     ),
 }
 
-SEMANTIC_PROMPT = """You grade how a voice assistant handled overlapping speech in one recorded exchange.
+SEMANTIC_PROMPT = """\
+You grade how a voice assistant handled overlapping speech in one recorded exchange.
 
 The user asked something. While the assistant was answering, more speech overlapped it. The
 input tells you the category of that overlapping speech and what correct handling is for it.
