@@ -1,1 +1,2 @@
-"""Measurement scripts (run as ``python benchmarks/<name>.py``); they use the packages, never tests/."""
+"""Measurement scripts (run as ``python benchmarks/<name>.py``); they use the packages,
+never tests/."""

@@ -1,13 +1,14 @@
 """ASR window: Whisper tiny.en's word error rate and time per utterance by encoder window.
 
 The realtime server transcribes one short utterance at a time. faster-whisper pads every call to
-Whisper's 30 s window; ``FasterWhisperAsr.transcribe_utterance`` encodes the utterance plus 1 s,
-but at least ``min_window_s``. This script speaks 40 fixed questions and statements with the
-bundled Piper voice (200 ms of silence before, 300 ms after, as a VAD cut leaves them),
-transcribes each with the full pipeline (``transcribe``: 30 s window, word timestamps) and with
-``transcribe_utterance`` at several floors, and prints the WER (``scorers.listening_text``, ``fdb.text``:
-Whisper's English normalizer and jiwer, as the listening scores use) and the mean milliseconds per utterance. Every hypothesis that differs from
-its reference is printed under its row.
+Whisper's 30 s window; ``FasterWhisperAsr.transcribe_utterance`` encodes the utterance plus 1 s, but
+at least ``min_window_s``. This script speaks 40 fixed questions and statements with the bundled
+Piper voice (200 ms of silence before, 300 ms after, as a VAD cut leaves them), transcribes each
+with the full pipeline (``transcribe``: 30 s window, word timestamps) and with
+``transcribe_utterance`` at several floors, and prints the WER (``scorers.listening_text``,
+``fdb.text``: Whisper's English normalizer and jiwer, as the listening scores use) and the mean
+milliseconds per utterance. Every hypothesis that differs from its reference is printed under its
+row.
 
     python benchmarks/asr_window.py [--windows 30,15,10,5] [--threads 2]
 """
@@ -107,7 +108,8 @@ def main() -> None:
         for w in (float(x) for x in args.windows.split(","))
     ]
     print(
-        f"{len(clips)} utterances, {sum(len(c) for c in clips) / ASR_RATE / len(clips):.2f} s on average"
+        f"{len(clips)} utterances, "
+        f"{sum(len(c) for c in clips) / ASR_RATE / len(clips):.2f} s on average"
     )
     print(f"{'method':<36} {'ms/utt':>7} {'WER %':>6}")
     for name, run in runs:

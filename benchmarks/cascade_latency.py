@@ -154,7 +154,8 @@ def report(timings: list[TurnTiming]) -> None:
     print(f"{'question':<48} {'stop→asr':>9} {'asr→audio':>10} {'end→audio':>10}")
     for t in timings:
         print(
-            f"{t.question:<48} {t.stop_to_asr:>8.2f}s {t.asr_to_audio:>9.2f}s {t.end_to_audio:>9.2f}s"
+            f"{t.question:<48} {t.stop_to_asr:>8.2f}s {t.asr_to_audio:>9.2f}s "
+            f"{t.end_to_audio:>9.2f}s"
         )
     for name, pick in (("mean", np.mean), ("max", np.max)):
         cols = [

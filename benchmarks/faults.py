@@ -1,4 +1,5 @@
-"""The fault battery (#25): kill -9 every phase at seeded random points, recover as documented, check.
+"""The fault battery (#25): kill -9 every phase at seeded random points, recover as documented,
+check.
 
     python benchmarks/faults.py [--kills 24] [--seed faults] [--out /tmp/faults] [--keep]
 
@@ -100,7 +101,8 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 
 def torn_files(root: Path) -> list[str]:
-    """Files that a reader would choke on: JSON/JSONL that does not parse, WAV shorter than its header."""
+    """Files that a reader would choke on: JSON/JSONL that does not parse,
+    WAV shorter than its header."""
     from fdb.io import read_jsonl
 
     torn = []
@@ -291,7 +293,8 @@ class Battery:
         return done.returncode == -signal.SIGKILL
 
     def _wait_for_orphans(self, fault: Fault, after_recovery: bool = False) -> None:
-        """Every process of this battery gone within ORPHAN_WAIT_S; else each left is an orphan (and killed)."""
+        """Every process of this battery gone within ORPHAN_WAIT_S;
+        else each left is an orphan (and killed)."""
         started = time.monotonic()
         while time.monotonic() - started < ORPHAN_WAIT_S:
             if not our_processes(self.work):
@@ -385,9 +388,9 @@ def table(faults: list[Fault]) -> str:
     for f in faults:
         ident = "n/a (new recording)" if f.identical is None and f.recovered else str(f.identical)
         lines.append(
-            f"| {f.kind} | {f.phase} | {f.how} | {f.at_s if f.at_s is not None else ''} | {f.landed} | "
-            f"{len(f.torn_after_kill)} | {f.tmp_after_kill} | {len(f.orphans)} | {f.orphan_clear_s} | "
-            f"{f.recovered} | {ident} | {len(f.partial_after_recovery)} |"
+            f"| {f.kind} | {f.phase} | {f.how} | {f.at_s if f.at_s is not None else ''} | "
+            f"{f.landed} | {len(f.torn_after_kill)} | {f.tmp_after_kill} | {len(f.orphans)} | "
+            f"{f.orphan_clear_s} | {f.recovered} | {ident} | {len(f.partial_after_recovery)} |"
         )
     return "\n".join(lines)
 
@@ -420,9 +423,10 @@ def main() -> int:
             fault = battery.one(kind, index // len(kinds))
             faults.append(fault)
             print(
-                f"[{index + 1}/{args.kills}] {fault.kind} {fault.phase} {fault.how} at {fault.at_s}: "
-                f"landed={fault.landed} orphans={len(fault.orphans)} recovered={fault.recovered} "
-                f"identical={fault.identical} partial={len(fault.partial_after_recovery)} {fault.note}",
+                f"[{index + 1}/{args.kills}] {fault.kind} {fault.phase} {fault.how} at "
+                f"{fault.at_s}: landed={fault.landed} orphans={len(fault.orphans)} "
+                f"recovered={fault.recovered} identical={fault.identical} "
+                f"partial={len(fault.partial_after_recovery)} {fault.note}",
                 flush=True,
             )
     finally:

@@ -7,8 +7,8 @@ round of every level; cold rounds left out) and pools the rounds of each level. 
 resampling those recorded rounds:
 
 (a) false alarms: baseline and candidate each draw ``R`` rounds per level from the same pool
-    (a shrunk smoothed bootstrap in log space: a recorded round pulled towards the pool's centre
-    and jittered, keeping the pool's spread, so that draws are not exact copies); the default gate of
+    (a shrunk smoothed bootstrap in log space: a recorded round pulled towards the pool's centre and
+    jittered, keeping the pool's spread, so that draws are not exact copies); the default gate of
     reports/gate_config.py decides; a false alarm is any guard ``regressed`` (exit 1);
 (b) power: the candidate's throughput multiplied by (1 - loss),
     or its TTFA p50 multiplied by (1 + increase); the smallest change that the gate flags
@@ -151,7 +151,8 @@ def main() -> None:
     for level in sorted(pools):
         print(
             f"  C{level} round-to-round spread (sd of log): throughput "
-            f"{spreads[level]['throughput_audio_s_per_s'][1]:.3f}, TTFA p50 {spreads[level]['ttfa_p50_ms'][1]:.3f}"
+            f"{spreads[level]['throughput_audio_s_per_s'][1]:.3f}, "
+            f"TTFA p50 {spreads[level]['ttfa_p50_ms'][1]:.3f}"
         )
     print(
         "| rounds | false alarms (any guard) | smallest throughput loss at 95% power | "
@@ -174,8 +175,8 @@ def main() -> None:
         )
         show = lambda v: "> 60%" if v is None else f"{100 * v:.0f}%"  # noqa: E731
         print(
-            f"| {rounds} | {100 * alarms:.2f}% ({round(alarms * args.sims)}/{args.sims}) | {show(loss)} | "
-            f"{show(ttfa)} |",
+            f"| {rounds} | {100 * alarms:.2f}% ({round(alarms * args.sims)}/{args.sims}) | "
+            f"{show(loss)} | {show(ttfa)} |",
             flush=True,
         )
 

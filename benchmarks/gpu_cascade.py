@@ -237,16 +237,18 @@ def main() -> None:
         "1-layer models on CPU: checks the path end to end",
         _options,
         device_help="the GPU the two models run on",
-        dataset_help=f"{DATASET_HELP}: make it where Piper is and carry it to a GPU machine without Piper",
+        dataset_help=(
+            f"{DATASET_HELP}: make it where Piper is and carry it to a GPU machine without Piper"
+        ),
         ready_help="how long the server may take to load",
     )
     summary = run(args)
     for level in summary["levels"]:
         row, first = level["sweep_row"], level["first_audio_after_speech_end_s"]
         print(
-            f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, RTF p90 {row['rtf_p90']}, "
-            f"first audio p50/p90 {first['p50']}/{first['p90']} s (no reply {first['no_reply']}), "
-            f"goal {'met' if level['meets_goal'] else 'missed'}"
+            f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, RTF p90 "
+            f"{row['rtf_p90']}, first audio p50/p90 {first['p50']}/{first['p90']} s (no reply "
+            f"{first['no_reply']}), goal {'met' if level['meets_goal'] else 'missed'}"
         )
     print(
         f"highest level meeting the goal: {summary['highest_level_meeting_goal']}; "

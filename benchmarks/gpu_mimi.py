@@ -127,8 +127,8 @@ def main() -> int:
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     medians = {name: round(statistics.median(t), 3) for name, t in times.items()}
     print(
-        f"Mimi ({'tiny' if args.tiny else 'kyutai'} configuration), batch {args.batch}, {args.codebooks} "
-        f"codebooks, {args.dtype}, {where}: median of {args.reps} calls, ms"
+        f"Mimi ({'tiny' if args.tiny else 'kyutai'} configuration), batch {args.batch}, "
+        f"{args.codebooks} codebooks, {args.dtype}, {where}: median of {args.reps} calls, ms"
     )
     for name, ms in medians.items():
         print(f"{ms:10.3f}  {name}")

@@ -1,4 +1,5 @@
-"""Native full-duplex capacity on one GPU: Moshi (moshi-7b configuration) behind fdb's native protocol.
+"""Native full-duplex capacity on one GPU: Moshi (moshi-7b configuration) behind fdb's native
+protocol.
 
 One command on a CUDA machine (dummy weights)::
 
@@ -241,9 +242,10 @@ def main() -> None:
     for level in summary["levels"]:
         row = level["sweep_row"]
         print(
-            f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, units {row['units']}, "
-            f"late {row['unit_misses']} ({row['unit_miss_rate']}), lag p50/p95 {row['unit_lag_p50_ms']}/"
-            f"{row['unit_lag_p95_ms']} ms, goal {'met' if level['meets_goal'] else 'missed'}"
+            f"{level['concurrency']:>4} sessions: failed {row['sessions_failed']}, units "
+            f"{row['units']}, late {row['unit_misses']} ({row['unit_miss_rate']}), lag p50/p95 "
+            f"{row['unit_lag_p50_ms']}/{row['unit_lag_p95_ms']} ms, "
+            f"goal {'met' if level['meets_goal'] else 'missed'}"
         )
     print(f"highest level meeting the goal: {summary['highest_level_meeting_goal']}")
 

@@ -1,4 +1,5 @@
-"""CSM TTS on one CUDA GPU: what one step costs, and `fdb tts-bench` against `fdb serve --system gpu-tts`.
+"""CSM TTS on one CUDA GPU: what one step costs, and `fdb tts-bench` against
+`fdb serve --system gpu-tts`.
 
 Run on a GPU machine (dummy weights unless --config points the node at a checkpoint)::
 

@@ -65,16 +65,16 @@ def main() -> None:
         full, full_statuses = timed(repeat_of(tmp / "c" / "repeat-1", args.pairs), custom)
     print(f"endpoint delay {args.delay:.2f} s per request, {args.pairs} pairs")
     print(
-        f"behavior labels, concurrency {args.concurrency}: {wall:.2f} s wall ({statuses['behavior']}; "
-        f"max {served} requests in flight at the server)"
+        f"behavior labels, concurrency {args.concurrency}: {wall:.2f} s wall "
+        f"({statuses['behavior']}; max {served} requests in flight at the server)"
     )
     print(
-        f"baseline, concurrency 1: {base:.2f} s for {args.baseline_pairs} pairs -> {serial_estimate:.1f} s "
-        f"for {args.pairs} (x{serial_estimate / wall:.1f} slower)"
+        f"baseline, concurrency 1: {base:.2f} s for {args.baseline_pairs} pairs -> "
+        f"{serial_estimate:.1f} s for {args.pairs} (x{serial_estimate / wall:.1f} slower)"
     )
     print(
-        f"self-hosted judge, behavior + semantic with 6 controls ({2 * args.pairs + 6} requests), concurrency "
-        f"{args.concurrency}: {full:.2f} s wall ({full_statuses})"
+        f"self-hosted judge, behavior + semantic with 6 controls ({2 * args.pairs + 6} requests), "
+        f"concurrency {args.concurrency}: {full:.2f} s wall ({full_statuses})"
     )
 
 

@@ -247,12 +247,14 @@ def main() -> None:
     rows = []
     p99, worst = idle_floor()
     print(
-        f"timer floor of this machine at rest (bare processes, 2 ms deadlines): p99 {p99:.2f} ms, max {worst:.2f} ms",
+        f"timer floor of this machine at rest (bare processes, 2 ms deadlines): p99 {p99:.2f} ms, "
+        f"max {worst:.2f} ms",
         flush=True,
     )
     header = (
-        f"{'sessions':>8} {'ok':>5} {'late>80':>7} {'behind':>6} {'p99 ms':>7} {'start':>6} {'steady':>6} "
-        f"{'end':>6} {'max ms':>8} {'lag max':>8} {'floor':>6} {'fl max':>6} {'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass"
+        f"{'sessions':>8} {'ok':>5} {'late>80':>7} {'behind':>6} {'p99 ms':>7} {'start':>6} "
+        f"{'steady':>6} {'end':>6} {'max ms':>8} {'lag max':>8} {'floor':>6} {'fl max':>6} "
+        f"{'CPU':>5} {'sink':>5} {'MiB/sess':>8} {'wall s':>7} pass"
     )
     print(header, flush=True)
     try:
@@ -267,9 +269,12 @@ def main() -> None:
                     else ""
                 )
                 print(
-                    f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} {r['p99_ms']:>7.2f} "
-                    f"{r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} {r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} {r['floor_p99_ms']:>6.2f} {r['floor_max_ms']:>6.1f} {r['cpu_share']:>5.2f} {r['sink_cpu_share']:>5.2f} "
-                    f"{r['rss_per_session_mib']:>8.3f} {r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}{mark}",
+                    f"{r['sessions']:>8} {r['ok']:>5} {r['violations']:>7} {r['client_behind']:>6} "
+                    f"{r['p99_ms']:>7.2f} {r['p99_start_ms']:>6.1f} {r['p99_steady_ms']:>6.1f} "
+                    f"{r['p99_end_ms']:>6.1f} {r['max_ms']:>8.2f} {r['loop_lag_max_ms']:>8.2f} "
+                    f"{r['floor_p99_ms']:>6.2f} {r['floor_max_ms']:>6.1f} {r['cpu_share']:>5.2f} "
+                    f"{r['sink_cpu_share']:>5.2f} {r['rss_per_session_mib']:>8.3f} "
+                    f"{r['wall_s']:>7.1f} {'yes' if r['passes'] else 'NO'}{mark}",
                     flush=True,
                 )
                 if not r["failed_in_stall"]:
@@ -283,11 +288,13 @@ def main() -> None:
     stalls = sum(r["failed_in_stall"] for r in rows)
     if stalls:
         print(
-            f"{stalls} attempt(s) failed while the machine itself stalled (bare processes beside the step)"
+            f"{stalls} attempt(s) failed while the machine itself stalled "
+            "(bare processes beside the step)"
         )
     print(
-        f"capacity: {best} concurrent paced sessions with zero violations and p99 <= {P99_GOAL_MS:g} ms "
-        f"(goal 512); RSS per session at the largest step: {rows[-1]['rss_per_session_mib']:.3f} MiB (goal < 2)"
+        f"capacity: {best} concurrent paced sessions with zero violations and p99 <= "
+        f"{P99_GOAL_MS:g} ms (goal 512); RSS per session at the largest step: "
+        f"{rows[-1]['rss_per_session_mib']:.3f} MiB (goal < 2)"
     )
 
 

@@ -224,14 +224,16 @@ def main() -> None:
     )
     for r in rows:
         print(
-            f"{r['sessions']:>8} {r['ok']:>4} {r['packets']:>8} {r['violations']:>9} {r['max_ms']:>8.2f} "
-            f"{r['p99_ms']:>8.2f} {r['cpu_per_session_s']:>20.5f} {r['wall_s']:>7.2f}"
+            f"{r['sessions']:>8} {r['ok']:>4} {r['packets']:>8} {r['violations']:>9} "
+            f"{r['max_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['cpu_per_session_s']:>20.5f} "
+            f"{r['wall_s']:>7.2f}"
         )
     base, load = rows
     print(
         f"p99 lateness at {load['sessions']} sessions: {load['p99_ms']:.2f} ms "
-        f"(baseline 1 session: {base['p99_ms']:.2f} ms); recorder CPU {100 * load['cpu_per_session_s']:.2f}% "
-        f"of one core per session ({load['cpu_per_session_s'] / base['cpu_per_session_s']:.2f}x the baseline)"
+        f"(baseline 1 session: {base['p99_ms']:.2f} ms); recorder CPU "
+        f"{100 * load['cpu_per_session_s']:.2f}% of one core per session "
+        f"({load['cpu_per_session_s'] / base['cpu_per_session_s']:.2f}x the baseline)"
     )
 
 

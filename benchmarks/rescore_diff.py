@@ -174,7 +174,8 @@ def main() -> int:
         args.out / "old" / "runs" / name, args.out / "new" / "runs" / name
     )
     print(
-        f"{len(same)} files identical, {len(provenance)} differ in provenance only, {len(differ)} differ"
+        f"{len(same)} files identical, {len(provenance)} differ in provenance only, "
+        f"{len(differ)} differ"
     )
     for rel in provenance:
         print(f"  provenance only: {rel}")

@@ -204,14 +204,15 @@ def main() -> None:
         f"cpus: {os.cpu_count()}"
     )
     print(
-        f"unified: {t3 - t2:.1f} s; official rules: {t4 - t3:.1f} s; scoring total: {t4 - t2:.1f} s "
-        f"(goal <= 60 s)"
+        f"unified: {t3 - t2:.1f} s; official rules: {t4 - t3:.1f} s; "
+        f"scoring total: {t4 - t2:.1f} s (goal <= 60 s)"
     )
     inter = unified.subsets["synthetic_user_interruption"].counts
     bc = official.subsets["icc_backchannel"]
     print(
-        f"interruption exercised {inter.exercised}/{inter.eligible}; backchannel TOR {bc.takeover_rate:.3f}, "
-        f"frequency {bc.backchannel_frequency:.4f}, JSD {bc.backchannel_jsd}"
+        f"interruption exercised {inter.exercised}/{inter.eligible}; backchannel TOR "
+        f"{bc.takeover_rate:.3f}, frequency {bc.backchannel_frequency:.4f}, "
+        f"JSD {bc.backchannel_jsd}"
     )
     if not (args.keep or args.out):
         shutil.rmtree(out)

@@ -96,11 +96,13 @@ def time_timing(pairs: int, vad_name: str) -> None:
         t2 = time.perf_counter()
         n = summary.categories["all"].pairs
         print(
-            f"timing: {n} pairs, {4 * n} files, vad={vad_name}: build {t1 - t0:.1f} s, score {t2 - t1:.1f} s"
+            f"timing: {n} pairs, {4 * n} files, vad={vad_name}: build {t1 - t0:.1f} s, "
+            f"score {t2 - t1:.1f} s"
         )
         a = summary.categories["all"]
         print(
-            f"  official stop mean {a.stop_latency.mean_s}, anchored stop mean {a.anchored_stop_latency.mean_s}"
+            f"  official stop mean {a.stop_latency.mean_s}, "
+            f"anchored stop mean {a.anchored_stop_latency.mean_s}"
         )
         shutil.rmtree(root, ignore_errors=True)
 
@@ -125,7 +127,8 @@ def time_listening(replies: int) -> None:
         score_listening(root)
         dt = time.perf_counter() - t0
         print(
-            f"listening: {replies} replies of {len(audio) / OUT_RATE:.1f} s: {dt:.1f} s ({dt / replies:.2f} s/reply)"
+            f"listening: {replies} replies of {len(audio) / OUT_RATE:.1f} s: "
+            f"{dt:.1f} s ({dt / replies:.2f} s/reply)"
         )
 
 

@@ -87,7 +87,8 @@ def ensure_venv(venv: Path, wheels: Path) -> Path:
     built = sorted(wheels.glob("llama_cpp_python-0.3.36-*.whl"))
     if not built:
         log(
-            "building llama-cpp-python for portable AVX2 (no GGML_NATIVE: see the Makefile); ~15 min on 2 cores"
+            "building llama-cpp-python for portable AVX2 (no GGML_NATIVE: see the Makefile); "
+            "~15 min on 2 cores"
         )
         run(
             [
@@ -228,7 +229,8 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> float
     while time.monotonic() - began < timeout_s:
         if process.poll() is not None:
             raise SystemExit(
-                f"fdb serve exited with code {process.returncode} before it was healthy (see its log)"
+                f"fdb serve exited with code {process.returncode} before it was healthy "
+                "(see its log)"
             )
         try:
             if httpx.get(url, timeout=1.0).status_code == 200:
@@ -391,7 +393,8 @@ def main() -> int:
         )
         checks["replies were spoken"] = any(s["said"] and s["output_s"] > 0.5 for s in sessions)
         log(
-            f"generate: exit {done.returncode} in {figures['generate_s']} s, {len(sessions)} sessions"
+            f"generate: exit {done.returncode} in {figures['generate_s']} s, "
+            f"{len(sessions)} sessions"
         )
 
         t = time.monotonic()

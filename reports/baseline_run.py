@@ -45,7 +45,10 @@ LISTENING = {
 }
 
 
-DAMAGED_HINT = "the file is damaged (cut short?): rerun the phase that writes it (python -m fdb asr / aggregate)"
+DAMAGED_HINT = (
+    "the file is damaged (cut short?): rerun the phase that writes it "
+    "(python -m fdb asr / aggregate)"
+)
 
 
 def _sample_rows(path: Path) -> list[SampleRow]:
@@ -70,9 +73,10 @@ def check_scored(rep: RepeatPaths, run: str, manifest: dict) -> None:
     if "v1.0" in datasets and not (rep.v10_reference / "unified-samples.jsonl").is_file():
         if rep.holds_recording() and not (rep.v10_reference / "manifest.json").is_file():
             raise FdbError(
-                f"{rep.root} is still recording or was not exported (no v10/reference/manifest.json)",
-                f"wait for generate to finish, or recover it: python -m fdb generate --run-name {run} "
-                f"--repeat {rep.number} --export-only",
+                f"{rep.root} is still recording or was not exported "
+                "(no v10/reference/manifest.json)",
+                "wait for generate to finish, or recover it: python -m fdb generate --run-name "
+                f"{run} --repeat {rep.number} --export-only",
             )
         raise FdbError(
             f"{rep.v10_reference / 'unified-samples.jsonl'} is missing: repeat-{rep.number} has no "

@@ -86,7 +86,10 @@ def _ident(identity: Any) -> str | None:
 
 
 def observe_tts(directory: Path) -> Observations:
-    fix = f"finish the bench, or rebuild it with `python -m fdb tts-bench --output {directory} --report-only`"
+    fix = (
+        f"finish the bench, or rebuild it with `python -m fdb tts-bench --output {directory} "
+        "--report-only`"
+    )
     data = _load(directory / "tts.json", "the tts-bench report (the bench did not finish)", fix)
     run = data.get("run") or {}
     opts = run.get("options") or {}

@@ -343,7 +343,8 @@ def cross_table(systems: list[System]) -> Table:
 
 
 def noise_points(n: float) -> float:
-    """Half-width (points) of a 95% interval of the difference of two independent shares of n at p = 0.5."""
+    """Half-width (points) of a 95% interval of the difference of two independent shares of n
+    at p = 0.5."""
     return 100.0 * Z95 * math.sqrt(0.5 * 0.5 * 2.0 / n)
 
 
@@ -374,9 +375,9 @@ def noise_note(specs: list[RowSpec], table: Table) -> str | None:
         where, span = f"{sizes[0]} samples {groups[0][0]}", f"{margins[0]} points"
     smallest = ", at the smallest n" if any(len(ns) > 1 for _, ns in groups) else ""
     return (
-        f"Behavior rates come from {where}; differences smaller than about {span} are within sampling "
-        "noise (the half-width of a 95% interval of the difference of two independent shares at p = 0.5, "
-        f"1.96·√(0.5·0.5·2/n) in points{smallest})."
+        f"Behavior rates come from {where}; differences smaller than about {span} are within "
+        "sampling noise (the half-width of a 95% interval of the difference of two independent "
+        f"shares at p = 0.5, 1.96·√(0.5·0.5·2/n) in points{smallest})."
     )
 
 
@@ -385,16 +386,18 @@ def _notes(specs: list[RowSpec], table: Table, systems: list[System]) -> list[st
     several = [f"{s.name} ({len(s.repeats)})" for s in systems if len(s.repeats) > 1]
     if several:
         notes.append(
-            "A run with several repeats shows the mean over its repeats, counts and denominators too: "
+            "A run with several repeats shows the mean over its repeats, "
+            "counts and denominators too: "
             + ", ".join(several)
             + ". `[k of N repeats]`: only k of them have the data."
         )
     notes.append(
-        "Shares carry (count/denominator): behavior labels over judged pairs (v1.5 judge), LLM-judge "
-        "quality accepted/(accepted + failed), v1.0 shares over eligible samples, omission over reference "
-        "words. Latency: pooled means over the overlap sessions' intervals (scores/summary.json, all "
-        "categories). MOS and voice consistency: pooled over the replies of both datasets. "
-        "`not measured`: the run has no such output (no judge, no listening scores, no --sweep)."
+        "Shares carry (count/denominator): behavior labels over judged pairs (v1.5 judge), "
+        "LLM-judge quality accepted/(accepted + failed), v1.0 shares over eligible samples, "
+        "omission over reference words. Latency: pooled means over the overlap sessions' intervals "
+        "(scores/summary.json, all categories). MOS and voice consistency: pooled over the replies "
+        "of both datasets. `not measured`: the run has no such output (no judge, "
+        "no listening scores, no --sweep)."
     )
     notes += selection_notes(systems) + judge_notes(systems)
     notes += [f"{s.name}: the run has no repeat-N/ yet." for s in systems if not s.repeats]
@@ -403,7 +406,8 @@ def _notes(specs: list[RowSpec], table: Table, systems: list[System]) -> list[st
 
 
 def judge_notes(systems: list[System]) -> list[str]:
-    """Behavior labels of different judge models are never mixed in a cell; the note says when columns differ."""
+    """Behavior labels of different judge models are never mixed in a cell;
+    the note says when columns differ."""
     models = {
         s.name: sorted(
             {
@@ -437,7 +441,8 @@ def selection_notes(systems: list[System]) -> list[str]:
             counts = ", ".join(f"{name} {len(use.sample_ids)}" for name, use in present.items())
             notes.append(
                 f"{dataset}: the runs select different samples ({counts}; "
-                f"{len(set.intersection(*selections))} in common): each column is its run's own selection."
+                f"{len(set.intersection(*selections))} in common): "
+                "each column is its run's own selection."
             )
         if len({use.revision for use in present.values()}) > 1:
             notes.append(f"{dataset}: the runs used different dataset revisions.")
@@ -475,7 +480,8 @@ def render(systems: list[System], tables: list[Table], paired_intro: list[str]) 
 
 
 def write_comparison(systems: list[System], out: Path) -> tuple[Path, dict[str, Any]]:
-    """tables/*.csv, comparison.json, then COMPARISON.md (each atomically); returns its path and the data."""
+    """tables/*.csv, comparison.json, then COMPARISON.md (each atomically);
+    returns its path and the data."""
     from fdb.io import atomic_write_json, atomic_write_text
     from fdb.provenance import current
     from fdb.tables import write_tables

@@ -77,7 +77,8 @@ class _Reader:
             raise FdbError(f"{path}: {_first_error(exc)}", fix) from exc
 
     def rows(self, path: Path, parse: Callable[[dict], BaseModel]) -> list:
-        """Each line of a JSONL file through ``parse``; an unreadable line is an error naming the file."""
+        """Each line of a JSONL file through ``parse``; an unreadable line is an error naming the
+        file."""
         if not path.is_file():
             return []
         self.use(path)
@@ -106,7 +107,8 @@ def resolve_run(source: str, runs_dir: Path) -> Path:
     if not (path / "run.json").is_file():
         raise FdbError(
             f"{path} is not a run directory (no run.json)",
-            f"pass a run directory written by `python -m fdb generate`, or a run name under {runs_dir}",
+            "pass a run directory written by `python -m fdb generate`, "
+            f"or a run name under {runs_dir}",
         )
     return path
 
@@ -164,7 +166,8 @@ def _unified(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
 
 
 def _judges(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
-    """The judge step's summaries: judge.json when it holds judged ones, else the one task directory."""
+    """The judge step's summaries: judge.json when it holds judged ones,
+    else the one task directory."""
     summary = reader.model(JudgeSummary, rep.root / "judge.json", "rerun `python -m fdb judge`")
     behavior = summary.behavior if summary else None
     semantic = summary.semantic if summary else None

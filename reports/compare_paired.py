@@ -319,13 +319,13 @@ def paired_view(a: System, b: System) -> tuple[list[str], list[Table], dict[str,
     intro = [
         f"## Paired view: {a.name} → {b.name}",
         "",
-        f"By sample id, over the samples both runs have ({counts['paired']}; {counts['only_a']} only in "
-        f"{a.name} and {counts['only_b']} only in {b.name} are left out). Outcomes and yes/no metrics come from "
-        "the first repeat both runs have; latencies are each sample's mean over its repeats. "
-        f"{b.name} − {a.name}: the mean paired difference with its 90% interval (paired bootstrap over sample "
-        "ids, 2000 resamples, seed 0; yes/no: exact McNemar on the discordant pairs). Differs beyond noise: "
-        f"the one-sided test at alpha = {ALPHA} finds {b.name} worse or better (fdb.decide.verdict, no "
-        "allowed change).",
+        f"By sample id, over the samples both runs have ({counts['paired']}; {counts['only_a']} "
+        f"only in {a.name} and {counts['only_b']} only in {b.name} are left out). Outcomes and "
+        "yes/no metrics come from the first repeat both runs have; latencies are each sample's "
+        f"mean over its repeats. {b.name} − {a.name}: the mean paired difference with its 90% "
+        "interval (paired bootstrap over sample ids, 2000 resamples, seed 0; yes/no: exact McNemar "
+        f"on the discordant pairs). Differs beyond noise: the one-sided test at alpha = {ALPHA} "
+        f"finds {b.name} worse or better (fdb.decide.verdict, no allowed change).",
         "",
     ]
     return (

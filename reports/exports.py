@@ -31,21 +31,24 @@ def _slug(text: str) -> str:
 
 
 def results_table(heading: str, caption: str, columns: Sequence[Column]) -> Table:
-    """A RESULTS.md table, titled by its section heading and bold caption; its CSV name is their slug."""
+    """A RESULTS.md table, titled by its section heading and bold caption;
+    its CSV name is their slug."""
     title = f"{heading} {caption}".strip()
     return Table(_slug(title), title, columns)
 
 
 @dataclass
 class Section:
-    """One part of RESULTS.md: its Markdown lines, the tables they show (in order), the data behind them."""
+    """One part of RESULTS.md: its Markdown lines, the tables they show (in order),
+    the data behind them."""
 
     lines: list[str]
     data: dict | None = None
     tables: list[Table] = field(default_factory=list)
 
     def show(self, table: Table) -> None:
-        """Render ``table`` here (just the table and a blank line: headings and captions are the caller's)."""
+        """Render ``table`` here (just the table and a blank line:
+        headings and captions are the caller's)."""
         self.lines += table.markdown(None)
         self.tables.append(table)
 

@@ -68,7 +68,10 @@ def _allowed(row: SeriesVerdict) -> str:
         return f"≤ baseline + {row.allowed:g}"
     if row.relative:
         return f"{'+' if row.better == 'lower' else '-'}{100 * (row.allowed or 0):.0f}%"
-    return f"{'+' if row.better == 'lower' else '-'}{row.allowed:g}{(' ' + row.unit) if row.unit else ''}"
+    return (
+        f"{'+' if row.better == 'lower' else '-'}{row.allowed:g}"
+        f"{(' ' + row.unit) if row.unit else ''}"
+    )
 
 
 def guard_table(result: GateResult) -> Table:
@@ -108,9 +111,10 @@ def guard_table(result: GateResult) -> Table:
     )
     table.notes.append(
         f"Each series is tested one-sided at {result.series_alpha:.3g} (alpha "
-        f"{result.config['alpha']}, {family}; unpaired: {result.config['test']} over rounds/repeats; "
-        "paired: bootstrap over sample ids; yes/no: exact McNemar); its interval is the matching "
-        f"two-sided {100 * (1 - 2 * result.series_alpha):.2f}% interval. `~`: no significant change."
+        f"{result.config['alpha']}, {family}; unpaired: {result.config['test']} over "
+        "rounds/repeats; paired: bootstrap over sample ids; yes/no: exact McNemar); its interval "
+        f"is the matching two-sided {100 * (1 - 2 * result.series_alpha):.2f}% interval. `~`: "
+        "no significant change."
     )
     return table
 
@@ -170,8 +174,8 @@ def render(result: GateResult) -> tuple[str, list[Table]]:
         headline(result),
         "",
         f"Baseline: `{result.baseline}` (sha256 {str(result.baseline_sha256)[:12]}…); candidate: "
-        f"`{result.candidate}` (sha256 {str(result.candidate_sha256)[:12]}…); kind {result.kind}; exit code "
-        f"{result.exit_code}.",
+        f"`{result.candidate}` (sha256 {str(result.candidate_sha256)[:12]}…); kind {result.kind}; "
+        f"exit code {result.exit_code}.",
         "",
     ]
     for table in tables:
@@ -193,7 +197,10 @@ def junit(result: GateResult) -> str:
         case = ET.SubElement(
             suite, "testcase", classname=f"fdb.gate.{result.kind}.{row.guard}", name=row.series
         )
-        text = f"{row.label}: {change_text(row.effect, row.unit, result.series_alpha)}; allowed {_allowed(row)}; {row.reason}"
+        text = (
+            f"{row.label}: {change_text(row.effect, row.unit, result.series_alpha)}; "
+            f"allowed {_allowed(row)}; {row.reason}"
+        )
         if row.verdict == "regressed":
             ET.SubElement(case, "failure", message=text, type="regressed").text = text
         elif row.verdict == "inconclusive":

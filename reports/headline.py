@@ -22,7 +22,10 @@ HEADLINE = {
 
 def _cell(metric: dict) -> str:
     if "wilson95" in metric:
-        return f"{percent(metric['value'])} {interval(metric['wilson95'], percent)} ({metric['count']}/{metric['n']})"
+        return (
+            f"{percent(metric['value'])} {interval(metric['wilson95'], percent)} "
+            f"({metric['count']}/{metric['n']})"
+        )
     return f"{seconds(metric['median_s'])} s {interval(metric['median_bootstrap95'])}"
 
 

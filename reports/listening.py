@@ -79,8 +79,9 @@ def _load(repeats: list[RepeatPaths]) -> tuple[list[ListeningSummary], list[str]
         ]
         if differs:
             other.append(
-                f"repeat-{rep.number} left out: scored with another {' and '.join(differs)} backend "
-                f"({', '.join(_name(doc, k) for k in differs)}, not {', '.join(_name(docs[0], k) for k in differs)})."
+                f"repeat-{rep.number} left out: scored with another {' and '.join(differs)} "
+                f"backend ({', '.join(_name(doc, k) for k in differs)}, "
+                f"not {', '.join(_name(docs[0], k) for k in differs)})."
             )
         else:
             docs.append(doc)
@@ -115,7 +116,8 @@ def _backend_lines(backends: dict) -> list[str]:
 
 
 def listening_section(repeats: list[RepeatPaths]) -> Section:
-    """Markdown lines, their tables and the data behind them (per dataset, per category, per repeat)."""
+    """Markdown lines, their tables and the data behind them (per dataset, per category,
+    per repeat)."""
     docs, missing, other = _load(repeats)
     data: dict = {
         "repeats_missing": missing,

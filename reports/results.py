@@ -22,8 +22,8 @@ def _header(run: RunPaths, manifest: RunManifest | None, repeats: list) -> list[
         server = manifest.server
         target = server.url or f"bundled system `{server.system}` (started by generate)"
         lines.append(
-            f"Server: {target}; profile `{server.profile}`; turn detection `{server.turn_detection}`; "
-            f"shards {manifest.num_shards}."
+            f"Server: {target}; profile `{server.profile}`; turn detection "
+            f"`{server.turn_detection}`; shards {manifest.num_shards}."
         )
         lines.append(revisions_line(server.server_revision, server.model_revision))
         lines += report_lines(server.reported)
@@ -58,8 +58,8 @@ def scoring_line(manifest: RunManifest) -> str:
 
     if manifest.scoring is None:
         return (
-            "Scoring backends: none recorded in run.json yet (a run scored before fdb recorded them used "
-            "the embedded faster-whisper, dnsmos and resemblyzer)."
+            "Scoring backends: none recorded in run.json yet (a run scored before fdb recorded "
+            "them used the embedded faster-whisper, dnsmos and resemblyzer)."
         )
     return (
         "Scoring backends (run.json): "
@@ -143,7 +143,8 @@ def build_report(run: RunPaths) -> tuple[str, dict, list[Table]]:
 
 
 def build_results(run: RunPaths) -> tuple[str, dict]:
-    """RESULTS.md's text and results.json's data (without the files and tables write_results adds)."""
+    """RESULTS.md's text and results.json's data (without the files and tables write_results
+    adds)."""
     text, data, _ = build_report(run)
     return text, data
 

@@ -24,12 +24,15 @@ def revisions_line(
     with_dataset: bool = False,
 ) -> str:
     parts = [
-        f"server revision {code(server_revision) if server_revision else NOT_GIVEN + ' (--server-revision)'}",
-        f"model revision {code(model_revision) if model_revision else NOT_GIVEN + ' (--model-revision)'}",
+        "server revision "
+        f"{code(server_revision) if server_revision else NOT_GIVEN + ' (--server-revision)'}",
+        "model revision "
+        f"{code(model_revision) if model_revision else NOT_GIVEN + ' (--model-revision)'}",
     ]
     if with_dataset:
         parts.append(
-            f"dataset revision {code(dataset_revision) if dataset_revision else NOT_GIVEN + ' (--dataset-revision)'}"
+            "dataset revision "
+            f"{code(dataset_revision) if dataset_revision else NOT_GIVEN + ' (--dataset-revision)'}"
         )
     return "Declared: " + "; ".join(parts) + "."
 

@@ -66,20 +66,21 @@ def _client(row: ServingRow) -> str:
 
 
 def warnings(rows: list[ServingRow]) -> list[str]:
-    """Levels with a cohort smaller than the level, levels above the server's max_sessions (their 503s
-    are by design) and client-limited levels."""
+    """Levels with a cohort smaller than the level, levels above the server's max_sessions (their
+    503s are by design) and client-limited levels."""
     found = []
     for row in sorted(rows, key=lambda r: r.concurrency):
         cohort = row.sessions // max(row.repeats, 1)
         if 0 < cohort < row.concurrency:
             found.append(
-                f"level {row.concurrency} recorded a cohort of only {cohort} sessions, so it never had "
-                f"{row.concurrency} open at once; select more samples"
+                f"level {row.concurrency} recorded a cohort of only {cohort} sessions, so it never "
+                f"had {row.concurrency} open at once; select more samples"
             )
         if row.server_max_sessions is not None and row.concurrency > row.server_max_sessions:
             found.append(
-                f"level {row.concurrency} exceeds the server's max_sessions {row.server_max_sessions}: "
-                f"sessions beyond {row.server_max_sessions} at once are refused with 503 by design"
+                f"level {row.concurrency} exceeds the server's max_sessions "
+                f"{row.server_max_sessions}: sessions beyond {row.server_max_sessions} at once are "
+                "refused with 503 by design"
             )
         if row.client_limited:
             found.append(
@@ -92,14 +93,14 @@ def warnings(rows: list[ServingRow]) -> list[str]:
 def _client_cause(row: ServingRow) -> str:
     if row.client_cpu is not None and row.client_cpu >= CLIENT_CPU_SATURATED:
         return (
-            f"the client process used {row.client_cpu * 100:.0f}% of a core while its pacing broke; "
-            "record the level from more client processes or a faster host"
+            f"the client process used {row.client_cpu * 100:.0f}% of a core while its pacing "
+            "broke; record the level from more client processes or a faster host"
         )
     cpu = "unknown" if row.client_cpu is None else f"only {row.client_cpu * 100:.0f}% of a core"
     return (
-        f"its pacing violations coincide with the client's own event-loop lag while its CPU was {cpu}, so "
-        "other processes on the client's host starved it (the server too, when it shares the host); record "
-        "the level with the client on another host or on a reserved core"
+        "its pacing violations coincide with the client's own event-loop lag while its CPU was "
+        f"{cpu}, so other processes on the client's host starved it (the server too, when it "
+        "shares the host); record the level with the client on another host or on a reserved core"
     )
 
 
@@ -179,32 +180,37 @@ def render(
     lines += [
         "## Targets",
         "",
-        "A level meets the targets when no session failed, no session was denied admission (503), no input "
-        "pacing was violated, and the unit miss rate is at most 1% (native profiles) or the reply RTF p90 is "
-        "below 1 (turn-based profiles). The capacity is the highest level below the first one that misses; "
-        "when every level meets them it is at least the highest recorded level.",
+        "A level meets the targets when no session failed, no session was denied admission (503), "
+        "no input pacing was violated, and the unit miss rate is at most 1% (native profiles) or "
+        "the reply RTF p90 is below 1 (turn-based profiles). The capacity is the highest level "
+        "below the first one that misses; when every level meets them it is at least the highest "
+        "recorded level.",
         "",
         "## Reading the columns",
         "",
         "- mean open: sessions open at once, averaged over the level's recording.",
-        "- unit lag: receipt of sglang.unit.done minus the end of sending the packet holding the unit's last "
-        "audio (the short last unit from the input end); a unit misses when its lag exceeds one unit. "
-        "Native profiles only.",
-        "- first audio: turn-based, from response.created to the reply's first audio; native, from the "
-        "input of the unit that carried it (the last unit done before it) being ready to its receipt.",
-        f"- buffer needed: the smallest startup buffer with which a reply plays without a gap; underrun "
-        f"replies would pause with a {reserve:g} ms playback reserve.",
+        "- unit lag: receipt of sglang.unit.done minus the end of sending the packet holding the "
+        "unit's last audio (the short last unit from the input end); a unit misses when its lag "
+        "exceeds one unit. Native profiles only.",
+        "- first audio: turn-based, from response.created to the reply's first audio; native, from "
+        "the input of the unit that carried it (the last unit done before it) being ready to its "
+        "receipt.",
+        "- buffer needed: the smallest startup buffer with which a reply plays without a gap; "
+        f"underrun replies would pause with a {reserve:g} ms playback reserve.",
         "- RTF p90: (last - first audio arrival) / audio before the last chunk, turn-based only.",
-        "- client behind: sessions in which the load generator's own event loop fell behind while it sent "
-        "input; client-limited marks a level whose pacing violations coincide with that lag (or with a "
-        "client CPU of at least 90% of one core): the load generator, not the server, was the limit, so "
+        "- client behind: sessions in which the load generator's own event loop fell behind while "
+        "it sent input; client-limited marks a level whose pacing violations coincide with that "
+        "lag (or with a client CPU of at least 90% of one core): the load generator, "
+        "not the server, was the limit, so "
         'the level does not count against the server and the capacity reads "at least".',
-        "- client CPU: CPU time of the level's client process over its wall time (100% = one core busy).",
-        "- With repeats, the columns pool every repeat's sessions (mean open and client CPU: the mean "
-        "and the highest of the repeats'), and a level meets the targets only if every repeat does.",
+        "- client CPU: CPU time of the level's client process over its wall time "
+        "(100% = one core busy).",
+        "- With repeats, the columns pool every repeat's sessions (mean open and client CPU: the "
+        "mean and the highest of the repeats'), and a level meets the targets only if every "
+        "repeat does.",
         "",
-        "These are client-side times on the client's host: they include the network to the server and leave "
-        "out the player's device and the acoustics.",
+        "These are client-side times on the client's host: they include the network to the server "
+        "and leave out the player's device and the acoustics.",
     ]
     limited = [str(r.concurrency) for r in rows if r.client_limited]
     lines += [

@@ -36,8 +36,8 @@ SERVING_COLUMNS = ("Concurrency", *(header for _, header, _, _ in METRICS))
 
 
 def _number(fmt: str, unit: str = "") -> Callable[[Any], str]:
-    """A float as ``fmt`` with ``unit``; a {mean, sd} spread over rounds as ``mean ± sd`` (the sd when
-    there is one); None as n/a; text as it is."""
+    """A float as ``fmt`` with ``unit``; a {mean, sd} spread over rounds as ``mean ± sd`` (the sd
+    when there is one); None as n/a; text as it is."""
 
     def cell(value: Any) -> str:
         if value is None:
@@ -247,30 +247,37 @@ def tables(data: dict) -> list[Table]:
 DEFINITIONS = [
     "## Definitions",
     "",
-    "All times are on the client's clock (time.perf_counter), from just before the request was sent; they "
-    "include the network to the server. Warm-up requests are excluded; failed requests stay in the counts.",
+    "All times are on the client's clock (time.perf_counter), from just before the request was "
+    "sent; they include the network to the server. Warm-up requests are excluded; "
+    "failed requests stay in the counts.",
     "",
-    "- TTFA: arrival of the first non-empty audio payload (SSE framing and WAV headers are not audio).",
+    "- TTFA: arrival of the first non-empty audio payload "
+    "(SSE framing and WAV headers are not audio).",
     "- E2E: end of the response body.",
-    "- Audio duration: PCM bytes / (2 x channels x the sample rate the server declared: X-Sample-Rate, a rate= "
-    "Content-Type parameter, the WAV header or the SSE event; --sample-rate only when it declared none).",
-    "- RTF: arrival of the last audio chunk / audio duration, per request; RTF (mean) averages requests with audio.",
-    "- Throughput (audio-s/s): audio seconds of the successful requests / the level's wall time (first send to "
-    "last body end). Throughput (frames/s) multiplies it by --frame-rate (the model's codec frame rate).",
-    "- TTFA p50/p95, E2E p50/p95: the ceil(qN)-th smallest value over the requests with audio (no interpolation); "
-    "TTFA mean: their arithmetic mean.",
-    "- Max gap: the largest time between two consecutive audio arrivals of a request (p95 over requests).",
-    "- Underrun: the worst deficit of a real-time player starting at the first arrival, max over chunks of arrival "
-    "- (first arrival + audio before it); a request underruns when it exceeds the playback reserve.",
-    "- Stop violation: audio received after the server declared the end (SSE speech.audio.done, finish_reason or "
-    "[DONE]), or audio beyond --max-audio-s; 'not checked' when neither applies.",
+    "- Audio duration: PCM bytes / (2 x channels x the sample rate the server declared: "
+    "X-Sample-Rate, a rate= Content-Type parameter, the WAV header or the SSE event; "
+    "--sample-rate only when it declared none).",
+    "- RTF: arrival of the last audio chunk / audio duration, per request; "
+    "RTF (mean) averages requests with audio.",
+    "- Throughput (audio-s/s): audio seconds of the successful requests / the level's wall time "
+    "(first send to last body end). Throughput (frames/s) multiplies it by --frame-rate "
+    "(the model's codec frame rate).",
+    "- TTFA p50/p95, E2E p50/p95: the ceil(qN)-th smallest value over the requests with audio (no "
+    "interpolation); TTFA mean: their arithmetic mean.",
+    "- Max gap: the largest time between two consecutive audio arrivals of a request "
+    "(p95 over requests).",
+    "- Underrun: the worst deficit of a real-time player starting at the first arrival, max over "
+    "chunks of arrival - (first arrival + audio before it); "
+    "a request underruns when it exceeds the playback reserve.",
+    "- Stop violation: audio received after the server declared the end (SSE speech.audio.done, "
+    "finish_reason or [DONE]), or audio beyond --max-audio-s; 'not checked' when neither applies.",
     "",
 ]
 ROUND_DEFINITIONS = [
-    "- Rounds: each level entry (Entry: its position in --concurrency) was recorded in several rounds, one "
-    "after another, each with its own warm-ups and requests; its cells are the mean over its measured rounds "
-    "± their sample standard deviation (n - 1; none for one round), counts summed over the rounds. A cold "
-    "round, recorded first, is shown apart and left out.",
+    "- Rounds: each level entry (Entry: its position in --concurrency) was recorded in several "
+    "rounds, one after another, each with its own warm-ups and requests; its cells are the mean "
+    "over its measured rounds ± their sample standard deviation (n - 1; none for one round), "
+    "counts summed over the rounds. A cold round, recorded first, is shown apart and left out.",
     "",
 ]
 
@@ -280,14 +287,17 @@ def _rounds(opts: dict) -> str:
     if rounds == 1 and not cold and len(set(opts["concurrency"])) == len(opts["concurrency"]):
         return ""
     return (
-        f" Level entries {' '.join(str(n) for n in opts['concurrency'])}: {rounds} measured round(s) each"
-        + (", after one cold round (excluded)." if cold else ".")
+        f" Level entries {' '.join(str(n) for n in opts['concurrency'])}: "
+        f"{rounds} measured round(s) each" + (", after one cold round (excluded)." if cold else ".")
     )
 
 
 def _sent(opts: dict) -> str:
     if opts.get("transport") == "realtime":
-        return "One /v1/realtime session per request (times from response.create, E2E at response.done)"
+        return (
+            "One /v1/realtime session per request (times from response.create, "
+            "E2E at response.done)"
+        )
     return f"stream_format {opts['stream_format']}, response_format pcm"
 
 
@@ -301,7 +311,8 @@ def _serving(data: dict, reserve: float, found: dict[str, Table]) -> list[str]:
     out = ["## Serving", "", *found["serving"].markdown(None)]
     if cold is not None:
         out += [
-            "**Cold rounds** (one per entry, recorded before its measured rounds; not in the means above)",
+            "**Cold rounds** (one per entry, recorded before its measured rounds; "
+            "not in the means above)",
             "",
             *cold.markdown(None),
         ]
@@ -367,10 +378,12 @@ def render(data: dict, found: list[Table] | None = None) -> str:
         f"Endpoint {run['endpoint']}"
         + (f" (bundled system {run['server']})" if run.get("server") else "")
         + ". "
-        f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): {opts['num_prompts']} "
-        f"requests per {'round' if rounds else 'level'}, {opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
+        f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): "
+        f"{opts['num_prompts']} requests per {'round' if rounds else 'level'}, "
+        f"{opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
         f"{opts['ref_audio']}. Declared sample rate(s): "
-        f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: {frame}.{_rounds(opts)}",
+        f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: "
+        f"{frame}.{_rounds(opts)}",
         "",
     ]
     lines += _server_lines(run.get("server_provenance")) + [""]

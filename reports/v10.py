@@ -71,7 +71,8 @@ def _repeats(fmt):
     return lambda values: NA if values is None else fmt(values)
 
 
-# Counts and rates hold their per-repeat values; relevance cells say why they are missing, so are strings.
+# Counts and rates hold their per-repeat values; relevance cells say why they are missing,
+# so are strings.
 OFFICIAL_COLUMNS = [
     Column("subset", "Subset"),
     Column("selected", "Selected", count_range),
@@ -114,7 +115,8 @@ def official_columns(with_evaluator: bool) -> list[Column]:
 
 def _evaluators(repeats: list[RepeatPaths]) -> tuple[dict[int, object], list[str]]:
     """Per repeat, its evaluator.json when it was computed from the repeat's current manifest.json
-    and asr.json (``fdb.records.v10_reference.load_reference``), and the notes for those left out."""
+    and asr.json (``fdb.records.v10_reference.load_reference``), and the notes for those left
+    out."""
     found, notes = {}, []
     for rep in repeats:
         tree = rep.v10_reference
@@ -162,9 +164,13 @@ def _evaluator_note(evaluators: dict[int, object]) -> str:
         by_label.setdefault(summary.revision_label(), []).append(f"repeat-{number}")
     ran = "; ".join(f"{label} ({', '.join(reps)})" for label, reps in sorted(by_label.items()))
     return (
-        "Columns marked (original evaluator): evaluate.py run unchanged from the user's checkout of "
+        "Columns marked (original evaluator): evaluate.py run unchanged from the user's "
+        "checkout of "
         + ran
-        + ", on the same windows and transcripts; user interruption needs the judge, so it is not run there."
+        + (
+            ", on the same windows and transcripts; user interruption needs the judge, "
+            "so it is not run there."
+        )
     )
 
 
@@ -201,7 +207,8 @@ def _metric_cells(name: str, m: Metric) -> list[str]:
 
 
 def _metrics(metrics: PauseMetrics | TurnMetrics | InterruptMetrics) -> list[tuple[str, Metric]]:
-    """The metrics of a subset in the record's field order (its counts and plain numbers left out)."""
+    """The metrics of a subset in the record's field order
+    (its counts and plain numbers left out)."""
     values = ((key, getattr(metrics, key)) for key in type(metrics).model_fields)
     return [(key, value) for key, value in values if isinstance(value, METRIC_KINDS)]
 
@@ -254,12 +261,14 @@ def _unified(rep: RepeatPaths, unified: dict | None) -> tuple[UnifiedResult | No
         first = exc.errors()[0]
         return (
             None,
-            f"unified.json does not parse ({'.'.join(str(p) for p in first['loc'])}: {first['msg']})",
+            f"unified.json does not parse ({'.'.join(str(p) for p in first['loc'])}: "
+            f"{first['msg']})",
         )
 
 
 def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
-    """Why a repeat's unified.json cannot be shown (missing, stale, unsupported, incomplete), or None."""
+    """Why a repeat's unified.json cannot be shown (missing, stale, unsupported, incomplete),
+    or None."""
     tree = rep.v10_reference
     for name in ("manifest.json", "asr.json"):
         if not (tree / name).exists():
@@ -267,7 +276,10 @@ def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
     if unified is None:
         return "v10/reference/unified.json is missing"
     if unified.get("schema") != UNIFIED_SCHEMA:
-        return f"unified.json has the unsupported version {unified.get('schema')!r} (fdb reads {UNIFIED_SCHEMA})"
+        return (
+            f"unified.json has the unsupported version {unified.get('schema')!r} "
+            f"(fdb reads {UNIFIED_SCHEMA})"
+        )
     inputs = unified.get("inputs") or {}
     if inputs.get("manifest_sha256") != sha256_file(tree / "manifest.json"):
         return "unified.json is stale: its manifest.json hash differs from the export's"
@@ -285,8 +297,8 @@ def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
 
 def backfill_hint(rep: RepeatPaths) -> str:
     return (
-        f"Repair the export or ASR if named, then run the CPU-only backfill `python -m fdb score v10 --tree "
-        f"{rep.v10_reference}` (no ASR, no v1.5 work) and rerun aggregate."
+        "Repair the export or ASR if named, then run the CPU-only backfill `python -m fdb score "
+        f"v10 --tree {rep.v10_reference}` (no ASR, no v1.5 work) and rerun aggregate."
     )
 
 
@@ -362,9 +374,9 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
     relevance = _relevance(repeats)
     evaluators, evaluator_notes = _evaluators(repeats)
     section.lines += [
-        "Takeover, latency and backchannel numbers by the official evaluator's rules, reimplemented "
-        "clean-room (negative latencies clamped to 0, averaged over takeover samples), not the "
-        "official evaluator itself. " + _relevance_note(repeats, relevance),
+        "Takeover, latency and backchannel numbers by the official evaluator's rules, "
+        "reimplemented clean-room (negative latencies clamped to 0, averaged over takeover "
+        "samples), not the official evaluator itself. " + _relevance_note(repeats, relevance),
         "",
     ]
     if evaluators:
@@ -391,7 +403,8 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
 
 
 def _official(number: int, raw: dict, repeats: list[RepeatPaths]) -> OfficialSummary:
-    """A repeat's official.json through its record; one that does not parse is an error naming it."""
+    """A repeat's official.json through its record; one that does not parse is an error naming
+    it."""
     try:
         return OfficialSummary.model_validate(raw)
     except ValidationError as exc:

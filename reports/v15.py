@@ -81,7 +81,8 @@ def _behavior_cells(name: str, judged: list[JudgeSummary]) -> list[BehaviorCell]
 
 
 def _label_values(name: str, judged: list[JudgeSummary]) -> dict:
-    """Per label, the share of judged pairs in each judged repeat; None (not measured) without a judge."""
+    """Per label, the share of judged pairs in each judged repeat;
+    None (not measured) without a judge."""
     cells = _behavior_cells(name, judged)
     if not cells:
         return dict.fromkeys((*LABELS, "judged_pairs"))

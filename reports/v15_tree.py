@@ -274,8 +274,8 @@ def _count(value: int | None) -> str:
 
 def _coverage_lines(c: CohortScores) -> list[str]:
     lines = [
-        f"Tree: {c.tree} ({MANIFEST} sha256 {c.manifest_sha256[:16]}…), trace format {c.trace_format}, "
-        f"dataset revision {c.dataset_revision or 'n/a'}"
+        f"Tree: {c.tree} ({MANIFEST} sha256 {c.manifest_sha256[:16]}…), trace format "
+        f"{c.trace_format}, dataset revision {c.dataset_revision or 'n/a'}"
         + (f", only {len(c.only)} pair(s)" if c.only else "")
     ]
     groups = sorted(c.populations.items(), key=lambda kv: (kv[0] != "all", category_key(kv[0])))
@@ -306,8 +306,8 @@ def _coverage_lines(c: CohortScores) -> list[str]:
         )
     t = c.timing_coverage
     lines.append(
-        f"Timing coverage: timed overlap sessions {t['timed_overlap_sessions']}, timed clean sessions "
-        f"{t['timed_clean_sessions']}, failed sessions {t['failed_sessions']}"
+        f"Timing coverage: timed overlap sessions {t['timed_overlap_sessions']}, timed clean "
+        f"sessions {t['timed_clean_sessions']}, failed sessions {t['failed_sessions']}"
     )
     lines += [f"Not evaluated: {sid}: {why}" for sid, why in c.not_evaluated.items()]
     return [*lines, ""]
@@ -346,8 +346,8 @@ def behavior_lines(judge: JudgeSummary | None) -> list[str]:
         )
     model = (behavior.judge or {}).get("model")
     return [
-        f"Behavior label distribution ({model}; status {behavior.status}): count (share of judged pairs "
-        "[Wilson 95%])",
+        f"Behavior label distribution ({model}; status {behavior.status}): count (share of judged "
+        "pairs [Wilson 95%])",
         "",
         *table.markdown(None),
     ]
@@ -379,8 +379,8 @@ def replay_lines(path: Path) -> list[str]:
         ) from exc
     counts = Counter(s.status for s in replay.samples)
     lines = [
-        f"Offline replay agreement: {replay.replayed} of {replay.selected} selected sessions replayed; "
-        + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no samples")
+        f"Offline replay agreement: {replay.replayed} of {replay.selected} selected sessions "
+        "replayed; " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no samples")
     ]
     lines += [
         f"  {s.sample} [{s.variant}]: {s.status} (recorded {s.recorded_status})"
@@ -425,7 +425,8 @@ def report_text(
     unknown = [e for e in chosen if e not in scores.cohorts]
     if unknown:
         raise FdbError(
-            f"summary.json has no cohort {unknown[0]} (it has {', '.join(scores.cohorts) or 'none'})",
+            f"summary.json has no cohort {unknown[0]} (it has "
+            f"{', '.join(scores.cohorts) or 'none'})",
             "pass --engine with one of those names",
         )
     if (replay or semantic) and len(chosen) != 1:

@@ -31,7 +31,8 @@ def prepare_synthetic(
     dest = settings.dataset_dir / "synthetic"
     if console is not None and (force or not synthetic_complete(dest)):
         console.print(
-            "generating fdb's synthetic FDB v1.0/v1.5 and Seed-TTS datasets (Piper voices, < 1 min)…"
+            "generating fdb's synthetic FDB v1.0/v1.5 and Seed-TTS datasets (Piper voices, "
+            "< 1 min)…"
         )
     if force:
         install_synthetic(dest, progress=progress)
@@ -50,7 +51,8 @@ def resolve_tree(
             if not candidate.is_dir():
                 raise FdbError(
                     f"the {dataset} dataset root {candidate} does not exist",
-                    f"point it at an official Full-Duplex-Bench {dataset} tree, or unset it to use the synthetic set",
+                    f"point it at an official Full-Duplex-Bench {dataset} tree, "
+                    "or unset it to use the synthetic set",
                 )
             return DatasetTree(dataset, candidate, source)
     official = settings.dataset_dir / dataset
@@ -69,7 +71,8 @@ def resolve_seedtts(settings: Settings, explicit: Path | None = None) -> Dataset
             if not candidate.is_dir():
                 raise FdbError(
                     f"the Seed-TTS dataset root {candidate} does not exist",
-                    "point it at the unpacked seedtts_testset/, or unset it to use the synthetic list",
+                    "point it at the unpacked seedtts_testset/, "
+                    "or unset it to use the synthetic list",
                 )
             return DatasetTree("seed-tts", candidate, "user")
     official = settings.dataset_dir / "seed-tts"

@@ -1,4 +1,5 @@
-"""`generate`: select, check --url (or start the bundled server), record, stop it, export the windows."""
+"""`generate`: select, check --url (or start the bundled server), record, stop it,
+export the windows."""
 
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ def select_dataset(
 def _jobs(
     sel: Selected, rep: RepeatPaths, urls: list[str], opts: GenerateOptions, timeout_s: float
 ) -> list:
-    """Session jobs in id order; sample k goes to shard k mod --num-shards, shard i to server i mod n."""
+    """Session jobs in id order; sample k goes to shard k mod --num-shards,
+    shard i to server i mod n."""
     from recorders.batch import SessionJob
     from runs.gpus import shard_server
 
@@ -171,7 +173,8 @@ def _record(
             finished[0] += 1
             verdict = record.verdict.status if record.status == "ok" else record.status
             logs[(record.extra["dataset"], record.extra["shard"])].write(
-                f"{record.sample_id} [{record.variant}] {record.status} {verdict} {record.failure or ''}"
+                f"{record.sample_id} [{record.variant}] {record.status} {verdict} "
+                f"{record.failure or ''}"
             )
             bar.update(
                 task,
@@ -320,8 +323,9 @@ def _warn_declared(selections: list[Selected], opts: GenerateOptions, console: C
         stored = read_revision(sel.tree.root.parent / f"{sel.tree.root.name}.revision")
         if declared and stored and declared != stored:
             console.print(
-                f"[yellow]WARNING[/]: --dataset-revision {escape(declared)} for {sel.dataset} differs from "
-                f"{escape(str(sel.tree.root))}.revision ({escape(stored)}); both are recorded in run.json"
+                f"[yellow]WARNING[/]: --dataset-revision {escape(declared)} for {sel.dataset} "
+                f"differs from {escape(str(sel.tree.root))}.revision ({escape(stored)}); "
+                "both are recorded in run.json"
             )
 
 
@@ -330,7 +334,8 @@ def _print_selection(selections: list[Selected], console: Console) -> None:
         counts = ", ".join(f"{k}: {v}" for k, v in count_by_subset(sel.ids).items())
         console.print(
             escape(
-                f"{sel.dataset} ({sel.tree.source}, {sel.tree.root}): {len(sel.ids)} selected — {counts}"
+                f"{sel.dataset} ({sel.tree.source}, {sel.tree.root}): "
+                f"{len(sel.ids)} selected — {counts}"
             )
         )
         for problem in sel.problems:  # dataset text: [brackets] in it are not rich markup
@@ -556,8 +561,8 @@ def export_recorded(run_name: str, repeat: int, console: Console | None = None) 
                 missing.append(job.label)
     if missing:
         raise FdbError(
-            f"{rep.root}: {len(missing)} selected session(s) were never recorded, first {missing[0]}: "
-            "the recording itself was interrupted",
+            f"{rep.root}: {len(missing)} selected session(s) were never recorded, first "
+            f"{missing[0]}: the recording itself was interrupted",
             f"delete {rep.root} and run generate again (a recording cannot be resumed)",
         )
     console.print(f"exporting {len(records)} recorded sessions of {rep.root}")
@@ -593,17 +598,19 @@ class Outcome:
         return not self.failed
 
     def failure_line(self) -> str:
-        """One line: which sessions failed, that they are counted, how to record the repeat again."""
+        """One line: which sessions failed, that they are counted,
+        how to record the repeat again."""
         more = (
             f" and {len(self.failed) - FAILED_SHOWN} more"
             if len(self.failed) > FAILED_SHOWN
             else ""
         )
         return (
-            f"{len(self.failed)} of {self.sessions} selected session(s) of {self.repeat_dir} failed "
-            f"({'; '.join(self.failed[:FAILED_SHOWN])}{more}); they stay in the denominators. "
-            f"Read {', '.join(self.logs) or 'its record-shard-*.log'} in it, fix the server, then record the repeat again: delete "
-            f"{self.repeat_dir} and run the same generate, or record the next one with --repeat {self.repeat + 1}"
+            f"{len(self.failed)} of {self.sessions} selected session(s) of {self.repeat_dir} "
+            f"failed ({'; '.join(self.failed[:FAILED_SHOWN])}{more}); they stay in the "
+            f"denominators. Read {', '.join(self.logs) or 'its record-shard-*.log'} in it, fix the "
+            f"server, then record the repeat again: delete {self.repeat_dir} and run the same "
+            f"generate, or record the next one with --repeat {self.repeat + 1}"
         )
 
 
@@ -641,7 +648,8 @@ def _finish(
                 not sample.eligible and sample.verdict == "pass"
             ):  # recorded fine, cut out of scoring
                 console.print(
-                    f"  [yellow]{escape(sample.sample_id)}[/]: not eligible: {escape('; '.join(sample.reasons[:2]))}"
+                    f"  [yellow]{escape(sample.sample_id)}[/]: not eligible: "
+                    f"{escape('; '.join(sample.reasons[:2]))}"
                 )
     return Outcome(
         summary,

@@ -40,7 +40,8 @@ def visible_gpus() -> list[int] | None:
 
 
 def parse_gpus(option: str | None) -> list[int]:
-    """--gpus 0,1 as a list; without it the job GPU alone. Refuses GPUs outside CUDA_VISIBLE_DEVICES."""
+    """--gpus 0,1 as a list; without it the job GPU alone. Refuses GPUs outside
+    CUDA_VISIBLE_DEVICES."""
     visible = visible_gpus()
     job = job_gpu()  # also checks GPU against CUDA_VISIBLE_DEVICES
     if not option:
@@ -54,7 +55,8 @@ def parse_gpus(option: str | None) -> list[int]:
     outside = [g for g in gpus if visible is not None and g not in visible]
     if outside:
         raise FdbError(
-            f"--gpus {option} reaches outside CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} "
+            f"--gpus {option} reaches outside "
+            f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} "
             f"(GPU {', '.join(map(str, outside))})",
             "list only GPUs that CUDA_VISIBLE_DEVICES names, or widen it",
         )
@@ -74,7 +76,8 @@ def plan_servers(gpus: list[int], num_shards: int) -> list[ServerPlan]:
     if fixed and len(gpus) > 1:
         raise FdbError(
             f"SERVER_PORT gives every model server the same port ({fixed})",
-            "unset SERVER_PORT when --gpus lists several GPUs; each server then derives its port from its GPU",
+            "unset SERVER_PORT when --gpus lists several GPUs; "
+            "each server then derives its port from its GPU",
         )
     return [
         ServerPlan(gpu, int(fixed) if fixed else DEFAULT_SERVER_BASE_PORT + 10 * gpu)

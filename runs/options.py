@@ -50,7 +50,8 @@ class GenerateOptions(BaseModel):
     v10_dataset_revision: str | None = None
 
     def declared_revision(self, dataset: str) -> str | None:
-        """The revision label the user gave for ``dataset`` (its own option before --dataset-revision)."""
+        """The revision label the user gave for ``dataset``
+        (its own option before --dataset-revision)."""
         own = self.v15_dataset_revision if dataset == "v1.5" else self.v10_dataset_revision
         return own or self.dataset_revision
 

@@ -209,22 +209,27 @@ def exported(rep: RepeatPaths) -> tuple[bool, bool]:
         recorded = recording.is_dir() and any(recording.rglob("session.json"))
         if recorded and not manifest.exists():
             raise FdbError(
-                f"{manifest} is missing: generate recorded that dataset but did not finish its export",
-                f"the recording is kept: cut the windows again with {export_only_command(rep)}, then rerun asr",
+                f"{manifest} is missing: generate recorded that dataset but did not finish its "
+                "export",
+                f"the recording is kept: cut the windows again with {export_only_command(rep)}, "
+                "then rerun asr",
             )
         found.append(manifest.exists())
     if not any(found):
         raise FdbError(
             f"{rep.root} holds no recording",
-            f"record it first: python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} "
-            "with the selection options of the run's other repeats",
+            f"record it first: python -m fdb generate --run-name {rep.root.parent.name} --repeat "
+            f"{rep.number} with the selection options of the run's other repeats",
         )
     return found[0], found[1]
 
 
 def export_only_command(rep: RepeatPaths) -> str:
     """The command that recovers an interrupted export of ``rep`` byte for byte."""
-    return f"python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} --export-only"
+    return (
+        f"python -m fdb generate --run-name {rep.root.parent.name} --repeat {rep.number} "
+        "--export-only"
+    )
 
 
 def run_asr(
@@ -329,8 +334,8 @@ def run_v10_evaluator(
     rep: RepeatPaths, checkout: Path | None, accept_revision: str | None, console: Console
 ) -> bool:
     """The original v1.0 evaluator on the LLM-free subsets of a transcribed repeat (spec: the judge
-    step runs it first), when there is a checkout. False when the checkout fails its check; a
-    subset that evaluate.py fails is a warning naming its log (a rerun of judge evaluates it again)."""
+    step runs it first), when there is a checkout. False when the checkout fails its check; a subset
+    that evaluate.py fails is a warning naming its log (a rerun of judge evaluates it again)."""
     from scorers.v10_evaluator import run_evaluator
 
     if checkout is None or not (rep.v10_reference / "asr.json").exists():
@@ -338,7 +343,8 @@ def run_v10_evaluator(
     done = _evaluated(rep, checkout, accept_revision)
     if done is not None:
         console.print(
-            f"v1.0 evaluator: already evaluated with {escape(done.revision_label())} (evaluator.json)"
+            f"v1.0 evaluator: already evaluated with {escape(done.revision_label())} "
+            "(evaluator.json)"
         )
         return True
     venv = load_settings().scoring_venv
@@ -361,7 +367,8 @@ def run_v10_evaluator(
             _json_line(console, f"  {name}", subset.result)
         elif subset.status == "failed":
             console.print(
-                f"[red]WARNING[/]: the v1.0 evaluation failed for {escape(name)}: see {escape(str(subset.log))}"
+                f"[red]WARNING[/]: the v1.0 evaluation failed for {escape(name)}: "
+                f"see {escape(str(subset.log))}"
             )
     return True
 
@@ -391,9 +398,9 @@ def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
 def run_judge(
     run_name: str, repeat: int, console: Console, accept_revision: str | None = None
 ) -> bool:
-    """The judge step of --all-stages: the original v1.0 evaluator (with a checkout), then the
-    judge the environment configures (JUDGE, JUDGE_CONFIG / JUDGE_URL, OPENAI_API_KEY); without
-    one every label stays `pending`. ``accept_revision``: the checkout revision the user accepted."""
+    """The judge step of --all-stages: the original v1.0 evaluator (with a checkout), then the judge
+    the environment configures (JUDGE, JUDGE_CONFIG / JUDGE_URL, OPENAI_API_KEY); without one every
+    label stays `pending`. ``accept_revision``: the checkout revision the user accepted."""
     from judges import judge_repeat, resolve_judge
     from judges.console import RichProgress, print_summary
 
@@ -455,7 +462,8 @@ def stopped_after_recording(outcome, all_stages: bool, console: Console) -> None
     if all_stages:
         commands = " && ".join(continue_commands(outcome.run_name, outcome.repeat, "asr"))
         console.print(
-            f"--all-stages stopped before asr; to score this repeat as recorded anyway: {escape(commands)}",
+            "--all-stages stopped before asr; to score this repeat as recorded anyway: "
+            f"{escape(commands)}",
             soft_wrap=True,
         )
 
@@ -469,8 +477,8 @@ def run_all_stages(
     for step, fn in steps:
         if not fn(run_name, repeat, console):
             console.print(
-                f"[red]ERROR[/]: {step} stopped the --all-stages run of {run_name} repeat-{repeat}; "
-                "fix the cause above, then continue with: "
+                f"[red]ERROR[/]: {step} stopped the --all-stages run of {run_name} "
+                f"repeat-{repeat}; fix the cause above, then continue with: "
                 + escape(" && ".join(continue_commands(run_name, repeat, step, accept_revision))),
                 soft_wrap=True,
             )

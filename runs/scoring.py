@@ -77,7 +77,8 @@ def resolve(
     differs = (recorded or ScoringBackends()).differences(choice)
     if recorded is not None and differs and not side_by_side:
         raise FdbError(
-            f"run {run.name} is scored with other backends ({run.manifest} scoring): {'; '.join(differs)}",
+            f"run {run.name} is scored with other backends ({run.manifest} scoring): "
+            f"{'; '.join(differs)}",
             f"add --side-by-side to write them under repeat-N/scoring/{choice.tag()}/ beside the "
             "run's, leave the option out to use the run's, or score into a new --run-name",
         )
@@ -85,7 +86,8 @@ def resolve(
         side_by_side and not differs
     ):  # a run with no choice recorded yet is (or will be) scored with the defaults
         raise FdbError(
-            f"--side-by-side with the run's own backends ({choice.tag()}) would score {run.name} twice",
+            f"--side-by-side with the run's own backends ({choice.tag()}) would score {run.name} "
+            "twice",
             "leave --side-by-side out, or pass the backend you want beside the run's",
         )
     return choice
@@ -163,10 +165,11 @@ def check_outputs(
     for path, found, ident in outputs:
         if found == kind and now is not None and not same_model(ident, now):
             raise FdbError(
-                f"{path} holds {kind} results of {ident.get('name')} (sha256 {str(ident.get('checkpoint_sha256'))[:12]}), "
-                f"not of {now.get('name')}: scoring {target.rep.root} with it would overwrite or mix them",
-                "pass the backend that wrote them (fdb asr --help), add --side-by-side to keep both, "
-                "or use a new --run-name",
+                f"{path} holds {kind} results of {ident.get('name')} (sha256 "
+                f"{str(ident.get('checkpoint_sha256'))[:12]}), not of {now.get('name')}: "
+                f"scoring {target.rep.root} with it would overwrite or mix them",
+                "pass the backend that wrote them (fdb asr --help), add --side-by-side to keep "
+                "both, or use a new --run-name",
             )
 
 

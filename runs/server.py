@@ -183,8 +183,8 @@ class ManagedServer:
             stop = f"stop it (kill {holder.pid})" if holder.pid is not None else "stop it"
             raise FdbError(
                 f"something already serves {self.host}:{self.port} ({holder.describe()})",
-                f"often a server left from an interrupted run: {stop}, set SERVER_PORT to a free port, "
-                "or pass --url to use it",
+                f"often a server left from an interrupted run: {stop}, set SERVER_PORT to a free "
+                "port, or pass --url to use it",
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
@@ -218,8 +218,8 @@ class ManagedServer:
             time.sleep(0.5)
         self.stop()
         raise FdbError(
-            f"the model server did not become ready within {self.ready_timeout_s:.0f} s; last log lines:\n"
-            + tail(self.log_path),
+            f"the model server did not become ready within {self.ready_timeout_s:.0f} s; "
+            "last log lines:\n" + tail(self.log_path),
             f"full log: {self.log_path}",
         )
 
@@ -228,7 +228,10 @@ class ManagedServer:
             code = self.proc.returncode
             fix = f"full log: {self.log_path}"
             if phase == "during the recordings":
-                fix = f"fix the cause (full log: {self.log_path}), delete the repeat and generate it again"
+                fix = (
+                    f"fix the cause (full log: {self.log_path}), "
+                    "delete the repeat and generate it again"
+                )
             raise FdbError(
                 f"the model server exited with code {code} {phase}; last log lines:\n"
                 + tail(self.log_path),

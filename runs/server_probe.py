@@ -63,8 +63,8 @@ def probe_server(
     timeout_s: float = TIMEOUT_S,
     paths: tuple[str, ...] = PROBES,
 ) -> ServerReport:
-    """Ask the server at ``url`` (its realtime or base URL) what it is. ``headers`` go with each
-    GET (a bearer token, the profile's headers); ``secrets`` are values to keep out of the record."""
+    """Ask the server at ``url`` (its realtime or base URL) what it is. ``headers`` go with each GET
+    (a bearer token, the profile's headers); ``secrets`` are values to keep out of the record."""
     base = base_url(url)
     hidden = sorted(
         {*secret_values(), *(s for s in secrets if s), *_header_secrets(headers)},
@@ -125,7 +125,10 @@ def _get(
             path=path,
             status="failed",
             http_status=status,
-            reason=f"HTTP 200 but the body is not JSON ({one_line(kind, 60)}, {len(reply.content)} bytes)",
+            reason=(
+                f"HTTP 200 but the body is not JSON ({one_line(kind, 60)}, "
+                f"{len(reply.content)} bytes)"
+            ),
         )
     return Probe(
         path=path, status="ok", http_status=status, body=_clean(_drop_volatile(path, body), hidden)

@@ -155,7 +155,8 @@ def plan_jobs(opts: SweepOptions, console: Console) -> list[LevelJob]:
             f"the selection leaves no {opts.dataset} sample to record", "raise --per-subset"
         )
     console.print(
-        f"{opts.dataset} ({selected.tree.source}, {selected.tree.root}): {len(selected.samples)} selected"
+        f"{opts.dataset} ({selected.tree.source}, {selected.tree.root}): "
+        f"{len(selected.samples)} selected"
     )
     variants = V15_VARIANTS if opts.dataset == "v1.5" else (("main", "input_wav"),)
     return [
@@ -397,7 +398,8 @@ def level_servers(levels: list[Path]) -> tuple[ServerProvenance | None, list[str
 
     differ = sorted(
         {
-            f"level {level}'s server provenance differs from level {found[0][0]}'s (see its level.json)"
+            f"level {level}'s server provenance differs from level {found[0][0]}'s "
+            "(see its level.json)"
             for level, server in found
             if key(server) != key(first)
         }
@@ -422,13 +424,15 @@ def summary_table(data: dict) -> Table:
 
 @contextlib.contextmanager
 def _serving(opts: SweepOptions, console: Console) -> Iterator[tuple[str, Callable[[], None]]]:
-    """(url, check_alive): --url as given, or the bundled server with max_sessions = the top level."""
+    """(url, check_alive): --url as given, or the bundled server with max_sessions = the top
+    level."""
     if opts.record.url is not None:
         yield opts.record.url, lambda: None
         return
     server = bundled_server(opts)
     console.print(
-        f"starting the bundled server {opts.record.system} on :{server.port} (max_sessions {opts.top_level}) …"
+        f"starting the bundled server {opts.record.system} on :{server.port} "
+        f"(max_sessions {opts.top_level}) …"
     )
     server.start()
     try:

@@ -110,7 +110,8 @@ class RoundSpec(BaseModel):
 
 
 def parse_concurrency(text: str) -> list[int]:
-    """ "64 64 128" or "1,2,2,4" -> the level entries in order: commas and/or spaces, repeats allowed."""
+    """ "64 64 128" or "1,2,2,4" -> the level entries in order: commas and/or spaces,
+    repeats allowed."""
     hint = "e.g. --concurrency 1,2,4,8 or --concurrency '64 64 128'"
     parts = [part for part in re.split(r"[,\s]+", text.strip()) if part]
     try:
@@ -340,7 +341,8 @@ def round_rows(output: Path, opts: TtsBenchOptions) -> list:
 
 
 def entry_rows(rounds: list) -> tuple[list, list]:
-    """(one LevelRow per entry: the mean over its measured rounds, LevelStats per entry), in entry order."""
+    """(one LevelRow per entry: the mean over its measured rounds, LevelStats per entry),
+    in entry order."""
     from scorers.tts_serving import level_stats, mean_row
 
     measured: dict[int, list] = {}
@@ -501,7 +503,8 @@ def _shown_options(opts: TtsBenchOptions) -> dict:
 
 
 def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
-    """Record every round of every level entry (starting the bundled server unless --url), score, report."""
+    """Record every round of every level entry (starting the bundled server unless --url), score,
+    report."""
     console = console or Console(stderr=True)
     plan = plan_rounds(opts)
     if any((opts.output / spec.directory / "requests.jsonl").exists() for spec in plan):
@@ -511,7 +514,8 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     if opts.transport == "realtime" and opts.url is None:
         raise FdbError(
             "the bundled server's /v1/realtime is a spoken-dialogue cascade, not a TTS session",
-            "pass --url of a server that reads text aloud over /v1/realtime, or use --transport http",
+            "pass --url of a server that reads text aloud over /v1/realtime, "
+            "or use --transport http",
         )
     items, dataset = _load_items(opts, console)
     notes: list[str] = []
@@ -523,8 +527,8 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
                 update={"extra_body": {**opts.extra_body, "ignore_ref_audio": True}}
             )
             notes.append(
-                "the bundled endpoint cannot clone voices: ref_audio was sent with ignore_ref_audio "
-                "and the built-in Piper voice spoke"
+                "the bundled endpoint cannot clone voices: ref_audio was sent with "
+                "ignore_ref_audio and the built-in Piper voice spoke"
             )
     url = opts.url or server.http_url
     client_opts = _client_options(opts, url)

@@ -86,7 +86,8 @@ def _connect_tcp(host: str, port: int, shown: str) -> None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise FdbError(
-            f"--url {shown}: the host {host} does not resolve ({getattr(exc, 'strerror', None) or exc})",
+            f"--url {shown}: the host {host} does not resolve "
+            f"({getattr(exc, 'strerror', None) or exc})",
             "check the host name in --url",
         ) from exc
     last: OSError | None = None
@@ -105,11 +106,13 @@ def _connect_tcp(host: str, port: int, shown: str) -> None:
         )
     if isinstance(last, TimeoutError):
         raise FdbError(
-            f"--url {shown}: {host}:{port} did not accept a connection within {CONNECT_TIMEOUT_S:g} s",
+            f"--url {shown}: {host}:{port} did not accept a connection within "
+            f"{CONNECT_TIMEOUT_S:g} s",
             "check the host, the port and any firewall in between",
         )
     raise FdbError(
-        f"--url {shown}: cannot connect to {host}:{port} ({getattr(last, 'strerror', None) or last})",
+        f"--url {shown}: cannot connect to {host}:{port} "
+        f"({getattr(last, 'strerror', None) or last})",
         "check the host and port in --url",
     )
 
@@ -118,10 +121,19 @@ def _refused_hint(status: int) -> str:
     if status == 401:
         return "the server wants credentials: check the token or key it expects"
     if status == 403:
-        return f"check the path in --url (the realtime WebSocket endpoint, e.g. {EXAMPLE}) and any token the server expects"
+        return (
+            "check the path in --url (the realtime WebSocket endpoint, "
+            f"e.g. {EXAMPLE}) and any token the server expects"
+        )
     if status == 503:
-        return "the server has no free session (another client may hold them): stop it or wait, then retry"
-    return f"check the path in --url: it must be the server's realtime WebSocket endpoint, e.g. {EXAMPLE}"
+        return (
+            "the server has no free session (another client may hold them): stop it or wait, "
+            "then retry"
+        )
+    return (
+        "check the path in --url: it must be the server's realtime WebSocket endpoint, "
+        f"e.g. {EXAMPLE}"
+    )
 
 
 async def _upgrade(url: str, profile: str, shown: str, on_message) -> WsClient:
@@ -148,12 +160,14 @@ async def _upgrade(url: str, profile: str, shown: str, on_message) -> WsClient:
             ) from exc
         except TimeoutError as exc:
             raise FdbError(
-                f"--url {shown}: no answer to the WebSocket upgrade within {HANDSHAKE_TIMEOUT_S:g} s",
+                f"--url {shown}: no answer to the WebSocket upgrade within "
+                f"{HANDSHAKE_TIMEOUT_S:g} s",
                 "check that --url names a realtime WebSocket endpoint, not another service",
             ) from exc
         except (OSError, picows.WSError, ValueError) as exc:
             raise FdbError(
-                f"--url {shown}: the WebSocket upgrade failed ({one_line(str(exc) or repr(exc), 200)})",
+                f"--url {shown}: the WebSocket upgrade failed "
+                f"({one_line(str(exc) or repr(exc), 200)})",
                 "check that --url names a realtime WebSocket endpoint (and wss:// only for TLS)",
             ) from exc
     raise AssertionError("unreachable")
@@ -184,7 +198,8 @@ async def _session_created(
             event, problem, _ = parse_server_message(received.pop(0))
             if event is None:
                 raise FdbError(
-                    f"--url {shown}: the server sent {one_line(problem, 200)} instead of session.created",
+                    f"--url {shown}: the server sent {one_line(problem, 200)} instead of "
+                    "session.created",
                     PROFILE_HINT,
                 )
             if event["type"] == "session.created":
@@ -207,7 +222,8 @@ async def _session_created(
         left = deadline - CLOCK()
         if left <= 0:
             raise FdbError(
-                f"--url {shown}: the WebSocket opened but no session.created came within {timeout_s:g} s",
+                f"--url {shown}: the WebSocket opened but no session.created came within "
+                f"{timeout_s:g} s",
                 PROFILE_HINT,
             )
         arrived.clear()

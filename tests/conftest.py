@@ -74,21 +74,22 @@ def missing_shared(path: Path, what: str) -> str | None:
     except ValueError:
         upstream = path.name
     return (
-        f"needs {what}, missing at {path}: Full-Duplex-Bench reference data (CC BY-NC 4.0) that fdb "
-        f"does not ship. Put the team's shared/ folder beside the repository, or copy it there from "
-        f"{upstream} of a Full-Duplex-Bench checkout ({UPSTREAM})"
+        f"needs {what}, missing at {path}: Full-Duplex-Bench reference data (CC BY-NC 4.0) that "
+        "fdb does not ship. Put the team's shared/ folder beside the repository, or copy it there "
+        f"from {upstream} of a Full-Duplex-Bench checkout ({UPSTREAM})"
     )
 
 
 def requires_shared(path: Path, what: str) -> pytest.MarkDecorator:
-    """Mark a test (or a module, as ``pytestmark``) to skip, with a reason naming ``what`` and how to
-    get it, when ``path`` under ../shared is missing."""
+    """Mark a test (or a module, as ``pytestmark``) to skip, with a reason naming ``what`` and how
+    to get it, when ``path`` under ../shared is missing."""
     reason = missing_shared(path, what)
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
 def skip_without_shared(path: Path, what: str) -> Path:
-    """Skip the calling test or fixture now when ``path`` under ../shared is missing; else return it."""
+    """Skip the calling test or fixture now when ``path`` under ../shared is missing;
+    else return it."""
     reason = missing_shared(path, what)
     if reason is not None:
         pytest.skip(reason)

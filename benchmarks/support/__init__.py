@@ -1,1 +1,2 @@
-"""Builders and fakes shared by benchmarks/ and tests/ (tests may import them; the packages never do)."""
+"""Builders and fakes shared by benchmarks/ and tests/ (tests may import them;
+the packages never do)."""

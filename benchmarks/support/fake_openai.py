@@ -183,7 +183,10 @@ class FakeJudge:
         if "#unparsable" in user:
             return "Analysis: **fine**. I would rate the AI's response as 4"
         rating = re.search(r"#rating=(\d+)", user)
-        return f"Analysis: it answers the interruption.\nI would rate the AI's response as {rating.group(1) if rating else 4}"
+        return (
+            "Analysis: it answers the interruption.\n"
+            f"I would rate the AI's response as {rating.group(1) if rating else 4}"
+        )
 
     def _control_answers(self) -> dict[str, dict[str, str]]:
         pairs, expected = load_controls()

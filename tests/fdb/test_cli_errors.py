@@ -102,7 +102,8 @@ def wrapped(
 
 
 def one_error_line(done: subprocess.CompletedProcess) -> str:
-    """The failure's only stderr line (a status line before it is allowed), checked for the rules."""
+    """The failure's only stderr line (a status line before it is allowed),
+    checked for the rules."""
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stderr
     assert lines and lines[-1].startswith("ERROR: "), done.stderr
@@ -233,9 +234,9 @@ def test_per_subset_with_sample_id_is_one_line_not_a_pydantic_dump(tmp_path):
         "candor_turn_taking/1",
     )
     assert one_error_line(done) == (
-        "ERROR: --v10-per-subset and --v10-sample-id exclude each other: explicit sample ids select exactly "
-        "those samples (drop --v10-per-subset and --v10-subset-count, or drop --v10-sample-id and "
-        "--v10-sample-ids-file)"
+        "ERROR: --v10-per-subset and --v10-sample-id exclude each other: explicit sample ids "
+        "select exactly those samples (drop --v10-per-subset and --v10-subset-count, or drop "
+        "--v10-sample-id and --v10-sample-ids-file)"
     )
     assert not (tmp_path / "runs" / "x").exists()
 
@@ -363,8 +364,8 @@ def test_aggregate_of_a_directory_that_is_no_run_is_refused(tmp_path):
     (tmp_path / "runs" / "empty").mkdir(parents=True)
     line = one_error_line(fdb(tmp_path, "aggregate", "--run-name", "empty"))
     assert line == (
-        f"ERROR: {tmp_path}/runs/empty holds neither run.json nor a repeat-N/: nothing to aggregate "
-        "(record a repeat first: python -m fdb generate --run-name empty)"
+        f"ERROR: {tmp_path}/runs/empty holds neither run.json nor a repeat-N/: nothing to "
+        "aggregate (record a repeat first: python -m fdb generate --run-name empty)"
     )
     assert not (tmp_path / "runs" / "empty" / "RESULTS.md").exists()
 
@@ -560,9 +561,9 @@ def test_user_mistakes_are_one_line_with_a_fix(tmp_path, case):
 
 def test_a_port_that_is_no_port_is_named(tmp_path):
     line = one_error_line(fdb(tmp_path, "env", SERVER_PORT="abc"))
-    assert (
-        line
-        == "ERROR: SERVER_PORT='abc' is not a TCP port (export SERVER_PORT as a number from 1 to 65535, or unset it)"
+    assert line == (
+        "ERROR: SERVER_PORT='abc' is not a TCP port (export SERVER_PORT as a number from 1 to "
+        "65535, or unset it)"
     )
     line = one_error_line(fdb(tmp_path, "serve", "--port", "99999", timeout=60))
     assert line.startswith("ERROR: Invalid value for '--port': ") and "65535" in line, line

@@ -25,10 +25,11 @@ def root(tmp_path: Path) -> Path:
     _wav(root / "en" / "wavs" / "common_voice_en_p1-common_voice_en_t1.wav")
     _wav(root / "zh" / "prompt-wavs" / "10002287-00000094.wav")
     (root / "en" / "meta.lst").write_text(
-        "common_voice_en_p1-common_voice_en_t1|Prompt one.|prompt-wavs/common_voice_en_p1.wav|Target one."
-        "|wavs/common_voice_en_p1-common_voice_en_t1.wav\n"
+        "common_voice_en_p1-common_voice_en_t1|Prompt one.|prompt-wavs/common_voice_en_p1.wav"
+        "|Target one.|wavs/common_voice_en_p1-common_voice_en_t1.wav\n"
         "\n"
-        "  common_voice_en_p2-common_voice_en_t2 | Prompt two. | prompt-wavs/common_voice_en_p2.wav | Target two.\r\n"
+        "  common_voice_en_p2-common_voice_en_t2 | Prompt two. | prompt-wavs/common_voice_en_p2.wav"
+        " | Target two.\r\n"
     )
     (root / "zh" / "meta.lst").write_text(
         "10002287-00000095|在一无所知中。|prompt-wavs/10002287-00000094.wav|我们走吧。\n"

@@ -19,7 +19,8 @@ from fdb.datasets.types import V10_SUBSETS, V15_CATEGORIES
 
 TOLERANCE_S = 0.1  # the acceptance bound: annotation edges within 100 ms of Silero's
 SILENCE_RMS = 0.003  # no 10 ms frame inside an annotated silence is louder than this
-# Every part but the 30 s ICC monologue (its assembly is covered with a fake TTS, to keep this fast).
+# Every part but the 30 s ICC monologue (its assembly is covered with a fake TTS,
+# to keep this fast).
 SIZES = SynthSizes.build(2, 1, 2, ["icc_backchannel=0"])
 
 

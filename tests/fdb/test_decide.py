@@ -87,7 +87,8 @@ def test_exact_values_compare_as_they_are():
 
 def test_few_paired_samples_cannot_be_significant():
     """Three samples that all moved one way: the sign-flip test gives 1/8, so no verdict; the
-    bootstrap alone would have claimed p = 1/2001 (every resample of 3 positive deltas is positive)."""
+    bootstrap alone would have claimed p = 1/2001 (every resample of 3 positive deltas is
+    positive)."""
     base = {"a": 1.0, "b": 1.2, "c": 1.1}
     cand = {"a": 1.5, "b": 1.9, "c": 1.6}
     effect = decide.paired(base, cand, "lower")

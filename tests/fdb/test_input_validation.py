@@ -68,9 +68,9 @@ def test_truncated_wav_is_refused_by_read_wav(tmp_path):
     with pytest.raises(SampleError) as err:
         read_wav(wav, "icc_backchannel/1")
     assert err.value.one_line() == (
-        f"icc_backchannel/1: {wav}: truncated WAV: its header declares 48000 frames (3.000 s) but the file "
-        "holds 16000 (1.000 s) (the file is cut short (an interrupted copy or download?): replace it with "
-        "the complete file)"
+        f"icc_backchannel/1: {wav}: truncated WAV: its header declares 48000 frames (3.000 s) but "
+        "the file holds 16000 (1.000 s) (the file is cut short (an interrupted copy or download?): "
+        "replace it with the complete file)"
     )
 
 
@@ -88,9 +88,9 @@ def test_truncated_dataset_input_is_a_per_sample_problem(tmp_path):
     assert [s.id for s in loaded[SUBSET]] == ["2"]
     (problem,) = problems
     assert problem.one_line() == (
-        f"{SUBSET}/1: {wav}: truncated WAV: its header declares 48000 frames (3.000 s) but the file holds "
-        "16000 (1.000 s) (restore input.wav from the official archive and rerun `python -m fdb setup` "
-        "(fdb's synthetic set: rerun `python -m fdb dataset synth`))"
+        f"{SUBSET}/1: {wav}: truncated WAV: its header declares 48000 frames (3.000 s) but the "
+        "file holds 16000 (1.000 s) (restore input.wav from the official archive and rerun "
+        "`python -m fdb setup` (fdb's synthetic set: rerun `python -m fdb dataset synth`))"
     )
 
 
@@ -120,8 +120,8 @@ def test_generate_reports_a_broken_sample_and_records_the_others(tmp_path, monke
     assert chosen.ids == [f"{SUBSET}/1", f"{SUBSET}/2"] and [s.id for s in chosen.samples] == ["2"]
     _print_selection([chosen], console)
     assert (
-        f"WARNING: not recorded, the dataset sample is broken: {SUBSET}/1: {wav}: truncated WAV: its header "
-        "declares 48000 frames"
+        f"WARNING: not recorded, the dataset sample is broken: {SUBSET}/1: {wav}: truncated WAV: "
+        "its header declares 48000 frames"
     ) in console.export_text()
 
 
@@ -135,8 +135,8 @@ def test_twenty_minute_input_is_refused_before_recording(tmp_path):
     assert [s.id for s in loaded[SUBSET]] == ["2"]
     assert problems[0].one_line() == (
         f"{SUBSET}/1: {wav}: input is 1200.000 s long, not shorter than the 230 s session deadline "
-        "(V10_SESSION_TIMEOUT_S): its session could never finish (drop the sample from the selection: "
-        "sessions are capped at 230 s, so it cannot be recorded)"
+        "(V10_SESSION_TIMEOUT_S): its session could never finish (drop the sample from the "
+        "selection: sessions are capped at 230 s, so it cannot be recorded)"
     )
 
 
@@ -154,8 +154,9 @@ def test_input_over_a_raised_deadline_says_how_far_it_may_go(tmp_path, monkeypat
     assert chosen.samples == []
     assert chosen.problems == [
         f"{SUBSET}/1: {wav}: input is 100.000 s long, not shorter than the 90 s session deadline "
-        "(V10_SESSION_TIMEOUT_S): its session could never finish (drop the sample from the selection, or "
-        f"raise V10_SESSION_TIMEOUT_S above 100 s (it may go up to {MAX_SESSION_TIMEOUT_S:g} s))"
+        "(V10_SESSION_TIMEOUT_S): its session could never finish (drop the sample from the "
+        "selection, or raise V10_SESSION_TIMEOUT_S above 100 s "
+        f"(it may go up to {MAX_SESSION_TIMEOUT_S:g} s))"
     ]
 
 

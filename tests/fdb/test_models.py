@@ -1,4 +1,5 @@
-"""The embedded backends, for real, on short clips: Piper -> Whisper tiny.en, Silero VAD, SmolLM2."""
+"""The embedded backends, for real, on short clips: Piper -> Whisper tiny.en, Silero VAD,
+SmolLM2."""
 
 from __future__ import annotations
 
@@ -256,8 +257,10 @@ def test_smollm2_keeps_the_system_turn_cached_and_replies_the_same_whatever_it_s
         context.eval = lambda tokens: (evaluated.append(len(tokens)), original(tokens))[1]
         prompt = len(
             context.tokenize(
-                b"<|im_start|>system\nYou are a helpful voice assistant. Answer concisely.<|im_end|>\n"
-                b"<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+                b"<|im_start|>system\n"
+                b"You are a helpful voice assistant. Answer concisely.<|im_end|>\n"
+                b"<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+                b"<|im_start|>assistant\n",
                 add_bos=False,
                 special=True,
             )

@@ -123,7 +123,8 @@ def test_model_match_and_redaction():
 
 
 def test_a_judge_config_that_does_not_exist_says_so(tmp_path):
-    """#25: --judge-config /typo.json said 'needs the judge server's URL' (true, but not the problem)."""
+    """#25: --judge-config /typo.json said 'needs the judge server's URL' (true,
+    but not the problem)."""
     for env in ({}, {"JUDGE_URL": "http://127.0.0.1:30000/v1"}):
         with pytest.raises(FdbError, match="judge config .*typo.json does not exist"):
             resolve_judge(judge_config=tmp_path / "typo.json", env=env, work=tmp_path)

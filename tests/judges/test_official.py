@@ -82,7 +82,8 @@ def test_relevance_source_extracts_prompt_and_template(tmp_path):
     )
     pad = " " * 16
     assert src.user_message("ctx", "intr", "resp") == (
-        f"\n{pad}- Contextual user turn: ctx\n{pad}- User interrupting turn: intr\n{pad}- AI's response: resp\n{pad}"
+        f"\n{pad}- Contextual user turn: ctx\n{pad}- User interrupting turn: intr\n"
+        f"{pad}- AI's response: resp\n{pad}"
     )
     actual = sha256_file(checkout / RELEVANCE_SCORER)
     assert [d.model_dump() for d in src.check.differences] == [
@@ -131,7 +132,8 @@ def test_behavior_message_is_the_official_layout():
     [
         ('{ "behaviour": ["C_RESUME"] }', "ok", "C_RESUME"),
         (
-            'Thinking {not json} then {"x": 1} {"behaviour": ["C_UNKNOWN"]} {"behaviour": ["C_RESPOND"]}',
+            'Thinking {not json} then {"x": 1} {"behaviour": ["C_UNKNOWN"]} '
+            '{"behaviour": ["C_RESPOND"]}',
             "ok",
             "C_UNKNOWN",
         ),
@@ -154,7 +156,8 @@ def test_parse_behavior(reply, kind, label):
     [
         ("Analysis: good.\nI would rate the AI's response as 4", "ok", 4),
         (
-            "Analysis: a.\nI would rate the AI's response as 2\nAnalysis: b.\nI would rate the AI's response as 5.",
+            "Analysis: a.\nI would rate the AI's response as 2\n"
+            "Analysis: b.\nI would rate the AI's response as 5.",
             "ok",
             5,
         ),

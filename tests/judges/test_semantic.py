@@ -65,8 +65,9 @@ def test_parse_verdict_checks_quotes_and_statuses():
     shown = payload(pair)
     assert shown["reply_from_overlap_on"] == "late part" and shown["overlap_window_s"] == [4.0, 5.0]
     good = (
-        '<think>{"interaction_handling": 1}</think>{"interaction_handling": {"status": "accept", "quote": "late part"},'
-        ' "relevance": {"status": "fail", "quote": "nothing like this"}, "grounding": {"status": "unresolved"}}'
+        '<think>{"interaction_handling": 1}</think>{"interaction_handling": {"status": "accept", '
+        '"quote": "late part"}, "relevance": {"status": "fail", "quote": "nothing like this"}, '
+        '"grounding": {"status": "unresolved"}}'
     )
     parsed = parse_verdict(good, shown)
     axes = parsed.value["axes"]
@@ -131,7 +132,8 @@ def test_grades_are_kept_when_every_control_matches(tmp_path, fake):
         and request["temperature"] == 0.0
         and request["chat_template_kwargs"] == {"enable_thinking": True}
     )
-    # the first batch (concurrency 1: one pair) went out with the controls, the rest after the comparison
+    # the first batch (concurrency 1: one pair) went out with the controls,
+    # the rest after the comparison
     pairs = [r for r in rows if r["task"] == "semantic"]
     assert sum(r["t_utc"] < comparison["compared_utc"] for r in pairs) == 1 and len(pairs) == 3
     assert read_json(folder / "summary.json")["schema"] == "fdb-v1.5-semantic-1"

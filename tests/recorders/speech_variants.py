@@ -86,7 +86,8 @@ def pieces(data: bytes, n: int) -> list[bytes]:
 
 
 class VariantServer:
-    """``routes[(METHOD, path)]`` answered on ``http://127.0.0.1:<port>``; every request in ``seen``."""
+    """``routes[(METHOD, path)]`` answered on ``http://127.0.0.1:<port>``;
+    every request in ``seen``."""
 
     def __init__(self, routes: dict[tuple[str, str], Route] | None = None) -> None:
         self.routes: dict[tuple[str, str], Route] = dict(routes or {})

@@ -262,7 +262,8 @@ def test_cli_exits_1_and_lists_failed_and_not_exercised_rules(tmp_path, capsys, 
 
 
 def test_a_server_that_drops_the_connection_leaves_the_scenarios_not_exercised():
-    """The peer closes after 5 packets on every connection: nothing hangs, and no scenario rule passes."""
+    """The peer closes after 5 packets on every connection: nothing hangs,
+    and no scenario rule passes."""
     from tests.recorders.dialect_fakes import Faults
 
     async def main_():

@@ -204,7 +204,8 @@ def test_a_refused_upgrade_carries_its_status(status):
 async def _upgrade(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float = 0.0
 ) -> None:
-    """Accept the client's upgrade by hand (RFC 6455 §4.2.2), ``delay`` seconds after its request."""
+    """Accept the client's upgrade by hand (RFC 6455 §4.2.2),
+    ``delay`` seconds after its request."""
     request = await reader.readuntil(b"\r\n\r\n")
     key = next(
         line.split(b":", 1)[1].strip()
@@ -232,7 +233,8 @@ async def _raw_server(handler):
 
 
 def _open_with(peer):
-    """Serve the raw handler ``peer`` and open a client to it (what ``open_client`` raises, raises)."""
+    """Serve the raw handler ``peer`` and open a client to it (what ``open_client`` raises,
+    raises)."""
 
     async def main():
         server, url = await _raw_server(peer)

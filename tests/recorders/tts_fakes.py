@@ -8,7 +8,8 @@ Variants (rate, [(send at s, audio bytes)], extras):
 - ``l16``: ``audio/L16; rate=16000`` without X-Sample-Rate, 0.1 s at 0.05;
 - ``undeclared``: raw PCM that never says its rate;
 - ``wav``: a streamed WAV (16 kHz), 0.1 s at 0.05 and at 0.15;
-- ``sse``: OpenAI ``speech.audio.delta`` at 24 kHz (X-Sample-Rate), 0.1 s at 0.10 and 0.20, then done;
+- ``sse``: OpenAI ``speech.audio.delta`` at 24 kHz (X-Sample-Rate), 0.1 s at 0.10 and 0.20,
+  then done;
 - ``sse-late``: 0.1 s at 0.10, ``speech.audio.done`` at 0.15, then 80 ms more at 0.20 (audio
   published after the stream should have ended);
 - ``sse-legacy``: sglang's older ``audio.speech.chunk`` events (base64 WAV at 24 kHz), 0.1 s at

@@ -23,7 +23,8 @@ from tests.reports.test_results_tables import _summary
 
 
 def _judge(share_respond: float) -> dict:
-    """judge.json of two pairs judged, a share ``share_respond`` of them C_RESPOND, the rest C_RESUME."""
+    """judge.json of two pairs judged, a share ``share_respond`` of them C_RESPOND,
+    the rest C_RESUME."""
     respond = round(2 * share_respond)
     counts = {
         "C_RESPOND": respond,
@@ -128,7 +129,8 @@ def test_aggregate_writes_csv_tables_and_png_plots(tmp_path):
 
 
 def _markdown_tables(text: str) -> list[list[list[str]]]:
-    """The cells of every Markdown table, in order (separator rows left out, `\\|` read back as `|`)."""
+    """The cells of every Markdown table, in order (separator rows left out,
+    `\\|` read back as `|`)."""
     tables, current = [], None
     for line in text.splitlines():
         if not line.startswith("|"):

@@ -438,8 +438,8 @@ def test_two_systems_cross_table_and_paired_view(runs, tmp_path):
     x, y = noise_points(5), noise_points(4)
     assert round(x) == 62 and round(y) == 69
     assert (
-        f"Behavior rates come from 5 samples per v1.5 category and 4 per v1.0 subset; differences smaller than "
-        f"about {x:.0f} and {y:.0f} points, respectively, are within sampling noise"
+        "Behavior rates come from 5 samples per v1.5 category and 4 per v1.0 subset; differences "
+        f"smaller than about {x:.0f} and {y:.0f} points, respectively, are within sampling noise"
     ) in "\n".join(cross["notes"])
 
     changed = data["tables"][1]
@@ -513,7 +513,8 @@ def test_three_systems_mean_over_repeats_and_different_selection(runs, tmp_path)
     assert _row(cross, "Responds when the user interrupts")[4] == "60% (3/5)"  # 2/5 and 4/5
     assert _row(cross, "Takes the turn within 2 s")[4] == "66.7% (2/3)"
     assert _row(cross, "Concurrent sessions")[2:] == ["not measured"] * 3
-    # numbers of different MOS backends never share a row; C has listening scores in 1 of its 2 repeats
+    # numbers of different MOS backends never share a row;
+    # C has listening scores in 1 of its 2 repeats
     assert _row(cross, "UTMOS")[2:] == ["3.75 (n = 8 replies)", "not measured", "not measured"]
     assert _row(cross, "DNSMOS (OVRL)")[2:] == [
         "not measured",

@@ -37,15 +37,15 @@ FULL = ServerReport(
 def test_report_lines_say_what_the_server_said_and_what_did_not_answer():
     (said, quiet) = report_lines(FULL)
     assert said == (
-        "The server (http://127.0.0.1:9) reports: system `omni-cascade`; model `omni-1`; service nodes "
-        "asr (kind `whisper`), llm (kind `openai-chat`, model `SmolLM2`); backends tts `piper/joe` 1.8.0; "
-        "/v1/models `omni-1`, `omni-2`; max_sessions 8."
+        "The server (http://127.0.0.1:9) reports: system `omni-cascade`; model `omni-1`; service "
+        "nodes asr (kind `whisper`), llm (kind `openai-chat`, model `SmolLM2`); backends tts "
+        "`piper/joe` 1.8.0; /v1/models `omni-1`, `omni-2`; max_sessions 8."
     )
     assert quiet == "Not answered: /health failed (no answer within 5 s)."
     (bare,) = report_lines(ServerReport(url="http://h", service_nodes={}, models=[]))
     assert bare == (
-        "The server (http://h) reports: system not reported; model not reported; service nodes none; "
-        "/v1/models lists none."
+        "The server (http://h) reports: system not reported; model not reported; service nodes "
+        "none; /v1/models lists none."
     )
     assert report_lines(None) == [
         "The server was not asked what it is (recorded before fdb probed servers)."
@@ -106,8 +106,8 @@ def test_results_header_names_revisions_report_and_a_repeat_whose_server_changed
     )
     assert "In repeat-1, the server" not in header  # the same server as the run's first repeat
     assert (
-        "In repeat-2, the server (http://127.0.0.1:9) reports: system `omni-cascade`; model `omni-2`;"
-        in header
+        "In repeat-2, the server (http://127.0.0.1:9) reports: system `omni-cascade`; "
+        "model `omni-2`;" in header
     )
     assert "revision `fdb-synth-1`, declared revision `3e79`, 1 selected." in header
     assert data["server"]["reported"]["model"] == "omni-1"

@@ -26,7 +26,8 @@ PHASES = {
 
 @pytest.fixture(scope="module")
 def v10_root(tmp_path_factory) -> Path:
-    """A v1.0 tree of fdb's synthetic set with one candor_turn_taking sample (a silent fake voice)."""
+    """A v1.0 tree of fdb's synthetic set with one candor_turn_taking sample
+    (a silent fake voice)."""
     from fdb.datasets.synthetic import SynthSizes, generate_synthetic
     from tests.fdb.test_datasets_synth_config import FakeTts
 

@@ -141,7 +141,8 @@ def wait_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
 @contextmanager
 def standin(mode: str, token: str | None = None) -> Iterator[int]:
     """The stand-in server in ``mode`` on a free loopback port; yields the port. With ``token``,
-    capabilities and /v1/models answer 401 unless the request has ``Authorization: Bearer token``."""
+    capabilities and /v1/models answer 401 unless the request has
+    ``Authorization: Bearer token``."""
     port = free_port()
     proc = subprocess.Popen(
         [

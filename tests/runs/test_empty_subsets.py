@@ -35,8 +35,8 @@ def test_every_phase_tolerates_a_repeat_with_nothing_eligible(demo_run):
     results = (demo_run.run / "RESULTS.md").read_text()
     # each section says that nothing was eligible (counts of 0, n/a), none invents a number
     assert (
-        "| candor_turn_taking | 1 | 1 | 0 | 1 | pacing_violation: every sample made ineligible by the test: 1 |"
-        in results
+        "| candor_turn_taking | 1 | 1 | 0 | 1 | pacing_violation: "
+        "every sample made ineligible by the test: 1 |" in results
     )
     assert "| early_start_rate | n/a | n/a | 0/0 |" in results
     assert (

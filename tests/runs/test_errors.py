@@ -30,7 +30,10 @@ class FakeServer(ManagedServer):
         return [sys.executable, "-c", self.script]
 
 
-LOG_THEN = "import time,sys; print('loading weights'); print('boom: no module named onnx'); sys.stdout.flush(); "
+LOG_THEN = (
+    "import time,sys; print('loading weights'); print('boom: no module named onnx'); "
+    "sys.stdout.flush(); "
+)
 
 
 def test_server_not_ready_ends_with_the_log_tail(tmp_path, monkeypatch):

@@ -196,8 +196,14 @@ def test_port_holder_falls_back_to_an_unknown_process(tmp_path, monkeypatch):
     """Another user's process (its fds unreadable) shows only its uid; no /proc, nothing."""
     fake = tmp_path / "proc"
     (fake / "net").mkdir(parents=True)
-    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-    row = "   0: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1234        0 99999 1\n"
+    header = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"
+        "   uid  timeout inode\n"
+    )
+    row = (
+        "   0: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000"
+        "  1234        0 99999 1\n"
+    )
     (fake / "net" / "tcp").write_text(header + row)
     (fake / "4242" / "fd").mkdir(parents=True)  # a process whose fds point elsewhere
     (fake / "4242" / "fd" / "3").symlink_to("socket:[11111]")
@@ -259,7 +265,8 @@ def test_failed_start_leaves_the_run_as_it_was(fault, work, v10_root, monkeypatc
 
 
 def _recorded_repeat_1(work: Path, v10_root: Path) -> None:
-    """repeat-1 prepared as generate does, with one session.json: a repeat that holds a recording."""
+    """repeat-1 prepared as generate does, with one session.json:
+    a repeat that holds a recording."""
     from fdb.settings import load_settings
     from runs.generate import _prepare
 
@@ -301,7 +308,8 @@ def _url_case(case: str, stack) -> tuple[str, str]:
         port = stack.enter_context(http_server())
         return (
             f"http://127.0.0.1:{port}/v1/realtime",
-            f"is an HTTP URL, but the recorder speaks WebSocket (use ws:// instead of http://: --url ws://127.0.0.1:{port}/v1/realtime)",
+            "is an HTTP URL, but the recorder speaks WebSocket (use ws:// instead of http://: "
+            f"--url ws://127.0.0.1:{port}/v1/realtime)",
         )
     if case == "plain http server":
         port = stack.enter_context(http_server())
@@ -420,8 +428,8 @@ def test_failed_sessions_exit_1_and_all_stages_stops(tmp_path, v10_root):
         in err
     ), err
     assert (
-        f"Read v10/logs/record-shard-0.log in it, fix the server, then record the repeat again: delete {rep} "
-        "and run the same generate, or record the next one with --repeat 2"
+        "Read v10/logs/record-shard-0.log in it, fix the server, then record the repeat again: "
+        f"delete {rep} and run the same generate, or record the next one with --repeat 2"
     ) in err
     assert (
         "candor_turn_taking/1 [main]: disconnected: connection closed (code 1011, model crashed)"

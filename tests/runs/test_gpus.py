@@ -1,4 +1,5 @@
-"""Shards and GPUs: the planning refusals of the runbook's Troubleshooting table, as pure functions."""
+"""Shards and GPUs: the planning refusals of the runbook's Troubleshooting table,
+as pure functions."""
 
 from __future__ import annotations
 

@@ -126,7 +126,8 @@ def test_killing_twice_in_a_row_still_converges(demo_run):
 
 def test_killed_generate_leaves_no_server_behind(demo_run):
     """#25 defect 2: kill -9 of generate while it records; the bundled server it started (its own
-    session, so the kill does not reach it) notices its parent is gone and stops, releasing the port."""
+    session, so the kill does not reach it) notices its parent is gone and stops, releasing the
+    port."""
     from runs.server import port_is_served
     from tests.conftest import free_port
 

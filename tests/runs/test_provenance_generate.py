@@ -174,8 +174,8 @@ def test_url_run_records_revisions_and_what_the_server_reports(v10_root, env, tm
     header = text.split("Every number below")[0]
     assert "Declared: server revision `3ae4c2464eb0`; model revision `503e754`." in header
     assert (
-        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model `standin-omni-1`; "
-        "service nodes asr ("
+        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model "
+        "`standin-omni-1`; service nodes asr ("
     ) in header
     assert "llm (kind `openai-chat`" in header or "llm (api_key `<redacted>`" in header
     assert "/v1/models `standin-omni-1`; max_sessions 4." in header
@@ -209,16 +209,16 @@ def test_a_server_without_the_self_report_gives_nulls_not_a_failure(v10_root, en
     assert fdb(["aggregate", "--run-name", RUN, "--quiet"], env).returncode == 0
     header = (run_dir / "RESULTS.md").read_text().split("Every number below")[0]
     assert (
-        "Declared: server revision not given (--server-revision); model revision not given (--model-revision)."
-        in header
+        "Declared: server revision not given (--server-revision); "
+        "model revision not given (--model-revision)." in header
     )
     assert (
-        "reports: system not reported; model not reported; service nodes not reported; /v1/models not reported."
-        in header
+        "reports: system not reported; model not reported; service nodes not reported; "
+        "/v1/models not reported." in header
     )
     assert (
-        "Not answered: /v1/realtime/capabilities absent (HTTP 404: the server has no /v1/realtime/capabilities); "
-        "/v1/models absent"
+        "Not answered: /v1/realtime/capabilities absent (HTTP 404: the server has no "
+        "/v1/realtime/capabilities); /v1/models absent"
     ) in header
 
 

@@ -86,7 +86,8 @@ def test_sweep_records_the_revisions_and_the_servers_report(v10_root, env, tmp_p
     assert server["reported"]["system"] == "standin-cascade" and server["reported"]["models"] == [
         "standin-omni-1"
     ]
-    # the child process recorded against the real URL (the session reached the stand-in and was closed by it)
+    # the child process recorded against the real URL (the session reached the stand-in and was
+    # closed by it)
     record = json.loads(next((out / "concurrency-1").rglob("session.json")).read_text())
     assert "standin closes" in (record.get("failure") or ""), record.get("failure")
 
@@ -95,12 +96,12 @@ def test_sweep_records_the_revisions_and_the_servers_report(v10_root, env, tmp_p
     header = (out / "SERVING.md").read_text().split("Profile:")[0]
     assert f"Server: {shown}." in header
     assert (
-        "Declared: server revision `3ae4c246`; model revision `503e754`; dataset revision `3e799c45`."
-        in header
+        "Declared: server revision `3ae4c246`; model revision `503e754`; "
+        "dataset revision `3e799c45`." in header
     )
     assert (
-        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model `standin-omni-1`"
-        in header
+        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; "
+        "model `standin-omni-1`" in header
     )
 
     again = fdb(
@@ -159,8 +160,8 @@ def test_sweep_of_a_server_without_self_report_says_so(v10_root, env, tmp_path):
     assert server["reported"]["system"] is None and server["reported"]["max_sessions"] is None
     header = (out / "SERVING.md").read_text().split("Profile:")[0]
     assert (
-        "Declared: server revision not given (--server-revision); model revision not given (--model-revision); "
-        "dataset revision not given (--dataset-revision)."
+        "Declared: server revision not given (--server-revision); model revision not given "
+        "(--model-revision); dataset revision not given (--dataset-revision)."
     ) in header
     assert (
         "system not reported; model not reported" in header

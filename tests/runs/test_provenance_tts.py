@@ -103,8 +103,8 @@ def test_tts_bench_records_revisions_and_the_servers_report(seedtts, env, tmp_pa
         in header
     )
     assert (
-        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model `standin-omni-1`; "
-        "service nodes asr ("
+        f"The server (http://127.0.0.1:{port}) reports: system `standin-cascade`; model "
+        "`standin-omni-1`; service nodes asr ("
     ) in header
     for path in out.rglob("*"):
         if path.is_file():
@@ -125,8 +125,8 @@ def test_a_speech_server_without_self_report_gives_nulls(seedtts, env, tmp_path)
     assert [p["status"] for p in reported["probes"]] == ["absent"] * 3
     header = (out / "TTS.md").read_text().split("## ")[0]
     assert (
-        "Declared: server revision not given (--server-revision); model revision not given (--model-revision); "
-        "dataset revision not given (--dataset-revision)."
+        "Declared: server revision not given (--server-revision); model revision not given "
+        "(--model-revision); dataset revision not given (--dataset-revision)."
     ) in header
     assert (
         "reports: system not reported; model not reported" in header and "Not answered: " in header

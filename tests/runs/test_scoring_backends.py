@@ -31,7 +31,8 @@ WORDS = ["hello", "there", "general", "kenobi"]
 
 class StandInParakeet:
     """NeMo's ASRModel surface that ParakeetAsr calls: eval() and transcribe(paths, batch_size,
-    timestamps, verbose) -> hypotheses with timestamp["word"]; the words come from the checkpoint."""
+    timestamps, verbose) -> hypotheses with timestamp["word"]; the words come from the
+    checkpoint."""
 
     def __init__(self, path: str):
         self.words = json.loads(Path(path).read_text())["words"]

@@ -1,5 +1,6 @@
-"""A real sweep against the bundled server (levels 1 and 2 on one synthetic v1.5 pair, record options
-after ``--``), then the report subcommand over the recorded levels; and the sweep's refusals."""
+"""A real sweep against the bundled server (levels 1 and 2 on one synthetic v1.5 pair, record
+options after ``--``), then the report subcommand over the recorded levels; and the sweep's
+refusals."""
 
 from __future__ import annotations
 

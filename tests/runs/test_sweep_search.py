@@ -156,15 +156,13 @@ def test_report_repeats_warnings_and_plot(tmp_path):
     )
     assert data["capacity"]["sessions"] == 1 and data["capacity"]["first_miss"] == 2
     assert data["client_limited_levels"] == [4]
-    assert (
-        [w.split(":")[0].split(",")[0] for w in data["warnings"]]
-        == [
-            "level 2 recorded a cohort of only 1 sessions",  # per repeat: one session never makes 2 open at once
-            "level 4 recorded a cohort of only 1 sessions",
-            "level 4 exceeds the server's max_sessions 2",
-            "level 4 was limited by the load generator",
-        ]
-    )
+    assert [w.split(":")[0].split(",")[0] for w in data["warnings"]] == [
+        # per repeat: one session never makes 2 open at once
+        "level 2 recorded a cohort of only 1 sessions",
+        "level 4 recorded a cohort of only 1 sessions",
+        "level 4 exceeds the server's max_sessions 2",
+        "level 4 was limited by the load generator",
+    ]
     assert "used 97% of a core" in data["warnings"][-1]
     text = (tmp_path / "out" / "SERVING.md").read_text()
     assert "| 2 | 2 (2 repeats) |" in text and "Load-generator limited levels: 4." in text

@@ -1,7 +1,7 @@
-"""tts-bench end to end: the bundled endpoint on a 2-row synthetic Seed-TTS list at concurrency
-1 and 2 through the CLI (real Piper, real ASR/SIM/MOS); then, in process, scripted HTTP and
-realtime servers whose audio outlives its declared end or whose rate is undeclared; and level
-entries recorded in rounds (repeated levels, a cold round) beside the one-directory-per-level layout."""
+"""tts-bench end to end: the bundled endpoint on a 2-row synthetic Seed-TTS list at concurrency 1
+and 2 through the CLI (real Piper, real ASR/SIM/MOS); then, in process, scripted HTTP and realtime
+servers whose audio outlives its declared end or whose rate is undeclared; and level entries
+recorded in rounds (repeated levels, a cold round) beside the one-directory-per-level layout."""
 
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
 
     text = (out / "TTS.md").read_text()
     assert (
-        "| Concurrency | Throughput (audio-s/s) | Throughput (frames/s) | TTFA p50 | TTFA p95 | TTFA mean "
-        "| RTF (mean) |"
+        "| Concurrency | Throughput (audio-s/s) | Throughput (frames/s) | TTFA p50 | TTFA p95 | "
+        "TTFA mean | RTF (mean) |"
     ) in text
     assert "cannot clone voices" in text and "## Quality" in text and "## Definitions" in text
     assert sorted(p.name for p in (out / "tables").glob("*.csv"))[0].startswith("01-serving")

@@ -81,7 +81,8 @@ def test_asr_phase_real_whisper(tmp_path, reference, whisper):
     )
     assert doc["backend"]["settings"]["vad_filter"] is True
 
-    # rerun: ok samples with unchanged output.wav and a failed one without --retry-failed are skipped
+    # rerun: ok samples with unchanged output.wav and a failed one without --retry-failed are
+    # skipped
     asr.calls.clear()
     again = run_v10_asr(tmp_path, asr)
     assert asr.calls == [] and again.samples == receipt.samples

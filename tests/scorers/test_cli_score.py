@@ -13,7 +13,8 @@ from tests.scorers.test_v10_unified import reference_tree
 
 
 def cli(argv, capsys) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``python -m fdb ARGV`` (main may or may not sys.exit on success)."""
+    """(exit code, stdout, stderr) of ``python -m fdb ARGV``
+    (main may or may not sys.exit on success)."""
     try:
         main(argv)
         code = 0

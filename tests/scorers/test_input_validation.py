@@ -42,8 +42,8 @@ def test_words_out_of_order_are_refused_by_both_scorers(tmp_path):
     for err in refused_by_both(tmp_path):
         assert err.sample == SID
         assert (
-            "output.json word 1 starts at 1.648 s, before word 0 (3.048 s): the words are out of time order"
-            in err.message
+            "output.json word 1 starts at 1.648 s, before word 0 (3.048 s): "
+            "the words are out of time order" in err.message
         )
         assert "rerun the asr phase" in err.hint and "python -m fdb asr" in err.hint
     # sorted, the same words give the one latency both rules agree on (0.648 s)
@@ -72,7 +72,8 @@ def test_malformed_word_times_are_refused_by_both_scorers(tmp_path, case):
     stamps, problem = BAD_TIMES[case]
     obj = {"text": "w", "chunks": [{"text": "w", "timestamp": s} for s in stamps]}
     folder = turn_tree(tmp_path, obj={"text": "", "chunks": []})
-    # NaN / inf are not strict JSON: write the file as Python's json does, then vouch for it in asr.json
+    # NaN / inf are not strict JSON: write the file as Python's json does,
+    # then vouch for it in asr.json
     atomic_write_bytes(folder / "output.json", json.dumps(obj).encode())
     receipt = read_json(tmp_path / "asr.json")
     receipt["samples"][0]["output_json_sha256"] = sha256_file(folder / "output.json")

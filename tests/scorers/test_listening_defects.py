@@ -23,9 +23,12 @@ pytest.importorskip("resemblyzer")
 pytest.importorskip("librosa")
 
 TEXTS = [
-    "The weather today is mild, with a light breeze from the west and a few clouds later in the afternoon.",
-    "To make a good cup of tea, warm the pot first, then let the leaves steep for about four minutes.",
-    "The library opens at nine in the morning and closes at six, except on Sundays when it stays closed.",
+    "The weather today is mild, with a light breeze from the west and a few clouds later in the "
+    "afternoon.",
+    "To make a good cup of tea, warm the pot first, then let the leaves steep for about four "
+    "minutes.",
+    "The library opens at nine in the morning and closes at six, "
+    "except on Sundays when it stays closed.",
 ]
 CONDITIONS = {
     "user_interruption": lambda a: a,

@@ -55,7 +55,8 @@ def tree(root, cut_at_R: bool = True):
 
 
 def a_run(tmp_path, dataset_root):
-    """$FDB_WORK/runs/r1 with run.json naming the v1.0 dataset root, and repeat-1's v10/reference."""
+    """$FDB_WORK/runs/r1 with run.json naming the v1.0 dataset root,
+    and repeat-1's v10/reference."""
     run = RunPaths(tmp_path / "work" / "runs" / "r1")
     use = DatasetUse(
         dataset="v1.0",
@@ -149,8 +150,8 @@ def test_official_json_is_written_when_one_transcript_was_not_cut_at_R(tmp_path,
     code, out, err = cli(["score", "v10", "--tree", str(root)], capsys)
     assert code == 2
     assert (
-        "unified metrics not written: synthetic_user_interruption/2: word 0 starts at 1.5 s, before R 2.0 s"
-        in err
+        "unified metrics not written: synthetic_user_interruption/2: word 0 starts at 1.5 s, "
+        "before R 2.0 s" in err
     )
     assert "not cut at R" in err
     assert not (root / "unified.json").exists()

@@ -15,7 +15,8 @@ from fdb.run_manifest import DatasetUse, RunManifest, ServerUse
 from tests.scorers.test_cli_score import cli
 from tests.scorers.test_v15_timing import write_pair
 
-T = 7.3  # an unusual length: no other test's files share these bytes (the span cache is per process)
+# an unusual length: no other test's files share these bytes (the span cache is per process)
+T = 7.3
 
 
 @pytest.fixture(autouse=True)

@@ -140,7 +140,8 @@ def test_native_unit_lag_and_miss():
             t_end=2.481,
         )
     ]
-    # 31 packets of 80 ms = 2480 ms + 40 ms = 2520 ms: units end at 1000 (packet 12), 2000 (packet 24), input end
+    # 31 packets of 80 ms = 2480 ms + 40 ms = 2520 ms: units end at 1000 (packet 12),
+    # 2000 (packet 24), input end
     trace += [
         _unit(0.96 + 0.001 + 0.3, 0),
         _unit(1.92 + 0.001 + 1.5, 1),
@@ -156,7 +157,8 @@ def test_native_unit_lag_and_miss():
     )
     assert row.rtf_p90 is None and row.first_audio_p50_ms is None  # no reply, no first audio
     assert "unit miss 33.33% > 1%" in row.missed_targets
-    # a native reply's first audio arrives 0.5 s after unit_0's input was ready (unit_0 done at 1.261)
+    # a native reply's first audio arrives 0.5 s after unit_0's input was ready
+    # (unit_0 done at 1.261)
     spoken = trace + _reply("n", 0.5, [1.461, 1.5, 1.6, 1.7])
     native = level_row(1, [Session(record=_record(NATIVE), trace=spoken)])
     assert native.first_audio_p50_ms == pytest.approx(500.0) and native.rtf_p90 is None

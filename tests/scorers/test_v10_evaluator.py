@@ -85,7 +85,8 @@ def test_refuses_a_checkout_that_is_not_the_pinned_revision(tmp_path):
 
 def test_parse_result_block():
     out = (
-        "x: 9\n[Result]\nAverage rating: N/A\nAverage take turn:  0.5\nJSD - Mean: 0.8000 \u00b1 0.0500\n\n"
+        "x: 9\n[Result]\nAverage rating: N/A\nAverage take turn:  0.5\n"
+        "JSD - Mean: 0.8000 \u00b1 0.0500\n\n"
         "[Raw Counts]\nNumber of samples: 55\n-----\nafter: 3\n"
     )
     assert parse_result(out) == {

@@ -32,7 +32,8 @@ def test_anchored_stop_and_response():
 
 
 def test_anchor_uses_merged_spans():
-    # user speech 3.0-3.5 and 3.9-5.0 merge (gap 0.4 <= 0.6); the event 4.0-4.5 picks the merged span
+    # user speech 3.0-3.5 and 3.9-5.0 merge (gap 0.4 <= 0.6);
+    # the event 4.0-4.5 picks the merged span
     user = merge_spans([(0.5, 1.5), (3.0, 3.5), (3.9, 5.0)], 0.6)
     model = merge_spans([(1.8, 4.2), (4.6, 4.8), (6.0, 7.0)], 0.5)
     ev = event_span(user, (4.0, 4.5))

@@ -85,8 +85,9 @@ def test_missing_package_is_a_missing_extra_error(monkeypatch):
     with pytest.raises(MissingExtraError) as caught:
         serve(port=port)
     assert caught.value.one_line() == (
-        "the reply LLM of embedded-cascade needs the Python package 'llama-cpp-python', which is not "
-        "installed (install it with: pip install 'fdb[embedded]' (or run `make demo`, which installs it))"
+        "the reply LLM of embedded-cascade needs the Python package 'llama-cpp-python', which is "
+        "not installed (install it with: pip install 'fdb[embedded]' (or run `make demo`, "
+        "which installs it))"
     )
     with socket.socket() as probe:  # the port was released again
         probe.bind(("127.0.0.1", port))

@@ -17,7 +17,8 @@ SKY = (
 
 
 def tokens(text: str) -> list[str]:
-    """Pieces as a llama tokenizer streams them: a word with its leading space, punctuation apart."""
+    """Pieces as a llama tokenizer streams them: a word with its leading space,
+    punctuation apart."""
     return re.findall(r"\s*\w+|\s*[^\w\s]", text)
 
 
@@ -52,8 +53,8 @@ def test_first_chunk_ends_at_a_clause_after_three_words_or_seven_words():
     # "is that" would end the 7-word chunk on a function word: the cut moves on (2 words at most)
     assert chunk(tokens(SKY)) == [
         "The answer to this question is that the sky",
-        "appears blue because of a process called Rayleigh scattering, which is a natural phenomenon "
-        "where light encounters molecules of air and is scattered in all directions,",
+        "appears blue because of a process called Rayleigh scattering, which is a natural "
+        "phenomenon where light encounters molecules of air and is scattered in all directions,",
         "but primarily in the direction of shortest distance.",
         "This",
     ]

@@ -311,8 +311,8 @@ def test_a_long_user_turn_gets_one_backchannel_while_the_user_talks(native_serve
     tts = PiperTts(deterministic=True)
     long_turn = resample(
         tts.synthesize(
-            "Yesterday I walked to the market and bought apples and pears and bananas and oranges and a "
-            "big loaf of fresh bread for the weekend with my whole family"
+            "Yesterday I walked to the market and bought apples and pears and bananas and oranges "
+            "and a big loaf of fresh bread for the weekend with my whole family"
         ),
         tts.rate,
         16000,

@@ -73,7 +73,8 @@ def test_the_embedded_cascade_graph_answers_a_spoken_question(question):
     order = [c.format for c in published]
     assert order.index("transcript") < order.index("text_delta") < order.index("pcm_f32le")
     print(
-        f"graph cascade: {elapsed:.2f} s for {len(question) / 32000:.2f} s of input; reply {reply_text!r}"
+        f"graph cascade: {elapsed:.2f} s for {len(question) / 32000:.2f} s of input; "
+        f"reply {reply_text!r}"
     )
 
 
@@ -107,7 +108,8 @@ async def barge_in(first: bytes, second: bytes) -> list[Chunk]:
 
 def test_speech_during_a_reply_fences_the_rest_of_it(say):
     """SmolLM2 answers "Why is the sky blue?" at length; the user speaks during the answer: turn 1
-    is interrupted and nothing more of it (text, audio, turn.done) is published; turn 2 is answered."""
+    is interrupted and nothing more of it (text, audio, turn.done) is published; turn 2 is
+    answered."""
     first = _pcm16(np.concatenate([silence(0.3), say("Why is the sky blue?"), silence(0.8)]))
     second = _pcm16(
         np.concatenate([say("Tell me about the weather in Spain instead, please."), silence(1.0)])

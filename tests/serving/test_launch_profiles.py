@@ -55,7 +55,8 @@ def test_the_profiles_are_one_and_two_gpus():
 
 
 def test_the_profiles_and_the_graph_are_package_data():
-    """A wheel without them could not serve (serving/graph/embedded-cascade.yaml was left out before)."""
+    """A wheel without them could not serve (serving/graph/embedded-cascade.yaml was left out
+    before)."""
     globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"
     ]["serving"]
@@ -123,7 +124,8 @@ def _service(
         ),
         (
             {"services": [_service("a", 9001, 0.6, None), _service("b", 9002, 0.5, None)]},
-            "GPU #0 of the server's own CUDA_VISIBLE_DEVICES: the services' --mem-fraction-static add up to 1.10",
+            "GPU #0 of the server's own CUDA_VISIBLE_DEVICES: "
+            "the services' --mem-fraction-static add up to 1.10",
         ),
         (
             {"services": [_service("a", 9001, 0.6), _service("b", 9002, None)]},

@@ -88,7 +88,8 @@ class Session:
                 pytest.fail(f"the connection ended before {count} {kind}")
             if time.monotonic() > deadline:
                 pytest.fail(
-                    f"no {kind} (x{count}) within {timeout} s; got {[e['type'] for e in self.events]}"
+                    f"no {kind} (x{count}) within {timeout} s; "
+                    f"got {[e['type'] for e in self.events]}"
                 )
             await asyncio.sleep(0.02)
         return self.of(kind)[count - 1]

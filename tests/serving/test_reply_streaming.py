@@ -1,6 +1,6 @@
 """The LLM's reply as speakable chunks while it is generated (``ReplyStream``, which the native
-duplex engine speaks from): an error reaches the consumer, and the real SmolLM2's streaming
-matches its whole reply. The session graph's streamed reply: tests/serving/test_graph_streaming.py."""
+duplex engine speaks from): an error reaches the consumer, and the real SmolLM2's streaming matches
+its whole reply. The session graph's streamed reply: tests/serving/test_graph_streaming.py."""
 
 from __future__ import annotations
 

@@ -317,7 +317,10 @@ def test_server_stops_when_a_node_cannot_be_reached(tmp_path):
     config = tmp_path / "launch.yaml"
     config.write_text(f"backends:\n  llm: {{kind: openai_chat, base_url: '{dead}', model: m}}\n")
     started = time.monotonic()
-    expected = rf"llm node \(openai_chat, model 'm'\): health check 'models' failed: cannot reach {dead}/models"
+    expected = (
+        r"llm node \(openai_chat, model 'm'\): health check 'models' failed: "
+        rf"cannot reach {dead}/models"
+    )
     with pytest.raises(FdbError, match=expected):
         serve(port=free_port(), config=config, log_level="warning")
     assert time.monotonic() - started < 15
@@ -403,7 +406,10 @@ def test_a_service_exiting_while_serving_stops_the_server(tmp_path, fake):
     config.write_text(
         yaml_dump({"services": [entry.model_dump()], **_nodes(fake.base_url)}), encoding="utf-8"
     )
-    code = f"from pathlib import Path; from serving.launcher import serve; serve(port={free_port()}, config=Path({str(config)!r}))"
+    code = (
+        f"from pathlib import Path; from serving.launcher import serve; serve(port={free_port()}, "
+        f"config=Path({str(config)!r}))"
+    )
     run = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
@@ -433,7 +439,8 @@ def test_a_stopped_or_killed_server_takes_its_services_along(tmp_path, sig):
     """#23/#25: `fdb serve --config` with services: on SIGTERM uvicorn raised the signal again
     before the `finally` that stops them, and after kill -9 nothing could; either way the service
     kept running and held its port. Now SIGTERM and SIGHUP stop them as Ctrl-C (SIGINT) does, and
-    the services of a server killed with -9 get SIGTERM from the kernel (the parent-death signal)."""
+    the services of a server killed with -9 get SIGTERM from the kernel (the parent-death
+    signal)."""
     port = free_port()
     config = tmp_path / "launch.yaml"
     config.write_text(

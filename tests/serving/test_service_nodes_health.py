@@ -149,8 +149,8 @@ def test_none_sends_nothing_and_models_still_streams_a_chat_token():
             "asr",
             "openai_transcription",
             "request",
-            "health check 'request' (0.5 s transcription) failed: asr node (openai_transcription, model 'm1'): "
-            "{url}/v1/audio/transcriptions answered 500: '<500 bytes, not text>'",
+            "health check 'request' (0.5 s transcription) failed: asr node (openai_transcription, "
+            "model 'm1'): {url}/v1/audio/transcriptions answered 500: '<500 bytes, not text>'",
             "backends.asr.health picks",
         ),
         (

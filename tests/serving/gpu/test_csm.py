@@ -145,7 +145,7 @@ def test_sampling_keeps_to_the_top_k_at_their_tempered_odds_and_buckets_are_powe
     assert bucket(5, 6) == 6
 
 
-# --- the engine ------------------------------------------------------------------------------------
+# --- the engine -----------------------------------------------------------------------------------
 
 
 def _frames_of(
@@ -405,7 +405,7 @@ def test_max_len_bounds_a_request_and_closing_ends_its_streams_with_an_error(mod
         next(engine.stream("after"))
 
 
-# --- the speech endpoint of a tiny csm_gpu server ---------------------------------------------------
+# --- the speech endpoint of a tiny csm_gpu server -------------------------------------------------
 
 
 def _wav_uri(seconds: float, rate: int = 16000) -> str:
@@ -478,13 +478,17 @@ def test_speech_clones_from_ref_audio_in_whole_frames(client):
     )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_ref_audio"
     assert bad.json()["error"]["param"] == "ref_audio"
-    # the engine refuses a prompt past max_len (256) in its thread: still an error answer, not an empty 200
+    # the engine refuses a prompt past max_len (256) in its thread: still an error answer,
+    # not an empty 200
     long = client.post("/v1/audio/speech", json={"input": "z" * 300, "stream": True})
     assert long.status_code == 400 and long.json()["error"] == {
         "type": "invalid_request_error",
         "code": "input_too_long",
         "param": "input",
-        "message": "the prompt is 300 tokens, the engine holds 256 (send a shorter reference or text, or raise max_len)",
+        "message": (
+            "the prompt is 300 tokens, the engine holds 256 (send a shorter reference or text, "
+            "or raise max_len)"
+        ),
     }
 
 

@@ -48,7 +48,8 @@ def test_whisper_large_v3_configuration_batches_sessions_on_cuda():
 
     texts, elapsed = asyncio.run(main())
     print(
-        f"whisper-large-v3 (dummy, bf16): {SESSIONS} utterances in one batch: {elapsed * 1000:.0f} ms"
+        f"whisper-large-v3 (dummy, bf16): {SESSIONS} utterances in one batch: "
+        f"{elapsed * 1000:.0f} ms"
     )
     assert len(texts) == SESSIONS and engine.batcher.batch_sizes[-1] == SESSIONS
 

@@ -55,7 +55,8 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     texts = asyncio.run(main())
     assert engine.batcher.batch_sizes == [3]
     assert len(texts) == 3 and all(t.startswith(DUMMY_TEXT) for t in texts)
-    # the batch's longest clip (3.75 s, cut to the 2 s window) bounds it: 12 tokens, + the decoder prompt
+    # the batch's longest clip (3.75 s, cut to the 2 s window) bounds it: 12 tokens,
+    # + the decoder prompt
     assert all(int(t.split()[-2]) <= 12 + 4 for t in texts)
 
 

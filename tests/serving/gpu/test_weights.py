@@ -23,7 +23,8 @@ def _sha(path: Path) -> str:
 
 
 def write_sums(root: Path, skip: tuple[str, ...] = ()) -> str:
-    """``sha256sum $(find . -type f ! -name SHA256SUMS | sort) > SHA256SUMS`` in ``root``; the pin."""
+    """``sha256sum $(find . -type f ! -name SHA256SUMS | sort) > SHA256SUMS`` in ``root``;
+    the pin."""
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != SUMS_NAME)
     lines = [
         f"{_sha(p)}  ./{p.relative_to(root).as_posix()}"
@@ -106,7 +107,8 @@ def test_a_missing_sums_file_is_named(copy):
 
 
 def test_a_weights_file_the_sums_do_not_list_is_refused(copy):
-    """The pin covers what loads: a safetensors file left out of SHA256SUMS would load unverified."""
+    """The pin covers what loads: a safetensors file left out of SHA256SUMS would load
+    unverified."""
     root, _ = copy
     pin = write_sums(root, skip=("model.safetensors",))
     assert (
