@@ -277,7 +277,8 @@ def test_damaged_phase_output_is_one_line_naming_the_file(tmp_path):
     )  # cut short by a full disk or a kill
     line = one_error_line(fdb(tmp_path, "aggregate", "--run-name", "r"))
     assert line.startswith(f"ERROR: {summary} is not valid JSON (Unterminated string"), line
-    assert "rerun the step that writes it; full traceback: " in line
+    # read through its record (fdb.records.v15.TimingSummary.load): the fix names the phase
+    assert "(rescore the v1.5 timing: python -m fdb asr --run-name RUN --repeat N" in line, line
 
 
 # --- 4. read-only FDB_WORK, full disk ------------------------------------------------------------
