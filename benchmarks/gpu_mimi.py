@@ -23,7 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# tests/serving/gpu/test_mimi_static.py's configuration too: every structural part of Mimi,
+# 24-sample frames
 TINY = dict(
+    upsampling_ratios=[4, 3],
     hidden_size=16,
     num_filters=4,
     codebook_size=32,

@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.cascade_capacity import SUBSET, _free_port, synthetic_tree  # noqa: E402
+from benchmarks.gpu_tts import MIMI_TINY  # noqa: E402
 from benchmarks.support.gpu_sweep import sweep_args  # noqa: E402
 from fdb.records.serving import ServingRow  # noqa: E402
 from runs.sweep import SweepOptions, parse_levels, sweep  # noqa: E402
@@ -37,20 +38,6 @@ from runs.sweep_args import parse_record_options  # noqa: E402
 
 PROFILE = "personaplex-native-80ms"
 GOAL_LATE_SHARE = 0.01
-MIMI_TINY = {
-    "model_type": "mimi",
-    "upsample_groups": 32,
-    "hidden_size": 32,
-    "num_filters": 4,
-    "num_hidden_layers": 1,
-    "intermediate_size": 64,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "codebook_dim": 16,
-    "vector_quantization_hidden_dimension": 16,
-    "num_quantizers": 32,
-}
 TINY = {
     "hidden_size": 64,
     "num_hidden_layers": 2,

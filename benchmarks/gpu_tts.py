@@ -34,6 +34,20 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.cascade_capacity import _free_port  # noqa: E402
 
+MIMI_TINY = {  # the tiny Mimi of the tiny CSM (and of gpu_native's tiny Moshi)
+    "model_type": "mimi",
+    "upsample_groups": 32,
+    "hidden_size": 32,
+    "num_filters": 4,
+    "num_hidden_layers": 1,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "codebook_dim": 16,
+    "vector_quantization_hidden_dimension": 16,
+    "num_quantizers": 32,
+}
 TINY = {
     "num_hidden_layers": 2,
     "hidden_size": 64,
@@ -51,20 +65,7 @@ TINY = {
         "head_dim": 16,
         "backbone_hidden_size": 64,
     },
-    "codec_config": {
-        "model_type": "mimi",
-        "upsample_groups": 32,
-        "hidden_size": 32,
-        "num_filters": 4,
-        "num_hidden_layers": 1,
-        "intermediate_size": 64,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "codebook_dim": 16,
-        "vector_quantization_hidden_dimension": 16,
-        "num_quantizers": 32,
-    },
+    "codec_config": MIMI_TINY,
 }
 
 

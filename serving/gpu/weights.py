@@ -16,6 +16,7 @@ path and the protocol are real, the audio and text are noise.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from dataclasses import dataclass, field
@@ -212,11 +213,13 @@ def _transformers():
 
 
 def preset_config(preset: str, overrides: dict[str, Any] | None = None):
-    """The transformers configuration of ``preset`` with ``overrides`` applied."""
+    """The transformers configuration of ``preset`` with ``overrides`` applied. Both are deep
+    copied first: transformers' composite configurations pop keys (``model_type``) from the
+    nested mappings they are given, which would change the caller's (and the preset's) dicts."""
     class_name, fields = PRESETS[preset]
     transformers = _transformers()
     model_class = getattr(transformers, class_name)
-    return model_class.config_class(**{**fields, **(overrides or {})})
+    return model_class.config_class(**copy.deepcopy({**fields, **(overrides or {})}))
 
 
 def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str = "bfloat16"):

@@ -13,27 +13,13 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402 - after the skip
 
+from benchmarks.gpu_mimi import TINY  # noqa: E402
 from serving.gpu.mimi_static import MimiGraphs, StaticMimi  # noqa: E402
 
 FRAMES = 12
 # two SEANet stages (4 and 3) instead of Mimi's four (8, 6, 5, 4): a frame of 24 samples, the same
 # structure (causal convs, strided and transposed convs, the 2x down/upsampling around transformers)
-TINY_MIMI = dict(
-    upsampling_ratios=[4, 3],
-    hidden_size=16,
-    num_filters=4,
-    codebook_size=32,
-    codebook_dim=8,
-    vector_quantization_hidden_dimension=8,
-    num_quantizers=4,
-    num_semantic_quantizers=1,
-    upsample_groups=16,
-    num_hidden_layers=2,
-    intermediate_size=32,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    sliding_window=5,
-)
+TINY_MIMI = TINY
 FRAME = 4 * 3 * 2  # samples per frame (the real configuration: 8 * 6 * 5 * 4 * 2 = 1920)
 
 

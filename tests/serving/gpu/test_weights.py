@@ -142,3 +142,22 @@ def test_a_launch_files_weights_mapping_is_checked_when_it_loads(tmp_path, weigh
     line = raised.value.one_line()
     assert "\n" not in line
     assert raised.value.message == f"{launch}: backends: tts.weights: {says}"
+
+
+def test_a_configuration_leaves_the_callers_mappings_as_they_were():
+    """transformers' composite configurations pop ``model_type`` from the nested mappings they
+    are given; the preset and the overrides are copied first, so the same overrides (one tiny
+    Mimi shared by two presets, as the benchmarks do) build a configuration every time."""
+    import copy
+
+    from benchmarks.gpu_native import TINY as MOSHI_TINY
+    from benchmarks.gpu_tts import MIMI_TINY
+    from benchmarks.gpu_tts import TINY as CSM_TINY
+    from serving.gpu.weights import PRESETS, preset_config
+
+    before = copy.deepcopy((MOSHI_TINY, CSM_TINY, PRESETS["moshi-7b"], PRESETS["csm-1b"]))
+    for _ in range(2):
+        assert preset_config("moshi-7b", MOSHI_TINY).audio_encoder_config.model_type == "mimi"
+        assert preset_config("csm-1b", CSM_TINY).codec_config.model_type == "mimi"
+    assert (MOSHI_TINY, CSM_TINY, PRESETS["moshi-7b"], PRESETS["csm-1b"]) == before
+    assert MIMI_TINY["model_type"] == "mimi"
