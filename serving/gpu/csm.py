@@ -533,8 +533,10 @@ class CsmEngine:
         codes = self._depth(hidden, n)
         self.out_codes[:n] = codes
         self.step_in[:n] = backbone.embed_tokens(codes[:, None, :])
-        playable = codes.clamp(max=self.codec_size - 1)[:, :, None]  # a dummy model may say 2048+
-        self.history[:n] = self.torch.cat([self.history[:n, :, 1:], playable], dim=2)
+        if self.mimi is None:  # the window codec decodes from the code history
+            # a dummy model may say 2048+
+            playable = codes.clamp(max=self.codec_size - 1)[:, :, None]
+            self.history[:n] = self.torch.cat([self.history[:n, :, 1:], playable], dim=2)
 
     def _depth(self, hidden, n: int):
         """Codebooks 0..31 of one frame for ``n`` rows from the backbone's last hidden state."""

@@ -410,9 +410,10 @@ class MoshiEngine:
         self.text[:n] = torch.where(keep, text, self.text[:n])
         ours = torch.where(keep[:, None], codes, self.codes[:n, 0, : self.k])
         self.codes[:n, 0, : self.k] = ours
-        playable = ours.clamp(max=self.codec_size - 1)[:, :, None]
-        shifted = torch.cat([self.out_history[:n, :, 1:], playable], dim=2)
-        self.out_history[:n] = torch.where(keep[:, None, None], shifted, self.out_history[:n])
+        if self.mimi is None:  # the window codec decodes from the code history
+            playable = ours.clamp(max=self.codec_size - 1)[:, :, None]
+            shifted = torch.cat([self.out_history[:n, :, 1:], playable], dim=2)
+            self.out_history[:n] = torch.where(keep[:, None, None], shifted, self.out_history[:n])
 
     def _depth(self, hidden, text, n: int):
         """Moshi's 8 codebooks of this frame from the temporal state ``hidden`` [n, 1, H]."""
