@@ -99,9 +99,16 @@ TINY = {  # 1 layer, hidden 32: loads and runs on a CPU in seconds
 }
 
 
-def launch_file(path: Path, max_sessions: int, device: str, tiny: bool, asr_tokens: int) -> Path:
-    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap and
-    (--tiny) the CPU configuration."""
+def launch_file(
+    path: Path,
+    max_sessions: int,
+    device: str,
+    tiny: bool,
+    asr_tokens: int,
+    codec: str = "streaming",
+) -> Path:
+    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap, CSM's
+    codec and (--tiny) the CPU configuration."""
     import yaml
 
     from fdb.io import atomic_write_text
@@ -116,6 +123,7 @@ def launch_file(path: Path, max_sessions: int, device: str, tiny: bool, asr_toke
     raw["session_nodes"]["asr"]["max_new_tokens"] = asr_tokens
     tts = raw["backends"]["tts"]
     tts["device"] = "cpu" if tiny else device
+    tts["codec"] = codec
     if tiny:
         from benchmarks.gpu_tts import TINY as TINY_CSM
 
@@ -167,7 +175,9 @@ def run(args: argparse.Namespace) -> dict:
         ]
     )
     opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
-    config = launch_file(out / "launch.yaml", max(levels), args.device, args.tiny, args.asr_tokens)
+    config = launch_file(
+        out / "launch.yaml", max(levels), args.device, args.tiny, args.asr_tokens, args.codec
+    )
     server = ManagedServer(
         system="gpu-cascade",
         host="127.0.0.1",
@@ -201,6 +211,7 @@ def run(args: argparse.Namespace) -> dict:
         "device": "cpu" if args.tiny else args.device,
         "weights": "dummy (compute path only)",
         "launch": str(config),
+        "codec": args.codec,
         "sessions": sessions,
         "levels": summary_levels,
         "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -226,6 +237,13 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="the sessions' turn detection as JSON (default: the sweep's "
         "server_vad with 500 ms of silence, which alone puts the first audio 0.5 s after the "
         'speech end), e.g. \'{"type": "semantic_vad", "eagerness": "high"}\'',
+    )
+    parser.add_argument(
+        "--codec",
+        choices=["streaming", "window"],
+        default="streaming",
+        help="CSM's Mimi decode: streaming (serving.gpu.mimi_static, captured) or window "
+        "(transformers' Mimi over the last 8 frames, eager)",
     )
 
 

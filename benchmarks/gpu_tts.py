@@ -69,7 +69,7 @@ TINY = {
 }
 
 
-def profile_steps(tiny: bool, batches: list[int]) -> dict:
+def profile_steps(tiny: bool, batches: list[int], codec: str = "streaming") -> dict:
     import torch
 
     from serving.gpu.csm import CsmEngine, CsmOptions
@@ -80,7 +80,7 @@ def profile_steps(tiny: bool, batches: list[int]) -> dict:
     model = load_model(source, "tts", device, "float32" if tiny else "bfloat16")
     engine = CsmEngine(
         model,
-        CsmOptions(max_batch=max(batches), max_len=1024),
+        CsmOptions(max_batch=max(batches), max_len=1024, codec=codec),
         dummy=True,
         weights_label=source.label(),
     )
@@ -90,14 +90,17 @@ def profile_steps(tiny: bool, batches: list[int]) -> dict:
         for n in batches:
             row = {
                 "eager_ms": _timed(lambda n=n: engine._step(n), device),
+                # transformers' Mimi over a window of 8 frames, eagerly (the window codec)
                 "mimi_eager_ms": _timed(lambda n=n: engine._decode(n), device),
+                # the codec the server runs: streaming = StaticMimi's decode, a graph replay on CUDA
+                "mimi_served_ms": _timed(lambda n=n: engine._run_decode(n), device),
             }
             if device == "cuda":
                 graph = engine._capture(n)
                 row["graph_ms"] = _timed(graph.replay, device)
                 row.update(_kernels(lambda n=n: engine._step(n)))
                 row["frames_per_s"] = round(
-                    n / ((row["graph_ms"] + row["mimi_eager_ms"]) / 1000), 1
+                    n / ((row["graph_ms"] + row["mimi_served_ms"]) / 1000), 1
                 )
             results[str(n)] = row
             print(f"step batch {n}: {row}", flush=True)
@@ -143,14 +146,35 @@ def _kernels(fn) -> dict:
     return {"kernels_per_step": len(kernels), "kernel_time_ms": round(busy_us / 1000, 3)}
 
 
+def launch_file(path: Path, tiny: bool, codec: str) -> Path:
+    """gpu-tts's launch file with ``codec``; with ``tiny`` the tiny CSM on CPU in float32."""
+    import yaml
+
+    from fdb.io import atomic_write_text
+
+    tts = {
+        "kind": "csm_gpu",
+        "codec": codec,
+        "weights": {"load_format": "dummy", "preset": "csm-1b"},
+    }
+    if tiny:
+        tts.update(device="cpu", dtype="float32", max_batch=4)
+        tts["weights"]["overrides"] = TINY
+    raw = {"system": "gpu-tts", "backends": {"asr": "none", "llm": "none", "tts": tts}}
+    return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
+
+
 def serve_and_bench(args, out: Path) -> dict:
     from runs.server import ManagedServer
 
+    config = args.config
+    if config is None and (args.tiny or args.codec != "streaming"):
+        config = launch_file(out / "launch.yaml", args.tiny, args.codec)
     server = ManagedServer(
         system="gpu-tts",
         host="127.0.0.1",
         port=_free_port(),
-        config=args.config,
+        config=config,
         log_path=out / "server.log",
         ready_timeout_s=600,
     )
@@ -207,14 +231,23 @@ def main() -> None:
         "--tiny", action="store_true", help="CPU, tiny configuration: checks the script"
     )
     parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument(
+        "--codec",
+        choices=["streaming", "window"],
+        default="streaming",
+        help="CSM's Mimi decode: streaming (serving.gpu.mimi_static, captured) or window "
+        "(transformers' Mimi over the last 8 frames, eager): run both for an A/B",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict = {
-        "weights": "dummy (csm-1b configuration): compute path only, the audio is noise"
+        "weights": "dummy (csm-1b configuration): compute path only, the audio is noise",
+        "codec": args.codec,
+        "command": sys.argv,
     }
     if not args.skip_profile:
         summary["step_profile"] = profile_steps(
-            args.tiny, [int(b) for b in args.batches.split(",")]
+            args.tiny, [int(b) for b in args.batches.split(",")], args.codec
         )
     summary.update(serve_and_bench(args, args.out))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/gpu.md, in the order that page gives, on one CUDA machine.
+#
+#   benchmarks/gpu_suite.sh OUT PART [WHEELS] [DATASETS]
+#
+# PART is one of:
+#   codec-native  gpu_mimi (Moshi's 8 and CSM's 32 codebooks), gpu_native with the streaming codec
+#                 at 8,16,32 sessions, the window codec at 16 (the A/B), then the CUDA tests
+#   tts-cascade   gpu_tts at C1,4,16,64 (streaming codec), gpu_cascade at 16,32 sessions with a
+#                 200 ms silence, and gpu_tts's step profile with the window codec (the A/B)
+# WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
+# cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
+# Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
+# one line a step (exit code, seconds), and OUT/results.tgz every summary and log, rewritten after
+# each step, so whatever finished comes back even when the whole command is cut off.
+set -u
+OUT=${1:?usage: gpu_suite.sh OUT PART [WHEELS] [DATASETS]}
+PART=${2:?usage: gpu_suite.sh OUT PART [WHEELS] [DATASETS]}
+WHEELS=${3:-.whl}
+DATA=${4:-.devdata}
+RES=$(mktemp -d)
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d "$WHEELS" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site "$WHEELS"/*.whl >"$RES/pip.log" 2>&1 || {
+        echo "wheel install failed"
+        tail -5 "$RES/pip.log"
+        exit 1
+    }
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+nvidia-smi >"$RES/nvidia-smi.txt" 2>&1
+python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)' \
+    >"$RES/versions.txt" 2>&1
+git rev-parse HEAD >>"$RES/versions.txt" 2>/dev/null
+
+pack() {  # audio stays behind: 16 MiB a file comes back at most
+    cp "${FDB_HOME:-$HOME/fdb}/logs/fdb-debug.log" "$RES/" 2>/dev/null
+    tar -czf "$OUT/results.tgz.part" --exclude="*.wav" --exclude="*.pcm" --exclude="*.png" --exclude="trace.jsonl" \
+        -C "$RES" . && mv "$OUT/results.tgz.part" "$OUT/results.tgz"; }
+
+step() {  # step NAME SECONDS COMMAND...
+    local name=$1 limit=$2 started rc
+    shift 2
+    started=$(date +%s)
+    timeout -k 15 "$limit" "$@" >"$RES/$name.log" 2>&1
+    rc=$?
+    pkill -f "fdb serve" 2>/dev/null  # a server a killed benchmark left (it stops its own)
+    echo "$name rc=$rc $(($(date +%s) - started))s" | tee -a "$OUT/steps.txt"
+    tail -4 "$RES/$name.log"
+    pack
+}
+
+case "$PART" in
+codec-native)
+    step mimi-moshi 90 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 8 \
+        --reps 50 --out "$RES/mimi-moshi.json"
+    step mimi-csm 90 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 32 \
+        --reps 50 --out "$RES/mimi-csm.json"
+    step native 260 python3 benchmarks/gpu_native.py --out "$RES/native" --levels 8,16,32 \
+        --dataset "$DATA/cascade-ds"
+    step native-window 130 python3 benchmarks/gpu_native.py --out "$RES/native-window" \
+        --levels 16 --dataset "$DATA/cascade-ds" --codec window --skip-profile
+    step cuda-tests 150 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        tests/serving/gpu/test_mimi_static.py tests/serving/gpu/test_gpu_cuda.py
+    ;;
+tts-cascade)
+    step tts 260 python3 benchmarks/gpu_tts.py --out "$RES/tts" --seed-tts "$DATA/synth-tts/seedtts" \
+        --concurrency 1,4,16,64 --num-prompts 32
+    step cascade 240 python3 benchmarks/gpu_cascade.py --out "$RES/cascade" --levels 16,32 \
+        --dataset "$DATA/cascade-ds" --turn-detection '{"type":"server_vad","silence_duration_ms":200}'
+    step tts-window-profile 60 python3 benchmarks/gpu_tts.py --out "$RES/tts-window" \
+        --codec window --batches 1,16,64 --concurrency 1 --num-prompts 8 \
+        --seed-tts "$DATA/synth-tts/seedtts"
+    ;;
+*)
+    echo "unknown PART $PART: codec-native or tts-cascade"
+    exit 2
+    ;;
+esac
+pack
+cat "$OUT/steps.txt"
