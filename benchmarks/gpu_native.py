@@ -61,23 +61,44 @@ TINY = {
 
 def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "streaming") -> dict:
     """The engine's parts at each batch, in this process before the server starts: Mimi encode
-    and decode (eager) and the captured temporal + depth step (CUDA events, median of 20)."""
+    and decode and the captured temporal + depth step (CUDA events, median of 20), with the
+    fused layers the server runs; then the step again on the modules' own operations
+    (``fuse`` off), eager and captured, with each eager step's kernel count: the A/B of
+    serving.gpu.slots.fuse_layers."""
     import torch
 
-    from benchmarks.gpu_tts import _timed
     from serving.gpu.moshi import MoshiEngine, MoshiOptions
     from serving.gpu.weights import WeightSource, load_model
 
     device = "cpu" if tiny else device
     source = WeightSource("dummy", preset="moshi-7b", overrides=TINY if tiny else {})
     model = load_model(source, "native", device, "float32" if tiny else "bfloat16")
-    engine = MoshiEngine(
-        model,
-        MoshiOptions(max_batch=max(batches), codec=codec),
-        dummy=True,
-        weights_label=source.label(),
-    )
-    results = {
+    results: dict = {}
+    for fuse in (True, False):
+        engine = MoshiEngine(
+            model,
+            MoshiOptions(max_batch=max(batches), codec=codec, fuse=fuse),
+            dummy=True,
+            weights_label=source.label(),
+        )
+        part = results.setdefault("fused" if fuse else "modules", {})
+        part.update(_profile_engine(engine, batches, device, fuse))
+        engine.shutdown()
+        engine = None
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    model = None  # noqa: F841 - frees the GPU memory before the server starts
+    if device != "cpu":
+        torch.cuda.empty_cache()
+    return results
+
+
+def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict:
+    import torch
+
+    from benchmarks.gpu_tts import _kernels, _timed
+
+    part: dict = {
         "warm_s": engine.warm_s,
         "graphs": {f"{k[0]}-{k[1]}": v is not False for k, v in engine._graphs.items()},
     }
@@ -86,18 +107,18 @@ def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "str
         for n in batches:
             engine.active[:n] = True
             row = {
-                "encode_ms": _timed(lambda n=n: engine._encode(n), device),
                 "step_ms": _timed(lambda n=n: engine._run_graph("step", n, engine._step), device),
-                "decode_ms": _timed(lambda n=n: engine._decode(n), device),
+                "eager_step_ms": _timed(lambda n=n: engine._step(n), device),
             }
-            row["frame_ms"] = round(row["encode_ms"] + row["step_ms"] + row["decode_ms"], 3)
-            results[str(n)] = row
-            print(f"moshi batch {n}: {row}", flush=True)
-    engine.shutdown()
-    engine = model = None  # noqa: F841 - frees the GPU memory before the server starts
-    if device != "cpu":
-        torch.cuda.empty_cache()
-    return results
+            if fuse:
+                row["encode_ms"] = _timed(lambda n=n: engine._encode(n), device)
+                row["decode_ms"] = _timed(lambda n=n: engine._decode(n), device)
+                row["frame_ms"] = round(row["encode_ms"] + row["step_ms"] + row["decode_ms"], 3)
+            if device != "cpu":
+                row.update(_kernels(lambda n=n: engine._step(n)))
+            part[str(n)] = row
+            print(f"moshi {'fused' if fuse else 'modules'} batch {n}: {row}", flush=True)
+    return part
 
 
 def launch_file(

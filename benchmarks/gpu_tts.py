@@ -70,6 +70,9 @@ TINY = {
 
 
 def profile_steps(tiny: bool, batches: list[int], codec: str = "streaming") -> dict:
+    """The batched frame step at each batch, eager and as a CUDA graph replay, with its kernel
+    count and their GPU time, and Mimi's decode: with the fused layers the server runs, then on
+    the modules' own operations (``fuse`` off), the A/B of serving.gpu.slots.fuse_layers."""
     import torch
 
     from serving.gpu.csm import CsmEngine, CsmOptions
@@ -78,37 +81,49 @@ def profile_steps(tiny: bool, batches: list[int], codec: str = "streaming") -> d
     device = "cpu" if tiny else "cuda"
     source = WeightSource("dummy", preset="csm-1b", overrides=TINY if tiny else {})
     model = load_model(source, "tts", device, "float32" if tiny else "bfloat16")
-    engine = CsmEngine(
-        model,
-        CsmOptions(max_batch=max(batches), max_len=1024, codec=codec),
-        dummy=True,
-        weights_label=source.label(),
-    )
-    engine.pos.fill_(200)  # a realistic prompt + some audio already in the cache
-    results = {}
+    results: dict = {}
+    for fuse in (True, False):
+        engine = CsmEngine(
+            model,
+            CsmOptions(max_batch=max(batches), max_len=1024, codec=codec, fuse=fuse),
+            dummy=True,
+            weights_label=source.label(),
+        )
+        engine.pos.fill_(200)  # a realistic prompt + some audio already in the cache
+        results["fused" if fuse else "modules"] = _profile_engine(engine, batches, device, fuse)
+        engine.close()
+        engine = None
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    model = None  # noqa: F841 - frees the GPU memory before the server starts
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict:
+    import torch
+
+    part: dict = {}
     with torch.inference_mode():
         for n in batches:
-            row = {
-                "eager_ms": _timed(lambda n=n: engine._step(n), device),
+            row = {"eager_ms": _timed(lambda n=n: engine._step(n), device)}
+            if fuse:
                 # transformers' Mimi over a window of 8 frames, eagerly (the window codec)
-                "mimi_eager_ms": _timed(lambda n=n: engine._decode(n), device),
-                # the codec the server runs: streaming = StaticMimi's decode, a graph replay on CUDA
-                "mimi_served_ms": _timed(lambda n=n: engine._run_decode(n), device),
-            }
+                row["mimi_eager_ms"] = _timed(lambda n=n: engine._decode(n), device)
+                # the codec the server runs: streaming = StaticMimi, a graph replay on CUDA
+                row["mimi_served_ms"] = _timed(lambda n=n: engine._run_decode(n), device)
             if device == "cuda":
                 graph = engine._capture(n)
                 row["graph_ms"] = _timed(graph.replay, device)
                 row.update(_kernels(lambda n=n: engine._step(n)))
-                row["frames_per_s"] = round(
-                    n / ((row["graph_ms"] + row["mimi_served_ms"]) / 1000), 1
-                )
-            results[str(n)] = row
-            print(f"step batch {n}: {row}", flush=True)
-    engine.close()
-    engine = model = None  # noqa: F841 - frees the GPU memory before the server starts
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return results
+                if fuse:
+                    row["frames_per_s"] = round(
+                        n / ((row["graph_ms"] + row["mimi_served_ms"]) / 1000), 1
+                    )
+            part[str(n)] = row
+            print(f"step {'fused' if fuse else 'modules'} batch {n}: {row}", flush=True)
+    return part
 
 
 def _timed(fn, device: str, repeats: int = 20) -> float:

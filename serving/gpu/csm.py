@@ -69,6 +69,9 @@ class CsmOptions:
     # graph per bucket; "window": transformers' Mimi over the last decode_context frames, eagerly
     codec: str = "streaming"
     cuda_graphs: bool = True
+    # serving.gpu.slots.fuse_layers: fused QKV and gate-up projections, RMSNorm and rotary
+    # embedding in fewer kernels (False: the transformers modules' own operations, for an A/B)
+    fuse: bool = True
     dummy_s_per_char: float = 0.07
     speaker: int = 0
 
@@ -159,6 +162,18 @@ class CsmEngine:
             s, self.codebooks, options.decode_context, dtype=torch.long, device=self.device
         )
         self._arange = torch.arange(options.max_len, device=self.device)
+        self._rows = torch.arange(s, device=self.device)
+        self._depth_tables(depth, s)
+        self._plans = [None] * len(backbone.layers)
+        self._depth_plans = [None] * len(depth.layers)
+        from serving.gpu.slots import fuse_layers, module_norm, rms_norm
+
+        self._norm = rms_norm if options.fuse else module_norm
+        if options.fuse:
+            self._plans = fuse_layers(backbone.layers, config.num_key_value_heads, self.head_dim)
+            self._depth_plans = fuse_layers(
+                depth.layers, dd.num_key_value_heads, depth.layers[0].self_attn.head_dim
+            )
         self._graphs: dict[int, object] = {}
         self.audio = torch.zeros(s, self.frame_samples, dtype=torch.float32, device=self.device)
         if options.codec not in ("streaming", "window"):
@@ -190,6 +205,7 @@ class CsmEngine:
                 "max_batch": s,
                 "cuda_graphs": options.cuda_graphs,
                 "codec": options.codec,
+                "fused_layers": options.fuse,
                 "decode_context_frames": options.decode_context,
                 "temperature": options.temperature,
                 "top_k": options.top_k,
@@ -200,6 +216,22 @@ class CsmEngine:
         self.warm_s = self._warm()
         self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
         self._thread.start()
+
+    def _depth_tables(self, depth, slots: int) -> None:
+        """What every depth step shares, made once: each position's rotary angles (the same for
+        every row), its row of positions and its causal mask."""
+        from serving.gpu.slots import rope_tables
+
+        torch = self.torch
+        length = self.codebooks + 1
+        positions = torch.arange(length, device=self.device)
+        probe = torch.zeros(1, 1, depth.config.hidden_size, dtype=self.dtype, device=self.device)
+        cos, sin = depth.rotary_emb(probe, positions[None, :])  # [1, length, D]
+        self._depth_rope = [
+            rope_tables(cos[:, p : p + 1], sin[:, p : p + 1]) for p in range(length)
+        ]
+        self._depth_pos = positions[:, None].expand(length, slots).contiguous()
+        self._depth_mask = (positions[None, :] <= positions[:, None])[:, None, None, None, :]
 
     def _warm(self) -> float:
         """Every bucket's step and Mimi decode once (CUDA graphs captured) before the first
@@ -517,19 +549,21 @@ class CsmEngine:
         """Rows 0..n-1: one backbone step from ``step_in``, then the depth decoder; the new frame
         lands in ``out_codes``, its embedding in ``step_in`` and its codes at the end of
         ``history``. Idle rows compute on stale inputs and are ignored."""
-        from serving.gpu.slots import decode_layer
+        from serving.gpu.slots import decode_layer, rope_tables
 
         backbone = self.model.backbone_model
         x = self.step_in[
             :n
         ]  # [n, 1, H]: the last prompt token, or the last frame's codebooks summed
         pos = self.pos[:n]
-        cos, sin = backbone.rotary_emb(x, pos[:, None])
+        rows = self._rows[:n]
+        rotary = rope_tables(*backbone.rotary_emb(x, pos[:, None]))
         mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
         h = x
-        for layer, k, v in zip(backbone.layers, self.cache.k, self.cache.v, strict=True):
-            h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
-        hidden = backbone.norm(h)[:, -1]
+        layers = zip(backbone.layers, self.cache.k, self.cache.v, self._plans, strict=True)
+        for layer, k, v, plan in layers:
+            h = decode_layer(layer, h, rotary, k, v, pos, mask, rows=rows, plan=plan)
+        hidden = self._norm(backbone.norm, h)[:, -1]
         codes = self._depth(hidden, n)
         self.out_codes[:n] = codes
         self.step_in[:n] = backbone.embed_tokens(codes[:, None, :])
@@ -540,34 +574,35 @@ class CsmEngine:
 
     def _depth(self, hidden, n: int):
         """Codebooks 0..31 of one frame for ``n`` rows from the backbone's last hidden state."""
-        from serving.gpu.slots import decode_layer, sample_top_k
+        from serving.gpu.slots import decode_layer, gumbel, sample_top_k
 
         torch = self.torch
         m = self.model
         dd = m.depth_decoder.model
         heads = m.depth_decoder.codebooks_head
         opts = self.opts
-        c0 = sample_top_k(m.lm_head(hidden), opts.top_k, opts.temperature, self.noise[0, :n])
+        noise = gumbel(self.noise[:, :n])  # every codebook's, at once
+        c0 = sample_top_k(m.lm_head(hidden), opts.top_k, opts.temperature, gumbel_noise=noise[0])
         codes = [c0]
         ks = [k[:n] for k in self.depth_cache.k]
         vs = [v[:n] for v in self.depth_cache.v]
-        length = self.codebooks + 1
-        arange = self._arange[:length]
+        rows = self._rows[:n]
         for p in range(self.codebooks):
             if p == 0:
                 step_in = hidden[:, None, :]
             else:
                 step_in = dd.embed_tokens(codes[-1][:, None] + (p - 1) * dd.vocab_size)
             x = dd.inputs_embeds_projector(step_in)
-            pos = torch.full((x.shape[0],), p, dtype=torch.long, device=self.device)
-            cos, sin = dd.rotary_emb(x, pos[:, None])
-            mask = (arange <= p)[None, None, None, :]
-            for layer, k, v in zip(dd.layers, ks, vs, strict=True):
-                x = decode_layer(layer, x, cos, sin, k, v, pos, mask)
+            pos = self._depth_pos[p, :n]
+            rotary, mask = self._depth_rope[p], self._depth_mask[p]
+            for layer, k, v, plan in zip(dd.layers, ks, vs, self._depth_plans, strict=True):
+                x = decode_layer(layer, x, rotary, k, v, pos, mask, rows=rows, plan=plan)
             if p == 0:
                 continue  # position 0 holds the backbone state; position 1 predicts codebook 1
-            logits = torch.nn.functional.linear(dd.norm(x)[:, -1], heads.weight[p - 1].T)
-            codes.append(sample_top_k(logits, opts.top_k, opts.temperature, self.noise[p, :n]))
+            logits = torch.nn.functional.linear(
+                self._norm(dd.norm, x)[:, -1], heads.weight[p - 1].T
+            )
+            codes.append(sample_top_k(logits, opts.top_k, opts.temperature, gumbel_noise=noise[p]))
         # position 0 predicts nothing; position p (1..31) predicted codebook p from codebook p-1
         return torch.stack(codes[: self.codebooks], dim=1)
 

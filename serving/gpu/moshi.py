@@ -66,6 +66,9 @@ class MoshiOptions:
     codec: str = "streaming"
     gather_ms: float = 2.0  # how long a step waits for the other busy sessions' frames
     cuda_graphs: bool = True
+    # serving.gpu.slots.fuse_layers on the temporal transformer (fused QKV and gating
+    # projections, RMSNorm and rotary embedding in fewer kernels); False: the modules' own
+    fuse: bool = True
 
 
 @dataclass
@@ -138,6 +141,19 @@ class MoshiEngine:
         self._codebook = [
             torch.tensor([c], device=self.device) for c in range(self.k)
         ]  # no copies in a graph
+        self._rows = torch.arange(s, device=self.device)
+        # the depth steps' positions and causal masks, made once (the same in every step)
+        depth_positions = torch.arange(self.k, device=self.device)
+        self._depth_pos = depth_positions[:, None].expand(self.k, s).contiguous()
+        self._depth_mask = (depth_positions[None, :] <= depth_positions[:, None])[
+            :, None, None, None, :
+        ]
+        self._plans = [None] * len(decoder.layers)
+        from serving.gpu.slots import fuse_layers, module_norm, rms_norm
+
+        self._norm = rms_norm if options.fuse else module_norm
+        if options.fuse:
+            self._plans = fuse_layers(decoder.layers, attn.num_key_value_heads, attn.head_dim)
         if options.codec not in ("streaming", "window"):
             raise FdbError(f"Moshi codec {options.codec!r} is not known", "use streaming or window")
         self.mimi = None
@@ -173,6 +189,7 @@ class MoshiEngine:
                 "max_len": options.max_len,
                 "cuda_graphs": options.cuda_graphs,
                 "codec": options.codec,
+                "fused_layers": options.fuse,
                 "codec_context_frames": w if options.codec == "window" else None,
                 "frame_hz": FRAME_HZ,
                 "gather_ms": options.gather_ms,
@@ -389,19 +406,21 @@ class MoshiEngine:
         return x[:, None, :]
 
     def _step(self, n: int) -> None:
-        from serving.gpu.slots import decode_layer, sample_top_k
+        from serving.gpu.slots import decode_layer, rope_tables, sample_top_k
 
         torch = self.torch
         m, o = self.model, self.opts
         decoder = m.decoder.model
         pos = self.pos[:n]
+        rows = self._rows[:n]
         mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
         h = self._inputs(n)
         rotary = decoder.layers[0].self_attn.rotary_emb  # the same angles in every layer
-        cos, sin = rotary(h, pos[:, None])
-        for layer, k, v in zip(decoder.layers, self.cache.k, self.cache.v, strict=True):
-            h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
-        hidden = decoder.norm(h)  # [n, 1, H]
+        angles = rope_tables(*rotary(h, pos[:, None]))
+        layers = zip(decoder.layers, self.cache.k, self.cache.v, self._plans, strict=True)
+        for layer, k, v, plan in layers:
+            h = decode_layer(layer, h, angles, k, v, pos, mask, rows=rows, plan=plan)
+        hidden = self._norm(decoder.norm, h)  # [n, 1, H]
         text = sample_top_k(
             m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature, self.text_noise[:n]
         )
@@ -417,28 +436,28 @@ class MoshiEngine:
 
     def _depth(self, hidden, text, n: int):
         """Moshi's 8 codebooks of this frame from the temporal state ``hidden`` [n, 1, H]."""
-        from serving.gpu.slots import decode_layer, sample_top_k
+        from serving.gpu.slots import decode_layer, gumbel, sample_top_k
 
         torch = self.torch
         depth, o = self.model.depth_decoder, self.opts
-        arange = self._arange[: self.k]
         ks = [k[:n] for k in self.depth_cache.k]
         vs = [v[:n] for v in self.depth_cache.v]
+        rows = self._rows[:n]
+        noise = gumbel(self.audio_noise[:, :n])  # every codebook's, at once
         codes = []
         token = text
         for c in range(self.k):
             index = self._codebook[c]
             embed = depth.text_embed_tokens(token) if c == 0 else depth.embed_tokens[c - 1](token)
             x = embed[:, None, :] + depth.input_projections(hidden, index)
-            pos = torch.full((n,), c, dtype=torch.long, device=self.device)
-            mask = (arange <= c)[None, None, None, :]
+            pos, mask = self._depth_pos[c, :n], self._depth_mask[c]
             for layer, k, v in zip(depth.layers, ks, vs, strict=True):
-                x = decode_layer(layer, x, None, None, k, v, pos, mask, codebook=index)
+                x = decode_layer(layer, x, None, k, v, pos, mask, codebook=index, rows=rows)
             token = sample_top_k(
                 depth.lm_heads(x, index)[:, 0],
                 o.audio_top_k,
                 o.audio_temperature,
-                self.audio_noise[c, :n],
+                gumbel_noise=noise[c],
             )
             codes.append(token)
         return torch.stack(codes, dim=1)

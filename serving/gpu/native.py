@@ -163,6 +163,7 @@ class MoshiNative:
             codec=node.codec,
             gather_ms=node.gather_ms,
             cuda_graphs=node.cuda_graphs,
+            fuse=node.fuse,
         )
         self.engine = MoshiEngine(
             model, options, tokenizer=tokenizer, dummy=source.dummy, weights_label=source.label()

@@ -67,6 +67,7 @@ class CsmSpeechNode(GpuNode):
     decode_context: int = Field(8, ge=1, le=64)
     codec: Literal["streaming", "window"] = "streaming"
     cuda_graphs: bool = True
+    fuse: bool = True  # serving.gpu.slots.fuse_layers (False: the transformers modules' own ops)
     dummy_s_per_char: float = Field(0.07, gt=0, le=1)
 
 
@@ -82,6 +83,7 @@ class MoshiNativeNode(GpuNode):
     codec: Literal["streaming", "window"] = "streaming"
     gather_ms: float = Field(2.0, ge=0, le=80)
     cuda_graphs: bool = True
+    fuse: bool = True  # serving.gpu.slots.fuse_layers on the temporal transformer
 
 
 class CsmTts:
@@ -107,6 +109,7 @@ class CsmTts:
             decode_context=node.decode_context,
             codec=node.codec,
             cuda_graphs=node.cuda_graphs,
+            fuse=node.fuse,
             dummy_s_per_char=node.dummy_s_per_char,
         )
         self.engine = CsmEngine(

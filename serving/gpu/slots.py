@@ -8,9 +8,19 @@ above the highest busy slot) with per-row positions, a per-row mask and per-row 
 Every shape in a step depends on ``n`` alone, so a step can be captured in a CUDA graph per
 bucket. The layer weights are the transformers modules' own (``q_proj`` … ``mlp``); only the
 cache handling is written here.
+
+A decode step is bound by kernel count, not by arithmetic (docs/gpu.md: CSM's step launched 7,761
+kernels, 2.3 µs each, for 0.6 ms of weight reads). :func:`fuse_layers` lays a layer's weights out
+for fewer: the query, key and value projections as one matrix and the gate and up projections as
+one (the modules' own weights become views into them, so nothing is stored twice); a known RMSNorm
+runs as ``F.rms_norm`` (one fused kernel on CUDA instead of seven); the rotary embedding turns the
+queries and keys together with angles made once a step (:func:`rope_tables`), three kernels for
+what took ten.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -87,28 +97,180 @@ def _mlp_residual(
     return x + _project(layer.mlp, layer.post_attention_layernorm(x), codebook)
 
 
+@dataclass(frozen=True)
+class Rope:
+    """A step's rotary angles, made once for every layer: ``cos`` and ``sin`` [n, 1, T, D], and
+    ``signed``, ``sin`` with its first half negated, so that ``rotate_half(x) * sin`` becomes
+    ``x.roll(D / 2) * signed`` (one kernel, where ``rotate_half`` takes a negation and a copy)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    signed: torch.Tensor
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [n, heads, T, D] rotated in three kernels (the fused path)."""
+        return torch.addcmul(x * self.cos, x.roll(x.shape[-1] // 2, dims=-1), self.signed)
+
+    def plain(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` rotated as transformers' ``apply_rotary_pos_emb`` does it (the modules' path)."""
+        return x * self.cos + _rotate_half(x) * self.sin
+
+
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> Rope:
+    """:class:`Rope` from a rotary module's ``cos``/``sin`` [n, T, D]."""
+    half = sin.shape[-1] // 2
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return Rope(cos[:, None], sin[:, None], signed[:, None])
+
+
+# transformers' RMSNorm classes that compute x * rsqrt(mean(x^2) + eps) * weight in float32
+# (Moshi's multiplies by the weight before rounding, the others after: F.rms_norm rounds once)
+_RMS_NORMS = frozenset({"CsmRMSNorm", "MoshiRMSNorm", "LlamaRMSNorm", "Qwen3RMSNorm"})
+
+
+def rms_norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)``; a known RMSNorm as ``F.rms_norm`` (one kernel on CUDA)."""
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ not in _RMS_NORMS or weight is None or weight.dtype != x.dtype:
+        return module(x)
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def module_norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)``: the norm of the modules' path, with :func:`rms_norm`'s signature."""
+    return module(x)
+
+
+def _linear_weight(proj: nn.Module) -> torch.Tensor | None:
+    """The weight of a bias-free ``nn.Linear`` (or Moshi's single-codebook wrapper of one)."""
+    linear = getattr(proj, "linear", proj)
+    if not isinstance(linear, nn.Linear) or linear.bias is not None:
+        return None
+    return linear.weight
+
+
+def _concat_as_views(linears: list[nn.Linear]) -> torch.Tensor:
+    """The weights of ``linears`` stacked into one matrix; each linear's weight becomes a view
+    into it (the same values, one copy in memory)."""
+    joined = torch.cat([lin.weight.data for lin in linears], dim=0)
+    start = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        lin.weight.data = joined[start : start + rows]
+        start += rows
+    return joined
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One decoder layer laid out for a decode step of few kernels (:func:`fuse_layers`)."""
+
+    qkv: torch.Tensor  # [(heads + 2 kv_heads) * dim, hidden]
+    gate_up: torch.Tensor  # [2 * ffn, hidden]: the gate's rows, then the up projection's
+    heads: int
+    kv_heads: int
+    dim: int
+
+
+def fuse_layers(layers, kv_heads: int, dim: int) -> list[LayerPlan | None]:
+    """A :class:`LayerPlan` for each layer of ``layers`` whose projections are plain bias-free
+    linears (None for the others, which keep the modules' path), to hand to
+    :func:`decode_layer`. The layers' own weights become views into the plans' matrices: the
+    modules compute as before. Call it once, before any CUDA graph is captured."""
+    plans: list[LayerPlan | None] = []
+    with torch.no_grad():
+        for layer in layers:
+            plans.append(_plan(layer, kv_heads, dim))
+    return plans
+
+
+def _plan(layer: nn.Module, kv_heads: int, dim: int) -> LayerPlan | None:
+    attn, mlp = layer.self_attn, layer.mlp
+    projections = [attn.q_proj, attn.k_proj, attn.v_proj]
+    if any(_linear_weight(p) is None for p in projections):
+        return None
+    if hasattr(mlp, "gate_proj") and hasattr(mlp, "up_proj"):
+        halves = [mlp.gate_proj, mlp.up_proj]
+        if any(_linear_weight(p) is None for p in halves):
+            return None
+        gate_up = _concat_as_views([getattr(p, "linear", p) for p in halves])
+    elif hasattr(mlp, "fc1") and _linear_weight(mlp.fc1) is not None:
+        gate_up = _linear_weight(mlp.fc1)  # Moshi's gating MLP: already [gate; up]
+    else:
+        return None
+    qkv = _concat_as_views([getattr(p, "linear", p) for p in projections])
+    return LayerPlan(qkv, gate_up, qkv.shape[0] // dim - 2 * kv_heads, kv_heads, dim)
+
+
+def _activation(mlp: nn.Module):
+    return getattr(mlp, "act_fn", None) or mlp.activation_fn
+
+
+def _mlp_down(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return (mlp.down_proj if hasattr(mlp, "down_proj") else mlp.fc2)(x)
+
+
+def _fused_layer(
+    layer: nn.Module,
+    plan: LayerPlan,
+    x: torch.Tensor,
+    rotary: Rope | None,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: torch.Tensor,
+    mask: torch.Tensor,
+    rows: torch.Tensor,
+) -> torch.Tensor:
+    n = x.shape[0]
+    heads, kv_heads, dim = plan.heads, plan.kv_heads, plan.dim
+    # one token per row: [n, 1, (H + 2 KV) * D] is [n, H + 2 KV, 1, D] without a copy
+    qkv = F.linear(rms_norm(layer.input_layernorm, x), plan.qkv).view(n, -1, 1, dim)
+    qk = qkv[:, : heads + kv_heads]
+    if rotary is not None:
+        qk = rotary(qk)
+    q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :]
+    k_cache[rows, :, pos] = k[:, :, 0]
+    v_cache[rows, :, pos] = v[:, :, 0]
+    attn = layer.self_attn
+    q = q.reshape(n, kv_heads, heads // kv_heads, dim)
+    out = F.scaled_dot_product_attention(
+        q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling
+    )
+    x = x + _project(attn.o_proj, out.reshape(n, 1, heads * dim), None)
+    mlp = layer.mlp
+    gate, up = F.linear(rms_norm(layer.post_attention_layernorm, x), plan.gate_up).chunk(2, -1)
+    return x + _mlp_down(mlp, _activation(mlp)(gate) * up)
+
+
 def decode_layer(
     layer: nn.Module,
     x: torch.Tensor,
-    cos: torch.Tensor | None,
-    sin: torch.Tensor | None,
+    rotary: Rope | None,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     pos: torch.Tensor,
     mask: torch.Tensor,
     codebook: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+    plan: LayerPlan | None = None,
 ) -> torch.Tensor:
     """One token per row: ``x`` [n, 1, H] at per-row positions ``pos`` [n] (written into rows
-    0..n-1 of the caches), ``mask`` [n, 1, 1, max_len] (True: attend); ``cos`` None: no rotary
-    embedding; ``codebook``: per-codebook weights (Moshi's depth transformer)."""
-    attn = layer.self_attn
+    0..n-1 of the caches), ``mask`` [n, 1, 1, max_len] (True: attend); ``rotary`` the step's
+    :func:`rope_tables`, None: no rotary embedding; ``codebook``: per-codebook weights (Moshi's
+    depth transformer); ``rows``: ``arange(n)`` made once a step (else made here); ``plan``: the
+    layer's :func:`fuse_layers` plan, to run the fused path (None: the modules' operations)."""
     n = x.shape[0]
+    if rows is None:
+        rows = torch.arange(n, device=x.device)
+    if plan is not None and codebook is None:
+        return _fused_layer(layer, plan, x, rotary, k_cache, v_cache, pos, mask, rows)
+    attn = layer.self_attn
     kv_heads, dim = k_cache.shape[1], k_cache.shape[3]
     q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim, codebook)
     heads = q.shape[1]
-    if cos is not None:
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-    rows = torch.arange(n, device=x.device)
+    if rotary is not None:
+        q, k = rotary.plain(q), rotary.plain(k)
     k_cache[rows, :, pos] = k[:, :, 0]
     v_cache[rows, :, pos] = v[:, :, 0]
     # grouped-query attention without copying keys: the query heads of one key head become
@@ -153,20 +315,32 @@ def prefill_layer(
     return _mlp_residual(layer, x, out)
 
 
+def gumbel(noise: torch.Tensor) -> torch.Tensor:
+    """Gumbel noise ``-log(-log(u))`` from uniform [0, 1) numbers (any shape): made once a step
+    for every codebook, where each sampling made its own."""
+    return -torch.log(-torch.log(noise.clamp(min=1e-10)))
+
+
 def sample_top_k(
-    logits: torch.Tensor, top_k: int, temperature: float, noise: torch.Tensor | None = None
+    logits: torch.Tensor,
+    top_k: int,
+    temperature: float,
+    noise: torch.Tensor | None = None,
+    gumbel_noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One token per row from the ``top_k`` most likely at ``temperature`` (0: the most likely),
     by the Gumbel-max trick: no host synchronization. ``noise``: uniform [0, 1) numbers of the
     shape [rows, top_k] drawn outside a CUDA graph, so that no random generator runs inside one
-    (a capture that fails after drawing leaves the CUDA generator unusable)."""
+    (a capture that fails after drawing leaves the CUDA generator unusable); ``gumbel_noise``:
+    :func:`gumbel` of such numbers, made beforehand (it wins over ``noise``)."""
     if temperature <= 0:
         return logits.argmax(dim=-1)
     values, indices = logits.float().topk(min(top_k, logits.shape[-1]), dim=-1)
-    if noise is None:
-        noise = torch.rand_like(values)
-    noise = noise[:, : values.shape[-1]].clamp(min=1e-10)
-    choice = (values / temperature - torch.log(-torch.log(noise))).argmax(dim=-1, keepdim=True)
+    if gumbel_noise is None:
+        gumbel_noise = gumbel(torch.rand_like(values) if noise is None else noise)
+    choice = (values / temperature + gumbel_noise[:, : values.shape[-1]]).argmax(
+        dim=-1, keepdim=True
+    )
     return indices.gather(-1, choice).squeeze(-1)
 
 

@@ -23,7 +23,7 @@ import torch  # noqa: E402 - after the skip
 
 from benchmarks.gpu_tts import TINY  # noqa: E402
 from serving.gpu.csm import CsmEngine, CsmOptions  # noqa: E402
-from serving.gpu.slots import SlotCache, decode_layer, prefill_layer  # noqa: E402
+from serving.gpu.slots import SlotCache, decode_layer, prefill_layer, rope_tables  # noqa: E402
 from serving.gpu.weights import WeightSource, load_model  # noqa: E402
 
 FRAME = 1920  # samples of one 80 ms Mimi frame at 24 kHz
@@ -78,7 +78,7 @@ def _decode(backbone, cache: SlotCache, x: torch.Tensor, pos: torch.Tensor) -> t
     mask = (torch.arange(cache.max_len)[None, :] <= pos[:, None])[:, None, None, :]
     h = x
     for layer, k, v in zip(backbone.layers, cache.k, cache.v, strict=True):
-        h = decode_layer(layer, h, cos, sin, k, v, pos, mask)
+        h = decode_layer(layer, h, rope_tables(cos, sin), k, v, pos, mask)
     return backbone.norm(h)[:, 0]
 
 
