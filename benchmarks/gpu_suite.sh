@@ -56,13 +56,13 @@ case "$PART" in
 codec-native)
     step mimi-moshi 60 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 8 \
         --reps 50 --out "$RES/mimi-moshi.json"
-    step mimi-csm 60 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 32 \
+    step mimi-csm 50 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 32 \
         --reps 50 --out "$RES/mimi-csm.json"
-    step native 250 python3 benchmarks/gpu_native.py --out "$RES/native" --levels 8,16,32 \
+    step native 280 python3 benchmarks/gpu_native.py --out "$RES/native" --levels 8,16,32 \
         --dataset "$DATA/cascade-ds"
     step native-window 120 python3 benchmarks/gpu_native.py --out "$RES/native-window" \
         --levels 16 --dataset "$DATA/cascade-ds" --codec window --skip-profile
-    step cuda-tests 100 python3 -m pytest -m gpu -p no:cacheprovider -s \
+    step cuda-tests 80 python3 -m pytest -m gpu -p no:cacheprovider -s \
         tests/serving/gpu/test_mimi_static.py tests/serving/gpu/test_gpu_cuda.py
     ;;
 tts-cascade)
