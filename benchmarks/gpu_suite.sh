@@ -8,6 +8,8 @@
 #                 at 8,16,32 sessions, the window codec at 16 (the A/B), then the CUDA tests
 #   tts-cascade   gpu_tts at C1,4,16,64 (streaming codec), gpu_cascade at 16,32 sessions with a
 #                 200 ms silence, and gpu_tts's step profile with the window codec (the A/B)
+#   followup      gpu_tts at C1 and C16 with 96 requests a level (steady state), gpu_cascade at 16
+#                 with the stages of its first audio (cascade_stages.py), gpu_native at 24 and 32
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -74,8 +76,18 @@ tts-cascade)
         --codec window --batches 1,16,64 --concurrency 1 --num-prompts 8 \
         --seed-tts "$DATA/synth-tts/seedtts"
     ;;
+followup)
+    step tts-steady 200 python3 benchmarks/gpu_tts.py --out "$RES/tts-steady" --skip-profile \
+        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 96
+    step cascade-stages 180 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade16 \
+        --levels 16 --dataset $DATA/cascade-ds \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/cascade_stages.py $RES/cascade16/sweep --out $RES/stages.json"
+    step native-24 170 python3 benchmarks/gpu_native.py --out "$RES/native-24" --levels 24,32 \
+        --dataset "$DATA/cascade-ds" --skip-profile
+    ;;
 *)
-    echo "unknown PART $PART: codec-native or tts-cascade"
+    echo "unknown PART $PART: codec-native, tts-cascade or followup"
     exit 2
     ;;
 esac
