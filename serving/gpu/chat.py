@@ -114,6 +114,7 @@ class ChatEngine:
                 "temperature": options.temperature,
                 "tokenizer": self.tokenizer.label,
                 "batching": "transformers continuous batching",
+                "cuda_graphs": options.cuda_graphs and options.device != "cpu",
             },
         )
         log.info(
@@ -153,6 +154,8 @@ class ChatEngine:
             max_batch_tokens=CPU_BATCH_TOKENS if cpu else None,
             max_requests_per_batch=o.max_batch,
             max_memory_percent=o.cache_memory_fraction,
+            # None on CPU: transformers' own choice, which is off there
+            use_cuda_graph=None if cpu else o.cuda_graphs,
         )
         if cpu:
             _cpu_memory()

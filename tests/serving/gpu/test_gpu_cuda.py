@@ -54,13 +54,28 @@ def test_whisper_large_v3_configuration_batches_sessions_on_cuda():
     assert len(texts) == SESSIONS and engine.batcher.batch_sizes[-1] == SESSIONS
 
 
-def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda():
+@pytest.mark.parametrize("cuda_graphs", [True, False])
+def _release(engine) -> None:
+    """The model and its cache off the GPU before the next test loads another."""
+    import gc
+
+    import torch
+
+    engine.model = engine.manager = None
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("cuda_graphs", [True, False])
+def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda(cuda_graphs):
     _cuda()
     from serving.gpu.chat import ChatEngine
     from serving.graph.kinds import CausalLmGpuOptions
 
     o = CausalLmGpuOptions(
-        weights={"load_format": "dummy", "preset": "qwen3-4b"}, max_batch=SESSIONS
+        weights={"load_format": "dummy", "preset": "qwen3-4b"},
+        max_batch=SESSIONS,
+        cuda_graphs=cuda_graphs,
     )
     engine = ChatEngine(o.source("llm"), o)
 
@@ -81,9 +96,11 @@ def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda():
         results, elapsed = asyncio.run(main())
     finally:
         engine.close()
+        _release(engine)
     firsts = sorted(r[0] for r in results)
     print(
-        f"qwen3-4b (dummy, bf16): {SESSIONS} replies of 48 tokens in {elapsed * 1000:.0f} ms, "
+        f"qwen3-4b (dummy, bf16, CUDA graphs {'on' if cuda_graphs else 'off'}): {SESSIONS} "
+        f"replies of 48 tokens in {elapsed * 1000:.0f} ms, "
         f"first text p50 {firsts[len(firsts) // 2] * 1000:.0f} ms, max {firsts[-1] * 1000:.0f} ms"
     )
     assert all(pieces > 1 for _, pieces in results)
