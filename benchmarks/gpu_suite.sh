@@ -8,7 +8,8 @@
 #                 at 8,16,32 sessions, the window codec at 16 (the A/B), then the CUDA tests
 #   tts-cascade   gpu_tts at C1,4,16,64 (streaming codec), gpu_cascade at 16,32 sessions with a
 #                 200 ms silence, and gpu_tts's step profile with the window codec (the A/B)
-#   followup      gpu_tts at C1 and C16 with 64 requests a level (steady state), the reply model's
+#   followup      gpu_tts at C1 and C16 with 64 requests a level (steady state; the profile with a
+#                 request's prefill), the reply model's
 #                 CUDA graphs on and off (the CUDA tests), gpu_cascade at 16 with the stages of its
 #                 first audio (cascade_stages.py), gpu_native at 24
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
@@ -78,7 +79,7 @@ tts-cascade)
         --seed-tts "$DATA/synth-tts/seedtts"
     ;;
 followup)
-    step tts-steady 150 python3 benchmarks/gpu_tts.py --out "$RES/tts-steady" --skip-profile \
+    step tts-steady 190 python3 benchmarks/gpu_tts.py --out "$RES/tts-steady" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 64
     step cuda-chat 110 python3 -m pytest -m gpu -p no:cacheprovider -s -k qwen3 \
         tests/serving/gpu/test_gpu_cuda.py
@@ -86,7 +87,7 @@ followup)
         --levels 16 --dataset $DATA/cascade-ds \
         --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
         && python3 benchmarks/cascade_stages.py $RES/cascade16/sweep --out $RES/stages.json"
-    step native-24 140 python3 benchmarks/gpu_native.py --out "$RES/native-24" --levels 24 \
+    step native-24 110 python3 benchmarks/gpu_native.py --out "$RES/native-24" --levels 24 \
         --dataset "$DATA/cascade-ds" --skip-profile
     ;;
 *)

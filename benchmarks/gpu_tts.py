@@ -92,6 +92,8 @@ def profile_steps(tiny: bool, batches: list[int], codec: str = "streaming") -> d
         engine.pos.fill_(200)  # a realistic prompt + some audio already in the cache
         results["fused" if fuse else "modules"] = _profile_engine(engine, batches, device, fuse)
         engine.close()
+        if fuse:
+            results["prefill"] = _profile_prefill(engine, device)
         engine = None
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -124,6 +126,28 @@ def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict
             part[str(n)] = row
             print(f"step {'fused' if fuse else 'modules'} batch {n}: {row}", flush=True)
     return part
+
+
+def _profile_prefill(engine, device: str) -> dict:
+    """What admitting one request costs every other request in flight (the engine's thread is
+    stopped first, so the slot is not stepped): the prefill of a 60-character text alone, and
+    with a 3 s voice reference (its codes cached, as for a reference sent again; the decoder
+    primed with its last frames)."""
+    import numpy as np
+    import torch
+
+    from serving.gpu.csm import _Request
+
+    text = "The quick brown fox jumps over the lazy dog near the river."
+    reference = np.random.default_rng(0).normal(0, 0.1, 3 * 24000).astype(np.float32)
+    rows = {}
+    with torch.inference_mode():
+        for name, ref in (("text_only_ms", None), ("with_3s_reference_ms", reference)):
+            request = _Request(text=text, ref_audio=ref, ref_text=text)
+            rows[name] = _timed(lambda r=request: engine._prefill(r, 0), device)
+    engine._slots[0] = None
+    print(f"prefill: {rows}", flush=True)
+    return rows
 
 
 def _timed(fn, device: str, repeats: int = 20) -> float:
