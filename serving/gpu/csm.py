@@ -194,7 +194,8 @@ class CsmEngine:
         self._wake = threading.Event()
         self._stop = False
         self.steps = 0
-        self.step_s = 0.0
+        self.step_s = 0.0  # launch to delivery, the admissions between them included
+        self._started = 0.0
         self.identity = BackendIdentity(
             kind="tts",
             name="transformers/csm",
@@ -343,14 +344,20 @@ class CsmEngine:
         torch = self.torch
         with torch.inference_mode():
             while not self._stop:
-                self._admit()
                 busy = [i for i, r in enumerate(self._slots) if r is not None]
                 if not busy:
-                    self._wake.wait(0.05)
-                    self._wake.clear()
+                    self._admit()
+                    if not any(r is not None for r in self._slots):
+                        self._wake.wait(0.05)
+                        self._wake.clear()
                     continue
                 try:
-                    self._advance(busy)
+                    n = self._launch(busy)
+                    # new requests are admitted while the GPU runs the step just launched: a
+                    # prefill's kernels queue behind it on the same stream (so it writes its slot
+                    # after the step), and launching them costs the CPU time the step takes
+                    self._admit()
+                    self._deliver(busy, n)
                 except BaseException as exc:  # every request in flight fails with the error
                     log.exception("CSM step failed")
                     for i in busy:
@@ -381,22 +388,28 @@ class CsmEngine:
                 )
                 request.out.put(None)
 
-    def _advance(self, busy: list[int]) -> None:
+    def _launch(self, busy: list[int]) -> int:
+        """One frame for rows 0..n-1 launched (step and decode), without waiting for the GPU;
+        returns ``n``."""
         from serving.gpu.slots import bucket
 
         torch = self.torch
         n = bucket(max(busy) + 1, self.opts.max_batch)
-        started = time.perf_counter()
+        self._started = time.perf_counter()
         self._run_step(n)
-        codes = self.out_codes[:n]
         self.pos[torch.tensor(busy, device=self.device)] += 1
         self._run_decode(n)
-        ended = (codes == self.eos).all(dim=1).tolist()
+        return n
+
+    def _deliver(self, busy: list[int], n: int) -> None:
+        """The frame of :meth:`_launch` to each request in ``busy`` (the slots that were busy
+        when it was launched; a slot admitted since then is not among them)."""
+        ended = (self.out_codes[:n] == self.eos).all(dim=1).tolist()
         # a copy: on a CPU device .cpu() is the buffer itself, which the next step overwrites
         audio = self.audio[:n].to("cpu", copy=True).numpy()
         positions = self.pos[:n].tolist()  # one transfer, not one per request
         self.steps += 1
-        self.step_s += time.perf_counter() - started
+        self.step_s += time.perf_counter() - self._started
         for i in busy:
             request = self._slots[i]
             assert request is not None
@@ -470,7 +483,7 @@ class CsmEngine:
         return codes
 
     def _prefill(self, request: _Request, slot: int) -> None:
-        from serving.gpu.slots import prefill_layer
+        from serving.gpu.slots import prefill_layer, rope_tables
 
         torch = self.torch
         embeds, ref_codes = self._prompt(request)
@@ -484,9 +497,11 @@ class CsmEngine:
         if t > 1:  # all but the last prompt token; the batched step takes that one
             positions = torch.arange(t - 1, device=self.device)[None]
             cos, sin = backbone.rotary_emb(embeds, positions)
+            rotary = rope_tables(cos, sin)
             h = embeds[:, :-1]
-            for layer, k, v in zip(backbone.layers, self.cache.k, self.cache.v, strict=True):
-                h = prefill_layer(layer, h, cos, sin, k, v, slot, 0)
+            layers = zip(backbone.layers, self.cache.k, self.cache.v, self._plans, strict=True)
+            for layer, k, v, plan in layers:
+                h = prefill_layer(layer, h, cos, sin, k, v, slot, 0, plan=plan, rotary=rotary)
         self.step_in[slot] = embeds[0, -1:]
         self.pos[slot] = t - 1
         context = torch.zeros(

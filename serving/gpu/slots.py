@@ -293,15 +293,25 @@ def prefill_layer(
     v_cache: torch.Tensor,
     slot: int,
     start: int,
+    plan: LayerPlan | None = None,
+    rotary: Rope | None = None,
 ) -> torch.Tensor:
     """``T`` tokens of one request (``x`` [1, T, H]) at positions ``start..start+T-1`` of ``slot``,
-    causal over everything the slot holds before them."""
+    causal over everything the slot holds before them. ``plan`` (with ``rotary``, the
+    :func:`rope_tables` of ``cos``/``sin``, made once for every layer): the fused path."""
     attn = layer.self_attn
     t = x.shape[1]
     kv_heads, dim = k_cache.shape[1], k_cache.shape[3]
-    q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim)
+    if plan is not None:
+        rotary = rotary or rope_tables(cos, sin)
+        qkv = F.linear(rms_norm(layer.input_layernorm, x), plan.qkv)
+        qkv = qkv.view(1, t, -1, dim).transpose(1, 2)  # [1, H + 2 KV, T, D]
+        qk = rotary(qkv[:, : plan.heads + kv_heads])
+        q, k, v = qk[:, : plan.heads], qk[:, plan.heads :], qkv[:, plan.heads + kv_heads :]
+    else:
+        q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
     heads = q.shape[1]
-    q, k = rope(q, cos, sin), rope(k, cos, sin)
     k_cache[slot, :, start : start + t] = k[0]
     v_cache[slot, :, start : start + t] = v[0]
     keys = k_cache[slot : slot + 1, :, : start + t].repeat_interleave(heads // kv_heads, dim=1)
@@ -312,7 +322,11 @@ def prefill_layer(
         allowed = torch.ones(t, start + t, dtype=torch.bool, device=x.device).tril(diagonal=start)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=attn.scaling)
     out = attn.o_proj(out.transpose(1, 2).reshape(1, t, heads * dim))
-    return _mlp_residual(layer, x, out)
+    if plan is None:
+        return _mlp_residual(layer, x, out)
+    x = x + out
+    gate, up = F.linear(rms_norm(layer.post_attention_layernorm, x), plan.gate_up).chunk(2, -1)
+    return x + _mlp_down(layer.mlp, _activation(layer.mlp)(gate) * up)
 
 
 def gumbel(noise: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ from serving.gpu.slots import (  # noqa: E402
     decode_layer,
     fuse_layers,
     gumbel,
+    prefill_layer,
     rms_norm,
     rope,
     rope_tables,
@@ -114,8 +115,22 @@ def test_fused_layers_share_the_weights_and_decode_what_the_modules_decode(csm):
             h = decode_layer(layer, h, tables, k, v, pos, mask, plan=p if use_plans else None)
         return h
 
+    def prefill(use_plans: bool) -> torch.Tensor:
+        cache = SlotCache(len(backbone.layers), 2, config.num_key_value_heads, 32, attn.head_dim,
+                          "cpu", torch.float32)  # fmt: skip
+        embeds = torch.randn(1, 9, config.hidden_size, generator=torch.Generator().manual_seed(9))
+        out = []
+        for start, stop in ((0, 5), (5, 9)):  # a prompt in two chunks: the second attends back
+            h = embeds[:, start:stop]
+            cos, sin = backbone.rotary_emb(h, torch.arange(start, stop)[None])
+            for layer, k, v, p in zip(backbone.layers, cache.k, cache.v, plans, strict=True):
+                h = prefill_layer(layer, h, cos, sin, k, v, 1, start, plan=p if use_plans else None)
+            out.append(h)
+        return torch.cat(out, dim=1)
+
     with torch.inference_mode():
         torch.testing.assert_close(decode(True), decode(False), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(prefill(True), prefill(False), atol=1e-5, rtol=1e-5)
 
 
 def _dispatched(fn) -> int:
