@@ -12,6 +12,7 @@
 #                 request's prefill), the reply model's
 #                 CUDA graphs on and off (the CUDA tests), gpu_cascade at 16 with the stages of its
 #                 first audio (cascade_stages.py), gpu_native at 24
+#   tts           gpu_tts at C1,4,16,64 with 64 requests a level
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -90,8 +91,12 @@ followup)
     step native-24 110 python3 benchmarks/gpu_native.py --out "$RES/native-24" --levels 24 \
         --dataset "$DATA/cascade-ds" --skip-profile
     ;;
+tts)
+    step tts-final 300 python3 benchmarks/gpu_tts.py --out "$RES/tts-final" --batches 1,16 \
+        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,4,16,64 --num-prompts 64
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade or followup"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup or tts"
     exit 2
     ;;
 esac
