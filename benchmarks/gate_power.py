@@ -22,7 +22,6 @@ Prints one table; every figure comes from this run (the seed is fixed: --seed).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fdb.records.tts import LevelRow, TtsReport  # noqa: E402
 from reports.baseline_sources import TTS_LEVEL  # noqa: E402
 from reports.gate import gate  # noqa: E402
 from reports.gate_config import DEFAULTS  # noqa: E402
@@ -39,21 +39,16 @@ from reports.observations import Observations, Series  # noqa: E402
 METRICS = [(m, label, unit, better) for m, label, unit, better in TTS_LEVEL]
 
 
-def pooled_rounds(paths: list[Path]) -> dict[int, list[dict]]:
-    pools: dict[int, list[dict]] = {}
+def pooled_rounds(paths: list[Path]) -> dict[int, list[LevelRow]]:
+    pools: dict[int, list[LevelRow]] = {}
     for path in paths:
-        data = json.loads((path / "tts.json").read_text(encoding="utf-8"))
-        rounds = data.get("rounds") or [
-            {"concurrency": r["concurrency"], "cold": False, "row": r} for r in data["rows"]
-        ]
-        for entry in rounds:
-            if not entry.get("cold"):
-                pools.setdefault(int(entry["concurrency"]), []).append(entry["row"])
+        for row in TtsReport.load(path / "tts.json").measured_rows():
+            pools.setdefault(row.concurrency, []).append(row)
     return pools
 
 
-def spread(pool: list[dict], metric: str) -> float:
-    logs = [math.log(r[metric]) for r in pool if r.get(metric)]
+def spread(pool: list[LevelRow], metric: str) -> float:
+    logs = [math.log(getattr(r, metric)) for r in pool if getattr(r, metric)]
     return float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
 
 
@@ -68,8 +63,8 @@ def smoothed(value: float, centre: float, sd: float, rng) -> float:
     return math.exp(log)
 
 
-def centre(pool: list[dict], metric: str) -> float:
-    logs = [math.log(r[metric]) for r in pool if r.get(metric)]
+def centre(pool: list[LevelRow], metric: str) -> float:
+    logs = [math.log(getattr(r, metric)) for r in pool if getattr(r, metric)]
     return float(np.mean(logs)) if logs else 0.0
 
 
@@ -79,7 +74,7 @@ def draw(pools, spreads, rounds: int, rng, loss: float = 0.0, ttfa: float = 0.0)
         for _ in range(rounds):
             row = pool[int(rng.integers(0, len(pool)))]
             for metric, label, unit, better in METRICS:
-                value = row.get(metric)
+                value = getattr(row, metric)
                 if value is not None and value > 0 and metric not in ("failed", "stop_violations"):
                     value = smoothed(value, *spreads[level][metric], rng)
                 if value is not None and metric == "throughput_audio_s_per_s":

@@ -40,6 +40,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fdb.records.tts import TtsReport  # noqa: E402
+
 LLAMA = "llama-cpp-python==0.3.36"
 PACKAGES = [
     "faster-whisper-server==0.0.3",
@@ -429,10 +433,10 @@ def main() -> int:
             done.returncode,
         )
         (work / "tts-bench.log").write_text(done.stdout + done.stderr)
-        data = json.loads((out / "tts.json").read_text()) if (out / "tts.json").is_file() else {}
+        report = TtsReport.load(out / "tts.json") if (out / "tts.json").is_file() else None
         rows = [
             {
-                key: row.get(key)
+                key: getattr(row, key)
                 for key in (
                     "concurrency",
                     "requests",
@@ -445,22 +449,22 @@ def main() -> int:
                     "errors",
                 )
             }
-            for row in data.get("rows", [])
+            for row in ([] if report is None else report.rows)
         ]
-        quality = data.get("quality") or {}
+        quality = None if report is None else report.quality
         figures["tts_bench"] = {
             "rows": rows,
-            "wer_mean_pct": quality.get("wer_mean_pct"),
-            "evaluated": quality.get("evaluated"),
-            "asr": quality.get("asr_label"),
-            "sim_mean": quality.get("sim_mean"),
-            "mos_mean": quality.get("mos_mean"),
+            "wer_mean_pct": None if quality is None else quality.wer_mean_pct,
+            "evaluated": None if quality is None else quality.evaluated,
+            "asr": None if quality is None else quality.asr_label,
+            "sim_mean": None if quality is None else quality.sim_mean,
+            "mos_mean": None if quality is None else quality.mos_mean,
         }
         checks["tts-bench exit 0"] = done.returncode == 0
         checks["every tts request ok at 22050 Hz"] = bool(rows) and all(
             r["failed"] == 0 and r["sample_rates"] == [22050] for r in rows
         )
-        checks["tts quality measured"] = quality.get("wer_mean_pct") is not None
+        checks["tts quality measured"] = quality is not None and quality.wer_mean_pct is not None
         log(f"tts-bench: exit {done.returncode} in {figures['tts_bench_s']} s")
     finally:
         t = time.monotonic()

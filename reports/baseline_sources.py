@@ -8,12 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from fdb.errors import FdbError
 from fdb.io import read_jsonl
 from fdb.records.serving import SweepReport
-from fdb.records.tts import LevelRow, UtteranceQuality
+from fdb.records.tts import QualitySummary, TtsReport, UtteranceQuality
 from reports.observations import Observations, Series
 
 # (metric, label, unit, better) of a TTS level; every measured round is one value
@@ -57,15 +55,6 @@ def _load(path: Path, what: str, fix: str) -> Any:
         ) from exc
 
 
-def _typed(model: type[BaseModel], raw: Any, path: Path, fix: str) -> Any:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise FdbError(f"{path}: {where}: {first['msg']}", fix) from exc
-
-
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
@@ -86,26 +75,10 @@ def _ident(identity: Any) -> str | None:
 
 
 def observe_tts(directory: Path) -> Observations:
-    fix = (
-        f"finish the bench, or rebuild it with `python -m fdb tts-bench --output {directory} "
-        "--report-only`"
-    )
-    data = _load(directory / "tts.json", "the tts-bench report (the bench did not finish)", fix)
-    run = data.get("run") or {}
-    opts = run.get("options") or {}
+    report = TtsReport.load(directory / "tts.json")
+    opts, dataset = report.run.options, report.run.dataset
     out = Observations(kind="tts", source=str(directory))
-    rounds = data.get("rounds")
-    if rounds is None:  # a report of one round per level
-        rounds = [
-            {"concurrency": row["concurrency"], "cold": False, "row": row}
-            for row in data.get("rows", [])
-        ]
-    cold = 0
-    for entry in rounds:
-        if entry.get("cold"):
-            cold += 1
-            continue
-        row = _typed(LevelRow, entry["row"], directory / "tts.json", fix)
+    for row in report.measured_rows():  # a report of one round per level: its rows
         for metric, label, unit, better in TTS_LEVEL:
             name = f"{metric}@c{row.concurrency}"
             series = out.series.get(name) or Series(
@@ -118,25 +91,34 @@ def observe_tts(directory: Path) -> Observations:
             )
             series.values.append(getattr(row, metric))
             out.add(series)
+    cold = len(report.cold_rounds())
     if cold:
         out.notes.append(f"{cold} cold round(s) left out")
     _tts_quality(directory, out)
-    dataset = run.get("dataset") or {}
-    quality = data.get("quality") or {}
     out.comparability = {
-        "dataset.list": dataset.get("list"),
-        "dataset.list_sha256": dataset.get("list_sha256"),
-        "dataset.prompts": str(opts.get("num_prompts")),
-        "options.max_audio_s": str(opts.get("max_audio_s")),
-        "options.playback_reserve_ms": str(opts.get("playback_reserve_ms")),
-        "options.frame_rate": str(opts.get("frame_rate")),
-        "options.ref_audio": str(opts.get("ref_audio")),
-        "backend.asr": _ident(quality.get("asr")) or quality.get("asr_label"),
-        "backend.speaker": _ident(quality.get("speaker")) or quality.get("sim_label"),
-        "backend.mos": _ident(quality.get("mos_backend")) or quality.get("mos_label"),
-        "definitions.tts": str(data.get("schema")),
+        "dataset.list": dataset.list_name,
+        "dataset.list_sha256": dataset.list_sha256,
+        "dataset.prompts": str(opts.num_prompts),
+        "options.max_audio_s": str(opts.max_audio_s),
+        "options.playback_reserve_ms": str(opts.playback_reserve_ms),
+        "options.frame_rate": str(opts.frame_rate),
+        "options.ref_audio": str(opts.ref_audio),
+        **_quality_backends(report.quality),
+        "definitions.tts": report.schema_,
     }
     return out
+
+
+def _quality_backends(quality: QualitySummary | None) -> dict[str, str | None]:
+    """The backends that scored a tts-bench's quality, each as one comparable string (None: not
+    scored)."""
+    if quality is None:
+        return {"backend.asr": None, "backend.speaker": None, "backend.mos": None}
+    return {
+        "backend.asr": _ident(quality.asr) or quality.asr_label,
+        "backend.speaker": _ident(quality.speaker) or quality.sim_label,
+        "backend.mos": _ident(quality.mos_backend) or quality.mos_label,
+    }
 
 
 def _tts_quality(directory: Path, out: Observations) -> None:

@@ -1,4 +1,5 @@
-"""TTS.md, tables/*.csv and plots/tts-concurrency.png from a tts-bench's tts.json.
+"""TTS.md, tables/*.csv and plots/tts-concurrency.png from a tts-bench's tts.json (its record,
+fdb.records.tts.TtsReport).
 
 The serving table has the shape of the Drama 3 serving table (Concurrency, Throughput, TTFA p50,
 TTFA p95, RTF mean), with throughput both in audio seconds per second and, when the model's
@@ -18,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from fdb.io import atomic_write_bytes, atomic_write_text
-from fdb.records.tts import LevelRow, LevelStats, RoundRow
+from fdb.records.tts import (
+    LevelRow,
+    LevelStats,
+    QualitySummary,
+    StopViolation,
+    TtsBenchOptions,
+    TtsReport,
+)
 from fdb.run_manifest import ServerProvenance
 from fdb.tables import NA, Column, Table, write_tables
 from reports.server_header import report_lines, revisions_line
@@ -85,20 +93,14 @@ def _metrics(row: LevelRow, stats: LevelStats | None = None) -> dict[str, Any]:
     }
 
 
-def _entries(data: dict) -> list[tuple[LevelRow, LevelStats | None]]:
-    rows = [LevelRow.model_validate(row) for row in data["rows"]]
-    if data.get("layout") != "rounds":
-        return [(row, None) for row in rows]
-    return list(zip(rows, (LevelStats.model_validate(s) for s in data["level_stats"]), strict=True))
-
-
-def serving(data: dict) -> Table:
+def serving(report: TtsReport) -> Table:
     """The serving table, one row per level entry; a run in rounds adds Entry (the position in
     --concurrency) and Rounds (the measured rounds the cells are over)."""
-    rounds = data.get("layout") == "rounds"
-    columns = (ENTRY, CONCURRENCY, Column("rounds", "Rounds")) if rounds else (CONCURRENCY,)
+    columns = (
+        (ENTRY, CONCURRENCY, Column("rounds", "Rounds")) if report.in_rounds else (CONCURRENCY,)
+    )
     table = Table("serving", "Serving", [*columns, *METRIC_COLUMNS])
-    for row, stats in _entries(data):
+    for row, stats in report.entries():
         table.add(
             **({"entry": stats.entry, "rounds": stats.rounds} if stats else {}),
             concurrency=row.concurrency,
@@ -107,21 +109,21 @@ def serving(data: dict) -> Table:
     return table
 
 
-def serving_table(data: dict) -> tuple[tuple[str, ...], list[tuple[LevelRow, list[str]]]]:
+def serving_table(
+    report: TtsReport,
+) -> tuple[tuple[str, ...], list[tuple[LevelRow, list[str]]]]:
     """(headers, (row, cells) per level entry) of the serving table (the CLI's summary)."""
-    table = serving(data)
-    return tuple(table.headers()), list(
-        zip((row for row, _ in _entries(data)), table.cells(), strict=True)
-    )
+    table = serving(report)
+    return tuple(table.headers()), list(zip(report.rows, table.cells(), strict=True))
 
 
-def _details(data: dict) -> Table:
-    entries = _entries(data)
-    rounds = data.get("layout") == "rounds"
+def _details(report: TtsReport) -> Table:
     table = Table(
-        "serving-details", "Details", [ENTRY, *DETAIL_COLUMNS] if rounds else list(DETAIL_COLUMNS)
+        "serving-details",
+        "Details",
+        [ENTRY, *DETAIL_COLUMNS] if report.in_rounds else list(DETAIL_COLUMNS),
     )
-    for row, stats in entries:
+    for row, stats in report.entries():
         under = (
             None
             if row.underrun_requests is None
@@ -147,8 +149,8 @@ def _details(data: dict) -> Table:
     return table
 
 
-def _cold(data: dict) -> Table | None:
-    cold = [RoundRow.model_validate(found) for found in data.get("rounds") or [] if found["cold"]]
+def _cold(report: TtsReport) -> Table | None:
+    cold = report.cold_rounds()
     if not cold:
         return None
     table = Table(
@@ -166,7 +168,7 @@ def _cold(data: dict) -> Table | None:
     return table
 
 
-def _quality(q: dict) -> Table:
+def _quality(q: QualitySummary) -> Table:
     table = Table(
         "quality",
         "Quality",
@@ -176,35 +178,31 @@ def _quality(q: dict) -> Table:
             Column("backend", "Backend"),
         ],
     )
-    asr = q["asr_label"] or NA
+    asr = q.asr_label or NA
 
     def counted(mean: float | None, n: int) -> str:
         return f"{_number('.3f')(mean)} (n = {n})"
 
     table.add(
-        metric="WER % (mean of per-utterance WER; headline)", value=q["wer_mean_pct"], backend=asr
+        metric="WER % (mean of per-utterance WER; headline)", value=q.wer_mean_pct, backend=asr
     )
-    table.add(metric="WER % (corpus)", value=q["wer_corpus_pct"], backend=asr)
+    table.add(metric="WER % (corpus)", value=q.wer_corpus_pct, backend=asr)
     table.add(
         metric="Utterances with WER > 50%",
         backend="",
-        value=None if q["wer_outliers"] is None else f"{q['wer_outliers']}/{q['evaluated']}",
+        value=None if q.wer_outliers is None else f"{q.wer_outliers}/{q.evaluated}",
     )
-    table.add(
-        metric="WER % (mean, without those)", value=q["wer_mean_excl_outliers_pct"], backend=""
-    )
+    table.add(metric="WER % (mean, without those)", value=q.wer_mean_excl_outliers_pct, backend="")
     table.add(
         metric="SIM (generated vs prompt wav)",
-        value=counted(q["sim_mean"], q["sim_n"]),
-        backend=q["sim_label"] or "off",
+        value=counted(q.sim_mean, q.sim_n),
+        backend=q.sim_label or "off",
     )
-    table.add(
-        metric="MOS", value=counted(q["mos_mean"], q["mos_n"]), backend=q["mos_label"] or "off"
-    )
+    table.add(metric="MOS", value=counted(q.mos_mean, q.mos_n), backend=q.mos_label or "off")
     return table
 
 
-def _stops(found: list[dict], rounds: bool = False) -> Table | None:
+def _stops(found: list[StopViolation], rounds: bool = False) -> Table | None:
     if not found:
         return None
     seconds = _number(".3f")
@@ -221,25 +219,25 @@ def _stops(found: list[dict], rounds: bool = False) -> Table | None:
     )
     for v in found:
         table.add(
-            **({"directory": v["directory"]} if rounds else {}),
-            concurrency=v["concurrency"],
-            id=v["id"],
-            audio_after_done_s=v["audio_after_done_s"],
-            overrun_s=v["overrun_s"],
+            **({"directory": v.directory} if rounds else {}),
+            concurrency=v.concurrency,
+            id=v.id,
+            audio_after_done_s=v.audio_after_done_s,
+            overrun_s=v.overrun_s,
         )
     return table
 
 
-def tables(data: dict) -> list[Table]:
+def tables(report: TtsReport) -> list[Table]:
     """Every table of TTS.md, in its order: serving, cold rounds (if any), details, quality (if
     scored), stop violations (if any)."""
-    q = data.get("quality")
+    q = report.quality
     found = [
-        serving(data),
-        _cold(data),
-        _details(data),
+        serving(report),
+        _cold(report),
+        _details(report),
         None if q is None else _quality(q),
-        _stops(data.get("stop_violations") or [], data.get("layout") == "rounds"),
+        _stops(report.stop_violations, report.in_rounds),
     ]
     return [table for table in found if table is not None]
 
@@ -282,28 +280,28 @@ ROUND_DEFINITIONS = [
 ]
 
 
-def _rounds(opts: dict) -> str:
-    rounds, cold = opts.get("rounds", 1), opts.get("cold_round")
-    if rounds == 1 and not cold and len(set(opts["concurrency"])) == len(opts["concurrency"]):
+def _rounds(opts: TtsBenchOptions) -> str:
+    rounds, cold = opts.rounds, opts.cold_round
+    if rounds == 1 and not cold and len(set(opts.concurrency)) == len(opts.concurrency):
         return ""
     return (
-        f" Level entries {' '.join(str(n) for n in opts['concurrency'])}: "
+        f" Level entries {' '.join(str(n) for n in opts.concurrency)}: "
         f"{rounds} measured round(s) each" + (", after one cold round (excluded)." if cold else ".")
     )
 
 
-def _sent(opts: dict) -> str:
-    if opts.get("transport") == "realtime":
+def _sent(opts: TtsBenchOptions) -> str:
+    if opts.transport == "realtime":
         return (
             "One /v1/realtime session per request (times from response.create, "
             "E2E at response.done)"
         )
-    return f"stream_format {opts['stream_format']}, response_format pcm"
+    return f"stream_format {opts.stream_format}, response_format pcm"
 
 
-def _serving(data: dict, reserve: float, found: dict[str, Table]) -> list[str]:
+def _serving(report: TtsReport, reserve: float, found: dict[str, Table]) -> list[str]:
     """The serving table, the cold rounds (if any) and the details table."""
-    rounds = data.get("layout") == "rounds"
+    rounds = report.in_rounds
     cold = found.get("serving-cold-rounds")
     caption = f"**Details** (playback reserve {reserve:g} ms" + (
         "; counts summed over the rounds)" if rounds else ")"
@@ -319,20 +317,20 @@ def _serving(data: dict, reserve: float, found: dict[str, Table]) -> list[str]:
     return out + [caption, "", *found["serving-details"].markdown(None)]
 
 
-def _quality_section(q: dict | None, table: Table | None) -> list[str]:
+def _quality_section(q: QualitySummary | None, table: Table | None) -> list[str]:
     if q is None or table is None:
         return ["## Quality", "", "Not scored (--no-quality).", ""]
     out = [
         "## Quality",
         "",
-        f"{q['evaluated']} of {q['expected']} utterances have a WER ({q['lang']}).",
+        f"{q.evaluated} of {q.expected} utterances have a WER ({q.lang}).",
         "",
         *table.markdown(None),
     ]
-    return out + [f"- {note}" for note in q.get("notes", [])] + [""]
+    return out + [f"- {note}" for note in q.notes] + [""]
 
 
-def _stops_section(found: list[dict], table: Table | None) -> list[str]:
+def _stops_section(found: list[StopViolation], table: Table | None) -> list[str]:
     out = ["## Stop condition", ""]
     if table is None:
         return out + [
@@ -346,11 +344,10 @@ def _stops_section(found: list[dict], table: Table | None) -> list[str]:
     ]
 
 
-def _server_lines(raw: dict | None) -> list[str]:
+def _server_lines(server: ServerProvenance | None) -> list[str]:
     """TTS.md's server lines: the declared revisions and what the server reported about itself."""
-    if raw is None:
+    if server is None:
         return ["Server provenance: not recorded (a run recorded before fdb kept it)."]
-    server = ServerProvenance.model_validate(raw)
     return [
         revisions_line(
             server.server_revision,
@@ -362,33 +359,32 @@ def _server_lines(raw: dict | None) -> list[str]:
     ]
 
 
-def render(data: dict, found: list[Table] | None = None) -> str:
-    """TTS.md; its tables are ``found`` (``tables(data)`` unless given)."""
-    named = {table.name: table for table in (tables(data) if found is None else found)}
-    run = data["run"]
-    opts, dataset = run["options"], run["dataset"]
-    rows = [LevelRow.model_validate(row) for row in data["rows"]]
-    rounds = data.get("layout") == "rounds"
+def render(report: TtsReport, found: list[Table] | None = None) -> str:
+    """TTS.md; its tables are ``found`` (``tables(report)`` unless given)."""
+    named = {table.name: table for table in (tables(report) if found is None else found)}
+    run = report.run
+    opts, dataset, rows = run.options, run.dataset, report.rows
+    rounds = report.in_rounds
     rates = sorted({rate for row in rows for rate in row.sample_rates})
-    reserve = rows[0].playback_reserve_ms if rows else opts["playback_reserve_ms"]
-    frame = f"{opts['frame_rate']:g} Hz" if opts.get("frame_rate") else "not given (--frame-rate)"
+    reserve = rows[0].playback_reserve_ms if rows else opts.playback_reserve_ms
+    frame = f"{opts.frame_rate:g} Hz" if opts.frame_rate else "not given (--frame-rate)"
     lines = [
         "# TTS serving",
         "",
-        f"Endpoint {run['endpoint']}"
-        + (f" (bundled system {run['server']})" if run.get("server") else "")
+        f"Endpoint {run.endpoint}"
+        + (f" (bundled system {run.server})" if run.server else "")
         + ". "
-        f"Seed-TTS {dataset['list']} ({dataset['source']}, {dataset['rows']} rows): "
-        f"{opts['num_prompts']} requests per {'round' if rounds else 'level'}, "
-        f"{opts['num_warmups']} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
-        f"{opts['ref_audio']}. Declared sample rate(s): "
+        f"Seed-TTS {dataset.list_name} ({dataset.source}, {dataset.rows} rows): "
+        f"{opts.num_prompts} requests per {'round' if rounds else 'level'}, "
+        f"{opts.num_warmups} warm-up(s) excluded, closed loop. {_sent(opts)}, ref_audio "
+        f"{opts.ref_audio}. Declared sample rate(s): "
         f"{', '.join(f'{r} Hz' for r in rates) or 'n/a'}. Codec frame rate: "
         f"{frame}.{_rounds(opts)}",
         "",
     ]
-    lines += _server_lines(run.get("server_provenance")) + [""]
-    lines += [f"- {note}" for note in run.get("notes", [])] + ([""] if run.get("notes") else [])
-    lines += _serving(data, reserve, named)
+    lines += _server_lines(run.server_provenance) + [""]
+    lines += [f"- {note}" for note in run.notes] + ([""] if run.notes else [])
+    lines += _serving(report, reserve, named)
     errors = [(r.concurrency, e) for r in rows for e in r.errors]
     if errors:
         lines += [
@@ -397,8 +393,8 @@ def render(data: dict, found: list[Table] | None = None) -> str:
             *(f"- concurrency {n}: {e}" for n, e in errors),
             "",
         ]
-    lines += _quality_section(data.get("quality"), named.get("quality"))
-    lines += _stops_section(data.get("stop_violations") or [], named.get("stop-condition"))
+    lines += _quality_section(report.quality, named.get("quality"))
+    lines += _stops_section(report.stop_violations, named.get("stop-condition"))
     lines += DEFINITIONS[:-1] + ROUND_DEFINITIONS if rounds else DEFINITIONS
     return "\n".join(lines)
 
@@ -444,13 +440,12 @@ def plot(rows: list[LevelRow]) -> bytes:
     return buffer.getvalue()
 
 
-def write_report(output: Path, data: dict) -> list[Table]:
+def write_report(output: Path, report: TtsReport) -> list[Table]:
     """TTS.md, tables/NN-<name>.csv (one per table of TTS.md, from the same Table objects) and the
     plot; returns the tables (tts.json keeps their dump)."""
-    found = tables(data)
-    atomic_write_text(output / "TTS.md", render(data, found))
+    found = tables(report)
+    atomic_write_text(output / "TTS.md", render(report, found))
     write_tables(output / "tables", found)
-    rows = [LevelRow.model_validate(row) for row in data["rows"]]
-    if rows:
-        atomic_write_bytes(output / "plots" / "tts-concurrency.png", plot(rows))
+    if report.rows:
+        atomic_write_bytes(output / "plots" / "tts-concurrency.png", plot(report.rows))
     return found

@@ -31,72 +31,28 @@ import asyncio
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, read_jsonl, redact_url
+from fdb.io import atomic_write_json, atomic_write_jsonl, read_jsonl, redact_url
+from fdb.records.tts import (
+    LevelRow,
+    LevelStats,
+    QualitySummary,
+    RoundRow,
+    StopViolation,
+    TtsBenchOptions,
+    TtsDataset,
+    TtsReport,
+    TtsRun,
+)
 from fdb.run_manifest import ServerProvenance
 from fdb.tts_records import TtsLevelSpec, TtsRequestRecord
 from runs.server_probe import describe
-
-TTS_BENCH_SCHEMA = "fdb-tts-bench-1"
-
-
-class QualityOptions(BaseModel):
-    enabled: bool = True
-    asr_model: str | None = None
-    asr_model_sha256: str | None = None
-    speaker_checkpoint: str | None = None
-    speaker_sha256: str | None = None
-    utmos_checkpoint: str | None = None
-    utmos_sha256: str | None = None
-    sim: bool = True
-    mos: bool = True
-
-
-class TtsBenchOptions(BaseModel):
-    output: Path
-    concurrency: list[int]  # the level entries, in order (repeats allowed)
-    rounds: int = Field(1, ge=1)  # measured rounds per level entry
-    cold_round: bool | None = None  # one more round first, left out; None: on when rounds >= 2
-    num_prompts: int = 8
-    num_warmups: int = 1
-    url: str | None = None
-    system: str = "embedded-cascade"
-    dataset_root: Path | None = None
-    list_name: str = "en/meta.lst"
-    model: str | None = None
-    stream_format: str = "audio"
-    transport: str = (
-        "http"  # http (/v1/audio/speech) | realtime (/v1/realtime, recorders.tts_realtime)
-    )
-    ref_audio: str = "inline"
-    extra_body: dict[str, object] = Field(default_factory=dict)
-    sample_rate: int | None = None
-    channels: int | None = None
-    frame_rate: float | None = None
-    max_audio_s: float | None = None
-    playback_reserve_ms: float = 80.0
-    timeout_s: float = 120.0
-    api_key_env: str | None = None  # the variable's name only: the key never reaches a file
-    server_revision: str | None = None  # --server-revision, as given
-    model_revision: str | None = None  # --model-revision, as given
-    dataset_revision: str | None = None  # --dataset-revision, as given
-    quality: QualityOptions = QualityOptions()
-
-    @model_validator(mode="after")
-    def _entries(self) -> TtsBenchOptions:
-        if not self.concurrency or any(n < 1 for n in self.concurrency):
-            raise ValueError(
-                f"concurrency {self.concurrency} must be one or more positive integers"
-            )
-        if self.cold_round is None:
-            self.cold_round = self.rounds >= 2
-        return self
 
 
 class RoundSpec(BaseModel):
@@ -323,9 +279,8 @@ def recorded_rounds(output: Path, opts: TtsBenchOptions) -> list[RoundSpec]:
     ]
 
 
-def round_rows(output: Path, opts: TtsBenchOptions) -> list:
+def round_rows(output: Path, opts: TtsBenchOptions) -> list[RoundRow]:
     """fdb.records.tts.RoundRow of every recorded round, cold ones included."""
-    from fdb.records.tts import RoundRow
     from scorers.tts_serving import level_row
 
     reserve = opts.playback_reserve_ms / 1000.0
@@ -340,12 +295,12 @@ def round_rows(output: Path, opts: TtsBenchOptions) -> list:
     ]
 
 
-def entry_rows(rounds: list) -> tuple[list, list]:
+def entry_rows(rounds: list[RoundRow]) -> tuple[list[LevelRow], list[LevelStats]]:
     """(one LevelRow per entry: the mean over its measured rounds, LevelStats per entry),
     in entry order."""
     from scorers.tts_serving import level_stats, mean_row
 
-    measured: dict[int, list] = {}
+    measured: dict[int, list[LevelRow]] = {}
     for found in rounds:
         if not found.cold:
             measured.setdefault(found.entry, []).append(found.row)
@@ -355,39 +310,33 @@ def entry_rows(rounds: list) -> tuple[list, list]:
     ]
 
 
-def build_report(output: Path) -> dict:
+def build_report(output: Path) -> TtsReport:
     """tts.json, TTS.md, tables/*.csv and the plot from the recorded rounds (and quality.json)."""
     from fdb.provenance import current
     from reports.tts import write_report
 
-    if not (output / "run.json").is_file():
-        raise FdbError(
-            f"{output} holds no run.json", "pass the --output of an earlier tts-bench run"
-        )
-    run = read_json(output / "run.json")
-    opts = TtsBenchOptions.model_validate(run["options"])
+    run = TtsRun.load(output / "run.json")
+    opts = run.options
     rounds = round_rows(output, opts)
     rows, stats = entry_rows(rounds)
-    quality_path = output / "quality" / "quality.json"
-    data = {
-        "schema": TTS_BENCH_SCHEMA,
-        "run": run,
-        "layout": "levels" if flat_layout(opts) else "rounds",
-        "rows": [row.model_dump(mode="json") for row in rows],
-        "rounds": [found.model_dump(mode="json") for found in rounds],
-        "level_stats": [entry.model_dump(mode="json") for entry in stats],
-        "quality": read_json(quality_path) if quality_path.is_file() else None,
-        "stop_violations": _stop_violations(output, opts),
-        "provenance": current().model_dump(mode="json"),
-    }
-    data["tables"] = [
-        table.dump() for table in write_report(output, data)
+    report = TtsReport(
+        run=run,
+        layout="levels" if flat_layout(opts) else "rounds",
+        rows=rows,
+        rounds=rounds,
+        level_stats=stats,
+        quality=QualitySummary.load(output / "quality" / "quality.json"),
+        stop_violations=_stop_violations(output, opts),
+        provenance=current().model_dump(mode="json"),
+    )
+    report.tables = [
+        table.dump() for table in write_report(output, report)
     ]  # TTS.md's tables, as the CSVs
-    atomic_write_json(output / "tts.json", data)
-    return data
+    atomic_write_json(output / "tts.json", report.dump())
+    return report
 
 
-def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[dict]:
+def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[StopViolation]:
     """Every measured request (cold rounds included, marked) whose audio broke the stop condition,
     round by round."""
     from scorers.tts_serving import request_metrics
@@ -398,18 +347,18 @@ def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[dict]:
             m = request_metrics(record, opts.playback_reserve_ms / 1000.0)
             if not record.warmup and m.stop_violation:
                 found.append(
-                    {
-                        "concurrency": spec.concurrency,
-                        "entry": spec.entry,
-                        "round": spec.round,
-                        "cold": spec.cold,
-                        "directory": spec.directory,
-                        "id": record.id,
-                        "audio_s": m.audio_s,
-                        "audio_after_done_s": m.audio_after_done_s,
-                        "overrun_s": m.overrun_s,
-                        "max_audio_s": record.max_audio_s,
-                    }
+                    StopViolation(
+                        concurrency=spec.concurrency,
+                        entry=spec.entry,
+                        round=spec.round,
+                        cold=spec.cold,
+                        directory=spec.directory,
+                        id=record.id,
+                        audio_s=m.audio_s,
+                        audio_after_done_s=m.audio_after_done_s,
+                        overrun_s=m.overrun_s,
+                        max_audio_s=record.max_audio_s,
+                    )
                 )
     return found
 
@@ -434,7 +383,7 @@ def _client_options(opts: TtsBenchOptions, url: str):
     )
 
 
-def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsItem], dict]:
+def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsItem], TtsDataset]:
     from fdb.datasets.seedtts import load_seedtts
     from fdb.io import sha256_file
     from fdb.settings import load_settings
@@ -448,13 +397,13 @@ def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsIt
         f"Seed-TTS {opts.list_name} ({tree.source}, {tree.root}): {len(rows)} rows, "
         f"{len(items)} prompts per level" + ("" if flat_layout(opts) else " and round")
     )
-    dataset = {
-        "root": str(tree.root),
-        "source": tree.source,
-        "list": opts.list_name,
-        "rows": len(rows),
-        "list_sha256": sha256_file(tree.root / opts.list_name),
-    }
+    dataset = TtsDataset(
+        root=str(tree.root),
+        source=tree.source,
+        list_name=opts.list_name,
+        rows=len(rows),
+        list_sha256=sha256_file(tree.root / opts.list_name),
+    )
     return items, dataset
 
 
@@ -493,16 +442,13 @@ def server_provenance(opts: TtsBenchOptions, url: str, client_opts) -> ServerPro
     )
 
 
-def _shown_options(opts: TtsBenchOptions) -> dict:
+def _shown_options(opts: TtsBenchOptions) -> TtsBenchOptions:
     """The options as run.json keeps them: --url without its secrets (the key itself is never an
     option, only the name of its variable)."""
-    dumped = opts.model_dump(mode="json")
-    if dumped.get("url"):
-        dumped["url"] = redact_url(dumped["url"])
-    return dumped
+    return opts.model_copy(update={"url": redact_url(opts.url)}) if opts.url else opts
 
 
-def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
+def bench(opts: TtsBenchOptions, console: Console | None = None) -> TtsReport:
     """Record every round of every level entry (starting the bundled server unless --url), score,
     report."""
     console = console or Console(stderr=True)
@@ -536,17 +482,16 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
     console.print(
         escape(f"server {provenance.reported.url} reports: {describe(provenance.reported)}")
     )
-    run = {
-        "schema": TTS_BENCH_SCHEMA,
-        "options": _shown_options(opts),
-        "dataset": dataset,
-        "endpoint": redact_url(client_opts.endpoint),
-        "server": None if server is None else opts.system,
-        "server_provenance": provenance.model_dump(mode="json", by_alias=True),
-        "prompt_wavs": {item.id: str(item.prompt_wav) for item in items},
-        "notes": notes,
-    }
-    atomic_write_json(opts.output / "run.json", run)
+    run = TtsRun(
+        options=_shown_options(opts),
+        dataset=dataset,
+        endpoint=redact_url(client_opts.endpoint),
+        server=None if server is None else opts.system,
+        server_provenance=provenance,
+        prompt_wavs={item.id: str(item.prompt_wav) for item in items},
+        notes=notes,
+    )
+    atomic_write_json(opts.output / "run.json", run.dump())
     try:
         for spec in plan:
             run_level(items, opts, client_opts, spec, console)
@@ -556,7 +501,5 @@ def bench(opts: TtsBenchOptions, console: Console | None = None) -> dict:
         if server is not None:
             server.stop()
     if opts.quality.enabled:
-        score_quality(
-            opts, next(spec for spec in plan if not spec.cold), run["prompt_wavs"], console
-        )
+        score_quality(opts, next(spec for spec in plan if not spec.cold), run.prompt_wavs, console)
     return build_report(opts.output)

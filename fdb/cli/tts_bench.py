@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from fdb.errors import FdbError
+
+if TYPE_CHECKING:
+    from fdb.records.tts import TtsReport
 
 HELP = (
     "Replay a Seed-TTS list against POST /v1/audio/speech (--url, or the bundled server started "
@@ -188,18 +192,13 @@ def tts_bench(
     result."""
     from rich.console import Console
 
+    from fdb.records.tts import QualityOptions, TtsBenchOptions
     from runs.options import revision_option
-    from runs.tts_bench import (
-        QualityOptions,
-        TtsBenchOptions,
-        bench,
-        build_report,
-        parse_concurrency,
-    )
+    from runs.tts_bench import bench, build_report, parse_concurrency
 
     console = Console(stderr=True)
     if report_only:
-        data = build_report(output)
+        report = build_report(output)
     else:
         opts = TtsBenchOptions(
             output=output,
@@ -239,12 +238,12 @@ def tts_bench(
                 mos=mos,
             ),
         )
-        data = bench(opts, console)
-    console.print(summary_table(data))
+        report = bench(opts, console)
+    console.print(summary_table(report))
     console.print(f"wrote {output / 'TTS.md'}")
-    requests = sum(int(row.get("requests") or 0) for row in data.get("rows", []))
-    if requests and sum(int(row.get("failed") or 0) for row in data.get("rows", [])) == requests:
-        first = next((row["errors"][0] for row in data.get("rows", []) if row.get("errors")), None)
+    requests = sum(row.requests for row in report.rows)
+    if requests and sum(row.failed for row in report.rows) == requests:
+        first = next((row.errors[0] for row in report.rows if row.errors), None)
         from fdb.errors import FdbError
 
         raise FdbError(
@@ -252,7 +251,7 @@ def tts_bench(
             "measures nothing" + (f" (first error: {first})" if first else ""),
             "check that --url answers POST /v1/audio/speech (curl it), and the server's log",
         )
-    empty = _levels_without_success(data)
+    empty = _levels_without_success(report)
     if empty:
         console.print(
             f"ERROR: {'; '.join(empty)}, so those rows of {output / 'TTS.md'} measure nothing (the "
@@ -263,41 +262,36 @@ def tts_bench(
         raise SystemExit(1)
 
 
-def _levels_without_success(data: dict) -> list[str]:
+def _levels_without_success(report: TtsReport) -> list[str]:
     """Each level entry none of whose measured requests returned audio (ok alone counts with
     --max-audio-s 0, where no audio is the right answer), as one clause with its first error."""
-    silent_ok = (data.get("run", {}).get("options", {}) or {}).get("max_audio_s") == 0
+    silent_ok = report.run.options.max_audio_s == 0
     found = []
-    for entry, row in enumerate(data.get("rows", []), start=1):
-        requests, ok, empty = (int(row.get(key) or 0) for key in ("requests", "ok", "empty"))
-        if requests and (ok if silent_ok else ok - empty) == 0:
-            why = (
-                f"first error: {row['errors'][0]}"
-                if row.get("errors")
-                else "no request returned audio"
-            )
+    for entry, row in enumerate(report.rows, start=1):
+        if row.requests and (row.ok if silent_ok else row.ok - row.empty) == 0:
+            why = f"first error: {row.errors[0]}" if row.errors else "no request returned audio"
             found.append(
-                f"concurrency {row['concurrency']} (entry {entry}): none of its {requests} "
+                f"concurrency {row.concurrency} (entry {entry}): none of its {row.requests} "
                 f"measured requests succeeded ({why})"
             )
     return found
 
 
-def summary_table(data: dict):
+def summary_table(report: TtsReport):
     from rich.table import Table
 
     from reports.tts import serving_table
 
-    columns, lines = serving_table(data)
+    columns, lines = serving_table(report)
     table = Table(*columns, "Failed", "Stop violations", title="TTS serving (client-side)")
     for row, cells in lines:
         stops = "-" if row.stop_checked == 0 else f"{row.stop_violations}/{row.stop_checked}"
         table.add_row(*cells, f"{row.failed}/{row.requests}", stops)
-    q = data.get("quality")
-    if q is not None and q.get("wer_mean_pct") is not None:
+    q = report.quality
+    if q is not None and q.wer_mean_pct is not None:
         table.caption = (
-            f"WER {q['wer_mean_pct']:.2f}% (corpus {q['wer_corpus_pct']:.2f}%, {q['asr_label']}); "
-            f"SIM {q['sim_mean']}; MOS {q['mos_mean']}"
+            f"WER {q.wer_mean_pct:.2f}% (corpus {q.wer_corpus_pct:.2f}%, {q.asr_label}); "
+            f"SIM {q.sim_mean}; MOS {q.mos_mean}"
         )
     return table
 

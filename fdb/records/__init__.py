@@ -5,8 +5,8 @@ Here: the export manifest (``fdb-export-1``) and the v1.0 ASR receipt (``fdb-asr
 result records live in the submodules: ``v10`` (unified.json, unified-samples.jsonl),
 ``v10_reference`` (official.json, evaluator.json), ``v15`` (v1.5 timing), ``listening``,
 ``judge`` (behavior, semantic, relevance, judge.json), ``serving`` (sweep rows, capacity) and
-``tts`` (tts-bench rows, Seed-TTS quality). The recorded sessions' records are in
-``fdb.session_records`` and ``fdb.tts_records``."""
+``tts`` (tts-bench run.json and tts.json, their rows, Seed-TTS quality). The recorded sessions'
+records are in ``fdb.session_records`` and ``fdb.tts_records``."""
 
 from __future__ import annotations
 

@@ -9,7 +9,16 @@ import numpy as np
 
 from fdb.io import atomic_write_json, atomic_write_jsonl
 from fdb.records.serving import Capacity, ServingRow, SweepCapacity, SweepReport
-from fdb.records.tts import LevelRow
+from fdb.records.tts import (
+    LevelRow,
+    LevelStats,
+    QualitySummary,
+    RoundRow,
+    TtsBenchOptions,
+    TtsDataset,
+    TtsReport,
+    TtsRun,
+)
 from fdb.records.v10 import TurnRow
 
 
@@ -28,7 +37,7 @@ def tts_output(
 ) -> Path:
     """A tts-bench output with ``rounds`` measured rounds per level (plus a cold round)."""
     rng = np.random.default_rng(seed)
-    entries, rows = [], []
+    entries, rows, stats = [], [], []
     for entry, level in enumerate(levels, start=1):
         for number in range(0, rounds + 1):
             jitter = float(np.exp(rng.normal(0.0, noise)))
@@ -51,33 +60,43 @@ def tts_output(
                     update={"ttfa_p50_ms": 5 * ttfa_ms}
                 )  # a cold round: must be left out
             entries.append(
-                {
-                    "entry": entry,
-                    "concurrency": level,
-                    "round": number,
-                    "cold": number == 0,
-                    "directory": f"concurrency-{level}/round-{number}",
-                    "row": row.model_dump(mode="json"),
-                }
+                RoundRow(
+                    entry=entry,
+                    concurrency=level,
+                    round=number,
+                    cold=number == 0,
+                    directory=f"concurrency-{level}/"
+                    + ("cold" if number == 0 else f"round-{number}"),
+                    row=row,
+                )
             )
-        rows.append(row.model_dump(mode="json"))
-    run = {
-        "schema": "fdb-tts-bench-1",
-        "options": {"num_prompts": 8, "playback_reserve_ms": 80.0},
-        "dataset": {"list": "en/meta.lst", "list_sha256": list_sha256, "rows": 8},
-    }
-    atomic_write_json(root / "run.json", run)
-    quality = {"asr_label": "Whisper tiny.en (embedded)", "mos_label": "DNSMOS"}
-    atomic_write_json(
-        root / "tts.json",
-        {
-            "schema": "fdb-tts-bench-1",
-            "run": run,
-            "rows": rows,
-            "rounds": entries,
-            "quality": quality,
-        },
+        rows.append(row)
+        stats.append(LevelStats(entry=entry, concurrency=level, rounds=rounds, metrics={}))
+    run = TtsRun(
+        options=TtsBenchOptions(
+            output=root, concurrency=list(levels), rounds=rounds, cold_round=True, num_prompts=8
+        ),
+        dataset=TtsDataset(
+            root="/seedtts",
+            source="synthetic",
+            list_name="en/meta.lst",
+            rows=8,
+            list_sha256=list_sha256,
+        ),
+        endpoint="http://127.0.0.1:9/v1/audio/speech",
     )
+    atomic_write_json(root / "run.json", run.dump())
+    quality = QualitySummary(
+        lang="en",
+        expected=8,
+        evaluated=8,
+        asr_label="Whisper tiny.en (embedded)",
+        mos_label="DNSMOS",
+    )
+    report = TtsReport(
+        run=run, layout="rounds", rows=rows, rounds=entries, level_stats=stats, quality=quality
+    )
+    atomic_write_json(root / "tts.json", report.dump())
     utterances = [
         {
             "id": f"u{i}",

@@ -151,7 +151,7 @@ def test_tts_header_reads_the_provenance_and_tolerates_older_runs():
     raw = ServerProvenance(url="http://h:1", model_revision="m9", reported=FULL).model_dump(
         mode="json", by_alias=True
     )
-    lines = _server_lines(raw)
+    lines = _server_lines(ServerProvenance.model_validate(raw))  # as TtsRun reads run.json
     assert (
         lines[0].startswith("Declared: server revision not given")
         and "model revision `m9`" in lines[0]

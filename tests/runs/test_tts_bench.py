@@ -15,6 +15,8 @@ import pytest
 import soundfile as sf
 
 from fdb.errors import FdbError
+from fdb.io import dumps_json
+from fdb.records.tts import QualityOptions, QualitySummary, TtsBenchOptions, TtsReport, TtsRun
 from runs.tts_bench import bench, build_report, parse_concurrency
 from tests.conftest import REPO, free_port
 from tests.recorders.tts_fakes import ScriptedServer
@@ -49,6 +51,16 @@ def env(tmp_path):
 
 def _jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _reads_back(out) -> TtsReport:
+    """tts.json and run.json, as the bench wrote them, read back through their records and dumped
+    again: the same bytes (every key and value the writer wrote survives the round trip)."""
+    report = TtsReport.load(out / "tts.json")
+    assert dumps_json(report.dump()) == (out / "tts.json").read_text()
+    assert dumps_json(TtsRun.load(out / "run.json").dump()) == (out / "run.json").read_text()
+    assert report.run == TtsRun.load(out / "run.json")
+    return report
 
 
 def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
@@ -105,6 +117,7 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
         0.3 < quality["sim_mean"] <= 1.0 and 1.0 <= quality["mos_mean"] <= 5.0
     )  # resemblyzer, DNSMOS
     assert quality["sim_n"] == quality["mos_n"] == 2
+    assert _reads_back(out).quality.asr_label == quality["asr_label"]
 
     text = (out / "TTS.md").read_text()
     assert (
@@ -126,8 +139,6 @@ def test_bundled_endpoint_two_levels(seedtts, env, tmp_path):
 
 
 def _opts(out, seedtts, levels, prompts, **extra):
-    from runs.tts_bench import QualityOptions, TtsBenchOptions
-
     return TtsBenchOptions(
         output=out,
         concurrency=levels,
@@ -156,6 +167,32 @@ def test_stop_regression_and_undeclared_rate_show_in_the_run(seedtts, env, tmp_p
         row = json.loads((blind / "tts.json").read_text())["rows"][0]
         assert row["failed"] == 1 and "refusing to guess" in row["errors"][0]
         assert "refusing to guess" in (blind / "TTS.md").read_text()
+    assert [v.id for v in _reads_back(late).stop_violations] == [
+        m["id"] for m in metrics
+    ]  # the levels layout, stop violations included
+
+
+def test_tts_json_that_does_not_read_is_one_line_naming_it(tmp_path):
+    """TtsReport.load: a missing, half-written or mistyped tts.json is one FdbError naming the
+    file and the fix (--report-only rebuilds it)."""
+    path = tmp_path / "bench" / "tts.json"
+    with pytest.raises(FdbError) as missing:
+        TtsReport.load(path)
+    assert (
+        missing.value.message
+        == f"{path} is missing: the tts-bench report (the bench did not finish)"
+    )
+    assert f"--output {path.parent} --report-only" in missing.value.hint
+    path.parent.mkdir()
+    path.write_text('{"schema": "fdb-tts-bench-1", "rows": [')
+    with pytest.raises(FdbError, match="is not valid JSON") as torn:
+        TtsReport.load(path)
+    assert str(path) in torn.value.one_line() and "\n" not in torn.value.one_line()
+    path.write_text(json.dumps({"schema": "fdb-tts-bench-1", "run": {}, "rows": []}))
+    with pytest.raises(FdbError, match=r"tts.json: run.options: Field required"):
+        TtsReport.load(path)
+    with pytest.raises(FdbError, match="holds no run.json"):
+        TtsRun.load(tmp_path / "run.json")
 
 
 def test_realtime_transport(seedtts, tmp_path):
@@ -191,8 +228,6 @@ def test_repeated_levels_in_rounds_with_a_cold_round(seedtts, env, tmp_path, mon
     """--concurrency "1 1 2" --rounds 2: three entries, each a cold round then two measured rounds
     (concurrency-1/, concurrency-1~2/, concurrency-2/); rows are the means over the measured
     rounds, the cold round is listed apart; quality goes to the first entry's round 1."""
-    from runs.tts_bench import QualityOptions
-
     monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
     scored = []
     monkeypatch.setattr(
@@ -211,7 +246,7 @@ def test_repeated_levels_in_rounds_with_a_cold_round(seedtts, env, tmp_path, mon
                 stream_format="sse",
                 num_warmups=0,
             ).model_copy(update={"quality": QualityOptions()})
-        )
+        ).dump()
     assert data["run"]["options"]["cold_round"] is True and data["layout"] == "rounds"
     assert [s.directory for s in scored] == ["concurrency-1/round-1"]
     bases = ["concurrency-1", "concurrency-1~2", "concurrency-2"]
@@ -266,7 +301,9 @@ def test_repeated_levels_in_rounds_with_a_cold_round(seedtts, env, tmp_path, mon
     ] == ["| Entry", "| 1", "| 2", "| 3"]
     assert any("cold-rounds" in p.name for p in (out / "tables").glob("*.csv"))
     (out / "TTS.md").unlink()
-    assert build_report(out)["rounds"] == data["rounds"] and (out / "TTS.md").read_text() == text
+    assert build_report(out).dump()["rounds"] == data["rounds"]
+    assert (out / "TTS.md").read_text() == text
+    assert _reads_back(out).cold_rounds() and data["quality"] is None
 
 
 def test_unique_levels_keep_one_directory_per_level_and_old_runs_load(
@@ -284,7 +321,7 @@ def test_unique_levels_keep_one_directory_per_level_and_old_runs_load(
                 url=scripted.url("sse"),
                 stream_format="sse",
             )
-        )
+        ).dump()
     assert data["layout"] == "levels" and data["run"]["options"]["cold_round"] is False
     assert sorted(p.name for p in (out / "concurrency-2").iterdir()) == [
         "audio",
@@ -308,7 +345,7 @@ def test_unique_levels_keep_one_directory_per_level_and_old_runs_load(
     run["options"] = {k: v for k, v in run["options"].items() if k not in ("rounds", "cold_round")}
     (out / "run.json").write_text(json.dumps(run))
     (out / "tts.json").unlink()
-    again = build_report(out)
+    again = build_report(out).dump()
     assert (
         again["rows"] == data["rows"]
         and again["layout"] == "levels"
@@ -365,8 +402,6 @@ def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, m
     """tables/*.csv and tts.json "tables" come from the Table objects TTS.md shows: each CSV's rows
     are the cells of the Markdown table at its position (serving, cold rounds, details, quality,
     stop condition), and tts.json keeps their typed values."""
-    from fdb.records.tts import QualitySummary
-
     monkeypatch.setenv("FDB_WORK", env["FDB_WORK"])
     out = tmp_path / "tables"
     with ScriptedServer() as scripted:
@@ -395,7 +430,7 @@ def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, m
     )
     (out / "quality").mkdir()
     (out / "quality" / "quality.json").write_text(json.dumps(summary.dump()))
-    data = build_report(out)
+    data = build_report(out).dump()
     text = (out / "TTS.md").read_text()
     shown, written = markdown_tables(text), csv_tables(out / "tables")
     assert [name for name, _ in written] == [
@@ -421,6 +456,8 @@ def test_every_csv_and_json_table_is_a_table_of_tts_md(seedtts, env, tmp_path, m
     )
     assert quality["rows"][0]["value"] == 1.5 and quality["rows"][1]["value"] is None
     assert "| WER % (corpus) | n/a | test ASR |" in text
+    report = _reads_back(out)  # quality, stop violations and tables survive the round trip
+    assert report.quality == summary and report.stop_violations and report.tables == data["tables"]
 
 
 def test_a_bench_whose_every_request_failed_exits_non_zero(seedtts, env, tmp_path):
