@@ -92,7 +92,7 @@ followup)
         --dataset "$DATA/cascade-ds" --skip-profile
     ;;
 tts)
-    step tts-final 300 python3 benchmarks/gpu_tts.py --out "$RES/tts-final" --batches 1,16 \
+    step tts-final 280 python3 benchmarks/gpu_tts.py --out "$RES/tts-final" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,4,16,64 --num-prompts 64
     ;;
 *)
