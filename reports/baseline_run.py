@@ -24,7 +24,7 @@ from fdb.io import read_json
 from fdb.layout import RepeatPaths, RunPaths
 from fdb.records import ExportManifest, asr_backend, load_rows
 from fdb.records.judge import JudgeSummary
-from fdb.records.listening import ListeningSummary, ReplyScores
+from fdb.records.listening import ListeningScores, ListeningSummary
 from fdb.records.v10 import InterruptRow, PauseRow, SampleRow, read_sample_rows
 from fdb.records.v15 import SessionIntervals, TimingSummary
 from reports.baseline_sources import _digest, _ident, _load
@@ -196,11 +196,11 @@ def _v15(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
 
 
 def _listening(out: Observations, rep: RepeatPaths, index: int, total: int) -> None:
-    scores = _read(rep.root / "listening" / "scores.json")
-    if not scores:
+    scores = ListeningScores.load(rep.root / "listening" / "scores.json")
+    if scores is None:
         return
     per_sample: dict[tuple[str, str, str], list[float]] = {}
-    for reply in _replies(rep.root / "listening" / "scores.json", scores):
+    for reply in scores.replies:
         sample = reply.reply_id.rsplit("/", 1)[0]  # dataset/category/id/variant
         for metric in LISTENING:
             value = getattr(reply, metric)
@@ -221,16 +221,6 @@ def _listening(out: Observations, rep: RepeatPaths, index: int, total: int) -> N
             better,
             "paired",
         )
-
-
-def _replies(path: Path, scores: dict) -> list[ReplyScores]:
-    """The replies of listening/scores.json, each through its record."""
-    try:
-        return [ReplyScores.model_validate(reply) for reply in scores.get("replies") or []]
-    except ValueError as exc:
-        raise FdbError(
-            f"{path}: a reply does not parse ({str(exc).splitlines()[0]})", DAMAGED_HINT
-        ) from exc
 
 
 def _failed_sessions(rep: RepeatPaths) -> int | None:

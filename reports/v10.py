@@ -10,6 +10,7 @@ from fdb.datasets.types import V10_TASK
 from fdb.errors import FdbError
 from fdb.io import read_json, sha256_file
 from fdb.layout import RepeatPaths
+from fdb.records import ExportManifest, OfficialTranscript
 from fdb.records.judge import RelevanceSummary
 from fdb.records.v10 import (
     UNIFIED_SCHEMA,
@@ -429,7 +430,7 @@ def _holds_v10(rep: RepeatPaths) -> bool:
 def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
     """What the system said in each v1.0 window, as the ASR heard it (latest repeat)."""
     samples = rep.v10_reference / "unified-samples.jsonl"
-    manifest = _load(rep.v10_reference / "manifest.json")
+    manifest = ExportManifest.load(rep.v10_reference / "manifest.json", backfill_hint(rep))
     if manifest is None:
         return Section([])
     outcomes = {}
@@ -440,26 +441,26 @@ def replies_section(rep: RepeatPaths, max_words: int = 14) -> Section:
             outcomes[row.sample_id] = "pause intrusion" if row.pause_intrusion else "no intrusion"
     heading = f"v1.0 replies as transcribed (repeat-{rep.number})"
     table = results_table(heading, "", REPLIES_COLUMNS)
-    for sample in manifest["samples"]:
-        out = _load(rep.v10_reference / sample["subset"] / sample["id"] / "output.json")
-        if not sample["eligible"]:
+    for sample in manifest.samples:
+        if not sample.eligible:
             table.add(
-                sample=sample["sample_id"],
-                outcome="ineligible: " + ", ".join(sample["reasons"]),
+                sample=sample.sample_id,
+                outcome="ineligible: " + ", ".join(sample.reasons),
                 words=None,
                 first_word_s=None,
                 transcript="",
             )
             continue
-        words = (out or {}).get("chunks", [])
-        text = " ".join(w["text"].strip() for w in words[:max_words]) + (
+        out = OfficialTranscript.load(rep.v10_reference / sample.subset / sample.id / "output.json")
+        words = out.chunks if out is not None else []
+        text = " ".join(w.text.strip() for w in words[:max_words]) + (
             " …" if len(words) > max_words else ""
         )
         table.add(
-            sample=sample["sample_id"],
-            outcome=outcomes.get(sample["sample_id"], "-"),
+            sample=sample.sample_id,
+            outcome=outcomes.get(sample.sample_id, "-"),
             words=len(words),
-            first_word_s=min(w["timestamp"][0] for w in words) if words else None,
+            first_word_s=min(w.timestamp[0] for w in words) if words else None,
             transcript=text or "(no words)",
         )
     section = Section([f"## {heading}", ""])

@@ -34,7 +34,13 @@ from fdb.io import (
 )
 from fdb.models.asr import ASR_RATE, AsrBackend, Transcript
 from fdb.provenance import current
-from fdb.records import AsrReceipt, AsrSampleReceipt, ExportSample
+from fdb.records import (
+    AsrReceipt,
+    AsrSampleReceipt,
+    ExportSample,
+    OfficialTranscript,
+    TranscriptChunk,
+)
 from scorers.v10_tree import load_manifest
 
 INTERRUPTION_SUBSET = "synthetic_user_interruption"
@@ -43,12 +49,17 @@ Progress = Callable[[str, int, int], None]
 
 def official_transcript(transcript: Transcript, offset_s: float = 0.0) -> dict:
     """The official output.json object; word times shifted by ``offset_s`` (rounded to 1 µs)."""
-    chunks = []
-    for word in transcript.words:
-        start = round(offset_s + word.start, 6)
-        end = None if word.end is None else round(offset_s + word.end, 6)
-        chunks.append({"text": word.text, "timestamp": [start, end]})
-    return {"text": " ".join(c["text"] for c in chunks), "chunks": chunks}
+    chunks = [
+        TranscriptChunk(
+            text=word.text,
+            timestamp=(
+                round(offset_s + word.start, 6),
+                None if word.end is None else round(offset_s + word.end, 6),
+            ),
+        )
+        for word in transcript.words
+    ]
+    return OfficialTranscript(text=" ".join(c.text for c in chunks), chunks=chunks).dump()
 
 
 def interrupt_end(sample: ExportSample, folder: Path) -> float:

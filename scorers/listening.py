@@ -38,8 +38,8 @@ from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes
 from fdb.provenance import current
 from fdb.records.listening import (
-    REPLIES_SCHEMA,
-    SCORES_SCHEMA,
+    ListeningReplies,
+    ListeningScores,
     ListeningSummary,
     ReplyRow,
     ReplyScores,
@@ -141,14 +141,15 @@ def _row(out: Path, key: tuple, reply: CutReply, audio: np.ndarray) -> ReplyRow:
 def previous_scores(out: Path, backends: dict) -> dict[str, dict[str, object]]:
     """kind -> {reply_id: (wav sha256, asr text or MOS)} from an earlier run of ``out``, for
     each of asr and mos whose backend identity equals the one in ``backends`` (else none)."""
-    if not (out / "scores.json").exists() or not (out / "replies.json").exists():
+    scores = ListeningScores.load(out / "scores.json")
+    replies = ListeningReplies.load(out / "replies.json")
+    if scores is None or replies is None:
         return {"asr": {}, "mos": {}}
-    scores, replies = read_json(out / "scores.json"), read_json(out / "replies.json")["replies"]
-    old = scores.get("backends") or {}
-    sha = {r["reply_id"]: r.get("wav_sha256") for r in replies}
+    old = scores.backends
+    sha = {r.reply_id: r.wav_sha256 for r in replies.replies}
     values = {
-        "asr": {r["reply_id"]: r.get("asr_text") for r in replies},
-        "mos": {s["reply_id"]: s.get("mos") for s in scores.get("replies", [])},
+        "asr": {r.reply_id: r.asr_text for r in replies.replies},
+        "mos": {s.reply_id: s.mos for s in scores.replies},
     }
     return {
         kind: (
@@ -281,16 +282,9 @@ def _finish(out: Path, rows, scores, notes, asr, mos, speaker) -> ListeningSumma
         datasets=group_summaries(rows, scores),
         provenance=current().model_dump(mode="json"),
     )
+    atomic_write_json(out / "replies.json", ListeningReplies(replies=rows).dump())
     atomic_write_json(
-        out / "replies.json", {"schema": REPLIES_SCHEMA, "replies": [r.model_dump() for r in rows]}
-    )
-    atomic_write_json(
-        out / "scores.json",
-        {
-            "schema": SCORES_SCHEMA,
-            "backends": backends,
-            "replies": [s.model_dump() for s in scores],
-        },
+        out / "scores.json", ListeningScores(backends=backends, replies=scores).dump()
     )
     atomic_write_json(out / "summary.json", summary.dump())
     return summary

@@ -1,7 +1,8 @@
 """Typed records for the files that cross package boundaries (see docs/formats.md), with their
 readers: every phase writes through them and every later phase (and reports) reads through them.
 
-Here: the export manifest (``fdb-export-1``) and the v1.0 ASR receipt (``fdb-asr-1``). The
+Here: the export manifest (``fdb-export-1``), the v1.0 ASR receipt (``fdb-asr-1``) and the
+official-schema ASR transcript (``output.json``). The
 result records live in the submodules: ``v10`` (unified.json, unified-samples.jsonl),
 ``v10_reference`` (official.json, evaluator.json), ``v15`` (v1.5 timing), ``listening``,
 ``judge`` (behavior, semantic, relevance, judge.json), ``serving`` (sweep rows, capacity) and
@@ -87,6 +88,12 @@ class ExportManifest(BaseModel):
     def dump(self) -> dict:
         return self.model_dump(mode="json", by_alias=True)
 
+    @classmethod
+    def load(cls, path: Path, fix: str) -> ExportManifest | None:
+        """An export's manifest.json; None when it does not exist, an FdbError naming it when it
+        does not parse (``fix`` says what to do)."""
+        return load_record(cls, path, fix)
+
     def select(self, only: list[str] | None, where: str = "the manifest") -> list[ExportSample]:
         """The samples named by ``only`` ("category/id", in the manifest's order), or all of them
         without it; a name the manifest does not hold raises FdbError naming it."""
@@ -120,6 +127,38 @@ def asr_backend(tree: Path) -> dict | None:
     without a receipt or an identity in it."""
     path = Path(tree) / "asr.json"
     return (read_json(path).get("backend") or None) if path.exists() else None
+
+
+TRANSCRIPT_FIX = (
+    "delete it and rerun the asr phase (`python -m fdb asr --run-name RUN`), which transcribes "
+    "the sample again"
+)
+
+
+class TranscriptChunk(BaseModel):
+    """One word of an official ASR transcript: its text and [start, end] in seconds (end None:
+    the recognizer gave none)."""
+
+    text: str
+    timestamp: tuple[float, float | None]
+
+
+class OfficialTranscript(BaseModel):
+    """An ASR transcript in the official schema, as the asr phases write it (v1.0
+    ``<subset>/<id>/output.json``, v1.5 ``input.json``, ``output.json`` ...): the words joined
+    by single spaces and one chunk per word, in order."""
+
+    text: str
+    chunks: list[TranscriptChunk]
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def load(cls, path: Path, fix: str = TRANSCRIPT_FIX) -> OfficialTranscript | None:
+        """The transcript at ``path``; None when it does not exist, an FdbError naming it when it
+        does not parse."""
+        return load_record(cls, path, fix)
 
 
 class AsrSampleReceipt(BaseModel):

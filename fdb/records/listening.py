@@ -16,6 +16,11 @@ REPLIES_SCHEMA = "fdb-listening-replies-2"
 SCORES_SCHEMA = "fdb-listening-scores-2"
 SUMMARY_SCHEMA = "fdb-listening-2"
 RESCORE = "rescore the repeat's listening quality: python -m fdb asr --run-name RUN --repeat N"
+# a rerun reads replies.json and scores.json back (to reuse ASR text and MOS): a damaged one goes
+RESCORE_DAMAGED = (
+    "delete it and rescore the repeat's listening quality: "
+    "python -m fdb asr --run-name RUN --repeat N"
+)
 
 
 class WordCounts(BaseModel):
@@ -62,6 +67,44 @@ class ReplyScores(BaseModel):
     mos: float | None = None
     voice_similarity: float | None = None
     notes: list[str] = Field(default_factory=list)
+
+
+class ListeningReplies(BaseModel):
+    """``listening/replies.json``: every cut reply of the repeat, in discovery order."""
+
+    schema_: str = Field(REPLIES_SCHEMA, alias="schema")
+    replies: list[ReplyRow]
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def load(cls, path: Path) -> ListeningReplies | None:
+        """``listening/replies.json``; None when it does not exist, an FdbError naming it when it
+        does not parse."""
+        return load_record(cls, path, RESCORE_DAMAGED)
+
+
+class ListeningScores(BaseModel):
+    """``listening/scores.json``: the identity of each backend (asr, mos, speaker; None: off or
+    unavailable) and the scores of every reply, in the order of replies.json."""
+
+    schema_: str = Field(SCORES_SCHEMA, alias="schema")
+    backends: dict[str, dict | None]
+    replies: list[ReplyScores]
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def load(cls, path: Path) -> ListeningScores | None:
+        """``listening/scores.json``; None when it does not exist, an FdbError naming it when it
+        does not parse."""
+        return load_record(cls, path, RESCORE_DAMAGED)
 
 
 class GroupSummary(BaseModel):

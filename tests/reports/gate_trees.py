@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from fdb.io import atomic_write_json, atomic_write_jsonl
+from fdb.records.listening import ListeningScores, ReplyScores
 from fdb.records.serving import Capacity, ServingRow, SweepCapacity, SweepReport
 from fdb.records.tts import (
     LevelRow,
@@ -152,8 +153,10 @@ def run_output(
     latencies: dict[str, float | None],
     revision: str = "rev1",
     asr: str = "faster-whisper-tiny.en",
+    mos: dict[str, float] | None = None,
 ) -> Path:
-    """A scored v1.0 run of one repeat: turn-taking samples with the given response latencies."""
+    """A scored v1.0 run of one repeat: turn-taking samples with the given response latencies
+    and, given ``mos``, listening scores of one reply per sample with that MOS."""
     ids = sorted(latencies)
     manifest = {
         "schema": "fdb-run-1",
@@ -198,6 +201,23 @@ def run_output(
         ],
     }
     atomic_write_json(ref / "manifest.json", export)
+    if mos is not None:
+        scores = ListeningScores(
+            backends={"asr": None, "mos": {"name": "utmos"}, "speaker": None},
+            replies=[
+                ReplyScores(
+                    reply_id=f"v1.0/{sample}/main/0",
+                    dataset="v1.0",
+                    category="candor_turn_taking",
+                    duration_s=4.0,
+                    short=False,
+                    compared=False,
+                    mos=value,
+                )
+                for sample, value in sorted(mos.items())
+            ],
+        )
+        atomic_write_json(root / "repeat-1" / "listening" / "scores.json", scores.dump())
     return root
 
 

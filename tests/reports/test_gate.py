@@ -335,3 +335,22 @@ def test_a_damaged_run_file_is_one_line_naming_it(tmp_path, capsys, damaged):
         and "is not valid JSON" in err[-1]
         and "rerun" in err[-1]
     )
+
+
+def test_run_listening_scores_are_read_through_their_record(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    ids = [f"candor_turn_taking/{i:03d}" for i in range(20)]
+    latencies = dict.fromkeys(ids, 1.0)
+    mos = {s: float(rng.uniform(3.5, 4.0)) for s in ids}
+    worse = {s: v - 0.5 for s, v in mos.items()}
+    b = run_output(tmp_path / "b", latencies, mos=mos)
+    c = run_output(tmp_path / "c", latencies, mos=worse)
+    assert _gate("--baseline", str(b), "--candidate", str(c), "--out", str(tmp_path / "g")) == 1
+    assert _verdicts(tmp_path / "g")["listening.mos@v1.0"] == "regressed"
+    same = run_output(tmp_path / "s", latencies, mos=mos)
+    assert _gate("--baseline", str(b), "--candidate", str(same), "--out", str(tmp_path / "h")) == 0
+    path = same / "repeat-1" / "listening" / "scores.json"
+    path.write_text('{"schema": "fdb-listening-scores-2", "backends": {}}')
+    assert _gate("--baseline", str(b), "--candidate", str(same)) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"ERROR: {path}: replies: Field required") and "rescore" in err

@@ -22,6 +22,7 @@ from benchmarks.support.listening_build import OUT_RATE, write_session
 from benchmarks.support.treebuild import V10Tree, turn_json
 from fdb.io import atomic_write_json, read_json, sha256_file
 from fdb.layout import RunPaths
+from fdb.records.listening import ListeningScores
 from fdb.run_manifest import DatasetUse, RunManifest, ServerUse, save_manifest
 from tests.fdb.test_checkpoint_backends import FrameEmbedder, LoudnessMos, _save
 from tests.scorers.test_cli_score import cli
@@ -159,8 +160,8 @@ def test_published_backends_are_chosen_once_and_kept(run, nemo, tmp_path, capsys
         "speaker": "wavlm-large-ecapa",
     }
     assert all(
-        r["mos"] is not None and r["voice_similarity"] is not None
-        for r in read_json(rep.listening / "scores.json")["replies"]
+        r.mos is not None and r.voice_similarity is not None
+        for r in ListeningScores.load(rep.listening / "scores.json").replies
     )
 
     inode, receipt = out.stat().st_ino, (rep.v10_reference / "asr.json").read_bytes()
@@ -221,7 +222,7 @@ def test_another_backend_is_refused_or_scored_side_by_side(run, nemo, tmp_path, 
     assert read_json(side / "v10" / "reference" / "candor_turn_taking" / "1" / "output.json")[
         "text"
     ] == " ".join(WORDS)
-    moses = [r["mos"] for r in read_json(side / "listening" / "scores.json")["replies"]]
+    moses = [r.mos for r in ListeningScores.load(side / "listening" / "scores.json").replies]
     assert moses and all(m >= 2.0 for m in moses)
     assert (
         rep.listening / "summary.json"

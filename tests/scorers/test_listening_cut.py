@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from benchmarks.support.listening_build import OUT_RATE, write_session
 from fdb.audio import float_to_pcm16
 from fdb.dialects import LEGACY, TURN_BASED
-from fdb.io import read_json
+from fdb.errors import FdbError
+from fdb.io import dumps_json, read_json
+from fdb.models import BackendIdentity
 from fdb.playout import playout_window, trace_playout_inputs
+from fdb.records.listening import (
+    REPLIES_SCHEMA,
+    SCORES_SCHEMA,
+    ListeningReplies,
+    ListeningScores,
+)
 from fdb.session_records import TraceEvent, read_trace
 from scorers.listening import score_listening
 from scorers.listening_cut import cut_replies
@@ -110,8 +120,8 @@ def test_missing_backends_are_null_with_notes(tmp_path):
     assert v10.omission_rate == 0.0 and v10.wer == 0.0  # the short reply counts for WER too (spec)
     assert v10.wer_reference_words == v10.reference_words == 2
     assert summary.backends["mos"] is None and any("mos" in n for n in summary.notes)
-    replies = read_json(root / "listening/replies.json")["replies"]
-    assert [r["reply_id"] for r in replies] == [
+    replies = _reads_back(root / "listening")[0].replies
+    assert [r.reply_id for r in replies] == [
         "v1.0/synthetic_pause_handling/3/main/0",
         "v1.0/synthetic_pause_handling/3/main/1",
         "v1.5/user_interruption/1/overlap/0",
@@ -119,6 +129,74 @@ def test_missing_backends_are_null_with_notes(tmp_path):
     assert (root / "listening/wav/v1.5/user_interruption/1/overlap/0.wav").exists()
     assert (root / "listening/voice-window/v1.5/user_interruption/1/overlap/0.wav").exists()
     assert read_json(root / "listening/summary.json")["schema"] == "fdb-listening-2"
+
+
+def _reads_back(out: Path) -> tuple[ListeningReplies, ListeningScores]:
+    """replies.json and scores.json, as the scorer wrote them, read back through their records
+    and dumped again: the same bytes (every key and value the writer wrote survives the round
+    trip)."""
+    replies = ListeningReplies.load(out / "replies.json")
+    scores = ListeningScores.load(out / "scores.json")
+    assert dumps_json(replies.dump()) == (out / "replies.json").read_text()
+    assert dumps_json(scores.dump()) == (out / "scores.json").read_text()
+    assert [r.reply_id for r in replies.replies] == [s.reply_id for s in scores.replies]
+    return replies, scores
+
+
+class FakeMos:
+    identity = BackendIdentity(kind="mos", name="fake")
+
+    def score(self, samples):
+        return 3.0 + len(samples) % 7 / 10
+
+
+class FakeSpeaker:
+    identity = BackendIdentity(kind="speaker", name="fake")
+
+    def embed(self, samples):
+        return np.array([1.0, len(samples) % 5, 0.5])
+
+
+def test_replies_and_scores_read_back_through_their_records(tmp_path):
+    root = tmp_path / "repeat-1"
+    write_session(
+        root / "recording/shard-0/user_interruption/1/overlap",
+        [
+            {"id": "a", "audio": tone(4.0), "t": 0.5, "transcript": "red green blue"},
+            {"id": "b", "audio": tone(3.2, 300.0), "t": 8.0, "transcript": "sky"},
+        ],
+    )
+    write_session(
+        root / "v10/recording/shard-0/synthetic_pause_handling/3/main",
+        [
+            {"id": "c", "audio": tone(1.0), "t": 0.5, "transcript": "red green"},
+            {
+                "id": "d",
+                "audio": tone(3.5),
+                "t": 5.0,
+                "transcript": "x",
+                "status": "cancelled",
+                "done_t": 9.0,
+            },
+        ],
+    )
+    score_listening(root, asr=FakeAsr(), mos=FakeMos(), speaker=FakeSpeaker())
+    replies, scores = _reads_back(root / "listening")
+    assert replies.schema_ == REPLIES_SCHEMA and scores.schema_ == SCORES_SCHEMA
+    assert {k: v["name"] for k, v in scores.backends.items()} == dict.fromkeys(
+        ("asr", "mos", "speaker"), "fake"
+    )
+    assert all(r.wav_sha256 and r.asr_text == "red green" for r in replies.replies)
+    assert [s.counts is not None for s in scores.replies] == [True, False, True, True]
+    assert all(s.voice_similarity is not None for s in scores.replies if not s.short)
+
+    (root / "listening/scores.json").write_text('{"schema": "fdb-listening-scores-2"}')
+    with pytest.raises(FdbError, match=r"scores.json: backends: Field required") as err:
+        score_listening(root, asr=FakeAsr(), mos=FakeMos(), speaker=FakeSpeaker())
+    assert "delete it and rescore" in err.value.hint
+    (root / "listening/scores.json").unlink()  # no previous scores: scored afresh
+    score_listening(root, asr=FakeAsr(), mos=FakeMos(), speaker=FakeSpeaker())
+    assert _reads_back(root / "listening")[1] == scores
 
 
 def _legacy_trace(rate: int, td_cut: str) -> tuple[list[TraceEvent], bytes, np.ndarray]:
@@ -204,6 +282,7 @@ def test_a_rerun_with_the_same_backends_reuses_asr_text_and_mos(tmp_path):
     asr, mos = CountingAsr(), CountingMos()
     first = score_listening(root, asr=asr, mos=mos, speaker=False)
     scores = (root / "listening/scores.json").read_bytes()
+    _reads_back(root / "listening")
     second = score_listening(root, asr=asr, mos=mos, speaker=False)
     assert (asr.calls, mos.calls) == (1, 1) and first.datasets == second.datasets
     assert (root / "listening/scores.json").read_bytes() == scores
