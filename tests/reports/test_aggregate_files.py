@@ -163,12 +163,13 @@ def test_csv_tables_and_results_json_tables_are_the_markdown_tables(tmp_path):
         },
     ]
     (ref / "candor_turn_taking" / "1").mkdir(parents=True)
-    (ref / "manifest.json").write_text(json.dumps({"samples": samples}))
+    (ref / "manifest.json").write_text(json.dumps({"dataset": "v1.0", "samples": samples}))
     words = [
         {"text": " yes|no ", "timestamp": [0.25, 0.5]},
         {"text": "ok", "timestamp": [0.5, 0.75]},
     ]
-    (ref / "candor_turn_taking" / "1" / "output.json").write_text(json.dumps({"chunks": words}))
+    transcript = {"text": " ".join(w["text"] for w in words), "chunks": words}
+    (ref / "candor_turn_taking" / "1" / "output.json").write_text(json.dumps(transcript))
     text, data = write_results(run)
     shown = _markdown_tables(text)
     files = sorted((run.root / "tables").glob("*.csv"))
@@ -203,7 +204,7 @@ def test_missing_or_stale_unified_is_labeled_unavailable_with_backfill(tmp_path)
         "eligible": False,
         "reasons": ["missing"],
     }
-    (ref / "manifest.json").write_text(json.dumps({"samples": [sample]}))
+    (ref / "manifest.json").write_text(json.dumps({"dataset": "v1.0", "samples": [sample]}))
     (ref / "asr.json").write_text("{}")
     text, _ = build_results(run)
     assert "Unified metrics unavailable: v10/reference/unified.json is missing" in text
