@@ -10,7 +10,8 @@ null last end falls back to its start (the pause-handling guard, applied to ever
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from fdb.records import OfficialTranscript
 
 TURN_DURATION_S = 1.0
 TURN_WORDS = 3
@@ -30,10 +31,10 @@ def official_takeover(words: Sequence[tuple[float, float | None]]) -> int:
     return took_over(len(words), words[0][0], last_start, last_end)
 
 
-def transcript_takeover(transcript: dict[str, Any]) -> int:
-    """§3.1 on an output.json as read: its first and last ``chunks``' ``timestamp`` pairs."""
-    chunks = transcript.get("chunks") or []
+def transcript_takeover(transcript: OfficialTranscript) -> int:
+    """§3.1 on an output.json as read: its first and last chunks' ``timestamp`` pairs."""
+    chunks = transcript.chunks
     if not chunks:
         return 0
-    first, last = chunks[0]["timestamp"], chunks[-1]["timestamp"]
+    first, last = chunks[0].timestamp, chunks[-1].timestamp
     return took_over(len(chunks), first[0], last[0], last[1])

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fdb.io import dumps_json
+from fdb.records import OfficialTranscript
 from fdb.records.judge import LABELS, BehaviorCell, BehaviorSample, BehaviorSummary
 from judges.bodies import chat, decoding
 from judges.client import JudgeClient
@@ -26,7 +28,7 @@ from judges.engine import (
     TaskSpec,
     judge_pending,
 )
-from judges.inputs import PairInput
+from judges.inputs import TRANSCRIPTS, PairInput
 from judges.official import OfficialText
 from judges.stats import share
 from judges.store import SampleResult, TaskDir
@@ -36,6 +38,12 @@ GPT_SEEDS = (1, 2, 3)
 
 def compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def as_written(transcript: OfficialTranscript) -> dict[str, Any]:
+    """The transcript as its file holds it: the asr phases write it with sorted keys
+    (``dumps_json``), so the message quotes ``{"chunks": ..., "text": ...}`` as the file reads."""
+    return json.loads(dumps_json(transcript.dump()))
 
 
 def behavior_message(
@@ -80,7 +88,7 @@ def behavior_requests(
     settings: JudgeSettings, prompt: OfficialText, pair: PairInput
 ) -> list[dict[str, Any]]:
     t = pair.transcripts
-    user = behavior_message(t["clean_input"], t["input"], t["clean_output"], t["output"])
+    user = behavior_message(*(as_written(t[name]) for name in TRANSCRIPTS))
     seeds = settings.config.seeds if settings.config else list(GPT_SEEDS)
     extra = decoding(settings)
     return [chat(settings.model, prompt.text, user, seed, extra) for seed in seeds[:3]]

@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from fdb.datasets.types import INTERRUPTION, V15_CATEGORIES
 from fdb.errors import FdbError
-from fdb.records import ExportManifest, ExportSample
+from fdb.records import ExportManifest, ExportSample, OfficialTranscript
 
 TRANSCRIPTS = ("clean_input", "input", "clean_output", "output")  # <name>.json
 
@@ -30,7 +30,7 @@ class PairInput(BaseModel):
     id: str
     eligible: bool
     reasons: list[str] = Field(default_factory=list)
-    transcripts: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    transcripts: dict[str, OfficialTranscript] = Field(default_factory=dict)
     missing: list[str] = Field(default_factory=list)  # transcript files missing or unreadable
     metadata: dict[str, Any] | None = None
 
@@ -44,7 +44,7 @@ class InterruptInput(BaseModel):
     id: str
     eligible: bool
     reasons: list[str] = Field(default_factory=list)
-    output: dict[str, Any] | None = None
+    output: OfficialTranscript | None = None
     interrupt: dict[str, Any] | None = None  # interrupt.json[0]
     missing: list[str] = Field(default_factory=list)
 
@@ -62,20 +62,22 @@ def _read_ids(path: Path) -> list[str] | None:
 
 
 def _manifest(path: Path) -> ExportManifest:
+    fix = (
+        f"delete {path.parent} and cut the windows again from the recording with "
+        f"{_export_only(path)}"
+    )
     try:
-        return ExportManifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError as exc:
+        manifest = ExportManifest.load(path, fix)
+    except FdbError as exc:  # the record's reason, under the judges' own wording
+        why = exc.message.removeprefix(f"{path}: ").removeprefix(f"{path} ")
+        raise FdbError(f"{path} is not a valid export manifest: {why}", fix) from exc
+    if manifest is None:
         raise FdbError(
             f"{path} is missing",
             "generate recorded this dataset but did not finish its "
             f"export; the recording is kept: cut the windows again with {_export_only(path)}",
-        ) from exc
-    except (json.JSONDecodeError, ValidationError) as exc:
-        raise FdbError(
-            f"{path} is not a valid export manifest: {exc}",
-            f"delete {path.parent} and cut the windows again from the recording with "
-            f"{_export_only(path)}",
-        ) from exc
+        )
+    return manifest
 
 
 def _export_only(manifest: Path) -> str:
@@ -91,19 +93,13 @@ def _export_only(manifest: Path) -> str:
     )
 
 
-def transcript_or_none(path: Path) -> dict[str, Any] | None:
-    """An official ASR transcript, or None when the file is missing or not of that schema."""
+def transcript_or_none(path: Path) -> OfficialTranscript | None:
+    """An official ASR transcript, or None when the file is missing, unreadable or not of that
+    schema."""
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return OfficialTranscript.load(path)
+    except (OSError, FdbError):
         return None
-    if (
-        not isinstance(obj, dict)
-        or not isinstance(obj.get("text"), str)
-        or not isinstance(obj.get("chunks"), list)
-    ):
-        return None
-    return obj
 
 
 def _json_or_none(path: Path) -> Any:

@@ -68,7 +68,7 @@ class Rubric:
             str(sample.interrupt.get("context", "")),
             str(sample.interrupt.get("interrupt", "")),
         )
-        text = sample.output.get("text", "")
+        text = sample.output.text
         if self.official is not None:
             return self.official.user_message(ctx, intr, text)
         return fdb_relevance_message(ctx, intr, text)

@@ -47,8 +47,8 @@ INTERRUPTION_SUBSET = "synthetic_user_interruption"
 Progress = Callable[[str, int, int], None]
 
 
-def official_transcript(transcript: Transcript, offset_s: float = 0.0) -> dict:
-    """The official output.json object; word times shifted by ``offset_s`` (rounded to 1 µs)."""
+def official_transcript(transcript: Transcript, offset_s: float = 0.0) -> OfficialTranscript:
+    """The official output.json record; word times shifted by ``offset_s`` (rounded to 1 µs)."""
     chunks = [
         TranscriptChunk(
             text=word.text,
@@ -59,7 +59,7 @@ def official_transcript(transcript: Transcript, offset_s: float = 0.0) -> dict:
         )
         for word in transcript.words
     ]
-    return OfficialTranscript(text=" ".join(c.text for c in chunks), chunks=chunks).dump()
+    return OfficialTranscript(text=" ".join(c.text for c in chunks), chunks=chunks)
 
 
 def interrupt_end(sample: ExportSample, folder: Path) -> float:
@@ -83,8 +83,8 @@ def interrupt_end(sample: ExportSample, folder: Path) -> float:
 
 def transcribe_sample(
     asr: AsrBackend, sample: ExportSample, folder: Path
-) -> tuple[dict, float | None]:
-    """(output.json object, cut_at_s) for one sample; cut at R for user interruption."""
+) -> tuple[OfficialTranscript, float | None]:
+    """(output.json record, cut_at_s) for one sample; cut at R for user interruption."""
     audio = read_wav(folder / "output.wav", sample.sample_id)
     samples = (
         audio.samples if audio.rate == ASR_RATE else resample(audio.samples, audio.rate, ASR_RATE)
@@ -142,7 +142,7 @@ def process_sample(
         return AsrSampleReceipt(
             sample_id=sid, status="failed", error=message, output_wav_sha256=wav_sha
         )
-    text = dumps_json(obj)
+    text = dumps_json(obj.dump())
     atomic_write_text(folder / "output.json", text)
     return AsrSampleReceipt(
         sample_id=sid,
@@ -150,7 +150,7 @@ def process_sample(
         cut_at_s=cut,
         output_wav_sha256=wav_sha,
         output_json_sha256=sha256_bytes(text.encode("utf-8")),
-        words=len(obj["chunks"]),
+        words=len(obj.chunks),
     )
 
 

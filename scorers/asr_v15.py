@@ -121,13 +121,13 @@ def transcribe_file(
         if not message.startswith(sample.sample_id):
             message = f"{sample.sample_id}: {name}: {message}"
         return V15AsrFile(status="failed", error=message, wav_sha256=wav_sha)
-    text = dumps_json(obj)
+    text = dumps_json(obj.dump())
     atomic_write_text(out, text)
     return V15AsrFile(
         status="ok",
         wav_sha256=wav_sha,
         json_sha256=sha256_bytes(text.encode("utf-8")),
-        words=len(obj["chunks"]),
+        words=len(obj.chunks),
     )
 
 

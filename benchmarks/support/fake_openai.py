@@ -191,7 +191,7 @@ class FakeJudge:
     def _control_answers(self) -> dict[str, dict[str, str]]:
         pairs, expected = load_controls()
         return {
-            p.transcripts["clean_input"]["text"]: expected[p.sample_id.split("/")[1]] for p in pairs
+            p.transcripts["clean_input"].text: expected[p.sample_id.split("/")[1]] for p in pairs
         }
 
     def _semantic(self, shown: dict[str, Any]) -> str:

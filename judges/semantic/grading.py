@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from fdb.records import OfficialTranscript
 from judges.bodies import chat, decoding
 from judges.config import JudgeSettings
 from judges.engine import Parsed
@@ -26,14 +27,13 @@ class PairView(BaseModel):
 
     sample_id: str
     category: str
-    transcripts: dict[str, dict[str, Any]]  # clean_input, input, clean_output, output
+    transcripts: dict[str, OfficialTranscript]  # clean_input, input, clean_output, output
     metadata: dict[str, Any] | None = None
 
 
-def _words(transcript: dict[str, Any], start_s: float | None = None) -> str:
-    chunks = transcript.get("chunks") or []
-    keep = [c for c in chunks if start_s is None or (c.get("timestamp") or [0])[0] >= start_s]
-    return " ".join(str(c.get("text", "")).strip() for c in keep).strip()
+def _words(transcript: OfficialTranscript, start_s: float | None = None) -> str:
+    keep = [c for c in transcript.chunks if start_s is None or c.timestamp[0] >= start_s]
+    return " ".join(c.text.strip() for c in keep).strip()
 
 
 def _overlap(meta: dict[str, Any] | None) -> list[float] | None:
@@ -53,10 +53,10 @@ def payload(pair: PairView) -> dict[str, Any]:
         "earlier_context": meta.get("context_text") or None,
         "overlap_speech": meta.get("current_turn_text") or None,
         "overlap_window_s": overlap,
-        "user_clean": t["clean_input"].get("text", "").strip(),
-        "user_with_overlap": t["input"].get("text", "").strip(),
-        "reply_without_overlap": t["clean_output"].get("text", "").strip(),
-        "reply_with_overlap": t["output"].get("text", "").strip(),
+        "user_clean": t["clean_input"].text.strip(),
+        "user_with_overlap": t["input"].text.strip(),
+        "reply_without_overlap": t["clean_output"].text.strip(),
+        "reply_with_overlap": t["output"].text.strip(),
         "reply_from_overlap_on": _words(t["output"], overlap[0]) if overlap else None,
     }
 

@@ -10,10 +10,12 @@ import pytest
 
 from benchmarks.support.trees import REFERENCE, transcript
 from fdb.errors import FdbError
-from fdb.io import sha256_file
+from fdb.io import atomic_write_json, sha256_file
 from fdb.official_source import BEHAVIOR_PROMPT, PINNED_FILES, RELEVANCE_SCORER
+from fdb.records import OfficialTranscript
 from fdb.takeover import official_takeover, transcript_takeover
 from judges.behavior import behavior_message, parse_behavior
+from judges.inputs import transcript_or_none
 from judges.official import behavior_prompt, evaluation_dir, relevance_source
 from judges.relevance import parse_rating
 from scorers.v10_official import chunk_times
@@ -189,4 +191,21 @@ def test_parse_rating_is_the_official_rule(reply, kind, rating):
 )
 def test_takeover_matches_the_scorer(words):
     obj = {"text": "", "chunks": [{"text": "w", "timestamp": [s, e]} for s, e in words]}
-    assert transcript_takeover(obj) == official_takeover(chunk_times("x/1", obj))
+    record = OfficialTranscript.model_validate(obj)
+    assert transcript_takeover(record) == official_takeover(chunk_times("x/1", obj))
+
+
+def test_transcripts_are_read_through_their_record(tmp_path):
+    """judges.inputs reads output.json through OfficialTranscript: a whole transcript comes back
+    as the record (dumping the same object), anything else is None (missing or unreadable)."""
+    obj = {"text": "a b", "chunks": [{"text": "a", "timestamp": [1.0, 1.2]}]}
+    obj["chunks"].append({"text": "b", "timestamp": [1.3, None]})
+    path = tmp_path / "output.json"
+    atomic_write_json(path, obj)
+    record = transcript_or_none(path)
+    assert isinstance(record, OfficialTranscript) and record.dump() == obj
+    assert transcript_takeover(record) == 0
+    for bad in ('{"text": "x"}', '{"chunks": []}', "[]", "{torn"):
+        path.write_text(bad)
+        assert transcript_or_none(path) is None
+    assert transcript_or_none(tmp_path / "missing.json") is None

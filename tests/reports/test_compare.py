@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from fdb.cli.compare import register
 from fdb.io import atomic_write_json, atomic_write_jsonl, read_json, sha256_file
+from fdb.records import ExportManifest, ExportSample
 from fdb.records.judge import JudgeSummary
 from fdb.records.listening import GroupSummary, ListeningSummary
 from fdb.records.serving import SweepCapacity, SweepReport
@@ -155,7 +156,7 @@ def _judge(rep_root: Path, pairs: list[str], rep: Rep) -> None:
             category=s.split("/")[0],
             id=s.split("/")[1],
             eligible=True,
-            transcripts={t: {"text": "x"} for t in TRANSCRIPTS},
+            transcripts={t: {"text": "x", "chunks": []} for t in TRANSCRIPTS},
         )
         for s in pairs
     ]
@@ -231,9 +232,11 @@ def _turn_row(sample: str, latency: float | None) -> TurnRow:
 
 def _unified(rep_root: Path, v10: list[str], rep: Rep) -> None:
     ref = rep_root / "v10" / "reference"
-    atomic_write_json(
-        ref / "manifest.json", {"samples": [{"subset": s.split("/")[0]} for s in v10]}
-    )
+    samples = [
+        ExportSample(sample_id=s, subset=s.split("/")[0], id=s.split("/")[1], eligible=True)
+        for s in v10
+    ]
+    atomic_write_json(ref / "manifest.json", ExportManifest(dataset="v1.0", samples=samples).dump())
     atomic_write_json(ref / "asr.json", {"backend": {"name": "test-asr"}})
     rows: list = []
     subsets = {}
