@@ -303,18 +303,20 @@ def _previous_folders(
 ) -> set[tuple[str, str]] | None:
     """The sample folders of a previous export of the same recordings in ``out_dir`` (finished:
     its manifest; interrupted: its in-progress marker), or None when there is none."""
-    for name in (manifest_name, EXPORT_MARKER):
-        try:
-            old = read_json(out_dir / name)
-        except (OSError, ValueError):
-            continue
-        try:
-            if name == manifest_name and old["provenance"]["sources_sha256"] == digest:
-                return {(s["subset"], s["id"]) for s in old["samples"]}
-            if name == EXPORT_MARKER and old["sources_sha256"] == digest:
-                return {(subset, id_) for subset, id_ in old["folders"]}
-        except (KeyError, TypeError, ValueError):
-            continue
+    try:
+        manifest = ExportManifest.load(
+            out_dir / manifest_name, "a damaged manifest counts as no previous export"
+        )
+    except (OSError, FdbError):
+        manifest = None
+    if manifest is not None and manifest.provenance.get("sources_sha256") == digest:
+        return {(s.subset, s.id) for s in manifest.samples}
+    try:
+        old = read_json(out_dir / EXPORT_MARKER)
+        if old["sources_sha256"] == digest:
+            return {(subset, id_) for subset, id_ in old["folders"]}
+    except (OSError, KeyError, TypeError, ValueError):
+        pass
     return None
 
 

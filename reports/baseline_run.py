@@ -49,6 +49,10 @@ DAMAGED_HINT = (
     "the file is damaged (cut short?): rerun the phase that writes it "
     "(python -m fdb asr / aggregate)"
 )
+EXPORT_HINT = (
+    "the export is damaged: cut the windows again from the recording "
+    "(python -m fdb generate --run-name RUN --repeat N --export-only)"
+)
 
 
 def _sample_rows(path: Path) -> list[SampleRow]:
@@ -229,8 +233,8 @@ def _failed_sessions(rep: RepeatPaths) -> int | None:
         rep.reference_audio / "reference-manifest.json",
         rep.v10_reference / "manifest.json",
     ):
-        if path.is_file():
-            manifest = ExportManifest.model_validate_json(path.read_text(encoding="utf-8"))
+        manifest = ExportManifest.load(path, EXPORT_HINT) if path.is_file() else None
+        if manifest is not None:
             found = (found or 0) + sum(1 for s in manifest.samples if s.verdict != "pass")
     return found
 

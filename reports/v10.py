@@ -288,7 +288,8 @@ def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
         return "unified.json is stale: its asr.json hash differs from the ASR receipt's"
     if not (tree / "unified-samples.jsonl").exists():
         return "the output pair is incomplete: v10/reference/unified-samples.jsonl is missing"
-    subsets = {s["subset"] for s in (_load(tree / "manifest.json") or {}).get("samples", [])}
+    manifest = ExportManifest.load(tree / "manifest.json", backfill_hint(rep))
+    subsets = {s.subset for s in manifest.samples} if manifest else set()
     scored = set(unified.get("subsets", {})) | set(unified.get("not_scored", {}))
     missing = sorted(sub for sub in subsets - scored if V10_TASK.get(sub) != "backchannel")
     if missing:

@@ -195,7 +195,13 @@ def _prepare_side(scoring: Scoring) -> None:
 def link_export(source: Path, dest: Path, manifest_name: str) -> None:
     """The export's manifest and every file it lists, hard-linked (copied across devices) from
     ``source`` into ``dest``, so the scorers run on ``dest`` as on the export itself."""
-    manifest = ExportManifest.model_validate(read_json(source / manifest_name))
+    fix = (
+        "cut the windows again from the recording "
+        "(python -m fdb generate --run-name RUN --repeat N --export-only)"
+    )
+    manifest = ExportManifest.load(source / manifest_name, fix)
+    if manifest is None:
+        raise FdbError(f"{source / manifest_name} is missing", fix)
     names = [manifest_name] + [f"{s.subset}/{s.id}/{n}" for s in manifest.samples for n in s.files]
     for rel in names:
         src, dst = source / rel, dest / rel

@@ -49,9 +49,10 @@ def subset_key(subset: str) -> tuple[int, str]:
 def load_manifest(tree: Path) -> tuple[ExportManifest, str]:
     """The v1.0 export manifest (``fdb-export-1``) and its sha256."""
     path = tree / "manifest.json"
-    if not path.exists():
-        raise FdbError(f"{path} is missing", "point --tree at a v1.0 reference export")
-    manifest = ExportManifest.model_validate(read_json(path))
+    fix = "point --tree at a v1.0 reference export"
+    manifest = ExportManifest.load(path, fix)
+    if manifest is None:
+        raise FdbError(f"{path} is missing", fix)
     if manifest.dataset != "v1.0":
         raise FdbError(f"{path} is a {manifest.dataset} export, not v1.0")
     return manifest, sha256_file(path)

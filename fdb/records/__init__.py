@@ -114,9 +114,10 @@ class ExportManifest(BaseModel):
 def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
     """``reference-manifest.json`` (a v1.5 ``fdb-export-1`` manifest) and its sha256."""
     path = tree / "reference-manifest.json"
-    if not path.exists():
-        raise FdbError(f"{path} is missing", "point --tree at a v1.5 reference-audio export")
-    manifest = ExportManifest.model_validate(read_json(path))
+    fix = "point --tree at a v1.5 reference-audio export"
+    manifest = ExportManifest.load(path, fix)
+    if manifest is None:
+        raise FdbError(f"{path} is missing", fix)
     if manifest.dataset != "v1.5":
         raise FdbError(f"{path} is a {manifest.dataset} export, not v1.5")
     return manifest, sha256_file(path)

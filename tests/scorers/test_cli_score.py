@@ -7,6 +7,7 @@ import pytest
 
 from fdb.cli import main
 from fdb.io import atomic_write_json, read_json, sha256_file
+from fdb.records import ExportManifest
 from scorers.v10_evaluator import PINNED_FILES
 from tests.scorers.test_asr_v15 import build
 from tests.scorers.test_v10_unified import reference_tree
@@ -107,8 +108,8 @@ def test_score_v10_refusals_and_help(tmp_path, capsys):
     assert code == 2 and "manifest.json is missing" in err
     code, _, err = cli(["score", "transcribe", "--tree", str(tmp_path)], capsys)
     assert code == 2 and "neither manifest.json" in err
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "manifest.json").write_text("{}")
+    manifest = ExportManifest(dataset="v1.0", samples=[]).dump()
+    atomic_write_json(tmp_path / "t" / "manifest.json", manifest)
     code, _, err = cli(
         ["score", "transcribe", "--tree", str(tmp_path / "t"), "--asr", "parakeet"], capsys
     )
