@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from fdb.datasets.types import category_key
 from fdb.errors import FdbError
@@ -31,11 +30,18 @@ from fdb.provenance import current
 from fdb.records import AsrReceipt, ExportSample, load_record, load_rows, load_v15_manifest
 from fdb.records.judge import LABELS as BEHAVIOR_LABELS
 from fdb.records.judge import SEMANTIC_SCHEMA, BehaviorCell, JudgeSummary, SemanticSummary, Share
-from fdb.records.v15 import SessionIntervals, TimingSummary
+from fdb.records.v15 import (
+    TREE_SCORES_SCHEMA,
+    AsrCoverage,
+    CohortScores,
+    Population,
+    SessionIntervals,
+    TimingSummary,
+    TreeScores,
+)
 from fdb.tables import Column, Table
 from reports.v15 import UNMEASURED, semantic_table, timing_section
 
-TREE_SCORES_SCHEMA = "fdb-v1.5-tree-scores-1"
 MANIFEST = "reference-manifest.json"
 
 
@@ -45,53 +51,6 @@ def cohort_dir(out: Path, engine: str) -> Path:
 
 def timing_dir(out: Path, engine: str) -> Path:
     return cohort_dir(out, engine) / "timing"
-
-
-class Population(BaseModel):
-    declared: int | None  # the dataset's size of the category; None when the dataset is not known
-    selected: int
-    eligible: int
-    ineligible: int
-
-
-class AsrCoverage(BaseModel):
-    backend: str | None
-    pairs: dict[str, int]  # pair status (ok / failed / skipped) -> count, over the selected pairs
-    note: str | None = None
-
-
-class CohortScores(BaseModel):
-    engine: str
-    tree: str
-    manifest_sha256: str
-    dataset_revision: str | None
-    trace_format: str | None
-    only: list[str] | None
-    declared_note: str | None
-    populations: dict[str, Population]  # "all" first, then per category
-    verdicts: dict[str, int]  # protocol verdict -> selected pairs
-    ineligible_reasons: dict[str, int]
-    asr: AsrCoverage | None  # None: the tree has no asr.json
-    timing_coverage: dict[
-        str, int
-    ]  # timed overlap / clean sessions, failed sessions (all categories)
-    not_evaluated: dict[
-        str, str
-    ]  # "category/id" -> why it gives no timing (ineligible, failed session)
-    timing: TimingSummary  # timing/summary.json
-    judge: JudgeSummary | None  # judge.json; None: not judged
-    inputs: dict[str, str]  # file -> sha256
-
-
-class TreeScores(BaseModel):
-    schema_: str = Field(TREE_SCORES_SCHEMA, alias="schema")
-    cohorts: dict[str, CohortScores]
-    provenance: dict[str, Any] = Field(default_factory=dict)
-
-    model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 def _populations(
@@ -246,7 +205,9 @@ def summarize_cohort(
 def write_scores(out: Path, cohorts: list[CohortScores]) -> TreeScores:
     """``OUT/summary.json`` for the cohorts (in the order given)."""
     scores = TreeScores(
-        cohorts={c.engine: c for c in cohorts}, provenance=current().model_dump(mode="json")
+        schema_=TREE_SCORES_SCHEMA,
+        cohorts={c.engine: c for c in cohorts},
+        provenance=current().model_dump(mode="json"),
     )
     atomic_write_json(Path(out) / "summary.json", scores.dump())
     return scores
@@ -254,18 +215,17 @@ def write_scores(out: Path, cohorts: list[CohortScores]) -> TreeScores:
 
 def load_scores(scores_dir: Path) -> TreeScores:
     path = Path(scores_dir) / "summary.json"
-    if not path.exists():
+    scores = TreeScores.load(
+        path,
+        "this is not a `score v15 summarize` summary: pass --scores the --out directory of "
+        "`score v15 summarize`",
+    )
+    if scores is None:
         raise FdbError(
             f"{path} is missing",
             f"run `python -m fdb score v15 summarize --out {scores_dir}` first",
         )
-    doc = read_json(path)
-    if doc.get("schema") != TREE_SCORES_SCHEMA:
-        raise FdbError(
-            f"{path} is not a `score v15 summarize` summary (schema {doc.get('schema')!r})",
-            "pass --scores the --out directory of `score v15 summarize`",
-        )
-    return TreeScores.model_validate(doc)
+    return scores
 
 
 def _count(value: int | None) -> str:

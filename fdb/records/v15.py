@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from fdb.records import load_record
+from fdb.records.judge import JudgeSummary
 
 TIMING_SCHEMA = "fdb-v1.5-timing-1"
+TREE_SCORES_SCHEMA = "fdb-v1.5-tree-scores-1"
 Interval = tuple[float, float]
 ANCHORED_LABEL = "fdb event-anchored, not official"
 RESCORE = (
@@ -107,3 +109,62 @@ class TimingSummary(BaseModel):
         """A timing ``summary.json``; None when it does not exist, an FdbError naming it when it
         does not parse."""
         return load_record(cls, path, RESCORE)
+
+
+# ``python -m fdb score v15 summarize``: exported trees scored outside the run layout.
+
+
+class Population(BaseModel):
+    declared: int | None  # the dataset's size of the category; None when the dataset is not known
+    selected: int
+    eligible: int
+    ineligible: int
+
+
+class AsrCoverage(BaseModel):
+    backend: str | None
+    pairs: dict[str, int]  # pair status (ok / failed / skipped) -> count, over the selected pairs
+    note: str | None = None
+
+
+class CohortScores(BaseModel):
+    engine: str
+    tree: str
+    manifest_sha256: str
+    dataset_revision: str | None
+    trace_format: str | None
+    only: list[str] | None
+    declared_note: str | None
+    populations: dict[str, Population]  # "all" first, then per category
+    verdicts: dict[str, int]  # protocol verdict -> selected pairs
+    ineligible_reasons: dict[str, int]
+    asr: AsrCoverage | None  # None: the tree has no asr.json
+    timing_coverage: dict[
+        str, int
+    ]  # timed overlap / clean sessions, failed sessions (all categories)
+    not_evaluated: dict[
+        str, str
+    ]  # "category/id" -> why it gives no timing (ineligible, failed session)
+    timing: TimingSummary  # timing/summary.json
+    judge: JudgeSummary | None  # judge.json; None: not judged
+    inputs: dict[str, str]  # file -> sha256
+
+
+class TreeScores(BaseModel):
+    """``OUT/summary.json`` of ``score v15 summarize``: per cohort (an exported tree scored
+    outside the run layout) its populations, coverage, timing summary and judge summary."""
+
+    schema_: Literal["fdb-v1.5-tree-scores-1"] = Field(alias="schema")  # required when read
+    cohorts: dict[str, CohortScores]
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True}
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def load(cls, path: Path, fix: str) -> TreeScores | None:
+        """A ``score v15 summarize`` summary.json; None when it does not exist, an FdbError naming
+        it when it is not such a summary (``fix`` says what to do)."""
+        return load_record(cls, path, fix)

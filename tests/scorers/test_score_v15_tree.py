@@ -8,10 +8,12 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.support.treebuild import FixedSegments, bursts
-from fdb.io import atomic_write_json, read_json
+from fdb.errors import FdbError
+from fdb.io import atomic_write_json, dumps_json, read_json
 from fdb.layout import RunPaths
 from fdb.records import ExportManifest
 from fdb.run_manifest import DatasetUse, RunManifest, ServerUse
+from reports.v15_tree import load_scores
 from tests.scorers.test_cli_score import cli
 from tests.scorers.test_v15_timing import write_pair
 
@@ -162,3 +164,20 @@ def test_refusals_name_the_problem_and_the_fix(tmp_path, capsys):
     assert score(capsys, "summarize", "--tree", f"a={root}", "--out", str(out))[0] == 0
     code, text = score(capsys, "report", "--scores", str(out), "--engine", "b")
     assert code != 0 and "summary.json has no cohort b (it has a)" in text
+
+
+def test_summary_reads_back_through_its_record_byte_for_byte(tmp_path, capsys):
+    """OUT/summary.json is written and read through TreeScores: the record dumps the same bytes,
+    and a file of another schema is refused with the file and the fix."""
+    root, out = tree(tmp_path / "t"), tmp_path / "scores"
+    assert score(capsys, "timing", "--tree", f"a={root}", "--out", str(out))[0] == 1
+    assert score(capsys, "summarize", "--tree", f"a={root}", "--out", str(out))[0] == 0
+    path = out / "summary.json"
+    before = path.read_bytes()
+    assert dumps_json(load_scores(out).dump()).encode("utf-8") == before
+    atomic_write_json(path, {**read_json(path), "schema": "fdb-v1.5-timing-1"})
+    with pytest.raises(FdbError, match=r"summary.json: schema: Input should be") as err:
+        load_scores(out)
+    assert "score v15 summarize" in err.value.hint
+    code, text = score(capsys, "report", "--scores", str(out))
+    assert code != 0 and "summary.json: schema" in text and "score v15 summarize" in text
