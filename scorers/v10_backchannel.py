@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel
+from scipy.interpolate import interp1d
+from scipy.spatial.distance import jensenshannon
 
 from fdb.audio import Audio, resample
 from fdb.errors import FdbError, SampleError
@@ -189,8 +191,6 @@ def official_jsd(
         return SENTINEL_JSD
     if gt is None:
         return None
-    from scipy.interpolate import interp1d
-    from scipy.spatial.distance import jensenshannon
 
     hist = histogram(preds, duration_s)
     resize = interp1d(
