@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import soundfile as sf
+import soxr
 
 from fdb.errors import SampleError
 from fdb.io import atomic_write_bytes
@@ -42,7 +44,6 @@ def resample(samples: np.ndarray, src_rate: int, dst_rate: int) -> np.ndarray:
     samples = np.asarray(samples, dtype=np.float32)
     if src_rate == dst_rate or len(samples) == 0:
         return samples.copy()
-    import soxr
 
     return soxr.resample(samples, src_rate, dst_rate, quality="HQ").astype(np.float32)
 
@@ -110,8 +111,6 @@ def read_wav(path: str | os.PathLike, sample: str | None = None) -> Audio:
     A missing, empty, truncated or corrupt file, or one holding NaN or infinite samples (a
     float WAV), raises SampleError naming the sample and the file.
     """
-    import soundfile as sf
-
     path = Path(path)
     label = sample or path.parent.name
     if not path.exists():
@@ -142,8 +141,6 @@ def read_wav(path: str | os.PathLike, sample: str | None = None) -> Audio:
 
 def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
     """PCM16 mono WAV bytes; deterministic (no timestamps in the header)."""
-    import soundfile as sf
-
     buf = io.BytesIO()
     pcm = np.frombuffer(float_to_pcm16(samples), dtype="<i2")
     sf.write(buf, pcm, rate, subtype="PCM_16", format="WAV")

@@ -111,6 +111,7 @@ def unpaired(
 
 
 def _welch_log(b: np.ndarray, c: np.ndarray, better: Better, alpha: float, base: Effect) -> Effect:
+    # lazy: scipy.stats is slow to import (~0.5 s)
     from scipy import stats
 
     lb, lc = np.log(b), np.log(c)
@@ -145,6 +146,7 @@ def _welch_log(b: np.ndarray, c: np.ndarray, better: Better, alpha: float, base:
 
 
 def _mannwhitney(b: np.ndarray, c: np.ndarray, better: Better) -> tuple[float, float]:
+    # lazy: scipy.stats is slow to import (~0.5 s)
     from scipy.stats import mannwhitneyu
 
     greater = float(mannwhitneyu(c, b, alternative="greater", method="exact").pvalue)
@@ -259,6 +261,7 @@ def mcnemar(
     alpha: float = 0.05,
 ) -> Effect:
     """Exact McNemar on yes/no outcomes per sample id; the effect is the share difference."""
+    # lazy: scipy.stats is slow to import (~0.5 s)
     from scipy.stats import binomtest
 
     ids = sorted(

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 import errno
 import hashlib
 import json
 import os
 import re
 import tempfile
+import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ValidationError
 
 from fdb.errors import FdbError
+from fdb.settings import debug_log_path, work_dir
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -189,8 +193,6 @@ def _file_in_the_way(path: Path) -> Path | None:
 
 def _work_note(path: Path) -> str:
     """Under FDB_WORK the usual fix is another workspace; say so (``{}``: what it must be)."""
-    from fdb.settings import work_dir
-
     work = work_dir()
     try:
         inside = path.absolute().is_relative_to(work.absolute())
@@ -321,8 +323,6 @@ def describe_failure(exc: BaseException) -> tuple[str, str | None]:
     """(one line saying what went wrong, the fix where one is known) for any exception: the
     path and the fix for a file-system error, the file for JSON that does not parse, the field
     and its problem for a pydantic validation error, else the type and the message."""
-    from fdb.settings import work_dir
-
     if isinstance(exc, FdbError):
         return one_line(exc.message, 1000), exc.hint
     if isinstance(exc, ValidationError):
@@ -373,8 +373,6 @@ def redact_url(url: str) -> str:
     """``url`` as a file or a log may show it: the values of query parameters whose names look
     secret (key, token, secret, password) and any ``user:password@`` are <redacted>; a URL that
     cannot be parsed is <redacted> whole."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
     try:
         parts = urlsplit(url)
         if parts.query:
@@ -396,8 +394,6 @@ def redact_secrets(text: str) -> str:
 
 
 def format_traceback(exc: BaseException) -> str:
-    import traceback
-
     return redact_secrets("".join(traceback.format_exception(exc)))
 
 
@@ -406,10 +402,8 @@ def append_debug_log(exc: BaseException, argv: list[str]) -> Path | None:
     $FDB_WORK/logs/fdb-debug.log, or, when that cannot be written, fdb-debug-UID.log in the temp
     directory. One O_APPEND write per entry, so concurrent commands never interleave within one.
     Returns the file written, or None when neither could be."""
-    import datetime
-
+    # lazy: breaks the cycle fdb.io <-> fdb.provenance (which imports fdb.io)
     from fdb.provenance import redact_command
-    from fdb.settings import debug_log_path
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     header = (

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 import fdb
+from fdb.io import redact_url
 from fdb.models.packages import PROVENANCE_RUNTIMES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -77,8 +78,6 @@ def redact_command(argv: list[str]) -> list[str]:
     """Drop values of options that might carry secrets, and the secrets of URLs
     (:func:`fdb.io.redact_url`: query keys/tokens, ``user:password@``). An argument holding a
     URL is only URL-redacted, so a ``?token=`` in it does not hide the next argument."""
-    from fdb.io import redact_url
-
     out: list[str] = []
     hide_next = False
     for arg in argv:

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from fdb.dialects import get_dialect
 from fdb.errors import FdbError
 from fdb.io import sha256_bytes
 
@@ -142,8 +143,6 @@ def session_settings(
 ) -> SessionSettings | None:
     """The checked settings of ``fdb generate`` (None when none is given); FdbError naming the
     option when one is malformed or the profile's protocol has no ``sglang`` settings."""
-    from fdb.dialects import get_dialect
-
     settings = SessionSettings(
         instructions=instructions,
         voice=voice if voice else None,

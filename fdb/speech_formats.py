@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from fdb.io import one_line
+
 RAW_TYPES = (
     "audio/pcm",
     "audio/pcm_s16le",
@@ -287,8 +289,6 @@ def server_text(body: bytes | str | None, limit: int = 200) -> str:
     """A server's body made fit for a message: never payload bytes (see the module's text). A
     body in bytes that is not text is shown as its length only; a message (str) that holds binary
     (control characters, U+FFFD from a lenient decode, as an older record may) is cut there."""
-    from fdb.io import one_line
-
     if body is None:
         return ""
     if isinstance(body, bytes):

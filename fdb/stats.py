@@ -33,6 +33,7 @@ P95 = Fraction(19, 20)
 
 
 def _wilson_z() -> float:
+    # lazy: scipy.stats is slow to import (~0.5 s)
     from scipy.stats import norm
 
     return float(norm.ppf(0.975))

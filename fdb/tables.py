@@ -17,9 +17,12 @@ import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from fdb.io import atomic_write_text
 
 NA = "n/a"
 
@@ -118,10 +121,6 @@ def _json_value(value: Any) -> Any:
 def write_tables(folder, tables: Sequence[Table]) -> list:
     """``folder/NN-<name>.csv`` for each table, atomically; stale CSVs of an earlier write
     removed."""
-    from pathlib import Path
-
-    from fdb.io import atomic_write_text
-
     folder = Path(folder)
     written = [
         atomic_write_text(folder / f"{index:02d}-{table.name}.csv", table.csv())

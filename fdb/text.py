@@ -17,6 +17,9 @@ import string
 from functools import lru_cache
 from typing import NamedTuple
 
+import jiwer
+from whisper_normalizer.english import EnglishTextNormalizer
+
 # zhon.hanzi.punctuation (zhon 2.x): non-stops then stops
 HANZI_PUNCTUATION = (
     "＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､\u3000、〃〈〉《》「」『』【】〔〕〖〗"
@@ -27,8 +30,6 @@ _DROP = {ord(ch): None for ch in set(string.punctuation + HANZI_PUNCTUATION) - {
 
 @lru_cache(maxsize=1)
 def _english_normalizer():
-    from whisper_normalizer.english import EnglishTextNormalizer
-
     return EnglishTextNormalizer()
 
 
@@ -61,7 +62,6 @@ def align_words(reference: str, hypothesis: str) -> Alignment | None:
         return None
     if not hypothesis:
         return Alignment(reference_words=n, hits=0, substitutions=0, deletions=n, insertions=0)
-    import jiwer
 
     out = jiwer.process_words(reference, hypothesis)
     return Alignment(

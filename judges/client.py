@@ -83,6 +83,7 @@ class JudgeClient:
 
     def __init__(self, settings: JudgeSettings):
         try:
+            # lazy: openai is slow to import; only the remote client needs it
             from openai import AsyncOpenAI
         except ImportError as exc:  # pragma: no cover - openai is a core dependency
             raise MissingExtraError("openai", "judge", "the LLM judge") from exc

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from fdb.audio import Audio, read_wav, write_wav
+from fdb.models.tts import PiperTts
 from fdb.provenance import package_version
 from fdb.settings import work_dir
 
@@ -49,7 +50,6 @@ def spoken_question(text: str = QUESTION_TEXT) -> Audio:
     path = cache_path(text)
     if path.exists():
         return read_wav(path, "the cached conformance question")
-    from fdb.models.tts import PiperTts
 
     tts = PiperTts(deterministic=True)
     samples = tts.synthesize(text).astype(np.float32)

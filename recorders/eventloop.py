@@ -39,6 +39,7 @@ CLOCK = time.monotonic
 def loop_factory() -> asyncio.AbstractEventLoop:
     if os.environ.get("FDB_EVENT_LOOP", "").lower() != "asyncio":
         try:
+            # lazy: uvloop is absent on win32 (pyproject marker); FDB_EVENT_LOOP=asyncio skips it
             import uvloop
         except ImportError:
             pass

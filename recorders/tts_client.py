@@ -417,6 +417,7 @@ def _sender(client: httpx.AsyncClient, opts: SpeechClientOptions):
     """The request function of ``opts.transport``: HTTP here, a realtime session per request
     there."""
     if opts.transport == "realtime":
+        # lazy: breaks the cycle tts_client <-> tts_realtime (which imports this module)
         from recorders.tts_realtime import synthesize_realtime
 
         return lambda item, **kw: synthesize_realtime(item, opts, **kw)

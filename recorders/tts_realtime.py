@@ -30,6 +30,9 @@ import json
 import time
 from datetime import UTC, datetime
 
+from websockets.asyncio.client import connect
+
+from fdb.audio import float_to_pcm16, read_wav, resample
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.tts_records import TtsRequestRecord
 from recorders.tts_client import UNDECLARED, SpeechClientOptions
@@ -90,8 +93,6 @@ def _rates(updated: dict, opts: SpeechClientOptions) -> tuple[int, str, int]:
 def _item(item: SeedTtsItem, opts: SpeechClientOptions, input_rate: int) -> dict:
     content: list[dict] = [{"type": "input_text", "text": item.target_text}]
     if opts.ref_audio != "none":
-        from fdb.audio import float_to_pcm16, read_wav, resample
-
         prompt = read_wav(item.prompt_wav, item.id)
         pcm = resample(prompt.samples, prompt.rate, input_rate)
         content += [
@@ -143,8 +144,6 @@ async def _session(
     pcm: bytearray,
     level_t0: float | None,
 ) -> float:
-    from websockets.asyncio.client import connect
-
     async with connect(
         opts.endpoint,
         max_size=MAX_MESSAGE_BYTES,

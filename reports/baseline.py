@@ -10,6 +10,8 @@ from pathlib import Path
 
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json
+from fdb.provenance import current
+from fdb.settings import load_settings
 from reports import baseline_run
 from reports import baseline_sources as sources
 from reports.observations import BASELINE_SCHEMA, Observations, read_frozen
@@ -28,7 +30,6 @@ def resolve(source: str | Path) -> Path:
     path = Path(source)
     if path.exists():
         return path
-    from fdb.settings import load_settings
 
     runs = load_settings().runs_dir / str(source)
     if runs.is_dir():
@@ -69,8 +70,6 @@ def observe(source: str | Path) -> Observations:
 
 def freeze(source: str | Path, out: Path) -> Observations:
     """Write the observations of ``source`` to ``out`` (atomically), hashed."""
-    from fdb.provenance import current
-
     observed = observe(source)
     frozen = observed.model_copy(update={"provenance": current().model_dump(mode="json")}).sealed()
     atomic_write_json(out, frozen.dump())

@@ -18,11 +18,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from fdb.io import atomic_write_json, atomic_write_text
 from fdb.models.scoring import MOS_LABELS
+from fdb.provenance import current
 from fdb.records.listening import GroupSummary
 from fdb.records.serving import Capacity
-from fdb.tables import NA, Column, Table
+from fdb.tables import NA, Column, Table, write_tables
 from reports.compare_load import RepeatData, System
+from reports.compare_paired import paired_view
 
 COMPARISON_SCHEMA = "fdb-comparison-1"
 NOT_MEASURED = "not measured"
@@ -482,11 +485,6 @@ def render(systems: list[System], tables: list[Table], paired_intro: list[str]) 
 def write_comparison(systems: list[System], out: Path) -> tuple[Path, dict[str, Any]]:
     """tables/*.csv, comparison.json, then COMPARISON.md (each atomically);
     returns its path and the data."""
-    from fdb.io import atomic_write_json, atomic_write_text
-    from fdb.provenance import current
-    from fdb.tables import write_tables
-    from reports.compare_paired import paired_view
-
     tables = [cross_table(systems)]
     intro: list[str] = []
     paired: dict[str, Any] | None = None

@@ -27,6 +27,7 @@ from fdb.records.serving import Capacity, SweepReport
 from fdb.records.v10 import SampleRow, UnifiedResult, sample_row
 from fdb.records.v15 import SessionIntervals, TimingSummary
 from fdb.run_manifest import RunManifest
+from reports.v10 import unified_problem
 
 JUDGED = ("complete", "has_failures")  # statuses whose labels or grades are measurements
 SCORE_FIX = "rescore the repeat (python -m fdb asr --run-name RUN --repeat N), or leave the run out"
@@ -139,8 +140,6 @@ def _repeat(reader: _Reader, rep: RepeatPaths) -> RepeatData:
 
 
 def _unified(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
-    from reports.v10 import unified_problem
-
     path = rep.v10_reference / "unified.json"
     if not path.is_file() and not (rep.v10_reference / "manifest.json").is_file():
         return  # this repeat left v1.0 out

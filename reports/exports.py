@@ -77,9 +77,11 @@ def latency_samples(repeats: list[RepeatPaths]) -> dict[str, list[float]]:
 
 
 def _plot(name: str, values: list[float]) -> bytes:
+    # lazy: matplotlib is slow to import; only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib is slow to import; only the plots need it
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(6, 3.5), dpi=100)

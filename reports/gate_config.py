@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fdb.decide import UnpairedTest
@@ -137,7 +138,6 @@ def load_config(path: Path | None, kind: str) -> GateConfig:
     """``path``'s gate (checked against ``kind``), or the default of ``kind``."""
     if path is None:
         return DEFAULTS[kind]
-    import yaml
 
     fix = "see docs/gating.md, 'gate.yaml'; `python -m fdb gate-default KIND` prints a default"
     try:

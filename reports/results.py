@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from fdb.io import atomic_write_json, atomic_write_text
 from fdb.layout import RunPaths
+from fdb.models.scoring import KINDS, same_model
 from fdb.provenance import current
+from fdb.records import asr_backend
 from fdb.run_manifest import RunManifest, ServerReport, load_manifest, load_repeat_server
-from fdb.tables import Table
-from reports.exports import Section
+from fdb.tables import Table, write_tables
+from reports.exports import Section, write_plots
+from reports.listening import listening_section
 from reports.server_header import code, report_lines, revisions_line
 from reports.v10 import official_section, replies_section, unified_section
 from reports.v15 import v15_section
@@ -54,8 +57,6 @@ def _header(run: RunPaths, manifest: RunManifest | None, repeats: list) -> list[
 
 def scoring_line(manifest: RunManifest) -> str:
     """The run's scoring backends as run.json records them (the embedded defaults before it did)."""
-    from fdb.models.scoring import KINDS
-
     if manifest.scoring is None:
         return (
             "Scoring backends: none recorded in run.json yet (a run scored before fdb recorded "
@@ -72,9 +73,6 @@ def mixed_asr_lines(repeats: list) -> list[str]:
     """A warning when the repeats' transcripts come from different ASR models (a run scored
     before fdb recorded its backends, or by hand with `score transcribe --replace`): the v1.0
     and v1.5 cells then average over them."""
-    from fdb.models.scoring import same_model
-    from fdb.records import asr_backend
-
     found = []
     for rep in repeats:
         for tree in (rep.v10_reference, rep.reference_audio):
@@ -150,19 +148,7 @@ def build_results(run: RunPaths) -> tuple[str, dict]:
 
 
 def listening_tables(repeats: list) -> Section:
-    """HOOK: the listening-quality section comes from `reports.listening.listening_section(repeats)
-    -> Section` when that module exists; until then RESULTS.md says it is not measured."""
-    try:
-        from reports.listening import listening_section
-    except ImportError:
-        return Section(
-            [
-                "## Listening quality",
-                "",
-                "Not measured: fdb has no listening-quality scorer yet (reports/listening.py).",
-                "",
-            ]
-        )
+    """The listening-quality section (reports/listening.py)."""
     return listening_section(repeats)
 
 
@@ -172,9 +158,6 @@ def write_results(run: RunPaths) -> tuple[str, dict]:
     The CSVs and results.json's "tables" are rendered from the same Table objects as RESULTS.md's
     tables. results.json and the tables are written before RESULTS.md, so a RESULTS.md on disk
     always has its tables beside it."""
-    from fdb.tables import write_tables
-    from reports.exports import write_plots
-
     text, data, tables = build_report(run)
     data["tables"] = [t.dump() for t in tables]
     data["files"] = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fdb.records.serving import CLIENT_CPU_SATURATED, Capacity, ServingRow
 from fdb.run_manifest import ServerProvenance
 from fdb.tables import Column, Table
+from reports.exports import figure_png
 from reports.server_header import report_lines, revisions_line
 
 
@@ -233,12 +234,12 @@ PLOTS = (
 def plot_png(rows: list[ServingRow]) -> bytes:
     """serving.png: unit lag p50/p95, first audio p50/p95 and reply RTF p90 against concurrency;
     a level that misses the targets is drawn as a red cross, a column no level has says so."""
+    # lazy: matplotlib is slow to import; only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib is slow to import; only the plots need it
     from matplotlib.figure import Figure
-
-    from reports.exports import figure_png
 
     ordered = sorted(rows, key=lambda r: r.concurrency)
     figure = Figure(figsize=(11, 3.4), dpi=100)

@@ -401,9 +401,11 @@ def render(report: TtsReport, found: list[Table] | None = None) -> str:
 
 def plot(rows: list[LevelRow]) -> bytes:
     """Throughput and TTFA p50/p95 against concurrency, side by side."""
+    # lazy: matplotlib is slow to import; only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib is slow to import; only the plots need it
     from matplotlib.figure import Figure
 
     rows = sorted(

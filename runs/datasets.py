@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fdb.datasets.synthetic import ensure_synthetic, install_synthetic, synthetic_complete
 from fdb.errors import FdbError
 from fdb.settings import Settings
 
@@ -26,8 +27,6 @@ def prepare_synthetic(
 ) -> Path:
     """Create (or reuse) $FDB_WORK/dataset/synthetic and return it; ``force`` regenerates it
     (into a staging directory first, so the old one stays until the new one is complete)."""
-    from fdb.datasets.synthetic import ensure_synthetic, install_synthetic, synthetic_complete
-
     dest = settings.dataset_dir / "synthetic"
     if console is not None and (force or not synthetic_complete(dest)):
         console.print(

@@ -23,7 +23,7 @@ from fdb.datasets.selection import (
     require_some_selection,
     select,
 )
-from fdb.dialects import check_bundled_dialect
+from fdb.dialects import check_bundled_dialect, get_dialect
 from fdb.errors import FdbError
 from fdb.io import atomic_write_text, redact_url
 from fdb.layout import RepeatPaths, RunPaths
@@ -42,12 +42,18 @@ from fdb.run_manifest import (
     save_manifest,
     save_repeat_server,
 )
+from fdb.session_records import SessionRecord
 from fdb.settings import Settings, load_settings
+from recorders.batch import SessionJob, record_many
+from recorders.eventloop import run as run_loop
+from recorders.export import export_v10, export_v15
 from runs.datasets import DatasetTree, resolve_tree
+from runs.gpus import check_capacity, parse_gpus, plan_servers, shard_server
 from runs.logstream import RecordLog
 from runs.options import DatasetChoice, GenerateOptions
 from runs.server import ServerFleet
 from runs.server_probe import describe, probe_server
+from runs.urlcheck import check_url
 
 V15_VARIANTS = (("overlap", "input_wav"), ("clean", "clean_input_wav"))
 
@@ -106,9 +112,6 @@ def _jobs(
 ) -> list:
     """Session jobs in id order; sample k goes to shard k mod --num-shards,
     shard i to server i mod n."""
-    from recorders.batch import SessionJob
-    from runs.gpus import shard_server
-
     base = rep.recording if sel.dataset == "v1.5" else rep.v10_recording
     jobs = []
     for index, sample in enumerate(sel.samples):
@@ -151,9 +154,6 @@ def _record(
     jobs: list, opts: GenerateOptions, rep: RepeatPaths, console: Console, fleet: ServerFleet | None
 ) -> list:
     """Record every shard at once, each shard one session at a time (shard i on server i mod n)."""
-    from recorders.batch import record_many
-    from recorders.eventloop import run as run_loop
-
     logs = _record_logs(rep, opts)
     columns = (
         TextColumn("[bold]recording"),
@@ -194,8 +194,6 @@ def _record(
 
 
 def _export(sel: Selected, rep: RepeatPaths, num_shards: int):
-    from recorders.export import export_v10, export_v15
-
     if sel.dataset == "v1.5":
         shards = [rep.recording / f"shard-{k}" for k in range(num_shards)]
         return export_v15(shards, sel.samples, rep.reference_audio, dataset_revision=sel.revision)
@@ -253,8 +251,6 @@ def with_report(manifest: RunManifest, report: ServerReport | None) -> RunManife
 
 
 def _probe(url: str, opts: GenerateOptions) -> ServerReport:
-    from fdb.dialects import get_dialect
-
     return probe_server(url, headers=dict(get_dialect(opts.profile).client.headers))
 
 
@@ -291,8 +287,6 @@ def _prepare(
     _warn_declared(selections, opts, console)
     report = None
     if opts.url:  # a typo or a dead server costs nothing: checked before anything is written
-        from runs.urlcheck import check_url
-
         check_url(opts.url, opts.profile)
         report = _probe(opts.url, opts)
         if previous is not None:
@@ -347,8 +341,6 @@ def _print_selection(selections: list[Selected], console: Console) -> None:
 def generate(opts: GenerateOptions, console: Console | None = None) -> Outcome:
     """Record one repeat and export it (the summary is printed). A call that fails before it
     recorded a session leaves the run as it found it (``_Before``)."""
-    from runs.gpus import parse_gpus, plan_servers
-
     console = console or Console(stderr=True)
     settings = load_settings()
     plans = None if opts.url else plan_servers(parse_gpus(opts.gpus), opts.num_shards)
@@ -392,8 +384,6 @@ def _serve_and_record(
     selections: list[Selected],
     console: Console,
 ) -> list:
-    from runs.gpus import check_capacity
-
     fleet = None if opts.url else ServerFleet(plans, opts, settings, rep)
     try:
         if fleet is not None:
@@ -528,8 +518,6 @@ def export_recorded(run_name: str, repeat: int, console: Console | None = None) 
     failed during export): the selection, shards and pinned inputs come from the run manifest,
     the verdicts from each session.json. Exporting is deterministic, so the result is what the
     uninterrupted generate would have written."""
-    from fdb.session_records import SessionRecord
-
     console = console or Console(stderr=True)
     settings = load_settings()
     run = RunPaths.of(settings.runs_dir, run_name)

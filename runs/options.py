@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from fdb.dialects import get_dialect
 from fdb.errors import FdbError
 from fdb.session_settings import SessionSettings
 
@@ -59,8 +60,6 @@ class GenerateOptions(BaseModel):
 def parse_turn_detection(raw: str | None, profile: str = "turn-based") -> dict | None:
     """--turn-detection checked by the profile: required (server_vad 500 ms by default) for the
     turn-based and legacy dialects, refused for native ones."""
-    from fdb.dialects import get_dialect
-
     dialect = get_dialect(profile)
     if raw is None and dialect.turn_detection.required:
         return dict(DEFAULT_TURN_DETECTION)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sys
 import traceback
 from pathlib import Path
 
@@ -10,10 +13,25 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fdb.errors import FdbError
+from fdb.datasets.official import list_ids
+from fdb.errors import FdbError, SampleError
+from fdb.io import append_debug_log, describe_failure
 from fdb.layout import RepeatPaths, RunPaths
+from fdb.records.v10_reference import current_reference
 from fdb.run_manifest import load_manifest
 from fdb.settings import load_settings
+from judges import judge_repeat, resolve_judge
+from judges.console import RichProgress, print_summary
+from reports.headline import headline
+from reports.results import write_results
+from runs.scoring import choice_flags, prepare
+from scorers.asr_phase import run_v10_asr
+from scorers.asr_v15 import run_v15_asr
+from scorers.listening import score_listening
+from scorers.v10_evaluator import run_evaluator
+from scorers.v10_official import score_official
+from scorers.v10_unified import score_unified
+from scorers.v15_timing import score_v15_timing
 
 
 def _run(run_name: str) -> RunPaths:
@@ -29,8 +47,6 @@ def _run(run_name: str) -> RunPaths:
 def declared_counts(run: RunPaths, dataset: str) -> dict[str, int] | None:
     """Subset sizes of the dataset the run recorded from (the `declared` counts); None when run.json
     names no such dataset or its root is gone (`score v10` uses the same source)."""
-    from fdb.datasets.official import list_ids
-
     manifest = load_manifest(run)
     use = manifest.datasets.get(dataset) if manifest else None
     if use is None or not Path(use.root).is_dir():
@@ -65,8 +81,6 @@ class _bar:
 
 
 def _v10_asr(tree: Path, asr, console: Console, retry_failed: bool) -> dict:
-    from scorers.asr_phase import run_v10_asr
-
     with _bar("v1.0 ASR", console) as tick:
         receipt = run_v10_asr(tree, asr, progress=tick, retry_failed=retry_failed)
     counts: dict[str, int] = {}
@@ -96,8 +110,6 @@ def _icc_ground_truth(run: RunPaths) -> Path | None:
     None for a run on fdb's synthetic v1.0 set: its monologues are not the ICC conversations, so a
     JSD against the official distribution would be meaningless (the scorer then reports null).
     """
-    import os
-
     manifest = load_manifest(run)
     use = manifest.datasets.get("v1.0") if manifest else None
     if use is not None and use.source == "synthetic":
@@ -111,10 +123,6 @@ def _icc_ground_truth(run: RunPaths) -> Path | None:
 
 
 def _v10_scores(run: RunPaths, tree: Path, console: Console) -> None:
-    from fdb.errors import SampleError
-    from scorers.v10_official import score_official
-    from scorers.v10_unified import score_unified
-
     rejected = None
     try:
         unified = score_unified(tree, declared=declared_counts(run, "v1.0"))
@@ -137,8 +145,6 @@ def _v10_scores(run: RunPaths, tree: Path, console: Console) -> None:
 
 
 def _v15_asr(tree: Path, asr, console: Console, retry_failed: bool) -> None:
-    from scorers.asr_v15 import run_v15_asr
-
     with _bar("v1.5 ASR", console) as tick:
         receipt = run_v15_asr(tree, asr, progress=tick, retry_failed=retry_failed)
     statuses: dict[
@@ -157,8 +163,6 @@ def _v15_asr(tree: Path, asr, console: Console, retry_failed: bool) -> None:
 
 
 def _v15_timing(rep: RepeatPaths, console: Console) -> None:
-    from scorers.v15_timing import score_v15_timing
-
     summary = score_v15_timing(rep.reference_audio, out=rep.scores)
     overall = summary.categories.get("all")
     if overall is not None:
@@ -178,11 +182,6 @@ def _step(name: str, fn, console: Console, rerun: str) -> bool:
     except FdbError as exc:
         console.print(f"[red]WARNING[/]: {name} failed: {escape(exc.one_line())}")
     except Exception as exc:  # a phase failure must not hide the other dataset's results
-        import logging
-        import sys
-
-        from fdb.io import append_debug_log, describe_failure
-
         text, hint = describe_failure(exc)  # one line; the traceback goes to the debug log
         log = append_debug_log(exc, sys.argv[1:])
         fix = "; ".join(part for part in (hint, f"full traceback: {log}" if log else None) if part)
@@ -244,8 +243,6 @@ def run_asr(
     """Transcribe and score one repeat with the run's scoring backends (``runs.scoring``: those
     run.json records, else the defaults, or ``asked`` ones side by side). Returns True when every
     step succeeded; a refused backend choice raises FdbError before anything is written."""
-    from runs.scoring import choice_flags, prepare
-
     run = _run(run_name)
     rep = run.repeat(repeat)
     has_v10, has_v15 = exported(rep)
@@ -297,8 +294,6 @@ def _scoring_line(scoring, console: Console) -> None:
 
 def _listening(scoring, console: Console) -> None:
     """Every reply of the repeat cut, transcribed and scored (omission, WER, MOS, voice)."""
-    from scorers.listening import score_listening
-
     console.print("listening quality: cutting, transcribing and scoring every reply …")
     b = scoring.backends
     summary = score_listening(
@@ -336,8 +331,6 @@ def run_v10_evaluator(
     """The original v1.0 evaluator on the LLM-free subsets of a transcribed repeat (spec: the judge
     step runs it first), when there is a checkout. False when the checkout fails its check; a subset
     that evaluate.py fails is a warning naming its log (a rerun of judge evaluates it again)."""
-    from scorers.v10_evaluator import run_evaluator
-
     if checkout is None or not (rep.v10_reference / "asr.json").exists():
         return True
     done = _evaluated(rep, checkout, accept_revision)
@@ -376,8 +369,6 @@ def run_v10_evaluator(
 def _evaluated(rep: RepeatPaths, checkout: Path, accept_revision: str | None):
     """The repeat's evaluator.json when a rerun would repeat it: computed from the current
     manifest.json and asr.json, from the same checkout and accepted revision, no subset failed."""
-    from fdb.records.v10_reference import current_reference
-
     if not (rep.v10_reference / "evaluator.json").exists():
         return None
     columns = current_reference(rep.v10_reference)
@@ -401,9 +392,6 @@ def run_judge(
     """The judge step of --all-stages: the original v1.0 evaluator (with a checkout), then the judge
     the environment configures (JUDGE, JUDGE_CONFIG / JUDGE_URL, OPENAI_API_KEY); without one every
     label stays `pending`. ``accept_revision``: the checkout revision the user accepted."""
-    from judges import judge_repeat, resolve_judge
-    from judges.console import RichProgress, print_summary
-
     run = _run(run_name)
     rep = run.repeat(repeat)
     settings = load_settings()
@@ -427,9 +415,6 @@ def run_judge(
 
 
 def run_aggregate(run_name: str, console: Console, show: bool = True) -> Path:
-    from reports.headline import headline
-    from reports.results import write_results
-
     run = _run(run_name)
     _, data = write_results(run)
     if show:

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from fdb.errors import FdbError
+from runs.logstream import LogFollower
 
 
 def port_is_served(host: str, port: int) -> bool:
@@ -192,8 +193,6 @@ class ManagedServer:
         # the server watches this process and stops when it is gone (serving/watchdog.py)
         env = dict(os.environ, PYTHONUNBUFFERED="1", FDB_PARENT_PID=str(os.getpid()), **self.env)
         if self.follow:
-            from runs.logstream import LogFollower
-
             self._follower = LogFollower(self.name, self.log_path).start()
         self.proc = subprocess.Popen(
             cmd,

@@ -26,6 +26,7 @@ import httpx
 
 from fdb.io import REDACTED, one_line, redact_url, redact_values, secret_values
 from fdb.run_manifest import Probe, ServerReport
+from runs.gpus import max_sessions_of
 
 CAPABILITIES = "/v1/realtime/capabilities"
 MODELS = "/v1/models"
@@ -222,8 +223,6 @@ def _model_ids(body: Any) -> list[str] | None:
 
 
 def _max_sessions(caps: dict) -> int | None:
-    from runs.gpus import max_sessions_of
-
     return max_sessions_of(caps) if caps else None
 
 

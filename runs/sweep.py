@@ -30,12 +30,23 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fdb.dialects import check_bundled_dialect
+from fdb.dialects import check_bundled_dialect, get_dialect
 from fdb.errors import FdbError
-from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from fdb.records.serving import SweepCapacity, SweepReport
+from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json, redact_url
+from fdb.provenance import current, redact_command
+from fdb.records.serving import ServingRow, SweepCapacity, SweepReport
 from fdb.run_manifest import ServerProvenance
+from fdb.settings import load_settings
+from fdb.tables import write_tables
+from recorders.batch import SessionJob, record_many
+from recorders.eventloop import run as run_loop
+from reports.serving import plot_png, render, serving_table, tables, warnings
+from runs.generate import V15_VARIANTS, select_dataset
+from runs.gpus import read_max_sessions
+from runs.server import ManagedServer
+from runs.server_probe import describe, probe_server
 from runs.sweep_args import RecordOptions
+from scorers.serving import capacity, combine_repeats, level_row, load_level
 
 CLIENT_SCHEMA = "fdb-sweep-client-1"
 URL_ENV = (
@@ -143,9 +154,6 @@ def search_capacity(meets: Callable[[int], bool], max_level: int, start: int = 1
 
 def plan_jobs(opts: SweepOptions, console: Console) -> list[LevelJob]:
     """The cohort every level records: two sessions per v1.5 pair, one per v1.0 sample."""
-    from fdb.settings import load_settings
-    from runs.generate import V15_VARIANTS, select_dataset
-
     record = opts.record
     selected = select_dataset(
         opts.dataset, record.choice, record.dataset_root, load_settings(), console
@@ -233,9 +241,6 @@ def run_level(spec: LevelSpec, directory: Path, console: Console, url: str | Non
 def _record_level(spec_path: Path) -> None:
     """The child process: record every job of the level, ``concurrency`` at a time, then write
     client.json with this process's CPU share (the load generator's own load)."""
-    from recorders.batch import SessionJob, record_many
-    from recorders.eventloop import run as run_loop
-
     spec = LevelSpec.model_validate(read_json(spec_path))
     root = spec_path.parent
     url = os.environ.get(URL_ENV) or spec.url
@@ -307,8 +312,6 @@ def measure_level(directory: Path, profile: str = "turn-based", reserve_ms: floa
 
 def measure_level_repeats(directory: Path, profile: str = "turn-based", reserve_ms: float = 80.0):
     """(the level's row with its repeats combined, each repeat's own row in repeat order)."""
-    from scorers.serving import combine_repeats, level_row, load_level
-
     if not directory.is_dir():
         raise FdbError(f"{directory} is not a recorded level", "pass --run DIR/concurrency-N")
     concurrency = level_concurrency(directory)
@@ -335,11 +338,6 @@ def report(
 ) -> dict:
     """serving.json at ``output``, SERVING.md, tables/*.csv and serving.png next to it, from level
     directories."""
-    from fdb.provenance import current
-    from fdb.tables import write_tables
-    from reports.serving import plot_png, render, tables, warnings
-    from scorers.serving import capacity
-
     found = sorted(
         ((*measure_level_repeats(d, profile, reserve_ms), d) for d in levels),
         key=lambda found: found[0].concurrency,
@@ -408,9 +406,6 @@ def level_servers(levels: list[Path]) -> tuple[ServerProvenance | None, list[str
 
 
 def summary_table(data: dict) -> Table:
-    from fdb.records.serving import ServingRow
-    from reports.serving import serving_table
-
     published = serving_table([ServingRow.model_validate(row) for row in data["rows"]])
     headers, cells = published.headers(), published.cells()
     keep = [
@@ -444,9 +439,6 @@ def _serving(opts: SweepOptions, console: Console) -> Iterator[tuple[str, Callab
 def bundled_server(opts: SweepOptions):
     """The bundled server of a sweep (not started): SERVER_PORT, max_sessions = the top level,
     its launch.yaml and log under DIR/logs/."""
-    from fdb.settings import load_settings
-    from runs.server import ManagedServer
-
     check_bundled_dialect(opts.record.system, opts.record.profile)
     config = atomic_write_text(
         opts.output / "logs" / "launch.yaml",
@@ -463,10 +455,6 @@ def bundled_server(opts: SweepOptions):
 
 def _server_provenance(url: str, opts: SweepOptions, console: Console) -> ServerProvenance:
     """What the sweep records of its server: the declared revisions and the server's report."""
-    from fdb.dialects import get_dialect
-    from fdb.io import redact_url
-    from runs.server_probe import describe, probe_server
-
     record = opts.record
     report = probe_server(url, headers=dict(get_dialect(record.profile).client.headers))
     console.print(f"server {escape(redact_url(url))} reports: {escape(describe(report))}")
@@ -495,11 +483,6 @@ def sweep(
 ) -> dict:
     """Record every level (or search for the capacity), then write the report. ``around_level(n)``
     is entered around each recording of level n (the capacity benchmark samples server memory)."""
-    from fdb.io import redact_url
-    from fdb.provenance import redact_command
-    from fdb.settings import load_settings
-    from runs.gpus import read_max_sessions
-
     console = console or Console(stderr=True)
     settings = load_settings()
     jobs = plan_jobs(opts, console)

@@ -31,14 +31,17 @@ import asyncio
 import re
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fdb.datasets.seedtts import SeedTtsItem
+from fdb.audio import write_pcm16_wav
+from fdb.datasets.seedtts import SeedTtsItem, load_seedtts
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, atomic_write_jsonl, read_jsonl, redact_url
+from fdb.io import atomic_write_json, atomic_write_jsonl, read_jsonl, redact_url, sha256_file
+from fdb.provenance import current
 from fdb.records.tts import (
     LevelRow,
     LevelStats,
@@ -51,8 +54,16 @@ from fdb.records.tts import (
     TtsRun,
 )
 from fdb.run_manifest import ServerProvenance
+from fdb.settings import load_settings
 from fdb.tts_records import TtsLevelSpec, TtsRequestRecord
-from runs.server_probe import describe
+from recorders.tts_client import SpeechClientOptions, build_body, replay
+from reports.tts import write_report
+from runs.datasets import resolve_seedtts
+from runs.server import ManagedServer
+from runs.server_probe import describe, probe_server
+from scorers.tts_quality import QualityJob, load_backends
+from scorers.tts_quality import score_quality as score_tts
+from scorers.tts_serving import level_row, level_stats, mean_row, request_metrics
 
 
 class RoundSpec(BaseModel):
@@ -135,9 +146,6 @@ def write_level(
     directory: Path, results: list[tuple[TtsRequestRecord, bytes]], reserve_s: float
 ) -> None:
     """requests.jsonl, metrics.jsonl and the measured requests' audio."""
-    from fdb.audio import write_pcm16_wav
-    from scorers.tts_serving import request_metrics
-
     for record, pcm in results:
         if record.warmup or not pcm or not record.sample_rate:
             continue
@@ -145,8 +153,6 @@ def write_level(
         if (record.channels or 1) == 1:
             write_pcm16_wav(directory / rel, pcm, record.sample_rate)
         else:  # interleaved: keep the first channel
-            import numpy as np
-
             frames = np.frombuffer(pcm, dtype="<i2").reshape(-1, record.channels)[:, 0]
             write_pcm16_wav(directory / rel, frames.tobytes(), record.sample_rate)
         record.audio_path = rel
@@ -161,8 +167,6 @@ def run_level(
     items: list[SeedTtsItem], opts: TtsBenchOptions, client_opts, spec: RoundSpec, console: Console
 ) -> list[tuple[TtsRequestRecord, bytes]]:
     """Record one round of one level entry into its directory."""
-    from recorders.tts_client import build_body, replay
-
     concurrency, directory = spec.concurrency, opts.output / spec.directory
     if (directory / "requests.jsonl").exists():
         raise FdbError(
@@ -211,8 +215,6 @@ def load_records(directory: Path) -> list[TtsRequestRecord]:
 
 
 def _quality_jobs(records: list[TtsRequestRecord], directory: Path, prompts: dict[str, str]):
-    from scorers.tts_quality import QualityJob
-
     jobs = []
     for record in records:
         if record.warmup:
@@ -237,9 +239,6 @@ def score_quality(
 ):
     """Quality of the audio of one round (the first measured one of the first entry):
     quality/quality.jsonl and quality.json."""
-    from scorers.tts_quality import load_backends
-    from scorers.tts_quality import score_quality as score
-
     q = opts.quality
     directory = opts.output / spec.directory
     jobs = _quality_jobs(load_records(directory), directory, prompts)
@@ -258,7 +257,7 @@ def score_quality(
     columns = (TextColumn("[bold]quality"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("utterances", total=len(jobs))
-        rows, summary = score(
+        rows, summary = score_tts(
             jobs, asr, speaker, mos, progress=lambda done, _total: bar.update(task, completed=done)
         )
     summary.notes.insert(
@@ -281,8 +280,6 @@ def recorded_rounds(output: Path, opts: TtsBenchOptions) -> list[RoundSpec]:
 
 def round_rows(output: Path, opts: TtsBenchOptions) -> list[RoundRow]:
     """fdb.records.tts.RoundRow of every recorded round, cold ones included."""
-    from scorers.tts_serving import level_row
-
     reserve = opts.playback_reserve_ms / 1000.0
     return [
         RoundRow(
@@ -298,8 +295,6 @@ def round_rows(output: Path, opts: TtsBenchOptions) -> list[RoundRow]:
 def entry_rows(rounds: list[RoundRow]) -> tuple[list[LevelRow], list[LevelStats]]:
     """(one LevelRow per entry: the mean over its measured rounds, LevelStats per entry),
     in entry order."""
-    from scorers.tts_serving import level_stats, mean_row
-
     measured: dict[int, list[LevelRow]] = {}
     for found in rounds:
         if not found.cold:
@@ -312,9 +307,6 @@ def entry_rows(rounds: list[RoundRow]) -> tuple[list[LevelRow], list[LevelStats]
 
 def build_report(output: Path) -> TtsReport:
     """tts.json, TTS.md, tables/*.csv and the plot from the recorded rounds (and quality.json)."""
-    from fdb.provenance import current
-    from reports.tts import write_report
-
     run = TtsRun.load(output / "run.json")
     opts = run.options
     rounds = round_rows(output, opts)
@@ -339,8 +331,6 @@ def build_report(output: Path) -> TtsReport:
 def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[StopViolation]:
     """Every measured request (cold rounds included, marked) whose audio broke the stop condition,
     round by round."""
-    from scorers.tts_serving import request_metrics
-
     found = []
     for spec in recorded_rounds(output, opts):
         for record in load_records(output / spec.directory):
@@ -364,8 +354,6 @@ def _stop_violations(output: Path, opts: TtsBenchOptions) -> list[StopViolation]
 
 
 def _client_options(opts: TtsBenchOptions, url: str):
-    from recorders.tts_client import SpeechClientOptions
-
     return SpeechClientOptions(
         url=url,
         model=opts.model,
@@ -384,11 +372,6 @@ def _client_options(opts: TtsBenchOptions, url: str):
 
 
 def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsItem], TtsDataset]:
-    from fdb.datasets.seedtts import load_seedtts
-    from fdb.io import sha256_file
-    from fdb.settings import load_settings
-    from runs.datasets import resolve_seedtts
-
     tree = resolve_seedtts(load_settings(), opts.dataset_root)
     loaded = load_seedtts(tree.root, [opts.list_name])
     rows = loaded.lists[opts.list_name]
@@ -408,9 +391,6 @@ def _load_items(opts: TtsBenchOptions, console: Console) -> tuple[list[SeedTtsIt
 
 
 def _start_server(opts: TtsBenchOptions, console: Console):
-    from fdb.settings import load_settings
-    from runs.server import ManagedServer
-
     port = load_settings().server_port
     server = ManagedServer(
         system=opts.system,
@@ -428,8 +408,6 @@ def server_provenance(opts: TtsBenchOptions, url: str, client_opts) -> ServerPro
     /v1/realtime/capabilities, /v1/models and /health, best effort: a server without them is
     measured all the same, its fields null). The bearer token goes with the probes, never into
     the record."""
-    from runs.server_probe import probe_server
-
     headers = client_opts.auth_headers()
     report = probe_server(url, headers=headers, secrets=list(headers.values()))
     return ServerProvenance(

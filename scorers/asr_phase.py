@@ -33,6 +33,7 @@ from fdb.io import (
     sha256_file,
 )
 from fdb.models.asr import ASR_RATE, AsrBackend, Transcript
+from fdb.models.scoring import BackendChoice, load_backend
 from fdb.provenance import current
 from fdb.records import (
     AsrReceipt,
@@ -170,8 +171,6 @@ def default_asr() -> AsrBackend:
     """The embedded scoring ASR: Whisper tiny.en with faster-whisper's VAD filter (200 ms
     padding), which keeps first-word starts after long silences at most about the padding early
     (``fdb.models.scoring``'s ``faster-whisper`` choice; docs/benchmarks.md#embedded-asr)."""
-    from fdb.models.scoring import BackendChoice, load_backend
-
     return load_backend("asr", BackendChoice(name="faster-whisper"))
 
 

@@ -36,6 +36,8 @@ from fdb.audio import wav_bytes, write_wav
 from fdb.dialects import dialect_for_trace_format
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes
+from fdb.models.mos import load_mos
+from fdb.models.speaker import load_speaker
 from fdb.provenance import current
 from fdb.records.listening import (
     ListeningReplies,
@@ -45,6 +47,7 @@ from fdb.records.listening import (
     ReplyScores,
 )
 from fdb.session_records import read_trace
+from scorers.asr_phase import default_asr
 from scorers.listening_cut import REPLY_RATE, CutReply, cut_replies
 from scorers.listening_stats import group_summaries
 from scorers.listening_text import align
@@ -78,15 +81,9 @@ def _load(kind: str, given, notes: list[str]):
         return given
     try:
         if kind == "asr":
-            from scorers.asr_phase import default_asr
-
             return default_asr()
         if kind == "mos":
-            from fdb.models.mos import load_mos
-
             return load_mos()
-        from fdb.models.speaker import load_speaker
-
         return load_speaker()
     except Exception as exc:  # a missing extra or an unloadable checkpoint: null with a note
         notes.append(f"{kind}: backend unavailable ({exc}); its metrics are null")

@@ -27,6 +27,11 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel
 
+from fdb.audio import read_wav
+from fdb.errors import FdbError
+from fdb.models.asr import FasterWhisperAsr
+from fdb.models.mos import load_mos
+from fdb.models.speaker import load_speaker
 from fdb.records.tts import QualitySummary, UtteranceQuality, WerCounts
 from fdb.text import align_words, seed_tts_normalize
 
@@ -157,9 +162,6 @@ def load_backends(
 ):
     """(asr, speaker or None, mos or None): Whisper-large-v3 from a local CTranslate2 directory
     when ``asr_model`` is given (its model.bin sha256 required), else the embedded tiny.en."""
-    from fdb.errors import FdbError
-    from fdb.models.asr import FasterWhisperAsr
-
     if asr_model:
         if not asr_sha256:
             raise FdbError(
@@ -172,19 +174,13 @@ def load_backends(
         asr = FasterWhisperAsr(cpu_threads=2)
     speaker = moser = None
     if sim:
-        from fdb.models.speaker import load_speaker
-
         speaker = load_speaker(speaker_checkpoint, speaker_sha256)
     if mos:
-        from fdb.models.mos import load_mos
-
         moser = load_mos(utmos_checkpoint, utmos_sha256)
     return asr, speaker, moser
 
 
 def _wav16k(path: str) -> np.ndarray:
-    from fdb.audio import read_wav
-
     return read_wav(path).resample(16000).samples
 
 

@@ -32,6 +32,8 @@ cold round is not among them.
 
 from __future__ import annotations
 
+import statistics
+
 from pydantic import BaseModel, Field
 
 from fdb.records.tts import DEFAULT_RESERVE_S, LevelRow, LevelStats, MetricStats
@@ -219,8 +221,6 @@ _MEANS = (
 
 
 def metric_stats(values: list[float | None]) -> MetricStats:
-    import statistics
-
     found = [v for v in values if v is not None]
     if not found:
         return MetricStats()

@@ -189,8 +189,9 @@ def official_jsd(
         return SENTINEL_JSD
     if gt is None:
         return None
+    # lazy: scipy.interpolate/.spatial are slow to import (~0.3 s); only the JSD needs them
     from scipy.interpolate import interp1d
-    from scipy.spatial.distance import jensenshannon
+    from scipy.spatial.distance import jensenshannon  # lazy: as above
 
     hist = histogram(preds, duration_s)
     resize = interp1d(

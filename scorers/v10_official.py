@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+import fdb.models.vad  # the module, so that tests can stand in for SileroVad
 from fdb.datasets.types import V10_ANNOTATION, V10_TASK
 from fdb.errors import SampleError
 from fdb.io import atomic_write_json
@@ -230,7 +232,6 @@ def _takeover_inputs(
 def _vad_record(vad: SpeechSegmenter | None) -> VadRecord | None:
     if vad is None:
         return None
-    from dataclasses import asdict
 
     ident = vad.identity
     settings = {
@@ -268,9 +269,7 @@ def score_official(
         task, eligible = V10_TASK[subset], [s for s in samples if s.eligible]
         if task == "backchannel":
             if vad is None and eligible:
-                from fdb.models.vad import SileroVad
-
-                vad = SileroVad()
+                vad = fdb.models.vad.SileroVad()
             # no eligible sample: nothing to segment, so no
             # VAD is loaded (an empty subset, not a crash)
             rows = (

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import soundfile as sf
 
 from fdb.audio import Audio, read_wav, resample
 from fdb.datasets.types import V10_ANNOTATION, V10_SUBSETS, V10_TASK
@@ -140,8 +141,6 @@ def _wrong_length(sample: ExportSample, path: Path, frames: int, rate: int) -> S
 
 def check_window_length(sample: ExportSample, path: Path) -> None:
     """From the WAV header: output.wav holds exactly T seconds (input_samples at 16 kHz)."""
-    import soundfile as sf
-
     try:
         info = sf.info(str(path))
     except Exception as exc:  # soundfile raises several error types for a bad header

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import fdb.models.vad  # the module, so that tests can stand in for SileroVad
 from fdb.datasets.types import V10_ANNOTATION, V10_TASK
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_jsonl
@@ -183,9 +184,7 @@ def score_unified(
     inputs = load_tree(tree)
     groups = _group(inputs)
     if vad is None and _needs_vad(groups):
-        from fdb.models.vad import SileroVad
-
-        vad = SileroVad()
+        vad = fdb.models.vad.SileroVad()
     vad = SegmentMemo(vad) if vad is not None else None
     subsets, rows, not_scored = {}, [], {}
     for subset, samples in groups.items():

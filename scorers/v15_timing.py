@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+import fdb.models.vad  # the module, so that tests can stand in for SileroVad
 from fdb.audio import read_wav, resample
 from fdb.datasets.types import category_key
 from fdb.errors import SampleError
@@ -322,9 +323,7 @@ def definitions() -> dict[str, object]:
 def _default_vad(vad: SpeechSegmenter | None) -> SpeechSegmenter:
     if vad is not None:
         return vad
-    from fdb.models.vad import SileroVad
-
-    return SileroVad()
+    return fdb.models.vad.SileroVad()
 
 
 def _selected_pairs(

@@ -6,11 +6,13 @@ fast and a missing optional dependency only affects the verb that needs it.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 
 import typer
 
+from fdb.cli import failures
 from fdb.errors import FdbError
 
 app = typer.Typer(
@@ -54,8 +56,6 @@ _REGISTERED: list[bool] = []
 
 def _register() -> None:
     """Add every verb to ``app``, once per process (in-process callers run main many times)."""
-    import importlib
-
     if _REGISTERED:
         return
     for name in VERB_MODULES:
@@ -83,8 +83,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(exc: BaseException, args: list[str]) -> int:
-    from fdb.cli import failures
-
     debug = failures.wants_debug(args)
     kind = failures.click_kind(exc)
     if isinstance(exc, FdbError):

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import typer
+from rich.console import Console
+
+from fdb.errors import FdbError
+from fdb.settings import load_settings
 
 
 def aggregate(
@@ -15,8 +19,7 @@ def aggregate(
     and denominators, the official-rule v1.0 reference table, and the transcripts of the
     replies. Missing values are shown as n/a or `not measured`, never as zero.
     """
-    from rich.console import Console
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from runs.phases import run_aggregate
 
     _check_run(run_name)
@@ -26,10 +29,9 @@ def aggregate(
 def _check_run(run_name: str) -> None:
     """Refuse, with the file and the fix, what would otherwise give a traceback or an empty
     RESULTS.md: a damaged run.json, a directory with neither run.json nor any repeat."""
-    from fdb.errors import FdbError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.layout import RunPaths
     from fdb.run_manifest import load_manifest
-    from fdb.settings import load_settings
 
     run = RunPaths.of(load_settings().runs_dir, run_name)
     if not run.root.is_dir():

@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
+
+from fdb.cli import configure_logging
+from fdb.errors import FdbError
 
 
 def _refuse_stray(kind: str, name: str | None, given: dict) -> None:
     """A checkpoint or endpoint option without the backend it belongs to is a mistake, not a
     no-op."""
-    from fdb.errors import FdbError
-
     stray = [flag for flag, value in given.items() if value is not None]
     if name is None and stray:
         example = {"asr": "parakeet", "mos": "utmos", "speaker": "wavlm-ecapa"}[kind]
@@ -37,6 +39,7 @@ def asked_backends(
     speaker_sha256: str | None,
 ) -> dict:
     """kind -> BackendChoice for every backend the options name (the others stay the run's)."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.models.scoring import choose
 
     _refuse_stray(
@@ -153,9 +156,7 @@ def asr(
     before anything is written, unless --side-by-side; an output already on disk from another
     model is never overwritten or mixed. A failing step prints the command that continues it.
     """
-    from rich.console import Console
-
-    from fdb.cli import configure_logging
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from runs.phases import run_asr
 
     configure_logging(log_level)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
 baseline_app = typer.Typer(help="Frozen baselines for `fdb gate`.", no_args_is_help=True)
 
@@ -19,8 +20,7 @@ def freeze(
     """Write the per-sample and per-level values a gate needs, their comparability keys (dataset
     revision and selection, scoring backends, definitions) and a content hash, so the baseline
     survives without the audio. `fdb gate --baseline FILE` checks the hash before it reads it."""
-    from rich.console import Console
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.baseline import freeze as freeze_source
 
     console = Console(stderr=True)

@@ -6,8 +6,11 @@ import re
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from fdb.errors import FdbError
+from fdb.settings import load_settings
 
 HELP = (
     "Compare the scored runs of two or more systems. RUN is a run directory (with run.json) or a "
@@ -48,7 +51,7 @@ def compare(
 
 
 def _compare(runs: list[str], names: str | None, sweeps: list[str], out: Path | None):
-    from fdb.settings import load_settings
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.compare import write_comparison
     from reports.compare_load import load_capacity, load_system, resolve_run
 
@@ -111,9 +114,6 @@ def _slug(name: str) -> str:
 
 
 def _summary(path: Path, data: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(stderr=True)
     cross = data["tables"][0]
     table = Table("Metric", *cross["headers"][2:], title="fdb compare")

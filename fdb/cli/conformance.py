@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from fdb.dialects import dialects_help
 
@@ -56,9 +58,7 @@ def conformance(
     barge into, a failed handshake): that is not a pass, and such rules are listed at the end.
     Exits 1 if any rule fails.
     """
-    from rich.console import Console
-    from rich.table import Table
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.audio import read_wav
     from recorders.conformance import run_conformance
     from recorders.eventloop import run as run_loop

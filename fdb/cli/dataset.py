@@ -5,6 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from fdb.settings import load_settings
 
 dataset_app = typer.Typer(
     help=(
@@ -57,11 +61,10 @@ def synth(
     smaller one. Revisions read fdb-synth-<hash>: smoke tests only, never official numbers.
     The default size takes well under a minute on 2 CPU cores.
     """
-    from rich.console import Console
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fdb.datasets.synthetic import SynthSizes, install_synthetic
-    from fdb.settings import load_settings
 
     console = Console(stderr=True)
     sizes = SynthSizes.build(v10_per_subset, v15_per_category, seedtts_rows, count)
@@ -85,8 +88,6 @@ def synth(
 
 
 def _summary(report, console) -> None:
-    from rich.table import Table
-
     table = Table(
         title=f"synthetic dataset {report.root} (seed {report.seed}, {report.elapsed_s:.1f} s)"
     )

@@ -7,12 +7,12 @@ import sys
 
 import typer
 
+from fdb.settings import load_settings
+
 
 def env_lines() -> list[str]:
     """`export NAME=value` for every runbook setting (the defaults resolved), in the runbook's
     order."""
-    from fdb.settings import load_settings
-
     s = load_settings()
     values = [
         ("FDB_WORK", s.work),

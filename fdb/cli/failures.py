@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import click
+import typer.exceptions
 
 from fdb.errors import FdbError
 from fdb.io import append_debug_log, describe_failure, format_traceback, one_line, redact_secrets
@@ -31,10 +32,9 @@ def wants_debug(argv: list[str]) -> bool:
 
 def _exception_modules() -> list:
     """typer >= 0.24 raises its vendored click's exceptions (typer._click); plain click's too."""
-    import typer.exceptions
-
     found = [typer.exceptions]
     try:
+        # lazy: typer._click exists only in typer >= 0.24
         from typer._click import exceptions as vendored
 
         found.append(vendored)

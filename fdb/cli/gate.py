@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from fdb.errors import FdbError
+from fdb.settings import load_settings
 
 HELP = (
     "Compare a candidate output with a baseline and decide with statistics, never with a single "
@@ -42,10 +48,8 @@ def gate(
     strict: bool = typer.Option(False, help="An inconclusive guard fails the gate (exit 3)."),
 ) -> None:
     """Gate a candidate against a baseline."""
-    from rich.console import Console
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.provenance import current
-    from fdb.settings import load_settings
     from reports.baseline import observe
     from reports.gate import gate as decide_gate
     from reports.gate_config import load_config
@@ -66,16 +70,13 @@ def gate(
 
 
 def _name(source: str) -> str:
-    import re
-
     path = Path(source)
     stem = path.stem if path.suffix else path.name
     return re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:60] or "output"
 
 
 def summary(result):
-    from rich.table import Table
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.gate_render import MARK, change_text
 
     table = Table("Guard", "Change", "Verdict", title=f"fdb gate ({result.kind})")
@@ -88,9 +89,9 @@ def summary(result):
 
 def print_default(kind: str = typer.Argument(..., help="tts, sweep or run.")) -> None:
     """Print the default gate.yaml of a kind of output, to copy and edit."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     import yaml
 
-    from fdb.errors import FdbError
     from reports.gate_config import DEFAULTS
 
     if kind not in DEFAULTS:

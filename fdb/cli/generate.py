@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
+from fdb.cli import configure_logging
 from fdb.dialects import dialects_help
+from fdb.session_settings import session_settings
+from runs.options import DatasetChoice, GenerateOptions, parse_turn_detection, revision_option
 
 
 def generate(
@@ -162,16 +166,13 @@ def generate(
     whose export was interrupted. Exits 1 when a selected session failed (the export still
     counts it; --all-stages then stops), 2 on an error that recorded nothing.
     """
-    from rich.console import Console
-
-    from fdb.cli import configure_logging
-    from fdb.session_settings import session_settings
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from runs.generate import generate as run_generate
-    from runs.options import DatasetChoice, GenerateOptions, parse_turn_detection, revision_option
 
     configure_logging(log_level)
     console = Console(stderr=True)
     if export_only:
+        # lazy: keeps `fdb --help` fast; loaded when the command runs
         from runs.generate import export_recorded
 
         _after_recording(
@@ -219,6 +220,7 @@ def _after_recording(
 ) -> None:
     """Exit 1 when a selected session failed (the export is written all the same, failures
     counted); --all-stages then stops before asr. Otherwise continue with --all-stages."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from runs.phases import run_all_stages, stopped_after_recording
 
     if not outcome.ok:

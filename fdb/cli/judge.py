@@ -5,6 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
+
+from fdb.cli import configure_logging
+from fdb.errors import FdbError
+from fdb.settings import load_settings
 
 
 def judge(
@@ -89,12 +94,8 @@ def _judge(
     timeout: float,
     log_level: str,
 ) -> None:
-    from rich.console import Console
-
-    from fdb.cli import configure_logging
-    from fdb.errors import FdbError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.layout import RunPaths
-    from fdb.settings import load_settings
     from judges import judge_repeat, resolve_judge
     from judges.console import RichProgress, print_summary
     from runs.phases import run_v10_evaluator

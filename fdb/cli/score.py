@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from fdb.cli.score_v15 import v15_app
+from fdb.errors import FdbError, SampleError
 
 if TYPE_CHECKING:
     from fdb.layout import RunPaths
@@ -55,6 +58,7 @@ def _interval(pair) -> str:
 def metric_rows(metrics) -> list[tuple[str, str, str, str, str]]:
     """(metric, value, 95% interval, count, all-selected bounds) for every field of a metrics
     record."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.records.v10 import LatencyQuantiles, PooledRatio, Share
 
     rows = []
@@ -108,6 +112,7 @@ METRIC_FIELDS = {
 
 
 def _evaluator_value(result: dict, metric: str) -> str:
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.records.v10_reference import evaluator_metric
 
     return _num(evaluator_metric(result, METRIC_FIELDS[metric]))
@@ -155,8 +160,7 @@ def _subset_title(subset: str, result) -> str:
 def print_v10(console, unified, columns, notes: tuple[str, ...] = ()) -> None:
     """Each subset's unified metrics (``unified`` None: not scored), then its reference column(s),
     then the notes."""
-    from rich.table import Table
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from scorers.v10_tree import subset_key
 
     official = columns.official.subsets if columns.official else {}
@@ -188,8 +192,6 @@ def print_v10(console, unified, columns, notes: tuple[str, ...] = ()) -> None:
 
 
 def _print_reference(console, subset: str, official, evaluated, revision: str) -> None:
-    from rich.table import Table
-
     o = official
     console.print(
         f"{subset} official-rule reference: selected {o.selected}, eligible {o.eligible}, "
@@ -213,6 +215,7 @@ TREE_IN_REPEAT = {"v1.0": "v10/reference", "v1.5": "reference-audio"}
 def run_of_tree(tree: Path, dataset: str = "v1.0") -> RunPaths | None:
     """The run whose ``repeat-N/v10/reference`` (v1.0) or ``repeat-N/reference-audio`` (v1.5)
     is ``tree`` (RunPaths, when its run.json exists), else None."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.layout import RunPaths
 
     tree = Path(tree).resolve()
@@ -231,9 +234,11 @@ def run_of_tree(tree: Path, dataset: str = "v1.0") -> RunPaths | None:
 
 def _tree_samples(tree: Path, dataset: str) -> list:
     if dataset == "v1.0":
+        # lazy: keeps `fdb --help` fast; loaded when the command runs
         from scorers.v10_tree import load_tree
 
         return load_tree(tree).manifest.samples
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.records import load_v15_manifest
 
     return load_v15_manifest(tree)[0].samples
@@ -248,6 +253,7 @@ def declared_for(
     checking that it holds every sample of the tree; otherwise a tree inside a run takes the
     run's own source (``runs.phases.declared_counts``: the dataset root in run.json). Without
     either, declared is null (n/a): never the selected count."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.datasets.official import list_ids
     from runs.phases import declared_counts
 
@@ -261,8 +267,6 @@ def declared_for(
             s.sample_id for s in _tree_samples(tree, dataset) if s.id not in ids.get(s.subset, ())
         ]
         if missing:
-            from fdb.errors import FdbError
-
             raise FdbError(
                 f"--dataset-root {dataset_root} does not hold {len(missing)} sample(s) of the tree "
                 f"(first: {missing[0]})",
@@ -347,9 +351,7 @@ def v10(
     run's dataset for a run's tree), n/a when unknown. A sample the unified metrics reject (for
     example an interruption transcript not cut at R) stops them with its name, after official.json
     is written with that sample left out and named. ASR is not run here (see `score transcribe`)."""
-    from rich.console import Console
-
-    from fdb.errors import FdbError, SampleError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.official_source import EVALUATOR_FILES, verify_checkout
     from fdb.records.v10_reference import load_reference
     from scorers.v10_backchannel import BackchannelOptions, load_icc_gt
@@ -414,6 +416,7 @@ def _backend(
     asr_model: str | None,
     api_key_env: str,
 ):
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.models.scoring import choose, load_backend
 
     return load_backend(
@@ -433,7 +436,7 @@ def _backend(
 
 def _refuse_other_model(tree: Path, backend, replace: bool) -> None:
     """A tree transcribed by another model is not silently transcribed over (``--replace`` does)."""
-    from fdb.errors import FdbError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.models.scoring import same_model
     from fdb.records import asr_backend
 
@@ -488,9 +491,7 @@ def transcribe(
     records the backend identity; finished files are skipped on a rerun. A tree whose asr.json
     another model wrote is refused unless --replace. For a run's repeat, prefer `fdb asr --asr …`,
     which records the choice in run.json and scores everything after the ASR."""
-    from rich.console import Console
-
-    from fdb.errors import FdbError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from scorers.asr_phase import run_v10_asr
     from scorers.asr_v15 import run_v15_asr
 

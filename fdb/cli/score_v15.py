@@ -11,6 +11,13 @@ import re
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+
+from fdb.cli import configure_logging
+from fdb.errors import FdbError
+from fdb.io import read_jsonl
+from fdb.settings import load_settings
 
 v15_app = typer.Typer(
     name="v15",
@@ -34,8 +41,6 @@ ONLY_HELP = "Score only this pair, category/id (repeatable); default: every pair
 
 def parse_trees(values: list[str]) -> list[tuple[str, Path]]:
     """``--tree`` values as (engine, directory), refusing a bad or repeated engine name."""
-    from fdb.errors import FdbError
-
     cohorts: list[tuple[str, Path]] = []
     for value in values:
         engine, sep, folder = value.partition("=")
@@ -61,8 +66,6 @@ def parse_trees(values: list[str]) -> list[tuple[str, Path]]:
 
 
 def _console():
-    from rich.console import Console
-
     return Console(stderr=True, soft_wrap=True)
 
 
@@ -81,6 +84,7 @@ def timing(
     does for a repeat: writes OUT/<ENGINE>/timing/summary.json and intervals.jsonl (spans cached in
     timing/vad-cache/). Exits 1 when a session could not be read (named, one line each; the
     summary is still written with it as failed)."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.v15_tree import timing_dir
     from scorers.v15_timing import score_v15_timing, time_some
 
@@ -105,9 +109,7 @@ def timing(
 
 
 def _print_failed(console, engine: str, rows_path: Path) -> bool:
-    from rich.markup import escape
-
-    from fdb.io import read_jsonl
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.records.v15 import SessionIntervals
 
     rows = read_jsonl(rows_path, SessionIntervals)
@@ -160,10 +162,7 @@ def judge(
     with the judge machinery and configuration of `fdb judge` (the transcripts come from
     `score transcribe`). Writes OUT/<ENGINE>/judge.json and the judge's task directories; a rerun
     skips finished pairs. Exits 1 when a task has failures (rerun with --retry-failed)."""
-    from rich.markup import escape
-
-    from fdb.cli import configure_logging
-    from fdb.settings import load_settings
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from judges import judge_repeat, resolve_judge
     from judges.console import RichProgress, print_summary
     from reports.v15_tree import cohort_dir
@@ -230,9 +229,10 @@ def summarize(
     populations (declared, selected, eligible), protocol verdicts, ineligibility reasons, ASR and
     timing coverage, every pair not evaluated with its reason, and the timing and judge summaries
     as written. Each pair not evaluated is named on one line."""
-    from rich.markup import escape
-
+    # lazy: breaks the cycle fdb.cli.score <-> score_v15 (score imports v15_app from here)
     from fdb.cli.score import declared_for
+
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.v15_tree import summarize_cohort, write_scores
 
     console, cohorts = _console(), []
@@ -274,6 +274,7 @@ def report(
     evaluated, then the v1.5 tables of RESULTS.md (timing with bootstrap 95% intervals, behavior
     label distribution with Wilson 95% intervals, semantic quality). --semantic-summary and
     --replay add those files' tables to a single cohort's report."""
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.v15_tree import write_report
 
     path, text = write_report(scores, engine or None, replay, semantic_summary)

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from fdb.cli import configure_logging
+from fdb.settings import load_settings
+
 
 def serve(
     ctx: typer.Context,
@@ -51,8 +54,7 @@ def serve(
     session protocol (profile minicpmo-native-pr2377, 1 s units), deciding per unit when to
     speak, yield and backchannel (serving/duplex/policy.py).
     """
-    from fdb.cli import configure_logging
-    from fdb.settings import load_settings
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from serving.launcher import serve as run_server
     from serving.overrides import parse_override_args
 

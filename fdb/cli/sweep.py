@@ -6,9 +6,12 @@ from pathlib import Path
 
 import click
 import typer
+from rich.console import Console
 from typer.core import TyperGroup
 
+from fdb.errors import FdbError
 from runs.sweep_args import help_text as record_help
+from runs.sweep_args import parse_record_options
 
 
 class _RunByDefault(TyperGroup):
@@ -79,11 +82,8 @@ def run(
     records that, with --server-revision, --model-revision and --dataset-revision, in each
     level.json, serving.json and SERVING.md's header. Options after -- go to every level's
     recording (see below)."""
-    from rich.console import Console
-
-    from fdb.errors import FdbError
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from runs.sweep import SweepOptions, parse_levels, sweep
-    from runs.sweep_args import parse_record_options
 
     if search and concurrency is not None:
         raise FdbError("--search finds the levels itself", "drop --concurrency, or drop --search")
@@ -125,8 +125,7 @@ def report(
     """Build serving.json, SERVING.md and serving.png from levels already recorded (by `sweep run`
     or any recording whose directory is named concurrency-N or holds a level.json; repeat-K/
     folders inside a level are its repeats), and print the table."""
-    from rich.console import Console
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from runs.sweep import report as build
     from runs.sweep import summary_table
 
@@ -138,8 +137,6 @@ def report(
 
 
 def _dataset(name: str) -> str:
-    from fdb.errors import FdbError
-
     if name not in ("v1.5", "v1.0"):
         raise FdbError(
             f"--dataset {name!r} is not v1.5 or v1.0", "pass --dataset v1.5 or --dataset v1.0"

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from fdb.errors import FdbError
+from runs.options import revision_option
 
 if TYPE_CHECKING:
     from fdb.records.tts import TtsReport
@@ -45,8 +49,6 @@ def _json_object(text: str | None, option: str) -> dict:
 
 def _base_url(url: str | None) -> str | None:
     """--url is the server's base, http(s)://HOST:PORT: anything else would fail every request."""
-    from urllib.parse import urlsplit
-
     if url is None:
         return None
     parts = urlsplit(url)
@@ -190,10 +192,8 @@ def tts_bench(
 ) -> None:
     """Record, score and report. Times are client-side; a level's failures are part of its
     result."""
-    from rich.console import Console
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from fdb.records.tts import QualityOptions, TtsBenchOptions
-    from runs.options import revision_option
     from runs.tts_bench import bench, build_report, parse_concurrency
 
     console = Console(stderr=True)
@@ -244,7 +244,6 @@ def tts_bench(
     requests = sum(row.requests for row in report.rows)
     if requests and sum(row.failed for row in report.rows) == requests:
         first = next((row.errors[0] for row in report.rows if row.errors), None)
-        from fdb.errors import FdbError
 
         raise FdbError(
             f"every one of the {requests} measured requests failed, so {output / 'TTS.md'} "
@@ -278,8 +277,7 @@ def _levels_without_success(report: TtsReport) -> list[str]:
 
 
 def summary_table(report: TtsReport):
-    from rich.table import Table
-
+    # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.tts import serving_table
 
     columns, lines = serving_table(report)

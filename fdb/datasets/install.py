@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from fdb.datasets.official import list_ids, load_v10, load_v15
 from fdb.datasets.pinning import read_revision, write_revision
 from fdb.datasets.seedtts import load_seedtts
+from fdb.datasets.synthetic import is_synthetic
 from fdb.datasets.types import SampleProblem
 from fdb.errors import FdbError
 
@@ -90,8 +91,6 @@ def _verify(key: str, tree: Path) -> tuple[dict[str, int], list[SampleProblem]]:
 
 def _refuse_synthetic(tree: Path) -> None:
     """fdb's synthetic trees must never pass for official ones (their README marks them)."""
-    from fdb.datasets.synthetic import is_synthetic
-
     if is_synthetic(Path(tree).expanduser().resolve().parent):
         raise FdbError(
             f"{tree} is part of fdb's synthetic dataset, not an official tree",

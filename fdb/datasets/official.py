@@ -25,6 +25,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal, TypeVar, overload
 
+import numpy as np
+import soundfile as sf
+
 from fdb.audio import check_complete
 from fdb.datasets.annotations import (
     parse_interrupt,
@@ -225,8 +228,6 @@ def wav_header(path: Path, sample_id: str) -> tuple[int, int, int]:
     """(rate, frames, channels) from the WAV header; a missing, unreadable, empty or truncated
     file is an error, and so is a float WAV holding NaN or infinite samples (the only kind whose
     samples are read here)."""
-    import soundfile as sf
-
     if not path.is_file():
         raise SampleError(
             sample_id,
@@ -249,8 +250,6 @@ def wav_header(path: Path, sample_id: str) -> tuple[int, int, int]:
         "FLOAT",
         "DOUBLE",
     ):  # only a float WAV can hold NaN / inf (PCM: header only)
-        import numpy as np
-
         if not np.isfinite(sf.read(str(path), dtype="float32")[0]).all():
             raise SampleError(
                 sample_id,

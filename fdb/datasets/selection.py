@@ -26,6 +26,7 @@ from pydantic import (
 
 from fdb.datasets.types import DATASET_SUBSETS, DatasetName
 from fdb.errors import FdbError
+from fdb.io import validation_summary
 
 DEFAULT_PER_SUBSET = 12
 Count = int | Literal["all"]
@@ -158,8 +159,6 @@ class SelectionSpec(BaseModel):
                 ids_file=None if ids_file is None else str(ids_file),
             )
         except ValueError as exc:  # pydantic.ValidationError is a ValueError
-            from fdb.io import validation_summary
-
             text = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
             raise FdbError(
                 f"invalid {dataset} selection: {text}", "see the runbook's 'Choosing samples'"

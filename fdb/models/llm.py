@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fdb.errors import FdbError, MissingExtraError
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.packages import LLAMA_CPP, SMOLLM2
 from fdb.provenance import package_version
@@ -50,7 +51,6 @@ class SmolLm2:
 
     def __init__(self, n_threads: int = 2, n_ctx: int = 2048, instances: int = 1):
         llama_cpp = require_package(LLAMA_CPP, "the SmolLM2 reply model")
-        from fdb.io import sha256_file
 
         if instances < 1:
             raise FdbError(f"SmolLM2 needs at least one context, got instances={instances}")

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from fdb.errors import FdbError
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, load_torchscript_checkpoint, require_package
 from fdb.models.packages import SPEECHMOS
 from fdb.provenance import package_version
@@ -31,7 +32,6 @@ class DnsMos:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             dns = require_package(SPEECHMOS, "the DNSMOS backend", "speechmos.dnsmos")
-        from fdb.io import sha256_file
 
         folder = os.path.join(os.path.dirname(dns.__file__), "dnsmos_models")
         primary, p808 = (

@@ -26,6 +26,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from fdb.errors import FdbError
+from fdb.models.asr import load_asr
+from fdb.models.asr_parakeet import PARAKEET_SHA256
+from fdb.models.mos import DnsMos, UtmosCheckpoint
+from fdb.models.speaker import EcapaCheckpoint, Resemblyzer
 
 KINDS = ("asr", "mos", "speaker")
 CHOICES = {
@@ -134,8 +138,6 @@ def choose(
             "pass e.g. --asr-url http://127.0.0.1:8000/v1 --asr-model whisper-large-v3",
         )
     if name == "parakeet" and not sha256:
-        from fdb.models.asr_parakeet import PARAKEET_SHA256
-
         sha256 = PARAKEET_SHA256
     if name not in FLAGS:  # the embedded backends and endpoints read no checkpoint
         checkpoint = sha256 = None
@@ -151,14 +153,11 @@ def load_backend(kind: str, choice: BackendChoice):
     if kind == "asr":
         return _load_asr(choice)
     if kind == "mos":
-        from fdb.models.mos import DnsMos, UtmosCheckpoint
-
         return (
             DnsMos()
             if choice.name == "dnsmos"
             else UtmosCheckpoint(choice.checkpoint, choice.sha256)
         )
-    from fdb.models.speaker import EcapaCheckpoint, Resemblyzer
 
     return (
         Resemblyzer()
@@ -168,8 +167,6 @@ def load_backend(kind: str, choice: BackendChoice):
 
 
 def _load_asr(choice: BackendChoice):
-    from fdb.models.asr import load_asr
-
     if choice.name == "faster-whisper":
         # Whisper tiny.en with its VAD filter: after long silences first-word starts are at most
         # about the padding early (measured: docs/benchmarks.md#embedded-asr)

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from fdb.errors import FdbError
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, load_torchscript_checkpoint, require_package
 from fdb.models.packages import RESEMBLYZER, TORCH
 from fdb.provenance import package_version
@@ -30,7 +31,6 @@ class Resemblyzer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rz = require_package(RESEMBLYZER, "the resemblyzer speaker encoder")
-        from fdb.io import sha256_file
 
         weights = os.path.join(os.path.dirname(rz.__file__), "pretrained.pt")
         self._rz = rz

@@ -9,6 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.packages import JOE_VOICE, PIPER_TTS
 from fdb.provenance import package_version
@@ -39,11 +40,11 @@ class PiperTts:
     ):
         piper = require_package(PIPER_TTS, "the Piper TTS backend")
         voice_pkg = require_package(JOE_VOICE, "the Piper joe voice")
-        from fdb.io import sha256_file
 
         model = str(voice_pkg.model_path())
         self._voice = piper.PiperVoice.load(model, config_path=str(voice_pkg.config_path()))
         if threads is not None:  # the same model in a session with bounded threads
+            # lazy: onnxruntime is optional (the embedded extra)
             import onnxruntime
 
             options = onnxruntime.SessionOptions()

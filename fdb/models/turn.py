@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import threading
+from importlib import metadata
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from fdb.errors import FdbError, MissingExtraError
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.packages import FASTER_WHISPER, ONNXRUNTIME, PIPECAT
 from fdb.provenance import package_version
@@ -42,8 +44,6 @@ class TurnBackend(Protocol):
 
 def smart_turn_path() -> Path:
     """The ONNX file inside the installed pipecat-ai wheel (pipecat is not imported)."""
-    from importlib import metadata
-
     try:
         dist = metadata.distribution(PIPECAT.distribution)
     except metadata.PackageNotFoundError as exc:
@@ -87,8 +87,6 @@ class SmartTurn:
         expected_sha256: str = SMART_TURN_SHA256,
         threads: int = 1,
     ) -> None:
-        from fdb.io import sha256_file
-
         ort = require_package(ONNXRUNTIME, "Smart Turn")
         features = require_package(FASTER_WHISPER, "Smart Turn", "faster_whisper.feature_extractor")
         path = Path(path) if path is not None else smart_turn_path()

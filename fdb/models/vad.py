@@ -9,9 +9,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
+from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.packages import SILERO_VAD, TORCH
 from fdb.provenance import package_version
@@ -31,10 +33,6 @@ def _silero():
 
 
 def model_file_sha256(onnx: bool = False) -> str | None:
-    from importlib import resources
-
-    from fdb.io import sha256_file
-
     try:
         name = "silero_vad.onnx" if onnx else "silero_vad.jit"
         path = resources.files("silero_vad.data") / name

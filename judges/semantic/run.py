@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fdb.io import atomic_write_json
+from fdb.io import atomic_write_json, sha256_bytes
 from fdb.records.judge import AxisCell, SemanticSample, SemanticSummary
 from judges.client import JudgeClient
 from judges.config import JudgeSettings
@@ -38,8 +38,6 @@ Item = tuple[PairView, list[dict[str, Any]]]
 
 
 def semantic_params(settings: JudgeSettings) -> dict[str, Any]:
-    from fdb.io import sha256_bytes
-
     return {
         "prompt_sha256": sha256_bytes(SEMANTIC_PROMPT.encode("utf-8")),
         "controls": controls_sha256(),
