@@ -221,7 +221,7 @@ class CsmEngine:
     def _depth_tables(self, depth, slots: int) -> None:
         """What every depth step shares, made once: each position's rotary angles (the same for
         every row), its row of positions and its causal mask."""
-        from serving.gpu.slots import rope_tables
+        from serving.gpu.slots import depth_tables, rope_tables
 
         torch = self.torch
         length = self.codebooks + 1
@@ -231,8 +231,7 @@ class CsmEngine:
         self._depth_rope = [
             rope_tables(cos[:, p : p + 1], sin[:, p : p + 1]) for p in range(length)
         ]
-        self._depth_pos = positions[:, None].expand(length, slots).contiguous()
-        self._depth_mask = (positions[None, :] <= positions[:, None])[:, None, None, None, :]
+        self._depth_pos, self._depth_mask = depth_tables(length, slots, self.device)
 
     def _warm(self) -> float:
         """Every bucket's step and Mimi decode once (CUDA graphs captured) before the first

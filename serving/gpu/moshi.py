@@ -91,7 +91,7 @@ class MoshiEngine:
     ):
         import torch
 
-        from serving.gpu.slots import SlotCache
+        from serving.gpu.slots import SlotCache, depth_tables
 
         self.torch = torch
         self.model = model
@@ -143,11 +143,7 @@ class MoshiEngine:
         ]  # no copies in a graph
         self._rows = torch.arange(s, device=self.device)
         # the depth steps' positions and causal masks, made once (the same in every step)
-        depth_positions = torch.arange(self.k, device=self.device)
-        self._depth_pos = depth_positions[:, None].expand(self.k, s).contiguous()
-        self._depth_mask = (depth_positions[None, :] <= depth_positions[:, None])[
-            :, None, None, None, :
-        ]
+        self._depth_pos, self._depth_mask = depth_tables(self.k, s, self.device)
         self._plans = [None] * len(decoder.layers)
         from serving.gpu.slots import fuse_layers, module_norm, rms_norm
 

@@ -211,6 +211,47 @@ def _mlp_down(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return (mlp.down_proj if hasattr(mlp, "down_proj") else mlp.fc2)(x)
 
 
+def _attend(
+    attn: nn.Module,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: torch.Tensor,
+    mask: torch.Tensor,
+    rows: torch.Tensor,
+) -> torch.Tensor:
+    """One token per row: ``k``/``v`` [n, KV, 1, D] written at ``pos`` into rows 0..n-1 of the
+    caches, then ``q`` [n, H, 1, D] attends over them; returns [n, 1, H * D]."""
+    n, heads, _, dim = q.shape
+    kv_heads = k_cache.shape[1]
+    k_cache[rows, :, pos] = k[:, :, 0]
+    v_cache[rows, :, pos] = v[:, :, 0]
+    # grouped-query attention without copying keys: the query heads of one key head become
+    # that head's "sequence" (one token per row, so no causal order among them)
+    q = q.reshape(n, kv_heads, heads // kv_heads, dim)
+    out = F.scaled_dot_product_attention(
+        q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling
+    )
+    return out.reshape(n, 1, heads * dim)
+
+
+def _fused_mlp(layer: nn.Module, plan: LayerPlan, x: torch.Tensor) -> torch.Tensor:
+    """``x`` plus the layer's MLP over its post-attention norm, with the fused gate-up matrix."""
+    gate, up = F.linear(rms_norm(layer.post_attention_layernorm, x), plan.gate_up).chunk(2, -1)
+    return x + _mlp_down(layer.mlp, _activation(layer.mlp)(gate) * up)
+
+
+def depth_tables(length: int, slots: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """What every step of a depth decoder of ``length`` positions shares, made once: each
+    position's row of positions ``[length, slots]`` and its causal mask
+    ``[length, 1, 1, 1, length]``."""
+    positions = torch.arange(length, device=device)
+    rows = positions[:, None].expand(length, slots).contiguous()
+    return rows, (positions[None, :] <= positions[:, None])[:, None, None, None, :]
+
+
 def _fused_layer(
     layer: nn.Module,
     plan: LayerPlan,
@@ -230,17 +271,9 @@ def _fused_layer(
     if rotary is not None:
         qk = rotary(qk)
     q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :]
-    k_cache[rows, :, pos] = k[:, :, 0]
-    v_cache[rows, :, pos] = v[:, :, 0]
     attn = layer.self_attn
-    q = q.reshape(n, kv_heads, heads // kv_heads, dim)
-    out = F.scaled_dot_product_attention(
-        q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling
-    )
-    x = x + _project(attn.o_proj, out.reshape(n, 1, heads * dim), None)
-    mlp = layer.mlp
-    gate, up = F.linear(rms_norm(layer.post_attention_layernorm, x), plan.gate_up).chunk(2, -1)
-    return x + _mlp_down(mlp, _activation(mlp)(gate) * up)
+    out = _attend(attn, q, k, v, k_cache, v_cache, pos, mask, rows)
+    return _fused_mlp(layer, plan, x + _project(attn.o_proj, out, None))
 
 
 def decode_layer(
@@ -268,20 +301,10 @@ def decode_layer(
     attn = layer.self_attn
     kv_heads, dim = k_cache.shape[1], k_cache.shape[3]
     q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim, codebook)
-    heads = q.shape[1]
     if rotary is not None:
         q, k = rotary.plain(q), rotary.plain(k)
-    k_cache[rows, :, pos] = k[:, :, 0]
-    v_cache[rows, :, pos] = v[:, :, 0]
-    # grouped-query attention without copying keys: the query heads of one key head become
-    # that head's "sequence" (one token per row, so no causal order among them)
-    groups = heads // kv_heads
-    q = q.reshape(n, kv_heads, groups, dim)
-    out = F.scaled_dot_product_attention(
-        q, k_cache[:n], v_cache[:n], attn_mask=mask, scale=attn.scaling
-    )
-    out = _project(attn.o_proj, out.reshape(n, 1, heads * dim), codebook)
-    return _mlp_residual(layer, x, out, codebook)
+    out = _attend(attn, q, k, v, k_cache, v_cache, pos, mask, rows)
+    return _mlp_residual(layer, x, _project(attn.o_proj, out, codebook), codebook)
 
 
 def prefill_layer(
@@ -324,9 +347,7 @@ def prefill_layer(
     out = attn.o_proj(out.transpose(1, 2).reshape(1, t, heads * dim))
     if plan is None:
         return _mlp_residual(layer, x, out)
-    x = x + out
-    gate, up = F.linear(rms_norm(layer.post_attention_layernorm, x), plan.gate_up).chunk(2, -1)
-    return x + _mlp_down(layer.mlp, _activation(layer.mlp)(gate) * up)
+    return _fused_mlp(layer, plan, x + out)
 
 
 def gumbel(noise: torch.Tensor) -> torch.Tensor:
