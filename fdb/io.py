@@ -447,3 +447,11 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
                 break
             digest.update(block)
     return digest.hexdigest()
+
+
+class Record(BaseModel):
+    """A typed record of an fdb file: :meth:`dump` is what its writer writes (JSON types, the
+    fields' aliases, e.g. ``schema``)."""
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from fdb.errors import FdbError
-from fdb.io import sha256_file
+from fdb.io import Record, sha256_file
 
 PINNED_REVISION = "3e799c45a045256f47d5f1c9cda90157e2d2ec9e"
 EVALUATION_DIR = "v1_v1.5/evaluation"
@@ -61,7 +61,7 @@ class FileDifference(BaseModel):
         return f"{self.path} has sha256 {self.actual_sha256}, expected {self.expected_sha256}"
 
 
-class CheckoutCheck(BaseModel):
+class CheckoutCheck(Record):
     """What was verified of a checkout, recorded in every output that used it."""
 
     schema_: str = Field(CHECKOUT_SCHEMA, alias="schema")
@@ -96,9 +96,6 @@ class CheckoutCheck(BaseModel):
             f"Full-Duplex-Bench {self.revision[:7]} (accepted with --accept-revision; differs "
             f"from the pinned {self.pinned_revision[:7]} in {names})"
         )
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 def pinned_places(rel: str) -> list[str]:

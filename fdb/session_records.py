@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fdb.io import Record
+
 SESSION_SCHEMA = "fdb-session-1"
 
 SessionStatus = Literal["ok", "error", "timeout", "disconnected", "admission_denied"]
@@ -121,7 +123,7 @@ class ResponseCounts(BaseModel):
     output_duration_s: float = 0.0
 
 
-class SessionRecord(BaseModel):
+class SessionRecord(Record):
     """session.json: what was requested, granted, sent and received, and how it ended."""
 
     schema_: str = Field(SESSION_SCHEMA, alias="schema")
@@ -154,9 +156,6 @@ class SessionRecord(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     @property
     def eligible(self) -> bool:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from fdb.io import Record
 
 TTS_REQUEST_SCHEMA = "fdb-tts-request-1"
 TTS_LEVEL_SCHEMA = "fdb-tts-level-1"
@@ -23,7 +25,7 @@ Transport = Literal["pcm", "sse", "wav", "realtime"]
 RateSource = Literal["header", "content-type", "wav-header", "sse-event", "session", "option"]
 
 
-class TtsRequestRecord(BaseModel):
+class TtsRequestRecord(Record):
     """One request of a level, as the client saw it."""
 
     model_config = ConfigDict(populate_by_name=True)
@@ -58,11 +60,8 @@ class TtsRequestRecord(BaseModel):
     audio_path: str | None = None  # relative to the level directory
     headers: dict[str, str] = Field(default_factory=dict)  # the audio-describing response headers
 
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
-
-class TtsLevelSpec(BaseModel):
+class TtsLevelSpec(Record):
     """level.json: one concurrency level of a run."""
 
     model_config = ConfigDict(populate_by_name=True)
@@ -74,6 +73,3 @@ class TtsLevelSpec(BaseModel):
     warmups: int
     body: dict[str, object]  # the request body without input/ref_audio/ref_text
     ref_audio: str
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)

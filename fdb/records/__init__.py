@@ -17,16 +17,16 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from fdb.errors import FdbError
-from fdb.io import read_json, read_jsonl, sha256_file
+from fdb.io import Record, read_json, read_jsonl, sha256_file
 
 EXPORT_SCHEMA = "fdb-export-1"
 ASR_SCHEMA = "fdb-asr-1"
 
 
-Record = TypeVar("Record", bound=BaseModel)
+Model = TypeVar("Model", bound=BaseModel)
 
 
-def load_record(model: type[Record], path: Path, fix: str) -> Record | None:
+def load_record(model: type[Model], path: Path, fix: str) -> Model | None:
     """``path`` read as ``model``; None when the file does not exist. A file that is not valid
     JSON or not such a record is an FdbError naming the file and its first bad field (``fix``
     says what to do)."""
@@ -44,7 +44,7 @@ def load_record(model: type[Record], path: Path, fix: str) -> Record | None:
         raise FdbError(f"{path} is not valid JSON ({str(exc).splitlines()[0]})", fix) from exc
 
 
-def load_rows(model: type[Record], path: Path, fix: str) -> list[Record]:
+def load_rows(model: type[Model], path: Path, fix: str) -> list[Model]:
     """The lines of a JSONL file as ``model`` records, in file order; no rows when the file does
     not exist. A line that is not such a record is an FdbError naming the file (``fix`` says what
     to do)."""
@@ -75,7 +75,7 @@ class ExportSample(BaseModel):
     verdict: Literal["pass", "fail", "missing"] = "pass"
 
 
-class ExportManifest(BaseModel):
+class ExportManifest(Record):
     schema_: str = Field(EXPORT_SCHEMA, alias="schema")
     dataset: Literal["v1.0", "v1.5"]
     dataset_revision: str | None = None
@@ -84,9 +84,6 @@ class ExportManifest(BaseModel):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path, fix: str) -> ExportManifest | None:
@@ -172,7 +169,7 @@ class AsrSampleReceipt(BaseModel):
     words: int | None = None
 
 
-class AsrReceipt(BaseModel):
+class AsrReceipt(Record):
     schema_: str = Field(ASR_SCHEMA, alias="schema")
     backend: dict[str, object]
     manifest_sha256: str
@@ -180,6 +177,3 @@ class AsrReceipt(BaseModel):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)

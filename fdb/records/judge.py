@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from fdb.datasets.types import INTERRUPTION
+from fdb.io import Record
 from fdb.records import load_record
 
 BEHAVIOR_SCHEMA = "fdb-v1.5-behavior-1"
@@ -173,7 +174,7 @@ class RelevanceSummary(BaseModel):
 # --- judge.json
 
 
-class JudgeSummary(BaseModel):
+class JudgeSummary(Record):
     schema_: str = Field(JUDGE_SCHEMA, alias="schema")
     repeat_dir: str
     judge: dict[str, Any]
@@ -188,9 +189,6 @@ class JudgeSummary(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path) -> JudgeSummary | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from fdb.io import Record
 from fdb.records import load_record
 
 REPLIES_SCHEMA = "fdb-listening-replies-2"
@@ -69,16 +70,13 @@ class ReplyScores(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class ListeningReplies(BaseModel):
+class ListeningReplies(Record):
     """``listening/replies.json``: every cut reply of the repeat, in discovery order."""
 
     schema_: str = Field(REPLIES_SCHEMA, alias="schema")
     replies: list[ReplyRow]
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path) -> ListeningReplies | None:
@@ -87,7 +85,7 @@ class ListeningReplies(BaseModel):
         return load_record(cls, path, RESCORE_DAMAGED)
 
 
-class ListeningScores(BaseModel):
+class ListeningScores(Record):
     """``listening/scores.json``: the identity of each backend (asr, mos, speaker; None: off or
     unavailable) and the scores of every reply, in the order of replies.json."""
 
@@ -96,9 +94,6 @@ class ListeningScores(BaseModel):
     replies: list[ReplyScores]
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path) -> ListeningScores | None:
@@ -127,7 +122,7 @@ class GroupSummary(BaseModel):
     voice_p10: float | None
 
 
-class ListeningSummary(BaseModel):
+class ListeningSummary(Record):
     schema_: str = Field(SUMMARY_SCHEMA, alias="schema")
     definitions: dict[str, object]
     backends: dict[str, dict | None]
@@ -136,9 +131,6 @@ class ListeningSummary(BaseModel):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path) -> ListeningSummary | None:

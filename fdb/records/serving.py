@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from fdb.io import Record
 from fdb.records import load_record
 
 SERVING_SCHEMA = "fdb-serving-2"
@@ -95,7 +96,7 @@ class SweepCapacity(Capacity):
     model_config = {"populate_by_name": True}
 
 
-class SweepReport(BaseModel):
+class SweepReport(Record):
     """serving.json. A sweep written by an older fdb lacks the fields marked None (client-limited
     levels and warnings before the --search sweeps, repeat rows, provenance and tables before
     the table objects, server before external servers were recorded)."""
@@ -115,9 +116,6 @@ class SweepReport(BaseModel):
     tables: list[dict[str, Any]] | None = None  # SERVING.md's tables (fdb.tables.Table.dump)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path, fix: str) -> SweepReport | None:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fdb.errors import FdbError
+from fdb.io import Record
 from fdb.records import load_record
 from fdb.run_manifest import ServerProvenance
 
@@ -114,7 +115,7 @@ class UtteranceQuality(BaseModel):
     note: str | None = None
 
 
-class QualitySummary(BaseModel):
+class QualitySummary(Record):
     model_config = ConfigDict(populate_by_name=True)
 
     schema_: str = Field(QUALITY_SCHEMA, alias="schema")
@@ -136,9 +137,6 @@ class QualitySummary(BaseModel):
     mos_backend: dict[str, object] | None = None
     mos_label: str | None = None
     notes: list[str] = Field(default_factory=list)
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path) -> QualitySummary | None:
@@ -218,7 +216,7 @@ class TtsDataset(BaseModel):
     list_sha256: str
 
 
-class TtsRun(BaseModel):
+class TtsRun(Record):
     """run.json of a tts-bench: what was replayed, against which endpoint. ``server_provenance``
     is None in a run recorded before fdb kept it."""
 
@@ -232,9 +230,6 @@ class TtsRun(BaseModel):
     server_provenance: ServerProvenance | None = None
     prompt_wavs: dict[str, str] = Field(default_factory=dict)  # request id -> its prompt wav
     notes: list[str] = Field(default_factory=list)
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path) -> TtsRun:
@@ -263,7 +258,7 @@ class StopViolation(BaseModel):
     max_audio_s: float | None = None
 
 
-class TtsReport(BaseModel):
+class TtsReport(Record):
     """tts.json, the report of a tts-bench (``python -m fdb tts-bench``, ``--report-only``
     rebuilds it): run.json as ``run``, one ``LevelRow`` per level entry (``rows``: the mean over
     its measured rounds), every recorded round (``rounds``, cold ones included) and the entries'
@@ -284,9 +279,6 @@ class TtsReport(BaseModel):
     stop_violations: list[StopViolation] = Field(default_factory=list)
     provenance: dict[str, Any] | None = None  # fdb.provenance.Provenance as dumped
     tables: list[dict[str, Any]] | None = None  # TTS.md's tables, as tables/*.csv hold them
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
     @property
     def in_rounds(self) -> bool:

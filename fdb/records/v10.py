@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from fdb.errors import FdbError
+from fdb.io import Record
 
 UNIFIED_SCHEMA = "fdb-v1.0-unified-4"
 NOT_REACHED = "not_reached"
@@ -131,7 +132,7 @@ class UnifiedInputs(BaseModel):
     asr_backend: dict[str, object]
 
 
-class UnifiedResult(BaseModel):
+class UnifiedResult(Record):
     schema_: str = Field(UNIFIED_SCHEMA, alias="schema")
     definitions: str = UNIFIED_SCHEMA
     inputs: UnifiedInputs
@@ -141,9 +142,6 @@ class UnifiedResult(BaseModel):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 class RowBase(BaseModel):

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from fdb.io import read_json, sha256_file
+from fdb.io import Record, read_json, sha256_file
 from fdb.official_source import ICC_GT, PINNED_FILES, PINNED_REVISION, CheckoutCheck
 
 OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-2"
@@ -115,7 +115,7 @@ class OfficialRules(BaseModel):
     icc_gt: IccInfo | None = None
 
 
-class OfficialSummary(BaseModel):
+class OfficialSummary(Record):
     schema_: str = Field(OFFICIAL_SCHEMA, alias="schema")
     label: Literal["official rules, clean-room reimplementation (not the official evaluator)"] = (
         OFFICIAL_LABEL
@@ -127,9 +127,6 @@ class OfficialSummary(BaseModel):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 # --- evaluator.json
@@ -147,7 +144,7 @@ class EvaluatorSubset(BaseModel):
     note: str | None = None
 
 
-class EvaluatorSummary(BaseModel):
+class EvaluatorSummary(Record):
     schema_: str = Field(EVALUATOR_SCHEMA, alias="schema")
     label: str = EVALUATOR_LABEL
     checkout: str
@@ -164,9 +161,6 @@ class EvaluatorSummary(BaseModel):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     def revision_label(self) -> str:
         """The revision the evaluator ran at, as RESULTS.md and `score v10` show it."""

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fdb.io import Record
 from fdb.records import load_record
 from fdb.records.judge import JudgeSummary
 
@@ -91,7 +92,7 @@ class TimingVad(BaseModel):
     settings: dict[str, object]
 
 
-class TimingSummary(BaseModel):
+class TimingSummary(Record):
     schema_: str = Field(TIMING_SCHEMA, alias="schema")
     definitions: dict[str, object]
     manifest_sha256: str
@@ -100,9 +101,6 @@ class TimingSummary(BaseModel):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path) -> TimingSummary | None:
@@ -150,7 +148,7 @@ class CohortScores(BaseModel):
     inputs: dict[str, str]  # file -> sha256
 
 
-class TreeScores(BaseModel):
+class TreeScores(Record):
     """``OUT/summary.json`` of ``score v15 summarize``: per cohort (an exported tree scored
     outside the run layout) its populations, coverage, timing summary and judge summary."""
 
@@ -159,9 +157,6 @@ class TreeScores(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def load(cls, path: Path, fix: str) -> TreeScores | None:
