@@ -60,6 +60,30 @@ class TtsRequestRecord(Record):
     audio_path: str | None = None  # relative to the level directory
     headers: dict[str, str] = Field(default_factory=dict)  # the audio-describing response headers
 
+    @classmethod
+    def begin(
+        cls,
+        item,
+        index: int,
+        warmup: bool,
+        concurrency: int,
+        max_audio_s: float | None,
+        transport: Transport | None = None,
+    ) -> TtsRequestRecord:
+        """The record of a request about to be sent for ``item`` (a Seed-TTS row): ``ok`` until
+        the request fails."""
+        return cls(
+            id=item.id,
+            list_name=item.list_name,
+            index=index,
+            warmup=warmup,
+            concurrency=concurrency,
+            status="ok",
+            target_text=item.target_text,
+            max_audio_s=max_audio_s,
+            transport=transport,
+        )
+
 
 class TtsLevelSpec(Record):
     """level.json: one concurrency level of a run."""

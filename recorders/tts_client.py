@@ -373,16 +373,7 @@ async def synthesize(
     """Send one request and read its whole response. Never raises for a server's fault: the
     record's ``status`` is ``failed`` with the reason in ``error``."""
     body = build_body(item, opts)
-    record = TtsRequestRecord(
-        id=item.id,
-        list_name=item.list_name,
-        index=index,
-        warmup=warmup,
-        concurrency=concurrency,
-        status="ok",
-        target_text=item.target_text,
-        max_audio_s=opts.max_audio_s,
-    )
+    record = TtsRequestRecord.begin(item, index, warmup, concurrency, opts.max_audio_s)
     record.started_wall = datetime.now(UTC).isoformat(timespec="milliseconds")
     t0 = time.perf_counter()
     if level_t0 is not None:

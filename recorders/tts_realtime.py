@@ -182,16 +182,8 @@ async def synthesize_realtime(
     level_t0: float | None = None,
 ) -> tuple[TtsRequestRecord, bytes]:
     """One request over its own realtime session; never raises for the server's fault."""
-    record = TtsRequestRecord(
-        id=item.id,
-        list_name=item.list_name,
-        index=index,
-        warmup=warmup,
-        concurrency=concurrency,
-        status="ok",
-        target_text=item.target_text,
-        max_audio_s=opts.max_audio_s,
-        transport="realtime",
+    record = TtsRequestRecord.begin(
+        item, index, warmup, concurrency, opts.max_audio_s, transport="realtime"
     )
     record.started_wall = datetime.now(UTC).isoformat(timespec="milliseconds")
     pcm = bytearray()
