@@ -51,7 +51,7 @@ def judged(tmp_path_factory, fake_server):
     tmp = tmp_path_factory.mktemp("behavior")
     repeat = Repeat(tmp / "repeat-1", pairs=PAIRS).write()
     settings = JudgeSettings.custom(
-        judge_config(tmp / "judge"), fake_server.base_url, reference_source=REFERENCE, timeout_s=0.3
+        judge_config(tmp / "judge"), fake_server.base_url, reference_source=REFERENCE, timeout_s=1.5
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CUSTOM_JUDGE_API_KEY", CUSTOM_KEY)

@@ -43,7 +43,7 @@ def test_no_key_value_is_written_anywhere(tmp_path, fake, monkeypatch, capsys, c
     repeat = Repeat(work / "runs" / "r1" / "repeat-1", pairs=PAIRS, interrupts=INTERRUPTS).write()
     config = judge_config(tmp_path / "judge")
     settings = JudgeSettings.custom(
-        config, fake.base_url, reference_source=REFERENCE, timeout_s=0.3
+        config, fake.base_url, reference_source=REFERENCE, timeout_s=1.5
     )
     fake.control_mismatch = True
     assert judge_repeat(repeat, settings).semantic.status == "control_failed"
