@@ -48,6 +48,7 @@ from fdb.dialects.model import (
     Units,
 )
 from fdb.errors import FdbError
+from fdb.registry import Registry, known
 
 # Event names come from the server's event records (fdb.dialects.events): one vocabulary.
 GA_AUDIO = (event_type(OutputAudioDelta),)
@@ -194,10 +195,16 @@ OPENAI_BETA = Dialect(
     },
 )
 
-DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (TURN_BASED, NATIVE, NATIVE_80, LEGACY, OPENAI_GA, OPENAI_BETA)
-}
-BY_TRACE_FORMAT: dict[str, Dialect] = {d.trace_format: d for d in DIALECTS.values()}
+DIALECTS = Registry[Dialect](
+    "recorder profile",
+    {d.name: d for d in (TURN_BASED, NATIVE, NATIVE_80, LEGACY, OPENAI_GA, OPENAI_BETA)},
+    hint=known("profiles"),
+)
+BY_TRACE_FORMAT = Registry[Dialect](
+    "trace format",
+    {d.trace_format: d for d in DIALECTS.values()},
+    hint=known("trace formats"),
+)
 
 
 def dialects_help() -> str:
@@ -228,21 +235,8 @@ def check_bundled_dialect(system: str, profile: str) -> None:
 
 def get_dialect(name: str | Dialect) -> Dialect:
     """The registered dialect ``name``; an unknown name raises FdbError listing the known ones."""
-    if isinstance(name, Dialect):
-        return name
-    try:
-        return DIALECTS[name]
-    except KeyError:
-        raise FdbError(
-            f"unknown recorder profile {name!r}", f"known profiles: {', '.join(sorted(DIALECTS))}"
-        ) from None
+    return name if isinstance(name, Dialect) else DIALECTS[name]
 
 
 def dialect_for_trace_format(trace_format: str) -> Dialect:
-    try:
-        return BY_TRACE_FORMAT[trace_format]
-    except KeyError:
-        raise FdbError(
-            f"unknown trace format {trace_format!r}",
-            f"known trace formats: {', '.join(sorted(BY_TRACE_FORMAT))}",
-        ) from None
+    return BY_TRACE_FORMAT[trace_format]

