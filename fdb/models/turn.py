@@ -25,8 +25,7 @@ import numpy as np
 from fdb.errors import FdbError, MissingExtraError
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
-from fdb.models.packages import FASTER_WHISPER, ONNXRUNTIME, PIPECAT
-from fdb.provenance import package_version
+from fdb.models.packages import FASTER_WHISPER, ONNXRUNTIME, PIPECAT, package_version
 
 TURN_RATE = 16000
 WINDOW_S = 8
