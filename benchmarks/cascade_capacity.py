@@ -44,9 +44,14 @@ import threading
 from fractions import Fraction
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fdb.datasets.official import load_v10  # noqa: E402
+from fdb.datasets.synthetic import SynthSizes, generate_synthetic, synthetic_complete  # noqa: E402
 from fdb.dialects import get_dialect  # noqa: E402
 from fdb.records.serving import ServingRow  # noqa: E402
 from fdb.stats import quantile_ms  # noqa: E402
@@ -113,8 +118,6 @@ class RssSampler(threading.Thread):
 
 def synthetic_tree(folder: Path, sessions: int) -> Path:
     """A synthetic dataset with ``sessions`` candor_turn_taking samples; returns its v1.0 tree."""
-    from fdb.datasets.synthetic import SynthSizes, generate_synthetic, synthetic_complete
-
     if not synthetic_complete(folder):
         sizes = SynthSizes.build(0, 0, 0, counts=[f"{SUBSET}={sessions}"])
         generate_synthetic(folder, sizes=sizes)
@@ -153,8 +156,6 @@ def _free_port() -> int:
 def table(
     rows: list[ServingRow], latencies: dict[int, tuple[list[float], int]], peaks: dict[int, int]
 ):
-    from rich.table import Table
-
     out = Table(
         "sessions at once",
         "sessions",
@@ -213,10 +214,6 @@ def main() -> None:
         '\'{"type": "semantic_vad", "eagerness": "high"}\' (default: the sweep\'s server_vad)',
     )
     args = parser.parse_args()
-    from rich.console import Console
-
-    from fdb.datasets.official import load_v10
-
     console = Console(width=max(160, Console().width))
     output = args.output or Path(tempfile.mkdtemp(prefix="cascade-capacity-"))
     os.environ.setdefault("SERVER_PORT", str(_free_port()))

@@ -32,12 +32,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.support.realtime_client import Client  # noqa: E402
+from fdb.audio import float_to_pcm16, resample  # noqa: E402
+from fdb.models.tts import PiperTts  # noqa: E402
 
 QUESTIONS = (
     "What is the capital of France?",
@@ -61,9 +64,6 @@ class TurnTiming:
 
 def spoken_questions() -> list[bytes]:
     """Each question as 16 kHz PCM16: lead silence, the words (deterministic Piper), tail."""
-    from fdb.audio import float_to_pcm16, resample
-    from fdb.models.tts import PiperTts
-
     tts = PiperTts(deterministic=True)
     out = []
     for text in QUESTIONS:
@@ -83,8 +83,6 @@ def _free_port() -> int:
 
 
 def start_server(folder: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-
     config = folder / "launch.yaml"
     config.write_text(LAUNCH_YAML, encoding="utf-8")
     port = _free_port()

@@ -54,6 +54,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fdb.datasets.synthetic import ensure_synthetic  # noqa: E402
+from fdb.io import read_jsonl  # noqa: E402
+
 SELECT = [
     "--v15-per-subset",
     "0",
@@ -103,8 +106,6 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 def torn_files(root: Path) -> list[str]:
     """Files that a reader would choke on: JSON/JSONL that does not parse,
     WAV shorter than its header."""
-    from fdb.io import read_jsonl
-
     torn = []
     for path in sorted(root.rglob("*")):
         if (
@@ -180,8 +181,6 @@ class Fault:
 
 class Battery:
     def __init__(self, work: Path, seed: str):
-        from fdb.datasets.synthetic import ensure_synthetic
-
         self.work = work
         ensure_synthetic(work, v10_per_subset=1, v15_per_category=1)
         self.shim = SHIM

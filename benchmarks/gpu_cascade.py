@@ -36,6 +36,9 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
+import yaml
+from rich.console import Console
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -45,9 +48,13 @@ from benchmarks.cascade_capacity import (  # noqa: E402
     speech_end_latencies,
     synthetic_tree,
 )
+from benchmarks.gpu_tts import TINY as TINY_CSM  # noqa: E402
 from benchmarks.support.gpu_sweep import DATASET_HELP, sweep_args  # noqa: E402
+from fdb.datasets.official import load_v10  # noqa: E402
+from fdb.io import atomic_write_json, atomic_write_text  # noqa: E402
 from fdb.records.serving import ServingRow  # noqa: E402
 from fdb.stats import quantile_ms  # noqa: E402
+from runs.server import ManagedServer  # noqa: E402
 from runs.sweep import SweepOptions, level_dir, parse_levels, sweep  # noqa: E402
 from runs.sweep_args import parse_record_options  # noqa: E402
 
@@ -109,10 +116,6 @@ def launch_file(
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap, CSM's
     codec and (--tiny) the CPU configuration."""
-    import yaml
-
-    from fdb.io import atomic_write_text
-
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -125,8 +128,6 @@ def launch_file(
     tts["device"] = "cpu" if tiny else device
     tts["codec"] = codec
     if tiny:
-        from benchmarks.gpu_tts import TINY as TINY_CSM
-
         tts.update(dtype="float32", max_batch=4, max_len=256)
         tts["weights"] = {**tts["weights"], "overrides": TINY_CSM}
     return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
@@ -151,12 +152,6 @@ def level_summary(row: ServingRow, latencies: tuple[list[float], int]) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from rich.console import Console
-
-    from fdb.datasets.official import load_v10
-    from fdb.io import atomic_write_json
-    from runs.server import ManagedServer
-
     out = args.out
     levels = parse_levels(args.levels)
     sessions = args.sessions or max(levels)

@@ -46,6 +46,7 @@ TINY = dict(
 def variants(
     device: str, dtype, batch: int, codebooks: int, tiny: bool
 ) -> list[tuple[str, object]]:
+    # lazy: torch and transformers are the optional gpu extra; the module imports without them
     import torch
     from transformers import MimiConfig, MimiModel
     from transformers.cache_utils import DynamicCache
@@ -99,6 +100,7 @@ def variants(
 
 
 def main() -> int:
+    # lazy: torch is the optional gpu/embedded extra; the module imports without it (--help)
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -26,13 +26,18 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+from rich.console import Console
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.cascade_capacity import SUBSET, _free_port, synthetic_tree  # noqa: E402
-from benchmarks.gpu_tts import MIMI_TINY  # noqa: E402
+from benchmarks.gpu_tts import MIMI_TINY, _kernels, _timed  # noqa: E402
 from benchmarks.support.gpu_sweep import sweep_args  # noqa: E402
+from fdb.io import atomic_write_json, atomic_write_text  # noqa: E402
 from fdb.records.serving import ServingRow  # noqa: E402
+from runs.server import ManagedServer  # noqa: E402
 from runs.sweep import SweepOptions, parse_levels, sweep  # noqa: E402
 from runs.sweep_args import parse_record_options  # noqa: E402
 
@@ -65,6 +70,7 @@ def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "str
     fused layers the server runs; then the step again on the modules' own operations
     (``fuse`` off), eager and captured, with each eager step's kernel count: the A/B of
     serving.gpu.slots.fuse_layers."""
+    # lazy: torch and serving.gpu (built on it) are optional; the module imports without them
     import torch
 
     from serving.gpu.moshi import MoshiEngine, MoshiOptions
@@ -94,9 +100,8 @@ def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "str
 
 
 def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict:
+    # lazy: torch is the optional gpu/embedded extra; the module imports without it (--help)
     import torch
-
-    from benchmarks.gpu_tts import _kernels, _timed
 
     part: dict = {
         "warm_s": engine.warm_s,
@@ -124,10 +129,6 @@ def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict
 def launch_file(
     path: Path, sessions: int, device: str, tiny: bool, codec: str = "streaming"
 ) -> Path:
-    import yaml
-
-    from fdb.io import atomic_write_text
-
     model = {
         "kind": "moshi_gpu",
         "device": "cpu" if tiny else device,
@@ -161,11 +162,6 @@ def level_summary(row: ServingRow) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from rich.console import Console
-
-    from fdb.io import atomic_write_json
-    from runs.server import ManagedServer
-
     out = args.out
     levels = parse_levels(args.levels)
     profile = (

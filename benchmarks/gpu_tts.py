@@ -29,10 +29,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cascade_capacity import _free_port  # noqa: E402
+from fdb.io import atomic_write_text  # noqa: E402
+from runs.server import ManagedServer  # noqa: E402
 
 MIMI_TINY = {  # the tiny Mimi of the tiny CSM (and of gpu_native's tiny Moshi)
     "model_type": "mimi",
@@ -73,6 +78,7 @@ def profile_steps(tiny: bool, batches: list[int], codec: str = "streaming") -> d
     """The batched frame step at each batch, eager and as a CUDA graph replay, with its kernel
     count and their GPU time, and Mimi's decode: with the fused layers the server runs, then on
     the modules' own operations (``fuse`` off), the A/B of serving.gpu.slots.fuse_layers."""
+    # lazy: torch and serving.gpu (built on it) are optional; the module imports without them
     import torch
 
     from serving.gpu.csm import CsmEngine, CsmOptions
@@ -104,6 +110,7 @@ def profile_steps(tiny: bool, batches: list[int], codec: str = "streaming") -> d
 
 
 def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict:
+    # lazy: torch is the optional gpu/embedded extra; the module imports without it (--help)
     import torch
 
     part: dict = {}
@@ -133,7 +140,7 @@ def _profile_prefill(engine, device: str) -> dict:
     stopped first, so the slot is not stepped): the prefill of a 60-character text alone, and
     with a 3 s voice reference (its codes cached, as for a reference sent again; the decoder
     primed with its last frames)."""
-    import numpy as np
+    # lazy: torch and serving.gpu (built on it) are optional; the module imports without them
     import torch
 
     from serving.gpu.csm import _Request
@@ -151,6 +158,7 @@ def _profile_prefill(engine, device: str) -> dict:
 
 
 def _timed(fn, device: str, repeats: int = 20) -> float:
+    # lazy: torch is the optional gpu/embedded extra; the module imports without it (--help)
     import torch
 
     for _ in range(3):
@@ -173,6 +181,7 @@ def _timed(fn, device: str, repeats: int = 20) -> float:
 
 def _kernels(fn) -> dict:
     """Kernels launched by one eager step and their summed GPU time (torch.profiler)."""
+    # lazy: torch is the optional gpu/embedded extra; the module imports without it (--help)
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -187,10 +196,6 @@ def _kernels(fn) -> dict:
 
 def launch_file(path: Path, tiny: bool, codec: str) -> Path:
     """gpu-tts's launch file with ``codec``; with ``tiny`` the tiny CSM on CPU in float32."""
-    import yaml
-
-    from fdb.io import atomic_write_text
-
     tts = {
         "kind": "csm_gpu",
         "codec": codec,
@@ -204,8 +209,6 @@ def launch_file(path: Path, tiny: bool, codec: str) -> Path:
 
 
 def serve_and_bench(args, out: Path) -> dict:
-    from runs.server import ManagedServer
-
     config = args.config
     if config is None and (args.tiny or args.codec != "streaming"):
         config = launch_file(out / "launch.yaml", args.tiny, args.codec)

@@ -34,7 +34,10 @@ sys.path.insert(0, str(ROOT))
 from fdb.audio import wav_bytes  # noqa: E402
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_bytes, sha256_file  # noqa: E402
 from fdb.models import BackendIdentity  # noqa: E402
+from fdb.models.vad import SileroVad  # noqa: E402
 from fdb.records import AsrReceipt, AsrSampleReceipt, ExportManifest, ExportSample  # noqa: E402
+from scorers.v10_official import score_official  # noqa: E402
+from scorers.v10_unified import score_unified  # noqa: E402
 
 RATE = 16000
 SUBSETS = {
@@ -176,17 +179,12 @@ def main() -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the tree")
     args = parser.parse_args()
-    from scorers.v10_official import score_official
-    from scorers.v10_unified import score_unified
-
     out = args.out or Path(tempfile.mkdtemp(prefix="fdb-score-v10-"))
     gt = read_json(args.icc_gt) if args.icc_gt.exists() else None
     t0 = time.perf_counter()
     write_tree(out, gt)
     t1 = time.perf_counter()
     if args.vad == "silero":
-        from fdb.models.vad import SileroVad
-
         vad = SileroVad()
     else:
         vad = NonzeroSegments()

@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from fdb.audio import wav_bytes
-from fdb.io import atomic_write_bytes, atomic_write_json, sha256_file
-from fdb.records import ExportManifest, ExportSample
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file too, not only with -m
+
+from benchmarks.support.listening_build import OUT_RATE, write_session  # noqa: E402
+from benchmarks.support.treebuild import FixedSegments  # noqa: E402
+from fdb.audio import resample, wav_bytes  # noqa: E402
+from fdb.io import atomic_write_bytes, atomic_write_json, sha256_file  # noqa: E402
+from fdb.models.tts import PiperTts  # noqa: E402
+from fdb.models.vad import SileroVad  # noqa: E402
+from fdb.records import ExportManifest, ExportSample  # noqa: E402
+from scorers.listening import score_listening  # noqa: E402
+from scorers.v15_timing import score_v15_timing  # noqa: E402
 
 SIZES = {
     "user_interruption": 200,
@@ -76,17 +86,11 @@ def build(root: Path, pairs: int) -> None:
 
 def _vad(name: str):
     if name == "injected":
-        from benchmarks.support.treebuild import FixedSegments
-
         return FixedSegments()
-    from fdb.models.vad import SileroVad
-
     return SileroVad(onnx=name == "silero-onnx")
 
 
 def time_timing(pairs: int, vad_name: str) -> None:
-    from scorers.v15_timing import score_v15_timing
-
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "reference-audio"
         t0 = time.perf_counter()
@@ -108,11 +112,6 @@ def time_timing(pairs: int, vad_name: str) -> None:
 
 
 def time_listening(replies: int) -> None:
-    from benchmarks.support.listening_build import OUT_RATE, write_session
-    from fdb.audio import resample
-    from fdb.models.tts import PiperTts
-    from scorers.listening import score_listening
-
     tts = PiperTts(deterministic=True)
     text = "The library opens at nine in the morning and closes at six, except on Sundays."
     audio = resample(tts.synthesize(text), tts.rate, OUT_RATE)

@@ -39,6 +39,9 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -227,8 +230,6 @@ def launch_yaml(python: Path, paths: dict[str, str], ports: dict[str, int], data
 
 
 def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float) -> float:
-    import httpx
-
     began = time.monotonic()
     while time.monotonic() - began < timeout_s:
         if process.poll() is not None:
@@ -322,8 +323,6 @@ def main() -> int:
         json.dumps({"voices_dir": paths["voices"], "api_default_voice": "en_US-joe-medium"})
     )
     ports = {role: free_port() for role in ("llm", "asr", "tts", "fdb")}
-    import yaml
-
     config = work / "launch.yaml"
     config.write_text(yaml.safe_dump(launch_yaml(python, paths, ports, data_dir), sort_keys=False))
     log(f"wrote {config}")
@@ -355,8 +354,6 @@ def main() -> int:
         figures["startup_s"] = round(
             wait_healthy(f"http://127.0.0.1:{ports['fdb']}/health", server, 900), 1
         )
-        import httpx
-
         caps = httpx.get(
             f"http://127.0.0.1:{ports['fdb']}/v1/realtime/capabilities", timeout=10
         ).json()

@@ -388,6 +388,35 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts)
 
 
+_URL = re.compile(r"\b(?:https?|wss?)://[^\s\"'<>]+")
+
+
+def redact_command(argv: list[str]) -> list[str]:
+    """Drop values of options that might carry secrets, and the secrets of URLs
+    (:func:`redact_url`: query keys/tokens, ``user:password@``). An argument holding a
+    URL is only URL-redacted, so a ``?token=`` in it does not hide the next argument."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        if _URL.search(arg):
+            out.append(_URL.sub(lambda m: redact_url(m.group(0)), arg))
+            continue
+        lowered = arg.lower()
+        if any(k in lowered for k in ("key", "token", "secret", "password")):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
 def redact_secrets(text: str) -> str:
     """``text`` without any secret-looking environment value and without ``sk-...`` tokens."""
     return redact_values(text, secret_values())
@@ -402,9 +431,6 @@ def append_debug_log(exc: BaseException, argv: list[str]) -> Path | None:
     $FDB_WORK/logs/fdb-debug.log, or, when that cannot be written, fdb-debug-UID.log in the temp
     directory. One O_APPEND write per entry, so concurrent commands never interleave within one.
     Returns the file written, or None when neither could be."""
-    # lazy: breaks the cycle fdb.io <-> fdb.provenance (which imports fdb.io)
-    from fdb.provenance import redact_command
-
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     header = (
         f"=== {stamp} pid {os.getpid()}: python -m fdb {' '.join(redact_command(list(argv)))}\n"

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import functools
 import platform
-import re
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 from pydantic import BaseModel
 
 import fdb
-from fdb.io import redact_url
-from fdb.models.packages import PROVENANCE_RUNTIMES
+from fdb.io import redact_command
+from fdb.models.packages import PROVENANCE_RUNTIMES, package_version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORE_PACKAGES = (
@@ -62,42 +60,6 @@ def git_revision() -> str | None:
         return rev + ("+dirty" if dirty else "")
     except Exception:
         return None
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-_URL = re.compile(r"\b(?:https?|wss?)://[^\s\"'<>]+")
-
-
-def redact_command(argv: list[str]) -> list[str]:
-    """Drop values of options that might carry secrets, and the secrets of URLs
-    (:func:`fdb.io.redact_url`: query keys/tokens, ``user:password@``). An argument holding a
-    URL is only URL-redacted, so a ``?token=`` in it does not hide the next argument."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("<redacted>")
-            hide_next = False
-            continue
-        if _URL.search(arg):
-            out.append(_URL.sub(lambda m: redact_url(m.group(0)), arg))
-            continue
-        lowered = arg.lower()
-        if any(k in lowered for k in ("key", "token", "secret", "password")):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=<redacted>")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
 
 
 def current(packages: tuple[str, ...] = CORE_PACKAGES) -> Provenance:

@@ -146,3 +146,20 @@ def test_a_crossing_import_breaks_its_contract(tree_copy, case):
     assert broken(result) == contracts, result.stdout
     crossing = where.removesuffix(".py").replace("/", ".")
     assert f"{crossing} -> " in result.stdout, result.stdout  # the report names the import
+
+
+def test_an_import_cycle_in_fdb_breaks_the_acyclic_contract(tree_copy):
+    """Two modules of the ground floor that import each other (one lazily: that counts too)."""
+    first, second = tree_copy / "fdb" / "_cycle_a.py", tree_copy / "fdb" / "_cycle_b.py"
+    first.write_text('"""One side."""\n\nimport fdb._cycle_b  # noqa: F401\n')
+    second.write_text('"""The other."""\n\n\ndef back():\n    import fdb._cycle_a  # noqa: F401\n')
+    try:
+        result = lint_imports(tree_copy)
+    finally:
+        first.unlink()
+        second.unlink()
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert broken(result) == {
+        "no import cycles among the modules of fdb, scorers, judges, runs and reports"
+    }, result.stdout
+    assert "._cycle_" in result.stdout, result.stdout  # the report names the import to cut

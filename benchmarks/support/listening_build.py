@@ -82,6 +82,7 @@ def add_clicks(
 
 
 def pitch_up(audio: np.ndarray, rate: int, semitones: float = 4.0) -> np.ndarray:
+    # lazy: librosa is the optional embedded extra (and slow to import); only pitch_up needs it
     import librosa
 
     return librosa.effects.pitch_shift(audio.astype(np.float32), sr=rate, n_steps=semitones).astype(

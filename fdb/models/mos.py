@@ -19,8 +19,7 @@ import numpy as np
 from fdb.errors import FdbError
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, load_torchscript_checkpoint, require_package
-from fdb.models.packages import SPEECHMOS
-from fdb.provenance import package_version
+from fdb.models.packages import SPEECHMOS, package_version
 
 MOS_RATE = 16000
 

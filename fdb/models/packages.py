@@ -10,6 +10,7 @@ distribution whose version provenance records, the fdb extra that brings it (pyp
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import NamedTuple
 
 
@@ -116,3 +117,10 @@ PROVENANCE_RUNTIMES = (
     PIPER_TTS,
     LLAMA_CPP,
 )
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None

@@ -11,8 +11,7 @@ import numpy as np
 
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
-from fdb.models.packages import JOE_VOICE, PIPER_TTS
-from fdb.provenance import package_version
+from fdb.models.packages import JOE_VOICE, PIPER_TTS, package_version
 
 # espeak-ng, Piper's phonemizer, is one library state per process and not thread-safe: every
 # voice of the process phonemizes under this lock.

@@ -26,8 +26,7 @@ import numpy as np
 from fdb.errors import FdbError, MissingExtraError
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
-from fdb.models.packages import FASTER_WHISPER, ONNXRUNTIME, PIPECAT
-from fdb.provenance import package_version
+from fdb.models.packages import FASTER_WHISPER, ONNXRUNTIME, PIPECAT, package_version
 from fdb.registry import Registry, choose_one_of_sorted
 
 TURN_RATE = 16000

@@ -15,8 +15,7 @@ import numpy as np
 
 from fdb.io import sha256_file
 from fdb.models import BackendIdentity, require_package
-from fdb.models.packages import SILERO_VAD, TORCH
-from fdb.provenance import package_version
+from fdb.models.packages import SILERO_VAD, TORCH, package_version
 
 VAD_RATE = 16000
 FRAME = 512  # Silero's window at 16 kHz (32 ms)
