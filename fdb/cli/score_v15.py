@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fdb.cli import configure_logging
+from fdb.cli.declared import declared_for
 from fdb.errors import FdbError
 from fdb.io import read_jsonl
 from fdb.settings import load_settings
@@ -229,9 +230,6 @@ def summarize(
     populations (declared, selected, eligible), protocol verdicts, ineligibility reasons, ASR and
     timing coverage, every pair not evaluated with its reason, and the timing and judge summaries
     as written. Each pair not evaluated is named on one line."""
-    # lazy: breaks the cycle fdb.cli.score <-> score_v15 (score imports v15_app from here)
-    from fdb.cli.score import declared_for
-
     # lazy: keeps `fdb --help` fast; loaded when the command runs
     from reports.v15_tree import summarize_cohort, write_scores
 
