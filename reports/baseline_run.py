@@ -15,17 +15,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from fdb.errors import FdbError
-from fdb.io import read_json
 from fdb.layout import RepeatPaths, RunPaths
 from fdb.records import ExportManifest, asr_backend, load_rows
 from fdb.records.judge import JudgeSummary
 from fdb.records.listening import ListeningScores, ListeningSummary
-from fdb.records.v10 import InterruptRow, PauseRow, SampleRow, read_sample_rows
+from fdb.records.v10 import InterruptRow, PauseRow, SampleRow, UnifiedStamp, read_sample_rows
 from fdb.records.v15 import SessionIntervals, TimingSummary
 from reports.baseline_sources import _digest, _ident, _load
 from reports.observations import Observations, Series
@@ -57,17 +54,6 @@ EXPORT_HINT = (
 
 def _sample_rows(path: Path) -> list[SampleRow]:
     return read_sample_rows(path, DAMAGED_HINT) if path.is_file() else []
-
-
-def _read(path: Path) -> Any:
-    if not path.is_file():
-        return None
-    try:
-        return read_json(path)
-    except json.JSONDecodeError as exc:
-        raise FdbError(
-            f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})", DAMAGED_HINT
-        ) from None
 
 
 def check_scored(rep: RepeatPaths, run: str, manifest: dict) -> None:
@@ -262,9 +248,9 @@ def comparability(manifest: dict, repeats: list[RepeatPaths]) -> dict[str, str |
         keys[f"dataset.{name}.revision"] = use.get("revision")
         keys[f"dataset.{name}.selection"] = _digest(sorted(use.get("sample_ids") or []))
     rep = repeats[0]
-    # unified.json stays a dict here: a repeat scored under an older unified schema (which
+    # Only unified.json's stamp: a repeat scored under an older unified schema (which
     # UnifiedResult does not read) is still compared by the definitions it names.
-    unified = _read(rep.v10_reference / "unified.json") or {}
+    unified = UnifiedStamp.load(rep.v10_reference / "unified.json", DAMAGED_HINT) or UnifiedStamp()
     timing = TimingSummary.load(rep.scores / "summary.json")
     listening = ListeningSummary.load(rep.root / "listening" / "summary.json")
     judge = JudgeSummary.load(rep.root / "judge.json")
@@ -277,14 +263,12 @@ def comparability(manifest: dict, repeats: list[RepeatPaths]) -> dict[str, str |
     keys.update(
         {
             "backend.asr": _ident(asr_backend(rep.v10_reference)),
-            "backend.vad": _ident(
-                unified.get("vad") or (timing.vad.model_dump() if timing else None)
-            ),
+            "backend.vad": _ident(unified.vad or (timing.vad.model_dump() if timing else None)),
             "backend.listening_asr": _ident(backends.get("asr")),
             "backend.mos": _ident(backends.get("mos")),
             "backend.speaker": _ident(backends.get("speaker")),
             "backend.judge": _ident(judge.judge) if judged else None,
-            "definitions.v10_unified": unified.get("definitions"),
+            "definitions.v10_unified": unified.definitions,
             "definitions.v15_timing": _digest(timing.definitions) if timing else None,
             "definitions.listening": _digest(listening.definitions) if listening else None,
         }

@@ -2,7 +2,7 @@
 
 Per repeat: ``scores/summary.json`` (TimingSummary), ``scores/intervals.jsonl``
 (SessionIntervals), ``v10/reference/unified.json`` (UnifiedResult, only when
-``reports.v10.unified_problem`` finds it current) with ``unified-samples.jsonl`` (sample rows),
+``reports.v10.load_unified`` finds it current) with ``unified-samples.jsonl`` (sample rows),
 the judges' behavior and semantic summaries (``judge.json``, else the one ``judge-*/`` and
 ``semantic-*/`` directory) and ``listening/summary.json`` (ListeningSummary). A missing file is
 "not measured"; a file that does not parse is an error naming it.
@@ -27,7 +27,7 @@ from fdb.records.serving import Capacity, SweepReport
 from fdb.records.v10 import SampleRow, UnifiedResult, sample_row
 from fdb.records.v15 import SessionIntervals, TimingSummary
 from fdb.run_manifest import RunManifest
-from reports.v10 import unified_problem
+from reports.v10 import load_unified
 
 JUDGED = ("complete", "has_failures")  # statuses whose labels or grades are measurements
 SCORE_FIX = "rescore the repeat (python -m fdb asr --run-name RUN --repeat N), or leave the run out"
@@ -143,22 +143,14 @@ def _unified(reader: _Reader, rep: RepeatPaths, data: RepeatData) -> None:
     path = rep.v10_reference / "unified.json"
     if not path.is_file() and not (rep.v10_reference / "manifest.json").is_file():
         return  # this repeat left v1.0 out
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except ValueError as exc:
-        raise FdbError(
-            f"{path} is not valid JSON ({exc})",
-            f"rescore it: python -m fdb score v10 --tree {rep.v10_reference}",
-        ) from exc
-    data.unified_problem = unified_problem(rep, raw)
+    data.unified, data.unified_problem = load_unified(rep)
     if data.unified_problem is not None:
         data.notes.append(
             f"repeat-{rep.number}: v1.0 unified metrics not used ({data.unified_problem})"
         )
         return
-    for name in ("manifest.json", "asr.json"):
+    for name in ("manifest.json", "asr.json", "unified.json"):
         reader.use(rep.v10_reference / name)
-    data.unified = reader.model(UnifiedResult, path)
     data.v10_rows = reader.rows(
         rep.v10_reference / "unified-samples.jsonl", partial(sample_row, fix=SCORE_FIX)
     )

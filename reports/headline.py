@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fdb.layout import RunPaths
+from fdb.records.v10 import LatencyQuantiles, Share, UnifiedResult
 from reports.cells import interval, mean_sd, percent, seconds, table
 from reports.v10 import replies_section
 
@@ -20,13 +21,13 @@ HEADLINE = {
 }
 
 
-def _cell(metric: dict) -> str:
-    if "wilson95" in metric:
+def _cell(metric: Share | LatencyQuantiles) -> str:
+    if isinstance(metric, Share):
         return (
-            f"{percent(metric['value'])} {interval(metric['wilson95'], percent)} "
-            f"({metric['count']}/{metric['n']})"
+            f"{percent(metric.value)} {interval(metric.wilson95, percent)} "
+            f"({metric.count}/{metric.n})"
         )
-    return f"{seconds(metric['median_s'])} s {interval(metric['median_bootstrap95'])}"
+    return f"{seconds(metric.median_s)} s {interval(metric.median_bootstrap95)}"
 
 
 def headline(run: RunPaths, data: dict) -> str:
@@ -58,15 +59,16 @@ def headline(run: RunPaths, data: dict) -> str:
             rows,
         ) + [""]
     unified = data.get("v1.0_unified") or {}
-    for repeat, result in unified.items():
+    for repeat, dumped in unified.items():
+        result = UnifiedResult.model_validate(dumped)  # the record reports.v10 dumped
         rows = []
-        for name, subset in result["subsets"].items():
+        for name, subset in result.subsets.items():
             cells = [
-                f"{label} {_cell(subset['metrics'][key])}"
-                for label, key in HEADLINE[subset["task"]]
+                f"{label} {_cell(getattr(subset.metrics, key))}"
+                for label, key in HEADLINE[subset.task]
             ]
-            counts = subset["counts"]
-            rows.append([name, f"{counts['eligible']}/{counts['selected']}", "; ".join(cells)])
+            counts = subset.counts
+            rows.append([name, f"{counts.eligible}/{counts.selected}", "; ".join(cells)])
         lines += [f"v1.0 unified, {repeat} (95% intervals)", ""]
         lines += table(["subset", "eligible/selected", "headline"], rows) + [""]
     repeats = run.repeats()

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pydantic import ValidationError
-
 from fdb.datasets.types import V10_TASK
-from fdb.errors import FdbError
-from fdb.io import read_json, sha256_file
+from fdb.io import sha256_file
 from fdb.layout import RepeatPaths
 from fdb.records import ExportManifest, OfficialTranscript
-from fdb.records.judge import RelevanceSummary
+from fdb.records.judge import JudgeSummary, RelevanceSummary
 from fdb.records.v10 import (
     UNIFIED_SCHEMA,
     InterruptMetrics,
@@ -24,6 +19,7 @@ from fdb.records.v10 import (
     TurnMetrics,
     TurnRow,
     UnifiedResult,
+    UnifiedStamp,
     read_sample_rows,
 )
 from fdb.records.v10_reference import (
@@ -175,10 +171,6 @@ def _evaluator_note(evaluators: dict[int, object]) -> str:
     )
 
 
-def _load(path: Path):
-    return read_json(path) if path.exists() else None
-
-
 def _metric_row(name: str, m: Metric) -> dict[str, str]:
     return dict(zip([c.key for c in METRIC_COLUMNS], _metric_cells(name, m), strict=True))
 
@@ -219,8 +211,7 @@ def unified_section(repeats: list[RepeatPaths]) -> Section:
     for rep in repeats:
         if not (rep.v10_reference / "manifest.json").exists() and not rep.v10_recording.exists():
             continue  # this repeat left v1.0 out
-        unified = _load(rep.v10_reference / "unified.json")
-        result, problem = _unified(rep, unified)
+        result, problem = load_unified(rep)
         heading = f"repeat-{rep.number}"
         if result is None:
             section.lines += [
@@ -230,7 +221,7 @@ def unified_section(repeats: list[RepeatPaths]) -> Section:
                 "",
             ]
             continue
-        section.data[heading] = unified
+        section.data[heading] = result.dump()
         section.lines += [
             f"### {heading}",
             "",
@@ -251,50 +242,42 @@ def unified_section(repeats: list[RepeatPaths]) -> Section:
     return section
 
 
-def _unified(rep: RepeatPaths, unified: dict | None) -> tuple[UnifiedResult | None, str | None]:
-    """A repeat's unified.json as its record, or why it cannot be shown."""
-    problem = unified_problem(rep, unified)
-    if problem is not None:
-        return None, problem
-    try:
-        return UnifiedResult.model_validate(unified), None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        return (
-            None,
-            f"unified.json does not parse ({'.'.join(str(p) for p in first['loc'])}: "
-            f"{first['msg']})",
-        )
+STALE = {
+    "manifest.json": "unified.json is stale: its manifest.json hash differs from the export's",
+    "asr.json": "unified.json is stale: its asr.json hash differs from the ASR receipt's",
+}
 
 
-def unified_problem(rep: RepeatPaths, unified: dict | None) -> str | None:
-    """Why a repeat's unified.json cannot be shown (missing, stale, unsupported, incomplete),
-    or None."""
+def load_unified(rep: RepeatPaths) -> tuple[UnifiedResult | None, str | None]:
+    """A repeat's unified.json as its record, or why it cannot be shown (an input or the file
+    missing, an unsupported version, stale, incomplete). A damaged one (not JSON, or a current
+    version that is not a ``UnifiedResult``) is an FdbError naming it and the backfill."""
     tree = rep.v10_reference
     for name in ("manifest.json", "asr.json"):
         if not (tree / name).exists():
-            return f"v10/reference/{name} is missing"
-    if unified is None:
-        return "v10/reference/unified.json is missing"
-    if unified.get("schema") != UNIFIED_SCHEMA:
-        return (
-            f"unified.json has the unsupported version {unified.get('schema')!r} "
+            return None, f"v10/reference/{name} is missing"
+    path = tree / "unified.json"
+    stamp = UnifiedStamp.load(path, backfill_hint(rep))
+    if stamp is None:
+        return None, "v10/reference/unified.json is missing"
+    if stamp.schema_ != UNIFIED_SCHEMA:
+        return None, (
+            f"unified.json has the unsupported version {stamp.schema_!r} "
             f"(fdb reads {UNIFIED_SCHEMA})"
         )
-    inputs = unified.get("inputs") or {}
-    if inputs.get("manifest_sha256") != sha256_file(tree / "manifest.json"):
-        return "unified.json is stale: its manifest.json hash differs from the export's"
-    if inputs.get("asr_sha256") != sha256_file(tree / "asr.json"):
-        return "unified.json is stale: its asr.json hash differs from the ASR receipt's"
+    stale = stamp.stale(sha256_file(tree / "manifest.json"), sha256_file(tree / "asr.json"))
+    if stale is not None:
+        return None, STALE[stale]
     if not (tree / "unified-samples.jsonl").exists():
-        return "the output pair is incomplete: v10/reference/unified-samples.jsonl is missing"
+        return None, "the output pair is incomplete: v10/reference/unified-samples.jsonl is missing"
+    result = UnifiedResult.load(path, backfill_hint(rep))
     manifest = ExportManifest.load(tree / "manifest.json", backfill_hint(rep))
     subsets = {s.subset for s in manifest.samples} if manifest else set()
-    scored = set(unified.get("subsets", {})) | set(unified.get("not_scored", {}))
+    scored = set(result.subsets) | set(result.not_scored)
     missing = sorted(sub for sub in subsets - scored if V10_TASK.get(sub) != "backchannel")
     if missing:
-        return f"subset(s) {', '.join(missing)} incomplete in unified.json"
-    return None
+        return None, f"subset(s) {', '.join(missing)} incomplete in unified.json"
+    return result, None
 
 
 def backfill_hint(rep: RepeatPaths) -> str:
@@ -324,12 +307,13 @@ def _coverage(heading: str, unified: UnifiedResult) -> Table:
 def _relevance_states(
     repeats: list[RepeatPaths], statuses: tuple[str, ...]
 ) -> list[RelevanceSummary]:
-    """The relevance summaries of judge.json in the given statuses (read through their record)."""
+    """The relevance summaries of judge.json in the given statuses (read through its record)."""
     found = []
     for rep in repeats:
-        rel = (_load(rep.root / "judge.json") or {}).get("relevance")
-        if rel and rel.get("status") in statuses:
-            found.append(RelevanceSummary.model_validate(rel))
+        judge = JudgeSummary.load(rep.root / "judge.json")
+        rel = judge.relevance if judge is not None else None
+        if rel is not None and rel.status in statuses:
+            found.append(rel)
     return found
 
 
@@ -366,8 +350,11 @@ def _official_row(
 
 
 def official_section(repeats: list[RepeatPaths]) -> Section:
-    per_repeat = {r.number: _load(r.v10_reference / "official.json") for r in repeats}
-    found = {n: s for n, s in per_repeat.items() if s}
+    per_repeat = {
+        r.number: OfficialSummary.load(r.v10_reference / "official.json", backfill_hint(r))
+        for r in repeats
+    }
+    found = {n: s for n, s in per_repeat.items() if s is not None}
     heading = "v1.0 official-rule reference"
     section = Section([f"## {heading}", ""], {})
     if not found:
@@ -383,40 +370,26 @@ def official_section(repeats: list[RepeatPaths]) -> Section:
     ]
     if evaluators:
         section.lines += [_evaluator_note(evaluators), ""]
-    typed = [_official(n, s, repeats) for n, s in found.items()]
-    subsets = sorted({k for s in typed for k in s.subsets})
+    subsets = sorted({k for s in found.values() for k in s.subsets})
     table = results_table(heading, "", official_columns(bool(evaluators)))
     for name in subsets:
-        cells = [c for c in (s.subsets.get(name) for s in typed) if c]
+        cells = [c for c in (s.subsets.get(name) for s in found.values()) if c]
         extra = _evaluator_cells(name, cells[0].task, evaluators) if evaluators else {}
         table.add(**_official_row(name, cells, relevance), **extra)
     by_number = {r.number: r for r in repeats}
-    missing = [f"repeat-{n}" for n, s in per_repeat.items() if not s and _holds_v10(by_number[n])]
+    missing = [
+        f"repeat-{n}" for n, s in per_repeat.items() if s is None and _holds_v10(by_number[n])
+    ]
     section.show(table)
     if missing:
         section.lines += [f"Not evaluated yet: {', '.join(missing)}.", ""]
     section.lines += [f"{note}." for note in evaluator_notes] + ([""] if evaluator_notes else [])
-    section.data = {f"repeat-{n}": s for n, s in found.items()}
+    section.data = {f"repeat-{n}": s.dump() for n, s in found.items()}
     if evaluators:
         section.data["original_evaluator"] = {
             f"repeat-{n}": e.dump() for n, e in evaluators.items()
         }
     return section
-
-
-def _official(number: int, raw: dict, repeats: list[RepeatPaths]) -> OfficialSummary:
-    """A repeat's official.json through its record; one that does not parse is an error naming
-    it."""
-    try:
-        return OfficialSummary.model_validate(raw)
-    except ValidationError as exc:
-        rep = next(r for r in repeats if r.number == number)
-        first = exc.errors()[0]
-        raise FdbError(
-            f"{rep.v10_reference / 'official.json'}: {'.'.join(str(p) for p in first['loc'])}: "
-            f"{first['msg']}",
-            backfill_hint(rep),
-        ) from exc
 
 
 def _holds_v10(rep: RepeatPaths) -> bool:

@@ -27,7 +27,7 @@ from fdb.datasets.types import category_key
 from fdb.errors import FdbError
 from fdb.io import atomic_write_json, atomic_write_text, read_json, sha256_file
 from fdb.provenance import current
-from fdb.records import AsrReceipt, ExportSample, load_record, load_rows, load_v15_manifest
+from fdb.records import ExportSample, V15AsrReceipt, load_record, load_rows, load_v15_manifest
 from fdb.records.judge import LABELS as BEHAVIOR_LABELS
 from fdb.records.judge import SEMANTIC_SCHEMA, BehaviorCell, JudgeSummary, SemanticSummary, Share
 from fdb.records.v15 import (
@@ -78,7 +78,7 @@ def _populations(
 
 def _asr(tree: Path, manifest_sha: str, ids: set[str]) -> AsrCoverage | None:
     path = tree / "asr.json"
-    receipt = load_record(AsrReceipt, path, "rerun `python -m fdb score transcribe` on the tree")
+    receipt = V15AsrReceipt.load(path, "rerun `python -m fdb score transcribe` on the tree")
     if receipt is None:
         return None
     backend = receipt.backend.get("name")

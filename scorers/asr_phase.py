@@ -158,11 +158,8 @@ def process_sample(
 def previous_entries(tree: Path, asr: AsrBackend, receipt_cls=AsrReceipt) -> dict:
     """Entries of an existing asr.json (a ``receipt_cls``) written by the same backend identity
     (else none)."""
-    path = tree / "asr.json"
-    if not path.exists():
-        return {}
-    old = receipt_cls.model_validate(read_json(path))
-    if old.backend != asr.identity.model_dump(mode="json"):
+    old = receipt_cls.load(tree / "asr.json")
+    if old is None or old.backend != asr.identity.model_dump(mode="json"):
         return {}
     return {e.sample_id: e for e in old.samples}
 

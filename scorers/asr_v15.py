@@ -6,20 +6,17 @@ another rate is resampled) and writes ``input.json``, ``clean_input.json``, ``ou
 ``clean_output.json`` next to them in the official schema (``{"text", "chunks": [{"text",
 "timestamp": [start, end]}]}``, whole files, no cut): the inputs the v1.5 behaviour judge reads.
 
-The receipt ``asr.json`` (``fdb-v1.5-asr-1``, ``V15AsrReceipt``) records the backend identity,
-the sha256 of ``reference-manifest.json`` and, per pair and per WAV, the status, error and the
-sha256 of the WAV read and the JSON written. It is rewritten after every pair that changed, so
-a killed phase resumes. A rerun reuses a file whose entry is ok and whose WAV and JSON still
-match it, and a failed file with an unchanged WAV unless ``retry_failed``; a different backend
-identity redoes every file. A pair is ok when its four files are.
+The receipt ``asr.json`` (``fdb-v1.5-asr-1``, ``fdb.records.V15AsrReceipt``) records the backend
+identity, the sha256 of ``reference-manifest.json`` and, per pair and per WAV, the status, error
+and the sha256 of the WAV read and the JSON written. It is rewritten after every pair that
+changed, so a killed phase resumes. A rerun reuses a file whose entry is ok and whose WAV and
+JSON still match it, and a failed file with an unchanged WAV unless ``retry_failed``; a
+different backend identity redoes every file. A pair is ok when its four files are.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from fdb.audio import read_wav, resample
 from fdb.errors import FdbError, SampleError
@@ -30,7 +27,13 @@ from fdb.io import (
     sha256_file,
 )
 from fdb.models.asr import ASR_RATE, AsrBackend
-from fdb.records import ExportSample, load_v15_manifest
+from fdb.records import (
+    ExportSample,
+    V15AsrFile,
+    V15AsrPair,
+    V15AsrReceipt,
+    load_v15_manifest,
+)
 from scorers.asr_phase import (
     Progress,
     default_asr,
@@ -39,7 +42,6 @@ from scorers.asr_phase import (
     transcribe_tree,
 )
 
-V15_ASR_SCHEMA = "fdb-v1.5-asr-1"
 V15_MANIFEST = "reference-manifest.json"
 TRANSCRIBED = ("input.wav", "clean_input.wav", "output.wav", "clean_output.wav")
 
@@ -47,36 +49,6 @@ TRANSCRIBED = ("input.wav", "clean_input.wav", "output.wav", "clean_output.wav")
 def transcript_name(wav_name: str) -> str:
     """``input.wav`` -> ``input.json`` (the official v1.5 names)."""
     return wav_name[: -len(".wav")] + ".json"
-
-
-class V15AsrFile(BaseModel):
-    """One WAV of a pair: its transcript ``<stem>.json``."""
-
-    status: Literal["ok", "failed"]
-    error: str | None = None
-    wav_sha256: str | None = None
-    json_sha256: str | None = None
-    words: int | None = None
-
-
-class V15AsrPair(BaseModel):
-    sample_id: str
-    status: Literal["ok", "failed", "skipped"]
-    error: str | None = None
-    files: dict[str, V15AsrFile] = Field(default_factory=dict)  # keyed by WAV name
-
-
-class V15AsrReceipt(BaseModel):
-    schema_: str = Field(V15_ASR_SCHEMA, alias="schema")
-    backend: dict[str, object]
-    manifest_sha256: str
-    samples: list[V15AsrPair]
-    provenance: dict[str, object] = Field(default_factory=dict)
-
-    model_config = {"populate_by_name": True}
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
 
 
 def _reusable(

@@ -63,12 +63,12 @@ def load_tree(tree: Path) -> TreeInputs:
     """Manifest and ASR receipt; refuses a tree without asr.json or with a stale receipt."""
     manifest, manifest_sha = load_manifest(tree)
     asr_path = tree / "asr.json"
-    if not asr_path.exists():
+    receipt = AsrReceipt.load(asr_path)
+    if receipt is None:
         raise FdbError(
             f"{asr_path} is missing: the tree has not been transcribed",
             "run the asr phase on this tree first",
         )
-    receipt = AsrReceipt.model_validate(read_json(asr_path))
     if receipt.manifest_sha256 != manifest_sha:
         raise FdbError(
             f"{asr_path} was written for another manifest.json "

@@ -1,8 +1,8 @@
 """Typed records for the files that cross package boundaries (see docs/formats.md), with their
 readers: every phase writes through them and every later phase (and reports) reads through them.
 
-Here: the export manifest (``fdb-export-1``), the v1.0 ASR receipt (``fdb-asr-1``) and the
-official-schema ASR transcript (``output.json``). The
+Here: the export manifest (``fdb-export-1``), the ASR receipts ``asr.json`` (v1.0 ``fdb-asr-1``,
+v1.5 ``fdb-v1.5-asr-1``) and the official-schema ASR transcript (``output.json``). The
 result records live in the submodules: ``v10`` (unified.json, unified-samples.jsonl),
 ``v10_reference`` (official.json, evaluator.json), ``v15`` (v1.5 timing), ``listening``,
 ``judge`` (behavior, semantic, relevance, judge.json), ``serving`` (sweep rows, capacity) and
@@ -21,6 +21,11 @@ from fdb.io import Record, read_json, read_jsonl, sha256_file
 
 EXPORT_SCHEMA = "fdb-export-1"
 ASR_SCHEMA = "fdb-asr-1"
+V15_ASR_SCHEMA = "fdb-v1.5-asr-1"
+ASR_FIX = (
+    "rerun the asr phase, which writes the receipt again: python -m fdb asr --run-name RUN "
+    "(or python -m fdb score transcribe --tree DIR)"
+)
 
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -122,9 +127,9 @@ def load_v15_manifest(tree: Path) -> tuple[ExportManifest, str]:
 
 def asr_backend(tree: Path) -> dict | None:
     """The backend identity that ``tree/asr.json`` (a v1.0 or v1.5 ASR receipt) records; None
-    without a receipt or an identity in it."""
-    path = Path(tree) / "asr.json"
-    return (read_json(path).get("backend") or None) if path.exists() else None
+    without a receipt or an identity in it. A damaged receipt is an FdbError naming it."""
+    head = AsrReceiptHead.load(Path(tree) / "asr.json")
+    return (head.backend or None) if head is not None else None
 
 
 TRANSCRIPT_FIX = (
@@ -170,6 +175,9 @@ class AsrSampleReceipt(BaseModel):
 
 
 class AsrReceipt(Record):
+    """A v1.0 tree's ``asr.json`` (``fdb-asr-1``): what ``scorers.asr_phase`` wrote for each
+    sample of ``manifest.json``."""
+
     schema_: str = Field(ASR_SCHEMA, alias="schema")
     backend: dict[str, object]
     manifest_sha256: str
@@ -177,3 +185,62 @@ class AsrReceipt(Record):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
+
+    @classmethod
+    def load(cls, path: Path, fix: str = ASR_FIX) -> AsrReceipt | None:
+        """A v1.0 ``asr.json``; None when it does not exist, an FdbError naming it when it does
+        not parse."""
+        return load_record(cls, path, fix)
+
+
+class V15AsrFile(BaseModel):
+    """One WAV of a v1.5 pair: its transcript ``<stem>.json``."""
+
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    wav_sha256: str | None = None
+    json_sha256: str | None = None
+    words: int | None = None
+
+
+class V15AsrPair(BaseModel):
+    sample_id: str
+    status: Literal["ok", "failed", "skipped"]
+    error: str | None = None
+    files: dict[str, V15AsrFile] = Field(default_factory=dict)  # keyed by WAV name
+
+
+class V15AsrReceipt(Record):
+    """A v1.5 ``reference-audio`` tree's ``asr.json`` (``fdb-v1.5-asr-1``): what
+    ``scorers.asr_v15`` wrote for each pair of ``reference-manifest.json``, per WAV."""
+
+    schema_: str = Field(V15_ASR_SCHEMA, alias="schema")
+    backend: dict[str, object]
+    manifest_sha256: str
+    samples: list[V15AsrPair]
+    provenance: dict[str, object] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True}
+
+    @classmethod
+    def load(cls, path: Path, fix: str = ASR_FIX) -> V15AsrReceipt | None:
+        """A v1.5 ``asr.json``; None when it does not exist, an FdbError naming it when it does
+        not parse."""
+        return load_record(cls, path, fix)
+
+
+class AsrReceiptHead(BaseModel):
+    """What every ``asr.json`` names, whatever its version (v1.0, v1.5, a receipt written
+    before either schema): the backend that transcribed the tree. For readers that need only the
+    identity and do not know which tree they read."""
+
+    schema_: str | None = Field(None, alias="schema")
+    backend: dict[str, object] | None = None
+
+    model_config = {"populate_by_name": True}
+
+    @classmethod
+    def load(cls, path: Path, fix: str = ASR_FIX) -> AsrReceiptHead | None:
+        """The head of an ``asr.json``; None when it does not exist, an FdbError naming it when
+        it does not parse."""
+        return load_record(cls, path, fix)

@@ -15,9 +15,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from fdb.errors import FdbError
 from fdb.io import Record
+from fdb.records import load_record
 
 UNIFIED_SCHEMA = "fdb-v1.0-unified-4"
 NOT_REACHED = "not_reached"
+RESCORE_FIX = "rescore the tree: python -m fdb score v10 --tree DIR"
 
 Better = Literal["lower", "higher", "context"]
 Quantile = float | Literal["not_reached"]
@@ -143,6 +145,47 @@ class UnifiedResult(Record):
 
     model_config = {"populate_by_name": True}
 
+    @classmethod
+    def load(cls, path: Path, fix: str = RESCORE_FIX) -> UnifiedResult | None:
+        """A ``unified.json`` of this schema; None when it does not exist, an FdbError naming it
+        when it does not parse (``fix`` says what to do)."""
+        return load_record(cls, path, fix)
+
+
+class StampInputs(BaseModel):
+    manifest_sha256: str | None = None
+    asr_sha256: str | None = None
+
+
+class UnifiedStamp(BaseModel):
+    """What a ``unified.json`` of any version names about itself: its schema, definitions, VAD
+    and input hashes. Read before the ``UnifiedResult``, so a file of an older schema (which
+    that record does not read) or one computed from other inputs is told apart from a damaged
+    one, and a comparison of runs still names the definitions an older file was scored under."""
+
+    schema_: str | None = Field(None, alias="schema")
+    definitions: str | None = None
+    vad: dict[str, object] | None = None
+    inputs: StampInputs | None = None
+
+    model_config = {"populate_by_name": True}
+
+    @classmethod
+    def load(cls, path: Path, fix: str = RESCORE_FIX) -> UnifiedStamp | None:
+        """The stamp of a ``unified.json``; None when it does not exist, an FdbError naming it
+        when it is not JSON or its stamp fields have the wrong types."""
+        return load_record(cls, path, fix)
+
+    def stale(self, manifest_sha256: str, asr_sha256: str) -> str | None:
+        """The input (``manifest.json`` or ``asr.json``) whose hash differs from the one this
+        file was computed from, or None when both match."""
+        inputs = self.inputs or StampInputs()
+        if inputs.manifest_sha256 != manifest_sha256:
+            return "manifest.json"
+        if inputs.asr_sha256 != asr_sha256:
+            return "asr.json"
+        return None
+
 
 class RowBase(BaseModel):
     sample_id: str
@@ -207,7 +250,6 @@ ROW_BY_TASK: dict[str, type[RowBase]] = {
     "turn_taking": TurnRow,
     "user_interruption": InterruptRow,
 }
-RESCORE_FIX = "rescore the tree: python -m fdb score v10 --tree DIR"
 
 
 def sample_row(raw: dict, fix: str = RESCORE_FIX) -> SampleRow:

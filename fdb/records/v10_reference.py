@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field
 
 from fdb.io import Record, read_json, sha256_file
 from fdb.official_source import ICC_GT, PINNED_FILES, PINNED_REVISION, CheckoutCheck
+from fdb.records import load_record
+from fdb.records.v10 import RESCORE_FIX
 
 OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-2"
 OFFICIAL_LABEL = "official rules, clean-room reimplementation (not the official evaluator)"
@@ -127,6 +129,12 @@ class OfficialSummary(Record):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
+
+    @classmethod
+    def load(cls, path: Path, fix: str = RESCORE_FIX) -> OfficialSummary | None:
+        """An ``official.json``; None when it does not exist, an FdbError naming it when it does
+        not parse (``fix`` says what to do)."""
+        return load_record(cls, path, fix)
 
 
 # --- evaluator.json

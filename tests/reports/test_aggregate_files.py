@@ -6,7 +6,10 @@ import csv
 import json
 import re
 
-from fdb.io import atomic_write_jsonl
+import pytest
+
+from fdb.errors import FdbError
+from fdb.io import atomic_write_jsonl, sha256_file
 from fdb.layout import RunPaths
 from fdb.records.judge import (
     OUTCOMES,
@@ -219,3 +222,13 @@ def test_missing_or_stale_unified_is_labeled_unavailable_with_backfill(tmp_path)
     assert data["v1.0_unified"] == {}, "stale numbers are never shown"
     (ref / "unified.json").write_text(json.dumps(dict(stale, schema="fdb-v1.0-unified-1")))
     assert "unsupported version 'fdb-v1.0-unified-1'" in build_results(run)[0]
+    # current and fresh but not a UnifiedResult, or not JSON: one error naming it and the backfill
+    hashes = {"manifest_sha256": sha256_file(ref / "manifest.json")}
+    fresh = dict(stale, inputs=dict(hashes, asr_sha256=sha256_file(ref / "asr.json")))
+    (ref / "unified-samples.jsonl").write_text("")
+    for text in (json.dumps(fresh), json.dumps(fresh)[:-9]):
+        (ref / "unified.json").write_text(text)
+        with pytest.raises(FdbError) as err:
+            build_results(run)
+        line = err.value.one_line()
+        assert str(ref / "unified.json") in line and f"score v10 --tree {ref}" in line

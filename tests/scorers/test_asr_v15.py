@@ -9,8 +9,8 @@ import pytest
 from fdb.audio import read_wav, wav_bytes
 from fdb.errors import FdbError
 from fdb.io import atomic_write_bytes, atomic_write_json, read_json, sha256_file
-from fdb.records import ExportManifest, ExportSample
-from scorers.asr_v15 import TRANSCRIBED, V15_ASR_SCHEMA, run_v15_asr, transcript_name
+from fdb.records import V15_ASR_SCHEMA, ExportManifest, ExportSample
+from scorers.asr_v15 import TRANSCRIBED, run_v15_asr, transcript_name
 from tests.scorers.test_asr_phase import Counting
 
 
