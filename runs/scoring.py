@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fdb.errors import FdbError
-from fdb.io import atomic_write_json, read_json
+from fdb.io import atomic_write_json
 from fdb.layout import RepeatPaths, RunPaths
 from fdb.models.scoring import (
     FLAGS,
@@ -30,6 +30,7 @@ from fdb.models.scoring import (
     same_model,
 )
 from fdb.records import ExportManifest, asr_backend
+from fdb.records.listening import ListeningSummary
 from fdb.run_manifest import load_manifest, save_manifest
 
 SIDE_SCHEMA = "fdb-scoring-1"
@@ -150,10 +151,10 @@ def existing_outputs(target: Target) -> list[tuple[Path, str, dict]]:
         (tree / "asr.json", "asr", asr_backend(tree))
         for tree in (target.out.v10_reference, target.out.reference_audio)
     ]
-    summary = target.out.listening / "summary.json"
-    if summary.exists():
-        for kind, ident in (read_json(summary).get("backends") or {}).items():
-            found.append((summary, kind, ident))
+    path = target.out.listening / "summary.json"
+    summary = ListeningSummary.load(path)
+    if summary is not None:
+        found.extend((path, kind, ident) for kind, ident in summary.backends.items())
     return [(path, kind, ident) for path, kind, ident in found if ident]
 
 
