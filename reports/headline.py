@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fdb.layout import RunPaths
 from fdb.records.v10 import LatencyQuantiles, Share, UnifiedResult
+from fdb.records.v15 import TimingSummary
 from reports.cells import interval, mean_sd, percent, seconds, table
 from reports.v10 import replies_section
 
@@ -32,19 +33,21 @@ def _cell(metric: Share | LatencyQuantiles) -> str:
 
 def headline(run: RunPaths, data: dict) -> str:
     lines = [f"RESULTS.md: {run.results_md}", ""]
-    v15 = data.get("v1.5") or {}
+    v15 = [
+        TimingSummary.model_validate(dumped)  # the records reports.v15 dumped
+        for dumped in (data.get("v1.5") or {}).values()
+    ]
     if v15:
         rows = []
-        categories = next(iter(v15.values()))["categories"]
-        for name in categories:
-            cells = [s["categories"][name] for s in v15.values() if name in s["categories"]]
+        for name in v15[0].categories:
+            cells = [s.categories[name] for s in v15 if name in s.categories]
             rows.append(
                 [
                     name,
-                    cells[0]["pairs"],
-                    cells[0]["timed_overlap_sessions"],
-                    mean_sd([c["stop_latency"]["mean_s"] for c in cells]),
-                    mean_sd([c["response_latency"]["mean_s"] for c in cells]),
+                    cells[0].pairs,
+                    cells[0].timed_overlap_sessions,
+                    mean_sd([c.stop_latency.mean_s for c in cells]),
+                    mean_sd([c.response_latency.mean_s for c in cells]),
                 ]
             )
         lines += ["v1.5 timing (labels: see RESULTS.md)", ""]
