@@ -30,7 +30,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from fdb.audio import Audio
-from fdb.dialects import Dialect, get_dialect
+from fdb.dialects import Dialect, get_dialect, views
 from fdb.errors import FdbError
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from recorders.conformance_scenarios import (
@@ -375,7 +375,7 @@ async def _probe(
                 additional_headers=headers,
                 max_size=16 * 1024 * 1024,
             ) as ws:
-                steps = [await _until(ws, "session.created")]
+                steps = [await _until(ws, views.SESSION_CREATED)]
                 if update:
                     await ws.send(
                         json.dumps(
@@ -386,14 +386,14 @@ async def _probe(
                             }
                         )
                     )
-                    steps.append(await _until(ws, "session.updated"))
-                if any(e["type"] == "error" for e in steps):
+                    steps.append(await _until(ws, views.SESSION_UPDATED))
+                if any(isinstance(e, views.Error) for e in steps):
                     return "handshake", "the handshake itself was answered with an error event"
                 await ws.send(payload)
-                event = await _until(ws, "error", "session.updated")
-                if event["type"] == "error":
-                    return "error", str((event.get("error") or {}).get("code"))
-                return "accepted", f"answered with {event['type']}"
+                event = await _until(ws, views.ERROR, views.SESSION_UPDATED)
+                if isinstance(event, views.Error):
+                    return "error", str(event.body.shown("code"))
+                return "accepted", f"answered with {event.type}"
     except TimeoutError:
         return "silent", f"no error event within {PROBE_TIMEOUT_S:g} s"
     except ConnectionClosed as exc:
@@ -406,11 +406,11 @@ async def _probe(
         return "unreachable", str(exc)
 
 
-async def _until(ws, *types: str) -> dict:
-    """The next event of one of ``types`` or an error event."""
+async def _until(ws, *types: str) -> views.Event:
+    """The next event of one of ``types`` or an error event, read through its view."""
     while True:
-        event = json.loads(await ws.recv())
-        if event.get("type") in types or event.get("type") == "error":
+        event = views.read_event(json.loads(await ws.recv()))
+        if event.type in types or event.type == views.ERROR:
             return event
 
 

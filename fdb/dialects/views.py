@@ -44,8 +44,9 @@ class View(BaseModel):
         return self._malformed
 
     def shown(self, name: str) -> Any:
-        """A field's value as received: the typed value, or the malformed one."""
-        return self._malformed[name] if name in self._malformed else getattr(self, name)
+        """A key's value as received: a field's typed value or its malformed one, a kept extra
+        key's value; None when absent."""
+        return self._malformed[name] if name in self._malformed else getattr(self, name, None)
 
 
 V = TypeVar("V", bound=View)
