@@ -22,7 +22,7 @@ in the same tree nor the ``sglang`` extensions, and would put the SDK on the rec
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
@@ -45,8 +45,13 @@ class View(BaseModel):
 
     def shown(self, name: str) -> Any:
         """A key's value as received: a field's typed value or its malformed one, a kept extra
-        key's value; None when absent."""
-        return self._malformed[name] if name in self._malformed else getattr(self, name, None)
+        key's value; None when absent (a key that names no field is never read as an attribute:
+        ``shown("json")`` is the key's value, not the model's method)."""
+        if name in self._malformed:
+            return self._malformed[name]
+        if name in type(self).model_fields:
+            return getattr(self, name)
+        return (self.model_extra or {}).get(name)
 
 
 V = TypeVar("V", bound=View)
@@ -72,6 +77,22 @@ def lenient(view: type[V], data: dict[str, Any]) -> V:
     result = view.model_validate(fixed)
     result._malformed = malformed
     return result
+
+
+def at(value: Any, *path: str) -> Any:
+    """The value at ``path`` in nested JSON objects that no view names (a session object, whose
+    shape is the dialect's): None where a key is missing or a step is not an object."""
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def as_key(value: Any) -> Any:
+    """A received id (as ``shown``) as a dict key: the value itself, or None for one that no key
+    can be (a list or an object)."""
+    return value if isinstance(value, Hashable) else None
 
 
 def _nested_view(view: type[View], name: str) -> type[View] | None:
