@@ -192,16 +192,16 @@ def _left_open(trace: Sequence[TraceEvent], violations: list[str]) -> tuple[list
     is still being sent: a response the client left in progress has no response.done through no
     fault of the server. Those violations are taken out (and named); every other one stays."""
     created = [
-        (e.event.get("response") or {}).get("id")
+        views.lenient(views.ResponseEvent, e.event).body.shown("id")
         for e in trace
         if e.dir == "recv" and e.type == "response.created"
     ]
     done = {
-        (e.event.get("response") or {}).get("id")
+        views.as_key(views.lenient(views.ResponseEvent, e.event).body.shown("id"))
         for e in trace
         if e.dir == "recv" and e.type == "response.done"
     }
-    left = [rid for rid in created if rid not in done]
+    left = [rid for rid in created if views.as_key(rid) not in done]
     kept = [
         v
         for v in violations
@@ -284,10 +284,9 @@ def session_results(
 def _declared_input(profile: Dialect, trace: Sequence[TraceEvent]) -> str | None:
     """What the first session.updated declares about the input format, when it declares it
     wrong for 24 kHz PCM16 (None when it is right or says nothing)."""
-    updated = next(
-        (e.event for e in trace if e.dir == "recv" and e.type == "session.updated"), None
-    )
-    return profile.session.wrong_24k_input((updated or {}).get("session") or {})
+    updated = next((e for e in trace if e.dir == "recv" and e.type == "session.updated"), None)
+    session = views.lenient(views.SessionEvent, updated.event).session if updated else None
+    return profile.session.wrong_24k_input(session or {})
 
 
 def input_rate_result(
@@ -320,7 +319,7 @@ def input_rate_result(
             if ev.dir == "recv"
             else None
         )
-        value = ev.event.get(key) if key else None
+        value = views.lenient(views.InputItemEvent, ev.event).shown(key) if key else None
         if not isinstance(value, int | float) or isinstance(value, bool):
             continue
         seen.append(f"{ev.type.rsplit('.', 1)[-1]} {value:g}")
