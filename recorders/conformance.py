@@ -30,7 +30,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from fdb.audio import Audio
-from fdb.dialects import Dialect, get_dialect
+from fdb.dialects import Dialect, get_dialect, views
 from fdb.errors import FdbError
 from fdb.session_records import SessionRecord, TraceEvent, read_trace
 from recorders.conformance_scenarios import (
@@ -192,16 +192,16 @@ def _left_open(trace: Sequence[TraceEvent], violations: list[str]) -> tuple[list
     is still being sent: a response the client left in progress has no response.done through no
     fault of the server. Those violations are taken out (and named); every other one stays."""
     created = [
-        (e.event.get("response") or {}).get("id")
+        views.lenient(views.ResponseEvent, e.event).body.shown("id")
         for e in trace
         if e.dir == "recv" and e.type == "response.created"
     ]
     done = {
-        (e.event.get("response") or {}).get("id")
+        views.as_key(views.lenient(views.ResponseEvent, e.event).body.shown("id"))
         for e in trace
         if e.dir == "recv" and e.type == "response.done"
     }
-    left = [rid for rid in created if rid not in done]
+    left = [rid for rid in created if views.as_key(rid) not in done]
     kept = [
         v
         for v in violations
@@ -284,10 +284,9 @@ def session_results(
 def _declared_input(profile: Dialect, trace: Sequence[TraceEvent]) -> str | None:
     """What the first session.updated declares about the input format, when it declares it
     wrong for 24 kHz PCM16 (None when it is right or says nothing)."""
-    updated = next(
-        (e.event for e in trace if e.dir == "recv" and e.type == "session.updated"), None
-    )
-    return profile.session.wrong_24k_input((updated or {}).get("session") or {})
+    updated = next((e for e in trace if e.dir == "recv" and e.type == "session.updated"), None)
+    session = views.lenient(views.SessionEvent, updated.event).session if updated else None
+    return profile.session.wrong_24k_input(session or {})
 
 
 def input_rate_result(
@@ -320,7 +319,7 @@ def input_rate_result(
             if ev.dir == "recv"
             else None
         )
-        value = ev.event.get(key) if key else None
+        value = views.lenient(views.InputItemEvent, ev.event).shown(key) if key else None
         if not isinstance(value, int | float) or isinstance(value, bool):
             continue
         seen.append(f"{ev.type.rsplit('.', 1)[-1]} {value:g}")
@@ -375,7 +374,7 @@ async def _probe(
                 additional_headers=headers,
                 max_size=16 * 1024 * 1024,
             ) as ws:
-                steps = [await _until(ws, "session.created")]
+                steps = [await _until(ws, views.SESSION_CREATED)]
                 if update:
                     await ws.send(
                         json.dumps(
@@ -386,14 +385,14 @@ async def _probe(
                             }
                         )
                     )
-                    steps.append(await _until(ws, "session.updated"))
-                if any(e["type"] == "error" for e in steps):
+                    steps.append(await _until(ws, views.SESSION_UPDATED))
+                if any(isinstance(e, views.Error) for e in steps):
                     return "handshake", "the handshake itself was answered with an error event"
                 await ws.send(payload)
-                event = await _until(ws, "error", "session.updated")
-                if event["type"] == "error":
-                    return "error", str((event.get("error") or {}).get("code"))
-                return "accepted", f"answered with {event['type']}"
+                event = await _until(ws, views.ERROR, views.SESSION_UPDATED)
+                if isinstance(event, views.Error):
+                    return "error", str(event.body.shown("code"))
+                return "accepted", f"answered with {event.type}"
     except TimeoutError:
         return "silent", f"no error event within {PROBE_TIMEOUT_S:g} s"
     except ConnectionClosed as exc:
@@ -406,11 +405,11 @@ async def _probe(
         return "unreachable", str(exc)
 
 
-async def _until(ws, *types: str) -> dict:
-    """The next event of one of ``types`` or an error event."""
+async def _until(ws, *types: str) -> views.Event:
+    """The next event of one of ``types`` or an error event, read through its view."""
     while True:
-        event = json.loads(await ws.recv())
-        if event.get("type") in types or event.get("type") == "error":
+        event = views.read_event(json.loads(await ws.recv()))
+        if event.type in types or event.type == views.ERROR:
             return event
 
 

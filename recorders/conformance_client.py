@@ -22,12 +22,12 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from fdb.dialects import Dialect
+from fdb.dialects import Dialect, views
 
 PACKET_MS = 80
 CONNECT_TIMEOUT_S = 10.0
 REFUSAL_GRACE_S = 1.0  # after an error event, how long session.updated may still come
-Match = Callable[[dict[str, Any]], bool]
+Match = Callable[[views.Event], bool]
 
 
 class ScenarioError(Exception):
@@ -124,7 +124,8 @@ class ScenarioClient:
 
     def __init__(self, url: str, profile: Dialect):
         self.url, self.profile = url, profile
-        self.events: list[tuple[float, dict[str, Any]]] = []  # (loop time, server event)
+        # (loop time, server event): each read through its view once, as it arrives
+        self.events: list[tuple[float, views.Event]] = []
         self.sent: list[tuple[float, dict[str, Any]]] = []  # (loop time, client event, no audio)
         self.closed: str | None = None  # why the connection ended, once it has
         self._ws: ClientConnection | None = None
@@ -176,7 +177,9 @@ class ScenarioClient:
                     event = {"type": "<not json>", "text": str(message)[:200]}
                 if not isinstance(event, dict):
                     event = {"type": "<not an object>"}
-                self.events.append((self.now(), event))
+                self.events.append(
+                    (self.now(), views.read_event(event, self.profile.events.audio_delta))
+                )
                 self._wake()
             self.closed = f"the server closed the connection (code {self._ws.close_code})"
         except ConnectionClosed as exc:
@@ -222,7 +225,7 @@ class ScenarioClient:
 
     async def wait_for(
         self, match: Match, timeout_s: float, start: int = 0
-    ) -> tuple[int, dict[str, Any]] | None:
+    ) -> tuple[int, views.Event] | None:
         """The first logged event from index ``start`` that ``match``es, waiting up to
         ``timeout_s``; None at the timeout or when the connection has closed."""
         loop = asyncio.get_running_loop()
@@ -246,29 +249,27 @@ class ScenarioClient:
         """'code: message' of each error event from index ``start``."""
         out = []
         for _, event in self.events[start:]:
-            if event.get("type") == "error":
-                err = event.get("error") if isinstance(event.get("error"), dict) else {}
-                out.append(f"{err.get('code')}: {str(err.get('message'))[:120]}")
+            if isinstance(event, views.Error):
+                err = event.body
+                out.append(f"{err.shown('code')}: {str(err.shown('message'))[:120]}")
         return out
 
     async def handshake(self, session: dict[str, Any], silence_between: bool) -> dict[str, Any]:
         """session.created, then ``session``'s update answered by session.updated; starts the
         mic. Returns the granted session; ScenarioError naming what went wrong."""
         if (
-            await self.wait_for(lambda e: e.get("type") == "session.created", CONNECT_TIMEOUT_S)
+            await self.wait_for(lambda e: e.type == views.SESSION_CREATED, CONNECT_TIMEOUT_S)
             is None
         ):
             raise ScenarioError(self.closed or f"no session.created within {CONNECT_TIMEOUT_S:g} s")
         start = len(self.events)
         await self.send({"type": "session.update", "session": session})
         found = await self.wait_for(
-            lambda e: e.get("type") in ("session.updated", "error"), CONNECT_TIMEOUT_S, start
+            lambda e: e.type in (views.SESSION_UPDATED, views.ERROR), CONNECT_TIMEOUT_S, start
         )
-        if (
-            found is not None and found[1].get("type") == "error"
-        ):  # a warning may come before the answer
+        if found is not None and found[1].type == views.ERROR:  # a warning may come first
             found = await self.wait_for(
-                lambda e: e.get("type") == "session.updated", REFUSAL_GRACE_S, start
+                lambda e: e.type == views.SESSION_UPDATED, REFUSAL_GRACE_S, start
             )
             if found is None:
                 raise ScenarioError(f"session.update was refused ({self.errors(start)[0]})")
@@ -278,5 +279,5 @@ class ScenarioClient:
             )
         self.mic = Mic(self, silence_between)
         self.mic.start()
-        granted = found[1].get("session")
-        return granted if isinstance(granted, dict) else {}
+        granted = found[1].session if isinstance(found[1], views.SessionEvent) else None
+        return granted if granted is not None else {}

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from fdb.dialects import Dialect
+from fdb.dialects import Dialect, views
 from recorders.conformance_client import ScenarioClient, ScenarioError
 
 Status = Literal["pass", "fail", "not exercised"]
@@ -115,24 +115,29 @@ class Reply:
 
 
 def _is(kind: str) -> Any:
-    return lambda e: e.get("type") == kind
+    return lambda e: e.type == kind
 
 
 def _done_of(rid: str | None) -> Any:
-    return lambda e: e.get("type") == "response.done" and (e.get("response") or {}).get("id") == rid
+    return lambda e: (
+        isinstance(e, views.ResponseEvent) and e.type == views.RESPONSE_DONE and e.body.id == rid
+    )
+
+
+def _is_audio(e: views.Event) -> bool:
+    """One of the dialect's events.audio_delta (the client reads those as AudioDelta)."""
+    return isinstance(e, views.AudioDelta)
 
 
 async def _first_audio(c: ScenarioClient, timeout_s: float, start: int = 0) -> Reply | None:
-    found = await c.wait_for(
-        lambda e: e.get("type") in c.profile.events.audio_delta, timeout_s, start
-    )
-    if found is None:
+    found = await c.wait_for(_is_audio, timeout_s, start)
+    if found is None or not isinstance(found[1], views.AudioDelta):
         return None
     index, event = found
-    return Reply(index, c.events[index][0], event.get("response_id"), event.get("item_id"))
+    return Reply(index, c.events[index][0], event.response_id, event.item_id)
 
 
-def _done_before(c: ScenarioClient, rid: str | None, t: float) -> tuple[int, dict] | None:
+def _done_before(c: ScenarioClient, rid: str | None, t: float) -> tuple[int, views.Event] | None:
     """The reply's response.done if it arrived before loop time ``t``."""
     for index, (when, event) in enumerate(c.events):
         if when < t and _done_of(rid)(event):
@@ -140,23 +145,24 @@ def _done_before(c: ScenarioClient, rid: str | None, t: float) -> tuple[int, dic
     return None
 
 
-def _status(event: dict) -> tuple[str | None, str | None]:
-    response = event.get("response") or {}
-    return response.get("status"), (response.get("status_details") or {}).get("reason")
+def _status(event: views.Event) -> tuple[str | None, str | None]:
+    if not isinstance(event, views.ResponseEvent):
+        return None, None
+    response = event.body
+    details = response.status_details
+    return response.status, details.reason if details is not None else None
 
 
 def _received_ms(c: ScenarioClient, item_id: str | None, rid: str | None) -> float:
     """Ms of reply audio received so far for ``item_id`` (or the response, without one)."""
     total = 0
     for _, event in c.events:
-        if event.get("type") not in c.profile.events.audio_delta:
+        if not isinstance(event, views.AudioDelta):
             continue
-        if (event.get("item_id") if item_id is not None else event.get("response_id")) != (
-            item_id or rid
-        ):
+        if (event.item_id if item_id is not None else event.response_id) != (item_id or rid):
             continue
-        delta = event.get("delta")
-        if isinstance(delta, str):
+        delta = event.delta
+        if delta is not None:
             total += len(delta) // 4 * 3 - (
                 2 if delta.endswith("==") else 1 if delta.endswith("=") else 0
             )
@@ -207,9 +213,7 @@ async def barge_in(inp: ScenarioInput, interrupt: bool) -> RuleResult:
         silence_s = float(td.get("silence_duration_ms", 500)) / 1000.0
         deadline = began + inp.speech_s + silence_s + GRACE_S
         found = await c.wait_for(_done_of(reply.response_id), deadline - c.now(), reply.index)
-        heard = any(
-            e.get("type") == "input_audio_buffer.speech_started" and t >= began for t, e in c.events
-        )
+        heard = any(e.type == views.SPEECH_STARTED and t >= began for t, e in c.events)
         return _judge_barge_in(rule, inp, c, found, began, deadline, interrupt, heard)
 
 
@@ -217,7 +221,7 @@ def _judge_barge_in(
     rule: str,
     inp: ScenarioInput,
     c: ScenarioClient,
-    found: tuple[int, dict] | None,
+    found: tuple[int, views.Event] | None,
     began: float,
     deadline: float,
     interrupt: bool,
@@ -348,7 +352,7 @@ async def truncate(inp: ScenarioInput) -> RuleResult:
         want = {"item_id": reply.item_id, "content_index": 0, "audio_end_ms": audio_end_ms}
         await c.send({"type": "conversation.item.truncate", **want})
         found = await c.wait_for(
-            lambda e: e.get("type") in ("conversation.item.truncated", "error"),
+            lambda e: e.type in (views.ITEM_TRUNCATED, views.ERROR),
             ANSWER_TIMEOUT_S,
             start,
         )
@@ -360,7 +364,7 @@ async def truncate(inp: ScenarioInput) -> RuleResult:
                 f"no conversation.item.truncated within {ANSWER_TIMEOUT_S:g} s "
                 f"of truncating {reply.item_id} at {audio_end_ms} ms",
             )
-        if found[1].get("type") == "error":
+        if found[1].type == views.ERROR:
             return _row(
                 "truncate",
                 inp,
@@ -368,7 +372,8 @@ async def truncate(inp: ScenarioInput) -> RuleResult:
                 f"truncate at {audio_end_ms} ms of {received:.0f} ms received "
                 f"was refused: {c.errors(start)[0]}",
             )
-        got = {key: found[1].get(key) for key in want}
+        # the echo as received (``shown``): a malformed value is quoted, not read as None
+        got = {key: found[1].shown(key) for key in want}
         wrong = [
             f"{key} {got[key]!r} (sent {want[key]!r})" for key in want if got[key] != want[key]
         ]
@@ -402,11 +407,11 @@ async def commit(inp: ScenarioInput) -> list[RuleResult]:
         start = len(c.events)
         await c.send({"type": "input_audio_buffer.commit"})
         found = await c.wait_for(
-            lambda e: e.get("type") in ("input_audio_buffer.committed", "error"),
+            lambda e: e.type in (views.COMMITTED, views.ERROR),
             ANSWER_TIMEOUT_S,
             start,
         )
-        if found is None or found[1].get("type") == "error":
+        if found is None or found[1].type == views.ERROR:
             why = (
                 f"refused: {c.errors(start)[0]}"
                 if found
@@ -416,7 +421,7 @@ async def commit(inp: ScenarioInput) -> list[RuleResult]:
                 _row("commit", inp, "fail", why),
                 _row("commit-response", inp, "not exercised", "the commit was not committed"),
             ]
-        item = found[1].get("item_id")
+        item = found[1].shown("item_id")
         first = _row(
             "commit",
             inp,
@@ -432,7 +437,7 @@ async def _manual_response(c: ScenarioClient, inp: ScenarioInput, after: int) ->
     if not inp.profile.responses.commit_answers_itself:
         await c.send({"type": "response.create"})
         how = "response.create"
-    created = await c.wait_for(_is("response.created"), inp.reply_timeout_s, after)
+    created = await c.wait_for(_is(views.RESPONSE_CREATED), inp.reply_timeout_s, after)
     if created is None:
         errors = c.errors(start)
         return _row(
@@ -442,9 +447,9 @@ async def _manual_response(c: ScenarioClient, inp: ScenarioInput, after: int) ->
             f"no response.created within {inp.reply_timeout_s:g} s of {how}"
             + (f" (errors: {'; '.join(errors[:2])})" if errors else ""),
         )
-    rid = (created[1].get("response") or {}).get("id")
+    rid = created[1].body.id if isinstance(created[1], views.ResponseEvent) else None
     audio = await c.wait_for(
-        lambda e: e.get("type") in c.profile.events.audio_delta and e.get("response_id") == rid,
+        lambda e: isinstance(e, views.AudioDelta) and e.response_id == rid,
         inp.reply_timeout_s,
         created[0],
     )

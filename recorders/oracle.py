@@ -50,18 +50,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from fdb.dialects import Dialect
+from fdb.dialects import Dialect, views
 from fdb.session_records import TraceEvent, Verdict
 
 MS_TOLERANCE = 1.0  # servers may round receipt times to whole milliseconds
 
+V = TypeVar("V", bound=views.Event)
+
 
 class _Checker:
+    """The trace and the violations found so far. A received event is read through a view
+    (:mod:`fdb.dialects.views`), so that a value of the wrong type is judged, never a crash;
+    a value a check compares or a message quotes is the one received (``shown``). A sent event
+    or a note is the client's own record, read as the dict it wrote."""
+
     def __init__(self, events: Sequence[TraceEvent]):
         self.events = events
         self.violations: list[str] = []
+        self._views: dict[int, views.Event] = {}
 
     def add(self, rule: str, message: str, index: int | None = None) -> None:
         where = f" (event {index})" if index is not None else ""
@@ -85,7 +93,16 @@ class _Checker:
         return found[0]
 
     def ev(self, index: int) -> dict[str, Any]:
+        """A sent event or a note, as the client wrote it."""
         return self.events[index].event
+
+    def view(self, index: int, view: type[V]) -> V:
+        """The received event at ``index`` read as ``view`` (the one its trace type names), made
+        once."""
+        found = self._views.get(index)
+        if not isinstance(found, view):
+            found = self._views[index] = views.lenient(view, self.events[index].event)
+        return found
 
 
 def judge_trace(
@@ -126,8 +143,13 @@ def _check_clock(c: _Checker) -> None:
 def _check_errors(c: _Checker) -> None:
     for i, ev in enumerate(c.events):
         if ev.dir == "recv" and ev.type == "error":
-            err = ev.event.get("error") or {}
-            c.add("error", f"server error {err.get('code')}: {err.get('message')}", i)
+            event = c.view(i, views.Error)
+            if event.error is None and event.shown("error"):  # neither an object nor empty
+                quoted = event.shown("error")
+                c.add("error", f"server error event with error {quoted!r}, not an object", i)
+                continue
+            err = event.body
+            c.add("error", f"server error {err.shown('code')}: {err.shown('message')}", i)
         elif ev.dir == "note" and ev.type == "failure":
             c.add("error", f"session failed: {ev.event.get('reason')}", i)
 
@@ -143,11 +165,12 @@ def _check_handshake(c: _Checker, profile: Dialect, requested: dict[str, Any] | 
         updated = c.one("handshake", "recv", "session.updated", update, "session.update")
     if update is None or updated is None:
         return updated
-    answered = c.ev(updated).get("client_event_id")
+    answer = c.view(updated, views.SessionEvent)
+    answered = answer.shown("client_event_id")
     if answered is not None and answered != c.ev(update).get("event_id"):
         c.add("handshake", "session.updated answers another client event", updated)
-    session = c.ev(updated).get("session") or {}
-    in_rate = ((((session.get("audio") or {}).get("input") or {}).get("format")) or {}).get("rate")
+    session = answer.session or {}
+    in_rate = views.at(session, "audio", "input", "format", "rate")
     out_rate = profile.session.declared_output_rate(session)
     if in_rate is not None and in_rate != profile.formats.input_rate:
         c.add("handshake", f"input rate {in_rate}, expected {profile.formats.input_rate}", updated)
@@ -182,14 +205,10 @@ def _first(
 
 
 def _check_grant(c: _Checker, profile: Dialect, session: dict[str, Any], updated: int) -> None:
-    granted = ((session.get("sglang") or {}).get("granted")) or {}
     for key, want in profile.oracle.required_grant:
-        if granted.get(key) != want:
-            c.add(
-                "handshake",
-                f"granted {key} is {granted.get(key)!r}, the profile needs {want!r}",
-                updated,
-            )
+        got = views.at(session, "sglang", "granted", key)
+        if got != want:
+            c.add("handshake", f"granted {key} is {got!r}, the profile needs {want!r}", updated)
 
 
 def _check_input(c: _Checker, profile: Dialect, updated: int | None, input_ms: float) -> list[int]:
@@ -216,9 +235,9 @@ def _check_accepted(c: _Checker, profile: Dialect, appends: list[int]) -> None:
         c.add("accepted", f"{len(accepted)} accepted receipts for {len(appends)} appends")
     cumulative = 0.0
     for k, i in enumerate(accepted):
-        event = c.ev(i)
-        if event.get("seq") != k:
-            c.add("accepted", f"accepted seq {event.get('seq')}, expected {k}", i)
+        event = c.view(i, views.InputAudioReceipt)
+        if event.shown("seq") != k:
+            c.add("accepted", f"accepted seq {event.shown('seq')}, expected {k}", i)
         if k >= len(appends):
             continue
         cumulative += (
@@ -226,10 +245,10 @@ def _check_accepted(c: _Checker, profile: Dialect, appends: list[int]) -> None:
         )
         if i < appends[k]:
             c.add("accepted", f"seq {k} accepted before it was sent", i)
-        end_ms = event.get("accepted_end_ms")
+        end_ms = event.shown("accepted_end_ms")
         if not _near(end_ms, cumulative):
             c.add("accepted", f"seq {k} accepted_end_ms {end_ms}, expected {cumulative:g}", i)
-        client_id = event.get("client_event_id")
+        client_id = event.shown("client_event_id")
         if client_id is not None and client_id != c.ev(appends[k]).get("event_id"):
             c.add("accepted", f"seq {k} receipt names another client event", i)
 
@@ -246,7 +265,7 @@ def _check_end(c: _Checker, profile: Dialect, appends: list[int], input_ms: floa
     if profile.events.receipts:
         ended = c.one("end", "recv", "sglang.input_audio.ended", end, "sglang.input_audio.end")
         if ended is not None:
-            policy = c.ev(ended).get("tail_policy")
+            policy = c.view(ended, views.InputAudioReceipt).shown("tail_policy")
             if policy != profile.units.tail_policy:
                 c.add(
                     "end", f"tail_policy {policy!r}, expected {profile.units.tail_policy!r}", ended
@@ -290,13 +309,13 @@ def _check_tail_end(c: _Checker, appends: list[int]) -> None:
             tail,
         )
         return
-    answered = c.ev(answers[0]).get("client_event_id")
+    answered = c.view(answers[0], views.SessionEvent).shown("client_event_id")
     if answered is not None and answered != c.ev(tail).get("event_id"):
         c.add("end", "the tail session.updated answers another client event", answers[0])
 
 
 def _check_ms(c: _Checker, index: int, key: str, want: float) -> None:
-    value = c.ev(index).get(key)
+    value = c.view(index, views.InputAudioReceipt).shown(key)
     if not _near(value, want):
         c.add("end", f"{c.events[index].type} {key} {value}, expected {want:g}", index)
 
@@ -325,11 +344,10 @@ def _check_units(c: _Checker, profile: Dialect, input_ms: float) -> None:
     total = 0.0
     sent = _sent_ms_before(c, profile)
     for k, i in enumerate(units):
-        event = c.ev(i)
-        if event.get("unit_id") != f"unit_{k}":
-            c.add("units", f"unit id {event.get('unit_id')!r}, expected 'unit_{k}'", i)
-        media = (event.get("sglang") or {}).get("media_time") or {}
-        start, duration = media.get("t_start_ms"), media.get("duration_ms")
+        event = c.view(i, views.UnitDone)
+        if event.shown("unit_id") != f"unit_{k}":
+            c.add("units", f"unit id {event.shown('unit_id')!r}, expected 'unit_{k}'", i)
+        start, duration = _media_time(event)
         if not _near(start, k * profile.units.unit_ms):
             c.add("units", f"unit_{k} t_start_ms {start}, expected {k * profile.units.unit_ms}", i)
         if not isinstance(duration, int | float) or not 0 < duration <= profile.units.unit_ms:
@@ -360,9 +378,17 @@ def _sent_ms_before(c: _Checker, profile: Dialect) -> list[float]:
 
 def _empty_eos_unit(c: _Checker, index: int, input_ms: float, profile: Dialect) -> bool:
     """A 0 ms last unit at the input end, allowed only when the input fills whole units."""
-    media = (c.ev(index).get("sglang") or {}).get("media_time") or {}
+    start, duration = _media_time(c.view(index, views.UnitDone))
     aligned = input_ms > 0 and _near(input_ms % profile.units.unit_ms, 0.0)
-    return aligned and media.get("duration_ms") == 0 and _near(media.get("t_start_ms"), input_ms)
+    return aligned and duration == 0 and _near(start, input_ms)
+
+
+def _media_time(unit: views.UnitDone) -> tuple[Any, Any]:
+    """A unit's sglang.media_time t_start_ms and duration_ms, as received."""
+    media = unit.sglang.media_time if unit.sglang is not None else None
+    if media is None:
+        return None, None
+    return media.shown("t_start_ms"), media.shown("duration_ms")
 
 
 def _check_native(c: _Checker, profile: Dialect) -> None:
@@ -373,38 +399,31 @@ def _check_native(c: _Checker, profile: Dialect) -> None:
     for i, ev in enumerate(c.events):
         if ev.dir != "recv":
             continue
-        response = ev.event.get("response") or {}
         after_drain = bool(drained) and i > drained[0]
         if ev.type == "response.created":
             if updated and i < updated[0]:
                 c.add("responses", "response.created before session.updated", i)
             if after_drain:
+                rid = c.view(i, views.ResponseEvent).body.shown("id")
+                c.add("drain", f"response {rid!r} created after sglang.input_audio.drained", i)
+        elif ev.type == "response.done" and after_drain and not profile.responses.single:
+            response = c.view(i, views.ResponseEvent).body
+            if response.shown("status") == "completed":
                 c.add(
                     "drain",
-                    f"response {response.get('id')!r} created after sglang.input_audio.drained",
+                    f"response {response.shown('id')!r} completed after sglang.input_audio.drained",
                     i,
                 )
-        elif (
-            ev.type == "response.done"
-            and after_drain
-            and response.get("status") == "completed"
-            and not profile.responses.single
-        ):
-            c.add(
-                "drain",
-                f"response {response.get('id')!r} completed after sglang.input_audio.drained",
-                i,
-            )
         elif ev.type in profile.events.audio_delta:
-            rid = ev.event.get("response_id")
+            delta = c.view(i, views.AudioDelta)
+            rid, item_id = delta.shown("response_id"), delta.shown("item_id")
             if after_drain:
                 c.add("drain", f"audio for response {rid!r} after sglang.input_audio.drained", i)
-            item = items.setdefault(rid, ev.event.get("item_id"))
-            if item != ev.event.get("item_id"):
+            item = items.setdefault(views.as_key(rid), item_id)
+            if item != item_id:
                 c.add(
                     "responses",
-                    f"response {rid!r} audio moved from item {item!r} to "
-                    f"{ev.event.get('item_id')!r}",
+                    f"response {rid!r} audio moved from item {item!r} to {item_id!r}",
                     i,
                 )
 
@@ -420,12 +439,11 @@ def _check_single_response(c: _Checker) -> None:
         )
     ends = c.find("send", "sglang.input_audio.end")
     for i in c.find("recv", "response.done"):
-        response = c.ev(i).get("response") or {}
-        reason = (response.get("status_details") or {}).get("reason")
-        if reason == "input_audio_ended" and (not ends or i < ends[0]):
+        response = c.view(i, views.ResponseEvent).body
+        if _reason(response) == "input_audio_ended" and (not ends or i < ends[0]):
             c.add(
                 "responses",
-                f"response {response.get('id')!r} ended input_audio_ended before "
+                f"response {response.shown('id')!r} ended input_audio_ended before "
                 "sglang.input_audio.end",
                 i,
             )
@@ -451,26 +469,34 @@ def _check_responses(c: _Checker, profile: Dialect) -> None:
                 c, profile, i, state, unused_speech_starts, speech_during
             )
         elif ev.type in profile.events.audio_delta:
-            rate = ev.event.get("sample_rate_hz")
+            delta = c.view(i, views.AudioDelta)
+            rate = delta.shown("sample_rate_hz")
             if rate is not None and rate != profile.formats.output_rate:
                 c.add(
                     "handshake",
                     f"audio delta at {rate} Hz, expected {profile.formats.output_rate}",
                     i,
                 )
-            rid = ev.event.get("response_id")
-            if rid not in state:
+            rid = delta.shown("response_id")
+            key = views.as_key(rid)
+            if key not in state:
                 c.add("responses", f"audio for response {rid!r} before its response.created", i)
-            elif state[rid] == "done":
+            elif state[key] == "done":
                 c.add("responses", f"audio for response {rid!r} after its response.done", i)
     for rid, st in state.items():
         if st == "open":
             c.add("responses", f"response {rid!r} has no response.done")
 
 
+def _reason(response: views.Response) -> Any:
+    """status_details.reason, as received."""
+    details = response.status_details
+    return details.shown("reason") if details is not None else None
+
+
 def _on_created(c: _Checker, i: int, state: dict[str, str]) -> None:
-    response = c.ev(i).get("response") or {}
-    rid, status = response.get("id"), response.get("status")
+    response = c.view(i, views.ResponseEvent).body
+    rid, status = response.shown("id"), response.shown("status")
     if not isinstance(rid, str) or not rid:
         c.add("responses", "response.created without a response id", i)
     elif rid in state:
@@ -490,14 +516,14 @@ def _on_done(
     speech_during: set[str],
 ) -> int:
     """Check one response.done; returns how many speech_started events it consumed (0 or 1)."""
-    response = c.ev(i).get("response") or {}
-    rid, status = response.get("id"), response.get("status")
-    reason = (response.get("status_details") or {}).get("reason")
-    if rid not in state:
+    response = c.view(i, views.ResponseEvent).body
+    rid, status, reason = response.shown("id"), response.shown("status"), _reason(response)
+    key = views.as_key(rid)
+    if key not in state:
         c.add("responses", f"response.done for {rid!r}, which was never created", i)
-    elif state[rid] == "done":
+    elif state[key] == "done":
         c.add("responses", f"second response.done for {rid!r}", i)
-    state[rid] = "done"
+    state[key] = "done"
     if status == "completed":
         if reason not in profile.responses.completed_reasons:
             c.add("responses", f"completed response {rid!r} with reason {reason!r}", i)
@@ -506,7 +532,7 @@ def _on_done(
         if reason not in profile.responses.cancelled_reasons:
             c.add("responses", f"cancelled response {rid!r} with reason {reason!r}", i)
         if profile.responses.cancel_rule == "speech_during":
-            if rid not in speech_during:
+            if key not in speech_during:
                 c.add("responses", f"cancelled response {rid!r} saw no speech_started during it", i)
             return 0
         if profile.responses.cancel_rule == "after_close":

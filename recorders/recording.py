@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fdb.audio import Audio, float_to_pcm16, pcm16_to_float, wav_bytes
-from fdb.dialects import Dialect
+from fdb.dialects import Dialect, views
 from fdb.io import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_bytes
 from fdb.session_records import (
     InputInfo,
@@ -59,7 +59,7 @@ def response_counts(
         elif ev.type in profile.events.audio_delta:
             counts.audio_deltas += 1
         elif ev.type == "response.done":
-            status = (ev.event.get("response") or {}).get("status")
+            status = views.lenient(views.ResponseEvent, ev.event).body.shown("status")
             if status == "completed":
                 counts.completed += 1
             elif status == "cancelled":
@@ -105,15 +105,14 @@ def write_recording(
     samples = len(pcm) // 2
     input_ms = samples * 1000.0 / profile.formats.input_rate
     granted = outcome.granted_session or {}
+    granted_sglang = views.at(granted, "sglang", "granted")
     record = SessionRecord(
         **base,
         profile=profile.name,
         trace_format=profile.trace_format,
         turn_detection_requested=turn_detection,
         turn_detection_granted=profile.session.echoed_turn_detection(granted),
-        granted=(granted.get("sglang") or {}).get("granted")
-        if isinstance(granted.get("sglang"), dict)
-        else None,
+        granted=granted_sglang if isinstance(granted_sglang, dict) else None,
         input=InputInfo(
             rate=profile.formats.input_rate,
             samples=samples,

@@ -33,7 +33,7 @@ from typing import Any
 import picows
 
 from fdb.audio import Audio
-from fdb.dialects import Dialect, get_dialect
+from fdb.dialects import Dialect, get_dialect, views
 from fdb.errors import FdbError, SampleError
 from fdb.io import redact_url
 from fdb.session_records import SessionRecord, SessionStatus
@@ -65,10 +65,10 @@ ADMISSION_RETRIES = 3
 ADMISSION_BACKOFF_S = 0.25
 CLOSE_GRACE_S = 2.0
 _FLAGS = {
-    "session.created": "created",
-    "session.updated": "updated",
-    "sglang.input_audio.drained": "drained",
-    "session.closed": "closed",
+    views.SESSION_CREATED: "created",
+    views.SESSION_UPDATED: "updated",
+    views.INPUT_AUDIO_DRAINED: "drained",
+    views.SESSION_CLOSED: "closed",
 }
 
 
@@ -435,7 +435,7 @@ class _Session:
         if event is None:
             self.receiving = False
             return
-        self._dispatch(event, message, t)
+        self._dispatch(event, views.read_event(event, self.profile.events.audio_delta), message, t)
 
     def _parse(self, message: str | bytes, t: float) -> dict[str, Any] | None:
         """A JSON object with a string type, or None after recording the failure."""
@@ -447,10 +447,14 @@ class _Session:
         self.fail("error", f"server sent {problem} while {self.phase}")
         return None
 
-    def _dispatch(self, event: dict[str, Any], message: str | bytes, t: float) -> None:
-        type_ = event["type"]
-        if type_ in self.profile.events.audio_delta:
-            logged = self._take_audio(event, t)
+    def _dispatch(
+        self, event: dict[str, Any], view: views.Event, message: str | bytes, t: float
+    ) -> None:
+        """Log ``event`` (as received; an audio delta without its audio) and act on its
+        ``view``."""
+        type_ = view.type or ""  # a string: _parse let no other event through
+        if isinstance(view, views.AudioDelta):  # one of the dialect's events.audio_delta
+            logged = self._take_audio(event, view, t)
             if logged is None:
                 return
             self.log("recv", type_, logged, t)
@@ -462,21 +466,23 @@ class _Session:
             if self.updates_answered > 1:
                 flag = "tail"
             else:
-                self.granted_session = (
-                    event.get("session") if isinstance(event.get("session"), dict) else {}
-                )
+                session = view.session if isinstance(view, views.SessionEvent) else None
+                self.granted_session = session if session is not None else {}
         if flag is not None:
             self.flags[flag].set()
-        if type_ == "error":
-            self._on_error(event)
+        if isinstance(view, views.Error):
+            self._on_error(view)
 
-    def _take_audio(self, event: dict[str, Any], t: float) -> dict[str, Any] | None:
-        """Move a delta's audio into the output; the trace keeps its offset and length. The text
-        is kept as received and decoded when the session is finished; here only its shape is
-        checked (a string whose length is a multiple of 4), which gives the decoded length."""
-        delta = event.get("delta") or ""
+    def _take_audio(
+        self, event: dict[str, Any], view: views.AudioDelta, t: float
+    ) -> dict[str, Any] | None:
+        """Move a delta's audio into the output; the trace keeps its offset and length (``event``
+        as received, its audio left out). The text is kept as received and decoded when the
+        session is finished; here only its shape is checked (a string whose length is a multiple
+        of 4), which gives the decoded length."""
+        delta = view.shown("delta") or ""  # as received: one that is not a string is judged
         if not isinstance(delta, str) or len(delta) % 4:
-            self.log("recv", event["type"], {**event, "delta": None}, t)
+            self.log("recv", view.type or "", {**event, "delta": None}, t)
             problem = (
                 "not a string"
                 if not isinstance(delta, str)
@@ -492,11 +498,12 @@ class _Session:
         self.output_bytes += size
         return {**event, "delta": None, "audio_offset": offset, "audio_bytes": size}
 
-    def _on_error(self, event: dict[str, Any]) -> None:
-        err = event.get("error") if isinstance(event.get("error"), dict) else {}
-        self.fatal = bool((event.get("sglang") or {}).get("fatal"))
+    def _on_error(self, view: views.Error) -> None:
+        err = view.body
+        self.fatal = view.fatal
         self.fail(
-            "error", f"server error {err.get('code')} ({err.get('type')}): {err.get('message')}"
+            "error",
+            f"server error {err.shown('code')} ({err.shown('type')}): {err.shown('message')}",
         )
 
     def _on_connection_lost(self) -> None:

@@ -34,10 +34,11 @@ from websockets.asyncio.client import connect
 
 from fdb.audio import float_to_pcm16, read_wav, resample
 from fdb.datasets.seedtts import SeedTtsItem
+from fdb.dialects import views
 from fdb.tts_records import TtsRequestRecord
 from recorders.tts_client import UNDECLARED, SpeechClientOptions
 
-AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
+AUDIO_DELTAS = views.AUDIO_DELTAS  # GA, beta
 INSTRUCTIONS = (
     "Read the user's text aloud, exactly as written, in the voice of the reference audio if one "
     "is given."
@@ -118,20 +119,21 @@ async def _collect(ws, record: TtsRequestRecord, t0: float, pcm: bytearray, drai
         except TimeoutError:
             return
         at = round(time.perf_counter() - t0, 6)
-        event = json.loads(raw)
-        kind = event.get("type")
-        if kind in AUDIO_DELTAS:
-            data = base64.b64decode(event.get("delta") or "")
+        received = json.loads(raw)
+        event = views.read_event(received)
+        if isinstance(event, views.AudioDelta):
+            data = base64.b64decode(event.shown("delta") or "")
             if data:
                 pcm += data
                 record.chunks.append((at, len(data)))
                 if record.done_s is not None:
                     record.bytes_after_done += len(data)
-        elif kind == "error":
-            raise _Failed(f"the server sent an error event: {json.dumps(event)[:300]}")
-        elif kind == "response.done" and record.done_s is None:
+        elif isinstance(event, views.Error):
+            raise _Failed(f"the server sent an error event: {json.dumps(received)[:300]}")
+        elif event.type == views.RESPONSE_DONE and record.done_s is None:
+            assert isinstance(event, views.ResponseEvent)
             record.done_s = at
-            status = (event.get("response") or {}).get("status")
+            status = event.body.shown("status")
             if status not in (None, "completed"):
                 raise _Failed(f"response.done with status {status!r}")
             deadline = time.perf_counter() + drain_s

@@ -25,6 +25,7 @@ class Faults:
     send_cleared: bool = False  # output_audio_buffer.cleared at the barge-in
     disconnect_at_packet: int | None = None
     error_at_packet: int | None = None
+    error_body: object = None  # the error event's ``error`` (None: an internal server error)
     invalid_json_at_packet: int | None = None
     stall_at_packet: int | None = None  # from here on the peer reads but never answers
     out_of_order: bool = False  # the reply's audio before its response.created
@@ -144,7 +145,9 @@ class DialectServer(LoopbackPeer):
                 ws,
                 {
                     "type": "error",
-                    "error": {"type": "server_error", "code": "internal", "message": "boom"},
+                    "error": {"type": "server_error", "code": "internal", "message": "boom"}
+                    if f.error_body is None
+                    else f.error_body,
                 },
             )
         if seq == f.invalid_json_at_packet:

@@ -27,6 +27,7 @@ NATIVE_FAULTS = [
     (Faults(oversized_at_packet=3), "disconnected", "message too big"),
     (Faults(output_rate=22050), "ok", "output rate 22050, expected 24000"),
     (Faults(drain_delay_s=3.0), "timeout", "waiting for sglang.input_audio.drained"),
+    (Faults(error_at_packet=3, error_body="boom"), "error", "error 'boom', not an object"),
 ]
 
 
@@ -59,6 +60,7 @@ def test_slow_drain_within_the_deadline_passes_and_is_timed(tmp_path):
         (Faults(stall_at_packet=2), "timeout", "--legacy-tail"),
         (Faults(duplicate_updated=True), "ok", "session.updated"),
         (Faults(disconnect_at_packet=2), "disconnected", "code 1011"),
+        (Faults(error_at_packet=2, error_body="boom"), "error", "error 'boom', not an object"),
     ],
     ids=lambda x: None,
 )

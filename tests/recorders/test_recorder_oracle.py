@@ -227,6 +227,26 @@ def test_error_event_and_failure_note_fail():
     assert any("session failed: late" in v for v in judge([*events, note]).violations)
 
 
+@pytest.mark.parametrize(
+    "error,needle",
+    [
+        ("boom", "server error event with error 'boom', not an object"),
+        (["x"], "server error event with error ['x'], not an object"),
+        ("", "server error None: None"),  # an empty one reads as an empty object
+        ({"code": 42, "message": ["m"]}, "server error 42: ['m']"),  # quoted as received
+    ],
+)
+def test_an_error_event_whose_error_is_malformed_fails_naming_it(error, needle):
+    events, _ = good_trace()
+    at = index(events, "sglang.unit.done", 2)
+    events.insert(
+        at, TraceEvent(t=0.5, dir="recv", type="error", event={"type": "error", "error": error})
+    )
+    verdict = judge(events)
+    assert verdict.status == "fail"
+    assert f"error: {needle} (event {at})" in verdict.violations
+
+
 def test_clock_going_backwards_fails():
     events, _ = good_trace()
     events[10].t = -5.0
