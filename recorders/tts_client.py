@@ -37,15 +37,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
 import httpx
-from pydantic import BaseModel, Field
 
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.speech_formats import (
@@ -60,9 +57,9 @@ from fdb.speech_formats import (
     server_text,
 )
 from fdb.tts_records import TtsRequestRecord
+from recorders.tts_options import UNDECLARED, SpeechClientOptions
+from recorders.tts_realtime import synthesize_realtime
 
-SPEECH_PATH = "/v1/audio/speech"
-REALTIME_PATH = "/v1/realtime"
 AUDIO_HEADERS = (
     "content-type",
     "x-sample-rate",
@@ -73,44 +70,6 @@ AUDIO_HEADERS = (
     "transfer-encoding",
 )
 MAX_QUOTED_BODY = 1 << 20
-UNDECLARED = (
-    "the server sent raw PCM without declaring its sample rate (no X-Sample-Rate header, no rate= "
-    "in the Content-Type); refusing to guess: pass --sample-rate HZ if you know the model's rate"
-)
-
-
-class SpeechClientOptions(BaseModel):
-    """How every request of a run is made."""
-
-    url: str  # the server's base URL, http://HOST:PORT (SPEECH_PATH is appended)
-    model: str | None = None
-    stream: bool = True
-    stream_format: str = "audio"  # audio (raw bytes) | sse
-    response_format: str = "pcm"
-    ref_audio: Literal["inline", "file", "none"] = "inline"
-    extra_body: dict[str, object] = Field(default_factory=dict)
-    sample_rate: int | None = None  # used only when the server declares no rate
-    channels: int | None = None  # used only when the server declares no channel count
-    timeout_s: float = 120.0
-    max_audio_s: float | None = None  # stop-condition bound recorded with each request
-    transport: Literal["http", "realtime"] = "http"  # realtime: recorders.tts_realtime
-    drain_s: float = 0.5  # realtime: how long to keep listening after response.done
-    api_key_env: str | None = None  # the NAME of the variable holding a bearer token; never the key
-
-    def auth_headers(self) -> dict[str, str]:
-        """``Authorization: Bearer`` from the variable ``api_key_env`` names; none when it is
-        unset or empty. The key is read at request time and never stored in a record."""
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    @property
-    def endpoint(self) -> str:
-        if self.transport == "realtime":
-            base = (
-                self.url.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
-            )
-            return base + REALTIME_PATH
-        return self.url.rstrip("/") + SPEECH_PATH
 
 
 def ref_audio_value(path: Path, mode: str) -> str | None:
@@ -408,9 +367,6 @@ def _sender(client: httpx.AsyncClient, opts: SpeechClientOptions):
     """The request function of ``opts.transport``: HTTP here, a realtime session per request
     there."""
     if opts.transport == "realtime":
-        # lazy: breaks the cycle tts_client <-> tts_realtime (which imports this module)
-        from recorders.tts_realtime import synthesize_realtime
-
         return lambda item, **kw: synthesize_realtime(item, opts, **kw)
     return lambda item, **kw: synthesize(client, item, opts, **kw)
 

@@ -36,7 +36,7 @@ from fdb.audio import float_to_pcm16, read_wav, resample
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.dialects import views
 from fdb.tts_records import TtsRequestRecord
-from recorders.tts_client import UNDECLARED, SpeechClientOptions
+from recorders.tts_options import UNDECLARED, SpeechClientOptions
 
 AUDIO_DELTAS = views.AUDIO_DELTAS  # GA, beta
 INSTRUCTIONS = (

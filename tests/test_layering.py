@@ -160,6 +160,6 @@ def test_an_import_cycle_in_fdb_breaks_the_acyclic_contract(tree_copy):
         second.unlink()
     assert result.returncode != 0, result.stdout + result.stderr
     assert broken(result) == {
-        "no import cycles among the modules of fdb, scorers, judges, runs and reports"
+        "no import cycles among the modules of fdb, recorders, scorers, judges, runs and reports"
     }, result.stdout
     assert "._cycle_" in result.stdout, result.stdout  # the report names the import to cut
