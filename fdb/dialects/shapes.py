@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fdb.dialects.views import at
+
 if TYPE_CHECKING:  # the Dialect record refers to its shape: typing only, no import cycle
     from fdb.dialects.model import Dialect
 
@@ -95,18 +97,17 @@ class Ga(Shape):
     def echoed_turn_detection(self, session: dict[str, Any] | None) -> dict[str, Any] | None:
         if not isinstance(session, dict):
             return None
-        found = ((session.get("audio") or {}).get("input") or {}).get("turn_detection")
+        found = at(session, "audio", "input", "turn_detection")
         return found if isinstance(found, dict) else None
 
     def declared_output_rate(self, session: dict[str, Any] | None) -> int | str | None:
         """audio.output.format.rate."""
         if not isinstance(session, dict):
             return None
-        return (((session.get("audio") or {}).get("output") or {}).get("format") or {}).get("rate")
+        return at(session, "audio", "output", "format", "rate")
 
     def wrong_24k_input(self, session: dict[str, Any]) -> str | None:
-        fmt = ((session.get("audio") or {}).get("input") or {}).get("format") or {}
-        rate = fmt.get("rate") if isinstance(fmt, dict) else None
+        rate = at(session, "audio", "input", "format", "rate")
         return None if rate in (None, 24000) else f"session.updated declares input rate {rate}"
 
 

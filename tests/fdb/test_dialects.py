@@ -8,6 +8,7 @@ import pickle
 from fdb.dialects import ALL, DIALECTS, OPENAI_BETA, TURN_BASED, CutRule, dialect_for_trace_format
 from fdb.dialects.catalog import BY_TRACE_FORMAT, dialects_help
 from fdb.dialects.events import BETA_NAMES, EXTENSION_EVENTS, OutputAudioDelta, event_type
+from fdb.dialects.shapes import SHAPES
 from fdb.playout import trace_playout_inputs
 from fdb.session_records import TraceEvent
 
@@ -62,3 +63,24 @@ def test_session_shapes_build_and_read_their_own_session_objects():
     assert "model" not in beta and OPENAI_BETA.session.echoed_turn_detection(beta) == td
     assert OPENAI_BETA.session.declared_output_rate(beta) == 24000
     assert OPENAI_BETA.with_tail(2.5).end.tail_s == 2.5 and OPENAI_BETA.end.tail_s == 1.0
+
+
+def test_the_ga_shape_reads_a_session_whose_audio_is_not_an_object_as_declaring_nothing():
+    """A server's session.updated with ``audio`` (or ``audio.input``) a string or a list: the
+    shape reads nothing from it (it crashed the recorder's checks before), and the same session
+    with well-formed audio still reads."""
+    ga = SHAPES["ga"]
+    for audio in ("pcm", [1], {"input": "x", "output": [2]}, {"input": {"format": "pcm16"}}):
+        session = {"type": "realtime", "audio": audio}
+        assert ga.echoed_turn_detection(session) is None
+        assert ga.declared_output_rate(session) is None
+        assert ga.wrong_24k_input(session) is None
+    good = {
+        "audio": {
+            "input": {"format": {"rate": 16000}, "turn_detection": {"type": "server_vad"}},
+            "output": {"format": {"rate": 24000}},
+        }
+    }
+    assert ga.echoed_turn_detection(good) == {"type": "server_vad"}
+    assert ga.declared_output_rate(good) == 24000
+    assert ga.wrong_24k_input(good) == "session.updated declares input rate 16000"
