@@ -30,7 +30,7 @@ from fdb.dialects.events import (
 )
 from serving.duplex.engine import DuplexEngine
 from serving.duplex.negotiation import apply_native_update, initial_config, native_session_object
-from serving.models import ModelHub
+from serving.hub import ModelHub
 from serving.realtime import protocol as p
 from serving.realtime.audio_input import samples_to_ms
 from serving.realtime.listener import EndMark

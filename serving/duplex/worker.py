@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from serving.duplex.negotiation import NativeConfig
 from serving.duplex.speaker import SpokenReply
-from serving.models import ModelHub
+from serving.hub import ModelHub
 from serving.realtime.outbox import Outbox
 from serving.realtime.reply_stream import ReplyStream
 from serving.realtime.responder import synthesize_pcm24

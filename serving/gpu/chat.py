@@ -28,9 +28,10 @@ from fdb.errors import FdbError
 from serving.gpu.batching import identity, shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import CausalLmGpuOptions
-from serving.graph.nodes import EmbeddedModels, PrefetchingChatNode, _Prefetch
+from serving.graph.nodes import PrefetchingChatNode, _Prefetch
 from serving.graph.runtime import Emit, NodeContext
 from serving.graph.streams import Chunk, TextDelta, control
+from serving.hub import ModelHub
 
 log = logging.getLogger("fdb.serving")
 CPU_BATCH_TOKENS = (
@@ -270,7 +271,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
     def build(cls, ctx: NodeContext) -> CausalLmGpuNode:
         return cls(ctx.models, ctx.decl.options, ctx.decl.name)
 
-    def __init__(self, models: EmbeddedModels, options: CausalLmGpuOptions, name: str = "llm"):
+    def __init__(self, models: ModelHub, options: CausalLmGpuOptions, name: str = "llm"):
         self._models, self._options, self._name = models, options, name
         self._max_new_tokens = options.max_new_tokens
         self._engine: ChatEngine | None = None

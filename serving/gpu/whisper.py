@@ -27,8 +27,9 @@ import numpy as np
 from serving.gpu.batching import Batcher, identity, shared
 from serving.gpu.weights import WeightSource, load_model
 from serving.graph.kinds import WhisperGpuOptions
-from serving.graph.nodes import EmbeddedModels, WhisperNode
+from serving.graph.nodes import WhisperNode
 from serving.graph.runtime import NodeContext
+from serving.hub import ModelHub
 
 log = logging.getLogger("fdb.serving")
 RATE = 16000
@@ -182,7 +183,7 @@ class WhisperGpuNode(WhisperNode):
     def build(cls, ctx: NodeContext) -> WhisperGpuNode:
         return cls(ctx.models, ctx.decl.options, ctx.decl.name)
 
-    def __init__(self, models: EmbeddedModels, options: WhisperGpuOptions, name: str = "asr"):
+    def __init__(self, models: ModelHub, options: WhisperGpuOptions, name: str = "asr"):
         super().__init__(models, options)
         self._name = name
         self._engine: WhisperEngine | None = None

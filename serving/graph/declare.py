@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ from serving.graph.kinds import KindOptions
 from serving.graph.streams import CONTROLS_IN, CONTROLS_OUT, FORMATS
 
 INPUT = "input"
+CASCADE = Path(__file__).resolve().parent / "embedded-cascade.yaml"  # the bundled cascade
 INPUT_FORMATS = frozenset({"pcm16", "session"})
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 DEFAULT_CAPACITY = 64
@@ -422,3 +424,9 @@ def load_graph(source: Mapping[str, Any] | str | Path) -> GraphDecl:
     if "session_publish" not in source:
         raise _fail("session_publish: Field required")
     return validate_graph(source["session_nodes"] or {}, source["session_publish"] or {})
+
+
+@cache
+def cascade() -> GraphDecl:
+    """The bundled embedded cascade (``embedded-cascade.yaml``), loaded once."""
+    return load_graph(CASCADE)
