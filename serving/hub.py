@@ -5,7 +5,7 @@ The ASR, LLM and TTS backends are shared (each holds an internal lock); the VAD 
 state, so every session gets its own :class:`fdb.models.vad.StreamingVad`. All model calls run
 in the hub's thread pools (a reply's LLM token stream outside them: see
 ``serving.graph.nodes.stream_in_thread`` and, for the duplex engine,
-:mod:`serving.realtime.reply_stream`) so that no session's event loop ever waits on a model.
+:mod:`serving.duplex.reply_stream`) so that no session's event loop ever waits on a model.
 A server's hub is loaded by ``serving.models.load_models``.
 """
 

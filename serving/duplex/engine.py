@@ -28,13 +28,13 @@ from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.conversation.end_of_turn import CANDIDATE_MS
 from serving.duplex.negotiation import NativeConfig, duplex_settings
 from serving.duplex.policy import Decision, DuplexPolicy, Heard
+from serving.duplex.responder import synthesize_pcm24
 from serving.duplex.speaker import SpokenReply
 from serving.duplex.worker import ReplyWorker
 from serving.hub import ModelHub
 from serving.realtime.audio_input import SAMPLES_PER_MS, InputTimeline, Unit, UnitCutter
 from serving.realtime.listener import ASR_TAIL_MS, AudioChunk, EndMark
 from serving.realtime.outbox import Outbox
-from serving.realtime.responder import synthesize_pcm24
 from serving.realtime.turn import Turn, Utterance
 
 KEEP_MS = 1000  # input kept before the present while no turn is open
