@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fdb.errors import FdbError
@@ -412,8 +413,6 @@ def load_graph(source: Mapping[str, Any] | str | Path) -> GraphDecl:
     """From a mapping with ``session_nodes`` and ``session_publish``, or a YAML file holding
     them."""
     if isinstance(source, (str, Path)):
-        import yaml
-
         path = Path(source)
         try:
             source = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -30,6 +30,7 @@ import numpy as np
 from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
 from serving.conversation.chunker import SpeechChunker
+from serving.conversation.end_of_turn import CANDIDATE_MS, HeldPause, required_silence_ms
 from serving.graph import registry
 from serving.graph.declare import GraphDecl
 from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE
@@ -141,8 +142,6 @@ class VadNode(Node):
             await self._configure(chunk.payload.data["turn_detection"], emit)
 
     async def _configure(self, td: dict | None, emit: Emit) -> None:
-        from serving.conversation.end_of_turn import CANDIDATE_MS
-
         if td is None:
             if self._on:
                 await self._stop_open(emit)
@@ -431,8 +430,6 @@ class TurnDetectionNode(Node):
             await self._end_turn(self._held.end_ms, emit)
 
     async def _pause(self, t_ms: int, emit: Emit) -> None:
-        from serving.conversation.end_of_turn import HeldPause, required_silence_ms
-
         if not self._semantic:
             await self._end_turn(t_ms, emit)
             return
