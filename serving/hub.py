@@ -39,10 +39,10 @@ class ModelHub:
     """The one holder of a server's models, shared by every session: the ASR, LLM, TTS,
     end-of-turn and native backends, the pools their calls run in and the compute gate.
 
-    :func:`load_models` loads every backend of a system before its first session (a role given
-    as None has no model: backend ``none``). A role not given (``ModelHub()``, as the tests'
-    graphs have it) loads its embedded model on first use (faster-whisper tiny.en, SmolLM2,
-    Piper, Smart Turn) and, without pools, its calls run in asyncio's default pool. With a
+    ``serving.models.load_models`` loads every backend of a system before its first session (a
+    role given as None has no model: backend ``none``). A role not given (``ModelHub()``, as the
+    tests' graphs have it) loads its embedded model on first use (faster-whisper tiny.en,
+    SmolLM2, Piper, Smart Turn) and, without pools, its calls run in asyncio's default pool. With a
     compute gate (``serving.graph.gate``) the calls of the models that compute on this host
     (``local_compute``) take its slots by priority.
     """
