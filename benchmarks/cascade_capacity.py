@@ -21,7 +21,7 @@ It prints one table, one row per level:
   VmRSS), sampled every 0.25 s while the level records; the idle figure (models loaded, no
   session) is printed below the table.
 
-Models are loaded once per server process (``serving/models.py`` ``ModelHub``: one ASR, LLM and
+Models are loaded once per server process (``serving/hub.py`` ``ModelHub``: one ASR, LLM and
 TTS shared by every session, a VAD state per session); the script counts the model loads in the
 server log to show it. The cohort is ``--dataset-root`` (a v1.0 tree), or by default a synthetic
 v1.0 tree written to OUTPUT/dataset with ``--sessions`` candor_turn_taking samples (a

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 
 from fdb.errors import FdbError
 from serving.duplex.negotiation import native_capabilities
-from serving.models import ModelHub
+from serving.hub import ModelHub
 from serving.realtime.endpoint import realtime_endpoint
 from serving.realtime.negotiation import capabilities
 from serving.runtime import ServerRuntime

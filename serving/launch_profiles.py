@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fdb.errors import FdbError
 
@@ -196,7 +197,6 @@ def _check_gpu(
 def check_profile(config: Any, source: str) -> None:
     """A profile's nodes call its own services: a node on a loopback address needs a service on
     that port (one on another host is a service you run elsewhere)."""
-    from urllib.parse import urlsplit
 
     ports = {entry.port: entry.name for entry in config.services}
     for role, node in config.backends.nodes().items():

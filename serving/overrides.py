@@ -16,8 +16,11 @@ file.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
+
+import yaml
 
 from fdb.errors import FdbError
 
@@ -30,7 +33,6 @@ HINT = (
 def parse_override_args(args: Sequence[str]) -> list[tuple[str, Any]]:
     """``[--a.b, v, c.d=w, --e=x]`` as ``[("a.b", v), ("c.d", w), ("e", x)]`` with YAML scalar
     values."""
-    import yaml
 
     pairs: list[tuple[str, str]] = []
     rest = list(args)
@@ -111,7 +113,6 @@ def apply_overrides(
 ) -> dict[str, Any]:
     """A copy of ``settings`` with every override applied. ``groups`` names the fields that are
     settings groups even where the file leaves them out (``--vad 5`` is refused for them)."""
-    import copy
 
     out = copy.deepcopy(settings)
     for path, value in overrides:

@@ -6,7 +6,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from serving.models import ModelHub, load_models
+from serving.hub import ModelHub
+from serving.models import load_models
 from serving.systems import SystemConfig
 
 log = logging.getLogger("fdb.serving")

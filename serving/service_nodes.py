@@ -51,12 +51,16 @@ import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import httpx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fdb.audio import pcm16_to_float, resample, wav_bytes
 from fdb.errors import FdbError
 from fdb.io import redact_values
 from fdb.models import BackendIdentity
+from fdb.models.asr import ASR_RATE, Transcript
+from fdb.models.asr_openai import AsrEndpointError, parse_verbose_json
 from fdb.speech_formats import (
     FormatError,
     WavStream,
@@ -66,6 +70,7 @@ from fdb.speech_formats import (
     raw_format,
     server_text,
 )
+from serving.conversation.chunker import speakable
 from serving.spoken_numbers import spoken_numbers
 
 HTTP_URL = r"^https?://"
@@ -185,11 +190,6 @@ class OpenAiTranscription:
         return form
 
     def transcribe(self, samples: np.ndarray):
-        import httpx
-
-        from fdb.audio import wav_bytes
-        from fdb.models.asr import ASR_RATE, Transcript
-
         samples = np.ascontiguousarray(samples, dtype=np.float32)
         if len(samples) == 0:
             return Transcript("", [])
@@ -223,8 +223,6 @@ class OpenAiTranscription:
 def transcript_of(reply: Any, url: str, node: _Node):
     """The transcript of a 200 answer: JSON ``{"text": ...}`` (``words`` and ``language`` when
     there), a JSON string, or plain text; anything else (binary, JSON without ``text``) fails."""
-    from fdb.models.asr import Transcript
-    from fdb.models.asr_openai import AsrEndpointError, parse_verbose_json
 
     ctype = reply.headers.get("content-type", "")
     body = reply.content
@@ -290,7 +288,6 @@ class OpenAiChat:
         self, messages: list[dict[str, str]], max_tokens: int = 48, temperature: float | None = 0.0
     ) -> Iterator[str]:
         """The reply's text pieces as the service streams them; ``close()`` ends the request."""
-        import httpx
 
         url = self.node.url("/chat/completions")
         with httpx.Client(timeout=self.node.timeout_s) as client:
@@ -445,8 +442,6 @@ class OpenAiSpeech:
         return body
 
     def _speak(self, client: Any, sentence: str, heard: str | None = None) -> np.ndarray:
-        import httpx
-
         url = self.node.url("/audio/speech")
         try:
             with client.stream(
@@ -470,7 +465,6 @@ class OpenAiSpeech:
 
     def _audio(self, reply: Any, url: str) -> np.ndarray:
         """The float32 samples at ``self.rate`` of a 200 answer, read by its Content-Type."""
-        from fdb.audio import pcm16_to_float, resample
 
         ctype = reply.headers.get("content-type", "")
         found = kind(ctype)
@@ -506,10 +500,6 @@ class OpenAiSpeech:
         return resample(samples, rate, self.rate)
 
     def stream(self, text: str, heard_language: str | None = None) -> Iterator[np.ndarray]:
-        import httpx
-
-        from serving.conversation.chunker import speakable
-
         with httpx.Client(timeout=self.node.timeout_s) as client:
             for sentence in sentences(text, self.node.max_sentence_words):
                 spoken = _TIGHT.sub(r"\1", speakable(sentence))  # "**there**." -> "there."
@@ -565,8 +555,6 @@ def probe(role: str, node: _Node, client: Any) -> None:
 
 
 def _probe_models(role: str, node: _Node) -> None:
-    import httpx
-
     url = node.url("/models")
 
     def failed(message: str, hint: str) -> FdbError:
@@ -649,8 +637,6 @@ def _probe_request(role: str, node: _Node, client: Any) -> None:
         elif isinstance(node, OpenAiTranscriptionNode):
             client.transcribe(np.zeros(8000, dtype=np.float32))
         else:
-            import httpx
-
             with httpx.Client(timeout=node.timeout_s) as http:
                 samples = client._speak(http, "Hello.")
             if len(samples) == 0:

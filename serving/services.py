@@ -22,15 +22,19 @@ SIGTERM from the kernel when the server process dies (Linux's parent-death signa
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from fdb.errors import FdbError
@@ -53,9 +57,6 @@ class ServiceEntry(BaseModel):
 def check(port: int, health: str = "models", timeout_s: float = 2.0) -> tuple[bool, str]:
     """(answers, what the check saw) for ``health`` on ``127.0.0.1:<port>`` (see the module's
     text)."""
-    import socket
-
-    import httpx
 
     if health == "port":
         try:
@@ -225,8 +226,6 @@ def _die_with(parent: int) -> Callable[[], None] | None:
     dies (kill -9 included; then no ``stop`` can run). Linux only (prctl); elsewhere None. The
     signal follows the thread that started the child, so it is set only when the main thread
     starts the services (the server's own start-up), which lives as long as the process."""
-    import ctypes
-    import sys
 
     if not sys.platform.startswith("linux"):
         return None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import threading
@@ -41,6 +42,7 @@ from typing import Any, Literal
 
 import httpx
 import numpy as np
+import soundfile as sf
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -192,9 +194,6 @@ def _wav_header(rate: int) -> bytes:
 def reference_audio(value: Any, rate: int) -> np.ndarray:
     """``ref_audio`` (a wav as a ``data:`` URI or a ``file://`` path) as float mono at ``rate``;
     ValueError with the reason when it cannot be read."""
-    import io
-
-    import soundfile as sf
 
     if not isinstance(value, str):
         raise ValueError("ref_audio must be a data:audio/wav;base64 URI or a file:// path")

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -44,7 +45,10 @@ from pydantic import (
 
 from fdb.errors import FdbError
 from serving.gpu.nodes import GpuNode
+from serving.graph.declare import load_graph
 from serving.graph.registry import parse_backend
+from serving.launch_profiles import check_profile, check_services, profile_path, substitute_vars
+from serving.overrides import apply_overrides as apply_flags
 from serving.service_nodes import OpenAiChatNode
 from serving.services import ServiceEntry
 
@@ -241,8 +245,6 @@ class SystemConfig(BaseModel):
                 "a duplex system has no session graph: drop session_nodes and session_publish"
             )
         if self.session_nodes is not None:
-            from serving.graph.declare import load_graph
-
             try:
                 load_graph(
                     {"session_nodes": self.session_nodes, "session_publish": self.session_publish}
@@ -390,7 +392,6 @@ def load_config_file(
     """A YAML launch file: ``system:`` picks the base (default ``default_system``), every
     other key overrides a field of :class:`SystemConfig`; then the command line's ``overrides``
     (``serving.overrides``) set single values of it."""
-    import yaml
 
     path = Path(path)
     try:
@@ -409,11 +410,7 @@ def load_config_file(
 def _from_mapping(
     raw: dict[str, Any], default_system: str, overrides: Sequence[tuple[str, Any]], source: str
 ) -> SystemConfig:
-    from serving.launch_profiles import check_services, substitute_vars
-
     if overrides:
-        from serving.overrides import apply_overrides as apply_flags
-
         groups = [
             key for key, value in SystemConfig().model_dump().items() if isinstance(value, dict)
         ]
@@ -436,8 +433,6 @@ def resolve_system(
     the shipped launch profile's (``serving/profiles/``, checked as a profile), with the command
     line's ``overrides`` applied."""
     if profile is not None:
-        from serving.launch_profiles import check_profile, profile_path
-
         if config is not None:
             raise FdbError("--profile and --config both name a launch file", "pass one of them")
         path = profile_path(profile)

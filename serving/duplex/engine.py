@@ -28,13 +28,13 @@ from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.conversation.end_of_turn import CANDIDATE_MS
 from serving.duplex.negotiation import NativeConfig, duplex_settings
 from serving.duplex.policy import Decision, DuplexPolicy, Heard
+from serving.duplex.responder import synthesize_pcm24
 from serving.duplex.speaker import SpokenReply
 from serving.duplex.worker import ReplyWorker
-from serving.models import ModelHub
+from serving.hub import ModelHub
 from serving.realtime.audio_input import SAMPLES_PER_MS, InputTimeline, Unit, UnitCutter
 from serving.realtime.listener import ASR_TAIL_MS, AudioChunk, EndMark
 from serving.realtime.outbox import Outbox
-from serving.realtime.responder import synthesize_pcm24
 from serving.realtime.turn import Turn, Utterance
 
 KEEP_MS = 1000  # input kept before the present while no turn is open
@@ -110,7 +110,11 @@ class DuplexEngine:
         semantic = s.turn_detection == "semantic"
         if self._vad is None:  # semantic: every pause of CANDIDATE_MS is proposed and scored
             silence_ms = CANDIDATE_MS if semantic else s.end_of_turn_ms
-            self._vad = await self._hub.run_vad(self._hub.new_vad, s.vad_threshold, silence_ms, 0)
+            self._vad = await self._hub.run_vad(
+                lambda: self._hub.new_vad(
+                    threshold=s.vad_threshold, silence_duration_ms=silence_ms, prefix_padding_ms=0
+                )
+            )
         events = await self._hub.run_vad(self._vad.feed, samples) if len(samples) else []
         if final:
             events += self._vad.flush()

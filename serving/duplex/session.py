@@ -30,7 +30,8 @@ from fdb.dialects.events import (
 )
 from serving.duplex.engine import DuplexEngine
 from serving.duplex.negotiation import apply_native_update, initial_config, native_session_object
-from serving.models import ModelHub
+from serving.gpu.native import MoshiSessionEngine
+from serving.hub import ModelHub
 from serving.realtime import protocol as p
 from serving.realtime.audio_input import samples_to_ms
 from serving.realtime.listener import EndMark
@@ -43,8 +44,6 @@ class NativeSession(RealtimeSession):
         self.config = initial_config(self._system)
         engine = DuplexEngine
         if hub.native is not None:  # a native model (serving/gpu/native.py) instead of the policy
-            from serving.gpu.native import MoshiSessionEngine
-
             engine = MoshiSessionEngine
             self.resample_per_chunk = True  # a unit is whole once its packet arrived
         self._engine = engine(hub, self._outbox, lambda: self.config, self._context_exhausted)

@@ -1,9 +1,9 @@
 """Answers the user turns the policy hands over, one at a time: ASR → LLM → TTS.
 
 Per turn the utterance is transcribed; an empty transcript gets no reply. Otherwise the LLM's
-token stream is cut into speakable chunks (:class:`serving.realtime.reply_stream.ReplyStream`,
-the same as the turn-based responder's), each chunk is synthesized by Piper as soon as it is
-complete and added to a :class:`~serving.duplex.speaker.SpokenReply`, which the unit loop
+token stream is cut into speakable chunks (:class:`serving.duplex.reply_stream.ReplyStream`),
+each chunk is synthesized by Piper (:func:`serving.duplex.responder.synthesize_pcm24`) as soon
+as it is complete and added to a :class:`~serving.duplex.speaker.SpokenReply`, which the unit loop
 emits. The worker waits until that reply has finished (spoken in full, or yielded) before the
 next turn, then keeps what was said in the history. Words of a turn whose reply was dropped
 before it spoke are not lost: the policy reopens that turn, so the next utterance holds them.
@@ -17,11 +17,11 @@ from collections import deque
 from collections.abc import Callable
 
 from serving.duplex.negotiation import NativeConfig
+from serving.duplex.reply_stream import ReplyStream
+from serving.duplex.responder import synthesize_pcm24
 from serving.duplex.speaker import SpokenReply
-from serving.models import ModelHub
+from serving.hub import ModelHub
 from serving.realtime.outbox import Outbox
-from serving.realtime.reply_stream import ReplyStream
-from serving.realtime.responder import synthesize_pcm24
 from serving.realtime.turn import Turn, TurnInterrupted, Utterance
 
 log = logging.getLogger("fdb.serving")

@@ -14,12 +14,14 @@ first session's node loads it in a worker thread, the others wait for that load.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
 from fdb.errors import FdbError
+from fdb.models import BackendIdentity
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
@@ -137,9 +139,6 @@ def close_shared(owner: Any) -> None:
 def identity(kind: str, role: str, source: Any, settings: dict[str, Any]):
     """What a GPU engine reports for ``role`` (``fdb.models.BackendIdentity``): the node kind, the
     preset, and the weights' label, so a number from dummy weights always says so."""
-    import importlib.metadata
-
-    from fdb.models import BackendIdentity
 
     name = f"{kind}/{source.preset or 'checkpoint'}" + (" (dummy weights)" if source.dummy else "")
     return BackendIdentity(

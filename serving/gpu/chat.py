@@ -19,18 +19,21 @@ it the cache would see 0 bytes, so the engine gives the manager the CPU cache si
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import logging
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from fdb.errors import FdbError
 from serving.gpu.batching import identity, shared
-from serving.gpu.weights import WeightSource, load_model
+from serving.gpu.weights import WeightSource, _transformers, load_model
 from serving.graph.kinds import CausalLmGpuOptions
-from serving.graph.nodes import EmbeddedModels, PrefetchingChatNode, _Prefetch
+from serving.graph.nodes import PrefetchingChatNode, _Prefetch
 from serving.graph.runtime import Emit, NodeContext
 from serving.graph.streams import Chunk, TextDelta, control
+from serving.hub import ModelHub
 
 log = logging.getLogger("fdb.serving")
 CPU_BATCH_TOKENS = (
@@ -72,8 +75,6 @@ class HfTokenizer:
     """A checkpoint's tokenizer and chat template."""
 
     def __init__(self, path: str):
-        from serving.gpu.weights import _transformers
-
         self.inner = _transformers().AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.label = f"tokenizer of {path}"
 
@@ -127,6 +128,7 @@ class ChatEngine:
         )
 
     def _start_manager(self):
+        # lazy: transformers is optional (the gpu extra)
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -214,10 +216,10 @@ class ChatEngine:
 
 def _cpu_memory() -> None:
     """Let transformers' paged cache size itself on a CPU without psutil (it would read 0 bytes)."""
-    import importlib.util
 
     if importlib.util.find_spec("psutil") is not None:
         return
+    # lazy: torch is optional (the gpu extra)
     import torch
     from transformers.generation.continuous_batching import cache
 
@@ -270,7 +272,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
     def build(cls, ctx: NodeContext) -> CausalLmGpuNode:
         return cls(ctx.models, ctx.decl.options, ctx.decl.name)
 
-    def __init__(self, models: EmbeddedModels, options: CausalLmGpuOptions, name: str = "llm"):
+    def __init__(self, models: ModelHub, options: CausalLmGpuOptions, name: str = "llm"):
         self._models, self._options, self._name = models, options, name
         self._max_new_tokens = options.max_new_tokens
         self._engine: ChatEngine | None = None
@@ -303,8 +305,6 @@ class CausalLmGpuNode(PrefetchingChatNode):
             self._max_new_tokens = int(sampling["max_new_tokens_per_unit"])
 
     def _start_prefetch(self, messages: list[dict[str, str]]) -> None:
-        import threading
-
         prefetch = _AsyncPrefetch(self._key(messages), threading.Event(), threading.Event())
         prefetch.task = asyncio.ensure_future(
             prefetch.fill(self._engine.stream(messages, self._max_new_tokens))

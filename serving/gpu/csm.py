@@ -29,6 +29,7 @@ rate, so that the traffic has the shape of real speech. The audio is noise; labe
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import queue
 import threading
@@ -112,6 +113,7 @@ class CsmEngine:
         dummy: bool = True,
         weights_label: str = "",
     ):
+        # lazy: torch is optional (the gpu extra)
         import torch
 
         self.torch = torch
@@ -133,6 +135,7 @@ class CsmEngine:
         depth = model.depth_decoder.model
         first = backbone.layers[0].self_attn
         self.head_dim = first.head_dim
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import SlotCache
 
         s = options.max_batch
@@ -166,6 +169,7 @@ class CsmEngine:
         self._depth_tables(depth, s)
         self._plans = [None] * len(backbone.layers)
         self._depth_plans = [None] * len(depth.layers)
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import fuse_layers, module_norm, rms_norm
 
         self._norm = rms_norm if options.fuse else module_norm
@@ -180,6 +184,7 @@ class CsmEngine:
             raise FdbError(f"CSM codec {options.codec!r} is not known", "use streaming or window")
         self.mimi = None
         if options.codec == "streaming":
+            # lazy: serving.gpu.mimi_static imports torch (optional: the gpu extra)
             from serving.gpu.mimi_static import MimiGraphs, StaticMimi
 
             self.mimi = MimiGraphs(
@@ -221,6 +226,7 @@ class CsmEngine:
     def _depth_tables(self, depth, slots: int) -> None:
         """What every depth step shares, made once: each position's rotary angles (the same for
         every row), its row of positions and its causal mask."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import depth_tables, rope_tables
 
         torch = self.torch
@@ -236,6 +242,7 @@ class CsmEngine:
     def _warm(self) -> float:
         """Every bucket's step and Mimi decode once (CUDA graphs captured) before the first
         request; no slot is busy, so what they write is overwritten by the next prefill."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import bucket
 
         started = time.perf_counter()
@@ -390,6 +397,7 @@ class CsmEngine:
     def _launch(self, busy: list[int]) -> int:
         """One frame for rows 0..n-1 launched (step and decode), without waiting for the GPU;
         returns ``n``."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import bucket
 
         torch = self.torch
@@ -468,7 +476,6 @@ class CsmEngine:
     def _encode_reference(self, samples: np.ndarray):
         """Mimi codes of a reference, cached by its samples' sha256 (a voice prompt is sent
         again and again; Mimi's encoder is deterministic)."""
-        import hashlib
 
         samples = np.ascontiguousarray(samples, dtype=np.float32)
         key = hashlib.sha256(samples.tobytes()).hexdigest()
@@ -482,6 +489,7 @@ class CsmEngine:
         return codes
 
     def _prefill(self, request: _Request, slot: int) -> None:
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import prefill_layer, rope_tables
 
         torch = self.torch
@@ -511,6 +519,7 @@ class CsmEngine:
             context[:, -tail.shape[1] :] = tail.clamp(max=self.codec_size - 1)
         self.history[slot] = context
         if self.mimi is not None:  # a new decoder stream; a reference's last frames lead into it
+            # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
             from serving.gpu.slots import bucket
 
             self.mimi.reset([slot])
@@ -552,6 +561,7 @@ class CsmEngine:
 
     def _capture(self, n: int, fn=None):
         """``fn(n)`` (default: the frame step) as a CUDA graph, after two eager warm-up calls."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import capture
 
         fn = fn or self._step
@@ -563,6 +573,7 @@ class CsmEngine:
         """Rows 0..n-1: one backbone step from ``step_in``, then the depth decoder; the new frame
         lands in ``out_codes``, its embedding in ``step_in`` and its codes at the end of
         ``history``. Idle rows compute on stale inputs and are ignored."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import decode_layer, rope_tables
 
         backbone = self.model.backbone_model
@@ -588,6 +599,7 @@ class CsmEngine:
 
     def _depth(self, hidden, n: int):
         """Codebooks 0..31 of one frame for ``n`` rows from the backbone's last hidden state."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import decode_layer, gumbel, sample_top_k
 
         torch = self.torch

@@ -55,6 +55,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from serving.gpu.slots import capture
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
@@ -227,6 +229,7 @@ class StaticMimi:
     """
 
     def __init__(self, model: nn.Module, slots: int, num_quantizers: int | None = None):
+        # lazy: transformers is optional (the gpu extra)
         from transformers.models.mimi.modeling_mimi import MimiConv1d, MimiConvTranspose1d
 
         config = model.config
@@ -391,8 +394,6 @@ class MimiGraphs:
         graph.replay()
 
     def _capture(self, n: int, fn, active: torch.Tensor) -> torch.cuda.CUDAGraph:
-        from serving.gpu.slots import capture
-
         keep = active[:n].clone()
         active[:n] = False  # the warm-up runs leave every stream as it was
         graph = capture(lambda: fn(n), pool=self._pool)

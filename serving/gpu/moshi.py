@@ -89,6 +89,7 @@ class MoshiEngine:
         dummy: bool = True,
         weights_label: str = "",
     ):
+        # lazy: torch is optional (the gpu extra)
         import torch
 
         from serving.gpu.slots import SlotCache, depth_tables
@@ -145,6 +146,7 @@ class MoshiEngine:
         # the depth steps' positions and causal masks, made once (the same in every step)
         self._depth_pos, self._depth_mask = depth_tables(self.k, s, self.device)
         self._plans = [None] * len(decoder.layers)
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import fuse_layers, module_norm, rms_norm
 
         self._norm = rms_norm if options.fuse else module_norm
@@ -154,6 +156,7 @@ class MoshiEngine:
             raise FdbError(f"Moshi codec {options.codec!r} is not known", "use streaming or window")
         self.mimi = None
         if options.codec == "streaming":
+            # lazy: serving.gpu.mimi_static imports torch (optional: the gpu extra)
             from serving.gpu.mimi_static import MimiGraphs, StaticMimi
 
             self.mimi = MimiGraphs(
@@ -198,6 +201,7 @@ class MoshiEngine:
     def _warm(self) -> float:
         """Every bucket's step once (its CUDA graphs captured) before the first session, so no
         session pays for a capture; all slots are free, so what the steps write is never read."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import bucket
 
         started = time.perf_counter()
@@ -299,6 +303,7 @@ class MoshiEngine:
         return frames
 
     def _advance(self, frames: list[_Frame]) -> None:
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import bucket
 
         torch = self.torch
@@ -351,6 +356,7 @@ class MoshiEngine:
         return self.tokenizer.decode([token], skip_special_tokens=True)
 
     def _run_graph(self, name: str, n: int, fn) -> None:
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import capture
 
         key = (name, n)
@@ -402,6 +408,7 @@ class MoshiEngine:
         return x[:, None, :]
 
     def _step(self, n: int) -> None:
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import decode_layer, rope_tables, sample_top_k
 
         torch = self.torch
@@ -432,6 +439,7 @@ class MoshiEngine:
 
     def _depth(self, hidden, text, n: int):
         """Moshi's 8 codebooks of this frame from the temporal state ``hidden`` [n, 1, H]."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import decode_layer, gumbel, sample_top_k
 
         torch = self.torch

@@ -24,6 +24,8 @@ from fdb.audio import float_to_pcm16, resample
 from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.duplex.negotiation import NativeConfig
 from serving.duplex.speaker import SpokenReply
+from serving.gpu.moshi import MoshiEngine, MoshiOptions
+from serving.gpu.weights import load_model, load_tokenizer
 from serving.realtime.audio_input import SAMPLES_PER_MS, Unit, UnitCutter
 from serving.realtime.listener import AudioChunk, EndMark
 from serving.realtime.outbox import Outbox
@@ -150,9 +152,6 @@ class MoshiNative:
     """The loaded ``moshi_gpu`` node: the model and its :class:`MoshiEngine`."""
 
     def __init__(self, node) -> None:
-        from serving.gpu.moshi import MoshiEngine, MoshiOptions
-        from serving.gpu.weights import load_model, load_tokenizer
-
         source = node.source()
         model = load_model(source, "moshi_gpu native model", node.device, node.dtype)
         tokenizer = load_tokenizer(source)

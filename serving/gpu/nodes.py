@@ -23,7 +23,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from serving.gpu.weights import WeightSource
+from serving.gpu.csm import RATE, CsmEngine, CsmOptions
+from serving.gpu.weights import WeightSource, load_model, load_tokenizer
 
 
 class GpuNode(BaseModel):
@@ -94,9 +95,6 @@ class CsmTts:
     remote = False
 
     def __init__(self, node: CsmSpeechNode):
-        from serving.gpu.csm import RATE, CsmEngine, CsmOptions
-        from serving.gpu.weights import load_model, load_tokenizer
-
         source = node.source()
         model = load_model(source, "csm_gpu tts", node.device, node.dtype)
         tokenizer = load_tokenizer(source)

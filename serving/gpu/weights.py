@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from fdb.errors import FdbError
 from fdb.io import sha256_file
+from fdb.models import require
 
 SUMS_NAME = "SHA256SUMS"
 NEEDED = ("config.json",)
@@ -207,8 +208,6 @@ def verify_checkpoint(
 
 
 def _transformers():
-    from fdb.models import require
-
     return require("transformers", "transformers", "gpu", "the GPU model nodes")
 
 
@@ -224,6 +223,7 @@ def preset_config(preset: str, overrides: dict[str, Any] | None = None):
 
 def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str = "bfloat16"):
     """The model of ``source`` in eval mode on ``device``: verified checkpoint or dummy weights."""
+    # lazy: torch is optional (the gpu extra)
     import torch
 
     transformers = _transformers()

@@ -17,6 +17,7 @@ marked as dummy (``DUMMY_TEXT``) so that the dialog has a user message to answer
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Sequence
@@ -25,10 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from serving.gpu.batching import Batcher, identity, shared
-from serving.gpu.weights import WeightSource, load_model
+from serving.gpu.weights import WeightSource, _transformers, load_model
 from serving.graph.kinds import WhisperGpuOptions
-from serving.graph.nodes import EmbeddedModels, WhisperNode
+from serving.graph.nodes import WhisperNode
 from serving.graph.runtime import NodeContext
+from serving.hub import ModelHub
 
 log = logging.getLogger("fdb.serving")
 RATE = 16000
@@ -49,6 +51,7 @@ class WhisperEngine:
         language: str | None,
         max_tokens_per_s: float | None = None,
     ):
+        # lazy: torch is optional (the gpu extra)
         import torch
 
         self.source, self.device, self.max_new_tokens, self.language = (
@@ -98,6 +101,7 @@ class WhisperEngine:
 
     def run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
         """The text of each utterance (blocking; one generate)."""
+        # lazy: torch is optional (the gpu extra)
         import torch
 
         inputs = self.features(
@@ -142,7 +146,6 @@ class WhisperEngine:
 def _processors(source: WeightSource, mel_bins: int):
     """(feature extractor, tokenizer or None): a checkpoint's own, else the defaults for
     ``mel_bins``."""
-    from serving.gpu.weights import _transformers
 
     transformers = _transformers()
     if source.dummy:
@@ -182,7 +185,7 @@ class WhisperGpuNode(WhisperNode):
     def build(cls, ctx: NodeContext) -> WhisperGpuNode:
         return cls(ctx.models, ctx.decl.options, ctx.decl.name)
 
-    def __init__(self, models: EmbeddedModels, options: WhisperGpuOptions, name: str = "asr"):
+    def __init__(self, models: ModelHub, options: WhisperGpuOptions, name: str = "asr"):
         super().__init__(models, options)
         self._name = name
         self._engine: WhisperEngine | None = None
@@ -209,7 +212,5 @@ class WhisperGpuNode(WhisperNode):
 
     async def _recognize(self, samples: np.ndarray, before=None) -> tuple[str, str | None]:
         if before is not None:
-            import asyncio
-
             await asyncio.gather(before, return_exceptions=True)
         return await self._engine.transcribe(samples), self._options.language

@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fdb.errors import FdbError
@@ -23,6 +25,7 @@ from serving.graph.kinds import KindOptions
 from serving.graph.streams import CONTROLS_IN, CONTROLS_OUT, FORMATS
 
 INPUT = "input"
+CASCADE = Path(__file__).resolve().parent / "embedded-cascade.yaml"  # the bundled cascade
 INPUT_FORMATS = frozenset({"pcm16", "session"})
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 DEFAULT_CAPACITY = 64
@@ -410,8 +413,6 @@ def load_graph(source: Mapping[str, Any] | str | Path) -> GraphDecl:
     """From a mapping with ``session_nodes`` and ``session_publish``, or a YAML file holding
     them."""
     if isinstance(source, (str, Path)):
-        import yaml
-
         path = Path(source)
         try:
             source = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -422,3 +423,9 @@ def load_graph(source: Mapping[str, Any] | str | Path) -> GraphDecl:
     if "session_publish" not in source:
         raise _fail("session_publish: Field required")
     return validate_graph(source["session_nodes"] or {}, source["session_publish"] or {})
+
+
+@cache
+def cascade() -> GraphDecl:
+    """The bundled embedded cascade (``embedded-cascade.yaml``), loaded once."""
+    return load_graph(CASCADE)

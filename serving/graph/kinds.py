@@ -13,6 +13,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fdb.errors import FdbError
+from serving.gpu.weights import WeightSource
+
 HTTP_URL = r"^https?://"
 WS_URL = r"^wss?://"
 EXTRA_BODY_RESERVED = ("model", "messages", "stream", "max_tokens", "temperature")
@@ -118,9 +121,6 @@ class GpuModelOptions(KindOptions):
     @field_validator("weights")
     @classmethod
     def _weights(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from fdb.errors import FdbError
-        from serving.gpu.weights import WeightSource
-
         try:
             source = WeightSource.parse(value, "weights")
         except FdbError as err:
@@ -134,7 +134,6 @@ class GpuModelOptions(KindOptions):
 
     def source(self, where: str):
         """The parsed ``weights`` (``serving.gpu.weights.WeightSource``)."""
-        from serving.gpu.weights import WeightSource
 
         return WeightSource.parse(self.weights, where)
 

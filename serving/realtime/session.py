@@ -57,7 +57,7 @@ from fdb.dialects.events import (
     error_event,
     new_id,
 )
-from serving.models import ModelHub
+from serving.hub import ModelHub
 from serving.realtime import protocol as p
 from serving.realtime.audio_input import decode_pcm16, samples_to_ms
 from serving.realtime.listener import AudioChunk

@@ -13,9 +13,10 @@ import pytest
 
 from fdb.errors import FdbError
 from serving.graph.declare import load_graph
-from serving.graph.nodes import EmbeddedModels, build_nodes
+from serving.graph.nodes import build_nodes
 from serving.graph.runtime import SessionGraph
 from serving.graph.streams import Chunk, Pcm16
+from serving.hub import ModelHub
 from tests.serving.conftest import _pcm16, silence
 
 CASCADE = Path(__file__).resolve().parents[2] / "serving" / "graph" / "embedded-cascade.yaml"
@@ -37,7 +38,7 @@ async def feed(graph: SessionGraph, pcm: bytes) -> None:
 
 async def converse(pcm: bytes) -> tuple[list[Chunk], float]:
     decl = load_graph(CASCADE)
-    graph = SessionGraph(decl, build_nodes(decl, EmbeddedModels()))
+    graph = SessionGraph(decl, build_nodes(decl, ModelHub()))
     await graph.open()
     start = time.monotonic()
     try:
@@ -85,7 +86,7 @@ async def barge_in(first: bytes, second: bytes) -> list[Chunk]:
     raw = yaml.safe_load(CASCADE.read_text(encoding="utf-8"))
     raw["session_nodes"]["llm"]["max_tokens"] = 96  # a reply long enough to speak over
     decl = load_graph(raw)
-    graph = SessionGraph(decl, build_nodes(decl, EmbeddedModels()))
+    graph = SessionGraph(decl, build_nodes(decl, ModelHub()))
     published: list[Chunk] = []
     await graph.open()
     try:
@@ -165,7 +166,7 @@ def test_turn_detection_holds_a_mid_sentence_pause(say):
     async def scenario() -> list[Chunk]:
         decl = load_graph(SEMANTIC)
         graph = SessionGraph(
-            decl, build_nodes(decl, EmbeddedModels(), vad_settings={"silence_duration_ms": 200})
+            decl, build_nodes(decl, ModelHub(), vad_settings={"silence_duration_ms": 200})
         )
         await graph.open()
         start = time.monotonic()
@@ -214,8 +215,7 @@ async def _listen(pcm: bytes, asr: _SlowAsr, after_chunks: int) -> tuple[list[Ch
     """Feeds ``pcm`` then ``after_chunks`` of silence at 8x real time until the graph drains;
     returns what it published and how many appends a full input edge refused."""
     decl = load_graph(LISTEN)
-    models = EmbeddedModels()
-    models.__dict__["asr"] = asr
+    models = ModelHub(asr=asr)
     graph = SessionGraph(decl, build_nodes(decl, models, vad_settings={"silence_duration_ms": 300}))
     refused = 0
     await graph.open()
@@ -238,7 +238,7 @@ def test_a_slow_transcription_never_stops_the_input(question):
     """Tiny.en held 2.5 s per utterance: the 9 s of input after the question (112 packets, well
     over the input edge's 64) are all taken while the transcription runs, and the transcript
     arrives."""
-    asr = _SlowAsr(EmbeddedModels().asr, 2.5)
+    asr = _SlowAsr(ModelHub().asr, 2.5)
     published, refused = asyncio.run(_listen(question, asr, 100))
     assert refused == 0
     transcripts = [c.payload.text.lower() for c in published if c.format == "transcript"]
@@ -246,7 +246,7 @@ def test_a_slow_transcription_never_stops_the_input(question):
 
 
 def test_a_failed_transcription_fails_the_graph(question):
-    asr = _SlowAsr(EmbeddedModels().asr, 0.1, fail=True)
+    asr = _SlowAsr(ModelHub().asr, 0.1, fail=True)
     with pytest.raises(FdbError, match="'asr'.*recognizer crashed"):
         asyncio.run(_listen(question, asr, 20))
 
@@ -283,10 +283,9 @@ def test_whisper_transcription_encodes_utterances_in_the_window_it_is_given(
             },
         },
     }
-    asr = _WindowedAsr(EmbeddedModels().asr)
+    asr = _WindowedAsr(ModelHub().asr)
     decl = load_graph(listen)
-    models = EmbeddedModels()
-    models.__dict__["asr"] = asr
+    models = ModelHub(asr=asr)
 
     async def scenario():
         graph = SessionGraph(

@@ -16,11 +16,12 @@ import numpy as np
 
 from fdb.audio import float_to_pcm16
 from serving.conversation.chunker import speakable
-from serving.graph.nodes import EmbeddedModels, build_nodes
+from serving.graph.declare import cascade
+from serving.graph.nodes import build_nodes
 from serving.graph.runtime import SessionGraph
 from serving.graph.streams import Chunk, Pcm16, control
+from serving.hub import ModelHub
 from serving.realtime.graph_output import DeliverySink, GraphOutput
-from serving.realtime.graph_session import cascade
 from serving.realtime.negotiation import initial_config
 from serving.systems import SystemConfig
 
@@ -101,8 +102,11 @@ async def _answer(
     asr = SimpleNamespace(
         transcribe=lambda samples: SimpleNamespace(text="Why is the sky blue?", language=language)
     )
-    models = EmbeddedModels.of(
-        asr, llm, tts or FakeTts(), turn=SimpleNamespace(complete_probability=lambda a: 1.0)
+    models = ModelHub(
+        asr=asr,
+        llm=llm,
+        tts=tts or FakeTts(),
+        turn=SimpleNamespace(complete_probability=lambda a: 1.0),
     )
     outbox = FakeOutbox(llm.go)
     output = GraphOutput(outbox, system, lambda: config, lambda: True, lambda: 500)

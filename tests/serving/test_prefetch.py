@@ -17,9 +17,10 @@ from serving.graph import nodes as graph_nodes
 from serving.graph.declare import load_graph
 from serving.graph.gate import ComputeGate
 from serving.graph.kinds import LlamaChatOptions
-from serving.graph.nodes import EmbeddedModels, LlamaChatNode, build_nodes
+from serving.graph.nodes import LlamaChatNode, build_nodes
 from serving.graph.runtime import SessionGraph
 from serving.graph.streams import Chunk, Message, Messages, Pcm16, control
+from serving.hub import ModelHub
 from tests.serving.conftest import _pcm16, silence
 from tests.serving.test_graph_cascade import UNIT
 
@@ -27,8 +28,8 @@ CASCADE = Path(__file__).resolve().parents[2] / "serving" / "graph" / "embedded-
 
 
 @pytest.fixture(scope="module")
-def models() -> EmbeddedModels:
-    return EmbeddedModels()
+def models() -> ModelHub:
+    return ModelHub()
 
 
 class _CountingAsr:
@@ -93,9 +94,7 @@ async def _paced(graph: SessionGraph, pcm: bytes) -> None:
             await asyncio.sleep(0.01)
 
 
-async def _run(
-    pcm: bytes, models: EmbeddedModels, prefetch_ms: int | None
-) -> tuple[list[Chunk], dict]:
+async def _run(pcm: bytes, models: ModelHub, prefetch_ms: int | None) -> tuple[list[Chunk], dict]:
     decl = load_graph(CASCADE)
     nodes = build_nodes(decl, models, vad_settings={"prefetch_ms": prefetch_ms})
     graph = SessionGraph(decl, nodes)
@@ -118,11 +117,9 @@ def test_a_pause_that_ends_the_turn_has_its_transcript_and_reply_started_there(s
         np.concatenate([silence(0.3), say("What is the capital of France?"), silence(1.5)])
     )
     asr = _CountingAsr(models.asr)
-    counted = EmbeddedModels()
-    counted.__dict__.update(
-        asr=asr, llm=models.llm, turn=models.turn, _tts=models.__dict__.setdefault("_tts", {})
+    counted = ModelHub(
+        asr=asr, llm=models.llm, tts=models.tts, turn=models.turn, gate=ComputeGate(2)
     )
-    counted.gate = ComputeGate(2)
     published, nodes = asyncio.run(_run(pcm, counted, 200))
     controls = [(c.source, c.control) for c in published if c.format == "session"]
     assert ("turn_detection", "speech.pausing") in controls and (

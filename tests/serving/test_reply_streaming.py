@@ -9,7 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from serving.realtime.reply_stream import ReplyStream
+from serving.duplex.reply_stream import ReplyStream
 from serving.realtime.turn import Turn, Utterance
 
 

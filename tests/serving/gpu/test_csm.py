@@ -275,11 +275,11 @@ class _Streaming:
 
 def _speech_node(engine: CsmEngine):
     from serving.graph.kinds import PiperSpeechOptions
-    from serving.graph.nodes import EmbeddedModels, PiperSpeechNode
+    from serving.graph.nodes import PiperSpeechNode
+    from serving.hub import ModelHub
 
     options = PiperSpeechOptions()
-    models = EmbeddedModels()
-    models.__dict__["_tts"] = {(options.deterministic, options.length_scale): _Streaming(engine)}
+    models = ModelHub(tts=_Streaming(engine))  # the default voice
     return PiperSpeechNode(models, options)
 
 

@@ -107,10 +107,10 @@ def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_le
 def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
     from serving.gpu.chat import CausalLmGpuNode
     from serving.gpu.chat import engine_key as chat_key
-    from serving.graph.nodes import EmbeddedModels
     from serving.graph.streams import Chunk, Message, Messages, control
+    from serving.hub import ModelHub
 
-    models = EmbeddedModels()
+    models = ModelHub()
     options = _options(CausalLmGpuOptions, tiny_llm())
     models.__dict__["_gpu_engines"] = {
         chat_key(options): {"lock": None, "engine": chat}

@@ -1,5 +1,5 @@
-"""Reply audio for the native full-duplex engine (``serving.duplex``): Piper's speech as 24 kHz
-PCM16. The turn-based sessions synthesize in the session graph (``serving.graph.nodes``)."""
+"""Reply audio for the native full-duplex engine: Piper's speech as 24 kHz PCM16. The turn-based
+sessions synthesize in the session graph (``serving.graph.nodes``)."""
 
 from __future__ import annotations
 
