@@ -74,7 +74,7 @@ def profile_steps(tiny: bool, batches: list[int], device: str, codec: str = "str
     import torch
 
     from serving.gpu.moshi import MoshiEngine, MoshiOptions
-    from serving.gpu.weights import WeightSource, load_model
+    from serving.weights import WeightSource, load_model
 
     device = "cpu" if tiny else device
     source = WeightSource("dummy", preset="moshi-7b", overrides=TINY if tiny else {})

@@ -82,7 +82,7 @@ def profile_steps(tiny: bool, batches: list[int], codec: str = "streaming") -> d
     import torch
 
     from serving.gpu.csm import CsmEngine, CsmOptions
-    from serving.gpu.weights import WeightSource, load_model
+    from serving.weights import WeightSource, load_model
 
     device = "cpu" if tiny else "cuda"
     source = WeightSource("dummy", preset="csm-1b", overrides=TINY if tiny else {})

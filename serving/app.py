@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse
 
 from fdb.errors import FdbError
 from serving.duplex.negotiation import native_capabilities
+from serving.endpoint import realtime_endpoint
 from serving.hub import ModelHub
-from serving.realtime.endpoint import realtime_endpoint
 from serving.realtime.negotiation import capabilities
 from serving.runtime import ServerRuntime
 from serving.speech import router as speech_router

@@ -24,7 +24,7 @@ from fdb.models.llm import SmolLm2
 from fdb.models.tts import PiperTts
 from fdb.models.turn import load_turn_backend
 from fdb.models.vad import StreamingVad
-from serving.gpu import batching
+from serving import batching
 from serving.graph.declare import GraphDecl, cascade, load_graph
 from serving.graph.gate import REST, ComputeGate
 from serving.graph.kinds import PiperSpeechOptions
@@ -65,7 +65,7 @@ class ModelHub:
         for role, model in (("asr", asr), ("llm", llm), ("tts", tts), ("turn", turn)):
             if model is not LOAD:
                 self.__dict__[role] = model  # the cached_property never loads it
-        self.native = native  # a native model (serving.gpu.native.MoshiNative) of a duplex system
+        self.native = native  # a native model (serving.gpu.nodes.MoshiNative) of a duplex system
         self.vad_identity = vad_identity
         self.executor = executor  # where model calls run (None: asyncio's default pool)
         self.vad_executor = vad_executor  # where VAD and end-of-turn calls run

@@ -44,8 +44,8 @@ from pydantic import (
 )
 
 from fdb.errors import FdbError
-from serving.gpu.nodes import GpuNode
 from serving.graph.declare import load_graph
+from serving.graph.kinds import GpuNode
 from serving.graph.registry import parse_backend
 from serving.launch_profiles import check_profile, check_services, profile_path, substitute_vars
 from serving.overrides import apply_overrides as apply_flags
@@ -72,7 +72,7 @@ class VadDefaults(BaseModel):
 class Backends(BaseModel):
     """The backend per role: an embedded backend's key (see ``serving.models``) or, for asr, llm
     and tts, a node of the backend registry (a mapping with ``kind``: a service node, see
-    ``serving.service_nodes``, or a GPU node, see ``serving.gpu.nodes``)."""
+    ``serving.service_nodes``, or a GPU node, see ``serving.graph.kinds.GpuNode``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -148,7 +148,7 @@ class DuplexSettings(BaseModel):
     turn_detection: Literal["vad", "semantic"] = "vad"
     eagerness: Literal["low", "medium", "high", "auto"] = "medium"
     # A native model instead of the rule-based policy and cascade: every unit goes to it and its
-    # audio comes back per unit (serving/gpu/native.py); None: the policy above decides.
+    # audio comes back per unit (serving/duplex/native.py); None: the policy above decides.
     model: BackendNode | None = None  # a "native" kind of serving.graph.registry (moshi_gpu)
 
     @field_validator("model", mode="before")

@@ -160,6 +160,26 @@ def test_an_import_cycle_in_fdb_breaks_the_acyclic_contract(tree_copy):
         second.unlink()
     assert result.returncode != 0, result.stdout + result.stderr
     assert broken(result) == {
-        "no import cycles among the modules of fdb, recorders, scorers, judges, runs and reports"
+        "no import cycles among the modules of fdb, serving, recorders, scorers, judges, runs and "
+        "reports"
     }, result.stdout
     assert "._cycle_" in result.stdout, result.stdout  # the report names the import to cut
+
+
+def test_an_import_cycle_in_serving_breaks_the_acyclic_contract(tree_copy):
+    """The protocol layer importing the native engine built on it (lazily: that counts too):
+    serving.duplex imports serving.realtime, so serving.realtime never imports serving.duplex."""
+    module = tree_copy / "serving" / "realtime" / "_cycle.py"
+    module.write_text(
+        '"""A cycle."""\n\n\ndef back():\n    from serving.duplex import session  # noqa: F401\n'
+    )
+    try:
+        result = lint_imports(tree_copy)
+    finally:
+        module.unlink()
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert broken(result) == {
+        "no import cycles among the modules of fdb, serving, recorders, scorers, judges, runs and "
+        "reports"
+    }, result.stdout
+    assert ".realtime -> .duplex" in result.stdout, result.stdout  # the import to cut

@@ -29,8 +29,8 @@ from fdb.dialects.events import (
     error_event,
 )
 from serving.duplex.engine import DuplexEngine
+from serving.duplex.native import MoshiSessionEngine
 from serving.duplex.negotiation import apply_native_update, initial_config, native_session_object
-from serving.gpu.native import MoshiSessionEngine
 from serving.hub import ModelHub
 from serving.realtime import protocol as p
 from serving.realtime.audio_input import samples_to_ms
@@ -43,7 +43,7 @@ class NativeSession(RealtimeSession):
         super().__init__(websocket, hub)
         self.config = initial_config(self._system)
         engine = DuplexEngine
-        if hub.native is not None:  # a native model (serving/gpu/native.py) instead of the policy
+        if hub.native is not None:  # a native model (serving.duplex.native) instead of the policy
             engine = MoshiSessionEngine
             self.resample_per_chunk = True  # a unit is whole once its packet arrived
         self._engine = engine(hub, self._outbox, lambda: self.config, self._context_exhausted)

@@ -1,6 +1,6 @@
 """``causal_lm_gpu``: a causal LM's replies, streamed per session from one continuous-batching loop.
 
-:class:`ChatEngine` loads the model (``serving.gpu.weights.load_model``: a verified checkpoint,
+:class:`ChatEngine` loads the model (``serving.weights.load_model``: a verified checkpoint,
 or dummy weights of the qwen3-4b configuration) and runs transformers' continuous batching
 (``model.init_continuous_batching()``, a ``ContinuousBatchingManager`` with a paged KV cache and,
 on CUDA, its CUDA graphs): each reply is a streaming request; requests join and leave the decode
@@ -27,13 +27,13 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from fdb.errors import FdbError
-from serving.gpu.batching import identity, shared
-from serving.gpu.weights import WeightSource, _transformers, load_model
+from serving.batching import identity, shared
 from serving.graph.kinds import CausalLmGpuOptions
 from serving.graph.nodes import PrefetchingChatNode, _Prefetch
 from serving.graph.runtime import Emit, NodeContext
 from serving.graph.streams import Chunk, TextDelta, control
 from serving.hub import ModelHub
+from serving.weights import WeightSource, _transformers, load_model
 
 log = logging.getLogger("fdb.serving")
 CPU_BATCH_TOKENS = (

@@ -27,7 +27,7 @@ eagerly (transformers' Mimi cannot be captured, and a failed capture would leave
 generator unusable).
 
 With dummy weights the text is token noise (no tokenizer: no transcript) and the audio is noise;
-the protocol and the timing are real. :mod:`serving.gpu.native` serves an engine behind fdb's
+the protocol and the timing are real. :mod:`serving.duplex.native` serves an engine behind fdb's
 native session protocol.
 """
 

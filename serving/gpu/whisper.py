@@ -1,9 +1,9 @@
 """``whisper_gpu``: Whisper transcription on a GPU, one ``generate`` for the utterances of all
 sessions.
 
-:class:`WhisperEngine` holds the model (``serving.gpu.weights.load_model``: a verified checkpoint,
+:class:`WhisperEngine` holds the model (``serving.weights.load_model``: a verified checkpoint,
 or dummy weights of the whisper-large-v3 configuration), its feature extractor and, where the
-checkpoint has one, its tokenizer. Its :class:`~serving.gpu.batching.Batcher` pads every waiting
+checkpoint has one, its tokenizer. Its :class:`~serving.batching.Batcher` pads every waiting
 utterance to the model's 30 s window (``2 * max_source_positions`` log-mel frames; a longer
 utterance keeps its first 30 s), computes the log-mel features on the device and decodes the
 batch with one ``generate`` capped at ``max_new_tokens``.
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.gpu.batching import Batcher, identity, shared
-from serving.gpu.weights import WeightSource, _transformers, load_model
+from serving.batching import Batcher, identity, shared
 from serving.graph.kinds import WhisperGpuOptions
 from serving.graph.nodes import WhisperNode
 from serving.graph.runtime import NodeContext
 from serving.hub import ModelHub
+from serving.weights import WeightSource, _transformers, load_model
 
 log = logging.getLogger("fdb.serving")
 RATE = 16000

@@ -4,7 +4,8 @@ unknown options); the kinds themselves, their roles and formats are entries of
 the embedded kinds (``whisper_transcription``, ``llama_chat``, ``piper_speech``) run on the
 offline models and have node adapters in ``serving.graph.nodes``; the GPU kinds
 (``whisper_gpu``, ``causal_lm_gpu``) run torch/transformers models shared by every session and
-batched across them (``serving.gpu``).
+batched across them (``serving.gpu``). The GPU nodes of a system's backends (``csm_gpu``,
+``moshi_gpu``: :class:`GpuNode`) have their options here too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fdb.errors import FdbError
-from serving.gpu.weights import WeightSource
+from serving.weights import WeightSource
 
 HTTP_URL = r"^https?://"
 WS_URL = r"^wss?://"
@@ -107,7 +108,7 @@ class PiperSpeechOptions(KindOptions):
 
 class GpuModelOptions(KindOptions):
     """A model of ``serving.gpu``, loaded once per server process and shared by every session.
-    ``weights``: a ``serving.gpu.weights.WeightSource`` mapping, ``{load_format: checkpoint, path,
+    ``weights``: a ``serving.weights.WeightSource`` mapping, ``{load_format: checkpoint, path,
     sha256}`` or ``{load_format: dummy, preset, overrides}``; ``max_batch``: requests of all
     sessions run together at most."""
 
@@ -133,7 +134,7 @@ class GpuModelOptions(KindOptions):
         return value
 
     def source(self, where: str):
-        """The parsed ``weights`` (``serving.gpu.weights.WeightSource``)."""
+        """The parsed ``weights`` (``serving.weights.WeightSource``)."""
 
         return WeightSource.parse(self.weights, where)
 
@@ -177,3 +178,68 @@ class CausalLmGpuOptions(GpuModelOptions):
     # them off whenever the attention needs a mask (sdpa), and then every decode step launches
     # each kernel from Python (117 ms a step for 16 replies, docs/gpu.md). Ignored on CPU.
     cuda_graphs: bool = True
+
+
+# The GPU nodes a launch file's ``backends:`` (csm_gpu) or a system's ``duplex.model``
+# (moshi_gpu) names: their options, checked when the launch file loads (no torch needed);
+# their backend classes are in ``serving.gpu.nodes``.
+
+
+class GpuNode(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    presets: ClassVar[tuple[str, ...]] = ()  # the presets of this kind's model class
+
+    weights: dict[str, Any]
+    device: str = Field("cuda", pattern=r"^(cpu|cuda(:\d+)?)$")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            source = WeightSource.parse(value, "weights")
+        except Exception as exc:  # FdbError: its message names the field
+            raise ValueError(getattr(exc, "message", str(exc))) from None
+        if source.preset is not None and source.preset not in cls.presets:
+            raise ValueError(
+                f"weights: preset {source.preset!r} is not a model of this kind "
+                f"(use one of {', '.join(cls.presets)})"
+            )
+        return value
+
+    def source(self) -> WeightSource:
+        return WeightSource.parse(self.weights, "weights")
+
+
+class CsmSpeechNode(GpuNode):
+    """CSM voice-cloning TTS (:mod:`serving.gpu.csm`)."""
+
+    presets: ClassVar[tuple[str, ...]] = ("csm-1b",)
+
+    kind: Literal["csm_gpu"]
+    max_batch: int = Field(64, ge=1, le=512)
+    max_len: int = Field(1024, ge=64, le=8192)
+    max_audio_s: float = Field(60.0, gt=0, le=600)
+    temperature: float = Field(0.9, ge=0, le=2)
+    top_k: int = Field(50, ge=1)
+    decode_context: int = Field(8, ge=1, le=64)
+    codec: Literal["streaming", "window"] = "streaming"
+    cuda_graphs: bool = True
+    fuse: bool = True  # serving.gpu.slots.fuse_layers (False: the transformers modules' own ops)
+    dummy_s_per_char: float = Field(0.07, gt=0, le=1)
+
+
+class MoshiNativeNode(GpuNode):
+    """Moshi as a native full-duplex model (:mod:`serving.gpu.moshi`; its sessions run
+    :mod:`serving.duplex.native`); the ``model`` of a system's ``duplex`` settings."""
+
+    kind: Literal["moshi_gpu"]
+    presets: ClassVar[tuple[str, ...]] = ("moshi-7b",)
+    max_batch: int = Field(32, ge=1, le=256)
+    max_len: int = Field(2048, ge=64, le=3000)  # frames per session; Moshi's context is 3000
+    codec_context: int = Field(8, ge=1, le=64)
+    codec: Literal["streaming", "window"] = "streaming"
+    gather_ms: float = Field(2.0, ge=0, le=80)
+    cuda_graphs: bool = True
+    fuse: bool = True  # serving.gpu.slots.fuse_layers on the temporal transformer

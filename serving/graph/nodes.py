@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -49,7 +49,9 @@ from serving.graph.streams import (
     Transcript,
     control,
 )
-from serving.hub import ModelHub
+
+if TYPE_CHECKING:  # the hub loads this package's graph: typing only, no import cycle
+    from serving.hub import ModelHub
 
 T = TypeVar("T")
 HOLD_MAX_S = 3.0  # the longest a reply's token stream waits for its first chunk's synthesis
@@ -811,12 +813,11 @@ def _node(ctx: NodeContext) -> Node:
 
 def build_nodes(
     decl: GraphDecl,
-    models: ModelHub | None = None,
+    models: ModelHub,
     vad_settings: dict | None = None,
     max_history_messages: int = 12,
 ) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared)."""
-    models = models or ModelHub()
     return {
         name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages))
         for name, d in decl.nodes.items()

@@ -202,14 +202,14 @@ BACKENDS: list[Backend] = [
     Backend(
         "speech",
         "csm_gpu",
-        system_options="serving.gpu.nodes:CsmSpeechNode",
+        system_options=_K + "CsmSpeechNode",
         client="serving.gpu.nodes:CsmTts",
     ),
     Backend(
         "native",
         "moshi_gpu",
-        system_options="serving.gpu.nodes:MoshiNativeNode",
-        client="serving.gpu.native:MoshiNative",
+        system_options=_K + "MoshiNativeNode",
+        client="serving.gpu.nodes:MoshiNative",
     ),
 ]
 

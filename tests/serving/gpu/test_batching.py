@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fdb.errors import FdbError
-from serving.gpu.batching import Batcher, shared
+from serving.batching import Batcher, shared
 
 
 def test_concurrent_requests_become_one_batch_with_their_own_results():
@@ -116,7 +116,7 @@ def test_max_batch_must_be_positive():
 
 
 def test_close_shared_closes_every_engine_built():
-    from serving.gpu.batching import close_shared
+    from serving.batching import close_shared
 
     closed = []
 

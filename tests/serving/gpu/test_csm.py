@@ -24,7 +24,7 @@ import torch  # noqa: E402 - after the skip
 from benchmarks.gpu_tts import TINY  # noqa: E402
 from serving.gpu.csm import CsmEngine, CsmOptions  # noqa: E402
 from serving.gpu.slots import SlotCache, decode_layer, prefill_layer, rope_tables  # noqa: E402
-from serving.gpu.weights import WeightSource, load_model  # noqa: E402
+from serving.weights import WeightSource, load_model  # noqa: E402
 
 FRAME = 1920  # samples of one 80 ms Mimi frame at 24 kHz
 LABEL = "dummy weights (csm-1b configuration; compute path only)"

@@ -30,7 +30,7 @@ from serving.gpu.slots import (  # noqa: E402
     rope_tables,
     sample_top_k,
 )
-from serving.gpu.weights import WeightSource, load_model  # noqa: E402
+from serving.weights import WeightSource, load_model  # noqa: E402
 
 FRAME = 1920
 

@@ -16,7 +16,7 @@ import torch  # noqa: E402 - after the skip
 
 from benchmarks.gpu_native import TINY  # noqa: E402
 from serving.gpu.moshi import MoshiEngine, MoshiOptions  # noqa: E402
-from serving.gpu.weights import WeightSource, load_model  # noqa: E402
+from serving.weights import WeightSource, load_model  # noqa: E402
 
 FRAME = 1920
 

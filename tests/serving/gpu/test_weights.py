@@ -1,4 +1,4 @@
-"""A verified checkpoint (serving/gpu/weights.py): a tiny Qwen3 saved in the Hugging Face layout
+"""A verified checkpoint (serving/weights.py): a tiny Qwen3 saved in the Hugging Face layout
 with a SHA256SUMS made like sha256sum makes it, pinned by that file's sha256. load_model loads
 exactly the saved weights; every way the checkpoint can differ from its pin is a one-line
 FdbError naming the file (or the launch file's field)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fdb.errors import FdbError
-from serving.gpu.weights import SUMS_NAME, WeightSource, load_model, verify_checkpoint
+from serving.weights import SUMS_NAME, WeightSource, load_model, verify_checkpoint
 from tests.serving.gpu.conftest import TINY_QWEN
 
 pytest.importorskip("transformers")
@@ -153,7 +153,7 @@ def test_a_configuration_leaves_the_callers_mappings_as_they_were():
     from benchmarks.gpu_native import TINY as MOSHI_TINY
     from benchmarks.gpu_tts import MIMI_TINY
     from benchmarks.gpu_tts import TINY as CSM_TINY
-    from serving.gpu.weights import PRESETS, preset_config
+    from serving.weights import PRESETS, preset_config
 
     before = copy.deepcopy((MOSHI_TINY, CSM_TINY, PRESETS["moshi-7b"], PRESETS["csm-1b"]))
     for _ in range(2):

@@ -1,4 +1,6 @@
-"""``WS /v1/realtime``: admission, then one :class:`RealtimeSession` per connection.
+"""``WS /v1/realtime``: admission, then one :class:`RealtimeSession` per connection: the native
+session (``serving.duplex``) for a duplex system, else the turn-based one on the session graph
+(``serving.realtime.graph_session``).
 
 The upgrade is refused with HTTP 503 while the models are still loading ("instance is not
 ready") and when ``max_sessions`` sessions are already open; a client may retry. A session's

@@ -24,8 +24,6 @@ from fdb.audio import float_to_pcm16, resample
 from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.duplex.negotiation import NativeConfig
 from serving.duplex.speaker import SpokenReply
-from serving.gpu.moshi import MoshiEngine, MoshiOptions
-from serving.gpu.weights import load_model, load_tokenizer
 from serving.realtime.audio_input import SAMPLES_PER_MS, Unit, UnitCutter
 from serving.realtime.listener import AudioChunk, EndMark
 from serving.realtime.outbox import Outbox
@@ -146,28 +144,3 @@ class MoshiSessionEngine:
             await self._reply.emit(None)
         self._release()
         await mark.on_drained()
-
-
-class MoshiNative:
-    """The loaded ``moshi_gpu`` node: the model and its :class:`MoshiEngine`."""
-
-    def __init__(self, node) -> None:
-        source = node.source()
-        model = load_model(source, "moshi_gpu native model", node.device, node.dtype)
-        tokenizer = load_tokenizer(source)
-        options = MoshiOptions(
-            max_batch=node.max_batch,
-            max_len=node.max_len,
-            codec_context=node.codec_context,
-            codec=node.codec,
-            gather_ms=node.gather_ms,
-            cuda_graphs=node.cuda_graphs,
-            fuse=node.fuse,
-        )
-        self.engine = MoshiEngine(
-            model, options, tokenizer=tokenizer, dummy=source.dummy, weights_label=source.label()
-        )
-        self.identity = self.engine.identity
-
-    def close(self) -> None:
-        self.engine.shutdown()
