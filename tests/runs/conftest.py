@@ -79,11 +79,26 @@ class DemoRun:
 
 
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory) -> DemoRun:
+def synthetic_work(tmp_path_factory) -> Path:
+    """An $FDB_WORK with fdb's synthetic sets (one v1.0 sample per subset, one v1.5 pair per
+    category), generated once (Piper: some 7 s); the fixtures below start from copies of it (the
+    generation is deterministic and no file names the folder)."""
     from fdb.datasets.synthetic import ensure_synthetic
 
-    root = tmp_path_factory.mktemp("fdbwork")
+    root = tmp_path_factory.mktemp("synthetic")
     ensure_synthetic(root, v10_per_subset=1, v15_per_category=1)
+    return root
+
+
+def synthetic_copy(synthetic_work: Path, root: Path) -> Path:
+    """``root`` (made if missing) holding a copy of ``synthetic_work``."""
+    shutil.copytree(synthetic_work, root, symlinks=True, dirs_exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, synthetic_work) -> DemoRun:
+    root = synthetic_copy(synthetic_work, tmp_path_factory.mktemp("fdbwork"))
     env = dict(os.environ, FDB_WORK=str(root), SERVER_PORT=str(free_port()))
     for name in ("CUDA_VISIBLE_DEVICES", "GPU", "JUDGE_CONFIG", "JUDGE_URL", "OPENAI_API_KEY"):
         env.pop(name, None)
