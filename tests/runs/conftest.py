@@ -17,6 +17,7 @@ import pytest
 from benchmarks.faults import SELECT, STAMP, tree_bytes  # noqa: F401
 from tests.conftest import REPO, free_port
 
+MODEL_REVISION = "mm1"  # declared by the demo run's generate (test_provenance_generate reads it)
 PHASES = {
     "asr": ["asr", "--run-name", "e2e"],
     "judge": ["judge", "--run-name", "e2e"],
@@ -104,7 +105,8 @@ def demo_run(tmp_path_factory, synthetic_work) -> DemoRun:
         env.pop(name, None)
     demo = DemoRun(root, env)
     snaps = tmp_path_factory.mktemp("snapshots")
-    for phase, args in [("generate", ["generate", "--run-name", "e2e", *SELECT]), *PHASES.items()]:
+    generate = ["generate", "--run-name", "e2e", *SELECT, "--model-revision", MODEL_REVISION]
+    for phase, args in [("generate", generate), *PHASES.items()]:
         done = fdb(args, env)
         for _ in range(GENERATE_RETRIES if phase == "generate" else 0):
             if not _client_fell_behind(done):
