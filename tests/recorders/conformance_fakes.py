@@ -49,8 +49,9 @@ class Broken:
 class _Conn:
     ws: ServerConnection
     beta: bool
+    input_rate: int  # the rate the fake reads the input at (24 kHz unless told otherwise)
     turn_detection: dict | None = field(default_factory=lambda: {"type": "server_vad"})
-    samples: int = 0  # input received, at 24 kHz
+    samples: int = 0  # input received, at input_rate
     committed_to: int = 0  # manual turns: input up to here is committed
     speaking: bool = False
     quiet_ms: float = 0.0
@@ -61,13 +62,16 @@ class _Conn:
 
     @property
     def ms(self) -> float:
-        return self.samples * 1000 / INPUT_RATE
+        return self.samples * 1000 / self.input_rate
 
 
 class ConformanceFake(LoopbackPeer):
-    def __init__(self, broken: Broken | None = None, reply_ms: int = 3000):
+    def __init__(
+        self, broken: Broken | None = None, reply_ms: int = 3000, input_rate: int = INPUT_RATE
+    ):
         self.broken = broken or Broken()
         self.reply_ms = reply_ms
+        self.input_rate = input_rate  # 16000: a server that reads 24 kHz input as 16 kHz
         self.ids = itertools.count(1)
         self.received: list[dict] = []
 
@@ -114,7 +118,7 @@ class ConformanceFake(LoopbackPeer):
             "output_modalities": ["audio"],
             "audio": {
                 "input": {
-                    "format": {"type": "audio/pcm", "rate": INPUT_RATE},
+                    "format": {"type": "audio/pcm", "rate": c.input_rate},
                     "turn_detection": c.turn_detection,
                 },
                 "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}, "voice": "alloy"},
@@ -123,7 +127,7 @@ class ConformanceFake(LoopbackPeer):
 
     async def _handler(self, ws: ServerConnection) -> None:
         beta = "realtime=v1" in (ws.request.headers.get("OpenAI-Beta") or "")
-        c = _Conn(ws, beta)
+        c = _Conn(ws, beta, self.input_rate)
         await self._send(c, {"type": "session.created", "session": self._session(c)})
         try:
             async for message in ws:
@@ -190,7 +194,7 @@ class ConformanceFake(LoopbackPeer):
         if c.turn_detection is None or not len(pcm):
             return
         loud = float(np.sqrt(np.mean(pcm**2))) > SPEECH_RMS
-        packet_ms = len(pcm) * 1000 / INPUT_RATE
+        packet_ms = len(pcm) * 1000 / c.input_rate
         if loud and not c.speaking:
             c.speaking, c.quiet_ms, c.speech_item = True, 0.0, self._id("item")
             await self._send(

@@ -20,7 +20,7 @@ from recorders.conformance import (
     run_conformance,
 )
 from tests.recorders.conformance_fakes import Broken, ConformanceFake, in_thread, speech_burst
-from tests.recorders.dialect_fakes import DialectServer
+from tests.recorders.dialect_fakes import DialectServer, Faults
 from tests.recorders.recorder_fakes import Script, ScriptedServer
 from tests.recorders.test_recorder_session import TD
 
@@ -36,25 +36,95 @@ def details(rows):
     return [(r.rule, r.status, r.detail) for r in rows]
 
 
-def battery(
+async def battery(
     broken: Broken | None = None,
     profile: str = "openai-ga",
     only=None,
     reply_ms: int = 3000,
+    input_rate: int = 24000,
     **options,
 ):
-    async def main_():
-        async with ConformanceFake(broken, reply_ms=reply_ms) as server:
-            return await run_conformance(
-                server.url, profile, FAST_TD, only=only, **{**FAST, **options}
-            )
+    async with ConformanceFake(broken, reply_ms=reply_ms, input_rate=input_rate) as server:
+        return await run_conformance(server.url, profile, FAST_TD, only=only, **{**FAST, **options})
 
-    return asyncio.run(main_())
+
+async def _turn_based_peer_with_a_bad_seq():
+    async with ScriptedServer(Script(bad_seq_at_packet=2)) as server:
+        only = {r for r, _ in rule_table(get_dialect("turn-based"))} - set(SCENARIO_RULES)
+        return await run_conformance(server.url, "turn-based", TD, only=only, **FAST)
+
+
+async def _native_peer():
+    async with DialectServer("minicpmo-native-pr2377") as server:
+        return await run_conformance(server.url, "minicpmo-native-pr2377", None, **FAST)
+
+
+async def _a_peer_that_drops_the_connection():
+    async with DialectServer(
+        "openai-ga", Faults(reply_at_packet=None, disconnect_at_packet=5)
+    ) as server:
+        return await run_conformance(
+            server.url, "openai-ga", FAST_TD, only=set(SCENARIO_RULES), **FAST
+        )
+
+
+SWITCHES = [
+    ("ignore_barge_in", "barge-in"),
+    ("cancel_regardless", "barge-in-off"),
+    ("ignore_cancel", "cancel"),
+    ("ignore_truncate", "truncate"),
+]
+# Each battery of the tests below, by name: a coroutine against a loopback fake of its own.
+BATTERIES = {
+    **{f"correct {p}": lambda p=p: battery(profile=p) for p in ("openai-ga", "openai-beta")},
+    **{
+        f"broken {switch}": lambda switch=switch: battery(
+            Broken(**{switch: True}), only=set(SCENARIO_RULES)
+        )
+        for switch, _ in SWITCHES
+    },
+    "hang up at barge-in": lambda: battery(
+        Broken(hang_up_at_barge_in=True), only={"barge-in", "barge-in-off"}
+    ),
+    "short reply": lambda: battery(only={"barge-in-off"}, reply_ms=160),
+    "never speaks": lambda: battery(only=set(SCENARIO_RULES), reply_ms=0, reply_timeout_s=1.5),
+    "refused update": lambda: battery(Broken(refuse_update=True)),
+    "input read as 16 kHz": lambda: battery(only={"input-24k"}, input_rate=16000),
+    "turn-based bad seq": _turn_based_peer_with_a_bad_seq,
+    "native": _native_peer,
+    "drops the connection": _a_peer_that_drops_the_connection,
+}
+
+
+# The batteries whose tests require the pacing rule to pass (no packet more than 80 ms late).
+PACED = {"correct openai-ga", "correct openai-beta", "native", "turn-based bad seq"}
+PACED_START_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def batteries() -> dict[str, list]:
+    """Every battery above at once on one event loop, each against its own fake: they wait on
+    real-time audio and the fakes do next to no work, so together they take about the time of
+    the longest (13 s; one after another they took 88 s). The paced ones start PACED_START_S
+    later: the others' start (a burst of work on the loop, some 30 ms here) left their first
+    packets up to 110 ms late on a loaded machine; once it is over the packets are a few ms late
+    at most, loaded or not. Keep them on this one loop in this one thread: a second thread
+    or process doing work beside them (tried: the CLI test) had the same effect."""
+
+    async def start(name: str):
+        if name in PACED:
+            await asyncio.sleep(PACED_START_S)
+        return await BATTERIES[name]()
+
+    async def all_():
+        return await asyncio.gather(*(start(name) for name in BATTERIES))
+
+    return dict(zip(BATTERIES, asyncio.run(all_()), strict=True))
 
 
 @pytest.mark.parametrize("profile", ["openai-ga", "openai-beta"])
-def test_a_correct_server_passes_every_rule(profile):
-    rows = battery(profile=profile)
+def test_a_correct_server_passes_every_rule(batteries, profile):
+    rows = batteries[f"correct {profile}"]
     assert [r.rule for r in rows] == [rule for rule, _ in rule_table(get_dialect(profile))]
     assert all(r.status == "pass" for r in rows), details(rows)
     got = {r.rule: r.detail for r in rows}
@@ -62,39 +132,31 @@ def test_a_correct_server_passes_every_rule(profile):
     assert "still in progress when the client ended the session" in got["responses"]
 
 
-@pytest.mark.parametrize(
-    ("switch", "rule"),
-    [
-        ("ignore_barge_in", "barge-in"),
-        ("cancel_regardless", "barge-in-off"),
-        ("ignore_cancel", "cancel"),
-        ("ignore_truncate", "truncate"),
-    ],
-)
-def test_each_broken_switch_fails_exactly_its_rule(switch, rule):
-    rows = battery(Broken(**{switch: True}), only=set(SCENARIO_RULES))
+@pytest.mark.parametrize(("switch", "rule"), SWITCHES)
+def test_each_broken_switch_fails_exactly_its_rule(batteries, switch, rule):
+    rows = batteries[f"broken {switch}"]
     got = statuses(rows)
     assert got == {r: "fail" if r == rule else "pass" for r in SCENARIO_RULES}, details(rows)
 
 
-def test_a_server_that_hangs_up_at_the_barge_in_fails_both_barge_in_rules():
+def test_a_server_that_hangs_up_at_the_barge_in_fails_both_barge_in_rules(batteries):
     """A closed connection is neither a cancelled reply nor one that plays on (it passed
     barge-in-off as a reply 'still in progress')."""
-    rows = battery(Broken(hang_up_at_barge_in=True), only={"barge-in", "barge-in-off"})
+    rows = batteries["hang up at barge-in"]
     assert statuses(rows) == {"barge-in": "fail", "barge-in-off": "fail"}, details(rows)
     assert all("code 1011" in r.detail for r in rows), details(rows)
 
 
-def test_a_reply_too_short_to_barge_into_is_not_exercised():
+def test_a_reply_too_short_to_barge_into_is_not_exercised(batteries):
     """The reply is over before a VAD could hear the client: barge-in-off cannot be judged."""
-    rows = battery(only={"barge-in-off"}, reply_ms=160)
+    rows = batteries["short reply"]
     assert statuses(rows) == {"barge-in-off": "not exercised"}, details(rows)
     assert "before a VAD could hear it" in rows[0].detail
 
 
-def test_a_server_that_never_speaks_exercises_no_reply_scenario():
+def test_a_server_that_never_speaks_exercises_no_reply_scenario(batteries):
     """Replies without audio: nothing to barge into, cancel or truncate; commit-response fails."""
-    rows = battery(only=set(SCENARIO_RULES), reply_ms=0, reply_timeout_s=1.5)
+    rows = batteries["never speaks"]
     assert statuses(rows) == {
         "barge-in": "not exercised",
         "barge-in-off": "not exercised",
@@ -106,8 +168,8 @@ def test_a_server_that_never_speaks_exercises_no_reply_scenario():
     assert "no reply audio within 1.5 s of the question" in rows[0].detail
 
 
-def test_a_failed_handshake_exercises_nothing():
-    rows = battery(Broken(refuse_update=True))
+def test_a_failed_handshake_exercises_nothing(batteries):
+    rows = batteries["refused update"]
     got = statuses(rows)
     assert got["handshake"] == "fail" and got["no-error"] == "fail"
     for rule in (
@@ -126,23 +188,15 @@ def test_a_failed_handshake_exercises_nothing():
     assert "pass" not in {got[r] for r in got if r not in ("invalid-json", "model-mismatch")}
 
 
-def test_a_server_that_reads_24k_as_16k_fails_input_24k(monkeypatch):
+def test_a_server_that_reads_24k_as_16k_fails_input_24k(batteries):
     """The fake's VAD times run 1.5 times fast, as a server's that took 24 kHz for 16 kHz."""
-    import tests.recorders.conformance_fakes as fakes
-
-    monkeypatch.setattr(fakes, "INPUT_RATE", 16000)
-    rows = battery(only={"input-24k"})
+    rows = batteries["input read as 16 kHz"]
     assert statuses(rows) == {"input-24k": "fail"}, details(rows)
     assert "beyond the" in rows[0].detail or "declares input rate 16000" in rows[0].detail
 
 
-def test_faulty_turn_based_peer_names_the_failing_rules():
-    async def main_():
-        async with ScriptedServer(Script(bad_seq_at_packet=2)) as server:
-            only = {r for r, _ in rule_table(get_dialect("turn-based"))} - set(SCENARIO_RULES)
-            return await run_conformance(server.url, "turn-based", TD, only=only, **FAST)
-
-    got = statuses(asyncio.run(main_()))
+def test_faulty_turn_based_peer_names_the_failing_rules(batteries):
+    got = statuses(batteries["turn-based bad seq"])
     assert got == {
         "handshake": "pass",
         "paced-append": "pass",
@@ -159,12 +213,8 @@ def test_faulty_turn_based_peer_names_the_failing_rules():
     }
 
 
-def test_native_peer_session_rules_pass_and_probes_fail():
-    async def main_():
-        async with DialectServer("minicpmo-native-pr2377") as server:
-            return await run_conformance(server.url, "minicpmo-native-pr2377", None, **FAST)
-
-    rows = asyncio.run(main_())
+def test_native_peer_session_rules_pass_and_probes_fail(batteries):
+    rows = batteries["native"]
     got = statuses(rows)
     assert not set(SCENARIO_RULES) & set(
         got
@@ -261,19 +311,9 @@ def test_cli_exits_1_and_lists_failed_and_not_exercised_rules(tmp_path, capsys, 
     assert "failed: truncate; not exercised: barge-in-off" in summary, summary
 
 
-def test_a_server_that_drops_the_connection_leaves_the_scenarios_not_exercised():
+def test_a_server_that_drops_the_connection_leaves_the_scenarios_not_exercised(batteries):
     """The peer closes after 5 packets on every connection: nothing hangs,
     and no scenario rule passes."""
-    from tests.recorders.dialect_fakes import Faults
-
-    async def main_():
-        async with DialectServer(
-            "openai-ga", Faults(reply_at_packet=None, disconnect_at_packet=5)
-        ) as server:
-            return await run_conformance(
-                server.url, "openai-ga", FAST_TD, only=set(SCENARIO_RULES), **FAST
-            )
-
-    rows = asyncio.run(main_())
+    rows = batteries["drops the connection"]
     assert {r.status for r in rows} == {"not exercised"}, details(rows)
     assert all("code 1011" in r.detail for r in rows), details(rows)

@@ -14,15 +14,9 @@ import pytest
 
 from fdb.dialects import get_dialect
 from recorders.conformance import rule_table, run_conformance
-from tests.conftest import REPO, launched_server
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    with launched_server(tmp_path_factory.mktemp("server"), "system: embedded-cascade\n") as info:
-        yield info.ws_url
 
 
 @pytest.fixture(scope="module", autouse=True)

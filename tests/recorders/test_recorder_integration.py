@@ -14,18 +14,11 @@ from fdb.datasets.types import V10Sample
 from fdb.session_records import read_trace
 from recorders.export import export_v10
 from recorders.session import record_session
-from tests.conftest import launched_server
 
 pytestmark = pytest.mark.slow
 
 QUESTION = "What is the capital of France? Please answer in one short sentence."
 TD = {"type": "server_vad", "silence_duration_ms": 500}
-
-
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    with launched_server(tmp_path_factory.mktemp("server"), "system: embedded-cascade\n") as info:
-        yield info.ws_url
 
 
 @pytest.fixture(scope="module")

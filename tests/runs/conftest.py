@@ -17,6 +17,7 @@ import pytest
 from benchmarks.faults import SELECT, STAMP, tree_bytes  # noqa: F401
 from tests.conftest import REPO, free_port
 
+MODEL_REVISION = "mm1"  # declared by the demo run's generate (test_provenance_generate reads it)
 PHASES = {
     "asr": ["asr", "--run-name", "e2e"],
     "judge": ["judge", "--run-name", "e2e"],
@@ -79,17 +80,33 @@ class DemoRun:
 
 
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory) -> DemoRun:
+def synthetic_work(tmp_path_factory) -> Path:
+    """An $FDB_WORK with fdb's synthetic sets (one v1.0 sample per subset, one v1.5 pair per
+    category), generated once (Piper: some 7 s); the fixtures below start from copies of it (the
+    generation is deterministic and no file names the folder)."""
     from fdb.datasets.synthetic import ensure_synthetic
 
-    root = tmp_path_factory.mktemp("fdbwork")
+    root = tmp_path_factory.mktemp("synthetic")
     ensure_synthetic(root, v10_per_subset=1, v15_per_category=1)
+    return root
+
+
+def synthetic_copy(synthetic_work: Path, root: Path) -> Path:
+    """``root`` (made if missing) holding a copy of ``synthetic_work``."""
+    shutil.copytree(synthetic_work, root, symlinks=True, dirs_exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory, synthetic_work) -> DemoRun:
+    root = synthetic_copy(synthetic_work, tmp_path_factory.mktemp("fdbwork"))
     env = dict(os.environ, FDB_WORK=str(root), SERVER_PORT=str(free_port()))
     for name in ("CUDA_VISIBLE_DEVICES", "GPU", "JUDGE_CONFIG", "JUDGE_URL", "OPENAI_API_KEY"):
         env.pop(name, None)
     demo = DemoRun(root, env)
     snaps = tmp_path_factory.mktemp("snapshots")
-    for phase, args in [("generate", ["generate", "--run-name", "e2e", *SELECT]), *PHASES.items()]:
+    generate = ["generate", "--run-name", "e2e", *SELECT, "--model-revision", MODEL_REVISION]
+    for phase, args in [("generate", generate), *PHASES.items()]:
         done = fdb(args, env)
         for _ in range(GENERATE_RETRIES if phase == "generate" else 0):
             if not _client_fell_behind(done):

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, free_port
+from tests.runs.conftest import MODEL_REVISION
 from tests.runs.selfreport_server import SECRET, URL_SECRET, standin, wait_port
 
 RUN = "prov"
@@ -349,33 +350,20 @@ def test_later_repeats_must_not_contradict_the_declared_or_reported_server(tmp_p
         check_same_server(first, ServerReport(url="http://h", system="b", model="m"))
 
 
-def test_the_bundled_server_started_by_generate_is_probed_too(v10_root, env, tmp_path):
+def test_the_bundled_server_started_by_generate_is_probed_too(demo_run):
     """Without --url generate starts the bundled server: its self-report fills run.json's
-    reported (and model, which no option gave) and repeat-1/server.json."""
-    env = dict(env, SERVER_PORT=str(free_port()))
-    done = fdb(
-        [
-            "generate",
-            "--run-name",
-            RUN,
-            *V10,
-            "--v10-dataset-root",
-            str(v10_root),
-            "--model-revision",
-            "mm1",
-        ],
-        env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    run_dir = tmp_path / "work" / "runs" / RUN
+    reported (and model, which no option gave) and repeat-1/server.json. The run is the runbook's
+    (tests/runs/conftest.py: generate on the bundled server, with --model-revision), as generate
+    left it."""
+    run_dir = demo_run.snapshots["generate"]
     server = json.loads((run_dir / "run.json").read_text())["server"]
     assert (server["url"], server["system"], server["model"], server["model_revision"]) == (
         None,
         "embedded-cascade",
         "fdb/embedded-cascade",
-        "mm1",
+        MODEL_REVISION,
     )
-    assert server["reported"]["url"] == f"http://127.0.0.1:{env['SERVER_PORT']}"
+    assert server["reported"]["url"] == f"http://127.0.0.1:{demo_run.env['SERVER_PORT']}"
     assert set(server["reported"]["backends"]) >= {"asr", "llm", "tts"}
     assert json.loads((run_dir / "repeat-1" / "server.json").read_text())["servers"] == [
         server["reported"]

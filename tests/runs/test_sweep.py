@@ -11,15 +11,12 @@ import pytest
 
 from runs.sweep import level_concurrency, parse_levels
 from tests.conftest import free_port
-from tests.runs.conftest import fdb
+from tests.runs.conftest import fdb, synthetic_copy
 
 
 @pytest.fixture(scope="module")
-def sweep_env(tmp_path_factory) -> dict:
-    from fdb.datasets.synthetic import ensure_synthetic
-
-    root = tmp_path_factory.mktemp("sweepwork")
-    ensure_synthetic(root, v10_per_subset=1, v15_per_category=1)
+def sweep_env(tmp_path_factory, synthetic_work) -> dict:
+    root = synthetic_copy(synthetic_work, tmp_path_factory.mktemp("sweepwork"))
     env = dict(os.environ, FDB_WORK=str(root), SERVER_PORT=str(free_port()), COLUMNS="200")
     for name in ("CUDA_VISIBLE_DEVICES", "GPU", "FDB_DATASET", "FDB10_DATASET"):
         env.pop(name, None)

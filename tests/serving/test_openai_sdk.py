@@ -268,7 +268,12 @@ def test_ga_cancel_truncate_and_barge_in(server, speech):
             return s
 
     async def scenario() -> list[Session]:
-        return [await one(None), await one(True), await one(False)]
+        # The reply that plays on takes some 20 s, nearly all of it real-time playback: the other
+        # two sessions, one after the other, run beside it (the server's max_sessions is 2).
+        kept = asyncio.create_task(one(False))
+        cancelled = await one(None)
+        barged = await one(True)
+        return [cancelled, barged, await kept]
 
     cancelled, barged, kept = asyncio.run(scenario())
     first = cancelled.of("response.done")[0]["response"]
