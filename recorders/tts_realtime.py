@@ -35,6 +35,7 @@ from websockets.asyncio.client import connect
 from fdb.audio import float_to_pcm16, read_wav, resample
 from fdb.datasets.seedtts import SeedTtsItem
 from fdb.dialects import views
+from fdb.dialects.shapes import SHAPES
 from fdb.tts_records import TtsRequestRecord
 from recorders.tts_options import UNDECLARED, SpeechClientOptions
 
@@ -76,9 +77,9 @@ def _session_body(opts: SpeechClientOptions) -> dict:
 
 def _rates(updated: dict, opts: SpeechClientOptions) -> tuple[int, str, int]:
     """(output rate, its source, input rate) from session.updated."""
-    audio = (updated.get("session") or {}).get("audio") or {}
-    out_rate = ((audio.get("output") or {}).get("format") or {}).get("rate")
-    in_rate = ((audio.get("input") or {}).get("format") or {}).get("rate") or 24000
+    session = updated.get("session")
+    out_rate = SHAPES["ga"].declared_output_rate(session)
+    in_rate = views.at(session, "audio", "input", "format", "rate") or 24000
     if out_rate:
         return int(out_rate), "session", int(in_rate)
     if opts.sample_rate:
