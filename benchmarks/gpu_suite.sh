@@ -13,6 +13,9 @@
 #                 CUDA graphs on and off (the CUDA tests), gpu_cascade at 16 with the stages of its
 #                 first audio (cascade_stages.py), gpu_native at 24
 #   tts           gpu_tts at C1,4,16,64 with 64 requests a level
+#   asr           gpu_whisper (static decoder against generate, part by part), the Whisper CUDA
+#                 tests (both decoders), gpu_cascade at 16,32 sessions with a 200 ms silence and
+#                 the stages of its first audio (cascade_stages.py)
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -95,8 +98,18 @@ tts)
     step tts-final 280 python3 benchmarks/gpu_tts.py --out "$RES/tts-final" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,4,16,64 --num-prompts 64
     ;;
+asr)
+    step whisper 130 python3 benchmarks/gpu_whisper.py --device cuda --batches 1,16,32 \
+        --tokens 24 --reps 3 --out "$RES/whisper.json"
+    step cuda-whisper 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
+        tests/serving/gpu/test_gpu_cuda.py
+    step cascade-stages 260 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade \
+        --levels 16,32 --dataset $DATA/cascade-ds \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/cascade_stages.py $RES/cascade/sweep --out $RES/stages.json"
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup or tts"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts or asr"
     exit 2
     ;;
 esac

@@ -53,6 +53,11 @@ class Batcher(Generic[Req, Res]):
         self._wake.set()
         return await future
 
+    async def run_alone(self, fn: Callable[[], Res]) -> Res:
+        """``fn()`` in the batcher's thread, so that no batch runs meanwhile (e.g. capturing CUDA
+        graphs, which no other kernel may interleave)."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
+
     def _ensure_running(self) -> None:
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:

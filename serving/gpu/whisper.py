@@ -6,7 +6,9 @@ or dummy weights of the whisper-large-v3 configuration), its feature extractor a
 checkpoint has one, its tokenizer. Its :class:`~serving.batching.Batcher` pads every waiting
 utterance to the model's 30 s window (``2 * max_source_positions`` log-mel frames; a longer
 utterance keeps its first 30 s), computes the log-mel features on the device and decodes the
-batch with one ``generate`` capped at ``max_new_tokens``.
+batch greedily, capped at ``max_new_tokens``: with ``decoder: static`` (the default) on fixed
+tensors with a CUDA graph per batch bucket (:mod:`serving.gpu.whisper_static`, the same tokens as
+``generate``), with ``decoder: generate`` by transformers' ``generate`` (the A/B).
 
 Dummy weights decode token noise; without a tokenizer each utterance becomes a fixed placeholder
 marked as dummy (``DUMMY_TEXT``) so that the dialog has a user message to answer.
@@ -50,6 +52,7 @@ class WhisperEngine:
         max_new_tokens: int,
         language: str | None,
         max_tokens_per_s: float | None = None,
+        decoder: str = "static",
     ):
         # lazy: torch is optional (the gpu extra)
         import torch
@@ -68,6 +71,20 @@ class WhisperEngine:
         self.features, self.tokenizer = _processors(source, config.num_mel_bins)
         self.generation = self.model.generation_config
         self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
+        self.decoder = decoder
+        self.static = None
+        if decoder == "static":
+            # lazy: torch is optional (the gpu extra), and whisper_static imports it
+            from serving.gpu.whisper_static import StaticWhisper, prompt_ids
+
+            self.static = StaticWhisper(
+                self.model,
+                self.generation,
+                prompt_ids(self.generation, language),
+                max_new_tokens,
+                max_batch,
+                graphs=True,
+            )
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
         self.identity = identity(
             "whisper_gpu",
@@ -80,6 +97,7 @@ class WhisperEngine:
                 "max_new_tokens": max_new_tokens,
                 "max_tokens_per_s": max_tokens_per_s,
                 "language": language,
+                "decoder": decoder,
                 "tokenizer": "checkpoint"
                 if self.tokenizer is not None
                 else "none (dummy placeholder text)",
@@ -95,6 +113,14 @@ class WhisperEngine:
 
     def close(self) -> None:
         self.batcher.close()
+
+    def warm_graphs(self) -> None:
+        """Every batch bucket's decoder step captured (static decoder on CUDA; else nothing)."""
+        if self.static is not None and self.static.graphs:
+            # lazy: torch is optional (the gpu extra), and whisper_static imports it
+            from serving.gpu.whisper_static import buckets
+
+            self.static.warm(buckets(self.static.max_batch))
 
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
@@ -114,6 +140,9 @@ class WhisperEngine:
             device=self.device,
         )
         features = inputs.input_features.to(self.device, self.dtype)
+        if self.static is not None:
+            rows = self.static.transcribe(features, self.token_budget(batch))
+            return [self._text(ids) for ids in rows]
         extra = {"language": self.language, "task": "transcribe"} if self._multilingual() else {}
         with torch.inference_mode():
             tokens = self.model.generate(
@@ -174,6 +203,7 @@ def engine_key(options: WhisperGpuOptions) -> tuple:
         options.max_new_tokens,
         options.language,
         options.max_tokens_per_s,
+        options.decoder,
     )
 
 
@@ -202,12 +232,15 @@ class WhisperGpuNode(WhisperNode):
                 options.max_new_tokens,
                 options.language,
                 options.max_tokens_per_s,
+                options.decoder,
             )
 
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
 
     async def warm(self) -> None:
-        """One transcription of 1 s of silence (the first call's costs, before any session)."""
+        """Every bucket's decoder graph captured, then one transcription of 1 s of silence (the
+        first call's costs, before any session)."""
+        await self._engine.batcher.run_alone(self._engine.warm_graphs)
         await self._engine.transcribe(np.zeros(RATE, dtype=np.float32))
 
     async def _recognize(self, samples: np.ndarray, before=None) -> tuple[str, str | None]:

@@ -154,6 +154,9 @@ class WhisperGpuOptions(GpuModelOptions):
     max_new_tokens: int = Field(96, ge=1, le=440)
     max_tokens_per_s: float | None = Field(8.0, gt=0)
     language: str | None = "en"
+    # "static": the decoder on fixed tensors, a CUDA graph per batch bucket
+    # (serving.gpu.whisper_static); "generate": transformers' generate (the A/B)
+    decoder: Literal["static", "generate"] = "static"
 
 
 class CausalLmGpuOptions(GpuModelOptions):

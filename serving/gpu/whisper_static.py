@@ -1,0 +1,232 @@
+"""Whisper's greedy transcription on fixed tensors: the decoder on a static cache, one CUDA graph
+per batch bucket.
+
+transformers' ``generate`` grows a dynamic cache, recomputes nothing it can avoid but launches
+every kernel of every layer from Python at every token (docs/gpu.md: 7 s for 16 utterances of
+whisper-large-v3 on an H200, three quarters of the GPU cascade's first audio). Here a batch of
+utterances is decoded as:
+
+1. the encoder over the batch's log-mel features (the model's own module, once per batch);
+2. every decoder layer's cross-attention keys and values made once from the encoder's output,
+   written into tensors allocated once for ``max_batch`` rows (:class:`StaticWhisper`);
+3. one decoder step per token for every row at once, with the self-attention keys and values
+   written at the step's position into a cache of ``prompt + max_new_tokens`` positions. Every
+   shape in a step depends only on the bucket ``n`` (the smallest power of two holding the
+   batch), so the step is captured as one CUDA graph per bucket and replayed.
+
+The decoding rule is transformers' ``generate`` for short-form Whisper without timestamps: the
+forced prompt (``decoder_start_token_id``, then the language, the task and ``<|notimestamps|>``
+where the generation config names them), ``suppress_tokens`` at every step,
+``begin_suppress_tokens`` at the first free step, greedy choice over float32 scores, a row done
+at ``eos_token_id``. ``tests/serving/gpu/test_whisper_static.py`` checks the tokens equal
+``generate``'s on CPU (float32, tiny configurations, with and without a multilingual prompt and
+with a row that ends early).
+
+The layer weights are the transformers modules' own; only the cache handling and the loop are
+written here (transformers' static cache for encoder-decoder models cannot hold rows of one
+batch in fixed per-bucket tensors shared by every batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.nn import functional as F
+
+from serving.gpu.slots import bucket, capture
+
+
+def prompt_ids(generation, language: str | None) -> list[int]:
+    """The forced prompt of ``generation`` (a Whisper ``GenerationConfig``) for ``language``:
+    start, then language, task and no-timestamps where the configuration has them."""
+    ids = [int(generation.decoder_start_token_id)]
+    lang_to_id = getattr(generation, "lang_to_id", None) or {}
+    task_to_id = getattr(generation, "task_to_id", None) or {}
+    if lang_to_id:
+        if language is None:
+            raise ValueError(
+                "a multilingual checkpoint needs a language for the static decoder (detecting "
+                "it is generate's): set the node's language, or decoder: generate"
+            )
+        key = language if language.startswith("<|") else f"<|{language}|>"
+        if key not in lang_to_id:
+            raise ValueError(f"language {language!r} is not in the checkpoint's lang_to_id")
+        ids.append(int(lang_to_id[key]))
+        if task_to_id:
+            ids.append(int(task_to_id["transcribe"]))
+    no_timestamps = getattr(generation, "no_timestamps_token_id", None)
+    if no_timestamps is not None:
+        ids.append(int(no_timestamps))
+    return ids
+
+
+class StaticWhisper:
+    """Greedy transcription of batches of up to ``max_batch`` utterances by ``model`` (a
+    ``WhisperForConditionalGeneration``) under ``generation`` (its generation config: suppressed
+    and end tokens); ``graphs``: capture each bucket's step (CUDA only)."""
+
+    def __init__(
+        self,
+        model,
+        generation,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        max_batch: int,
+        graphs: bool,
+    ):
+        config = model.config
+        self.model, self.max_batch = model, max_batch
+        self.decoder = model.model.decoder
+        self.prompt = list(prompt)
+        self.max_new_tokens = max_new_tokens
+        self.length = len(self.prompt) + max_new_tokens
+        if self.length > config.max_target_positions:
+            raise ValueError(
+                f"prompt ({len(self.prompt)}) + max_new_tokens ({max_new_tokens}) is more than "
+                f"the decoder's {config.max_target_positions} positions"
+            )
+        weight = self.decoder.embed_tokens.weight
+        device, dtype = weight.device, weight.dtype
+        self.device, self.dtype = device, dtype
+        self.graphs = graphs and device.type == "cuda"
+        layers = self.decoder.layers
+        self.heads = config.decoder_attention_heads
+        self.head_dim = config.d_model // self.heads
+        frames = config.max_source_positions
+        kv = (max_batch, self.heads, self.length, self.head_dim)
+        cross = (max_batch, self.heads, frames, self.head_dim)
+        self.k = [torch.zeros(kv, device=device, dtype=dtype) for _ in layers]
+        self.v = [torch.zeros(kv, device=device, dtype=dtype) for _ in layers]
+        self.cross_k = [torch.zeros(cross, device=device, dtype=dtype) for _ in layers]
+        self.cross_v = [torch.zeros(cross, device=device, dtype=dtype) for _ in layers]
+        # a step's inputs and outputs, read and written by the captured graphs
+        self.tokens = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.position = torch.zeros(1, dtype=torch.long, device=device)
+        self.bias = torch.zeros(config.vocab_size, dtype=torch.float32, device=device)
+        self.chosen = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.columns = torch.arange(self.length, device=device)
+        vocab = config.vocab_size
+        suppress = [t for t in (generation.suppress_tokens or []) if 0 <= t < vocab]
+        begin = [t for t in (generation.begin_suppress_tokens or []) if 0 <= t < vocab]
+        self.plain_bias = torch.zeros(vocab, dtype=torch.float32, device=device)
+        self.plain_bias[suppress] = float("-inf")
+        self.begin_bias = self.plain_bias.clone()
+        self.begin_bias[begin] = float("-inf")
+        eos = generation.eos_token_id
+        self.eos = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool = None
+
+    def nbytes(self) -> int:
+        """The static tensors' size (the cross-attention keys and values are most of it)."""
+        return sum(
+            t.numel() * t.element_size() for t in self.k + self.v + self.cross_k + self.cross_v
+        )
+
+    def warm(self, buckets: Sequence[int]) -> None:
+        """Each bucket's step captured (CUDA graphs) before the first batch needs it."""
+        with torch.inference_mode():
+            for n in buckets:
+                self._replay(n)
+
+    @torch.inference_mode()
+    def transcribe(self, features: torch.Tensor, budget: int) -> list[list[int]]:
+        """The generated token ids of each row of ``features`` [B, mel bins, frames] (the prompt
+        left out; a row ends before its end token), at most ``budget`` tokens a row."""
+        rows = features.shape[0]
+        if not 1 <= rows <= self.max_batch:
+            raise ValueError(f"a batch of {rows} utterances (1 to {self.max_batch})")
+        budget = min(budget, self.max_new_tokens)
+        n = bucket(rows, self.max_batch)
+        encoded = self.model.model.encoder(features).last_hidden_state
+        self._cross(encoded, rows)
+        prompt = self.prompt
+        chosen = torch.empty((n, budget), dtype=torch.long, device=self.device)
+        done = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.tokens[:n].fill_(prompt[0])
+        steps = len(prompt) - 1 + budget
+        for step in range(steps):
+            self.position.fill_(step)
+            free = step + 1 - len(prompt)  # the generated token this step chooses (< 0: forced)
+            self.bias.copy_(self.begin_bias if free == 0 else self.plain_bias)
+            self._replay(n)
+            if free < 0:
+                self.tokens[:n].fill_(prompt[step + 1])
+                continue
+            picked = self.chosen[:n]
+            chosen[:, free] = picked
+            self.tokens[:n].copy_(picked)
+            done |= self._ended(picked)
+            if bool(done[:rows].all()):
+                budget = free + 1
+                break
+        out = chosen[:rows, :budget].tolist()
+        return [self._until_eos(row) for row in out]
+
+    def _ended(self, picked: torch.Tensor) -> torch.Tensor:
+        ended = torch.zeros_like(picked, dtype=torch.bool)
+        for e in self.eos:
+            ended |= picked == e
+        return ended
+
+    def _until_eos(self, row: list[int]) -> list[int]:
+        for i, token in enumerate(row):
+            if token in self.eos:
+                return row[:i]
+        return row
+
+    def _cross(self, encoded: torch.Tensor, rows: int) -> None:
+        """Each layer's cross-attention keys and values of the batch's rows."""
+        shape = (rows, -1, self.heads, self.head_dim)
+        for i, layer in enumerate(self.decoder.layers):
+            attn = layer.encoder_attn
+            self.cross_k[i][:rows].copy_(attn.k_proj(encoded).view(shape).transpose(1, 2))
+            self.cross_v[i][:rows].copy_(attn.v_proj(encoded).view(shape).transpose(1, 2))
+
+    def _replay(self, n: int) -> None:
+        if not self.graphs:
+            self._step(n)
+            return
+        graph = self._graphs.get(n)
+        if graph is None:
+            graph = capture(lambda: self._step(n), pool=self._pool)
+            self._pool = self._pool or graph.pool()
+            self._graphs[n] = graph
+        graph.replay()
+
+    def _step(self, n: int) -> None:
+        """One token for rows ``0..n-1``: ``tokens`` at ``position`` in, ``chosen`` out."""
+        decoder, heads, dim = self.decoder, self.heads, self.head_dim
+        x = decoder.embed_tokens(self.tokens[:n])[:, None] + decoder.embed_positions.weight[
+            self.position
+        ].to(self.dtype)
+        visible = (self.columns <= self.position)[None, None, None]  # [1, 1, 1, length]
+        for i, layer in enumerate(decoder.layers):
+            attn = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q = (attn.q_proj(h) * attn.scaling).view(n, 1, heads, dim).transpose(1, 2)
+            k = attn.k_proj(h).view(n, 1, heads, dim).transpose(1, 2)
+            v = attn.v_proj(h).view(n, 1, heads, dim).transpose(1, 2)
+            self.k[i][:n].index_copy_(2, self.position, k)
+            self.v[i][:n].index_copy_(2, self.position, v)
+            a = F.scaled_dot_product_attention(
+                q, self.k[i][:n], self.v[i][:n], attn_mask=visible, scale=1.0
+            )
+            x = x + attn.out_proj(a.transpose(1, 2).reshape(n, 1, heads * dim))
+            cross = layer.encoder_attn
+            h = layer.encoder_attn_layer_norm(x)
+            q = (cross.q_proj(h) * cross.scaling).view(n, 1, heads, dim).transpose(1, 2)
+            a = F.scaled_dot_product_attention(
+                q, self.cross_k[i][:n], self.cross_v[i][:n], scale=1.0
+            )
+            x = x + cross.out_proj(a.transpose(1, 2).reshape(n, 1, heads * dim))
+            h = layer.final_layer_norm(x)
+            x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+        logits = self.model.proj_out(decoder.layer_norm(x))[:, 0].float()
+        self.chosen[:n].copy_((logits + self.bias).argmax(-1))
+
+
+def buckets(max_batch: int) -> list[int]:
+    """Every bucket a batch of 1..``max_batch`` rows uses."""
+    return sorted({bucket(b, max_batch) for b in range(1, max_batch + 1)})

@@ -1,0 +1,125 @@
+"""Whisper's static decoder (``serving.gpu.whisper_static``) chooses the tokens transformers'
+``generate`` chooses: tiny random-weight models on CPU in float32, with the plain prompt, with a
+multilingual prompt and suppressed tokens, with rows that end early, and a row's tokens do not
+depend on the other rows of its batch (buckets hold stale rows of earlier batches)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from tests.serving.gpu.conftest import TINY_WHISPER
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from serving.gpu.whisper_static import StaticWhisper, buckets, prompt_ids  # noqa: E402
+from serving.weights import WeightSource, load_model  # noqa: E402
+
+BUDGET = 10
+TINY = {**TINY_WHISPER, "decoder_layers": 2, "max_target_positions": 24}
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(7)
+    source = WeightSource(load_format="dummy", preset="whisper-large-v3", overrides=TINY)
+    model = load_model(source, "whisper_gpu", "cpu", "float32")
+    with torch.no_grad():  # wider than the default init, so that greedy choices vary
+        for p in model.parameters():
+            p.normal_(0, 1.0)
+    return model
+
+
+def _features(rows: int, seed: int = 0) -> torch.Tensor:
+    frames = 2 * TINY["max_source_positions"]
+    rng = np.random.default_rng(seed)
+    return torch.tensor(rng.normal(0, 1, (rows, TINY["num_mel_bins"], frames)), dtype=torch.float32)
+
+
+def _generated(model, features, generation, **extra) -> list[list[int]]:
+    """``generate``'s tokens (it leaves the prompt out), each row cut before its first end
+    token."""
+    with torch.inference_mode():
+        out = model.generate(
+            input_features=features,
+            generation_config=copy.deepcopy(generation),
+            max_new_tokens=BUDGET,
+            **extra,
+        )
+    eos = generation.eos_token_id
+    rows = []
+    for row in out.tolist():
+        rows.append(row[: row.index(eos)] if eos in row else row)
+    return rows
+
+
+def _static(model, generation, language=None) -> StaticWhisper:
+    return StaticWhisper(
+        model, generation, prompt_ids(generation, language), BUDGET, 4, graphs=False
+    )
+
+
+def test_plain_prompt_equals_generate(model):
+    generation = copy.deepcopy(model.generation_config)
+    features = _features(3)
+    static = _static(model, generation)
+    assert static.prompt == [TINY["decoder_start_token_id"]]
+    assert static.transcribe(features, BUDGET) == _generated(model, features, generation)
+
+
+def test_multilingual_prompt_and_suppressed_tokens_equal_generate(model):
+    generation = copy.deepcopy(model.generation_config)
+    generation.lang_to_id = {"<|en|>": 50, "<|de|>": 51}
+    generation.task_to_id = {"transcribe": 52, "translate": 53}
+    generation.no_timestamps_token_id = 54
+    generation.is_multilingual = True
+    features = _features(3, seed=1)
+    free = _static(model, generation, "en").transcribe(features, BUDGET)
+    often = np.bincount([t for row in free for t in row], minlength=64).argsort()[::-1]
+    generation.suppress_tokens = [int(often[0]), int(often[1])]  # the two most chosen tokens
+    generation.begin_suppress_tokens = [int(often[2])]
+    static = _static(model, generation, "en")
+    assert static.prompt == [TINY["decoder_start_token_id"], 50, 52, 54]
+    got = static.transcribe(features, BUDGET)
+    assert got == _generated(model, features, generation, language="en", task="transcribe")
+    assert not {int(often[0]), int(often[1])} & {t for row in got for t in row}
+    assert got != free  # the suppression changed the choice
+    with pytest.raises(ValueError, match="needs a language for the static decoder"):
+        prompt_ids(generation, None)  # generate would detect it
+    with pytest.raises(ValueError, match="'xx' is not in the checkpoint's lang_to_id"):
+        prompt_ids(generation, "xx")
+
+
+def test_rows_that_end_early_equal_generate(model):
+    generation = copy.deepcopy(model.generation_config)
+    features = _features(3, seed=2)
+    free = _static(model, generation).transcribe(features, BUDGET)
+    # row 0 ends at the first token it had not chosen before (after at least one)
+    k = next(i for i in range(1, BUDGET) if free[0][i] not in free[0][:i])
+    generation.eos_token_id = free[0][k]
+    generation.pad_token_id = generation.eos_token_id
+    got = _static(model, generation).transcribe(features, BUDGET)
+    assert got[0] == free[0][:k]
+    assert got == _generated(model, features, generation)
+
+
+def test_a_row_does_not_depend_on_its_batch(model):
+    generation = copy.deepcopy(model.generation_config)
+    static = _static(model, generation)
+    features = _features(3, seed=3)
+    together = static.transcribe(features, BUDGET)  # bucket 4: one stale row
+    alone = [static.transcribe(features[i : i + 1], BUDGET)[0] for i in range(3)]
+    assert together == alone
+    assert static.transcribe(features[:2], 4) == [row[:4] for row in together[:2]]
+    assert buckets(4) == [1, 2, 4] and buckets(6) == [1, 2, 4, 6]
+
+
+def test_too_long_a_decode_is_refused(model):
+    with pytest.raises(ValueError, match="more than the decoder's 24 positions"):
+        StaticWhisper(model, model.generation_config, [1], 24, 2, graphs=False)
+    static = StaticWhisper(model, model.generation_config, [1], 4, 2, graphs=False)
+    with pytest.raises(ValueError, match="a batch of 3 utterances"):
+        static.transcribe(_features(3), 4)
