@@ -290,7 +290,8 @@ def one_line(text: str, limit: int = 300) -> str:
 def load_record(path: str | os.PathLike, model: type[BaseModel], what: str, hint: str):
     """Read ``path`` as JSON and validate it as ``model``; any problem (unreadable, not JSON,
     wrong types, missing fields) is one :class:`FdbError` naming the file, the field and
-    ``hint``."""
+    ``hint``. Not ``fdb.records.load_record`` (the result records' ``FileRecord.load``), where a
+    missing file is None and the message does not name the record's kind (``what``)."""
     path = Path(path)
     try:
         raw = read_json(path)

@@ -12,7 +12,7 @@ records are in ``fdb.session_records`` and ``fdb.tts_records``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import ClassVar, Literal, Self, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -34,7 +34,8 @@ Model = TypeVar("Model", bound=BaseModel)
 def load_record(model: type[Model], path: Path, fix: str) -> Model | None:
     """``path`` read as ``model``; None when the file does not exist. A file that is not valid
     JSON or not such a record is an FdbError naming the file and its first bad field (``fix``
-    says what to do)."""
+    says what to do). Not ``fdb.io.load_record``, which reads the run layout's own files (run.json,
+    server.json): there a missing file is an error and the message names the record's kind."""
     path = Path(path)
     if not path.exists():
         return None
@@ -67,6 +68,19 @@ def load_rows(model: type[Model], path: Path, fix: str) -> list[Model]:
         raise FdbError(f"{path} is not valid JSON lines ({str(exc).splitlines()[0]})", fix) from exc
 
 
+class FileRecord(Record):
+    """A record that is one JSON file, read back by :meth:`load` (``load_record``): None when the
+    file does not exist, an FdbError naming it, its first bad field and ``fix`` (by default the
+    class's ``FIX``) when it is not JSON or not such a record. A record whose missing file is an
+    error (``TtsRun``, ``TtsReport``) overrides ``load``."""
+
+    FIX: ClassVar[str]  # what to do about a damaged file, unless the caller knows better
+
+    @classmethod
+    def load(cls, path: Path, fix: str | None = None) -> Self | None:
+        return load_record(cls, path, cls.FIX if fix is None else fix)
+
+
 class ExportSample(BaseModel):
     sample_id: str  # "subset/id"
     subset: str
@@ -80,7 +94,14 @@ class ExportSample(BaseModel):
     verdict: Literal["pass", "fail", "missing"] = "pass"
 
 
-class ExportManifest(Record):
+class ExportManifest(FileRecord):
+    """An export's manifest.json (``fdb-export-1``): every sample of the tree, its eligibility
+    and files."""
+
+    FIX = (
+        "cut the windows again from the recording "
+        "(python -m fdb generate --run-name RUN --repeat N --export-only)"
+    )
     schema_: str = Field(EXPORT_SCHEMA, alias="schema")
     dataset: Literal["v1.0", "v1.5"]
     dataset_revision: str | None = None
@@ -89,12 +110,6 @@ class ExportManifest(Record):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path, fix: str) -> ExportManifest | None:
-        """An export's manifest.json; None when it does not exist, an FdbError naming it when it
-        does not parse (``fix`` says what to do)."""
-        return load_record(cls, path, fix)
 
     def select(self, only: list[str] | None, where: str = "the manifest") -> list[ExportSample]:
         """The samples named by ``only`` ("category/id", in the manifest's order), or all of them
@@ -146,22 +161,15 @@ class TranscriptChunk(BaseModel):
     timestamp: tuple[float, float | None]
 
 
-class OfficialTranscript(BaseModel):
+class OfficialTranscript(FileRecord):
     """An ASR transcript in the official schema, as the asr phases write it (v1.0
     ``<subset>/<id>/output.json``, v1.5 ``input.json``, ``output.json`` ...): the words joined
     by single spaces and one chunk per word, in order."""
 
+    FIX = TRANSCRIPT_FIX
+
     text: str
     chunks: list[TranscriptChunk]
-
-    def dump(self) -> dict:
-        return self.model_dump(mode="json")
-
-    @classmethod
-    def load(cls, path: Path, fix: str = TRANSCRIPT_FIX) -> OfficialTranscript | None:
-        """The transcript at ``path``; None when it does not exist, an FdbError naming it when it
-        does not parse."""
-        return load_record(cls, path, fix)
 
 
 class AsrSampleReceipt(BaseModel):
@@ -174,9 +182,11 @@ class AsrSampleReceipt(BaseModel):
     words: int | None = None
 
 
-class AsrReceipt(Record):
+class AsrReceipt(FileRecord):
     """A v1.0 tree's ``asr.json`` (``fdb-asr-1``): what ``scorers.asr_phase`` wrote for each
     sample of ``manifest.json``."""
+
+    FIX = ASR_FIX
 
     schema_: str = Field(ASR_SCHEMA, alias="schema")
     backend: dict[str, object]
@@ -185,12 +195,6 @@ class AsrReceipt(Record):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path, fix: str = ASR_FIX) -> AsrReceipt | None:
-        """A v1.0 ``asr.json``; None when it does not exist, an FdbError naming it when it does
-        not parse."""
-        return load_record(cls, path, fix)
 
 
 class V15AsrFile(BaseModel):
@@ -210,9 +214,11 @@ class V15AsrPair(BaseModel):
     files: dict[str, V15AsrFile] = Field(default_factory=dict)  # keyed by WAV name
 
 
-class V15AsrReceipt(Record):
+class V15AsrReceipt(FileRecord):
     """A v1.5 ``reference-audio`` tree's ``asr.json`` (``fdb-v1.5-asr-1``): what
     ``scorers.asr_v15`` wrote for each pair of ``reference-manifest.json``, per WAV."""
+
+    FIX = ASR_FIX
 
     schema_: str = Field(V15_ASR_SCHEMA, alias="schema")
     backend: dict[str, object]
@@ -222,25 +228,15 @@ class V15AsrReceipt(Record):
 
     model_config = {"populate_by_name": True}
 
-    @classmethod
-    def load(cls, path: Path, fix: str = ASR_FIX) -> V15AsrReceipt | None:
-        """A v1.5 ``asr.json``; None when it does not exist, an FdbError naming it when it does
-        not parse."""
-        return load_record(cls, path, fix)
 
-
-class AsrReceiptHead(BaseModel):
+class AsrReceiptHead(FileRecord):
     """What every ``asr.json`` names, whatever its version (v1.0, v1.5, a receipt written
     before either schema): the backend that transcribed the tree. For readers that need only the
     identity and do not know which tree they read."""
+
+    FIX = ASR_FIX
 
     schema_: str | None = Field(None, alias="schema")
     backend: dict[str, object] | None = None
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path, fix: str = ASR_FIX) -> AsrReceiptHead | None:
-        """The head of an ``asr.json``; None when it does not exist, an FdbError naming it when
-        it does not parse."""
-        return load_record(cls, path, fix)

@@ -7,14 +7,12 @@ null where nothing was judged, never 0. The judges package writes them; reports 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from fdb.datasets.types import INTERRUPTION
-from fdb.io import Record
-from fdb.records import load_record
+from fdb.records import FileRecord
 
 BEHAVIOR_SCHEMA = "fdb-v1.5-behavior-1"
 SEMANTIC_SCHEMA = "fdb-v1.5-semantic-1"
@@ -174,7 +172,11 @@ class RelevanceSummary(BaseModel):
 # --- judge.json
 
 
-class JudgeSummary(Record):
+class JudgeSummary(FileRecord):
+    """A repeat's ``judge.json``."""
+
+    FIX = REJUDGE
+
     schema_: str = Field(JUDGE_SCHEMA, alias="schema")
     repeat_dir: str
     judge: dict[str, Any]
@@ -189,12 +191,6 @@ class JudgeSummary(Record):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path) -> JudgeSummary | None:
-        """A ``judge.json``; None when it does not exist, an FdbError naming it when it does not
-        parse."""
-        return load_record(cls, path, REJUDGE)
 
     def statuses(self) -> dict[str, str | None]:
         return {

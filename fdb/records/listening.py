@@ -6,12 +6,9 @@ WER pools every compared reply (version 1 pooled those of >= 3 s only)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import BaseModel, Field
 
-from fdb.io import Record
-from fdb.records import load_record
+from fdb.records import FileRecord
 
 REPLIES_SCHEMA = "fdb-listening-replies-2"
 SCORES_SCHEMA = "fdb-listening-scores-2"
@@ -70,36 +67,28 @@ class ReplyScores(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class ListeningReplies(Record):
+class ListeningReplies(FileRecord):
     """``listening/replies.json``: every cut reply of the repeat, in discovery order."""
+
+    FIX = RESCORE_DAMAGED
 
     schema_: str = Field(REPLIES_SCHEMA, alias="schema")
     replies: list[ReplyRow]
 
     model_config = {"populate_by_name": True}
 
-    @classmethod
-    def load(cls, path: Path) -> ListeningReplies | None:
-        """``listening/replies.json``; None when it does not exist, an FdbError naming it when it
-        does not parse."""
-        return load_record(cls, path, RESCORE_DAMAGED)
 
-
-class ListeningScores(Record):
+class ListeningScores(FileRecord):
     """``listening/scores.json``: the identity of each backend (asr, mos, speaker; None: off or
     unavailable) and the scores of every reply, in the order of replies.json."""
+
+    FIX = RESCORE_DAMAGED
 
     schema_: str = Field(SCORES_SCHEMA, alias="schema")
     backends: dict[str, dict | None]
     replies: list[ReplyScores]
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path) -> ListeningScores | None:
-        """``listening/scores.json``; None when it does not exist, an FdbError naming it when it
-        does not parse."""
-        return load_record(cls, path, RESCORE_DAMAGED)
 
 
 class GroupSummary(BaseModel):
@@ -122,7 +111,11 @@ class GroupSummary(BaseModel):
     voice_p10: float | None
 
 
-class ListeningSummary(Record):
+class ListeningSummary(FileRecord):
+    """``listening/summary.json``."""
+
+    FIX = RESCORE
+
     schema_: str = Field(SUMMARY_SCHEMA, alias="schema")
     definitions: dict[str, object]
     backends: dict[str, dict | None]
@@ -131,9 +124,3 @@ class ListeningSummary(Record):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path) -> ListeningSummary | None:
-        """``listening/summary.json``; None when it does not exist, an FdbError naming it when it
-        does not parse."""
-        return load_record(cls, path, RESCORE)

@@ -6,13 +6,11 @@ sessions; ``runs.sweep`` writes serving.json through ``SweepReport``, reports re
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from fdb.io import Record
-from fdb.records import load_record
+from fdb.records import FileRecord
 
 SERVING_SCHEMA = "fdb-serving-2"
 DEFAULT_RESERVE_MS = 80.0
@@ -96,10 +94,12 @@ class SweepCapacity(Capacity):
     model_config = {"populate_by_name": True}
 
 
-class SweepReport(Record):
+class SweepReport(FileRecord):
     """serving.json. A sweep written by an older fdb lacks the fields marked None (client-limited
     levels and warnings before the --search sweeps, repeat rows, provenance and tables before
     the table objects, server before external servers were recorded)."""
+
+    FIX = "rebuild the sweep report (python -m fdb sweep report), or pass another sweep"
 
     schema_: str = Field(SERVING_SCHEMA, alias="schema")
     playback_reserve_ms: float
@@ -116,9 +116,3 @@ class SweepReport(Record):
     tables: list[dict[str, Any]] | None = None  # SERVING.md's tables (fdb.tables.Table.dump)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path, fix: str) -> SweepReport | None:
-        """serving.json; None when it does not exist, an FdbError naming it when it does not
-        parse."""
-        return load_record(cls, path, fix)

@@ -16,8 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fdb.errors import FdbError
-from fdb.io import Record
-from fdb.records import load_record
+from fdb.records import FileRecord
 from fdb.run_manifest import ServerProvenance
 
 DEFAULT_RESERVE_S = 0.080
@@ -115,7 +114,11 @@ class UtteranceQuality(BaseModel):
     note: str | None = None
 
 
-class QualitySummary(Record):
+class QualitySummary(FileRecord):
+    """quality/quality.json (no file: quality was not scored)."""
+
+    FIX = "score the quality again: rerun the tts-bench into a new --output"
+
     model_config = ConfigDict(populate_by_name=True)
 
     schema_: str = Field(QUALITY_SCHEMA, alias="schema")
@@ -137,14 +140,6 @@ class QualitySummary(Record):
     mos_backend: dict[str, object] | None = None
     mos_label: str | None = None
     notes: list[str] = Field(default_factory=list)
-
-    @classmethod
-    def load(cls, path: Path) -> QualitySummary | None:
-        """quality/quality.json; None when quality was not scored (no file), an FdbError naming
-        it when it does not parse."""
-        return load_record(
-            cls, path, "score the quality again: rerun the tts-bench into a new --output"
-        )
 
 
 class QualityOptions(BaseModel):
@@ -216,9 +211,11 @@ class TtsDataset(BaseModel):
     list_sha256: str
 
 
-class TtsRun(Record):
+class TtsRun(FileRecord):
     """run.json of a tts-bench: what was replayed, against which endpoint. ``server_provenance``
     is None in a run recorded before fdb kept it."""
+
+    FIX = "pass the --output of an earlier tts-bench run"
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -232,13 +229,14 @@ class TtsRun(Record):
     notes: list[str] = Field(default_factory=list)
 
     @classmethod
-    def load(cls, path: Path) -> TtsRun:
-        """run.json of a tts-bench --output; an FdbError naming it when it is missing or does not
-        parse."""
-        fix = "pass the --output of an earlier tts-bench run"
-        found = load_record(cls, path, fix)
+    def load(cls, path: Path, fix: str | None = None) -> TtsRun:
+        """run.json of a tts-bench --output; an FdbError naming it when it does not parse and,
+        unlike FileRecord's, when it is missing (a tts-bench always writes it first)."""
+        found = super().load(path, fix)
         if found is None:
-            raise FdbError(f"{Path(path).parent} holds no run.json", fix)
+            raise FdbError(
+                f"{Path(path).parent} holds no run.json", cls.FIX if fix is None else fix
+            )
         return found
 
 
@@ -258,7 +256,7 @@ class StopViolation(BaseModel):
     max_audio_s: float | None = None
 
 
-class TtsReport(Record):
+class TtsReport(FileRecord):
     """tts.json, the report of a tts-bench (``python -m fdb tts-bench``, ``--report-only``
     rebuilds it): run.json as ``run``, one ``LevelRow`` per level entry (``rows``: the mean over
     its measured rounds), every recorded round (``rounds``, cold ones included) and the entries'
@@ -266,6 +264,10 @@ class TtsReport(Record):
     broke the stop condition, provenance and TTS.md's tables (fdb.tables.Table.dump). A report
     written before rounds existed has no ``layout``, ``rounds``, ``level_stats`` or ``tables``
     (None)."""
+
+    FIX = (
+        "finish the bench, or rebuild it with `python -m fdb tts-bench --output DIR --report-only`"
+    )
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -303,14 +305,12 @@ class TtsReport(Record):
 
     @classmethod
     def load(cls, path: Path, fix: str | None = None) -> TtsReport:
-        """tts.json; an FdbError naming it when it is missing (the bench did not finish) or does
-        not parse (``fix`` says what to do; by default, rebuild it with --report-only)."""
+        """tts.json; an FdbError naming it when it does not parse and, unlike FileRecord's, when
+        it is missing (the bench did not finish). The default ``fix`` is ``FIX`` with the bench's
+        directory for DIR."""
         path = Path(path)
-        fix = fix or (
-            "finish the bench, or rebuild it with `python -m fdb tts-bench --output "
-            f"{path.parent} --report-only`"
-        )
-        found = load_record(cls, path, fix)
+        fix = fix or cls.FIX.replace("DIR", str(path.parent))
+        found = super().load(path, fix)
         if found is None:
             raise FdbError(
                 f"{path} is missing: the tts-bench report (the bench did not finish)", fix

@@ -14,8 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from fdb.errors import FdbError
-from fdb.io import Record
-from fdb.records import load_record
+from fdb.records import FileRecord
 
 UNIFIED_SCHEMA = "fdb-v1.0-unified-4"
 NOT_REACHED = "not_reached"
@@ -134,7 +133,11 @@ class UnifiedInputs(BaseModel):
     asr_backend: dict[str, object]
 
 
-class UnifiedResult(Record):
+class UnifiedResult(FileRecord):
+    """A ``unified.json`` of this schema."""
+
+    FIX = RESCORE_FIX
+
     schema_: str = Field(UNIFIED_SCHEMA, alias="schema")
     definitions: str = UNIFIED_SCHEMA
     inputs: UnifiedInputs
@@ -145,23 +148,19 @@ class UnifiedResult(Record):
 
     model_config = {"populate_by_name": True}
 
-    @classmethod
-    def load(cls, path: Path, fix: str = RESCORE_FIX) -> UnifiedResult | None:
-        """A ``unified.json`` of this schema; None when it does not exist, an FdbError naming it
-        when it does not parse (``fix`` says what to do)."""
-        return load_record(cls, path, fix)
-
 
 class StampInputs(BaseModel):
     manifest_sha256: str | None = None
     asr_sha256: str | None = None
 
 
-class UnifiedStamp(BaseModel):
+class UnifiedStamp(FileRecord):
     """What a ``unified.json`` of any version names about itself: its schema, definitions, VAD
     and input hashes. Read before the ``UnifiedResult``, so a file of an older schema (which
     that record does not read) or one computed from other inputs is told apart from a damaged
     one, and a comparison of runs still names the definitions an older file was scored under."""
+
+    FIX = RESCORE_FIX
 
     schema_: str | None = Field(None, alias="schema")
     definitions: str | None = None
@@ -169,12 +168,6 @@ class UnifiedStamp(BaseModel):
     inputs: StampInputs | None = None
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path, fix: str = RESCORE_FIX) -> UnifiedStamp | None:
-        """The stamp of a ``unified.json``; None when it does not exist, an FdbError naming it
-        when it is not JSON or its stamp fields have the wrong types."""
-        return load_record(cls, path, fix)
 
     def stale(self, manifest_sha256: str, asr_sha256: str) -> str | None:
         """The input (``manifest.json`` or ``asr.json``) whose hash differs from the one this

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from fdb.io import Record, read_json, sha256_file
 from fdb.official_source import ICC_GT, PINNED_FILES, PINNED_REVISION, CheckoutCheck
-from fdb.records import load_record
+from fdb.records import FileRecord
 from fdb.records.v10 import RESCORE_FIX
 
 OFFICIAL_SCHEMA = "fdb-v1.0-official-cleanroom-2"
@@ -117,7 +117,11 @@ class OfficialRules(BaseModel):
     icc_gt: IccInfo | None = None
 
 
-class OfficialSummary(Record):
+class OfficialSummary(FileRecord):
+    """An ``official.json``."""
+
+    FIX = RESCORE_FIX
+
     schema_: str = Field(OFFICIAL_SCHEMA, alias="schema")
     label: Literal["official rules, clean-room reimplementation (not the official evaluator)"] = (
         OFFICIAL_LABEL
@@ -129,12 +133,6 @@ class OfficialSummary(Record):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path, fix: str = RESCORE_FIX) -> OfficialSummary | None:
-        """An ``official.json``; None when it does not exist, an FdbError naming it when it does
-        not parse (``fix`` says what to do)."""
-        return load_record(cls, path, fix)
 
 
 # --- evaluator.json

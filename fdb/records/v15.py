@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from fdb.io import Record
-from fdb.records import load_record
+from fdb.records import FileRecord
 from fdb.records.judge import JudgeSummary
 
 TIMING_SCHEMA = "fdb-v1.5-timing-1"
@@ -92,7 +90,11 @@ class TimingVad(BaseModel):
     settings: dict[str, object]
 
 
-class TimingSummary(Record):
+class TimingSummary(FileRecord):
+    """A v1.5 timing ``summary.json``."""
+
+    FIX = RESCORE
+
     schema_: str = Field(TIMING_SCHEMA, alias="schema")
     definitions: dict[str, object]
     manifest_sha256: str
@@ -101,12 +103,6 @@ class TimingSummary(Record):
     provenance: dict[str, object] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path) -> TimingSummary | None:
-        """A timing ``summary.json``; None when it does not exist, an FdbError naming it when it
-        does not parse."""
-        return load_record(cls, path, RESCORE)
 
 
 # ``python -m fdb score v15 summarize``: exported trees scored outside the run layout.
@@ -148,18 +144,14 @@ class CohortScores(BaseModel):
     inputs: dict[str, str]  # file -> sha256
 
 
-class TreeScores(Record):
+class TreeScores(FileRecord):
     """``OUT/summary.json`` of ``score v15 summarize``: per cohort (an exported tree scored
     outside the run layout) its populations, coverage, timing summary and judge summary."""
+
+    FIX = "rerun `python -m fdb score v15 summarize`, whose --out directory holds it"
 
     schema_: Literal["fdb-v1.5-tree-scores-1"] = Field(alias="schema")  # required when read
     cohorts: dict[str, CohortScores]
     provenance: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True}
-
-    @classmethod
-    def load(cls, path: Path, fix: str) -> TreeScores | None:
-        """A ``score v15 summarize`` summary.json; None when it does not exist, an FdbError naming
-        it when it is not such a summary (``fix`` says what to do)."""
-        return load_record(cls, path, fix)
