@@ -101,7 +101,7 @@ tts)
 asr)
     step whisper 130 python3 benchmarks/gpu_whisper.py --device cuda --batches 1,16,32 \
         --tokens 24 --reps 3 --out "$RES/whisper.json"
-    step cuda-whisper 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
+    step cuda-tests 130 python3 -m pytest -m gpu -p no:cacheprovider -s \
         tests/serving/gpu/test_gpu_cuda.py
     step cascade-stages 260 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade \
         --levels 16,32 --dataset $DATA/cascade-ds \

@@ -103,7 +103,12 @@ class ChatEngine:
             if has_tokenizer
             else ByteTokenizer(self.model.config.vocab_size)
         )
-        self.manager = self._start_manager()
+        self.slots = None
+        self.manager = None
+        if options.engine == "slots":
+            self.slots = self._start_slots()
+        else:
+            self.manager = self._start_manager()
         self.identity = identity(
             "causal_lm_gpu",
             "llm",
@@ -114,7 +119,9 @@ class ChatEngine:
                 "max_batch": options.max_batch,
                 "temperature": options.temperature,
                 "tokenizer": self.tokenizer.label,
-                "batching": "transformers continuous batching",
+                "batching": "slot cache, a CUDA graph per (rows, length) bucket"
+                if options.engine == "slots"
+                else "transformers continuous batching",
                 "cuda_graphs": options.cuda_graphs and options.device != "cpu",
             },
         )
@@ -125,6 +132,27 @@ class ChatEngine:
             options.device,
             options.dtype,
             options.max_batch,
+        )
+
+    def _eos(self) -> list[int]:
+        """A checkpoint's end tokens; none for dummy weights (a reply runs to its budget)."""
+        if self.source.dummy:
+            return []
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        return [] if eos is None else list(eos) if isinstance(eos, list | tuple) else [eos]
+
+    def _start_slots(self):
+        # lazy: serving.gpu.lm_slots imports torch (optional: the gpu extra)
+        from serving.gpu.lm_slots import SlotLmEngine
+
+        o = self.options
+        return SlotLmEngine(
+            self.model,
+            o.max_batch,
+            o.max_prompt_tokens + o.max_reply_tokens,
+            o.temperature,
+            self._eos(),
+            cuda_graphs=o.cuda_graphs,
         )
 
     def _start_manager(self):
@@ -172,6 +200,10 @@ class ChatEngine:
     ) -> AsyncIterator[str]:
         """The reply's text as it decodes; leaving early (an interruption) cancels the request."""
         ids = self.tokenizer.prompt(messages)[-self.options.max_prompt_tokens :]
+        if self.slots is not None:
+            async for piece in self._stream_slots(ids, max_new_tokens):
+                yield piece
+            return
         request = f"reply-{next(_ids)}"
         outputs: asyncio.Queue = asyncio.Queue()
         self.manager.register_result_handler(request, outputs.put_nowait)
@@ -209,9 +241,25 @@ class ChatEngine:
                 with self.manager.output_router._lock:
                     self.manager.output_router.result_handlers.pop(request, None)
 
+    async def _stream_slots(self, ids: list[int], max_new_tokens: int) -> AsyncIterator[str]:
+        tokens: list[int] = []
+        text = ""
+        budget = min(max_new_tokens, self.options.max_reply_tokens)
+        async for token in self.slots.stream(ids, budget):
+            tokens.append(token)
+            full = self.tokenizer.decode(tokens)
+            if full.endswith("\ufffd"):
+                continue  # a character split across tokens: wait for its last byte
+            if full.startswith(text) and len(full) > len(text):
+                yield full[len(text) :]
+            text = full
+
     def close(self) -> None:
         """Stop the decode loop (its thread is not a daemon: a server that exits must stop it)."""
-        self.manager.stop(block=True, timeout=10, hard_stop=True)
+        if self.slots is not None:
+            self.slots.close()
+        if self.manager is not None:
+            self.manager.stop(block=True, timeout=10, hard_stop=True)
 
 
 def _cpu_memory() -> None:
@@ -238,6 +286,9 @@ def engine_key(options: CausalLmGpuOptions) -> tuple:
         options.block_size,
         options.cache_blocks,
         options.cache_memory_fraction,
+        options.engine,
+        options.max_reply_tokens,
+        options.cuda_graphs,
     )
 
 

@@ -84,10 +84,19 @@ def _qkv(
     attn: nn.Module, x: torch.Tensor, kv_heads: int, dim: int, codebook: torch.Tensor | None = None
 ):
     n, t, _ = x.shape
-    q = _project(attn.q_proj, x, codebook).view(n, t, -1, dim).transpose(1, 2)
-    k = _project(attn.k_proj, x, codebook).view(n, t, kv_heads, dim).transpose(1, 2)
+    q = _head_norm(attn, "q_norm", _project(attn.q_proj, x, codebook).view(n, t, -1, dim))
+    k = _head_norm(attn, "k_norm", _project(attn.k_proj, x, codebook).view(n, t, kv_heads, dim))
     v = _project(attn.v_proj, x, codebook).view(n, t, kv_heads, dim).transpose(1, 2)
-    return q, k, v
+    return q.transpose(1, 2), k.transpose(1, 2), v
+
+
+def _head_norm(attn: nn.Module, name: str, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
+    """``x`` through the attention's per-head norm ``name`` (Qwen3's ``q_norm``/``k_norm``, over
+    the head dimension, before the rotary embedding); unchanged where there is none."""
+    norm = getattr(attn, name, None)
+    if norm is None:
+        return x
+    return rms_norm(norm, x) if fused else norm(x)
 
 
 def _mlp_residual(
@@ -252,6 +261,19 @@ def depth_tables(length: int, slots: int, device) -> tuple[torch.Tensor, torch.T
     return rows, (positions[None, :] <= positions[:, None])[:, None, None, None, :]
 
 
+def _qk_norms(
+    attn: nn.Module, qkv: torch.Tensor, heads: int, kv_heads: int, head_axis: int
+) -> torch.Tensor:
+    """The queries' and keys' heads of a fused projection (heads along ``head_axis``), through
+    their per-head norms where the attention has them (Qwen3)."""
+    qk = qkv.narrow(head_axis, 0, heads + kv_heads)
+    if getattr(attn, "q_norm", None) is None:
+        return qk
+    q = _head_norm(attn, "q_norm", qkv.narrow(head_axis, 0, heads), fused=True)
+    k = _head_norm(attn, "k_norm", qkv.narrow(head_axis, heads, kv_heads), fused=True)
+    return torch.cat([q, k], dim=head_axis)
+
+
 def _fused_layer(
     layer: nn.Module,
     plan: LayerPlan,
@@ -267,11 +289,11 @@ def _fused_layer(
     heads, kv_heads, dim = plan.heads, plan.kv_heads, plan.dim
     # one token per row: [n, 1, (H + 2 KV) * D] is [n, H + 2 KV, 1, D] without a copy
     qkv = F.linear(rms_norm(layer.input_layernorm, x), plan.qkv).view(n, -1, 1, dim)
-    qk = qkv[:, : heads + kv_heads]
+    attn = layer.self_attn
+    qk = _qk_norms(attn, qkv, heads, kv_heads, 1)
     if rotary is not None:
         qk = rotary(qk)
     q, k, v = qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :]
-    attn = layer.self_attn
     out = _attend(attn, q, k, v, k_cache, v_cache, pos, mask, rows)
     return _fused_mlp(layer, plan, x + _project(attn.o_proj, out, None))
 
@@ -329,7 +351,7 @@ def prefill_layer(
         rotary = rotary or rope_tables(cos, sin)
         qkv = F.linear(rms_norm(layer.input_layernorm, x), plan.qkv)
         qkv = qkv.view(1, t, -1, dim).transpose(1, 2)  # [1, H + 2 KV, T, D]
-        qk = rotary(qkv[:, : plan.heads + kv_heads])
+        qk = rotary(_qk_norms(attn, qkv, plan.heads, kv_heads, 1))
         q, k, v = qk[:, : plan.heads], qk[:, plan.heads :], qkv[:, plan.heads + kv_heads :]
     else:
         q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim)

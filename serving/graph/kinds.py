@@ -160,14 +160,17 @@ class WhisperGpuOptions(GpuModelOptions):
 
 
 class CausalLmGpuOptions(GpuModelOptions):
-    """``causal_lm_gpu``: a causal LM (the qwen3-4b configuration) under transformers' continuous
-    batching: every session's reply streams from one decode loop (``serving.gpu.chat``).
+    """``causal_lm_gpu``: a causal LM (the qwen3-4b configuration): every session's reply streams
+    from one decode loop (``serving.gpu.chat``): by default on a slot cache with a CUDA graph per
+    bucket (``serving.gpu.lm_slots``), or under transformers' continuous batching.
     ``max_new_tokens``: the reply's tokens (a session's sampling.max_new_tokens_per_unit
     overrides it); ``temperature``: 0 decodes greedily, for every session (not per session);
     ``max_prompt_tokens``: a longer prompt keeps its last tokens; ``block_size`` /
     ``cache_blocks``: the paged KV cache (null: ``cache_memory_fraction`` of the GPU memory free
     after the load, so that the other models of the GPU keep room; on CPU, max_batch
-    full-length requests); ``cuda_graphs``: transformers' CUDA graphs for both paths."""
+    full-length requests); ``cuda_graphs``: transformers' CUDA graphs for both paths;
+    ``engine``: the decode loop (below); ``max_reply_tokens``: the most a reply may decode with
+    ``engine: slots`` (a session's max_new_tokens_per_unit is capped there)."""
 
     presets: ClassVar[tuple[str, ...]] = ("qwen3-4b",)
 
@@ -180,7 +183,13 @@ class CausalLmGpuOptions(GpuModelOptions):
     # transformers' CUDA graphs for the prefill (varlen) and decode paths; its own default turns
     # them off whenever the attention needs a mask (sdpa), and then every decode step launches
     # each kernel from Python (117 ms a step for 16 replies, docs/gpu.md). Ignored on CPU.
+    # With engine slots: a CUDA graph per (rows, length) bucket of the decode step.
     cuda_graphs: bool = True
+    # "slots": serving.gpu.lm_slots (a slot cache, fused layers, a CUDA graph per bucket; prompts
+    # and replies of up to max_prompt_tokens + max_reply_tokens a slot); "continuous_batching":
+    # transformers' ContinuousBatchingManager (block_size, cache_blocks, cache_memory_fraction)
+    engine: Literal["slots", "continuous_batching"] = "slots"
+    max_reply_tokens: int = Field(256, ge=1, le=4096)
 
 
 # The GPU nodes a launch file's ``backends:`` (csm_gpu) or a system's ``duplex.model``

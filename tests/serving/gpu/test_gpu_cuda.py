@@ -77,8 +77,13 @@ def _release(engine) -> None:
     torch.cuda.empty_cache()
 
 
-@pytest.mark.parametrize("cuda_graphs", [True, False])
-def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda(cuda_graphs):
+@pytest.mark.parametrize(
+    ("engine_kind", "cuda_graphs"),
+    [("slots", True), ("continuous_batching", True), ("continuous_batching", False)],
+)
+def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda(
+    engine_kind, cuda_graphs
+):
     _cuda()
     from serving.gpu.chat import ChatEngine
     from serving.graph.kinds import CausalLmGpuOptions
@@ -87,6 +92,8 @@ def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda(cu
         weights={"load_format": "dummy", "preset": "qwen3-4b"},
         max_batch=SESSIONS,
         cuda_graphs=cuda_graphs,
+        engine=engine_kind,
+        max_prompt_tokens=512,
     )
     engine = ChatEngine(o.source("llm"), o)
 
@@ -105,13 +112,17 @@ def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda(cu
 
     try:
         results, elapsed = asyncio.run(main())
+        slots = engine.slots
+        step = f", {slots.step_s / slots.steps * 1000:.1f} ms a step" if slots else ""
     finally:
         engine.close()
         _release(engine)
     firsts = sorted(r[0] for r in results)
     print(
-        f"qwen3-4b (dummy, bf16, CUDA graphs {'on' if cuda_graphs else 'off'}): {SESSIONS} "
+        f"qwen3-4b (dummy, bf16, {engine_kind}, CUDA graphs {'on' if cuda_graphs else 'off'}): "
+        f"{SESSIONS} "
         f"replies of 48 tokens in {elapsed * 1000:.0f} ms, "
         f"first text p50 {firsts[len(firsts) // 2] * 1000:.0f} ms, max {firsts[-1] * 1000:.0f} ms"
+        f"{step}"
     )
     assert all(pieces > 1 for _, pieces in results)

@@ -1,0 +1,371 @@
+"""A causal LM's replies from one decode loop on a slot cache: ``causal_lm_gpu`` with
+``engine: slots``.
+
+Each reply owns a *slot* (``serving.gpu.slots.SlotCache``: a row of per-layer key and value
+tensors with its own position). A GPU thread runs the loop of :class:`SlotLmEngine`:
+
+1. a new request is admitted into a free slot: its prompt's keys and values are written by a
+   prefill over the prompt (``prefill_layer``, the fused layers), eagerly, while the GPU runs the
+   step just launched for the others (its kernels queue behind that step on the stream);
+2. one decode step for every busy row at once (``decode_layer`` with per-row positions, masks and
+   rotary angles), then the next token of each row: the most likely (``temperature`` 0) or one
+   drawn among the 50 most likely (Gumbel noise made outside the graph). Every shape in a step
+   depends only on the row bucket ``n`` and the length bucket ``L`` (the positions attended: the
+   smallest power of two from 256 holding the busiest row's position), so each (n, L) is one
+   CUDA graph, replayed;
+3. each row's token goes to its request's stream on the caller's event loop; a request ends at
+   its ``max_new_tokens``, at an end token (a checkpoint's ``eos_token_id``; dummy weights have
+   none) or when its caller leaves (an interruption).
+
+transformers' continuous batching (``engine: continuous_batching``) stays for the A/B: on CUDA
+its decode step took about 60 ms for 16 replies of the qwen3-4b configuration (docs/gpu.md),
+where reading the weights once takes about 3 ms. ``tests/serving/gpu/test_lm_slots.py`` checks
+on CPU (float32, a tiny Qwen3) that each reply's greedy tokens equal transformers' ``generate``
+of its prompt alone, whenever it was admitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from fdb.errors import FdbError
+from serving.gpu.slots import (
+    SlotCache,
+    bucket,
+    capture,
+    decode_layer,
+    fuse_layers,
+    gumbel,
+    module_norm,
+    prefill_layer,
+    rms_norm,
+    rope_tables,
+    sample_top_k,
+)
+
+log = logging.getLogger("fdb.serving")
+TOP_K = 50  # temperature > 0 draws among the 50 most likely tokens
+MIN_LENGTH = 256  # the smallest length bucket
+_ids = itertools.count()
+
+
+class _Loop:
+    """A request's tokens handed from the GPU thread to an asyncio queue on the caller's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, tokens: asyncio.Queue):
+        self.loop, self.tokens = loop, tokens
+
+    def put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)
+        except RuntimeError:  # the caller's loop has closed: nobody reads this request any more
+            pass
+
+
+@dataclass
+class _Request:
+    ids: list[int]
+    max_new_tokens: int
+    out: _Loop | queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    made: int = 0
+    cancelled: bool = False
+    name: str = field(default_factory=lambda: f"reply-{next(_ids)}")
+
+
+def length_bucket(positions: int, max_len: int) -> int:
+    """The smallest power of two from MIN_LENGTH holding ``positions``, at most ``max_len``."""
+    n = MIN_LENGTH
+    while n < positions:
+        n *= 2
+    return min(n, max_len)
+
+
+class SlotLmEngine:
+    """``model`` (a transformers causal LM of the Llama family: Qwen3, Llama) decoding the replies
+    of up to ``max_batch`` requests at once; :meth:`stream` is awaited by every session.
+    ``max_len``: prompt and reply tokens a slot holds; ``eos``: the end token ids (none: a reply
+    runs to its ``max_new_tokens``); ``cuda_graphs``: capture each (rows, length) step (CUDA
+    only); ``fuse``: ``serving.gpu.slots.fuse_layers`` (False: the modules' own operations)."""
+
+    def __init__(
+        self,
+        model,
+        max_batch: int,
+        max_len: int,
+        temperature: float,
+        eos: Sequence[int] = (),
+        cuda_graphs: bool = True,
+        fuse: bool = True,
+    ):
+        config = model.config
+        self.model, self.max_batch, self.max_len = model, max_batch, max_len
+        self.temperature = temperature
+        self.eos = frozenset(int(e) for e in eos)
+        inner = model.model
+        self.layers, self.norm, self.rotary = inner.layers, inner.norm, inner.rotary_emb
+        self.embed = inner.embed_tokens
+        weight = self.embed.weight
+        self.device, self.dtype = weight.device, weight.dtype
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        attn = self.layers[0].self_attn
+        self.head_dim = attn.head_dim
+        kv_heads = config.num_key_value_heads
+        self.cache = SlotCache(
+            len(self.layers), max_batch, kv_heads, max_len, self.head_dim, self.device, self.dtype
+        )
+        self.plans = (
+            fuse_layers(self.layers, kv_heads, self.head_dim) if fuse else [None] * len(self.layers)
+        )
+        self._norm = rms_norm if fuse else module_norm
+        s = max_batch
+        self.tokens = torch.zeros(s, dtype=torch.long, device=self.device)  # each row's input
+        self.pos = torch.zeros(s, dtype=torch.long, device=self.device)
+        self.chosen = torch.zeros(s, dtype=torch.long, device=self.device)
+        self.noise = torch.zeros(s, TOP_K, device=self.device)
+        self._arange = torch.arange(max_len, device=self.device)
+        self._rows = torch.arange(s, device=self.device)
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._pool = None
+        self._slots: list[_Request | None] = [None] * s
+        self._positions = [0] * s  # each busy row's position, known on the host
+        self._pending: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = False
+        self.steps, self.step_s, self.prefills, self.prefill_s = 0, 0.0, 0, 0.0
+        self.warm_s = self.warm()
+        self._thread = threading.Thread(target=self._run, name="lm-slots", daemon=True)
+        self._thread.start()
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def stream(self, ids: Sequence[int], max_new_tokens: int) -> AsyncIterator[int]:
+        """The reply's token ids as they are chosen; leaving early cancels the request."""
+        if len(ids) + max_new_tokens > self.max_len:
+            raise FdbError(
+                f"a prompt of {len(ids)} tokens and {max_new_tokens} new ones is more than the "
+                f"{self.max_len} a slot holds",
+                "shorten the history (max_prompt_tokens) or raise the engine's max_len",
+            )
+        tokens: asyncio.Queue = asyncio.Queue()
+        request = _Request(list(ids), max_new_tokens, _Loop(asyncio.get_running_loop(), tokens))
+        self._submit(request)
+        try:
+            while True:
+                item = await tokens.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            request.cancelled = True
+
+    def _submit(self, request: _Request) -> None:
+        if self._stop:
+            raise _closed()
+        self._pending.put(request)
+        self._wake.set()
+        if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
+            self._fail_pending()
+
+    def warm(self) -> float:
+        """Every (rows, length) step captured (CUDA graphs), before the GPU thread starts (it
+        uses the step's buffers)."""
+        started = time.perf_counter()
+        if self.cuda_graphs:
+            rows = sorted({bucket(b, self.max_batch) for b in range(1, self.max_batch + 1)})
+            lengths = sorted({length_bucket(p, self.max_len) for p in range(1, self.max_len + 1)})
+            with torch.inference_mode():
+                for n in rows:
+                    for length in lengths:
+                        self._replay(n, length)
+            log.info(
+                "lm slots: %d step graphs (rows %s, lengths %s) in %.1f s",
+                len(self._graphs),
+                rows,
+                lengths,
+                time.perf_counter() - started,
+            )
+        return round(time.perf_counter() - started, 1)
+
+    def close(self) -> None:
+        """Stop the GPU thread; every request in flight or waiting ends with an error."""
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    def _fail_pending(self) -> None:
+        while True:
+            try:
+                request = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            request.out.put(_closed())
+            request.out.put(None)
+
+    # --- the GPU thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            with torch.inference_mode():
+                self._loop()
+        finally:  # closed (or failed): no request may wait on this thread any more
+            self._stop = True
+            for i, request in enumerate(self._slots):
+                if request is not None:
+                    self._finish(i, _closed())
+            self._fail_pending()
+
+    def _loop(self) -> None:
+        while not self._stop:
+            busy = [i for i, r in enumerate(self._slots) if r is not None]
+            if not busy:
+                self._admit()
+                if not any(r is not None for r in self._slots):
+                    self._wake.wait(0.05)
+                    self._wake.clear()
+                continue
+            try:
+                started = time.perf_counter()
+                n = bucket(max(busy) + 1, self.max_batch)
+                length = length_bucket(max(self._positions[i] for i in busy) + 1, self.max_len)
+                if self.temperature > 0:
+                    self.noise.uniform_()
+                self._replay(n, length)
+                # admitted while the GPU runs the step: the prefill's kernels queue behind it
+                self._admit()
+                self._deliver(busy, n)
+                self.steps += 1
+                self.step_s += time.perf_counter() - started
+            except BaseException as exc:  # every request in flight fails with the error
+                log.exception("lm slots: a decode step failed")
+                for i in busy:
+                    self._finish(i, FdbError(f"the reply failed: {exc}", "see the server log"))
+
+    def _admit(self) -> None:
+        while not self._pending.empty():
+            free = [i for i, r in enumerate(self._slots) if r is None]
+            if not free:
+                return
+            request = self._pending.get()
+            if request.cancelled:
+                continue
+            try:
+                self._prefill(request, free[0])
+            except BaseException as exc:
+                log.exception("lm slots: a prefill failed")
+                request.out.put(
+                    FdbError(f"the reply's prefill failed: {exc}", "see the server log")
+                )
+                request.out.put(None)
+
+    def _prefill(self, request: _Request, slot: int) -> None:
+        """The prompt but its last token into ``slot``; the next step takes the last one."""
+        started = time.perf_counter()
+        ids = request.ids or [0]
+        t = len(ids)
+        if t > 1:
+            prompt = torch.tensor([ids[:-1]], device=self.device)
+            h = self.embed(prompt)
+            cos, sin = self.rotary(h, torch.arange(t - 1, device=self.device)[None])
+            rotary = rope_tables(cos, sin)
+            layers = zip(self.layers, self.cache.k, self.cache.v, self.plans, strict=True)
+            for layer, k, v, plan in layers:
+                h = prefill_layer(layer, h, cos, sin, k, v, slot, 0, plan=plan, rotary=rotary)
+        self.tokens[slot] = ids[-1]
+        self.pos[slot] = t - 1
+        self._positions[slot] = t - 1
+        self._slots[slot] = request
+        self.prefills += 1
+        self.prefill_s += time.perf_counter() - started
+
+    def _deliver(self, busy: list[int], n: int) -> None:
+        """Each busy row's chosen token to its request; the rows advance."""
+        chosen = self.chosen[:n].tolist()
+        for i in busy:
+            request = self._slots[i]
+            assert request is not None
+            token = chosen[i]
+            if token in self.eos:
+                self._finish(i, None)
+                continue
+            request.made += 1
+            request.out.put(token)
+            self._positions[i] += 1
+            if request.cancelled or request.made >= request.max_new_tokens:
+                self._finish(i, None)
+        live = [i for i in busy if self._slots[i] is not None]
+        if live:  # the next step's inputs: the chosen token at the next position
+            index = torch.tensor(live, device=self.device)
+            self.tokens[index] = self.chosen[index]
+            self.pos[index] += 1
+
+    def _finish(self, slot: int, error: BaseException | None) -> None:
+        """The request of ``slot`` ends; the free row goes back to position 0, so that the
+        stale computations of later steps stay inside every length bucket."""
+        request = self._slots[slot]
+        self._slots[slot] = None
+        self._positions[slot] = 0
+        self.pos[slot] = 0
+        if request is not None:
+            if error is not None:
+                request.out.put(error)
+            request.out.put(None)
+
+    # --- one token for every busy row ----------------------------------------------------------
+
+    def _replay(self, n: int, length: int) -> None:
+        if not self.cuda_graphs:
+            self._step(n, length)
+            return
+        graph = self._graphs.get((n, length))
+        if graph is None:
+            graph = capture(lambda: self._step(n, length), pool=self._pool)
+            self._pool = self._pool or graph.pool()
+            self._graphs[(n, length)] = graph
+        graph.replay()
+
+    def _step(self, n: int, length: int) -> None:
+        """Rows 0..n-1: ``tokens`` at ``pos`` in, the next token of each in ``chosen``; the keys
+        and values of the first ``length`` positions are attended. Idle rows compute on stale
+        inputs and are ignored."""
+        pos = self.pos[:n]
+        x = self.embed(self.tokens[:n])[:, None]  # [n, 1, H]
+        rotary = rope_tables(*self.rotary(x, pos[:, None]))
+        mask = (self._arange[None, :length] <= pos[:, None])[:, None, None, :]
+        rows = self._rows[:n]
+        layers = zip(self.layers, self.cache.k, self.cache.v, self.plans, strict=True)
+        for layer, k, v, plan in layers:
+            x = decode_layer(
+                layer,
+                x,
+                rotary,
+                k[:, :, :length],
+                v[:, :, :length],
+                pos,
+                mask,
+                rows=rows,
+                plan=plan,
+            )
+        logits = self.model.lm_head(self._norm(self.norm, x)[:, -1]).float()
+        if self.temperature > 0:
+            noise = gumbel(self.noise[:n])
+            self.chosen[:n] = sample_top_k(logits, TOP_K, self.temperature, gumbel_noise=noise)
+        else:
+            self.chosen[:n] = logits.argmax(-1)
+
+
+def _closed() -> FdbError:
+    return FdbError(
+        "causal_lm_gpu: the decode loop takes no requests (it stopped or failed)",
+        "see the server log for the decode loop's error; restart the server",
+    )

@@ -1,0 +1,138 @@
+"""The slot-cache decode loop (``serving.gpu.lm_slots``) on CPU with a tiny random Qwen3 in
+float32: each reply's greedy tokens equal transformers' ``generate`` of its prompt alone, however
+the replies were admitted (together, one after another while others decode, across length
+buckets), with the fused layers and with the modules' operations; an end token ends a reply;
+leaving a stream frees its slot; closing fails every waiting request; a prompt that cannot fit
+is one line."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.serving.gpu.conftest import TINY_QWEN
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from fdb.errors import FdbError  # noqa: E402
+from serving.gpu.lm_slots import SlotLmEngine, length_bucket  # noqa: E402
+from serving.weights import WeightSource, load_model  # noqa: E402
+
+TINY = {**TINY_QWEN, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+NEW = 12
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(3)
+    source = WeightSource(load_format="dummy", preset="qwen3-4b", overrides=TINY)
+    model = load_model(source, "causal_lm_gpu", "cpu", "float32")
+    with torch.no_grad():  # wider than the default init, so that greedy choices vary
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model
+
+
+def _prompt(length: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, TINY["vocab_size"], (length,), generator=g).tolist()
+
+
+def _generate(model, ids: list[int], new: int = NEW) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=new,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return out[0, len(ids) :].tolist()
+
+
+async def _reply(engine, ids, new=NEW, started: asyncio.Event | None = None, leave_after=None):
+    tokens = []
+    async for token in engine.stream(ids, new):
+        tokens.append(token)
+        if started is not None and len(tokens) == 2:
+            started.set()
+        if leave_after is not None and len(tokens) == leave_after:
+            break
+    return tokens
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_replies_equal_generate_however_they_were_admitted(model, fuse):
+    engine = SlotLmEngine(model, max_batch=4, max_len=600, temperature=0.0, fuse=fuse)
+    # lengths across the length buckets (256, 512, 600); the long one crosses 256 while decoding
+    prompts = [_prompt(n, seed) for seed, n in enumerate((5, 40, 250, 300, 17))]
+
+    async def main():
+        first = asyncio.Event()
+        early = [asyncio.ensure_future(_reply(engine, p, started=first)) for p in prompts[:2]]
+        await first.wait()  # the others join while the first two decode
+        late = [asyncio.ensure_future(_reply(engine, p)) for p in prompts[2:]]
+        return await asyncio.gather(*early, *late)
+
+    try:
+        replies = asyncio.run(main())
+    finally:
+        engine.close()
+    assert replies == [_generate(model, p) for p in prompts]
+    assert engine.prefills == 5 and all(r is None for r in engine._slots)
+    assert engine.steps < 5 * NEW  # replies shared steps
+
+
+def test_an_end_token_ends_the_reply_and_leaving_frees_the_slot(model):
+    ids = _prompt(9, 11)
+    free = _generate(model, ids)
+    k = next(i for i in range(1, NEW) if free[i] not in free[:i])
+    engine = SlotLmEngine(model, max_batch=2, max_len=64, temperature=0.0, eos=[free[k]])
+
+    async def main():
+        ended = await _reply(engine, ids)
+        left = await _reply(engine, _prompt(7, 12), leave_after=2)
+        await asyncio.sleep(0.2)
+        after = await _reply(engine, _prompt(7, 13))
+        return ended, left, after
+
+    try:
+        ended, left, after = asyncio.run(main())
+    finally:
+        engine.close()
+    assert ended == free[:k]
+    assert len(left) == 2 and all(r is None for r in engine._slots)
+    want = _generate(model, _prompt(7, 13))
+    stop = next((i for i, t in enumerate(want) if t == free[k]), len(want))
+    assert after == want[:stop]
+
+
+def test_closing_fails_waiting_requests_and_a_long_prompt_is_refused(model):
+    engine = SlotLmEngine(model, max_batch=1, max_len=1100, temperature=0.0)
+
+    async def main():
+        with pytest.raises(FdbError, match="more than the 1100 a slot holds"):
+            await _reply(engine, _prompt(1095, 1), new=10)
+        started = asyncio.Event()
+        busy = asyncio.ensure_future(_reply(engine, _prompt(5, 2), new=1000, started=started))
+        waiting = asyncio.ensure_future(_reply(engine, _prompt(5, 3), new=5))
+        await started.wait()  # the one slot decodes; the other request waits for it
+        await asyncio.get_running_loop().run_in_executor(None, engine.close)
+        return await asyncio.gather(busy, waiting, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert all(
+        isinstance(r, FdbError) and "the decode loop takes no requests" in str(r) for r in results
+    ), results
+
+
+def test_sampling_draws_among_the_likely_tokens(model):
+    engine = SlotLmEngine(model, max_batch=2, max_len=64, temperature=1.0)
+    try:
+        reply = asyncio.run(_reply(engine, _prompt(6, 4)))
+    finally:
+        engine.close()
+    assert len(reply) == NEW and all(0 <= t < TINY["vocab_size"] for t in reply)
+    assert [length_bucket(p, 600) for p in (1, 256, 257, 513, 600)] == [256, 256, 512, 600, 600]
