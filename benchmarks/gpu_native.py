@@ -145,7 +145,7 @@ def launch_file(
     raw = {
         "system": "gpu-native",
         "max_sessions": sessions,
-        "duplex": {"unit_ms": 80, "unit_ms_choices": [80], "model": model},
+        "session_nodes": {"moshi": model},  # merged into gpu-native's one (native) node
     }
     return atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
 

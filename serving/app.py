@@ -118,9 +118,8 @@ def create_app(
                 },
                 status_code=503,
             )
-        return JSONResponse(
-            capabilities(system) if system.duplex is None else native_capabilities(system)
-        )
+        native = runtime.hub.graph.protocol == "native"
+        return JSONResponse(native_capabilities(system) if native else capabilities(system))
 
     app.add_api_websocket_route("/v1/realtime", realtime_endpoint)
     app.include_router(speech_router)  # POST /v1/audio/speech (serving/speech.py)

@@ -1,6 +1,7 @@
-"""``WS /v1/realtime``: admission, then one :class:`RealtimeSession` per connection: the native
-session (``serving.duplex``) for a duplex system, else the turn-based one on the session graph
-(``serving.realtime.graph_session``).
+"""``WS /v1/realtime``: admission, then one :class:`RealtimeSession` per connection, of the
+session protocol the system's graph speaks (``GraphDecl.protocol``): the native session
+(``serving.duplex``, which runs the graph's one native node) or the turn-based one on the session
+graph (``serving.realtime.graph_session``).
 
 The upgrade is refused with HTTP 503 while the models are still loading ("instance is not
 ready") and when ``max_sessions`` sessions are already open; a client may retry. A session's
@@ -33,11 +34,11 @@ async def deny(websocket: WebSocket, status: int, code: str, message: str) -> No
         await websocket.close(code=1013, reason=code)
 
 
-def _session_class(runtime: ServerRuntime) -> type[RealtimeSession]:
-    """A native session for a duplex system, else the turn-based one on the session graph."""
-    if runtime.system.duplex is not None:
-        return NativeSession
-    return GraphRealtimeSession
+# The session of each protocol a graph may speak (serving.graph.registry.PROTOCOLS).
+SESSIONS: dict[str, type[RealtimeSession]] = {
+    "native": NativeSession,
+    "turn-based": GraphRealtimeSession,
+}
 
 
 async def realtime_endpoint(websocket: WebSocket) -> None:
@@ -65,7 +66,7 @@ async def realtime_endpoint(websocket: WebSocket) -> None:
         return
     try:
         await websocket.accept()
-        session = _session_class(runtime)(websocket, runtime.hub)
+        session = SESSIONS[runtime.hub.graph.protocol](websocket, runtime.hub)
         session.on_end = slot.release
         log.info(
             "session %s opened (%d/%d)", session.id, runtime.sessions, runtime.system.max_sessions

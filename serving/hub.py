@@ -25,7 +25,7 @@ from fdb.models.tts import PiperTts
 from fdb.models.turn import load_turn_backend
 from fdb.models.vad import StreamingVad
 from serving import batching
-from serving.graph.declare import GraphDecl, cascade, load_graph
+from serving.graph.declare import GraphDecl, cascade
 from serving.graph.gate import REST, ComputeGate
 from serving.graph.kinds import PiperSpeechOptions
 from serving.systems import SystemConfig
@@ -65,7 +65,8 @@ class ModelHub:
         for role, model in (("asr", asr), ("llm", llm), ("tts", tts), ("turn", turn)):
             if model is not LOAD:
                 self.__dict__[role] = model  # the cached_property never loads it
-        self.native = native  # a native model (serving.gpu.nodes.MoshiNative) of a duplex system
+        # the model the sessions of a native graph's node share (serving.gpu.nodes.MoshiNative)
+        self.native = native
         self.vad_identity = vad_identity
         self.executor = executor  # where model calls run (None: asyncio's default pool)
         self.vad_executor = vad_executor  # where VAD and end-of-turn calls run
@@ -92,12 +93,7 @@ class ModelHub:
     @cached_property
     def graph(self) -> GraphDecl:
         """The system's session graph (its session_nodes), else the bundled embedded cascade."""
-        system = self.system
-        if system is None or system.session_nodes is None:
-            return cascade()
-        return load_graph(
-            {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
-        )
+        return cascade() if self.system is None else self.system.graph()
 
     def loaded(self, role: str) -> Any:
         """``role``'s model if it is loaded (or given), else None; never loads it."""

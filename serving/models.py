@@ -26,6 +26,7 @@ from fdb.models.tts import PiperTts
 from fdb.models.turn import SmartTurn
 from fdb.models.vad import SileroVad
 from serving.graph import registry
+from serving.graph.declare import NodeDecl
 from serving.graph.gate import ComputeGate
 from serving.graph.nodes import preload
 from serving.hub import LOAD, ModelHub
@@ -106,12 +107,8 @@ def load_models(system: SystemConfig) -> ModelHub:
     check_dependencies(system)
     nodes = probe_nodes(system)  # a service that does not answer fails the start before any load
     nodes.update(load_gpu_nodes(system))
-    native = None
-    if system.duplex is not None and system.duplex.model is not None:
-        native = _timed(
-            f"native model {system.duplex.model.kind}",
-            lambda: registry.build_backend("native", system.duplex.model),
-        )
+    graph = system.graph()
+    native = load_native(graph.native_node)
     limit_blas_threads()
     vad = _timed("silero-vad", SileroVad)  # imports torch, pins it to one thread
     asr, llm = nodes.get("asr"), nodes.get("llm")
@@ -142,9 +139,23 @@ def load_models(system: SystemConfig) -> ModelHub:
     )
     if system.warmup:
         _timed("warm-up", lambda: warm_up(hub))
-    if system.session_nodes is not None:  # a graph's own models (the GPU kinds), loaded first
-        _timed("the graph's shared models", lambda: preload(hub))
+    if system.session_nodes is not None and graph.protocol == "turn-based":
+        _timed("the graph's shared models", lambda: preload(hub))  # its GPU kinds' models
     return hub
+
+
+def load_native(node: NodeDecl | None) -> Any:
+    """The model the sessions of a native graph's ``node`` share (a GPU model: serving.gpu),
+    loaded; None for a turn-based graph or a native kind without one (duplex_baseline). The
+    kind's unit loop is imported here too, so a broken one fails the start, not a session."""
+    if node is None:
+        return None
+    registry.native_engine(node.kind)
+    if registry.KINDS[node.kind].client is None:
+        return None
+    return _timed(
+        f"native model {node.kind}", lambda: registry.load_native(node.kind, node.options)
+    )
 
 
 def load_gpu_nodes(system: SystemConfig) -> dict[str, Any]:

@@ -22,6 +22,13 @@ A ``vars:`` mapping names values that ``${name}`` in the file's strings takes (`
 sets one); the shipped launch profiles (``fdb serve --profile NAME``, ``serving/profiles/``) use
 it for their models, ports, GPUs and memory shares (``serving.launch_profiles``).
 
+Every system is a session graph (``session_nodes`` + ``session_publish``, see
+``serving.graph``; none: the bundled embedded cascade): a graph of nodes chosen by kind from the
+one registry (``serving.graph.registry``). The graph says which session protocol the system
+speaks: a native system's graph is one node of a ``native`` kind (``duplex_baseline``,
+``moshi_gpu``), which speaks the native session protocol with the units and policy of the
+system's ``duplex`` settings; any other graph speaks the turn-based one.
+
 Settings that a session cannot change (limits, timeouts, ``max_output_lead_ms``) need a restart;
 instructions, sampling and turn detection are only defaults that each session may override.
 """
@@ -39,12 +46,11 @@ from pydantic import (
     Field,
     SerializeAsAny,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
 from fdb.errors import FdbError
-from serving.graph.declare import load_graph
+from serving.graph.declare import GraphDecl, cascade, load_graph
 from serving.graph.kinds import GpuNode
 from serving.graph.registry import parse_backend
 from serving.launch_profiles import check_profile, check_services, profile_path, substitute_vars
@@ -123,10 +129,11 @@ class SpeechService(BaseModel):
 
 
 class DuplexSettings(BaseModel):
-    """The native full-duplex policy of a ``duplex`` system (see :mod:`serving.duplex.policy`).
+    """The native session protocol's settings of a native system (its graph's one node is of a
+    native kind), and the policy of its ``duplex_baseline`` node (:mod:`serving.duplex.policy`).
 
-    A system with ``duplex`` set speaks the native session protocol instead of the turn-based
-    one: no turn detection, no commit, input units of ``unit_ms`` with a padded tail.
+    A native system speaks the native session protocol instead of the turn-based one: no turn
+    detection, no commit, input units of ``unit_ms`` with a padded tail.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -147,14 +154,17 @@ class DuplexSettings(BaseModel):
     # 200 ms pause and the silence its score asks for ends it (serving/duplex/policy.py, step 6)
     turn_detection: Literal["vad", "semantic"] = "vad"
     eagerness: Literal["low", "medium", "high", "auto"] = "medium"
-    # A native model instead of the rule-based policy and cascade: every unit goes to it and its
-    # audio comes back per unit (serving/duplex/native.py); None: the policy above decides.
-    model: BackendNode | None = None  # a "native" kind of serving.graph.registry (moshi_gpu)
 
-    @field_validator("model", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _native_model(cls, value: Any) -> Any:
-        return parse_backend("native", value) if isinstance(value, dict) else value
+    def _no_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "model" in data:
+            raise ValueError(
+                "model: a native model is the node of the system's graph, not a duplex setting: "
+                "session_nodes: {moshi: {kind: moshi_gpu, ..., inputs: [input]}}, "
+                "session_publish: {moshi: [pcm_f32le, session]}, as system gpu-native has it"
+            )
+        return data
 
     @model_validator(mode="after")
     def _unit_is_a_choice(self) -> DuplexSettings:
@@ -162,10 +172,6 @@ class DuplexSettings(BaseModel):
             raise ValueError(
                 f"unit_ms {self.unit_ms} must be one of unit_ms_choices "
                 f"{list(self.unit_ms_choices)}, each at least 20 ms"
-            )
-        if self.model is not None and self.unit_ms_choices != (80,):
-            raise ValueError(
-                "a native model speaks in 80 ms frames: set unit_ms 80 and unit_ms_choices [80]"
             )
         return self
 
@@ -225,11 +231,13 @@ class SystemConfig(BaseModel):
     compute_slots: int | None = Field(None, ge=0, le=256)
     warmup: bool = True
     speech_service: SpeechService | None = None  # /v1/audio/speech passes through to it when set
-    duplex: DuplexSettings | None = None  # set: a native full-duplex system (serving.duplex)
+    # the native session protocol's units and policy: set exactly when the graph is native
+    duplex: DuplexSettings | None = None
     services: list[ServiceEntry] = []  # started in order before the models load (serving.services)
-    # The session graph of a turn-based system (docs/formats.md, "Session graph"): the nodes and
-    # what reaches the client, as in the guide's profile file; null: the bundled embedded cascade
-    # (serving/graph/embedded-cascade.yaml). serving/gpu/gpu-cascade.yaml declares the GPU nodes.
+    # The system's session graph (docs/formats.md, "Session graph"): the nodes and what reaches
+    # the client, as in the guide's profile file; null: the bundled embedded cascade
+    # (serving/graph/embedded-cascade.yaml). serving/gpu/gpu-cascade.yaml declares the GPU nodes;
+    # a native system's graph is one node of a native kind (duplex-baseline, gpu-native below).
     session_nodes: dict[str, Any] | None = None
     session_publish: dict[str, Any] | None = None
 
@@ -240,18 +248,37 @@ class SystemConfig(BaseModel):
                 "session_nodes and session_publish go together: set both, or neither for "
                 "the bundled embedded-cascade graph"
             )
-        if self.session_nodes is not None and self.duplex is not None:
+        try:
+            graph = self.graph()
+        except FdbError as err:
+            raise ValueError(err.message) from None
+        node = graph.native_node
+        if node is None and self.duplex is not None:
             raise ValueError(
-                "a duplex system has no session graph: drop session_nodes and session_publish"
+                "duplex settings belong to a native system: its graph is one node of a native "
+                "kind (session_nodes: {duplex: {kind: duplex_baseline, inputs: [input]}}, "
+                "session_publish: {duplex: [pcm_f32le, session]}), as system duplex-baseline has it"
             )
-        if self.session_nodes is not None:
-            try:
-                load_graph(
-                    {"session_nodes": self.session_nodes, "session_publish": self.session_publish}
-                )
-            except FdbError as err:
-                raise ValueError(err.message) from None
+        if node is not None and self.duplex is None:
+            raise ValueError(
+                f"node '{node.name}' of the native kind '{node.kind}' speaks the native session "
+                "protocol: set duplex (its units and policy), as system duplex-baseline has it"
+            )
+        frame_ms = getattr(node.options, "frame_ms", None) if node is not None else None
+        if frame_ms is not None and self.duplex.unit_ms_choices != (frame_ms,):
+            raise ValueError(
+                f"a native model speaks in {frame_ms} ms frames: set unit_ms {frame_ms} and "
+                f"unit_ms_choices [{frame_ms}]"
+            )
         return self
+
+    def graph(self) -> GraphDecl:
+        """The system's session graph (its session_nodes), else the bundled embedded cascade."""
+        if self.session_nodes is None:
+            return cascade()
+        return load_graph(
+            {"session_nodes": self.session_nodes, "session_publish": self.session_publish}
+        )
 
     @model_validator(mode="after")
     def _services_and_nodes(self) -> SystemConfig:
@@ -284,6 +311,8 @@ SYSTEMS: dict[str, SystemConfig] = {
         description="Native full-duplex baseline on 1 s units: Silero VAD decides per unit, "
         "faster-whisper tiny.en + SmolLM2-135M + Piper answer (offline CPU)",
         duplex=DuplexSettings(),
+        session_nodes={"duplex": {"kind": "duplex_baseline", "inputs": ["input"]}},
+        session_publish={"duplex": ["pcm_f32le", "session"]},
     ),
     # serving/gpu: Moshi (moshi-7b configuration, dummy weights) on one CUDA GPU, native sessions
     "gpu-native": SystemConfig(
@@ -294,11 +323,15 @@ SYSTEMS: dict[str, SystemConfig] = {
         backends=Backends(asr="none", llm="none", tts="none"),
         max_sessions=32,
         model_workers=8,
-        duplex=DuplexSettings(
-            unit_ms=80,
-            unit_ms_choices=(80,),
-            model={"kind": "moshi_gpu", "weights": {"load_format": "dummy", "preset": "moshi-7b"}},
-        ),
+        duplex=DuplexSettings(unit_ms=80, unit_ms_choices=(80,)),
+        session_nodes={
+            "moshi": {
+                "kind": "moshi_gpu",
+                "weights": {"load_format": "dummy", "preset": "moshi-7b"},
+                "inputs": ["input"],
+            }
+        },
+        session_publish={"moshi": ["pcm_f32le", "session"]},
     ),
     # serving/gpu: CSM on one CUDA GPU behind /v1/audio/speech (fdb tts-bench); dummy weights
     # unless a launch file points weights at a checkpoint (docs/gpu.md)

@@ -61,7 +61,10 @@ REGISTERED = {
     "Controls in": lambda: set(CONTROLS_IN),
     "Controls out": lambda: set(CONTROLS_OUT),
     "Roles": lambda: set(ROLES),
-    "Graph node": lambda: {b.kind for b in _backends() if b.node is not None},
+    "Graph node": lambda: {
+        b.kind for b in _backends() if b.node is not None and b.role != "native"
+    },
+    "Native session": lambda: {b.kind for b in _backends() if b.role == "native"},
     "Graph declaration only": lambda: {
         b.kind for b in _backends() if b.options is not None and b.node is None
     },
@@ -84,6 +87,6 @@ def test_the_docs_list_is_the_registrys(label):
 
 def test_every_registered_kind_is_in_some_list():
     """A kind that runs nowhere (no node, no options, no system backend) would be in no list."""
-    kinds = ("Graph node", "Graph declaration only", "Stage", "System backend")
+    kinds = ("Graph node", "Native session", "Graph declaration only", "Stage", "System backend")
     shown = {name for label in kinds for name in listed(label)}
     assert {b.kind for b in _backends()} <= shown

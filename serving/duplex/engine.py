@@ -45,6 +45,10 @@ _BACKCHANNEL_PCM: dict[str, bytes] = {}  # text -> 24 kHz PCM16, synthesized onc
 
 
 class DuplexEngine:
+    """The unit loop of a ``duplex_baseline`` node (``serving.duplex.session.NativeEngine``)."""
+
+    resample_per_chunk = False  # 24 kHz input streams through the resampler
+
     def __init__(
         self,
         hub: ModelHub,

@@ -1,16 +1,16 @@
-"""Moshi behind fdb's native session protocol: the per-session unit loop of a ``moshi_gpu`` system.
+"""Moshi behind fdb's native session protocol: the per-session unit loop of a ``moshi_gpu`` node.
 
-A native session (:class:`serving.duplex.session.NativeSession`) of a system whose ``duplex.model``
-is a ``moshi_gpu`` node runs :class:`MoshiSessionEngine` instead of the rule-based
-:class:`serving.duplex.engine.DuplexEngine`. Units are 80 ms (Moshi's frame). Per unit, in order:
-the unit (16 kHz, the session's internal rate; the tail unit padded with silence) is resampled to
-24 kHz and handed to the shared :class:`serving.gpu.moshi.MoshiEngine`, which batches it with the
-other sessions' units; Moshi's 80 ms of audio for that frame goes out in the session's one
-response (PersonaPlex style: ``response.created`` with the first unit, ``response.done`` once the
-input ended and its last frame went out); then ``sglang.unit.done`` reports the unit. A unit's
-receipt therefore waits for the batched step: a late step is a late unit, which the native
-serving metrics count. ``response.cancel`` ends the response cancelled/``interrupted`` at the next
-unit; the model's later frames open a new response.
+A native session (:class:`serving.duplex.session.NativeSession`) of a system whose graph is a
+``moshi_gpu`` node runs :class:`MoshiSessionEngine` (the kind's registered unit loop) over the
+model the hub loaded once for every session (``hub.native``). Units are 80 ms (Moshi's frame).
+Per unit, in order: the unit (16 kHz, the session's internal rate; the tail unit padded with
+silence) is resampled to 24 kHz and handed to the shared :class:`serving.gpu.moshi.MoshiEngine`,
+which batches it with the other sessions' units; Moshi's 80 ms of audio for that frame goes out
+in the session's one response (PersonaPlex style: ``response.created`` with the first unit,
+``response.done`` once the input ended and its last frame went out); then ``sglang.unit.done``
+reports the unit. A unit's receipt therefore waits for the batched step: a late step is a late
+unit, which the native serving metrics count. ``response.cancel`` ends the response
+cancelled/``interrupted`` at the next unit; the model's later frames open a new response.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ class _NoWorker:
 
 
 class MoshiSessionEngine:
+    """The unit loop of a ``moshi_gpu`` node (``serving.duplex.session.NativeEngine``)."""
+
+    resample_per_chunk = True  # a unit is whole once its packet arrived
+
     def __init__(
         self,
         hub,

@@ -1,5 +1,13 @@
 """One native ``/v1/realtime`` connection: the session protocol of a full-duplex model.
 
+A native system's session graph is one node of a ``native`` kind (``serving.graph.registry``:
+``duplex_baseline``, ``moshi_gpu``), and that node is the whole session: the endpoint starts this
+session for a graph whose protocol is ``native``, and the session runs the node's unit loop (the
+kind's registered ``node``, a :class:`NativeEngine`: :class:`~serving.duplex.engine.DuplexEngine`,
+:class:`~serving.duplex.native.MoshiSessionEngine`) in place of the graph runtime. The unit loop
+takes the input in order and sends the session's reply events and ``sglang.unit.done`` itself; a
+new native backend is its options class, its unit loop and one registry entry.
+
 The lifecycle, receipts, limits, timeouts and errors are those of the turn-based session
 (:class:`serving.realtime.session.RealtimeSession`, which this class extends): session.created
 → session.update → session.updated with the grant, ``input_audio_buffer.append`` with
@@ -9,8 +17,9 @@ The lifecycle, receipts, limits, timeouts and errors are those of the turn-based
 ``context_exhausted``) and 1011. What differs (the Full-Duplex Guide, "Full-duplex protocol"):
 
 - session.update follows :mod:`serving.duplex.negotiation` (no turn detection; unit choice);
-- the input goes to a :class:`~serving.duplex.engine.DuplexEngine`, which decides per unit
-  when to speak (:mod:`serving.duplex.policy`);
+- the input goes to the native node's unit loop (duplex_baseline's
+  :class:`~serving.duplex.engine.DuplexEngine` decides per unit when to speak:
+  :mod:`serving.duplex.policy`);
 - ``input_audio_buffer.commit`` is not granted; ``sglang.input_audio.ended`` reports tail
   policy ``pad`` and ``sglang.input_audio.drained`` the padding of the last unit;
 - ``response.cancel`` ends the reply being spoken at the next unit (cancelled/interrupted);
@@ -18,6 +27,9 @@ The lifecycle, receipts, limits, timeouts and errors are those of the turn-based
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import numpy as np
 from starlette.websockets import WebSocket
@@ -28,24 +40,58 @@ from fdb.dialects.events import (
     SessionUpdated,
     error_event,
 )
-from serving.duplex.engine import DuplexEngine
-from serving.duplex.native import MoshiSessionEngine
-from serving.duplex.negotiation import apply_native_update, initial_config, native_session_object
+from serving.duplex.negotiation import (
+    NativeConfig,
+    apply_native_update,
+    initial_config,
+    native_session_object,
+)
+from serving.graph import registry
 from serving.hub import ModelHub
 from serving.realtime import protocol as p
 from serving.realtime.audio_input import samples_to_ms
-from serving.realtime.listener import EndMark
+from serving.realtime.listener import AudioChunk, EndMark
+from serving.realtime.outbox import Outbox
 from serving.realtime.session import RealtimeSession
+
+
+class NativeEngine(Protocol):
+    """A native kind's unit loop for one session (its registry entry's ``node``), made as
+    ``cls(hub, outbox, config, on_exhausted)``: ``config()`` is the session's granted settings,
+    ``on_exhausted()`` ends the session at ``max_context_ms``. ``resample_per_chunk`` (a class
+    attribute): 24 kHz input is resampled per packet, so a unit is whole once its packet arrived.
+    """
+
+    resample_per_chunk: bool
+    worker: Any  # the session's responder loop: ``run()``, ``busy`` while a reply is in the works
+    consumed_samples: int  # real input that went through units (sglang.input_audio.drained)
+    padding_samples: int  # silence added to the last unit
+
+    def __init__(
+        self,
+        hub: ModelHub,
+        outbox: Outbox,
+        config: Callable[[], NativeConfig],
+        on_exhausted: Callable[[], Awaitable[None]],
+    ) -> None: ...
+
+    def put(self, item: AudioChunk | EndMark) -> None: ...
+
+    async def run(self) -> None: ...
+
+    def cancel(self) -> None: ...
+
+    async def close_open(self, reason: str) -> None: ...
 
 
 class NativeSession(RealtimeSession):
     def __init__(self, websocket: WebSocket, hub: ModelHub) -> None:
         super().__init__(websocket, hub)
         self.config = initial_config(self._system)
-        engine = DuplexEngine
-        if hub.native is not None:  # a native model (serving.duplex.native) instead of the policy
-            engine = MoshiSessionEngine
-            self.resample_per_chunk = True  # a unit is whole once its packet arrived
+        node = hub.graph.native_node
+        assert node is not None, "a native session runs a native graph"
+        engine: type[NativeEngine] = registry.native_engine(node.kind)
+        self.resample_per_chunk = engine.resample_per_chunk
         self._engine = engine(hub, self._outbox, lambda: self.config, self._context_exhausted)
         # The base lifecycle runs these two loops: units and decisions, and reply generation.
         self._listener = self._engine  # type: ignore[assignment]

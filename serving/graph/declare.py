@@ -3,8 +3,15 @@ validation at load, with the guide's error messages.
 
 ``load_graph(mapping_or_yaml_path)`` returns a :class:`GraphDecl`: nodes in declaration order,
 their resolved data edges (source, formats, capacity, overflow, feedback) and control edges
-(source, event, preempt), the published formats per node and the open order (upstream first).
-Every rule violation raises :class:`fdb.errors.FdbError` whose message holds the guide's text.
+(source, event, preempt), the published formats per node, the open order (upstream first) and
+the session protocol the graph speaks. Every rule violation raises :class:`fdb.errors.FdbError`
+whose message holds the guide's text.
+
+A graph with a node of a ``native`` kind (``serving.graph.registry``: duplex_baseline,
+moshi_gpu) speaks the native session protocol: that node is the whole session (the graph's
+only node, reading ``input`` and publishing its pcm_f32le and session), and the native session
+runs it (``serving.duplex.session``). Any other graph speaks the turn-based protocol on the
+graph runtime (``serving.realtime.graph_session``).
 """
 
 from __future__ import annotations
@@ -91,6 +98,14 @@ class GraphDecl:
     nodes: dict[str, NodeDecl]
     publish: dict[str, frozenset[str]]
     order: tuple[str, ...]  # open order: upstream first
+    # the session protocol it speaks (registry.PROTOCOLS): "native" when its one node is of a
+    # native kind, else "turn-based"
+    protocol: str = "turn-based"
+
+    @property
+    def native_node(self) -> NodeDecl | None:
+        """The node of a native graph (the whole session); None for a turn-based graph."""
+        return next(iter(self.nodes.values())) if self.protocol == "native" else None
 
     def readers(self, source: str) -> list[tuple[NodeDecl, DataEdge]]:
         return [(n, e) for n in self.nodes.values() for e in n.data_inputs if e.source == source]
@@ -349,6 +364,26 @@ def _check_interrupt_reaches_audio(
         )
 
 
+def _check_native(nodes: dict[str, NodeDecl], publish: dict[str, frozenset[str]]) -> str:
+    """The protocol of the graph: a node of a native kind is the whole session, so it is the
+    only node and publishes everything it produces."""
+    native = [n for n in nodes.values() if n.kind and registry.component(n.kind).native]
+    if not native:
+        return "turn-based"
+    node = native[0]
+    if len(nodes) > 1:
+        raise _fail(
+            f"node '{node.name}' of the native kind '{node.kind}' is the whole session: it is "
+            f"the graph's only node (drop {[n for n in nodes if n != node.name]})."
+        )
+    if publish.get(node.name, frozenset()) != node.produces:
+        raise _fail(
+            f"node '{node.name}' of the native kind '{node.kind}' is the whole session: publish "
+            f"all of it ({node.name}: {sorted(node.produces)})."
+        )
+    return "native"
+
+
 def _shapes(session_nodes: Mapping[str, Any]) -> dict[str, _Shape]:
     shapes: dict[str, _Shape] = {}
     for name, raw in session_nodes.items():
@@ -406,7 +441,8 @@ def validate_graph(
             "feedback: true."
         )
     publish = _check_publish(session_publish or {}, nodes)
-    return GraphDecl(nodes, publish, _open_order(names, edges))
+    protocol = _check_native(nodes, publish)
+    return GraphDecl(nodes, publish, _open_order(names, edges), protocol)
 
 
 def load_graph(source: Mapping[str, Any] | str | Path) -> GraphDecl:

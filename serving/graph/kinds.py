@@ -4,8 +4,10 @@ unknown options); the kinds themselves, their roles and formats are entries of
 the embedded kinds (``whisper_transcription``, ``llama_chat``, ``piper_speech``) run on the
 offline models and have node adapters in ``serving.graph.nodes``; the GPU kinds
 (``whisper_gpu``, ``causal_lm_gpu``) run torch/transformers models shared by every session and
-batched across them (``serving.gpu``). The GPU nodes of a system's backends (``csm_gpu``,
-``moshi_gpu``: :class:`GpuNode`) have their options here too.
+batched across them (``serving.gpu``). The GPU node of a system's backends (``csm_gpu``:
+:class:`GpuNode`) has its options here too. The ``native`` kinds (``duplex_baseline``,
+``moshi_gpu``) are the one node of a native system's graph: the whole session, which the
+native session protocol runs (``serving.duplex``).
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ class GpuModelOptions(KindOptions):
             )
         return value
 
-    def source(self, where: str):
+    def source(self, where: str = "weights"):
         """The parsed ``weights`` (``serving.weights.WeightSource``)."""
 
         return WeightSource.parse(self.weights, where)
@@ -192,9 +194,8 @@ class CausalLmGpuOptions(GpuModelOptions):
     max_reply_tokens: int = Field(256, ge=1, le=4096)
 
 
-# The GPU nodes a launch file's ``backends:`` (csm_gpu) or a system's ``duplex.model``
-# (moshi_gpu) names: their options, checked when the launch file loads (no torch needed);
-# their backend classes are in ``serving.gpu.nodes``.
+# The GPU node a launch file's ``backends:`` names (csm_gpu): its options, checked when the
+# launch file loads (no torch needed); its backend class is in ``serving.gpu.nodes``.
 
 
 class GpuNode(BaseModel):
@@ -242,12 +243,28 @@ class CsmSpeechNode(GpuNode):
     dummy_s_per_char: float = Field(0.07, gt=0, le=1)
 
 
-class MoshiNativeNode(GpuNode):
-    """Moshi as a native full-duplex model (:mod:`serving.gpu.moshi`; its sessions run
-    :mod:`serving.duplex.native`); the ``model`` of a system's ``duplex`` settings."""
+# The native kinds: a native system's graph is one node of one of these, reading ``input`` and
+# publishing its audio and session; the native session protocol runs it (``serving.duplex``).
+# ``frame_ms``: the one unit the node works in (the system's duplex.unit_ms_choices must be it);
+# None: any unit of the system's choices.
 
-    kind: Literal["moshi_gpu"]
+
+class DuplexBaselineOptions(KindOptions):
+    """``duplex_baseline``: fdb's rule-based native baseline (:mod:`serving.duplex.engine`): the
+    system's Silero VAD decides per unit by the published policy (:mod:`serving.duplex.policy`,
+    whose settings are the system's ``duplex``), and its ASR, LLM and TTS answer."""
+
+    frame_ms: ClassVar[int | None] = None
+
+
+class MoshiNativeNode(GpuModelOptions):
+    """``moshi_gpu``: Moshi as a native full-duplex model (:mod:`serving.gpu.moshi`, loaded once
+    per server by ``serving.gpu.nodes.MoshiNative``; each session runs
+    :mod:`serving.duplex.native`) in 80 ms frames."""
+
     presets: ClassVar[tuple[str, ...]] = ("moshi-7b",)
+    frame_ms: ClassVar[int | None] = 80
+
     max_batch: int = Field(32, ge=1, le=256)
     max_len: int = Field(2048, ge=64, le=3000)  # frames per session; Moshi's context is 3000
     codec_context: int = Field(8, ge=1, le=64)

@@ -12,6 +12,12 @@ heavy is imported until a system uses the kind):
 - ``system_options`` / ``client``: the model of a launch file's ``backends.<role>: {kind: ...}``
   mapping and the backend object made from it, loaded once per server (``serving.systems``,
   ``serving.models``): the OpenAI-compatible service nodes and the GPU nodes;
+- a ``native`` kind is the one node of a native system's graph: the whole session, run by the
+  native session protocol (80 ms .. 1 s units, ``sglang.unit.done`` receipts) instead of the
+  graph runtime. Its ``node`` is the session's unit loop, made per session as
+  ``node(hub, outbox, config, on_exhausted)`` (``serving.duplex.session.NativeEngine``); its
+  ``client``, where it has one, is the model every session shares, loaded once per server from
+  the node's options (the hub's ``native``);
 - ``stage``: a stage a ``stages: [...]`` route names (``vad``, ``turn_detection``).
 - ``key`` / ``packages``: an embedded backend's name in a launch file's ``backends.<role>``
   (``silero``, ``faster-whisper``, ``smollm2``, ``piper``) and the packages it needs
@@ -47,12 +53,9 @@ from fdb.models.packages import (
 from fdb.registry import Registry, resolve
 
 ROLES = ("transcription", "chat", "speech", "vad", "turn", "dialog", "native")
-SYSTEM_ROLES = {
-    "asr": "transcription",
-    "llm": "chat",
-    "tts": "speech",
-    "native": "native",
-}  # backends.<role>
+SYSTEM_ROLES = {"asr": "transcription", "llm": "chat", "tts": "speech"}  # backends.<role>
+# The session protocol a graph speaks: native (one node of the native role) or turn-based.
+PROTOCOLS = ("turn-based", "native")
 
 
 def _fs(*names: str) -> frozenset[str]:
@@ -76,6 +79,8 @@ ROLE_FORMATS: dict[str, Formats] = {
     ),
     "vad": Formats(_fs("pcm16", "session"), _fs("session")),
     "turn": Formats(_fs("pcm16", "session"), _fs("session")),
+    # the whole session: the client's audio and controls in, the reply audio and events out
+    "native": Formats(_fs("pcm16", "session"), _fs("pcm_f32le", "session")),
 }
 
 
@@ -101,7 +106,8 @@ class Backend:
 
 @dataclass(frozen=True)
 class ComponentKind:
-    """A graph kind as a declaration sees it: formats, options class, turn role."""
+    """A graph kind as a declaration sees it: formats, options class, turn role, and the session
+    protocol a graph of it speaks (``native``: the kind is the whole session)."""
 
     name: str
     consumes: frozenset[str]
@@ -110,6 +116,7 @@ class ComponentKind:
     opens_turns: bool = False
     ends_turns: bool = False
     optional: frozenset[str] = frozenset()
+    native: bool = False
 
     @property
     def required(self) -> frozenset[str]:
@@ -207,8 +214,15 @@ BACKENDS: list[Backend] = [
     ),
     Backend(
         "native",
+        "duplex_baseline",
+        _K + "DuplexBaselineOptions",
+        node="serving.duplex.engine:DuplexEngine",
+    ),
+    Backend(
+        "native",
         "moshi_gpu",
-        system_options=_K + "MoshiNativeNode",
+        _K + "MoshiNativeNode",
+        node="serving.duplex.native:MoshiSessionEngine",
         client="serving.gpu.nodes:MoshiNative",
     ),
 ]
@@ -250,6 +264,7 @@ def component(kind: str) -> ComponentKind | None:
         formats.opens_turns,
         formats.ends_turns,
         b.optional,
+        b.role == "native",
     )
 
 
@@ -262,25 +277,45 @@ def stage(name: str) -> StageKind | None:
 
 
 def graph_adapters() -> tuple[list[str], list[str]]:
-    """(kinds, stages) that a session graph can run (those with a node)."""
+    """(kinds, stages) that the turn-based graph runtime can run (those with a node)."""
     return (
-        [b.kind for b in KINDS.values() if b.node is not None],
+        [b.kind for b in KINDS.values() if b.node is not None and b.role != "native"],
         [b.kind for b in STAGES.values() if b.node is not None],
     )
 
 
 def node_class(kind: str | None, stages: tuple[str, ...]) -> type | None:
-    """The node class of a declared kind, or of a one-stage route; None: no adapter."""
+    """The node class of a declared kind, or of a one-stage route; None: no adapter (a native
+    kind has none in the graph runtime: :func:`native_engine`)."""
     b = KINDS.find(kind) if kind else STAGES.find(stages[0]) if len(stages) == 1 else None
-    return None if b is None or b.node is None else resolve(b.node)
+    return None if b is None or b.node is None or b.role == "native" else resolve(b.node)
+
+
+def native_engine(kind: str) -> type:
+    """The per-session unit loop of the native kind ``kind`` (its ``node``)."""
+    return resolve(_native(kind).node)
+
+
+def load_native(kind: str, options: BaseModel) -> Any | None:
+    """The model every session of the native kind ``kind`` shares, loaded from the node's
+    ``options`` (seconds to minutes for a GPU model); None: the kind has none (it runs on the
+    system's embedded backends)."""
+    client = _native(kind).client
+    return None if client is None else resolve(client)(options)
+
+
+def _native(kind: str) -> Backend:
+    b = KINDS[kind]
+    if b.role != "native":
+        raise ValueError(f"kind {kind!r} is not a native kind (role {b.role})")
+    return b
 
 
 # ------------------------------------------------------------------ a system's backends: roles
 
 
 def system_kinds(role: str) -> dict[str, Backend]:
-    """The kinds a launch file's ``backends.<role>`` (asr, llm, tts) or a duplex ``model``
-    (native) may name."""
+    """The kinds a launch file's ``backends.<role>`` (asr, llm, tts) may name."""
     return {b.kind: b for b in _entries() if b.role == SYSTEM_ROLES.get(role) and b.system_options}
 
 
@@ -316,7 +351,9 @@ def describe() -> str:
             w
             for w, on in (
                 ("stage", b.stage),
-                ("graph node", b.node is not None),
+                ("graph node", b.node is not None and b.role != "native"),
+                ("native session", b.node is not None and b.role == "native"),
+                ("shared model", b.client is not None and b.role == "native"),
                 ("graph declaration only", b.options is not None and b.node is None),
                 ("system backend", b.system_options is not None),
             )

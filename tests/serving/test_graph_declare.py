@@ -248,3 +248,35 @@ def test_the_dialogs_interrupt_must_reach_the_audio_node(cascade):
         if not (isinstance(i, dict) and i.get("source") == "tts")
     ]
     fails(d, message)
+
+
+def test_a_native_graph_is_one_native_node_and_speaks_the_native_protocol(cascade):
+    """A node of a native kind is the whole session: the graph's only node, publishing all it
+    produces; such a graph speaks the native protocol, any other the turn-based one."""
+    native = {
+        "session_nodes": {"duplex": {"kind": "duplex_baseline", "inputs": ["input"]}},
+        "session_publish": {"duplex": ["pcm_f32le", "session"]},
+    }
+    graph = load_graph(native)
+    assert graph.protocol == "native" and graph.native_node is graph.nodes["duplex"]
+    assert load_graph(CASCADE).protocol == "turn-based" and load_graph(CASCADE).native_node is None
+    crowded = copy.deepcopy(native)
+    crowded["session_nodes"]["vad"] = {"stages": ["vad"], "inputs": ["input"]}
+    fails(
+        crowded,
+        "node 'duplex' of the native kind 'duplex_baseline' is the whole session: it is the "
+        "graph's only node (drop ['vad']).",
+    )
+    quiet = {**native, "session_publish": {"duplex": ["session"]}}
+    fails(
+        quiet,
+        "node 'duplex' of the native kind 'duplex_baseline' is the whole session: publish all "
+        "of it (duplex: ['pcm_f32le', 'session']).",
+    )
+    fails(
+        {
+            "session_nodes": {"m": {"kind": "moshi_gpu", "max_batch": 4, "inputs": ["input"]}},
+            "session_publish": {"m": ["pcm_f32le", "session"]},
+        },
+        "session_nodes.m: Field required (weights)",
+    )
