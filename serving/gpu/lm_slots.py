@@ -4,9 +4,11 @@
 Each reply owns a *slot* (``serving.gpu.slots.SlotCache``: a row of per-layer key and value
 tensors with its own position). A GPU thread runs the loop of :class:`SlotLmEngine`:
 
-1. a new request is admitted into a free slot: its prompt's keys and values are written by a
-   prefill over the prompt (``prefill_layer``, the fused layers), eagerly, while the GPU runs the
-   step just launched for the others (its kernels queue behind that step on the stream);
+1. the waiting requests are admitted into free slots together: their prompts' keys and values
+   are written by one prefill pass over all of them (``prefill_rows``, the fused layers, the
+   prompts right-padded), eagerly, while the GPU runs the step just launched for the others (its
+   kernels queue behind that step on the engine's stream, its own: another engine on the GPU runs
+   beside it);
 2. one decode step for every busy row at once (``decode_layer`` with per-row positions, masks and
    rotary angles), then the next token of each row: the most likely (``temperature`` 0) or one
    drawn among the 50 most likely (Gumbel noise made outside the graph). Every shape in a step
@@ -27,6 +29,7 @@ of its prompt alone, whenever it was admitted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import queue
@@ -46,7 +49,7 @@ from serving.gpu.slots import (
     fuse_layers,
     gumbel,
     module_norm,
-    prefill_layer,
+    prefill_rows,
     rms_norm,
     rope_tables,
     sample_top_k,
@@ -55,6 +58,7 @@ from serving.gpu.slots import (
 log = logging.getLogger("fdb.serving")
 TOP_K = 50  # temperature > 0 draws among the 50 most likely tokens
 MIN_LENGTH = 256  # the smallest length bucket
+PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 _ids = itertools.count()
 
 
@@ -141,7 +145,13 @@ class SlotLmEngine:
         self._wake = threading.Event()
         self._stop = False
         self.steps, self.step_s, self.prefills, self.prefill_s = 0, 0.0, 0, 0.0
+        self.prefill_passes = 0
         self.warm_s = self.warm()
+        # the loop runs on its own stream, so that another engine's kernels on the same GPU (a
+        # recognizer's encoder, the speech model's steps) run beside its steps, not before them
+        self.cuda_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        if self.cuda_stream is not None:
+            torch.cuda.synchronize(self.device)
         self._thread = threading.Thread(target=self._run, name="lm-slots", daemon=True)
         self._thread.start()
 
@@ -216,7 +226,7 @@ class SlotLmEngine:
 
     def _run(self) -> None:
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), _on(self.cuda_stream):
                 self._loop()
         finally:  # closed (or failed): no request may wait on this thread any more
             self._stop = True
@@ -252,40 +262,56 @@ class SlotLmEngine:
                     self._finish(i, FdbError(f"the reply failed: {exc}", "see the server log"))
 
     def _admit(self) -> None:
+        """Every waiting request that has a free slot, prefilled together (one pass of the
+        layers for all their prompts, right-padded: what the layers' launches cost is paid once,
+        not once a request), up to ``PREFILL_TOKENS`` padded tokens a pass."""
         while not self._pending.empty():
             free = [i for i, r in enumerate(self._slots) if r is None]
-            if not free:
+            batch: list[_Request] = []
+            while len(batch) < len(free) and not self._pending.empty():
+                request = self._pending.get()
+                if request.cancelled:
+                    continue
+                longest = max(len(r.ids) for r in [*batch, request])
+                if batch and longest * (len(batch) + 1) > PREFILL_TOKENS:
+                    self._prefill(batch, free[: len(batch)])
+                    free, batch = free[len(batch) :], []
+                batch.append(request)
+            if not batch:
                 return
-            request = self._pending.get()
-            if request.cancelled:
-                continue
-            try:
-                self._prefill(request, free[0])
-            except BaseException as exc:
-                log.exception("lm slots: a prefill failed")
+            self._prefill(batch, free[: len(batch)])
+
+    def _prefill(self, requests: list[_Request], slots: list[int]) -> None:
+        """Each request's prompt but its last token into its slot; the next step takes the last
+        one. A failure fails these requests, not the others."""
+        started = time.perf_counter()
+        prompts = [r.ids or [0] for r in requests]
+        t = max(len(p) for p in prompts) - 1
+        try:
+            if t > 0:
+                padded = [p[:-1] + [0] * (t - len(p) + 1) for p in prompts]
+                h = self.embed(torch.tensor(padded, device=self.device))
+                positions = torch.arange(t, device=self.device)[None]
+                rotary = rope_tables(*self.rotary(h, positions))
+                rows = torch.tensor(slots, device=self.device)
+                layers = zip(self.layers, self.cache.k, self.cache.v, self.plans, strict=True)
+                for layer, k, v, plan in layers:
+                    h = prefill_rows(layer, h, k, v, rows, rotary, plan=plan)
+        except BaseException as exc:
+            log.exception("lm slots: a prefill failed")
+            for request in requests:
                 request.out.put(
                     FdbError(f"the reply's prefill failed: {exc}", "see the server log")
                 )
                 request.out.put(None)
-
-    def _prefill(self, request: _Request, slot: int) -> None:
-        """The prompt but its last token into ``slot``; the next step takes the last one."""
-        started = time.perf_counter()
-        ids = request.ids or [0]
-        t = len(ids)
-        if t > 1:
-            prompt = torch.tensor([ids[:-1]], device=self.device)
-            h = self.embed(prompt)
-            cos, sin = self.rotary(h, torch.arange(t - 1, device=self.device)[None])
-            rotary = rope_tables(cos, sin)
-            layers = zip(self.layers, self.cache.k, self.cache.v, self.plans, strict=True)
-            for layer, k, v, plan in layers:
-                h = prefill_layer(layer, h, cos, sin, k, v, slot, 0, plan=plan, rotary=rotary)
-        self.tokens[slot] = ids[-1]
-        self.pos[slot] = t - 1
-        self._positions[slot] = t - 1
-        self._slots[slot] = request
-        self.prefills += 1
+            return
+        for request, slot, ids in zip(requests, slots, prompts, strict=True):
+            self.tokens[slot] = ids[-1]
+            self.pos[slot] = len(ids) - 1
+            self._positions[slot] = len(ids) - 1
+            self._slots[slot] = request
+        self.prefills += len(requests)
+        self.prefill_passes += 1
         self.prefill_s += time.perf_counter() - started
 
     def _deliver(self, busy: list[int], n: int) -> None:
@@ -362,6 +388,11 @@ class SlotLmEngine:
             self.chosen[:n] = sample_top_k(logits, TOP_K, self.temperature, gumbel_noise=noise)
         else:
             self.chosen[:n] = logits.argmax(-1)
+
+
+def _on(stream):
+    """``torch.cuda.stream(stream)``; nothing without one (CPU)."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 def _closed() -> FdbError:

@@ -372,6 +372,48 @@ def prefill_layer(
     return _fused_mlp(layer, plan, x + out)
 
 
+def prefill_rows(
+    layer: nn.Module,
+    x: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    rotary: Rope,
+    plan: LayerPlan | None = None,
+) -> torch.Tensor:
+    """The prompts of ``B`` new requests at once, each from position 0: ``x`` [B, T, H] (each
+    row's prompt, right-padded to the longest), written into the caches' rows ``slots`` [B];
+    causal. ``rotary``: :func:`rope_tables` of positions ``0..T-1``. A row's padding positions are
+    written too: the decode step writes each position before any step attends to it, so they are
+    never read. ``plan``: the fused path."""
+    attn = layer.self_attn
+    b, t, _ = x.shape
+    kv_heads, dim = k_cache.shape[1], k_cache.shape[3]
+    if plan is not None:
+        qkv = F.linear(rms_norm(layer.input_layernorm, x), plan.qkv)
+        qkv = qkv.view(b, t, -1, dim).transpose(1, 2)  # [B, H + 2 KV, T, D]
+        qk = rotary(_qk_norms(attn, qkv, plan.heads, kv_heads, 1))
+        q, k, v = qk[:, : plan.heads], qk[:, plan.heads :], qkv[:, plan.heads + kv_heads :]
+    else:
+        q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim)
+        q, k = rotary.plain(q), rotary.plain(k)
+    heads = q.shape[1]
+    k_cache[slots, :, :t] = k
+    v_cache[slots, :, :t] = v
+    group = heads // kv_heads
+    out = F.scaled_dot_product_attention(
+        q,
+        k.repeat_interleave(group, dim=1),
+        v.repeat_interleave(group, dim=1),
+        is_causal=True,
+        scale=attn.scaling,
+    )
+    out = attn.o_proj(out.transpose(1, 2).reshape(b, t, heads * dim))
+    if plan is None:
+        return _mlp_residual(layer, x, out)
+    return _fused_mlp(layer, plan, x + out)
+
+
 def gumbel(noise: torch.Tensor) -> torch.Tensor:
     """Gumbel noise ``-log(-log(u))`` from uniform [0, 1) numbers (any shape): made once a step
     for every codebook, where each sampling made its own."""

@@ -136,3 +136,31 @@ def test_sampling_draws_among_the_likely_tokens(model):
         engine.close()
     assert len(reply) == NEW and all(0 <= t < TINY["vocab_size"] for t in reply)
     assert [length_bucket(p, 600) for p in (1, 256, 257, 513, 600)] == [256, 256, 512, 600, 600]
+
+
+def test_waiting_requests_are_prefilled_in_one_pass(model):
+    """Three waiting requests of different lengths: one pass of the layers writes every prompt's
+    keys and values into its own slot, as three single passes would."""
+    from serving.gpu.lm_slots import _Request
+
+    def admitted(prompts, one_by_one: bool) -> SlotLmEngine:
+        engine = SlotLmEngine(model, max_batch=4, max_len=64, temperature=0.0)
+        engine.close()  # the loop stops: admission runs here, by hand
+        for p in prompts:
+            engine._pending.put(_Request(p, 4))
+            if one_by_one:
+                engine._admit()
+        engine._admit()
+        return engine
+
+    prompts = [_prompt(n, 20 + n) for n in (3, 11, 6)]
+    together, alone = admitted(prompts, False), admitted(prompts, True)
+    assert (together.prefills, together.prefill_passes) == (3, 1)
+    assert (alone.prefills, alone.prefill_passes) == (3, 3)
+    assert together.pos[:3].tolist() == [2, 10, 5] == alone.pos[:3].tolist()
+    for k_together, k_alone in zip(together.cache.k, alone.cache.k, strict=True):
+        for slot, p in enumerate(prompts):  # the positions each prompt wrote
+            written = len(p) - 1
+            assert torch.allclose(
+                k_together[slot, :, :written], k_alone[slot, :, :written], atol=1e-5
+            )
