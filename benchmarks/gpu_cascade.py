@@ -113,9 +113,11 @@ def launch_file(
     tiny: bool,
     asr_tokens: int,
     codec: str = "streaming",
+    asr_decoder: str = "static",
+    llm_engine: str = "slots",
 ) -> Path:
-    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap, CSM's
-    codec and (--tiny) the CPU configuration."""
+    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap and
+    decoder, the reply model's engine, CSM's codec and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -124,6 +126,8 @@ def launch_file(
         if tiny:
             node.update(TINY[name], dtype="float32")
     raw["session_nodes"]["asr"]["max_new_tokens"] = asr_tokens
+    raw["session_nodes"]["asr"]["decoder"] = asr_decoder
+    raw["session_nodes"]["llm"]["engine"] = llm_engine
     tts = raw["backends"]["tts"]
     tts["device"] = "cpu" if tiny else device
     tts["codec"] = codec
@@ -171,7 +175,14 @@ def run(args: argparse.Namespace) -> dict:
     )
     opts = SweepOptions(output=out / "sweep", concurrency=levels, dataset="v1.0", record=record)
     config = launch_file(
-        out / "launch.yaml", max(levels), args.device, args.tiny, args.asr_tokens, args.codec
+        out / "launch.yaml",
+        max(levels),
+        args.device,
+        args.tiny,
+        args.asr_tokens,
+        args.codec,
+        args.asr_decoder,
+        args.llm_engine,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -207,6 +218,8 @@ def run(args: argparse.Namespace) -> dict:
         "weights": "dummy (compute path only)",
         "launch": str(config),
         "codec": args.codec,
+        "asr_decoder": args.asr_decoder,
+        "llm_engine": args.llm_engine,
         "sessions": sessions,
         "levels": summary_levels,
         "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -239,6 +252,20 @@ def _options(parser: argparse.ArgumentParser) -> None:
         default="streaming",
         help="CSM's Mimi decode: streaming (serving.gpu.mimi_static, captured) or window "
         "(transformers' Mimi over the last 8 frames, eager)",
+    )
+    parser.add_argument(
+        "--asr-decoder",
+        choices=["static", "generate"],
+        default="static",
+        help="Whisper's decoder: static (serving.gpu.whisper_static, a CUDA graph per bucket) "
+        "or generate (transformers' generate, the A/B)",
+    )
+    parser.add_argument(
+        "--llm-engine",
+        choices=["slots", "continuous_batching"],
+        default="slots",
+        help="the reply model's decode loop: slots (serving.gpu.lm_slots) or "
+        "continuous_batching (transformers' manager, the A/B)",
     )
 
 

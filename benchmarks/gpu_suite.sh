@@ -16,6 +16,9 @@
 #   asr           gpu_whisper (static decoder against generate, part by part), the Whisper CUDA
 #                 tests (both decoders), gpu_cascade at 16,32 sessions with a 200 ms silence and
 #                 the stages of its first audio (cascade_stages.py)
+#   engines       the CUDA tests (Whisper's decoders, the reply model's engines), gpu_cascade at
+#                 16,32 with its stages, then at 16 with the old paths (generate, continuous
+#                 batching: the same-card A/B), then gpu_tts at C1 and C16
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -108,8 +111,23 @@ asr)
         --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
         && python3 benchmarks/cascade_stages.py $RES/cascade/sweep --out $RES/stages.json"
     ;;
+engines)
+    step cuda-tests 100 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        tests/serving/gpu/test_gpu_cuda.py
+    step cascade-stages 150 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade \
+        --levels 16,32 --dataset $DATA/cascade-ds \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/cascade_stages.py $RES/cascade/sweep --out $RES/stages.json"
+    step cascade-old 130 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade-old \
+        --levels 16 --dataset $DATA/cascade-ds --asr-decoder generate \
+        --llm-engine continuous_batching \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/cascade_stages.py $RES/cascade-old/sweep --out $RES/stages-old.json"
+    step tts 150 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
+        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 64
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts or asr"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr or engines"
     exit 2
     ;;
 esac

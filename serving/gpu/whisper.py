@@ -85,6 +85,12 @@ class WhisperEngine:
                 max_batch,
                 graphs=True,
             )
+        # batches run on their own stream, so that the encoder's long kernels run beside the
+        # steps of the other engines on the GPU (the reply model's, the speech model's), not
+        # before them
+        self.cuda_stream = torch.cuda.Stream(device) if device.startswith("cuda") else None
+        if self.cuda_stream is not None:
+            torch.cuda.synchronize(device)
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
         self.identity = identity(
             "whisper_gpu",
@@ -118,15 +124,27 @@ class WhisperEngine:
         """Every batch bucket's decoder step captured (static decoder on CUDA; else nothing)."""
         if self.static is not None and self.static.graphs:
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
+            import torch
+
             from serving.gpu.whisper_static import buckets
 
             self.static.warm(buckets(self.static.max_batch))
+            torch.cuda.synchronize()  # before the batches, on the engine's stream, use them
 
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
 
     def run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
-        """The text of each utterance (blocking; one generate)."""
+        """The text of each utterance (blocking; on the engine's stream)."""
+        # lazy: torch is optional (the gpu extra)
+        import torch
+
+        if self.cuda_stream is None:
+            return self._run_batch(batch)
+        with torch.cuda.stream(self.cuda_stream):
+            return self._run_batch(batch)
+
+    def _run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
         # lazy: torch is optional (the gpu extra)
         import torch
 

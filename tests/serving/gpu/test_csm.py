@@ -23,7 +23,7 @@ import torch  # noqa: E402 - after the skip
 
 from benchmarks.gpu_tts import TINY  # noqa: E402
 from serving.gpu.csm import CsmEngine, CsmOptions  # noqa: E402
-from serving.gpu.slots import SlotCache, decode_layer, prefill_layer, rope_tables  # noqa: E402
+from serving.gpu.slots import SlotCache, decode_layer, prefill_rows, rope_tables  # noqa: E402
 from serving.weights import WeightSource, load_model  # noqa: E402
 
 FRAME = 1920  # samples of one 80 ms Mimi frame at 24 kHz
@@ -62,15 +62,18 @@ def engine(model):
 # --- the slot cache against transformers ---------------------------------------------------------
 
 
-def _prefill(
-    backbone, cache: SlotCache, embeds: torch.Tensor, slot: int, start: int
-) -> torch.Tensor:
-    positions = torch.arange(start, start + embeds.shape[1])[None]
-    cos, sin = backbone.rotary_emb(embeds, positions)
+def _prefill(backbone, cache: SlotCache, prompts: list[torch.Tensor], slots: list[int]):
+    """The prompts ([1, T_i, H] each) in one pass into rows ``slots``, right-padded; each row's
+    normed hidden states of its own positions."""
+    t = max(p.shape[1] for p in prompts)
+    embeds = torch.zeros(len(prompts), t, prompts[0].shape[2])
+    for row, p in enumerate(prompts):
+        embeds[row, : p.shape[1]] = p[0]
+    rotary = rope_tables(*backbone.rotary_emb(embeds, torch.arange(t)[None]))
     h = embeds
     for layer, k, v in zip(backbone.layers, cache.k, cache.v, strict=True):
-        h = prefill_layer(layer, h, cos, sin, k, v, slot, start)
-    return backbone.norm(h)
+        h = prefill_rows(layer, h, k, v, torch.tensor(slots), rotary)
+    return [backbone.norm(h)[row, : p.shape[1]] for row, p in enumerate(prompts)]
 
 
 def _decode(backbone, cache: SlotCache, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -102,14 +105,15 @@ def test_slot_prefill_and_decode_equal_the_transformers_backbone(model):
     with torch.inference_mode():
         reference = [backbone(inputs_embeds=s).last_hidden_state[0] for s in sequences]
         # one request alone: its prompt in one prefill (row 0), then one decode step
-        prompt = _prefill(backbone, cache, sequences[0][:, :-1], 0, 0)
-        torch.testing.assert_close(prompt[0], reference[0][:-1], atol=1e-5, rtol=1e-5)
+        (prompt,) = _prefill(backbone, cache, [sequences[0][:, :-1]], [0])
+        torch.testing.assert_close(prompt, reference[0][:-1], atol=1e-5, rtol=1e-5)
         alone = _decode(backbone, cache, sequences[0][:, -1:], torch.tensor([lengths[0]]))
         torch.testing.assert_close(alone[0], reference[0][-1], atol=1e-5, rtol=1e-5)
-        # three rows at different positions in one decode step (row 1's prompt in two chunks)
-        _prefill(backbone, cache, sequences[1][:, :4], 1, 0)
-        _prefill(backbone, cache, sequences[1][:, 4:-1], 1, 4)
-        _prefill(backbone, cache, sequences[2][:, :-1], 2, 0)
+        # three rows at different positions in one decode step (rows 1 and 2 prefilled in one
+        # pass, the shorter one right-padded: its padding is written, then overwritten)
+        prompts = _prefill(backbone, cache, [sequences[1][:, :-1], sequences[2][:, :-1]], [1, 2])
+        for row, prompt in zip((1, 2), prompts, strict=True):
+            torch.testing.assert_close(prompt, reference[row][:-1], atol=1e-5, rtol=1e-5)
         batched = _decode(
             backbone, cache, torch.cat([s[:, -1:] for s in sequences]), torch.tensor(lengths)
         )

@@ -24,9 +24,8 @@ from serving.gpu.slots import (  # noqa: E402
     decode_layer,
     fuse_layers,
     gumbel,
-    prefill_layer,
+    prefill_rows,
     rms_norm,
-    rope,
     rope_tables,
     sample_top_k,
 )
@@ -68,7 +67,7 @@ def test_rotary_tables_and_rms_norm_equal_the_modules():
     tables = rope_tables(cos, sin)
     torch.testing.assert_close(tables(q), want_q, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(tables(k), want_k, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(rope(q, cos, sin), want_q)
+    torch.testing.assert_close(tables.plain(q), want_q)
     for cls in (CsmRMSNorm, MoshiRMSNorm):
         norm = cls(64, eps=1e-5)
         norm.weight.data.normal_(generator=g)
@@ -115,22 +114,22 @@ def test_fused_layers_share_the_weights_and_decode_what_the_modules_decode(csm):
             h = decode_layer(layer, h, tables, k, v, pos, mask, plan=p if use_plans else None)
         return h
 
-    def prefill(use_plans: bool) -> torch.Tensor:
+    def prefill(use_plans: bool) -> tuple[torch.Tensor, torch.Tensor]:
         cache = SlotCache(len(backbone.layers), 2, config.num_key_value_heads, 32, attn.head_dim,
                           "cpu", torch.float32)  # fmt: skip
-        embeds = torch.randn(1, 9, config.hidden_size, generator=torch.Generator().manual_seed(9))
-        out = []
-        for start, stop in ((0, 5), (5, 9)):  # a prompt in two chunks: the second attends back
-            h = embeds[:, start:stop]
-            cos, sin = backbone.rotary_emb(h, torch.arange(start, stop)[None])
-            for layer, k, v, p in zip(backbone.layers, cache.k, cache.v, plans, strict=True):
-                h = prefill_layer(layer, h, cos, sin, k, v, 1, start, plan=p if use_plans else None)
-            out.append(h)
-        return torch.cat(out, dim=1)
+        # two prompts in one pass (rows 1 and 0), the second right-padded from 5 to 9 tokens
+        h = torch.randn(2, 9, config.hidden_size, generator=torch.Generator().manual_seed(9))
+        h[1, 5:] = 0
+        tables = rope_tables(*backbone.rotary_emb(h, torch.arange(9)[None]))
+        rows = torch.tensor([1, 0])
+        for layer, k, v, p in zip(backbone.layers, cache.k, cache.v, plans, strict=True):
+            h = prefill_rows(layer, h, k, v, rows, tables, plan=p if use_plans else None)
+        return torch.cat([h[0], h[1, :5]]), cache.k[-1][[1, 0], :, :9]
 
     with torch.inference_mode():
         torch.testing.assert_close(decode(True), decode(False), atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(prefill(True), prefill(False), atol=1e-5, rtol=1e-5)
+        for fused, plain in zip(prefill(True), prefill(False), strict=True):
+            torch.testing.assert_close(fused, plain, atol=1e-5, rtol=1e-5)
 
 
 def _dispatched(fn) -> int:
