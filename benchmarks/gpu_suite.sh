@@ -19,6 +19,8 @@
 #   engines       the CUDA tests (Whisper's decoders, the reply model's engines), gpu_cascade at
 #                 16,32 with its stages, then at 16 with the old paths (generate, continuous
 #                 batching: the same-card A/B), then gpu_tts at C1 and C16
+#   verify        gpu_whisper (with the engine's own path, on its stream), the Whisper CUDA tests,
+#                 gpu_tts at C1 and C16 (CSM's batched admission and its own stream)
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -126,8 +128,16 @@ engines)
     step tts 150 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 64
     ;;
+verify)
+    step whisper 110 python3 benchmarks/gpu_whisper.py --device cuda --batches 1,16,32 \
+        --tokens 24 --reps 3 --out "$RES/whisper.json"
+    step cuda-whisper 60 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
+        tests/serving/gpu/test_gpu_cuda.py
+    step tts 170 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
+        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 64
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr or engines"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines or verify"
     exit 2
     ;;
 esac

@@ -10,9 +10,10 @@ the tokens are noise), or a tiny one (``--tiny``). Each utterance is 3 s of nois
 encoder's 30 s window as in serving. Per batch size it prints the median ms of: the log-mel
 features on the device, the encoder, the cross-attention keys and values, one static decoder step
 (graph replay), a whole static transcription of ``--tokens`` tokens (features included) and a
-whole ``generate`` of as many (features included); and how many rows' tokens the two decoders
-agree on (in bfloat16 they may part where two scores are closer than its rounding). ``--out``
-writes it as JSON.
+whole ``generate`` of as many (features included), the engine's own ``run_batch`` (static,
+features included, on the engine's CUDA stream: what a server runs); and how many rows' tokens
+the two decoders agree on (in bfloat16 they may part where two scores are closer than its
+rounding). ``--out`` writes it as JSON.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
         got["step"] = ms / args.tokens
         got["static"], rows = timed(lambda: static.transcribe(features(clips), args.tokens))
         got["generate"], gen = timed(generate, clips)
+        got["engine"], _ = timed(engine.run_batch, clips)  # the served path: its own stream
         return got, rows, gen
 
     report: dict = {
@@ -148,7 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
             rng = np.random.default_rng(b)
             clips = [rng.normal(0, 0.1, 48000).astype(np.float32) for _ in range(b)]
             times: dict[str, list[float]] = {
-                k: [] for k in ("features", "encoder", "cross", "step", "static", "generate")
+                k: []
+                for k in ("features", "encoder", "cross", "step", "static", "generate", "engine")
             }
             agree = None
             n = bucket(b, static.max_batch)
