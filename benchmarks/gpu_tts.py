@@ -139,7 +139,7 @@ def _profile_prefill(engine, device: str) -> dict:
     """What admitting one request costs every other request in flight (the engine's thread is
     stopped first, so the slot is not stepped): the prefill of a 60-character text alone, and
     with a 3 s voice reference (its codes cached, as for a reference sent again; the decoder
-    primed with its last frames), and of 16 texts admitted together (one pass)."""
+    primed with its last frames)."""
     # lazy: torch and serving.gpu (built on it) are optional; the module imports without them
     import torch
 
@@ -147,20 +147,12 @@ def _profile_prefill(engine, device: str) -> dict:
 
     text = "The quick brown fox jumps over the lazy dog near the river."
     reference = np.random.default_rng(0).normal(0, 0.1, 3 * 24000).astype(np.float32)
-
-    def admit(requests) -> None:  # one prefill pass for the requests, into slots 0..
-        engine._prefill([(r, i, *engine._checked_prompt(r)) for i, r in enumerate(requests)])
-
     rows = {}
     with torch.inference_mode():
         for name, ref in (("text_only_ms", None), ("with_3s_reference_ms", reference)):
             request = _Request(text=text, ref_audio=ref, ref_text=text)
-            rows[name] = _timed(lambda r=request: admit([r]), device)
-        many = [_Request(text=text, ref_audio=None, ref_text="") for _ in range(16)]
-        if engine.opts.max_batch >= 16:
-            rows["16_texts_one_pass_ms"] = _timed(lambda: admit(many), device)
-    for i in range(len(engine._slots)):
-        engine._slots[i] = None
+            rows[name] = _timed(lambda r=request: engine._prefill(r, 0), device)
+    engine._slots[0] = None
     print(f"prefill: {rows}", flush=True)
     return rows
 

@@ -29,7 +29,6 @@ rate, so that the traffic has the shape of real speech. The audio is noise; labe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import queue
@@ -48,7 +47,6 @@ log = logging.getLogger("fdb.serving")
 
 RATE = 24000
 REF_CACHE = 256  # reference voices whose codes are kept
-PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 FRAME_HZ = 12.5
 
 
@@ -201,8 +199,6 @@ class CsmEngine:
         self._wake = threading.Event()
         self._stop = False
         self.steps = 0
-        self.prefills = 0
-        self.prefill_passes = 0
         self.step_s = 0.0  # launch to delivery, the admissions between them included
         self._started = 0.0
         self.identity = BackendIdentity(
@@ -224,12 +220,6 @@ class CsmEngine:
             },
         )
         self.warm_s = self._warm()
-        # the loop runs on its own stream, so that another engine's kernels on the same GPU (a
-        # recognizer's encoder, a reply model's steps) run beside its steps, not before them
-        self.cuda_stream = None
-        if self.device.type == "cuda":
-            self.cuda_stream = torch.cuda.Stream(self.device)
-            torch.cuda.synchronize(self.device)
         self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
         self._thread.start()
 
@@ -358,12 +348,7 @@ class CsmEngine:
 
     def _loop(self) -> None:
         torch = self.torch
-        on_stream = (
-            torch.cuda.stream(self.cuda_stream)
-            if self.cuda_stream is not None
-            else contextlib.nullcontext()
-        )
-        with torch.inference_mode(), on_stream:
+        with torch.inference_mode():
             while not self._stop:
                 busy = [i for i, r in enumerate(self._slots) if r is not None]
                 if not busy:
@@ -387,42 +372,27 @@ class CsmEngine:
                         )
 
     def _admit(self) -> None:
-        """Every waiting request that has a free slot: their prompts made one by one (a
-        request whose prompt fails is refused alone), then one backbone prefill for all of them
-        (:meth:`_prefill`), up to ``PREFILL_TOKENS`` padded tokens a pass."""
         while not self._pending.empty():
             free = [i for i, r in enumerate(self._slots) if r is None]
             if not free:
                 return
-            batch: list[tuple[_Request, int, object, object]] = []
-            while len(batch) < len(free) and not self._pending.empty():
-                request = self._pending.get()
-                if request.cancelled:
-                    continue
-                try:
-                    embeds, ref_codes = self._checked_prompt(request)
-                except BaseException as exc:
-                    self._refuse(request, exc)
-                    continue
-                longest = max(e.shape[1] for _, _, e, _ in [*batch, (0, 0, embeds, 0)])
-                if batch and longest * (len(batch) + 1) > PREFILL_TOKENS:
-                    self._prefill(batch)
-                    free, batch = free[len(batch) :], []
-                batch.append((request, free[len(batch)], embeds, ref_codes))
-            if batch:
-                self._prefill(batch)
-
-    def _refuse(self, request: _Request, exc: BaseException) -> None:
-        if isinstance(exc, PromptTooLong):  # the request's fault: no traceback
-            log.warning("CSM request refused: %s", exc.one_line())
-        else:
-            log.exception("CSM prefill failed")
-        request.out.put(
-            exc
-            if isinstance(exc, FdbError)
-            else FdbError(f"CSM prefill failed: {exc}", "see the server log")
-        )
-        request.out.put(None)
+            request = self._pending.get()
+            if request.cancelled:
+                continue
+            slot = free[0]
+            try:
+                self._prefill(request, slot)
+            except BaseException as exc:
+                if isinstance(exc, PromptTooLong):  # the request's fault: no traceback
+                    log.warning("CSM request refused: %s", exc.one_line())
+                else:
+                    log.exception("CSM prefill failed")
+                request.out.put(
+                    exc
+                    if isinstance(exc, FdbError)
+                    else FdbError(f"CSM prefill failed: {exc}", "see the server log")
+                )
+                request.out.put(None)
 
     def _launch(self, busy: list[int]) -> int:
         """One frame for rows 0..n-1 launched (step and decode), without waiting for the GPU;
@@ -518,8 +488,11 @@ class CsmEngine:
             self._ref_codes.pop(next(iter(self._ref_codes)))
         return codes
 
-    def _checked_prompt(self, request: _Request):
-        """:meth:`_prompt`, refused when it cannot fit a slot."""
+    def _prefill(self, request: _Request, slot: int) -> None:
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import prefill_layer, rope_tables
+
+        torch = self.torch
         embeds, ref_codes = self._prompt(request)
         t = embeds.shape[1]
         if t + 2 >= self.opts.max_len:
@@ -527,44 +500,15 @@ class CsmEngine:
                 f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
                 "send a shorter reference or text, or raise max_len",
             )
-        return embeds, ref_codes
-
-    def _prefill(self, batch: list) -> None:
-        """Each request's prompt but its last token into its slot, one backbone pass for all of
-        them (right-padded; ``serving.gpu.slots.prefill_rows``); the batched step takes each
-        last token. A failed pass refuses these requests, not the others."""
-        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import prefill_rows, rope_tables
-
-        torch = self.torch
         backbone = self.model.backbone_model
-        t = max(embeds.shape[1] for _, _, embeds, _ in batch) - 1
-        try:
-            if t > 0:  # all but the last prompt token; the batched step takes that one
-                hidden = batch[0][2].shape[2]
-                h = torch.zeros(len(batch), t, hidden, dtype=self.dtype, device=self.device)
-                for row, (_, _, embeds, _) in enumerate(batch):
-                    h[row, : embeds.shape[1] - 1] = embeds[0, :-1]
-                positions = torch.arange(t, device=self.device)[None]
-                rotary = rope_tables(*backbone.rotary_emb(h, positions))
-                rows = torch.tensor([slot for _, slot, _, _ in batch], device=self.device)
-                layers = zip(backbone.layers, self.cache.k, self.cache.v, self._plans, strict=True)
-                for layer, k, v, plan in layers:
-                    h = prefill_rows(layer, h, k, v, rows, rotary, plan=plan)
-        except BaseException as exc:
-            for request, _, _, _ in batch:
-                self._refuse(request, exc)
-            return
-        for request, slot, embeds, ref_codes in batch:
-            self._start(request, slot, embeds, ref_codes)
-        self.prefills += len(batch)
-        self.prefill_passes += 1
-
-    def _start(self, request: _Request, slot: int, embeds, ref_codes) -> None:
-        """``slot``'s step input, position and decoder stream for ``request``, after its
-        prefill."""
-        torch = self.torch
-        t = embeds.shape[1]
+        if t > 1:  # all but the last prompt token; the batched step takes that one
+            positions = torch.arange(t - 1, device=self.device)[None]
+            cos, sin = backbone.rotary_emb(embeds, positions)
+            rotary = rope_tables(cos, sin)
+            h = embeds[:, :-1]
+            layers = zip(backbone.layers, self.cache.k, self.cache.v, self._plans, strict=True)
+            for layer, k, v, plan in layers:
+                h = prefill_layer(layer, h, cos, sin, k, v, slot, 0, plan=plan, rotary=rotary)
         self.step_in[slot] = embeds[0, -1:]
         self.pos[slot] = t - 1
         context = torch.zeros(

@@ -48,6 +48,11 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x`` [n, heads, T, D] with ``cos``/``sin`` [n, T, D]."""
+    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+
 class SlotCache:
     """Keys and values of ``layers`` layers for ``slots`` requests of up to ``max_len`` tokens."""
 
@@ -322,6 +327,49 @@ def decode_layer(
         q, k = rotary.plain(q), rotary.plain(k)
     out = _attend(attn, q, k, v, k_cache, v_cache, pos, mask, rows)
     return _mlp_residual(layer, x, _project(attn.o_proj, out, codebook), codebook)
+
+
+def prefill_layer(
+    layer: nn.Module,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot: int,
+    start: int,
+    plan: LayerPlan | None = None,
+    rotary: Rope | None = None,
+) -> torch.Tensor:
+    """``T`` tokens of one request (``x`` [1, T, H]) at positions ``start..start+T-1`` of ``slot``,
+    causal over everything the slot holds before them. ``plan`` (with ``rotary``, the
+    :func:`rope_tables` of ``cos``/``sin``, made once for every layer): the fused path."""
+    attn = layer.self_attn
+    t = x.shape[1]
+    kv_heads, dim = k_cache.shape[1], k_cache.shape[3]
+    if plan is not None:
+        rotary = rotary or rope_tables(cos, sin)
+        qkv = F.linear(rms_norm(layer.input_layernorm, x), plan.qkv)
+        qkv = qkv.view(1, t, -1, dim).transpose(1, 2)  # [1, H + 2 KV, T, D]
+        qk = rotary(_qk_norms(attn, qkv, plan.heads, kv_heads, 1))
+        q, k, v = qk[:, : plan.heads], qk[:, plan.heads :], qkv[:, plan.heads + kv_heads :]
+    else:
+        q, k, v = _qkv(attn, layer.input_layernorm(x), kv_heads, dim)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+    heads = q.shape[1]
+    k_cache[slot, :, start : start + t] = k[0]
+    v_cache[slot, :, start : start + t] = v[0]
+    keys = k_cache[slot : slot + 1, :, : start + t].repeat_interleave(heads // kv_heads, dim=1)
+    values = v_cache[slot : slot + 1, :, : start + t].repeat_interleave(heads // kv_heads, dim=1)
+    if start == 0:
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=attn.scaling)
+    else:
+        allowed = torch.ones(t, start + t, dtype=torch.bool, device=x.device).tril(diagonal=start)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=attn.scaling)
+    out = attn.o_proj(out.transpose(1, 2).reshape(1, t, heads * dim))
+    if plan is None:
+        return _mlp_residual(layer, x, out)
+    return _fused_mlp(layer, plan, x + out)
 
 
 def prefill_rows(
