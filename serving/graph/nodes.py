@@ -693,11 +693,11 @@ class PiperSpeechNode(Node):
     """``piper_speech``: cuts a turn's text_delta into speakable chunks
     (``serving.conversation.chunker.SpeechChunker``: the first one short, then sentences; the rest
     at the source's turn.done) and synthesizes each as 24 kHz pcm_f32le (a backend with ``astream``,
-    serving.gpu's CSM, sends each frame as it is made), followed by its
-    ``reply.progress`` (the chunk's text, text_end in the reply's spoken text joined with
-    spaces, audio_ms where its audio ends); turn.started before the first chunk, turn.done after
-    the last. A ``configure`` whose output_modalities lack audio makes later turns text only
-    (progress without audio)."""
+    serving.gpu's CSM, sends each frame as it is made), announced by ``reply.chunk`` (the chunk's
+    text, before its first audio) and followed by its ``reply.progress`` (the chunk's text,
+    text_end in the reply's spoken text joined with spaces, audio_ms where its audio ends);
+    turn.started before the first chunk, turn.done after the last. A ``configure`` whose
+    output_modalities lack audio makes later turns text only (progress without audio)."""
 
     def __init__(self, models: ModelHub, options: PiperSpeechOptions):
         self._models, self._options = models, options
@@ -739,7 +739,11 @@ class PiperSpeechNode(Node):
                     async for frame in frames:
                         spoke = (
                             await self._send_audio(
-                                turn, spoken, resample(frame, tts.rate, PCM_F32_RATE), emit
+                                turn,
+                                spoken,
+                                resample(frame, tts.rate, PCM_F32_RATE),
+                                emit,
+                                None if spoke else text,
                             )
                             or spoke
                         )
@@ -755,7 +759,7 @@ class PiperSpeechNode(Node):
                     priority=REST if spoken.started else FIRST_AUDIO,
                 )
                 if not await self._send_audio(
-                    turn, spoken, resample(samples, tts.rate, PCM_F32_RATE), emit
+                    turn, spoken, resample(samples, tts.rate, PCM_F32_RATE), emit, text
                 ):
                     return
         spoken.text_end += len(text) + (1 if spoken.text_end else 0)
@@ -775,12 +779,22 @@ class PiperSpeechNode(Node):
             await emit(control("turn.started", turn=turn))
 
     async def _send_audio(
-        self, turn: int | None, spoken: _SpokenTurn, audio: np.ndarray, emit: Emit
+        self,
+        turn: int | None,
+        spoken: _SpokenTurn,
+        audio: np.ndarray,
+        emit: Emit,
+        text: str | None = None,
     ) -> bool:
-        """``audio`` of the turn sent (turn.started before the first); False when it is empty."""
+        """``audio`` of the turn sent (turn.started before the first); False when it is empty.
+        ``text``: the chunk's text, announced (``reply.chunk``) before its first audio, so that
+        the session can send the chunk's transcript and then its audio as it comes, not after
+        the whole chunk (its ``reply.progress``)."""
         if not len(audio):
             return False
         await self._start(turn, spoken, emit)
+        if text is not None:
+            await emit(control("reply.chunk", turn=turn, text=text))
         await emit(Chunk("pcm_f32le", PcmF32(audio), turn=turn))
         spoken.audio_ms += len(audio) * 1000 / PCM_F32_RATE
         return True

@@ -43,6 +43,7 @@ CONTROLS_OUT = (
     "turn.empty",
     "turn.interrupted",
     "reply.heard",
+    "reply.chunk",
     "reply.progress",
     "reply.delivered",
     "configured",

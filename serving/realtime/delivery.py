@@ -54,6 +54,11 @@ class AudioDelivery:
         self.sent_bytes = 0
 
     @property
+    def paced(self) -> bool:
+        """Audio leaves paced now (in ``PACED_CHUNK_MS`` pieces); False once the input ended."""
+        return self._paced()
+
+    @property
     def sent_ms(self) -> float:
         return self.sent_bytes / BYTES_PER_MS
 

@@ -13,7 +13,9 @@ delivery pacing (the guide's "Delivery pacing"): the outbox sink of
   chunk's transcript delta (or text delta in a text-only session), its audio paced by
   :class:`~serving.realtime.delivery.AudioDelivery` (at most ``max_output_lead_ms`` ahead,
   ``max_output_bytes`` per reply; the first audio held back ``reply_delay_ms``, a handicap),
-  then ``sglang.response.progress``. Its ``turn.done`` (held by
+  then ``sglang.response.progress``. A chunk announced by ``reply.chunk`` (its text before its
+  audio: a streaming speech model's) sends its transcript delta at once and its audio as it
+  comes, in the same paced pieces, the rest at its progress. Its ``turn.done`` (held by
   the graph) is released to the dialog once the audio has played, with ``sent_ms``.
 - A started reply that is ``turn.interrupted`` stops at once; the graph then reports
   ``reply.delivered`` (``sent_ms``, ``played_ms`` at the speech start or the cancel) to the dialog.
@@ -49,7 +51,7 @@ from fdb.dialects.events import (
 )
 from serving.graph.runtime import PublishSink, SessionGraph
 from serving.graph.streams import Chunk, Control, control
-from serving.realtime.delivery import AudioDelivery
+from serving.realtime.delivery import BYTES_PER_MS, PACED_CHUNK_MS, AudioDelivery
 from serving.realtime.negotiation import SessionConfig
 from serving.realtime.outbox import Outbox
 from serving.realtime.protocol import ProtocolError, shown
@@ -79,7 +81,8 @@ class GraphReply:
     reply: Reply
     pace: Turn
     delivery: AudioDelivery | None
-    pcm: bytes = b""  # audio of the chunk whose reply.progress has not arrived yet
+    pcm: bytes = b""  # audio of the chunk whose reply.progress has not arrived yet (not sent)
+    streaming: bool = False  # the chunk was announced (reply.chunk): its audio leaves as it comes
     capped: bool = False  # max_output_bytes reached
     finished: bool = False
     cause: str = "turn_detected"  # why it was interrupted: speech, or client_cancelled
@@ -175,7 +178,7 @@ class GraphOutput:
 
     async def _publish(self, chunk: Chunk) -> None:
         name = chunk.control
-        if chunk.format == "pcm_f32le" or name in ("reply.progress", "turn.done"):
+        if chunk.format == "pcm_f32le" or name in ("reply.chunk", "reply.progress", "turn.done"):
             self._queue.put_nowait(chunk)
         elif chunk.format == "transcript":
             if (
@@ -332,6 +335,10 @@ class GraphOutput:
                 continue  # an interrupted reply: the graph fenced the rest of it
             if chunk.format == "pcm_f32le":
                 state.pcm += float_to_pcm16(chunk.payload.samples)
+                if state.streaming:
+                    await self._stream(state, final=False)
+            elif chunk.control == "reply.chunk":
+                await self._announced(state, chunk.payload.data["text"])
             elif chunk.control == "reply.progress":
                 await self._spoken(state, chunk.payload.data["text"])
             elif chunk.control == "turn.done":
@@ -341,11 +348,45 @@ class GraphOutput:
                     done = Control("turn.done", {"sent_ms": state.sent_ms})
                     await self.graph.release(dataclasses.replace(chunk, payload=done))
 
+    async def _announced(self, state: GraphReply, text: str) -> None:
+        """A chunk's text before its audio (``reply.chunk``): its transcript delta now, and its
+        audio as it comes (whole paced pieces; the rest at its ``reply.progress``). The events
+        and their audio pieces are those of :meth:`_spoken`, sent sooner."""
+        if state.delivery is None or state.capped:
+            return
+        if self._system.max_output_bytes - state.delivery.sent_bytes <= 0:
+            state.capped = True  # max_output_bytes reached: the reply's audio ends here
+            return
+        state.streaming = True
+        await state.reply.text_delta(text)
+
+    async def _stream(self, state: GraphReply, final: bool) -> bool:
+        """The announced chunk's audio so far: whole ``PACED_CHUNK_MS`` pieces (all of it when
+        ``final``), within ``max_output_bytes``; False when the turn was interrupted."""
+        if not final and not state.delivery.paced:
+            return True  # unpaced (the input ended): the chunk leaves whole, at its progress
+        budget = max(0, self._system.max_output_bytes - state.delivery.sent_bytes)
+        piece = PACED_CHUNK_MS * BYTES_PER_MS
+        ready = len(state.pcm) if final else len(state.pcm) // piece * piece
+        take = min(ready, budget // 2 * 2)
+        pcm, state.pcm = state.pcm[:take], state.pcm[take:]
+        if take < ready or (final and budget == 0 and state.pcm):
+            state.capped, state.pcm = True, b""
+        if not pcm:
+            return True
+        return await state.delivery.send(pcm)
+
     async def _spoken(self, state: GraphReply, text: str) -> None:
         """One chunk of the reply: its text, its audio, then its boundary."""
         reply = state.reply
         if state.delivery is None:
             await reply.text_delta(text)
+            return
+        if state.streaming:  # announced: the text and most of the audio have left
+            state.streaming = False
+            if not await self._stream(state, final=True):
+                return
+            await self._progress(state)
             return
         budget = max(0, self._system.max_output_bytes - state.delivery.sent_bytes)
         pcm, state.pcm = state.pcm[: budget // 2 * 2], b""
@@ -355,6 +396,11 @@ class GraphOutput:
         await reply.text_delta(text)
         if not await state.delivery.send(pcm):
             return
+        await self._progress(state)
+
+    async def _progress(self, state: GraphReply) -> None:
+        """``sglang.response.progress``: where the reply's spoken text and audio end now."""
+        reply = state.reply
         await self._outbox.send(
             ResponseProgress(
                 response_id=reply.response_id,

@@ -70,7 +70,9 @@ def test_the_embedded_cascade_graph_answers_a_spoken_question(question):
     assert sum(len(c.payload.samples) for c in audio) > 24000 * 0.3
     tts_turn = [ctl for src, ctl, turn in sessions if src == "tts" and turn == 1]
     assert tts_turn[0] == "turn.started" and tts_turn[-1] == "turn.done"
-    assert set(tts_turn[1:-1]) == {"reply.progress"}  # one after each spoken chunk
+    # each spoken chunk: reply.chunk (its text) before its audio, reply.progress after it
+    chunks = tts_turn[1:-1]
+    assert chunks and chunks == ["reply.chunk", "reply.progress"] * (len(chunks) // 2)
     order = [c.format for c in published]
     assert order.index("transcript") < order.index("text_delta") < order.index("pcm_f32le")
     print(

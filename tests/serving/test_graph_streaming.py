@@ -7,6 +7,7 @@ utterance)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import time
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ async def _answer(
     cancel_at_audio: bool = False,
     language: str | None = None,
     tts: FakeTts | None = None,
+    input_ended=lambda: True,
 ):
     """One committed utterance answered through the graph; (events, dialog node, cancel time).
     ``language``: what the fake recognizer reports for it."""
@@ -109,7 +111,7 @@ async def _answer(
         turn=SimpleNamespace(complete_probability=lambda a: 1.0),
     )
     outbox = FakeOutbox(llm.go)
-    output = GraphOutput(outbox, system, lambda: config, lambda: True, lambda: 500)
+    output = GraphOutput(outbox, system, lambda: config, input_ended, lambda: 500)
     nodes = build_nodes(cascade(), models)
     graph = SessionGraph(cascade(), nodes, DeliverySink())
     output.attach(graph)
@@ -205,3 +207,49 @@ def test_the_recognizers_language_reaches_the_speech_node_for_language_auto():
     quiet.go.set()
     asyncio.run(_answer(quiet, tts=untagged))
     assert untagged.heard and set(untagged.heard) == {None}
+
+
+class FakeStreamingTts:
+    """A streaming speech model (as serving.gpu's CSM): ``astream`` yields 80 ms frames, four a
+    word; the first chunk's last frame waits (up to 5 s) for ``go``, which the outbox sets at the
+    first audio delta."""
+
+    rate = 24000
+
+    def __init__(self, go: threading.Event) -> None:
+        self.go = go
+        self.chunks: list[str] = []
+        self.waited: bool | None = None  # True: the first audio left before the chunk was whole
+        self.input_ended = False  # the session's input: live (paced delivery) until the wait
+
+    async def astream(self, text: str):
+        self.chunks.append(text)
+        frames = 4 * len(text.split())
+        for i in range(frames):
+            if len(self.chunks) == 1 and i == frames - 1:
+                for _ in range(500):
+                    if self.go.is_set():
+                        break
+                    await asyncio.sleep(0.01)
+                self.waited = self.go.is_set()
+                self.input_ended = True  # the rest of the reply leaves unpaced, at once
+            await asyncio.sleep(0)
+            yield np.full(1920, 0.1, dtype=np.float32)
+
+
+def test_a_streaming_speech_models_audio_leaves_before_its_chunk_is_whole():
+    """With ``reply.chunk`` a chunk's transcript delta leaves first and its audio as it comes,
+    in paced 100 ms pieces (the rest at its progress), while the session's input is live."""
+    llm = FakeLlm()
+    tts = FakeStreamingTts(llm.go)
+    outbox, _, _ = asyncio.run(_answer(llm, tts=tts, input_ended=lambda: tts.input_ended))
+    assert tts.waited is True, "the first audio waited for the whole first chunk"
+    types = [e.type for e in outbox.events]
+    first_audio = types.index("response.output_audio.delta")
+    assert types[first_audio - 1] == "response.output_audio_transcript.delta"
+    assert types.index("sglang.response.progress") > first_audio
+    sizes = [len(base64.b64decode(e.delta)) for e in outbox.of_type("response.output_audio.delta")]
+    assert sizes[0] == 4800  # a paced 100 ms piece, sent while the chunk was being made
+    assert sum(sizes) == sum(4 * len(c.split()) * 1920 * 2 for c in tts.chunks)  # all of it
+    done = outbox.of_type("response.done")[0].response
+    assert done.status == "completed" and done.status_details.reason == "stop"
