@@ -42,6 +42,7 @@ import numpy as np
 from fdb.errors import FdbError
 from fdb.models import BackendIdentity
 from fdb.provenance import package_version
+from serving.gpu.requests import LoopQueue, PendingRequests, received
 
 log = logging.getLogger("fdb.serving")
 
@@ -77,32 +78,19 @@ class CsmOptions:
     speaker: int = 0
 
 
-class _LoopQueue:
-    """A request's output handed from the GPU thread to an asyncio queue on the caller's loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, frames: asyncio.Queue):
-        self.loop, self.frames = loop, frames
-
-    def put(self, item) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.frames.put_nowait, item)
-        except RuntimeError:  # the caller's loop has closed: nobody reads this request any more
-            pass
-
-
 @dataclass
 class _Request:
     text: str
     ref_audio: np.ndarray | None
     ref_text: str
-    out: queue.SimpleQueue | _LoopQueue = field(default_factory=queue.SimpleQueue)
+    out: queue.SimpleQueue | LoopQueue = field(default_factory=queue.SimpleQueue)
     max_frames: int = 0
     frames: int = 0
     cancelled: bool = False
     slot: int = -1
 
 
-class CsmEngine:
+class CsmEngine(PendingRequests):
     """The shared CSM model and its generation thread."""
 
     def __init__(
@@ -295,44 +283,14 @@ class CsmEngine:
             text=text,
             ref_audio=ref_audio,
             ref_text=ref_text,
-            out=_LoopQueue(asyncio.get_running_loop(), frames),
+            out=LoopQueue(asyncio.get_running_loop(), frames),
         )
         self._submit(request)
-        try:
-            while True:
-                item = await frames.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            request.cancelled = True
+        async for frame in received(frames, request):
+            yield frame
 
-    def _submit(self, request: _Request) -> _Request:
-        if self._stop:
-            raise _closed()
-        self._pending.put(request)
-        self._wake.set()
-        if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
-            self._fail_pending()
-        return request
-
-    def close(self) -> None:
-        """Stop the GPU thread; every request in flight or waiting ends with an error (a
-        stream left waiting would hold its pool thread, and the process, forever)."""
-        self._stop = True
-        self._wake.set()
-        self._thread.join(timeout=10)
-
-    def _fail_pending(self) -> None:
-        while True:
-            try:
-                request = self._pending.get_nowait()
-            except queue.Empty:
-                return
-            request.out.put(_closed())
-            request.out.put(None)
+    def _closed(self) -> FdbError:
+        return FdbError("the CSM engine is closed", "the server is stopping")
 
     # --- the GPU thread ------------------------------------------------------------------------
 
@@ -340,22 +298,14 @@ class CsmEngine:
         try:
             self._loop()
         finally:  # closed (or failed): no request may wait on this thread any more
-            self._stop = True
-            for i, request in enumerate(self._slots):
-                if request is not None:
-                    self._finish(i, _closed())
-            self._fail_pending()
+            self._ended()
 
     def _loop(self) -> None:
         torch = self.torch
         with torch.inference_mode():
             while not self._stop:
-                busy = [i for i, r in enumerate(self._slots) if r is not None]
+                busy = self._busy()
                 if not busy:
-                    self._admit()
-                    if not any(r is not None for r in self._slots):
-                        self._wake.wait(0.05)
-                        self._wake.clear()
                     continue
                 try:
                     n = self._launch(busy)
@@ -647,7 +597,3 @@ class CsmEngine:
             return
         values = self.mimi.decode(self.out_codes[:n].clamp(max=self.codec_size - 1))
         self.audio[:n] = values.float().nan_to_num().clamp(-1, 1)
-
-
-def _closed() -> FdbError:
-    return FdbError("the CSM engine is closed", "the server is stopping")

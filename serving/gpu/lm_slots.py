@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fdb.errors import FdbError
+from serving.gpu.requests import LoopQueue, PendingRequests, received
 from serving.gpu.slots import (
     SlotCache,
     bucket,
@@ -62,24 +63,11 @@ PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 _ids = itertools.count()
 
 
-class _Loop:
-    """A request's tokens handed from the GPU thread to an asyncio queue on the caller's loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, tokens: asyncio.Queue):
-        self.loop, self.tokens = loop, tokens
-
-    def put(self, item) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.tokens.put_nowait, item)
-        except RuntimeError:  # the caller's loop has closed: nobody reads this request any more
-            pass
-
-
 @dataclass
 class _Request:
     ids: list[int]
     max_new_tokens: int
-    out: _Loop | queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    out: LoopQueue | queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     made: int = 0
     cancelled: bool = False
     name: str = field(default_factory=lambda: f"reply-{next(_ids)}")
@@ -93,7 +81,7 @@ def length_bucket(positions: int, max_len: int) -> int:
     return min(n, max_len)
 
 
-class SlotLmEngine:
+class SlotLmEngine(PendingRequests):
     """``model`` (a transformers causal LM of the Llama family: Qwen3, Llama) decoding the replies
     of up to ``max_batch`` requests at once; :meth:`stream` is awaited by every session.
     ``max_len``: prompt and reply tokens a slot holds; ``eos``: the end token ids (none: a reply
@@ -166,26 +154,10 @@ class SlotLmEngine:
                 "shorten the history (max_prompt_tokens) or raise the engine's max_len",
             )
         tokens: asyncio.Queue = asyncio.Queue()
-        request = _Request(list(ids), max_new_tokens, _Loop(asyncio.get_running_loop(), tokens))
+        request = _Request(list(ids), max_new_tokens, LoopQueue(asyncio.get_running_loop(), tokens))
         self._submit(request)
-        try:
-            while True:
-                item = await tokens.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            request.cancelled = True
-
-    def _submit(self, request: _Request) -> None:
-        if self._stop:
-            raise _closed()
-        self._pending.put(request)
-        self._wake.set()
-        if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
-            self._fail_pending()
+        async for token in received(tokens, request):
+            yield token
 
     def warm(self) -> float:
         """Every (rows, length) step captured (CUDA graphs), before the GPU thread starts (it
@@ -207,20 +179,11 @@ class SlotLmEngine:
             )
         return round(time.perf_counter() - started, 1)
 
-    def close(self) -> None:
-        """Stop the GPU thread; every request in flight or waiting ends with an error."""
-        self._stop = True
-        self._wake.set()
-        self._thread.join(timeout=10)
-
-    def _fail_pending(self) -> None:
-        while True:
-            try:
-                request = self._pending.get_nowait()
-            except queue.Empty:
-                return
-            request.out.put(_closed())
-            request.out.put(None)
+    def _closed(self) -> FdbError:
+        return FdbError(
+            "causal_lm_gpu: the decode loop takes no requests (it stopped or failed)",
+            "see the server log for the decode loop's error; restart the server",
+        )
 
     # --- the GPU thread ------------------------------------------------------------------------
 
@@ -229,20 +192,12 @@ class SlotLmEngine:
             with torch.inference_mode(), _on(self.cuda_stream):
                 self._loop()
         finally:  # closed (or failed): no request may wait on this thread any more
-            self._stop = True
-            for i, request in enumerate(self._slots):
-                if request is not None:
-                    self._finish(i, _closed())
-            self._fail_pending()
+            self._ended()
 
     def _loop(self) -> None:
         while not self._stop:
-            busy = [i for i, r in enumerate(self._slots) if r is not None]
+            busy = self._busy()
             if not busy:
-                self._admit()
-                if not any(r is not None for r in self._slots):
-                    self._wake.wait(0.05)
-                    self._wake.clear()
                 continue
             try:
                 started = time.perf_counter()
@@ -393,10 +348,3 @@ class SlotLmEngine:
 def _on(stream):
     """``torch.cuda.stream(stream)``; nothing without one (CPU)."""
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-
-
-def _closed() -> FdbError:
-    return FdbError(
-        "causal_lm_gpu: the decode loop takes no requests (it stopped or failed)",
-        "see the server log for the decode loop's error; restart the server",
-    )
