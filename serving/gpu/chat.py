@@ -162,16 +162,12 @@ class ChatEngine:
 
         o = self.options
         sample = o.temperature > 0
-        eos = (
-            getattr(self.model.generation_config, "eos_token_id", None)
-            if not self.source.dummy
-            else None
-        )
+        eos = self._eos()
         generation = GenerationConfig(
             max_new_tokens=o.max_new_tokens,
             do_sample=sample,
             temperature=o.temperature if sample else None,
-            eos_token_id=-1 if eos is None else eos,
+            eos_token_id=eos or -1,
             pad_token_id=0,
         )
         blocks = o.cache_blocks
@@ -229,12 +225,9 @@ class ChatEngine:
                         "see the server log",
                     )
                 finished = output.is_finished()
-                full = self.tokenizer.decode(output.generated_tokens)
-                if full.endswith("\ufffd") and not finished:
-                    continue  # a character split across tokens: wait for its last byte
-                if full.startswith(text) and len(full) > len(text):
-                    yield full[len(text) :]
-                text = full
+                piece, text = self._new_text(text, output.generated_tokens, finished)
+                if piece:
+                    yield piece
         finally:
             if not finished:
                 self.manager.cancel_request(request)
@@ -247,12 +240,18 @@ class ChatEngine:
         budget = min(max_new_tokens, self.options.max_reply_tokens)
         async for token in self.slots.stream(ids, budget):
             tokens.append(token)
-            full = self.tokenizer.decode(tokens)
-            if full.endswith("\ufffd"):
-                continue  # a character split across tokens: wait for its last byte
-            if full.startswith(text) and len(full) > len(text):
-                yield full[len(text) :]
-            text = full
+            piece, text = self._new_text(text, tokens, finished=False)
+            if piece:
+                yield piece
+
+    def _new_text(self, text: str, tokens: list[int], finished: bool) -> tuple[str, str]:
+        """(the reply's new text, its whole text) once ``tokens`` are decoded, after ``text``; a
+        character split across tokens waits for its last byte unless the reply ``finished``."""
+        full = self.tokenizer.decode(tokens)
+        if full.endswith("\ufffd") and not finished:
+            return "", text
+        piece = full[len(text) :] if full.startswith(text) and len(full) > len(text) else ""
+        return piece, full
 
     def close(self) -> None:
         """Stop the decode loop (its thread is not a daemon: a server that exits must stop it)."""

@@ -71,7 +71,6 @@ class WhisperEngine:
         self.features, self.tokenizer = _processors(source, config.num_mel_bins)
         self.generation = self.model.generation_config
         self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
-        self.decoder = decoder
         self.static = None
         if decoder == "static":
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
