@@ -115,9 +115,12 @@ def launch_file(
     codec: str = "streaming",
     asr_decoder: str = "static",
     llm_engine: str = "slots",
+    asr_window_s: float | None = 10.0,
+    prefetch_ms: int | None = None,
 ) -> Path:
-    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap and
-    decoder, the reply model's engine, CSM's codec and (--tiny) the CPU configuration."""
+    """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
+    decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
+    the profile's) and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -127,6 +130,9 @@ def launch_file(
             node.update(TINY[name], dtype="float32")
     raw["session_nodes"]["asr"]["max_new_tokens"] = asr_tokens
     raw["session_nodes"]["asr"]["decoder"] = asr_decoder
+    raw["session_nodes"]["asr"]["window_s"] = asr_window_s
+    if prefetch_ms is not None:
+        raw["prefetch_ms"] = prefetch_ms
     raw["session_nodes"]["llm"]["engine"] = llm_engine
     tts = raw["backends"]["tts"]
     tts["device"] = "cpu" if tiny else device
@@ -183,6 +189,8 @@ def run(args: argparse.Namespace) -> dict:
         args.codec,
         args.asr_decoder,
         args.llm_engine,
+        None if args.asr_window_s == "none" else float(args.asr_window_s),
+        args.prefetch_ms,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -220,6 +228,8 @@ def run(args: argparse.Namespace) -> dict:
         "codec": args.codec,
         "asr_decoder": args.asr_decoder,
         "llm_engine": args.llm_engine,
+        "asr_window_s": args.asr_window_s,
+        "prefetch_ms": args.prefetch_ms,
         "sessions": sessions,
         "levels": summary_levels,
         "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -266,6 +276,19 @@ def _options(parser: argparse.ArgumentParser) -> None:
         default="slots",
         help="the reply model's decode loop: slots (serving.gpu.lm_slots) or "
         "continuous_batching (transformers' manager, the A/B)",
+    )
+    parser.add_argument(
+        "--asr-window-s",
+        default="10",
+        help="the recognizer's window_s (static decoder): a batch is encoded in its longest "
+        "utterance plus 1 s rounded up to a multiple of this; 'none': always 30 s",
+    )
+    parser.add_argument(
+        "--prefetch-ms",
+        type=int,
+        help="the system's prefetch_ms (default: the profile's, 200 ms): a pause this long "
+        "starts the turn's transcription and reply before the turn ends; it must be shorter than "
+        "the turn detection's silence to start anything",
     )
 
 

@@ -103,24 +103,29 @@ def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict
     # lazy: torch is the optional gpu/embedded extra; the module imports without it (--help)
     import torch
 
+    from serving.gpu.lm_slots import length_bucket
+
     part: dict = {
         "warm_s": engine.warm_s,
-        "graphs": {f"{k[0]}-{k[1]}": v is not False for k, v in engine._graphs.items()},
+        "graphs": {"-".join(map(str, k)): v is not False for k, v in engine._graphs.items()},
     }
+    length = length_bucket(501, engine.opts.max_len)  # the step attends 512 positions
     with torch.inference_mode():
         engine.pos.fill_(500)  # 40 s into a session
         for n in batches:
             engine.active[:n] = True
             row = {
-                "step_ms": _timed(lambda n=n: engine._run_graph("step", n, engine._step), device),
-                "eager_step_ms": _timed(lambda n=n: engine._step(n), device),
+                "step_ms": _timed(
+                    lambda n=n: engine._run_graph("step", n, engine._step, length), device
+                ),
+                "eager_step_ms": _timed(lambda n=n: engine._step(n, length), device),
             }
             if fuse:
                 row["encode_ms"] = _timed(lambda n=n: engine._encode(n), device)
                 row["decode_ms"] = _timed(lambda n=n: engine._decode(n), device)
                 row["frame_ms"] = round(row["encode_ms"] + row["step_ms"] + row["decode_ms"], 3)
             if device != "cpu":
-                row.update(_kernels(lambda n=n: engine._step(n)))
+                row.update(_kernels(lambda n=n: engine._step(n, length)))
             part[str(n)] = row
             print(f"moshi {'fused' if fuse else 'modules'} batch {n}: {row}", flush=True)
     return part

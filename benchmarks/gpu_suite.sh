@@ -21,6 +21,11 @@
 #                 batching: the same-card A/B), then gpu_tts at C1 and C16
 #   verify        gpu_whisper (with the engine's own path, on its stream), the Whisper CUDA tests,
 #                 gpu_tts at C1 and C16 (CSM's batched admission and its own stream)
+#   stream        gpu_cascade at 16,32 with its stages (a chunk's audio streamed as it is made),
+#                 gpu_native at 16,32 (Moshi as a session-graph node)
+#   window        gpu_whisper (a 10 s window against 30 s), gpu_cascade at 16,32 with its stages
+#                 and the server's stage marks (server_stages.py), the same with prefetch_ms 100,
+#                 gpu_native at 16,32 (the temporal transformer's length buckets)
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -138,8 +143,33 @@ verify)
     step tts 170 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 64
     ;;
+stream)
+    step cascade-stages 170 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade \
+        --levels 16,32 --dataset $DATA/cascade-ds \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/cascade_stages.py $RES/cascade/sweep --out $RES/stages.json"
+    step native 200 python3 benchmarks/gpu_native.py --out "$RES/native" --levels 16,32 \
+        --dataset "$DATA/cascade-ds" --skip-profile
+    ;;
+window)
+    step whisper 110 python3 benchmarks/gpu_whisper.py --device cuda --batches 1,16,32 \
+        --tokens 24 --reps 3 --out "$RES/whisper.json"
+    for pf in default 100; do
+        extra=""
+        [ "$pf" = default ] || extra="--prefetch-ms $pf"
+        step cascade-$pf 170 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+            --out $RES/cascade-$pf --levels 16,32 --dataset $DATA/cascade-ds $extra \
+            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+            && python3 benchmarks/cascade_stages.py $RES/cascade-$pf/sweep \
+                --out $RES/stages-$pf.json \
+            && python3 benchmarks/server_stages.py \
+                $RES/cascade-$pf/sweep/logs/model-server.log --per 32 --out $RES/server-stages-$pf.json"
+    done
+    step native 200 python3 benchmarks/gpu_native.py --out "$RES/native" --levels 16,32 \
+        --dataset "$DATA/cascade-ds" --skip-profile
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines or verify"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream or window"
     exit 2
     ;;
 esac

@@ -7,13 +7,15 @@ process on one model. The variants run round robin, so each median is taken unde
 
 The model is the whisper-large-v3 configuration with dummy weights (random: the compute path only,
 the tokens are noise), or a tiny one (``--tiny``). Each utterance is 3 s of noise, padded to the
-encoder's 30 s window as in serving. Per batch size it prints the median ms of: the log-mel
-features on the device, the encoder, the cross-attention keys and values, one static decoder step
-(graph replay), a whole static transcription of ``--tokens`` tokens (features included) and a
-whole ``generate`` of as many (features included), the engine's own ``run_batch`` (static,
-features included, on the engine's CUDA stream: what a server runs); and how many rows' tokens
-the two decoders agree on (in bfloat16 they may part where two scores are closer than its
-rounding). ``--out`` writes it as JSON.
+batch's window as in serving (``--window-s``, default 10: the whisper_gpu node's; ``generate``
+always takes 30 s). Per batch size it prints the median ms of: the log-mel features on the
+device, the encoder in the window and in 30 s, the cross-attention keys and values, one static
+decoder step (graph replay), a whole static transcription of ``--tokens`` tokens (features
+included) in the window and in 30 s, a whole ``generate`` of as many (features included), the
+engine's own ``run_batch`` (static, features included, on the engine's CUDA stream: what a server
+runs); and how many rows' tokens the static decoder in 30 s and ``generate`` agree on (in
+bfloat16 they may part where two scores are closer than its rounding). ``--out`` writes it as
+JSON.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--window-s", type=float, default=10.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
@@ -60,6 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from serving.gpu.slots import bucket
     from serving.gpu.whisper import WhisperEngine
+    from serving.gpu.whisper_static import encode
     from serving.graph.kinds import WhisperGpuOptions
 
     batches = [int(b) for b in args.batches.split(",")]
@@ -73,10 +77,18 @@ def main(argv: list[str] | None = None) -> dict:
         max_batch=max(batches),
         max_new_tokens=args.tokens,
         max_tokens_per_s=None,
+        window_s=args.window_s,
     )
     started = time.perf_counter()
     engine = WhisperEngine(
-        o.source("asr"), o.device, o.dtype, o.max_batch, o.max_new_tokens, o.language, None
+        o.source("asr"),
+        o.device,
+        o.dtype,
+        o.max_batch,
+        o.max_new_tokens,
+        o.language,
+        None,
+        window_s=o.window_s,
     )
     load_s = time.perf_counter() - started
     started = time.perf_counter()
@@ -89,13 +101,14 @@ def main(argv: list[str] | None = None) -> dict:
         if cuda:
             torch.cuda.synchronize()
 
-    def features(clips):
+    def features(clips, samples=None):
+        samples = samples or engine.samples
         inputs = engine.features(
-            [c[: engine.samples] for c in clips],
+            [c[:samples] for c in clips],
             sampling_rate=16000,
             return_tensors="pt",
             padding="max_length",
-            max_length=engine.samples,
+            max_length=samples,
             truncation=True,
             device=args.device,
         )
@@ -108,9 +121,9 @@ def main(argv: list[str] | None = None) -> dict:
         sync()
         return (time.perf_counter() - t) * 1000, out
 
-    def steps(n: int) -> None:
+    def steps(n: int, positions: int) -> None:
         for _ in range(args.tokens):
-            static._replay(n)
+            static._replay(n, positions)
 
     def generate(clips):
         out = model.generate(
@@ -123,12 +136,15 @@ def main(argv: list[str] | None = None) -> dict:
     def one_round(clips, n: int):
         """The parts' ms, the static rows and generate's rows."""
         got = {}
-        got["features"], feats = timed(features, clips)
-        got["encoder"], enc = timed(lambda: model.model.encoder(feats).last_hidden_state)
+        window = engine.window(clips)
+        got["features"], feats = timed(features, clips, window)
+        got["encoder"], enc = timed(encode, model.model.encoder, feats)
+        got["encoder_30s"], _ = timed(encode, model.model.encoder, features(clips))
         got["cross"], _ = timed(static._cross, enc, len(clips))
-        ms, _ = timed(steps, n)
+        ms, _ = timed(steps, n, enc.shape[1])
         got["step"] = ms / args.tokens
-        got["static"], rows = timed(lambda: static.transcribe(features(clips), args.tokens))
+        got["static"], _ = timed(lambda: static.transcribe(features(clips, window), args.tokens))
+        got["static_30s"], rows = timed(lambda: static.transcribe(features(clips), args.tokens))
         got["generate"], gen = timed(generate, clips)
         got["engine"], _ = timed(engine.run_batch, clips)  # the served path: its own stream
         return got, rows, gen
@@ -140,6 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "dtype": args.dtype,
         "tokens": args.tokens,
+        "window_s": args.window_s,
         "load_s": round(load_s, 1),
         "capture_s": round(capture_s, 1),
         "static_bytes": static.nbytes(),
@@ -151,7 +168,17 @@ def main(argv: list[str] | None = None) -> dict:
             clips = [rng.normal(0, 0.1, 48000).astype(np.float32) for _ in range(b)]
             times: dict[str, list[float]] = {
                 k: []
-                for k in ("features", "encoder", "cross", "step", "static", "generate", "engine")
+                for k in (
+                    "features",
+                    "encoder",
+                    "encoder_30s",
+                    "cross",
+                    "step",
+                    "static",
+                    "static_30s",
+                    "generate",
+                    "engine",
+                )
             }
             agree = None
             n = bucket(b, static.max_batch)

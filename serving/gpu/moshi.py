@@ -20,9 +20,13 @@ advances all of them in one batched step:
    decoder state; window: the last frames decoded whole).
 
 A session that handed in no frame this step is not advanced (its position and its codec state
-stay; whatever the step wrote at that position is overwritten by its next real step). Every
-shape in a step depends on the batch bucket only, so steps 2–3 run as one CUDA graph per bucket,
-and so do the streaming codec's encode and decode (``MimiGraphs``); the window codec runs
+stay; whatever the step wrote at that position is overwritten by its next real step). The
+temporal transformer attends the first ``L`` positions of its cache, ``L`` the length bucket
+(``serving.gpu.lm_slots.length_bucket``: 256, 512, ... up to ``max_len``) holding every slot of
+the batch bucket, not the whole ``max_len``: a session 10 s in reads 256 frames of keys, not
+2,048. Every shape in a step depends on the batch bucket and the length bucket only, so steps 2–3
+run as one CUDA graph per (bucket, length), and the streaming codec's encode and decode as one
+per bucket (``MimiGraphs``); the window codec runs
 eagerly (transformers' Mimi cannot be captured, and a failed capture would leave the CUDA
 generator unusable).
 
@@ -139,6 +143,7 @@ class MoshiEngine:
         self.out_history = torch.zeros(s, self.k, w, **zeros)
         self.out_audio = torch.zeros(s, self.frame, dtype=torch.float32, device=self.device)
         self._arange = torch.arange(options.max_len, device=self.device)
+        self._positions = [0] * s  # self.pos on the host: the length bucket of a step
         self._codebook = [
             torch.tensor([c], device=self.device) for c in range(self.k)
         ]  # no copies in a graph
@@ -201,7 +206,8 @@ class MoshiEngine:
     def _warm(self) -> float:
         """Every bucket's step once (its CUDA graphs captured) before the first session, so no
         session pays for a capture; all slots are free, so what the steps write is never read."""
-        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        # lazy: serving.gpu.lm_slots and serving.gpu.slots import torch (the gpu extra)
+        from serving.gpu.lm_slots import length_bucket
         from serving.gpu.slots import bucket
 
         started = time.perf_counter()
@@ -210,12 +216,20 @@ class MoshiEngine:
         buckets = sorted(
             {bucket(b, self.opts.max_batch) for b in range(1, self.opts.max_batch + 1)}
         )
+        max_len = self.opts.max_len
+        lengths = sorted({length_bucket(p, max_len) for p in range(1, max_len + 1)})
         with self.torch.inference_mode():
             if self.mimi is not None:
                 self.mimi.warm(buckets)
             for n in buckets:
-                self._run_graph("step", n, self._step)
-        log.info("Moshi buckets %s warm in %.1f s", buckets, time.perf_counter() - started)
+                for length in lengths:
+                    self._run_graph("step", n, self._step, length)
+        log.info(
+            "Moshi buckets %s, lengths %s warm in %.1f s",
+            buckets,
+            lengths,
+            time.perf_counter() - started,
+        )
         return round(time.perf_counter() - started, 1)
 
     # --- sessions ------------------------------------------------------------------------------
@@ -235,6 +249,7 @@ class MoshiEngine:
     def close(self, slot: int) -> None:
         with self._lock:
             self._pending.pop(slot, None)
+            self._resets.add(slot)  # back to position 0: its stale rows stay in every length
             if slot not in self._free:
                 self._free.append(slot)
                 self._free.sort()
@@ -292,8 +307,9 @@ class MoshiEngine:
             frames = list(self._pending.values())
             self._pending.clear()
             resets, self._resets = sorted(self._resets), set()
-        for slot in resets:  # a new session's slot starts empty
+        for slot in resets:  # a new (or closed) session's slot starts empty
             self.pos[slot] = 0
+            self._positions[slot] = 0
             self.text[slot] = 0
             self.codes[slot] = self.audio_pad
             self.user_audio[slot] = 0
@@ -303,13 +319,16 @@ class MoshiEngine:
         return frames
 
     def _advance(self, frames: list[_Frame]) -> None:
-        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        # lazy: serving.gpu.lm_slots and serving.gpu.slots import torch (the gpu extra)
+        from serving.gpu.lm_slots import length_bucket
         from serving.gpu.slots import bucket
 
         torch = self.torch
         started = time.perf_counter()
         slots = [f.slot for f in frames]
         n = bucket(max(slots) + 1, self.opts.max_batch)
+        # every row of the bucket writes at its position, so the length holds all of them
+        length = length_bucket(max(self._positions[:n]) + 1, self.opts.max_len)
         index = torch.tensor(slots, device=self.device)
         new = torch.from_numpy(np.stack([f.samples for f in frames])).to(self.device)
         self.active.zero_()
@@ -323,12 +342,14 @@ class MoshiEngine:
         self._encode(n)
         self.text_noise.uniform_()
         self.audio_noise.uniform_()
-        self._run_graph("step", n, self._step)
+        self._run_graph("step", n, self._step, length)
         self._decode(n)
         self.pos[index] += 1
         audio = self.out_audio[index].cpu().numpy()
         texts = self.text[index].tolist()
         positions = self.pos[index].tolist()  # one transfer, not one per session
+        for slot, position in zip(slots, positions, strict=True):
+            self._positions[slot] = position
         self.steps += 1
         self.step_s += time.perf_counter() - started
         self.rows += len(frames)
@@ -355,28 +376,33 @@ class MoshiEngine:
             return ""
         return self.tokenizer.decode([token], skip_special_tokens=True)
 
-    def _run_graph(self, name: str, n: int, fn) -> None:
+    def _run_graph(self, name: str, n: int, fn, *shape: int) -> None:
+        """``fn(n, *shape)``, replayed from its CUDA graph (captured at the first call)."""
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import capture
 
-        key = (name, n)
+        key = (name, n, *shape)
         graph = self._graphs.get(key)
         if not (self.opts.cuda_graphs and self.device.type == "cuda") or graph is False:
-            fn(n)
+            fn(n, *shape)
             return
         if graph is None:
             try:
-                graph = capture(lambda: fn(n))
-                log.info("Moshi %s captured for batch %d", name, n)
+                graph = capture(lambda: fn(n, *shape))
+                log.info("Moshi %s captured for batch %d %s", name, n, shape)
             except Exception as exc:  # noqa: BLE001 - recorded; this part runs eagerly
                 log.warning(
-                    "Moshi %s capture failed for batch %d (%s); running eagerly", name, n, exc
+                    "Moshi %s capture failed for batch %d %s (%s); running eagerly",
+                    name,
+                    n,
+                    shape,
+                    exc,
                 )
                 self.identity.settings[f"graph_{name}"] = (
                     f"off: capture failed ({type(exc).__name__})"
                 )
                 self._graphs[key] = False
-                fn(n)
+                fn(n, *shape)
                 return
             self._graphs[key] = graph
         graph.replay()
@@ -407,7 +433,9 @@ class MoshiEngine:
             x = x + m.embed_tokens[stream](self.codes[:n, frame, stream])
         return x[:, None, :]
 
-    def _step(self, n: int) -> None:
+    def _step(self, n: int, length: int) -> None:
+        """Rows 0..n-1 one frame on; the keys and values of the first ``length`` positions are
+        attended."""
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import decode_layer, rope_tables, sample_top_k
 
@@ -416,13 +444,23 @@ class MoshiEngine:
         decoder = m.decoder.model
         pos = self.pos[:n]
         rows = self._rows[:n]
-        mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
+        mask = (self._arange[None, :length] <= pos[:, None])[:, None, None, :]
         h = self._inputs(n)
         rotary = decoder.layers[0].self_attn.rotary_emb  # the same angles in every layer
         angles = rope_tables(*rotary(h, pos[:, None]))
         layers = zip(decoder.layers, self.cache.k, self.cache.v, self._plans, strict=True)
         for layer, k, v, plan in layers:
-            h = decode_layer(layer, h, angles, k, v, pos, mask, rows=rows, plan=plan)
+            h = decode_layer(
+                layer,
+                h,
+                angles,
+                k[:, :, :length],
+                v[:, :, :length],
+                pos,
+                mask,
+                rows=rows,
+                plan=plan,
+            )
         hidden = self._norm(decoder.norm, h)  # [n, 1, H]
         text = sample_top_k(
             m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature, self.text_noise[:n]

@@ -4,11 +4,13 @@ sessions.
 :class:`WhisperEngine` holds the model (``serving.weights.load_model``: a verified checkpoint,
 or dummy weights of the whisper-large-v3 configuration), its feature extractor and, where the
 checkpoint has one, its tokenizer. Its :class:`~serving.batching.Batcher` pads every waiting
-utterance to the model's 30 s window (``2 * max_source_positions`` log-mel frames; a longer
-utterance keeps its first 30 s), computes the log-mel features on the device and decodes the
-batch greedily, capped at ``max_new_tokens``: with ``decoder: static`` (the default) on fixed
-tensors with a CUDA graph per batch bucket (:mod:`serving.gpu.whisper_static`, the same tokens as
-``generate``), with ``decoder: generate`` by transformers' ``generate`` (the A/B).
+utterance with silence to the batch's window, computes the log-mel features on the device and
+decodes the batch greedily, capped at ``max_new_tokens``: with ``decoder: static`` (the default)
+on fixed tensors with a CUDA graph per batch bucket and window (:mod:`serving.gpu.whisper_static`,
+the same tokens as ``generate``) in a window of the longest utterance plus 1 s, rounded up to a
+multiple of ``window_s`` (10 s by default, as the embedded recognizer); with ``decoder:
+generate`` by transformers' ``generate`` (the A/B), always in the model's 30 s window
+(``2 * max_source_positions`` log-mel frames). A longer utterance keeps its first 30 s.
 
 Dummy weights decode token noise; without a tokenizer each utterance becomes a fixed placeholder
 marked as dummy (``DUMMY_TEXT``) so that the dialog has a user message to answer.
@@ -53,6 +55,7 @@ class WhisperEngine:
         language: str | None,
         max_tokens_per_s: float | None = None,
         decoder: str = "static",
+        window_s: float | None = None,
     ):
         # lazy: torch is optional (the gpu extra)
         import torch
@@ -67,14 +70,15 @@ class WhisperEngine:
         self.dtype = getattr(torch, dtype)
         self.model = load_model(source, "whisper_gpu", device, dtype)
         config = self.model.config
-        self.samples = 2 * config.max_source_positions * HOP  # the encoder's window
+        self.samples = 2 * config.max_source_positions * HOP  # the encoder's whole window
+        self.window_s = window_s if decoder == "static" else None  # generate: the whole window
         self.features, self.tokenizer = _processors(source, config.num_mel_bins)
         self.generation = self.model.generation_config
         self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
         self.static = None
         if decoder == "static":
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
-            from serving.gpu.whisper_static import StaticWhisper, prompt_ids
+            from serving.gpu.whisper_static import StaticWhisper, prompt_ids, windows
 
             self.static = StaticWhisper(
                 self.model,
@@ -83,6 +87,7 @@ class WhisperEngine:
                 max_new_tokens,
                 max_batch,
                 graphs=True,
+                frames=windows(self.window_s, self.samples // HOP),
             )
         # batches run on their own stream, so that the encoder's long kernels run beside the
         # steps of the other engines on the GPU (the reply model's, the speech model's), not
@@ -103,6 +108,7 @@ class WhisperEngine:
                 "max_tokens_per_s": max_tokens_per_s,
                 "language": language,
                 "decoder": decoder,
+                "window_s": self.window_s,
                 "tokenizer": "checkpoint"
                 if self.tokenizer is not None
                 else "none (dummy placeholder text)",
@@ -143,16 +149,25 @@ class WhisperEngine:
         with torch.cuda.stream(self.cuda_stream):
             return self._run_batch(batch)
 
+    def window(self, batch: Sequence[np.ndarray]) -> int:
+        """The samples the batch is encoded in (``whisper_static.window_frames``)."""
+        # lazy: torch is optional (the gpu extra), and whisper_static imports it
+        from serving.gpu.whisper_static import window_frames
+
+        longest = min(max(len(s) for s in batch), self.samples) / RATE
+        return window_frames(longest, self.window_s, self.samples // HOP) * HOP
+
     def _run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
         # lazy: torch is optional (the gpu extra)
         import torch
 
+        samples = self.window(batch)
         inputs = self.features(
-            [np.asarray(s, dtype=np.float32)[: self.samples] for s in batch],
+            [np.asarray(s, dtype=np.float32)[:samples] for s in batch],
             sampling_rate=RATE,
             return_tensors="pt",
             padding="max_length",
-            max_length=self.samples,
+            max_length=samples,
             truncation=True,
             device=self.device,
         )
@@ -221,6 +236,7 @@ def engine_key(options: WhisperGpuOptions) -> tuple:
         options.language,
         options.max_tokens_per_s,
         options.decoder,
+        options.window_s,
     )
 
 
@@ -250,6 +266,7 @@ class WhisperGpuNode(WhisperNode):
                 options.language,
                 options.max_tokens_per_s,
                 options.decoder,
+                options.window_s,
             )
 
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)

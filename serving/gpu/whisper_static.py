@@ -6,13 +6,19 @@ every kernel of every layer from Python at every token (docs/gpu.md: 7 s for 16 
 whisper-large-v3 on an H200, three quarters of the GPU cascade's first audio). Here a batch of
 utterances is decoded as:
 
-1. the encoder over the batch's log-mel features (the model's own module, once per batch);
+1. the encoder over the batch's log-mel features (the model's own layers, once per batch), in
+   the batch's window (:func:`window_frames`): the whole 30 s, or with ``window_s`` the longest
+   utterance plus 1 s rounded up to a multiple of ``window_s``, as the embedded recognizer does
+   (``fdb.models.asr.FasterWhisperAsr.transcribe_utterance``): the encoder's positions are the
+   window's first ones (:func:`encode`), and a shorter window is faster for a slightly higher WER;
 2. every decoder layer's cross-attention keys and values made once from the encoder's output,
-   written into tensors allocated once for ``max_batch`` rows (:class:`StaticWhisper`);
+   written into tensors allocated once for ``max_batch`` rows of the whole window
+   (:class:`StaticWhisper`; a shorter window uses the front of the same memory);
 3. one decoder step per token for every row at once, with the self-attention keys and values
    written at the step's position into a cache of ``prompt + max_new_tokens`` positions. Every
    shape in a step depends only on the bucket ``n`` (the smallest power of two holding the
-   batch), so the step is captured as one CUDA graph per bucket and replayed.
+   batch) and the window, so the step is captured as one CUDA graph per (bucket, window) and
+   replayed.
 
 The decoding rule is transformers' ``generate`` for short-form Whisper without timestamps: the
 forced prompt (``decoder_start_token_id``, then the language, the task and ``<|notimestamps|>``
@@ -29,6 +35,7 @@ batch in fixed per-bucket tensors shared by every batch).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -61,10 +68,42 @@ def prompt_ids(generation, language: str | None) -> list[int]:
     return ids
 
 
+def window_frames(seconds: float, window_s: float | None, full: int) -> int:
+    """The log-mel frames (100 a second) a batch whose longest utterance lasts ``seconds`` is
+    encoded in: the utterance plus 1 s of silence, rounded up to a multiple of ``window_s``, at
+    most the model's whole window of ``full`` frames; ``window_s`` None: always ``full``."""
+    if window_s is None:
+        return full
+    step = 2 * math.ceil(window_s * 50)  # even: the encoder's second convolution halves it
+    return min(full, step * max(1, math.ceil(math.ceil((seconds + 1) * 100) / step)))
+
+
+def windows(window_s: float | None, full: int) -> list[int]:
+    """Every window (frames) :func:`window_frames` gives, shortest first."""
+    if window_s is None:
+        return [full]
+    step = 2 * math.ceil(window_s * 50)
+    return sorted({min(full, step * k) for k in range(1, math.ceil(full / step) + 1)})
+
+
+def encode(encoder, features: torch.Tensor) -> torch.Tensor:
+    """The output of ``encoder`` (a ``WhisperEncoder``) for ``features`` [B, mel bins, frames] of
+    any even length up to its window: its own convolutions, layers and norm, with the first
+    ``frames / 2`` position embeddings (transformers' ``forward`` takes the whole window only;
+    for the whole window this is that ``forward``)."""
+    x = F.gelu(encoder.conv1(features))
+    x = F.gelu(encoder.conv2(x)).permute(0, 2, 1)
+    x = x + encoder.embed_positions.weight[: x.shape[1]]
+    for layer in encoder.layers:
+        x = layer(x, None)
+    return encoder.layer_norm(x)
+
+
 class StaticWhisper:
     """Greedy transcription of batches of up to ``max_batch`` utterances by ``model`` (a
     ``WhisperForConditionalGeneration``) under ``generation`` (its generation config: suppressed
-    and end tokens); ``graphs``: capture each bucket's step (CUDA only)."""
+    and end tokens); ``graphs``: capture each bucket's step (CUDA only); ``frames``: the windows
+    (log-mel frames, :func:`windows`) a batch may come in (default: the whole window only)."""
 
     def __init__(
         self,
@@ -74,6 +113,7 @@ class StaticWhisper:
         max_new_tokens: int,
         max_batch: int,
         graphs: bool,
+        frames: Sequence[int] | None = None,
     ):
         config = model.config
         self.model, self.max_batch = model, max_batch
@@ -93,11 +133,16 @@ class StaticWhisper:
         layers = self.decoder.layers
         self.heads = config.decoder_attention_heads
         self.head_dim = config.d_model // self.heads
-        frames = config.max_source_positions
+        full = 2 * config.max_source_positions
+        self.frames = sorted(set(frames or [full]))
+        if any(f % 2 or not 2 <= f <= full for f in self.frames):
+            raise ValueError(f"windows {self.frames}: even, at most the model's {full} frames")
         kv = (max_batch, self.heads, self.length, self.head_dim)
-        cross = (max_batch, self.heads, frames, self.head_dim)
+        cross = max_batch * self.heads * config.max_source_positions * self.head_dim
         self.k = [torch.zeros(kv, device=device, dtype=dtype) for _ in layers]
         self.v = [torch.zeros(kv, device=device, dtype=dtype) for _ in layers]
+        # one buffer a layer for the whole window; a window's keys are a contiguous view of its
+        # front ([max_batch, heads, positions, head_dim])
         self.cross_k = [torch.zeros(cross, device=device, dtype=dtype) for _ in layers]
         self.cross_v = [torch.zeros(cross, device=device, dtype=dtype) for _ in layers]
         # a step's inputs and outputs, read and written by the captured graphs
@@ -115,7 +160,7 @@ class StaticWhisper:
         self.begin_bias[begin] = float("-inf")
         eos = generation.eos_token_id
         self.eos = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._pool = None
 
     def nbytes(self) -> int:
@@ -125,21 +170,29 @@ class StaticWhisper:
         )
 
     def warm(self, buckets: Sequence[int]) -> None:
-        """Each bucket's step captured (CUDA graphs) before the first batch needs it."""
+        """Each bucket's step in each window captured (CUDA graphs) before a batch needs it."""
         with torch.inference_mode():
-            for n in buckets:
-                self._replay(n)
+            for frames in self.frames:
+                for n in buckets:
+                    self._replay(n, frames // 2)
+
+    def _cross_view(self, flat: torch.Tensor, positions: int) -> torch.Tensor:
+        size = self.max_batch * self.heads * positions * self.head_dim
+        return flat[:size].view(self.max_batch, self.heads, positions, self.head_dim)
 
     @torch.inference_mode()
     def transcribe(self, features: torch.Tensor, budget: int) -> list[list[int]]:
-        """The generated token ids of each row of ``features`` [B, mel bins, frames] (the prompt
-        left out; a row ends before its end token), at most ``budget`` tokens a row."""
-        rows = features.shape[0]
+        """The generated token ids of each row of ``features`` [B, mel bins, frames] (frames: one
+        of the windows; the prompt left out; a row ends before its end token), at most ``budget``
+        tokens a row."""
+        rows, frames = features.shape[0], features.shape[-1]
         if not 1 <= rows <= self.max_batch:
             raise ValueError(f"a batch of {rows} utterances (1 to {self.max_batch})")
+        if frames not in self.frames:
+            raise ValueError(f"a window of {frames} frames (one of {self.frames})")
         budget = min(budget, self.max_new_tokens)
-        n = bucket(rows, self.max_batch)
-        encoded = self.model.model.encoder(features).last_hidden_state
+        n, positions = bucket(rows, self.max_batch), frames // 2
+        encoded = encode(self.model.model.encoder, features)
         self._cross(encoded, rows)
         prompt = self.prompt
         chosen = torch.empty((n, budget), dtype=torch.long, device=self.device)
@@ -150,7 +203,7 @@ class StaticWhisper:
             self.position.fill_(step)
             free = step + 1 - len(prompt)  # the generated token this step chooses (< 0: forced)
             self.bias.copy_(self.begin_bias if free == 0 else self.plain_bias)
-            self._replay(n)
+            self._replay(n, positions)
             if free < 0:
                 self.tokens[:n].fill_(prompt[step + 1])
                 continue
@@ -178,25 +231,29 @@ class StaticWhisper:
 
     def _cross(self, encoded: torch.Tensor, rows: int) -> None:
         """Each layer's cross-attention keys and values of the batch's rows."""
-        shape = (rows, -1, self.heads, self.head_dim)
+        positions = encoded.shape[1]
+        shape = (rows, positions, self.heads, self.head_dim)
         for i, layer in enumerate(self.decoder.layers):
             attn = layer.encoder_attn
-            self.cross_k[i][:rows].copy_(attn.k_proj(encoded).view(shape).transpose(1, 2))
-            self.cross_v[i][:rows].copy_(attn.v_proj(encoded).view(shape).transpose(1, 2))
+            k = self._cross_view(self.cross_k[i], positions)
+            v = self._cross_view(self.cross_v[i], positions)
+            k[:rows].copy_(attn.k_proj(encoded).view(shape).transpose(1, 2))
+            v[:rows].copy_(attn.v_proj(encoded).view(shape).transpose(1, 2))
 
-    def _replay(self, n: int) -> None:
+    def _replay(self, n: int, positions: int) -> None:
         if not self.graphs:
-            self._step(n)
+            self._step(n, positions)
             return
-        graph = self._graphs.get(n)
+        graph = self._graphs.get((n, positions))
         if graph is None:
-            graph = capture(lambda: self._step(n), pool=self._pool)
+            graph = capture(lambda: self._step(n, positions), pool=self._pool)
             self._pool = self._pool or graph.pool()
-            self._graphs[n] = graph
+            self._graphs[n, positions] = graph
         graph.replay()
 
-    def _step(self, n: int) -> None:
-        """One token for rows ``0..n-1``: ``tokens`` at ``position`` in, ``chosen`` out."""
+    def _step(self, n: int, positions: int) -> None:
+        """One token for rows ``0..n-1`` against ``positions`` encoder positions: ``tokens`` at
+        ``position`` in, ``chosen`` out."""
         decoder, heads, dim = self.decoder, self.heads, self.head_dim
         x = decoder.embed_tokens(self.tokens[:n])[:, None] + decoder.embed_positions.weight[
             self.position
@@ -218,7 +275,10 @@ class StaticWhisper:
             h = layer.encoder_attn_layer_norm(x)
             q = (cross.q_proj(h) * cross.scaling).view(n, 1, heads, dim).transpose(1, 2)
             a = F.scaled_dot_product_attention(
-                q, self.cross_k[i][:n], self.cross_v[i][:n], scale=1.0
+                q,
+                self._cross_view(self.cross_k[i], positions)[:n],
+                self._cross_view(self.cross_v[i], positions)[:n],
+                scale=1.0,
             )
             x = x + cross.out_proj(a.transpose(1, 2).reshape(n, 1, heads * dim))
             h = layer.final_layer_norm(x)

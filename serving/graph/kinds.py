@@ -148,7 +148,12 @@ class WhisperGpuOptions(GpuModelOptions):
     ``max_tokens_per_s``: a batch decodes at most this many tokens per second of its longest
     utterance (at least 4, at most ``max_new_tokens``; null: always ``max_new_tokens``). English
     speech is 3-5 tokens a second, so a real recognizer ends at its end token first; it bounds a
-    hallucinating one, and a dummy-weight one, which never ends, to a real transcript's length."""
+    hallucinating one, and a dummy-weight one, which never ends, to a real transcript's length.
+    ``window_s`` (static decoder): a batch is encoded in a window of its longest utterance plus
+    1 s, rounded up to a multiple of this (10, 20 or 30 s by default), as
+    ``whisper_transcription``'s ``window_s``: a shorter window is faster for a slightly higher
+    WER, and below 10 s Whisper repeats itself; null: always the whole 30 s (``decoder:
+    generate`` always encodes 30 s)."""
 
     presets: ClassVar[tuple[str, ...]] = ("whisper-large-v3",)
 
@@ -159,6 +164,7 @@ class WhisperGpuOptions(GpuModelOptions):
     # "static": the decoder on fixed tensors, a CUDA graph per batch bucket
     # (serving.gpu.whisper_static); "generate": transformers' generate (the A/B)
     decoder: Literal["static", "generate"] = "static"
+    window_s: float | None = Field(10.0, ge=10, le=30)
 
 
 class CausalLmGpuOptions(GpuModelOptions):

@@ -19,12 +19,20 @@
   publishes audio: it reaches that node's readers only when the sink ``release()``s it, once the
   turn's audio has played; ``release()`` also reports reply.delivered for such a node. Without
   a pacing sink the graph reports reply.delivered itself when a started reply is interrupted.
+- With ``FDB_STAGE_MARKS=1`` in the server's environment, the first chunk of each node and kind
+  (a format or a control) in each session graph is logged as a ``stage mark`` line with the
+  graph's serial number in the process and the wall time (``benchmarks/server_stages.py`` reads
+  them from the server's log: where a first reply's time goes inside the server).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
+import logging
+import os
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -35,6 +43,8 @@ from serving.graph.streams import PASS_FENCE, Chunk, control
 
 Emit = Callable[[Chunk], Awaitable[None]]
 FENCING = ("interrupt", "turn.interrupted")
+log = logging.getLogger("fdb.serving")
+_serials = itertools.count(1)  # session graphs of this process, in order (stage marks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +293,10 @@ class SessionGraph:
             if formats & {"pcm16", "pcm_f32le"} and "session" in formats
         }
         self._pacing = getattr(self.sink, "holds_turn_done", False)
+        # (node, kind) marked so far; None: marks are off
+        self._marked: set[tuple[str, str]] | None = None
+        if os.environ.get("FDB_STAGE_MARKS") == "1":
+            self._marked, self.serial = set(), next(_serials)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:
@@ -387,7 +401,15 @@ class SessionGraph:
         ``chunk.source`` naming that node), to the node's readers; not back to the sink."""
         await self._route(chunk, publish=False)
 
+    def _mark(self, chunk: Chunk) -> None:
+        key = (chunk.source, chunk.control or chunk.format)
+        if key not in self._marked:
+            self._marked.add(key)
+            log.info("stage mark %d %s %s %.6f", self.serial, key[0], key[1], time.time())
+
     async def _route(self, chunk: Chunk, publish: bool = True) -> None:
+        if self._marked is not None and chunk.source != INPUT:
+            self._mark(chunk)
         if chunk.control in FENCING and chunk.turn is not None:
             self.fence(chunk.turn)
         if chunk.source != INPUT and chunk.turn in self.fenced and chunk.control not in PASS_FENCE:

@@ -361,3 +361,33 @@ def test_a_failing_node_fails_the_graph_with_its_name():
         await graph.close()
 
     asyncio.run(scenario())
+
+
+def test_stage_marks_log_each_nodes_first_chunk_of_a_kind(monkeypatch, caplog, tmp_path):
+    """FDB_STAGE_MARKS=1: one line per (node, kind) and graph, the first only; off by default;
+    benchmarks/server_stages.py reads them back as seconds after a mark."""
+    from benchmarks.server_stages import groups, read_marks, stages
+
+    decl = graph_of({"prod": ["input"], "cons": ["prod"]})
+
+    async def script(graph):
+        assert await graph.append(audio())
+        assert await graph.append(audio())
+
+    caplog.set_level("INFO", logger="fdb.serving")
+    asyncio.run(run(decl, {"prod": Burst(3), "cons": Slow(0.0)}, script))
+    assert "stage mark" not in caplog.text
+    monkeypatch.setenv("FDB_STAGE_MARKS", "1")
+    graphs = [asyncio.run(run(decl, {"prod": Burst(3), "cons": Slow(0.0)}, script))]
+    graphs.append(asyncio.run(run(decl, {"prod": Burst(3), "cons": Slow(0.0)}, script)))
+    marks = [r.getMessage() for r in caplog.records if "stage mark" in r.getMessage()]
+    assert len(marks) == 2  # prod's text_delta, once a graph (6 chunks each)
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(f"INFO fdb.serving: {m}" for m in marks) + "\n")
+    read = read_marks(log)
+    assert sorted(read, key=int) == [str(g.serial) for g in graphs]
+    assert all(list(m) == ["prod:text_delta"] for m in read.values())
+    assert stages(read, "prod:text_delta") == {}  # nothing after the only mark
+    both = {"1": {"x:s": 10.0, "y:t": 10.25}, "2": {"x:s": 5.0, "y:t": 4.5}, "3": {"y:t": 1.0}}
+    assert stages(both, "x:s") == {"y:t": {"graphs": 2, "p50": -0.5, "p90": 0.25, "max": 0.25}}
+    assert [sorted(g) for g in groups(both, 2)] == [["1", "2"], ["3"]]

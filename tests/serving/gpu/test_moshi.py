@@ -114,3 +114,34 @@ def test_the_streaming_codec_keeps_state_per_slot(model):
         engine.close(slot)
     finally:
         engine.shutdown()
+
+
+def test_a_step_attends_its_length_bucket_with_the_same_frames(model, monkeypatch):
+    """Past 256 frames the step attends 512 positions, before it 256; the frames equal those of
+    steps that attend all ``max_len`` positions, and a closed slot goes back to position 0."""
+    from serving.gpu import lm_slots
+
+    def run() -> tuple[list[np.ndarray], list[int]]:
+        options = MoshiOptions(max_batch=2, max_len=512, text_top_k=1, audio_top_k=1)
+        engine = MoshiEngine(model, options, dummy=True, weights_label="dummy")
+        lengths: list[int] = []
+        bucket = lm_slots.length_bucket
+        monkeypatch.setattr(
+            lm_slots, "length_bucket", lambda p, m: lengths.append(chosen(p, m)) or lengths[-1]
+        )
+        try:
+            out = _run(engine, {0: _frames(3, 260)})[0]
+            engine.submit(engine.open(), _frames(4, 1)[0]).result(timeout=60)
+            assert engine._positions[:2] == [1, 0]  # the closed slot started again at 0
+        finally:
+            engine.shutdown()
+            monkeypatch.setattr(lm_slots, "length_bucket", bucket)
+        return out, lengths
+
+    chosen = lm_slots.length_bucket
+    bucketed, lengths = run()
+    assert lengths[:256] == [256] * 256 and set(lengths[256:260]) == {512}
+    chosen = lambda p, m: m  # noqa: E731 - every step attends all positions
+    whole, lengths = run()
+    assert set(lengths) == {512}
+    assert all(np.array_equal(a, b) for a, b in zip(bucketed, whole, strict=True))

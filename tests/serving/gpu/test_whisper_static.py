@@ -1,7 +1,9 @@
 """Whisper's static decoder (``serving.gpu.whisper_static``) chooses the tokens transformers'
 ``generate`` chooses: tiny random-weight models on CPU in float32, with the plain prompt, with a
 multilingual prompt and suppressed tokens, with rows that end early, and a row's tokens do not
-depend on the other rows of its batch (buckets hold stale rows of earlier batches)."""
+depend on the other rows of its batch (buckets hold stale rows of earlier batches). In a window
+shorter than the model's, its tokens are ``generate``'s with a model whose encoder has that many
+positions (the same weights, the position table cut)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,14 @@ from tests.serving.gpu.conftest import TINY_WHISPER
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from serving.gpu.whisper_static import StaticWhisper, buckets, prompt_ids  # noqa: E402
+from serving.gpu.whisper_static import (  # noqa: E402
+    StaticWhisper,
+    buckets,
+    encode,
+    prompt_ids,
+    window_frames,
+    windows,
+)
 from serving.weights import WeightSource, load_model  # noqa: E402
 
 BUDGET = 10
@@ -33,8 +42,8 @@ def model():
     return model
 
 
-def _features(rows: int, seed: int = 0) -> torch.Tensor:
-    frames = 2 * TINY["max_source_positions"]
+def _features(rows: int, seed: int = 0, frames: int | None = None) -> torch.Tensor:
+    frames = frames or 2 * TINY["max_source_positions"]
     rng = np.random.default_rng(seed)
     return torch.tensor(rng.normal(0, 1, (rows, TINY["num_mel_bins"], frames)), dtype=torch.float32)
 
@@ -123,3 +132,57 @@ def test_too_long_a_decode_is_refused(model):
     static = StaticWhisper(model, model.generation_config, [1], 4, 2, graphs=False)
     with pytest.raises(ValueError, match="a batch of 3 utterances"):
         static.transcribe(_features(3), 4)
+
+
+def test_the_window_is_the_utterance_plus_a_second_in_steps_of_window_s():
+    assert [window_frames(s, 10, 3000) for s in (0.5, 3, 8.99, 9.5, 19, 25, 40)] == [
+        1000,
+        1000,
+        1000,
+        2000,
+        2000,
+        3000,
+        3000,
+    ]
+    assert window_frames(3, None, 3000) == 3000 and window_frames(3, 15, 3000) == 1500
+    assert window_frames(3, 10.01, 3000) == 1002  # even: the encoder halves the frames
+    assert windows(10, 3000) == [1000, 2000, 3000] and windows(15, 3000) == [1500, 3000]
+    assert windows(None, 3000) == [3000] and windows(10, 200) == [200]
+
+
+def test_encode_is_the_encoders_forward_in_the_whole_window(model):
+    features = _features(2, seed=4)
+    with torch.inference_mode():
+        ours = encode(model.model.encoder, features)
+        theirs = model.model.encoder(features).last_hidden_state
+    assert torch.equal(ours, theirs)
+
+
+def test_a_shorter_window_equals_generate_with_that_many_encoder_positions(model):
+    generation = copy.deepcopy(model.generation_config)
+    full = 2 * TINY["max_source_positions"]
+    static = StaticWhisper(
+        model,
+        generation,
+        prompt_ids(generation, None),
+        BUDGET,
+        4,
+        graphs=False,
+        frames=[full // 2, full],
+    )
+    short = _features(3, seed=5, frames=full // 2)
+    cut = copy.deepcopy(model)  # the same weights, an encoder of half the positions
+    cut.config.max_source_positions = TINY["max_source_positions"] // 2
+    table = cut.model.encoder.embed_positions
+    table.weight = torch.nn.Parameter(table.weight[: full // 4].clone())
+    table.num_embeddings = full // 4
+    got = static.transcribe(short, BUDGET)
+    assert got == _generated(cut, short, generation)
+    # the whole window still decodes as before, after a shorter one used the same buffers
+    whole = _features(3, seed=5)
+    assert static.transcribe(whole, BUDGET) == _generated(model, whole, generation)
+    assert got != static.transcribe(torch.nn.functional.pad(short, (0, full // 2)), BUDGET)
+    with pytest.raises(ValueError, match=r"a window of 60 frames \(one of \[100, 200\]\)"):
+        static.transcribe(_features(1, frames=60), BUDGET)
+    with pytest.raises(ValueError, match="even, at most the model's 200 frames"):
+        StaticWhisper(model, generation, [1], 4, 2, graphs=False, frames=[400])

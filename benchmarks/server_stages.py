@@ -1,0 +1,102 @@
+"""Where a first reply's time goes inside the server: the stage marks of a server run with
+``FDB_STAGE_MARKS=1`` (``serving.graph.runtime``: the first chunk of each node and kind in each
+session graph, with its wall time), read from the server's log::
+
+    FDB_STAGE_MARKS=1 python -m fdb serve ... > server.log 2>&1
+    python benchmarks/server_stages.py server.log [--after turn_detection:speech.stopped]
+        [--per 32] [--out stages.json]
+
+For every session graph with the ``--after`` mark (default: the turn detection's first
+speech.stopped, the end of the first turn), each other mark of that graph that comes after it is
+taken as seconds after it; per mark (``node:kind``, e.g. ``asr:transcript``,
+``llm:text_delta``, ``tts:reply.chunk``, ``tts:pcm_f32le``) the script prints how many graphs
+had it and p50 / p90 / max, in the order of their p50. A mark before the ``--after`` mark (a
+prefetch's transcript that came before the turn ended) is negative. ``--per N``: the graphs in
+the order the server made them, in groups of N, each reported on its own (a sweep's levels, each
+of N sessions, run one after another against one server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+MARK = re.compile(r"stage mark (\d+) (\S+) (\S+) ([0-9.]+)")
+
+
+def read_marks(log: Path) -> dict[str, dict[str, float]]:
+    """graph id -> {"node:kind": wall time} of a server log."""
+    graphs: dict[str, dict[str, float]] = defaultdict(dict)
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            found = MARK.search(line)
+            if found:
+                graph, node, kind, t = found.groups()
+                graphs[graph].setdefault(f"{node}:{kind}", float(t))
+    return dict(graphs)
+
+
+def groups(graphs: dict[str, dict[str, float]], per: int) -> list[dict[str, dict[str, float]]]:
+    """The graphs in serial order, in consecutive groups of ``per``."""
+    ordered = sorted(graphs, key=int)
+    return [{g: graphs[g] for g in ordered[i : i + per]} for i in range(0, len(ordered), per)]
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def stages(graphs: dict[str, dict[str, float]], after: str) -> dict[str, dict]:
+    """Per mark: graphs, p50, p90 and max seconds after ``after`` (nearest-rank quantiles)."""
+    delays: dict[str, list[float]] = defaultdict(list)
+    for marks in graphs.values():
+        start = marks.get(after)
+        if start is None:
+            continue
+        for name, t in marks.items():
+            if name != after:
+                delays[name].append(t - start)
+    table = {
+        name: {
+            "graphs": len(values),
+            "p50": round(_quantile(values, 0.5), 3),
+            "p90": round(_quantile(values, 0.9), 3),
+            "max": round(max(values), 3),
+        }
+        for name, values in delays.items()
+    }
+    return dict(sorted(table.items(), key=lambda item: item[1]["p50"]))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("log", type=Path, help="the server's log (FDB_STAGE_MARKS=1)")
+    parser.add_argument("--after", default="turn_detection:speech.stopped")
+    parser.add_argument("--per", type=int, help="report the graphs in groups of this many")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    graphs = read_marks(args.log)
+    tables = []
+    for group in groups(graphs, args.per or max(1, len(graphs))):
+        table = stages(group, args.after)
+        first, last = min(group, key=int), max(group, key=int)
+        print(f"graphs {first}-{last}: seconds after {args.after} (p50 / p90 / max, graphs)")
+        for name, row in table.items():
+            p50, p90, top = row["p50"], row["p90"], row["max"]
+            print(f"  {name:<34} {p50:>7} / {p90:>7} / {top:>7}  ({row['graphs']})")
+        tables.append({"graphs": f"{first}-{last}", "marks": table})
+    if not any(t["marks"] for t in tables):
+        print(f"no graph in {args.log} has the mark {args.after}", file=sys.stderr)
+    if args.out:
+        args.out.write_text(json.dumps({"after": args.after, "groups": tables}, indent=2) + "\n")
+    return {"after": args.after, "groups": tables}
+
+
+if __name__ == "__main__":
+    main()
