@@ -26,6 +26,8 @@
 #   window        gpu_whisper (a 10 s window against 30 s), gpu_cascade at 16,32 with its stages
 #                 and the server's stage marks (server_stages.py), the same with prefetch_ms 100,
 #                 gpu_native at 16,32 (the temporal transformer's length buckets)
+#   burst         gpu_cascade at 16,32 with its stages and stage marks (CSM's burst admission),
+#                 then gpu_tts at C1,16,64 with 64 requests a level
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -168,8 +170,18 @@ window)
     step native 200 python3 benchmarks/gpu_native.py --out "$RES/native" --levels 16,32 \
         --dataset "$DATA/cascade-ds" --skip-profile
     ;;
+burst)
+    step cascade 170 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+        --out $RES/cascade --levels 16,32 --dataset $DATA/cascade-ds \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/cascade_stages.py $RES/cascade/sweep --out $RES/stages.json \
+        && python3 benchmarks/server_stages.py $RES/cascade/sweep/logs/model-server.log \
+            --per 32 --out $RES/server-stages.json"
+    step tts 260 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
+        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16,64 --num-prompts 64
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream or window"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window or burst"
     exit 2
     ;;
 esac

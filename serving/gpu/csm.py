@@ -7,9 +7,10 @@ turns the frame into 1,920 samples at 24 kHz. The prompt is CsmProcessor's layou
 transcript and the reference audio's frames (the voice to clone), an audio end frame, then the
 text to speak.
 
-One :class:`CsmEngine` per process serves every request: a GPU thread admits new requests (one
-backbone prefill each, of all prompt tokens but the last, into a free slot of
-:class:`~serving.gpu.slots.SlotCache`; a reference's Mimi codes are cached by its sha256), then
+One :class:`CsmEngine` per process serves every request: a GPU thread admits new requests (a
+backbone prefill of all prompt tokens but the last into a free slot of
+:class:`~serving.gpu.slots.SlotCache`: one each for a lone arrival, one pass for a burst of
+``BURST`` or more; a reference's Mimi codes are cached by its sha256), then
 advances every busy slot by one frame in one batched step (the new slot's last prompt token is its
 first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`:
 backbone, 31 depth steps and the sampling, captured as one CUDA graph per batch bucket when
@@ -48,6 +49,8 @@ log = logging.getLogger("fdb.serving")
 
 RATE = 24000
 REF_CACHE = 256  # reference voices whose codes are kept
+BURST = 3  # waiting requests prefilled in one pass from this many (fewer: one prefill each)
+PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 FRAME_HZ = 12.5
 
 
@@ -187,6 +190,8 @@ class CsmEngine(PendingRequests):
         self._wake = threading.Event()
         self._stop = False
         self.steps = 0
+        self.prefills = 0  # requests prefilled
+        self.prefill_passes = 0  # backbone prefill passes (a burst shares one)
         self.step_s = 0.0  # launch to delivery, the admissions between them included
         self._started = 0.0
         self.identity = BackendIdentity(
@@ -322,27 +327,50 @@ class CsmEngine(PendingRequests):
                         )
 
     def _admit(self) -> None:
+        """Every waiting request that has a free slot. Fewer than ``BURST`` waiting: one backbone
+        prefill each (a lone arrival, the steady state: nothing is padded); a burst (many
+        sessions' replies at once): their prompts in passes of up to ``PREFILL_TOKENS`` padded
+        tokens (``serving.gpu.slots.prefill_rows``), so that the last of 32 does not wait for
+        31 prefills, nor do the requests in flight. A request whose prompt fails is refused
+        alone."""
         while not self._pending.empty():
             free = [i for i, r in enumerate(self._slots) if r is None]
             if not free:
                 return
-            request = self._pending.get()
-            if request.cancelled:
+            waiting: list[tuple[_Request, object, object]] = []
+            while len(waiting) < len(free) and not self._pending.empty():
+                request = self._pending.get()
+                if request.cancelled:
+                    continue
+                try:
+                    waiting.append((request, *self._checked_prompt(request)))
+                except BaseException as exc:
+                    self._refuse([request], exc)
+            if len(waiting) < BURST:
+                for (request, embeds, ref_codes), slot in zip(waiting, free, strict=False):
+                    self._prefill([(request, slot, embeds, ref_codes)])
                 continue
-            slot = free[0]
-            try:
-                self._prefill(request, slot)
-            except BaseException as exc:
-                if isinstance(exc, PromptTooLong):  # the request's fault: no traceback
-                    log.warning("CSM request refused: %s", exc.one_line())
-                else:
-                    log.exception("CSM prefill failed")
-                request.out.put(
-                    exc
-                    if isinstance(exc, FdbError)
-                    else FdbError(f"CSM prefill failed: {exc}", "see the server log")
-                )
-                request.out.put(None)
+            batch: list[tuple[_Request, int, object, object]] = []
+            for (request, embeds, ref_codes), slot in zip(waiting, free, strict=False):
+                longest = max([embeds.shape[1]] + [e.shape[1] for _, _, e, _ in batch])
+                if batch and longest * (len(batch) + 1) > PREFILL_TOKENS:
+                    self._prefill(batch)
+                    batch = []
+                batch.append((request, slot, embeds, ref_codes))
+            self._prefill(batch)
+
+    def _refuse(self, requests: list[_Request], exc: BaseException) -> None:
+        if isinstance(exc, PromptTooLong):  # the request's fault: no traceback
+            log.warning("CSM request refused: %s", exc.one_line())
+        else:
+            log.exception("CSM prefill failed")
+        for request in requests:
+            request.out.put(
+                exc
+                if isinstance(exc, FdbError)
+                else FdbError(f"CSM prefill failed: {exc}", "see the server log")
+            )
+            request.out.put(None)
 
     def _launch(self, busy: list[int]) -> int:
         """One frame for rows 0..n-1 launched (step and decode), without waiting for the GPU;
@@ -438,11 +466,8 @@ class CsmEngine(PendingRequests):
             self._ref_codes.pop(next(iter(self._ref_codes)))
         return codes
 
-    def _prefill(self, request: _Request, slot: int) -> None:
-        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import prefill_layer, rope_tables
-
-        torch = self.torch
+    def _checked_prompt(self, request: _Request):
+        """:meth:`_prompt`, refused when it cannot fit a slot."""
         embeds, ref_codes = self._prompt(request)
         t = embeds.shape[1]
         if t + 2 >= self.opts.max_len:
@@ -450,15 +475,52 @@ class CsmEngine(PendingRequests):
                 f"the prompt is {t} tokens, the engine holds {self.opts.max_len}",
                 "send a shorter reference or text, or raise max_len",
             )
+        return embeds, ref_codes
+
+    def _prefill(self, batch: list) -> None:
+        """Each request's prompt but its last token into its slot (``batch``: (request, slot,
+        embeds, reference codes)); the batched step takes each last token. One request: its own
+        prefill (``prefill_layer``); more: one pass, right-padded (``prefill_rows``). A failed
+        pass refuses these requests, not the others."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import prefill_layer, prefill_rows, rope_tables
+
+        torch = self.torch
         backbone = self.model.backbone_model
-        if t > 1:  # all but the last prompt token; the batched step takes that one
-            positions = torch.arange(t - 1, device=self.device)[None]
-            cos, sin = backbone.rotary_emb(embeds, positions)
-            rotary = rope_tables(cos, sin)
-            h = embeds[:, :-1]
-            layers = zip(backbone.layers, self.cache.k, self.cache.v, self._plans, strict=True)
-            for layer, k, v, plan in layers:
-                h = prefill_layer(layer, h, cos, sin, k, v, slot, 0, plan=plan, rotary=rotary)
+        t = max(embeds.shape[1] for _, _, embeds, _ in batch) - 1
+        layers = list(zip(backbone.layers, self.cache.k, self.cache.v, self._plans, strict=True))
+        try:
+            if t > 0 and len(batch) == 1:  # all but the last token; the step takes that one
+                ((_, slot, embeds, _),) = batch
+                positions = torch.arange(t, device=self.device)[None]
+                cos, sin = backbone.rotary_emb(embeds, positions)
+                rotary = rope_tables(cos, sin)
+                h = embeds[:, :-1]
+                for layer, k, v, plan in layers:
+                    h = prefill_layer(layer, h, cos, sin, k, v, slot, 0, plan=plan, rotary=rotary)
+            elif t > 0:
+                hidden = batch[0][2].shape[2]
+                h = torch.zeros(len(batch), t, hidden, dtype=self.dtype, device=self.device)
+                for row, (_, _, embeds, _) in enumerate(batch):
+                    h[row, : embeds.shape[1] - 1] = embeds[0, :-1]
+                positions = torch.arange(t, device=self.device)[None]
+                rotary = rope_tables(*backbone.rotary_emb(h, positions))
+                rows = torch.tensor([slot for _, slot, _, _ in batch], device=self.device)
+                for layer, k, v, plan in layers:
+                    h = prefill_rows(layer, h, k, v, rows, rotary, plan=plan)
+        except BaseException as exc:
+            self._refuse([request for request, _, _, _ in batch], exc)
+            return
+        for request, slot, embeds, ref_codes in batch:
+            self._start(request, slot, embeds, ref_codes)
+        self.prefills += len(batch)
+        self.prefill_passes += 1
+
+    def _start(self, request: _Request, slot: int, embeds, ref_codes) -> None:
+        """``slot``'s step input, position and decoder stream for ``request``, after its
+        prefill."""
+        torch = self.torch
+        t = embeds.shape[1]
         self.step_in[slot] = embeds[0, -1:]
         self.pos[slot] = t - 1
         context = torch.zeros(

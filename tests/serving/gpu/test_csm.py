@@ -230,6 +230,44 @@ def test_batching_does_not_change_a_requests_frames(engine):
     assert _idle(engine)
 
 
+def test_a_burst_is_prefilled_in_one_pass_with_the_same_frames(engine, monkeypatch):
+    """Three requests waiting at once (a burst: BURST or more) share one right-padded prefill
+    pass, and each speaks the frames it speaks alone; a lone arrival keeps its own prefill."""
+    texts = ["one", "a longer text", "mid size"]
+    alone = [_frames_of(engine, text) for text in texts]
+    held, release = threading.Event(), threading.Event()
+    launch = engine._launch
+
+    def held_launch(busy):  # the GPU thread waits here while the burst queues up
+        if held.is_set():
+            assert release.wait(30)
+        return launch(busy)
+
+    monkeypatch.setattr(engine, "_launch", held_launch)
+    started = threading.Event()
+    with ThreadPoolExecutor(4) as pool:
+        done = threading.Event()
+        first = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
+        assert started.wait(30)
+        passes, prefills = engine.prefill_passes, engine.prefills
+        held.set()
+        burst = [pool.submit(_frames_of, engine, text) for text in texts]
+        deadline = time.monotonic() + 30
+        while engine._pending.qsize() < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held.clear()
+        release.set()
+        got = [future.result(timeout=60) for future in burst]
+        done.set()
+        first.result(timeout=60)
+    assert (engine.prefill_passes - passes, engine.prefills - prefills) == (1, 3)
+    for frames, want in zip(got, alone, strict=True):
+        assert len(frames) == len(want)
+        for a, b in zip(frames, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert _idle(engine)
+
+
 def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     stop = threading.Event()
     frames = []
