@@ -136,10 +136,10 @@ def _profile_engine(engine, batches: list[int], device: str, fuse: bool) -> dict
 
 
 def _profile_prefill(engine, device: str) -> dict:
-    """What admitting one request costs every other request in flight (the engine's thread is
-    stopped first, so the slot is not stepped): the prefill of a 60-character text alone, and
-    with a 3 s voice reference (its codes cached, as for a reference sent again; the decoder
-    primed with its last frames)."""
+    """What admitting requests costs every other request in flight (the engine's thread is
+    stopped first, so no slot is stepped): the prefill of a 60-character text alone, with a 3 s
+    voice reference (its codes cached, as for a reference sent again; the decoder primed with
+    its last frames), and a burst of 16 such texts in one pass (``CsmEngine._admit``)."""
     # lazy: torch and serving.gpu (built on it) are optional; the module imports without them
     import torch
 
@@ -147,12 +147,19 @@ def _profile_prefill(engine, device: str) -> dict:
 
     text = "The quick brown fox jumps over the lazy dog near the river."
     reference = np.random.default_rng(0).normal(0, 0.1, 3 * 24000).astype(np.float32)
+    burst = min(16, engine.opts.max_batch)
     rows = {}
     with torch.inference_mode():
-        for name, ref in (("text_only_ms", None), ("with_3s_reference_ms", reference)):
-            request = _Request(text=text, ref_audio=ref, ref_text=text)
-            rows[name] = _timed(lambda r=request: engine._prefill(r, 0), device)
-    engine._slots[0] = None
+        for name, ref, count in (
+            ("text_only_ms", None, 1),
+            ("with_3s_reference_ms", reference, 1),
+            (f"burst_of_{burst}_ms", None, burst),
+        ):
+            requests = [_Request(text=text, ref_audio=ref, ref_text=text) for _ in range(count)]
+            batch = [(r, i, *engine._checked_prompt(r)) for i, r in enumerate(requests)]
+            rows[name] = _timed(lambda b=batch: engine._prefill(b), device)
+    for i in range(burst):
+        engine._slots[i] = None
     print(f"prefill: {rows}", flush=True)
     return rows
 
