@@ -7,7 +7,7 @@ offline models and have node adapters in ``serving.graph.nodes``; the GPU kinds
 batched across them (``serving.gpu``). The GPU node of a system's backends (``csm_gpu``:
 :class:`GpuNode`) has its options here too. The ``native`` kinds (``duplex_baseline``,
 ``moshi_gpu``) are the one node of a native system's graph: the whole session, which the
-native session protocol runs (``serving.duplex``).
+native session protocol runs on the graph runtime (their nodes: ``serving.duplex``).
 """
 
 from __future__ import annotations
