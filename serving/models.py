@@ -69,7 +69,8 @@ def check_dependencies(system: SystemConfig) -> None:
                 raise MissingExtraError(
                     package.requirement, package.extra, f"{ROLE_NAMES[role]} of {system.name}"
                 )
-    if system.duplex is not None and system.duplex.turn_detection == "semantic":
+    native = system.graph().native_node
+    if native is not None and getattr(native.options, "turn_detection", None) == "semantic":
         if not turn_models.smart_turn_installed():
             raise MissingExtraError(
                 PIPECAT.requirement,

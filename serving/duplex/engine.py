@@ -35,6 +35,7 @@ from serving.duplex.policy import Decision, DuplexPolicy, Heard
 from serving.duplex.responder import synthesize_pcm24
 from serving.duplex.speaker import SpokenReply
 from serving.duplex.worker import ReplyWorker
+from serving.graph.kinds import DuplexBaselineOptions
 from serving.graph.runtime import Emit
 from serving.hub import ModelHub
 from serving.realtime.audio_input import SAMPLES_PER_MS, InputTimeline, Unit, UnitCutter
@@ -53,11 +54,12 @@ class DuplexEngine(NativeNode):
 
     resample_per_chunk = False  # 24 kHz input streams through the resampler
 
-    def __init__(self, hub: ModelHub, port: NativePort) -> None:
+    def __init__(self, hub: ModelHub, port: NativePort, options: DuplexBaselineOptions) -> None:
         self._hub = hub
         self._outbox = port.outbox
         self._config = port.config
-        self._settings = duplex_settings(hub.system)
+        self._settings = options  # the policy's
+        self._max_context_ms = duplex_settings(hub.system).max_context_ms
         self._on_exhausted = port.on_exhausted
         self._timeline = InputTimeline()
         self._cutter: UnitCutter | None = None
@@ -139,7 +141,7 @@ class DuplexEngine(NativeNode):
         return await self._hub.run_vad(self._hub.turn.complete_probability, samples)
 
     async def _process_unit(self, unit: Unit, final: bool = False) -> None:
-        if unit.end > self._settings.max_context_ms * SAMPLES_PER_MS:
+        if unit.end > self._max_context_ms * SAMPLES_PER_MS:
             await self._on_exhausted()
             return
         unit_samples = self._units().unit_samples

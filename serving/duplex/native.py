@@ -24,6 +24,7 @@ from fdb.audio import float_to_pcm16, resample
 from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.duplex.node import NativeNode, NativePort
 from serving.duplex.speaker import SpokenReply
+from serving.graph.kinds import MoshiNativeNode
 from serving.graph.runtime import Emit
 from serving.realtime.audio_input import SAMPLES_PER_MS, Unit, UnitCutter
 from serving.realtime.turn import Turn, Utterance
@@ -37,7 +38,8 @@ class MoshiSessionEngine(NativeNode):
 
     resample_per_chunk = True  # a unit is whole once its packet arrived
 
-    def __init__(self, hub, port: NativePort) -> None:
+    def __init__(self, hub, port: NativePort, options: MoshiNativeNode) -> None:
+        # options: the model's, loaded once per server into hub.native
         self._engine = hub.native.engine
         self._max_context_ms = hub.system.duplex.max_context_ms
         self._outbox = port.outbox

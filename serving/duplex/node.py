@@ -48,7 +48,8 @@ class NativePort:
 
 
 class NativeNode(Node):
-    """A native kind's unit loop as a graph node, made per session as ``cls(hub, port)``.
+    """A native kind's unit loop as a graph node, made per session as
+    ``cls(hub, port, options)`` (``options``: the node's, of the kind's options class).
 
     ``resample_per_chunk`` (a class attribute): 24 kHz input is resampled per packet, so a unit
     is whole once its packet arrived. A subclass implements :meth:`on_audio` (the accepted
@@ -67,7 +68,7 @@ class NativeNode(Node):
                 "session: it runs in the native session, which builds it",
                 "serve the system: its graph speaks the native session protocol",
             )
-        return cls(ctx.models, ctx.session)
+        return cls(ctx.models, ctx.session, ctx.decl.options)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         audio = chunk.payload

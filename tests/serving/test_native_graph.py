@@ -84,6 +84,13 @@ def test_a_native_node_is_built_by_its_session_only():
             "duplex: model: a native model is the node of the system's graph",
         ),
         (
+            "duplex-baseline",
+            [("duplex.end_of_turn_ms", 500)],
+            "duplex: end_of_turn_ms: the duplex baseline's policy is its node's options, not a "
+            "duplex setting: session_nodes: {duplex: {end_of_turn_ms: ...}} "
+            "(--session_nodes.duplex.end_of_turn_ms)",
+        ),
+        (
             "gpu-native",
             [("session_nodes.moshi.max_batch", 1000)],
             "session_nodes.moshi: Input should be less than or equal to 256 (max_batch)",
@@ -117,3 +124,25 @@ def test_an_override_reaches_the_native_node_and_another_native_kind_replaces_it
         ],
     )
     assert swapped.graph().native_node.kind == "moshi_gpu"
+
+
+def test_the_duplex_baselines_policy_is_its_nodes_options():
+    system = resolve_system(
+        "duplex-baseline",
+        overrides=[
+            ("session_nodes.duplex.end_of_turn_ms", 500),
+            ("session_nodes.duplex.turn_detection", "semantic"),
+        ],
+    )
+    options = system.graph().native_node.options
+    assert (options.end_of_turn_ms, options.turn_detection, options.eagerness) == (
+        500,
+        "semantic",
+        "medium",
+    )
+    assert system.duplex.model_dump() == {
+        "unit_ms": 1000,
+        "unit_ms_choices": (80, 200, 1000),
+        "backchannel": True,
+        "max_context_ms": 600_000,
+    }
