@@ -69,7 +69,8 @@ def check_dependencies(system: SystemConfig) -> None:
                 raise MissingExtraError(
                     package.requirement, package.extra, f"{ROLE_NAMES[role]} of {system.name}"
                 )
-    if system.duplex is not None and system.duplex.turn_detection == "semantic":
+    native = system.graph().native_node
+    if native is not None and getattr(native.options, "turn_detection", None) == "semantic":
         if not turn_models.smart_turn_installed():
             raise MissingExtraError(
                 PIPECAT.requirement,
@@ -147,10 +148,11 @@ def load_models(system: SystemConfig) -> ModelHub:
 def load_native(node: NodeDecl | None) -> Any:
     """The model the sessions of a native graph's ``node`` share (a GPU model: serving.gpu),
     loaded; None for a turn-based graph or a native kind without one (duplex_baseline). The
-    kind's unit loop is imported here too, so a broken one fails the start, not a session."""
+    kind's node (its unit loop) is imported here too, so a broken one fails the start, not a
+    session."""
     if node is None:
         return None
-    registry.native_engine(node.kind)
+    registry.node_class(node.kind, ())
     if registry.KINDS[node.kind].client is None:
         return None
     return _timed(

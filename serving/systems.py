@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import (
@@ -128,9 +128,24 @@ class SpeechService(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
 
 
+# The duplex baseline's policy settings, once keys of ``duplex``: its node's options now.
+POLICY_KEYS = (
+    "vad_threshold",
+    "end_of_turn_ms",
+    "min_utterance_ms",
+    "yield_after_ms",
+    "backchannel_after_ms",
+    "backchannel_text",
+    "turn_detection",
+    "eagerness",
+)
+
+
 class DuplexSettings(BaseModel):
     """The native session protocol's settings of a native system (its graph's one node is of a
-    native kind), and the policy of its ``duplex_baseline`` node (:mod:`serving.duplex.policy`).
+    native kind): its units, the backchannel's session default and the context a session may
+    send. The policy of a ``duplex_baseline`` node is that node's options
+    (``serving.graph.kinds.DuplexBaselineOptions``, :mod:`serving.duplex.policy`).
 
     A native system speaks the native session protocol instead of the turn-based one: no turn
     detection, no commit, input units of ``unit_ms`` with a padded tail.
@@ -140,20 +155,8 @@ class DuplexSettings(BaseModel):
 
     unit_ms: int = 1000  # the default grant; a session may ask for another of unit_ms_choices
     unit_ms_choices: tuple[int, ...] = (80, 200, 1000)
-    vad_threshold: float = Field(0.5, ge=0.0, le=1.0)
-    end_of_turn_ms: int = Field(700, ge=100, le=10000)  # silence after speech that ends the turn
-    min_utterance_ms: int = Field(200, ge=0, le=10000)  # shorter speech is ignored (clicks, coughs)
-    yield_after_ms: int = Field(
-        300, ge=32, le=10000
-    )  # user speech over a reply that makes it yield
     backchannel: bool = True  # the session default; session.update sglang.duplex.backchannel
-    backchannel_after_ms: int = Field(4000, ge=500, le=60000)  # continuous user speech before one
-    backchannel_text: str = "Mm-hmm."
     max_context_ms: int = Field(600_000, ge=1000)  # input a session may send: context_exhausted
-    # "vad": a turn ends after end_of_turn_ms of silence; "semantic": Smart Turn scores each
-    # 200 ms pause and the silence its score asks for ends it (serving/duplex/policy.py, step 6)
-    turn_detection: Literal["vad", "semantic"] = "vad"
-    eagerness: Literal["low", "medium", "high", "auto"] = "medium"
 
     @model_validator(mode="before")
     @classmethod
@@ -163,6 +166,13 @@ class DuplexSettings(BaseModel):
                 "model: a native model is the node of the system's graph, not a duplex setting: "
                 "session_nodes: {moshi: {kind: moshi_gpu, ..., inputs: [input]}}, "
                 "session_publish: {moshi: [pcm_f32le, session]}, as system gpu-native has it"
+            )
+        moved = [key for key in POLICY_KEYS if isinstance(data, dict) and key in data]
+        if moved:
+            raise ValueError(
+                f"{moved[0]}: the duplex baseline's policy is its node's options, not a duplex "
+                f"setting: session_nodes: {{duplex: {{{moved[0]}: ...}}}} "
+                f"(--session_nodes.duplex.{moved[0]})"
             )
         return data
 

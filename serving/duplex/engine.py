@@ -1,6 +1,8 @@
-"""The unit loop of a native session: units, VAD, the policy's decisions, unit-aligned output.
+"""The unit loop of a ``duplex_baseline`` node: units, VAD, the policy's decisions, unit-aligned
+output.
 
-Input arrives from the reader in order. It is cut into units of the session's ``unit_ms``
+The node (:class:`serving.duplex.node.NativeNode`) takes the session's input in order from the
+graph's input edge. It is cut into units of the session's ``unit_ms``
 (:class:`serving.realtime.audio_input.UnitCutter`); per unit, in this order:
 
 1. the unit is scored by the session's streaming Silero VAD (the partial last unit is padded
@@ -12,68 +14,72 @@ Input arrives from the reader in order. It is cut into units of the session's ``
 
 A unit that would take the session past ``max_context_ms`` ends it with ``context_exhausted``.
 ``response.cancel`` ends the reply being spoken at the next unit (cancelled / ``interrupted``).
-At the input's end the tail unit is processed, an open turn is answered, every remaining reply
-is emitted at once, and then the drain callback runs.
+At the input's end (``on_end``) the tail unit is processed, an open turn is answered and every
+remaining reply is emitted at once; the graph has then drained. The turns are answered by the
+node's :class:`~serving.duplex.worker.ReplyWorker`, a loop its session runs (``loops``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 import numpy as np
 
 from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
 from serving.conversation.end_of_turn import CANDIDATE_MS
-from serving.duplex.negotiation import NativeConfig, duplex_settings
+from serving.duplex.negotiation import duplex_settings
+from serving.duplex.node import NativeNode, NativePort
 from serving.duplex.policy import Decision, DuplexPolicy, Heard
 from serving.duplex.responder import synthesize_pcm24
 from serving.duplex.speaker import SpokenReply
 from serving.duplex.worker import ReplyWorker
+from serving.graph.kinds import DuplexBaselineOptions
+from serving.graph.runtime import Emit
 from serving.hub import ModelHub
 from serving.realtime.audio_input import SAMPLES_PER_MS, InputTimeline, Unit, UnitCutter
-from serving.realtime.listener import ASR_TAIL_MS, AudioChunk, EndMark
-from serving.realtime.outbox import Outbox
 from serving.realtime.turn import Turn, Utterance
 
 KEEP_MS = 1000  # input kept before the present while no turn is open
+ASR_TAIL_MS = 200  # silence kept after the last speech frame for the recognizer
 DRAIN_POLL_S = 0.02
 BYTES_PER_MS = 48  # 24 kHz PCM16 mono
 TURN_WINDOW = 8 * 16000  # Smart Turn reads the last 8 s
 _BACKCHANNEL_PCM: dict[str, bytes] = {}  # text -> 24 kHz PCM16, synthesized once per process
 
 
-class DuplexEngine:
-    """The unit loop of a ``duplex_baseline`` node (``serving.duplex.session.NativeEngine``)."""
+class DuplexEngine(NativeNode):
+    """The unit loop of a ``duplex_baseline`` node (:class:`serving.duplex.node.NativeNode`)."""
 
     resample_per_chunk = False  # 24 kHz input streams through the resampler
 
-    def __init__(
-        self,
-        hub: ModelHub,
-        outbox: Outbox,
-        config: Callable[[], NativeConfig],
-        on_exhausted: Callable[[], Awaitable[None]],
-    ) -> None:
+    def __init__(self, hub: ModelHub, port: NativePort, options: DuplexBaselineOptions) -> None:
         self._hub = hub
-        self._outbox = outbox
-        self._config = config
-        self._settings = duplex_settings(hub.system)
-        self._on_exhausted = on_exhausted
-        self._queue: asyncio.Queue[AudioChunk | EndMark] = asyncio.Queue()
+        self._outbox = port.outbox
+        self._config = port.config
+        self._settings = options  # the policy's
+        self._max_context_ms = duplex_settings(hub.system).max_context_ms
+        self._on_exhausted = port.on_exhausted
         self._timeline = InputTimeline()
         self._cutter: UnitCutter | None = None
         self._vad = None
         self._policy: DuplexPolicy | None = None
         self._playing: deque[SpokenReply] = deque()
         self._cancel = False
-        self.worker = ReplyWorker(hub, outbox, config, self._playing.append)
+        self.worker = ReplyWorker(hub, self._outbox, self._config, self._playing.append)
         self.consumed_samples = 0  # real input that went through units
         self.padding_samples = 0  # silence added to the last unit
 
-    def put(self, item: AudioChunk | EndMark) -> None:
-        self._queue.put_nowait(item)
+    async def open(self) -> None:
+        asyncio.get_running_loop().create_task(self._prepare_backchannel())
+
+    def loops(self) -> list[Awaitable[None]]:
+        return [self.worker.run()]
+
+    @property
+    def busy(self) -> bool:
+        return self.worker.busy
 
     @property
     def replying(self) -> bool:
@@ -89,16 +95,10 @@ class DuplexEngine:
         for reply in list(self._playing):
             await reply.end("cancelled", reason)
 
-    async def run(self) -> None:
-        asyncio.get_running_loop().create_task(self._prepare_backchannel())
-        while True:
-            item = await self._queue.get()
-            if isinstance(item, AudioChunk):
-                self._timeline.append(item.samples)
-                for unit in self._units().push(item.samples):
-                    await self._process_unit(unit)
-            else:
-                await self._end(item)
+    async def on_audio(self, samples: np.ndarray) -> None:
+        self._timeline.append(samples)
+        for unit in self._units().push(samples):
+            await self._process_unit(unit)
 
     # --- units ---------------------------------------------------------------------------------
 
@@ -141,7 +141,7 @@ class DuplexEngine:
         return await self._hub.run_vad(self._hub.turn.complete_probability, samples)
 
     async def _process_unit(self, unit: Unit, final: bool = False) -> None:
-        if unit.end > self._settings.max_context_ms * SAMPLES_PER_MS:
+        if unit.end > self._max_context_ms * SAMPLES_PER_MS:
             await self._on_exhausted()
             return
         unit_samples = self._units().unit_samples
@@ -246,9 +246,9 @@ class DuplexEngine:
                 break
         self._drop_finished()
 
-    async def _end(self, mark: EndMark) -> None:
+    async def on_end(self, emit: Emit) -> None:
         """End of input: the padded tail unit (or a final decision), then everything still to
-        be said, then the drain."""
+        be said; the graph has drained when this returns."""
         tail = self._units().flush()
         if tail is not None:
             await self._process_unit(tail, final=True)
@@ -258,4 +258,3 @@ class DuplexEngine:
             await self._emit(None)
             if self.worker.busy or self._playing:
                 await asyncio.sleep(DRAIN_POLL_S)
-        await mark.on_drained()

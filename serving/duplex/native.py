@@ -1,8 +1,9 @@
 """Moshi behind fdb's native session protocol: the per-session unit loop of a ``moshi_gpu`` node.
 
 A native session (:class:`serving.duplex.session.NativeSession`) of a system whose graph is a
-``moshi_gpu`` node runs :class:`MoshiSessionEngine` (the kind's registered unit loop) over the
-model the hub loaded once for every session (``hub.native``). Units are 80 ms (Moshi's frame).
+``moshi_gpu`` node runs that graph, whose node is a :class:`MoshiSessionEngine` (the kind's
+registered graph node, :class:`serving.duplex.node.NativeNode`), over the model the hub loaded
+once for every session (``hub.native``). Units are 80 ms (Moshi's frame).
 Per unit, in order: the unit (16 kHz, the session's internal rate; the tail unit padded with
 silence) is resampled to 24 kHz and handed to the shared :class:`serving.gpu.moshi.MoshiEngine`,
 which batches it with the other sessions' units; Moshi's 80 ms of audio for that frame goes out
@@ -16,60 +17,40 @@ cancelled/``interrupted`` at the next unit; the model's later frames open a new 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import numpy as np
 
 from fdb.audio import float_to_pcm16, resample
 from fdb.dialects.events import MediaTime, UnitDone, UnitSglang, new_id
-from serving.duplex.negotiation import NativeConfig
+from serving.duplex.node import NativeNode, NativePort
 from serving.duplex.speaker import SpokenReply
+from serving.graph.kinds import MoshiNativeNode
+from serving.graph.runtime import Emit
 from serving.realtime.audio_input import SAMPLES_PER_MS, Unit, UnitCutter
-from serving.realtime.listener import AudioChunk, EndMark
-from serving.realtime.outbox import Outbox
 from serving.realtime.turn import Turn, Utterance
 
 BYTES_PER_MS = 48  # 24 kHz PCM16 mono out
 INPUT_RATE = SAMPLES_PER_MS * 1000
 
 
-class _NoWorker:
-    """The native session's responder loop: the model answers inside the unit loop."""
-
-    busy = False
-
-    async def run(self) -> None:
-        await asyncio.Event().wait()
-
-
-class MoshiSessionEngine:
-    """The unit loop of a ``moshi_gpu`` node (``serving.duplex.session.NativeEngine``)."""
+class MoshiSessionEngine(NativeNode):
+    """The unit loop of a ``moshi_gpu`` node (:class:`serving.duplex.node.NativeNode`)."""
 
     resample_per_chunk = True  # a unit is whole once its packet arrived
 
-    def __init__(
-        self,
-        hub,
-        outbox: Outbox,
-        config: Callable[[], NativeConfig],
-        on_exhausted: Callable[[], Awaitable[None]],
-    ) -> None:
+    def __init__(self, hub, port: NativePort, options: MoshiNativeNode) -> None:
+        # options: the model's, loaded once per server into hub.native
         self._engine = hub.native.engine
         self._max_context_ms = hub.system.duplex.max_context_ms
-        self._outbox = outbox
-        self._config = config
-        self._on_exhausted = on_exhausted
-        self._queue: asyncio.Queue[AudioChunk | EndMark] = asyncio.Queue()
+        self._outbox = port.outbox
+        self._config = port.config
+        self._on_exhausted = port.on_exhausted
         self._cutter: UnitCutter | None = None
         self._slot: int | None = None
         self._reply: SpokenReply | None = None
         self._cancel = False
-        self.worker = _NoWorker()
         self.consumed_samples = 0
         self.padding_samples = 0
-
-    def put(self, item: AudioChunk | EndMark) -> None:
-        self._queue.put_nowait(item)
 
     @property
     def replying(self) -> bool:
@@ -88,17 +69,12 @@ class MoshiSessionEngine:
             self._engine.close(self._slot)
             self._slot = None
 
-    async def run(self) -> None:
-        try:
-            while True:
-                item = await self._queue.get()
-                if isinstance(item, AudioChunk):
-                    for unit in self._units().push(item.samples):
-                        await self._process(unit)
-                else:
-                    await self._end(item)
-        finally:
-            self._release()
+    async def on_audio(self, samples: np.ndarray) -> None:
+        for unit in self._units().push(samples):
+            await self._process(unit)
+
+    async def close(self) -> None:
+        self._release()
 
     def _units(self) -> UnitCutter:
         if self._cutter is None:
@@ -139,7 +115,7 @@ class MoshiSessionEngine:
         self._reply.add(text, pcm)
         await self._reply.emit(budget)
 
-    async def _end(self, mark: EndMark) -> None:
+    async def on_end(self, emit: Emit) -> None:
         tail = self._units().flush()
         if tail is not None:
             await self._process(tail)
@@ -147,4 +123,3 @@ class MoshiSessionEngine:
             self._reply.generation_done()
             await self._reply.emit(None)
         self._release()
-        await mark.on_drained()

@@ -2,7 +2,10 @@
 
 ``duplex-baseline`` is a native full-duplex baseline built from fdb's embedded components. It
 listens all the time and makes one decision per input unit (1 s by default, like MiniCPM-o,
-or 200 ms), from what Silero VAD heard in the audio up to the end of that unit:
+or 200 ms), from what Silero VAD heard in the audio up to the end of that unit. The settings
+named below are the options of the system's ``duplex_baseline`` node
+(``serving.graph.kinds.DuplexBaselineOptions``; ``--session_nodes.duplex.end_of_turn_ms 500``
+sets one of duplex-baseline's):
 
 1. **Listening.** Every unit is scored by a streaming Silero VAD (threshold ``vad_threshold``,
    default 0.5). A *speech run* starts at the first speech frame and lasts while pauses stay
@@ -52,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from serving.conversation.end_of_turn import HeldPause, required_silence_ms
-from serving.systems import DuplexSettings
+from serving.graph.kinds import DuplexBaselineOptions
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Decision:
 class DuplexPolicy:
     """Per-unit decisions from what was heard and whether the model is replying."""
 
-    def __init__(self, settings: DuplexSettings, backchannel: bool) -> None:
+    def __init__(self, settings: DuplexBaselineOptions, backchannel: bool) -> None:
         self.settings = settings
         self.backchannel = backchannel
         self.turn_start_ms: int | None = None  # the open user turn (first speech not yet answered)

@@ -18,10 +18,12 @@ turn ids on every chunk, interruption fencing and bounded edges.
   dialog (turns, interruption, the history kept of each reply).
 - ``embedded-cascade.yaml``: the bundled embedded-cascade as a declaration.
 
-Every system is a session graph. A graph speaks one session protocol (``GraphDecl.protocol``):
-a native system's graph is one node of a ``native`` kind (``duplex_baseline``, ``moshi_gpu``),
-which is the whole session and runs in the native session (``serving.duplex.session``), not in
-``runtime``; every other graph runs on ``runtime`` behind the turn-based session.
+Every system is a session graph, and every session runs its graph on ``runtime``. A graph
+speaks one session protocol (``GraphDecl.protocol``): a native system's graph is one node of a
+``native`` kind (``duplex_baseline``, ``moshi_gpu``), which is the whole session: the native
+session (``serving.duplex.session``) feeds it the accepted audio, and the node
+(``serving.duplex.node.NativeNode``, the kind's unit loop) sends that session's events; every
+other graph runs behind the turn-based session.
 
 Declaration format: docs/formats.md, "Session graph".
 

@@ -9,9 +9,11 @@ whose message holds the guide's text.
 
 A graph with a node of a ``native`` kind (``serving.graph.registry``: duplex_baseline,
 moshi_gpu) speaks the native session protocol: that node is the whole session (the graph's
-only node, reading ``input`` and publishing its pcm_f32le and session), and the native session
-runs it (``serving.duplex.session``). Any other graph speaks the turn-based protocol on the
-graph runtime (``serving.realtime.graph_session``).
+only node, reading ``input`` and publishing its pcm_f32le and session; its input edge holds
+:data:`NATIVE_INPUT_CAPACITY` chunks unless declared), and the native session runs that graph
+(``serving.duplex.session``). Any other graph speaks the turn-based protocol
+(``serving.realtime.graph_session``). Both run on the graph runtime
+(``serving.graph.runtime``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ CASCADE = Path(__file__).resolve().parent / "embedded-cascade.yaml"  # the bundl
 INPUT_FORMATS = frozenset({"pcm16", "session"})
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 DEFAULT_CAPACITY = 64
+# A native node's input edge, unless declared: room for a whole session's packets (600 s of
+# 10 ms packets), as its unit loop takes each packet the moment it is there and never drops one.
+NATIVE_INPUT_CAPACITY = 65536
 HINT = (
     "fix session_nodes / session_publish in the launch config (see docs/formats.md, 'Session "
     "graph')"
@@ -161,14 +166,16 @@ def _formats_of(
     return first.consumes, last.produces, first.consumes - {"session"}
 
 
-def _parse_input(name: str, item: Any) -> BoundedInput | ControlInput:
+def _parse_input(
+    name: str, item: Any, capacity: int = DEFAULT_CAPACITY
+) -> BoundedInput | ControlInput:
     try:
         if isinstance(item, str):
-            return BoundedInput(source=item)
+            return BoundedInput(source=item, capacity=capacity)
         if isinstance(item, Mapping) and item.get("kind") == "control":
             return ControlInput(**item)
         if isinstance(item, Mapping):
-            return BoundedInput(**item)
+            return BoundedInput(**{"capacity": capacity, **item})
     except ValidationError as err:
         raise _fail(f"session_nodes.{name}.inputs: {_pydantic_message(err)}") from None
     raise _fail(
@@ -395,6 +402,8 @@ def _shapes(session_nodes: Mapping[str, Any]) -> dict[str, _Shape]:
             raise _fail(
                 f"session_nodes.{name}.inputs: List should have at least 1 item after validation"
             )
+        native = kind is not None and registry.component(kind).native
+        capacity = NATIVE_INPUT_CAPACITY if native else DEFAULT_CAPACITY
         shapes[name] = _Shape(
             name,
             kind,
@@ -403,7 +412,7 @@ def _shapes(session_nodes: Mapping[str, Any]) -> dict[str, _Shape]:
             consumes,
             produces,
             required,
-            [_parse_input(name, i) for i in inputs],
+            [_parse_input(name, i, capacity) for i in inputs],
         )
     return shapes
 

@@ -7,7 +7,7 @@ offline models and have node adapters in ``serving.graph.nodes``; the GPU kinds
 batched across them (``serving.gpu``). The GPU node of a system's backends (``csm_gpu``:
 :class:`GpuNode`) has its options here too. The ``native`` kinds (``duplex_baseline``,
 ``moshi_gpu``) are the one node of a native system's graph: the whole session, which the
-native session protocol runs (``serving.duplex``).
+native session protocol runs on the graph runtime (their nodes: ``serving.duplex``).
 """
 
 from __future__ import annotations
@@ -250,17 +250,33 @@ class CsmSpeechNode(GpuNode):
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and
-# publishing its audio and session; the native session protocol runs it (``serving.duplex``).
+# publishing its audio and session; the native session runs it on the graph runtime (its node:
+# ``serving.duplex``).
 # ``frame_ms``: the one unit the node works in (the system's duplex.unit_ms_choices must be it);
 # None: any unit of the system's choices.
 
 
 class DuplexBaselineOptions(KindOptions):
     """``duplex_baseline``: fdb's rule-based native baseline (:mod:`serving.duplex.engine`): the
-    system's Silero VAD decides per unit by the published policy (:mod:`serving.duplex.policy`,
-    whose settings are the system's ``duplex``), and its ASR, LLM and TTS answer."""
+    system's Silero VAD decides per unit by the published policy (:mod:`serving.duplex.policy`),
+    whose settings are these options, and its ASR, LLM and TTS answer. The native protocol's
+    settings (units, the backchannel's session default, ``max_context_ms``) are the system's
+    ``duplex``."""
 
     frame_ms: ClassVar[int | None] = None
+
+    vad_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    end_of_turn_ms: int = Field(700, ge=100, le=10000)  # silence after speech that ends the turn
+    min_utterance_ms: int = Field(200, ge=0, le=10000)  # shorter speech is ignored (clicks, coughs)
+    yield_after_ms: int = Field(
+        300, ge=32, le=10000
+    )  # user speech over a reply that makes it yield
+    backchannel_after_ms: int = Field(4000, ge=500, le=60000)  # continuous user speech before one
+    backchannel_text: str = "Mm-hmm."
+    # "vad": a turn ends after end_of_turn_ms of silence; "semantic": Smart Turn scores each
+    # 200 ms pause and the silence its score asks for ends it (serving/duplex/policy.py, step 6)
+    turn_detection: Literal["vad", "semantic"] = "vad"
+    eagerness: Literal["low", "medium", "high", "auto"] = "medium"
 
 
 class MoshiNativeNode(GpuModelOptions):

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -830,10 +830,12 @@ def build_nodes(
     models: ModelHub,
     vad_settings: dict | None = None,
     max_history_messages: int = 12,
+    session: Any = None,
 ) -> dict[str, Node]:
-    """One adapter per declared node (a fresh set per session; the models are shared)."""
+    """One adapter per declared node (a fresh set per session; the models are shared).
+    ``session``: a native node's side of its session (``NodeContext.session``)."""
     return {
-        name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages))
+        name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages, session))
         for name, d in decl.nodes.items()
     }
 

@@ -12,10 +12,10 @@ heavy is imported until a system uses the kind):
 - ``system_options`` / ``client``: the model of a launch file's ``backends.<role>: {kind: ...}``
   mapping and the backend object made from it, loaded once per server (``serving.systems``,
   ``serving.models``): the OpenAI-compatible service nodes and the GPU nodes;
-- a ``native`` kind is the one node of a native system's graph: the whole session, run by the
-  native session protocol (80 ms .. 1 s units, ``sglang.unit.done`` receipts) instead of the
-  graph runtime. Its ``node`` is the session's unit loop, made per session as
-  ``node(hub, outbox, config, on_exhausted)`` (``serving.duplex.session.NativeEngine``); its
+- a ``native`` kind is the one node of a native system's graph: the whole session, which the
+  native session protocol (80 ms .. 1 s units, ``sglang.unit.done`` receipts) runs on the graph
+  runtime. Its ``node`` is the session's unit loop as a graph node
+  (``serving.duplex.node.NativeNode``, built with the session's ``NodeContext.session``); its
   ``client``, where it has one, is the model every session shares, loaded once per server from
   the node's options (the hub's ``native``);
 - ``stage``: a stage a ``stages: [...]`` route names (``vad``, ``turn_detection``).
@@ -277,23 +277,17 @@ def stage(name: str) -> StageKind | None:
 
 
 def graph_adapters() -> tuple[list[str], list[str]]:
-    """(kinds, stages) that the turn-based graph runtime can run (those with a node)."""
+    """(kinds, stages) that the graph runtime can run (those with a node)."""
     return (
-        [b.kind for b in KINDS.values() if b.node is not None and b.role != "native"],
+        [b.kind for b in KINDS.values() if b.node is not None],
         [b.kind for b in STAGES.values() if b.node is not None],
     )
 
 
 def node_class(kind: str | None, stages: tuple[str, ...]) -> type | None:
-    """The node class of a declared kind, or of a one-stage route; None: no adapter (a native
-    kind has none in the graph runtime: :func:`native_engine`)."""
+    """The node class of a declared kind, or of a one-stage route; None: no adapter."""
     b = KINDS.find(kind) if kind else STAGES.find(stages[0]) if len(stages) == 1 else None
-    return None if b is None or b.node is None or b.role == "native" else resolve(b.node)
-
-
-def native_engine(kind: str) -> type:
-    """The per-session unit loop of the native kind ``kind`` (its ``node``)."""
-    return resolve(_native(kind).node)
+    return None if b is None or b.node is None else resolve(b.node)
 
 
 def load_native(kind: str, options: BaseModel) -> Any | None:

@@ -55,6 +55,9 @@ class NodeContext:
     models: Any  # the models shared by every session's graph (serving.hub.ModelHub)
     vad_settings: dict
     max_history_messages: int = 12
+    # A native node's side of its session (serving.duplex.node.NativePort: the session's outbox,
+    # its granted settings, its end at max_context_ms); None in a turn-based graph.
+    session: Any = None
 
 
 class Node:

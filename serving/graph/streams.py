@@ -58,6 +58,10 @@ PASS_FENCE = frozenset(
 @dataclass(frozen=True)
 class Pcm16:
     data: bytes  # 16 kHz mono little-endian int16
+    # The float32 samples ``data`` was quantized from, where its sender had them (the native
+    # session's resampled input): a reader working on floats takes these, so the edge loses no
+    # precision. None: decode ``data``.
+    samples: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

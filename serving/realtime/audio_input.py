@@ -2,10 +2,10 @@
 
 The input is one 16 kHz mono stream for the whole session. It is cut into units of 200 ms
 (3,200 samples) counted from the first sample: unit ``k`` covers [k·200, (k+1)·200) ms. A unit
-is reported with ``sglang.unit.done`` once the session has taken it (into the session graph's
-input, or the native engine's listener has scored it); at the input's end the partial
-last unit is flushed with its real duration (tail policy ``flush``: no padding), so the number
-of units is ceil(input / 200 ms) and their durations sum to the input length.
+is reported with ``sglang.unit.done`` once the session has taken it into the session graph's
+input (a native node reports its own units once it has processed each); at the input's end the
+partial last unit is flushed with its real duration (tail policy ``flush``: no padding), so the
+number of units is ceil(input / 200 ms) and their durations sum to the input length.
 """
 
 from __future__ import annotations

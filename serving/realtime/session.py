@@ -29,11 +29,9 @@ However it ends (these closes, ``session.close``, the client's close frame or a 
 connection), the session gives up its slot of ``max_sessions`` at that moment (``on_end``),
 before its last event and close frame are sent, while its tasks are still winding down.
 
-What turns the input into replies is a subclass's: the turn-based session of embedded-cascade
-on the session graph (:mod:`serving.realtime.graph_session`), or a native full-duplex session
-(``serving.duplex``), whose engine is a listener that takes the input in order
-(:class:`~serving.realtime.listener.AudioChunk`, :class:`~serving.realtime.listener.EndMark`)
-and a responder, each run as a loop of the session.
+What turns the input into replies is a subclass's session graph (``serving.graph.runtime``):
+the turn-based session (:mod:`serving.realtime.graph_session`) or the native full-duplex session
+(``serving.duplex.session``), whose graph is one native node.
 """
 
 from __future__ import annotations
@@ -60,7 +58,6 @@ from fdb.dialects.events import (
 from serving.hub import ModelHub
 from serving.realtime import protocol as p
 from serving.realtime.audio_input import decode_pcm16, samples_to_ms
-from serving.realtime.listener import AudioChunk
 from serving.realtime.negotiation import (
     INPUT_RATE,
     SessionConfig,
@@ -164,20 +161,22 @@ class RealtimeSession:
             return beta_session_object(body, self.config.sampling.temperature)
         return body
 
-    # --- the engine: a subclass's (by default a listener and a responder it sets up) --------
-
-    _listener: Any  # takes the input in order (``put``) and runs as a loop (``run``)
-    _responder: Any  # runs as a loop; ``busy`` while a reply is in the works
+    # --- the engine: a subclass's (the session graph it builds and runs) ----------------------
 
     def _build_engine(self) -> None:
         """Set up what turns the input into replies (called by ``__init__``)."""
 
     def _engine_work(self) -> list[Awaitable[None]]:
-        return [self._listener.run(), self._responder.run()]
+        """The engine's loops, run as the session's tasks (a failure fails the session)."""
+        return []
 
     def _busy(self) -> bool:
         """A reply is in the works: the idle timeout waits."""
-        return self._responder.busy
+        return False
+
+    async def _stop_engine(self) -> None:
+        """The session ended and its tasks are done: stop the engine, before the last events are
+        flushed and the socket closes."""
 
     async def _configure(self, new: SessionConfig, extensions: bool) -> None:
         """A granted session.update (``self.config`` is still the previous one)."""
@@ -185,7 +184,7 @@ class RealtimeSession:
 
     async def _feed(self, samples: np.ndarray, event_id: str | None) -> None:
         """Accepted input audio (ProtocolError: refused, nothing of it taken)."""
-        self._listener.put(AudioChunk(samples))
+        raise NotImplementedError
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -202,6 +201,7 @@ class RealtimeSession:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self._stop_engine()
             await self._close_socket()
 
     def _created_body(self) -> dict[str, Any]:

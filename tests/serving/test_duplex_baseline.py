@@ -376,7 +376,9 @@ def test_response_cancel_ends_the_reply_at_the_next_unit(native_server, speech):
     assert "response.output_audio.delta" not in after
 
 
-SEMANTIC_YAML = LAUNCH_YAML + "duplex: {turn_detection: semantic, eagerness: high}\n"
+SEMANTIC_YAML = LAUNCH_YAML + (
+    "session_nodes: {duplex: {turn_detection: semantic, eagerness: high}}\n"
+)
 
 
 def test_semantic_turn_detection_answers_a_spoken_question(tmp_path_factory, speech, tmp_path):
@@ -404,10 +406,10 @@ def test_semantic_turn_detection_answers_a_spoken_question(tmp_path_factory, spe
 def test_semantic_turn_detection_needs_smart_turn_installed(monkeypatch):
     from fdb.errors import MissingExtraError
     from serving import models
-    from serving.systems import SYSTEMS, DuplexSettings
+    from serving.systems import resolve_system
 
-    system = SYSTEMS["duplex-baseline"].model_copy(
-        update={"duplex": DuplexSettings(turn_detection="semantic")}
+    system = resolve_system(
+        "duplex-baseline", overrides=[("session_nodes.duplex.turn_detection", "semantic")]
     )
     monkeypatch.setattr("fdb.models.turn.smart_turn_installed", lambda: False)
     with pytest.raises(MissingExtraError, match="pipecat-ai"):

@@ -4,9 +4,11 @@ and backchannels."""
 from __future__ import annotations
 
 from serving.duplex.policy import Decision, DuplexPolicy, Heard
-from serving.systems import DuplexSettings
+from serving.graph.kinds import DuplexBaselineOptions
 
-SETTINGS = DuplexSettings(min_utterance_ms=200, yield_after_ms=300, backchannel_after_ms=4000)
+SETTINGS = DuplexBaselineOptions(
+    min_utterance_ms=200, yield_after_ms=300, backchannel_after_ms=4000
+)
 
 
 def started(t: int) -> Heard:
@@ -111,7 +113,9 @@ def test_every_bundled_system_is_recorded_with_the_dialect_it_speaks():
         check_bundled_dialect("embedded-cascade", NATIVE.name)
 
 
-SEMANTIC = DuplexSettings(min_utterance_ms=200, turn_detection="semantic", eagerness="medium")
+SEMANTIC = DuplexBaselineOptions(
+    min_utterance_ms=200, turn_detection="semantic", eagerness="medium"
+)
 
 
 def paused(t: int, score: float) -> Heard:

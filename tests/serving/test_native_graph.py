@@ -11,9 +11,11 @@ import pytest
 from fdb.errors import FdbError
 from serving.duplex.engine import DuplexEngine
 from serving.duplex.native import MoshiSessionEngine
+from serving.duplex.node import NativeNode
 from serving.duplex.session import NativeSession
 from serving.endpoint import SESSIONS
 from serving.graph import registry
+from serving.graph.nodes import build_nodes
 from serving.realtime.graph_session import GraphRealtimeSession
 from serving.systems import SYSTEMS, resolve_system
 
@@ -32,20 +34,30 @@ def test_each_system_declares_a_graph_whose_protocol_picks_its_session():
         assert (system.duplex is not None) == (protocols[name] == "native"), name
 
 
-def test_the_native_kinds_are_registry_entries_with_their_unit_loops():
+def test_the_native_kinds_are_registry_entries_whose_graph_nodes_are_their_unit_loops():
     baseline = SYSTEMS["duplex-baseline"].graph().native_node
     moshi = SYSTEMS["gpu-native"].graph().native_node
     assert (baseline.kind, moshi.kind) == ("duplex_baseline", "moshi_gpu")
-    assert registry.native_engine(baseline.kind) is DuplexEngine
-    assert registry.native_engine(moshi.kind) is MoshiSessionEngine
+    assert registry.node_class(baseline.kind, ()) is DuplexEngine
+    assert registry.node_class(moshi.kind, ()) is MoshiSessionEngine
+    assert issubclass(DuplexEngine, NativeNode) and issubclass(MoshiSessionEngine, NativeNode)
     assert registry.load_native(baseline.kind, baseline.options) is None  # no model of its own
     assert moshi.options.weights == {"load_format": "dummy", "preset": "moshi-7b"}
     assert (moshi.options.device, moshi.options.max_batch) == ("cuda", 32)
-    # the graph runtime of turn-based sessions runs no native kind
+    # one graph runtime runs every kind; the native node's input edge holds a whole session
     kinds, _stages = registry.graph_adapters()
-    assert "duplex_baseline" not in kinds and registry.node_class("moshi_gpu", ()) is None
+    assert {"duplex_baseline", "moshi_gpu"} <= set(kinds)
+    for node in (baseline, moshi):
+        (edge,) = node.data_inputs
+        assert (edge.source, edge.capacity, edge.overflow) == ("input", 65536, "block")
     with pytest.raises(ValueError, match="not a native kind"):
-        registry.native_engine("llama_chat")
+        registry.load_native("llama_chat", None)
+
+
+def test_a_native_node_is_built_by_its_session_only():
+    graph = SYSTEMS["duplex-baseline"].graph()
+    with pytest.raises(FdbError, match="is a whole native session: it runs in the native session"):
+        build_nodes(graph, None)
 
 
 @pytest.mark.parametrize(
@@ -70,6 +82,13 @@ def test_the_native_kinds_are_registry_entries_with_their_unit_loops():
             "gpu-native",
             [("duplex.model", {"kind": "moshi_gpu"})],
             "duplex: model: a native model is the node of the system's graph",
+        ),
+        (
+            "duplex-baseline",
+            [("duplex.end_of_turn_ms", 500)],
+            "duplex: end_of_turn_ms: the duplex baseline's policy is its node's options, not a "
+            "duplex setting: session_nodes: {duplex: {end_of_turn_ms: ...}} "
+            "(--session_nodes.duplex.end_of_turn_ms)",
         ),
         (
             "gpu-native",
@@ -105,3 +124,25 @@ def test_an_override_reaches_the_native_node_and_another_native_kind_replaces_it
         ],
     )
     assert swapped.graph().native_node.kind == "moshi_gpu"
+
+
+def test_the_duplex_baselines_policy_is_its_nodes_options():
+    system = resolve_system(
+        "duplex-baseline",
+        overrides=[
+            ("session_nodes.duplex.end_of_turn_ms", 500),
+            ("session_nodes.duplex.turn_detection", "semantic"),
+        ],
+    )
+    options = system.graph().native_node.options
+    assert (options.end_of_turn_ms, options.turn_detection, options.eagerness) == (
+        500,
+        "semantic",
+        "medium",
+    )
+    assert system.duplex.model_dump() == {
+        "unit_ms": 1000,
+        "unit_ms_choices": (80, 200, 1000),
+        "backchannel": True,
+        "max_context_ms": 600_000,
+    }
