@@ -28,6 +28,8 @@
 #                 gpu_native at 16,32 (the temporal transformer's length buckets)
 #   burst         gpu_cascade at 16,32 with its stages and stage marks (CSM's burst admission),
 #                 then gpu_tts at C1,16,64 with 64 requests a level
+#   gc            gpu_cascade at 16 with stage marks, the loaded objects not frozen
+#                 (FDB_GC_FREEZE=0), then frozen (the default): the first wave's stall
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -180,8 +182,20 @@ burst)
     step tts 260 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16,64 --num-prompts 64
     ;;
+gc)
+    for freeze in 0 1; do
+        step cascade-freeze$freeze 100 bash -c "FDB_GC_FREEZE=$freeze FDB_STAGE_MARKS=1 \
+            python3 benchmarks/gpu_cascade.py --out $RES/cascade-freeze$freeze --levels 16 \
+            --dataset $DATA/cascade-ds \
+            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+            && python3 benchmarks/server_stages.py \
+                $RES/cascade-freeze$freeze/sweep/logs/model-server.log --per 16 \
+                --out $RES/server-stages-freeze$freeze.json; \
+            grep -h 'garbage coll' $RES/cascade-freeze$freeze/sweep/logs/model-server.log"
+    done
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window or burst"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst or gc"
     exit 2
     ;;
 esac

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
+import time
 
 import httpx
 import pytest
@@ -12,7 +14,7 @@ from fastapi.testclient import TestClient
 from fdb.errors import FdbError, MissingExtraError
 from serving import models as serving_models
 from serving.app import create_app
-from serving.launcher import open_port, serve
+from serving.launcher import GcPauses, freeze_loaded_objects, open_port, serve
 from serving.systems import SystemConfig, get_system, load_config_file, resolve_system
 from tests.conftest import free_port
 
@@ -26,6 +28,7 @@ def test_health_models_and_capabilities(server):
     assert set(body["backends"]) == {"vad", "asr", "llm", "tts", "turn"}
     assert server.saw_starting, "health should answer 503 starting while the models load"
     assert "fdb server ready on http://127.0.0.1:" in server.log()
+    assert "objects of loading frozen" in server.log()  # out of the collector's reach
 
     listed = httpx.get(f"{server.base_url}/v1/models").json()
     assert listed["object"] == "list"
@@ -110,3 +113,24 @@ def test_launch_file_overrides_and_errors(tmp_path):
         resolve_system("nope")
     with pytest.raises(FdbError, match="does not exist"):
         load_config_file(tmp_path / "missing.yaml")
+
+
+def test_a_long_garbage_collection_is_logged_and_loading_is_frozen(caplog, monkeypatch):
+    pauses = GcPauses(threshold_ms=20)
+    with caplog.at_level(logging.WARNING, logger="fdb.serving"):
+        pauses("start", {"generation": 0})
+        pauses("stop", {"generation": 0, "collected": 3})  # short: not logged
+        pauses("start", {"generation": 2})
+        time.sleep(0.03)
+        pauses("stop", {"generation": 2, "collected": 7})
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("garbage collection (generation 2) held")
+    assert lines[0].endswith("(7 objects collected)") and pauses.longest_ms >= 30
+    monkeypatch.setenv("FDB_GC_FREEZE", "0")
+    before = gc.get_freeze_count()
+    assert freeze_loaded_objects() == 0 and gc.get_freeze_count() == before
+    monkeypatch.delenv("FDB_GC_FREEZE")
+    try:
+        assert freeze_loaded_objects() == gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
