@@ -183,8 +183,6 @@ def serve(
     profile's name (``serving.launch_profiles``)."""
 
     _setup_logging(log_level)
-    pauses = GcPauses()
-    gc.callbacks.append(pauses)
     resolved = resolve_system(system, config, overrides, profile)
     clash = service_port_clash(resolved, port)
     if clash is not None:
@@ -235,6 +233,8 @@ def serve(
         # does not handle SIGHUP, whose default ends the process at once: it becomes a SIGTERM.
         signal.signal(signal.SIGTERM, _terminated)
         signal.signal(signal.SIGHUP, _hung_up)
+    pauses = GcPauses()  # the models load while the server runs: their collections count too
+    gc.callbacks.append(pauses)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
