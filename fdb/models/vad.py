@@ -1,7 +1,10 @@
 """Voice activity detection with Silero VAD (the model ``silero_vad.load_silero_vad()`` loads).
 
 Two uses: offline segmentation of a whole file (scorers) and a streaming detector with
-server-VAD semantics (the bundled server's turn detection).
+server-VAD semantics (the bundled server's turn detection). The streaming detector scores its
+frames with a Silero model of its own, or, for many sessions at once, with one
+:class:`SileroBatch`: one network on any device scoring a frame of every stream in one call,
+each stream's context and state its own (:class:`SileroStream`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -123,6 +127,67 @@ class SileroVad:
         return [probs[row, :n].tolist() for row, n in enumerate(windows)]
 
 
+@dataclass(eq=False)
+class SileroStream:
+    """One stream's state in a :class:`SileroBatch`: the last ``context`` samples before its next
+    frame, and the network's recurrent state [2, 1, 128], both on the batch's device."""
+
+    context: Any
+    state: Any
+
+    def reset(self) -> None:
+        """Back to the start of a stream (as ``reset_states`` of Silero's own module)."""
+        self.context.zero_()
+        self.state.zero_()
+
+
+class SileroBatch:
+    """One Silero VAD network (the 16 kHz one inside ``load_silero_vad()``'s module) on
+    ``device``, scoring one frame of each of many streams in one call. Silero's module keeps one
+    recurrent state and context for a whole batch of a fixed size, so streams that start, pause
+    and end at their own times cannot share it; here each stream's context and state are its own
+    (:meth:`stream`) and are gathered for each call: a stream's probabilities are those its own
+    module would give."""
+
+    def __init__(self, device: str = "cpu"):
+        torch, silero = _silero()
+        self._torch = torch
+        self.device = device
+        self._net = silero.load_silero_vad(onnx=False)._model.to(device).eval()
+        self.context_size = int(self._net.context_size_samples)
+        self._lock = threading.Lock()
+        self.identity = BackendIdentity(
+            kind="vad",
+            name="silero-vad-jit",
+            version=package_version(SILERO_VAD.distribution),
+            checkpoint="silero_vad.jit",
+            checkpoint_sha256=model_file_sha256(),
+            settings={"batched": True, "device": device},
+        )
+
+    def stream(self) -> SileroStream:
+        torch = self._torch
+        return SileroStream(
+            torch.zeros(self.context_size, device=self.device),
+            torch.zeros(2, 1, 128, device=self.device),
+        )
+
+    def score(self, items: Sequence[tuple[SileroStream, np.ndarray]]) -> list[float]:
+        """The speech probability of each (stream, frame of ``FRAME`` samples), in one call;
+        each stream's context and state move on by its frame (a stream at most once a call)."""
+        torch = self._torch
+        frames = torch.from_numpy(np.stack([np.asarray(f, np.float32) for _, f in items]))
+        with self._lock, torch.inference_mode():
+            frames = frames.to(self.device)
+            x = torch.cat([torch.stack([s.context for s, _ in items]), frames], dim=1)
+            state = torch.cat([s.state for s, _ in items], dim=1)
+            out, state = self._net(x, state)
+            for row, (stream, _) in enumerate(items):
+                stream.context.copy_(x[row, -self.context_size :])
+                stream.state.copy_(state[:, row : row + 1])
+            return out.reshape(-1).float().cpu().tolist()
+
+
 class StreamingVad:
     """Server-VAD semantics over a 16 kHz stream fed in any chunk size.
 
@@ -136,6 +201,10 @@ class StreamingVad:
     stop there would report, and ("speech_resumed", t_ms of the resuming frame) when speech comes
     back before the stop: a server may start the turn's work at the pause and keep it only if the
     stop follows with the same t_ms.
+
+    :meth:`feed` scores the frames with the detector's own Silero model; with ``model=False``
+    (frames scored elsewhere, e.g. by a :class:`SileroBatch`) the caller takes each whole frame
+    from :meth:`frames` and hands its probability to :meth:`step`, in order.
     """
 
     def __init__(
@@ -144,10 +213,11 @@ class StreamingVad:
         silence_duration_ms: int = 500,
         prefix_padding_ms: int = 300,
         prefetch_ms: int | None = None,
+        model: bool = True,
     ):
         torch, silero = _silero()
         self._torch = torch
-        self._model = silero.load_silero_vad(onnx=False)
+        self._model = silero.load_silero_vad(onnx=False) if model else None
         self.threshold = threshold
         self.neg_threshold = max(threshold - 0.15, 0.01)
         self.silence_duration_ms = silence_duration_ms
@@ -168,7 +238,8 @@ class StreamingVad:
         self.prefix_padding_ms = prefix_padding_ms
 
     def reset(self) -> None:
-        self._model.reset_states()
+        if self._model is not None:
+            self._model.reset_states()
         self.in_speech = False
         self._pausing = False
 
@@ -178,33 +249,47 @@ class StreamingVad:
         return int(self._last_speech_end * 1000 / VAD_RATE)
 
     def feed(self, samples: np.ndarray) -> list[tuple[str, int]]:
+        """The events of ``samples`` (any length; a partial frame waits for the next call)."""
         events: list[tuple[str, int]] = []
-        self._pending = np.concatenate([self._pending, samples.astype(np.float32)])
-        while len(self._pending) >= FRAME:
-            frame, self._pending = self._pending[:FRAME], self._pending[FRAME:]
+        for frame in self.frames(samples):
             with self._torch.no_grad():
                 prob = float(self._model(self._torch.from_numpy(frame), VAD_RATE).item())
-            start, self._consumed = self._consumed, self._consumed + FRAME
-            if self._pausing and prob >= self.neg_threshold:  # the speech goes on before the stop
-                self._pausing = False
-                events.append(("speech_resumed", int(start * 1000 / VAD_RATE)))
-            if prob >= self.threshold:
-                if not self.in_speech:
-                    self.in_speech = True
-                    self._speech_start = start
-                    pad = int(self.prefix_padding_ms * VAD_RATE / 1000)
-                    events.append(("speech_started", int(max(0, start - pad) * 1000 / VAD_RATE)))
-                self._last_speech_end = self._consumed
-            elif self.in_speech and prob < self.neg_threshold:
-                silence_ms = (self._consumed - self._last_speech_end) * 1000 / VAD_RATE
-                if silence_ms >= self.silence_duration_ms:
-                    self.in_speech = self._pausing = False
-                    events.append(("speech_stopped", int(self._last_speech_end * 1000 / VAD_RATE)))
-                elif self._prefetches(silence_ms):
-                    self._pausing = True
-                    events.append(("speech_pausing", int(self._last_speech_end * 1000 / VAD_RATE)))
-            elif self.in_speech:  # between the thresholds: the speech goes on
-                self._last_speech_end = self._consumed
+            events += self.step(prob)
+        return events
+
+    def frames(self, samples: np.ndarray) -> list[np.ndarray]:
+        """The whole frames ``samples`` completes, in order (the rest waits for the next call);
+        each must then go through :meth:`step` with its probability."""
+        self._pending = np.concatenate([self._pending, samples.astype(np.float32)])
+        whole = len(self._pending) // FRAME * FRAME
+        out = [self._pending[i : i + FRAME] for i in range(0, whole, FRAME)]
+        self._pending = self._pending[whole:]
+        return out
+
+    def step(self, prob: float) -> list[tuple[str, int]]:
+        """The events of the next frame, whose speech probability is ``prob``."""
+        events: list[tuple[str, int]] = []
+        start, self._consumed = self._consumed, self._consumed + FRAME
+        if self._pausing and prob >= self.neg_threshold:  # the speech goes on before the stop
+            self._pausing = False
+            events.append(("speech_resumed", int(start * 1000 / VAD_RATE)))
+        if prob >= self.threshold:
+            if not self.in_speech:
+                self.in_speech = True
+                self._speech_start = start
+                pad = int(self.prefix_padding_ms * VAD_RATE / 1000)
+                events.append(("speech_started", int(max(0, start - pad) * 1000 / VAD_RATE)))
+            self._last_speech_end = self._consumed
+        elif self.in_speech and prob < self.neg_threshold:
+            silence_ms = (self._consumed - self._last_speech_end) * 1000 / VAD_RATE
+            if silence_ms >= self.silence_duration_ms:
+                self.in_speech = self._pausing = False
+                events.append(("speech_stopped", int(self._last_speech_end * 1000 / VAD_RATE)))
+            elif self._prefetches(silence_ms):
+                self._pausing = True
+                events.append(("speech_pausing", int(self._last_speech_end * 1000 / VAD_RATE)))
+        elif self.in_speech:  # between the thresholds: the speech goes on
+            self._last_speech_end = self._consumed
         return events
 
     def _prefetches(self, silence_ms: float) -> bool:

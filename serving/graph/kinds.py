@@ -108,6 +108,17 @@ class PiperSpeechOptions(KindOptions):
     length_scale: float | None = Field(None, gt=0)
 
 
+class SileroGpuOptions(KindOptions):
+    """``silero_gpu``: the ``vad`` stage with one Silero network for every session
+    (:class:`fdb.models.vad.SileroBatch` on ``device``, ``serving.gpu.silero``), where the stage
+    runs a model of its own per session on the CPU: each session's frames go with the next call,
+    which scores the waiting frames of all sessions at once (at most ``max_batch``). The events,
+    settings and controls are the ``vad`` stage's."""
+
+    device: str = Field("cuda", pattern=r"^(cpu|cuda(:[0-9]+)?)$")
+    max_batch: int = Field(64, ge=1, le=512)
+
+
 class GpuModelOptions(KindOptions):
     """A model of ``serving.gpu``, loaded once per server process and shared by every session.
     ``weights``: a ``serving.weights.WeightSource`` mapping, ``{load_format: checkpoint, path,

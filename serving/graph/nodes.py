@@ -128,7 +128,14 @@ class VadNode(Node):
     async def _stop_open(self, emit: Emit) -> None:
         if self._vad.in_speech:
             await emit(control("speech.stopped", t_ms=self._received * 1000 // PCM16_RATE))
+        self._reset()
+
+    def _reset(self) -> None:
         self._vad.reset()
+
+    async def _feed(self, samples: np.ndarray) -> list[tuple[str, int]]:
+        """The detector's events of ``samples`` (its own model, in the VAD pool)."""
+        return await self._models.run_vad(self._vad.feed, samples)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format == "pcm16":
@@ -137,7 +144,7 @@ class VadNode(Node):
             if not self._on:
                 self._skipped += len(samples)
                 return
-            await self._send(await self._models.run_vad(self._vad.feed, samples), emit)
+            await self._send(await self._feed(samples), emit)
         elif chunk.control == "commit" and self._on:
             await self._stop_open(emit)
         elif chunk.control == "configure" and "turn_detection" in chunk.payload.data:

@@ -143,6 +143,13 @@ BACKENDS: list[Backend] = [
         key="silero",
         packages=(TORCH, SILERO_VAD),
     ),
+    Backend(
+        "vad",
+        "silero_gpu",
+        _K + "SileroGpuOptions",
+        node="serving.gpu.silero:SileroGpuNode",
+        packages=(TORCH, SILERO_VAD),
+    ),
     Backend("turn", "turn_detection", node="serving.graph.nodes:TurnDetectionNode", stage=True),
     Backend("transcription", "realtime_transcription", _K + "RealtimeTranscriptionOptions"),
     Backend(
