@@ -117,10 +117,12 @@ def launch_file(
     llm_engine: str = "slots",
     asr_window_s: float | None = 10.0,
     prefetch_ms: int | None = None,
+    vad_device: str | None = None,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
-    the profile's) and (--tiny) the CPU configuration."""
+    the profile's), the VAD (``vad_device``: ``silero_gpu`` on that device; None: the CPU stage)
+    and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -133,6 +135,12 @@ def launch_file(
     raw["session_nodes"]["asr"]["window_s"] = asr_window_s
     if prefetch_ms is not None:
         raw["prefetch_ms"] = prefetch_ms
+    if vad_device is not None:
+        raw["session_nodes"]["vad"] = {
+            "kind": "silero_gpu",
+            "device": vad_device,
+            "inputs": ["input"],
+        }
     raw["session_nodes"]["llm"]["engine"] = llm_engine
     tts = raw["backends"]["tts"]
     tts["device"] = "cpu" if tiny else device
@@ -191,6 +199,7 @@ def run(args: argparse.Namespace) -> dict:
         args.llm_engine,
         None if args.asr_window_s == "none" else float(args.asr_window_s),
         args.prefetch_ms,
+        args.vad_device,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -230,6 +239,7 @@ def run(args: argparse.Namespace) -> dict:
         "llm_engine": args.llm_engine,
         "asr_window_s": args.asr_window_s,
         "prefetch_ms": args.prefetch_ms,
+        "vad_device": args.vad_device,
         "sessions": sessions,
         "levels": summary_levels,
         "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -282,6 +292,11 @@ def _options(parser: argparse.ArgumentParser) -> None:
         default="10",
         help="the recognizer's window_s (static decoder): a batch is encoded in its longest "
         "utterance plus 1 s rounded up to a multiple of this; 'none': always 30 s",
+    )
+    parser.add_argument(
+        "--vad-device",
+        help="the VAD as silero_gpu (one batched Silero for every session) on this device, e.g. "
+        "cuda (default: the CPU vad stage, a model per session)",
     )
     parser.add_argument(
         "--prefetch-ms",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fdb.models.vad import SileroBatch, StreamingVad
+from fdb.models.vad import FRAME, SileroBatch, StreamingVad
 from serving.batching import Batcher, shared
 from serving.graph.kinds import SileroGpuOptions
 from serving.graph.nodes import VadNode
@@ -59,6 +59,11 @@ class SileroGpuNode(VadNode):
         )
         self._vad = StreamingVad(**self._settings, model=False)
         self._stream = self._engine.silero.stream()
+
+    async def warm(self) -> None:
+        """One frame of silence on a stream of its own: the network's first call (its device's
+        start-up) before any session; the server loads the engine before it reports ready."""
+        await self._engine.batcher.submit((self._engine.silero.stream(), np.zeros(FRAME)))
 
     def _reset(self) -> None:
         self._vad.reset()

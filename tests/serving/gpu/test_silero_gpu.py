@@ -56,8 +56,8 @@ def test_a_batch_gives_each_stream_its_own_modules_probabilities(clips):
         probs = batch.score([(streams[i], frame) for i, frame in items])
         for (i, _), p in zip(items, probs, strict=True):
             got[i].append(p)
-    for mine, theirs in zip(got, want, strict=True):
-        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-5)  # float rounding of other batch sizes
+    for mine, theirs in zip(got, want, strict=True):  # other batch sizes round floats otherwise
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-5)
     assert max(max(w) for w in want) > 0.9  # the clips have speech: the test compares decisions
     assert batch.identity.settings == {"batched": True, "device": "cpu"}
 
