@@ -586,7 +586,7 @@ class CsmEngine(PendingRequests):
         lands in ``out_codes``, its embedding in ``step_in`` and its codes at the end of
         ``history``. Idle rows compute on stale inputs and are ignored."""
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import decode_layer, rope_tables
+        from serving.gpu.slots import decode_rows, rope_tables
 
         backbone = self.model.backbone_model
         x = self.step_in[
@@ -595,11 +595,9 @@ class CsmEngine(PendingRequests):
         pos = self.pos[:n]
         rows = self._rows[:n]
         rotary = rope_tables(*backbone.rotary_emb(x, pos[:, None]))
-        mask = (self._arange[None, :] <= pos[:, None])[:, None, None, :]
-        h = x
-        layers = zip(backbone.layers, self.cache.k, self.cache.v, self._plans, strict=True)
-        for layer, k, v, plan in layers:
-            h = decode_layer(layer, h, rotary, k, v, pos, mask, rows=rows, plan=plan)
+        h = decode_rows(
+            backbone.layers, x, rotary, self.cache, self._plans, pos, rows, self._arange
+        )
         hidden = self._norm(backbone.norm, h)[:, -1]
         codes = self._depth(hidden, n)
         self.out_codes[:n] = codes

@@ -9,7 +9,7 @@ tensors with its own position). A GPU thread runs the loop of :class:`SlotLmEngi
    prompts right-padded), eagerly, while the GPU runs the step just launched for the others (its
    kernels queue behind that step on the engine's stream, its own: another engine on the GPU runs
    beside it);
-2. one decode step for every busy row at once (``decode_layer`` with per-row positions, masks and
+2. one decode step for every busy row at once (``decode_rows`` with per-row positions, masks and
    rotary angles), then the next token of each row: the most likely (``temperature`` 0) or one
    drawn among the 50 most likely (Gumbel noise made outside the graph). Every shape in a step
    depends only on the row bucket ``n`` and the length bucket ``L`` (the positions attended: the
@@ -46,7 +46,7 @@ from serving.gpu.slots import (
     SlotCache,
     bucket,
     capture,
-    decode_layer,
+    decode_rows,
     fuse_layers,
     gumbel,
     module_norm,
@@ -322,21 +322,10 @@ class SlotLmEngine(PendingRequests):
         pos = self.pos[:n]
         x = self.embed(self.tokens[:n])[:, None]  # [n, 1, H]
         rotary = rope_tables(*self.rotary(x, pos[:, None]))
-        mask = (self._arange[None, :length] <= pos[:, None])[:, None, None, :]
         rows = self._rows[:n]
-        layers = zip(self.layers, self.cache.k, self.cache.v, self.plans, strict=True)
-        for layer, k, v, plan in layers:
-            x = decode_layer(
-                layer,
-                x,
-                rotary,
-                k[:, :, :length],
-                v[:, :, :length],
-                pos,
-                mask,
-                rows=rows,
-                plan=plan,
-            )
+        x = decode_rows(
+            self.layers, x, rotary, self.cache, self.plans, pos, rows, self._arange, length
+        )
         logits = self.model.lm_head(self._norm(self.norm, x)[:, -1]).float()
         if self.temperature > 0:
             noise = gumbel(self.noise[:n])

@@ -437,30 +437,19 @@ class MoshiEngine:
         """Rows 0..n-1 one frame on; the keys and values of the first ``length`` positions are
         attended."""
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import decode_layer, rope_tables, sample_top_k
+        from serving.gpu.slots import decode_rows, rope_tables, sample_top_k
 
         torch = self.torch
         m, o = self.model, self.opts
         decoder = m.decoder.model
         pos = self.pos[:n]
         rows = self._rows[:n]
-        mask = (self._arange[None, :length] <= pos[:, None])[:, None, None, :]
         h = self._inputs(n)
         rotary = decoder.layers[0].self_attn.rotary_emb  # the same angles in every layer
         angles = rope_tables(*rotary(h, pos[:, None]))
-        layers = zip(decoder.layers, self.cache.k, self.cache.v, self._plans, strict=True)
-        for layer, k, v, plan in layers:
-            h = decode_layer(
-                layer,
-                h,
-                angles,
-                k[:, :, :length],
-                v[:, :, :length],
-                pos,
-                mask,
-                rows=rows,
-                plan=plan,
-            )
+        h = decode_rows(
+            decoder.layers, h, angles, self.cache, self._plans, pos, rows, self._arange, length
+        )
         hidden = self._norm(decoder.norm, h)  # [n, 1, H]
         text = sample_top_k(
             m.decoder.lm_head(hidden[:, 0]), o.text_top_k, o.text_temperature, self.text_noise[:n]

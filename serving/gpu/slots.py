@@ -20,6 +20,7 @@ what took ten.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -370,6 +371,30 @@ def prefill_layer(
     if plan is None:
         return _mlp_residual(layer, x, out)
     return _fused_mlp(layer, plan, x + out)
+
+
+def decode_rows(
+    layers: Sequence[nn.Module],
+    x: torch.Tensor,
+    rotary: Rope,
+    cache: SlotCache,
+    plans: Sequence[LayerPlan | None],
+    pos: torch.Tensor,
+    rows: torch.Tensor,
+    arange: torch.Tensor,
+    length: int | None = None,
+) -> torch.Tensor:
+    """Every layer's :func:`decode_layer` for rows 0..n-1 (``x`` [n, 1, H] at positions ``pos``,
+    ``rows`` = ``arange(n)``): each row attends the first ``length`` positions of its cache rows
+    up to its own position (``length`` None: all of them); ``arange``: the positions
+    0..max_len-1 on the device, made once."""
+    length = length or arange.shape[0]
+    mask = (arange[None, :length] <= pos[:, None])[:, None, None, :]
+    for layer, k, v, plan in zip(layers, cache.k, cache.v, plans, strict=True):
+        x = decode_layer(
+            layer, x, rotary, k[:, :, :length], v[:, :, :length], pos, mask, rows=rows, plan=plan
+        )
+    return x
 
 
 def prefill_rows(
