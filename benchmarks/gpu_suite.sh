@@ -30,6 +30,8 @@
 #                 then gpu_tts at C1,16,64 with 64 requests a level
 #   gc            gpu_cascade at 16 with stage marks, the loaded objects not frozen
 #                 (FDB_GC_FREEZE=0), then frozen (the default): the first wave's stall
+#   vad           vad_batch.py on cuda, the silero CUDA test, then gpu_cascade at 32 with the CPU
+#                 vad stage and with silero_gpu on cuda (the A/B), stage marks on
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -194,8 +196,23 @@ gc)
             grep -h 'garbage coll' $RES/cascade-freeze$freeze/sweep/logs/model-server.log"
     done
     ;;
+vad)
+    step vad-batch 60 python3 benchmarks/vad_batch.py --device cuda --streams 8,32,64 \
+        --out "$RES/vad-batch.json"
+    step cuda-silero 60 python3 -m pytest -m gpu -p no:cacheprovider -s -k silero \
+        tests/serving/gpu/test_gpu_cuda.py
+    for vad in stage cuda; do
+        extra=""
+        [ "$vad" = stage ] || extra="--vad-device cuda"
+        step cascade-vad-$vad 110 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+            --out $RES/cascade-vad-$vad --levels 32 --dataset $DATA/cascade-ds $extra \
+            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+            && python3 benchmarks/server_stages.py \
+                $RES/cascade-vad-$vad/sweep/logs/model-server.log --per 32"
+    done
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst or gc"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc or vad"
     exit 2
     ;;
 esac

@@ -126,3 +126,41 @@ def test_qwen3_4b_configuration_streams_sessions_from_one_decode_loop_on_cuda(
         f"{step}"
     )
     assert all(pieces > 1 for _, pieces in results)
+
+
+def test_silero_batch_on_cuda_gives_each_stream_the_cpu_modules_probabilities():
+    """silero_gpu's network on the GPU: 32 streams of noise-shaped audio scored in one call a
+    frame; each stream's probabilities are its own CPU module's (float rounding aside), and the
+    time of a call is printed (the CPU stage makes one call per frame and session)."""
+    torch = _cuda()
+    silero_vad = pytest.importorskip("silero_vad")
+    from fdb.models.vad import FRAME, SileroBatch
+
+    rng = np.random.default_rng(0)
+    t = np.arange(FRAME * 50) / 16000
+    clips = [
+        (rng.normal(0, 0.05, t.size) * (1 + np.sin(2 * np.pi * (0.5 + i / 32) * t))).astype(
+            np.float32
+        )
+        for i in range(32)
+    ]
+    batch = SileroBatch("cuda")
+    streams = [batch.stream() for _ in clips]
+    got = np.zeros((32, 50))
+    batch.score([(s, c[:FRAME]) for s, c in zip(streams, clips, strict=True)])  # warm
+    for s in streams:
+        s.reset()
+    started = time.perf_counter()
+    for k in range(50):
+        got[:, k] = batch.score(
+            [(s, c[k * FRAME : (k + 1) * FRAME]) for s, c in zip(streams, clips, strict=True)]
+        )
+    call_ms = (time.perf_counter() - started) * 1000 / 50
+    want = np.zeros((4, 50))
+    for i in range(4):
+        model = silero_vad.load_silero_vad(onnx=False)
+        for k in range(50):
+            frame = torch.from_numpy(clips[i][k * FRAME : (k + 1) * FRAME])
+            want[i, k] = float(model(frame, 16000).item())
+    np.testing.assert_allclose(got[:4], want, rtol=0, atol=1e-4)
+    print(f"silero_gpu: 32 streams, {call_ms:.2f} ms a call on {torch.cuda.get_device_name()}")
