@@ -80,16 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
         window_s=args.window_s,
     )
     started = time.perf_counter()
-    engine = WhisperEngine(
-        o.source("asr"),
-        o.device,
-        o.dtype,
-        o.max_batch,
-        o.max_new_tokens,
-        o.language,
-        None,
-        window_s=o.window_s,
-    )
+    engine = WhisperEngine.from_options(o)
     load_s = time.perf_counter() - started
     started = time.perf_counter()
     engine.warm_graphs()

@@ -122,6 +122,22 @@ class WhisperEngine:
             max_batch,
         )
 
+    @classmethod
+    def from_options(cls, options: WhisperGpuOptions, where: str = "asr") -> WhisperEngine:
+        """The engine of a ``whisper_gpu`` node's options (``where`` names its weights in
+        errors)."""
+        return cls(
+            options.source(where),
+            options.device,
+            options.dtype,
+            options.max_batch,
+            options.max_new_tokens,
+            options.language,
+            options.max_tokens_per_s,
+            options.decoder,
+            options.window_s,
+        )
+
     def close(self) -> None:
         self.batcher.close()
 
@@ -257,17 +273,7 @@ class WhisperGpuNode(WhisperNode):
         options = self._options
 
         def build() -> WhisperEngine:
-            return WhisperEngine(
-                options.source(f"session_nodes.{self._name}.weights"),
-                options.device,
-                options.dtype,
-                options.max_batch,
-                options.max_new_tokens,
-                options.language,
-                options.max_tokens_per_s,
-                options.decoder,
-                options.window_s,
-            )
+            return WhisperEngine.from_options(options, f"session_nodes.{self._name}.weights")
 
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
 

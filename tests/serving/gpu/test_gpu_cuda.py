@@ -32,18 +32,11 @@ def test_whisper_large_v3_configuration_batches_sessions_on_cuda(decoder):
         weights={"load_format": "dummy", "preset": "whisper-large-v3"},
         max_batch=SESSIONS,
         max_new_tokens=32,
+        max_tokens_per_s=None,
         decoder=decoder,
+        window_s=None,
     )
-    engine = WhisperEngine(
-        o.source("asr"),
-        o.device,
-        o.dtype,
-        o.max_batch,
-        o.max_new_tokens,
-        o.language,
-        None,
-        o.decoder,
-    )
+    engine = WhisperEngine.from_options(o)
     engine.warm_graphs()
     clips = [
         np.random.default_rng(i).normal(0, 0.1, 16000 * 3).astype(np.float32)

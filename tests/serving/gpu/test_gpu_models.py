@@ -25,15 +25,7 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     from serving.gpu.whisper import DUMMY_TEXT, WhisperEngine
 
     o = _options(WhisperGpuOptions, tiny_asr(max_new_tokens=12))
-    engine = WhisperEngine(
-        o.source("asr"),
-        o.device,
-        o.dtype,
-        o.max_batch,
-        o.max_new_tokens,
-        o.language,
-        o.max_tokens_per_s,
-    )
+    engine = WhisperEngine.from_options(o)
     # the decode bound: 8 tokens a second of the longest utterance (within the 2 s window), 4 to 12
     budget = [
         engine.token_budget([np.zeros(n, dtype=np.float32)]) for n in (1600, 8000, 12000, 60000)
