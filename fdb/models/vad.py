@@ -44,6 +44,18 @@ def model_file_sha256(onnx: bool = False) -> str | None:
         return None
 
 
+def silero_identity(onnx: bool = False, settings: dict | None = None) -> BackendIdentity:
+    """What a Silero VAD reports: the package's version and the bundled model file's sha256."""
+    return BackendIdentity(
+        kind="vad",
+        name="silero-vad" + ("-onnx" if onnx else "-jit"),
+        version=package_version(SILERO_VAD.distribution),
+        checkpoint="silero_vad.onnx" if onnx else "silero_vad.jit",
+        checkpoint_sha256=model_file_sha256(onnx),
+        settings=settings or {},
+    )
+
+
 @dataclass(frozen=True)
 class VadSettings:
     threshold: float = 0.5
@@ -62,13 +74,7 @@ class SileroVad:
         self._onnx = onnx
         self._model = silero.load_silero_vad(onnx=onnx)
         self._lock = threading.Lock()
-        self.identity = BackendIdentity(
-            kind="vad",
-            name="silero-vad" + ("-onnx" if onnx else "-jit"),
-            version=package_version(SILERO_VAD.distribution),
-            checkpoint="silero_vad.onnx" if onnx else "silero_vad.jit",
-            checkpoint_sha256=model_file_sha256(onnx),
-        )
+        self.identity = silero_identity(onnx)
 
     def segments(
         self, samples: np.ndarray, settings: VadSettings = VadSettings()
@@ -156,14 +162,7 @@ class SileroBatch:
         self._net = silero.load_silero_vad(onnx=False)._model.to(device).eval()
         self.context_size = int(self._net.context_size_samples)
         self._lock = threading.Lock()
-        self.identity = BackendIdentity(
-            kind="vad",
-            name="silero-vad-jit",
-            version=package_version(SILERO_VAD.distribution),
-            checkpoint="silero_vad.jit",
-            checkpoint_sha256=model_file_sha256(),
-            settings={"batched": True, "device": device},
-        )
+        self.identity = silero_identity(settings={"batched": True, "device": device})
 
     def stream(self) -> SileroStream:
         torch = self._torch

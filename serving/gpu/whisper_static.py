@@ -68,13 +68,18 @@ def prompt_ids(generation, language: str | None) -> list[int]:
     return ids
 
 
+def _window_step(window_s: float) -> int:
+    """``window_s`` in log-mel frames, even: the encoder's second convolution halves them."""
+    return 2 * math.ceil(window_s * 50)
+
+
 def window_frames(seconds: float, window_s: float | None, full: int) -> int:
     """The log-mel frames (100 a second) a batch whose longest utterance lasts ``seconds`` is
     encoded in: the utterance plus 1 s of silence, rounded up to a multiple of ``window_s``, at
     most the model's whole window of ``full`` frames; ``window_s`` None: always ``full``."""
     if window_s is None:
         return full
-    step = 2 * math.ceil(window_s * 50)  # even: the encoder's second convolution halves it
+    step = _window_step(window_s)
     return min(full, step * max(1, math.ceil(math.ceil((seconds + 1) * 100) / step)))
 
 
@@ -82,7 +87,7 @@ def windows(window_s: float | None, full: int) -> list[int]:
     """Every window (frames) :func:`window_frames` gives, shortest first."""
     if window_s is None:
         return [full]
-    step = 2 * math.ceil(window_s * 50)
+    step = _window_step(window_s)
     return sorted({min(full, step * k) for k in range(1, math.ceil(full / step) + 1)})
 
 
