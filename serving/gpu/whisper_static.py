@@ -175,18 +175,11 @@ class StaticWhisper:
         )
 
     def warm(self, buckets: Sequence[int]) -> None:
-        """Each bucket's step in each window captured (CUDA graphs) before a batch needs it, and
-        the encoder and the cross-attention run once at every batch size in every window (the
-        first call of a shape may pick its kernels; docs/gpu.md has the 2 s stall of a server's
-        first batches that this is meant to remove)."""
-        mels = self.model.config.num_mel_bins
+        """Each bucket's step in each window captured (CUDA graphs) before a batch needs it."""
         with torch.inference_mode():
             for frames in self.frames:
                 for n in buckets:
                     self._replay(n, frames // 2)
-                for rows in range(1, self.max_batch + 1):
-                    silence = torch.zeros(rows, mels, frames, device=self.device, dtype=self.dtype)
-                    self._cross(encode(self.model.model.encoder, silence), rows)
 
     def _cross_view(self, flat: torch.Tensor, positions: int) -> torch.Tensor:
         size = self.max_batch * self.heads * positions * self.head_dim

@@ -118,7 +118,7 @@ def test_rows_that_end_early_equal_generate(model):
 def test_a_row_does_not_depend_on_its_batch(model):
     generation = copy.deepcopy(model.generation_config)
     static = _static(model, generation)
-    static.warm(buckets(4))  # every bucket's step and every batch size's encoder, once
+    static.warm(buckets(4))  # every bucket's step, once
     features = _features(3, seed=3)
     together = static.transcribe(features, BUDGET)  # bucket 4: one stale row
     alone = [static.transcribe(features[i : i + 1], BUDGET)[0] for i in range(3)]
