@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import socket
@@ -44,15 +45,19 @@ import threading
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fdb.audio import read_wav, write_wav  # noqa: E402
 from fdb.datasets.official import load_v10  # noqa: E402
+from fdb.datasets.pinning import write_revision  # noqa: E402
 from fdb.datasets.synthetic import SynthSizes, generate_synthetic, synthetic_complete  # noqa: E402
 from fdb.dialects import get_dialect  # noqa: E402
+from fdb.io import atomic_write_json  # noqa: E402
 from fdb.records.serving import ServingRow  # noqa: E402
 from fdb.stats import quantile_ms  # noqa: E402
 from runs.sweep import SweepOptions, bundled_server, level_dir, parse_levels, sweep  # noqa: E402
@@ -122,6 +127,51 @@ def synthetic_tree(folder: Path, sessions: int) -> Path:
         sizes = SynthSizes.build(0, 0, 0, counts=[f"{SUBSET}={sessions}"])
         generate_synthetic(folder, sizes=sizes)
     return folder / "v1.0"
+
+
+STAGGER_GRID_S = 0.016  # a lead added by staggered_tree is a multiple of this (Silero's 16 ms)
+
+
+def staggered_tree(root: Path, dest: Path, spread_s: float, count: int | None = None) -> Path:
+    """A copy of v1.0 tree ``root``'s first ``count`` (None: all) candor_turn_taking samples
+    under ``dest`` whose sessions
+    start at spread phases: sample j of N (in sample-id order) gets ``spread_s * j / N`` seconds
+    of silence before its audio (rounded to ``STAGGER_GRID_S``), every timestamp of its
+    ``turn_taking.json`` and ``transcription.json`` moved by as much. Recorded at once, the
+    sessions' turns then end spread over ``spread_s`` more than the synthetic cohort's (whose
+    questions all start 0.512 s in), as sessions of independent users would, not in one burst.
+    Returns ``dest``'s v1.0 tree, pinned with its own revision (``fdb-stagger-...``)."""
+    source = root / SUBSET
+    tree = dest / "v1.0"
+    names = sorted(
+        (d.name for d in source.iterdir() if d.is_dir()),
+        key=lambda n: (0, int(n)) if n.isdigit() else (1, n),
+    )[:count]
+    for j, name in enumerate(names):
+        lead = round(spread_s * j / len(names) / STAGGER_GRID_S) * STAGGER_GRID_S
+        sample = tree / SUBSET / name
+        sample.mkdir(parents=True, exist_ok=True)
+        audio = read_wav(source / name / "input.wav", name)
+        pad = np.zeros(round(lead * audio.rate), dtype=np.float32)
+        write_wav(sample / "input.wav", np.concatenate([pad, audio.samples]), audio.rate)
+        for file in ("turn_taking.json", "transcription.json"):
+            if (source / name / file).is_file():
+                data = json.loads((source / name / file).read_text(encoding="utf-8"))
+                atomic_write_json(sample / file, _moved(data, lead))
+    write_revision(tree, dest / "v1.0.revision", prefix=f"fdb-stagger-{spread_s:g}s-")
+    return tree
+
+
+def _moved(data, lead: float):
+    """A dataset annotation with every ``timestamp`` pair moved ``lead`` seconds later."""
+    if isinstance(data, list):
+        return [_moved(item, lead) for item in data]
+    if isinstance(data, dict):
+        return {
+            key: [round(t + lead, 6) for t in value] if key == "timestamp" else _moved(value, lead)
+            for key, value in data.items()
+        }
+    return data
 
 
 def speech_end_latencies(directory: Path, turn_end: dict[str, float]) -> tuple[list[float], int]:

@@ -46,6 +46,7 @@ from benchmarks.cascade_capacity import (  # noqa: E402
     SUBSET,
     _free_port,
     speech_end_latencies,
+    staggered_tree,
     synthetic_tree,
 )
 from benchmarks.gpu_tts import TINY as TINY_CSM  # noqa: E402
@@ -176,6 +177,9 @@ def run(args: argparse.Namespace) -> dict:
     os.environ.setdefault("SERVER_PORT", str(_free_port()))
     # the synthetic cohort is spoken by Piper: on a machine without it, bring one made elsewhere
     root = synthetic_tree(args.dataset or out / "dataset", sessions)
+    if args.stagger_s:
+        dest = out / f"dataset-stagger-{args.stagger_s:g}s"
+        root = staggered_tree(root, dest, args.stagger_s, sessions)
     record = parse_record_options(
         [
             "--dataset-root",
@@ -240,6 +244,7 @@ def run(args: argparse.Namespace) -> dict:
         "asr_window_s": args.asr_window_s,
         "prefetch_ms": args.prefetch_ms,
         "vad_device": args.vad_device,
+        "stagger_s": args.stagger_s,
         "sessions": sessions,
         "levels": summary_levels,
         "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -297,6 +302,15 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--vad-device",
         help="the VAD as silero_gpu (one batched Silero for every session) on this device, e.g. "
         "cuda (default: the CPU vad stage, a model per session)",
+    )
+    parser.add_argument(
+        "--stagger-s",
+        type=float,
+        default=0.0,
+        help="spread the sessions' phases over this many seconds: sample j of N starts with "
+        "S*j/N s of silence (cascade_capacity.staggered_tree), so their turns end spread out as "
+        "independent users' would; 0 (default): every question starts 0.512 s in, the turns end "
+        "in one burst",
     )
     parser.add_argument(
         "--prefetch-ms",

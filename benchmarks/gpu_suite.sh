@@ -32,6 +32,9 @@
 #                 (FDB_GC_FREEZE=0), then frozen (the default): the first wave's stall
 #   vad           vad_batch.py on cuda, the silero CUDA test, then gpu_cascade at 32 with the CPU
 #                 vad stage and with silero_gpu on cuda (the A/B), stage marks on
+#   stagger       gpu_cascade at 32 with stage marks: every session's question at once (the
+#                 burst of the parts above), then the sessions' phases spread over 4 s
+#                 (--stagger-s 4), the same with prefetch_ms 100, and spread over 8 s with it
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -211,8 +214,21 @@ vad)
                 $RES/cascade-vad-$vad/sweep/logs/model-server.log --per 32"
     done
     ;;
+stagger)
+    # name:extra arguments; one server start and one level of 32 each, stage marks on
+    for run in "sync:" "s4:--stagger-s 4" "s4-pf100:--stagger-s 4 --prefetch-ms 100" \
+        "s8-pf100:--stagger-s 8 --prefetch-ms 100"; do
+        name=${run%%:*}
+        step cascade-$name 115 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+            --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
+            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+            && python3 benchmarks/server_stages.py \
+                $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
+                --out $RES/server-stages-$name.json"
+    done
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc or vad"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad or stagger"
     exit 2
     ;;
 esac
