@@ -1,7 +1,8 @@
-"""#26: docs/formats.md's "Session graph" lists (formats, controls, roles, kinds by where they run)
-are the registries' own (``serving/graph/streams.py``, ``serving/graph/registry.py``): a kind, role,
-format or control added to or removed from a registry and not from the doc (or the other way)
-fails here, naming it."""
+"""#26: docs/formats.md's "Session graph" lists (formats, controls, roles, the places a kind runs)
+are the registries' own (``serving/graph/streams.py``, ``serving/graph/registry.py``): a role,
+format, control or "where it runs" category added to or removed from a registry and not from the
+doc (or the other way) fails here, naming it. The kinds themselves are not in the doc: ``python -m
+fdb serve --kinds`` prints them from the registry, so a new kind needs no doc line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.graph.registry import BACKENDS, ROLES
+from fdb.cli import main
+from serving.graph.registry import BACKENDS, ROLES, WHERE, where_it_runs
 from serving.graph.streams import CONTROLS_IN, CONTROLS_OUT, FORMATS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "formats.md"
@@ -52,26 +54,11 @@ def listed(label: str) -> list[str]:
     return [name for name in re.findall(r"`([^`]*)`", found[0]) if NAME.fullmatch(name)]
 
 
-def _backends():
-    """The registry's own entries (nothing is imported); a kind a test registers at run time
-    (``register()``) is not the product's."""
-    return list(BACKENDS)
-
-
 REGISTERED = {
     "Formats": lambda: set(FORMATS),
     "Controls in": lambda: set(CONTROLS_IN),
     "Controls out": lambda: set(CONTROLS_OUT),
     "Roles": lambda: set(ROLES),
-    "Graph node": lambda: {
-        b.kind for b in _backends() if b.node is not None and b.role != "native"
-    },
-    "Native session": lambda: {b.kind for b in _backends() if b.role == "native"},
-    "Graph declaration only": lambda: {
-        b.kind for b in _backends() if b.options is not None and b.node is None
-    },
-    "Stage": lambda: {b.kind for b in BACKENDS if b.stage},
-    "System backend": lambda: {b.kind for b in _backends() if b.system_options is not None},
 }
 
 
@@ -87,8 +74,35 @@ def test_the_docs_list_is_the_registrys(label):
     )
 
 
-def test_every_registered_kind_is_in_some_list():
-    """A kind that runs nowhere (no node, no options, no system backend) would be in no list."""
-    kinds = ("Graph node", "Native session", "Graph declaration only", "Stage", "System backend")
-    shown = {name for label in kinds for name in listed(label)}
-    assert {b.kind for b in _backends()} <= shown
+def test_the_doc_explains_every_place_a_kind_runs():
+    """Each category ``--kinds`` prints in its third column is one bullet `` `name`: what it
+    means``; a new category needs its line, a new kind none."""
+    explained = [m.group(1) for b in _bullets(_section()) if (m := re.match(r"`([^`]+)`: ", b))]
+    twice = sorted(name for name, n in Counter(explained).items() if n > 1)
+    missing = sorted(set(WHERE) - set(explained))
+    extra = sorted(set(explained) - set(WHERE))
+    assert not (twice or missing or extra), (
+        f"docs/formats.md, {SECTION}, where a kind runs: missing {missing}, not a category of "
+        f"serving.graph.registry.WHERE {extra}, explained twice {twice}"
+    )
+
+
+def test_every_registered_kind_runs_somewhere():
+    """A kind in no category (no node, no options, no system backend) would show no place."""
+    assert not [b.kind for b in BACKENDS if not where_it_runs(b)]
+
+
+def test_serve_kinds_lists_every_registered_kind_once(capsys):
+    """`python -m fdb serve --kinds`: each kind of ``BACKENDS`` once, with its role and where it
+    runs, and exit 0 before anything is served."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--kinds"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0, out
+    rows = [line.split(maxsplit=2) for line in out.splitlines()]
+    kinds = Counter(row[1] for row in rows)
+    for b in BACKENDS:
+        assert kinds[b.kind] == 1, f"`serve --kinds` lists {b.kind!r} {kinds[b.kind]} times"
+        (row,) = [row for row in rows if row[1] == b.kind]
+        assert row[0] == b.role
+        assert row[2].startswith(", ".join(where_it_runs(b))), row

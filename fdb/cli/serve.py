@@ -10,6 +10,17 @@ from fdb.cli import configure_logging
 from fdb.settings import load_settings
 
 
+def print_kinds(value: bool) -> None:
+    """``--kinds``: every backend kind of the registry, one line each, then exit 0."""
+    if not value:
+        return
+    # lazy: keeps `fdb --help` fast; loaded when the flag is given
+    from serving.graph.registry import describe
+
+    typer.echo(describe())
+    raise typer.Exit()
+
+
 def serve(
     ctx: typer.Context,
     system: str = typer.Option(
@@ -34,6 +45,14 @@ def serve(
         False, help="If the port is busy, serve on the next free one instead of failing."
     ),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    kinds: bool = typer.Option(
+        False,
+        "--kinds",
+        is_eager=True,
+        callback=print_kinds,
+        help="List every backend kind a system can use (role, kind, where it runs, what it is; "
+        "serving/graph/registry.py) and exit.",
+    ),
 ) -> None:
     """Serve a system on /v1/realtime, /v1/realtime/capabilities, /v1/models and /health.
 

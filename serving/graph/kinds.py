@@ -31,12 +31,16 @@ class KindOptions(BaseModel):
 
 
 class RealtimeTranscriptionOptions(KindOptions):
+    """A realtime transcription service over a WebSocket (``base_url``, ``model``)."""
+
     base_url: str = Field(pattern=WS_URL)
     model: str
     api_key_env: str = "OPENAI_API_KEY"
 
 
 class OpenAiTranscriptionOptions(KindOptions):
+    """An OpenAI-compatible ``/audio/transcriptions`` service, one request per utterance."""
+
     base_url: str = Field(pattern=HTTP_URL)
     model: str
     language: str = ""
@@ -45,16 +49,22 @@ class OpenAiTranscriptionOptions(KindOptions):
 
 
 class RunningTranscriptOptions(KindOptions):
+    """The guide's running-transcript kind (audio, session and ``text`` in), declared only."""
+
     tail_ms: float = Field(400.0, ge=0)
 
 
 class DialogOptions(KindOptions):
+    """The session's conversation: turns, history and interruptions (its node: dialog_node)."""
+
     system_prompt: str = "You are a helpful voice assistant. Answer concisely."
     max_history_chars: int = Field(65536, gt=0)
     max_text_chars: int = Field(16000, gt=0)
 
 
 class OpenAiChatOptions(KindOptions):
+    """An OpenAI-compatible ``/chat/completions`` service, streamed."""
+
     base_url: str = Field(pattern=HTTP_URL)
     model: str
     max_tokens: int = Field(512, gt=0)
@@ -72,6 +82,8 @@ class OpenAiChatOptions(KindOptions):
 
 
 class OpenAiSpeechOptions(KindOptions):
+    """An OpenAI-compatible ``/audio/speech`` service, one request per sentence."""
+
     base_url: str = Field(pattern=HTTP_URL)
     model: str
     voice: str = "default"

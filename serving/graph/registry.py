@@ -28,13 +28,21 @@ A graph kind's formats follow from its role (:data:`ROLE_FORMATS`); an entry may
 A new backend is its own module (options + node or client) and one entry in :data:`BACKENDS`;
 lookups go through two ``fdb.registry.Registry`` of those entries, :data:`KINDS` (by kind) and
 :data:`STAGES` (by stage name), which refuse a kind declared twice.
-The kinds are listed with
-``python -c "from serving.graph.registry import describe; print(describe())"``.
+The kinds are listed, with where each runs (:data:`WHERE`) and a summary from its own docstring,
+by ``python -m fdb serve --kinds`` (:func:`describe`); docs/formats.md explains the categories,
+not the kinds.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
+import inspect
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -344,21 +352,83 @@ def build_backend(role: str, node: BaseModel) -> Any:
     return resolve(system_kinds(role)[node.kind].client)(node)
 
 
+# Where a registered backend runs, as describe() prints it (docs/formats.md explains each).
+WHERE: dict[str, Callable[[Backend], bool]] = {
+    "stage": lambda b: b.stage,
+    "graph node": lambda b: b.node is not None and b.role != "native",
+    "native session": lambda b: b.node is not None and b.role == "native",
+    "shared model": lambda b: b.client is not None and b.role == "native",
+    "graph declaration only": lambda b: b.options is not None and b.node is None,
+    "system backend": lambda b: b.system_options is not None,
+}
+SUMMARY_CHARS = 64  # a longer summary is cut at a clause (or a word)
+
+
+def where_it_runs(b: Backend) -> list[str]:
+    """The :data:`WHERE` categories of ``b``, in that order."""
+    return [name for name, on in WHERE.items() if on(b)]
+
+
 def describe() -> str:
-    """Every registered backend, one line each: role, kind, where it runs."""
-    lines = []
-    for b in sorted(_entries(), key=lambda b: (ROLES.index(b.role), b.kind)):
-        where = [
-            w
-            for w, on in (
-                ("stage", b.stage),
-                ("graph node", b.node is not None and b.role != "native"),
-                ("native session", b.node is not None and b.role == "native"),
-                ("shared model", b.client is not None and b.role == "native"),
-                ("graph declaration only", b.options is not None and b.node is None),
-                ("system backend", b.system_options is not None),
-            )
-            if on
-        ]
-        lines.append(f"{b.role:14} {b.kind:24} {', '.join(where)}")
-    return "\n".join(lines)
+    """Every registered backend, one line each: role, kind, where it runs (:data:`WHERE`) and a
+    one-line summary from its own code; sorted by role, then kind (``python -m fdb serve
+    --kinds``)."""
+    entries = sorted(_entries(), key=lambda b: (ROLES.index(b.role), b.kind))
+    wheres = [", ".join(where_it_runs(b)) for b in entries]
+    width = max((len(w) for w in wheres), default=0)
+    return "\n".join(
+        f"{b.role:14} {b.kind:24} {w:{width}}  {summary(b)}".rstrip()
+        for b, w in zip(entries, wheres, strict=True)
+    )
+
+
+def summary(b: Backend) -> str:
+    """The first sentence of the first docstring of ``b``'s options, node, system options or
+    client class, without its markup, parenthesized asides and a leading ``kind``: "" when none
+    has one. A ``"module:Name"`` class is read from its module's source, not imported (a node's
+    module may need torch)."""
+    for ref in (b.options, b.node, b.system_options, b.client):
+        doc = _docstring(ref) if ref is not None else None
+        if doc:
+            return _first_sentence(doc, b.kind)
+    return ""
+
+
+def _docstring(ref: str | type) -> str | None:
+    """The class's own docstring (not a base class's)."""
+    if not isinstance(ref, str):
+        doc = ref.__dict__.get("__doc__")
+        return inspect.cleandoc(doc) if doc else None
+    module, _, name = ref.partition(":")
+    tree = _module_ast(module)
+    for node in tree.body if tree is not None else ():
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return ast.get_docstring(node)
+    return None
+
+
+@functools.cache
+def _module_ast(module: str) -> ast.Module | None:
+    """``module``'s parsed source, found without importing it (None: no source)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+
+
+def _first_sentence(doc: str, kind: str) -> str:
+    text = " ".join(doc.split())
+    text = re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", text)  # :class:`X` -> X
+    text = text.replace("``", "")
+    text = re.sub(rf"^(?:Stage )?{re.escape(kind)}(?: \([^)]*\))?: ", "", text)
+    while (shorter := re.sub(r" ?\([^()]*\)", "", text)) != text:  # asides, innermost first
+        text = shorter
+    text = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
+    if len(text) > SUMMARY_CHARS:  # cut at the last clause that fits, else at a word
+        head = text[: SUMMARY_CHARS + 1]
+        clause = max(head.rfind(", "), head.rfind(": "))
+        text = head[:clause] if clause > 0 else head[: SUMMARY_CHARS - 3].rsplit(" ", 1)[0] + "..."
+    return text
