@@ -35,6 +35,9 @@
 #   stagger       gpu_cascade at 32 with stage marks: every session's question at once (the
 #                 burst of the parts above), then the sessions' phases spread over 4 s
 #                 (--stagger-s 4), the same with prefetch_ms 100, and spread over 8 s with it
+#   diag          gpu_cascade at 32 at once, spread over 4 s, and spread with silero_gpu, each
+#                 with every server thread's stack sampled (FDB_STACK_SAMPLES) and CSM's first
+#                 frames logged: where a first reply waits
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -227,8 +230,22 @@ stagger)
                 --out $RES/server-stages-$name.json"
     done
     ;;
+diag)
+    # name:extra arguments; every thread's stack sampled (serving/stack_samples.py), CSM's first
+    # frames logged, stage marks on
+    for run in "sync:" "s4:--stagger-s 4" "s4-vadgpu:--stagger-s 4 --vad-device cuda"; do
+        name=${run%%:*}
+        step cascade-$name 115 bash -c "FDB_STAGE_MARKS=1 FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl \
+            python3 benchmarks/gpu_cascade.py \
+            --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
+            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+            && python3 benchmarks/server_stages.py \
+                $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
+                --out $RES/server-stages-$name.json"
+    done
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad or stagger"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger or diag"
     exit 2
     ;;
 esac

@@ -10,7 +10,8 @@ fails, the server stops and ``serve()`` raises the loading error.
 Once the models are ready, what loading made (hundreds of thousands of objects: the models'
 modules) is frozen out of the garbage collector's reach (:func:`freeze_loaded_objects`), and a
 collection that holds every thread for ``GC_PAUSE_LOG_MS`` or more is logged as a warning
-(:class:`GcPauses`).
+(:class:`GcPauses`). With ``FDB_STACK_SAMPLES=FILE`` every thread's stack is sampled into FILE
+(:mod:`serving.stack_samples`).
 
 A launch file's ``services`` start (or are reused) after the dependency check and before
 uvicorn runs (:mod:`serving.services`); the models' loading then probes the service nodes. A
@@ -39,6 +40,7 @@ from serving.app import create_app
 from serving.launch_profiles import service_port_clash
 from serving.models import check_dependencies
 from serving.services import Services
+from serving.stack_samples import start_from_env as sample_stacks
 from serving.systems import resolve_system
 from serving.watchdog import watch_parent
 
@@ -235,6 +237,7 @@ def serve(
         signal.signal(signal.SIGHUP, _hung_up)
     pauses = GcPauses()  # the models load while the server runs: their collections count too
     gc.callbacks.append(pauses)
+    sampler = sample_stacks()  # FDB_STACK_SAMPLES=FILE: every thread's stack, for stalls
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after its graceful shutdown
@@ -243,5 +246,7 @@ def serve(
         sock.close()
         services.stop()
         gc.callbacks.remove(pauses)
+        if sampler is not None:
+            sampler.stop()
     if failure:
         raise failure[0]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -91,6 +92,9 @@ class _Request:
     frames: int = 0
     cancelled: bool = False
     slot: int = -1
+    submitted: float = field(default_factory=time.time)  # wall clock, as the stage marks
+    admitted: float = 0.0  # its prefill launched
+    prompt: int = 0  # its prompt's positions
 
 
 class CsmEngine(PendingRequests):
@@ -191,6 +195,8 @@ class CsmEngine(PendingRequests):
         self._stop = False
         self.steps = 0
         self.prefills = 0  # requests prefilled
+        # FDB_STAGE_MARKS=1: each request's first frame logged with its wait and its prefill
+        self._marks = os.environ.get("FDB_STAGE_MARKS") == "1"
         self.prefill_passes = 0  # backbone prefill passes (a burst shares one)
         self.step_s = 0.0  # launch to delivery, the admissions between them included
         self._started = 0.0
@@ -403,6 +409,16 @@ class CsmEngine(PendingRequests):
                 continue
             request.frames += 1
             request.out.put(audio[i])
+            if self._marks and request.frames == 1:
+                log.info(
+                    "csm first frame %.6f: waited %.1f ms for a slot, %.1f ms from its prefill "
+                    "(%d positions, step of %d rows)",
+                    time.time(),
+                    (request.admitted - request.submitted) * 1000,
+                    (time.time() - request.admitted) * 1000,
+                    request.prompt,
+                    n,
+                )
             if (
                 request.cancelled
                 or request.frames >= request.max_frames
@@ -512,6 +528,7 @@ class CsmEngine(PendingRequests):
             self._refuse([request for request, _, _, _ in batch], exc)
             return
         for request, slot, embeds, ref_codes in batch:
+            request.admitted, request.prompt = time.time(), embeds.shape[1]
             self._start(request, slot, embeds, ref_codes)
         self.prefills += len(batch)
         self.prefill_passes += 1
