@@ -35,9 +35,10 @@
 #   stagger       gpu_cascade at 32 with stage marks: every session's question at once (the
 #                 burst of the parts above), then the sessions' phases spread over 4 s
 #                 (--stagger-s 4), the same with prefetch_ms 100, and spread over 8 s with it
-#   diag          gpu_cascade at 32 at once, spread over 4 s, and spread with silero_gpu, each
-#                 with every server thread's stack sampled (FDB_STACK_SAMPLES) and CSM's first
-#                 frames logged: where a first reply waits
+#   diag          gpu_cascade at 32 at once, spread over 4 s, spread with silero_gpu, and that
+#                 with a 0.5 ms thread switch interval (FDB_SWITCH_INTERVAL_MS), each with every
+#                 server thread's stack sampled (FDB_STACK_SAMPLES) and CSM's first frames
+#                 logged: where a first reply waits
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -233,10 +234,13 @@ stagger)
 diag)
     # name:extra arguments; every thread's stack sampled (serving/stack_samples.py), CSM's first
     # frames logged, stage marks on
-    for run in "sync:" "s4:--stagger-s 4" "s4-vadgpu:--stagger-s 4 --vad-device cuda"; do
+    for run in "sync:" "s4:--stagger-s 4" "s4-vadgpu:--stagger-s 4 --vad-device cuda" \
+        "s4-vadgpu-si05:--stagger-s 4 --vad-device cuda"; do
         name=${run%%:*}
-        step cascade-$name 115 bash -c "FDB_STAGE_MARKS=1 FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl \
-            python3 benchmarks/gpu_cascade.py \
+        interval=""
+        [ "${name%-si05}" = "$name" ] || interval="FDB_SWITCH_INTERVAL_MS=0.5"
+        step cascade-$name 115 bash -c "$interval FDB_STAGE_MARKS=1 \
+            FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl python3 benchmarks/gpu_cascade.py \
             --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
             --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
             && python3 benchmarks/server_stages.py \

@@ -11,7 +11,8 @@ Once the models are ready, what loading made (hundreds of thousands of objects: 
 modules) is frozen out of the garbage collector's reach (:func:`freeze_loaded_objects`), and a
 collection that holds every thread for ``GC_PAUSE_LOG_MS`` or more is logged as a warning
 (:class:`GcPauses`). With ``FDB_STACK_SAMPLES=FILE`` every thread's stack is sampled into FILE
-(:mod:`serving.stack_samples`).
+(:mod:`serving.stack_samples`); ``FDB_SWITCH_INTERVAL_MS`` sets the interpreter's thread
+switch interval (:func:`switch_interval`).
 
 A launch file's ``services`` start (or are reused) after the dependency check and before
 uvicorn runs (:mod:`serving.services`); the models' loading then probes the service nodes. A
@@ -27,6 +28,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -87,6 +89,24 @@ def freeze_loaded_objects() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+def switch_interval() -> float:
+    """The interpreter's thread switch interval, set from ``FDB_SWITCH_INTERVAL_MS`` when given
+    (``sys.setswitchinterval``; Python's default is 5 ms: a thread that asks for the GIL waits
+    that long before the holder is made to drop it, so a GPU engine's thread, which gives the
+    GIL back at every kernel it waits for, can lose up to that much per wait while the event
+    loop and the VAD threads run); returns the interval in force, in ms."""
+    value = os.environ.get("FDB_SWITCH_INTERVAL_MS")
+    if value:
+        try:
+            sys.setswitchinterval(float(value) / 1000)
+        except ValueError as exc:
+            raise FdbError(
+                f"FDB_SWITCH_INTERVAL_MS={value!r} is not a positive number of milliseconds",
+                "set it to e.g. 0.5, or unset it for Python's default (5 ms)",
+            ) from exc
+    return sys.getswitchinterval() * 1000
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -199,6 +219,12 @@ def serve(
     except BaseException:
         sock.close()
         raise
+    try:
+        interval_ms = switch_interval()
+    except BaseException:
+        sock.close()
+        services.stop()
+        raise
     bound_port = sock.getsockname()[1]
     failure: list[BaseException] = []
     server: uvicorn.Server | None = None
@@ -206,6 +232,7 @@ def serve(
     def ready() -> None:
         frozen = freeze_loaded_objects()
         log.info("garbage collector: %d objects of loading frozen", frozen)
+        log.info("thread switch interval %.2f ms", interval_ms)
         log.info("fdb server ready on http://%s:%d (system %s)", host, bound_port, resolved.name)
 
     def failed(error: BaseException) -> None:

@@ -1,13 +1,19 @@
-"""serving.stack_samples (FDB_STACK_SAMPLES): every thread's stack sampled into a file, read back
-by benchmarks/stack_samples.py; a thread that waits in one place costs one full stack line."""
+"""The server's diagnosis knobs: serving.stack_samples (FDB_STACK_SAMPLES: every thread's stack
+sampled into a file, read back by benchmarks/stack_samples.py; a thread that waits in one place
+costs one full stack line) and FDB_SWITCH_INTERVAL_MS (serving.launcher.switch_interval)."""
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 
+import pytest
+
 from benchmarks.stack_samples import read, summarize
+from fdb.errors import FdbError
+from serving.launcher import switch_interval
 from serving.stack_samples import StackSampler, start_from_env
 
 
@@ -40,3 +46,20 @@ def test_a_waiting_thread_is_found_where_it_waits(tmp_path):
 def test_nothing_is_sampled_without_the_variable(monkeypatch):
     monkeypatch.delenv("FDB_STACK_SAMPLES", raising=False)
     assert start_from_env() is None
+
+
+def test_the_switch_interval_comes_from_the_environment(monkeypatch):
+    """FDB_SWITCH_INTERVAL_MS sets the interpreter's thread switch interval; a bad value is a
+    one-line error naming the variable and the fix."""
+    before = sys.getswitchinterval()
+    try:
+        monkeypatch.setenv("FDB_SWITCH_INTERVAL_MS", "0.5")
+        assert switch_interval() == pytest.approx(0.5)
+        monkeypatch.setenv("FDB_SWITCH_INTERVAL_MS", "fast")
+        with pytest.raises(FdbError, match="FDB_SWITCH_INTERVAL_MS"):
+            switch_interval()
+        monkeypatch.setenv("FDB_SWITCH_INTERVAL_MS", "0")
+        with pytest.raises(FdbError, match="positive"):
+            switch_interval()
+    finally:
+        sys.setswitchinterval(before)
