@@ -24,6 +24,11 @@ silence no first audio comes sooner than 0.5 s after the speech end; the goal ne
 silence or ``'{"type": "semantic_vad", "eagerness": "high"}'`` (Smart Turn ends a complete turn
 after a shorter pause).
 
+``--stagger-s S`` spreads the sessions' phases: sample j of N starts with S*j/N s of silence
+(``cascade_capacity.staggered_tree``, a copy of the cohort under DIR), so the turns end spread
+over S s more, as independent users' would, instead of the synthetic cohort's one burst (every
+question starts 0.512 s in and lasts 2-4 s: 32 turns end within about 1.5 s).
+
 ``--tiny``: the same on CPU with 1-layer configurations (a minute or two on 2 cores; checks the
 whole path, measures nothing about a GPU). ``--device cuda:1`` picks the GPU.
 """
