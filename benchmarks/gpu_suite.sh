@@ -39,6 +39,8 @@
 #                 with a 0.5 ms thread switch interval (FDB_SWITCH_INTERVAL_MS), each with every
 #                 server thread's stack sampled (FDB_STACK_SAMPLES) and CSM's first frames
 #                 logged: where a first reply waits
+#   prefill       the CUDA tests of the prefill graphs (CSM and the reply model), gpu_cascade at 32
+#                 at once and spread over 4 s (stage marks, stacks sampled), gpu_tts at C1 and C16
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -248,8 +250,24 @@ diag)
                 --out $RES/server-stages-$name.json"
     done
     ;;
+prefill)
+    step cuda-prefill 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k prefill_graphs \
+        tests/serving/gpu/test_gpu_cuda.py
+    for run in "sync:" "s4:--stagger-s 4"; do
+        name=${run%%:*}
+        step cascade-$name 115 bash -c "FDB_STAGE_MARKS=1 \
+            FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl python3 benchmarks/gpu_cascade.py \
+            --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
+            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+            && python3 benchmarks/server_stages.py \
+                $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
+                --out $RES/server-stages-$name.json"
+    done
+    step tts 160 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
+        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 32
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger or diag"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag or prefill"
     exit 2
     ;;
 esac

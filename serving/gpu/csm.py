@@ -9,8 +9,10 @@ text to speak.
 
 One :class:`CsmEngine` per process serves every request: a GPU thread admits new requests (a
 backbone prefill of all prompt tokens but the last into a free slot of
-:class:`~serving.gpu.slots.SlotCache`: one each for a lone arrival, one pass for a burst of
-``BURST`` or more; a reference's Mimi codes are cached by its sha256), then
+:class:`~serving.gpu.slots.SlotCache`: on CUDA a prompt of up to 512 positions is right-padded to
+a length of ``PREFILL_BUCKETS`` and prefilled by that length's CUDA graph, one request a replay;
+otherwise one eager pass each for a lone arrival, one for a burst of ``BURST`` or more; a
+reference's Mimi codes are cached by its sha256), then
 advances every busy slot by one frame in one batched step (the new slot's last prompt token is its
 first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`:
 backbone, 31 depth steps and the sampling, captured as one CUDA graph per batch bucket when
@@ -52,6 +54,11 @@ RATE = 24000
 REF_CACHE = 256  # reference voices whose codes are kept
 BURST = 3  # waiting requests prefilled in one pass from this many (fewer: one prefill each)
 PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
+# On CUDA with cuda_graphs, a prompt of up to the largest of these (less max_len) is prefilled
+# right-padded to the next, by that length's captured graph: a handful of launches where the eager
+# pass launches hundreds, each of which waits for the GIL while the reply model and Whisper
+# launch theirs (docs/gpu.md measured 100-400 ms for one 28-token eager prefill under load)
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 FRAME_HZ = 12.5
 
 
@@ -80,6 +87,9 @@ class CsmOptions:
     fuse: bool = True
     dummy_s_per_char: float = 0.07
     speaker: int = 0
+    # prompt lengths prefilled right-padded, one CUDA graph each (serving.gpu.slots.PaddedPrefill);
+    # None: PREFILL_BUCKETS below max_len on CUDA with cuda_graphs, none elsewhere (eager passes)
+    prefill_lengths: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -165,7 +175,7 @@ class CsmEngine(PendingRequests):
         self._plans = [None] * len(backbone.layers)
         self._depth_plans = [None] * len(depth.layers)
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import fuse_layers, module_norm, rms_norm
+        from serving.gpu.slots import PaddedPrefill, fuse_layers, module_norm, rms_norm
 
         self._norm = rms_norm if options.fuse else module_norm
         if options.fuse:
@@ -174,6 +184,19 @@ class CsmEngine(PendingRequests):
                 depth.layers, dd.num_key_value_heads, depth.layers[0].self_attn.head_dim
             )
         self._graphs: dict[int, object] = {}
+        graphs_on = self.device.type == "cuda" and options.cuda_graphs
+        lengths = options.prefill_lengths
+        if lengths is None:
+            lengths = tuple(b for b in PREFILL_BUCKETS if b < options.max_len) if graphs_on else ()
+        self.padded = PaddedPrefill(
+            backbone.layers,
+            self.cache,
+            self._plans,
+            backbone.rotary_emb,
+            lengths,
+            backbone.config.hidden_size,
+            graphs_on,
+        )
         self.audio = torch.zeros(s, self.frame_samples, dtype=torch.float32, device=self.device)
         if options.codec not in ("streaming", "window"):
             raise FdbError(f"CSM codec {options.codec!r} is not known", "use streaming or window")
@@ -211,6 +234,7 @@ class CsmEngine(PendingRequests):
                 "cuda_graphs": options.cuda_graphs,
                 "codec": options.codec,
                 "fused_layers": options.fuse,
+                "prefill_lengths": list(self.padded.lengths),
                 "decode_context_frames": options.decode_context,
                 "temperature": options.temperature,
                 "top_k": options.top_k,
@@ -256,7 +280,20 @@ class CsmEngine(PendingRequests):
                     self._run_step(n)
                     if self.mimi is None:
                         self._run_decode(n)
-            log.info("CSM buckets %s warm in %.1f s", buckets, time.perf_counter() - started)
+                # no slot is busy: what the captures write into slot 0 is overwritten by its
+                # next prefill (a capture may not run later, while slot 0 may be in use)
+                try:
+                    self.padded.warm()
+                except Exception as exc:  # noqa: BLE001 - recorded, and prefills run eagerly
+                    log.warning("CSM prefill capture failed (%s); prefills run eagerly", exc)
+                    self.padded.lengths = ()
+                    self.identity.settings["prefill_lengths"] = f"off: {type(exc).__name__}"
+            log.info(
+                "CSM buckets %s and prefill lengths %s warm in %.1f s",
+                buckets,
+                list(self.padded.lengths),
+                time.perf_counter() - started,
+            )
         return round(time.perf_counter() - started, 1)
 
     # --- requests ------------------------------------------------------------------------------
@@ -333,12 +370,13 @@ class CsmEngine(PendingRequests):
                         )
 
     def _admit(self) -> None:
-        """Every waiting request that has a free slot. Fewer than ``BURST`` waiting: one backbone
-        prefill each (a lone arrival, the steady state: nothing is padded); a burst (many
-        sessions' replies at once): their prompts in passes of up to ``PREFILL_TOKENS`` padded
-        tokens (``serving.gpu.slots.prefill_rows``), so that the last of 32 does not wait for
-        31 prefills, nor do the requests in flight. A request whose prompt fails is refused
-        alone."""
+        """Every waiting request that has a free slot. With prefill lengths (CUDA graphs), a prompt
+        that fits one is prefilled alone by its length's graph (:meth:`_prefill_padded`), burst or
+        not. Otherwise: fewer than ``BURST`` waiting: one backbone prefill each (a lone
+        arrival, the steady state: nothing is padded); a burst (many sessions' replies at once):
+        their prompts in passes of up to ``PREFILL_TOKENS`` padded tokens
+        (``serving.gpu.slots.prefill_rows``), so that the last of 32 does not wait for 31
+        prefills, nor do the requests in flight. A request whose prompt fails is refused alone."""
         while not self._pending.empty():
             free = [i for i, r in enumerate(self._slots) if r is None]
             if not free:
@@ -501,6 +539,9 @@ class CsmEngine(PendingRequests):
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import prefill_layer, prefill_rows, rope_tables
 
+        batch = self._prefill_padded(batch)
+        if not batch:
+            return
         torch = self.torch
         backbone = self.model.backbone_model
         t = max(embeds.shape[1] for _, _, embeds, _ in batch) - 1
@@ -532,6 +573,27 @@ class CsmEngine(PendingRequests):
             self._start(request, slot, embeds, ref_codes)
         self.prefills += len(batch)
         self.prefill_passes += 1
+
+    def _prefill_padded(self, batch: list) -> list:
+        """Each request of ``batch`` whose prompt fits one of ``padded.lengths`` prefilled alone,
+        right-padded to it (on CUDA by that length's graph), and started; returns the others (a
+        longer prompt, or all of them without prefill lengths)."""
+        rest = []
+        for request, slot, embeds, ref_codes in batch:
+            t = embeds.shape[1] - 1
+            if t == 0 or self.padded.length_for(t) is None:
+                rest.append((request, slot, embeds, ref_codes))
+                continue
+            try:
+                self.padded.run(embeds[:, :-1], slot)
+            except BaseException as exc:
+                self._refuse([request], exc)
+                continue
+            request.admitted, request.prompt = time.time(), embeds.shape[1]
+            self._start(request, slot, embeds, ref_codes)
+            self.prefills += 1
+            self.prefill_passes += 1
+        return rest
 
     def _start(self, request: _Request, slot: int, embeds, ref_codes) -> None:
         """``slot``'s step input, position and decoder stream for ``request``, after its

@@ -43,6 +43,7 @@ import torch
 from fdb.errors import FdbError
 from serving.gpu.requests import LoopQueue, PendingRequests, received
 from serving.gpu.slots import (
+    PaddedPrefill,
     SlotCache,
     bucket,
     capture,
@@ -60,6 +61,9 @@ log = logging.getLogger("fdb.serving")
 TOP_K = 50  # temperature > 0 draws among the 50 most likely tokens
 MIN_LENGTH = 256  # the smallest length bucket
 PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
+# On CUDA with cuda_graphs a prompt of up to the largest of these (less max_len) is prefilled
+# alone, right-padded to the next, by that length's graph (serving.gpu.slots.PaddedPrefill)
+PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 _ids = itertools.count()
 
 
@@ -97,6 +101,7 @@ class SlotLmEngine(PendingRequests):
         eos: Sequence[int] = (),
         cuda_graphs: bool = True,
         fuse: bool = True,
+        prefill_lengths: Sequence[int] | None = None,
     ):
         config = model.config
         self.model, self.max_batch, self.max_len = model, max_batch, max_len
@@ -118,6 +123,19 @@ class SlotLmEngine(PendingRequests):
             fuse_layers(self.layers, kv_heads, self.head_dim) if fuse else [None] * len(self.layers)
         )
         self._norm = rms_norm if fuse else module_norm
+        if prefill_lengths is None:
+            prefill_lengths = (
+                [b for b in PREFILL_LENGTHS if b < max_len] if self.cuda_graphs else []
+            )
+        self.padded = PaddedPrefill(
+            self.layers,
+            self.cache,
+            self.plans,
+            self.rotary,
+            prefill_lengths,
+            config.hidden_size,
+            self.cuda_graphs,
+        )
         s = max_batch
         self.tokens = torch.zeros(s, dtype=torch.long, device=self.device)  # each row's input
         self.pos = torch.zeros(s, dtype=torch.long, device=self.device)
@@ -170,11 +188,17 @@ class SlotLmEngine(PendingRequests):
                 for n in rows:
                     for length in lengths:
                         self._replay(n, length)
+                try:  # no slot is in use yet: a capture writes slot 0
+                    self.padded.warm()
+                except Exception as exc:  # noqa: BLE001 - recorded, and prefills run eagerly
+                    log.warning("lm slots: prefill capture failed (%s); eager prefills", exc)
+                    self.padded.lengths = ()
             log.info(
-                "lm slots: %d step graphs (rows %s, lengths %s) in %.1f s",
+                "lm slots: %d step graphs (rows %s, lengths %s), prefill lengths %s in %.1f s",
                 len(self._graphs),
                 rows,
                 lengths,
+                list(self.padded.lengths),
                 time.perf_counter() - started,
             )
         return round(time.perf_counter() - started, 1)
@@ -240,6 +264,10 @@ class SlotLmEngine(PendingRequests):
         """Each request's prompt but its last token into its slot; the next step takes the last
         one. A failure fails these requests, not the others."""
         started = time.perf_counter()
+        requests, slots = self._prefill_padded(requests, slots)
+        if not requests:
+            self.prefill_s += time.perf_counter() - started
+            return
         prompts = [r.ids or [0] for r in requests]
         t = max(len(p) for p in prompts) - 1
         try:
@@ -261,13 +289,44 @@ class SlotLmEngine(PendingRequests):
                 request.out.put(None)
             return
         for request, slot, ids in zip(requests, slots, prompts, strict=True):
-            self.tokens[slot] = ids[-1]
-            self.pos[slot] = len(ids) - 1
-            self._positions[slot] = len(ids) - 1
-            self._slots[slot] = request
+            self._start(request, slot, ids)
         self.prefills += len(requests)
         self.prefill_passes += 1
         self.prefill_s += time.perf_counter() - started
+
+    def _prefill_padded(
+        self, requests: list[_Request], slots: list[int]
+    ) -> tuple[list[_Request], list[int]]:
+        """Each request whose prompt fits one of ``padded.lengths`` prefilled alone, right-padded
+        to it (on CUDA by that length's graph), and started; returns the others with their slots
+        (longer prompts, or all of them without prefill lengths)."""
+        rest: tuple[list[_Request], list[int]] = ([], [])
+        for request, slot in zip(requests, slots, strict=True):
+            ids = request.ids or [0]
+            if len(ids) < 2 or self.padded.length_for(len(ids) - 1) is None:
+                rest[0].append(request)
+                rest[1].append(slot)
+                continue
+            try:
+                self.padded.run(self.embed(torch.tensor([ids[:-1]], device=self.device)), slot)
+            except BaseException as exc:
+                log.exception("lm slots: a prefill failed")
+                request.out.put(
+                    FdbError(f"the reply's prefill failed: {exc}", "see the server log")
+                )
+                request.out.put(None)
+                continue
+            self._start(request, slot, ids)
+            self.prefills += 1
+            self.prefill_passes += 1
+        return rest
+
+    def _start(self, request: _Request, slot: int, ids: list[int]) -> None:
+        """``slot``'s next step takes the prompt's last token at its position."""
+        self.tokens[slot] = ids[-1]
+        self.pos[slot] = len(ids) - 1
+        self._positions[slot] = len(ids) - 1
+        self._slots[slot] = request
 
     def _deliver(self, busy: list[int], n: int) -> None:
         """Each busy row's chosen token to its request; the rows advance."""

@@ -474,3 +474,71 @@ def bucket(busy_rows: int, slots: int) -> int:
     while n < busy_rows:
         n *= 2
     return min(n, slots)
+
+
+class PaddedPrefill:
+    """One request's prompt prefilled right-padded to the next of ``lengths``, by ``layers`` into
+    row ``slot`` of ``cache`` (:func:`prefill_rows`; the padding's positions are written too and
+    overwritten by the steps before any step attends to them); with ``graphs`` (CUDA) each length
+    is one captured graph: a handful of launches where the eager layers launch hundreds, each of
+    which waits for the GIL while the other engines of the process launch theirs. Every length
+    must be captured (:meth:`warm`) while no slot is in use: a capture writes slot 0."""
+
+    def __init__(
+        self,
+        layers: Sequence[nn.Module],
+        cache: SlotCache,
+        plans: Sequence[LayerPlan | None],
+        rotary: nn.Module,
+        lengths: Sequence[int],
+        hidden: int,
+        graphs: bool,
+    ):
+        self.layers, self.cache, self.plans, self.rotary = layers, cache, plans, rotary
+        self.lengths, self.hidden, self.graphs = tuple(sorted(lengths)), hidden, graphs
+        self._passes: dict[int, tuple] = {}  # length -> (input [1, T, H], slot [1], rope, graph)
+        self._pool = None
+
+    def length_for(self, tokens: int) -> int | None:
+        """The padded length a prompt of ``tokens`` positions takes (None: longer than all)."""
+        return next((b for b in self.lengths if b >= tokens), None)
+
+    def warm(self) -> None:
+        for length in self.lengths:
+            self._pass(length)
+
+    def run(self, x: torch.Tensor, slot: int) -> None:
+        """``x`` [1, t, H] (t no more than the longest length) into row ``slot``."""
+        t = x.shape[1]
+        length = self.length_for(t)
+        if length is None:
+            raise ValueError(f"a prompt of {t} positions is longer than every prefill length")
+        buffer, slot_index, rope, graph = self._pass(length)
+        buffer[0, :t] = x[0]
+        slot_index.fill_(slot)
+        if graph is not None:
+            graph.replay()
+        else:
+            self._layers(buffer, slot_index, rope)
+
+    def _pass(self, length: int) -> tuple:
+        found = self._passes.get(length)
+        if found is not None:
+            return found
+        k = self.cache.k[0]
+        buffer = torch.zeros(1, length, self.hidden, dtype=k.dtype, device=k.device)
+        slot_index = torch.zeros(1, dtype=torch.long, device=k.device)
+        rope = rope_tables(*self.rotary(buffer, torch.arange(length, device=k.device)[None]))
+        graph = None
+        if self.graphs:
+            graph = capture(lambda: self._layers(buffer, slot_index, rope), pool=self._pool)
+            self._pool = self._pool or graph.pool()
+        self._passes[length] = (buffer, slot_index, rope, graph)
+        return self._passes[length]
+
+    def _layers(self, x: torch.Tensor, slot_index: torch.Tensor, rope: Rope) -> None:
+        h = x
+        for layer, k, v, plan in zip(
+            self.layers, self.cache.k, self.cache.v, self.plans, strict=True
+        ):
+            h = prefill_rows(layer, h, k, v, slot_index, rope, plan=plan)

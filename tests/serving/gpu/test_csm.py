@@ -546,3 +546,33 @@ def test_capabilities_and_the_realtime_refusal_of_a_speech_only_server(client):
             pass
     assert denied.value.status_code == 503
     assert denied.value.json()["error"]["code"] == "realtime_unavailable"
+
+
+def test_a_prompt_prefilled_right_padded_to_its_length_bucket_speaks_the_same_frames(model):
+    """The padded prefill that CUDA runs as one graph per length (``prefill_lengths``; on a CPU
+    run eagerly through the same buffers): each request's frames equal those of its exact-length
+    prefill, alone and in a burst, and a prompt longer than every bucket keeps the eager pass."""
+    exact = CsmEngine(
+        model, CsmOptions(max_batch=4, max_len=256, temperature=0), dummy=True, weights_label=LABEL
+    )
+    padded = CsmEngine(
+        model,
+        CsmOptions(max_batch=4, max_len=256, temperature=0, prefill_lengths=(8, 16)),
+        dummy=True,
+        weights_label=LABEL,
+    )
+    try:
+        assert exact.padded.lengths == ()  # no CUDA here: no prefill lengths unless asked
+        texts = ["one", "a longer text", "a text of more than sixteen bytes"]
+        want = [_frames_of(exact, text) for text in texts]
+        with ThreadPoolExecutor(3) as pool:
+            got = list(pool.map(lambda text: _frames_of(padded, text), texts))
+        assert sorted(padded.padded._passes) == [8, 16]  # the longest text took the eager pass
+        for frames, expected in zip(got, want, strict=True):
+            assert len(frames) == len(expected)
+            for a, b in zip(frames, expected, strict=True):
+                np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+        assert _idle(padded)
+    finally:
+        exact.close()
+        padded.close()

@@ -157,3 +157,82 @@ def test_silero_batch_on_cuda_gives_each_stream_the_cpu_modules_probabilities():
             want[i, k] = float(model(frame, 16000).item())
     np.testing.assert_allclose(got[:4], want, rtol=0, atol=1e-4)
     print(f"silero_gpu: 32 streams, {call_ms:.2f} ms a call on {torch.cuda.get_device_name()}")
+
+
+def test_csm_prefill_graphs_speak_the_eager_prefills_frames_on_cuda():
+    """CSM on CUDA with its prefill graphs (a prompt right-padded to its length bucket, one graph
+    replay) speaks each text's greedy frames as the eager exact-length prefill does; a burst of 8
+    arrivals takes 8 replays."""
+    torch = _cuda()
+    from benchmarks.gpu_tts import TINY
+    from serving.gpu.csm import CsmEngine, CsmOptions
+    from serving.weights import WeightSource, load_model
+
+    torch.manual_seed(0)
+    model = load_model(
+        WeightSource("dummy", preset="csm-1b", overrides=TINY), "tts", "cuda", "float32"
+    )
+    options = CsmOptions(max_batch=8, max_len=256, temperature=0)
+    graphs = CsmEngine(model, options, dummy=True, weights_label="dummy")
+    eager = CsmEngine(
+        model,
+        CsmOptions(max_batch=8, max_len=256, temperature=0, prefill_lengths=()),
+        dummy=True,
+        weights_label="dummy",
+    )
+    try:
+        assert graphs.padded.lengths and all(
+            g[3] is not None for g in graphs.padded._passes.values()
+        )
+        texts = ["one", "a longer text", "mid size", "x" * 40] * 2
+        for text in texts:
+            want = [f for f in eager.stream(text)]
+            got = [f for f in graphs.stream(text)]
+            assert len(got) == len(want)
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+        before = graphs.prefill_passes
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda text: list(graphs.stream(text)), texts))
+        assert graphs.prefill_passes - before == len(texts)
+    finally:
+        graphs.close()
+        eager.close()
+
+
+def test_slot_lm_prefill_graphs_give_the_eager_prefills_tokens_on_cuda():
+    """The reply model's prefill graphs (a prompt right-padded to its length, one replay) give
+    each prompt the greedy tokens of the eager exact-length prefill, on a tiny Qwen3 in float32."""
+    torch = _cuda()
+    from serving.gpu.lm_slots import SlotLmEngine
+    from serving.weights import WeightSource, load_model
+    from tests.serving.gpu.test_lm_slots import TINY, _prompt, _reply
+
+    torch.manual_seed(3)
+    model = load_model(
+        WeightSource(load_format="dummy", preset="qwen3-4b", overrides=TINY),
+        "causal_lm_gpu",
+        "cuda",
+        "float32",
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    prompts = [_prompt(n, seed) for seed, n in enumerate((5, 40, 250, 300, 17))]
+
+    def replies(**kwargs):
+        engine = SlotLmEngine(model, max_batch=4, max_len=600, temperature=0.0, **kwargs)
+        try:
+            return engine, asyncio.run(_all(engine))
+        finally:
+            engine.close()
+
+    async def _all(engine):
+        return await asyncio.gather(*[_reply(engine, p) for p in prompts])
+
+    graphs, got = replies()
+    assert graphs.padded.lengths and all(g[3] is not None for g in graphs.padded._passes.values())
+    _, want = replies(prefill_lengths=())
+    assert got == want

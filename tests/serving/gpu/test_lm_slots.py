@@ -63,9 +63,22 @@ async def _reply(engine, ids, new=NEW, started: asyncio.Event | None = None, lea
     return tokens
 
 
-@pytest.mark.parametrize("fuse", [True, False])
-def test_replies_equal_generate_however_they_were_admitted(model, fuse):
-    engine = SlotLmEngine(model, max_batch=4, max_len=600, temperature=0.0, fuse=fuse)
+@pytest.mark.parametrize(
+    "fuse, prefill_lengths", [(True, None), (False, None), (True, (8, 64, 256))]
+)
+def test_replies_equal_generate_however_they_were_admitted(model, fuse, prefill_lengths):
+    """(True, (8, 64, 256)): the prompts that fit a length are prefilled alone, right-padded to
+    it (what CUDA runs as one graph a length, ``serving.gpu.slots.PaddedPrefill``); the 300-token
+    one takes the eager pass."""
+    engine = SlotLmEngine(
+        model,
+        max_batch=4,
+        max_len=600,
+        temperature=0.0,
+        fuse=fuse,
+        prefill_lengths=prefill_lengths,
+    )
+    assert engine.padded.lengths == tuple(prefill_lengths or ())  # on CPU none unless asked
     # lengths across the length buckets (256, 512, 600); the long one crosses 256 while decoding
     prompts = [_prompt(n, seed) for seed, n in enumerate((5, 40, 250, 300, 17))]
 
@@ -82,6 +95,8 @@ def test_replies_equal_generate_however_they_were_admitted(model, fuse):
         engine.close()
     assert replies == [_generate(model, p) for p in prompts]
     assert engine.prefills == 5 and all(r is None for r in engine._slots)
+    if prefill_lengths:
+        assert sorted(engine.padded._passes) == [8, 64, 256]
     assert engine.steps < 5 * NEW  # replies shared steps
 
 
