@@ -39,8 +39,9 @@
 #                 with a 0.5 ms thread switch interval (FDB_SWITCH_INTERVAL_MS), each with every
 #                 server thread's stack sampled (FDB_STACK_SAMPLES) and CSM's first frames
 #                 logged: where a first reply waits
-#   prefill       the CUDA tests of the prefill graphs (CSM and the reply model), gpu_cascade at 32
-#                 at once and spread over 4 s (stage marks, stacks sampled), gpu_tts at C1 and C16
+#   prefill       the CUDA tests of the prefill graphs (CSM, the reply model) and Whisper's encoder
+#                 graphs, gpu_cascade at 32 at once and spread over 4 s (stage marks, stacks
+#                 sampled), gpu_tts at C1 and C16
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -251,8 +252,8 @@ diag)
     done
     ;;
 prefill)
-    step cuda-prefill 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k prefill_graphs \
-        tests/serving/gpu/test_gpu_cuda.py
+    step cuda-graphs 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        -k "prefill_graphs or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
     for run in "sync:" "s4:--stagger-s 4"; do
         name=${run%%:*}
         step cascade-$name 115 bash -c "FDB_STAGE_MARKS=1 \

@@ -167,19 +167,31 @@ class StaticWhisper:
         self.eos = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._pool = None
+        # with graphs, a batch's features go here and its encoder pass (and cross-attention
+        # keys and values) is one graph a (bucket, window): the eager pass launches a kernel or
+        # more per operation of 32 layers, each waiting for the GIL beside the other engines
+        self.features = (
+            torch.zeros(max_batch, config.num_mel_bins, self.frames[-1], device=device, dtype=dtype)
+            if self.graphs
+            else None
+        )
+        self._encoders: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
 
     def nbytes(self) -> int:
         """The static tensors' size (the cross-attention keys and values are most of it)."""
-        return sum(
-            t.numel() * t.element_size() for t in self.k + self.v + self.cross_k + self.cross_v
-        )
+        held = self.k + self.v + self.cross_k + self.cross_v
+        held += [self.features] if self.features is not None else []
+        return sum(t.numel() * t.element_size() for t in held)
 
     def warm(self, buckets: Sequence[int]) -> None:
-        """Each bucket's step in each window captured (CUDA graphs) before a batch needs it."""
+        """Each bucket's step and encoder pass in each window captured (CUDA graphs) before a
+        batch needs them."""
         with torch.inference_mode():
             for frames in self.frames:
                 for n in buckets:
                     self._replay(n, frames // 2)
+                    if self.graphs:
+                        self._encode(n, frames)
 
     def _cross_view(self, flat: torch.Tensor, positions: int) -> torch.Tensor:
         size = self.max_batch * self.heads * positions * self.head_dim
@@ -197,8 +209,11 @@ class StaticWhisper:
             raise ValueError(f"a window of {frames} frames (one of {self.frames})")
         budget = min(budget, self.max_new_tokens)
         n, positions = bucket(rows, self.max_batch), frames // 2
-        encoded = encode(self.model.model.encoder, features)
-        self._cross(encoded, rows)
+        if self.graphs:
+            self.features[:rows, :, :frames].copy_(features)
+            self._encode(n, frames)
+        else:
+            self._cross(encode(self.model.model.encoder, features), rows)
         prompt = self.prompt
         chosen = torch.empty((n, budget), dtype=torch.long, device=self.device)
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
@@ -244,6 +259,21 @@ class StaticWhisper:
             v = self._cross_view(self.cross_v[i], positions)
             k[:rows].copy_(attn.k_proj(encoded).view(shape).transpose(1, 2))
             v[:rows].copy_(attn.v_proj(encoded).view(shape).transpose(1, 2))
+
+    def _encode(self, n: int, frames: int) -> None:
+        """The encoder pass and cross-attention keys and values of rows ``0..n-1`` of
+        ``features`` in a window of ``frames``, as a CUDA graph (rows past the batch's carry
+        stale features: their keys are never read)."""
+        graph = self._encoders.get((n, frames))
+        if graph is None:
+            encoder = self.model.model.encoder
+            graph = capture(
+                lambda: self._cross(encode(encoder, self.features[:n, :, :frames]), n),
+                pool=self._pool,
+            )
+            self._pool = self._pool or graph.pool()
+            self._encoders[n, frames] = graph
+        graph.replay()
 
     def _replay(self, n: int, positions: int) -> None:
         if not self.graphs:

@@ -236,3 +236,42 @@ def test_slot_lm_prefill_graphs_give_the_eager_prefills_tokens_on_cuda():
     assert graphs.padded.lengths and all(g[3] is not None for g in graphs.padded._passes.values())
     _, want = replies(prefill_lengths=())
     assert got == want
+
+
+def test_whisper_encoder_graphs_give_the_eager_encoders_tokens_on_cuda():
+    """Whisper's static engine on CUDA with its encoder pass captured per (bucket, window) gives
+    each row the tokens of the eager encoder (a tiny random model in float32), in two windows and
+    batch sizes that leave stale rows in the bucket."""
+    torch = _cuda()
+    import copy
+
+    from serving.gpu.whisper_static import StaticWhisper, buckets, prompt_ids, windows
+    from serving.weights import WeightSource, load_model
+    from tests.serving.gpu.test_whisper_static import BUDGET, TINY, _features
+
+    torch.manual_seed(7)
+    model = load_model(
+        WeightSource(load_format="dummy", preset="whisper-large-v3", overrides=TINY),
+        "whisper_gpu",
+        "cuda",
+        "float32",
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 1.0)
+    generation = copy.deepcopy(model.generation_config)
+    full = 2 * TINY["max_source_positions"]
+    frames = windows(None, full) + [full // 2]
+
+    def engine(graphs):
+        static = StaticWhisper(
+            model, generation, prompt_ids(generation, None), BUDGET, 4, graphs, frames=frames
+        )
+        static.warm(buckets(4))
+        return static
+
+    graphs, eager = engine(True), engine(False)
+    assert graphs._encoders and not eager._encoders
+    for rows, window, seed in ((3, full, 0), (1, full // 2, 1), (4, full // 2, 2), (2, full, 3)):
+        features = _features(rows, seed, window).to("cuda")
+        assert graphs.transcribe(features, BUDGET) == eager.transcribe(features, BUDGET)
