@@ -39,9 +39,9 @@
 #                 with a 0.5 ms thread switch interval (FDB_SWITCH_INTERVAL_MS), each with every
 #                 server thread's stack sampled (FDB_STACK_SAMPLES) and CSM's first frames
 #                 logged: where a first reply waits
-#   prefill       the CUDA tests of the prefill graphs (CSM, the reply model) and Whisper's encoder
-#                 graphs, gpu_cascade at 32 at once and spread over 4 s (stage marks, stacks
-#                 sampled), gpu_tts at C1 and C16
+#   prefill       gpu_cascade at 32 spread over 4 s (stage marks, stacks sampled), the CUDA tests
+#                 of the prefill graphs (CSM, the reply model) and Whisper's encoder graphs,
+#                 gpu_cascade at 32 at once, gpu_tts at C1 and C16 (32 requests a level)
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -252,19 +252,20 @@ diag)
     done
     ;;
 prefill)
-    step cuda-graphs 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
-        -k "prefill_graphs or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
-    for run in "sync:" "s4:--stagger-s 4"; do
+    # the spread cohort first (sessions at independent phases), the burst after; TTS last, short
+    for run in "s4:--stagger-s 4" "sync:"; do
         name=${run%%:*}
-        step cascade-$name 115 bash -c "FDB_STAGE_MARKS=1 \
+        step cascade-$name 100 bash -c "FDB_STAGE_MARKS=1 \
             FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl python3 benchmarks/gpu_cascade.py \
             --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
             --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
             && python3 benchmarks/server_stages.py \
                 $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
                 --out $RES/server-stages-$name.json"
+        [ "$name" = s4 ] && step cuda-graphs 120 python3 -m pytest -m gpu -p no:cacheprovider \
+            -s -k "prefill_graphs or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
     done
-    step tts 160 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
+    step tts 100 python3 benchmarks/gpu_tts.py --out "$RES/tts" --skip-profile \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 32
     ;;
 *)
