@@ -142,7 +142,8 @@ class WhisperEngine:
         self.batcher.close()
 
     def warm_graphs(self) -> None:
-        """Every batch bucket's decoder step captured (static decoder on CUDA; else nothing)."""
+        """Every batch bucket's decoder step captured (static decoder on CUDA), and the log-mel
+        features made once (their first call initializes torch's STFT)."""
         if self.static is not None and self.static.graphs:
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
             import torch
@@ -151,6 +152,7 @@ class WhisperEngine:
 
             self.static.warm(buckets(self.static.max_batch))
             torch.cuda.synchronize()  # before the batches, on the engine's stream, use them
+        self.log_mel([np.zeros(RATE, dtype=np.float32)], RATE)  # the STFT's first call: 0.2 s
 
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
@@ -178,16 +180,7 @@ class WhisperEngine:
         import torch
 
         samples = self.window(batch)
-        inputs = self.features(
-            [np.asarray(s, dtype=np.float32)[:samples] for s in batch],
-            sampling_rate=RATE,
-            return_tensors="pt",
-            padding="max_length",
-            max_length=samples,
-            truncation=True,
-            device=self.device,
-        )
-        features = inputs.input_features.to(self.device, self.dtype)
+        features = self.log_mel(batch, samples).to(self.device, self.dtype)
         if self.static is not None:
             rows = self.static.transcribe(features, self.token_budget(batch))
             return [self._text(ids) for ids in rows]
@@ -200,6 +193,23 @@ class WhisperEngine:
                 **extra,
             )
         return [self._text(row) for row in tokens.tolist()]
+
+    def log_mel(self, batch: Sequence[np.ndarray], samples: int):
+        """The batch's log-mel features [B, mel bins, frames] in a window of ``samples``, made on
+        the CPU (torch's STFT, which leaves the GIL to the GPU threads): on CUDA each new batch
+        size needed a cuFFT plan of its own, and the first batches of each size waited 1.2-2.8 s
+        for them (docs/gpu.md, the stacks of a first wave), where 32 utterances take 20-100 ms on
+        a CPU; the GPU's features came back to the host before the model's copy anyway."""
+        inputs = self.features(
+            [np.asarray(s, dtype=np.float32)[:samples] for s in batch],
+            sampling_rate=RATE,
+            return_tensors="pt",
+            padding="max_length",
+            max_length=samples,
+            truncation=True,
+            device="cpu",
+        )
+        return inputs.input_features
 
     def token_budget(self, batch: Sequence[np.ndarray]) -> int:
         """The batch's decode bound: ``max_tokens_per_s`` of its longest utterance (at least 4),
