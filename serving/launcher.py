@@ -79,9 +79,10 @@ class GcPauses:
 
 
 def freeze_loaded_objects() -> int:
-    """Every object alive now (after loading: the models' modules and their Python state, about
-    460,000 objects for Whisper-large-v3 and Qwen3-4B alone, whose full collection took 260 ms on
-    a 2-core host) moved to the collector's permanent generation (``gc.freeze``, as SGLang and
+    """Every object alive now (after loading: the models' modules and their Python state,
+    hundreds of thousands of objects for the GPU cascade's models, whose full collection takes a
+    noticeable pause: docs/gpu.md counts and times them) moved to the collector's permanent
+    generation (``gc.freeze``, as SGLang and
     vLLM do after start-up), so that no later full collection walks them while sessions wait;
     returns how many. ``FDB_GC_FREEZE=0`` skips it (the A/B of docs/gpu.md)."""
     if os.environ.get("FDB_GC_FREEZE") == "0":

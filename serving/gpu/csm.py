@@ -57,7 +57,7 @@ PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 # On CUDA with cuda_graphs, a prompt of up to the largest of these (less max_len) is prefilled
 # right-padded to the next, by that length's captured graph: a handful of launches where the eager
 # pass launches hundreds, each of which waits for the GIL while the reply model and Whisper
-# launch theirs (docs/gpu.md measured 100-400 ms for one 28-token eager prefill under load)
+# launch theirs (docs/gpu.md measured what an eager prefill took under load)
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 FRAME_HZ = 12.5
 

@@ -9,8 +9,8 @@ Every shape in a step depends on ``n`` alone, so a step can be captured in a CUD
 bucket. The layer weights are the transformers modules' own (``q_proj`` … ``mlp``); only the
 cache handling is written here.
 
-A decode step is bound by kernel count, not by arithmetic (docs/gpu.md: CSM's step launched 7,761
-kernels, 2.3 µs each, for 0.6 ms of weight reads). :func:`fuse_layers` lays a layer's weights out
+A decode step is bound by kernel count, not by arithmetic (docs/gpu.md counts a CSM step's
+kernels and times them). :func:`fuse_layers` lays a layer's weights out
 for fewer: the query, key and value projections as one matrix and the gate and up projections as
 one (the modules' own weights become views into them, so nothing is stored twice); a known RMSNorm
 runs as ``F.rms_norm`` (one fused kernel on CUDA instead of seven); the rotary embedding turns the

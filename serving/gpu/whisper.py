@@ -152,7 +152,7 @@ class WhisperEngine:
 
             self.static.warm(buckets(self.static.max_batch))
             torch.cuda.synchronize()  # before the batches, on the engine's stream, use them
-        self.log_mel([np.zeros(RATE, dtype=np.float32)], RATE)  # the STFT's first call: 0.2 s
+        self.log_mel([np.zeros(RATE, dtype=np.float32)], RATE)  # the STFT's slow first call
 
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
@@ -197,9 +197,9 @@ class WhisperEngine:
     def log_mel(self, batch: Sequence[np.ndarray], samples: int):
         """The batch's log-mel features [B, mel bins, frames] in a window of ``samples``, made on
         the CPU (torch's STFT, which leaves the GIL to the GPU threads): on CUDA each new batch
-        size needed a cuFFT plan of its own, and the first batches of each size waited 1.2-2.8 s
-        for them (docs/gpu.md, the stacks of a first wave), where 32 utterances take 20-100 ms on
-        a CPU; the GPU's features came back to the host before the model's copy anyway."""
+        size needed a cuFFT plan of its own, which the first batch of that size waited for
+        (docs/gpu.md measured it), and the GPU's features came back to the host before the
+        model's copy anyway."""
         inputs = self.features(
             [np.asarray(s, dtype=np.float32)[:samples] for s in batch],
             sampling_rate=RATE,
