@@ -39,9 +39,9 @@
 #                 with a 0.5 ms thread switch interval (FDB_SWITCH_INTERVAL_MS), each with every
 #                 server thread's stack sampled (FDB_STACK_SAMPLES) and CSM's first frames
 #                 logged: where a first reply waits
-#   prefill       gpu_cascade at 32 spread over 4 s (stage marks, stacks sampled), the CUDA tests
-#                 of the prefill graphs (CSM, the reply model) and Whisper's encoder graphs,
-#                 gpu_cascade at 32 at once, gpu_tts at C1 and C16 (32 requests a level)
+#   prefill       the CUDA tests of the prefill graphs (CSM, the reply model) and Whisper's encoder
+#                 graphs, gpu_cascade at 32 spread over 4 s without and with them (--graphs),
+#                 and at once with them (stage marks, stacks sampled)
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -252,8 +252,11 @@ diag)
     done
     ;;
 prefill)
-    # the spread cohort first (sessions at independent phases), the burst after; TTS last, short
-    for run in "s4:--stagger-s 4" "sync:"; do
+    # the CUDA checks of the graphs first, then the spread cohort without and with them (the
+    # A/B on one machine), then the burst with them
+    step cuda-graphs 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        -k "prefill_graphs or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
+    for run in "s4:--stagger-s 4" "s4-graphs:--stagger-s 4 --graphs" "sync-graphs:--graphs"; do
         name=${run%%:*}
         step cascade-$name 100 bash -c "FDB_STAGE_MARKS=1 \
             FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl python3 benchmarks/gpu_cascade.py \
@@ -262,11 +265,7 @@ prefill)
             && python3 benchmarks/server_stages.py \
                 $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
                 --out $RES/server-stages-$name.json"
-        [ "$name" = s4 ] && step cuda-graphs 120 python3 -m pytest -m gpu -p no:cacheprovider \
-            -s -k "prefill_graphs or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
     done
-    step tts 100 python3 benchmarks/gpu_tts.py --out "$RES/tts" --skip-profile \
-        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 32
     ;;
 *)
     echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag or prefill"

@@ -153,6 +153,7 @@ class ChatEngine:
             o.temperature,
             self._eos(),
             cuda_graphs=o.cuda_graphs,
+            prefill_graphs=o.prefill_graphs,
         )
 
     def _start_manager(self):

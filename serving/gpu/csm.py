@@ -9,10 +9,10 @@ text to speak.
 
 One :class:`CsmEngine` per process serves every request: a GPU thread admits new requests (a
 backbone prefill of all prompt tokens but the last into a free slot of
-:class:`~serving.gpu.slots.SlotCache`: on CUDA a prompt of up to 512 positions is right-padded to
-a length of ``PREFILL_BUCKETS`` and prefilled by that length's CUDA graph, one request a replay;
-otherwise one eager pass each for a lone arrival, one for a burst of ``BURST`` or more; a
-reference's Mimi codes are cached by its sha256), then
+:class:`~serving.gpu.slots.SlotCache`: with ``prefill_graphs`` on CUDA a prompt of up to 512
+positions is right-padded to a length of ``PREFILL_BUCKETS`` and prefilled by that length's CUDA
+graph, one request a replay; otherwise one eager pass each for a lone arrival, one for a burst
+of ``BURST`` or more; a reference's Mimi codes are cached by its sha256), then
 advances every busy slot by one frame in one batched step (the new slot's last prompt token is its
 first input, so its first frame comes from the batched step too) (:meth:`CsmEngine._step`:
 backbone, 31 depth steps and the sampling, captured as one CUDA graph per batch bucket when
@@ -54,10 +54,10 @@ RATE = 24000
 REF_CACHE = 256  # reference voices whose codes are kept
 BURST = 3  # waiting requests prefilled in one pass from this many (fewer: one prefill each)
 PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
-# On CUDA with cuda_graphs, a prompt of up to the largest of these (less max_len) is prefilled
-# right-padded to the next, by that length's captured graph: a handful of launches where the eager
-# pass launches hundreds, each of which waits for the GIL while the reply model and Whisper
-# launch theirs (docs/gpu.md measured what an eager prefill took under load)
+# With prefill_graphs (CUDA, cuda_graphs), a prompt of up to the largest of these (less max_len)
+# is prefilled right-padded to the next, by that length's captured graph: a handful of launches
+# where the eager pass launches hundreds, each of which waits for the GIL while the reply model
+# and Whisper launch theirs (docs/gpu.md measured what an eager prefill took under load)
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 FRAME_HZ = 12.5
 
@@ -87,9 +87,10 @@ class CsmOptions:
     fuse: bool = True
     dummy_s_per_char: float = 0.07
     speaker: int = 0
-    # prompt lengths prefilled right-padded, one CUDA graph each (serving.gpu.slots.PaddedPrefill);
-    # None: PREFILL_BUCKETS below max_len on CUDA with cuda_graphs, none elsewhere (eager passes)
-    prefill_lengths: tuple[int, ...] | None = None
+    # prompts prefilled right-padded to a length, one CUDA graph a length (PaddedPrefill; CUDA
+    # with cuda_graphs only): PREFILL_BUCKETS below max_len; off until measured on a GPU
+    prefill_graphs: bool = False
+    prefill_lengths: tuple[int, ...] | None = None  # other lengths (on CPU: run eagerly, padded)
 
 
 @dataclass
@@ -187,7 +188,8 @@ class CsmEngine(PendingRequests):
         graphs_on = self.device.type == "cuda" and options.cuda_graphs
         lengths = options.prefill_lengths
         if lengths is None:
-            lengths = tuple(b for b in PREFILL_BUCKETS if b < options.max_len) if graphs_on else ()
+            wanted = graphs_on and options.prefill_graphs
+            lengths = tuple(b for b in PREFILL_BUCKETS if b < options.max_len) if wanted else ()
         self.padded = PaddedPrefill(
             backbone.layers,
             self.cache,

@@ -61,8 +61,8 @@ log = logging.getLogger("fdb.serving")
 TOP_K = 50  # temperature > 0 draws among the 50 most likely tokens
 MIN_LENGTH = 256  # the smallest length bucket
 PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
-# On CUDA with cuda_graphs a prompt of up to the largest of these (less max_len) is prefilled
-# alone, right-padded to the next, by that length's graph (serving.gpu.slots.PaddedPrefill)
+# With prefill_graphs (CUDA, cuda_graphs) a prompt of up to the largest of these (less max_len)
+# is prefilled alone, right-padded to the next, by that length's graph (slots.PaddedPrefill)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 _ids = itertools.count()
 
@@ -101,6 +101,7 @@ class SlotLmEngine(PendingRequests):
         eos: Sequence[int] = (),
         cuda_graphs: bool = True,
         fuse: bool = True,
+        prefill_graphs: bool = False,
         prefill_lengths: Sequence[int] | None = None,
     ):
         config = model.config
@@ -124,9 +125,8 @@ class SlotLmEngine(PendingRequests):
         )
         self._norm = rms_norm if fuse else module_norm
         if prefill_lengths is None:
-            prefill_lengths = (
-                [b for b in PREFILL_LENGTHS if b < max_len] if self.cuda_graphs else []
-            )
+            wanted = self.cuda_graphs and prefill_graphs
+            prefill_lengths = [b for b in PREFILL_LENGTHS if b < max_len] if wanted else []
         self.padded = PaddedPrefill(
             self.layers,
             self.cache,

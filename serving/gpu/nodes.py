@@ -51,6 +51,7 @@ class CsmTts:
             cuda_graphs=node.cuda_graphs,
             fuse=node.fuse,
             dummy_s_per_char=node.dummy_s_per_char,
+            prefill_graphs=node.prefill_graphs,
         )
         self.engine = CsmEngine(
             model, options, tokenizer=tokenizer, dummy=source.dummy, weights_label=source.label()

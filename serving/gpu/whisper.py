@@ -56,6 +56,7 @@ class WhisperEngine:
         max_tokens_per_s: float | None = None,
         decoder: str = "static",
         window_s: float | None = None,
+        encoder_graphs: bool = False,
     ):
         # lazy: torch is optional (the gpu extra)
         import torch
@@ -88,6 +89,7 @@ class WhisperEngine:
                 max_batch,
                 graphs=True,
                 frames=windows(self.window_s, self.samples // HOP),
+                encoder_graphs=encoder_graphs,
             )
         # batches run on their own stream, so that the encoder's long kernels run beside the
         # steps of the other engines on the GPU (the reply model's, the speech model's), not
@@ -136,6 +138,7 @@ class WhisperEngine:
             options.max_tokens_per_s,
             options.decoder,
             options.window_s,
+            options.encoder_graphs,
         )
 
     def close(self) -> None:

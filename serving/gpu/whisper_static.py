@@ -119,6 +119,7 @@ class StaticWhisper:
         max_batch: int,
         graphs: bool,
         frames: Sequence[int] | None = None,
+        encoder_graphs: bool = False,
     ):
         config = model.config
         self.model, self.max_batch = model, max_batch
@@ -170,9 +171,10 @@ class StaticWhisper:
         # with graphs, a batch's features go here and its encoder pass (and cross-attention
         # keys and values) is one graph a (bucket, window): the eager pass launches a kernel or
         # more per operation of 32 layers, each waiting for the GIL beside the other engines
+        self.encoder_graphs = encoder_graphs and self.graphs
         self.features = (
             torch.zeros(max_batch, config.num_mel_bins, self.frames[-1], device=device, dtype=dtype)
-            if self.graphs
+            if self.encoder_graphs
             else None
         )
         self._encoders: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
@@ -190,7 +192,7 @@ class StaticWhisper:
             for frames in self.frames:
                 for n in buckets:
                     self._replay(n, frames // 2)
-                    if self.graphs:
+                    if self.encoder_graphs:
                         self._encode(n, frames)
 
     def _cross_view(self, flat: torch.Tensor, positions: int) -> torch.Tensor:
@@ -209,7 +211,7 @@ class StaticWhisper:
             raise ValueError(f"a window of {frames} frames (one of {self.frames})")
         budget = min(budget, self.max_new_tokens)
         n, positions = bucket(rows, self.max_batch), frames // 2
-        if self.graphs:
+        if self.encoder_graphs:
             self.features[:rows, :, :frames].copy_(features)
             self._encode(n, frames)
         else:

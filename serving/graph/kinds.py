@@ -188,6 +188,9 @@ class WhisperGpuOptions(GpuModelOptions):
     # (serving.gpu.whisper_static); "generate": transformers' generate (the A/B)
     decoder: Literal["static", "generate"] = "static"
     window_s: float | None = Field(10.0, ge=10, le=30)
+    # static decoder on CUDA: a batch's encoder pass (and cross-attention keys) as one CUDA graph
+    # per (batch bucket, window) instead of eager layers; off until measured on a GPU (docs/gpu.md)
+    encoder_graphs: bool = False
 
 
 class CausalLmGpuOptions(GpuModelOptions):
@@ -221,6 +224,10 @@ class CausalLmGpuOptions(GpuModelOptions):
     # transformers' ContinuousBatchingManager (block_size, cache_blocks, cache_memory_fraction)
     engine: Literal["slots", "continuous_batching"] = "slots"
     max_reply_tokens: int = Field(256, ge=1, le=4096)
+    # engine slots on CUDA: a prompt prefilled right-padded to a length bucket by that length's
+    # CUDA graph (serving.gpu.slots.PaddedPrefill) instead of eager layers; off until measured
+    # on a GPU (docs/gpu.md)
+    prefill_graphs: bool = False
 
 
 # The GPU node a launch file's ``backends:`` names (csm_gpu): its options, checked when the
@@ -270,6 +277,10 @@ class CsmSpeechNode(GpuNode):
     cuda_graphs: bool = True
     fuse: bool = True  # serving.gpu.slots.fuse_layers (False: the transformers modules' own ops)
     dummy_s_per_char: float = Field(0.07, gt=0, le=1)
+    # on CUDA: a prompt prefilled right-padded to a length bucket by that length's CUDA graph
+    # (serving.gpu.slots.PaddedPrefill) instead of eager layers; off until measured on a GPU
+    # (docs/gpu.md)
+    prefill_graphs: bool = False
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and

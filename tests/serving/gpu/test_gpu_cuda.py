@@ -172,7 +172,7 @@ def test_csm_prefill_graphs_speak_the_eager_prefills_frames_on_cuda():
     model = load_model(
         WeightSource("dummy", preset="csm-1b", overrides=TINY), "tts", "cuda", "float32"
     )
-    options = CsmOptions(max_batch=8, max_len=256, temperature=0)
+    options = CsmOptions(max_batch=8, max_len=256, temperature=0, prefill_graphs=True)
     graphs = CsmEngine(model, options, dummy=True, weights_label="dummy")
     eager = CsmEngine(
         model,
@@ -232,7 +232,7 @@ def test_slot_lm_prefill_graphs_give_the_eager_prefills_tokens_on_cuda():
     async def _all(engine):
         return await asyncio.gather(*[_reply(engine, p) for p in prompts])
 
-    graphs, got = replies()
+    graphs, got = replies(prefill_graphs=True)
     assert graphs.padded.lengths and all(g[3] is not None for g in graphs.padded._passes.values())
     _, want = replies(prefill_lengths=())
     assert got == want
@@ -265,7 +265,14 @@ def test_whisper_encoder_graphs_give_the_eager_encoders_tokens_on_cuda():
 
     def engine(graphs):
         static = StaticWhisper(
-            model, generation, prompt_ids(generation, None), BUDGET, 4, graphs, frames=frames
+            model,
+            generation,
+            prompt_ids(generation, None),
+            BUDGET,
+            4,
+            graphs,
+            frames=frames,
+            encoder_graphs=graphs,
         )
         static.warm(buckets(4))
         return static

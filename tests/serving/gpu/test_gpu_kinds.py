@@ -106,3 +106,24 @@ def test_session_nodes_need_session_publish():
             "embedded-cascade",
             overrides=[("session_nodes", {"vad": {"stages": ["vad"], "inputs": ["input"]}})],
         )
+
+
+def test_the_graph_options_are_off_by_default_and_gpu_cascade_graphs_turns_them_on(tmp_path):
+    """Whisper's encoder graphs and the prefill graphs of the reply model and CSM are options,
+    off until measured on a GPU; ``gpu_cascade.py --graphs`` writes a launch file that sets all
+    three, and it loads."""
+    from benchmarks.gpu_cascade import launch_file
+
+    off = get_system("gpu-cascade")
+    assert not any(
+        off.session_nodes[n].get(k)
+        for n, k in (("asr", "encoder_graphs"), ("llm", "prefill_graphs"))
+    )
+    path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, graphs=True)
+    system = resolve_system("embedded-cascade", path)
+    graph = load_graph(
+        {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
+    )
+    assert graph.nodes["asr"].options.encoder_graphs
+    assert graph.nodes["llm"].options.prefill_graphs
+    assert system.backends.tts.prefill_graphs
