@@ -88,6 +88,16 @@ step() {  # step NAME SECONDS COMMAND...
     pack
 }
 
+cascade32() {  # cascade32 NAME LIMIT ENV ARGS: gpu_cascade.py at 32 sessions (200 ms of silence)
+    # with the server's variables ENV and its own ARGS, then the server's stage marks summed
+    local name=$1 limit=$2 env=$3 args=$4
+    step cascade-$name "$limit" bash -c "$env python3 benchmarks/gpu_cascade.py \
+        --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds $args \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/server_stages.py $RES/cascade-$name/sweep/logs/model-server.log \
+            --per 32 --out $RES/server-stages-$name.json"
+}
+
 case "$PART" in
 codec-native)
     step mimi-moshi 60 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 8 \
@@ -225,30 +235,18 @@ stagger)
     # name:extra arguments; one server start and one level of 32 each, stage marks on
     for run in "sync:" "s4:--stagger-s 4" "s4-pf100:--stagger-s 4 --prefetch-ms 100" \
         "s8-pf100:--stagger-s 8 --prefetch-ms 100"; do
-        name=${run%%:*}
-        step cascade-$name 115 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
-            --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
-            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
-            && python3 benchmarks/server_stages.py \
-                $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
-                --out $RES/server-stages-$name.json"
+        cascade32 "${run%%:*}" 115 FDB_STAGE_MARKS=1 "${run#*:}"
     done
     ;;
 diag)
     # name:extra arguments; every thread's stack sampled (serving/stack_samples.py), CSM's first
-    # frames logged, stage marks on
+    # frames logged, stage marks on; -si05: a 0.5 ms thread switch interval
     for run in "sync:" "s4:--stagger-s 4" "s4-vadgpu:--stagger-s 4 --vad-device cuda" \
         "s4-vadgpu-si05:--stagger-s 4 --vad-device cuda"; do
         name=${run%%:*}
-        interval=""
-        [ "${name%-si05}" = "$name" ] || interval="FDB_SWITCH_INTERVAL_MS=0.5"
-        step cascade-$name 115 bash -c "$interval FDB_STAGE_MARKS=1 \
-            FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl python3 benchmarks/gpu_cascade.py \
-            --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
-            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
-            && python3 benchmarks/server_stages.py \
-                $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
-                --out $RES/server-stages-$name.json"
+        env="FDB_STAGE_MARKS=1 FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl"
+        [ "${name%-si05}" = "$name" ] || env="$env FDB_SWITCH_INTERVAL_MS=0.5"
+        cascade32 "$name" 115 "$env" "${run#*:}"
     done
     ;;
 prefill)
@@ -258,13 +256,8 @@ prefill)
         -k "prefill_graphs or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
     for run in "s4:--stagger-s 4" "s4-graphs:--stagger-s 4 --graphs" "sync-graphs:--graphs"; do
         name=${run%%:*}
-        step cascade-$name 100 bash -c "FDB_STAGE_MARKS=1 \
-            FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl python3 benchmarks/gpu_cascade.py \
-            --out $RES/cascade-$name --levels 32 --dataset $DATA/cascade-ds ${run#*:} \
-            --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
-            && python3 benchmarks/server_stages.py \
-                $RES/cascade-$name/sweep/logs/model-server.log --per 32 \
-                --out $RES/server-stages-$name.json"
+        cascade32 "$name" 100 "FDB_STAGE_MARKS=1 FDB_STACK_SAMPLES=$RES/stacks-$name.jsonl" \
+            "${run#*:}"
     done
     ;;
 *)

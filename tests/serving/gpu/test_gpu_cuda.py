@@ -207,19 +207,9 @@ def test_slot_lm_prefill_graphs_give_the_eager_prefills_tokens_on_cuda():
     each prompt the greedy tokens of the eager exact-length prefill, on a tiny Qwen3 in float32."""
     torch = _cuda()
     from serving.gpu.lm_slots import SlotLmEngine
-    from serving.weights import WeightSource, load_model
     from tests.serving.gpu.test_lm_slots import TINY, _prompt, _reply
 
-    torch.manual_seed(3)
-    model = load_model(
-        WeightSource(load_format="dummy", preset="qwen3-4b", overrides=TINY),
-        "causal_lm_gpu",
-        "cuda",
-        "float32",
-    )
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.5)
+    model = _tiny_model(torch, "qwen3-4b", TINY, "causal_lm_gpu", seed=3, std=0.5)
     prompts = [_prompt(n, seed) for seed, n in enumerate((5, 40, 250, 300, 17))]
 
     def replies(**kwargs):
@@ -246,19 +236,9 @@ def test_whisper_encoder_graphs_give_the_eager_encoders_tokens_on_cuda():
     import copy
 
     from serving.gpu.whisper_static import StaticWhisper, buckets, prompt_ids, windows
-    from serving.weights import WeightSource, load_model
     from tests.serving.gpu.test_whisper_static import BUDGET, TINY, _features
 
-    torch.manual_seed(7)
-    model = load_model(
-        WeightSource(load_format="dummy", preset="whisper-large-v3", overrides=TINY),
-        "whisper_gpu",
-        "cuda",
-        "float32",
-    )
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 1.0)
+    model = _tiny_model(torch, "whisper-large-v3", TINY, "whisper_gpu", seed=7, std=1.0)
     generation = copy.deepcopy(model.generation_config)
     full = 2 * TINY["max_source_positions"]
     frames = windows(None, full) + [full // 2]
@@ -282,3 +262,21 @@ def test_whisper_encoder_graphs_give_the_eager_encoders_tokens_on_cuda():
     for rows, window, seed in ((3, full, 0), (1, full // 2, 1), (4, full // 2, 2), (2, full, 3)):
         features = _features(rows, seed, window).to("cuda")
         assert graphs.transcribe(features, BUDGET) == eager.transcribe(features, BUDGET)
+
+
+def _tiny_model(torch, preset: str, overrides: dict, kind: str, seed: int, std: float):
+    """A tiny random model of ``preset``'s layout on CUDA in float32, its weights drawn wider than
+    the default init (so that greedy choices vary), as the CPU tests draw them."""
+    from serving.weights import WeightSource, load_model
+
+    torch.manual_seed(seed)
+    model = load_model(
+        WeightSource(load_format="dummy", preset=preset, overrides=overrides),
+        kind,
+        "cuda",
+        "float32",
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, std)
+    return model
