@@ -289,6 +289,7 @@ def engine_key(options: CausalLmGpuOptions) -> tuple:
         options.engine,
         options.max_reply_tokens,
         options.cuda_graphs,
+        options.prefill_graphs,
     )
 
 

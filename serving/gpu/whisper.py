@@ -128,18 +128,7 @@ class WhisperEngine:
     def from_options(cls, options: WhisperGpuOptions, where: str = "asr") -> WhisperEngine:
         """The engine of a ``whisper_gpu`` node's options (``where`` names its weights in
         errors)."""
-        return cls(
-            options.source(where),
-            options.device,
-            options.dtype,
-            options.max_batch,
-            options.max_new_tokens,
-            options.language,
-            options.max_tokens_per_s,
-            options.decoder,
-            options.window_s,
-            options.encoder_graphs,
-        )
+        return cls(options.source(where), *_engine_args(options))
 
     def close(self) -> None:
         self.batcher.close()
@@ -254,10 +243,10 @@ def _processors(source: WeightSource, mel_bins: int):
     return features, tokenizer
 
 
-def engine_key(options: WhisperGpuOptions) -> tuple:
+def _engine_args(options: WhisperGpuOptions) -> tuple:
+    """The node's options that :class:`WhisperEngine` takes after its weights, in its order: what
+    builds an engine is also what tells two engines apart (:func:`engine_key`)."""
     return (
-        "whisper_gpu",
-        repr(options.source("whisper_gpu")),
         options.device,
         options.dtype,
         options.max_batch,
@@ -266,7 +255,12 @@ def engine_key(options: WhisperGpuOptions) -> tuple:
         options.max_tokens_per_s,
         options.decoder,
         options.window_s,
+        options.encoder_graphs,
     )
+
+
+def engine_key(options: WhisperGpuOptions) -> tuple:
+    return ("whisper_gpu", repr(options.source("whisper_gpu")), *_engine_args(options))
 
 
 class WhisperGpuNode(WhisperNode):

@@ -127,3 +127,16 @@ def test_the_graph_options_are_off_by_default_and_gpu_cascade_graphs_turns_them_
     assert graph.nodes["asr"].options.encoder_graphs
     assert graph.nodes["llm"].options.prefill_graphs
     assert system.backends.tts.prefill_graphs
+
+
+def test_nodes_that_differ_in_a_graph_option_do_not_share_an_engine():
+    """A shared engine is keyed by every option that builds it: two nodes that differ only in
+    encoder_graphs (Whisper) or prefill_graphs (the reply model) get engines of their own."""
+    from serving.gpu.chat import engine_key as chat_key
+    from serving.gpu.whisper import engine_key as whisper_key
+
+    dummy = {"load_format": "dummy", "preset": "whisper-large-v3"}
+    whisper = WhisperGpuOptions(weights=dummy)
+    assert whisper_key(whisper) != whisper_key(whisper.model_copy(update={"encoder_graphs": True}))
+    llm = CausalLmGpuOptions(weights={"load_format": "dummy", "preset": "qwen3-4b"})
+    assert chat_key(llm) != chat_key(llm.model_copy(update={"prefill_graphs": True}))
