@@ -186,16 +186,17 @@ class CsmEngine(PendingRequests):
             )
         self._graphs: dict[int, object] = {}
         graphs_on = self.device.type == "cuda" and options.cuda_graphs
-        lengths = options.prefill_lengths
-        if lengths is None:
-            wanted = graphs_on and options.prefill_graphs
-            lengths = tuple(b for b in PREFILL_BUCKETS if b < options.max_len) if wanted else ()
         self.padded = PaddedPrefill(
             backbone.layers,
             self.cache,
             self._plans,
             backbone.rotary_emb,
-            lengths,
+            PaddedPrefill.lengths_for(
+                options.prefill_lengths,
+                PREFILL_BUCKETS,
+                options.max_len,
+                graphs_on and options.prefill_graphs,
+            ),
             backbone.config.hidden_size,
             graphs_on,
         )
@@ -284,12 +285,10 @@ class CsmEngine(PendingRequests):
                         self._run_decode(n)
                 # no slot is busy: what the captures write into slot 0 is overwritten by its
                 # next prefill (a capture may not run later, while slot 0 may be in use)
-                try:
-                    self.padded.warm()
-                except Exception as exc:  # noqa: BLE001 - recorded, and prefills run eagerly
-                    log.warning("CSM prefill capture failed (%s); prefills run eagerly", exc)
-                    self.padded.lengths = ()
-                    self.identity.settings["prefill_lengths"] = f"off: {type(exc).__name__}"
+                failed = self.padded.warm()
+                if failed:
+                    log.warning("CSM prefill capture failed (%s); prefills run eagerly", failed)
+                    self.identity.settings["prefill_lengths"] = f"off: {failed}"
             log.info(
                 "CSM buckets %s and prefill lengths %s warm in %.1f s",
                 buckets,

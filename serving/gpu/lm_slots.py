@@ -124,15 +124,14 @@ class SlotLmEngine(PendingRequests):
             fuse_layers(self.layers, kv_heads, self.head_dim) if fuse else [None] * len(self.layers)
         )
         self._norm = rms_norm if fuse else module_norm
-        if prefill_lengths is None:
-            wanted = self.cuda_graphs and prefill_graphs
-            prefill_lengths = [b for b in PREFILL_LENGTHS if b < max_len] if wanted else []
         self.padded = PaddedPrefill(
             self.layers,
             self.cache,
             self.plans,
             self.rotary,
-            prefill_lengths,
+            PaddedPrefill.lengths_for(
+                prefill_lengths, PREFILL_LENGTHS, max_len, self.cuda_graphs and prefill_graphs
+            ),
             config.hidden_size,
             self.cuda_graphs,
         )
@@ -188,11 +187,9 @@ class SlotLmEngine(PendingRequests):
                 for n in rows:
                     for length in lengths:
                         self._replay(n, length)
-                try:  # no slot is in use yet: a capture writes slot 0
-                    self.padded.warm()
-                except Exception as exc:  # noqa: BLE001 - recorded, and prefills run eagerly
-                    log.warning("lm slots: prefill capture failed (%s); eager prefills", exc)
-                    self.padded.lengths = ()
+                failed = self.padded.warm()  # no slot is in use yet: a capture writes slot 0
+                if failed:
+                    log.warning("lm slots: prefill capture failed (%s); eager prefills", failed)
             log.info(
                 "lm slots: %d step graphs (rows %s, lengths %s), prefill lengths %s in %.1f s",
                 len(self._graphs),

@@ -499,13 +499,30 @@ class PaddedPrefill:
         self._passes: dict[int, tuple] = {}  # length -> (input [1, T, H], slot [1], rope, graph)
         self._pool = None
 
+    @staticmethod
+    def lengths_for(
+        given: Sequence[int] | None, candidates: Sequence[int], max_len: int, wanted: bool
+    ) -> tuple[int, ...]:
+        """An engine's prefill lengths: ``given`` when set, else the ``candidates`` below
+        ``max_len`` when ``wanted`` (its prefill graphs asked for, on CUDA), else none."""
+        if given is not None:
+            return tuple(given)
+        return tuple(b for b in candidates if b < max_len) if wanted else ()
+
     def length_for(self, tokens: int) -> int | None:
         """The padded length a prompt of ``tokens`` positions takes (None: longer than all)."""
         return next((b for b in self.lengths if b >= tokens), None)
 
-    def warm(self) -> None:
-        for length in self.lengths:
-            self._pass(length)
+    def warm(self) -> str | None:
+        """Every length's pass made (captured with graphs); a failed capture leaves no lengths
+        (every prefill runs eagerly) and returns why, for the engine's log and identity."""
+        try:
+            for length in self.lengths:
+                self._pass(length)
+        except Exception as exc:  # noqa: BLE001 - returned, and the prefills run eagerly
+            self.lengths, self._passes = (), {}
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     def run(self, x: torch.Tensor, slot: int) -> None:
         """``x`` [1, t, H] (t no more than the longest length) into row ``slot``."""
