@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fdb.audio import read_wav, write_wav  # noqa: E402
-from fdb.datasets.official import load_v10  # noqa: E402
+from fdb.datasets.official import load_v10, sample_dirs  # noqa: E402
 from fdb.datasets.pinning import write_revision  # noqa: E402
 from fdb.datasets.synthetic import SynthSizes, generate_synthetic, synthetic_complete  # noqa: E402
 from fdb.dialects import get_dialect  # noqa: E402
@@ -134,19 +134,16 @@ STAGGER_GRID_S = 0.016  # a lead added by staggered_tree is a multiple of this (
 
 def staggered_tree(root: Path, dest: Path, spread_s: float, count: int | None = None) -> Path:
     """A copy of v1.0 tree ``root``'s first ``count`` (None: all) candor_turn_taking samples
-    under ``dest`` whose sessions
-    start at spread phases: sample j of N (in sample-id order) gets ``spread_s * j / N`` seconds
-    of silence before its audio (rounded to ``STAGGER_GRID_S``), every timestamp of its
-    ``turn_taking.json`` and ``transcription.json`` moved by as much. Recorded at once, the
+    under ``dest`` whose sessions start at spread phases: sample j of N (in sample-id order)
+    gets ``spread_s * j / N`` seconds of silence before its audio (rounded to
+    ``STAGGER_GRID_S``), every timestamp of its ``turn_taking.json`` and ``transcription.json``
+    moved by as much. Recorded at once, the
     sessions' turns then end spread over ``spread_s`` more than the synthetic cohort's (whose
     questions all start 0.512 s in), as sessions of independent users would, not in one burst.
     Returns ``dest``'s v1.0 tree, pinned with its own revision (``fdb-stagger-...``)."""
     source = root / SUBSET
     tree = dest / "v1.0"
-    names = sorted(
-        (d.name for d in source.iterdir() if d.is_dir()),
-        key=lambda n: (0, int(n)) if n.isdigit() else (1, n),
-    )[:count]
+    names = [d.name for d in sample_dirs(source)][:count]
     for j, name in enumerate(names):
         lead = round(spread_s * j / len(names) / STAGGER_GRID_S) * STAGGER_GRID_S
         sample = tree / SUBSET / name

@@ -5,7 +5,7 @@ With ``FDB_STACK_SAMPLES=FILE`` in the server's environment, :class:`StackSample
 ``thread`` (its name), ``late_ms`` (how much later than asked the sampler woke: it needs the GIL,
 so a long lateness is a stretch in which some thread held it) and ``stack`` (its innermost
 ``DEPTH`` frames, innermost first, as ``file:line function``). A thread whose stack is the same
-as at its last sample gets ``{"t", "thread", "same": true}`` only, so a long wait costs a few
+as at its last sample gets ``"same": true`` in place of its stack, so a long wait costs a few
 bytes a sample. ``benchmarks/stack_samples.py FILE --from T0 --to T1`` prints, per thread, where
 it spent a stretch of time.
 

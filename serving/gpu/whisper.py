@@ -134,8 +134,7 @@ class WhisperEngine:
         self.batcher.close()
 
     def warm_graphs(self) -> None:
-        """Every batch bucket's decoder step captured (static decoder on CUDA), and the log-mel
-        features made once (their first call initializes torch's STFT)."""
+        """Every batch bucket's decoder step captured (static decoder on CUDA; else nothing)."""
         if self.static is not None and self.static.graphs:
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
             import torch
@@ -144,7 +143,6 @@ class WhisperEngine:
 
             self.static.warm(buckets(self.static.max_batch))
             torch.cuda.synchronize()  # before the batches, on the engine's stream, use them
-        self.log_mel([np.zeros(RATE, dtype=np.float32)], RATE)  # the STFT's slow first call
 
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
