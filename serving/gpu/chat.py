@@ -293,22 +293,6 @@ def engine_key(options: CausalLmGpuOptions) -> tuple:
     )
 
 
-class _AsyncPrefetch(_Prefetch):
-    """A reply streaming ahead of its turn from the engine (no thread: the engine's stream is
-    async)."""
-
-    async def fill(self, pieces: AsyncIterator[str]) -> None:  # type: ignore[override]
-        try:
-            async for piece in pieces:
-                self.pieces.append(piece)
-                self.more.set()
-        except Exception as err:  # raised to the turn that claims it
-            self.error = err
-        finally:
-            self.ended = True
-            self.more.set()
-
-
 class CausalLmGpuNode(PrefetchingChatNode):
     """``causal_lm_gpu``: streams the shared :class:`ChatEngine`'s reply to each messages chunk as
     text_delta, then turn.done. A ``configure`` with ``sampling.max_new_tokens_per_unit`` applies
@@ -328,7 +312,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
         self._models, self._options, self._name = models, options, name
         self._max_new_tokens = options.max_new_tokens
         self._engine: ChatEngine | None = None
-        self._prefetch: _AsyncPrefetch | None = None
+        self._prefetch: _Prefetch | None = None
         self.prefetches = {"started": 0, "claimed": 0}
 
     async def open(self) -> None:
@@ -349,17 +333,21 @@ class CausalLmGpuNode(PrefetchingChatNode):
 
     async def on_control(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.control == "reply.prefetch":
-            self._drop_prefetch()
-            if chunk.payload.data.get("messages"):
-                self._start_prefetch(chunk.payload.data["messages"])
+            await self._on_prefetch(chunk, emit)
         sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
         if sampling and sampling.get("max_new_tokens_per_unit"):
             self._max_new_tokens = int(sampling["max_new_tokens_per_unit"])
 
-    def _start_prefetch(self, messages: list[dict[str, str]]) -> None:
-        prefetch = _AsyncPrefetch(self._key(messages), threading.Event(), threading.Event())
+    def _start_prefetch(self, messages: list[dict[str, str]], emit: Emit) -> None:
+        prefetch = _Prefetch(
+            key=self._key(messages),
+            stop=threading.Event(),
+            released=threading.Event(),
+            announce=self._announcer(emit),
+        )
+        # the engine's stream is async: no thread
         prefetch.task = asyncio.ensure_future(
-            prefetch.fill(self._engine.stream(messages, self._max_new_tokens))
+            prefetch.take(self._engine.stream(messages, self._max_new_tokens))
         )
         self._keep_prefetch(prefetch)
 
@@ -369,7 +357,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
         prefetch = self._claim(messages)
         if prefetch is not None:
-            pieces = prefetch.pieces_for()
+            pieces = prefetch.read()
         else:
             pieces = self._engine.stream(messages, self._max_new_tokens)
         try:

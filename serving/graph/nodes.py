@@ -21,7 +21,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -520,6 +520,31 @@ class PrefetchingChatNode(Node):
             self._prefetch.cancel()
             self._prefetch = None
 
+    def _start_prefetch(self, messages: list[dict[str, str]], emit: Emit) -> None:
+        raise NotImplementedError
+
+    async def _on_prefetch(self, chunk: Chunk, emit: Emit) -> None:
+        """A ``reply.prefetch``: the reply ahead replaced by one to its messages (none: withdrawn).
+        A dropped reply whose first chunk was announced withdraws that too (``speech.prefetch``
+        with text None), so that its audio made ahead stops."""
+        announced = self._prefetch is not None and self._prefetch.first_chunk is not None
+        self._drop_prefetch()
+        if announced:
+            await emit(control("speech.prefetch", text=None))
+        if chunk.payload.data.get("messages"):
+            self._start_prefetch(chunk.payload.data["messages"], emit)
+
+    @staticmethod
+    def _announcer(emit: Emit) -> Callable[[str], Awaitable[None]]:
+        """How a reply ahead announces its first speakable chunk: ``speech.prefetch`` with its text,
+        which a speech node that streams may synthesize ahead of the turn (the turn's first
+        chunk claims that audio if it is the same text)."""
+
+        async def announce(text: str) -> None:
+            await emit(control("speech.prefetch", text=text))
+
+        return announce
+
     def _claim(self, messages: list[dict[str, str]]) -> _Prefetch | None:
         """The reply ahead if it answers ``messages`` with the current sampling, else None (a
         different one is stopped)."""
@@ -577,9 +602,7 @@ class LlamaChatNode(PrefetchingChatNode):
         if chunk.control == "turn.started" and chunk.turn in self._released:
             self._released[chunk.turn].set()
         if chunk.control == "reply.prefetch":
-            self._drop_prefetch()
-            if chunk.payload.data.get("messages"):
-                self._start_prefetch(chunk.payload.data["messages"])
+            await self._on_prefetch(chunk, emit)
         sampling = chunk.payload.data.get("sampling") if chunk.control == "configure" else None
         if sampling:
             self._max_tokens = sampling.get("max_new_tokens_per_unit", self._max_tokens)
@@ -621,9 +644,11 @@ class LlamaChatNode(PrefetchingChatNode):
 
         return stop, released, make
 
-    def _start_prefetch(self, messages: list[dict[str, str]]) -> None:
+    def _start_prefetch(self, messages: list[dict[str, str]], emit: Emit) -> None:
         stop, released, make = self._stream(messages)
-        prefetch = _Prefetch(self._key(messages), stop, released)
+        prefetch = _Prefetch(
+            key=self._key(messages), stop=stop, released=released, announce=self._announcer(emit)
+        )
         prefetch.task = asyncio.ensure_future(prefetch.fill(make))
         self._keep_prefetch(prefetch)
 
@@ -633,7 +658,7 @@ class LlamaChatNode(PrefetchingChatNode):
         messages = [{"role": m.role, "content": m.content} for m in chunk.payload.messages]
         prefetch = self._claim(messages)
         if prefetch is not None:
-            released, pieces = prefetch.released, prefetch.pieces_for()
+            released, pieces = prefetch.released, prefetch.read()
         else:
             stop, released, make = self._stream(messages)
             pieces = stream_in_thread(make, stop)
@@ -651,37 +676,48 @@ class LlamaChatNode(PrefetchingChatNode):
 
 
 @dataclass(eq=False)
-class _Prefetch:
-    """A reply streaming ahead of its turn: its pieces so far, until a turn reads them."""
+class _Ahead:
+    """Items made ahead of the turn that will read them (a reply's pieces, its first chunk's
+    audio), kept until a turn claims them (the same ``key``), or they are dropped or expire. At
+    most one turn reads them: first those already made, then the rest as they come; the maker's
+    failure is raised to that reader at the end."""
 
-    key: tuple
-    stop: threading.Event
-    released: threading.Event
-    pieces: list[str] = field(default_factory=list)
+    key: Any = None
+    items: list = field(default_factory=list)
     ended: bool = False
     error: BaseException | None = None
     more: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
     expiry: asyncio.TimerHandle | None = None
 
-    async def fill(self, make: Callable[[], Iterator[str]]) -> None:
+    async def take(self, items: AsyncIterator) -> None:
+        """Keep ``items`` as they come, until they end (the ``task``; cancelling it cancels
+        ``items``' await in flight, so an engine's request ends with it)."""
         try:
-            async for piece in stream_in_thread(make, self.stop):
-                self.pieces.append(piece)
+            async for item in items:
+                self.items.append(item)
                 self.more.set()
+                await self.added(item)
+            await self.finished()
         except Exception as err:  # raised to the turn that claims it
             self.error = err
         finally:
             self.ended = True
             self.more.set()
 
-    async def pieces_for(self) -> AsyncIterator[str]:
-        """Every piece, those already decoded first; the model's failure is raised at the end."""
+    async def added(self, item: Any) -> None:
+        """After each item (a subclass's hook)."""
+
+    async def finished(self) -> None:
+        """After the last item, unless the maker failed (a subclass's hook)."""
+
+    async def read(self) -> AsyncIterator:
+        """Every item, those already made first; the maker's failure is raised at the end."""
         read = 0
-        while read < len(self.pieces) or not self.ended:
-            if read < len(self.pieces):
+        while read < len(self.items) or not self.ended:
+            if read < len(self.items):
                 read += 1
-                yield self.pieces[read - 1]
+                yield self.items[read - 1]
             else:
                 self.more.clear()
                 await self.more.wait()
@@ -689,11 +725,46 @@ class _Prefetch:
             raise self.error
 
     def cancel(self) -> None:
-        self.stop.set()
         if self.expiry is not None:
             self.expiry.cancel()
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+@dataclass(eq=False, kw_only=True)
+class _Prefetch(_Ahead):
+    """A reply streaming ahead of its turn: its pieces so far. ``announce``: called with the
+    reply's first speakable chunk (the speech node's ``SpeechChunker`` rule, so the speech node
+    cuts the same chunk from the same pieces) as soon as the pieces complete it, so that its
+    audio can be made ahead too (``speech.prefetch``); ``first_chunk`` is that chunk once
+    announced."""
+
+    stop: threading.Event
+    released: threading.Event
+    announce: Callable[[str], Awaitable[None]] | None = None
+    first_chunk: str | None = None
+    chunker: SpeechChunker = field(default_factory=SpeechChunker)
+
+    async def fill(self, make: Callable[[], Iterator[str]]) -> None:
+        await self.take(stream_in_thread(make, self.stop))
+
+    async def added(self, item: Any) -> None:
+        if self.announce is not None and self.first_chunk is None:
+            await self._announce(self.chunker.push(item))
+
+    async def finished(self) -> None:
+        if self.announce is not None and self.first_chunk is None:
+            await self._announce(self.chunker.finish())  # a reply shorter than a first chunk
+
+    async def _announce(self, chunks: list[str]) -> None:
+        spoken = [c for c in chunks if re.search(r"\w", c)]  # as the speech node skips them
+        if spoken:
+            self.first_chunk = spoken[0]
+            await self.announce(spoken[0])
+
+    def cancel(self) -> None:
+        self.stop.set()
+        super().cancel()
 
 
 class PiperSpeechNode(Node):
@@ -704,12 +775,22 @@ class PiperSpeechNode(Node):
     text, before its first audio) and followed by its ``reply.progress`` (the chunk's text,
     text_end in the reply's spoken text joined with spaces, audio_ms where its audio ends);
     turn.started before the first chunk, turn.done after the last. A ``configure`` whose
-    output_modalities lack audio makes later turns text only (progress without audio)."""
+    output_modalities lack audio makes later turns text only (progress without audio).
+
+    Speech ahead: a ``speech.prefetch`` (the reply model's, from its data edge or a control edge:
+    the first chunk of a reply started ahead at a pause) starts that chunk's synthesis at once
+    with a backend that streams (``astream``; others ignore it) and keeps its frames; the next
+    turn's first chunk takes them if it is the same text (the same reply: the model's reply ahead
+    was claimed), so its first audio needs no synthesis of its own. The frames are sent only as
+    that turn's, after its commit; a different first chunk, a withdrawal (text None), the next
+    ``speech.prefetch`` or PREFETCH_TTL_S unclaimed stops the synthesis."""
 
     def __init__(self, models: ModelHub, options: PiperSpeechOptions):
         self._models, self._options = models, options
         self._audio = True
         self._turns: dict[int | None, _SpokenTurn] = {}
+        self._ahead: _Ahead | None = None  # a first chunk's audio made ahead, not yet claimed
+        self.spoken_ahead = {"started": 0, "claimed": 0}
 
     async def open(self) -> None:
         await self._models.run(self._models.voice, self._options)
@@ -719,10 +800,55 @@ class PiperSpeechNode(Node):
             self._turns.pop(chunk.turn, None)
         elif chunk.control == "configure" and "output_modalities" in chunk.payload.data:
             self._audio = "audio" in chunk.payload.data["output_modalities"]
+        elif chunk.control == "speech.prefetch":
+            self._speak_ahead(chunk.payload.data.get("text"))
+
+    def _speak_ahead(self, text: str | None) -> None:
+        self._drop_ahead()
+        if not text or not self._audio:
+            return
+        tts = self._models.voice(self._options)
+        if getattr(tts, "astream", None) is None:  # a whole-chunk backend: nothing to gain
+            return
+        ahead = _Ahead(key=text)
+        ahead.task = asyncio.ensure_future(ahead.take(tts.astream(text)))
+        ahead.expiry = asyncio.get_running_loop().call_later(
+            PREFETCH_TTL_S, self._expire_ahead, ahead
+        )
+        self._ahead = ahead
+        self.spoken_ahead["started"] += 1
+
+    def _expire_ahead(self, ahead: _Ahead) -> None:
+        if self._ahead is ahead:
+            self._drop_ahead()
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()
+            self._ahead = None
+
+    def _claim_ahead(self, text: str) -> _Ahead | None:
+        """The audio made ahead if it is ``text``'s, else None (a different one is stopped)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.key != text:
+            ahead.cancel()
+            return None
+        if ahead is not None:
+            ahead.expiry.cancel()
+            self.spoken_ahead["claimed"] += 1
+        return ahead
+
+    async def close(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
+            await asyncio.gather(ahead.task, return_exceptions=True)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         turn = chunk.turn
-        if chunk.format == "text_delta":
+        if chunk.control == "speech.prefetch":  # without a control edge: after the last turn's text
+            self._speak_ahead(chunk.payload.data.get("text"))
+        elif chunk.format == "text_delta":
             spoken = self._turns.setdefault(turn, _SpokenTurn(self._audio, chunk.payload.language))
             for text in spoken.chunker.push(chunk.payload.text):
                 await self._say(turn, spoken, text, emit)
@@ -741,19 +867,25 @@ class PiperSpeechNode(Node):
             tts = self._models.voice(self._options)
             if getattr(tts, "astream", None) is not None:
                 # a streaming backend (serving.gpu's CSM): each frame goes out as it is made
+                ahead = self._claim_ahead(text) if not spoken.started else None
                 spoke = False
-                async with contextlib.aclosing(tts.astream(text)) as frames:
-                    async for frame in frames:
-                        spoke = (
-                            await self._send_audio(
-                                turn,
-                                spoken,
-                                resample(frame, tts.rate, PCM_F32_RATE),
-                                emit,
-                                None if spoke else text,
+                source = ahead.read() if ahead is not None else tts.astream(text)
+                try:
+                    async with contextlib.aclosing(source) as frames:
+                        async for frame in frames:
+                            spoke = (
+                                await self._send_audio(
+                                    turn,
+                                    spoken,
+                                    resample(frame, tts.rate, PCM_F32_RATE),
+                                    emit,
+                                    None if spoke else text,
+                                )
+                                or spoke
                             )
-                            or spoke
-                        )
+                finally:
+                    if ahead is not None:  # an interruption stops it; no-op once it has ended
+                        ahead.cancel()
                 if not spoke:
                     return
             else:

@@ -37,6 +37,7 @@ CONTROLS_OUT = (
     "speech.pausing",
     "speech.resumed",
     "reply.prefetch",
+    "speech.prefetch",
     "turn.queued",
     "turn.started",
     "turn.done",

@@ -7,6 +7,7 @@ capabilities and the realtime refusal of a speech-only csm_gpu server (in-proces
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import threading
 import time
@@ -373,6 +374,74 @@ def test_the_speech_node_sends_each_csm_frame_as_it_is_made(engine):
     assert second[0][0] == "turn.started" and 2 <= sum(1 for _, n, _ in second if n) < 10
     assert "reply.progress" not in [c for c, _, _ in second]  # cancelled: the chunk never finished
     assert _idle(engine)  # the cancelled request left its slot
+
+
+def test_a_first_chunk_spoken_ahead_is_the_turns_first_audio_when_its_text_is_the_same(engine):
+    """speech.prefetch (a reply made ahead at a pause announces its first chunk) starts that
+    chunk's synthesis at once; the next turn's first chunk with the same text takes its frames,
+    those made ahead first, without a synthesis of its own, and sends them only as that turn's.
+    Another text stops it (its slot freed), as does a withdrawal (text None)."""
+    import asyncio
+
+    from serving.graph.streams import Chunk, TextDelta, control
+
+    text = "Hello there friend."
+    fresh = [f.copy() for f in engine.stream(text)]  # temperature 0: the same frames each time
+
+    async def turn(node, n: int, said: str, sent: list) -> None:
+        async def emit(chunk):
+            if chunk.turn == n:
+                sent.append(chunk)
+
+        await node.on_chunk(Chunk("text_delta", TextDelta(said + " "), turn=n), emit)
+        await node.on_chunk(control("turn.done", turn=n), emit)
+
+    async def nothing(chunk):
+        raise AssertionError(f"sent ahead of its turn: {chunk}")
+
+    async def main():
+        node = _speech_node(engine)
+        await node.open()
+        prefills = engine.prefills
+        await node.on_control(control("speech.prefetch", text=text), nothing)
+        ahead = node._ahead
+        while len(ahead.items) < 3:  # made ahead, none sent
+            await asyncio.sleep(0.005)
+        claimed: list = []
+        await turn(node, 1, text, claimed)
+        one_request = engine.prefills - prefills
+        # a different first chunk: the audio made ahead stops, the turn synthesizes its own
+        await node.on_control(control("speech.prefetch", text="Something else entirely."), nothing)
+        other = node._ahead
+        while not other.items:
+            await asyncio.sleep(0.005)
+        mismatched: list = []
+        await turn(node, 2, text, mismatched)
+        await asyncio.gather(other.task, return_exceptions=True)
+        # withdrawn: stopped, nothing claimed
+        await node.on_control(control("speech.prefetch", text=text), nothing)
+        withdrawn = node._ahead
+        await node.on_control(control("speech.prefetch", text=None), nothing)
+        await asyncio.gather(withdrawn.task, return_exceptions=True)
+        await node.close()
+        return node, claimed, one_request, mismatched, other, withdrawn
+
+    node, claimed, one_request, mismatched, other, withdrawn = asyncio.run(main())
+    assert node.spoken_ahead == {"started": 3, "claimed": 1} and node._ahead is None
+    assert one_request == 1  # the turn's chunk made no request of its own
+    for sent, exact in ((claimed, True), (mismatched, False)):
+        kinds = [c.control or c.format for c in sent]
+        assert kinds[:3] == ["turn.started", "reply.chunk", "pcm_f32le"]
+        assert kinds[-2:] == ["reply.progress", "turn.done"]
+        audio = [c.payload.samples for c in sent if c.format == "pcm_f32le"]
+        assert len(audio) == len(fresh) == 17
+        # the claimed frames are those of a synthesis alone; the turn of its own shared its
+        # steps with the stopped one ahead (another batch size: float sums in another order)
+        same = np.array_equal if exact else functools.partial(np.allclose, atol=1e-4)
+        assert all(same(a, f) for a, f in zip(audio, fresh, strict=True))
+    assert other.task.cancelled() and withdrawn.task.cancelled()
+    assert len(other.items) < 17  # stopped before its chunk's end
+    assert _idle(engine)
 
 
 def test_the_end_frame_ends_its_request_unspoken(engine, monkeypatch):

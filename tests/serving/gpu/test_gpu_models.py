@@ -143,11 +143,66 @@ def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
             len("".join(c.payload.text for c in pieces[:-1]).replace(" ", "").replace(".", ""))
             == 2 * 8
         )
-    if chat.manager is not None:  # the unclaimed prefetch was cancelled
-        assert not chat.manager.output_router.result_handlers
-    else:
-        time.sleep(0.2)  # the GPU thread frees a left request's slot at its next step
-        assert all(r is None for r in chat.slots._slots)
+    assert _no_request_left(chat)  # the unclaimed prefetch was cancelled
+
+
+def test_a_reply_ahead_announces_its_first_chunk_and_withdraws_it_when_dropped(chat):
+    """A prefetched reply sends speech.prefetch with its first speakable chunk as soon as its
+    pieces complete it: the chunk the speech node cuts from the claimed turn's text (so that the
+    audio made ahead is claimed). Dropped unclaimed (a withdrawal), it sends speech.prefetch with
+    text None."""
+    from serving.conversation.chunker import SpeechChunker
+    from serving.gpu.chat import CausalLmGpuNode
+    from serving.gpu.chat import engine_key as chat_key
+    from serving.graph.streams import Chunk, Message, Messages, control
+    from serving.hub import ModelHub
+
+    models = ModelHub()
+    options = _options(CausalLmGpuOptions, tiny_llm())
+    models.__dict__["_gpu_engines"] = {chat_key(options): {"lock": None, "engine": chat}}
+    asked = [{"role": "user", "content": "What is the capital of France?"}]
+
+    async def main():
+        node = CausalLmGpuNode(models, options)
+        await node.open()
+        out: list[Chunk] = []
+
+        async def emit(chunk: Chunk) -> None:
+            out.append(chunk)
+
+        await node.on_control(control("reply.prefetch", messages=asked), emit)
+        while not any(c.control == "speech.prefetch" for c in out):
+            await asyncio.sleep(0.005)
+        announced = len(out)
+        await node.on_chunk(
+            Chunk("messages", Messages((Message("user", asked[0]["content"]),)), turn=1), emit
+        )
+        await node.on_control(control("reply.prefetch", messages=asked), emit)
+        while node._prefetch.first_chunk is None:
+            await asyncio.sleep(0.005)
+        ahead = node._prefetch
+        await node.on_control(control("reply.prefetch", messages=None), emit)  # withdrawn
+        await asyncio.gather(ahead.task, return_exceptions=True)
+        await node.close()
+        return node, out, announced
+
+    node, out, announced = asyncio.run(main())
+    speech = [c for c in out if c.control == "speech.prefetch"]
+    assert [c.turn for c in speech] == [None, None, None] and out[announced - 1] is speech[0]
+    reply = "".join(c.payload.text for c in out if c.turn == 1 and c.format == "text_delta")
+    chunker = SpeechChunker()
+    first = (chunker.push(reply) + chunker.finish())[0]
+    assert speech[0].payload.data["text"] == first == speech[1].payload.data["text"]
+    assert speech[2].payload.data["text"] is None  # the second reply ahead, withdrawn
+    assert node.prefetches == {"started": 2, "claimed": 1} and _no_request_left(chat)
+
+
+def _no_request_left(chat) -> bool:
+    """No request of the engine is left (a cancelled one's slot or handler freed)."""
+    if chat.manager is not None:
+        return not chat.manager.output_router.result_handlers
+    time.sleep(0.2)  # the GPU thread frees a left request's slot at its next step
+    return all(r is None for r in chat.slots._slots)
 
 
 @pytest.mark.parametrize("engine", ["slots", "continuous_batching"])
