@@ -267,10 +267,16 @@ class WhisperGpuNode(WhisperNode):
 
     @classmethod
     def build(cls, ctx: NodeContext) -> WhisperGpuNode:
-        return cls(ctx.models, ctx.decl.options, ctx.decl.name)
+        return cls(ctx.models, ctx.decl.options, ctx.decl.name, ctx.vad_settings.get("prefetch_ms"))
 
-    def __init__(self, models: ModelHub, options: WhisperGpuOptions, name: str = "asr"):
-        super().__init__(models, options)
+    def __init__(
+        self,
+        models: ModelHub,
+        options: WhisperGpuOptions,
+        name: str = "asr",
+        prefetch_ms: int | None = None,
+    ):
+        super().__init__(models, options, prefetch_ms)
         self._name = name
         self._engine: WhisperEngine | None = None
 

@@ -96,7 +96,8 @@ class OpenAiSpeechOptions(KindOptions):
 
 class WhisperTranscriptionOptions(KindOptions):
     """The embedded faster-whisper tiny.en recognizer; ``pad_ms`` of audio is kept after
-    speech.stopped. ``window_s``: each utterance is encoded in a window of the utterance plus 1 s,
+    the speech end (at most the system's ``prefetch_ms``, so that a pause's transcription starts
+    at the pause). ``window_s``: each utterance is encoded in a window of the utterance plus 1 s,
     at least this long (``FasterWhisperAsr.transcribe_utterance``). Default 10 s, the shortest
     before Whisper repeats itself: a shorter window is faster for a slightly higher WER and brings
     the cascade's first audio earlier (measured: docs/benchmarks.md#embedded-asr). Null: the full

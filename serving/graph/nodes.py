@@ -218,10 +218,24 @@ class WhisperNode(Node):
     arrived, and sent as a transcript with ``is_final`` False (the dialog may start the reply
     ahead). The stop that follows with that t_ms takes the same transcription as its final one:
     the same audio, so the same text; a ``speech.resumed``, another pause or another stop drops
-    it (a transcription already running finishes and is discarded)."""
+    it (a transcription already running finishes and is discarded).
 
-    def __init__(self, models: ModelHub, options: WhisperTranscriptionOptions):
+    The pad is ``pad_ms``, at most the system's ``prefetch_ms``: a pause's transcription starts
+    once its pad has arrived, so a longer pad would hold it until the turn's own stop."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> WhisperNode:
+        return cls(ctx.models, ctx.decl.options, prefetch_ms=ctx.vad_settings.get("prefetch_ms"))
+
+    def __init__(
+        self,
+        models: ModelHub,
+        options: WhisperTranscriptionOptions,
+        prefetch_ms: int | None = None,
+    ):
         self._models, self._options = models, options
+        pad_ms = options.pad_ms if prefetch_ms is None else min(options.pad_ms, prefetch_ms)
+        self._pad = pad_ms * PCM16_RATE // 1000  # input samples kept after the speech end
         self._timeline = Timeline()
         self._start: int | None = None  # utterance start, input sample index
         self._last_end = 0  # end of the previous utterance, input sample index
@@ -250,14 +264,14 @@ class WhisperNode(Node):
         elif chunk.control == "speech.pausing" and self._start is not None:
             self._drop_prefetch()
             end = chunk.t_ms * PCM16_RATE // 1000
-            self._ahead = (self._start, end + self._options.pad_ms * PCM16_RATE // 1000)
+            self._ahead = (self._start, end + self._pad)
             if self._timeline.end >= self._ahead[1]:
                 self._prefetch(emit)
         elif chunk.control == "speech.resumed":
             self._drop_prefetch()
         elif chunk.control == "speech.stopped" and self._start is not None:
             end = chunk.t_ms * PCM16_RATE // 1000
-            await self._utterance(end, end + self._options.pad_ms * PCM16_RATE // 1000, emit)
+            await self._utterance(end, end + self._pad, emit)
         elif chunk.control == "commit":
             await self._rest(emit)
         elif chunk.control == "clear" and not self._detecting:  # input_audio_buffer.clear

@@ -157,6 +157,63 @@ def test_a_pause_that_ends_the_turn_has_its_transcript_and_reply_started_there(s
     assert plain_nodes["llm"].prefetches == {"started": 0, "claimed": 0}
 
 
+def test_a_pad_longer_than_the_pause_is_cut_to_it_so_the_pause_is_transcribed_at_once(say, models):
+    """pad_ms 200 with the system's prefetch_ms 100: the utterance keeps 100 ms after the speech
+    end, so the pause's transcription starts as soon as the pause's own audio is in (a 200 ms pad
+    would hold it until the turn's stop, 100 ms later, and the prefetch would gain nothing), and
+    the stop with the same speech end takes it over."""
+    from serving.graph.kinds import WhisperTranscriptionOptions
+    from serving.graph.nodes import WhisperNode
+
+    speech = say("What is the capital of France?")
+    audio = _pcm16(np.concatenate([speech, silence(0.4)]))
+    end_ms = len(speech) * 1000 // 16000
+    asr = _CountingAsr(models.asr)
+    lengths: list[int] = []
+    transcribe = asr.transcribe_utterance
+
+    def recorded(samples, min_window_s=10):
+        lengths.append(len(samples))
+        return transcribe(samples, min_window_s=min_window_s)
+
+    asr.transcribe_utterance = recorded
+    hub = ModelHub(asr=asr, llm=models.llm, tts=models.tts, turn=models.turn)
+
+    async def scenario(prefetch_ms: int | None) -> tuple[list[Chunk], int]:
+        node = WhisperNode(hub, WhisperTranscriptionOptions(pad_ms=200), prefetch_ms=prefetch_ms)
+        out: list[Chunk] = []
+
+        async def emit(chunk: Chunk) -> None:
+            out.append(chunk)
+
+        await node.on_chunk(control("speech.started", t_ms=0), emit)
+        # the audio up to 100 ms past the speech end, then the pause
+        upto = (end_ms + 100) * 32
+        for at in range(0, upto, UNIT):
+            await node.on_chunk(Chunk("pcm16", Pcm16(audio[at : min(at + UNIT, upto)])), emit)
+        await node.on_chunk(control("speech.pausing", t_ms=end_ms), emit)
+        for _ in range(600):  # its transcription (tiny.en) runs meanwhile
+            if out:
+                break
+            await asyncio.sleep(0.05)
+        tentative = len(out)
+        for at in range(upto, len(audio), UNIT):
+            await node.on_chunk(Chunk("pcm16", Pcm16(audio[at : at + UNIT])), emit)
+        await node.on_chunk(control("speech.stopped", t_ms=end_ms), emit)
+        await node.on_end(emit)
+        await node.close()
+        return out, tentative
+
+    cut, tentative = asyncio.run(scenario(100))
+    assert tentative == 1 and [c.payload.is_final for c in cut] == [False, True]
+    assert cut[0].payload.text == cut[1].payload.text and "france" in cut[1].payload.text.lower()
+    assert asr.calls == 1 and lengths == [(end_ms + 100) * 16]  # one transcription, 100 ms pad
+    # without prefetch the pad is pad_ms: nothing is transcribed at the pause's audio alone
+    plain, tentative = asyncio.run(scenario(None))
+    assert tentative == 0 and [c.payload.is_final for c in plain] == [True]
+    assert lengths[1:] == [(end_ms + 200) * 16]
+
+
 def test_a_pause_the_speech_resumes_after_is_dropped(say, models):
     pcm = _pcm16(
         np.concatenate(
