@@ -29,7 +29,7 @@ from pathlib import Path
 from fdb.errors import FdbError
 from serving.batching import identity, shared
 from serving.graph.kinds import CausalLmGpuOptions
-from serving.graph.nodes import PrefetchingChatNode, _Prefetch
+from serving.graph.nodes import AheadHeld, PrefetchingChatNode, _Prefetch
 from serving.graph.runtime import Emit, NodeContext
 from serving.graph.streams import Chunk, TextDelta, control
 from serving.hub import ModelHub
@@ -312,8 +312,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
         self._models, self._options, self._name = models, options, name
         self._max_new_tokens = options.max_new_tokens
         self._engine: ChatEngine | None = None
-        self._prefetch: _Prefetch | None = None
-        self.prefetches = {"started": 0, "claimed": 0}
+        self._held = AheadHeld()  # a reply started ahead, not yet claimed
 
     async def open(self) -> None:
         options = self._options
@@ -349,7 +348,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
         prefetch.task = asyncio.ensure_future(
             prefetch.take(self._engine.stream(messages, self._max_new_tokens))
         )
-        self._keep_prefetch(prefetch)
+        self._held.keep(prefetch)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format != "messages":

@@ -505,34 +505,68 @@ def hold_after_first_chunk(
         getattr(pieces, "close", lambda: None)()
 
 
+class AheadHeld:
+    """The one thing a node made ahead of its turn (an :class:`_Ahead`, its task started), kept
+    until the turn claims it (the same key) or it is dropped (the next one, a withdrawal) or
+    PREFETCH_TTL_S passes unclaimed; ``counts``: started and claimed."""
+
+    def __init__(self) -> None:
+        self.item: _Ahead | None = None
+        self.counts = {"started": 0, "claimed": 0}
+
+    def keep(self, ahead: _Ahead) -> None:
+        self.drop()
+        ahead.expiry = asyncio.get_running_loop().call_later(PREFETCH_TTL_S, self._expire, ahead)
+        self.item = ahead
+        self.counts["started"] += 1
+
+    def _expire(self, ahead: _Ahead) -> None:
+        if self.item is ahead:
+            self.drop()
+
+    def drop(self) -> None:
+        if self.item is not None:
+            self.item.cancel()
+            self.item = None
+
+    def claim(self, key: Any) -> Any:
+        """The thing ahead if it was made for ``key``, else None (a different one is stopped)."""
+        ahead, self.item = self.item, None
+        if ahead is not None and ahead.key != key:
+            ahead.cancel()
+            return None
+        if ahead is not None:
+            ahead.expiry.cancel()
+            self.counts["claimed"] += 1
+        return ahead
+
+    async def close(self) -> None:
+        ahead, self.item = self.item, None
+        if ahead is not None:
+            ahead.cancel()
+            await asyncio.gather(ahead.task, return_exceptions=True)
+
+
 class PrefetchingChatNode(Node):
     """What the chat kinds share about prefetch (``llama_chat`` here, ``causal_lm_gpu`` in
-    serving/gpu/chat.py): a reply started ahead is kept in ``_prefetch`` until the next messages
-    chunk claims it (same key) or drops it, at the next prefetch, or PREFETCH_TTL_S unclaimed."""
+    serving/gpu/chat.py): a reply started ahead is held (:class:`AheadHeld`) until the next
+    messages chunk claims it (same key) or drops it, at the next prefetch, or PREFETCH_TTL_S
+    unclaimed."""
 
     live_controls = True  # turn.started and reply.prefetch arrive while a reply streams
-    _prefetch: _Prefetch | None = None
-    prefetches: dict[str, int]
+    _held: AheadHeld
+
+    @property
+    def _prefetch(self) -> _Prefetch | None:
+        """The reply ahead, if one is held."""
+        return self._held.item
+
+    @property
+    def prefetches(self) -> dict[str, int]:
+        return self._held.counts
 
     def _key(self, messages: list[dict[str, str]]) -> tuple:
         raise NotImplementedError
-
-    def _keep_prefetch(self, prefetch: _Prefetch) -> None:
-        """``prefetch`` (its task started) is the reply ahead, until claimed, dropped or expired."""
-        prefetch.expiry = asyncio.get_running_loop().call_later(
-            PREFETCH_TTL_S, self._expire, prefetch
-        )
-        self._prefetch = prefetch
-        self.prefetches["started"] += 1
-
-    def _expire(self, prefetch: _Prefetch) -> None:
-        if self._prefetch is prefetch:
-            self._drop_prefetch()
-
-    def _drop_prefetch(self) -> None:
-        if self._prefetch is not None:
-            self._prefetch.cancel()
-            self._prefetch = None
 
     def _start_prefetch(self, messages: list[dict[str, str]], emit: Emit) -> None:
         raise NotImplementedError
@@ -542,7 +576,7 @@ class PrefetchingChatNode(Node):
         A dropped reply whose first chunk was announced withdraws that too (``speech.prefetch``
         with text None), so that its audio made ahead stops."""
         announced = self._prefetch is not None and self._prefetch.first_chunk is not None
-        self._drop_prefetch()
+        self._held.drop()
         if announced:
             await emit(control("speech.prefetch", text=None))
         if chunk.payload.data.get("messages"):
@@ -562,20 +596,10 @@ class PrefetchingChatNode(Node):
     def _claim(self, messages: list[dict[str, str]]) -> _Prefetch | None:
         """The reply ahead if it answers ``messages`` with the current sampling, else None (a
         different one is stopped)."""
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None and prefetch.key != self._key(messages):
-            prefetch.cancel()
-            prefetch = None
-        if prefetch is not None:
-            prefetch.expiry.cancel()
-            self.prefetches["claimed"] += 1
-        return prefetch
+        return self._held.claim(self._key(messages))
 
     async def close(self) -> None:
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None:
-            prefetch.cancel()
-            await asyncio.gather(prefetch.task, return_exceptions=True)
+        await self._held.close()
 
 
 class LlamaChatNode(PrefetchingChatNode):
@@ -606,8 +630,7 @@ class LlamaChatNode(PrefetchingChatNode):
         self._models, self._hold_first = models, hold_first
         self._max_tokens, self._temperature = options.max_tokens, options.temperature
         self._released: dict[int | None, threading.Event] = {}
-        self._prefetch: _Prefetch | None = None  # a reply started ahead, not yet claimed
-        self.prefetches = {"started": 0, "claimed": 0}
+        self._held = AheadHeld()  # a reply started ahead, not yet claimed
 
     async def open(self) -> None:
         await self._models.run(lambda: self._models.llm)
@@ -664,7 +687,7 @@ class LlamaChatNode(PrefetchingChatNode):
             key=self._key(messages), stop=stop, released=released, announce=self._announcer(emit)
         )
         prefetch.task = asyncio.ensure_future(prefetch.fill(make))
-        self._keep_prefetch(prefetch)
+        self._held.keep(prefetch)
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         if chunk.format != "messages":
@@ -803,8 +826,8 @@ class PiperSpeechNode(Node):
         self._models, self._options = models, options
         self._audio = True
         self._turns: dict[int | None, _SpokenTurn] = {}
-        self._ahead: _Ahead | None = None  # a first chunk's audio made ahead, not yet claimed
-        self.spoken_ahead = {"started": 0, "claimed": 0}
+        self._ahead = AheadHeld()  # a first chunk's audio made ahead, not yet claimed
+        self.spoken_ahead = self._ahead.counts
 
     async def open(self) -> None:
         await self._models.run(self._models.voice, self._options)
@@ -818,7 +841,7 @@ class PiperSpeechNode(Node):
             self._speak_ahead(chunk.payload.data.get("text"))
 
     def _speak_ahead(self, text: str | None) -> None:
-        self._drop_ahead()
+        self._ahead.drop()
         if not text or not self._audio:
             return
         tts = self._models.voice(self._options)
@@ -826,37 +849,10 @@ class PiperSpeechNode(Node):
             return
         ahead = _Ahead(key=text)
         ahead.task = asyncio.ensure_future(ahead.take(tts.astream(text)))
-        ahead.expiry = asyncio.get_running_loop().call_later(
-            PREFETCH_TTL_S, self._expire_ahead, ahead
-        )
-        self._ahead = ahead
-        self.spoken_ahead["started"] += 1
-
-    def _expire_ahead(self, ahead: _Ahead) -> None:
-        if self._ahead is ahead:
-            self._drop_ahead()
-
-    def _drop_ahead(self) -> None:
-        if self._ahead is not None:
-            self._ahead.cancel()
-            self._ahead = None
-
-    def _claim_ahead(self, text: str) -> _Ahead | None:
-        """The audio made ahead if it is ``text``'s, else None (a different one is stopped)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead.key != text:
-            ahead.cancel()
-            return None
-        if ahead is not None:
-            ahead.expiry.cancel()
-            self.spoken_ahead["claimed"] += 1
-        return ahead
+        self._ahead.keep(ahead)
 
     async def close(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.cancel()
-            await asyncio.gather(ahead.task, return_exceptions=True)
+        await self._ahead.close()
 
     async def on_chunk(self, chunk: Chunk, emit: Emit) -> None:
         turn = chunk.turn
@@ -881,7 +877,7 @@ class PiperSpeechNode(Node):
             tts = self._models.voice(self._options)
             if getattr(tts, "astream", None) is not None:
                 # a streaming backend (serving.gpu's CSM): each frame goes out as it is made
-                ahead = self._claim_ahead(text) if not spoken.started else None
+                ahead = self._ahead.claim(text) if not spoken.started else None
                 spoke = False
                 source = ahead.read() if ahead is not None else tts.astream(text)
                 try:

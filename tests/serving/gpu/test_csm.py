@@ -404,7 +404,7 @@ def test_a_first_chunk_spoken_ahead_is_the_turns_first_audio_when_its_text_is_th
         await node.open()
         prefills = engine.prefills
         await node.on_control(control("speech.prefetch", text=text), nothing)
-        ahead = node._ahead
+        ahead = node._ahead.item
         while len(ahead.items) < 3:  # made ahead, none sent
             await asyncio.sleep(0.005)
         claimed: list = []
@@ -412,7 +412,7 @@ def test_a_first_chunk_spoken_ahead_is_the_turns_first_audio_when_its_text_is_th
         one_request = engine.prefills - prefills
         # a different first chunk: the audio made ahead stops, the turn synthesizes its own
         await node.on_control(control("speech.prefetch", text="Something else entirely."), nothing)
-        other = node._ahead
+        other = node._ahead.item
         while not other.items:
             await asyncio.sleep(0.005)
         mismatched: list = []
@@ -420,14 +420,14 @@ def test_a_first_chunk_spoken_ahead_is_the_turns_first_audio_when_its_text_is_th
         await asyncio.gather(other.task, return_exceptions=True)
         # withdrawn: stopped, nothing claimed
         await node.on_control(control("speech.prefetch", text=text), nothing)
-        withdrawn = node._ahead
+        withdrawn = node._ahead.item
         await node.on_control(control("speech.prefetch", text=None), nothing)
         await asyncio.gather(withdrawn.task, return_exceptions=True)
         await node.close()
         return node, claimed, one_request, mismatched, other, withdrawn
 
     node, claimed, one_request, mismatched, other, withdrawn = asyncio.run(main())
-    assert node.spoken_ahead == {"started": 3, "claimed": 1} and node._ahead is None
+    assert node.spoken_ahead == {"started": 3, "claimed": 1} and node._ahead.item is None
     assert one_request == 1  # the turn's chunk made no request of its own
     for sent, exact in ((claimed, True), (mismatched, False)):
         kinds = [c.control or c.format for c in sent]

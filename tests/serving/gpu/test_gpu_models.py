@@ -101,30 +101,42 @@ def test_chat_engine_streams_each_session_its_own_capped_reply_and_cancels_on_le
         assert all(r is None for r in engine.slots._slots)  # no slot left behind
 
 
-def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
+ASKED = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _turn(n: int, content: str):
+    from serving.graph.streams import Chunk, Message, Messages
+
+    return Chunk("messages", Messages((Message("user", content),)), turn=n)
+
+
+async def _chat_node(chat):
+    """A causal_lm_gpu node over the module's loaded engine, opened; the list its chunks go to
+    and its emit."""
     from serving.gpu.chat import CausalLmGpuNode
     from serving.gpu.chat import engine_key as chat_key
-    from serving.graph.streams import Chunk, Message, Messages, control
     from serving.hub import ModelHub
 
     models = ModelHub()
     options = _options(CausalLmGpuOptions, tiny_llm())
-    models.__dict__["_gpu_engines"] = {
-        chat_key(options): {"lock": None, "engine": chat}
-    }  # the loaded engine
-    asked = [{"role": "user", "content": "What is the capital of France?"}]
+    models.__dict__["_gpu_engines"] = {chat_key(options): {"lock": None, "engine": chat}}
+    node = CausalLmGpuNode(models, options)
+    await node.open()
+    out: list = []
 
-    def turn(n: int, content: str) -> Chunk:
-        return Chunk("messages", Messages((Message("user", content),)), turn=n)
+    async def emit(chunk) -> None:
+        out.append(chunk)
+
+    return node, out, emit
+
+
+def test_chat_node_streams_a_turn_and_claims_a_prefetched_reply(chat):
+    from serving.graph.streams import control
+
+    asked, turn = ASKED, _turn
 
     async def main():
-        node = CausalLmGpuNode(models, options)
-        await node.open()
-        out: list[Chunk] = []
-
-        async def emit(chunk: Chunk) -> None:
-            out.append(chunk)
-
+        node, out, emit = await _chat_node(chat)
         await node.on_control(control("reply.prefetch", messages=asked), emit)
         await node.on_chunk(turn(1, asked[0]["content"]), emit)  # the same messages: claimed
         await node.on_control(control("reply.prefetch", messages=asked), emit)
@@ -152,31 +164,17 @@ def test_a_reply_ahead_announces_its_first_chunk_and_withdraws_it_when_dropped(c
     audio made ahead is claimed). Dropped unclaimed (a withdrawal), it sends speech.prefetch with
     text None."""
     from serving.conversation.chunker import SpeechChunker
-    from serving.gpu.chat import CausalLmGpuNode
-    from serving.gpu.chat import engine_key as chat_key
-    from serving.graph.streams import Chunk, Message, Messages, control
-    from serving.hub import ModelHub
+    from serving.graph.streams import control
 
-    models = ModelHub()
-    options = _options(CausalLmGpuOptions, tiny_llm())
-    models.__dict__["_gpu_engines"] = {chat_key(options): {"lock": None, "engine": chat}}
-    asked = [{"role": "user", "content": "What is the capital of France?"}]
+    asked = ASKED
 
     async def main():
-        node = CausalLmGpuNode(models, options)
-        await node.open()
-        out: list[Chunk] = []
-
-        async def emit(chunk: Chunk) -> None:
-            out.append(chunk)
-
+        node, out, emit = await _chat_node(chat)
         await node.on_control(control("reply.prefetch", messages=asked), emit)
         while not any(c.control == "speech.prefetch" for c in out):
             await asyncio.sleep(0.005)
         announced = len(out)
-        await node.on_chunk(
-            Chunk("messages", Messages((Message("user", asked[0]["content"]),)), turn=1), emit
-        )
+        await node.on_chunk(_turn(1, asked[0]["content"]), emit)
         await node.on_control(control("reply.prefetch", messages=asked), emit)
         while node._prefetch.first_chunk is None:
             await asyncio.sleep(0.005)
