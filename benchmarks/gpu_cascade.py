@@ -124,13 +124,13 @@ def launch_file(
     asr_window_s: float | None = 10.0,
     prefetch_ms: int | None = None,
     vad_device: str | None = None,
-    graphs: bool = False,
+    graphs: bool = True,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
     the profile's), the VAD (``vad_device``: ``silero_gpu`` on that device; None: the CPU stage)
-    ``graphs``: Whisper's encoder graphs and CSM's and the reply model's prefill graphs on,
-    and (--tiny) the CPU configuration."""
+    ``graphs``: Whisper's encoder graphs and CSM's and the reply model's prefill graphs (the
+    defaults; False turns all three off, for the A/B), and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -151,10 +151,10 @@ def launch_file(
         }
     raw["session_nodes"]["llm"]["engine"] = llm_engine
     tts = raw["backends"]["tts"]
-    if graphs:
-        raw["session_nodes"]["asr"]["encoder_graphs"] = True
-        raw["session_nodes"]["llm"]["prefill_graphs"] = True
-        tts["prefill_graphs"] = True
+    if not graphs:
+        raw["session_nodes"]["asr"]["encoder_graphs"] = False
+        raw["session_nodes"]["llm"]["prefill_graphs"] = False
+        tts["prefill_graphs"] = False
     tts["device"] = "cpu" if tiny else device
     tts["codec"] = codec
     if tiny:
@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> dict:
         None if args.asr_window_s == "none" else float(args.asr_window_s),
         args.prefetch_ms,
         args.vad_device,
-        args.graphs,
+        not args.no_graphs,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> dict:
         "prefetch_ms": args.prefetch_ms,
         "vad_device": args.vad_device,
         "stagger_s": args.stagger_s,
-        "graphs": args.graphs,
+        "graphs": not args.no_graphs,
         "sessions": sessions,
         "levels": summary_levels,
         "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -317,10 +317,10 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "cuda (default: the CPU vad stage, a model per session)",
     )
     parser.add_argument(
-        "--graphs",
+        "--no-graphs",
         action="store_true",
-        help="Whisper's encoder pass and CSM's and the reply model's prefills as CUDA graphs "
-        "(encoder_graphs, prefill_graphs: off by default until measured on a GPU)",
+        help="Whisper's encoder pass and CSM's and the reply model's prefills eagerly "
+        "(encoder_graphs, prefill_graphs false; default: as CUDA graphs), for the A/B",
     )
     parser.add_argument(
         "--stagger-s",

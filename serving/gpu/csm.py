@@ -88,8 +88,8 @@ class CsmOptions:
     dummy_s_per_char: float = 0.07
     speaker: int = 0
     # prompts prefilled right-padded to a length, one CUDA graph a length (PaddedPrefill; CUDA
-    # with cuda_graphs only): PREFILL_BUCKETS below max_len; off until measured on a GPU
-    prefill_graphs: bool = False
+    # with cuda_graphs only): PREFILL_BUCKETS below max_len
+    prefill_graphs: bool = True
     prefill_lengths: tuple[int, ...] | None = None  # other lengths (on CPU: run eagerly, padded)
 
 
@@ -216,6 +216,8 @@ class CsmEngine(PendingRequests):
         self.noise = torch.zeros(self.codebooks, s, options.top_k, device=self.device)
         self._ref_codes: dict[str, object] = {}  # sha256 of a reference -> its Mimi codes (LRU)
         self._slots: list[_Request | None] = [None] * s
+        # 1 for each busy row: a step's position advance, without a host list sent to the GPU
+        self.live = torch.zeros(s, dtype=torch.long, device=self.device)
         self._pending: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = False
@@ -378,13 +380,18 @@ class CsmEngine(PendingRequests):
         their prompts in passes of up to ``PREFILL_TOKENS`` padded tokens
         (``serving.gpu.slots.prefill_rows``), so that the last of 32 does not wait for 31
         prefills, nor do the requests in flight. A request whose prompt fails is refused alone."""
-        while not self._pending.empty():
+        # those waiting now, not those that come meanwhile: an admission takes the GPU thread
+        # (an eager prompt, a prefill), and a burst that kept coming would hold every request in
+        # flight without a frame until it ended (measured: docs/gpu.md, fourth session)
+        arrived = self._pending.qsize()
+        while arrived > 0:
             free = [i for i, r in enumerate(self._slots) if r is None]
             if not free:
                 return
             waiting: list[tuple[_Request, object, object]] = []
-            while len(waiting) < len(free) and not self._pending.empty():
+            while len(waiting) < len(free) and arrived > 0:
                 request = self._pending.get()
+                arrived -= 1
                 if request.cancelled:
                     continue
                 try:
@@ -423,11 +430,10 @@ class CsmEngine(PendingRequests):
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import bucket
 
-        torch = self.torch
         n = bucket(max(busy) + 1, self.opts.max_batch)
         self._started = time.perf_counter()
         self._run_step(n)
-        self.pos[torch.tensor(busy, device=self.device)] += 1
+        self.pos[:n] += self.live[:n]  # the busy rows' (queued: no wait for the step)
         self._run_decode(n)
         return n
 
@@ -468,6 +474,7 @@ class CsmEngine(PendingRequests):
     def _finish(self, slot: int, error: BaseException | None) -> None:
         request = self._slots[slot]
         self._slots[slot] = None
+        self.live[slot] = 0
         if request is not None:
             if error is not None:
                 request.out.put(error)
@@ -485,15 +492,16 @@ class CsmEngine(PendingRequests):
 
     def _prompt(self, request: _Request):
         """The prompt's embeddings [1, T, H] and the reference's codes [32, F] (or None)."""
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import to_device
+
         torch = self.torch
         m = self.model
         parts = []
         ref_codes = None
         if request.ref_audio is not None and len(request.ref_audio):
             parts.append(
-                m.embed_text_tokens(
-                    torch.tensor([self._text_ids(request.ref_text)], device=self.device)
-                )
+                m.embed_text_tokens(to_device([self._text_ids(request.ref_text)], self.device))
             )
             ref_codes = self._encode_reference(request.ref_audio)  # [32, F]
             parts.append(m.backbone_model.embed_tokens(ref_codes.T[None]))
@@ -501,9 +509,7 @@ class CsmEngine(PendingRequests):
                 (1, 1, self.codebooks), m.config.codebook_eos_token_id, device=self.device
             )
             parts.append(m.backbone_model.embed_tokens(eos))
-        parts.append(
-            m.embed_text_tokens(torch.tensor([self._text_ids(request.text)], device=self.device))
-        )
+        parts.append(m.embed_text_tokens(to_device([self._text_ids(request.text)], self.device)))
         return torch.cat(parts, dim=1).to(self.dtype), ref_codes
 
     def _encode_reference(self, samples: np.ndarray):
@@ -538,7 +544,7 @@ class CsmEngine(PendingRequests):
         prefill (``prefill_layer``); more: one pass, right-padded (``prefill_rows``). A failed
         pass refuses these requests, not the others."""
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import prefill_layer, prefill_rows, rope_tables
+        from serving.gpu.slots import prefill_layer, prefill_rows, rope_tables, to_device
 
         batch = self._prefill_padded(batch)
         if not batch:
@@ -563,7 +569,7 @@ class CsmEngine(PendingRequests):
                     h[row, : embeds.shape[1] - 1] = embeds[0, :-1]
                 positions = torch.arange(t, device=self.device)[None]
                 rotary = rope_tables(*backbone.rotary_emb(h, positions))
-                rows = torch.tensor([slot for _, slot, _, _ in batch], device=self.device)
+                rows = to_device([slot for _, slot, _, _ in batch], self.device)
                 for layer, k, v, plan in layers:
                     h = prefill_rows(layer, h, k, v, rows, rotary, plan=plan)
         except BaseException as exc:
@@ -622,6 +628,7 @@ class CsmEngine(PendingRequests):
         request.max_frames = self._max_frames(request.text)
         request.slot = slot
         self._slots[slot] = request
+        self.live[slot] = 1
 
     def _max_frames(self, text: str) -> int:
         bound = self.opts.max_audio_s

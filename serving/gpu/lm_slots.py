@@ -55,6 +55,7 @@ from serving.gpu.slots import (
     rms_norm,
     rope_tables,
     sample_top_k,
+    to_device,
 )
 
 log = logging.getLogger("fdb.serving")
@@ -101,7 +102,7 @@ class SlotLmEngine(PendingRequests):
         eos: Sequence[int] = (),
         cuda_graphs: bool = True,
         fuse: bool = True,
-        prefill_graphs: bool = False,
+        prefill_graphs: bool = True,
         prefill_lengths: Sequence[int] | None = None,
     ):
         config = model.config
@@ -240,12 +241,15 @@ class SlotLmEngine(PendingRequests):
     def _admit(self) -> None:
         """Every waiting request that has a free slot, prefilled together (one pass of the
         layers for all their prompts, right-padded: what the layers' launches cost is paid once,
-        not once a request), up to ``PREFILL_TOKENS`` padded tokens a pass."""
-        while not self._pending.empty():
+        not once a request), up to ``PREFILL_TOKENS`` padded tokens a pass. Those waiting now,
+        not those that come meanwhile (they wait for the next step, as CSM's)."""
+        arrived = self._pending.qsize()
+        while arrived > 0:
             free = [i for i, r in enumerate(self._slots) if r is None]
             batch: list[_Request] = []
-            while len(batch) < len(free) and not self._pending.empty():
+            while len(batch) < len(free) and arrived > 0:
                 request = self._pending.get()
+                arrived -= 1
                 if request.cancelled:
                     continue
                 longest = max(len(r.ids) for r in [*batch, request])
@@ -270,10 +274,10 @@ class SlotLmEngine(PendingRequests):
         try:
             if t > 0:
                 padded = [p[:-1] + [0] * (t - len(p) + 1) for p in prompts]
-                h = self.embed(torch.tensor(padded, device=self.device))
+                h = self.embed(to_device(padded, self.device))
                 positions = torch.arange(t, device=self.device)[None]
                 rotary = rope_tables(*self.rotary(h, positions))
-                rows = torch.tensor(slots, device=self.device)
+                rows = to_device(slots, self.device)
                 layers = zip(self.layers, self.cache.k, self.cache.v, self.plans, strict=True)
                 for layer, k, v, plan in layers:
                     h = prefill_rows(layer, h, k, v, rows, rotary, plan=plan)
@@ -305,7 +309,7 @@ class SlotLmEngine(PendingRequests):
                 rest[1].append(slot)
                 continue
             try:
-                self.padded.run(self.embed(torch.tensor([ids[:-1]], device=self.device)), slot)
+                self.padded.run(self.embed(to_device([ids[:-1]], self.device)), slot)
             except BaseException as exc:
                 log.exception("lm slots: a prefill failed")
                 request.out.put(
@@ -342,7 +346,7 @@ class SlotLmEngine(PendingRequests):
                 self._finish(i, None)
         live = [i for i in busy if self._slots[i] is not None]
         if live:  # the next step's inputs: the chosen token at the next position
-            index = torch.tensor(live, device=self.device)
+            index = to_device(live, self.device)
             self.tokens[index] = self.chosen[index]
             self.pos[index] += 1
 

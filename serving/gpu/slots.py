@@ -44,6 +44,18 @@ def capture(fn, warmups: int = 2, pool=None) -> torch.cuda.CUDAGraph:
     return graph
 
 
+def to_device(values, device, dtype=torch.long) -> torch.Tensor:
+    """``values`` (a list, nested lists) as a tensor on ``device`` without waiting for the GPU:
+    ``torch.tensor(values, device=cuda)`` copies from pageable memory and waits for every kernel
+    queued on the stream (an engine's step just launched), then for the GIL again; this copies
+    from pinned memory, queued behind them. The pinned buffer is the caching host allocator's,
+    kept until the copy is done."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -56,7 +56,7 @@ class WhisperEngine:
         max_tokens_per_s: float | None = None,
         decoder: str = "static",
         window_s: float | None = None,
-        encoder_graphs: bool = False,
+        encoder_graphs: bool = True,
     ):
         # lazy: torch is optional (the gpu extra)
         import torch

@@ -119,7 +119,7 @@ class StaticWhisper:
         max_batch: int,
         graphs: bool,
         frames: Sequence[int] | None = None,
-        encoder_graphs: bool = False,
+        encoder_graphs: bool = True,
     ):
         config = model.config
         self.model, self.max_batch = model, max_batch

@@ -190,8 +190,8 @@ class WhisperGpuOptions(GpuModelOptions):
     decoder: Literal["static", "generate"] = "static"
     window_s: float | None = Field(10.0, ge=10, le=30)
     # static decoder on CUDA: a batch's encoder pass (and cross-attention keys) as one CUDA graph
-    # per (batch bucket, window) instead of eager layers; off until measured on a GPU (docs/gpu.md)
-    encoder_graphs: bool = False
+    # per (batch bucket, window) instead of eager layers (measured: docs/gpu.md, fourth session)
+    encoder_graphs: bool = True
 
 
 class CausalLmGpuOptions(GpuModelOptions):
@@ -226,9 +226,9 @@ class CausalLmGpuOptions(GpuModelOptions):
     engine: Literal["slots", "continuous_batching"] = "slots"
     max_reply_tokens: int = Field(256, ge=1, le=4096)
     # engine slots on CUDA: a prompt prefilled right-padded to a length bucket by that length's
-    # CUDA graph (serving.gpu.slots.PaddedPrefill) instead of eager layers; off until measured
-    # on a GPU (docs/gpu.md)
-    prefill_graphs: bool = False
+    # CUDA graph (serving.gpu.slots.PaddedPrefill) instead of eager layers (measured: docs/gpu.md,
+    # fourth session)
+    prefill_graphs: bool = True
 
 
 # The GPU node a launch file's ``backends:`` names (csm_gpu): its options, checked when the
@@ -279,9 +279,9 @@ class CsmSpeechNode(GpuNode):
     fuse: bool = True  # serving.gpu.slots.fuse_layers (False: the transformers modules' own ops)
     dummy_s_per_char: float = Field(0.07, gt=0, le=1)
     # on CUDA: a prompt prefilled right-padded to a length bucket by that length's CUDA graph
-    # (serving.gpu.slots.PaddedPrefill) instead of eager layers; off until measured on a GPU
-    # (docs/gpu.md)
-    prefill_graphs: bool = False
+    # (serving.gpu.slots.PaddedPrefill) instead of eager layers (measured: docs/gpu.md, fourth
+    # session)
+    prefill_graphs: bool = True
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and

@@ -269,6 +269,46 @@ def test_a_burst_is_prefilled_in_one_pass_with_the_same_frames(engine, monkeypat
     assert _idle(engine)
 
 
+def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine, monkeypatch):
+    """An admission takes the requests waiting when it starts; one that arrives meanwhile is
+    admitted after the next frame of those in flight (a burst that kept coming would otherwise
+    hold every stream without a frame until it ended)."""
+    events: list[str] = []
+    prompt, deliver = engine._checked_prompt, engine._deliver
+    later: list = []
+
+    def logged_prompt(request):
+        events.append(f"prompt {request.text}")
+        if request.text == "first arrival":  # another request comes while this one is admitted
+            later.append(threading.Thread(target=_frames_of, args=(engine, "came meanwhile")))
+            later[0].start()
+            deadline = time.monotonic() + 30
+            while engine._pending.qsize() < 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return prompt(request)
+
+    def logged_deliver(busy, n):
+        events.append("frame")
+        return deliver(busy, n)
+
+    started = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        done = threading.Event()
+        flowing = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
+        assert started.wait(30)
+        monkeypatch.setattr(engine, "_checked_prompt", logged_prompt)
+        monkeypatch.setattr(engine, "_deliver", logged_deliver)
+        first = pool.submit(_frames_of, engine, "first arrival")
+        assert len(first.result(timeout=60)) == 11  # 13 characters: 0.91 s
+        later[0].join(60)
+        done.set()
+        flowing.result(timeout=60)
+    prompts = [i for i, e in enumerate(events) if e.startswith("prompt")]
+    assert [events[i] for i in prompts] == ["prompt first arrival", "prompt came meanwhile"]
+    assert "frame" in events[prompts[0] : prompts[1]]  # a frame of those in flight between
+    assert _idle(engine)
+
+
 def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     stop = threading.Event()
     frames = []
