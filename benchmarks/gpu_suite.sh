@@ -44,8 +44,8 @@
 #                 with them and prefetch_ms 100, then 50 (a reply and its first chunk's audio
 #                 made ahead at a pause; stage marks, stacks sampled)
 #   admit         the CUDA tests of the prefill graphs (CSM's and the reply model's engines),
-#                 gpu_cascade at 32 spread over 4 s with prefetch_ms 50 and without prefetch, at
-#                 once with prefetch_ms 50, then gpu_tts at C1 and C16 (32 requests a level)
+#                 gpu_cascade at 32 spread over 4 s with prefetch_ms 50, gpu_tts at C1 and C16
+#                 (32 requests a level), the cascade spread without prefetch, at once with 50
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -271,14 +271,14 @@ prefill)
 admit)
     # CSM's and the reply model's admissions bounded to those waiting, without a wait for the
     # GPU (a device-side live mask, pinned copies): their CUDA tests, the cascade at 32 spread
-    # over 4 s with prefetch_ms 50 and without prefetch, at once with prefetch_ms 50, then the TTS
+    # over 4 s with prefetch_ms 50, the TTS, the cascade without prefetch, then at once
     step cuda-admit 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k "prefill_graphs" \
         tests/serving/gpu/test_gpu_cuda.py
     cascade32 s4-pf50 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 50"
-    cascade32 s4 100 FDB_STAGE_MARKS=1 "--stagger-s 4"
-    cascade32 sync-pf50 100 FDB_STAGE_MARKS=1 "--prefetch-ms 50"
     step tts 120 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 32
+    cascade32 s4 100 FDB_STAGE_MARKS=1 "--stagger-s 4"
+    cascade32 sync-pf50 100 FDB_STAGE_MARKS=1 "--prefetch-ms 50"
     ;;
 *)
     echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill or admit"
