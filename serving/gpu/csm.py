@@ -440,10 +440,12 @@ class CsmEngine(PendingRequests):
     def _deliver(self, busy: list[int], n: int) -> None:
         """The frame of :meth:`_launch` to each request in ``busy`` (the slots that were busy
         when it was launched; a slot admitted since then is not among them)."""
-        ended = (self.out_codes[:n] == self.eos).all(dim=1).tolist()
-        # a copy: on a CPU device .cpu() is the buffer itself, which the next step overwrites
-        audio = self.audio[:n].to("cpu", copy=True).numpy()
-        positions = self.pos[:n].tolist()  # one transfer, not one per request
+        # one transfer (each waits for the GPU, then for the GIL): every row's audio and, in a
+        # last column, whether its frame is the end frame; a new tensor, so on a CPU device too
+        # the next step cannot overwrite what the requests were given
+        ended = (self.out_codes[:n] == self.eos).all(dim=1, keepdim=True)
+        out = self.torch.cat([self.audio[:n], ended.to(self.audio.dtype)], dim=1).cpu().numpy()
+        audio, ended = out[:, :-1], out[:, -1] > 0
         self.steps += 1
         self.step_s += time.perf_counter() - self._started
         for i in busy:
@@ -464,10 +466,11 @@ class CsmEngine(PendingRequests):
                     request.prompt,
                     n,
                 )
+            # its position: the prompt's last (where its first step began), one a frame since
             if (
                 request.cancelled
                 or request.frames >= request.max_frames
-                or positions[i] >= self.opts.max_len - 1
+                or request.prompt - 1 + request.frames >= self.opts.max_len - 1
             ):
                 self._finish(i, None)
 
