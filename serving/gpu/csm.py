@@ -32,6 +32,7 @@ rate, so that the traffic has the shape of real speech. The audio is noise; labe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -390,7 +391,10 @@ class CsmEngine(PendingRequests):
                 return
             waiting: list[tuple[_Request, object, object]] = []
             while len(waiting) < len(free) and arrived > 0:
-                request = self._pending.get()
+                try:  # close() may have drained the queue meanwhile
+                    request = self._pending.get_nowait()
+                except queue.Empty:
+                    return
                 arrived -= 1
                 if request.cancelled:
                     continue
@@ -477,11 +481,14 @@ class CsmEngine(PendingRequests):
     def _finish(self, slot: int, error: BaseException | None) -> None:
         request = self._slots[slot]
         self._slots[slot] = None
-        self.live[slot] = 0
         if request is not None:
             if error is not None:
                 request.out.put(error)
             request.out.put(None)
+        # after the request's end: on a failed device (a step's CUDA error) this write fails too,
+        # and no request may be left waiting because of it
+        with contextlib.suppress(Exception):
+            self.live[slot] = 0
 
     # --- prompt and prefill --------------------------------------------------------------------
 

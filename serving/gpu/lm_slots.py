@@ -248,7 +248,10 @@ class SlotLmEngine(PendingRequests):
             free = [i for i, r in enumerate(self._slots) if r is None]
             batch: list[_Request] = []
             while len(batch) < len(free) and arrived > 0:
-                request = self._pending.get()
+                try:  # close() may have drained the queue meanwhile
+                    request = self._pending.get_nowait()
+                except queue.Empty:
+                    return
                 arrived -= 1
                 if request.cancelled:
                     continue
@@ -356,11 +359,14 @@ class SlotLmEngine(PendingRequests):
         request = self._slots[slot]
         self._slots[slot] = None
         self._positions[slot] = 0
-        self.pos[slot] = 0
         if request is not None:
             if error is not None:
                 request.out.put(error)
             request.out.put(None)
+        # after the request's end: on a failed device (a step's CUDA error) this write fails too,
+        # and no request may be left waiting because of it
+        with contextlib.suppress(Exception):
+            self.pos[slot] = 0
 
     # --- one token for every busy row ----------------------------------------------------------
 

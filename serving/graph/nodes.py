@@ -728,13 +728,14 @@ class _Ahead:
     expiry: asyncio.TimerHandle | None = None
 
     async def take(self, items: AsyncIterator) -> None:
-        """Keep ``items`` as they come, until they end (the ``task``; cancelling it cancels
-        ``items``' await in flight, so an engine's request ends with it)."""
+        """Keep ``items`` as they come, until they end (the ``task``; cancelling it closes
+        ``items``, wherever the task waits, so an engine's request ends with it)."""
         try:
-            async for item in items:
-                self.items.append(item)
-                self.more.set()
-                await self.added(item)
+            async with contextlib.aclosing(items) as stream:
+                async for item in stream:
+                    self.items.append(item)
+                    self.more.set()
+                    await self.added(item)
             await self.finished()
         except Exception as err:  # raised to the turn that claims it
             self.error = err

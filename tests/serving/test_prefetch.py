@@ -214,6 +214,47 @@ def test_a_pad_longer_than_the_pause_is_cut_to_it_so_the_pause_is_transcribed_at
     assert lengths[1:] == [(end_ms + 200) * 16]
 
 
+def test_work_made_ahead_and_cancelled_closes_its_stream_wherever_it_waits():
+    """An _Ahead's task cancelled while it waits outside its stream (announcing a first chunk
+    whose edge is full) closes the stream at once, so an engine's request ends with it (an
+    async generator left unclosed would run on until the garbage collector found it)."""
+    import gc
+
+    from serving.graph.nodes import _Ahead
+
+    closed, parked = [], asyncio.Event()
+
+    class Parked(_Ahead):
+        async def added(self, item) -> None:
+            parked.set()
+            await asyncio.Event().wait()  # as an emit to a full edge
+
+    async def stream():
+        try:
+            for n in range(100):
+                yield n
+                await asyncio.sleep(0)
+        finally:
+            closed.append(True)
+
+    async def scenario() -> tuple[list, list]:
+        ahead = Parked(key="k")
+        ahead.task = asyncio.ensure_future(ahead.take(stream()))
+        await parked.wait()
+        ahead.cancel()
+        await asyncio.gather(ahead.task, return_exceptions=True)
+        return list(closed), ahead.items
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # no collector run may close it instead
+    try:
+        closed_then, items = asyncio.run(scenario())
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert closed_then == [True] and items == [0]
+
+
 def test_a_pause_the_speech_resumes_after_is_dropped(say, models):
     pcm = _pcm16(
         np.concatenate(

@@ -309,6 +309,55 @@ def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine
     assert _idle(engine)
 
 
+def test_a_failed_device_ends_every_request_in_flight_and_waiting_with_an_error(model):
+    """A step that fails on a broken device (a CUDA error: every later device write fails too)
+    ends the requests in flight and those waiting with the error, none left waiting."""
+
+    class Broken:  # a device tensor after a sticky CUDA error
+        def __getitem__(self, index):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        __setitem__ = __getitem__
+
+    engine = CsmEngine(model, CsmOptions(max_batch=1, max_len=256, temperature=0), dummy=True)
+    running = threading.Event()
+    outcome: dict[str, str] = {}
+
+    def drain(name: str, text: str, tell: threading.Event | None = None) -> None:
+        try:
+            for n, _ in enumerate(engine.stream(text), 1):
+                if tell is not None and n == 2:
+                    tell.set()
+            outcome[name] = "ended"
+        except FdbError as exc:
+            outcome[name] = exc.one_line()
+
+    threads = [threading.Thread(target=drain, args=("busy", "w" * 100, running), daemon=True)]
+    threads[0].start()
+    try:
+        assert running.wait(30)
+        launch = engine._launch
+
+        def broken_launch(busy):
+            engine.live = Broken()
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        engine._launch = broken_launch
+        threads.append(threading.Thread(target=drain, args=("waiting", "hello"), daemon=True))
+        threads[1].start()  # no free slot (max_batch 1): it waits
+        for thread in threads:
+            thread.join(30)
+        assert not any(t.is_alive() for t in threads)
+        assert outcome["busy"].startswith("CSM generation failed: CUDA error")
+        assert outcome["waiting"] in (
+            "the CSM engine is closed (the server is stopping)",
+            outcome["busy"],
+        )
+    finally:
+        engine._launch = launch
+        engine.close()
+
+
 def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     stop = threading.Event()
     frames = []
