@@ -391,9 +391,8 @@ class CsmEngine(PendingRequests):
                 return
             waiting: list[tuple[_Request, object, object]] = []
             while len(waiting) < len(free) and arrived > 0:
-                try:  # close() may have drained the queue meanwhile
-                    request = self._pending.get_nowait()
-                except queue.Empty:
+                request = self._arrival()
+                if request is None:
                     return
                 arrived -= 1
                 if request.cancelled:

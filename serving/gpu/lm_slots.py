@@ -248,9 +248,8 @@ class SlotLmEngine(PendingRequests):
             free = [i for i, r in enumerate(self._slots) if r is None]
             batch: list[_Request] = []
             while len(batch) < len(free) and arrived > 0:
-                try:  # close() may have drained the queue meanwhile
-                    request = self._pending.get_nowait()
-                except queue.Empty:
+                request = self._arrival()
+                if request is None:
                     return
                 arrived -= 1
                 if request.cancelled:

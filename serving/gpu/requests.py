@@ -67,6 +67,14 @@ class PendingRequests:
     def _admit(self) -> None:
         raise NotImplementedError
 
+    def _arrival(self) -> Any | None:
+        """The next waiting request, or None if none waits (``close()`` may have drained the
+        queue from another thread meanwhile: never block on it)."""
+        try:
+            return self._pending.get_nowait()
+        except queue.Empty:
+            return None
+
     def _busy(self) -> list[int]:
         """The slots in flight; with none, the waiting requests are admitted, or the thread
         waits for one (50 ms at most) and the caller asks again."""
