@@ -125,12 +125,15 @@ def launch_file(
     prefetch_ms: int | None = None,
     vad_device: str | None = None,
     graphs: bool = True,
+    priorities: dict[str, int] | None = None,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
     the profile's), the VAD (``vad_device``: ``silero_gpu`` on that device; None: the CPU stage)
     ``graphs``: Whisper's encoder graphs and CSM's and the reply model's prefill graphs (the
-    defaults; False turns all three off, for the A/B), and (--tiny) the CPU configuration."""
+    defaults; False turns all three off, for the A/B), ``priorities``: the CUDA stream priority
+    of the engines named (asr, llm, tts: each node's ``stream_priority``), and (--tiny) the CPU
+    configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -157,6 +160,8 @@ def launch_file(
         tts["prefill_graphs"] = False
     tts["device"] = "cpu" if tiny else device
     tts["codec"] = codec
+    for name, priority in (priorities or {}).items():
+        (tts if name == "tts" else raw["session_nodes"][name])["stream_priority"] = priority
     if tiny:
         tts.update(dtype="float32", max_batch=4, max_len=256)
         tts["weights"] = {**tts["weights"], "overrides": TINY_CSM}
@@ -216,6 +221,7 @@ def run(args: argparse.Namespace) -> dict:
         args.prefetch_ms,
         args.vad_device,
         not args.no_graphs,
+        args.stream_priority,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -258,6 +264,7 @@ def run(args: argparse.Namespace) -> dict:
         "vad_device": args.vad_device,
         "stagger_s": args.stagger_s,
         "graphs": not args.no_graphs,
+        "stream_priority": args.stream_priority,
         "sessions": sessions,
         "levels": summary_levels,
         "goal": {"first_audio_p90_s": GOAL_FIRST_AUDIO_P90_S, "rtf_p90_below": 1.0, "sessions": 32},
@@ -323,6 +330,15 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "(encoder_graphs, prefill_graphs false; default: as CUDA graphs), for the A/B",
     )
     parser.add_argument(
+        "--stream-priority",
+        type=priorities,
+        default={},
+        metavar="NODE=P,...",
+        help="the CUDA stream priority of these engines (asr, llm, tts), e.g. tts=-2,llm=-1: "
+        "0 is CUDA's default and lower is more urgent (each node's stream_priority; default: "
+        "the profile's)",
+    )
+    parser.add_argument(
         "--stagger-s",
         type=float,
         default=0.0,
@@ -338,6 +354,22 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "starts the turn's transcription and reply before the turn ends; it must be shorter than "
         "the turn detection's silence to start anything",
     )
+
+
+def priorities(text: str) -> dict[str, int]:
+    """``--stream-priority``'s NODE=P,... (NODE one of asr, llm, tts; P an integer, 0 or below)."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or name not in ("asr", "llm", "tts"):
+            raise argparse.ArgumentTypeError(f"{part!r}: NODE=P with NODE one of asr, llm, tts")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: P must be an integer") from None
+        if out[name] > 0:
+            raise argparse.ArgumentTypeError(f"{part!r}: P is 0 or below (lower is more urgent)")
+    return out
 
 
 def main() -> None:

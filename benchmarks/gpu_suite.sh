@@ -46,6 +46,10 @@
 #   admit         the CUDA tests of the prefill graphs (CSM's and the reply model's engines),
 #                 gpu_cascade at 32 spread over 4 s with prefetch_ms 50, gpu_tts at C1 and C16
 #                 (32 requests a level), the cascade spread without prefetch, at once with 50
+#   priority      the CUDA tests of the prefill graphs, then gpu_cascade at 32 spread over 4 s with
+#                 prefetch_ms 50 at CUDA's default stream priority for every engine, with CSM the
+#                 most urgent (tts=-5), with the recognizer and the reply model the most urgent,
+#                 each twice, interleaved (each engine on its own stream)
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -280,8 +284,23 @@ admit)
     cascade32 s4 100 FDB_STAGE_MARKS=1 "--stagger-s 4"
     cascade32 sync-pf50 100 FDB_STAGE_MARKS=1 "--prefetch-ms 50"
     ;;
+priority)
+    # each engine on its own CUDA stream (CSM's was the default stream), at a priority: the CUDA
+    # tests of CSM's and the reply model's engines, then the cascade at 32 spread over 4 s with
+    # prefetch_ms 50 at CUDA's default priority for all, with CSM the most urgent, with the
+    # recognizer and the reply model the most urgent; each twice, interleaved
+    step cuda-priority 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k "prefill_graphs" \
+        tests/serving/gpu/test_gpu_cuda.py
+    for round in 1 2; do
+        cascade32 s4-pf50-base-$round 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 50"
+        cascade32 s4-pf50-tts-$round 100 FDB_STAGE_MARKS=1 \
+            "--stagger-s 4 --prefetch-ms 50 --stream-priority tts=-5"
+        cascade32 s4-pf50-asr-llm-$round 100 FDB_STAGE_MARKS=1 \
+            "--stagger-s 4 --prefetch-ms 50 --stream-priority asr=-5,llm=-5"
+    done
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill or admit"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit or priority"
     exit 2
     ;;
 esac

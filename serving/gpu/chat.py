@@ -123,6 +123,11 @@ class ChatEngine:
                 if options.engine == "slots"
                 else "transformers continuous batching",
                 "cuda_graphs": options.cuda_graphs and options.device != "cpu",
+                "stream_priority": (
+                    self.slots.cuda_stream.priority
+                    if self.slots is not None and self.slots.cuda_stream is not None
+                    else None
+                ),
             },
         )
         log.info(
@@ -154,6 +159,7 @@ class ChatEngine:
             self._eos(),
             cuda_graphs=o.cuda_graphs,
             prefill_graphs=o.prefill_graphs,
+            stream_priority=o.stream_priority,
         )
 
     def _start_manager(self):
@@ -290,6 +296,7 @@ def engine_key(options: CausalLmGpuOptions) -> tuple:
         options.max_reply_tokens,
         options.cuda_graphs,
         options.prefill_graphs,
+        options.stream_priority,
     )
 
 

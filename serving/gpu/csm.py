@@ -61,6 +61,7 @@ PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 # and Whisper launch theirs (docs/gpu.md measured what an eager prefill took under load)
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 FRAME_HZ = 12.5
+SLOW_STEP_S = 0.05  # a step logged under FDB_STAGE_MARKS when it takes longer
 
 
 class PromptTooLong(FdbError):
@@ -92,6 +93,8 @@ class CsmOptions:
     # with cuda_graphs only): PREFILL_BUCKETS below max_len
     prefill_graphs: bool = True
     prefill_lengths: tuple[int, ...] | None = None  # other lengths (on CPU: run eagerly, padded)
+    # the CUDA stream priority of the GPU thread (serving.gpu.slots.engine_stream)
+    stream_priority: int = 0
 
 
 @dataclass
@@ -249,6 +252,15 @@ class CsmEngine(PendingRequests):
             },
         )
         self.warm_s = self._warm()
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import engine_stream
+
+        # the GPU thread's own stream, so that the other engines' kernels on the GPU (a
+        # recognizer's encoder, the reply model's steps) run beside its steps, at its priority
+        self.cuda_stream = engine_stream(self.device, options.stream_priority)
+        self.identity.settings["stream_priority"] = (
+            None if self.cuda_stream is None else self.cuda_stream.priority
+        )
         self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
         self._thread.start()
 
@@ -353,8 +365,11 @@ class CsmEngine(PendingRequests):
             self._ended()
 
     def _loop(self) -> None:
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import on_stream
+
         torch = self.torch
-        with torch.inference_mode():
+        with torch.inference_mode(), on_stream(self.cuda_stream):
             while not self._stop:
                 busy = self._busy()
                 if not busy:
@@ -364,14 +379,32 @@ class CsmEngine(PendingRequests):
                     # new requests are admitted while the GPU runs the step just launched: a
                     # prefill's kernels queue behind it on the same stream (so it writes its slot
                     # after the step), and launching them costs the CPU time the step takes
+                    admitting = time.perf_counter()
                     self._admit()
+                    admitting = time.perf_counter() - admitting
                     self._deliver(busy, n)
+                    if self._marks:
+                        self._mark_slow_step(n, admitting)
                 except BaseException as exc:  # every request in flight fails with the error
                     log.exception("CSM step failed")
                     for i in busy:
                         self._finish(
                             i, FdbError(f"CSM generation failed: {exc}", "see the server log")
                         )
+
+    def _mark_slow_step(self, n: int, admitting: float) -> None:
+        """Under FDB_STAGE_MARKS: a step whose launch-to-delivery took more than
+        ``SLOW_STEP_S``, with the share its admissions took (the rest is the GPU's, and the
+        GIL's)."""
+        took = time.perf_counter() - self._started
+        if took > SLOW_STEP_S:
+            log.info(
+                "csm slow step %.6f: %.1f ms for %d rows, %.1f ms of it admitting",
+                time.time(),
+                took * 1000,
+                n,
+                admitting * 1000,
+            )
 
     def _admit(self) -> None:
         """Every waiting request that has a free slot. With prefill lengths (CUDA graphs), a prompt

@@ -48,9 +48,11 @@ from serving.gpu.slots import (
     bucket,
     capture,
     decode_rows,
+    engine_stream,
     fuse_layers,
     gumbel,
     module_norm,
+    on_stream,
     prefill_rows,
     rms_norm,
     rope_tables,
@@ -104,6 +106,7 @@ class SlotLmEngine(PendingRequests):
         fuse: bool = True,
         prefill_graphs: bool = True,
         prefill_lengths: Sequence[int] | None = None,
+        stream_priority: int = 0,
     ):
         config = model.config
         self.model, self.max_batch, self.max_len = model, max_batch, max_len
@@ -155,9 +158,7 @@ class SlotLmEngine(PendingRequests):
         self.warm_s = self.warm()
         # the loop runs on its own stream, so that another engine's kernels on the same GPU (a
         # recognizer's encoder, the speech model's steps) run beside its steps, not before them
-        self.cuda_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        if self.cuda_stream is not None:
-            torch.cuda.synchronize(self.device)
+        self.cuda_stream = engine_stream(self.device, stream_priority)
         self._thread = threading.Thread(target=self._run, name="lm-slots", daemon=True)
         self._thread.start()
 
@@ -211,7 +212,7 @@ class SlotLmEngine(PendingRequests):
 
     def _run(self) -> None:
         try:
-            with torch.inference_mode(), _on(self.cuda_stream):
+            with torch.inference_mode(), on_stream(self.cuda_stream):
                 self._loop()
         finally:  # closed (or failed): no request may wait on this thread any more
             self._ended()
@@ -397,8 +398,3 @@ class SlotLmEngine(PendingRequests):
             self.chosen[:n] = sample_top_k(logits, TOP_K, self.temperature, gumbel_noise=noise)
         else:
             self.chosen[:n] = logits.argmax(-1)
-
-
-def _on(stream):
-    """``torch.cuda.stream(stream)``; nothing without one (CPU)."""
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()

@@ -20,6 +20,7 @@ what took ten.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,27 @@ def to_device(values, device, dtype=torch.long) -> torch.Tensor:
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def engine_stream(device, priority: int = 0) -> torch.cuda.Stream | None:
+    """An engine's own CUDA stream for its loop, at ``priority`` (None on a CPU device).
+
+    0 is CUDA's default; a negative priority is more urgent: where engines share a GPU, the
+    pending thread blocks of a more urgent stream are scheduled first as the GPU's units come
+    free (a running kernel is never preempted). A priority beyond the device's range is clamped
+    to its end (``stream.priority`` says which it got). The device is synchronized first, so the
+    stream sees every tensor the engine's start-up made on the default stream."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    stream = torch.cuda.Stream(device, priority=priority)  # torch clamps it to the range
+    torch.cuda.synchronize(device)
+    return stream
+
+
+def on_stream(stream):
+    """``torch.cuda.stream(stream)``; nothing without one (CPU)."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

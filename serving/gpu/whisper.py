@@ -57,6 +57,7 @@ class WhisperEngine:
         decoder: str = "static",
         window_s: float | None = None,
         encoder_graphs: bool = True,
+        stream_priority: int = 0,
     ):
         # lazy: torch is optional (the gpu extra)
         import torch
@@ -94,9 +95,10 @@ class WhisperEngine:
         # batches run on their own stream, so that the encoder's long kernels run beside the
         # steps of the other engines on the GPU (the reply model's, the speech model's), not
         # before them
-        self.cuda_stream = torch.cuda.Stream(device) if device.startswith("cuda") else None
-        if self.cuda_stream is not None:
-            torch.cuda.synchronize(device)
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import engine_stream
+
+        self.cuda_stream = engine_stream(device, stream_priority)
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
         self.identity = identity(
             "whisper_gpu",
@@ -111,6 +113,7 @@ class WhisperEngine:
                 "language": language,
                 "decoder": decoder,
                 "window_s": self.window_s,
+                "stream_priority": None if self.cuda_stream is None else self.cuda_stream.priority,
                 "tokenizer": "checkpoint"
                 if self.tokenizer is not None
                 else "none (dummy placeholder text)",
@@ -254,6 +257,7 @@ def _engine_args(options: WhisperGpuOptions) -> tuple:
         options.decoder,
         options.window_s,
         options.encoder_graphs,
+        options.stream_priority,
     )
 
 

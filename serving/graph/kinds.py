@@ -192,6 +192,10 @@ class WhisperGpuOptions(GpuModelOptions):
     # static decoder on CUDA: a batch's encoder pass (and cross-attention keys) as one CUDA graph
     # per (batch bucket, window) instead of eager layers (measured: docs/gpu.md, fourth session)
     encoder_graphs: bool = True
+    # the CUDA stream priority of the engine's loop (0: CUDA's default; lower is more urgent:
+    # where engines share a GPU, the pending kernels of a more urgent stream are scheduled first;
+    # clamped to the device's range) (measured: docs/gpu.md, fifth session)
+    stream_priority: int = Field(0, ge=-16, le=0)
 
 
 class CausalLmGpuOptions(GpuModelOptions):
@@ -229,6 +233,10 @@ class CausalLmGpuOptions(GpuModelOptions):
     # CUDA graph (serving.gpu.slots.PaddedPrefill) instead of eager layers (measured: docs/gpu.md,
     # fourth session)
     prefill_graphs: bool = True
+    # the CUDA stream priority of the engine's loop (0: CUDA's default; lower is more urgent:
+    # where engines share a GPU, the pending kernels of a more urgent stream are scheduled first;
+    # clamped to the device's range) (measured: docs/gpu.md, fifth session)
+    stream_priority: int = Field(0, ge=-16, le=0)
 
 
 # The GPU node a launch file's ``backends:`` names (csm_gpu): its options, checked when the
@@ -282,6 +290,8 @@ class CsmSpeechNode(GpuNode):
     # (serving.gpu.slots.PaddedPrefill) instead of eager layers (measured: docs/gpu.md, fourth
     # session)
     prefill_graphs: bool = True
+    # the CUDA stream priority of the GPU thread's steps (as causal_lm_gpu's stream_priority)
+    stream_priority: int = Field(0, ge=-16, le=0)
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and

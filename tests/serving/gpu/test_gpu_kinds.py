@@ -4,6 +4,7 @@ gpu-cascade system: its launch file, its graph, and overrides of single node opt
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from fdb.errors import FdbError
 from serving.graph.declare import load_graph
@@ -129,6 +130,47 @@ def test_the_graph_options_are_on_by_default_and_gpu_cascade_no_graphs_turns_the
     assert graph_options(resolve_system("embedded-cascade", path)) == (False, False, False)
 
 
+def test_gpu_cascade_stream_priority_sets_each_engines_stream_priority(tmp_path):
+    """``gpu_cascade.py --stream-priority tts=-5,llm=-1`` writes each engine's stream priority
+    into the launch file, which loads with them; the profile's own are CUDA's default (0); a
+    bad NODE=P is refused by the parser."""
+    import argparse
+
+    from benchmarks.gpu_cascade import launch_file, priorities
+
+    def stream_priorities(system) -> tuple[int, int, int]:
+        graph = load_graph(
+            {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
+        )
+        return (
+            graph.nodes["asr"].options.stream_priority,
+            graph.nodes["llm"].options.stream_priority,
+            system.backends.tts.stream_priority,
+        )
+
+    assert stream_priorities(get_system("gpu-cascade")) == (0, 0, 0)
+    given = priorities("tts=-5, llm=-1")
+    assert given == {"tts": -5, "llm": -1}
+    path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, priorities=given)
+    assert stream_priorities(resolve_system("embedded-cascade", path)) == (0, -1, -5)
+    for bad in ("vad=-1", "tts", "tts=high", "tts=1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            priorities(bad)
+    with pytest.raises(ValidationError):
+        WhisperGpuOptions(
+            weights={"load_format": "dummy", "preset": "whisper-large-v3"}, stream_priority=1
+        )
+
+
+def test_engine_stream_is_none_on_a_cpu_device():
+    """An engine on the CPU has no stream (its loop runs in a null context)."""
+    from serving.gpu.slots import engine_stream, on_stream
+
+    assert engine_stream("cpu", -5) is None
+    with on_stream(None):
+        pass
+
+
 def test_nodes_that_differ_in_a_graph_option_do_not_share_an_engine():
     """A shared engine is keyed by every option that builds it: two nodes that differ only in
     encoder_graphs (Whisper) or prefill_graphs (the reply model) get engines of their own."""
@@ -140,3 +182,5 @@ def test_nodes_that_differ_in_a_graph_option_do_not_share_an_engine():
     assert whisper_key(whisper) != whisper_key(whisper.model_copy(update={"encoder_graphs": False}))
     llm = CausalLmGpuOptions(weights={"load_format": "dummy", "preset": "qwen3-4b"})
     assert chat_key(llm) != chat_key(llm.model_copy(update={"prefill_graphs": False}))
+    assert chat_key(llm) != chat_key(llm.model_copy(update={"stream_priority": -1}))
+    assert whisper_key(whisper) != whisper_key(whisper.model_copy(update={"stream_priority": -1}))
