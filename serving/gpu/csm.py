@@ -375,16 +375,24 @@ class CsmEngine(PendingRequests):
                 if not busy:
                     continue
                 try:
+                    before = time.perf_counter()
+                    if self._pending.qsize():
+                        # requests that came during the last step are admitted before the next,
+                        # which takes their first frames (admitted after its launch, their first
+                        # frames would wait one more step: 30-40 ms under load, docs/gpu.md)
+                        self._admit()
+                        busy = [i for i, r in enumerate(self._slots) if r is not None]
+                    before = time.perf_counter() - before
                     n = self._launch(busy)
-                    # new requests are admitted while the GPU runs the step just launched: a
-                    # prefill's kernels queue behind it on the same stream (so it writes its slot
-                    # after the step), and launching them costs the CPU time the step takes
-                    admitting = time.perf_counter()
+                    # and those that come while the GPU runs it: a prefill's kernels queue behind
+                    # it on the same stream (so it writes its slot after the step), and launching
+                    # them costs the CPU time the step takes
+                    during = time.perf_counter()
                     self._admit()
-                    admitting = time.perf_counter() - admitting
+                    during = time.perf_counter() - during
                     self._deliver(busy, n)
                     if self._marks:
-                        self._mark_slow_step(n, admitting)
+                        self._mark_slow_step(n, before, during)
                 except BaseException as exc:  # every request in flight fails with the error
                     log.exception("CSM step failed")
                     for i in busy:
@@ -392,18 +400,20 @@ class CsmEngine(PendingRequests):
                             i, FdbError(f"CSM generation failed: {exc}", "see the server log")
                         )
 
-    def _mark_slow_step(self, n: int, admitting: float) -> None:
+    def _mark_slow_step(self, n: int, before: float, during: float) -> None:
         """Under FDB_STAGE_MARKS: a step whose launch-to-delivery took more than
-        ``SLOW_STEP_S``, with the share its admissions took (the rest is the GPU's, and the
-        GIL's)."""
+        ``SLOW_STEP_S``, with the admissions before its launch (the GPU idle) and during it (the
+        rest is the GPU's, and the GIL's)."""
         took = time.perf_counter() - self._started
         if took > SLOW_STEP_S:
             log.info(
-                "csm slow step %.6f: %.1f ms for %d rows, %.1f ms of it admitting",
+                "csm slow step %.6f: %.1f ms for %d rows, %.1f ms admitting before it, "
+                "%.1f ms during it",
                 time.time(),
                 took * 1000,
                 n,
-                admitting * 1000,
+                before * 1000,
+                during * 1000,
             )
 
     def _admit(self) -> None:
