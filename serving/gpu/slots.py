@@ -62,9 +62,10 @@ def engine_stream(device, priority: int = 0) -> torch.cuda.Stream | None:
 
     0 is CUDA's default; a negative priority is more urgent: where engines share a GPU, the
     pending thread blocks of a more urgent stream are scheduled first as the GPU's units come
-    free (a running kernel is never preempted). A priority beyond the device's range is clamped
-    to its end (``stream.priority`` says which it got). The device is synchronized first, so the
-    stream sees every tensor the engine's start-up made on the default stream."""
+    free (a running kernel is never preempted). A priority beyond torch's range is clamped to
+    its end (``stream.priority`` says which it got: -5 gave -3 with torch 2.11 on an H100). The
+    device is synchronized first, so the stream sees every tensor the engine's start-up made on
+    the default stream."""
     device = torch.device(device)
     if device.type != "cuda":
         return None

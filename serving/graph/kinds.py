@@ -194,7 +194,8 @@ class WhisperGpuOptions(GpuModelOptions):
     encoder_graphs: bool = True
     # the CUDA stream priority of the engine's loop (0: CUDA's default; lower is more urgent:
     # where engines share a GPU, the pending kernels of a more urgent stream are scheduled first;
-    # clamped to the device's range) (measured: docs/gpu.md, fifth session)
+    # torch 2.11's streams go to -3, a lower one runs as -3) (measured: docs/gpu.md, fifth
+    # session: no difference in the cascade at 32)
     stream_priority: int = Field(0, ge=-16, le=0)
 
 
@@ -235,7 +236,8 @@ class CausalLmGpuOptions(GpuModelOptions):
     prefill_graphs: bool = True
     # the CUDA stream priority of the engine's loop (0: CUDA's default; lower is more urgent:
     # where engines share a GPU, the pending kernels of a more urgent stream are scheduled first;
-    # clamped to the device's range) (measured: docs/gpu.md, fifth session)
+    # torch 2.11's streams go to -3, a lower one runs as -3) (measured: docs/gpu.md, fifth
+    # session: no difference in the cascade at 32)
     stream_priority: int = Field(0, ge=-16, le=0)
 
 

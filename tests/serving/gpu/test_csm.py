@@ -270,11 +270,13 @@ def test_a_burst_is_prefilled_in_one_pass_with_the_same_frames(engine, monkeypat
 
 
 def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine, monkeypatch):
-    """An admission takes the requests waiting when it starts; one that arrives meanwhile is
-    admitted after the next frame of those in flight (a burst that kept coming would otherwise
-    hold every stream without a frame until it ended)."""
+    """An admission takes the requests waiting when it starts; one that arrives meanwhile
+    waits for the next admission, and a step of those in flight comes between: launched (the
+    admission before a step, then the one while it runs) or delivered (the one while a step runs,
+    then the one before the next). A burst that kept coming would otherwise hold every stream
+    without a frame until it ended."""
     events: list[str] = []
-    prompt, deliver = engine._checked_prompt, engine._deliver
+    prompt, launch, deliver = engine._checked_prompt, engine._launch, engine._deliver
     later: list = []
 
     def logged_prompt(request):
@@ -287,8 +289,12 @@ def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine
                 time.sleep(0.005)
         return prompt(request)
 
+    def logged_launch(busy):
+        events.append("launch")
+        return launch(busy)
+
     def logged_deliver(busy, n):
-        events.append("frame")
+        events.append("deliver")
         return deliver(busy, n)
 
     started = threading.Event()
@@ -297,6 +303,7 @@ def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine
         flowing = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
         assert started.wait(30)
         monkeypatch.setattr(engine, "_checked_prompt", logged_prompt)
+        monkeypatch.setattr(engine, "_launch", logged_launch)
         monkeypatch.setattr(engine, "_deliver", logged_deliver)
         first = pool.submit(_frames_of, engine, "first arrival")
         assert len(first.result(timeout=60)) == 11  # 13 characters: 0.91 s
@@ -305,7 +312,48 @@ def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine
         flowing.result(timeout=60)
     prompts = [i for i, e in enumerate(events) if e.startswith("prompt")]
     assert [events[i] for i in prompts] == ["prompt first arrival", "prompt came meanwhile"]
-    assert "frame" in events[prompts[0] : prompts[1]]  # a frame of those in flight between
+    between = set(events[prompts[0] : prompts[1]])
+    assert between & {"launch", "deliver"}, events  # a step of those in flight between
+    assert _idle(engine)
+
+
+def test_a_request_that_comes_during_a_step_is_in_the_next_step(engine, monkeypatch):
+    """A request that comes while a step runs, after that step's admissions, is admitted before
+    the next step is launched, and that step makes its first frame (admitted after the launch,
+    its first frame would wait a step more)."""
+    deliver, launch = engine._deliver, engine._launch
+    armed, in_step, submitted = threading.Event(), threading.Event(), threading.Event()
+    launched: list[list[str]] = []  # the texts of each step's rows, from the armed step on
+
+    def held_deliver(busy, n):
+        if armed.is_set() and not in_step.is_set():
+            in_step.set()  # this step's admissions are over: the request comes now
+            assert submitted.wait(30)
+        return deliver(busy, n)
+
+    def logged_launch(busy):
+        if in_step.is_set():
+            launched.append([engine._slots[i].text for i in busy])
+        return launch(busy)
+
+    started = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        done = threading.Event()
+        flowing = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
+        assert started.wait(30)
+        monkeypatch.setattr(engine, "_deliver", held_deliver)
+        monkeypatch.setattr(engine, "_launch", logged_launch)
+        armed.set()
+        assert in_step.wait(30)
+        late = pool.submit(_frames_of, engine, "came during a step")
+        deadline = time.monotonic() + 30
+        while engine._pending.qsize() < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        submitted.set()
+        assert len(late.result(timeout=60)) > 0
+        done.set()
+        flowing.result(timeout=60)
+    assert "came during a step" in launched[0]  # the very next step
     assert _idle(engine)
 
 
