@@ -126,14 +126,15 @@ def launch_file(
     vad_device: str | None = None,
     graphs: bool = True,
     priorities: dict[str, int] | None = None,
+    asr_tokens_per_s: float | None = None,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
     the profile's), the VAD (``vad_device``: ``silero_gpu`` on that device; None: the CPU stage)
     ``graphs``: Whisper's encoder graphs and CSM's and the reply model's prefill graphs (the
     defaults; False turns all three off, for the A/B), ``priorities``: the CUDA stream priority
-    of the engines named (asr, llm, tts: each node's ``stream_priority``), and (--tiny) the CPU
-    configuration."""
+    of the engines named (asr, llm, tts: each node's ``stream_priority``), the recognizer's
+    ``max_tokens_per_s`` (None: the node's default), and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -144,6 +145,8 @@ def launch_file(
     raw["session_nodes"]["asr"]["max_new_tokens"] = asr_tokens
     raw["session_nodes"]["asr"]["decoder"] = asr_decoder
     raw["session_nodes"]["asr"]["window_s"] = asr_window_s
+    if asr_tokens_per_s is not None:
+        raw["session_nodes"]["asr"]["max_tokens_per_s"] = asr_tokens_per_s
     if prefetch_ms is not None:
         raw["prefetch_ms"] = prefetch_ms
     if vad_device is not None:
@@ -222,6 +225,7 @@ def run(args: argparse.Namespace) -> dict:
         args.vad_device,
         not args.no_graphs,
         args.stream_priority,
+        args.asr_tokens_per_s,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -253,6 +257,7 @@ def run(args: argparse.Namespace) -> dict:
         "tiny": args.tiny,
         "turn_detection": record.turn_detection,
         "asr_max_new_tokens": args.asr_tokens,
+        "asr_max_tokens_per_s": args.asr_tokens_per_s,
         "device": "cpu" if args.tiny else args.device,
         "weights": "dummy (compute path only)",
         "launch": str(config),
@@ -284,6 +289,14 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="the recognizer's max_new_tokens. Dummy "
         "weights never end a transcript early, so every one costs all of them: 24, about a 5 s "
         "question's transcript (the cohort's questions are 2-4 s)",
+    )
+    parser.add_argument(
+        "--asr-tokens-per-s",
+        type=float,
+        help="the recognizer's max_tokens_per_s (default: the node's, 8): a batch decodes this "
+        "many tokens a second of its longest utterance. Dummy weights never end a transcript, so "
+        "each costs the whole bound, where a real recognizer ends at English's 3-5 tokens a "
+        "second: 4 gives a dummy transcript a real one's length",
     )
     parser.add_argument(
         "--turn-detection",

@@ -50,6 +50,10 @@
 #                 prefetch_ms 50 at CUDA's default stream priority for every engine, with CSM the
 #                 most urgent (tts=-5), with the recognizer and the reply model the most urgent,
 #                 each twice, interleaved (each engine on its own stream)
+#   transcript    gpu_cascade at 32 spread over 4 s with prefetch_ms 50 with the recognizer's
+#                 bound as it is (8 tokens a second) and at 4 (a real transcript's length; dummy
+#                 weights never end one), twice, interleaved; then 4 with prefetch_ms 30, and 4
+#                 with every session at once
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -299,8 +303,21 @@ priority)
             "--stagger-s 4 --prefetch-ms 50 --stream-priority asr=-5,llm=-5"
     done
     ;;
+transcript)
+    # what the dummy recognizer's transcript length costs: it decodes max_tokens_per_s (8) tokens
+    # a second of speech, where a real one ends at English's 3-5. The cascade at 32 spread over
+    # 4 s with prefetch_ms 50 as it is and with 4 tokens a second, twice, interleaved; then with
+    # 4 and prefetch_ms 30, and at once with 4 and prefetch_ms 50
+    for round in 1 2; do
+        cascade32 s4-pf50-$round 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 50"
+        cascade32 s4-pf50-tps4-$round 100 FDB_STAGE_MARKS=1 \
+            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 4"
+    done
+    cascade32 s4-pf30-tps4 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 30 --asr-tokens-per-s 4"
+    cascade32 sync-pf50-tps4 100 FDB_STAGE_MARKS=1 "--prefetch-ms 50 --asr-tokens-per-s 4"
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit or priority"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority or transcript"
     exit 2
     ;;
 esac

@@ -359,10 +359,7 @@ class CsmEngine(PendingRequests):
     # --- the GPU thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            self._loop()
-        finally:  # closed (or failed): no request may wait on this thread any more
-            self._ended()
+        self._run_loop(self._loop, "CSM")
 
     def _loop(self) -> None:
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)

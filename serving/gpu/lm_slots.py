@@ -211,11 +211,11 @@ class SlotLmEngine(PendingRequests):
     # --- the GPU thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
-        try:
-            with torch.inference_mode(), on_stream(self.cuda_stream):
-                self._loop()
-        finally:  # closed (or failed): no request may wait on this thread any more
-            self._ended()
+        self._run_loop(self._streamed_loop, "the reply model")
+
+    def _streamed_loop(self) -> None:
+        with torch.inference_mode(), on_stream(self.cuda_stream):
+            self._loop()
 
     def _loop(self) -> None:
         while not self._stop:

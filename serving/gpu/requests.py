@@ -11,12 +11,15 @@ raised to the caller.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fdb.errors import FdbError
+
+log = logging.getLogger("fdb.serving")
 
 
 class LoopQueue:
@@ -58,8 +61,26 @@ class PendingRequests:
     _thread: threading.Thread
     _slots: list  # the requests in flight, by slot (None: free)
 
+    _failed: FdbError | None = None  # the GPU thread's failure (it has ended), if it failed
+
     def _closed(self) -> FdbError:
         raise NotImplementedError
+
+    def _ended_error(self) -> FdbError:
+        """What a request that can no longer run ends with: the thread's failure, or closed."""
+        return self._failed or self._closed()
+
+    def _run_loop(self, loop: Callable[[], None], what: str) -> None:
+        """The GPU thread: ``loop()`` until closed. If it fails outside a step (a failed device,
+        where even an admission's write fails), the failure is logged once with its traceback,
+        and every request in flight, waiting or submitted later ends with it."""
+        try:
+            loop()
+        except Exception as exc:  # noqa: BLE001 - logged, and every request ends with it
+            log.exception("%s: the GPU thread failed", what)
+            self._failed = FdbError(f"{what} failed: {exc}", "see the server log; restart it")
+        finally:  # closed (or failed): no request may wait on this thread any more
+            self._ended()
 
     def _finish(self, slot: int, error: BaseException | None) -> None:
         raise NotImplementedError
@@ -92,12 +113,12 @@ class PendingRequests:
         self._stop = True
         for i, request in enumerate(self._slots):
             if request is not None:
-                self._finish(i, self._closed())
+                self._finish(i, self._ended_error())
         self._fail_pending()
 
     def _submit(self, request: Any) -> Any:
         if self._stop:
-            raise self._closed()
+            raise self._ended_error()
         self._pending.put(request)
         self._wake.set()
         if self._stop:  # closed meanwhile: the GPU thread may have drained the queue already
@@ -117,5 +138,5 @@ class PendingRequests:
                 request = self._pending.get_nowait()
             except queue.Empty:
                 return
-            request.out.put(self._closed())
+            request.out.put(self._ended_error())
             request.out.put(None)

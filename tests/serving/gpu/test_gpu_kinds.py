@@ -133,7 +133,7 @@ def test_the_graph_options_are_on_by_default_and_gpu_cascade_no_graphs_turns_the
 def test_gpu_cascade_stream_priority_sets_each_engines_stream_priority(tmp_path):
     """``gpu_cascade.py --stream-priority tts=-5,llm=-1`` writes each engine's stream priority
     into the launch file, which loads with them; the profile's own are CUDA's default (0); a
-    bad NODE=P is refused by the parser."""
+    bad NODE=P is refused by the parser. ``--asr-tokens-per-s`` sets the recognizer's bound."""
     import argparse
 
     from benchmarks.gpu_cascade import launch_file, priorities
@@ -151,8 +151,15 @@ def test_gpu_cascade_stream_priority_sets_each_engines_stream_priority(tmp_path)
     assert stream_priorities(get_system("gpu-cascade")) == (0, 0, 0)
     given = priorities("tts=-5, llm=-1")
     assert given == {"tts": -5, "llm": -1}
-    path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, priorities=given)
-    assert stream_priorities(resolve_system("embedded-cascade", path)) == (0, -1, -5)
+    path = launch_file(
+        tmp_path / "launch.yaml", 32, "cuda", False, 24, priorities=given, asr_tokens_per_s=4
+    )
+    system = resolve_system("embedded-cascade", path)
+    assert stream_priorities(system) == (0, -1, -5)
+    graph = load_graph(
+        {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
+    )
+    assert graph.nodes["asr"].options.max_tokens_per_s == 4  # --asr-tokens-per-s
     for bad in ("vad=-1", "tts", "tts=high", "tts=1"):
         with pytest.raises(argparse.ArgumentTypeError):
             priorities(bad)
