@@ -18,7 +18,8 @@ DATA=$PWD/.devdata
 RES=$(mktemp -d)
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+    .whl/*.whl \
     >"$RES/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$RES/pip.log"; exit 1; }
 nvidia-smi >"$RES/nvidia-smi.txt" 2>&1
 sides="$(ls "$DATA/trees" 2>/dev/null) new"
@@ -34,7 +35,8 @@ pack() {
         --exclude="trace.jsonl" -C "$RES" . && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
 }
 
-run() {  # run SIDE NAME LIMIT COMMAND...: in the side's tree, with its sources first on the path
+run() {  # run SIDE NAME LIMIT COMMAND...: in the side's tree, its sources on the path (after
+    # the wheels, which hold no fdb code)
     local side=$1 name=$2 limit=$3 dir=$DATA/trees/$1 started rc
     shift 3
     [ "$side" = new ] && dir=$PWD

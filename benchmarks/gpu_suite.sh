@@ -50,7 +50,8 @@
 #                 prefetch_ms 50 at CUDA's default stream priority for every engine, with CSM the
 #                 most urgent (tts=-5), with the recognizer and the reply model the most urgent,
 #                 each twice, interleaved (each engine on its own stream)
-#   transcript    gpu_cascade at 32 spread over 4 s with prefetch_ms 50 with the recognizer's
+#   transcript    the CUDA tests of the graphs and the engines' streams, then
+#                 gpu_cascade at 32 spread over 4 s with prefetch_ms 50 with the recognizer's
 #                 bound as it is (8 tokens a second) and at 4 (a real transcript's length; dummy
 #                 weights never end one), twice, interleaved; then 4 with prefetch_ms 30, and 4
 #                 with every session at once
@@ -307,7 +308,10 @@ transcript)
     # what the dummy recognizer's transcript length costs: it decodes max_tokens_per_s (8) tokens
     # a second of speech, where a real one ends at English's 3-5. The cascade at 32 spread over
     # 4 s with prefetch_ms 50 as it is and with 4 tokens a second, twice, interleaved; then with
-    # 4 and prefetch_ms 30, and at once with 4 and prefetch_ms 50
+    # 4 and prefetch_ms 30, and at once with 4 and prefetch_ms 50. First the CUDA tests of the
+    # graphs and of the engines' streams (each one no other engine or capture holds)
+    step cuda-streams 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        -k "prefill_graphs or encoder_graphs or engine_streams" tests/serving/gpu/test_gpu_cuda.py
     for round in 1 2; do
         cascade32 s4-pf50-$round 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 50"
         cascade32 s4-pf50-tps4-$round 100 FDB_STAGE_MARKS=1 \

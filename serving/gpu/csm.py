@@ -230,7 +230,8 @@ class CsmEngine(PendingRequests):
         # FDB_STAGE_MARKS=1: each request's first frame logged with its wait and its prefill
         self._marks = os.environ.get("FDB_STAGE_MARKS") == "1"
         self.prefill_passes = 0  # backbone prefill passes (a burst shares one)
-        self.step_s = 0.0  # launch to delivery, the admissions between them included
+        # launch to delivery: the admission while the step runs included, the one before not
+        self.step_s = 0.0
         self._started = 0.0
         self.identity = BackendIdentity(
             kind="tts",
@@ -398,10 +399,11 @@ class CsmEngine(PendingRequests):
                         )
 
     def _mark_slow_step(self, n: int, before: float, during: float) -> None:
-        """Under FDB_STAGE_MARKS: a step whose launch-to-delivery took more than
-        ``SLOW_STEP_S``, with the admissions before its launch (the GPU idle) and during it (the
-        rest is the GPU's, and the GIL's)."""
-        took = time.perf_counter() - self._started
+        """Under FDB_STAGE_MARKS: a step that took more than ``SLOW_STEP_S`` from the admission
+        before its launch (the prefills run, the step of those in flight not yet launched) to its
+        delivery, with that admission's share and the one while it ran (the rest is the GPU's,
+        and the GIL's)."""
+        took = before + time.perf_counter() - self._started
         if took > SLOW_STEP_S:
             log.info(
                 "csm slow step %.6f: %.1f ms for %d rows, %.1f ms admitting before it, "
@@ -420,7 +422,8 @@ class CsmEngine(PendingRequests):
         arrival, the steady state: nothing is padded); a burst (many sessions' replies at once):
         their prompts in passes of up to ``PREFILL_TOKENS`` padded tokens
         (``serving.gpu.slots.prefill_rows``), so that the last of 32 does not wait for 31
-        prefills, nor do the requests in flight. A request whose prompt fails is refused alone."""
+        prefills, nor do the requests in flight (an admission before a step holds that step for
+        its CPU time). A request whose prompt, prefill or start fails is refused alone."""
         # those waiting now, not those that come meanwhile: an admission takes the GPU thread
         # (an eager prompt, a prefill), and a burst that kept coming would hold every request in
         # flight without a frame until it ended (measured: docs/gpu.md, fourth session)
@@ -625,8 +628,7 @@ class CsmEngine(PendingRequests):
             self._refuse([request for request, _, _, _ in batch], exc)
             return
         for request, slot, embeds, ref_codes in batch:
-            request.admitted, request.prompt = time.time(), embeds.shape[1]
-            self._start(request, slot, embeds, ref_codes)
+            self._started_or_refused(request, slot, embeds, ref_codes)
         self.prefills += len(batch)
         self.prefill_passes += 1
 
@@ -645,11 +647,19 @@ class CsmEngine(PendingRequests):
             except BaseException as exc:
                 self._refuse([request], exc)
                 continue
-            request.admitted, request.prompt = time.time(), embeds.shape[1]
-            self._start(request, slot, embeds, ref_codes)
+            self._started_or_refused(request, slot, embeds, ref_codes)
             self.prefills += 1
             self.prefill_passes += 1
         return rest
+
+    def _started_or_refused(self, request: _Request, slot: int, embeds, ref_codes) -> None:
+        """:meth:`_start` after a prefill; if it fails (its device writes: a failed device), the
+        request is refused, not left taken from the queue without a slot."""
+        request.admitted, request.prompt = time.time(), embeds.shape[1]
+        try:
+            self._start(request, slot, embeds, ref_codes)
+        except BaseException as exc:
+            self._refuse([request], exc)
 
     def _start(self, request: _Request, slot: int, embeds, ref_codes) -> None:
         """``slot``'s step input, position and decoder stream for ``request``, after its
@@ -674,10 +684,10 @@ class CsmEngine(PendingRequests):
                 self.mimi.prime_decoder(
                     slot, context[:, -tail.shape[1] :], n=bucket(slot + 1, self.opts.max_batch)
                 )
+        self.live[slot] = 1  # the last device write: what follows cannot fail
         request.max_frames = self._max_frames(request.text)
         request.slot = slot
         self._slots[slot] = request
-        self.live[slot] = 1
 
     def _max_frames(self, text: str) -> int:
         bound = self.opts.max_audio_s

@@ -285,15 +285,10 @@ class SlotLmEngine(PendingRequests):
                 for layer, k, v, plan in layers:
                     h = prefill_rows(layer, h, k, v, rows, rotary, plan=plan)
         except BaseException as exc:
-            log.exception("lm slots: a prefill failed")
-            for request in requests:
-                request.out.put(
-                    FdbError(f"the reply's prefill failed: {exc}", "see the server log")
-                )
-                request.out.put(None)
+            self._refuse(requests, exc)
             return
         for request, slot, ids in zip(requests, slots, prompts, strict=True):
-            self._start(request, slot, ids)
+            self._started_or_refused(request, slot, ids)
         self.prefills += len(requests)
         self.prefill_passes += 1
         self.prefill_s += time.perf_counter() - started
@@ -314,16 +309,27 @@ class SlotLmEngine(PendingRequests):
             try:
                 self.padded.run(self.embed(to_device([ids[:-1]], self.device)), slot)
             except BaseException as exc:
-                log.exception("lm slots: a prefill failed")
-                request.out.put(
-                    FdbError(f"the reply's prefill failed: {exc}", "see the server log")
-                )
-                request.out.put(None)
+                self._refuse([request], exc)
                 continue
-            self._start(request, slot, ids)
+            self._started_or_refused(request, slot, ids)
             self.prefills += 1
             self.prefill_passes += 1
         return rest
+
+    def _refuse(self, requests: list[_Request], exc: BaseException) -> None:
+        """These requests end with ``exc`` (a failed prefill or start), logged once."""
+        log.exception("lm slots: a prefill failed")
+        for request in requests:
+            request.out.put(FdbError(f"the reply's prefill failed: {exc}", "see the server log"))
+            request.out.put(None)
+
+    def _started_or_refused(self, request: _Request, slot: int, ids: list[int]) -> None:
+        """:meth:`_start` after a prefill; if its device writes fail (a failed device), the
+        request is refused, not left taken from the queue without a slot."""
+        try:
+            self._start(request, slot, ids)
+        except BaseException as exc:
+            self._refuse([request], exc)
 
     def _start(self, request: _Request, slot: int, ids: list[int]) -> None:
         """``slot``'s next step takes the prompt's last token at its position."""

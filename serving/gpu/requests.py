@@ -61,14 +61,17 @@ class PendingRequests:
     _thread: threading.Thread
     _slots: list  # the requests in flight, by slot (None: free)
 
-    _failed: FdbError | None = None  # the GPU thread's failure (it has ended), if it failed
+    _failed: str | None = None  # the GPU thread's failure (it has ended), if it failed
 
     def _closed(self) -> FdbError:
         raise NotImplementedError
 
     def _ended_error(self) -> FdbError:
         """What a request that can no longer run ends with: the thread's failure, or closed."""
-        return self._failed or self._closed()
+        # a new error each time: one raised in many callers' threads would pile up their frames
+        if self._failed is not None:
+            return FdbError(self._failed, "see the server log; restart it")
+        return self._closed()
 
     def _run_loop(self, loop: Callable[[], None], what: str) -> None:
         """The GPU thread: ``loop()`` until closed. If it fails outside a step (a failed device,
@@ -78,7 +81,7 @@ class PendingRequests:
             loop()
         except Exception as exc:  # noqa: BLE001 - logged, and every request ends with it
             log.exception("%s: the GPU thread failed", what)
-            self._failed = FdbError(f"{what} failed: {exc}", "see the server log; restart it")
+            self._failed = f"{what} failed: {exc}"
         finally:  # closed (or failed): no request may wait on this thread any more
             self._ended()
 
@@ -109,7 +112,7 @@ class PendingRequests:
 
     def _ended(self) -> None:
         """The GPU thread has ended (closed or failed): every request in flight or waiting ends
-        with the closed error; none may wait on the thread any more."""
+        with the closed error (or the thread's failure); none may wait on the thread any more."""
         self._stop = True
         for i, request in enumerate(self._slots):
             if request is not None:

@@ -21,6 +21,8 @@ what took ten.
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,19 +30,55 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+log = logging.getLogger("fdb.serving")
+
+
+# torch hands out the streams of a pool (32 a priority and device) in turn, so two streams asked
+# for apart may be one CUDA stream. Every stream made here (an engine's, a thread's capture
+# stream) is one no other holds: two engines on one stream would run in order, and a capture on
+# an engine's stream would take that engine's kernels into its graph.
+_STREAMS_LOCK = threading.Lock()
+_HELD_STREAMS: set[int] = set()  # the CUDA handles of the streams handed out here
+_CAPTURE = threading.local()  # each thread's capture stream, by device index
+
+
+def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
+    """A stream of torch's pool that no stream made here is (if the pool has none left, the last
+    drawn, with a warning)."""
+    with _STREAMS_LOCK:
+        for _ in range(2 * 32):
+            stream = torch.cuda.Stream(device, priority=priority)
+            if stream.cuda_stream not in _HELD_STREAMS:
+                break
+        else:
+            log.warning("every CUDA stream of priority %d is held; two share one", priority)
+        _HELD_STREAMS.add(stream.cuda_stream)
+        return stream
+
+
+def _capture_stream() -> torch.cuda.Stream:
+    """This thread's capture stream on the current device (made once)."""
+    streams = getattr(_CAPTURE, "streams", None)
+    if streams is None:
+        streams = _CAPTURE.streams = {}
+    device = torch.cuda.current_device()
+    if device not in streams:
+        streams[device] = _held_stream(torch.device("cuda", device))
+    return streams[device]
+
 
 def capture(fn, warmups: int = 2, pool=None) -> torch.cuda.CUDAGraph:
-    """``fn()`` as a CUDA graph: ``warmups`` eager calls on a side stream first (kernels chosen
-    and autotuned before capture), then one captured call; ``pool``: a memory pool to share with
-    other graphs (``graph.pool()``)."""
-    stream = torch.cuda.Stream()
+    """``fn()`` as a CUDA graph: ``warmups`` eager calls on this thread's capture stream first
+    (kernels chosen and autotuned before capture), then one call captured on it; ``pool``: a
+    memory pool to share with other graphs (``graph.pool()``)."""
+    stream = _capture_stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(warmups):
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
         fn()
     return graph
 
@@ -58,7 +96,8 @@ def to_device(values, device, dtype=torch.long) -> torch.Tensor:
 
 
 def engine_stream(device, priority: int = 0) -> torch.cuda.Stream | None:
-    """An engine's own CUDA stream for its loop, at ``priority`` (None on a CPU device).
+    """An engine's own CUDA stream for its loop, at ``priority`` (None on a CPU device): one no
+    other engine and no capture holds.
 
     0 is CUDA's default; a negative priority is more urgent: where engines share a GPU, the
     pending thread blocks of a more urgent stream are scheduled first as the GPU's units come
@@ -69,7 +108,7 @@ def engine_stream(device, priority: int = 0) -> torch.cuda.Stream | None:
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    stream = torch.cuda.Stream(device, priority=priority)  # torch clamps it to the range
+    stream = _held_stream(device, priority)  # torch clamps the priority to its range
     torch.cuda.synchronize(device)
     return stream
 

@@ -409,6 +409,32 @@ def test_a_failed_device_ends_every_request_in_flight_and_waiting_with_an_error(
         engine.close()
 
 
+def test_a_gpu_thread_that_fails_ends_every_request_with_its_failure(model, caplog):
+    """A GPU thread that fails outside a step (here its admission) logs the failure with its
+    traceback and ends: the request it was admitting and every later one end with that failure,
+    each with an error of its own (one raised in many threads would pile up their frames)."""
+    engine = CsmEngine(model, CsmOptions(max_batch=1, max_len=256, temperature=0), dummy=True)
+    try:
+
+        def failing_admit():
+            raise RuntimeError("CUDA error: unspecified launch failure")
+
+        engine._admit = failing_admit
+        errors = []
+        for text in ("first", "later"):
+            with pytest.raises(FdbError) as caught:
+                list(engine.stream(text))
+            errors.append(caught.value)
+        assert [e.one_line() for e in errors] == [
+            "CSM failed: CUDA error: unspecified launch failure (see the server log; restart it)"
+        ] * 2
+        assert errors[0] is not errors[1]
+        assert "the GPU thread failed" in caplog.text
+        assert not engine._thread.is_alive()
+    finally:
+        engine.close()
+
+
 def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     stop = threading.Event()
     frames = []

@@ -280,3 +280,24 @@ def _tiny_model(torch, preset: str, overrides: dict, kind: str, seed: int, std: 
         for p in model.parameters():
             p.normal_(0, std)
     return model
+
+
+def test_engine_streams_are_distinct_from_each_other_and_from_the_capture_stream():
+    """After many captures (each drew a pool stream before), engine streams are still streams of
+    their own: none is another engine's, nor a thread's capture stream, and a capture replays."""
+    torch = _cuda()
+    from serving.gpu.slots import _capture_stream, capture, engine_stream
+
+    x = torch.zeros(4, device="cuda")
+
+    def add() -> None:
+        x.add_(1)
+
+    graphs = [capture(add) for _ in range(40)]
+    streams = [engine_stream("cuda") for _ in range(3)] + [engine_stream("cuda", -3)]
+    handles = [s.cuda_stream for s in streams] + [_capture_stream().cuda_stream]
+    assert len(set(handles)) == len(handles)
+    with torch.cuda.stream(streams[0]):
+        graphs[0].replay()
+    torch.cuda.synchronize()
+    assert x[0].item() == 40 * 2 + 1  # two warm-up calls a capture (captured: not run), a replay

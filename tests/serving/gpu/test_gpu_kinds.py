@@ -191,3 +191,26 @@ def test_nodes_that_differ_in_a_graph_option_do_not_share_an_engine():
     assert chat_key(llm) != chat_key(llm.model_copy(update={"prefill_graphs": False}))
     assert chat_key(llm) != chat_key(llm.model_copy(update={"stream_priority": -1}))
     assert whisper_key(whisper) != whisper_key(whisper.model_copy(update={"stream_priority": -1}))
+
+
+def test_held_streams_are_never_handed_out_twice(monkeypatch):
+    """torch hands out its pool's streams in turn (here a pool of 4); a stream made by
+    ``serving.gpu.slots`` is one no earlier one is, until the pool has none left (then a
+    warning, and the last drawn)."""
+    import serving.gpu.slots as slots
+
+    drawn = {"n": 0}
+
+    class PoolStream:  # torch.cuda.Stream's round robin over a pool of 4
+        def __init__(self, device=None, priority=0):
+            self.cuda_stream = 1000 + drawn["n"] % 4
+            drawn["n"] += 1
+
+    monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
+    monkeypatch.setattr(slots, "_HELD_STREAMS", {1001})  # one is held already (a capture's)
+    handles = [slots._held_stream("cuda").cuda_stream for _ in range(3)]
+    assert handles == [1000, 1002, 1003]
+    warnings = []
+    monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
+    assert slots._held_stream("cuda").cuda_stream in {1000, 1001, 1002, 1003}
+    assert len(warnings) == 1
