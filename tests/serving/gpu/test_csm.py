@@ -7,6 +7,7 @@ capabilities and the realtime refusal of a speech-only csm_gpu server (in-proces
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import io
 import threading
@@ -180,6 +181,28 @@ def _idle(engine: CsmEngine) -> bool:
     return not any(engine._slots)
 
 
+@contextlib.contextmanager
+def _while_one_flows(engine: CsmEngine):
+    """A long request streaming (a slot busy, steps running) for the block, which gets a pool
+    for more requests; the long one is cancelled and drained at its end."""
+    started, done = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(4) as pool:
+        flowing = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
+        assert started.wait(30)
+        try:
+            yield pool
+        finally:
+            done.set()
+            flowing.result(timeout=60)
+
+
+def _until_waiting(engine: CsmEngine, n: int) -> None:
+    """Until ``n`` requests wait in the engine's queue (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while engine._pending.qsize() < n and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def test_greedy_frames_are_the_codes_of_transformers_generate(engine, model, monkeypatch):
     """End to end: the engine's frames of a text (prefill, slot steps, depth decoder) are the
     codes transformers' own CsmForConditionalGeneration.generate picks, greedily."""
@@ -246,23 +269,15 @@ def test_a_burst_is_prefilled_in_one_pass_with_the_same_frames(engine, monkeypat
         return deliver(busy, n)
 
     monkeypatch.setattr(engine, "_deliver", held_deliver)
-    started = threading.Event()
-    with ThreadPoolExecutor(4) as pool:
-        done = threading.Event()
-        first = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
-        assert started.wait(30)
+    with _while_one_flows(engine) as pool:
         passes, prefills = engine.prefill_passes, engine.prefills
         held.set()
         assert blocked.wait(30)
         burst = [pool.submit(_frames_of, engine, text) for text in texts]
-        deadline = time.monotonic() + 30
-        while engine._pending.qsize() < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        _until_waiting(engine, 3)
         held.clear()
         release.set()
         got = [future.result(timeout=60) for future in burst]
-        done.set()
-        first.result(timeout=60)
     assert (engine.prefill_passes - passes, engine.prefills - prefills) == (1, 3)
     for frames, want in zip(got, alone, strict=True):
         assert len(frames) == len(want)
@@ -286,9 +301,7 @@ def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine
         if request.text == "first arrival":  # another request comes while this one is admitted
             later.append(threading.Thread(target=_frames_of, args=(engine, "came meanwhile")))
             later[0].start()
-            deadline = time.monotonic() + 30
-            while engine._pending.qsize() < 1 and time.monotonic() < deadline:
-                time.sleep(0.005)
+            _until_waiting(engine, 1)
         return prompt(request)
 
     def logged_launch(busy):
@@ -299,19 +312,13 @@ def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine
         events.append("deliver")
         return deliver(busy, n)
 
-    started = threading.Event()
-    with ThreadPoolExecutor(2) as pool:
-        done = threading.Event()
-        flowing = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
-        assert started.wait(30)
+    with _while_one_flows(engine) as pool:
         monkeypatch.setattr(engine, "_checked_prompt", logged_prompt)
         monkeypatch.setattr(engine, "_launch", logged_launch)
         monkeypatch.setattr(engine, "_deliver", logged_deliver)
         first = pool.submit(_frames_of, engine, "first arrival")
         assert len(first.result(timeout=60)) == 11  # 13 characters: 0.91 s
         later[0].join(60)
-        done.set()
-        flowing.result(timeout=60)
     prompts = [i for i, e in enumerate(events) if e.startswith("prompt")]
     assert [events[i] for i in prompts] == ["prompt first arrival", "prompt came meanwhile"]
     between = set(events[prompts[0] : prompts[1]])
@@ -338,23 +345,15 @@ def test_a_request_that_comes_during_a_step_is_in_the_next_step(engine, monkeypa
             launched.append([engine._slots[i].text for i in busy])
         return launch(busy)
 
-    started = threading.Event()
-    with ThreadPoolExecutor(2) as pool:
-        done = threading.Event()
-        flowing = pool.submit(_frames_of, engine, "w" * 200, None, started, cancelled=done)
-        assert started.wait(30)
+    with _while_one_flows(engine) as pool:
         monkeypatch.setattr(engine, "_deliver", held_deliver)
         monkeypatch.setattr(engine, "_launch", logged_launch)
         armed.set()
         assert in_step.wait(30)
         late = pool.submit(_frames_of, engine, "came during a step")
-        deadline = time.monotonic() + 30
-        while engine._pending.qsize() < 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        _until_waiting(engine, 1)
         submitted.set()
         assert len(late.result(timeout=60)) > 0
-        done.set()
-        flowing.result(timeout=60)
     assert "came during a step" in launched[0]  # the very next step
     assert _idle(engine)
 

@@ -109,6 +109,14 @@ def test_session_nodes_need_session_publish():
         )
 
 
+def _gpu_options(system) -> tuple:
+    """A gpu-cascade system's recognizer and reply model node options and its CSM backend."""
+    graph = load_graph(
+        {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
+    )
+    return graph.nodes["asr"].options, graph.nodes["llm"].options, system.backends.tts
+
+
 def test_the_graph_options_are_on_by_default_and_gpu_cascade_no_graphs_turns_them_off(tmp_path):
     """Whisper's encoder graphs and the prefill graphs of the reply model and CSM are on by
     default (measured on a GPU: docs/gpu.md); ``gpu_cascade.py --no-graphs`` writes a launch file
@@ -116,14 +124,8 @@ def test_the_graph_options_are_on_by_default_and_gpu_cascade_no_graphs_turns_the
     from benchmarks.gpu_cascade import launch_file
 
     def graph_options(system) -> tuple[bool, bool, bool]:
-        graph = load_graph(
-            {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
-        )
-        return (
-            graph.nodes["asr"].options.encoder_graphs,
-            graph.nodes["llm"].options.prefill_graphs,
-            system.backends.tts.prefill_graphs,
-        )
+        asr, llm, tts = _gpu_options(system)
+        return asr.encoder_graphs, llm.prefill_graphs, tts.prefill_graphs
 
     assert graph_options(get_system("gpu-cascade")) == (True, True, True)
     path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, graphs=False)
@@ -139,14 +141,7 @@ def test_gpu_cascade_stream_priority_sets_each_engines_stream_priority(tmp_path)
     from benchmarks.gpu_cascade import launch_file, priorities
 
     def stream_priorities(system) -> tuple[int, int, int]:
-        graph = load_graph(
-            {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
-        )
-        return (
-            graph.nodes["asr"].options.stream_priority,
-            graph.nodes["llm"].options.stream_priority,
-            system.backends.tts.stream_priority,
-        )
+        return tuple(options.stream_priority for options in _gpu_options(system))
 
     assert stream_priorities(get_system("gpu-cascade")) == (0, 0, 0)
     given = priorities("tts=-5, llm=-1")
@@ -156,10 +151,7 @@ def test_gpu_cascade_stream_priority_sets_each_engines_stream_priority(tmp_path)
     )
     system = resolve_system("embedded-cascade", path)
     assert stream_priorities(system) == (0, -1, -5)
-    graph = load_graph(
-        {"session_nodes": system.session_nodes, "session_publish": system.session_publish}
-    )
-    assert graph.nodes["asr"].options.max_tokens_per_s == 4  # --asr-tokens-per-s
+    assert _gpu_options(system)[0].max_tokens_per_s == 4  # --asr-tokens-per-s
     for bad in ("vad=-1", "tts", "tts=high", "tts=1"):
         with pytest.raises(argparse.ArgumentTypeError):
             priorities(bad)
