@@ -34,12 +34,12 @@ log = logging.getLogger("fdb.serving")
 
 
 # torch hands out the streams of a pool (32 a priority and device) in turn, so two streams asked
-# for apart may be one CUDA stream. Every stream made here (an engine's, a thread's capture
-# stream) is one no other holds: two engines on one stream would run in order, and a capture on
+# for apart may be one CUDA stream. Every stream made here (an engine's, the capture stream) is
+# one no other holds: two engines on one stream would run in order, and a capture on
 # an engine's stream would take that engine's kernels into its graph.
 _STREAMS_LOCK = threading.Lock()
 _HELD_STREAMS: set[int] = set()  # the CUDA handles of the streams handed out here
-_CAPTURE = threading.local()  # each thread's capture stream, by device index
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
 
 
 def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
@@ -57,20 +57,23 @@ def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
 
 
 def _capture_stream() -> torch.cuda.Stream:
-    """This thread's capture stream on the current device (made once)."""
-    streams = getattr(_CAPTURE, "streams", None)
-    if streams is None:
-        streams = _CAPTURE.streams = {}
+    """The current device's capture stream, made once: every capture's warm-up and capture run
+    on it (one stream, as torch's own default capture stream, so the graphs that share a memory
+    pool can reuse each other's blocks)."""
     device = torch.cuda.current_device()
-    if device not in streams:
-        streams[device] = _held_stream(torch.device("cuda", device))
-    return streams[device]
+    with _STREAMS_LOCK:
+        stream = _CAPTURE_STREAMS.get(device)
+    if stream is None:
+        stream = _held_stream(torch.device("cuda", device))
+        with _STREAMS_LOCK:
+            stream = _CAPTURE_STREAMS.setdefault(device, stream)
+    return stream
 
 
 def capture(fn, warmups: int = 2, pool=None) -> torch.cuda.CUDAGraph:
-    """``fn()`` as a CUDA graph: ``warmups`` eager calls on this thread's capture stream first
-    (kernels chosen and autotuned before capture), then one call captured on it; ``pool``: a
-    memory pool to share with other graphs (``graph.pool()``)."""
+    """``fn()`` as a CUDA graph: ``warmups`` eager calls on the capture stream first (kernels
+    chosen and autotuned before capture), then one call captured on it; ``pool``: a memory pool
+    to share with other graphs (``graph.pool()``)."""
     stream = _capture_stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
