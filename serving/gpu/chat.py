@@ -123,11 +123,7 @@ class ChatEngine:
                 if options.engine == "slots"
                 else "transformers continuous batching",
                 "cuda_graphs": options.cuda_graphs and options.device != "cpu",
-                "stream_priority": (
-                    self.slots.cuda_stream.priority
-                    if self.slots is not None and self.slots.cuda_stream is not None
-                    else None
-                ),
+                "stream_priority": None if self.slots is None else self.slots.stream_priority,
             },
         )
         log.info(

@@ -254,14 +254,12 @@ class CsmEngine(PendingRequests):
         )
         self.warm_s = self._warm()
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import engine_stream
+        from serving.gpu.slots import engine_stream, priority_of
 
         # the GPU thread's own stream, so that the other engines' kernels on the GPU (a
         # recognizer's encoder, the reply model's steps) run beside its steps, at its priority
         self.cuda_stream = engine_stream(self.device, options.stream_priority)
-        self.identity.settings["stream_priority"] = (
-            None if self.cuda_stream is None else self.cuda_stream.priority
-        )
+        self.identity.settings["stream_priority"] = priority_of(self.cuda_stream)
         self._thread = threading.Thread(target=self._run, name="csm-gpu", daemon=True)
         self._thread.start()
 
@@ -379,7 +377,7 @@ class CsmEngine(PendingRequests):
                         # which takes their first frames (admitted after its launch, their first
                         # frames would wait one more step: 30-40 ms under load, docs/gpu.md)
                         self._admit()
-                        busy = [i for i, r in enumerate(self._slots) if r is not None]
+                        busy = self._in_flight()
                     before = time.perf_counter() - before
                     n = self._launch(busy)
                     # and those that come while the GPU runs it: a prefill's kernels queue behind

@@ -54,6 +54,7 @@ from serving.gpu.slots import (
     module_norm,
     on_stream,
     prefill_rows,
+    priority_of,
     rms_norm,
     rope_tables,
     sample_top_k,
@@ -159,6 +160,7 @@ class SlotLmEngine(PendingRequests):
         # the loop runs on its own stream, so that another engine's kernels on the same GPU (a
         # recognizer's encoder, the speech model's steps) run beside its steps, not before them
         self.cuda_stream = engine_stream(self.device, stream_priority)
+        self.stream_priority = priority_of(self.cuda_stream)  # the one it got (None: a CPU)
         self._thread = threading.Thread(target=self._run, name="lm-slots", daemon=True)
         self._thread.start()
 

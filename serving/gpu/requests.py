@@ -99,13 +99,17 @@ class PendingRequests:
         except queue.Empty:
             return None
 
+    def _in_flight(self) -> list[int]:
+        """The busy slots, in order."""
+        return [i for i, r in enumerate(self._slots) if r is not None]
+
     def _busy(self) -> list[int]:
         """The slots in flight; with none, the waiting requests are admitted, or the thread
         waits for one (50 ms at most) and the caller asks again."""
-        busy = [i for i, r in enumerate(self._slots) if r is not None]
+        busy = self._in_flight()
         if not busy:
             self._admit()
-            if not any(r is not None for r in self._slots):
+            if not self._in_flight():
                 self._wake.wait(0.05)
                 self._wake.clear()
         return busy

@@ -37,7 +37,7 @@ log = logging.getLogger("fdb.serving")
 # for apart may be one CUDA stream. Every stream made here (an engine's, the capture stream) is
 # one no other holds: two engines on one stream would run in order, and a capture on
 # an engine's stream would take that engine's kernels into its graph.
-_STREAMS_LOCK = threading.Lock()
+_STREAMS_LOCK = threading.RLock()
 _HELD_STREAMS: set[int] = set()  # the CUDA handles of the streams handed out here
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
 
@@ -62,12 +62,9 @@ def _capture_stream() -> torch.cuda.Stream:
     pool can reuse each other's blocks)."""
     device = torch.cuda.current_device()
     with _STREAMS_LOCK:
-        stream = _CAPTURE_STREAMS.get(device)
-    if stream is None:
-        stream = _held_stream(torch.device("cuda", device))
-        with _STREAMS_LOCK:
-            stream = _CAPTURE_STREAMS.setdefault(device, stream)
-    return stream
+        if device not in _CAPTURE_STREAMS:
+            _CAPTURE_STREAMS[device] = _held_stream(torch.device("cuda", device))
+        return _CAPTURE_STREAMS[device]
 
 
 def capture(fn, warmups: int = 2, pool=None) -> torch.cuda.CUDAGraph:
@@ -114,6 +111,11 @@ def engine_stream(device, priority: int = 0) -> torch.cuda.Stream | None:
     stream = _held_stream(device, priority)  # torch clamps the priority to its range
     torch.cuda.synchronize(device)
     return stream
+
+
+def priority_of(stream: torch.cuda.Stream | None) -> int | None:
+    """The priority an engine's stream got (None: no stream, a CPU device), for its identity."""
+    return None if stream is None else stream.priority
 
 
 def on_stream(stream):

@@ -96,7 +96,7 @@ class WhisperEngine:
         # steps of the other engines on the GPU (the reply model's, the speech model's), not
         # before them
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import engine_stream
+        from serving.gpu.slots import engine_stream, priority_of
 
         self.cuda_stream = engine_stream(device, stream_priority)
         self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
@@ -113,7 +113,7 @@ class WhisperEngine:
                 "language": language,
                 "decoder": decoder,
                 "window_s": self.window_s,
-                "stream_priority": None if self.cuda_stream is None else self.cuda_stream.priority,
+                "stream_priority": priority_of(self.cuda_stream),
                 "tokenizer": "checkpoint"
                 if self.tokenizer is not None
                 else "none (dummy placeholder text)",
@@ -152,12 +152,10 @@ class WhisperEngine:
 
     def run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
         """The text of each utterance (blocking; on the engine's stream)."""
-        # lazy: torch is optional (the gpu extra)
-        import torch
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import on_stream
 
-        if self.cuda_stream is None:
-            return self._run_batch(batch)
-        with torch.cuda.stream(self.cuda_stream):
+        with on_stream(self.cuda_stream):
             return self._run_batch(batch)
 
     def window(self, batch: Sequence[np.ndarray]) -> int:

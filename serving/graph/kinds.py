@@ -12,7 +12,7 @@ native session protocol runs on the graph runtime (their nodes: ``serving.duplex
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -132,6 +132,13 @@ class SileroGpuOptions(KindOptions):
     max_batch: int = Field(64, ge=1, le=512)
 
 
+# The CUDA stream priority of a GPU engine's loop (whisper_gpu, causal_lm_gpu's slots, csm_gpu):
+# 0 is CUDA's default; lower is more urgent: where engines share a GPU, the pending kernels of a
+# more urgent stream are scheduled first; torch 2.11's streams go to -3, a lower one runs as -3
+# (measured: docs/gpu.md, fifth session: no difference in the cascade at 32)
+StreamPriority = Annotated[int, Field(ge=-16, le=0)]
+
+
 class GpuModelOptions(KindOptions):
     """A model of ``serving.gpu``, loaded once per server process and shared by every session.
     ``weights``: a ``serving.weights.WeightSource`` mapping, ``{load_format: checkpoint, path,
@@ -192,11 +199,7 @@ class WhisperGpuOptions(GpuModelOptions):
     # static decoder on CUDA: a batch's encoder pass (and cross-attention keys) as one CUDA graph
     # per (batch bucket, window) instead of eager layers (measured: docs/gpu.md, fourth session)
     encoder_graphs: bool = True
-    # the CUDA stream priority of the engine's loop (0: CUDA's default; lower is more urgent:
-    # where engines share a GPU, the pending kernels of a more urgent stream are scheduled first;
-    # torch 2.11's streams go to -3, a lower one runs as -3) (measured: docs/gpu.md, fifth
-    # session: no difference in the cascade at 32)
-    stream_priority: int = Field(0, ge=-16, le=0)
+    stream_priority: StreamPriority = 0
 
 
 class CausalLmGpuOptions(GpuModelOptions):
@@ -234,11 +237,7 @@ class CausalLmGpuOptions(GpuModelOptions):
     # CUDA graph (serving.gpu.slots.PaddedPrefill) instead of eager layers (measured: docs/gpu.md,
     # fourth session)
     prefill_graphs: bool = True
-    # the CUDA stream priority of the engine's loop (0: CUDA's default; lower is more urgent:
-    # where engines share a GPU, the pending kernels of a more urgent stream are scheduled first;
-    # torch 2.11's streams go to -3, a lower one runs as -3) (measured: docs/gpu.md, fifth
-    # session: no difference in the cascade at 32)
-    stream_priority: int = Field(0, ge=-16, le=0)
+    stream_priority: StreamPriority = 0
 
 
 # The GPU node a launch file's ``backends:`` names (csm_gpu): its options, checked when the
@@ -292,8 +291,7 @@ class CsmSpeechNode(GpuNode):
     # (serving.gpu.slots.PaddedPrefill) instead of eager layers (measured: docs/gpu.md, fourth
     # session)
     prefill_graphs: bool = True
-    # the CUDA stream priority of the GPU thread's steps (as causal_lm_gpu's stream_priority)
-    stream_priority: int = Field(0, ge=-16, le=0)
+    stream_priority: StreamPriority = 0
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and
