@@ -9,6 +9,7 @@ each stream's context and state its own (:class:`SileroStream`).
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,34 @@ def _silero():
     with _torch_lock:
         torch.set_num_threads(1)
     return torch, silero
+
+
+_template: Any = None  # the process's warmed Silero module, which stream_model copies
+_template_lock = threading.Lock()
+WARM_FRAMES = 3  # calls after which TorchScript's profiling executor runs its optimized plan
+
+
+def stream_model() -> Any:
+    """A Silero module of its own for one stream (its recurrent state and context its own), at
+    its start: a copy of one module the process loads and warms once.
+
+    Loading the TorchScript module takes about 40 ms, all of it holding the GIL, and its first
+    call about 40-70 ms more (the profiling executor's optimization). A server that made one a
+    session stalled every other thread, its event loop included, while sessions opened. A copy
+    takes about 5 ms, shares the warmed module's optimized code and starts at once, and scores
+    exactly as a freshly loaded module (tests/models/test_vad.py)."""
+    global _template
+    torch, silero = _silero()
+    with _template_lock:
+        if _template is None:
+            model = silero.load_silero_vad(onnx=False)
+            with torch.no_grad():
+                for _ in range(WARM_FRAMES):
+                    model(torch.zeros(FRAME), VAD_RATE)
+            _template = model
+        model = copy.deepcopy(_template)
+    model.reset_states()
+    return model
 
 
 def model_file_sha256(onnx: bool = False) -> str | None:
@@ -214,9 +243,9 @@ class StreamingVad:
         prefetch_ms: int | None = None,
         model: bool = True,
     ):
-        torch, silero = _silero()
+        torch, _ = _silero()
         self._torch = torch
-        self._model = silero.load_silero_vad(onnx=False) if model else None
+        self._model = stream_model() if model else None
         self.threshold = threshold
         self.neg_threshold = max(threshold - 0.15, 0.01)
         self.silence_duration_ms = silence_duration_ms

@@ -120,6 +120,51 @@ def test_silero_segments_and_streaming(tts):
     assert 300 <= events[0][1] <= 800
 
 
+def test_stream_models_are_copies_of_one_module_and_score_as_a_fresh_one(tts, monkeypatch):
+    """Every streaming detector's Silero module is a copy of one warmed module (a session's open
+    used to load one, holding the GIL for about 40 ms): loaded once however many streams start,
+    each copy's state its own, and each scores exactly as a freshly loaded module, interleaved
+    with another stream."""
+    import silero_vad
+    import torch
+
+    from fdb.models import vad as vad_module
+    from fdb.models.vad import FRAME, VAD_RATE, StreamingVad
+
+    loads = []
+    real_load = silero_vad.load_silero_vad
+    monkeypatch.setattr(
+        silero_vad, "load_silero_vad", lambda **k: loads.append(k) or real_load(**k)
+    )
+    monkeypatch.setattr(vad_module, "_template", None)
+
+    speech = resample(tts.synthesize("Hello there, how are you today?"), tts.rate, 16000)
+    clips = [
+        np.concatenate([np.zeros(4000, np.float32), speech, np.zeros(12000, np.float32)]),
+        np.concatenate([speech[::-1], np.zeros(8000, np.float32)]).astype(np.float32),
+    ]
+    frames = [[c[i : i + FRAME] for i in range(0, len(c) // FRAME * FRAME, FRAME)] for c in clips]
+    fresh = []
+    for clip_frames in frames:
+        model = real_load(onnx=False)
+        with torch.no_grad():
+            fresh.append([float(model(torch.from_numpy(f), VAD_RATE)) for f in clip_frames])
+
+    streams = [StreamingVad(), StreamingVad(), StreamingVad()]
+    assert len(loads) == 1  # one module loaded for the three streams
+    got: list[list[float]] = [[], []]
+    with torch.no_grad():
+        for k in range(max(map(len, frames))):  # the two streams interleaved, frame by frame
+            for i in (0, 1):
+                if k < len(frames[i]):
+                    x = torch.from_numpy(frames[i][k])
+                    got[i].append(float(streams[i]._model(x, VAD_RATE)))
+    assert got == fresh
+    events = [StreamingVad(silence_duration_ms=500, prefix_padding_ms=0).feed(c) for c in clips]
+    assert [k for k, _ in events[0]] == ["speech_started", "speech_stopped"]
+    assert events[1] and len(loads) == 1
+
+
 def test_smollm2_replies_deterministically():
     from fdb.models.llm import SmolLm2
 
