@@ -6,14 +6,16 @@
 #
 #   mkdir -p .devdata/trees/NAME && git archive REV fdb serving recorders scorers runs reports \
 #       judges benchmarks pyproject.toml | tar -x -C .devdata/trees/NAME     (a side, each)
-#   bash benchmarks/gpu_ab_cascade.sh OUT [ROUNDS] [TTS]      (the trees carried with .devdata)
+#   bash benchmarks/gpu_ab_cascade.sh OUT [ROUNDS] [TTS] [ARGS]  (the trees carried with .devdata)
 #
+# ARGS: more gpu_cascade.py arguments for every run, e.g. "--asr-tokens-per-s 5".
 # Every side runs with the same wheels (.whl) and datasets (.devdata); OUT/results.tgz holds
 # every summary, log and stage table, rewritten after each run.
 set -u
-OUT=${1:?usage: gpu_ab_cascade.sh OUT [ROUNDS] [TTS]}
+OUT=${1:?usage: gpu_ab_cascade.sh OUT [ROUNDS] [TTS] [ARGS]}
 ROUNDS=${2:-2}
 TTS=${3:-1}
+ARGS=${4:-}
 DATA=$PWD/.devdata
 RES=$(mktemp -d)
 mkdir -p "$OUT"
@@ -57,7 +59,7 @@ for round in $(seq 1 "$ROUNDS"); do
         name=cascade-$side-$round
         run "$side" "$name" 100 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
             --out $RES/$name --levels 32 --dataset $DATA/cascade-ds --stagger-s 4 \
-            --prefetch-ms 50 --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+            --prefetch-ms 50 $ARGS --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
             && python3 benchmarks/server_stages.py $RES/$name/sweep/logs/model-server.log \
                 --per 32 --out $RES/server-stages-$name.json"
         grep -E "first audio|pcm_f32le" "$RES/$name.log" | tail -2

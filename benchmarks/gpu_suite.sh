@@ -53,8 +53,11 @@
 #   transcript    the CUDA tests of the graphs and the engines' streams, then
 #                 gpu_cascade at 32 spread over 4 s with prefetch_ms 50 with the recognizer's
 #                 bound as it is (8 tokens a second) and at 4 (a real transcript's length; dummy
-#                 weights never end one), twice, interleaved; then 4 with prefetch_ms 30, and 4
-#                 with every session at once
+#                 weights never end one), twice, interleaved; then 4 with prefetch_ms 32 (one
+#                 Silero frame, the least allowed), and 4 with every session at once
+#   calibrated    gpu_cascade at 32 spread over 4 s with the recognizer's bound at 5 tokens a
+#                 second (this dataset's real transcripts) and prefetch_ms 50 and 32, twice,
+#                 interleaved; then 32 at 4 tokens a second, and 32 at 5 with every session at once
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -308,7 +311,7 @@ transcript)
     # what the dummy recognizer's transcript length costs: it decodes max_tokens_per_s (8) tokens
     # a second of speech, where a real one ends at English's 3-5. The cascade at 32 spread over
     # 4 s with prefetch_ms 50 as it is and with 4 tokens a second, twice, interleaved; then with
-    # 4 and prefetch_ms 30, and at once with 4 and prefetch_ms 50. First the CUDA tests of the
+    # 4 and prefetch_ms 32, and at once with 4 and prefetch_ms 50. First the CUDA tests of the
     # graphs and of the engines' streams (each one no other engine or capture holds)
     step cuda-streams 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
         -k "prefill_graphs or encoder_graphs or engine_streams" tests/serving/gpu/test_gpu_cuda.py
@@ -317,11 +320,24 @@ transcript)
         cascade32 s4-pf50-tps4-$round 100 FDB_STAGE_MARKS=1 \
             "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 4"
     done
-    cascade32 s4-pf30-tps4 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 30 --asr-tokens-per-s 4"
+    cascade32 s4-pf32-tps4 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 4"
     cascade32 sync-pf50-tps4 100 FDB_STAGE_MARKS=1 "--prefetch-ms 50 --asr-tokens-per-s 4"
     ;;
+calibrated)
+    # the recognizer's bound at 5 tokens a second (the dataset's real transcripts: see
+    # docs/gpu.md's sixth session) with prefetch_ms 50 and 32 (one Silero frame), twice,
+    # interleaved; then 32 at 4 tokens a second, and every session at once
+    for round in 1 2; do
+        cascade32 s4-pf50-tps5-$round 100 FDB_STAGE_MARKS=1 \
+            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
+        cascade32 s4-pf32-tps5-$round 100 FDB_STAGE_MARKS=1 \
+            "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 5"
+    done
+    cascade32 s4-pf32-tps4 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 4"
+    cascade32 sync-pf32-tps5 100 FDB_STAGE_MARKS=1 "--prefetch-ms 32 --asr-tokens-per-s 5"
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority or transcript"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript or calibrated"
     exit 2
     ;;
 esac
