@@ -127,6 +127,7 @@ def launch_file(
     graphs: bool = True,
     priorities: dict[str, int] | None = None,
     asr_tokens_per_s: float | None = None,
+    first_chunk_words: int | None = None,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
@@ -134,7 +135,8 @@ def launch_file(
     ``graphs``: Whisper's encoder graphs and CSM's and the reply model's prefill graphs (the
     defaults; False turns all three off, for the A/B), ``priorities``: the CUDA stream priority
     of the engines named (asr, llm, tts: each node's ``stream_priority``), the recognizer's
-    ``max_tokens_per_s`` (None: the node's default), and (--tiny) the CPU configuration."""
+    ``max_tokens_per_s`` (None: the node's default), the system's ``first_chunk.max_words``
+    (None: the default rule), and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -149,6 +151,8 @@ def launch_file(
         raw["session_nodes"]["asr"]["max_tokens_per_s"] = asr_tokens_per_s
     if prefetch_ms is not None:
         raw["prefetch_ms"] = prefetch_ms
+    if first_chunk_words is not None:
+        raw["first_chunk"] = {"max_words": first_chunk_words}
     if vad_device is not None:
         raw["session_nodes"]["vad"] = {
             "kind": "silero_gpu",
@@ -226,6 +230,7 @@ def run(args: argparse.Namespace) -> dict:
         not args.no_graphs,
         args.stream_priority,
         args.asr_tokens_per_s,
+        args.first_chunk_words,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -258,6 +263,7 @@ def run(args: argparse.Namespace) -> dict:
         "turn_detection": record.turn_detection,
         "asr_max_new_tokens": args.asr_tokens,
         "asr_max_tokens_per_s": args.asr_tokens_per_s,
+        "first_chunk_max_words": args.first_chunk_words,
         "device": "cpu" if args.tiny else args.device,
         "weights": "dummy (compute path only)",
         "launch": str(config),
@@ -297,6 +303,14 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "many tokens a second of its longest utterance. Dummy weights never end a transcript, so "
         "each costs the whole bound, where a real recognizer ends at English's 3-5 tokens a "
         "second: 4 gives a dummy transcript a real one's length",
+    )
+    parser.add_argument(
+        "--first-chunk-words",
+        type=int,
+        help="the system's first_chunk.max_words (default 7): a reply's first speakable chunk "
+        "ends after this many words if no clause or sentence ends it first. The dummy reply "
+        "model's stand-in tokenizer makes 2 words of 3 tokens and no clause marks, so 7 words "
+        "are 11 tokens and 4 are 6",
     )
     parser.add_argument(
         "--turn-detection",

@@ -58,6 +58,9 @@
 #   calibrated    gpu_cascade at 32 spread over 4 s with the recognizer's bound at 5 tokens a
 #                 second (this dataset's real transcripts) and prefetch_ms 50 and 32, twice,
 #                 interleaved; then 32 at 4 tokens a second, and 32 at 5 with every session at once
+#   firstchunk    gpu_cascade at 32 spread over 4 s, 5 tokens a second, prefetch_ms 50, with the
+#                 first chunk's rule at most 7 words (the default) and 4, three times, interleaved;
+#                 then 4 with every session at once
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -336,8 +339,20 @@ calibrated)
     cascade32 s4-pf32-tps4 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 4"
     cascade32 sync-pf32-tps5 100 FDB_STAGE_MARKS=1 "--prefetch-ms 32 --asr-tokens-per-s 5"
     ;;
+firstchunk)
+    # the first chunk's rule: at most 7 words (the default) against 4, the recognizer's bound at
+    # 5 tokens a second and prefetch_ms 50, three times, interleaved; then 4 with every session
+    # at once
+    for round in 1 2 3; do
+        cascade32 s4-fc7-$round 90 FDB_STAGE_MARKS=1 \
+            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
+        cascade32 s4-fc4-$round 90 FDB_STAGE_MARKS=1 \
+            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5 --first-chunk-words 4"
+    done
+    cascade32 sync-fc4 90 FDB_STAGE_MARKS=1 "--prefetch-ms 50 --asr-tokens-per-s 5 --first-chunk-words 4"
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript or calibrated"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated or firstchunk"
     exit 2
     ;;
 esac

@@ -50,6 +50,7 @@ from pydantic import (
 )
 
 from fdb.errors import FdbError
+from serving.conversation.chunker import FIRST_CHUNK
 from serving.graph.declare import GraphDecl, cascade, load_graph
 from serving.graph.kinds import GpuNode
 from serving.graph.registry import parse_backend
@@ -73,6 +74,20 @@ class VadDefaults(BaseModel):
     threshold: float = Field(0.5, ge=0.0, le=1.0)
     prefix_padding_ms: int = Field(300, ge=0, le=5000)
     silence_duration_ms: int = Field(500, ge=32, le=10000)
+
+
+class FirstChunkWords(BaseModel):
+    """The rule for a reply's first speakable chunk (``SystemConfig.first_chunk``), which the
+    speech node cuts and a reply model announces ahead (serving/conversation/chunker.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clause_words: int = Field(FIRST_CHUNK[0], ge=1, le=100)
+    max_words: int = Field(FIRST_CHUNK[1], ge=1, le=100)
+
+    @property
+    def rule(self) -> tuple[int, int]:
+        return self.clause_words, self.max_words
 
 
 class Backends(BaseModel):
@@ -208,6 +223,10 @@ class SystemConfig(BaseModel):
     # With service nodes each prefetch is a request to the service, and a dropped one (speech
     # resumed) was made for nothing: set null where such requests cost.
     prefetch_ms: int | None = Field(200, ge=32, le=10000)
+    # A reply's first speakable chunk ends at a clause boundary once it has clause_words words,
+    # else after max_words (serving/conversation/chunker.py): the first audio waits for its
+    # words. Fewer words: an earlier first audio, a shorter first phrase.
+    first_chunk: FirstChunkWords = FirstChunkWords()
     max_output_lead_ms: int = Field(1000, ge=100, le=60000)
     # A handicap: wait this long before the first audio of every reply (turn-based realtime
     # sessions) and of every /v1/audio/speech answer; 0 = off. A documented way to make a

@@ -7,7 +7,8 @@ complete, and the first one is kept short, since the first audio waits for its s
 - the first chunk also ends at a clause boundary (``,`` ``:`` or a dash, followed by whitespace)
   once it has ``first_clause_words`` words, and in any case after ``first_max_words`` words
   (3 and 7, rather than 4 and 12, for an earlier first audio; measured:
-  docs/benchmarks.md#reply-chunking);
+  docs/benchmarks.md#reply-chunking; a system may set its own: ``first_chunk`` in its launch
+  file);
 - a later chunk ends at a clause boundary once it has ``clause_words`` words, and in any case
   after ``max_words`` (so that a long sentence does not hold up synthesis while audio plays);
 - a cut made only because of the word count does not leave an English article, preposition,
@@ -39,6 +40,10 @@ _DANGLING = frozenset(
     "might must my your his her its our their this these those".split()
 )
 DANGLING_SLACK = 2  # words a length cut may move on to avoid a dangling word
+# The first chunk's rule by default, (first_clause_words, first_max_words); a system may set its
+# own (serving.systems.SystemConfig.first_chunk): every node that cuts or announces a reply's
+# first chunk takes the system's, so the reply model announces the chunk the speech node cuts.
+FIRST_CHUNK = (3, 7)
 
 
 def _strip(piece: str) -> str:
@@ -66,8 +71,8 @@ class SpeechChunker:
 
     def __init__(
         self,
-        first_clause_words: int = 3,
-        first_max_words: int = 7,
+        first_clause_words: int = FIRST_CHUNK[0],
+        first_max_words: int = FIRST_CHUNK[1],
         clause_words: int = 12,
         max_words: int = 30,
     ) -> None:

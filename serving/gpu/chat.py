@@ -28,6 +28,7 @@ from pathlib import Path
 
 from fdb.errors import FdbError
 from serving.batching import identity, shared
+from serving.conversation.chunker import FIRST_CHUNK, SpeechChunker
 from serving.graph.kinds import CausalLmGpuOptions
 from serving.graph.nodes import AheadHeld, PrefetchingChatNode, _Prefetch
 from serving.graph.runtime import Emit, NodeContext
@@ -309,10 +310,17 @@ class CausalLmGpuNode(PrefetchingChatNode):
 
     @classmethod
     def build(cls, ctx: NodeContext) -> CausalLmGpuNode:
-        return cls(ctx.models, ctx.decl.options, ctx.decl.name)
+        return cls(ctx.models, ctx.decl.options, ctx.decl.name, ctx.first_chunk)
 
-    def __init__(self, models: ModelHub, options: CausalLmGpuOptions, name: str = "llm"):
+    def __init__(
+        self,
+        models: ModelHub,
+        options: CausalLmGpuOptions,
+        name: str = "llm",
+        first_chunk: tuple[int, int] = FIRST_CHUNK,
+    ):
         self._models, self._options, self._name = models, options, name
+        self.first_chunk = first_chunk
         self._max_new_tokens = options.max_new_tokens
         self._engine: ChatEngine | None = None
         self._held = AheadHeld()  # a reply started ahead, not yet claimed
@@ -346,6 +354,7 @@ class CausalLmGpuNode(PrefetchingChatNode):
             stop=threading.Event(),
             released=threading.Event(),
             announce=self._announcer(emit),
+            chunker=SpeechChunker(*self.first_chunk),
         )
         # the engine's stream is async: no thread
         prefetch.task = asyncio.ensure_future(

@@ -29,7 +29,7 @@ import numpy as np
 
 from fdb.audio import pcm16_to_float, resample
 from fdb.errors import FdbError
-from serving.conversation.chunker import SpeechChunker
+from serving.conversation.chunker import FIRST_CHUNK, SpeechChunker
 from serving.conversation.end_of_turn import CANDIDATE_MS, HeldPause, required_silence_ms
 from serving.graph import registry
 from serving.graph.declare import GraphDecl
@@ -481,10 +481,12 @@ def hold_after_first_chunk(
     released: threading.Event,
     stop: threading.Event,
     first: threading.Event | None = None,
+    first_chunk: tuple[int, int] = FIRST_CHUNK,
 ) -> Iterator[str]:
-    """``pieces``; once they complete a first speakable chunk (``first`` is set then) the stream
-    waits (in its thread) until ``released``, ``stop`` or HOLD_MAX_S."""
-    chunker = SpeechChunker()
+    """``pieces``; once they complete a first speakable chunk (by the ``first_chunk`` rule;
+    ``first`` is set then) the stream waits (in its thread) until ``released``, ``stop`` or
+    HOLD_MAX_S."""
+    chunker = SpeechChunker(*first_chunk)
     first = first or threading.Event()
     try:
         for piece in pieces:
@@ -555,6 +557,7 @@ class PrefetchingChatNode(Node):
 
     live_controls = True  # turn.started and reply.prefetch arrive while a reply streams
     _held: AheadHeld
+    first_chunk: tuple[int, int] = FIRST_CHUNK  # the system's rule (NodeContext.first_chunk)
 
     @property
     def _prefetch(self) -> _Prefetch | None:
@@ -624,10 +627,18 @@ class LlamaChatNode(PrefetchingChatNode):
             ctx.models,
             ctx.decl.options,
             hold_first=any(e.event == "turn.started" for e in ctx.decl.control_inputs),
+            first_chunk=ctx.first_chunk,
         )
 
-    def __init__(self, models: ModelHub, options: LlamaChatOptions, hold_first: bool = False):
+    def __init__(
+        self,
+        models: ModelHub,
+        options: LlamaChatOptions,
+        hold_first: bool = False,
+        first_chunk: tuple[int, int] = FIRST_CHUNK,
+    ):
         self._models, self._hold_first = models, hold_first
+        self.first_chunk = first_chunk
         self._max_tokens, self._temperature = options.max_tokens, options.temperature
         self._released: dict[int | None, threading.Event] = {}
         self._held = AheadHeld()  # a reply started ahead, not yet claimed
@@ -677,14 +688,18 @@ class LlamaChatNode(PrefetchingChatNode):
             pieces = llm.stream_reply(
                 messages, max_tokens=max_tokens, temperature=temperature, **extra
             )
-            return hold_after_first_chunk(pieces, released, stop, first)
+            return hold_after_first_chunk(pieces, released, stop, first, self.first_chunk)
 
         return stop, released, make
 
     def _start_prefetch(self, messages: list[dict[str, str]], emit: Emit) -> None:
         stop, released, make = self._stream(messages)
         prefetch = _Prefetch(
-            key=self._key(messages), stop=stop, released=released, announce=self._announcer(emit)
+            key=self._key(messages),
+            stop=stop,
+            released=released,
+            announce=self._announcer(emit),
+            chunker=SpeechChunker(*self.first_chunk),
         )
         prefetch.task = asyncio.ensure_future(prefetch.fill(make))
         self._held.keep(prefetch)
@@ -821,10 +836,22 @@ class PiperSpeechNode(Node):
     turn's first chunk takes them if it is the same text (the same reply: the model's reply ahead
     was claimed), so its first audio needs no synthesis of its own. The frames are sent only as
     that turn's, after its commit; a different first chunk, a withdrawal (text None), the next
-    ``speech.prefetch`` or PREFETCH_TTL_S unclaimed stops the synthesis."""
+    ``speech.prefetch`` or PREFETCH_TTL_S unclaimed stops the synthesis.
 
-    def __init__(self, models: ModelHub, options: PiperSpeechOptions):
-        self._models, self._options = models, options
+    The first chunk's rule is the system's (``first_chunk``), the one its reply model announces
+    a reply ahead's first chunk by."""
+
+    @classmethod
+    def build(cls, ctx: NodeContext) -> PiperSpeechNode:
+        return cls(ctx.models, ctx.decl.options, ctx.first_chunk)
+
+    def __init__(
+        self,
+        models: ModelHub,
+        options: PiperSpeechOptions,
+        first_chunk: tuple[int, int] = FIRST_CHUNK,
+    ):
+        self._models, self._options, self._first_chunk = models, options, first_chunk
         self._audio = True
         self._turns: dict[int | None, _SpokenTurn] = {}
         self._ahead = AheadHeld()  # a first chunk's audio made ahead, not yet claimed
@@ -860,7 +887,11 @@ class PiperSpeechNode(Node):
         if chunk.control == "speech.prefetch":  # without a control edge: after the last turn's text
             self._speak_ahead(chunk.payload.data.get("text"))
         elif chunk.format == "text_delta":
-            spoken = self._turns.setdefault(turn, _SpokenTurn(self._audio, chunk.payload.language))
+            spoken = self._turns.get(turn)
+            if spoken is None:
+                spoken = self._turns[turn] = _SpokenTurn(
+                    self._audio, chunk.payload.language, SpeechChunker(*self._first_chunk)
+                )
             for text in spoken.chunker.push(chunk.payload.text):
                 await self._say(turn, spoken, text, emit)
         elif chunk.control == "turn.done":
@@ -981,11 +1012,17 @@ def build_nodes(
     vad_settings: dict | None = None,
     max_history_messages: int = 12,
     session: Any = None,
+    first_chunk: tuple[int, int] = FIRST_CHUNK,
 ) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared).
-    ``session``: a native node's side of its session (``NodeContext.session``)."""
+    ``session``: a native node's side of its session (``NodeContext.session``);
+    ``first_chunk``: the system's rule for a reply's first chunk (``NodeContext.first_chunk``)."""
     return {
-        name: _node(NodeContext(d, models, dict(vad_settings or {}), max_history_messages, session))
+        name: _node(
+            NodeContext(
+                d, models, dict(vad_settings or {}), max_history_messages, session, first_chunk
+            )
+        )
         for name, d in decl.nodes.items()
     }
 

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from fdb.errors import FdbError
+from serving.conversation.chunker import FIRST_CHUNK
 from serving.graph.declare import INPUT, DataEdge, GraphDecl, NodeDecl
 from serving.graph.streams import PASS_FENCE, Chunk, control
 
@@ -58,6 +59,9 @@ class NodeContext:
     # A native node's side of its session (serving.duplex.node.NativePort: the session's outbox,
     # its granted settings, its end at max_context_ms); None in a turn-based graph.
     session: Any = None
+    # The system's rule for a reply's first speakable chunk, (clause words, max words): the
+    # speech node cuts it and a reply model announces it ahead (speech.prefetch) by the same one.
+    first_chunk: tuple[int, int] = FIRST_CHUNK
 
 
 class Node:

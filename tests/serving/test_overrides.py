@@ -129,6 +129,23 @@ def test_resolve_system_applies_flags_to_the_file_and_validates_like_the_file(tm
         resolve_system(config=launch, overrides=[("backends", 1)])
 
 
+def test_the_first_chunk_rule_is_a_system_setting_a_flag_sets(tmp_path):
+    """``first_chunk`` (the reply's first speakable chunk): the default rule unless set, one leaf
+    by a flag, the other kept, and a rule of no words refused by its name."""
+    from serving.conversation.chunker import FIRST_CHUNK
+    from serving.systems import resolve_system
+
+    launch = tmp_path / "launch.yaml"
+    launch.write_text("system: embedded-cascade\n")
+    assert resolve_system(config=launch).first_chunk.rule == FIRST_CHUNK
+    got = resolve_system(
+        config=launch, overrides=parse_override_args(["--first_chunk.max_words", "4"])
+    )
+    assert got.first_chunk.rule == (FIRST_CHUNK[0], 4)
+    with pytest.raises(FdbError, match="first_chunk.max_words"):
+        resolve_system(config=launch, overrides=[("first_chunk.max_words", 0)])
+
+
 def test_serve_help_explains_overrides_and_a_bad_flag_fails_before_binding():
     import subprocess
     import sys

@@ -363,3 +363,74 @@ def test_a_realtime_client_sees_one_transcript_and_one_response_per_turn(server,
         "transcript"
     ]
     assert "capital" in transcript.lower() and "error" not in types
+
+
+class _StreamingVoice:
+    """A speech backend that streams (as CSM does), so the speech node makes audio ahead: one
+    silent 80 ms frame a chunk, and the texts it was asked for."""
+
+    rate = 24000
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    async def astream(self, text: str):
+        self.texts.append(text)
+        yield np.zeros(1920, np.float32)
+
+
+@pytest.mark.parametrize("first_chunk", [None, (3, 4)])
+def test_the_systems_first_chunk_rule_is_the_one_announced_ahead_and_cut_by_the_speech_node(
+    models, first_chunk
+):
+    """``first_chunk`` (SystemConfig) reaches the reply model and the speech node of every
+    session graph: a real SmolLM2 reply made ahead announces its first chunk by that rule, the
+    speech node cuts the same chunk from the claimed turn's text, and its audio made ahead is
+    taken (the voice is asked for that chunk once)."""
+    from serving.conversation.chunker import FIRST_CHUNK, SpeechChunker
+
+    rule = first_chunk or FIRST_CHUNK
+    voice = _StreamingVoice()
+    hub = ModelHub(llm=models.llm, tts=voice)
+    extra = {} if first_chunk is None else {"first_chunk": first_chunk}
+    nodes = build_nodes(load_graph(CASCADE), hub, **extra)
+    llm, speech = nodes["llm"], nodes["tts"]
+    assert llm.first_chunk == rule == speech._first_chunk
+    asked = [
+        {"role": m.role, "content": m.content}
+        for m in _messages("Tell me about the city of Paris.").messages
+    ]
+
+    async def scenario() -> tuple[list[str], list[Chunk]]:
+        announced: list[str] = []
+        sent: list[Chunk] = []
+
+        async def to_speech(chunk: Chunk) -> None:
+            if chunk.control == "speech.prefetch":
+                announced.append(chunk.payload.data["text"])
+                await speech.on_control(chunk, to_client)
+            elif chunk.format == "text_delta" or chunk.control == "turn.done":
+                await speech.on_chunk(chunk, to_client)
+
+        async def to_client(chunk: Chunk) -> None:
+            sent.append(chunk)
+
+        await llm.on_control(control("reply.prefetch", messages=asked), to_speech)
+        while not announced:
+            await asyncio.sleep(0.01)
+        await llm.on_chunk(
+            Chunk("messages", _messages("Tell me about the city of Paris."), 1), to_speech
+        )
+        await llm.close()
+        await speech.close()
+        return announced, sent
+
+    announced, sent = asyncio.run(scenario())
+    reply = models.llm.reply(asked, max_tokens=LlamaChatOptions().max_tokens)
+    chunker = SpeechChunker(*rule)
+    first = (chunker.push(reply) + chunker.finish())[0]
+    assert announced == [first]
+    assert len(first.split()) <= rule[1] + 2  # the rule's words, or a dangling word's slack
+    chunks = [c.payload.data["text"] for c in sent if c.control == "reply.chunk"]
+    assert chunks[0] == first and voice.texts.count(first) == 1  # the audio ahead was taken
+    assert speech.spoken_ahead == {"started": 1, "claimed": 1}
