@@ -117,6 +117,18 @@ cascade32() {  # cascade32 NAME LIMIT ENV ARGS: gpu_cascade.py at 32 sessions (2
             --per 32 --out $RES/server-stages-$name.json"
 }
 
+rounds() {  # rounds N LIMIT NAME ARGS [NAME ARGS]...: cascade32 with each NAME's ARGS (stage
+    # marks on), N rounds with the runs interleaved; each NAME gets the round's number
+    local n=$1 limit=$2 round i
+    shift 2
+    local pairs=("$@")
+    for round in $(seq 1 "$n"); do
+        for ((i = 0; i < ${#pairs[@]}; i += 2)); do
+            cascade32 "${pairs[i]}-$round" "$limit" FDB_STAGE_MARKS=1 "${pairs[i + 1]}"
+        done
+    done
+}
+
 case "$PART" in
 codec-native)
     step mimi-moshi 60 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 8 \
@@ -302,13 +314,9 @@ priority)
     # recognizer and the reply model the most urgent; each twice, interleaved
     step cuda-priority 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k "prefill_graphs" \
         tests/serving/gpu/test_gpu_cuda.py
-    for round in 1 2; do
-        cascade32 s4-pf50-base-$round 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 50"
-        cascade32 s4-pf50-tts-$round 100 FDB_STAGE_MARKS=1 \
-            "--stagger-s 4 --prefetch-ms 50 --stream-priority tts=-5"
-        cascade32 s4-pf50-asr-llm-$round 100 FDB_STAGE_MARKS=1 \
-            "--stagger-s 4 --prefetch-ms 50 --stream-priority asr=-5,llm=-5"
-    done
+    rounds 2 100 s4-pf50-base "--stagger-s 4 --prefetch-ms 50" \
+        s4-pf50-tts "--stagger-s 4 --prefetch-ms 50 --stream-priority tts=-5" \
+        s4-pf50-asr-llm "--stagger-s 4 --prefetch-ms 50 --stream-priority asr=-5,llm=-5"
     ;;
 transcript)
     # what the dummy recognizer's transcript length costs: it decodes max_tokens_per_s (8) tokens
@@ -318,11 +326,8 @@ transcript)
     # graphs and of the engines' streams (each one no other engine or capture holds)
     step cuda-streams 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
         -k "prefill_graphs or encoder_graphs or engine_streams" tests/serving/gpu/test_gpu_cuda.py
-    for round in 1 2; do
-        cascade32 s4-pf50-$round 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 50"
-        cascade32 s4-pf50-tps4-$round 100 FDB_STAGE_MARKS=1 \
-            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 4"
-    done
+    rounds 2 100 s4-pf50 "--stagger-s 4 --prefetch-ms 50" \
+        s4-pf50-tps4 "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 4"
     cascade32 s4-pf32-tps4 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 4"
     cascade32 sync-pf50-tps4 100 FDB_STAGE_MARKS=1 "--prefetch-ms 50 --asr-tokens-per-s 4"
     ;;
@@ -330,12 +335,8 @@ calibrated)
     # the recognizer's bound at 5 tokens a second (the dataset's real transcripts: see
     # docs/gpu.md's sixth session) with prefetch_ms 50 and 32 (one Silero frame), twice,
     # interleaved; then 32 at 4 tokens a second, and every session at once
-    for round in 1 2; do
-        cascade32 s4-pf50-tps5-$round 100 FDB_STAGE_MARKS=1 \
-            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
-        cascade32 s4-pf32-tps5-$round 100 FDB_STAGE_MARKS=1 \
-            "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 5"
-    done
+    rounds 2 100 s4-pf50-tps5 "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5" \
+        s4-pf32-tps5 "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 5"
     cascade32 s4-pf32-tps4 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 32 --asr-tokens-per-s 4"
     cascade32 sync-pf32-tps5 100 FDB_STAGE_MARKS=1 "--prefetch-ms 32 --asr-tokens-per-s 5"
     ;;
@@ -343,12 +344,8 @@ firstchunk)
     # the first chunk's rule: at most 7 words (the default) against 4, the recognizer's bound at
     # 5 tokens a second and prefetch_ms 50, three times, interleaved; then 4 with every session
     # at once
-    for round in 1 2 3; do
-        cascade32 s4-fc7-$round 90 FDB_STAGE_MARKS=1 \
-            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
-        cascade32 s4-fc4-$round 90 FDB_STAGE_MARKS=1 \
-            "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5 --first-chunk-words 4"
-    done
+    rounds 3 90 s4-fc7 "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5" \
+        s4-fc4 "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5 --first-chunk-words 4"
     cascade32 sync-fc4 90 FDB_STAGE_MARKS=1 "--prefetch-ms 50 --asr-tokens-per-s 5 --first-chunk-words 4"
     ;;
 *)
