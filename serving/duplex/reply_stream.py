@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from serving.conversation.chunker import SpeechChunker
+from serving.conversation.chunker import FIRST_CHUNK, SpeechChunker
 from serving.realtime.turn import Turn
 
 HOLD_MAX_S = 3.0
@@ -41,8 +41,10 @@ class ReplyStream:
         max_tokens: int,
         temperature: float,
         hold_first: bool = False,
+        first_chunk: tuple[int, int] = FIRST_CHUNK,
     ) -> None:
         self._llm = llm
+        self._first_chunk = first_chunk  # the system's rule (SystemConfig.first_chunk)
         self._turn = turn
         self._messages = messages
         self._max_tokens = max_tokens
@@ -94,7 +96,7 @@ class ReplyStream:
         self._go.set()  # held once at most
 
     def _generate(self) -> None:
-        chunker = SpeechChunker()
+        chunker = SpeechChunker(*self._first_chunk)
         pieces = self._llm.stream_reply(self._messages, self._max_tokens, self._temperature)
         try:
             for piece in pieces:

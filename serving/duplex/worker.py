@@ -96,6 +96,7 @@ class ReplyWorker:
             config.sampling.max_new_tokens_per_unit,
             config.sampling.temperature,
             hold_first=True,
+            first_chunk=self._hub.system.first_chunk.rule,
         )
         self._on_reply(spoken)
         try:

@@ -31,6 +31,32 @@ def test_stream_errors_reach_the_consumer():
     assert asyncio.run(scenario()) == ["Hello there."]
 
 
+@pytest.mark.parametrize(
+    ("first_chunk", "first"),
+    [(None, "one two three four five six seven"), ((3, 4), "one two three four")],
+)
+def test_the_native_reply_stream_cuts_its_first_chunk_by_the_systems_rule(first_chunk, first):
+    class Words:
+        def stream_reply(self, messages, max_tokens, temperature):
+            yield from (f"{w} " for w in "one two three four five six seven eight nine".split())
+
+    async def scenario() -> list:
+        turn = Turn(Utterance("item_1", np.zeros(1, np.float32), 0, 0))
+        extra = {} if first_chunk is None else {"first_chunk": first_chunk}
+        stream = ReplyStream(Words(), turn, [], 16, 0.0, **extra)
+        stream.start()
+        chunks = []
+        while (chunk := await stream.get()) is not None:
+            chunks.append(chunk)
+        return chunks
+
+    chunks = asyncio.run(scenario())
+    assert (
+        chunks[0] == first
+        and " ".join(chunks).split() == "one two three four five six seven eight nine".split()
+    )
+
+
 def test_smollm2_stream_matches_its_whole_reply():
     from fdb.models.llm import SmolLm2
 
