@@ -121,6 +121,7 @@ rounds() {  # rounds N LIMIT NAME ARGS [NAME ARGS]...: cascade32 with each NAME'
     # marks on), N rounds with the runs interleaved; each NAME gets the round's number
     local n=$1 limit=$2 round i
     shift 2
+    (($# % 2 == 0)) || { echo "rounds: NAME ARGS pairs expected" >&2; return 2; }
     local pairs=("$@")
     for round in $(seq 1 "$n"); do
         for ((i = 0; i < ${#pairs[@]}; i += 2)); do

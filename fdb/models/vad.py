@@ -49,7 +49,7 @@ def stream_model() -> Any:
     call about 40-70 ms more (the profiling executor's optimization). A server that made one a
     session stalled every other thread, its event loop included, while sessions opened. A copy
     takes about 5 ms, shares the warmed module's optimized code and starts at once, and scores
-    exactly as a freshly loaded module (tests/models/test_vad.py)."""
+    exactly as a freshly loaded module (tests/fdb/test_models.py)."""
     global _template
     torch, silero = _silero()
     with _template_lock:
