@@ -28,8 +28,8 @@ sides="$(ls "$DATA/trees" 2>/dev/null) new"
 for side in $sides; do  # the sources each side ran
     dir=$DATA/trees/$side
     [ "$side" = new ] && dir=$PWD
-    (cd "$dir" && find fdb serving benchmarks -name '*.py' -print0 | sort -z | xargs -0 sha256sum |
-        sha256sum | sed "s/ .*/  $side sources sha256/") >>"$RES/versions.txt"
+    echo "$(python3 benchmarks/sources_sha.py --root "$dir" --list "$RES/sources-$side.txt" \
+        fdb serving benchmarks)  $side sources sha256" >>"$RES/versions.txt"
 done
 
 pack() {

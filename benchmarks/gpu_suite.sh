@@ -86,9 +86,10 @@ fi
 nvidia-smi >"$RES/nvidia-smi.txt" 2>&1
 python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)' \
     >"$RES/versions.txt" 2>&1
-# the sources this run executed (a device's copy of the tree may carry stale git metadata)
-find fdb serving recorders scorers runs reports judges benchmarks -name '*.py' -print0 2>/dev/null |
-    sort -z | xargs -0 sha256sum | sha256sum | sed 's/ .*/  sources sha256/' >>"$RES/versions.txt"
+# the sources this run executed (a device's copy of the tree may carry stale git metadata), with
+# the listing it is made of: benchmarks/sources_sha.py --root DIR recomputes it from a commit
+echo "$(python3 benchmarks/sources_sha.py --list "$RES/sources.txt")  sources sha256" \
+    >>"$RES/versions.txt"
 
 pack() {  # audio stays behind: 16 MiB a file comes back at most
     cp "${FDB_HOME:-$HOME/fdb}/logs/fdb-debug.log" "$RES/" 2>/dev/null
