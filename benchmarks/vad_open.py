@@ -39,8 +39,10 @@ def _count(stop: threading.Event, out: dict) -> None:
 
 
 def _run(way: str, sessions: int, packet: np.ndarray) -> dict:
+    # lazy: torch and silero-vad are optional (the embedded extra); --help works without them
     import silero_vad
 
+    # lazy: fdb is importable only after the module's sys.path line (as in vad_batch.py)
     from fdb.models import vad as vad_module
 
     opens, feeds = [], []
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
+    # lazy: --help works without torch (fdb.models.vad loads it at the first model)
     from fdb.models.vad import stream_model
 
     stream_model()  # the process's warmed module, as a server's warm-up makes it
