@@ -61,7 +61,10 @@ def test_semantic_vad_holds_a_mid_sentence_pause_and_answers(server, paused_ques
             },
         )  # sglang: the end, session.closed
         updated = (await client.until("session.updated", 5)).event
-        await client.send_audio(paused_question, interval_s=0.02)
+        # in real time: a held pause is timed on the input the turn detector has received, and
+        # the resumed speech's start comes from the VAD, which may lag a faster input on a loaded
+        # host (at 4x real time the pause once ran out before the VAD saw the speech resume)
+        await client.send_audio(paused_question, interval_s=0.08)
         await client.until("input_audio_buffer.committed", 20)  # Smart Turn ended the turn
         await client.send("sglang.input_audio.end")  # the reply then leaves unpaced
         await client.until("response.done", 60)
