@@ -51,9 +51,9 @@ def stream_model() -> Any:
     takes about 5 ms, shares the warmed module's optimized code and starts at once, and scores
     exactly as a freshly loaded module (tests/fdb/test_models.py)."""
     global _template
-    torch, silero = _silero()
     with _template_lock:
         if _template is None:
+            torch, silero = _silero()
             model = silero.load_silero_vad(onnx=False)
             with torch.no_grad():
                 for _ in range(WARM_FRAMES):

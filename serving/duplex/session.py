@@ -70,7 +70,7 @@ class NativeSession(RealtimeSession):
         graph = hub.graph
         assert graph.native_node is not None, "a native session runs a native graph"
         port = NativePort(self._outbox, lambda: self.config, self._context_exhausted)
-        nodes = build_nodes(graph, hub, session=port, first_chunk=self._system.first_chunk.rule)
+        nodes = build_nodes(graph, hub, session=port)
         node = nodes[graph.native_node.name]
         assert isinstance(node, NativeNode), "a native kind's node is a NativeNode"
         self._node = node

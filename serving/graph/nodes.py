@@ -1012,11 +1012,13 @@ def build_nodes(
     vad_settings: dict | None = None,
     max_history_messages: int = 12,
     session: Any = None,
-    first_chunk: tuple[int, int] = FIRST_CHUNK,
 ) -> dict[str, Node]:
     """One adapter per declared node (a fresh set per session; the models are shared).
-    ``session``: a native node's side of its session (``NodeContext.session``);
-    ``first_chunk``: the system's rule for a reply's first chunk (``NodeContext.first_chunk``)."""
+    ``session``: a native node's side of its session (``NodeContext.session``). The rule for a
+    reply's first chunk (``NodeContext.first_chunk``) is the hub's system's (the default rule
+    without a system)."""
+    system = getattr(models, "system", None)
+    first_chunk = FIRST_CHUNK if system is None else system.first_chunk.rule
     return {
         name: _node(
             NodeContext(
@@ -1035,7 +1037,6 @@ def preload(hub: ModelHub) -> list[str]:
         hub.graph,
         hub,
         max_history_messages=hub.system.max_history_messages,
-        first_chunk=hub.system.first_chunk.rule,
     )
     shared = [node for node in nodes.values() if hasattr(node, "warm")]
 

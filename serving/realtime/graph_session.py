@@ -89,7 +89,6 @@ class GraphRealtimeSession(RealtimeSession):
             self._hub,
             vad_settings={**system.vad.model_dump(), "prefetch_ms": system.prefetch_ms},
             max_history_messages=system.max_history_messages,
-            first_chunk=system.first_chunk.rule,
         )
         self._graph = SessionGraph(graph, nodes, DeliverySink())
         self._output.attach(self._graph)

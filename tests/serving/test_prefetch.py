@@ -388,12 +388,14 @@ def test_the_systems_first_chunk_rule_is_the_one_announced_ahead_and_cut_by_the_
     speech node cuts the same chunk from the claimed turn's text, and its audio made ahead is
     taken (the voice is asked for that chunk once)."""
     from serving.conversation.chunker import FIRST_CHUNK, SpeechChunker
+    from serving.systems import resolve_system
 
     rule = first_chunk or FIRST_CHUNK
     voice = _StreamingVoice()
-    hub = ModelHub(llm=models.llm, tts=voice)
-    extra = {} if first_chunk is None else {"first_chunk": first_chunk}
-    nodes = build_nodes(load_graph(CASCADE), hub, **extra)
+    overrides = [] if first_chunk is None else [("first_chunk.max_words", first_chunk[1])]
+    system = resolve_system("embedded-cascade", overrides=overrides)
+    hub = ModelHub(system, llm=models.llm, tts=voice)
+    nodes = build_nodes(load_graph(CASCADE), hub)
     llm, speech = nodes["llm"], nodes["tts"]
     assert llm.first_chunk == rule == speech._first_chunk
     asked = [
