@@ -128,6 +128,7 @@ def launch_file(
     priorities: dict[str, int] | None = None,
     asr_tokens_per_s: float | None = None,
     first_chunk_words: int | None = None,
+    overlap: bool = True,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
@@ -136,7 +137,9 @@ def launch_file(
     defaults; False turns all three off, for the A/B), ``priorities``: the CUDA stream priority
     of the engines named (asr, llm, tts: each node's ``stream_priority``), the recognizer's
     ``max_tokens_per_s`` (None: the node's default), the system's ``first_chunk.max_words``
-    (None: the default rule), and (--tiny) the CPU configuration."""
+    (None: the default rule), ``overlap``: the recognizer's and the reply model's decode loops
+    launch a step before they read the last (the defaults; False for the A/B), and (--tiny) the
+    CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -160,6 +163,9 @@ def launch_file(
             "inputs": ["input"],
         }
     raw["session_nodes"]["llm"]["engine"] = llm_engine
+    if not overlap:
+        raw["session_nodes"]["asr"]["overlap"] = False
+        raw["session_nodes"]["llm"]["overlap"] = False
     tts = raw["backends"]["tts"]
     if not graphs:
         raw["session_nodes"]["asr"]["encoder_graphs"] = False
@@ -231,6 +237,7 @@ def run(args: argparse.Namespace) -> dict:
         args.stream_priority,
         args.asr_tokens_per_s,
         args.first_chunk_words,
+        not args.no_overlap,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -275,6 +282,7 @@ def run(args: argparse.Namespace) -> dict:
         "vad_device": args.vad_device,
         "stagger_s": args.stagger_s,
         "graphs": not args.no_graphs,
+        "overlap": not args.no_overlap,
         "stream_priority": args.stream_priority,
         "sessions": sessions,
         "levels": summary_levels,
@@ -355,6 +363,13 @@ def _options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="Whisper's encoder pass and CSM's and the reply model's prefills eagerly "
         "(encoder_graphs, prefill_graphs false; default: as CUDA graphs), for the A/B",
+    )
+    parser.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="the recognizer's and the reply model's decode loops read each step's result "
+        "before they launch the next (overlap false; default: the next step is launched first), "
+        "for the A/B",
     )
     parser.add_argument(
         "--stream-priority",

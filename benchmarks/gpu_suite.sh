@@ -61,6 +61,10 @@
 #   firstchunk    gpu_cascade at 32 spread over 4 s, 5 tokens a second, prefetch_ms 50, with the
 #                 first chunk's rule at most 7 words (the default) and 4, three times, interleaved;
 #                 then 4 with every session at once
+#   overlap       the CUDA tests of the overlapped decode loops and the prefill graphs, then
+#                 gpu_cascade at 32 spread over 4 s, 5 tokens a second, prefetch_ms 50, with the
+#                 recognizer's and the reply model's loops overlapped (the default) and not
+#                 (--no-overlap), three each, in the order on off off on on off
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -350,8 +354,21 @@ firstchunk)
         s4-fc4 "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5 --first-chunk-words 4"
     cascade32 sync-fc4 90 FDB_STAGE_MARKS=1 "--prefetch-ms 50 --asr-tokens-per-s 5 --first-chunk-words 4"
     ;;
+overlap)
+    # the decode loops' overlap (the next step launched before the last is read) on and off, in
+    # the order on off off on on off; the CUDA test of the overlapped loops first
+    step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider \
+        -k "overlap or prefill_graphs" tests/serving/gpu/test_gpu_cuda.py
+    tail -1 "$RES/cuda-tests.log"
+    base="--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
+    for run in on-1 off-1 off-2 on-2 on-3 off-3; do
+        extra=""
+        [ "${run%-*}" = off ] && extra=" --no-overlap"
+        cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$base$extra"
+    done
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated or firstchunk"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk or overlap"
     exit 2
     ;;
 esac

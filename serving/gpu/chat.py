@@ -125,6 +125,7 @@ class ChatEngine:
                 else "transformers continuous batching",
                 "cuda_graphs": options.cuda_graphs and options.device != "cpu",
                 "stream_priority": None if self.slots is None else self.slots.stream_priority,
+                "overlap": options.overlap if options.engine == "slots" else None,
             },
         )
         log.info(
@@ -157,6 +158,7 @@ class ChatEngine:
             cuda_graphs=o.cuda_graphs,
             prefill_graphs=o.prefill_graphs,
             stream_priority=o.stream_priority,
+            overlap=o.overlap,
         )
 
     def _start_manager(self):
@@ -294,6 +296,7 @@ def engine_key(options: CausalLmGpuOptions) -> tuple:
         options.cuda_graphs,
         options.prefill_graphs,
         options.stream_priority,
+        options.overlap,
     )
 
 

@@ -19,6 +19,14 @@ tensors with its own position). A GPU thread runs the loop of :class:`SlotLmEngi
    its ``max_new_tokens``, at an end token (a checkpoint's ``eos_token_id``; dummy weights have
    none) or when its caller leaves (an interruption).
 
+With ``overlap`` (the default) the loop reads a step's tokens after it has launched the next
+step: the rows that go on take their chosen token on the device (queued behind the step that
+chose it), and each step's tokens are copied to a host buffer whose event the loop waits for. So
+the GPU runs step k+1 while the thread waits for the GIL, hands step k's tokens to the sessions'
+loops and admits new requests; without it the GPU waits for all of that every step. A reply that
+ends at an end token or an interruption has had one more step launched for it, which nobody
+reads; a reply never takes more than its ``max_new_tokens`` steps.
+
 transformers' continuous batching (``engine: continuous_batching``) stays for the A/B: on CUDA
 its decode step took about 60 ms for 16 replies of the qwen3-4b configuration (docs/gpu.md),
 where reading the weights once takes about 3 ms. ``tests/serving/gpu/test_lm_slots.py`` checks
@@ -76,7 +84,8 @@ class _Request:
     ids: list[int]
     max_new_tokens: int
     out: LoopQueue | queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
-    made: int = 0
+    made: int = 0  # tokens delivered
+    launched: int = 0  # steps launched with this request's row (ahead of made by one at most)
     cancelled: bool = False
     name: str = field(default_factory=lambda: f"reply-{next(_ids)}")
 
@@ -108,9 +117,11 @@ class SlotLmEngine(PendingRequests):
         prefill_graphs: bool = True,
         prefill_lengths: Sequence[int] | None = None,
         stream_priority: int = 0,
+        overlap: bool = True,
     ):
         config = model.config
         self.model, self.max_batch, self.max_len = model, max_batch, max_len
+        self.overlap = overlap
         self.temperature = temperature
         self.eos = frozenset(int(e) for e in eos)
         inner = model.model
@@ -150,7 +161,15 @@ class SlotLmEngine(PendingRequests):
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._pool = None
         self._slots: list[_Request | None] = [None] * s
-        self._positions = [0] * s  # each busy row's position, known on the host
+        self._positions = [0] * s  # each busy row's next step's position, known on the host
+        # each step's tokens are copied to one of two host buffers (pinned on CUDA), and read
+        # after the next step is launched (overlap), when the copy's event has passed
+        cuda = self.device.type == "cuda"
+        self._host = [torch.zeros(s, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
+        self._events = [torch.cuda.Event() for _ in range(2)] if cuda else None
+        self._buffer = 0
+        self._inflight: tuple[list[tuple[int, _Request]], int, int] | None = None  # unread
+        self._last_rows: set[int] = set()  # the rows of the step launched last
         self._pending: queue.SimpleQueue[_Request] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = False
@@ -221,25 +240,73 @@ class SlotLmEngine(PendingRequests):
 
     def _loop(self) -> None:
         while not self._stop:
-            busy = self._busy()
-            if not busy:
+            rows = self._launchable()
+            if not rows and self._inflight is None:
+                self._busy()  # nothing launched, nothing to read: admit, or wait for a request
                 continue
+            launched = None
             try:
                 started = time.perf_counter()
-                n = bucket(max(busy) + 1, self.max_batch)
-                length = length_bucket(max(self._positions[i] for i in busy) + 1, self.max_len)
-                if self.temperature > 0:
-                    self.noise.uniform_()
-                self._replay(n, length)
+                if rows:
+                    launched = self._launch(rows)
+                self._last_rows = set(rows)
                 # admitted while the GPU runs the step: the prefill's kernels queue behind it
                 self._admit()
-                self._deliver(busy, n)
-                self.steps += 1
+                if self._inflight is not None:  # the step before: read while this one runs
+                    self._deliver(*self._inflight)
+                if not self.overlap and launched is not None:
+                    self._deliver(*launched)
+                    launched = None
+                self._inflight = launched
+                self.steps += 1 if rows else 0
                 self.step_s += time.perf_counter() - started
             except BaseException as exc:  # every request in flight fails with the error
                 log.exception("lm slots: a decode step failed")
-                for i in busy:
+                self._inflight, self._last_rows = None, set()
+                for i in self._in_flight():
                     self._finish(i, FdbError(f"the reply failed: {exc}", "see the server log"))
+
+    def _launchable(self) -> list[int]:
+        """The busy rows the next step takes: those not cancelled that have tokens left to
+        launch. A row left out whose last step has been read (a request cancelled before its
+        first step) ends here: no step will read it again."""
+        reading = {i for i, _ in self._inflight[0]} if self._inflight is not None else set()
+        rows = []
+        for i, request in enumerate(self._slots):
+            if request is None:
+                continue
+            if request.cancelled or request.launched >= request.max_new_tokens:
+                if i not in reading:
+                    self._finish(i, None)
+                continue
+            rows.append(i)
+        return rows
+
+    def _launch(self, rows: list[int]) -> tuple[list[tuple[int, _Request]], int, int]:
+        """One step for ``rows`` launched without waiting for the GPU: the rows that were in the
+        step before take its token at the next position (on the device, queued behind it: their
+        tokens need not have been read), then the step, then its tokens' copy to the host.
+        Returns what :meth:`_deliver` reads: the rows' requests, the row bucket, the buffer."""
+        n = bucket(max(rows) + 1, self.max_batch)
+        length = length_bucket(max(self._positions[i] for i in rows) + 1, self.max_len)
+        going_on = [i for i in rows if i in self._last_rows]
+        if going_on:
+            index = to_device(going_on, self.device)
+            self.tokens[index] = self.chosen[index]
+            self.pos[index] += 1
+        if self.temperature > 0:
+            self.noise.uniform_()
+        self._replay(n, length)
+        self._buffer ^= 1
+        host = self._host[self._buffer]
+        host[:n].copy_(self.chosen[:n], non_blocking=True)
+        if self._events is not None:
+            self._events[self._buffer].record()
+        requests = [(i, self._slots[i]) for i in rows]
+        for i, request in requests:
+            request.launched += 1
+            self._positions[i] += 1
+        return requests, n, self._buffer
 
     def _admit(self) -> None:
         """Every waiting request that has a free slot, prefilled together (one pass of the
@@ -339,27 +406,26 @@ class SlotLmEngine(PendingRequests):
         self.pos[slot] = len(ids) - 1
         self._positions[slot] = len(ids) - 1
         self._slots[slot] = request
+        self._last_rows.discard(slot)  # its first step takes this token, not the last step's
 
-    def _deliver(self, busy: list[int], n: int) -> None:
-        """Each busy row's chosen token to its request; the rows advance."""
-        chosen = self.chosen[:n].tolist()
-        for i in busy:
-            request = self._slots[i]
-            assert request is not None
+    def _deliver(self, requests: list[tuple[int, _Request]], n: int, buffer: int) -> None:
+        """Each row's token of a launched step (:meth:`_launch`) to its request, once the step is
+        done. A row whose request ended since (an end token, an interruption; its slot may hold a
+        new request now) is skipped: the step computed it, nobody reads it."""
+        if self._events is not None:
+            self._events[buffer].synchronize()
+        chosen = self._host[buffer][:n].tolist()
+        for i, request in requests:
+            if self._slots[i] is not request:
+                continue
             token = chosen[i]
             if token in self.eos:
                 self._finish(i, None)
                 continue
             request.made += 1
             request.out.put(token)
-            self._positions[i] += 1
             if request.cancelled or request.made >= request.max_new_tokens:
                 self._finish(i, None)
-        live = [i for i in busy if self._slots[i] is not None]
-        if live:  # the next step's inputs: the chosen token at the next position
-            index = to_device(live, self.device)
-            self.tokens[index] = self.chosen[index]
-            self.pos[index] += 1
 
     def _finish(self, slot: int, error: BaseException | None) -> None:
         """The request of ``slot`` ends; the free row goes back to position 0, so that the

@@ -58,6 +58,7 @@ class WhisperEngine:
         window_s: float | None = None,
         encoder_graphs: bool = True,
         stream_priority: int = 0,
+        overlap: bool = True,
     ):
         # lazy: torch is optional (the gpu extra)
         import torch
@@ -91,6 +92,7 @@ class WhisperEngine:
                 graphs=True,
                 frames=windows(self.window_s, self.samples // HOP),
                 encoder_graphs=encoder_graphs,
+                overlap=overlap,
             )
         # batches run on their own stream, so that the encoder's long kernels run beside the
         # steps of the other engines on the GPU (the reply model's, the speech model's), not
@@ -114,6 +116,7 @@ class WhisperEngine:
                 "decoder": decoder,
                 "window_s": self.window_s,
                 "stream_priority": priority_of(self.cuda_stream),
+                "overlap": overlap if decoder == "static" else None,
                 "tokenizer": "checkpoint"
                 if self.tokenizer is not None
                 else "none (dummy placeholder text)",
@@ -256,6 +259,7 @@ def _engine_args(options: WhisperGpuOptions) -> tuple:
         options.window_s,
         options.encoder_graphs,
         options.stream_priority,
+        options.overlap,
     )
 
 

@@ -18,7 +18,10 @@ utterances is decoded as:
    written at the step's position into a cache of ``prompt + max_new_tokens`` positions. Every
    shape in a step depends only on the bucket ``n`` (the smallest power of two holding the
    batch) and the window, so the step is captured as one CUDA graph per (bucket, window) and
-   replayed.
+   replayed. With ``overlap`` (the default) whether every row has ended is read one step late
+   (a flag copied to the host behind its step), so the next step is queued before the thread
+   waits for the GPU and then for the GIL; a batch that ends at an end token has had one step
+   more launched, not read.
 
 The decoding rule is transformers' ``generate`` for short-form Whisper without timestamps: the
 forced prompt (``decoder_start_token_id``, then the language, the task and ``<|notimestamps|>``
@@ -120,6 +123,7 @@ class StaticWhisper:
         graphs: bool,
         frames: Sequence[int] | None = None,
         encoder_graphs: bool = True,
+        overlap: bool = True,
     ):
         config = model.config
         self.model, self.max_batch = model, max_batch
@@ -178,6 +182,12 @@ class StaticWhisper:
             else None
         )
         self._encoders: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        # overlap: whether every row has ended is read one step late, from a host flag (pinned on
+        # CUDA) copied behind its step, so that the GPU always has the next step queued
+        self.overlap = overlap
+        cuda = device.type == "cuda"
+        self._flags = [torch.zeros(1, dtype=torch.bool, pin_memory=cuda) for _ in range(2)]
+        self._events = [torch.cuda.Event() for _ in range(2)] if cuda else None
 
     def nbytes(self) -> int:
         """The static tensors' size (the cross-attention keys and values are most of it)."""
@@ -221,6 +231,7 @@ class StaticWhisper:
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
         self.tokens[:n].fill_(prompt[0])
         steps = len(prompt) - 1 + budget
+        unread: int | None = None  # the step whose "all ended" flag is copied but not yet read
         for step in range(steps):
             self.position.fill_(step)
             free = step + 1 - len(prompt)  # the generated token this step chooses (< 0: forced)
@@ -233,11 +244,28 @@ class StaticWhisper:
             chosen[:, free] = picked
             self.tokens[:n].copy_(picked)
             done |= self._ended(picked)
-            if bool(done[:rows].all()):
-                budget = free + 1
+            if not self.overlap:
+                if bool(done[:rows].all()):
+                    budget = free + 1
+                    break
+                continue
+            # the flag goes to the host behind this step; the step before's is read now, while
+            # this one runs (a batch that ended there has had one more step launched, not read)
+            self._flags[free % 2].copy_(done[:rows].all().view(1), non_blocking=True)
+            if self._events is not None:
+                self._events[free % 2].record()
+            if unread is not None and self._ended_at(unread):
+                budget = unread + 1
                 break
+            unread = free
         out = chosen[:rows, :budget].tolist()
         return [self._until_eos(row) for row in out]
+
+    def _ended_at(self, free: int) -> bool:
+        """Whether every row had ended by generated token ``free`` (its flag, once copied)."""
+        if self._events is not None:
+            self._events[free % 2].synchronize()
+        return bool(self._flags[free % 2].item())
 
     def _ended(self, picked: torch.Tensor) -> torch.Tensor:
         ended = torch.zeros_like(picked, dtype=torch.bool)

@@ -200,6 +200,9 @@ class WhisperGpuOptions(GpuModelOptions):
     # per (batch bucket, window) instead of eager layers (measured: docs/gpu.md, fourth session)
     encoder_graphs: bool = True
     stream_priority: StreamPriority = 0
+    # static decoder: the next decoder step is launched before the thread reads whether every
+    # row has ended (one step late), so the GPU does not wait for the thread between steps
+    overlap: bool = True
 
 
 class CausalLmGpuOptions(GpuModelOptions):
@@ -238,6 +241,9 @@ class CausalLmGpuOptions(GpuModelOptions):
     # fourth session)
     prefill_graphs: bool = True
     stream_priority: StreamPriority = 0
+    # engine slots: the next decode step is launched before the last step's tokens are read and
+    # handed to the sessions, so the GPU does not wait for the thread between steps
+    overlap: bool = True
 
 
 # The GPU node a launch file's ``backends:`` names (csm_gpu): its options, checked when the

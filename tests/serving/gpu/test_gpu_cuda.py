@@ -264,6 +264,54 @@ def test_whisper_encoder_graphs_give_the_eager_encoders_tokens_on_cuda():
         assert graphs.transcribe(features, BUDGET) == eager.transcribe(features, BUDGET)
 
 
+def test_decode_overlap_gives_the_tokens_of_reading_each_step_on_cuda():
+    """The reply model's and Whisper's decode loops on CUDA with the next step launched before
+    the last one is read (pinned copies, their events on the engine's stream) give the tokens of
+    the loops that read each step first: five replies of different lengths admitted while others
+    decode, and Whisper batches whose rows end at an end token (the early stop)."""
+    torch = _cuda()
+    import copy
+
+    from serving.gpu.lm_slots import SlotLmEngine
+    from serving.gpu.whisper_static import StaticWhisper, buckets, prompt_ids
+    from tests.serving.gpu.test_lm_slots import TINY, _prompt, _reply
+    from tests.serving.gpu.test_whisper_static import BUDGET, _features
+    from tests.serving.gpu.test_whisper_static import TINY as TINY_WHISPER
+
+    model = _tiny_model(torch, "qwen3-4b", TINY, "causal_lm_gpu", seed=3, std=0.5)
+    prompts = [_prompt(n, seed) for seed, n in enumerate((5, 40, 250, 300, 17))]
+
+    async def _all(engine):
+        first = asyncio.ensure_future(_reply(engine, prompts[0]))
+        await asyncio.sleep(0.01)
+        rest = await asyncio.gather(*[_reply(engine, p) for p in prompts[1:]])
+        return [await first, *rest]
+
+    def replies(overlap: bool):
+        engine = SlotLmEngine(model, max_batch=4, max_len=600, temperature=0.0, overlap=overlap)
+        try:
+            return asyncio.run(_all(engine))
+        finally:
+            engine.close()
+
+    assert replies(True) == replies(False)
+
+    whisper = _tiny_model(torch, "whisper-large-v3", TINY_WHISPER, "whisper_gpu", seed=7, std=1.0)
+    generation = copy.deepcopy(whisper.generation_config)
+    features = _features(3, 5).to("cuda")
+
+    def static(overlap: bool) -> StaticWhisper:
+        engine = StaticWhisper(
+            whisper, generation, prompt_ids(generation, None), BUDGET, 4, True, overlap=overlap
+        )
+        engine.warm(buckets(4))
+        return engine
+
+    free = static(False).transcribe(features, BUDGET)
+    generation.eos_token_id = generation.pad_token_id = free[0][1]  # row 0 ends early
+    assert static(True).transcribe(features, BUDGET) == static(False).transcribe(features, BUDGET)
+
+
 def _tiny_model(torch, preset: str, overrides: dict, kind: str, seed: int, std: float):
     """A tiny random model of ``preset``'s layout on CUDA in float32, its weights drawn wider than
     the default init (so that greedy choices vary), as the CPU tests draw them."""

@@ -132,6 +132,23 @@ def test_the_graph_options_are_on_by_default_and_gpu_cascade_no_graphs_turns_the
     assert graph_options(resolve_system("embedded-cascade", path)) == (False, False, False)
 
 
+def test_the_decode_loops_overlap_by_default_and_gpu_cascade_no_overlap_turns_it_off(tmp_path):
+    """The recognizer's and the reply model's decode loops launch a step before they read the
+    last by default; ``gpu_cascade.py --no-overlap`` writes a launch file with both off (the A/B),
+    and the engines are told apart by it (two launch files never share an engine)."""
+    from benchmarks.gpu_cascade import launch_file
+    from serving.gpu.chat import engine_key as llm_key
+    from serving.gpu.whisper import engine_key as asr_key
+
+    asr, llm, _ = _gpu_options(get_system("gpu-cascade"))
+    assert (asr.overlap, llm.overlap) == (True, True)
+    path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, overlap=False)
+    off_asr, off_llm, _ = _gpu_options(resolve_system("embedded-cascade", path))
+    assert (off_asr.overlap, off_llm.overlap) == (False, False)
+    assert asr_key(off_asr) != asr_key(off_asr.model_copy(update={"overlap": True}))
+    assert llm_key(off_llm) != llm_key(off_llm.model_copy(update={"overlap": True}))
+
+
 def test_gpu_cascade_stream_priority_sets_each_engines_stream_priority(tmp_path):
     """``gpu_cascade.py --stream-priority tts=-5,llm=-1`` writes each engine's stream priority
     into the launch file, which loads with them; the profile's own are CUDA's default (0); a

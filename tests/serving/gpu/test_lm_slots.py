@@ -1,7 +1,9 @@
 """The slot-cache decode loop (``serving.gpu.lm_slots``) on CPU with a tiny random Qwen3 in
 float32: each reply's greedy tokens equal transformers' ``generate`` of its prompt alone, however
 the replies were admitted (together, one after another while others decode, across length
-buckets), with the fused layers and with the modules' operations; an end token ends a reply;
+buckets), with the fused layers and with the modules' operations, with the next step launched
+before the last one's tokens are read (``overlap``) and without; an end token ends a reply, and
+the slot it frees serves the next request while the step launched ahead for it is still read;
 leaving a stream frees its slot; closing fails every waiting request; a prompt that cannot fit
 is one line."""
 
@@ -64,9 +66,10 @@ async def _reply(engine, ids, new=NEW, started: asyncio.Event | None = None, lea
 
 
 @pytest.mark.parametrize(
-    "fuse, prefill_lengths", [(True, None), (False, None), (True, (8, 64, 256))]
+    "fuse, prefill_lengths, overlap",
+    [(True, None, True), (False, None, True), (True, (8, 64, 256), True), (True, None, False)],
 )
-def test_replies_equal_generate_however_they_were_admitted(model, fuse, prefill_lengths):
+def test_replies_equal_generate_however_they_were_admitted(model, fuse, prefill_lengths, overlap):
     """(True, (8, 64, 256)): the prompts that fit a length are prefilled alone, right-padded to
     it (what CUDA runs as one graph a length, ``serving.gpu.slots.PaddedPrefill``); the 300-token
     one takes the eager pass."""
@@ -77,6 +80,7 @@ def test_replies_equal_generate_however_they_were_admitted(model, fuse, prefill_
         temperature=0.0,
         fuse=fuse,
         prefill_lengths=prefill_lengths,
+        overlap=overlap,
     )
     assert engine.padded.lengths == tuple(prefill_lengths or ())  # on CPU none unless asked
     # lengths across the length buckets (256, 512, 600); the long one crosses 256 while decoding
@@ -100,11 +104,16 @@ def test_replies_equal_generate_however_they_were_admitted(model, fuse, prefill_
     assert engine.steps < 5 * NEW  # replies shared steps
 
 
-def test_an_end_token_ends_the_reply_and_leaving_frees_the_slot(model):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_an_end_token_ends_the_reply_and_leaving_frees_the_slot(model, overlap):
+    """Each reply alone, one after another: each new one starts in the row the last one left
+    (the loop idle between them), and takes its own prompt's token, not the row's last."""
     ids = _prompt(9, 11)
     free = _generate(model, ids)
     k = next(i for i in range(1, NEW) if free[i] not in free[:i])
-    engine = SlotLmEngine(model, max_batch=2, max_len=64, temperature=0.0, eos=[free[k]])
+    engine = SlotLmEngine(
+        model, max_batch=2, max_len=64, temperature=0.0, eos=[free[k]], overlap=overlap
+    )
 
     async def main():
         ended = await _reply(engine, ids)
@@ -122,6 +131,61 @@ def test_an_end_token_ends_the_reply_and_leaving_frees_the_slot(model):
     want = _generate(model, _prompt(7, 13))
     stop = next((i for i, t in enumerate(want) if t == free[k]), len(want))
     assert after == want[:stop]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_slot_freed_by_an_end_token_serves_the_next_request(model, overlap):
+    """One slot: the second request waits for the first, which ends at an end token while the
+    step launched ahead for it runs; that step's token is never read, and the second reply,
+    prefilled into the same row behind it, equals ``generate``."""
+    first, second = _prompt(9, 11), _prompt(6, 14)
+    free = _generate(model, first)
+    k = next(i for i in range(1, NEW) if free[i] not in free[:i])
+    engine = SlotLmEngine(
+        model, max_batch=1, max_len=64, temperature=0.0, eos=[free[k]], overlap=overlap
+    )
+
+    async def main():
+        return await asyncio.gather(_reply(engine, first), _reply(engine, second))
+
+    try:
+        ended, after = asyncio.run(main())
+    finally:
+        engine.close()
+    assert ended == free[:k]
+    want = _generate(model, second)
+    stop = next((i for i, t in enumerate(want) if t == free[k]), len(want))
+    assert after == want[:stop] and all(r is None for r in engine._slots)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_next_step_is_launched_before_the_tokens_are_read(model, overlap):
+    """With overlap, step k+1 is launched before step k's tokens are handed out (the GPU runs it
+    while the thread delivers); without, each step's tokens are read before the next launch.
+    A reply of NEW tokens takes NEW steps either way."""
+    engine = SlotLmEngine(model, max_batch=2, max_len=64, temperature=0.0, overlap=overlap)
+    order: list[str] = []
+    replay, deliver = engine._replay, engine._deliver
+
+    def replayed(n, length):
+        order.append("launch")
+        replay(n, length)
+
+    def delivered(*args):
+        order.append("read")
+        deliver(*args)
+
+    engine._replay, engine._deliver = replayed, delivered
+    try:
+        reply = asyncio.run(_reply(engine, _prompt(5, 30)))
+    finally:
+        engine.close()
+    assert reply == _generate(model, _prompt(5, 30))
+    assert order.count("launch") == NEW == order.count("read")
+    if overlap:
+        assert order == ["launch"] + ["launch", "read"] * (NEW - 1) + ["read"]
+    else:
+        assert order == ["launch", "read"] * NEW
 
 
 def test_closing_fails_waiting_requests_and_a_long_prompt_is_refused(model):

@@ -115,6 +115,29 @@ def test_rows_that_end_early_equal_generate(model):
     assert got == _generated(model, features, generation)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_batch_that_ends_stops_one_step_later_with_overlap(model, overlap):
+    """Every row ends at an end token: with overlap the loop learns it one step late (the next
+    step was launched before the flag was read) and stops there; the tokens are the same."""
+    generation = copy.deepcopy(model.generation_config)
+    features = _features(1, seed=4)
+    free = _static(model, generation).transcribe(features, BUDGET)
+    k = next(i for i in range(1, BUDGET - 2) if free[0][i] not in free[0][:i])
+    generation.eos_token_id = generation.pad_token_id = free[0][k]
+    static = StaticWhisper(
+        model, generation, prompt_ids(generation, None), BUDGET, 4, graphs=False, overlap=overlap
+    )
+    replays = []
+    replay = static._replay
+    static._replay = lambda n, positions: replays.append(n) or replay(n, positions)
+    assert (
+        static.transcribe(features, BUDGET)
+        == [free[0][:k]]
+        == _generated(model, features, generation)
+    )
+    assert len(replays) == k + 1 + (1 if overlap else 0)
+
+
 def test_a_row_does_not_depend_on_its_batch(model):
     generation = copy.deepcopy(model.generation_config)
     static = _static(model, generation)
