@@ -68,6 +68,10 @@
 #   yield         gpu_cascade at 32 as in overlap, a first run to warm the machine, then CSM's
 #                 steps held back while the recognizer or a reply's first tokens run (--csm-yield-ms
 #                 400) and not (0), three each, in the order off on on off off on
+#   prompt        gpu_whisper at 1 and 4 utterances (Whisper's forced prompt in one pass against a
+#                 step a token), the CUDA tests of the overlapped loops and the pass, then
+#                 gpu_cascade at 32 as in overlap: a warming run, then the first chunk at most 7
+#                 words and 4, three each, in the order 7 4 4 7 7 4
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -382,8 +386,27 @@ yield)
         cascade32 "s4-yield-$run" 90 FDB_STAGE_MARKS=1 "$base --csm-yield-ms $ms"
     done
     ;;
+prompt)
+    # Whisper's forced prompt (large-v3's four tokens, now the dummy model's too) in one pass
+    # against a step a token (gpu_whisper.py's static and static_steps), the CUDA tests of the
+    # overlapped loops and the pass, then gpu_cascade at 32 as in overlap: a first run to warm
+    # the machine, then the first chunk at most 7 words (the default) and 4, in the order 7 4 4 7
+    # 7 4
+    step whisper 150 python3 benchmarks/gpu_whisper.py --device cuda --batches 1,4 --tokens 16 \
+        --reps 5 --out "$RES/whisper.json"
+    step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider \
+        -k "overlap or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
+    tail -1 "$RES/cuda-tests.log"
+    base="--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$base"
+    for run in fc7-1 fc4-1 fc4-2 fc7-2 fc7-3 fc4-3; do
+        extra=""
+        [ "${run%-*}" = fc4 ] && extra=" --first-chunk-words 4"
+        cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$base$extra"
+    done
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap or yield"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, yield or prompt"
     exit 2
     ;;
 esac

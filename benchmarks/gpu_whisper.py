@@ -11,7 +11,8 @@ batch's window as in serving (``--window-s``, default 10: the whisper_gpu node's
 always takes 30 s). Per batch size it prints the median ms of: the log-mel features on the
 device, the encoder in the window and in 30 s, the cross-attention keys and values, one static
 decoder step (graph replay), a whole static transcription of ``--tokens`` tokens (features
-included) in the window and in 30 s, a whole ``generate`` of as many (features included), the
+included) in the window with the forced prompt in one pass (the default) and a step a token
+(``static_steps``), and in 30 s, a whole ``generate`` of as many (features included), the
 engine's own ``run_batch`` (static, features included, on the engine's CUDA stream: what a server
 runs); and how many rows' tokens the static decoder in 30 s and ``generate`` agree on (in
 bfloat16 they may part where two scores are closer than its rounding). ``--out`` writes it as
@@ -117,10 +118,12 @@ def main(argv: list[str] | None = None) -> dict:
             static._replay(n, positions)
 
     def generate(clips):
+        extra = {"language": "en", "task": "transcribe"} if engine._multilingual() else {}
         out = model.generate(
             input_features=features(clips),
             generation_config=engine.generation,
             max_new_tokens=args.tokens,
+            **extra,
         )
         return out.tolist()
 
@@ -135,6 +138,11 @@ def main(argv: list[str] | None = None) -> dict:
         ms, _ = timed(steps, n, enc.shape[1])
         got["step"] = ms / args.tokens
         got["static"], _ = timed(lambda: static.transcribe(features(clips, window), args.tokens))
+        static.prompt_pass = False  # the forced prompt a step a token (the A/B)
+        got["static_steps"], _ = timed(
+            lambda: static.transcribe(features(clips, window), args.tokens)
+        )
+        static.prompt_pass = True
         got["static_30s"], rows = timed(lambda: static.transcribe(features(clips), args.tokens))
         got["generate"], gen = timed(generate, clips)
         got["engine"], _ = timed(engine.run_batch, clips)  # the served path: its own stream
@@ -166,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "cross",
                     "step",
                     "static",
+                    "static_steps",
                     "static_30s",
                     "generate",
                     "engine",

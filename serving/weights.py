@@ -73,6 +73,21 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
+# A dummy model's generation config fields that shape its computation, from the checkpoint's
+# published generation_config.json: Whisper large-v3's forced prompt is four tokens (start of
+# transcript, <|en|>, <|transcribe|>, <|notimestamps|>) where the class default is one, so a
+# dummy recognizer decodes as many steps as the real one (English only: the file lists 100
+# languages). Applied where the configuration's vocabulary holds the ids (not to tiny ones).
+GENERATION: dict[str, dict[str, Any]] = {
+    "whisper-large-v3": {
+        "decoder_start_token_id": 50258,
+        "lang_to_id": {"<|en|>": 50259},
+        "task_to_id": {"translate": 50359, "transcribe": 50360},
+        "no_timestamps_token_id": 50364,
+        "is_multilingual": True,
+    },
+}
+
 
 @dataclass(frozen=True)
 class WeightSource:
@@ -234,6 +249,10 @@ def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str 
         config = preset_config(source.preset, source.overrides)
         with torch.device(device):
             model = getattr(transformers, class_name)._from_config(config, dtype=torch_dtype)
+        fields = GENERATION.get(source.preset, {})
+        if fields and fields["no_timestamps_token_id"] < config.vocab_size:
+            for key, value in copy.deepcopy(fields).items():
+                setattr(model.generation_config, key, value)
         return model.eval()
     assert source.path is not None and source.sha256 is not None
     verify_checkpoint(source.path, source.sha256, role)

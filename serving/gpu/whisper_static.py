@@ -14,11 +14,14 @@ utterances is decoded as:
 2. every decoder layer's cross-attention keys and values made once from the encoder's output,
    written into tensors allocated once for ``max_batch`` rows of the whole window
    (:class:`StaticWhisper`; a shorter window uses the front of the same memory);
-3. one decoder step per token for every row at once, with the self-attention keys and values
+3. with ``prompt_pass`` (the default) the forced prompt (start, language, task, no timestamps:
+   four tokens for large-v3 in English) in one pass of its positions, which chooses the first
+   generated token, where a step a token took four; then
+   one decoder step per token for every row at once, with the self-attention keys and values
    written at the step's position into a cache of ``prompt + max_new_tokens`` positions. Every
    shape in a step depends only on the bucket ``n`` (the smallest power of two holding the
-   batch) and the window, so the step is captured as one CUDA graph per (bucket, window) and
-   replayed. With ``overlap`` (the default) whether every row has ended is read one step late
+   batch) and the window, so the step (and the prompt's pass) is captured as one CUDA graph per
+   (bucket, window) and replayed. With ``overlap`` (the default) whether every row has ended is read one step late
    (a flag copied to the host behind its step), so the next step is queued before the thread
    waits for the GPU and then for the GIL; a batch that ends at an end token has had one step
    more launched, not read.
@@ -124,6 +127,7 @@ class StaticWhisper:
         frames: Sequence[int] | None = None,
         encoder_graphs: bool = True,
         overlap: bool = True,
+        prompt_pass: bool = True,
     ):
         config = model.config
         self.model, self.max_batch = model, max_batch
@@ -185,6 +189,11 @@ class StaticWhisper:
         # overlap: whether every row has ended is read one step late, from a host flag (pinned on
         # CUDA) copied behind its step, so that the GPU always has the next step queued
         self.overlap = overlap
+        # prompt_pass: the forced prompt (start, language, task, no timestamps) decoded in one
+        # pass of P positions instead of P - 1 steps of one
+        self.prompt_pass = prompt_pass
+        self._prompt_ids = torch.tensor(self.prompt, device=device).repeat(max_batch, 1)
+        self._prompt_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         cuda = device.type == "cuda"
         self._flags = [torch.zeros(1, dtype=torch.bool, pin_memory=cuda) for _ in range(2)]
         self._events = [torch.cuda.Event() for _ in range(2)] if cuda else None
@@ -202,6 +211,8 @@ class StaticWhisper:
             for frames in self.frames:
                 for n in buckets:
                     self._replay(n, frames // 2)
+                    if self.prompt_pass and len(self.prompt) > 1:
+                        self._replay_prompt(n, frames // 2)
                     if self.encoder_graphs:
                         self._encode(n, frames)
 
@@ -231,12 +242,18 @@ class StaticWhisper:
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
         self.tokens[:n].fill_(prompt[0])
         steps = len(prompt) - 1 + budget
+        start = 0
+        if self.prompt_pass and len(prompt) > 1:
+            # the forced prompt in one pass: the first generated token is chosen at its end
+            self._replay_prompt(n, positions)
+            start = len(prompt) - 1
         unread: int | None = None  # the step whose "all ended" flag is copied but not yet read
-        for step in range(steps):
-            self.position.fill_(step)
+        for step in range(start, steps):
             free = step + 1 - len(prompt)  # the generated token this step chooses (< 0: forced)
-            self.bias.copy_(self.begin_bias if free == 0 else self.plain_bias)
-            self._replay(n, positions)
+            if step > start or start == 0:
+                self.position.fill_(step)
+                self.bias.copy_(self.begin_bias if free == 0 else self.plain_bias)
+                self._replay(n, positions)
             if free < 0:
                 self.tokens[:n].fill_(prompt[step + 1])
                 continue
@@ -304,6 +321,53 @@ class StaticWhisper:
             self._pool = self._pool or graph.pool()
             self._encoders[n, frames] = graph
         graph.replay()
+
+    def _replay_prompt(self, n: int, positions: int) -> None:
+        if not self.graphs:
+            self._prompt_step(n, positions)
+            return
+        graph = self._prompt_graphs.get((n, positions))
+        if graph is None:
+            graph = capture(lambda: self._prompt_step(n, positions), pool=self._pool)
+            self._pool = self._pool or graph.pool()
+            self._prompt_graphs[n, positions] = graph
+        graph.replay()
+
+    def _prompt_step(self, n: int, positions: int) -> None:
+        """The forced prompt's tokens at positions 0..P-1 for rows ``0..n-1`` in one pass (each
+        attends to those before it): every layer's keys and values of the prompt written, and
+        the first generated token (``begin_suppress_tokens`` too) in ``chosen``."""
+        decoder, heads, dim = self.decoder, self.heads, self.head_dim
+        p = self._prompt_ids.shape[1]
+        x = decoder.embed_tokens(self._prompt_ids[:n]) + decoder.embed_positions.weight[:p].to(
+            self.dtype
+        )
+        # [1, 1, P, length]: position i sees columns 0..i (later columns are stale)
+        visible = (self.columns[None, :] <= self.columns[:p, None])[None, None]
+        for i, layer in enumerate(decoder.layers):
+            attn = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q = (attn.q_proj(h) * attn.scaling).view(n, p, heads, dim).transpose(1, 2)
+            self.k[i][:n, :, :p] = attn.k_proj(h).view(n, p, heads, dim).transpose(1, 2)
+            self.v[i][:n, :, :p] = attn.v_proj(h).view(n, p, heads, dim).transpose(1, 2)
+            a = F.scaled_dot_product_attention(
+                q, self.k[i][:n], self.v[i][:n], attn_mask=visible, scale=1.0
+            )
+            x = x + attn.out_proj(a.transpose(1, 2).reshape(n, p, heads * dim))
+            cross = layer.encoder_attn
+            h = layer.encoder_attn_layer_norm(x)
+            q = (cross.q_proj(h) * cross.scaling).view(n, p, heads, dim).transpose(1, 2)
+            a = F.scaled_dot_product_attention(
+                q,
+                self._cross_view(self.cross_k[i], positions)[:n],
+                self._cross_view(self.cross_v[i], positions)[:n],
+                scale=1.0,
+            )
+            x = x + cross.out_proj(a.transpose(1, 2).reshape(n, p, heads * dim))
+            h = layer.final_layer_norm(x)
+            x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+        logits = self.model.proj_out(decoder.layer_norm(x[:, -1:]))[:, 0].float()
+        self.chosen[:n].copy_((logits + self.begin_bias).argmax(-1))
 
     def _replay(self, n: int, positions: int) -> None:
         if not self.graphs:

@@ -268,7 +268,8 @@ def test_decode_overlap_gives_the_tokens_of_reading_each_step_on_cuda():
     """The reply model's and Whisper's decode loops on CUDA with the next step launched before
     the last one is read (pinned copies, their events on the engine's stream) give the tokens of
     the loops that read each step first: five replies of different lengths admitted while others
-    decode, and Whisper batches whose rows end at an end token (the early stop)."""
+    decode, and Whisper batches whose rows end at an end token (the early stop); and Whisper's
+    four-token forced prompt in one pass, captured, gives the tokens of a step each."""
     torch = _cuda()
     import copy
 
@@ -310,6 +311,21 @@ def test_decode_overlap_gives_the_tokens_of_reading_each_step_on_cuda():
     free = static(False).transcribe(features, BUDGET)
     generation.eos_token_id = generation.pad_token_id = free[0][1]  # row 0 ends early
     assert static(True).transcribe(features, BUDGET) == static(False).transcribe(features, BUDGET)
+    # a four-token forced prompt (large-v3's shape) in one pass, as a graph, against a step each
+    generation.lang_to_id, generation.task_to_id = {"<|en|>": 50}, {"transcribe": 52}
+    generation.no_timestamps_token_id, generation.is_multilingual = 54, True
+    prompt = prompt_ids(generation, "en")
+    assert len(prompt) == 4
+
+    def prompted(prompt_pass: bool) -> list[list[int]]:
+        engine = StaticWhisper(
+            whisper, generation, prompt, BUDGET, 4, True, prompt_pass=prompt_pass
+        )
+        engine.warm(buckets(4))
+        assert bool(engine._prompt_graphs) == (prompt_pass and engine.graphs)
+        return engine.transcribe(features, BUDGET)
+
+    assert prompted(True) == prompted(False)
 
 
 def _tiny_model(torch, preset: str, overrides: dict, kind: str, seed: int, std: float):

@@ -102,6 +102,50 @@ def test_multilingual_prompt_and_suppressed_tokens_equal_generate(model):
         prompt_ids(generation, "xx")
 
 
+def test_the_forced_prompt_in_one_pass_gives_the_tokens_of_a_step_each(model):
+    """A prompt of start, language, task and no-timestamps tokens: one pass of its four positions
+    (``prompt_pass``, the default) writes the keys and values the three forced steps write, and
+    chooses the same tokens as they and ``generate`` do: one pass for four steps; a bucket with a
+    stale row and a shorter window too."""
+    generation = copy.deepcopy(model.generation_config)
+    generation.lang_to_id = {"<|en|>": 50}
+    generation.task_to_id = {"transcribe": 52}
+    generation.no_timestamps_token_id = 54
+    generation.is_multilingual = True
+    full = 2 * TINY["max_source_positions"]
+
+    def static(prompt_pass: bool):
+        engine = StaticWhisper(
+            model,
+            generation,
+            prompt_ids(generation, "en"),
+            BUDGET,
+            4,
+            graphs=False,
+            frames=[full // 2, full],
+            prompt_pass=prompt_pass,
+        )
+        calls = {"step": 0, "pass": 0}
+        step, whole = engine._replay, engine._replay_prompt
+        engine._replay = lambda n, p: calls.__setitem__("step", calls["step"] + 1) or step(n, p)
+        engine._replay_prompt = lambda n, p: (
+            calls.__setitem__("pass", calls["pass"] + 1) or whole(n, p)
+        )
+        return engine, calls
+
+    for rows, frames, seed in ((3, full, 5), (1, full // 2, 6)):
+        features = _features(rows, seed, frames)
+        (one, one_calls), (each, each_calls) = static(True), static(False)
+        got = one.transcribe(features, BUDGET)
+        assert got == each.transcribe(features, BUDGET)
+        assert one_calls == {"step": BUDGET - 1, "pass": 1}
+        assert each_calls == {"step": 3 + BUDGET, "pass": 0}  # 4 steps for the pass
+        for k_one, k_each in zip(one.k, each.k, strict=True):  # the prompt's keys
+            assert torch.allclose(k_one[:rows, :, :4], k_each[:rows, :, :4], atol=1e-5)
+        if frames == full:
+            assert got == _generated(model, features, generation, language="en", task="transcribe")
+
+
 def test_rows_that_end_early_equal_generate(model):
     generation = copy.deepcopy(model.generation_config)
     features = _features(3, seed=2)
