@@ -21,10 +21,10 @@ utterances is decoded as:
    written at the step's position into a cache of ``prompt + max_new_tokens`` positions. Every
    shape in a step depends only on the bucket ``n`` (the smallest power of two holding the
    batch) and the window, so the step (and the prompt's pass) is captured as one CUDA graph per
-   (bucket, window) and replayed. With ``overlap`` (the default) whether every row has ended is read one step late
-   (a flag copied to the host behind its step), so the next step is queued before the thread
-   waits for the GPU and then for the GIL; a batch that ends at an end token has had one step
-   more launched, not read.
+   (bucket, window) and replayed. With ``overlap`` (the default) whether every row has ended is
+   read one step late (a flag copied to the host behind its step), so the next step is queued
+   before the thread waits for the GPU and then for the GIL; a batch that ends at an end token
+   has had one step more launched, not read.
 
 The decoding rule is transformers' ``generate`` for short-form Whisper without timestamps: the
 forced prompt (``decoder_start_token_id``, then the language, the task and ``<|notimestamps|>``
