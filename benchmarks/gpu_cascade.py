@@ -129,7 +129,6 @@ def launch_file(
     asr_tokens_per_s: float | None = None,
     first_chunk_words: int | None = None,
     overlap: bool = True,
-    csm_yield_ms: int | None = None,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
@@ -139,8 +138,8 @@ def launch_file(
     of the engines named (asr, llm, tts: each node's ``stream_priority``), the recognizer's
     ``max_tokens_per_s`` (None: the node's default), the system's ``first_chunk.max_words``
     (None: the default rule), ``overlap``: the recognizer's and the reply model's decode loops
-    launch a step before they read the last (the defaults; False for the A/B), CSM's
-    ``yield_margin_ms`` (None: the profile's), and (--tiny) the CPU configuration."""
+    launch a step before they read the last (the defaults; False for the A/B), and (--tiny) the
+    CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -174,8 +173,6 @@ def launch_file(
         tts["prefill_graphs"] = False
     tts["device"] = "cpu" if tiny else device
     tts["codec"] = codec
-    if csm_yield_ms is not None:
-        tts["yield_margin_ms"] = csm_yield_ms or None
     for name, priority in (priorities or {}).items():
         (tts if name == "tts" else raw["session_nodes"][name])["stream_priority"] = priority
     if tiny:
@@ -241,7 +238,6 @@ def run(args: argparse.Namespace) -> dict:
         args.asr_tokens_per_s,
         args.first_chunk_words,
         not args.no_overlap,
-        args.csm_yield_ms,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -287,7 +283,6 @@ def run(args: argparse.Namespace) -> dict:
         "stagger_s": args.stagger_s,
         "graphs": not args.no_graphs,
         "overlap": not args.no_overlap,
-        "csm_yield_ms": args.csm_yield_ms,
         "stream_priority": args.stream_priority,
         "sessions": sessions,
         "levels": summary_levels,
@@ -375,13 +370,6 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="the recognizer's and the reply model's decode loops read each step's result "
         "before they launch the next (overlap false; default: the next step is launched first), "
         "for the A/B",
-    )
-    parser.add_argument(
-        "--csm-yield-ms",
-        type=int,
-        help="CSM's yield_margin_ms: while the recognizer or a reply's first tokens run, CSM "
-        "holds its steps back as long as every stream has this much audio ahead of its playback "
-        "(0: never; default: the profile's)",
     )
     parser.add_argument(
         "--stream-priority",

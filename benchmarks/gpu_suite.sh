@@ -65,9 +65,6 @@
 #                 gpu_cascade at 32 spread over 4 s, 5 tokens a second, prefetch_ms 50, with the
 #                 recognizer's and the reply model's loops overlapped (the default) and not
 #                 (--no-overlap), three each, in the order on off off on on off
-#   yield         gpu_cascade at 32 as in overlap, a first run to warm the machine, then CSM's
-#                 steps held back while the recognizer or a reply's first tokens run (--csm-yield-ms
-#                 400) and not (0), three each, in the order off on on off off on
 #   prompt        gpu_whisper at 1 and 4 utterances (Whisper's forced prompt in one pass against a
 #                 step a token), the CUDA tests of the overlapped loops and the pass, then
 #                 gpu_cascade at 32 as in overlap: a warming run, then the first chunk at most 7
@@ -374,18 +371,6 @@ overlap)
         cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$base$extra"
     done
     ;;
-yield)
-    # CSM's steps held back for the recognizer's batches and the replies' first tokens
-    # (--csm-yield-ms 400) or not (0), after a first run that warms the machine (not compared),
-    # in the order off on on off off on
-    base="--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
-    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$base --csm-yield-ms 400"
-    for run in off-1 on-1 on-2 off-2 off-3 on-3; do
-        ms=0
-        [ "${run%-*}" = on ] && ms=400
-        cascade32 "s4-yield-$run" 90 FDB_STAGE_MARKS=1 "$base --csm-yield-ms $ms"
-    done
-    ;;
 prompt)
     # Whisper's forced prompt (large-v3's four tokens, now the dummy model's too) in one pass
     # against a step a token (gpu_whisper.py's static and static_steps), the CUDA tests of the
@@ -406,7 +391,7 @@ prompt)
     done
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, yield or prompt"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap or prompt"
     exit 2
     ;;
 esac

@@ -47,7 +47,7 @@ import numpy as np
 from fdb.errors import FdbError
 from fdb.models import BackendIdentity
 from fdb.provenance import package_version
-from serving.gpu.requests import URGENT, LoopQueue, PendingRequests, received
+from serving.gpu.requests import LoopQueue, PendingRequests, received
 
 log = logging.getLogger("fdb.serving")
 
@@ -62,7 +62,6 @@ PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 FRAME_HZ = 12.5
 SLOW_STEP_S = 0.05  # a step logged under FDB_STAGE_MARKS when it takes longer
-HOLD_S = 0.002  # a held-back step looks again after this long (yield_margin_s)
 
 
 class PromptTooLong(FdbError):
@@ -96,10 +95,6 @@ class CsmOptions:
     prefill_lengths: tuple[int, ...] | None = None  # other lengths (on CPU: run eagerly, padded)
     # the CUDA stream priority of the GPU thread (serving.gpu.slots.engine_stream)
     stream_priority: int = 0
-    # while another engine has latency-critical work (serving.gpu.requests.URGENT), the next step
-    # is held back as long as every request in flight has at least this much audio (s) made
-    # ahead of its playback and none waits; None: never held back
-    yield_margin_s: float | None = None
 
 
 @dataclass
@@ -115,7 +110,6 @@ class _Request:
     submitted: float = field(default_factory=time.time)  # wall clock, as the stage marks
     admitted: float = 0.0  # its prefill launched
     prompt: int = 0  # its prompt's positions
-    first_at: float = 0.0  # its first frame handed out (perf_counter): its playback's start
 
 
 class CsmEngine(PendingRequests):
@@ -238,7 +232,6 @@ class CsmEngine(PendingRequests):
         self.prefill_passes = 0  # backbone prefill passes (a burst shares one)
         # launch to delivery: the admission while the step runs included, the one before not
         self.step_s = 0.0
-        self.holds, self.held_s = 0, 0.0  # steps held back for other engines (yield_margin_s)
         self._started = 0.0
         self.identity = BackendIdentity(
             kind="tts",
@@ -257,7 +250,6 @@ class CsmEngine(PendingRequests):
                 "top_k": options.top_k,
                 "frame_hz": FRAME_HZ,
                 "rate": RATE,
-                "yield_margin_s": options.yield_margin_s,
             },
         )
         self.warm_s = self._warm()
@@ -363,17 +355,6 @@ class CsmEngine(PendingRequests):
     def _closed(self) -> FdbError:
         return FdbError("the CSM engine is closed", "the server is stopping")
 
-    def close(self) -> None:
-        super().close()
-        if self.opts.yield_margin_s is not None:
-            log.info(
-                "csm: %d steps; held back %d times for %.1f s in all (yield_margin_s %.3f)",
-                self.steps,
-                self.holds,
-                self.held_s,
-                self.opts.yield_margin_s,
-            )
-
     # --- the GPU thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -388,13 +369,6 @@ class CsmEngine(PendingRequests):
             while not self._stop:
                 busy = self._busy()
                 if not busy:
-                    continue
-                if self._holds_back(busy):
-                    held = time.perf_counter()
-                    self._wake.wait(HOLD_S)  # a new request wakes it at once
-                    self._wake.clear()
-                    self.holds += 1
-                    self.held_s += time.perf_counter() - held
                     continue
                 try:
                     before = time.perf_counter()
@@ -421,24 +395,6 @@ class CsmEngine(PendingRequests):
                         self._finish(
                             i, FdbError(f"CSM generation failed: {exc}", "see the server log")
                         )
-
-    def _holds_back(self, busy: list[int]) -> bool:
-        """Whether the next step waits (``yield_margin_s``): another engine has urgent work on
-        the GPU, no request waits for a slot, and every request in flight has had its first
-        frame and has at least the margin of audio ahead of its playback (frames made less the
-        time since its first frame; a reply's later chunk, which plays after the chunk before,
-        has more than that)."""
-        margin = self.opts.yield_margin_s
-        if margin is None or not URGENT.active() or self._pending.qsize():
-            return False
-        now = time.perf_counter()
-        for i in busy:
-            request = self._slots[i]
-            if request is None or request.frames == 0:
-                return False
-            if request.frames / FRAME_HZ - (now - request.first_at) < margin:
-                return False
-        return True
 
     def _mark_slow_step(self, n: int, before: float, during: float) -> None:
         """Under FDB_STAGE_MARKS: a step that took more than ``SLOW_STEP_S`` from the admission
@@ -543,8 +499,6 @@ class CsmEngine(PendingRequests):
                 self._finish(i, None)
                 continue
             request.frames += 1
-            if request.frames == 1:
-                request.first_at = time.perf_counter()
             request.out.put(audio[i])
             if self._marks and request.frames == 1:
                 log.info(

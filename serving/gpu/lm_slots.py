@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fdb.errors import FdbError
-from serving.gpu.requests import URGENT, LoopQueue, PendingRequests, received
+from serving.gpu.requests import LoopQueue, PendingRequests, received
 from serving.gpu.slots import (
     PaddedPrefill,
     SlotCache,
@@ -76,9 +76,6 @@ PREFILL_TOKENS = 16384  # padded prompt tokens in one prefill pass at most
 # With prefill_graphs (CUDA, cuda_graphs) a prompt of up to the largest of these (less max_len)
 # is prefilled alone, right-padded to the next, by that length's graph (slots.PaddedPrefill)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048)
-# a reply's first tokens, marked urgent (serving.gpu.requests.URGENT) while they decode: its first
-# speakable chunk (at most 7 words by default, about 1.3-1.5 tokens a word) is made within them
-URGENT_TOKENS = 16
 _ids = itertools.count()
 
 
@@ -242,17 +239,8 @@ class SlotLmEngine(PendingRequests):
             self._loop()
 
     def _loop(self) -> None:
-        try:
-            self._steps()
-        finally:
-            URGENT.mark(self, False)
-
-    def _steps(self) -> None:
         while not self._stop:
             rows = self._launchable()
-            # a reply's first tokens (its first speakable chunk) are on its turn's critical
-            # path, and so is a prompt waiting for its prefill
-            URGENT.mark(self, self._pending.qsize() > 0 or self._first_tokens(rows))
             if not rows and self._inflight is None:
                 self._busy()  # nothing launched, nothing to read: admit, or wait for a request
                 continue
@@ -277,10 +265,6 @@ class SlotLmEngine(PendingRequests):
                 self._inflight, self._last_rows = None, set()
                 for i in self._in_flight():
                     self._finish(i, FdbError(f"the reply failed: {exc}", "see the server log"))
-
-    def _first_tokens(self, rows: list[int]) -> bool:
-        """Whether a row of ``rows`` is among its reply's first ``URGENT_TOKENS`` tokens."""
-        return any(self._slots[i].launched < URGENT_TOKENS for i in rows)
 
     def _launchable(self) -> list[int]:
         """The busy rows the next step takes: those not cancelled that have tokens left to

@@ -53,7 +53,6 @@ class CsmTts:
             dummy_s_per_char=node.dummy_s_per_char,
             prefill_graphs=node.prefill_graphs,
             stream_priority=node.stream_priority,
-            yield_margin_s=None if node.yield_margin_ms is None else node.yield_margin_ms / 1000,
         )
         self.engine = CsmEngine(
             model, options, tokenizer=tokenizer, dummy=source.dummy, weights_label=source.label()

@@ -1,9 +1,8 @@
 """What the GPU engines with a thread of their own share about requests (``csm_gpu``'s
 :class:`~serving.gpu.csm.CsmEngine`, ``causal_lm_gpu``'s
 :class:`~serving.gpu.lm_slots.SlotLmEngine`): a request's output handed from the GPU thread to
-the caller's event loop (:class:`LoopQueue`), awaited item by item (:func:`received`), the
-queue of waiting requests with the engine's closing and ending (:class:`PendingRequests`), and
-which engines have latency-critical work on the GPU now (:data:`URGENT`, an :class:`Urgency`).
+the caller's event loop (:class:`LoopQueue`), awaited item by item (:func:`received`), and the
+queue of waiting requests with the engine's closing and ending (:class:`PendingRequests`).
 
 An output queue carries the request's items, then ``None`` at its end; an exception in it is
 raised to the caller.
@@ -12,7 +11,6 @@ raised to the caller.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
 import threading
@@ -22,41 +20,6 @@ from typing import Any
 from fdb.errors import FdbError
 
 log = logging.getLogger("fdb.serving")
-
-
-class Urgency:
-    """Which engines of this process have latency-critical work on the GPU now: a recognizer's
-    batch (a turn's transcript), a reply model's first tokens (a reply's first speakable chunk).
-    Each such engine marks itself on and off; an engine whose work has slack (CSM, whose streams
-    run ahead of their playback) may hold its next step back while any is on
-    (``csm_gpu``'s ``yield_margin_ms``), so that their kernels do not share the GPU with its
-    step. Engines on other GPUs of the process are counted too (one registry a process)."""
-
-    def __init__(self) -> None:
-        self._owners: set[int] = set()
-        self._lock = threading.Lock()
-
-    def mark(self, owner: object, urgent: bool) -> None:
-        with self._lock:
-            if urgent:
-                self._owners.add(id(owner))
-            else:
-                self._owners.discard(id(owner))
-
-    def active(self) -> bool:
-        return bool(self._owners)
-
-    @contextlib.contextmanager
-    def during(self, owner: object):
-        """``owner`` marked on for the block (off after it, however it ends)."""
-        self.mark(owner, True)
-        try:
-            yield
-        finally:
-            self.mark(owner, False)
-
-
-URGENT = Urgency()
 
 
 class LoopQueue:

@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 from serving.batching import Batcher, identity, shared
-from serving.gpu.requests import URGENT
 from serving.graph.kinds import WhisperGpuOptions
 from serving.graph.nodes import WhisperNode
 from serving.graph.runtime import NodeContext
@@ -159,9 +158,7 @@ class WhisperEngine:
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import on_stream
 
-        # a turn's transcript is on its reply's critical path: an engine with slack (CSM) may
-        # hold its steps back meanwhile
-        with URGENT.during(self), on_stream(self.cuda_stream):
+        with on_stream(self.cuda_stream):
             return self._run_batch(batch)
 
     def window(self, batch: Sequence[np.ndarray]) -> int:

@@ -298,10 +298,6 @@ class CsmSpeechNode(GpuNode):
     # session)
     prefill_graphs: bool = True
     stream_priority: StreamPriority = 0
-    # while a recognizer's batch or a reply's first tokens run on the GPU (serving.gpu.requests
-    # .URGENT), CSM holds its next step back as long as every stream in flight has at least this
-    # much audio made ahead of its playback and no request waits (null: never)
-    yield_margin_ms: int | None = Field(None, ge=160, le=10000)
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and

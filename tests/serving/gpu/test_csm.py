@@ -449,57 +449,6 @@ def test_a_cancelled_stream_stops_early_and_frees_its_slot(engine):
     assert _idle(engine)
 
 
-def test_csm_holds_its_steps_back_for_urgent_work_while_its_streams_are_ahead(model):
-    """``yield_margin_s``: while another engine marks urgent work (``URGENT``), CSM makes a
-    stream's frames no further ahead of its playback than the margin (and a frame); without
-    urgent work it runs ahead freely. What holds a step back: urgency, no request waiting, every
-    stream past its first frame and the margin ahead; never without the option."""
-    from serving.gpu.csm import _Request
-    from serving.gpu.requests import URGENT
-
-    margin = 0.2
-    engine = CsmEngine(
-        model,
-        CsmOptions(max_batch=2, max_len=256, temperature=0, yield_margin_s=margin),
-        dummy=True,
-    )
-    owner = object()
-
-    def ahead(text: str) -> tuple[float, float]:
-        """The stream's most audio ahead of its playback (s) and how long it took."""
-        times = [time.perf_counter() for _ in engine.stream(text)]
-        most = max(k / 12.5 - (t - times[0]) for k, t in enumerate(times, 1))
-        return most, times[-1] - times[0]
-
-    try:
-        free, _ = ahead("x" * 20)  # 1.4 s of audio, 17 frames
-        assert free > margin + 0.3 and engine.holds == 0  # nothing urgent: it runs ahead
-        with URGENT.during(owner):
-            held, took = ahead("x" * 20)
-        assert held <= margin + 0.08 + 0.05, held
-        assert took >= 17 / 12.5 - margin - 0.08 - 0.05 and engine.holds > 0
-        assert not URGENT.active()
-    finally:
-        engine.close()
-    # the rule, on the closed engine's state
-    engine._slots[0] = _Request(text="x", ref_audio=None, ref_text="", frames=10)
-    engine._slots[0].first_at = time.perf_counter() - 0.4  # 0.8 s made, 0.4 s played
-    assert not engine._holds_back([0])  # nothing urgent
-    with URGENT.during(owner):
-        assert engine._holds_back([0])
-        engine._slots[1] = _Request(text="y", ref_audio=None, ref_text="")
-        assert not engine._holds_back([0, 1])  # a stream before its first frame
-        engine._slots[1] = None
-        engine._slots[0].first_at -= 0.3  # 0.1 s ahead: less than the margin
-        assert not engine._holds_back([0])
-        engine._slots[0].first_at += 0.3
-        engine._pending.put(_Request(text="z", ref_audio=None, ref_text=""))
-        assert not engine._holds_back([0])  # a request waits for its slot
-        engine._pending.get()
-        engine.opts.yield_margin_s = None
-        assert not engine._holds_back([0])
-
-
 def test_both_codecs_speak_whole_frames_and_a_reference_primes_the_stream(model, engine):
     """codec window (transformers' Mimi over the last frames) and streaming (the default, the
     slot's own decoder stream): the same frames of the same codes (greedy), audio of the same

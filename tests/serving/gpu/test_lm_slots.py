@@ -188,29 +188,6 @@ def test_the_next_step_is_launched_before_the_tokens_are_read(model, overlap):
         assert order == ["launch", "read"] * NEW
 
 
-def test_a_replys_first_tokens_are_marked_urgent(model):
-    """While a reply's first ``URGENT_TOKENS`` decode, the loop marks itself in ``URGENT`` (an
-    engine with slack, CSM, may hold its steps back); past them, and idle, it does not."""
-    from serving.gpu.lm_slots import URGENT_TOKENS
-    from serving.gpu.requests import URGENT
-
-    engine = SlotLmEngine(model, max_batch=2, max_len=64, temperature=0.0)
-    seen: list[bool] = []
-
-    async def main():
-        async for _ in engine.stream(_prompt(5, 40), URGENT_TOKENS + 8):
-            seen.append(URGENT.active())
-            await asyncio.sleep(0.005)  # the loop runs ahead of this reader by a step or so
-        await asyncio.sleep(0.2)
-        return URGENT.active()
-
-    try:
-        after = asyncio.run(main())
-    finally:
-        engine.close()
-    assert seen[0] and not seen[-1] and not after
-
-
 def test_closing_fails_waiting_requests_and_a_long_prompt_is_refused(model):
     engine = SlotLmEngine(model, max_batch=1, max_len=1100, temperature=0.0)
 
