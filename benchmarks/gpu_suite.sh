@@ -69,6 +69,8 @@
 #                 step a token), the CUDA tests of the overlapped loops and the pass, then
 #                 gpu_cascade at 32 as in overlap: a warming run, then the first chunk at most 7
 #                 words and 4, three each, in the order 7 4 4 7 7 4
+#   levels        gpu_cascade at 16, 24 and 32 sessions against one server (spread over 4 s, 5
+#                 tokens a second, prefetch_ms 50): the most sessions meeting the first audio goal
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -390,8 +392,16 @@ prompt)
         cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$base$extra"
     done
     ;;
+levels)
+    # gpu_cascade at 16, 24 and 32 sessions (one server, the levels in turn), spread over 4 s,
+    # 5 tokens a second, prefetch_ms 50: the most sessions that meet the first audio goal
+    step cascade-levels 200 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+        --out $RES/cascade-levels --levels 16,24,32 --dataset $DATA/cascade-ds --stagger-s 4 \
+        --prefetch-ms 50 --asr-tokens-per-s 5 \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}'"
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap or prompt"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt or levels"
     exit 2
     ;;
 esac
