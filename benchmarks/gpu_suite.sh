@@ -141,6 +141,23 @@ rounds() {  # rounds N LIMIT NAME ARGS [NAME ARGS]...: cascade32 with each NAME'
     done
 }
 
+# the cascade's configuration since the sixth session: spread over 4 s, a pause's reply at 50 ms,
+# the recognizer's bound at a real transcript's length
+SPREAD="--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
+
+alternate() {  # alternate ARGS SIDE FLAG RUN...: cascade32 s4-RUN with ARGS (stage marks on),
+    # and FLAG too where RUN's name before its last dash is SIDE, in the order given
+    local args=$1 side=$2 flag=$3 run
+    shift 3
+    for run in "$@"; do
+        if [ "${run%-*}" = "$side" ]; then
+            cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$args $flag"
+        else
+            cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$args"
+        fi
+    done
+}
+
 case "$PART" in
 codec-native)
     step mimi-moshi 60 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 8 \
@@ -366,12 +383,7 @@ overlap)
     step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider \
         -k "overlap or prefill_graphs" tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-tests.log"
-    base="--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
-    for run in on-1 off-1 off-2 on-2 on-3 off-3; do
-        extra=""
-        [ "${run%-*}" = off ] && extra=" --no-overlap"
-        cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$base$extra"
-    done
+    alternate "$SPREAD" off --no-overlap on-1 off-1 off-2 on-2 on-3 off-3
     ;;
 prompt)
     # Whisper's forced prompt (large-v3's four tokens, now the dummy model's too) in one pass
@@ -384,13 +396,8 @@ prompt)
     step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider \
         -k "overlap or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-tests.log"
-    base="--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 5"
-    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$base"
-    for run in fc7-1 fc4-1 fc4-2 fc7-2 fc7-3 fc4-3; do
-        extra=""
-        [ "${run%-*}" = fc4 ] && extra=" --first-chunk-words 4"
-        cascade32 "s4-$run" 90 FDB_STAGE_MARKS=1 "$base$extra"
-    done
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    alternate "$SPREAD" fc4 "--first-chunk-words 4" fc7-1 fc4-1 fc4-2 fc7-2 fc7-3 fc4-3
     ;;
 levels)
     # gpu_cascade at 16, 24 and 32 sessions (one server, the levels in turn), spread over 4 s,

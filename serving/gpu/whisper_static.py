@@ -323,97 +323,91 @@ class StaticWhisper:
         graph.replay()
 
     def _replay_prompt(self, n: int, positions: int) -> None:
-        if not self.graphs:
-            self._prompt_step(n, positions)
-            return
-        graph = self._prompt_graphs.get((n, positions))
-        if graph is None:
-            graph = capture(lambda: self._prompt_step(n, positions), pool=self._pool)
-            self._pool = self._pool or graph.pool()
-            self._prompt_graphs[n, positions] = graph
-        graph.replay()
+        self._replayed(self._prompt_graphs, self._prompt_step, n, positions)
 
     def _prompt_step(self, n: int, positions: int) -> None:
         """The forced prompt's tokens at positions 0..P-1 for rows ``0..n-1`` in one pass (each
         attends to those before it): every layer's keys and values of the prompt written, and
         the first generated token (``begin_suppress_tokens`` too) in ``chosen``."""
-        decoder, heads, dim = self.decoder, self.heads, self.head_dim
+        decoder = self.decoder
         p = self._prompt_ids.shape[1]
         x = decoder.embed_tokens(self._prompt_ids[:n]) + decoder.embed_positions.weight[:p].to(
             self.dtype
         )
         # [1, 1, P, length]: position i sees columns 0..i (later columns are stale)
         visible = (self.columns[None, :] <= self.columns[:p, None])[None, None]
-        for i, layer in enumerate(decoder.layers):
-            attn = layer.self_attn
-            h = layer.self_attn_layer_norm(x)
-            q = (attn.q_proj(h) * attn.scaling).view(n, p, heads, dim).transpose(1, 2)
-            self.k[i][:n, :, :p] = attn.k_proj(h).view(n, p, heads, dim).transpose(1, 2)
-            self.v[i][:n, :, :p] = attn.v_proj(h).view(n, p, heads, dim).transpose(1, 2)
-            a = F.scaled_dot_product_attention(
-                q, self.k[i][:n], self.v[i][:n], attn_mask=visible, scale=1.0
-            )
-            x = x + attn.out_proj(a.transpose(1, 2).reshape(n, p, heads * dim))
-            cross = layer.encoder_attn
-            h = layer.encoder_attn_layer_norm(x)
-            q = (cross.q_proj(h) * cross.scaling).view(n, p, heads, dim).transpose(1, 2)
-            a = F.scaled_dot_product_attention(
-                q,
-                self._cross_view(self.cross_k[i], positions)[:n],
-                self._cross_view(self.cross_v[i], positions)[:n],
-                scale=1.0,
-            )
-            x = x + cross.out_proj(a.transpose(1, 2).reshape(n, p, heads * dim))
-            h = layer.final_layer_norm(x)
-            x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
+            self.k[i][:n, :, :p] = k
+            self.v[i][:n, :, :p] = v
+
+        x = self._layers(x, n, positions, visible, write)
         logits = self.model.proj_out(decoder.layer_norm(x[:, -1:]))[:, 0].float()
         self.chosen[:n].copy_((logits + self.begin_bias).argmax(-1))
 
     def _replay(self, n: int, positions: int) -> None:
+        self._replayed(self._graphs, self._step, n, positions)
+
+    def _replayed(self, graphs: dict, fn, n: int, positions: int) -> None:
+        """``fn(n, positions)``: eagerly without graphs, else its graph in ``graphs`` (captured
+        the first time)."""
         if not self.graphs:
-            self._step(n, positions)
+            fn(n, positions)
             return
-        graph = self._graphs.get((n, positions))
+        graph = graphs.get((n, positions))
         if graph is None:
-            graph = capture(lambda: self._step(n, positions), pool=self._pool)
+            graph = capture(lambda: fn(n, positions), pool=self._pool)
             self._pool = self._pool or graph.pool()
-            self._graphs[n, positions] = graph
+            graphs[n, positions] = graph
         graph.replay()
 
     def _step(self, n: int, positions: int) -> None:
         """One token for rows ``0..n-1`` against ``positions`` encoder positions: ``tokens`` at
         ``position`` in, ``chosen`` out."""
-        decoder, heads, dim = self.decoder, self.heads, self.head_dim
+        decoder = self.decoder
         x = decoder.embed_tokens(self.tokens[:n])[:, None] + decoder.embed_positions.weight[
             self.position
         ].to(self.dtype)
         visible = (self.columns <= self.position)[None, None, None]  # [1, 1, 1, length]
-        for i, layer in enumerate(decoder.layers):
-            attn = layer.self_attn
-            h = layer.self_attn_layer_norm(x)
-            q = (attn.q_proj(h) * attn.scaling).view(n, 1, heads, dim).transpose(1, 2)
-            k = attn.k_proj(h).view(n, 1, heads, dim).transpose(1, 2)
-            v = attn.v_proj(h).view(n, 1, heads, dim).transpose(1, 2)
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:
             self.k[i][:n].index_copy_(2, self.position, k)
             self.v[i][:n].index_copy_(2, self.position, v)
+
+        x = self._layers(x, n, positions, visible, write)
+        logits = self.model.proj_out(decoder.layer_norm(x))[:, 0].float()
+        self.chosen[:n].copy_((logits + self.bias).argmax(-1))
+
+    def _layers(self, x: torch.Tensor, n: int, positions: int, visible, write) -> torch.Tensor:
+        """The decoder layers over ``x`` [n, T, d] (T new positions): each layer's new keys and
+        values go to ``write(layer, k, v)`` before its self-attention over the cache (``visible``:
+        [1, 1, T, length]), then its cross-attention over ``positions`` encoder positions."""
+        heads, dim = self.heads, self.head_dim
+        t = x.shape[1]
+        for i, layer in enumerate(self.decoder.layers):
+            attn = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q = (attn.q_proj(h) * attn.scaling).view(n, t, heads, dim).transpose(1, 2)
+            k = attn.k_proj(h).view(n, t, heads, dim).transpose(1, 2)
+            v = attn.v_proj(h).view(n, t, heads, dim).transpose(1, 2)
+            write(i, k, v)
             a = F.scaled_dot_product_attention(
                 q, self.k[i][:n], self.v[i][:n], attn_mask=visible, scale=1.0
             )
-            x = x + attn.out_proj(a.transpose(1, 2).reshape(n, 1, heads * dim))
+            x = x + attn.out_proj(a.transpose(1, 2).reshape(n, t, heads * dim))
             cross = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
-            q = (cross.q_proj(h) * cross.scaling).view(n, 1, heads, dim).transpose(1, 2)
+            q = (cross.q_proj(h) * cross.scaling).view(n, t, heads, dim).transpose(1, 2)
             a = F.scaled_dot_product_attention(
                 q,
                 self._cross_view(self.cross_k[i], positions)[:n],
                 self._cross_view(self.cross_v[i], positions)[:n],
                 scale=1.0,
             )
-            x = x + cross.out_proj(a.transpose(1, 2).reshape(n, 1, heads * dim))
+            x = x + cross.out_proj(a.transpose(1, 2).reshape(n, t, heads * dim))
             h = layer.final_layer_norm(x)
             x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
-        logits = self.model.proj_out(decoder.layer_norm(x))[:, 0].float()
-        self.chosen[:n].copy_((logits + self.bias).argmax(-1))
+        return x
 
 
 def buckets(max_batch: int) -> list[int]:
