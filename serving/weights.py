@@ -73,21 +73,6 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-# A dummy model's generation config fields that shape its computation, from the checkpoint's
-# published generation_config.json: Whisper large-v3's forced prompt is four tokens (start of
-# transcript, <|en|>, <|transcribe|>, <|notimestamps|>) where the class default is one, so a
-# dummy recognizer decodes as many steps as the real one (English only: the file lists 100
-# languages). Applied where the configuration's vocabulary holds the ids (not to tiny ones).
-GENERATION: dict[str, dict[str, Any]] = {
-    "whisper-large-v3": {
-        "decoder_start_token_id": 50258,
-        "lang_to_id": {"<|en|>": 50259},
-        "task_to_id": {"translate": 50359, "transcribe": 50360},
-        "no_timestamps_token_id": 50364,
-        "is_multilingual": True,
-    },
-}
-
 
 @dataclass(frozen=True)
 class WeightSource:
@@ -236,6 +221,28 @@ def preset_config(preset: str, overrides: dict[str, Any] | None = None):
     return model_class.config_class(**copy.deepcopy({**fields, **(overrides or {})}))
 
 
+def dummy_generation(preset: str, vocab_size: int) -> dict[str, Any]:
+    """A dummy model's generation config fields that shape its computation, from the checkpoint's
+    published generation_config.json. Whisper large-v3's forced prompt is four tokens (start of
+    transcript 50258, the language, the task, ``<|notimestamps|>`` 50364) where the class default
+    is one, so that a dummy recognizer decodes as many steps as the real one; its 100 languages'
+    ids run from ``<|en|>`` 50259 in Whisper's order (transformers' ``LANGUAGES``, ``<|yue|>``
+    50358 last). None where the configuration's vocabulary cannot hold the ids (a tiny test
+    configuration)."""
+    if preset != "whisper-large-v3" or vocab_size <= 50364:
+        return {}
+    # lazy: transformers is optional (the gpu extra)
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    return {
+        "decoder_start_token_id": 50258,
+        "lang_to_id": {f"<|{code}|>": 50259 + i for i, code in enumerate(LANGUAGES)},
+        "task_to_id": {"translate": 50359, "transcribe": 50360},
+        "no_timestamps_token_id": 50364,
+        "is_multilingual": True,
+    }
+
+
 def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str = "bfloat16"):
     """The model of ``source`` in eval mode on ``device``: verified checkpoint or dummy weights."""
     # lazy: torch is optional (the gpu extra)
@@ -249,10 +256,8 @@ def load_model(source: WeightSource, role: str, device: str = "cpu", dtype: str 
         config = preset_config(source.preset, source.overrides)
         with torch.device(device):
             model = getattr(transformers, class_name)._from_config(config, dtype=torch_dtype)
-        fields = GENERATION.get(source.preset, {})
-        if fields and fields["no_timestamps_token_id"] < config.vocab_size:
-            for key, value in copy.deepcopy(fields).items():
-                setattr(model.generation_config, key, value)
+        for key, value in dummy_generation(source.preset, config.vocab_size).items():
+            setattr(model.generation_config, key, value)
         return model.eval()
     assert source.path is not None and source.sha256 is not None
     verify_checkpoint(source.path, source.sha256, role)

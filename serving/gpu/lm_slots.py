@@ -290,6 +290,11 @@ class SlotLmEngine(PendingRequests):
         n = bucket(max(rows) + 1, self.max_batch)
         length = length_bucket(max(self._positions[i] for i in rows) + 1, self.max_len)
         going_on = [i for i in rows if i in self._last_rows]
+        left = [i for i in self._last_rows if i not in rows]
+        if left:  # rows that launch no more (their last step unread yet): back to position 0,
+            # as _finish does later, so that this step's stale computation of them stays inside
+            # its length bucket (a long reply that ended beside short ones would write past it)
+            self.pos[to_device(left, self.device)] = 0
         if going_on:
             index = to_device(going_on, self.device)
             self.tokens[index] = self.chosen[index]

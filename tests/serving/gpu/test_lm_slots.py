@@ -159,6 +159,24 @@ def test_a_slot_freed_by_an_end_token_serves_the_next_request(model, overlap):
 
 
 @pytest.mark.parametrize("overlap", [True, False])
+def test_a_long_reply_that_ends_beside_a_short_one_stays_inside_the_length_bucket(model, overlap):
+    """A 300-token prompt's reply ends (its max_new_tokens) while a 5-token one goes on: the
+    next steps attend 256 positions, and the ended row, computed stale in them before it is read,
+    must not write at its old position past them."""
+    engine = SlotLmEngine(model, max_batch=2, max_len=600, temperature=0.0, overlap=overlap)
+    long, short = _prompt(300, 40), _prompt(5, 41)
+
+    async def main():
+        return await asyncio.gather(_reply(engine, long, new=2), _reply(engine, short))
+
+    try:
+        got = asyncio.run(main())
+    finally:
+        engine.close()
+    assert got == [_generate(model, long, 2), _generate(model, short)]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
 def test_the_next_step_is_launched_before_the_tokens_are_read(model, overlap):
     """With overlap, step k+1 is launched before step k's tokens are handed out (the GPU runs it
     while the thread delivers); without, each step's tokens are read before the next launch.

@@ -161,3 +161,24 @@ def test_a_configuration_leaves_the_callers_mappings_as_they_were():
         assert preset_config("csm-1b", CSM_TINY).codec_config.model_type == "mimi"
     assert (MOSHI_TINY, CSM_TINY, PRESETS["moshi-7b"], PRESETS["csm-1b"]) == before
     assert MIMI_TINY["model_type"] == "mimi"
+
+
+def test_a_dummy_whisper_large_v3_has_the_published_forced_prompt():
+    """A dummy whisper-large-v3 decodes the real checkpoint's four-token prompt (its published
+    generation config's ids), in any of its 100 languages; a tiny vocabulary gets none of it."""
+    from benchmarks.gpu_whisper import TINY
+    from serving.gpu.whisper_static import prompt_ids
+
+    model = load_model(
+        WeightSource("dummy", preset="whisper-large-v3", overrides=TINY), "asr", "cpu", "float32"
+    )
+    generation = model.generation_config
+    assert prompt_ids(generation, "en") == [50258, 50259, 50360, 50364]
+    assert prompt_ids(generation, "de")[1] == 50261
+    assert generation.lang_to_id["<|yue|>"] == 50358 and len(generation.lang_to_id) == 100
+    from tests.serving.gpu.test_whisper_static import TINY as SMALL_VOCAB
+
+    tiny = load_model(
+        WeightSource("dummy", preset="whisper-large-v3", overrides=SMALL_VOCAB), "asr", "cpu"
+    )
+    assert getattr(tiny.generation_config, "lang_to_id", None) is None
