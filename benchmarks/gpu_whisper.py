@@ -138,11 +138,11 @@ def main(argv: list[str] | None = None) -> dict:
         ms, _ = timed(steps, n, enc.shape[1])
         got["step"] = ms / args.tokens
         got["static"], _ = timed(lambda: static.transcribe(features(clips, window), args.tokens))
-        static.prompt_pass = False  # the forced prompt a step a token (the A/B)
+        passed, static.prompt_pass = static.prompt_pass, False  # a step a token (the A/B)
         got["static_steps"], _ = timed(
             lambda: static.transcribe(features(clips, window), args.tokens)
         )
-        static.prompt_pass = True
+        static.prompt_pass = passed
         got["static_30s"], rows = timed(lambda: static.transcribe(features(clips), args.tokens))
         got["generate"], gen = timed(generate, clips)
         got["engine"], _ = timed(engine.run_batch, clips)  # the served path: its own stream

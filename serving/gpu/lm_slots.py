@@ -51,6 +51,7 @@ import torch
 from fdb.errors import FdbError
 from serving.gpu.requests import LoopQueue, PendingRequests, received
 from serving.gpu.slots import (
+    HostCopies,
     PaddedPrefill,
     SlotCache,
     bucket,
@@ -162,12 +163,9 @@ class SlotLmEngine(PendingRequests):
         self._pool = None
         self._slots: list[_Request | None] = [None] * s
         self._positions = [0] * s  # each busy row's next step's position, known on the host
-        # each step's tokens are copied to one of two host buffers (pinned on CUDA), and read
-        # after the next step is launched (overlap), when the copy's event has passed
-        cuda = self.device.type == "cuda"
-        self._host = [torch.zeros(s, dtype=torch.long, pin_memory=cuda) for _ in range(2)]
-        self._events = [torch.cuda.Event() for _ in range(2)] if cuda else None
-        self._buffer = 0
+        # each step's tokens, read after the next step is launched (overlap)
+        self._copies = HostCopies(s, torch.long, self.device)
+        self._buffer = 0  # the last step's copy
         self._inflight: tuple[list[tuple[int, _Request]], int, int] | None = None  # unread
         self._last_rows: set[int] = set()  # the rows of the step launched last
         self._pending: queue.SimpleQueue[_Request] = queue.SimpleQueue()
@@ -303,10 +301,7 @@ class SlotLmEngine(PendingRequests):
             self.noise.uniform_()
         self._replay(n, length)
         self._buffer ^= 1
-        host = self._host[self._buffer]
-        host[:n].copy_(self.chosen[:n], non_blocking=True)
-        if self._events is not None:
-            self._events[self._buffer].record()
+        self._copies.put(self._buffer, self.chosen[:n])
         requests = [(i, self._slots[i]) for i in rows]
         for i, request in requests:
             request.launched += 1
@@ -417,9 +412,7 @@ class SlotLmEngine(PendingRequests):
         """Each row's token of a launched step (:meth:`_launch`) to its request, once the step is
         done. A row whose request ended since (an end token, an interruption; its slot may hold a
         new request now) is skipped: the step computed it, nobody reads it."""
-        if self._events is not None:
-            self._events[buffer].synchronize()
-        chosen = self._host[buffer][:n].tolist()
+        chosen = self._copies.get(buffer, n).tolist()
         for i, request in requests:
             if self._slots[i] is not request:
                 continue

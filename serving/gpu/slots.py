@@ -95,6 +95,30 @@ def to_device(values, device, dtype=torch.long) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
+class HostCopies:
+    """Two host buffers (pinned on CUDA) that a decode loop copies a step's result into, behind
+    the work queued on its stream, and reads after it has launched the next step (the overlap of
+    ``lm_slots`` and ``whisper_static``): copy ``k`` goes to buffer ``k % 2``, and is read once
+    its event has passed, before copy ``k + 2`` reuses the buffer."""
+
+    def __init__(self, size: int, dtype: torch.dtype, device: torch.device):
+        cuda = device.type == "cuda"
+        self._host = [torch.zeros(size, dtype=dtype, pin_memory=cuda) for _ in range(2)]
+        self._events = [torch.cuda.Event() for _ in range(2)] if cuda else None
+
+    def put(self, k: int, values: torch.Tensor) -> None:
+        """``values`` (1-D, on the device) into buffer ``k % 2``, without waiting for the GPU."""
+        self._host[k % 2][: values.shape[0]].copy_(values, non_blocking=True)
+        if self._events is not None:
+            self._events[k % 2].record()
+
+    def get(self, k: int, n: int) -> torch.Tensor:
+        """The first ``n`` values of copy ``k``, once it is done."""
+        if self._events is not None:
+            self._events[k % 2].synchronize()
+        return self._host[k % 2][:n]
+
+
 def engine_stream(device, priority: int = 0) -> torch.cuda.Stream | None:
     """An engine's own CUDA stream for its loop, at ``priority`` (None on a CPU device): one no
     other engine and no capture holds.

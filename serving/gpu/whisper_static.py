@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional as F
 
-from serving.gpu.slots import bucket, capture
+from serving.gpu.slots import HostCopies, bucket, capture
 
 
 def prompt_ids(generation, language: str | None) -> list[int]:
@@ -190,13 +190,11 @@ class StaticWhisper:
         # CUDA) copied behind its step, so that the GPU always has the next step queued
         self.overlap = overlap
         # prompt_pass: the forced prompt (start, language, task, no timestamps) decoded in one
-        # pass of P positions instead of P - 1 steps of one
-        self.prompt_pass = prompt_pass
+        # pass of its P positions instead of P steps of one (a prompt of one token: no pass)
+        self.prompt_pass = prompt_pass and len(self.prompt) > 1
         self._prompt_ids = torch.tensor(self.prompt, device=device).repeat(max_batch, 1)
         self._prompt_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        cuda = device.type == "cuda"
-        self._flags = [torch.zeros(1, dtype=torch.bool, pin_memory=cuda) for _ in range(2)]
-        self._events = [torch.cuda.Event() for _ in range(2)] if cuda else None
+        self._flags = HostCopies(1, torch.bool, device)
 
     def nbytes(self) -> int:
         """The static tensors' size (the cross-attention keys and values are most of it)."""
@@ -211,7 +209,7 @@ class StaticWhisper:
             for frames in self.frames:
                 for n in buckets:
                     self._replay(n, frames // 2)
-                    if self.prompt_pass and len(self.prompt) > 1:
+                    if self.prompt_pass:
                         self._replay_prompt(n, frames // 2)
                     if self.encoder_graphs:
                         self._encode(n, frames)
@@ -243,14 +241,14 @@ class StaticWhisper:
         self.tokens[:n].fill_(prompt[0])
         steps = len(prompt) - 1 + budget
         start = 0
-        if self.prompt_pass and len(prompt) > 1:
-            # the forced prompt in one pass: the first generated token is chosen at its end
+        if self.prompt_pass:
+            # the forced prompt in one pass: it chooses the first generated token, step start's
             self._replay_prompt(n, positions)
             start = len(prompt) - 1
         unread: int | None = None  # the step whose "all ended" flag is copied but not yet read
         for step in range(start, steps):
             free = step + 1 - len(prompt)  # the generated token this step chooses (< 0: forced)
-            if step > start or start == 0:
+            if not (self.prompt_pass and step == start):
                 self.position.fill_(step)
                 self.bias.copy_(self.begin_bias if free == 0 else self.plain_bias)
                 self._replay(n, positions)
@@ -268,9 +266,7 @@ class StaticWhisper:
                 continue
             # the flag goes to the host behind this step; the step before's is read now, while
             # this one runs (a batch that ended there has had one more step launched, not read)
-            self._flags[free % 2].copy_(done[:rows].all().view(1), non_blocking=True)
-            if self._events is not None:
-                self._events[free % 2].record()
+            self._flags.put(free, done[:rows].all().view(1))
             if unread is not None and self._ended_at(unread):
                 budget = unread + 1
                 break
@@ -280,9 +276,7 @@ class StaticWhisper:
 
     def _ended_at(self, free: int) -> bool:
         """Whether every row had ended by generated token ``free`` (its flag, once copied)."""
-        if self._events is not None:
-            self._events[free % 2].synchronize()
-        return bool(self._flags[free % 2].item())
+        return bool(self._flags.get(free, 1).item())
 
     def _ended(self, picked: torch.Tensor) -> torch.Tensor:
         ended = torch.zeros_like(picked, dtype=torch.bool)

@@ -1033,11 +1033,7 @@ def preload(hub: ModelHub) -> list[str]:
     """Open (load) and warm the nodes of the hub's session graph that hold a shared model (those
     with a ``warm`` method: the GPU kinds) before the first session; returns their names.
     Blocking: called by ``serving.models.load_models`` in the loading thread."""
-    nodes = build_nodes(
-        hub.graph,
-        hub,
-        max_history_messages=hub.system.max_history_messages,
-    )
+    nodes = build_nodes(hub.graph, hub, max_history_messages=hub.system.max_history_messages)
     shared = [node for node in nodes.values() if hasattr(node, "warm")]
 
     async def load() -> None:
