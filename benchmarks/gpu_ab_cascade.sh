@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # A cascade A/B on one GPU machine: the serving code of older trees against the working tree's,
 # gpu_cascade at 32 sessions spread over 4 s with prefetch_ms 50 and a 200 ms server_vad silence
-# (stage marks on), ROUNDS rounds with the sides interleaved, then gpu_tts at C1 and C16 (32
-# requests a level) for each side when TTS is 1 (docs/gpu.md's fifth session).
+# (stage marks on), ROUNDS rounds with the sides interleaved (an even round in the reverse
+# order), then gpu_tts at C1 and C16 (32 requests a level) for each side when TTS is 1
+# (docs/gpu.md's fifth session).
 #
 #   mkdir -p .devdata/trees/NAME && git archive REV fdb serving recorders scorers runs reports \
 #       judges benchmarks pyproject.toml | tar -x -C .devdata/trees/NAME     (a side, each)
 #   bash benchmarks/gpu_ab_cascade.sh OUT [ROUNDS] [TTS] [ARGS]  (the trees carried with .devdata)
 #
-# ARGS: more gpu_cascade.py arguments for every run, e.g. "--asr-tokens-per-s 5".
+# ARGS: more gpu_cascade.py arguments for every run, e.g. "--asr-tokens-per-s 5". WARM=1 runs
+# the working tree once first, a warming run that is not compared.
 # Every side runs with the same wheels (.whl) and datasets (.devdata); OUT/results.tgz holds
 # every summary, log and stage table, rewritten after each run.
 set -u
@@ -54,15 +56,24 @@ run() {  # run SIDE NAME LIMIT COMMAND...: in the side's tree, its sources on th
 run new cuda-tests 90 python3 -m pytest -m gpu -p no:cacheprovider -k prefill_graphs \
     tests/serving/gpu/test_gpu_cuda.py
 tail -1 "$RES/cuda-tests.log"
+cascade() {  # cascade SIDE NAME: one run of 32 sessions, then its server's stage table
+    local name=$2
+    run "$1" "$name" 100 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+        --out $RES/$name --levels 32 --dataset $DATA/cascade-ds --stagger-s 4 \
+        --prefetch-ms 50 $ARGS --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/server_stages.py $RES/$name/sweep/logs/model-server.log \
+            --per 32 --out $RES/server-stages-$name.json"
+    grep -E "first audio|pcm_f32le" "$RES/$name.log" | tail -2
+}
+
+# WARM=1: a first run of the working tree, not compared (a machine just started has given
+# one outlier run: docs/gpu.md, seventh session)
+[ "${WARM:-0}" = 1 ] && cascade new cascade-warm
 for round in $(seq 1 "$ROUNDS"); do
-    for side in $sides; do
-        name=cascade-$side-$round
-        run "$side" "$name" 100 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
-            --out $RES/$name --levels 32 --dataset $DATA/cascade-ds --stagger-s 4 \
-            --prefetch-ms 50 $ARGS --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
-            && python3 benchmarks/server_stages.py $RES/$name/sweep/logs/model-server.log \
-                --per 32 --out $RES/server-stages-$name.json"
-        grep -E "first audio|pcm_f32le" "$RES/$name.log" | tail -2
+    order=$sides  # an even round runs the sides in the reverse order (no side always first)
+    [ $((round % 2)) = 0 ] && order=$(echo "$sides" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for side in $order; do
+        cascade "$side" "cascade-$side-$round"
     done
 done
 if [ "$TTS" = 1 ]; then

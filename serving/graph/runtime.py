@@ -22,7 +22,8 @@
 - With ``FDB_STAGE_MARKS=1`` in the server's environment, the first chunk of each node and kind
   (a format or a control) in each session graph is logged as a ``stage mark`` line with the
   graph's serial number in the process and the wall time (``benchmarks/server_stages.py`` reads
-  them from the server's log: where a first reply's time goes inside the server).
+  them from the server's log: where a first reply's time goes inside the server); the pacing
+  sink marks ``session audio.delta``, the first reply audio it sends.
 """
 
 from __future__ import annotations
@@ -409,8 +410,14 @@ class SessionGraph:
         await self._route(chunk, publish=False)
 
     def _mark(self, chunk: Chunk) -> None:
-        key = (chunk.source, chunk.control or chunk.format)
-        if key not in self._marked:
+        self.mark(chunk.source, chunk.control or chunk.format)
+
+    def mark(self, source: str, kind: str) -> None:
+        """A stage mark for ``source``'s first ``kind`` in this graph (under FDB_STAGE_MARKS;
+        else nothing): the graph's own chunks are marked as they are routed, and the sink marks
+        what it sends (``session audio.delta``: a reply's first audio leaving)."""
+        key = (source, kind)
+        if self._marked is not None and key not in self._marked:
             self._marked.add(key)
             log.info("stage mark %d %s %s %.6f", self.serial, key[0], key[1], time.time())
 

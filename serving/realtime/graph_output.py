@@ -15,8 +15,9 @@ delivery pacing (the guide's "Delivery pacing"): the outbox sink of
   ``max_output_bytes`` per reply; the first audio held back ``reply_delay_ms``, a handicap),
   then ``sglang.response.progress``. A chunk announced by ``reply.chunk`` (its text before its
   audio: a streaming speech model's) sends its transcript delta at once and its audio as it
-  comes, in the same paced pieces, the rest at its progress. Its ``turn.done`` (held by
-  the graph) is released to the dialog once the audio has played, with ``sent_ms``.
+  comes (each piece as the model makes it, paced), the rest at its progress. Its
+  ``turn.done`` (held by the graph) is released to the dialog once the audio has played, with
+  ``sent_ms``.
 - A started reply that is ``turn.interrupted`` stops at once; the graph then reports
   ``reply.delivered`` (``sent_ms``, ``played_ms`` at the speech start or the cancel) to the dialog.
 - The dialog's ``reply.heard`` becomes ``sglang.response.heard`` where it reports; a final one
@@ -51,7 +52,7 @@ from fdb.dialects.events import (
 )
 from serving.graph.runtime import PublishSink, SessionGraph
 from serving.graph.streams import Chunk, Control, control
-from serving.realtime.delivery import BYTES_PER_MS, PACED_CHUNK_MS, AudioDelivery
+from serving.realtime.delivery import AudioDelivery
 from serving.realtime.negotiation import SessionConfig
 from serving.realtime.outbox import Outbox
 from serving.realtime.protocol import ProtocolError, shown
@@ -350,8 +351,8 @@ class GraphOutput:
 
     async def _announced(self, state: GraphReply, text: str) -> None:
         """A chunk's text before its audio (``reply.chunk``): its transcript delta now, and its
-        audio as it comes (whole paced pieces; the rest at its ``reply.progress``). The events
-        and their audio pieces are those of :meth:`_spoken`, sent sooner."""
+        audio as it comes (paced; what is left at its ``reply.progress``). The events are those of
+        :meth:`_spoken`, sent sooner; the audio pieces are the model's, not 100 ms ones."""
         if state.delivery is None or state.capped:
             return
         if self._system.max_output_bytes - state.delivery.sent_bytes <= 0:
@@ -361,19 +362,21 @@ class GraphOutput:
         await state.reply.text_delta(text)
 
     async def _stream(self, state: GraphReply, final: bool) -> bool:
-        """The announced chunk's audio so far: whole ``PACED_CHUNK_MS`` pieces (all of it when
-        ``final``), within ``max_output_bytes``; False when the turn was interrupted."""
+        """The announced chunk's audio so far, all of it as it comes (a streaming speech
+        model's frame leaves when it is made, paced by the delivery, not held until a whole
+        ``PACED_CHUNK_MS`` piece is there: that would hold a reply's first 80 ms frame for the
+        model's next step), within ``max_output_bytes``; False when the turn was interrupted."""
         if not final and not state.delivery.paced:
             return True  # unpaced (the input ended): the chunk leaves whole, at its progress
         budget = max(0, self._system.max_output_bytes - state.delivery.sent_bytes)
-        piece = PACED_CHUNK_MS * BYTES_PER_MS
-        ready = len(state.pcm) if final else len(state.pcm) // piece * piece
+        ready = len(state.pcm)
         take = min(ready, budget // 2 * 2)
         pcm, state.pcm = state.pcm[:take], state.pcm[take:]
         if take < ready or (final and budget == 0 and state.pcm):
             state.capped, state.pcm = True, b""
         if not pcm:
             return True
+        self._mark_audio(state)
         return await state.delivery.send(pcm)
 
     async def _spoken(self, state: GraphReply, text: str) -> None:
@@ -394,9 +397,16 @@ class GraphOutput:
             state.capped = True  # max_output_bytes reached: the reply's audio ends here
             return
         await reply.text_delta(text)
+        self._mark_audio(state)
         if not await state.delivery.send(pcm):
             return
         await self._progress(state)
+
+    def _mark_audio(self, state: GraphReply) -> None:
+        """The stage mark of the graph's first reply audio sent (``session audio.delta``), before
+        the delivery emits it: its first piece leaves at once, after ``reply_delay_ms``."""
+        if state.delivery.sent_bytes == 0 and self.graph is not None:
+            self.graph.mark("session", "audio.delta")
 
     async def _progress(self, state: GraphReply) -> None:
         """``sglang.response.progress``: where the reply's spoken text and audio end now."""

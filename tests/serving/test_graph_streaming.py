@@ -239,7 +239,8 @@ class FakeStreamingTts:
 
 def test_a_streaming_speech_models_audio_leaves_before_its_chunk_is_whole():
     """With ``reply.chunk`` a chunk's transcript delta leaves first and its audio as it comes,
-    in paced 100 ms pieces (the rest at its progress), while the session's input is live."""
+    each 80 ms frame when it is made (the rest at its progress), while the session's input is
+    live: a reply's first frame is not held for the model's next one."""
     llm = FakeLlm()
     tts = FakeStreamingTts(llm.go)
     outbox, _, _ = asyncio.run(_answer(llm, tts=tts, input_ended=lambda: tts.input_ended))
@@ -249,7 +250,29 @@ def test_a_streaming_speech_models_audio_leaves_before_its_chunk_is_whole():
     assert types[first_audio - 1] == "response.output_audio_transcript.delta"
     assert types.index("sglang.response.progress") > first_audio
     sizes = [len(base64.b64decode(e.delta)) for e in outbox.of_type("response.output_audio.delta")]
-    assert sizes[0] == 4800  # a paced 100 ms piece, sent while the chunk was being made
+    # the first frame alone (80 ms, not a 100 ms piece), sent while the chunk was being made
+    assert sizes[0] == 1920 * 2
+    assert all(size == 1920 * 2 for size in sizes[:3])
     assert sum(sizes) == sum(4 * len(c.split()) * 1920 * 2 for c in tts.chunks)  # all of it
     done = outbox.of_type("response.done")[0].response
     assert done.status == "completed" and done.status_details.reason == "stop"
+
+
+def test_the_sink_marks_a_replys_first_audio_sent_after_the_speech_nodes_first_frame(
+    monkeypatch, caplog
+):
+    """FDB_STAGE_MARKS=1: the pacing sink logs ``session audio.delta`` once a graph, when it
+    sends the first reply audio: with a streaming speech model that is its first frame's time,
+    not its second's (benchmarks/server_stages.py reads it beside the nodes' marks)."""
+    monkeypatch.setenv("FDB_STAGE_MARKS", "1")
+    caplog.set_level("INFO", logger="fdb.serving")
+    llm = FakeLlm()
+    tts = FakeStreamingTts(llm.go)
+    asyncio.run(_answer(llm, tts=tts, input_ended=lambda: tts.input_ended))
+    marks = {}
+    for record in caplog.records:
+        words = record.getMessage().split()
+        if words[:2] == ["stage", "mark"]:
+            marks.setdefault(f"{words[3]}:{words[4]}", []).append(float(words[5]))
+    assert len(marks["session:audio.delta"]) == 1  # the first reply audio only
+    assert marks["tts:pcm_f32le"][0] <= marks["session:audio.delta"][0]
