@@ -71,6 +71,8 @@
 #                 words and 4, three each, in the order 7 4 4 7 7 4
 #   levels        gpu_cascade at 16, 24 and 32 sessions against one server (spread over 4 s, 5
 #                 tokens a second, prefetch_ms 50): the most sessions meeting the first audio goal
+#   sink          levels again, then gpu_cascade at 32 as in prompt with the first chunk at most
+#                 4 words and 7, in the order 4 7 7 4 (a streamed reply's frames leave as made)
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -407,8 +409,18 @@ levels)
         --prefetch-ms 50 --asr-tokens-per-s 5 \
         --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}'"
     ;;
+sink)
+    # after a streamed reply's frames left as they came (the eighth session): gpu_cascade at 16,
+    # 24 and 32 sessions as in levels, then at 32 with the first chunk at most 7 words (the
+    # default) and 4, in the order 4 7 7 4
+    step cascade-levels 200 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+        --out $RES/cascade-levels --levels 16,24,32 --dataset $DATA/cascade-ds --stagger-s 4 \
+        --prefetch-ms 50 --asr-tokens-per-s 5 \
+        --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}'"
+    alternate "$SPREAD" fc4 "--first-chunk-words 4" fc4-1 fc7-1 fc7-2 fc4-2
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt or levels"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels or sink"
     exit 2
     ;;
 esac

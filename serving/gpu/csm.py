@@ -95,6 +95,9 @@ class CsmOptions:
     prefill_lengths: tuple[int, ...] | None = None  # other lengths (on CPU: run eagerly, padded)
     # the CUDA stream priority of the GPU thread (serving.gpu.slots.engine_stream)
     stream_priority: int = 0
+    # the next frame's step launched before the last one's audio is read and handed to the
+    # requests, so that the GPU does not wait for the thread (and the GIL) between steps
+    overlap: bool = True
 
 
 @dataclass
@@ -110,6 +113,7 @@ class _Request:
     submitted: float = field(default_factory=time.time)  # wall clock, as the stage marks
     admitted: float = 0.0  # its prefill launched
     prompt: int = 0  # its prompt's positions
+    launched: int = 0  # frames launched (with overlap, one step may be launched and not yet read)
 
 
 class CsmEngine(PendingRequests):
@@ -180,7 +184,13 @@ class CsmEngine(PendingRequests):
         self._plans = [None] * len(backbone.layers)
         self._depth_plans = [None] * len(depth.layers)
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
-        from serving.gpu.slots import PaddedPrefill, fuse_layers, module_norm, rms_norm
+        from serving.gpu.slots import (
+            HostCopies,
+            PaddedPrefill,
+            fuse_layers,
+            module_norm,
+            rms_norm,
+        )
 
         self._norm = rms_norm if options.fuse else module_norm
         if options.fuse:
@@ -232,7 +242,11 @@ class CsmEngine(PendingRequests):
         self.prefill_passes = 0  # backbone prefill passes (a burst shares one)
         # launch to delivery: the admission while the step runs included, the one before not
         self.step_s = 0.0
-        self._started = 0.0
+        # with overlap: each step's audio and end flags copied to one of two host buffers behind
+        # it, read after the next step is launched
+        self._copies = HostCopies(s * (self.frame_samples + 1), torch.float32, self.device)
+        self._buffer = 0
+        self._inflight: tuple | None = None  # the launched step not yet read: _deliver's args
         self.identity = BackendIdentity(
             kind="tts",
             name="transformers/csm",
@@ -250,6 +264,7 @@ class CsmEngine(PendingRequests):
                 "top_k": options.top_k,
                 "frame_hz": FRAME_HZ,
                 "rate": RATE,
+                "overlap": options.overlap,
             },
         )
         self.warm_s = self._warm()
@@ -367,8 +382,9 @@ class CsmEngine(PendingRequests):
         torch = self.torch
         with torch.inference_mode(), on_stream(self.cuda_stream):
             while not self._stop:
-                busy = self._busy()
-                if not busy:
+                rows = self._launchable()
+                if not rows and self._inflight is None:
+                    self._busy()  # nothing launched, nothing to read: admit, or wait for one
                     continue
                 try:
                     before = time.perf_counter()
@@ -377,31 +393,72 @@ class CsmEngine(PendingRequests):
                         # which takes their first frames (admitted after its launch, their first
                         # frames would wait one more step: 30-40 ms under load, docs/gpu.md)
                         self._admit()
-                        busy = self._in_flight()
+                        rows = self._launchable()
                     before = time.perf_counter() - before
-                    n = self._launch(busy)
+                    launched = self._launch(rows) if rows else None
                     # and those that come while the GPU runs it: a prefill's kernels queue behind
                     # it on the same stream (so it writes its slot after the step), and launching
                     # them costs the CPU time the step takes
                     during = time.perf_counter()
                     self._admit()
                     during = time.perf_counter() - during
-                    self._deliver(busy, n)
-                    if self._marks:
-                        self._mark_slow_step(n, before, during)
+                    if self._inflight is not None:  # the step before: read while this one runs
+                        self._delivered(self._inflight, before, during)
+                    if not self.opts.overlap and launched is not None:
+                        self._delivered(launched, before, during)
+                        launched = None
+                    self._inflight = launched
                 except BaseException as exc:  # every request in flight fails with the error
                     log.exception("CSM step failed")
-                    for i in busy:
+                    self._inflight = None
+                    for i in self._in_flight():
                         self._finish(
                             i, FdbError(f"CSM generation failed: {exc}", "see the server log")
                         )
 
-    def _mark_slow_step(self, n: int, before: float, during: float) -> None:
+    def _launchable(self) -> list[int]:
+        """The busy rows the next step takes: those not cancelled with frames left to launch
+        (``max_frames``, ``max_len``). A row left out whose last step has been read ends here;
+        one whose last step is still unread (overlap) stops advancing and goes back to position
+        0 before the next step, which computes it stale (a step computes every row of its
+        bucket), so that it stays inside the cache; that step's frame is read as usual."""
+        reading = {i for i, _ in self._inflight[0]} if self._inflight is not None else set()
+        rows, left = [], []
+        for i, request in enumerate(self._slots):
+            if request is None:
+                continue
+            if (
+                request.cancelled
+                or request.launched >= request.max_frames
+                or request.prompt - 1 + request.launched >= self.opts.max_len - 1
+            ):
+                if i in reading:
+                    left.append(i)
+                else:
+                    self._finish(i, None)
+                continue
+            rows.append(i)
+        if left:
+            # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+            from serving.gpu.slots import to_device
+
+            index = to_device(left, self.device)
+            self.live[index] = 0
+            self.pos[index] = 0
+        return rows
+
+    def _delivered(self, launched: tuple, before: float, during: float) -> None:
+        """:meth:`_deliver` of a launched step, and its stage mark when it was slow."""
+        self._deliver(*launched)
+        if self._marks:
+            self._mark_slow_step(launched[1], launched[3], before, during)
+
+    def _mark_slow_step(self, n: int, started: float, before: float, during: float) -> None:
         """Under FDB_STAGE_MARKS: a step that took more than ``SLOW_STEP_S`` from the admission
         before its launch (the prefills run, the step of those in flight not yet launched) to its
         delivery, with that admission's share and the one while it ran (the rest is the GPU's,
-        and the GIL's)."""
-        took = before + time.perf_counter() - self._started
+        and the GIL's). With overlap, the admissions are those around the next step's launch."""
+        took = before + time.perf_counter() - started
         if took > SLOW_STEP_S:
             log.info(
                 "csm slow step %.6f: %.1f ms for %d rows, %.1f ms admitting before it, "
@@ -468,33 +525,45 @@ class CsmEngine(PendingRequests):
             )
             request.out.put(None)
 
-    def _launch(self, busy: list[int]) -> int:
-        """One frame for rows 0..n-1 launched (step and decode), without waiting for the GPU;
-        returns ``n``."""
+    def _launch(self, rows: list[int]) -> tuple[list[tuple[int, _Request]], int, int, float]:
+        """One frame for ``rows`` (the bucket of rows 0..n-1) launched, step and decode, and its
+        audio and end flags copied to a host buffer behind it, without waiting for the GPU.
+        Returns what :meth:`_deliver` reads: the rows' requests, ``n``, the buffer and the
+        launch's time."""
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import bucket
 
-        n = bucket(max(busy) + 1, self.opts.max_batch)
-        self._started = time.perf_counter()
+        n = bucket(max(rows) + 1, self.opts.max_batch)
+        started = time.perf_counter()
         self._run_step(n)
         self.pos[:n] += self.live[:n]  # the busy rows' (queued: no wait for the step)
         self._run_decode(n)
-        return n
-
-    def _deliver(self, busy: list[int], n: int) -> None:
-        """The frame of :meth:`_launch` to each request in ``busy`` (the slots that were busy
-        when it was launched; a slot admitted since then is not among them)."""
-        # one transfer (each waits for the GPU, then for the GIL): every row's audio and, in a
-        # last column, whether its frame is the end frame; a new tensor, so on a CPU device too
-        # the next step cannot overwrite what the requests were given
+        # one copy to the host: every row's audio and, in a last column, whether its frame is
+        # the end frame
         ended = (self.out_codes[:n] == self.eos).all(dim=1, keepdim=True)
-        out = self.torch.cat([self.audio[:n], ended.to(self.audio.dtype)], dim=1).cpu().numpy()
+        block = self.torch.cat([self.audio[:n], ended.to(self.audio.dtype)], dim=1)
+        self._buffer ^= 1
+        self._copies.put(self._buffer, block.reshape(-1))
+        requests = [(i, self._slots[i]) for i in rows]
+        for _, request in requests:
+            request.launched += 1
+        return requests, n, self._buffer, started
+
+    def _deliver(
+        self, requests: list[tuple[int, _Request]], n: int, buffer: int, started: float
+    ) -> None:
+        """The frame of a launched step (:meth:`_launch`) to each of its requests, once the
+        step is done. A row whose request ended since (its slot may hold a new request now) is
+        skipped: the step computed it, nobody reads it."""
+        width = self.frame_samples + 1
+        # a copy: the host buffer is reused two steps later, and the requests keep their frames
+        out = self._copies.get(buffer, n * width).numpy().reshape(n, width).copy()
         audio, ended = out[:, :-1], out[:, -1] > 0
         self.steps += 1
-        self.step_s += time.perf_counter() - self._started
-        for i in busy:
-            request = self._slots[i]
-            assert request is not None
+        self.step_s += time.perf_counter() - started
+        for i, request in requests:
+            if self._slots[i] is not request:
+                continue
             if ended[i]:  # the end frame is a marker, not audio (transformers' generate cuts there)
                 self._finish(i, None)
                 continue
@@ -526,9 +595,12 @@ class CsmEngine(PendingRequests):
                 request.out.put(error)
             request.out.put(None)
         # after the request's end: on a failed device (a step's CUDA error) this write fails too,
-        # and no request may be left waiting because of it
+        # and no request may be left waiting because of it. Back to position 0: a free row is
+        # computed stale by later steps, and one launched past its last frame (overlap) may
+        # have advanced to the cache's end
         with contextlib.suppress(Exception):
             self.live[slot] = 0
+            self.pos[slot] = 0
 
     # --- prompt and prefill --------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ class CsmTts:
             dummy_s_per_char=node.dummy_s_per_char,
             prefill_graphs=node.prefill_graphs,
             stream_priority=node.stream_priority,
+            overlap=node.overlap,
         )
         self.engine = CsmEngine(
             model, options, tokenizer=tokenizer, dummy=source.dummy, weights_label=source.label()

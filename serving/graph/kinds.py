@@ -298,6 +298,9 @@ class CsmSpeechNode(GpuNode):
     # session)
     prefill_graphs: bool = True
     stream_priority: StreamPriority = 0
+    # the next frame's step launched before the last one's audio is read and handed to the
+    # requests, so that the GPU does not wait for the thread between steps
+    overlap: bool = True
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and

@@ -52,10 +52,15 @@ def model():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def engine(model):
+@pytest.fixture(scope="module", params=[True, False], ids=["overlap", "no-overlap"])
+def engine(model, request):
+    """The engine, its loop overlapped (the next step launched before the last is read: the
+    default) and not."""
     engine = CsmEngine(
-        model, CsmOptions(max_batch=4, max_len=256, temperature=0), dummy=True, weights_label=LABEL
+        model,
+        CsmOptions(max_batch=4, max_len=256, temperature=0, overlap=request.param),
+        dummy=True,
+        weights_label=LABEL,
     )
     yield engine
     engine.close()
@@ -262,11 +267,11 @@ def test_a_burst_is_prefilled_in_one_pass_with_the_same_frames(engine, monkeypat
     held, blocked, release = threading.Event(), threading.Event(), threading.Event()
     deliver = engine._deliver
 
-    def held_deliver(busy, n):  # the GPU thread waits here (its admissions done) for the burst
+    def held_deliver(*step):  # the GPU thread waits here (its admissions done) for the burst
         if held.is_set():
             blocked.set()
             assert release.wait(30)
-        return deliver(busy, n)
+        return deliver(*step)
 
     monkeypatch.setattr(engine, "_deliver", held_deliver)
     with _while_one_flows(engine) as pool:
@@ -308,9 +313,9 @@ def test_a_request_that_comes_during_an_admission_waits_for_the_next_step(engine
         events.append("launch")
         return launch(busy)
 
-    def logged_deliver(busy, n):
+    def logged_deliver(*step):
         events.append("deliver")
-        return deliver(busy, n)
+        return deliver(*step)
 
     with _while_one_flows(engine) as pool:
         monkeypatch.setattr(engine, "_checked_prompt", logged_prompt)
@@ -334,11 +339,11 @@ def test_a_request_that_comes_during_a_step_is_in_the_next_step(engine, monkeypa
     armed, in_step, submitted = threading.Event(), threading.Event(), threading.Event()
     launched: list[list[str]] = []  # the texts of each step's rows, from the armed step on
 
-    def held_deliver(busy, n):
+    def held_deliver(*step):
         if armed.is_set() and not in_step.is_set():
             in_step.set()  # this step's admissions are over: the request comes now
             assert submitted.wait(30)
-        return deliver(busy, n)
+        return deliver(*step)
 
     def logged_launch(busy):
         if in_step.is_set():
@@ -618,7 +623,7 @@ def test_the_end_frame_ends_its_request_unspoken(engine, monkeypatch):
         codes = depth(hidden, n)
         for row in range(n):
             request = engine._slots[row]
-            if request is not None and request.text == "ends early" and request.frames == 2:
+            if request is not None and request.text == "ends early" and request.launched == 2:
                 codes[row] = engine.model.config.codebook_eos_token_id
         return codes
 
@@ -679,6 +684,55 @@ def test_max_len_bounds_a_request_and_closing_ends_its_streams_with_an_error(mod
     }
     with pytest.raises(FdbError, match="closed"):
         next(engine.stream("after"))
+
+
+def test_the_overlapped_loop_speaks_the_plain_loops_frames_and_stays_inside_the_cache(model):
+    """The loop that launches the next step before it reads the last (overlap, the default)
+    gives each request the frames the plain loop gives it: a request bounded by max_len beside
+    others (its last frame at the cache's last position: no step is launched past it), one that
+    ends at an end frame (one more step was launched for it, and nobody reads it) and one that
+    waits for a slot and takes the freed one while that step is still unread."""
+
+    def speak(overlap: bool) -> dict[str, list[np.ndarray]]:
+        engine = CsmEngine(
+            model,
+            CsmOptions(max_batch=2, max_len=64, temperature=0, overlap=overlap),
+            dummy=True,
+        )
+        depth = engine._depth
+
+        def ends_at_fourth_frame(hidden, n):
+            codes = depth(hidden, n)
+            for row in range(n):
+                request = engine._slots[row]
+                if request is not None and request.text == "ends early" and request.launched == 3:
+                    codes[row] = engine.model.config.codebook_eos_token_id
+            return codes
+
+        engine._depth = ends_at_fourth_frame
+        texts = ["q" * 40, "ends early", "waits for a slot"]
+        try:
+            with ThreadPoolExecutor(3) as pool:
+                running = threading.Event()
+                futures = {texts[0]: pool.submit(_frames_of, engine, texts[0], None, running)}
+                assert running.wait(30)
+                for text in texts[1:]:
+                    futures[text] = pool.submit(_frames_of, engine, text)
+                    _until_waiting(engine, 0)
+                return {text: future.result(timeout=60) for text, future in futures.items()}
+        finally:
+            assert _idle(engine)
+            engine.close()
+
+    overlapped, plain = speak(True), speak(False)
+    # 40 prompt tokens: positions 39..62 (24 frames); the end frame (the 4th) is not spoken;
+    # 16 characters: 1.12 s, 14 frames
+    counts = {"q" * 40: 24, "ends early": 3, "waits for a slot": 14}
+    assert {text: len(frames) for text, frames in plain.items()} == counts
+    assert {text: len(frames) for text, frames in overlapped.items()} == counts
+    for text, frames in plain.items():
+        for got, want in zip(overlapped[text], frames, strict=True):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
 # --- the speech endpoint of a tiny csm_gpu server -------------------------------------------------
