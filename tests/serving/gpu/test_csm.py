@@ -614,20 +614,27 @@ def test_a_first_chunk_spoken_ahead_is_the_turns_first_audio_when_its_text_is_th
     assert _idle(engine)
 
 
-def test_the_end_frame_ends_its_request_unspoken(engine, monkeypatch):
-    """All codebooks codebook_eos_token_id (0): that request ends, without the end frame's audio
-    (transformers' generate cuts there); the other row goes on."""
+def _ending(engine: CsmEngine, text: str, frame: int):
+    """``engine._depth`` with ``text``'s frame number ``frame`` made the end frame (every
+    codebook ``codebook_eos_token_id``); counted by launches, as a step computes it (with
+    overlap the frames read lag one step behind)."""
     depth = engine._depth
 
-    def ends_at_third_frame(hidden, n):
+    def ending(hidden, n):
         codes = depth(hidden, n)
         for row in range(n):
             request = engine._slots[row]
-            if request is not None and request.text == "ends early" and request.launched == 2:
+            if request is not None and request.text == text and request.launched == frame - 1:
                 codes[row] = engine.model.config.codebook_eos_token_id
         return codes
 
-    monkeypatch.setattr(engine, "_depth", ends_at_third_frame)
+    return ending
+
+
+def test_the_end_frame_ends_its_request_unspoken(engine, monkeypatch):
+    """All codebooks codebook_eos_token_id (0): that request ends, without the end frame's audio
+    (transformers' generate cuts there); the other row goes on."""
+    monkeypatch.setattr(engine, "_depth", _ending(engine, "ends early", 3))
     running = threading.Event()
     with ThreadPoolExecutor(1) as pool:
         other = pool.submit(_frames_of, engine, "hello there", None, running)
@@ -699,17 +706,7 @@ def test_the_overlapped_loop_speaks_the_plain_loops_frames_and_stays_inside_the_
             CsmOptions(max_batch=2, max_len=64, temperature=0, overlap=overlap),
             dummy=True,
         )
-        depth = engine._depth
-
-        def ends_at_fourth_frame(hidden, n):
-            codes = depth(hidden, n)
-            for row in range(n):
-                request = engine._slots[row]
-                if request is not None and request.text == "ends early" and request.launched == 3:
-                    codes[row] = engine.model.config.codebook_eos_token_id
-            return codes
-
-        engine._depth = ends_at_fourth_frame
+        engine._depth = _ending(engine, "ends early", 4)
         texts = ["q" * 40, "ends early", "waits for a slot"]
         try:
             with ThreadPoolExecutor(3) as pool:
