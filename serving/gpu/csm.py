@@ -241,12 +241,14 @@ class CsmEngine(PendingRequests):
         self._marks = os.environ.get("FDB_STAGE_MARKS") == "1"
         self.prefill_passes = 0  # backbone prefill passes (a burst shares one)
         # launch to delivery: the admission while the step runs included, the one before not
+        # (with overlap, the next step's admission and launch included)
         self.step_s = 0.0
         # with overlap: each step's audio and end flags copied to one of two host buffers behind
         # it, read after the next step is launched
         self._copies = HostCopies(s * (self.frame_samples + 1), torch.float32, self.device)
         self._buffer = 0
         self._inflight: tuple | None = None  # the launched step not yet read: _deliver's args
+        self._inflight_admitted = (0.0, 0.0)  # its admissions' seconds, before and during it
         self.identity = BackendIdentity(
             kind="tts",
             name="transformers/csm",
@@ -382,6 +384,8 @@ class CsmEngine(PendingRequests):
         torch = self.torch
         with torch.inference_mode(), on_stream(self.cuda_stream):
             while not self._stop:
+                # outside the step's handler: a failure here (a failed device's write) ends the
+                # thread, and every request with it (PendingRequests._run_loop)
                 rows = self._launchable()
                 if not rows and self._inflight is None:
                     self._busy()  # nothing launched, nothing to read: admit, or wait for one
@@ -403,11 +407,11 @@ class CsmEngine(PendingRequests):
                     self._admit()
                     during = time.perf_counter() - during
                     if self._inflight is not None:  # the step before: read while this one runs
-                        self._delivered(self._inflight, before, during)
+                        self._delivered(self._inflight, *self._inflight_admitted)
+                    self._inflight, self._inflight_admitted = launched, (before, during)
                     if not self.opts.overlap and launched is not None:
                         self._delivered(launched, before, during)
-                        launched = None
-                    self._inflight = launched
+                        self._inflight = None
                 except BaseException as exc:  # every request in flight fails with the error
                     log.exception("CSM step failed")
                     self._inflight = None
@@ -448,7 +452,8 @@ class CsmEngine(PendingRequests):
         return rows
 
     def _delivered(self, launched: tuple, before: float, during: float) -> None:
-        """:meth:`_deliver` of a launched step, and its stage mark when it was slow."""
+        """:meth:`_deliver` of a launched step, and its stage mark when it was slow (``before``,
+        ``during``: the admissions before and while it was launched)."""
         self._deliver(*launched)
         if self._marks:
             self._mark_slow_step(launched[1], launched[3], before, during)
@@ -457,7 +462,7 @@ class CsmEngine(PendingRequests):
         """Under FDB_STAGE_MARKS: a step that took more than ``SLOW_STEP_S`` from the admission
         before its launch (the prefills run, the step of those in flight not yet launched) to its
         delivery, with that admission's share and the one while it ran (the rest is the GPU's,
-        and the GIL's). With overlap, the admissions are those around the next step's launch."""
+        and the GIL's). With overlap, the time includes the next step's admission and launch."""
         took = before + time.perf_counter() - started
         if took > SLOW_STEP_S:
             log.info(

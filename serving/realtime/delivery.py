@@ -3,12 +3,13 @@
 Reply audio is produced faster than real time, but the client should never hold more than
 ``max_output_lead_ms`` of it: an audio chunk leaves at most that far ahead of the wall clock
 measured from the moment the reply's first audio left. While paced, audio goes out in chunks of
-100 ms. Other events (transcripts, speech boundaries, receipts) are never held back. Once the
-input has ended, everything may leave at once, joined into chunks of at most
-``max_output_lead_ms``. The reply stays open, and interruptible, until the wall clock reaches
-the end of its audio (the client has played it), unless the input has ended. With
-``first_delay_ms`` (the system's ``reply_delay_ms`` handicap) the reply's first audio is held back
-that long once it is ready; an interruption during the wait ends it at once and nothing is sent.
+at most 100 ms (a streamed reply's 80 ms frames one by one, as they come). Other events
+(transcripts, speech boundaries, receipts) are never held back. Once the input has ended,
+everything may leave at once, joined into chunks of at most ``max_output_lead_ms``. The reply
+stays open, and interruptible, until the wall clock reaches the end of its audio (the client has
+played it), unless the input has ended. With ``first_delay_ms`` (the system's ``reply_delay_ms``
+handicap) the reply's first audio is held back that long once it is ready; an interruption
+during the wait ends it at once and nothing is sent.
 """
 
 from __future__ import annotations

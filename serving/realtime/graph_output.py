@@ -404,7 +404,8 @@ class GraphOutput:
 
     def _mark_audio(self, state: GraphReply) -> None:
         """The stage mark of the graph's first reply audio sent (``session audio.delta``), before
-        the delivery emits it: its first piece leaves at once, after ``reply_delay_ms``."""
+        the delivery emits it: its first piece leaves at once (with ``reply_delay_ms``, that much
+        after the mark)."""
         if state.delivery.sent_bytes == 0 and self.graph is not None:
             self.graph.mark("session", "audio.delta")
 
