@@ -202,6 +202,43 @@ def test_csm_prefill_graphs_speak_the_eager_prefills_frames_on_cuda():
         eager.close()
 
 
+def test_csm_overlap_speaks_the_plain_loops_frames_on_cuda():
+    """CSM's overlapped loop on CUDA (the next step launched before the last one's audio is read
+    from a pinned host buffer) gives 8 concurrent requests, some of them bounded by max_len,
+    the frames the plain loop gives them."""
+    torch = _cuda()
+    from concurrent.futures import ThreadPoolExecutor
+
+    from benchmarks.gpu_tts import TINY
+    from serving.gpu.csm import CsmEngine, CsmOptions
+    from serving.weights import WeightSource, load_model
+
+    torch.manual_seed(0)
+    model = load_model(
+        WeightSource("dummy", preset="csm-1b", overrides=TINY), "tts", "cuda", "float32"
+    )
+    texts = ["one", "a longer text", "mid size", "q" * 60] * 2
+
+    def frames(overlap: bool) -> list[list[np.ndarray]]:
+        engine = CsmEngine(
+            model,
+            CsmOptions(max_batch=4, max_len=96, temperature=0, overlap=overlap),
+            dummy=True,
+            weights_label="dummy",
+        )
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                return list(pool.map(lambda text: list(engine.stream(text)), texts))
+        finally:
+            engine.close()
+
+    overlapped, plain = frames(True), frames(False)
+    for got, want in zip(overlapped, plain, strict=True):
+        assert len(got) == len(want) > 0
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+
+
 def test_slot_lm_prefill_graphs_give_the_eager_prefills_tokens_on_cuda():
     """The reply model's prefill graphs (a prompt right-padded to its length, one replay) give
     each prompt the greedy tokens of the eager exact-length prefill, on a tiny Qwen3 in float32."""
