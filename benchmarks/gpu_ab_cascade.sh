@@ -53,13 +53,14 @@ run() {  # run SIDE NAME LIMIT COMMAND...: in the side's tree, its sources on th
     pack
 }
 
-# the working tree's CUDA tests of CSM's and the reply model's engines first (CUDA_TESTS=0:
-# not, when the device time left is short)
+# the working tree's CUDA tests of CSM's and the reply model's engines first (their prefill
+# graphs, CSM's overlapped loop; CUDA_TESTS=0: not, when the device time left is short)
 if [ "${CUDA_TESTS:-1}" = 1 ]; then
-    run new cuda-tests 90 python3 -m pytest -m gpu -p no:cacheprovider -k prefill_graphs \
-        tests/serving/gpu/test_gpu_cuda.py
+    run new cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider \
+        -k "prefill_graphs or csm_overlap" tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-tests.log"
 fi
+
 cascade() {  # cascade SIDE NAME: one run of 32 sessions, then its server's stage table
     local name=$2
     run "$1" "$name" 100 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
