@@ -369,10 +369,9 @@ class GraphOutput:
         if not final and not state.delivery.paced:
             return True  # unpaced (the input ended): the chunk leaves whole, at its progress
         budget = max(0, self._system.max_output_bytes - state.delivery.sent_bytes)
-        ready = len(state.pcm)
-        take = min(ready, budget // 2 * 2)
+        take = min(len(state.pcm), budget // 2 * 2)
         pcm, state.pcm = state.pcm[:take], state.pcm[take:]
-        if take < ready or (final and budget == 0 and state.pcm):
+        if state.pcm:  # max_output_bytes reached: the reply's audio ends here
             state.capped, state.pcm = True, b""
         if not pcm:
             return True
