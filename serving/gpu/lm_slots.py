@@ -8,7 +8,8 @@ tensors with its own position). A GPU thread runs the loop of :class:`SlotLmEngi
    are written by one prefill pass over all of them (``prefill_rows``, the fused layers, the
    prompts right-padded), eagerly, while the GPU runs the step just launched for the others (its
    kernels queue behind that step on the engine's stream, its own: another engine on the GPU runs
-   beside it);
+   beside it); those that came during a step are admitted before the next is launched, which
+   takes their first tokens;
 2. one decode step for every busy row at once (``decode_rows`` with per-row positions, masks and
    rotary angles), then the next token of each row: the most likely (``temperature`` 0) or one
    drawn among the 50 most likely (Gumbel noise made outside the graph). Every shape in a step
@@ -245,6 +246,13 @@ class SlotLmEngine(PendingRequests):
             launched = None
             try:
                 started = time.perf_counter()
+                if rows and self._pending.qsize():
+                    # requests that came during the last step are admitted before the next,
+                    # which takes their first tokens (admitted after its launch, they would wait
+                    # one step more, as CSM's did: docs/gpu.md, fifth session); their prefill
+                    # queues behind the step in flight, as one admitted after the launch does
+                    self._admit()
+                    rows = self._launchable()
                 if rows:
                     launched = self._launch(rows)
                 self._last_rows = set(rows)

@@ -10,6 +10,7 @@ is one line."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -204,6 +205,51 @@ def test_the_next_step_is_launched_before_the_tokens_are_read(model, overlap):
         assert order == ["launch"] + ["launch", "read"] * (NEW - 1) + ["read"]
     else:
         assert order == ["launch", "read"] * NEW
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_request_that_comes_during_a_step_is_in_the_next_step(model, overlap):
+    """A request that comes while a step runs, after that step's admissions, is admitted before
+    the next step is launched, and that step takes its first token (admitted after the launch,
+    its first token would wait a step more). Its reply is still its prompt's alone."""
+    engine = SlotLmEngine(model, max_batch=2, max_len=128, temperature=0.0, overlap=overlap)
+    deliver, launch = engine._deliver, engine._launch
+    armed, in_step, submitted = threading.Event(), threading.Event(), threading.Event()
+    launched: list[list[int]] = []  # each step's rows' prompt lengths, from the held step on
+    busy, late = _prompt(5, 40), _prompt(9, 41)
+
+    def held_deliver(*step):
+        if armed.is_set() and not in_step.is_set():
+            in_step.set()  # this step's admissions are over: the request comes now
+            assert submitted.wait(30)
+        return deliver(*step)
+
+    def logged_launch(rows):
+        if in_step.is_set():
+            launched.append([len(engine._slots[i].ids) for i in rows])
+        return launch(rows)
+
+    engine._deliver, engine._launch = held_deliver, logged_launch
+
+    async def main():
+        started = asyncio.Event()
+        first = asyncio.ensure_future(_reply(engine, busy, new=40, started=started))
+        await started.wait()
+        armed.set()
+        assert await asyncio.to_thread(in_step.wait, 30)
+        second = asyncio.ensure_future(_reply(engine, late))
+        while engine._pending.qsize() == 0:
+            await asyncio.sleep(0.001)
+        submitted.set()
+        return await asyncio.gather(first, second)
+
+    try:
+        replies = asyncio.run(main())
+    finally:
+        engine.close()
+    assert replies == [_generate(model, busy, 40), _generate(model, late)]
+    assert len(late) in launched[0]  # the very next step
+    assert all(r is None for r in engine._slots)
 
 
 def test_closing_fails_waiting_requests_and_a_long_prompt_is_refused(model):
