@@ -131,6 +131,9 @@ def test_a_long_garbage_collection_is_logged_and_loading_is_frozen(caplog, monke
     assert freeze_loaded_objects() == 0 and gc.get_freeze_count() == before
     monkeypatch.delenv("FDB_GC_FREEZE")
     try:
-        assert freeze_loaded_objects() == gc.get_freeze_count() > 1000
+        frozen = freeze_loaded_objects()
+        # a frozen object freed since (its last reference dropped, by a thread an earlier test
+        # left ending) leaves the permanent generation: the count may fall a little, never rise
+        assert frozen > 1000 and frozen - 1000 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
