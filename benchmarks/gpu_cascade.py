@@ -129,7 +129,7 @@ def launch_file(
     asr_tokens_per_s: float | None = None,
     first_chunk_words: int | None = None,
     overlap: bool = True,
-    csm_overlap: bool = True,
+    csm_overlap: bool = False,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
@@ -140,7 +140,7 @@ def launch_file(
     ``max_tokens_per_s`` (None: the node's default), the system's ``first_chunk.max_words``
     (None: the default rule), ``overlap``: the recognizer's and the reply model's decode loops
     launch a step before they read the last (the defaults; False for the A/B), ``csm_overlap``:
-    CSM's too, and (--tiny) the CPU configuration."""
+    CSM's too (not its default), and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -174,8 +174,8 @@ def launch_file(
         tts["prefill_graphs"] = False
     tts["device"] = "cpu" if tiny else device
     tts["codec"] = codec
-    if not csm_overlap:
-        tts["overlap"] = False
+    if csm_overlap:
+        tts["overlap"] = True
     for name, priority in (priorities or {}).items():
         (tts if name == "tts" else raw["session_nodes"][name])["stream_priority"] = priority
     if tiny:
@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> dict:
         args.asr_tokens_per_s,
         args.first_chunk_words,
         not args.no_overlap,
-        not args.no_csm_overlap,
+        args.csm_overlap,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> dict:
         "stagger_s": args.stagger_s,
         "graphs": not args.no_graphs,
         "overlap": not args.no_overlap,
-        "csm_overlap": not args.no_csm_overlap,
+        "csm_overlap": args.csm_overlap,
         "stream_priority": args.stream_priority,
         "sessions": sessions,
         "levels": summary_levels,
@@ -377,10 +377,10 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "for the A/B",
     )
     parser.add_argument(
-        "--no-csm-overlap",
+        "--csm-overlap",
         action="store_true",
-        help="CSM's loop reads each frame's audio before it launches the next step (the csm_gpu "
-        "backend's overlap false; default: the next step is launched first), for the A/B",
+        help="CSM's loop launches the next frame's step before it reads the last one's audio "
+        "(the csm_gpu backend's overlap true; default: each frame is read first), for the A/B",
     )
     parser.add_argument(
         "--stream-priority",

@@ -96,8 +96,9 @@ class CsmOptions:
     # the CUDA stream priority of the GPU thread (serving.gpu.slots.engine_stream)
     stream_priority: int = 0
     # the next frame's step launched before the last one's audio is read and handed to the
-    # requests, so that the GPU does not wait for the thread (and the GIL) between steps
-    overlap: bool = True
+    # requests, so that the GPU does not wait for the thread (and the GIL) between steps (off by
+    # default: under the GPU cascade's load its first frames came later, docs/gpu.md)
+    overlap: bool = False
 
 
 @dataclass

@@ -299,8 +299,10 @@ class CsmSpeechNode(GpuNode):
     prefill_graphs: bool = True
     stream_priority: StreamPriority = 0
     # the next frame's step launched before the last one's audio is read and handed to the
-    # requests, so that the GPU does not wait for the thread between steps
-    overlap: bool = True
+    # requests, so that the GPU does not wait for the thread between steps: 5% more frames/s at
+    # C16 alone, but under the GPU cascade's load a later first frame (docs/gpu.md, ninth
+    # session), so off by default
+    overlap: bool = False
 
 
 # The native kinds: a native system's graph is one node of one of these, reading ``input`` and
