@@ -73,6 +73,9 @@
 #                 tokens a second, prefetch_ms 50): the most sessions meeting the first audio goal
 #   sink          levels again, then gpu_cascade at 32 as in prompt with the first chunk at most
 #                 4 words and 7, in the order 4 7 7 4 (a streamed reply's frames leave as made)
+#   csmoverlap    a warming run, then gpu_cascade at 32 as in sink with CSM's loop plain (the
+#                 default since the ninth session) and overlapped (--csm-overlap), three each, in
+#                 the order off on on off off on
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -419,8 +422,14 @@ sink)
         --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}'"
     alternate "$SPREAD" fc4 "--first-chunk-words 4" fc4-1 fc7-1 fc7-2 fc4-2
     ;;
+csmoverlap)
+    # CSM's loop plain (the default) against overlapped, after the ninth session's call (where the
+    # overlap made CSM's first frames later); a machine's first run is not compared
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    alternate "$SPREAD" on "--csm-overlap" off-1 on-1 on-2 off-2 off-3 on-3
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels or sink"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink or csmoverlap"
     exit 2
     ;;
 esac

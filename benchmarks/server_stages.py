@@ -14,19 +14,27 @@ had it and p50 / p90 / max, in the order of their p50. A mark before the ``--aft
 prefetch's transcript that came before the turn ended) is negative. ``--per N``: the graphs in
 the order the server made them, in groups of N, each reported on its own (a sweep's levels, each
 of N sessions, run one after another against one server).
+
+CSM's first-frame lines (``csm first frame``, logged under the same variable by
+``serving.gpu.csm``) are summed over the whole log: per request, the wait for a slot, the time
+from its prefill to its first frame, and the two together (request → first frame), in ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+from fdb.stats import P50, P90, ceil_quantile
+
 MARK = re.compile(r"stage mark (\d+) (\S+) (\S+) ([0-9.]+)")
+CSM_FIRST = re.compile(
+    r"csm first frame [0-9.]+: waited ([0-9.]+) ms for a slot, ([0-9.]+) ms from its prefill"
+)
 
 
 def read_marks(log: Path) -> dict[str, dict[str, float]]:
@@ -47,9 +55,29 @@ def groups(graphs: dict[str, dict[str, float]], per: int) -> list[dict[str, dict
     return [{g: graphs[g] for g in ordered[i : i + per]} for i in range(0, len(ordered), per)]
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+def csm_first_frames(log: Path) -> dict[str, dict] | None:
+    """CSM's first-frame lines of a server log: for ``waited`` (for a slot), ``prefill`` (from
+    the prefill to the first frame) and ``total`` (the two), the requests and p50 / p90 / max
+    ms (nearest-rank quantiles); None without such a line."""
+    waited, prefill = [], []
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            found = CSM_FIRST.search(line)
+            if found:
+                waited.append(float(found.group(1)))
+                prefill.append(float(found.group(2)))
+    if not waited:
+        return None
+    total = [a + b for a, b in zip(waited, prefill, strict=True)]
+    return {
+        name: {
+            "requests": len(values),
+            "p50": round(ceil_quantile(values, P50), 1),
+            "p90": round(ceil_quantile(values, P90), 1),
+            "max": round(max(values), 1),
+        }
+        for name, values in (("waited", waited), ("prefill", prefill), ("total", total))
+    }
 
 
 def stages(graphs: dict[str, dict[str, float]], after: str) -> dict[str, dict]:
@@ -65,8 +93,8 @@ def stages(graphs: dict[str, dict[str, float]], after: str) -> dict[str, dict]:
     table = {
         name: {
             "graphs": len(values),
-            "p50": round(_quantile(values, 0.5), 3),
-            "p90": round(_quantile(values, 0.9), 3),
+            "p50": round(ceil_quantile(values, P50), 3),
+            "p90": round(ceil_quantile(values, P90), 3),
             "max": round(max(values), 3),
         }
         for name, values in delays.items()
@@ -93,9 +121,17 @@ def main(argv: list[str] | None = None) -> dict:
         tables.append({"graphs": f"{first}-{last}", "marks": table})
     if not any(t["marks"] for t in tables):
         print(f"no graph in {args.log} has the mark {args.after}", file=sys.stderr)
+    csm = csm_first_frames(args.log)
+    if csm is not None:
+        print(
+            f"CSM request → first frame, ms (p50 / p90 / max, {csm['total']['requests']} requests)"
+        )
+        for name, row in csm.items():
+            print(f"  {name:<34} {row['p50']:>7} / {row['p90']:>7} / {row['max']:>7}")
+    summary = {"after": args.after, "groups": tables, "csm_first_frame": csm}
     if args.out:
-        args.out.write_text(json.dumps({"after": args.after, "groups": tables}, indent=2) + "\n")
-    return {"after": args.after, "groups": tables}
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 if __name__ == "__main__":

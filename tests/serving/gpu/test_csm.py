@@ -54,8 +54,8 @@ def model():
 
 @pytest.fixture(scope="module", params=[True, False], ids=["overlap", "no-overlap"])
 def engine(model, request):
-    """The engine, its loop overlapped (the next step launched before the last is read: the
-    default) and not."""
+    """The engine, its loop overlapped (the next step launched before the last is read) and not
+    (the default)."""
     engine = CsmEngine(
         model,
         CsmOptions(max_batch=4, max_len=256, temperature=0, overlap=request.param),
@@ -361,6 +361,43 @@ def test_a_request_that_comes_during_a_step_is_in_the_next_step(engine, monkeypa
         assert len(late.result(timeout=60)) > 0
     assert "came during a step" in launched[0]  # the very next step
     assert _idle(engine)
+
+
+def test_stage_marks_log_each_requests_first_frame_and_server_stages_sums_them(
+    model, monkeypatch, caplog, tmp_path
+):
+    """FDB_STAGE_MARKS=1: one line a request at its first frame (its wait for a slot, and from
+    its prefill), none without; benchmarks/server_stages.py reads them back from the log."""
+    from benchmarks.server_stages import csm_first_frames
+
+    def first_frame_lines(marks: bool) -> list[str]:
+        if marks:
+            monkeypatch.setenv("FDB_STAGE_MARKS", "1")
+        else:
+            monkeypatch.delenv("FDB_STAGE_MARKS", raising=False)
+        caplog.clear()
+        engine = CsmEngine(model, CsmOptions(max_batch=2, max_len=256, temperature=0), dummy=True)
+        try:
+            with caplog.at_level("INFO", logger="fdb.serving"), ThreadPoolExecutor(3) as pool:
+                texts = ["one", "two words", "and three"]  # three requests, two slots: one waits
+                assert all(
+                    f.result(60) for f in [pool.submit(_frames_of, engine, t) for t in texts]
+                )
+        finally:
+            engine.close()
+        return [r.getMessage() for r in caplog.records if "csm first frame" in r.getMessage()]
+
+    assert first_frame_lines(False) == []
+    lines = first_frame_lines(True)
+    assert len(lines) == 3
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"2026-12-06 INFO fdb.serving: {line}\n" for line in lines))
+    summary = csm_first_frames(log)
+    assert [summary[k]["requests"] for k in ("waited", "prefill", "total")] == [3, 3, 3]
+    assert summary["total"]["max"] >= summary["total"]["p90"] >= summary["total"]["p50"] > 0
+    assert summary["total"]["p50"] >= summary["prefill"]["p50"]
+    (tmp_path / "quiet.log").write_text("nothing here\n")
+    assert csm_first_frames(tmp_path / "quiet.log") is None
 
 
 def test_a_failed_device_ends_every_request_in_flight_and_waiting_with_an_error(model):
