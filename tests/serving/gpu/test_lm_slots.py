@@ -252,6 +252,49 @@ def test_a_request_that_comes_during_a_step_is_in_the_next_step(model, overlap):
     assert all(r is None for r in engine._slots)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("how", ["left after its admission", "asked for no token"])
+def test_a_request_that_launches_no_step_in_a_slot_still_read_stays_inside_the_bucket(
+    model, overlap, how
+):
+    """A ends at an end token while C goes on, so A's slot is in the step launched ahead and not
+    yet read; B (a 300-token prompt) is admitted into that slot before the next launch and then
+    launches no step (its caller left at once, or it asked for no token). The next step computes
+    B's row stale: it must be back at position 0, inside the step's 256-position bucket (found by
+    a review: it was left at 299, and the step failed for every reply in flight)."""
+    a, c, b = _prompt(9, 11), _prompt(5, 41), _prompt(300, 40)
+    full_a, full_c = _generate(model, a, 12), _generate(model, c, 40)
+    k = next(i for i in range(1, 12) if full_a[i] not in full_a[:i])
+    eos = full_a[k]
+    assert eos not in full_c[:20]  # C goes on past A's end
+    engine = SlotLmEngine(
+        model, max_batch=2, max_len=600, temperature=0.0, eos=[eos], overlap=overlap
+    )
+    start = engine._start
+
+    def started(request, slot, ids):
+        start(request, slot, ids)
+        if how == "left after its admission" and len(ids) == 300:
+            request.cancelled = True  # its caller leaves just after its admission
+
+    engine._start = started
+
+    async def main():
+        first = asyncio.ensure_future(_reply(engine, a, 12))
+        await asyncio.sleep(0)
+        going_on = asyncio.ensure_future(_reply(engine, c, 20))
+        await asyncio.sleep(0)
+        late = asyncio.ensure_future(_reply(engine, b, 0 if how == "asked for no token" else 5))
+        return await asyncio.gather(first, going_on, late)
+
+    try:
+        got_a, got_c, got_b = asyncio.run(main())
+    finally:
+        engine.close()
+    assert got_a == full_a[:k] and got_c == full_c[:20]
+    assert got_b == [] and all(r is None for r in engine._slots)
+
+
 def test_closing_fails_waiting_requests_and_a_long_prompt_is_refused(model):
     engine = SlotLmEngine(model, max_batch=1, max_len=1100, temperature=0.0)
 
