@@ -296,13 +296,13 @@ class SlotLmEngine(PendingRequests):
         n = bucket(max(rows) + 1, self.max_batch)
         length = length_bucket(max(self._positions[i] for i in rows) + 1, self.max_len)
         going_on = [i for i in rows if i in self._last_rows]
-        # rows that launch no more (their last step unread yet): back to position 0, as _finish
-        # does later, so that this step's stale computation of them stays inside its length
-        # bucket (a long reply that ended beside short ones would write past it). Those of the
-        # last step, and any other busy row left out: one admitted before this launch into a
-        # slot whose last step is unread, which launches no step (its caller left at once, or it
-        # asked for no token), sits at its prompt's position (found by a review)
-        left = sorted({*self._last_rows, *self._in_flight()} - set(rows))
+        # busy rows that launch no more (their last step unread yet; _launchable has ended the
+        # others, at position 0): back to position 0, as _finish does later, so that this step's
+        # stale computation of them stays inside its length bucket. A long reply that ended
+        # beside short ones would write past it, and so would one admitted before this launch
+        # into a slot whose last step is unread that launches no step (its caller left at once,
+        # or it asked for no token: found by a review)
+        left = [i for i in self._in_flight() if i not in rows]
         if left:
             self.pos[to_device(left, self.device)] = 0
         if going_on:
