@@ -130,6 +130,7 @@ def launch_file(
     first_chunk_words: int | None = None,
     overlap: bool = True,
     csm_overlap: bool = False,
+    asr_lanes: int | None = None,
 ) -> Path:
     """gpu-cascade's launch file with max_sessions, the device, the recognizer's token cap,
     decoder and window, the reply model's engine, CSM's codec, the system's ``prefetch_ms`` (None:
@@ -140,7 +141,8 @@ def launch_file(
     ``max_tokens_per_s`` (None: the node's default), the system's ``first_chunk.max_words``
     (None: the default rule), ``overlap``: the recognizer's and the reply model's decode loops
     launch a step before they read the last (the defaults; False for the A/B), ``csm_overlap``:
-    CSM's too (not its default), and (--tiny) the CPU configuration."""
+    CSM's too (not its default), ``asr_lanes``: the recognizer's ``lanes`` (None: the node's
+    default), and (--tiny) the CPU configuration."""
     raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     raw["max_sessions"] = max_sessions
     for name in ("asr", "llm"):
@@ -153,6 +155,8 @@ def launch_file(
     raw["session_nodes"]["asr"]["window_s"] = asr_window_s
     if asr_tokens_per_s is not None:
         raw["session_nodes"]["asr"]["max_tokens_per_s"] = asr_tokens_per_s
+    if asr_lanes is not None:
+        raw["session_nodes"]["asr"]["lanes"] = asr_lanes
     if prefetch_ms is not None:
         raw["prefetch_ms"] = prefetch_ms
     if first_chunk_words is not None:
@@ -242,6 +246,7 @@ def run(args: argparse.Namespace) -> dict:
         args.first_chunk_words,
         not args.no_overlap,
         args.csm_overlap,
+        args.asr_lanes,
     )
     server = ManagedServer(
         system="gpu-cascade",
@@ -288,6 +293,7 @@ def run(args: argparse.Namespace) -> dict:
         "graphs": not args.no_graphs,
         "overlap": not args.no_overlap,
         "csm_overlap": args.csm_overlap,
+        "asr_lanes": args.asr_lanes,
         "stream_priority": args.stream_priority,
         "sessions": sessions,
         "levels": summary_levels,
@@ -381,6 +387,15 @@ def _options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="CSM's loop launches the next frame's step before it reads the last one's audio "
         "(the csm_gpu backend's overlap true; default: each frame is read first), for the A/B",
+    )
+    parser.add_argument(
+        "--asr-lanes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the recognizer's lanes: batches that may run at once, so an utterance that comes "
+        "while a batch runs starts at once on a free lane (whisper_gpu's lanes; default: the "
+        "profile's, 1), for the A/B",
     )
     parser.add_argument(
         "--stream-priority",

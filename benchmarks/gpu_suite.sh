@@ -76,6 +76,10 @@
 #   csmoverlap    a warming run, then gpu_cascade at 32 as in sink with CSM's loop plain (the
 #                 default since the ninth session) and overlapped (--csm-overlap), three each, in
 #                 the order off on on off off on
+#   lanes         the CUDA test of Whisper's lanes, a warming run, then gpu_cascade at 32 as in
+#                 sink with the recognizer's batches on one lane (the default) and two
+#                 (--asr-lanes 2), three each, in the order 1 2 2 1 1 2; the server's stage marks
+#                 give each Whisper batch's wait and run time (server_stages.py, "batches")
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -428,8 +432,18 @@ csmoverlap)
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
     alternate "$SPREAD" on "--csm-overlap" off-1 on-1 on-2 off-2 off-3 on-3
     ;;
+lanes)
+    # the recognizer's batches on two lanes: an utterance that comes while a batch runs starts
+    # at once beside it instead of waiting for its end (the tenth session); a machine's first run
+    # is not compared
+    step cuda-tests 60 python3 -m pytest -m gpu -p no:cacheprovider -k "lanes" \
+        tests/serving/gpu/test_gpu_cuda.py
+    tail -1 "$RES/cuda-tests.log"
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    alternate "$SPREAD" two "--asr-lanes 2" one-1 two-1 two-2 one-2 one-3 two-3
+    ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink or csmoverlap"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap or lanes"
     exit 2
     ;;
 esac

@@ -18,6 +18,9 @@ of N sessions, run one after another against one server).
 CSM's first-frame lines (``csm first frame``, logged under the same variable by
 ``serving.gpu.csm``) are summed over the whole log: per request, the wait for a slot, the time
 from its prefill to its first frame, and the two together (request → first frame), in ms.
+So are the batchers' lines (``serving.batching.Batcher`` with ``stage_marks``: the recognizer's
+``whisper_gpu batch``): per batcher, its batches' rows, the wait of each batch's oldest and
+newest request (from its submit to its batch's start) and the run time, and the batches per lane.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from pathlib import Path
 from fdb.stats import P50, P90, ceil_quantile
 
 MARK = re.compile(r"stage mark (\d+) (\S+) (\S+) ([0-9.]+)")
+BATCH = re.compile(
+    r"(\S+) batch [0-9.]+: (\d+) rows, lane (\d+), waited ([0-9.]+) ms oldest, "
+    r"([0-9.]+) ms newest, ran ([0-9.]+) ms"
+)
 CSM_FIRST = re.compile(
     r"csm first frame [0-9.]+: waited ([0-9.]+) ms for a slot, ([0-9.]+) ms from its prefill"
 )
@@ -77,6 +84,46 @@ def csm_first_frames(log: Path) -> dict[str, dict] | None:
             "max": round(max(values), 1),
         }
         for name, values in (("waited", waited), ("prefill", prefill), ("total", total))
+    }
+
+
+def _spread(values: list[float], digits: int = 1) -> dict:
+    """Count, p50 / p90 (nearest rank) and max of ``values``."""
+    return {
+        "n": len(values),
+        "p50": round(ceil_quantile(values, P50), digits),
+        "p90": round(ceil_quantile(values, P90), digits),
+        "max": round(max(values), digits),
+    }
+
+
+def batches(log: Path) -> dict[str, dict] | None:
+    """The batchers' lines of a server log, per batcher name: ``rows``, ``waited_oldest``,
+    ``waited_newest`` and ``ran`` (ms) with their count, p50 / p90 / max, and ``lanes`` (lane ->
+    batches); None without such a line."""
+    found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            m = BATCH.search(line)
+            if m:
+                name, rows, lane, oldest, newest, ran = m.groups()
+                values = found[name]
+                values["rows"].append(int(rows))
+                values["lane"].append(int(lane))
+                values["waited_oldest"].append(float(oldest))
+                values["waited_newest"].append(float(newest))
+                values["ran"].append(float(ran))
+    if not found:
+        return None
+    return {
+        name: {
+            "rows": _spread(values["rows"], 0),
+            "waited_oldest": _spread(values["waited_oldest"]),
+            "waited_newest": _spread(values["waited_newest"]),
+            "ran": _spread(values["ran"]),
+            "lanes": {str(k): values["lane"].count(k) for k in sorted(set(values["lane"]))},
+        }
+        for name, values in sorted(found.items())
     }
 
 
@@ -128,7 +175,15 @@ def main(argv: list[str] | None = None) -> dict:
         )
         for name, row in csm.items():
             print(f"  {name:<34} {row['p50']:>7} / {row['p90']:>7} / {row['max']:>7}")
-    summary = {"after": args.after, "groups": tables, "csm_first_frame": csm}
+    batched = batches(args.log)
+    for name, row in (batched or {}).items():
+        print(
+            f"{name} batches, ms (p50 / p90 / max, {row['ran']['n']} batches, lanes {row['lanes']})"
+        )
+        for key in ("rows", "waited_oldest", "waited_newest", "ran"):
+            r = row[key]
+            print(f"  {key:<34} {r['p50']:>7} / {r['p90']:>7} / {r['max']:>7}")
+    summary = {"after": args.after, "groups": tables, "csm_first_frame": csm, "batches": batched}
     if args.out:
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
     return summary

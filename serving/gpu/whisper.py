@@ -22,6 +22,7 @@ marked as dummy (``DUMMY_TEXT``) so that the dialog has a user message to answer
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -59,6 +60,7 @@ class WhisperEngine:
         encoder_graphs: bool = True,
         stream_priority: int = 0,
         overlap: bool = True,
+        lanes: int = 1,
     ):
         # lazy: torch is optional (the gpu extra)
         import torch
@@ -78,30 +80,42 @@ class WhisperEngine:
         self.features, self.tokenizer = _processors(source, config.num_mel_bins)
         self.generation = self.model.generation_config
         self.generation.max_new_tokens, self.generation.max_length = max_new_tokens, None
-        self.static = None
-        if decoder == "static":
-            # lazy: torch is optional (the gpu extra), and whisper_static imports it
-            from serving.gpu.whisper_static import StaticWhisper, prompt_ids, windows
-
-            self.static = StaticWhisper(
-                self.model,
-                self.generation,
-                prompt_ids(self.generation, language),
-                max_new_tokens,
-                max_batch,
-                graphs=True,
-                frames=windows(self.window_s, self.samples // HOP),
-                encoder_graphs=encoder_graphs,
-                overlap=overlap,
-            )
-        # batches run on their own stream, so that the encoder's long kernels run beside the
-        # steps of the other engines on the GPU (the reply model's, the speech model's), not
-        # before them
+        # one lane a batch that may run at once: its CUDA stream (batches run on streams of
+        # their own, so that the encoder's long kernels run beside the steps of the other
+        # engines on the GPU, the reply model's and the speech model's, not before them) and,
+        # with the static decoder, its own static tensors and graphs
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import engine_stream, priority_of
 
-        self.cuda_stream = engine_stream(device, stream_priority)
-        self.batcher: Batcher[np.ndarray, str] = Batcher(self.run_batch, max_batch, "whisper_gpu")
+        self.statics: list = []
+        self.cuda_streams = []
+        for _ in range(lanes):
+            if decoder == "static":
+                # lazy: torch is optional (the gpu extra), and whisper_static imports it
+                from serving.gpu.whisper_static import StaticWhisper, prompt_ids, windows
+
+                self.statics.append(
+                    StaticWhisper(
+                        self.model,
+                        self.generation,
+                        prompt_ids(self.generation, language),
+                        max_new_tokens,
+                        max_batch,
+                        graphs=True,
+                        frames=windows(self.window_s, self.samples // HOP),
+                        encoder_graphs=encoder_graphs,
+                        overlap=overlap,
+                    )
+                )
+            self.cuda_streams.append(engine_stream(device, stream_priority))
+        self.static = self.statics[0] if self.statics else None
+        self.cuda_stream = self.cuda_streams[0]
+        self.batcher: Batcher[np.ndarray, str] = Batcher(
+            [functools.partial(self.run_batch, lane=lane) for lane in range(lanes)],
+            max_batch,
+            "whisper_gpu",
+            stage_marks=True,
+        )
         self.identity = identity(
             "whisper_gpu",
             "asr",
@@ -117,17 +131,22 @@ class WhisperEngine:
                 "window_s": self.window_s,
                 "stream_priority": priority_of(self.cuda_stream),
                 "overlap": overlap if decoder == "static" else None,
+                "lanes": lanes,
                 "tokenizer": "checkpoint"
                 if self.tokenizer is not None
                 else "none (dummy placeholder text)",
             },
         )
         log.info(
-            "whisper_gpu: %s on %s (%s), batches of up to %d",
+            "whisper_gpu: %s on %s (%s), batches of up to %d, %d lane(s)%s",
             source.label(),
             device,
             dtype,
             max_batch,
+            lanes,
+            f", {self.static.nbytes() / 2**30:.2f} GiB of static tensors a lane"
+            if self.static is not None
+            else "",
         )
 
     @classmethod
@@ -140,26 +159,28 @@ class WhisperEngine:
         self.batcher.close()
 
     def warm_graphs(self) -> None:
-        """Every batch bucket's decoder step captured (static decoder on CUDA; else nothing)."""
+        """Every batch bucket's decoder step captured, on every lane (static decoder on CUDA;
+        else nothing)."""
         if self.static is not None and self.static.graphs:
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
             import torch
 
             from serving.gpu.whisper_static import buckets
 
-            self.static.warm(buckets(self.static.max_batch))
-            torch.cuda.synchronize()  # before the batches, on the engine's stream, use them
+            for static in self.statics:
+                static.warm(buckets(static.max_batch))
+            torch.cuda.synchronize()  # before the batches, on the engine's streams, use them
 
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
 
-    def run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
-        """The text of each utterance (blocking; on the engine's stream)."""
+    def run_batch(self, batch: Sequence[np.ndarray], lane: int = 0) -> list[str]:
+        """The text of each utterance (blocking; on ``lane``'s stream and static tensors)."""
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import on_stream
 
-        with on_stream(self.cuda_stream):
-            return self._run_batch(batch)
+        with on_stream(self.cuda_streams[lane]):
+            return self._run_batch(batch, self.statics[lane] if self.statics else None)
 
     def window(self, batch: Sequence[np.ndarray]) -> int:
         """The samples the batch is encoded in (``whisper_static.window_frames``)."""
@@ -169,14 +190,14 @@ class WhisperEngine:
         longest = min(max(len(s) for s in batch), self.samples) / RATE
         return window_frames(longest, self.window_s, self.samples // HOP) * HOP
 
-    def _run_batch(self, batch: Sequence[np.ndarray]) -> list[str]:
+    def _run_batch(self, batch: Sequence[np.ndarray], static) -> list[str]:
         # lazy: torch is optional (the gpu extra)
         import torch
 
         samples = self.window(batch)
         features = self.log_mel(batch, samples).to(self.device, self.dtype)
-        if self.static is not None:
-            rows = self.static.transcribe(features, self.token_budget(batch))
+        if static is not None:
+            rows = static.transcribe(features, self.token_budget(batch))
             return [self._text(ids) for ids in rows]
         extra = {"language": self.language, "task": "transcribe"} if self._multilingual() else {}
         with torch.inference_mode():
@@ -260,6 +281,7 @@ def _engine_args(options: WhisperGpuOptions) -> tuple:
         options.encoder_graphs,
         options.stream_priority,
         options.overlap,
+        options.lanes,
     )
 
 

@@ -203,6 +203,10 @@ class WhisperGpuOptions(GpuModelOptions):
     # static decoder: the next decoder step is launched before the thread reads whether every
     # row has ended (one step late), so the GPU does not wait for the thread between steps
     overlap: bool = True
+    # batches that may run at once, each on a lane of its own (a thread, a CUDA stream and, with
+    # the static decoder, its own static tensors and graphs: nbytes each): an utterance that
+    # comes while a batch runs starts on a free lane at once instead of waiting for that batch
+    lanes: int = Field(1, ge=1, le=4)
 
 
 class CausalLmGpuOptions(GpuModelOptions):

@@ -136,3 +136,159 @@ def test_close_shared_closes_every_engine_built():
     engines = asyncio.run(main())
     close_shared(owner)
     assert closed == engines
+
+
+def test_a_request_that_comes_while_a_batch_runs_starts_at_once_on_a_free_lane():
+    """Two lanes: the second request does not wait for the first batch's end; it runs in lane 1's
+    function, in a thread of its own, while lane 0's batch still runs. With every lane busy the
+    arrivals gather into one batch, as with one lane."""
+    first_running, release = threading.Event(), threading.Event()
+    ran: list[tuple[int, list, str]] = []
+
+    def lane(k):
+        def run(batch):
+            ran.append((k, list(batch), threading.current_thread().name))
+            if batch == ["a"]:
+                first_running.set()
+                assert release.wait(10)
+            return [f"{x}@{k}" for x in batch]
+
+        return run
+
+    async def main():
+        batcher = Batcher([lane(0), lane(1)], max_batch=4, name="t")
+        a = asyncio.ensure_future(batcher.submit("a"))
+        await asyncio.get_running_loop().run_in_executor(None, first_running.wait, 10)
+        b = await asyncio.wait_for(batcher.submit("b"), 10)  # lane 0 still holds "a"
+        assert not a.done()
+        held = asyncio.ensure_future(batcher.submit("c"))  # lane 1 free again: runs at once
+        c = await asyncio.wait_for(held, 10)
+        release.set()
+        return await a, b, c, batcher.batch_sizes, batcher.batch_lanes
+
+    a, b, c, sizes, lanes = asyncio.run(main())
+    assert (a, b, c) == ("a@0", "b@1", "c@1")
+    assert sizes == [1, 1, 1] and lanes == [0, 1, 1]
+    assert {name.rsplit("_", 1)[0] for k, _, name in ran if k == 1} == {"fdb-t-1"}
+    assert all(name.startswith("fdb-t-0") for k, _, name in ran if k == 0)
+
+
+def test_with_every_lane_busy_arrivals_wait_and_gather_into_one_batch():
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def run(batch):
+        if batch[0] in ("a", "b"):
+            started.release()
+            assert release.wait(10)
+        return list(batch)
+
+    async def main():
+        batcher = Batcher([run, run], max_batch=4, name="t")
+        first = [asyncio.ensure_future(batcher.submit(x)) for x in "a"]
+        await asyncio.sleep(0.05)
+        first.append(asyncio.ensure_future(batcher.submit("b")))
+        loop = asyncio.get_running_loop()
+        for _ in range(2):
+            assert await loop.run_in_executor(None, started.acquire, True, 10)
+        later = [asyncio.ensure_future(batcher.submit(x)) for x in "cde"]
+        await asyncio.sleep(0.05)
+        assert not any(f.done() for f in later)  # both lanes busy: they wait
+        release.set()
+        return await asyncio.gather(*first, *later), batcher.batch_sizes
+
+    results, sizes = asyncio.run(main())
+    assert results == list("abcde") and sizes == [1, 1, 3]
+
+
+def test_run_alone_waits_for_every_lane_and_no_batch_starts_meanwhile():
+    events: list[str] = []
+    release = threading.Event()
+
+    def run(batch):
+        events.append(f"start {batch[0]}")
+        if batch[0] == "a":
+            assert release.wait(10)
+        events.append(f"end {batch[0]}")
+        return list(batch)
+
+    def alone():
+        events.append("alone")
+        return "done"
+
+    async def main():
+        batcher = Batcher([run, run], max_batch=4, name="t")
+        a = asyncio.ensure_future(batcher.submit("a"))
+        await asyncio.sleep(0.05)
+        solo = asyncio.ensure_future(batcher.run_alone(alone))
+        await asyncio.sleep(0.05)
+        b = asyncio.ensure_future(batcher.submit("b"))  # a lane is free, but run_alone waits
+        await asyncio.sleep(0.05)
+        assert not solo.done() and not b.done()
+        release.set()
+        return await solo, await a, await b
+
+    assert asyncio.run(main()) == ("done", "a", "b")
+    assert events == ["start a", "end a", "alone", "start b", "end b"]
+
+
+def test_a_failed_lane_fails_its_batch_only_and_the_lane_serves_again():
+    def run(batch):
+        if "bad" in batch:
+            raise RuntimeError("lane broke")
+        return list(batch)
+
+    async def main():
+        batcher = Batcher([run, run], max_batch=1, name="t")
+        results = await asyncio.gather(
+            *[batcher.submit(x) for x in ("bad", "ok", "also")], return_exceptions=True
+        )
+        return results, await batcher.submit("after")
+
+    (bad, ok, also), after = asyncio.run(main())
+    assert isinstance(bad, FdbError) and "a batch of 1 failed: RuntimeError: lane broke" in str(bad)
+    assert (ok, also, after) == ("ok", "also", "after")
+
+
+def test_stage_marks_log_each_batch_and_server_stages_sums_them(monkeypatch, caplog, tmp_path):
+    """With stage_marks and FDB_STAGE_MARKS=1 one line a batch (rows, lane, the oldest and newest
+    request's wait, run time), which benchmarks/server_stages.py reads back; none without either."""
+    from benchmarks.server_stages import batches
+
+    def run(batch):
+        time.sleep(0.02)
+        return list(batch)
+
+    def lines(marks: bool, env: bool) -> list[str]:
+        if env:
+            monkeypatch.setenv("FDB_STAGE_MARKS", "1")
+        else:
+            monkeypatch.delenv("FDB_STAGE_MARKS", raising=False)
+        caplog.clear()
+
+        async def main():
+            batcher = Batcher([run, run], max_batch=2, name="whisper_gpu", stage_marks=marks)
+            await asyncio.gather(*[batcher.submit(i) for i in range(5)])
+
+        with caplog.at_level("INFO", logger="fdb.serving"):
+            asyncio.run(main())
+        return [r.getMessage() for r in caplog.records if " batch " in r.getMessage()]
+
+    assert lines(False, True) == [] and lines(True, False) == []
+    found = lines(True, True)
+    assert len(found) == 3  # 5 requests, batches of at most 2
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"2026-12-06 INFO fdb.serving: {line}\n" for line in found))
+    summary = batches(log)["whisper_gpu"]
+    assert summary["rows"]["n"] == 3 and summary["rows"]["max"] == 2
+    assert sum(summary["lanes"].values()) == 3 and set(summary["lanes"]) <= {"0", "1"}
+    assert summary["ran"]["p50"] >= 15  # each batch sleeps 20 ms
+    # the third batch waited for a lane: its oldest request waited about one batch
+    assert summary["waited_oldest"]["max"] >= 15
+    (tmp_path / "quiet.log").write_text("nothing here\n")
+    assert batches(tmp_path / "quiet.log") is None
+
+
+def test_a_batcher_needs_a_lane():
+    with pytest.raises(ValueError):
+        Batcher([], max_batch=1, name="t")

@@ -301,6 +301,42 @@ def test_whisper_encoder_graphs_give_the_eager_encoders_tokens_on_cuda():
         assert graphs.transcribe(features, BUDGET) == eager.transcribe(features, BUDGET)
 
 
+def test_whisper_lanes_transcribe_at_once_on_their_streams_as_one_lane_does_on_cuda():
+    """Whisper's engine with two lanes on CUDA (a tiny random model in float32, each lane its own
+    stream, static tensors and graphs): eight utterances at once, batches of one spread over the
+    lanes and running beside each other, each get the text of lane 0 transcribing it alone."""
+    torch = _cuda()
+    from serving.gpu.whisper import WhisperEngine
+    from serving.graph.kinds import WhisperGpuOptions
+    from tests.serving.gpu.conftest import tiny_asr
+
+    spec = tiny_asr(max_new_tokens=12, max_batch=1, lanes=2, device="cuda")
+    o = WhisperGpuOptions(**{k: v for k, v in spec.items() if k != "kind"})
+    engine = WhisperEngine.from_options(o)
+    torch.manual_seed(7)
+    with torch.no_grad():  # wider than the default init, so that greedy choices vary
+        for p in engine.model.parameters():
+            p.normal_(0, 1.0)
+    engine.warm_graphs()
+    assert engine.cuda_streams[0] != engine.cuda_streams[1]
+    engine._text = lambda ids: " ".join(map(str, ids))  # the token ids, not a placeholder
+    clips = [
+        np.random.default_rng(i).normal(0, 0.3, 4000 * (i + 1)).astype(np.float32) for i in range(8)
+    ]
+    alone = [engine.run_batch([c], lane=0)[0] for c in clips]
+
+    async def main():
+        return await asyncio.gather(*[engine.transcribe(c) for c in clips])
+
+    try:
+        texts = asyncio.run(main())
+    finally:
+        engine.close()
+    assert set(engine.batcher.batch_lanes) == {0, 1} and engine.batcher.batch_sizes == [1] * 8
+    assert texts == alone
+    _release(engine)
+
+
 def test_decode_overlap_gives_the_tokens_of_reading_each_step_on_cuda():
     """The reply model's and Whisper's decode loops on CUDA with the next step launched before
     the last one is read (pinned copies, their events on the engine's stream) give the tokens of

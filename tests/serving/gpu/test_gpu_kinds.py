@@ -149,6 +149,23 @@ def test_the_decode_loops_overlap_by_default_and_gpu_cascade_no_overlap_turns_it
     assert llm_key(off_llm) != llm_key(off_llm.model_copy(update={"overlap": True}))
 
 
+def test_the_recognizer_has_one_lane_by_default_and_gpu_cascade_asr_lanes_sets_them(tmp_path):
+    """One Whisper lane by default; ``gpu_cascade.py --asr-lanes 2`` writes a launch file whose
+    recognizer has two, which loads, and the lanes tell engines apart; 0 or 5 lanes are refused
+    with the field named."""
+    from benchmarks.gpu_cascade import launch_file
+    from serving.gpu.whisper import engine_key as asr_key
+
+    asr, _, _ = _gpu_options(get_system("gpu-cascade"))
+    assert asr.lanes == 1
+    path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, asr_lanes=2)
+    two, _, _ = _gpu_options(resolve_system("embedded-cascade", path))
+    assert two.lanes == 2 and asr_key(two) != asr_key(two.model_copy(update={"lanes": 1}))
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="lanes"):
+            WhisperGpuOptions(**{**asr.model_dump(exclude={"kind"}), "lanes": bad})
+
+
 def test_gpu_cascade_stream_priority_sets_each_engines_stream_priority(tmp_path):
     """``gpu_cascade.py --stream-priority tts=-5,llm=-1`` writes each engine's stream priority
     into the launch file, which loads with them; the profile's own are CUDA's default (0); a

@@ -53,6 +53,48 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
     assert all(int(t.split()[-2]) <= 12 + 4 for t in texts)
 
 
+def test_whisper_lanes_run_a_batch_that_comes_during_another_at_once_with_the_same_text():
+    """lanes 2: each lane has static tensors of its own; an utterance that comes while lane 0's
+    batch runs is transcribed on lane 1 before that batch ends, and gets the text lane 0 gives
+    the same utterance alone."""
+    import threading
+
+    from serving.gpu.whisper import WhisperEngine
+
+    o = _options(WhisperGpuOptions, tiny_asr(max_new_tokens=12, lanes=2))
+    engine = WhisperEngine.from_options(o)
+    assert len(engine.statics) == 2 and engine.statics[0] is not engine.statics[1]
+    assert engine.statics[0].k[0].data_ptr() != engine.statics[1].k[0].data_ptr()
+    assert engine.identity.settings["lanes"] == 2
+    engine._text = lambda ids: " ".join(map(str, ids))  # the token ids, not a placeholder
+    clips = [np.random.default_rng(n).normal(0, 0.1, n).astype(np.float32) for n in (8000, 16000)]
+    alone = [engine.run_batch([c], lane=0) for c in clips]
+    held, release = threading.Event(), threading.Event()
+    transcribe = engine.statics[0].transcribe
+
+    def slow(features, budget):  # lane 0 holds its batch until lane 1's is done
+        held.set()
+        assert release.wait(30)
+        return transcribe(features, budget)
+
+    engine.statics[0].transcribe = slow
+
+    async def main():
+        first = asyncio.ensure_future(engine.transcribe(clips[0]))
+        await asyncio.get_running_loop().run_in_executor(None, held.wait, 30)
+        second = await asyncio.wait_for(engine.transcribe(clips[1]), 30)
+        assert not first.done()
+        release.set()
+        return [await first, second]
+
+    try:
+        texts = asyncio.run(main())
+    finally:
+        engine.close()
+    assert engine.batcher.batch_lanes == [0, 1]
+    assert texts == [a[0] for a in alone]
+
+
 @pytest.fixture(scope="module", params=["slots", "continuous_batching"])
 def chat(request):
     from serving.gpu.chat import ChatEngine
