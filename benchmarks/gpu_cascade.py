@@ -395,7 +395,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the recognizer's lanes: batches that may run at once, so an utterance that comes "
         "while a batch runs starts at once on a free lane (whisper_gpu's lanes; default: the "
-        "profile's, 1), for the A/B",
+        "profile's, 2), for the A/B",
     )
     parser.add_argument(
         "--stream-priority",

@@ -77,9 +77,12 @@
 #                 default since the ninth session) and overlapped (--csm-overlap), three each, in
 #                 the order off on on off off on
 #   lanes         the CUDA test of Whisper's lanes, a warming run, then gpu_cascade at 32 as in
-#                 sink with the recognizer's batches on one lane (the default) and two
-#                 (--asr-lanes 2), three each, in the order 1 2 2 1 1 2; the server's stage marks
-#                 give each Whisper batch's wait and run time (server_stages.py, "batches")
+#                 sink with the recognizer's batches on two lanes (gpu-cascade's default since
+#                 the tenth session) and one (--asr-lanes 1), three each, in the order 1 2 2 1 1 2;
+#                 the server's stage marks give each Whisper batch's wait and run time
+#                 (server_stages.py, "batches")
+#   sessions      a warming run, gpu_cascade at 16, 24, 32, 40 and 48 sessions against one server
+#                 (as in levels, 48 sessions a level), then at 32 twice more: the defaults only
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -440,10 +443,22 @@ lanes)
         tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-tests.log"
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
-    alternate "$SPREAD" two "--asr-lanes 2" one-1 two-1 two-2 one-2 one-3 two-3
+    alternate "$SPREAD" one "--asr-lanes 1" one-1 two-1 two-2 one-2 one-3 two-3
+    ;;
+sessions)
+    # gpu-cascade's defaults (two recognizer lanes since the tenth session): the most sessions
+    # that meet the goal, one server for the levels (48 sessions a level, in waves below 48)
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    step cascade-levels 330 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
+        --out $RES/cascade-levels --levels 16,24,32,40,48 --dataset $DATA/cascade-ds \
+        $SPREAD --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
+        && python3 benchmarks/server_stages.py $RES/cascade-levels/sweep/logs/model-server.log \
+            --per 48 --out $RES/server-stages-levels.json"
+    cascade32 s4-two-4 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    cascade32 s4-two-5 90 FDB_STAGE_MARKS=1 "$SPREAD"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap or lanes"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes or sessions"
     exit 2
     ;;
 esac

@@ -1,11 +1,12 @@
 """Batching across sessions, and the GPU models shared by the sessions of one server.
 
-:class:`Batcher`: every session awaits :meth:`Batcher.submit`; a single task on the event loop
-takes what is waiting (up to ``max_batch``), runs it as one call of the batch function in the
-batcher's own thread (one model call at a time on the device) and resolves each request's future
-with its own result. No timer: while a batch runs, the requests that arrive meanwhile gather
-for the next one, so batches grow with the load and a lone request never waits. A failed batch
-fails each of its requests with one line naming the batch; the batcher goes on with the next.
+:class:`Batcher`: every session awaits :meth:`Batcher.submit`; what is waiting (up to
+``max_batch``) is taken on the event loop once the requests submitted in the same loop iteration
+are in, run as one call of the batch function in the batcher's own thread (one model call at a
+time on the device) and each request's future gets its own result. No timer: while a batch runs,
+the requests that arrive meanwhile gather for the next one, so batches grow with the load and a
+lone request never waits. A failed batch fails each of its requests with one line naming the
+batch; the batcher goes on with the next.
 With ``lanes`` (one batch function a lane, each in a thread of its own) a request that arrives
 while a batch runs starts the next batch at once on a free lane, beside the one running, instead
 of waiting for its end; with every lane busy, arrivals gather as with one. With ``stage_marks``
@@ -41,9 +42,13 @@ class Batcher(Generic[Req, Res]):
 
     ``run_batch(requests) -> results`` is blocking (it runs in the batcher's thread) and returns
     one result per request, in order; a sequence of such functions is one lane each (a thread
-    each, one batch a lane at a time): lane ``i`` runs its batches with ``run_batch[i]``.
+    each, so one batch a lane at a time): lane ``i`` runs its batches with ``run_batch[i]``.
     ``name`` labels errors, logs and the threads; ``stage_marks``: log each batch under
-    ``FDB_STAGE_MARKS=1`` (not for a batcher of every 32 ms frame)."""
+    ``FDB_STAGE_MARKS=1`` (not for a batcher of every 32 ms frame).
+
+    The lanes' threads are the batcher's only state that outlives an event loop: what a loop
+    left (its waiting requests, the lanes it saw busy) is dropped when another loop submits.
+    After :meth:`close` every request, waiting or new, fails with one line."""
 
     def __init__(
         self,
@@ -60,73 +65,112 @@ class Batcher(Generic[Req, Res]):
             raise ValueError("a batcher needs at least one lane")
         self._runs, self.max_batch, self.name = runs, max_batch, name
         self.lanes = len(runs)
-        self._waiting: list[tuple[Req, asyncio.Future, float]] = []
-        self._wake: asyncio.Event | None = None
-        self._freed: asyncio.Event | None = None  # set as a lane comes free
-        self._alone: asyncio.Lock | None = None
-        self._task: asyncio.Task | None = None
-        self._free: list[int] = list(range(self.lanes))  # lanes with no batch running
-        self._running: set[asyncio.Task] = set()
-        self._reserving = 0  # run_alone calls taking every lane: no batch starts meanwhile
         self._threads = [
             ThreadPoolExecutor(1, thread_name_prefix=f"fdb-{name}-{lane}")
             for lane in range(self.lanes)
         ]
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: list[tuple[Req, asyncio.Future, float]] = []
+        self._free: list[int] = list(range(self.lanes))  # lanes with no batch of this loop's
+        self._scheduled = False  # a _schedule is queued on the loop
+        self._closed = False
         self._marks = stage_marks and os.environ.get("FDB_STAGE_MARKS") == "1"
         self.batch_sizes: list[int] = []  # every batch run so far (for logs, benchmarks and tests)
         self.batch_lanes: list[int] = []  # the lane of each, in the same order
 
     async def submit(self, request: Req) -> Res:
         """``request``'s result, computed in a batch with whatever else is waiting."""
-        future = asyncio.get_running_loop().create_future()
+        loop = self._bound()
+        future = loop.create_future()
         self._waiting.append((request, future, time.perf_counter()))
-        self._ensure_running()
-        self._wake.set()
+        if not self._scheduled:  # after the other submits of this iteration: one batch
+            self._scheduled = True
+            loop.call_soon(self._schedule)
         return await future
 
     async def run_alone(self, fn: Callable[[], Res]) -> Res:
         """``fn()`` in lane 0's thread while no batch runs on any lane (e.g. capturing CUDA
-        graphs, which no other kernel may interleave): it waits for the batches running to end,
-        and the batches waiting start after it."""
-        self._ensure_running()
-        async with self._alone:  # one at a time: two would each hold a part of the lanes
-            self._reserving += 1
-            taken: list[int] = []
+        graphs, which no other kernel may interleave): the batches already running end first,
+        and those that start later wait for ``fn``'s end. Every other lane's thread is parked
+        for it, so this holds even if the caller stops waiting while ``fn`` runs."""
+        loop = self._bound()
+        gate = threading.Event()  # set when fn is done (or will never run): the lanes go on
+        parked = [threading.Event() for _ in range(self.lanes - 1)]
+        state = {"job": "queued"}  # queued -> running, or queued -> dropped (its caller left)
+        lock = threading.Lock()
+
+        def park(event: threading.Event) -> None:
+            event.set()
+            while not gate.wait(0.05):
+                if self._closed:
+                    return
+
+        def alone() -> Res | None:
+            with lock:
+                if state["job"] == "dropped":
+                    return None
+                state["job"] = "running"
             try:
-                while len(taken) < self.lanes:
-                    if self._free:
-                        taken.append(self._free.pop(0))
-                        continue
-                    self._freed.clear()
-                    await self._freed.wait()
-                return await asyncio.get_running_loop().run_in_executor(self._threads[0], fn)
+                for event in parked:
+                    while not event.wait(0.05):
+                        if self._closed:
+                            raise self._closed_error()
+                return fn()
             finally:
-                self._reserving -= 1
-                self._release(*taken)
+                gate.set()
 
-    def _release(self, *lanes: int) -> None:
-        self._free = sorted(self._free + list(lanes))
-        self._freed.set()
-        self._wake.set()
+        try:
+            for lane, event in enumerate(parked, start=1):
+                self._threads[lane].submit(park, event)
+            work = loop.run_in_executor(self._threads[0], alone)
+        except RuntimeError as err:  # an executor shut down: closed
+            gate.set()
+            raise self._closed_error() from err
+        try:
+            return await work
+        except asyncio.CancelledError:
+            with lock:  # not started: it never will, and the parked lanes go on now
+                if state["job"] == "queued":
+                    state["job"] = "dropped"
+                    gate.set()
+            task = asyncio.current_task()
+            if self._closed and not (task is not None and task.cancelling()):
+                raise self._closed_error() from None  # not started before the close
+            raise
 
-    def _ensure_running(self) -> None:
+    def close(self) -> None:
+        """Stop: the batches running end, those not started and every request waiting fail."""
+        self._closed = True
+        for thread in self._threads:
+            thread.shutdown(wait=False, cancel_futures=True)
+        waiting, self._waiting = self._waiting, []
+        loop = self._loop
+        if waiting and loop is not None and not loop.is_closed():
+            error = self._closed_error()
+            for _, future, _ in waiting:
+                loop.call_soon_threadsafe(_fail, future, error)
+
+    def _closed_error(self) -> FdbError:
+        return FdbError(f"{self.name}: the engine is closed", "the server is stopping")
+
+    def _bound(self) -> asyncio.AbstractEventLoop:
+        """The running loop, after what another loop left is dropped; refused once closed."""
+        if self._closed:
+            raise self._closed_error()
         loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._wake, self._freed, self._alone = asyncio.Event(), asyncio.Event(), asyncio.Lock()
-            self._task = loop.create_task(self._loop(), name=f"fdb-{self.name}-batcher")
+        if self._loop is not loop:
+            # a lane's thread may still run a batch of the old loop: the next one queues behind
+            self._loop, self._waiting, self._scheduled = loop, [], False
+            self._free = list(range(self.lanes))
+        return loop
 
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._waiting and self._free and not self._reserving:
-                batch = self._take()
-                if batch:
-                    lane = self._free.pop(0)
-                    task = loop.create_task(self._run(loop, batch, lane))
-                    self._running.add(task)
-                    task.add_done_callback(self._running.discard)
+    def _schedule(self) -> None:
+        """A batch on each free lane while requests wait."""
+        self._scheduled = False
+        while self._waiting and self._free and not self._closed:
+            batch = self._take()
+            if batch:
+                self._start(batch, self._free.pop(0))
 
     def _take(self) -> list[tuple[Req, asyncio.Future, float]]:
         """Up to max_batch waiting requests whose caller still waits (a cancelled one is
@@ -135,38 +179,55 @@ class Batcher(Generic[Req, Res]):
         batch, self._waiting = live[: self.max_batch], live[self.max_batch :]
         return batch
 
-    async def _run(
+    def _start(self, batch: list[tuple[Req, asyncio.Future, float]], lane: int) -> None:
+        """``batch`` on ``lane``'s thread; its requests are answered, and the lane is free
+        again, when it is done (:meth:`_done`)."""
+        self.batch_sizes.append(len(batch))
+        self.batch_lanes.append(lane)
+        started = time.perf_counter()
+        loop = self._loop
+        try:
+            work = loop.run_in_executor(
+                self._threads[lane], self._runs[lane], [r for r, _, _ in batch]
+            )
+        except RuntimeError:  # the lane's executor is shut down: closed
+            work = loop.create_future()
+            work.cancel()
+        work.add_done_callback(lambda done: self._done(loop, batch, lane, started, done))
+
+    def _done(
         self,
         loop: asyncio.AbstractEventLoop,
         batch: list[tuple[Req, asyncio.Future, float]],
         lane: int,
+        started: float,
+        work: asyncio.Future,
     ) -> None:
-        self.batch_sizes.append(len(batch))
-        self.batch_lanes.append(lane)
-        started = time.perf_counter()
-        try:
-            results = await loop.run_in_executor(
-                self._threads[lane], self._runs[lane], [r for r, _, _ in batch]
+        if self._marks:
+            self._mark(batch, lane, started)
+        if loop is self._loop:  # else a later loop has counted every lane free already
+            self._free = sorted(self._free + [lane])
+        error: FdbError | None = None
+        if work.cancelled():
+            error = self._closed_error()
+        elif work.exception() is not None or len(work.result()) != len(batch):
+            err = work.exception() or RuntimeError(
+                f"{len(work.result())} results for {len(batch)} requests"
             )
-            if len(results) != len(batch):
-                raise RuntimeError(f"{len(results)} results for {len(batch)} requests")
-        except Exception as err:  # every request of the batch gets it, the batcher goes on
             error = FdbError(
                 f"{self.name}: a batch of {len(batch)} failed: {type(err).__name__}: "
                 f"{str(err).splitlines()[0] if str(err) else 'no message'}",
                 "see the server log; the session's later requests are tried again",
             )
+        if error is not None:  # every request of the batch gets it, the batcher goes on
             for _, future, _ in batch:
+                _fail(future, error)
+        else:
+            for (_, future, _), result in zip(batch, work.result(), strict=True):
                 if not future.done():
-                    future.set_exception(error)
-            return
-        finally:
-            self._release(lane)
-            if self._marks:
-                self._mark(batch, lane, started)
-        for (_, future, _), result in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(result)
+                    future.set_result(result)
+        if loop is self._loop:
+            self._schedule()
 
     def _mark(self, batch: list[tuple[Req, asyncio.Future, float]], lane: int, started: float):
         """The stage-mark line of a batch: its rows, lane, the oldest and newest request's wait
@@ -183,11 +244,10 @@ class Batcher(Generic[Req, Res]):
             (done - started) * 1000,
         )
 
-    def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        for thread in self._threads:
-            thread.shutdown(wait=False, cancel_futures=True)
+
+def _fail(future: asyncio.Future, error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 _LOCK = threading.Lock()

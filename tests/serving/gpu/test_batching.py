@@ -292,3 +292,105 @@ def test_stage_marks_log_each_batch_and_server_stages_sums_them(monkeypatch, cap
 def test_a_batcher_needs_a_lane():
     with pytest.raises(ValueError):
         Batcher([], max_batch=1, name="t")
+
+
+def test_a_batcher_serves_a_second_event_loop_after_the_first_ended_with_a_request_left():
+    """The first loop ends while a request still waits (its caller left with the loop): the
+    next loop's requests are served on every lane (found by a review: the lane stayed taken)."""
+    for lanes in (1, 2):
+        batcher = Batcher([lambda b: list(b)] * lanes, max_batch=4, name="t")
+
+        async def first(batcher=batcher):
+            asyncio.ensure_future(batcher.submit("left"))
+            await asyncio.sleep(0)
+
+        async def second(batcher=batcher):
+            return await asyncio.wait_for(asyncio.gather(*[batcher.submit(x) for x in "bc"]), 5)
+
+        asyncio.run(first())
+        assert asyncio.run(second()) == ["b", "c"]
+        batcher.close()
+
+
+def test_run_alone_holds_every_lane_until_fn_ends_even_when_its_caller_leaves():
+    """run_alone's caller cancelled while fn runs (a warm-up at a server's stop): no batch
+    starts on any lane before fn's end; cancelled before fn starts: fn never runs and the lanes
+    go on (found by a review: the lanes were handed back while fn still ran)."""
+    log: list[str] = []
+    lock = threading.Lock()
+    fn_running, release = threading.Event(), threading.Event()
+
+    def note(x):
+        with lock:
+            log.append(x)
+
+    def run(batch):
+        note(f"batch {batch[0]}")
+        return list(batch)
+
+    def capture():
+        note("fn starts")
+        fn_running.set()
+        assert release.wait(10)
+        note("fn ends")
+
+    async def main():
+        batcher = Batcher([run, run], max_batch=1, name="t")
+        alone = asyncio.ensure_future(batcher.run_alone(capture))
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, fn_running.wait, 10)
+        alone.cancel()
+        await asyncio.sleep(0.01)
+        requests = asyncio.gather(batcher.submit("x"), batcher.submit("y"))
+        await asyncio.sleep(0.1)
+        assert not requests.done()  # both lanes held by fn, though its caller left
+        release.set()
+        got = await asyncio.wait_for(requests, 10)
+        # a run_alone cancelled while queued behind a batch never runs its fn
+        hold = threading.Event()
+        batcher._runs[0] = lambda b: hold.wait(10) and list(b)
+        busy = asyncio.ensure_future(batcher.submit("slow"))
+        await asyncio.sleep(0.01)  # its batch started on lane 0
+        queued = asyncio.ensure_future(batcher.run_alone(lambda: note("never")))
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        await asyncio.sleep(0.05)
+        hold.set()
+        after = await asyncio.wait_for(asyncio.gather(busy, batcher.submit("z")), 10)
+        batcher.close()
+        return got, after
+
+    got, after = asyncio.run(main())
+    assert got == ["x", "y"] and after[1] == "z"
+    assert log[:2] == ["fn starts", "fn ends"] and sorted(log[2:4]) == ["batch x", "batch y"]
+    assert "never" not in log
+
+
+def test_close_fails_the_waiting_requests_and_every_later_one_with_one_line():
+    release = threading.Event()
+
+    def run(batch):
+        assert release.wait(10)
+        return list(batch)
+
+    async def main():
+        batcher = Batcher(run, max_batch=1, name="whisper_gpu")
+        running = asyncio.ensure_future(batcher.submit("running"))
+        await asyncio.sleep(0.01)  # its batch started
+        waiting = asyncio.ensure_future(batcher.submit("waiting"))
+        alone = asyncio.ensure_future(batcher.run_alone(lambda: "alone"))
+        await asyncio.sleep(0.05)
+        batcher.close()
+        release.set()
+        results = await asyncio.wait_for(
+            asyncio.gather(running, waiting, alone, return_exceptions=True), 10
+        )
+        with pytest.raises(FdbError, match="whisper_gpu: the engine is closed"):
+            await batcher.submit("later")
+        return results
+
+    running, waiting, alone = asyncio.run(main())
+    assert running == "running"
+    for failed in (waiting, alone):
+        assert isinstance(failed, FdbError) and "\n" not in failed.one_line()
+        assert "whisper_gpu: the engine is closed" in failed.one_line()

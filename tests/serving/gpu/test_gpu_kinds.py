@@ -149,18 +149,19 @@ def test_the_decode_loops_overlap_by_default_and_gpu_cascade_no_overlap_turns_it
     assert llm_key(off_llm) != llm_key(off_llm.model_copy(update={"overlap": True}))
 
 
-def test_the_recognizer_has_one_lane_by_default_and_gpu_cascade_asr_lanes_sets_them(tmp_path):
-    """One Whisper lane by default; ``gpu_cascade.py --asr-lanes 2`` writes a launch file whose
-    recognizer has two, which loads, and the lanes tell engines apart; 0 or 5 lanes are refused
-    with the field named."""
+def test_gpu_cascades_recognizer_has_two_lanes_and_gpu_cascade_asr_lanes_sets_them(tmp_path):
+    """One Whisper lane is the node's default, two gpu-cascade's; ``gpu_cascade.py --asr-lanes
+    1`` writes a launch file whose recognizer has one (the A/B), which loads, and the lanes tell
+    engines apart; 0 or 5 lanes are refused with the field named."""
     from benchmarks.gpu_cascade import launch_file
     from serving.gpu.whisper import engine_key as asr_key
 
+    assert WhisperGpuOptions.model_fields["lanes"].default == 1
     asr, _, _ = _gpu_options(get_system("gpu-cascade"))
-    assert asr.lanes == 1
-    path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, asr_lanes=2)
-    two, _, _ = _gpu_options(resolve_system("embedded-cascade", path))
-    assert two.lanes == 2 and asr_key(two) != asr_key(two.model_copy(update={"lanes": 1}))
+    assert asr.lanes == 2
+    path = launch_file(tmp_path / "launch.yaml", 32, "cuda", False, 24, asr_lanes=1)
+    one, _, _ = _gpu_options(resolve_system("embedded-cascade", path))
+    assert one.lanes == 1 and asr_key(one) != asr_key(one.model_copy(update={"lanes": 2}))
     for bad in (0, 5):
         with pytest.raises(ValueError, match="lanes"):
             WhisperGpuOptions(**{**asr.model_dump(exclude={"kind"}), "lanes": bad})
