@@ -81,9 +81,10 @@
 #                 the tenth session) and one (--asr-lanes 1), three each, in the order 1 2 2 1 1 2;
 #                 the server's stage marks give each Whisper batch's wait and run time
 #                 (server_stages.py, "batches")
-#   sessions      the CUDA test of Whisper's lanes, a warming run, gpu_cascade at 16, 24, 32, 40
-#                 and 48 sessions against one server (as in levels, 48 sessions a level), then at
-#                 32 twice more: the defaults only
+#   sessions      the CUDA test of Whisper's lanes, gpu_graph_workspace (graphs captured in one
+#                 thread replayed at once), a warming run, gpu_cascade at 32 twice, then at 16,
+#                 24, 32, 40 and 48 sessions against one server (as in levels, 48 sessions a
+#                 level): the defaults only
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -449,17 +450,19 @@ lanes)
 sessions)
     # gpu-cascade's defaults (two recognizer lanes since the tenth session): the most sessions
     # that meet the goal, one server for the levels (48 sessions a level, in waves below 48)
-    step cuda-tests 60 python3 -m pytest -m gpu -p no:cacheprovider -k "lanes" \
+    step cuda-tests 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k "lanes" \
         tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-tests.log"
+    step graph-workspace 60 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
+        --out "$RES/graph-workspace.json"
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    cascade32 s4-two-4 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    cascade32 s4-two-5 90 FDB_STAGE_MARKS=1 "$SPREAD"
     step cascade-levels 330 bash -c "FDB_STAGE_MARKS=1 python3 benchmarks/gpu_cascade.py \
         --out $RES/cascade-levels --levels 16,24,32,40,48 --dataset $DATA/cascade-ds \
         $SPREAD --turn-detection '{\"type\":\"server_vad\",\"silence_duration_ms\":200}' \
         && python3 benchmarks/server_stages.py $RES/cascade-levels/sweep/logs/model-server.log \
             --per 48 --out $RES/server-stages-levels.json"
-    cascade32 s4-two-4 90 FDB_STAGE_MARKS=1 "$SPREAD"
-    cascade32 s4-two-5 90 FDB_STAGE_MARKS=1 "$SPREAD"
     ;;
 *)
     echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes or sessions"

@@ -88,40 +88,74 @@ class Batcher(Generic[Req, Res]):
             loop.call_soon(self._schedule)
         return await future
 
-    async def run_alone(self, fn: Callable[[], Res]) -> Res:
+    async def run_alone(self, fn: Callable[..., Any], each: bool = False) -> Any:
         """``fn()`` in lane 0's thread while no batch runs on any lane (e.g. capturing CUDA
         graphs, which no other kernel may interleave): the batches already running end first,
         and those that start later wait for ``fn``'s end. Every other lane's thread is parked
-        for it, so this holds even if the caller stops waiting while ``fn`` runs."""
+        for it, so this holds even if the caller stops waiting while ``fn`` runs.
+
+        ``each``: ``fn(lane)`` in every lane's own thread in turn, lane 0 first, under the same
+        hold; returns their results in lane order. A lane's CUDA graphs must be captured in its
+        own thread: cuBLAS keeps a workspace per thread's handle and stream, and graphs captured
+        in one thread share it, so two lanes replaying at once would write over each other's
+        (measured on an H100 by a review: about half of such concurrent replays were wrong)."""
         loop = self._bound()
         gate = threading.Event()  # set when fn is done (or will never run): the lanes go on
         parked = [threading.Event() for _ in range(self.lanes - 1)]
+        turns = [threading.Event() for _ in range(self.lanes - 1)]  # each: run fn(lane) now
+        finished: list[tuple[bool, Any]] = []  # each lane's (ok, result or error), in turn
         state = {"job": "queued"}  # queued -> running, or queued -> dropped (its caller left)
         lock = threading.Lock()
 
-        def park(event: threading.Event) -> None:
-            event.set()
+        def wait(event: threading.Event) -> bool:
+            """Whether ``event`` came (False: the gate opened or the batcher closed first)."""
+            while not event.wait(0.05):
+                if self._closed or gate.is_set():
+                    return False
+            return True
+
+        def park(lane: int) -> None:
+            parked[lane - 1].set()
+            if wait(turns[lane - 1]):
+                try:
+                    finished.append((True, fn(lane)))
+                except BaseException as exc:  # noqa: BLE001 - handed to lane 0, which raises it
+                    finished.append((False, exc))
+                finally:
+                    parked[lane - 1].set()  # done (lane 0 cleared it for this turn): it goes on
             while not gate.wait(0.05):
                 if self._closed:
                     return
 
-        def alone() -> Res | None:
+        def alone() -> Any:
             with lock:
                 if state["job"] == "dropped":
                     return None
                 state["job"] = "running"
             try:
                 for event in parked:
-                    while not event.wait(0.05):
-                        if self._closed:
-                            raise self._closed_error()
-                return fn()
+                    if not wait(event):
+                        raise self._closed_error()
+                if not each:
+                    return fn()
+                results = [fn(0)]
+                for lane in range(1, self.lanes):
+                    done = parked[lane - 1]
+                    done.clear()
+                    turns[lane - 1].set()
+                    if not wait(done):
+                        raise self._closed_error()
+                    ok, value = finished[-1]
+                    if not ok:
+                        raise value
+                    results.append(value)
+                return results
             finally:
                 gate.set()
 
         try:
-            for lane, event in enumerate(parked, start=1):
-                self._threads[lane].submit(park, event)
+            for lane in range(1, self.lanes):
+                self._threads[lane].submit(park, lane)
             work = loop.run_in_executor(self._threads[0], alone)
         except RuntimeError as err:  # an executor shut down: closed
             gate.set()

@@ -158,18 +158,28 @@ class WhisperEngine:
     def close(self) -> None:
         self.batcher.close()
 
+    async def warm(self) -> None:
+        """Every batch bucket's graphs captured on every lane, each lane's in its own thread
+        (:meth:`Batcher.run_alone` with ``each``: cuBLAS's workspace is per thread, and lanes
+        whose graphs shared one would corrupt each other's results when they replay at once),
+        while no batch runs (static decoder on CUDA; else nothing)."""
+        await self.batcher.run_alone(self.warm_lane, each=True)
+
     def warm_graphs(self) -> None:
-        """Every batch bucket's decoder step captured, on every lane (static decoder on CUDA;
-        else nothing)."""
-        if self.static is not None and self.static.graphs:
+        """:meth:`warm` from code with no event loop running (benchmarks, tests)."""
+        asyncio.run(self.warm())
+
+    def warm_lane(self, lane: int) -> None:
+        """Lane ``lane``'s graphs captured (in the calling thread: the lane's own)."""
+        static = self.statics[lane] if self.statics else None
+        if static is not None and static.graphs:
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
             import torch
 
             from serving.gpu.whisper_static import buckets
 
-            for static in self.statics:
-                static.warm(buckets(static.max_batch))
-            torch.cuda.synchronize()  # before the batches, on the engine's streams, use them
+            static.warm(buckets(static.max_batch))
+            torch.cuda.synchronize()  # before the batches, on the lane's stream, use them
 
     async def transcribe(self, samples: np.ndarray) -> str:
         return await self.batcher.submit(samples)
@@ -317,10 +327,12 @@ class WhisperGpuNode(WhisperNode):
         self._engine = await shared(self._models, engine_key(options), build, self._models.run)
 
     async def warm(self) -> None:
-        """Every bucket's decoder graph captured, then one transcription of 1 s of silence (the
-        first call's costs, before any session)."""
-        await self._engine.batcher.run_alone(self._engine.warm_graphs)
-        await self._engine.transcribe(np.zeros(RATE, dtype=np.float32))
+        """Every bucket's graphs captured, then one transcription of 1 s of silence on each lane
+        (the first call's costs, before any session)."""
+        engine = self._engine
+        await engine.warm()
+        silence = [np.zeros(RATE, dtype=np.float32)]
+        await engine.batcher.run_alone(lambda lane: engine.run_batch(silence, lane), each=True)
 
     async def _recognize(self, samples: np.ndarray, before=None) -> tuple[str, str | None]:
         if before is not None:

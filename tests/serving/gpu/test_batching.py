@@ -394,3 +394,54 @@ def test_close_fails_the_waiting_requests_and_every_later_one_with_one_line():
     for failed in (waiting, alone):
         assert isinstance(failed, FdbError) and "\n" not in failed.one_line()
         assert "whisper_gpu: the engine is closed" in failed.one_line()
+
+
+def test_run_alone_each_runs_fn_in_every_lanes_own_thread_in_turn_while_no_batch_runs():
+    """``each``: fn(lane) in lane 0's thread, then lane 1's, then lane 2's (a lane's CUDA graphs
+    are captured in its own thread: cuBLAS's workspace is per thread), no batch running
+    meanwhile; the results in lane order. An error in a later lane's fn is raised, and the lanes
+    serve again."""
+    log: list[str] = []
+    lock = threading.Lock()
+
+    def note(x):
+        with lock:
+            log.append(x)
+
+    def run(batch):
+        note(f"batch {batch[0]}")
+        time.sleep(0.02)
+        note(f"end {batch[0]}")
+        return list(batch)
+
+    def each(lane):
+        note(f"fn {lane} in {threading.current_thread().name.rsplit('_', 1)[0]}")
+        time.sleep(0.02)
+        return lane * 10
+
+    def fails(lane):
+        if lane == 1:
+            raise RuntimeError("capture failed")
+        return lane
+
+    async def main():
+        batcher = Batcher([run, run, run], max_batch=1, name="t")
+        first = asyncio.ensure_future(batcher.submit("a"))
+        await asyncio.sleep(0.005)
+        results = asyncio.ensure_future(batcher.run_alone(each, each=True))
+        await asyncio.sleep(0.005)
+        later = asyncio.ensure_future(batcher.submit("b"))
+        got = await asyncio.wait_for(results, 10)
+        with pytest.raises(RuntimeError, match="capture failed"):
+            await asyncio.wait_for(batcher.run_alone(fails, each=True), 10)
+        after = await asyncio.wait_for(asyncio.gather(first, later, batcher.submit("c")), 10)
+        batcher.close()
+        return got, after
+
+    got, after = asyncio.run(main())
+    assert got == [0, 10, 20] and after == ["a", "b", "c"]
+    fns = [x for x in log if x.startswith("fn")]
+    assert fns == ["fn 0 in fdb-t-0", "fn 1 in fdb-t-1", "fn 2 in fdb-t-2"]
+    # a ran before every fn; b only after the last
+    assert log.index("end a") < log.index("fn 0 in fdb-t-0")
+    assert log.index("fn 2 in fdb-t-2") < log.index("batch b")

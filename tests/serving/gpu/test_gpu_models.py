@@ -95,6 +95,43 @@ def test_whisper_lanes_run_a_batch_that_comes_during_another_at_once_with_the_sa
     assert texts == [a[0] for a in alone]
 
 
+def test_whisper_node_warms_each_lane_in_the_lanes_own_thread():
+    """The node's warm captures each lane's graphs in that lane's thread (cuBLAS's workspace is
+    per thread: lanes whose graphs shared one would corrupt each other) and transcribes silence
+    on each lane."""
+    import threading
+
+    from serving.gpu.whisper import WhisperEngine, WhisperGpuNode
+
+    o = _options(WhisperGpuOptions, tiny_asr(max_new_tokens=4, lanes=2))
+    engine = WhisperEngine.from_options(o)
+    seen: list[tuple[str, int, str]] = []
+    warm_lane, run_batch = engine.warm_lane, engine.run_batch
+
+    def recorded(name, fn):
+        def call(*args, **kwargs):
+            lane = kwargs.get("lane", args[-1] if len(args) > (name == "batch") else 0)
+            seen.append((name, lane, threading.current_thread().name.rsplit("_", 1)[0]))
+            return fn(*args, **kwargs)
+
+        return call
+
+    engine.warm_lane = recorded("warm", warm_lane)
+    engine.run_batch = recorded("batch", run_batch)
+    node = WhisperGpuNode.__new__(WhisperGpuNode)
+    node._engine = engine
+    try:
+        asyncio.run(node.warm())
+    finally:
+        engine.close()
+    assert seen == [
+        ("warm", 0, "fdb-whisper_gpu-0"),
+        ("warm", 1, "fdb-whisper_gpu-1"),
+        ("batch", 0, "fdb-whisper_gpu-0"),
+        ("batch", 1, "fdb-whisper_gpu-1"),
+    ]
+
+
 @pytest.fixture(scope="module", params=["slots", "continuous_batching"])
 def chat(request):
     from serving.gpu.chat import ChatEngine

@@ -1,0 +1,135 @@
+"""Whether two CUDA graphs captured in one thread may replay at once (on a GPU).
+
+Two "lanes", each an MLP stack of Whisper-large-v3's widths (1280 -> 5120 -> 1280, eight layers,
+then a 51,866-way projection, bf16) with inputs and outputs of its own, are captured as CUDA
+graphs by ``serving.gpu.slots.capture``: both in one thread, or each in a thread of its own. Then
+each lane's graph is replayed from its own thread on its own stream, both at once, ``--reps``
+times, and each output is compared with that lane's replay alone. cuBLAS keeps a workspace per
+thread's handle and stream, and a graph keeps the workspace it was captured with, so graphs
+captured in one thread share it. The counts say what that costs (docs/gpu.md, tenth session;
+``serving.batching.Batcher.run_alone`` with ``each`` captures every lane in its own thread)::
+
+    python benchmarks/gpu_graph_workspace.py [--rows 1,4] [--reps 200] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from pathlib import Path
+
+WIDTH, HIDDEN, VOCAB, LAYERS = 1280, 5120, 51866, 8
+
+
+def trial(torch, layers, head, rows: int, own_threads: bool, reps: int) -> dict:
+    """Mismatches of each lane's concurrent replays against its lone replay."""
+    # lazy: serving.gpu.slots imports torch (the gpu extra)
+    from serving.gpu.slots import capture, engine_stream
+
+    def net(x):
+        for up, down in layers:
+            x = x + down(torch.nn.functional.gelu(up(x)))
+        return head(x)
+
+    lanes = []
+    for seed in (1, 2):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.randn(rows, 1, WIDTH, device="cuda", dtype=torch.bfloat16, generator=g)
+        lanes.append(
+            {
+                "x": x,
+                "out": torch.zeros(rows, 1, VOCAB, device="cuda", dtype=torch.bfloat16),
+                "stream": engine_stream("cuda"),
+            }
+        )
+
+    def capture_lane(lane):
+        with torch.inference_mode():
+            lane["graph"] = capture(lambda: lane["out"].copy_(net(lane["x"])))
+        torch.cuda.synchronize()
+
+    for lane in lanes:
+        if own_threads:
+            thread = threading.Thread(target=capture_lane, args=(lane,))
+            thread.start()
+            thread.join()
+        else:
+            capture_lane(lane)
+    for lane in lanes:
+        with torch.cuda.stream(lane["stream"]):
+            lane["graph"].replay()
+        lane["stream"].synchronize()
+        lane["alone"] = lane["out"].clone()
+    wrong = [0, 0]
+    start = threading.Barrier(2)
+
+    def replay(k):
+        lane = lanes[k]
+        with torch.cuda.stream(lane["stream"]):
+            start.wait()
+            for _ in range(reps):
+                lane["graph"].replay()
+                lane["stream"].synchronize()
+                wrong[k] += not torch.equal(lane["out"], lane["alone"])
+
+    threads = [threading.Thread(target=replay, args=(k,)) for k in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {
+        "rows": rows,
+        "captured": "a thread each" if own_threads else "one thread",
+        "replays": 2 * reps,
+        "wrong": sum(wrong),
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="1,4")
+    parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    # lazy: torch with CUDA is the gpu extra's
+    import torch
+
+    torch.manual_seed(0)
+    layers = [
+        (
+            torch.nn.Linear(WIDTH, HIDDEN).cuda().bfloat16(),
+            torch.nn.Linear(HIDDEN, WIDTH).cuda().bfloat16(),
+        )
+        for _ in range(LAYERS)
+    ]
+    for _, down in layers:
+        down.weight.data *= 0.3
+    head = torch.nn.Linear(WIDTH, VOCAB, bias=False).cuda().bfloat16()
+    results = []
+    for rows in (int(r) for r in args.rows.split(",")):
+        for own in (False, True):
+            result = trial(torch, layers, head, rows, own, args.reps)
+            print(
+                f"{rows} rows, captured in {result['captured']}: {result['wrong']} of "
+                f"{result['replays']} concurrent replays differ from the lone replay",
+                flush=True,
+            )
+            results.append(result)
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "torch": torch.__version__,
+                    "trials": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    return results
+
+
+if __name__ == "__main__":
+    main()
