@@ -67,20 +67,27 @@ def _capture_stream() -> torch.cuda.Stream:
         return _CAPTURE_STREAMS[device]
 
 
+_CAPTURE_LOCK = threading.RLock()  # one capture at a time: they share the capture stream
+
+
 def capture(fn, warmups: int = 2, pool=None) -> torch.cuda.CUDAGraph:
     """``fn()`` as a CUDA graph: ``warmups`` eager calls on the capture stream first (kernels
     chosen and autotuned before capture), then one call captured on it; ``pool``: a memory pool
-    to share with other graphs (``graph.pool()``)."""
-    stream = _capture_stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmups):
+    to share with other graphs (``graph.pool()``). Captures from several threads (engines, a
+    recognizer's lanes) run one at a time. A graph keeps the cuBLAS workspace of the thread
+    that captured it (cuBLAS keeps one per thread's handle and stream): graphs that may replay at
+    once must be captured in different threads (``Batcher.run_alone`` with ``each``)."""
+    with _CAPTURE_LOCK:
+        stream = _capture_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmups):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
             fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, stream=stream):
-        fn()
-    return graph
+        return graph
 
 
 def to_device(values, device, dtype=torch.long) -> torch.Tensor:
