@@ -2,12 +2,16 @@
 
 Two "lanes", each an MLP stack of Whisper-large-v3's widths (1280 -> 5120 -> 1280, eight layers,
 then a 51,866-way projection, bf16) with inputs and outputs of its own, are captured as CUDA
-graphs by ``serving.gpu.slots.capture``: both in one thread, or each in a thread of its own. Then
-each lane's graph is replayed from its own thread on its own stream, both at once, ``--reps``
-times, and each output is compared with that lane's replay alone. cuBLAS keeps a workspace per
-thread's handle and stream, and a graph keeps the workspace it was captured with, so graphs
-captured in one thread share it. The counts say what that costs (docs/gpu.md, tenth session;
-``serving.batching.Batcher.run_alone`` with ``each`` captures every lane in its own thread)::
+graphs by ``serving.gpu.slots.capture`` in one of three ways: both in one thread; each in a
+thread of its own that lives on (as a batcher's lane threads do); each in a thread of its own
+that has ended before the next starts. Then each lane's graph is replayed from its own thread on
+its own stream, both at once, ``--reps`` times, and each output is compared with that lane's
+replay alone. cuBLAS keeps a workspace per handle and stream, a graph keeps the workspace it was
+captured with, and torch gives each thread a handle of its own from a pool, where a thread that
+has ended returns its handle for the next one to take. So graphs captured in one thread, or in
+threads one after another, may share a workspace. A fourth way captures both in one thread,
+each on a capture stream of its own (``capture``'s ``owner``, as serving's engines do). The
+counts say what each costs (docs/gpu.md, tenth session)::
 
     python benchmarks/gpu_graph_workspace.py [--rows 1,4] [--reps 200] [--out FILE]
 """
@@ -17,12 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 WIDTH, HIDDEN, VOCAB, LAYERS = 1280, 5120, 51866, 8
 
 
-def trial(torch, layers, head, rows: int, own_threads: bool, reps: int) -> dict:
+MODES = (
+    "one thread",
+    "a live thread each",
+    "a thread each, ended before the next",
+    "one thread, a capture stream each (capture's owner)",
+)
+
+
+def trial(torch, layers, head, rows: int, mode: str, reps: int) -> dict:
     """Mismatches of each lane's concurrent replays against its lone replay."""
     # lazy: serving.gpu.slots imports torch (the gpu extra)
     from serving.gpu.slots import capture, engine_stream
@@ -44,18 +57,25 @@ def trial(torch, layers, head, rows: int, own_threads: bool, reps: int) -> dict:
             }
         )
 
+    class Owner:  # what serving's engines pass as capture's owner
+        pass
+
     def capture_lane(lane):
+        owner = Owner() if mode == MODES[3] else None
         with torch.inference_mode():
-            lane["graph"] = capture(lambda: lane["out"].copy_(net(lane["x"])))
+            lane["graph"] = capture(lambda: lane["out"].copy_(net(lane["x"])), owner=owner)
         torch.cuda.synchronize()
 
-    for lane in lanes:
-        if own_threads:
+    live = [ThreadPoolExecutor(1) for _ in lanes]
+    for lane, executor in zip(lanes, live, strict=True):
+        if mode in (MODES[0], MODES[3]):
+            capture_lane(lane)
+        elif mode == MODES[1]:
+            executor.submit(capture_lane, lane).result()
+        else:
             thread = threading.Thread(target=capture_lane, args=(lane,))
             thread.start()
             thread.join()
-        else:
-            capture_lane(lane)
     for lane in lanes:
         with torch.cuda.stream(lane["stream"]):
             lane["graph"].replay()
@@ -78,12 +98,9 @@ def trial(torch, layers, head, rows: int, own_threads: bool, reps: int) -> dict:
         thread.start()
     for thread in threads:
         thread.join()
-    return {
-        "rows": rows,
-        "captured": "a thread each" if own_threads else "one thread",
-        "replays": 2 * reps,
-        "wrong": sum(wrong),
-    }
+    for executor in live:
+        executor.shutdown()
+    return {"rows": rows, "captured": mode, "replays": 2 * reps, "wrong": sum(wrong)}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -108,8 +125,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     head = torch.nn.Linear(WIDTH, VOCAB, bias=False).cuda().bfloat16()
     results = []
     for rows in (int(r) for r in args.rows.split(",")):
-        for own in (False, True):
-            result = trial(torch, layers, head, rows, own, args.reps)
+        for mode in MODES:
+            result = trial(torch, layers, head, rows, mode, args.reps)
             print(
                 f"{rows} rows, captured in {result['captured']}: {result['wrong']} of "
                 f"{result['replays']} concurrent replays differ from the lone replay",

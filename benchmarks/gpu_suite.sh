@@ -85,6 +85,10 @@
 #                 thread replayed at once), a warming run, gpu_cascade at 32 twice, then at 16,
 #                 24, 32, 40 and 48 sessions against one server (as in levels, 48 sessions a
 #                 level): the defaults only
+#   lanescheck    the CUDA tests of Whisper's lanes (each concurrent transcript against its lane's
+#                 alone) and of capture's owners, and gpu_graph_workspace (graphs captured in one
+#                 thread, in live threads, in threads that ended, in one thread on a capture
+#                 stream each), nothing else
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -447,6 +451,13 @@ lanes)
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
     alternate "$SPREAD" one "--asr-lanes 1" one-1 two-1 two-2 one-2 one-3 two-3
     ;;
+lanescheck)
+    step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k "lanes or owner" \
+        tests/serving/gpu/test_gpu_cuda.py
+    tail -1 "$RES/cuda-tests.log"
+    step graph-workspace 90 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
+        --out "$RES/graph-workspace.json"
+    ;;
 sessions)
     # gpu-cascade's defaults (two recognizer lanes since the tenth session): the most sessions
     # that meet the goal, one server for the levels (48 sessions a level, in waves below 48)
@@ -465,7 +476,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes or sessions"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions or lanescheck"
     exit 2
     ;;
 esac

@@ -799,7 +799,7 @@ class CsmEngine(PendingRequests):
         from serving.gpu.slots import capture
 
         fn = fn or self._step
-        graph = capture(lambda: fn(n))
+        graph = capture(lambda: fn(n), owner=self)
         log.info("CSM %s captured for batch %d", getattr(fn, "__name__", "step"), n)
         return graph
 

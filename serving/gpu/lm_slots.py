@@ -460,7 +460,7 @@ class SlotLmEngine(PendingRequests):
             return
         graph = self._graphs.get((n, length))
         if graph is None:
-            graph = capture(lambda: self._step(n, length), pool=self._pool)
+            graph = capture(lambda: self._step(n, length), pool=self._pool, owner=self)
             self._pool = self._pool or graph.pool()
             self._graphs[(n, length)] = graph
         graph.replay()

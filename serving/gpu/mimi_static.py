@@ -396,7 +396,7 @@ class MimiGraphs:
     def _capture(self, n: int, fn, active: torch.Tensor) -> torch.cuda.CUDAGraph:
         keep = active[:n].clone()
         active[:n] = False  # the warm-up runs leave every stream as it was
-        graph = capture(lambda: fn(n), pool=self._pool)
+        graph = capture(lambda: fn(n), pool=self._pool, owner=self)
         self._pool = graph.pool()
         active[:n] = keep
         return graph

@@ -388,7 +388,7 @@ class MoshiEngine:
             return
         if graph is None:
             try:
-                graph = capture(lambda: fn(n, *shape))
+                graph = capture(lambda: fn(n, *shape), owner=self)
                 log.info("Moshi %s captured for batch %d %s", name, n, shape)
             except Exception as exc:  # noqa: BLE001 - recorded; this part runs eagerly
                 log.warning(

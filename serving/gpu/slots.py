@@ -67,18 +67,34 @@ def _capture_stream() -> torch.cuda.Stream:
         return _CAPTURE_STREAMS[device]
 
 
-_CAPTURE_LOCK = threading.RLock()  # one capture at a time: they share the capture stream
+_CAPTURE_LOCK = threading.RLock()  # one capture at a time (on a stream shared, or not)
 
 
-def capture(fn, warmups: int = 2, pool=None) -> torch.cuda.CUDAGraph:
+def capture(fn, warmups: int = 2, pool=None, owner=None) -> torch.cuda.CUDAGraph:
     """``fn()`` as a CUDA graph: ``warmups`` eager calls on the capture stream first (kernels
     chosen and autotuned before capture), then one call captured on it; ``pool``: a memory pool
-    to share with other graphs (``graph.pool()``). Captures from several threads (engines, a
-    recognizer's lanes) run one at a time. A graph keeps the cuBLAS workspace of the thread
-    that captured it (cuBLAS keeps one per thread's handle and stream): graphs that may replay at
-    once must be captured in different threads (``Batcher.run_alone`` with ``each``)."""
+    to share with other graphs (``graph.pool()``). Captures from several threads run one at a
+    time.
+
+    ``owner`` (an engine, a recognizer's lane, a codec: whatever replays its graphs in one
+    thread, one after another) gets a capture stream of its own, made at its first capture and
+    kept on it (``_capture_on``). A graph keeps the cuBLAS workspace it was captured with, and
+    torch keys that workspace by the capturing thread's cuBLAS handle and the stream. Handles
+    are per thread but pooled: one thread captures for several engines when they are built in
+    it, and a thread that has ended hands its handle to the next. So the graphs of two owners
+    captured on one stream may share a workspace, and when they replay at once (two engines'
+    threads, two lanes) write over each other's partial sums: a review measured wrong results
+    in about half of such concurrent replays on an H100 (docs/gpu.md, tenth session). A stream
+    of its own for each owner keeps their workspaces apart whichever thread captures. Without
+    an owner: one capture stream for all (tests, benchmarks)."""
     with _CAPTURE_LOCK:
-        stream = _capture_stream()
+        if owner is None:
+            stream = _capture_stream()
+        else:
+            stream = getattr(owner, "_capture_on", None)
+            if stream is None:
+                stream = _held_stream(torch.device("cuda", torch.cuda.current_device()))
+                owner._capture_on = stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(warmups):
@@ -658,7 +674,9 @@ class PaddedPrefill:
         rope = rope_tables(*self.rotary(buffer, torch.arange(length, device=k.device)[None]))
         graph = None
         if self.graphs:
-            graph = capture(lambda: self._layers(buffer, slot_index, rope), pool=self._pool)
+            graph = capture(
+                lambda: self._layers(buffer, slot_index, rope), pool=self._pool, owner=self
+            )
             self._pool = self._pool or graph.pool()
         self._passes[length] = (buffer, slot_index, rope, graph)
         return self._passes[length]

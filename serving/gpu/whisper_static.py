@@ -311,6 +311,7 @@ class StaticWhisper:
             graph = capture(
                 lambda: self._cross(encode(encoder, self.features[:n, :, :frames]), n),
                 pool=self._pool,
+                owner=self,
             )
             self._pool = self._pool or graph.pool()
             self._encoders[n, frames] = graph
@@ -350,7 +351,7 @@ class StaticWhisper:
             return
         graph = graphs.get((n, positions))
         if graph is None:
-            graph = capture(lambda: fn(n, positions), pool=self._pool)
+            graph = capture(lambda: fn(n, positions), pool=self._pool, owner=self)
             self._pool = self._pool or graph.pool()
             graphs[n, positions] = graph
         graph.replay()
