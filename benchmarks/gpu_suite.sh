@@ -176,6 +176,15 @@ alternate() {  # alternate ARGS SIDE FLAG RUN...: cascade32 s4-RUN with ARGS (st
     done
 }
 
+lanes_check() {  # the CUDA tests of Whisper's lanes and of capture's owners, then
+    # gpu_graph_workspace (graphs of two lanes replayed at once, four ways of capturing them)
+    step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k "lanes or owner" \
+        tests/serving/gpu/test_gpu_cuda.py
+    tail -1 "$RES/cuda-tests.log"
+    step graph-workspace 90 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
+        --out "$RES/graph-workspace.json"
+}
+
 case "$PART" in
 codec-native)
     step mimi-moshi 60 python3 benchmarks/gpu_mimi.py --device cuda --batch 16 --codebooks 8 \
@@ -452,20 +461,12 @@ lanes)
     alternate "$SPREAD" one "--asr-lanes 1" one-1 two-1 two-2 one-2 one-3 two-3
     ;;
 lanescheck)
-    step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k "lanes or owner" \
-        tests/serving/gpu/test_gpu_cuda.py
-    tail -1 "$RES/cuda-tests.log"
-    step graph-workspace 90 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
-        --out "$RES/graph-workspace.json"
+    lanes_check
     ;;
 sessions)
     # gpu-cascade's defaults (two recognizer lanes since the tenth session): the most sessions
     # that meet the goal, one server for the levels (48 sessions a level, in waves below 48)
-    step cuda-tests 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k "lanes" \
-        tests/serving/gpu/test_gpu_cuda.py
-    tail -1 "$RES/cuda-tests.log"
-    step graph-workspace 60 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
-        --out "$RES/graph-workspace.json"
+    lanes_check
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
     cascade32 s4-two-4 90 FDB_STAGE_MARKS=1 "$SPREAD"
     cascade32 s4-two-5 90 FDB_STAGE_MARKS=1 "$SPREAD"
