@@ -74,6 +74,9 @@ class Batcher(Generic[Req, Res]):
         self._free: list[int] = list(range(self.lanes))  # lanes with no batch of this loop's
         self._scheduled = False  # a _schedule is queued on the loop
         self._closed = False
+        # run_alone's submissions to the lanes, one call at a time (two event loops' calls
+        # interleaved would each park a lane the other's function waits for)
+        self._submitting = threading.Lock()
         self._marks = stage_marks and os.environ.get("FDB_STAGE_MARKS") == "1"
         self.batch_sizes: list[int] = []  # every batch run so far (for logs, benchmarks and tests)
         self.batch_lanes: list[int] = []  # the lane of each, in the same order
@@ -114,9 +117,15 @@ class Batcher(Generic[Req, Res]):
                     return False
             return True
 
+        def release() -> None:
+            """The gate opens, and every parked lane waiting for a turn sees it at once."""
+            gate.set()
+            for turn in turns:
+                turn.set()
+
         def park(lane: int) -> None:
             parked[lane - 1].set()
-            if wait(turns[lane - 1]):
+            if wait(turns[lane - 1]) and not gate.is_set():
                 try:
                     finished.append((True, fn(lane)))
                 except BaseException as exc:  # noqa: BLE001 - handed to lane 0, which raises it
@@ -151,14 +160,15 @@ class Batcher(Generic[Req, Res]):
                     results.append(value)
                 return results
             finally:
-                gate.set()
+                release()
 
         try:
-            for lane in range(1, self.lanes):
-                self._threads[lane].submit(park, lane)
-            work = loop.run_in_executor(self._threads[0], alone)
+            with self._submitting:  # a park on every lane, then alone: no other run_alone between
+                for lane in range(1, self.lanes):
+                    self._threads[lane].submit(park, lane)
+                work = loop.run_in_executor(self._threads[0], alone)
         except RuntimeError as err:  # an executor shut down: closed
-            gate.set()
+            release()
             raise self._closed_error() from err
         try:
             return await work
@@ -166,7 +176,7 @@ class Batcher(Generic[Req, Res]):
             with lock:  # not started: it never will, and the parked lanes go on now
                 if state["job"] == "queued":
                     state["job"] = "dropped"
-                    gate.set()
+                    release()
             task = asyncio.current_task()
             if self._closed and not (task is not None and task.cancelling()):
                 raise self._closed_error() from None  # not started before the close
@@ -241,27 +251,35 @@ class Batcher(Generic[Req, Res]):
             self._mark(batch, lane, started)
         if loop is self._loop:  # else a later loop has counted every lane free already
             self._free = sorted(self._free + [lane])
-        error: FdbError | None = None
+        try:
+            self._answer(batch, work)
+        finally:  # whatever the batch gave back, the requests waiting go on
+            if loop is self._loop:
+                self._schedule()
+
+    def _answer(self, batch: list[tuple[Req, asyncio.Future, float]], work: asyncio.Future):
+        """Each request of ``batch`` its result, or every one the batch's one-line error: the
+        function raised, or gave back something that is not one result a request."""
         if work.cancelled():
-            error = self._closed_error()
-        elif work.exception() is not None or len(work.result()) != len(batch):
-            err = work.exception() or RuntimeError(
-                f"{len(work.result())} results for {len(batch)} requests"
-            )
+            for _, future, _ in batch:
+                _fail(future, self._closed_error())
+            return
+        try:
+            results = list(work.result())  # raises the batch's own error
+            if len(results) != len(batch):
+                raise RuntimeError(f"{len(results)} results for {len(batch)} requests")
+        except Exception as err:  # every request of the batch gets it, the batcher goes on
             error = FdbError(
                 f"{self.name}: a batch of {len(batch)} failed: {type(err).__name__}: "
                 f"{str(err).splitlines()[0] if str(err) else 'no message'}",
                 "see the server log; the session's later requests are tried again",
             )
-        if error is not None:  # every request of the batch gets it, the batcher goes on
             for _, future, _ in batch:
                 _fail(future, error)
-        else:
-            for (_, future, _), result in zip(batch, work.result(), strict=True):
-                if not future.done():
-                    future.set_result(result)
-        if loop is self._loop:
-            self._schedule()
+            return
+        for (_, future, _), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
 
     def _mark(self, batch: list[tuple[Req, asyncio.Future, float]], lane: int, started: float):
         """The stage-mark line of a batch: its rows, lane, the oldest and newest request's wait

@@ -445,3 +445,67 @@ def test_run_alone_each_runs_fn_in_every_lanes_own_thread_in_turn_while_no_batch
     # a ran before every fn; b only after the last
     assert log.index("end a") < log.index("fn 0 in fdb-t-0")
     assert log.index("fn 2 in fdb-t-2") < log.index("batch b")
+
+
+@pytest.mark.parametrize("returned", [None, 7, "generator"])
+def test_a_batch_that_gives_back_no_result_a_request_fails_with_one_line_and_the_next_runs(
+    returned,
+):
+    """A batch function that returns None, a number (no length) or a generator: the first two
+    fail every request of the batch with one line and the requests that came meanwhile still
+    run; a generator's items are the results (found by a review: the callers waited forever)."""
+    release = threading.Event()
+
+    def run(batch):
+        if batch == ["x"]:
+            assert release.wait(10)
+            return (r for r in batch) if returned == "generator" else returned
+        return list(batch)
+
+    async def main():
+        batcher = Batcher(run, max_batch=1, name="t")
+        first = asyncio.ensure_future(batcher.submit("x"))
+        await asyncio.sleep(0.02)
+        meanwhile = asyncio.ensure_future(batcher.submit("y"))
+        await asyncio.sleep(0.02)
+        release.set()
+        got = await asyncio.wait_for(asyncio.gather(first, meanwhile, return_exceptions=True), 5)
+        batcher.close()
+        return got
+
+    first, meanwhile = asyncio.run(main())
+    assert meanwhile == "y"
+    if returned == "generator":
+        assert first == "x"
+    else:
+        assert isinstance(first, FdbError) and "\n" not in first.one_line()
+        assert "t: a batch of 1 failed: TypeError" in first.one_line()
+
+
+def test_after_run_alone_every_lane_takes_a_batch_at_once():
+    """The parked lanes go on as soon as fn ends (found by a review: they waited up to one
+    50 ms poll)."""
+    started: dict[str, float] = {}
+
+    def run(batch):
+        started[batch[0]] = time.perf_counter()
+        return list(batch)
+
+    def alone():
+        time.sleep(0.1)
+        return time.perf_counter()
+
+    async def main():
+        batcher = Batcher([run, run], max_batch=1, name="t")
+        lags = []
+        for _ in range(3):  # a 50 ms poll would be caught at least once in three
+            started.clear()
+            ended = asyncio.ensure_future(batcher.run_alone(alone))
+            await asyncio.sleep(0.02)
+            got = await asyncio.wait_for(asyncio.gather(*[batcher.submit(x) for x in "ab"]), 5)
+            assert got == ["a", "b"]
+            lags.append(max(started.values()) - await ended)
+        batcher.close()
+        return lags
+
+    assert max(asyncio.run(main())) < 0.03  # both lanes, at once
