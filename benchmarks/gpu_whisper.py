@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     engine.warm_graphs()
     capture_s = time.perf_counter() - started
-    static, model = engine.static, engine.model
+    static, model = (engine.statics[0] if engine.statics else None), engine.model
     cuda = args.device.startswith("cuda")
 
     def sync():

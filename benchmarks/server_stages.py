@@ -77,20 +77,16 @@ def csm_first_frames(log: Path) -> dict[str, dict] | None:
         return None
     total = [a + b for a, b in zip(waited, prefill, strict=True)]
     return {
-        name: {
-            "requests": len(values),
-            "p50": round(ceil_quantile(values, P50), 1),
-            "p90": round(ceil_quantile(values, P90), 1),
-            "max": round(max(values), 1),
-        }
+        name: _spread(values, 1, "requests")
         for name, values in (("waited", waited), ("prefill", prefill), ("total", total))
     }
 
 
-def _spread(values: list[float], digits: int = 1) -> dict:
-    """Count, p50 / p90 (nearest rank) and max of ``values``."""
+def _spread(values: list[float], digits: int = 1, count: str = "n") -> dict:
+    """``count``: how many, then p50 / p90 (nearest rank) and max of ``values``, rounded to
+    ``digits``."""
     return {
-        "n": len(values),
+        count: len(values),
         "p50": round(ceil_quantile(values, P50), digits),
         "p90": round(ceil_quantile(values, P90), digits),
         "max": round(max(values), digits),
@@ -137,15 +133,7 @@ def stages(graphs: dict[str, dict[str, float]], after: str) -> dict[str, dict]:
         for name, t in marks.items():
             if name != after:
                 delays[name].append(t - start)
-    table = {
-        name: {
-            "graphs": len(values),
-            "p50": round(ceil_quantile(values, P50), 3),
-            "p90": round(ceil_quantile(values, P90), 3),
-            "max": round(max(values), 3),
-        }
-        for name, values in delays.items()
-    }
+    table = {name: _spread(values, 3, "graphs") for name, values in delays.items()}
     return dict(sorted(table.items(), key=lambda item: item[1]["p50"]))
 
 

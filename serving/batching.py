@@ -132,9 +132,7 @@ class Batcher(Generic[Req, Res]):
                     finished.append((False, exc))
                 finally:
                     parked[lane - 1].set()  # done (lane 0 cleared it for this turn): it goes on
-            while not gate.wait(0.05):
-                if self._closed:
-                    return
+            wait(gate)  # until fn is done (or the batcher closes)
 
         def alone() -> Any:
             with lock:

@@ -87,29 +87,28 @@ class WhisperEngine:
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import engine_stream, priority_of
 
-        self.statics: list = []
-        self.cuda_streams = []
-        for _ in range(lanes):
-            if decoder == "static":
-                # lazy: torch is optional (the gpu extra), and whisper_static imports it
-                from serving.gpu.whisper_static import StaticWhisper, prompt_ids, windows
+        self.statics: list = []  # one a lane (static decoder), else none
+        if decoder == "static":
+            # lazy: torch is optional (the gpu extra), and whisper_static imports it
+            from serving.gpu.whisper_static import StaticWhisper, prompt_ids, windows
 
-                self.statics.append(
-                    StaticWhisper(
-                        self.model,
-                        self.generation,
-                        prompt_ids(self.generation, language),
-                        max_new_tokens,
-                        max_batch,
-                        graphs=True,
-                        frames=windows(self.window_s, self.samples // HOP),
-                        encoder_graphs=encoder_graphs,
-                        overlap=overlap,
-                    )
+            prompt = prompt_ids(self.generation, language)
+            frames = windows(self.window_s, self.samples // HOP)
+            self.statics = [
+                StaticWhisper(
+                    self.model,
+                    self.generation,
+                    prompt,
+                    max_new_tokens,
+                    max_batch,
+                    graphs=True,
+                    frames=frames,
+                    encoder_graphs=encoder_graphs,
+                    overlap=overlap,
                 )
-            self.cuda_streams.append(engine_stream(device, stream_priority))
-        self.static = self.statics[0] if self.statics else None
-        self.cuda_stream = self.cuda_streams[0]
+                for _ in range(lanes)
+            ]
+        self.cuda_streams = [engine_stream(device, stream_priority) for _ in range(lanes)]
         self.batcher: Batcher[np.ndarray, str] = Batcher(
             [functools.partial(self.run_batch, lane=lane) for lane in range(lanes)],
             max_batch,
@@ -129,7 +128,7 @@ class WhisperEngine:
                 "language": language,
                 "decoder": decoder,
                 "window_s": self.window_s,
-                "stream_priority": priority_of(self.cuda_stream),
+                "stream_priority": priority_of(self.cuda_streams[0]),
                 "overlap": overlap if decoder == "static" else None,
                 "lanes": lanes,
                 "tokenizer": "checkpoint"
@@ -144,8 +143,8 @@ class WhisperEngine:
             dtype,
             max_batch,
             lanes,
-            f", {self.static.nbytes() / 2**30:.2f} GiB of static tensors a lane"
-            if self.static is not None
+            f", {self.statics[0].nbytes() / 2**30:.2f} GiB of static tensors a lane"
+            if self.statics
             else "",
         )
 
