@@ -89,6 +89,10 @@
 #                 alone) and of capture's owners, and gpu_graph_workspace (graphs captured in one
 #                 thread, in live threads, in threads that ended, in one thread on a capture
 #                 stream each), nothing else
+#   check         every CUDA test (test_gpu_cuda.py, test_mimi_static.py) and gpu_graph_workspace:
+#                 the final code's checks on a card (the eleventh session)
+#   final         each system once on the final code: a warming run, gpu_cascade at 32 twice (as
+#                 in sessions), gpu_tts at C1 and C16 (32 requests a level), gpu_native at 16
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -463,6 +467,22 @@ lanes)
 lanescheck)
     lanes_check
     ;;
+check)
+    step cuda-tests 240 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py
+    tail -1 "$RES/cuda-tests.log"
+    step graph-workspace 90 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
+        --out "$RES/graph-workspace.json"
+    ;;
+final)
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    cascade32 s4-final-1 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    cascade32 s4-final-2 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    step tts 140 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
+        --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 32
+    step native-16 110 python3 benchmarks/gpu_native.py --out "$RES/native-16" --levels 16 \
+        --dataset "$DATA/cascade-ds" --skip-profile
+    ;;
 sessions)
     # gpu-cascade's defaults (two recognizer lanes since the tenth session): the most sessions
     # that meet the goal, one server for the levels (48 sessions a level, in waves below 48)
@@ -477,7 +497,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions or lanescheck"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check or final"
     exit 2
     ;;
 esac
