@@ -93,6 +93,7 @@
 #                 the final code's checks on a card (the eleventh session)
 #   final         each system once on the final code: a warming run, gpu_cascade at 32 twice (as
 #                 in sessions), gpu_tts at C1 and C16 (32 requests a level), gpu_native at 16
+#   last          check, then final: one 10-minute call
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -467,14 +468,14 @@ lanes)
 lanescheck)
     lanes_check
     ;;
-check)
+check | last)
     step cuda-tests 240 python3 -m pytest -m gpu -p no:cacheprovider -s \
         tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py
     tail -1 "$RES/cuda-tests.log"
     step graph-workspace 90 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
         --out "$RES/graph-workspace.json"
-    ;;
-final)
+    ;;&
+final | last)
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
     cascade32 s4-final-1 90 FDB_STAGE_MARKS=1 "$SPREAD"
     cascade32 s4-final-2 90 FDB_STAGE_MARKS=1 "$SPREAD"
@@ -483,6 +484,7 @@ final)
     step native-16 110 python3 benchmarks/gpu_native.py --out "$RES/native-16" --levels 16 \
         --dataset "$DATA/cascade-ds" --skip-profile
     ;;
+check) ;;
 sessions)
     # gpu-cascade's defaults (two recognizer lanes since the tenth session): the most sessions
     # that meet the goal, one server for the levels (48 sessions a level, in waves below 48)
@@ -497,7 +499,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check or final"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final or last"
     exit 2
     ;;
 esac
