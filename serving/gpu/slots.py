@@ -20,9 +20,12 @@ what took ten.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import gc
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,25 +37,48 @@ log = logging.getLogger("fdb.serving")
 
 
 # torch hands out the streams of a pool (32 a priority and device) in turn, so two streams asked
-# for apart may be one CUDA stream. Every stream made here (an engine's, the capture stream) is
-# one no other holds: two engines on one stream would run in order, and a capture on
-# an engine's stream would take that engine's kernels into its graph.
+# for apart may be one CUDA stream. Every stream made here (an engine's, a capture stream) is
+# one no other holds: two engines on one stream would run in order, a capture on an engine's
+# stream would take that engine's kernels into its graph, and two owners capturing on one stream
+# would share a cuBLAS workspace (``capture``). A stream is held until its object is freed (its
+# engine or owner, and every graph captured on it, with it), then its handle may be handed out
+# again.
 _STREAMS_LOCK = threading.RLock()
-_HELD_STREAMS: set[int] = set()  # the CUDA handles of the streams handed out here
+# the CUDA handles of the streams handed out here and still alive: how many objects hold each
+_HELD_STREAMS: collections.Counter[int] = collections.Counter()
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
 
 
-def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
-    """A stream of torch's pool that no stream made here is (if the pool has none left, the last
-    drawn, with a warning)."""
+def _release(handle: int) -> None:
     with _STREAMS_LOCK:
-        for _ in range(2 * 32):
-            stream = torch.cuda.Stream(device, priority=priority)
-            if stream.cuda_stream not in _HELD_STREAMS:
-                break
-        else:
+        _HELD_STREAMS[handle] -= 1
+        if _HELD_STREAMS[handle] <= 0:
+            del _HELD_STREAMS[handle]
+
+
+def _draw(device, priority: int) -> torch.cuda.Stream | None:
+    for _ in range(2 * 32):
+        stream = torch.cuda.Stream(device, priority=priority)
+        if stream.cuda_stream not in _HELD_STREAMS:
+            return stream
+    return None
+
+
+def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
+    """A stream of torch's pool that no live stream made here is. If every one is held, the
+    garbage is collected first (the streams of engines no longer referenced come back; a test
+    process builds dozens); if none comes back, the last drawn, with a warning."""
+    with _STREAMS_LOCK:
+        stream = _draw(device, priority)
+        if stream is None:
+            gc.collect()
+            stream = _draw(device, priority)
+        if stream is None:
             log.warning("every CUDA stream of priority %d is held; two share one", priority)
-        _HELD_STREAMS.add(stream.cuda_stream)
+            stream = torch.cuda.Stream(device, priority=priority)
+        handle = stream.cuda_stream
+        _HELD_STREAMS[handle] += 1
+        weakref.finalize(stream, _release, handle)
         return stream
 
 
@@ -103,6 +129,10 @@ def capture(fn, warmups: int = 2, pool=None, owner=None) -> torch.cuda.CUDAGraph
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, stream=stream):
             fn()
+        # the graph holds its capture stream: a graph that is freed clears the cuBLAS workspaces
+        # of that stream (torch's CUDAGraph.reset), so its stream is not handed to a new owner
+        # while the graph lives (the new owner's graphs would lose their workspace)
+        graph.capture_stream = stream
         return graph
 
 

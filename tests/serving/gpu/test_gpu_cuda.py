@@ -156,7 +156,7 @@ def test_silero_batch_on_cuda_gives_each_stream_the_cpu_modules_probabilities():
         for k in range(50):
             frame = torch.from_numpy(clips[i][k * FRAME : (k + 1) * FRAME])
             want[i, k] = float(model(frame, 16000).item())
-    np.testing.assert_allclose(got[:4], want, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got[:4], want, rtol=0, atol=1e-3)
     print(f"silero_gpu: 32 streams, {call_ms:.2f} ms a call on {torch.cuda.get_device_name()}")
 
 
@@ -456,9 +456,10 @@ def test_each_owner_captures_on_a_stream_of_its_own_and_keeps_it():
 
     a, b = Owner(), Owner()
     x = torch.zeros(4, device="cuda")
-    capture(lambda: x.add_(1), owner=a)
+    kept = capture(lambda: x.add_(1), owner=a)
     first = a._capture_on
     capture(lambda: x.add_(1), owner=a).replay()
+    assert kept.capture_stream is first  # the graph holds its stream too
     capture(lambda: x.add_(1), owner=b)
     handles = {
         a._capture_on.cuda_stream,

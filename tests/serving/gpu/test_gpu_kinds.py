@@ -222,8 +222,10 @@ def test_nodes_that_differ_in_a_graph_option_do_not_share_an_engine():
 
 def test_held_streams_are_never_handed_out_twice(monkeypatch):
     """torch hands out its pool's streams in turn (here a pool of 4); a stream made by
-    ``serving.gpu.slots`` is one no earlier one is, until the pool has none left (then a
-    warning, and the last drawn)."""
+    ``serving.gpu.slots`` is one no live earlier one is, until the pool has none left (then the
+    garbage is collected, and if none comes back a warning, and the last drawn)."""
+    import collections
+
     import serving.gpu.slots as slots
 
     drawn = {"n": 0}
@@ -234,10 +236,58 @@ def test_held_streams_are_never_handed_out_twice(monkeypatch):
             drawn["n"] += 1
 
     monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
-    monkeypatch.setattr(slots, "_HELD_STREAMS", {1001})  # one is held already (a capture's)
-    handles = [slots._held_stream("cuda").cuda_stream for _ in range(3)]
-    assert handles == [1000, 1002, 1003]
+    # one is held already (a capture's)
+    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter({1001: 1}))
+    held = [slots._held_stream("cuda") for _ in range(3)]
+    assert [s.cuda_stream for s in held] == [1000, 1002, 1003]
     warnings = []
     monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
     assert slots._held_stream("cuda").cuda_stream in {1000, 1001, 1002, 1003}
     assert len(warnings) == 1
+
+
+def test_a_freed_stream_is_handed_out_again_and_a_graph_keeps_its_stream(monkeypatch):
+    """A stream is held while its object lives (its engine or owner, and every graph captured
+    on it, keep it): once freed, even in a reference cycle that only the collector frees, its
+    handle is drawn again without a warning."""
+    import collections
+    import gc
+
+    import serving.gpu.slots as slots
+
+    drawn = {"n": 0}
+
+    class PoolStream:
+        def __init__(self, device=None, priority=0):
+            self.cuda_stream = 1000 + drawn["n"] % 2
+            drawn["n"] += 1
+
+    monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
+    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter())
+    warnings = []
+    monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
+
+    class Owner:  # an engine in a reference cycle (its threads' closures, say)
+        def __init__(self):
+            self.stream = slots._held_stream("cuda")
+            self.me = self
+
+    a, b = Owner(), Owner()
+    assert {a.stream.cuda_stream, b.stream.cuda_stream} == {1000, 1001}
+    graph = type("Graph", (), {})()
+    graph.capture_stream = a.stream  # as capture() leaves it
+    gone = a.stream.cuda_stream
+    gc.disable()
+    try:
+        del a
+        assert gone in slots._HELD_STREAMS  # the graph still holds it
+        del graph
+        assert gone in slots._HELD_STREAMS  # the cycle is not collected yet
+        c = Owner()  # the pool is exhausted: the collector runs, the cycle's stream comes back
+    finally:
+        gc.enable()
+    assert c.stream.cuda_stream == gone and not warnings
+    assert slots._HELD_STREAMS == collections.Counter({1000: 1, 1001: 1})
+    del b, c
+    gc.collect()
+    assert not slots._HELD_STREAMS

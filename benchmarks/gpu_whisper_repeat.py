@@ -1,0 +1,146 @@
+"""Whether Whisper's engine gives an utterance the same tokens every time (on a GPU).
+
+The engine of ``whisper_gpu`` (the whisper-large-v3 configuration, dummy weights, batches of
+one, 24 tokens) transcribes 16 tone clips alone on each lane, ``--passes`` times, and then all
+16 at once through its batcher (the lanes beside each other), ``--rounds`` times. Each pass and
+round is compared with each lane's first pass: how many transcripts differ, and at which token
+the first difference comes. In the eleventh session lane 1 alone gave one clip of 16 a
+different token at step 14 on its second pass (an H200, the CUDA tests' process); this tells a
+kernel that is not bitwise repeatable from memory that two users share, by switching the parts
+off one at a time::
+
+    python benchmarks/gpu_whisper_repeat.py [--lanes 2] [--no-overlap] [--eager]
+        [--dtype bfloat16] [--passes 3] [--rounds 3] [--out FILE]
+    python benchmarks/gpu_whisper_repeat.py --tiny --passes 2 --rounds 1  # checks it, on a CPU
+
+``--eager``: no CUDA graphs (the encoder and every decoder step launched from Python).
+``--tiny``: a tiny configuration on the CPU (float32), which checks the script and measures
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+
+CLIPS, TOKENS = 16, 24
+
+
+def clips(n: int = CLIPS) -> list[np.ndarray]:
+    """The CUDA test's clips: 3 s tones of their own, so that each clip's tokens differ."""
+    t = np.arange(3 * 16000) / 16000
+    return [
+        (
+            0.3 * np.sin(2 * np.pi * (150 + 97 * i) * t) * np.sin(2 * np.pi * (0.5 + i / 3) * t)
+        ).astype(np.float32)
+        for i in range(n)
+    ]
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first token index where ``a`` and ``b`` differ (None: the same)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare(got: list[list[int]], want: list[list[int]]) -> dict:
+    steps = [first_difference(g, w) for g, w in zip(got, want, strict=True)]
+    differ = [s for s in steps if s is not None]
+    return {"differ": len(differ), "first_steps": differ}
+
+
+def run(args: argparse.Namespace) -> dict:
+    # lazy: torch and the gpu extra are the device's
+    import torch
+
+    from serving.gpu.whisper import WhisperEngine
+    from serving.graph.kinds import WhisperGpuOptions
+
+    weights = {"load_format": "dummy", "preset": "whisper-large-v3"}
+    if args.tiny:
+        # lazy: only --tiny needs the tiny configuration (run with the repository on PYTHONPATH)
+        from benchmarks.gpu_whisper import TINY
+
+        weights["overrides"] = TINY
+    options = WhisperGpuOptions(
+        weights=weights,
+        device="cpu" if args.tiny else "cuda",
+        dtype="float32" if args.tiny else args.dtype,
+        max_batch=1,
+        max_new_tokens=TOKENS,
+        max_tokens_per_s=None,
+        lanes=args.lanes,
+        overlap=not args.no_overlap,
+        encoder_graphs=not args.eager,
+    )
+    engine = WhisperEngine.from_options(options)
+    if args.eager:
+        for static in engine.statics:
+            static.graphs = False
+    engine._text = lambda ids: list(ids)  # the token ids
+    engine.warm_graphs()
+    audio = clips()
+    passes = {lane: [] for lane in range(args.lanes)}
+    for _ in range(args.passes):
+        for lane in range(args.lanes):
+            passes[lane].append([engine.run_batch([c], lane=lane)[0] for c in audio])
+    first = {lane: runs[0] for lane, runs in passes.items()}
+    result: dict = {
+        "torch": torch.__version__,
+        "device": "cpu (tiny: measures nothing)" if args.tiny else torch.cuda.get_device_name(),
+        "options": {
+            "lanes": args.lanes,
+            "dtype": options.dtype,
+            "overlap": not args.no_overlap,
+            "graphs": not args.eager,
+        },
+        "alone": {
+            str(lane): [compare(run, first[lane]) for run in runs[1:]]
+            for lane, runs in passes.items()
+        },
+        "lanes_alone_differ": compare(first[args.lanes - 1], first[0])["differ"],
+    }
+
+    async def rounds():
+        return [
+            await asyncio.gather(*[engine.transcribe(c) for c in audio]) for _ in range(args.rounds)
+        ]
+
+    try:
+        got = asyncio.run(rounds())
+    finally:
+        engine.close()
+    lanes = engine.batcher.batch_lanes
+    result["at_once"] = [
+        compare(texts, [first[lanes[r * len(audio) + k]][k] for k in range(len(audio))])
+        for r, texts in enumerate(got)
+    ]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lanes", type=int, default=2)
+    parser.add_argument("--no-overlap", action="store_true")
+    parser.add_argument("--eager", action="store_true")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    result = run(args)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
