@@ -94,10 +94,10 @@
 #   final         each system once on the final code: a warming run, gpu_cascade at 32 twice (as
 #                 in sessions), gpu_tts at C1 and C16 (32 requests a level), gpu_native at 16
 #   last          check, then final: one 10-minute call
-#   repeat        whether Whisper gives an utterance the same tokens every time
-#                 (gpu_whisper_repeat.py: two lanes, one, one without the overlapped loop, one
-#                 without graphs, two in float32, each in a process of its own), which cuBLAS
-#                 workspace map this torch has, then every CUDA test, then the lanes' test alone
+#   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
+#                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
+#                 two lanes, one without graphs, one without the overlapped loop, one, two in
+#                 float32, each in a process of its own), then the lanes' test alone
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -494,17 +494,17 @@ repeat)
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
         >"$RES/workspace-map.txt" 2>&1
     cat "$RES/workspace-map.txt"
-    step repeat-two 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --out "$RES/repeat-two.json"
-    step repeat-one 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --out "$RES/repeat-one.json"
-    step repeat-one-plain 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --no-overlap \
-        --out "$RES/repeat-one-plain.json"
-    step repeat-one-eager 120 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --eager \
-        --out "$RES/repeat-one-eager.json"
-    step repeat-two-f32 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --dtype float32 \
-        --out "$RES/repeat-two-f32.json"
     step cuda-tests 200 python3 -m pytest -m gpu -p no:cacheprovider -s \
         tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py
     tail -1 "$RES/cuda-tests.log"
+    step repeat-two 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --out "$RES/repeat-two.json"
+    step repeat-one-eager 120 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --eager \
+        --out "$RES/repeat-one-eager.json"
+    step repeat-one-plain 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --no-overlap \
+        --out "$RES/repeat-one-plain.json"
+    step repeat-one 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --out "$RES/repeat-one.json"
+    step repeat-two-f32 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --dtype float32 \
+        --out "$RES/repeat-two-f32.json"
     step cuda-lanes 60 python3 -m pytest -m gpu -p no:cacheprovider -s -k lanes \
         tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-lanes.log"
