@@ -21,6 +21,7 @@ what took ten.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import gc
 import logging
@@ -41,11 +42,14 @@ log = logging.getLogger("fdb.serving")
 # one no other holds: two engines on one stream would run in order, a capture on an engine's
 # stream would take that engine's kernels into its graph, and two owners capturing on one stream
 # would share a cuBLAS workspace (``capture``). A stream is held until its object is freed (its
-# engine or owner, and every graph captured on it, with it), then its handle may be handed out
-# again.
+# engine or owner, and every graph captured on it, with it). A freed one is handed out again only
+# when no stream of the pool is new: a graph's C++ destructor clears its capture stream's cuBLAS
+# workspaces just after Python has let go of the graph (and so of the stream), and a new owner
+# that captured on the stream in that moment would lose its workspace.
 _STREAMS_LOCK = threading.RLock()
 # the CUDA handles of the streams handed out here and still alive: how many objects hold each
 _HELD_STREAMS: collections.Counter[int] = collections.Counter()
+_HANDED_OUT: set[int] = set()  # every handle handed out here, alive or not
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
 
 
@@ -56,28 +60,30 @@ def _release(handle: int) -> None:
             del _HELD_STREAMS[handle]
 
 
-def _draw(device, priority: int) -> torch.cuda.Stream | None:
+def _draw(device, priority: int, taken: collections.abc.Container[int]) -> torch.cuda.Stream | None:
     for _ in range(2 * 32):
         stream = torch.cuda.Stream(device, priority=priority)
-        if stream.cuda_stream not in _HELD_STREAMS:
+        if stream.cuda_stream not in taken:
             return stream
     return None
 
 
 def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
-    """A stream of torch's pool that no live stream made here is. If every one is held, the
-    garbage is collected first (the streams of engines no longer referenced come back; a test
-    process builds dozens); if none comes back, the last drawn, with a warning."""
+    """A stream of torch's pool that no live stream made here is: a new one while the pool has
+    one. Else the garbage is collected (the streams of engines no longer referenced come back;
+    a test process builds dozens) and a freed one is taken; if none comes back, the last drawn,
+    with a warning."""
     with _STREAMS_LOCK:
-        stream = _draw(device, priority)
+        stream = _draw(device, priority, _HANDED_OUT)
         if stream is None:
             gc.collect()
-            stream = _draw(device, priority)
+            stream = _draw(device, priority, _HELD_STREAMS)
         if stream is None:
             log.warning("every CUDA stream of priority %d is held; two share one", priority)
             stream = torch.cuda.Stream(device, priority=priority)
         handle = stream.cuda_stream
         _HELD_STREAMS[handle] += 1
+        _HANDED_OUT.add(handle)
         weakref.finalize(stream, _release, handle)
         return stream
 

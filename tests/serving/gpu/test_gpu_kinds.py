@@ -238,6 +238,7 @@ def test_held_streams_are_never_handed_out_twice(monkeypatch):
     monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
     # one is held already (a capture's)
     monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter({1001: 1}))
+    monkeypatch.setattr(slots, "_HANDED_OUT", {1001})
     held = [slots._held_stream("cuda") for _ in range(3)]
     assert [s.cuda_stream for s in held] == [1000, 1002, 1003]
     warnings = []
@@ -246,10 +247,12 @@ def test_held_streams_are_never_handed_out_twice(monkeypatch):
     assert len(warnings) == 1
 
 
-def test_a_freed_stream_is_handed_out_again_and_a_graph_keeps_its_stream(monkeypatch):
+def test_a_freed_stream_is_handed_out_again_once_no_new_one_is_left(monkeypatch):
     """A stream is held while its object lives (its engine or owner, and every graph captured
-    on it, keep it): once freed, even in a reference cycle that only the collector frees, its
-    handle is drawn again without a warning."""
+    on it, keep it). Once freed, its handle is drawn again only when the pool has no new one
+    (a graph's destructor clears its stream's cuBLAS workspaces just after Python lets go of
+    it): then the garbage is collected first, so that an owner in a reference cycle gives its
+    stream back, and no warning."""
     import collections
     import gc
 
@@ -257,13 +260,14 @@ def test_a_freed_stream_is_handed_out_again_and_a_graph_keeps_its_stream(monkeyp
 
     drawn = {"n": 0}
 
-    class PoolStream:
+    class PoolStream:  # a pool of 3
         def __init__(self, device=None, priority=0):
-            self.cuda_stream = 1000 + drawn["n"] % 2
+            self.cuda_stream = 1000 + drawn["n"] % 3
             drawn["n"] += 1
 
     monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
     monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter())
+    monkeypatch.setattr(slots, "_HANDED_OUT", set())
     warnings = []
     monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
 
@@ -273,21 +277,24 @@ def test_a_freed_stream_is_handed_out_again_and_a_graph_keeps_its_stream(monkeyp
             self.me = self
 
     a, b = Owner(), Owner()
-    assert {a.stream.cuda_stream, b.stream.cuda_stream} == {1000, 1001}
+    assert (a.stream.cuda_stream, b.stream.cuda_stream) == (1000, 1001)
     graph = type("Graph", (), {})()
     graph.capture_stream = a.stream  # as capture() leaves it
-    gone = a.stream.cuda_stream
     gc.disable()
     try:
         del a
-        assert gone in slots._HELD_STREAMS  # the graph still holds it
+        assert 1000 in slots._HELD_STREAMS  # the graph still holds it
         del graph
-        assert gone in slots._HELD_STREAMS  # the cycle is not collected yet
-        c = Owner()  # the pool is exhausted: the collector runs, the cycle's stream comes back
+        gc.collect()
+        assert 1000 not in slots._HELD_STREAMS
+        c = Owner()
+        assert c.stream.cuda_stream == 1002  # a new one while there is one
+        del b
+        assert 1001 in slots._HELD_STREAMS  # the cycle is not collected yet
+        d = Owner()  # no new one: the collector runs, and the freed ones come back
     finally:
         gc.enable()
-    assert c.stream.cuda_stream == gone and not warnings
-    assert slots._HELD_STREAMS == collections.Counter({1000: 1, 1001: 1})
-    del b, c
+    assert d.stream.cuda_stream in {1000, 1001} and not warnings
+    del c, d
     gc.collect()
     assert not slots._HELD_STREAMS
