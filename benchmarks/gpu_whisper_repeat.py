@@ -10,10 +10,13 @@ kernel that is not bitwise repeatable from memory that two users share, by switc
 off one at a time::
 
     python benchmarks/gpu_whisper_repeat.py [--lanes 2] [--no-overlap] [--eager]
-        [--dtype bfloat16] [--passes 3] [--rounds 3] [--out FILE]
+        [--no-encoder-graphs] [--dtype bfloat16] [--passes 3] [--rounds 3] [--out FILE]
     python benchmarks/gpu_whisper_repeat.py --tiny --passes 2 --rounds 1  # checks it, on a CPU
 
-``--eager``: no CUDA graphs (the encoder and every decoder step launched from Python).
+``--eager``: no CUDA graphs (the encoder and every decoder step launched from Python);
+``--no-encoder-graphs``: the encoder eager, the decoder's steps in graphs. Each pass also keeps
+a digest of each clip's encoder output (its last cross-attention keys), so a difference is
+placed in the encoder or the decoder.
 ``--tiny``: a tiny configuration on the CPU (float32), which checks the script and measures
 nothing.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 
@@ -55,6 +59,18 @@ def compare(got: list[list[int]], want: list[list[int]]) -> dict:
     return {"differ": len(differ), "first_steps": differ}
 
 
+def encoder_digest(torch, engine, lane: int, clip: np.ndarray) -> str:
+    """A digest of the bytes of lane ``lane``'s last cross-attention keys for ``clip`` (its
+    encoder output, just transcribed on that lane; the transcription has synchronized)."""
+    # lazy: serving.gpu.whisper needs the gpu extra (torch, transformers)
+    from serving.gpu.whisper import HOP
+
+    static = engine.statics[lane]
+    positions = engine.window([clip]) // HOP // 2
+    keys = static._cross_view(static.cross_k[-1], positions)[:1].contiguous()
+    return hashlib.sha256(keys.view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
+
+
 def run(args: argparse.Namespace) -> dict:
     # lazy: torch and the gpu extra are the device's
     import torch
@@ -77,7 +93,7 @@ def run(args: argparse.Namespace) -> dict:
         max_tokens_per_s=None,
         lanes=args.lanes,
         overlap=not args.no_overlap,
-        encoder_graphs=not args.eager,
+        encoder_graphs=not (args.eager or args.no_encoder_graphs),
     )
     engine = WhisperEngine.from_options(options)
     if args.eager:
@@ -87,9 +103,15 @@ def run(args: argparse.Namespace) -> dict:
     engine.warm_graphs()
     audio = clips()
     passes = {lane: [] for lane in range(args.lanes)}
+    encoded = {lane: [] for lane in range(args.lanes)}  # each clip's encoder output, a digest
     for _ in range(args.passes):
         for lane in range(args.lanes):
-            passes[lane].append([engine.run_batch([c], lane=lane)[0] for c in audio])
+            tokens, digests = [], []
+            for c in audio:
+                tokens.append(engine.run_batch([c], lane=lane)[0])
+                digests.append(encoder_digest(torch, engine, lane, c))
+            passes[lane].append(tokens)
+            encoded[lane].append(digests)
     first = {lane: runs[0] for lane, runs in passes.items()}
     result: dict = {
         "torch": torch.__version__,
@@ -99,10 +121,17 @@ def run(args: argparse.Namespace) -> dict:
             "dtype": options.dtype,
             "overlap": not args.no_overlap,
             "graphs": not args.eager,
+            "encoder_graphs": not (args.eager or args.no_encoder_graphs),
         },
         "alone": {
             str(lane): [compare(run, first[lane]) for run in runs[1:]]
             for lane, runs in passes.items()
+        },
+        # the clips whose encoder output (the last layer's cross-attention keys) was not bitwise
+        # the first pass's: a difference there is the encoder's, else the decoder's
+        "encoder_alone_differ": {
+            str(lane): [sum(a != b for a, b in zip(run, runs[0], strict=True)) for run in runs[1:]]
+            for lane, runs in encoded.items()
         },
         "lanes_alone_differ": compare(first[args.lanes - 1], first[0])["differ"],
     }
@@ -129,6 +158,7 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=2)
     parser.add_argument("--no-overlap", action="store_true")
     parser.add_argument("--eager", action="store_true")
+    parser.add_argument("--no-encoder-graphs", action="store_true")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)

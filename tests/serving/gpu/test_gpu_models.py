@@ -299,3 +299,28 @@ def test_a_reply_after_the_decode_loop_stopped_fails_with_one_line(engine):
     assert "\n" not in err.value.one_line()
     if engine.manager is not None:
         assert not engine.manager.output_router.result_handlers
+
+
+def test_gpu_whisper_repeat_finds_a_tiny_whisper_on_cpu_repeating_itself():
+    """benchmarks/gpu_whisper_repeat.py on the CPU (a tiny configuration, float32, two lanes):
+    every pass, the encoder's output and every round at once give each clip its first pass's
+    tokens (the script's bookkeeping; the GPU's answer is docs/gpu.md's), and a difference is
+    placed at its first token."""
+    import argparse
+
+    from benchmarks.gpu_whisper_repeat import compare, first_difference, run
+
+    args = argparse.Namespace(
+        lanes=2, no_overlap=False, eager=False, no_encoder_graphs=False, dtype="bfloat16",
+        passes=2, rounds=1, tiny=True, out=None,
+    )  # fmt: skip
+    result = run(args)
+    assert result["options"]["dtype"] == "float32"
+    assert result["alone"] == {"0": [{"differ": 0, "first_steps": []}]} | {
+        "1": [{"differ": 0, "first_steps": []}]
+    }
+    assert result["encoder_alone_differ"] == {"0": [0], "1": [0]}
+    assert result["at_once"] == [{"differ": 0, "first_steps": []}]
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1 and first_difference([1, 2], [1, 2]) is None
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+    assert compare([[1, 2], [3, 4]], [[1, 2], [3, 5]]) == {"differ": 1, "first_steps": [1]}
