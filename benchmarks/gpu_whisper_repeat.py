@@ -4,10 +4,10 @@ The engine of ``whisper_gpu`` (the whisper-large-v3 configuration, dummy weights
 one, 24 tokens) transcribes 16 tone clips alone on each lane, ``--passes`` times, and then all
 16 at once through its batcher (the lanes beside each other), ``--rounds`` times. Each pass and
 round is compared with each lane's first pass: how many transcripts differ, and at which token
-the first difference comes. In the eleventh session lane 1 alone gave one clip of 16 a
-different token at step 14 on its second pass (an H200, the CUDA tests' process); this tells a
-kernel that is not bitwise repeatable from memory that two users share, by switching the parts
-off one at a time::
+the first difference comes. The passes alone run in each lane's own thread, as its batches do.
+In the eleventh session lane 1 alone gave one clip of 16 a different token at step 14 on its
+second pass (an H200, the CUDA tests' process); this tells a kernel that is not bitwise
+repeatable from memory that two users share, by switching the parts off one at a time::
 
     python benchmarks/gpu_whisper_repeat.py [--lanes 2] [--no-overlap] [--eager]
         [--no-encoder-graphs] [--dtype bfloat16] [--passes 3] [--rounds 3] [--out FILE]
@@ -66,6 +66,8 @@ def encoder_digest(torch, engine, lane: int, clip: np.ndarray) -> str:
     from serving.gpu.whisper import HOP
 
     static = engine.statics[lane]
+    if engine.cuda_streams[lane] is not None:
+        engine.cuda_streams[lane].synchronize()  # the lane's work done before the read
     positions = engine.window([clip]) // HOP // 2
     keys = static._cross_view(static.cross_k[-1], positions)[:1].contiguous()
     return hashlib.sha256(keys.view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
@@ -108,7 +110,10 @@ def run(args: argparse.Namespace) -> dict:
         for lane in range(args.lanes):
             tokens, digests = [], []
             for c in audio:
-                tokens.append(engine.run_batch([c], lane=lane)[0])
+                # in the lane's own thread, as its batches run (its cuBLAS handle, for the
+                # eager passes); one call at a time, with no batch of the batcher running
+                ran = engine.batcher._threads[lane].submit(engine.run_batch, [c], lane)
+                tokens.append(ran.result()[0])
                 digests.append(encoder_digest(torch, engine, lane, c))
             passes[lane].append(tokens)
             encoded[lane].append(digests)
@@ -120,8 +125,8 @@ def run(args: argparse.Namespace) -> dict:
             "lanes": args.lanes,
             "dtype": options.dtype,
             "overlap": not args.no_overlap,
-            "graphs": not args.eager,
-            "encoder_graphs": not (args.eager or args.no_encoder_graphs),
+            "graphs": not (args.eager or args.tiny),  # none on a CPU
+            "encoder_graphs": not (args.eager or args.no_encoder_graphs or args.tiny),
         },
         "alone": {
             str(lane): [compare(run, first[lane]) for run in runs[1:]]

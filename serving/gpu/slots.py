@@ -26,6 +26,7 @@ import contextlib
 import gc
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,15 +43,20 @@ log = logging.getLogger("fdb.serving")
 # one no other holds: two engines on one stream would run in order, a capture on an engine's
 # stream would take that engine's kernels into its graph, and two owners capturing on one stream
 # would share a cuBLAS workspace (``capture``). A stream is held until its object is freed (its
-# engine or owner, and every graph captured on it, with it). A freed one is handed out again only
-# when no stream of the pool is new: a graph's C++ destructor clears its capture stream's cuBLAS
-# workspaces just after Python has let go of the graph (and so of the stream), and a new owner
-# that captured on the stream in that moment would lose its workspace.
+# engine or owner, and every graph captured on it, with it). A freed one is handed out again
+# only when the pool has no new one, and only ``_REUSE_AFTER_S`` after it was freed: a graph's
+# C++ destructor clears its capture stream's cuBLAS workspaces just after Python has let go of
+# the graph (and so of the stream), and a new owner that captured on the stream in between would
+# lose its workspace.
 _STREAMS_LOCK = threading.RLock()
+_CAPTURE_LOCK = threading.RLock()  # one capture at a time; taken before _STREAMS_LOCK
 # the CUDA handles of the streams handed out here and still alive: how many objects hold each
 _HELD_STREAMS: collections.Counter[int] = collections.Counter()
 _HANDED_OUT: set[int] = set()  # every handle handed out here, alive or not
+_FREED_AT: dict[int, float] = {}  # a freed handle's time.monotonic() at its release
+_REUSE_AFTER_S = 1.0
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
+_FAILED_GRAPHS: list = []  # graphs whose capture failed, kept (see capture)
 
 
 def _release(handle: int) -> None:
@@ -58,6 +64,7 @@ def _release(handle: int) -> None:
         _HELD_STREAMS[handle] -= 1
         if _HELD_STREAMS[handle] <= 0:
             del _HELD_STREAMS[handle]
+            _FREED_AT[handle] = time.monotonic()
 
 
 def _draw(device, priority: int, taken: collections.abc.Container[int]) -> torch.cuda.Stream | None:
@@ -71,19 +78,23 @@ def _draw(device, priority: int, taken: collections.abc.Container[int]) -> torch
 def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
     """A stream of torch's pool that no live stream made here is: a new one while the pool has
     one. Else the garbage is collected (the streams of engines no longer referenced come back;
-    a test process builds dozens) and a freed one is taken; if none comes back, the last drawn,
-    with a warning."""
-    with _STREAMS_LOCK:
+    a test process builds dozens) and one freed at least ``_REUSE_AFTER_S`` ago is taken; if
+    none is, the last drawn, with a warning. The collection runs under the capture lock: it may
+    free graphs, which no capture in another thread should see."""
+    with _CAPTURE_LOCK, _STREAMS_LOCK:
         stream = _draw(device, priority, _HANDED_OUT)
         if stream is None:
             gc.collect()
-            stream = _draw(device, priority, _HELD_STREAMS)
+            now = time.monotonic()
+            recent = {h for h, freed in _FREED_AT.items() if now - freed < _REUSE_AFTER_S}
+            stream = _draw(device, priority, set(_HELD_STREAMS) | recent)
         if stream is None:
             log.warning("every CUDA stream of priority %d is held; two share one", priority)
             stream = torch.cuda.Stream(device, priority=priority)
         handle = stream.cuda_stream
         _HELD_STREAMS[handle] += 1
         _HANDED_OUT.add(handle)
+        _FREED_AT.pop(handle, None)
         weakref.finalize(stream, _release, handle)
         return stream
 
@@ -93,13 +104,10 @@ def _capture_stream() -> torch.cuda.Stream:
     on it (one stream, as torch's own default capture stream, so the graphs that share a memory
     pool can reuse each other's blocks)."""
     device = torch.cuda.current_device()
-    with _STREAMS_LOCK:
+    with _CAPTURE_LOCK, _STREAMS_LOCK:
         if device not in _CAPTURE_STREAMS:
             _CAPTURE_STREAMS[device] = _held_stream(torch.device("cuda", device))
         return _CAPTURE_STREAMS[device]
-
-
-_CAPTURE_LOCK = threading.RLock()  # one capture at a time (on a stream shared, or not)
 
 
 def capture(fn, warmups: int = 2, pool=None, owner=None) -> torch.cuda.CUDAGraph:
@@ -133,8 +141,14 @@ def capture(fn, warmups: int = 2, pool=None, owner=None) -> torch.cuda.CUDAGraph
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=stream):
-            fn()
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                fn()
+        except BaseException:
+            # a failed capture may still have ended (torch's capture_end): freeing its graph
+            # would clear the stream's cuBLAS workspaces, which the owner's other graphs use
+            _FAILED_GRAPHS.append(graph)
+            raise
         # the graph holds its capture stream: a graph that is freed clears the cuBLAS workspaces
         # of that stream (torch's CUDAGraph.reset), so its stream is not handed to a new owner
         # while the graph lives (the new owner's graphs would lose their workspace)

@@ -239,6 +239,7 @@ def test_held_streams_are_never_handed_out_twice(monkeypatch):
     # one is held already (a capture's)
     monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter({1001: 1}))
     monkeypatch.setattr(slots, "_HANDED_OUT", {1001})
+    monkeypatch.setattr(slots, "_FREED_AT", {})
     held = [slots._held_stream("cuda") for _ in range(3)]
     assert [s.cuda_stream for s in held] == [1000, 1002, 1003]
     warnings = []
@@ -251,8 +252,8 @@ def test_a_freed_stream_is_handed_out_again_once_no_new_one_is_left(monkeypatch)
     """A stream is held while its object lives (its engine or owner, and every graph captured
     on it, keep it). Once freed, its handle is drawn again only when the pool has no new one
     (a graph's destructor clears its stream's cuBLAS workspaces just after Python lets go of
-    it): then the garbage is collected first, so that an owner in a reference cycle gives its
-    stream back, and no warning."""
+    it), a while after it was freed, and after the garbage is collected, so that an owner in a
+    reference cycle gives its stream back; no warning."""
     import collections
     import gc
 
@@ -268,6 +269,8 @@ def test_a_freed_stream_is_handed_out_again_once_no_new_one_is_left(monkeypatch)
     monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
     monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter())
     monkeypatch.setattr(slots, "_HANDED_OUT", set())
+    monkeypatch.setattr(slots, "_FREED_AT", {})
+    monkeypatch.setattr(slots, "_REUSE_AFTER_S", 0.0)
     warnings = []
     monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
 
@@ -276,25 +279,62 @@ def test_a_freed_stream_is_handed_out_again_once_no_new_one_is_left(monkeypatch)
             self.stream = slots._held_stream("cuda")
             self.me = self
 
-    a, b = Owner(), Owner()
-    assert (a.stream.cuda_stream, b.stream.cuda_stream) == (1000, 1001)
+    a = Owner()
+    PoolStream()  # 1001 drawn elsewhere, never handed out here
+    b = Owner()
+    assert (a.stream.cuda_stream, b.stream.cuda_stream) == (1000, 1002)
     graph = type("Graph", (), {})()
     graph.capture_stream = a.stream  # as capture() leaves it
     gc.disable()
     try:
         del a
+        gc.collect()
         assert 1000 in slots._HELD_STREAMS  # the graph still holds it
         del graph
-        gc.collect()
         assert 1000 not in slots._HELD_STREAMS
+        # the freed 1000 comes first in turn, yet the new 1001 is taken
         c = Owner()
-        assert c.stream.cuda_stream == 1002  # a new one while there is one
+        assert c.stream.cuda_stream == 1001
+        keep = Owner()  # none new is left: the freed one
+        assert keep.stream.cuda_stream == 1000
         del b
-        assert 1001 in slots._HELD_STREAMS  # the cycle is not collected yet
-        d = Owner()  # no new one: the collector runs, and the freed ones come back
+        assert 1002 in slots._HELD_STREAMS  # the cycle is not collected yet
+        d = Owner()  # every one held: the collector runs, and the cycle's stream comes back
     finally:
         gc.enable()
-    assert d.stream.cuda_stream in {1000, 1001} and not warnings
-    del c, d
+    assert d.stream.cuda_stream == 1002 and not warnings
+    del c, keep, d
     gc.collect()
     assert not slots._HELD_STREAMS
+
+
+def test_a_stream_freed_a_moment_ago_is_not_handed_out_again(monkeypatch):
+    """Within ``_REUSE_AFTER_S`` of its release a handle stays out of turn (the graph freed with
+    it may not have cleared its workspaces yet): with no other, two share one, with a
+    warning."""
+    import collections
+
+    import serving.gpu.slots as slots
+
+    drawn = {"n": 0}
+
+    class PoolStream:  # a pool of 1
+        def __init__(self, device=None, priority=0):
+            self.cuda_stream = 1000
+            drawn["n"] += 1
+
+    monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
+    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter())
+    monkeypatch.setattr(slots, "_HANDED_OUT", set())
+    monkeypatch.setattr(slots, "_FREED_AT", {})
+    monkeypatch.setattr(slots, "_REUSE_AFTER_S", 60.0)
+    warnings = []
+    monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
+    first = slots._held_stream("cuda")
+    del first
+    assert 1000 in slots._FREED_AT and not slots._HELD_STREAMS
+    again = slots._held_stream("cuda")
+    assert again.cuda_stream == 1000 and len(warnings) == 1  # shared, said so
+    monkeypatch.setattr(slots, "_REUSE_AFTER_S", 0.0)
+    del again
+    assert slots._held_stream("cuda").cuda_stream == 1000 and len(warnings) == 1
