@@ -220,30 +220,38 @@ def test_nodes_that_differ_in_a_graph_option_do_not_share_an_engine():
     assert whisper_key(whisper) != whisper_key(whisper.model_copy(update={"stream_priority": -1}))
 
 
-def test_held_streams_are_never_handed_out_twice(monkeypatch):
-    """torch hands out its pool's streams in turn (here a pool of 4); a stream made by
-    ``serving.gpu.slots`` is one no live earlier one is, until the pool has none left (then the
-    garbage is collected, and if none comes back a warning, and the last drawn)."""
+def _stream_pool(monkeypatch, size: int, held: tuple[int, ...] = (), reuse_after_s=0.0):
+    """``serving.gpu.slots`` over a fake torch pool of ``size`` streams (handles 1000 on,
+    handed out in turn, as ``torch.cuda.Stream`` does), ``held`` held already, and its
+    warnings: (slots, the pool's stream class, the warnings logged)."""
     import collections
 
     import serving.gpu.slots as slots
 
     drawn = {"n": 0}
 
-    class PoolStream:  # torch.cuda.Stream's round robin over a pool of 4
+    class PoolStream:
         def __init__(self, device=None, priority=0):
-            self.cuda_stream = 1000 + drawn["n"] % 4
+            self.cuda_stream = 1000 + drawn["n"] % size
             drawn["n"] += 1
 
     monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
-    # one is held already (a capture's)
-    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter({1001: 1}))
-    monkeypatch.setattr(slots, "_HANDED_OUT", {1001})
+    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter(dict.fromkeys(held, 1)))
+    monkeypatch.setattr(slots, "_HANDED_OUT", set(held))
     monkeypatch.setattr(slots, "_FREED_AT", {})
-    held = [slots._held_stream("cuda") for _ in range(3)]
-    assert [s.cuda_stream for s in held] == [1000, 1002, 1003]
+    monkeypatch.setattr(slots, "_REUSE_AFTER_S", reuse_after_s)
     warnings = []
     monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
+    return slots, PoolStream, warnings
+
+
+def test_held_streams_are_never_handed_out_twice(monkeypatch):
+    """torch hands out its pool's streams in turn (here a pool of 4); a stream made by
+    ``serving.gpu.slots`` is one no live earlier one is, until the pool has none left (then the
+    garbage is collected, and if none comes back a warning, and the last drawn)."""
+    slots, _, warnings = _stream_pool(monkeypatch, 4, held=(1001,))  # one held (a capture's)
+    held = [slots._held_stream("cuda") for _ in range(3)]
+    assert [s.cuda_stream for s in held] == [1000, 1002, 1003] and not warnings
     assert slots._held_stream("cuda").cuda_stream in {1000, 1001, 1002, 1003}
     assert len(warnings) == 1
 
@@ -254,25 +262,9 @@ def test_a_freed_stream_is_handed_out_again_once_no_new_one_is_left(monkeypatch)
     (a graph's destructor clears its stream's cuBLAS workspaces just after Python lets go of
     it), a while after it was freed, and after the garbage is collected, so that an owner in a
     reference cycle gives its stream back; no warning."""
-    import collections
     import gc
 
-    import serving.gpu.slots as slots
-
-    drawn = {"n": 0}
-
-    class PoolStream:  # a pool of 3
-        def __init__(self, device=None, priority=0):
-            self.cuda_stream = 1000 + drawn["n"] % 3
-            drawn["n"] += 1
-
-    monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
-    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter())
-    monkeypatch.setattr(slots, "_HANDED_OUT", set())
-    monkeypatch.setattr(slots, "_FREED_AT", {})
-    monkeypatch.setattr(slots, "_REUSE_AFTER_S", 0.0)
-    warnings = []
-    monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
+    slots, PoolStream, warnings = _stream_pool(monkeypatch, 3)
 
     class Owner:  # an engine in a reference cycle (its threads' closures, say)
         def __init__(self):
@@ -312,24 +304,7 @@ def test_a_stream_freed_a_moment_ago_is_not_handed_out_again(monkeypatch):
     """Within ``_REUSE_AFTER_S`` of its release a handle stays out of turn (the graph freed with
     it may not have cleared its workspaces yet): with no other, two share one, with a
     warning."""
-    import collections
-
-    import serving.gpu.slots as slots
-
-    drawn = {"n": 0}
-
-    class PoolStream:  # a pool of 1
-        def __init__(self, device=None, priority=0):
-            self.cuda_stream = 1000
-            drawn["n"] += 1
-
-    monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
-    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter())
-    monkeypatch.setattr(slots, "_HANDED_OUT", set())
-    monkeypatch.setattr(slots, "_FREED_AT", {})
-    monkeypatch.setattr(slots, "_REUSE_AFTER_S", 60.0)
-    warnings = []
-    monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
+    slots, _, warnings = _stream_pool(monkeypatch, 1, reuse_after_s=60.0)
     first = slots._held_stream("cuda")
     del first
     assert 1000 in slots._FREED_AT and not slots._HELD_STREAMS
