@@ -52,7 +52,6 @@ _STREAMS_LOCK = threading.RLock()
 _CAPTURE_LOCK = threading.RLock()  # one capture at a time; taken before _STREAMS_LOCK
 # the CUDA handles of the streams handed out here and still alive: how many objects hold each
 _HELD_STREAMS: collections.Counter[int] = collections.Counter()
-_HANDED_OUT: set[int] = set()  # every handle handed out here, alive or not
 _FREED_AT: dict[int, float] = {}  # a freed handle's time.monotonic() at its release
 _REUSE_AFTER_S = 1.0
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
@@ -82,7 +81,8 @@ def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
     none is, the last drawn, with a warning. The collection runs under the capture lock: it may
     free graphs, which no capture in another thread should see."""
     with _CAPTURE_LOCK, _STREAMS_LOCK:
-        stream = _draw(device, priority, _HANDED_OUT)
+        # a new one: never handed out here (not held, not freed)
+        stream = _draw(device, priority, _HELD_STREAMS.keys() | _FREED_AT.keys())
         if stream is None:
             gc.collect()
             now = time.monotonic()
@@ -93,7 +93,6 @@ def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
             stream = torch.cuda.Stream(device, priority=priority)
         handle = stream.cuda_stream
         _HELD_STREAMS[handle] += 1
-        _HANDED_OUT.add(handle)
         _FREED_AT.pop(handle, None)
         weakref.finalize(stream, _release, handle)
         return stream

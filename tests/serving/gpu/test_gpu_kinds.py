@@ -237,7 +237,6 @@ def _stream_pool(monkeypatch, size: int, held: tuple[int, ...] = (), reuse_after
 
     monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
     monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter(dict.fromkeys(held, 1)))
-    monkeypatch.setattr(slots, "_HANDED_OUT", set(held))
     monkeypatch.setattr(slots, "_FREED_AT", {})
     monkeypatch.setattr(slots, "_REUSE_AFTER_S", reuse_after_s)
     warnings = []
