@@ -191,8 +191,18 @@ lanes_check() {  # the CUDA tests of Whisper's lanes and of capture's owners, th
     step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k "lanes or owner" \
         tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-tests.log"
+    graph_workspace
+}
+
+graph_workspace() {  # gpu_graph_workspace.py: two lanes' graphs replayed at once, four ways
     step graph-workspace 90 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
         --out "$RES/graph-workspace.json"
+}
+
+all_cuda_tests() {  # all_cuda_tests LIMIT: every CUDA test in one process
+    step cuda-tests "$1" python3 -m pytest -m gpu -p no:cacheprovider -s \
+        tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py
+    tail -1 "$RES/cuda-tests.log"
 }
 
 case "$PART" in
@@ -474,11 +484,8 @@ lanescheck)
     lanes_check
     ;;
 check | last)
-    step cuda-tests 240 python3 -m pytest -m gpu -p no:cacheprovider -s \
-        tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py
-    tail -1 "$RES/cuda-tests.log"
-    step graph-workspace 90 python3 benchmarks/gpu_graph_workspace.py --rows 1,4 --reps 200 \
-        --out "$RES/graph-workspace.json"
+    all_cuda_tests 240
+    graph_workspace
     ;;&
 final | last)
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
@@ -495,9 +502,7 @@ repeat)
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
         >"$RES/workspace-map.txt" 2>&1
     cat "$RES/workspace-map.txt"
-    step cuda-tests 200 python3 -m pytest -m gpu -p no:cacheprovider -s \
-        tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py
-    tail -1 "$RES/cuda-tests.log"
+    all_cuda_tests 200
     step repeat-two 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --out "$RES/repeat-two.json"
     step repeat-one-eager 120 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --eager \
         --out "$RES/repeat-one-eager.json"

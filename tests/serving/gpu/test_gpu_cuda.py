@@ -313,6 +313,7 @@ def test_whisper_lanes_transcribe_at_once_on_their_streams_as_one_lane_does_on_c
     token one step later on lane 1 than on lane 0, alone, one after the other; each lane's
     graphs are their own kernels and workspace, as a batch's bucket is."""
     _cuda()
+    from benchmarks.gpu_whisper_repeat import clips as repeat_clips
     from serving.gpu.whisper import WhisperEngine
     from serving.graph.kinds import WhisperGpuOptions
 
@@ -327,13 +328,7 @@ def test_whisper_lanes_transcribe_at_once_on_their_streams_as_one_lane_does_on_c
     engine._text = lambda ids: " ".join(map(str, ids))  # the token ids, not a placeholder
     engine.warm_graphs()
     assert engine.cuda_streams[0] != engine.cuda_streams[1]
-    t = np.arange(3 * 16000) / 16000  # tones of their own, so that each clip's tokens differ
-    clips = [
-        (
-            0.3 * np.sin(2 * np.pi * (150 + 97 * i) * t) * np.sin(2 * np.pi * (0.5 + i / 3) * t)
-        ).astype(np.float32)
-        for i in range(16)
-    ]
+    clips = repeat_clips()  # 3 s tones of their own, so that each clip's tokens differ
     alone = [[engine.run_batch([c], lane=lane)[0] for c in clips] for lane in (0, 1)]
     # each lane alone twice gives the same tokens (the comparison below needs it)
     assert [engine.run_batch([c], lane=1)[0] for c in clips] == alone[1]
