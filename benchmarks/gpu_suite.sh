@@ -96,9 +96,9 @@
 #   last          check, then final: one 10-minute call
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
-#                 two lanes, one without graphs, one with its encoder eager, one without the
-#                 overlapped loop, one, two in float32, each in a process of its own; each
-#                 places a difference in the encoder or the decoder), then the lanes' test alone
+#                 one lane without graphs, one, two lanes, one with its encoder eager, one
+#                 without the overlapped loop, two in float32, each in a process of its own;
+#                 each places a difference in the encoder or the decoder), then the lanes' test
 # WHEELS (default .whl) holds the wheels the machine lacks; DATASETS (default .devdata) holds
 # cascade-ds (benchmarks/cascade_capacity.synthetic_tree) and synth-tts/seedtts (docs/gpu.md).
 # Each step has its own time limit, so one that hangs costs only its own share; OUT/steps.txt has
@@ -503,14 +503,16 @@ repeat)
         >"$RES/workspace-map.txt" 2>&1
     cat "$RES/workspace-map.txt"
     all_cuda_tests 200
-    step repeat-two 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --out "$RES/repeat-two.json"
+    # the cases that decide first (a lane without graphs, with them, two lanes), so a call cut
+    # short still brings them back
     step repeat-one-eager 120 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --eager \
         --out "$RES/repeat-one-eager.json"
+    step repeat-one 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --out "$RES/repeat-one.json"
+    step repeat-two 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --out "$RES/repeat-two.json"
     step repeat-one-encoder 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 \
         --no-encoder-graphs --out "$RES/repeat-one-encoder.json"
     step repeat-one-plain 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --no-overlap \
         --out "$RES/repeat-one-plain.json"
-    step repeat-one 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --out "$RES/repeat-one.json"
     step repeat-two-f32 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --dtype float32 \
         --out "$RES/repeat-two-f32.json"
     step cuda-lanes 60 python3 -m pytest -m gpu -p no:cacheprovider -s -k lanes \
