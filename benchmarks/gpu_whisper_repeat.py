@@ -124,9 +124,9 @@ def run(args: argparse.Namespace) -> dict:
         "options": {
             "lanes": args.lanes,
             "dtype": options.dtype,
-            "overlap": not args.no_overlap,
+            "overlap": options.overlap,
             "graphs": not (args.eager or args.tiny),  # none on a CPU
-            "encoder_graphs": not (args.eager or args.no_encoder_graphs or args.tiny),
+            "encoder_graphs": options.encoder_graphs and not args.tiny,
         },
         "alone": {
             str(lane): [compare(run, first[lane]) for run in runs[1:]]
