@@ -94,6 +94,9 @@
 #   final         each system once on the final code: a warming run, gpu_cascade at 32 twice (as
 #                 in sessions), gpu_tts at C1 and C16 (32 requests a level), gpu_native at 16
 #   last          check, then final: one 10-minute call
+#   streams       every CUDA test three times, each stream's holder logged (stream_log.py):
+#                 the code as it is, the code before from .old/slots.py if carried (streams
+#                 drawn from torch's pool), the code as it is again
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -497,6 +500,27 @@ final | last)
         --dataset "$DATA/cascade-ds" --skip-profile
     ;;
 check) ;;
+streams)
+    # every CUDA test with each stream's holder logged (benchmarks/stream_log.py) and a crash's
+    # Python stack printed: the code as it is, the code before (.old/slots.py, where the streams
+    # came from torch's pool, if carried), and the code as it is again
+    CUDA_TESTS="tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py"
+    step cuda-new-1 150 env PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider \
+        -s -p benchmarks.stream_log $CUDA_TESTS
+    tail -1 "$RES/cuda-new-1.log"
+    if [ -f .old/slots.py ]; then
+        rm -rf /tmp/old && mkdir -p /tmp/old
+        tar --exclude=./.whl --exclude=./.devdata -cf - . | tar -xf - -C /tmp/old
+        cp .old/slots.py /tmp/old/serving/gpu/slots.py
+        step cuda-old 150 bash -c "cd /tmp/old && PYTHONPATH=/tmp/site:/tmp/old \
+            PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider -s \
+            -p benchmarks.stream_log -k 'not none_of_torchs_pool' $CUDA_TESTS"
+        tail -1 "$RES/cuda-old.log"
+    fi
+    step cuda-new-2 150 env PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider \
+        -s -p benchmarks.stream_log $CUDA_TESTS
+    tail -1 "$RES/cuda-new-2.log"
+    ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
@@ -533,7 +557,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last or repeat"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat or streams"
     exit 2
     ;;
 esac

@@ -20,16 +20,14 @@ what took ten.
 
 from __future__ import annotations
 
-import collections
-import collections.abc
 import contextlib
-import gc
+import ctypes
+import ctypes.util
 import logging
 import threading
-import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -38,64 +36,83 @@ from torch.nn import functional as F
 log = logging.getLogger("fdb.serving")
 
 
-# torch hands out the streams of a pool (32 a priority and device) in turn, so two streams asked
-# for apart may be one CUDA stream. Every stream made here (an engine's, a capture stream) is
-# one no other holds: two engines on one stream would run in order, a capture on an engine's
-# stream would take that engine's kernels into its graph, and two owners capturing on one stream
-# would share a cuBLAS workspace (``capture``). A stream is held until its object is freed (its
-# engine or owner, and every graph captured on it, with it). A freed one is handed out again
-# only when the pool has no new one, and only ``_REUSE_AFTER_S`` after it was freed: a graph's
-# C++ destructor clears its capture stream's cuBLAS workspaces just after Python has let go of
-# the graph (and so of the stream), and a new owner that captured on the stream in between would
-# lose its workspace.
+# Every stream an engine, a lane, a codec or a capture uses is made here for it alone
+# (``cudaStreamCreateWithPriority``, non-blocking as torch's own), never drawn from torch's pool.
+# torch hands out its pool's 32 streams a priority in turn to whoever asks (transformers'
+# continuous batching draws four and captures its graphs on one), so a stream drawn from it may
+# be another library's. A CUDA graph that is freed clears the cuBLAS workspaces of its capture
+# stream for every thread (torch's ``CUDAGraph::reset``): another library's graph freed on a
+# stream one of ours captured on would take our graphs' workspace away, and they would go on
+# writing their partial sums into memory handed to someone else. On an H100 and an H200, a lane
+# of Whisper stopped repeating itself only in a process where transformers' engines had run
+# before it (docs/gpu.md, thirteenth session). A stream made here is never destroyed: a graph
+# captured on it may be freed after its owner, and a stream made later could take a destroyed
+# one's address and lose its workspace to that late free. A stream is a few kilobytes of driver
+# state; a server makes about a dozen, once.
 _STREAMS_LOCK = threading.RLock()
 _CAPTURE_LOCK = threading.RLock()  # one capture at a time; taken before _STREAMS_LOCK
-# the CUDA handles of the streams handed out here and still alive: how many objects hold each
-_HELD_STREAMS: collections.Counter[int] = collections.Counter()
-_FREED_AT: dict[int, float] = {}  # a freed handle's time.monotonic() at its release
-_REUSE_AFTER_S = 1.0
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
 _FAILED_GRAPHS: list = []  # graphs whose capture failed, kept (see capture)
+_CUDART: list = []  # the CUDA runtime this process loaded (ctypes), found once
+_NON_BLOCKING = 0x01  # cudaStreamNonBlocking: no implicit wait on the legacy default stream
 
 
-def _release(handle: int) -> None:
-    with _STREAMS_LOCK:
-        _HELD_STREAMS[handle] -= 1
-        if _HELD_STREAMS[handle] <= 0:
-            del _HELD_STREAMS[handle]
-            _FREED_AT[handle] = time.monotonic()
-
-
-def _draw(device, priority: int, taken: collections.abc.Container[int]) -> torch.cuda.Stream | None:
-    for _ in range(2 * 32):
-        stream = torch.cuda.Stream(device, priority=priority)
-        if stream.cuda_stream not in taken:
-            return stream
+def loaded_library(prefix: str, maps: str = "/proc/self/maps") -> str | None:
+    """The path of the first library this process has mapped whose file name starts with
+    ``prefix`` (``libcudart.so``: torch's CUDA runtime, whichever package shipped it), or None."""
+    try:
+        lines = Path(maps).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(maxsplit=5)  # address, perms, offset, dev, inode, path
+        if len(fields) == 6 and Path(fields[5]).name.startswith(prefix):
+            return fields[5]
     return None
 
 
-def _held_stream(device, priority: int = 0) -> torch.cuda.Stream:
-    """A stream of torch's pool that no live stream made here is: a new one while the pool has
-    one. Else the garbage is collected (the streams of engines no longer referenced come back;
-    a test process builds dozens) and one freed at least ``_REUSE_AFTER_S`` ago is taken; if
-    none is, the last drawn, with a warning. The collection runs under the capture lock: it may
-    free graphs, which no capture in another thread should see."""
-    with _CAPTURE_LOCK, _STREAMS_LOCK:
-        # a new one: never handed out here (not held, not freed)
-        stream = _draw(device, priority, _HELD_STREAMS.keys() | _FREED_AT.keys())
-        if stream is None:
-            gc.collect()
-            now = time.monotonic()
-            recent = {h for h, freed in _FREED_AT.items() if now - freed < _REUSE_AFTER_S}
-            stream = _draw(device, priority, set(_HELD_STREAMS) | recent)
-        if stream is None:
-            log.warning("every CUDA stream of priority %d is held; two share one", priority)
-            stream = torch.cuda.Stream(device, priority=priority)
-        handle = stream.cuda_stream
-        _HELD_STREAMS[handle] += 1
-        _FREED_AT.pop(handle, None)
-        weakref.finalize(stream, _release, handle)
-        return stream
+def _cudart() -> ctypes.CDLL:
+    """The CUDA runtime torch loaded, for the one call torch has no binding of."""
+    with _STREAMS_LOCK:
+        if not _CUDART:
+            path = loaded_library("libcudart.so") or ctypes.util.find_library("cudart")
+            if path is None:
+                raise RuntimeError(
+                    "no CUDA runtime (libcudart.so) is loaded in this process, so no CUDA stream "
+                    "of an engine's own can be made: install a CUDA build of torch"
+                )
+            lib = ctypes.CDLL(path)
+            lib.cudaStreamCreateWithPriority.argtypes = [
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.c_uint,
+                ctypes.c_int,
+            ]
+            lib.cudaStreamCreateWithPriority.restype = ctypes.c_int
+            _CUDART.append(lib)
+        return _CUDART[0]
+
+
+def _create_stream(device_index: int, priority: int) -> int:
+    """A new CUDA stream's handle on ``device_index``, non-blocking, at ``priority`` (CUDA clamps
+    it to the device's range)."""
+    handle = ctypes.c_void_p()
+    with torch.cuda.device(device_index):
+        torch.cuda.init()
+        err = _cudart().cudaStreamCreateWithPriority(ctypes.byref(handle), _NON_BLOCKING, priority)
+    if err != 0 or not handle.value:
+        raise RuntimeError(
+            f"cudaStreamCreateWithPriority failed on cuda:{device_index}: CUDA error {err}"
+        )
+    return handle.value
+
+
+def _own_stream(device, priority: int = 0) -> torch.cuda.Stream:
+    """A CUDA stream no one else has: made for the caller, never one of torch's pool (above)."""
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _STREAMS_LOCK:
+        handle = _create_stream(index, priority)
+        return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
 
 
 def _capture_stream() -> torch.cuda.Stream:
@@ -105,7 +122,7 @@ def _capture_stream() -> torch.cuda.Stream:
     device = torch.cuda.current_device()
     with _CAPTURE_LOCK, _STREAMS_LOCK:
         if device not in _CAPTURE_STREAMS:
-            _CAPTURE_STREAMS[device] = _held_stream(torch.device("cuda", device))
+            _CAPTURE_STREAMS[device] = _own_stream(torch.device("cuda", device))
         return _CAPTURE_STREAMS[device]
 
 
@@ -132,7 +149,7 @@ def capture(fn, warmups: int = 2, pool=None, owner=None) -> torch.cuda.CUDAGraph
         else:
             stream = getattr(owner, "_capture_on", None)
             if stream is None:
-                stream = _held_stream(torch.device("cuda", torch.cuda.current_device()))
+                stream = _own_stream(torch.device("cuda", torch.cuda.current_device()))
                 owner._capture_on = stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -148,9 +165,8 @@ def capture(fn, warmups: int = 2, pool=None, owner=None) -> torch.cuda.CUDAGraph
             # would clear the stream's cuBLAS workspaces, which the owner's other graphs use
             _FAILED_GRAPHS.append(graph)
             raise
-        # the graph holds its capture stream: a graph that is freed clears the cuBLAS workspaces
-        # of that stream (torch's CUDAGraph.reset), so its stream is not handed to a new owner
-        # while the graph lives (the new owner's graphs would lose their workspace)
+        # the stream it was captured on, for whoever reads the graph (its freeing clears that
+        # stream's cuBLAS workspaces: torch's CUDAGraph::reset)
         graph.capture_stream = stream
         return graph
 
@@ -197,14 +213,14 @@ def engine_stream(device, priority: int = 0) -> torch.cuda.Stream | None:
 
     0 is CUDA's default; a negative priority is more urgent: where engines share a GPU, the
     pending thread blocks of a more urgent stream are scheduled first as the GPU's units come
-    free (a running kernel is never preempted). A priority beyond torch's range is clamped to
-    its end (``stream.priority`` says which it got: -5 gave -3 with torch 2.11 on an H100). The
+    free (a running kernel is never preempted). A priority beyond the device's range is clamped
+    to its end (``cudaDeviceGetStreamPriorityRange``; ``stream.priority`` says which it got). The
     device is synchronized first, so the stream sees every tensor the engine's start-up made on
     the default stream."""
     device = torch.device(device)
     if device.type != "cuda":
         return None
-    stream = _held_stream(device, priority)  # torch clamps the priority to its range
+    stream = _own_stream(device, priority)  # CUDA clamps the priority to its range
     torch.cuda.synchronize(device)
     return stream
 

@@ -484,3 +484,29 @@ def test_engine_streams_are_distinct_from_each_other_and_from_the_capture_stream
         graphs[0].replay()
     torch.cuda.synchronize()
     assert x[0].item() == 40 * 2 + 1  # two warm-up calls a capture (captured: not run), a replay
+
+
+def test_streams_made_here_are_none_of_torchs_pool_on_cuda():
+    """Engine and capture streams are CUDA streams of their own, not torch's pool's: every
+    stream the pool hands out at the priorities a GPU has (what transformers' continuous
+    batching draws, and captures on) is none of them, and work queued on one runs. A graph
+    freed on a pool stream clears that stream's cuBLAS workspaces (torch's CUDAGraph::reset):
+    on a stream of ours, the workspace our graphs replay with."""
+    torch = _cuda()
+    from serving.gpu.slots import _capture_stream, capture, engine_stream
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    x = torch.zeros(4, device="cuda")
+    graph = capture(lambda: x.add_(1), owner=owner)
+    ours = [engine_stream("cuda"), engine_stream("cuda", -1), _capture_stream(), owner._capture_on]
+    handles = {s.cuda_stream for s in ours}
+    assert len(handles) == len(ours)
+    pool = {torch.cuda.Stream(priority=p).cuda_stream for p in range(-6, 1) for _ in range(2 * 32)}
+    assert not handles & pool
+    with torch.cuda.stream(ours[0]):
+        graph.replay()
+    ours[0].synchronize()
+    assert x[0].item() == 3  # two warm-up calls, one replay

@@ -220,95 +220,73 @@ def test_nodes_that_differ_in_a_graph_option_do_not_share_an_engine():
     assert whisper_key(whisper) != whisper_key(whisper.model_copy(update={"stream_priority": -1}))
 
 
-def _stream_pool(monkeypatch, size: int, held: tuple[int, ...] = (), reuse_after_s=0.0):
-    """``serving.gpu.slots`` over a fake torch pool of ``size`` streams (handles 1000 on,
-    handed out in turn, as ``torch.cuda.Stream`` does), ``held`` held already, and its
-    warnings: (slots, the pool's stream class, the warnings logged)."""
-    import collections
-
+def _own_streams(monkeypatch):
+    """``serving.gpu.slots`` with CUDA's stream creation faked (handles 1000 on, each call a new
+    one) and torch's pool made to fail if drawn from: (slots, the calls made)."""
     import serving.gpu.slots as slots
 
-    drawn = {"n": 0}
+    made = []
 
-    class PoolStream:
-        def __init__(self, device=None, priority=0):
-            self.cuda_stream = 1000 + drawn["n"] % size
-            drawn["n"] += 1
+    def create(device_index: int, priority: int) -> int:
+        made.append((device_index, priority))
+        return 1000 + len(made) - 1
 
-    monkeypatch.setattr(slots.torch.cuda, "Stream", PoolStream)
-    monkeypatch.setattr(slots, "_HELD_STREAMS", collections.Counter(dict.fromkeys(held, 1)))
-    monkeypatch.setattr(slots, "_FREED_AT", {})
-    monkeypatch.setattr(slots, "_REUSE_AFTER_S", reuse_after_s)
-    warnings = []
-    monkeypatch.setattr(slots.log, "warning", lambda *args: warnings.append(args))
-    return slots, PoolStream, warnings
+    class External:  # torch.cuda.ExternalStream's shape
+        def __init__(self, handle, device=None):
+            self.cuda_stream, self.device = handle, device
 
+    def pool(*args, **kwargs):
+        raise AssertionError("a stream was drawn from torch's pool")
 
-def test_held_streams_are_never_handed_out_twice(monkeypatch):
-    """torch hands out its pool's streams in turn (here a pool of 4); a stream made by
-    ``serving.gpu.slots`` is one no live earlier one is, until the pool has none left (then the
-    garbage is collected, and if none comes back a warning, and the last drawn)."""
-    slots, _, warnings = _stream_pool(monkeypatch, 4, held=(1001,))  # one held (a capture's)
-    held = [slots._held_stream("cuda") for _ in range(3)]
-    assert [s.cuda_stream for s in held] == [1000, 1002, 1003] and not warnings
-    assert slots._held_stream("cuda").cuda_stream in {1000, 1001, 1002, 1003}
-    assert len(warnings) == 1
+    monkeypatch.setattr(slots, "_create_stream", create)
+    monkeypatch.setattr(slots.torch.cuda, "ExternalStream", External)
+    monkeypatch.setattr(slots.torch.cuda, "Stream", pool)
+    monkeypatch.setattr(slots.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(slots.torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(slots, "_CAPTURE_STREAMS", {})
+    return slots, made
 
 
-def test_a_freed_stream_is_handed_out_again_once_no_new_one_is_left(monkeypatch):
-    """A stream is held while its object lives (its engine or owner, and every graph captured
-    on it, keep it). Once freed, its handle is drawn again only when the pool has no new one
-    (a graph's destructor clears its stream's cuBLAS workspaces just after Python lets go of
-    it), a while after it was freed, and after the garbage is collected, so that an owner in a
-    reference cycle gives its stream back; no warning."""
-    import gc
-
-    slots, PoolStream, warnings = _stream_pool(monkeypatch, 3)
-
-    class Owner:  # an engine in a reference cycle (its threads' closures, say)
-        def __init__(self):
-            self.stream = slots._held_stream("cuda")
-            self.me = self
-
-    a = Owner()
-    PoolStream()  # 1001 drawn elsewhere, never handed out here
-    b = Owner()
-    assert (a.stream.cuda_stream, b.stream.cuda_stream) == (1000, 1002)
-    graph = type("Graph", (), {})()
-    graph.capture_stream = a.stream  # as capture() leaves it
-    gc.disable()
-    try:
-        del a
-        gc.collect()
-        assert 1000 in slots._HELD_STREAMS  # the graph still holds it
-        del graph
-        assert 1000 not in slots._HELD_STREAMS
-        # the freed 1000 comes first in turn, yet the new 1001 is taken
-        c = Owner()
-        assert c.stream.cuda_stream == 1001
-        keep = Owner()  # none new is left: the freed one
-        assert keep.stream.cuda_stream == 1000
-        del b
-        assert 1002 in slots._HELD_STREAMS  # the cycle is not collected yet
-        d = Owner()  # every one held: the collector runs, and the cycle's stream comes back
-    finally:
-        gc.enable()
-    assert d.stream.cuda_stream == 1002 and not warnings
-    del c, keep, d
-    gc.collect()
-    assert not slots._HELD_STREAMS
+def test_every_stream_is_made_for_its_owner_and_none_is_torchs_pools(monkeypatch):
+    """Engine streams and capture streams are CUDA streams made for them
+    (``cudaStreamCreateWithPriority``), none drawn from torch's pool (whose 32 streams a
+    priority go in turn to any library that asks, transformers' continuous batching among
+    them): every one is a new handle, at the priority asked for, on the device asked for; the
+    shared capture stream is made once a device."""
+    slots, made = _own_streams(monkeypatch)
+    engines = [slots.engine_stream("cuda:1", -2), slots.engine_stream("cuda", 0)]
+    capture = slots._capture_stream()
+    assert slots._capture_stream() is capture
+    handles = [s.cuda_stream for s in engines] + [capture.cuda_stream]
+    assert handles == [1000, 1001, 1002]
+    assert made == [(1, -2), (0, 0), (0, 0)]
+    assert [str(s.device) for s in engines] == ["cuda:1", "cuda:0"]
+    assert slots.engine_stream("cpu") is None and len(made) == 3
 
 
-def test_a_stream_freed_a_moment_ago_is_not_handed_out_again(monkeypatch):
-    """Within ``_REUSE_AFTER_S`` of its release a handle stays out of turn (the graph freed with
-    it may not have cleared its workspaces yet): with no other, two share one, with a
-    warning."""
-    slots, _, warnings = _stream_pool(monkeypatch, 1, reuse_after_s=60.0)
-    first = slots._held_stream("cuda")
-    del first
-    assert 1000 in slots._FREED_AT and not slots._HELD_STREAMS
-    again = slots._held_stream("cuda")
-    assert again.cuda_stream == 1000 and len(warnings) == 1  # shared, said so
-    monkeypatch.setattr(slots, "_REUSE_AFTER_S", 0.0)
-    del again
-    assert slots._held_stream("cuda").cuda_stream == 1000 and len(warnings) == 1
+def test_the_cuda_runtime_is_found_among_the_libraries_the_process_mapped(tmp_path):
+    """The runtime torch loaded is found by its file name in ``/proc/self/maps`` (whichever
+    package shipped it: nvidia-cuda-runtime's wheel, a conda env, /usr/local/cuda)."""
+    from serving.gpu.slots import loaded_library
+
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "7f00-7f01 r--p 00000000 08:01 11 /usr/lib/libc.so.6\n"
+        "7f02-7f03 rw-p 00000000 00:00 0 \n"
+        "7f04-7f05 r-xp 00000000 08:01 12 /opt/venv/nvidia/cu13/lib/libcudart.so.13\n"
+    )
+    assert loaded_library("libcudart.so", str(maps)) == "/opt/venv/nvidia/cu13/lib/libcudart.so.13"
+    assert loaded_library("libcublas", str(maps)) is None
+    assert loaded_library("libcudart.so", str(tmp_path / "absent")) is None
+
+
+def test_no_cuda_runtime_is_an_error_that_names_the_fix(monkeypatch):
+    """Without a CUDA runtime in the process (a CPU build of torch) no stream is made from
+    torch's pool instead: one line that says what to install."""
+    import serving.gpu.slots as slots
+
+    monkeypatch.setattr(slots, "_CUDART", [])
+    monkeypatch.setattr(slots, "loaded_library", lambda prefix: None)
+    monkeypatch.setattr(slots.ctypes.util, "find_library", lambda name: None)
+    with pytest.raises(RuntimeError, match="install a CUDA build of torch"):
+        slots._cudart()
