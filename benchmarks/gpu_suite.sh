@@ -96,7 +96,8 @@
 #   last          check, then final: one 10-minute call
 #   streams       every CUDA test three times, each stream's holder logged (stream_log.py):
 #                 the code as it is, the code before from .old/slots.py if carried (streams
-#                 drawn from torch's pool), the code as it is again
+#                 drawn from torch's pool: git show e8abbd7:serving/gpu/slots.py), the code
+#                 as it is again
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
