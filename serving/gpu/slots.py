@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import threading
 from collections.abc import Sequence
@@ -39,16 +38,19 @@ log = logging.getLogger("fdb.serving")
 # Every stream an engine, a lane, a codec or a capture uses is made here for it alone
 # (``cudaStreamCreateWithPriority``, non-blocking as torch's own), never drawn from torch's pool.
 # torch hands out its pool's 32 streams a priority in turn to whoever asks (transformers'
-# continuous batching draws four and captures its graphs on one), so a stream drawn from it may
-# be another library's. A CUDA graph that is freed clears the cuBLAS workspaces of its capture
-# stream for every thread (torch's ``CUDAGraph::reset``): another library's graph freed on a
-# stream one of ours captured on would take our graphs' workspace away, and they would go on
-# writing their partial sums into memory handed to someone else. On an H100 and an H200, a lane
-# of Whisper stopped repeating itself only in a process where transformers' engines had run
-# before it (docs/gpu.md, thirteenth session). A stream made here is never destroyed: a graph
-# captured on it may be freed after its owner, and a stream made later could take a destroyed
-# one's address and lose its workspace to that late free. A stream is a few kilobytes of driver
-# state; a server makes about a dozen, once.
+# continuous batching draws its streams there and captures its graphs on one), so a stream drawn
+# from it may be another library's. A CUDA graph that is freed clears the cuBLAS workspaces of
+# its capture stream for every thread (torch's ``CUDAGraph::reset``): another library's graph
+# freed on a stream one of ours captured on would take our graphs' workspace away, and they would
+# go on writing their partial sums into memory handed to someone else. On an H100 and an H200, a
+# lane of Whisper stopped repeating itself only in a process where transformers' engines had run
+# before it (docs/gpu.md, thirteenth session). (torch's clearing of every stream's workspaces,
+# ``torch._C._cuda_clearCublasWorkspaces``, which torch.compile's graph trees call, would still
+# reach ours: nothing here uses it.) A stream made here is never destroyed: a graph captured on
+# it may be freed after its owner, and a stream made later could take a destroyed one's address
+# and lose its workspace to that late free. A stream is a few kilobytes of driver state, but the
+# cuBLAS workspaces of an engine's eager calls on it (tens of MiB on Hopper) stay in torch's map
+# while the process lives; a server makes about a dozen streams, once.
 _STREAMS_LOCK = threading.RLock()
 _CAPTURE_LOCK = threading.RLock()  # one capture at a time; taken before _STREAMS_LOCK
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
@@ -72,14 +74,17 @@ def loaded_library(prefix: str, maps: str = "/proc/self/maps") -> str | None:
 
 
 def _cudart() -> ctypes.CDLL:
-    """The CUDA runtime torch loaded, for the one call torch has no binding of."""
+    """The CUDA runtime torch loaded (its major version's, already mapped in this process), for
+    the one call torch has no binding of. Never another runtime from the library path."""
     with _STREAMS_LOCK:
         if not _CUDART:
-            path = loaded_library("libcudart.so") or ctypes.util.find_library("cudart")
+            major = (torch.version.cuda or "").split(".")[0]
+            path = loaded_library(f"libcudart.so.{major}") if major else None
             if path is None:
                 raise RuntimeError(
-                    "no CUDA runtime (libcudart.so) is loaded in this process, so no CUDA stream "
-                    "of an engine's own can be made: install a CUDA build of torch"
+                    f"torch's CUDA runtime (libcudart.so.{major or '?'}) is not loaded in this "
+                    "process, so no CUDA stream of an engine's own can be made: install a CUDA "
+                    "build of torch"
                 )
             lib = ctypes.CDLL(path)
             lib.cudaStreamCreateWithPriority.argtypes = [
@@ -88,6 +93,8 @@ def _cudart() -> ctypes.CDLL:
                 ctypes.c_int,
             ]
             lib.cudaStreamCreateWithPriority.restype = ctypes.c_int
+            lib.cudaGetLastError.argtypes = []
+            lib.cudaGetLastError.restype = ctypes.c_int
             _CUDART.append(lib)
         return _CUDART[0]
 
@@ -96,9 +103,11 @@ def _create_stream(device_index: int, priority: int) -> int:
     """A new CUDA stream's handle on ``device_index``, non-blocking, at ``priority`` (CUDA clamps
     it to the device's range)."""
     handle = ctypes.c_void_p()
+    runtime = _cudart()
     with torch.cuda.device(device_index):
-        torch.cuda.init()
-        err = _cudart().cudaStreamCreateWithPriority(ctypes.byref(handle), _NON_BLOCKING, priority)
+        err = runtime.cudaStreamCreateWithPriority(ctypes.byref(handle), _NON_BLOCKING, priority)
+        if err != 0:
+            runtime.cudaGetLastError()  # not left for torch's next check to blame a kernel for
     if err != 0 or not handle.value:
         raise RuntimeError(
             f"cudaStreamCreateWithPriority failed on cuda:{device_index}: CUDA error {err}"

@@ -504,6 +504,7 @@ def test_streams_made_here_are_none_of_torchs_pool_on_cuda():
     ours = [engine_stream("cuda"), engine_stream("cuda", -1), _capture_stream(), owner._capture_on]
     handles = {s.cuda_stream for s in ours}
     assert len(handles) == len(ours)
+    assert [s.priority for s in ours[:2]] == [0, -1]  # the priorities asked for
     pool = {torch.cuda.Stream(priority=p).cuda_stream for p in range(-6, 1) for _ in range(2 * 32)}
     assert not handles & pool
     with torch.cuda.stream(ours[0]):

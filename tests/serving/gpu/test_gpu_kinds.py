@@ -281,12 +281,55 @@ def test_the_cuda_runtime_is_found_among_the_libraries_the_process_mapped(tmp_pa
 
 
 def test_no_cuda_runtime_is_an_error_that_names_the_fix(monkeypatch):
-    """Without a CUDA runtime in the process (a CPU build of torch) no stream is made from
-    torch's pool instead: one line that says what to install."""
+    """Without torch's CUDA runtime in the process (a CPU build of torch) no stream is made
+    from torch's pool instead, nor from another runtime on the library path: one line that says
+    what to install."""
     import serving.gpu.slots as slots
 
+    asked = []
     monkeypatch.setattr(slots, "_CUDART", [])
-    monkeypatch.setattr(slots, "loaded_library", lambda prefix: None)
-    monkeypatch.setattr(slots.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(slots.torch.version, "cuda", "13.0")
+    monkeypatch.setattr(slots, "loaded_library", lambda prefix: asked.append(prefix))
     with pytest.raises(RuntimeError, match="install a CUDA build of torch"):
         slots._cudart()
+    assert asked == ["libcudart.so.13"]  # torch's major version's runtime, no other
+
+
+def test_a_stream_is_made_with_the_runtimes_call_and_a_failure_is_cleared(monkeypatch):
+    """The runtime's ``cudaStreamCreateWithPriority`` gets a pointer to write the handle to,
+    cudaStreamNonBlocking (1) and the priority, on the device asked for; a failure is an error
+    naming the device and the CUDA error, and is cleared from CUDA's last error first."""
+    import contextlib
+
+    import serving.gpu.slots as slots
+
+    calls = []
+
+    class Runtime:
+        fail = 0
+
+        def cudaStreamCreateWithPriority(self, out, flags, priority):  # noqa: N802
+            calls.append(("create", flags, priority, devices[-1]))
+            out._obj.value = 0xBEEF
+            return self.fail
+
+        def cudaGetLastError(self):  # noqa: N802
+            calls.append(("last error",))
+            return 0
+
+    devices = [None]
+
+    @contextlib.contextmanager
+    def device(index):
+        devices.append(index)
+        yield
+
+    runtime = Runtime()
+    monkeypatch.setattr(slots, "_CUDART", [runtime])
+    monkeypatch.setattr(slots.torch.cuda, "device", device)
+    assert slots._create_stream(1, -2) == 0xBEEF
+    assert calls == [("create", 1, -2, 1)]
+    runtime.fail = 2
+    with pytest.raises(RuntimeError, match="failed on cuda:0: CUDA error 2"):
+        slots._create_stream(0, 0)
+    assert calls[1:] == [("create", 1, 0, 0), ("last error",)]
