@@ -203,10 +203,18 @@ graph_workspace() {  # gpu_graph_workspace.py: two lanes' graphs replayed at onc
         --out "$RES/graph-workspace.json"
 }
 
+CUDA_TESTS="tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py"
+
 all_cuda_tests() {  # all_cuda_tests LIMIT: every CUDA test in one process
-    step cuda-tests "$1" python3 -m pytest -m gpu -p no:cacheprovider -s \
-        tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py
+    step cuda-tests "$1" python3 -m pytest -m gpu -p no:cacheprovider -s $CUDA_TESTS
     tail -1 "$RES/cuda-tests.log"
+}
+
+logged_cuda_tests() {  # logged_cuda_tests NAME: every CUDA test in one process, each stream's
+    # holder logged (benchmarks/stream_log.py) and a crash's Python stack printed
+    step "$1" 150 env PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        -p benchmarks.stream_log $CUDA_TESTS
+    tail -1 "$RES/$1.log"
 }
 
 case "$PART" in
@@ -502,13 +510,9 @@ final | last)
     ;;
 check) ;;
 streams)
-    # every CUDA test with each stream's holder logged (benchmarks/stream_log.py) and a crash's
-    # Python stack printed: the code as it is, the code before (.old/slots.py, where the streams
-    # came from torch's pool, if carried), and the code as it is again
-    CUDA_TESTS="tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py"
-    step cuda-new-1 150 env PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider \
-        -s -p benchmarks.stream_log $CUDA_TESTS
-    tail -1 "$RES/cuda-new-1.log"
+    # the code as it is, the code before (.old/slots.py, where the streams came from torch's
+    # pool, if carried), and the code as it is again
+    logged_cuda_tests cuda-new-1
     if [ -f .old/slots.py ]; then
         rm -rf /tmp/old && mkdir -p /tmp/old
         tar --exclude=./.whl --exclude=./.devdata -cf - . | tar -xf - -C /tmp/old
@@ -518,9 +522,7 @@ streams)
             -p benchmarks.stream_log -k 'not none_of_torchs_pool' $CUDA_TESTS"
         tail -1 "$RES/cuda-old.log"
     fi
-    step cuda-new-2 150 env PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider \
-        -s -p benchmarks.stream_log $CUDA_TESTS
-    tail -1 "$RES/cuda-new-2.log"
+    logged_cuda_tests cuda-new-2
     ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \

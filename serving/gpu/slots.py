@@ -119,9 +119,8 @@ def _own_stream(device, priority: int = 0) -> torch.cuda.Stream:
     """A CUDA stream no one else has: made for the caller, never one of torch's pool (above)."""
     device = torch.device(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    with _STREAMS_LOCK:
-        handle = _create_stream(index, priority)
-        return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
+    handle = _create_stream(index, priority)  # CUDA's stream creation is thread-safe
+    return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
 
 
 def _capture_stream() -> torch.cuda.Stream:
