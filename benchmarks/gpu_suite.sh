@@ -98,6 +98,9 @@
 #                 the code as it is, the code before from .old/slots.py if carried (streams
 #                 drawn from torch's pool: git show e8abbd7:serving/gpu/slots.py), the code
 #                 as it is again
+#   bisect        the lanes' CUDA test after every other CUDA test without cuBLAS workspaces
+#                 (CUBLAS_WORKSPACE_CONFIG=:0:0), after the Whisper tests alone, and after
+#                 every test but Whisper's, each in a process of its own (fourteenth session)
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -523,6 +526,17 @@ streams)
         tail -1 "$RES/cuda-old.log"
     fi
     logged_cuda_tests cuda-new-2
+    ;;
+bisect)
+    # the lanes' test where it fails (every CUDA test before it in one process), without cuBLAS
+    # workspaces; then after the Whisper tests alone, and after every test but Whisper's
+    step cuda-noworkspace 150 env CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 \
+        python3 -m pytest -m gpu -p no:cacheprovider -s $CUDA_TESTS
+    step cuda-whisper 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
+        tests/serving/gpu/test_gpu_cuda.py
+    step cuda-others 150 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        -k "not whisper or lanes" $CUDA_TESTS
+    grep -h "lanes on cuda" "$RES"/cuda-*.log
     ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \

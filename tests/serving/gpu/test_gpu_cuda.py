@@ -5,6 +5,7 @@ one continuous-batching loop. Skipped without CUDA (`pytest -m gpu tests/serving
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -312,7 +313,7 @@ def test_whisper_lanes_transcribe_at_once_on_their_streams_as_one_lane_does_on_c
     not agree with each other: on an H100 (tenth session) one utterance of 16 took a near-tied
     token one step later on lane 1 than on lane 0, alone, one after the other; each lane's
     graphs are their own kernels and workspace, as a batch's bucket is."""
-    _cuda()
+    torch = _cuda()
     from benchmarks.gpu_whisper_repeat import clips as repeat_clips
     from serving.gpu.whisper import WhisperEngine
     from serving.graph.kinds import WhisperGpuOptions
@@ -331,7 +332,23 @@ def test_whisper_lanes_transcribe_at_once_on_their_streams_as_one_lane_does_on_c
     clips = repeat_clips()  # 3 s tones of their own, so that each clip's tokens differ
     alone = [[engine.run_batch([c], lane=lane)[0] for c in clips] for lane in (0, 1)]
     # each lane alone twice gives the same tokens (the comparison below needs it)
-    assert [engine.run_batch([c], lane=1)[0] for c in clips] == alone[1]
+    again = [engine.run_batch([c], lane=1)[0] for c in clips]
+    if again != alone[1]:
+        # which passes differ, and what else runs in the process (a diagnostic: docs/gpu.md)
+        third = [[engine.run_batch([c], lane=lane)[0] for c in clips] for lane in (0, 1)]
+
+        def differ(a, b):
+            return [k for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+
+        print(
+            f"whisper lanes on cuda: lane 1's second pass differs from its first on clips "
+            f"{differ(again, alone[1])}; a third pass of lane 1 differs from the first on "
+            f"{differ(third[1], alone[1])}, from the second on {differ(third[1], again)}; "
+            f"lane 0's second pass differs from its first on {differ(third[0], alone[0])}; "
+            f"threads: {sorted(t.name for t in threading.enumerate())}; "
+            f"{torch.cuda.memory_allocated() / 2**30:.2f} GiB allocated"
+        )
+    assert again == alone[1]
 
     async def main():
         return [await asyncio.gather(*[engine.transcribe(c) for c in clips]) for _ in range(3)]
