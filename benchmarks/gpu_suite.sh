@@ -100,7 +100,8 @@
 #                 as it is again
 #   bisect        the lanes' CUDA test after every other CUDA test without cuBLAS workspaces
 #                 (CUBLAS_WORKSPACE_CONFIG=:0:0), after the Whisper tests alone, and after
-#                 every test but Whisper's, each in a process of its own (fourteenth session)
+#                 every test but Whisper's, and alone with random bytes in the allocator's free
+#                 blocks (dirty_memory.py), each in a process of its own (fourteenth session)
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -536,7 +537,10 @@ bisect)
         tests/serving/gpu/test_gpu_cuda.py
     step cuda-others 150 python3 -m pytest -m gpu -p no:cacheprovider -s \
         -k "not whisper or lanes" $CUDA_TESTS
-    grep -h "lanes on cuda" "$RES"/cuda-*.log
+    # alone in a process, with random bytes in the allocator's free blocks (dirty_memory.py)
+    step cuda-dirty 90 python3 -m pytest -m gpu -p no:cacheprovider -s -p benchmarks.dirty_memory \
+        -k lanes tests/serving/gpu/test_gpu_cuda.py
+    grep -h "lanes on cuda\|\[dirty\]" "$RES"/cuda-*.log
     ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
