@@ -534,13 +534,14 @@ bisect)
     step cuda-noworkspace 150 env CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 \
         python3 -m pytest -m gpu -p no:cacheprovider -s $CUDA_TESTS
     step cuda-whisper 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
+        -p benchmarks.stream_log \
         tests/serving/gpu/test_gpu_cuda.py
     step cuda-others 150 python3 -m pytest -m gpu -p no:cacheprovider -s \
-        -k "not whisper or lanes" $CUDA_TESTS
+        -p benchmarks.stream_log -k "not whisper or lanes" $CUDA_TESTS
     # alone in a process, with random bytes in the allocator's free blocks (dirty_memory.py)
     step cuda-dirty 90 python3 -m pytest -m gpu -p no:cacheprovider -s -p benchmarks.dirty_memory \
         -k lanes tests/serving/gpu/test_gpu_cuda.py
-    grep -h "lanes on cuda\|\[dirty\]" "$RES"/cuda-*.log
+    grep -h "lanes on cuda\|\[dirty\]\|cleared" "$RES"/cuda-*.log
     ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \

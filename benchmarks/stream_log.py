@@ -9,7 +9,9 @@ Lines start ``[streams]``:
   engine, a lane's static Whisper, a codec), or ``engine HANDLE by FILE:LINE``: an engine stream;
 - ``cleared HANDLE (NAME's) by FILE:LINE``: a graph captured on that stream by other code was
   freed. torch's ``CUDAGraph::reset`` then clears the stream's cuBLAS workspaces for every
-  thread, the workspace NAME's graphs replay with among them.
+  thread, the workspace NAME's graphs replay with among them;
+- ``cleared every stream's workspaces by FILE:LINE``: a call from Python of
+  ``torch._C._cuda_clearCublasWorkspaces`` (torch.compile's graph trees make one).
 
 A diagnostic for docs/gpu.md's thirteenth session (``gpu_suite.sh OUT streams``); it changes no
 result, only prints.
@@ -100,3 +102,14 @@ def _logged_engine_stream(device, priority: int = 0):
 
 slots.capture = _logged_capture
 slots.engine_stream = _logged_engine_stream
+
+_clear_all = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)  # None: a CPU build
+
+
+def _logged_clear_all():
+    _say(f"cleared every stream's workspaces by {_caller(2)}")
+    return _clear_all()
+
+
+if _clear_all is not None:
+    torch._C._cuda_clearCublasWorkspaces = _logged_clear_all
