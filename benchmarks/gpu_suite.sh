@@ -530,17 +530,18 @@ streams)
     ;;
 bisect)
     # the lanes' test where it fails (every CUDA test before it in one process), without cuBLAS
-    # workspaces; then after the Whisper tests alone, and after every test but Whisper's
+    # workspaces; then after the Whisper tests alone, alone with random bytes in the allocator's
+    # free blocks, and after every test but Whisper's (last: the least telling)
     step cuda-noworkspace 150 env CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 \
         python3 -m pytest -m gpu -p no:cacheprovider -s $CUDA_TESTS
     step cuda-whisper 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
         -p benchmarks.stream_log \
         tests/serving/gpu/test_gpu_cuda.py
-    step cuda-others 150 python3 -m pytest -m gpu -p no:cacheprovider -s \
-        -p benchmarks.stream_log -k "not whisper or lanes" $CUDA_TESTS
     # alone in a process, with random bytes in the allocator's free blocks (dirty_memory.py)
     step cuda-dirty 90 python3 -m pytest -m gpu -p no:cacheprovider -s -p benchmarks.dirty_memory \
         -k lanes tests/serving/gpu/test_gpu_cuda.py
+    step cuda-others 150 python3 -m pytest -m gpu -p no:cacheprovider -s \
+        -p benchmarks.stream_log -k "not whisper or lanes" $CUDA_TESTS
     grep -h "lanes on cuda\|\[dirty\]\|cleared" "$RES"/cuda-*.log
     ;;
 repeat)
