@@ -42,9 +42,10 @@ log = logging.getLogger("fdb.serving")
 # from it may be another library's. A CUDA graph that is freed clears the cuBLAS workspaces of
 # its capture stream for every thread (torch's ``CUDAGraph::reset``): another library's graph
 # freed on a stream one of ours captured on would take our graphs' workspace away, and they would
-# go on writing their partial sums into memory handed to someone else. On an H100 and an H200, a
-# lane of Whisper stopped repeating itself only in a process where transformers' engines had run
-# before it (docs/gpu.md, thirteenth session). (torch's clearing of every stream's workspaces,
+# go on writing their partial sums into memory handed to someone else. (A lane of Whisper that
+# stopped repeating itself in a process where other CUDA tests ran first was thought to be this;
+# it was not: it fails the same way on streams made here. docs/gpu.md, fourteenth session.)
+# (torch's clearing of every stream's workspaces,
 # ``torch._C._cuda_clearCublasWorkspaces``, which torch.compile's graph trees call, would still
 # reach ours: nothing here uses it.) A stream made here is never destroyed: a graph captured on
 # it may be freed after its owner, and a stream made later could take a destroyed one's address
