@@ -194,9 +194,12 @@ alternate() {  # alternate ARGS SIDE FLAG RUN...: cascade32 s4-RUN with ARGS (st
     done
 }
 
+CUDA_TESTS="tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py"
+GPU_PYTEST="python3 -m pytest -m gpu -p no:cacheprovider -s"  # the CUDA tests, their prints shown
+
 lanes_check() {  # the CUDA tests of Whisper's lanes and of capture's owners, then
     # gpu_graph_workspace (graphs of two lanes replayed at once, four ways of capturing them)
-    step cuda-tests 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k "lanes or owner" \
+    step cuda-tests 120 $GPU_PYTEST -k "lanes or owner" \
         tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-tests.log"
     graph_workspace
@@ -207,16 +210,15 @@ graph_workspace() {  # gpu_graph_workspace.py: two lanes' graphs replayed at onc
         --out "$RES/graph-workspace.json"
 }
 
-CUDA_TESTS="tests/serving/gpu/test_gpu_cuda.py tests/serving/gpu/test_mimi_static.py"
 
 all_cuda_tests() {  # all_cuda_tests LIMIT: every CUDA test in one process
-    step cuda-tests "$1" python3 -m pytest -m gpu -p no:cacheprovider -s $CUDA_TESTS
+    step cuda-tests "$1" $GPU_PYTEST $CUDA_TESTS
     tail -1 "$RES/cuda-tests.log"
 }
 
 logged_cuda_tests() {  # logged_cuda_tests NAME: every CUDA test in one process, each stream's
     # holder logged (benchmarks/stream_log.py) and a crash's Python stack printed
-    step "$1" 150 env PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider -s \
+    step "$1" 150 env PYTHONFAULTHANDLER=1 $GPU_PYTEST \
         -p benchmarks.stream_log $CUDA_TESTS
     tail -1 "$RES/$1.log"
 }
@@ -231,7 +233,7 @@ codec-native)
         --dataset "$DATA/cascade-ds"
     step native-window 120 python3 benchmarks/gpu_native.py --out "$RES/native-window" \
         --levels 16 --dataset "$DATA/cascade-ds" --codec window --skip-profile
-    step cuda-tests 80 python3 -m pytest -m gpu -p no:cacheprovider -s \
+    step cuda-tests 80 $GPU_PYTEST \
         tests/serving/gpu/test_mimi_static.py tests/serving/gpu/test_gpu_cuda.py
     ;;
 tts-cascade)
@@ -246,7 +248,7 @@ tts-cascade)
 followup)
     step tts-steady 190 python3 benchmarks/gpu_tts.py --out "$RES/tts-steady" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 64
-    step cuda-chat 110 python3 -m pytest -m gpu -p no:cacheprovider -s -k qwen3 \
+    step cuda-chat 110 $GPU_PYTEST -k qwen3 \
         tests/serving/gpu/test_gpu_cuda.py
     step cascade-stages 170 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade16 \
         --levels 16 --dataset $DATA/cascade-ds \
@@ -262,7 +264,7 @@ tts)
 asr)
     step whisper 130 python3 benchmarks/gpu_whisper.py --device cuda --batches 1,16,32 \
         --tokens 24 --reps 3 --out "$RES/whisper.json"
-    step cuda-tests 130 python3 -m pytest -m gpu -p no:cacheprovider -s \
+    step cuda-tests 130 $GPU_PYTEST \
         tests/serving/gpu/test_gpu_cuda.py
     step cascade-stages 260 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade \
         --levels 16,32 --dataset $DATA/cascade-ds \
@@ -270,7 +272,7 @@ asr)
         && python3 benchmarks/cascade_stages.py $RES/cascade/sweep --out $RES/stages.json"
     ;;
 engines)
-    step cuda-tests 100 python3 -m pytest -m gpu -p no:cacheprovider -s \
+    step cuda-tests 100 $GPU_PYTEST \
         tests/serving/gpu/test_gpu_cuda.py
     step cascade-stages 150 bash -c "python3 benchmarks/gpu_cascade.py --out $RES/cascade \
         --levels 16,32 --dataset $DATA/cascade-ds \
@@ -287,7 +289,7 @@ engines)
 verify)
     step whisper 110 python3 benchmarks/gpu_whisper.py --device cuda --batches 1,16,32 \
         --tokens 24 --reps 3 --out "$RES/whisper.json"
-    step cuda-whisper 60 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
+    step cuda-whisper 60 $GPU_PYTEST -k whisper \
         tests/serving/gpu/test_gpu_cuda.py
     step tts 170 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 64
@@ -342,7 +344,7 @@ gc)
 vad)
     step vad-batch 60 python3 benchmarks/vad_batch.py --device cuda --streams 8,32,64 \
         --out "$RES/vad-batch.json"
-    step cuda-silero 60 python3 -m pytest -m gpu -p no:cacheprovider -s -k silero \
+    step cuda-silero 60 $GPU_PYTEST -k silero \
         tests/serving/gpu/test_gpu_cuda.py
     for vad in stage cuda; do
         extra=""
@@ -376,7 +378,7 @@ prefill)
     # the CUDA checks of the graphs first, then the spread cohort without and with them (the
     # A/B on one machine, stacks sampled), then with them and work started at a pause (no
     # sampler: the sampler takes the GIL every 20 ms)
-    step cuda-graphs 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
+    step cuda-graphs 120 $GPU_PYTEST \
         -k "prefill_graphs or encoder_graphs" tests/serving/gpu/test_gpu_cuda.py
     for run in "s4:--stagger-s 4 --no-graphs" "s4-graphs:--stagger-s 4"; do
         name=${run%%:*}
@@ -391,7 +393,7 @@ admit)
     # CSM's and the reply model's admissions bounded to those waiting, without a wait for the
     # GPU (a device-side live mask, pinned copies): their CUDA tests, the cascade at 32 spread
     # over 4 s with prefetch_ms 50, the TTS, the cascade without prefetch, then at once
-    step cuda-admit 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k "prefill_graphs" \
+    step cuda-admit 90 $GPU_PYTEST -k "prefill_graphs" \
         tests/serving/gpu/test_gpu_cuda.py
     cascade32 s4-pf50 100 FDB_STAGE_MARKS=1 "--stagger-s 4 --prefetch-ms 50"
     step tts 120 python3 benchmarks/gpu_tts.py --out "$RES/tts" --batches 1,16 \
@@ -404,7 +406,7 @@ priority)
     # tests of CSM's and the reply model's engines, then the cascade at 32 spread over 4 s with
     # prefetch_ms 50 at CUDA's default priority for all, with CSM the most urgent, with the
     # recognizer and the reply model the most urgent; each twice, interleaved
-    step cuda-priority 90 python3 -m pytest -m gpu -p no:cacheprovider -s -k "prefill_graphs" \
+    step cuda-priority 90 $GPU_PYTEST -k "prefill_graphs" \
         tests/serving/gpu/test_gpu_cuda.py
     rounds 2 100 s4-pf50-base "--stagger-s 4 --prefetch-ms 50" \
         s4-pf50-tts "--stagger-s 4 --prefetch-ms 50 --stream-priority tts=-5" \
@@ -416,7 +418,7 @@ transcript)
     # 4 s with prefetch_ms 50 as it is and with 4 tokens a second, twice, interleaved; then with
     # 4 and prefetch_ms 32, and at once with 4 and prefetch_ms 50. First the CUDA tests of the
     # graphs and of the engines' streams (each one no other engine or capture holds)
-    step cuda-streams 120 python3 -m pytest -m gpu -p no:cacheprovider -s \
+    step cuda-streams 120 $GPU_PYTEST \
         -k "prefill_graphs or encoder_graphs or engine_streams" tests/serving/gpu/test_gpu_cuda.py
     rounds 2 100 s4-pf50 "--stagger-s 4 --prefetch-ms 50" \
         s4-pf50-tps4 "--stagger-s 4 --prefetch-ms 50 --asr-tokens-per-s 4"
@@ -522,7 +524,7 @@ streams)
         tar --exclude=./.whl --exclude=./.devdata -cf - . | tar -xf - -C /tmp/old
         cp .old/slots.py /tmp/old/serving/gpu/slots.py
         step cuda-old 150 bash -c "cd /tmp/old && PYTHONPATH=/tmp/site:/tmp/old \
-            PYTHONFAULTHANDLER=1 python3 -m pytest -m gpu -p no:cacheprovider -s \
+            PYTHONFAULTHANDLER=1 $GPU_PYTEST \
             -p benchmarks.stream_log -k 'not none_of_torchs_pool' $CUDA_TESTS"
         tail -1 "$RES/cuda-old.log"
     fi
@@ -533,15 +535,14 @@ bisect)
     # workspaces; then after the Whisper tests alone, alone with random bytes in the allocator's
     # free blocks, and after every test but Whisper's (last: the least telling)
     step cuda-noworkspace 150 env CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 \
-        python3 -m pytest -m gpu -p no:cacheprovider -s $CUDA_TESTS
-    step cuda-whisper 120 python3 -m pytest -m gpu -p no:cacheprovider -s -k whisper \
-        -p benchmarks.stream_log \
+        $GPU_PYTEST $CUDA_TESTS
+    step cuda-whisper 120 $GPU_PYTEST -p benchmarks.stream_log -k whisper \
         tests/serving/gpu/test_gpu_cuda.py
     # alone in a process, with random bytes in the allocator's free blocks (dirty_memory.py)
-    step cuda-dirty 90 python3 -m pytest -m gpu -p no:cacheprovider -s -p benchmarks.dirty_memory \
+    step cuda-dirty 90 $GPU_PYTEST -p benchmarks.dirty_memory \
         -k lanes tests/serving/gpu/test_gpu_cuda.py
-    step cuda-others 150 python3 -m pytest -m gpu -p no:cacheprovider -s \
-        -p benchmarks.stream_log -k "not whisper or lanes" $CUDA_TESTS
+    step cuda-others 150 $GPU_PYTEST -p benchmarks.stream_log -k "not whisper or lanes" \
+        $CUDA_TESTS
     grep -h "lanes on cuda\|\[dirty\]\|cleared" "$RES"/cuda-*.log
     ;;
 repeat)
@@ -562,7 +563,7 @@ repeat)
         --out "$RES/repeat-one-plain.json"
     step repeat-two-f32 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --dtype float32 \
         --out "$RES/repeat-two-f32.json"
-    step cuda-lanes 60 python3 -m pytest -m gpu -p no:cacheprovider -s -k lanes \
+    step cuda-lanes 60 $GPU_PYTEST -k lanes \
         tests/serving/gpu/test_gpu_cuda.py
     tail -1 "$RES/cuda-lanes.log"
     ;;
