@@ -42,16 +42,16 @@ log = logging.getLogger("fdb.serving")
 # from it may be another library's. A CUDA graph that is freed clears the cuBLAS workspaces of
 # its capture stream for every thread (torch's ``CUDAGraph::reset``): another library's graph
 # freed on a stream one of ours captured on would take our graphs' workspace away, and they would
-# go on writing their partial sums into memory handed to someone else. (A lane of Whisper that
-# stopped repeating itself in a process where other CUDA tests ran first was thought to be this;
-# it was not: it fails the same way on streams made here. docs/gpu.md, fourteenth session.)
-# (torch's clearing of every stream's workspaces,
-# ``torch._C._cuda_clearCublasWorkspaces``, which torch.compile's graph trees call, would still
-# reach ours: nothing here uses it.) A stream made here is never destroyed: a graph captured on
-# it may be freed after its owner, and a stream made later could take a destroyed one's address
-# and lose its workspace to that late free. A stream is a few kilobytes of driver state, but the
-# cuBLAS workspaces of an engine's eager calls on it (tens of MiB on Hopper) stay in torch's map
-# while the process lives; a server makes about a dozen streams, once.
+# go on writing their partial sums into memory handed to someone else. torch's clearing of every
+# stream's workspaces (``torch._C._cuda_clearCublasWorkspaces``, which torch.compile's graph trees
+# call) would still reach ours; nothing here calls it. A Whisper lane that stops repeating itself
+# where other CUDA tests ran first was thought to be the pool's doing; it is not: it fails the same
+# way on streams made here (docs/gpu.md, fourteenth session). A stream made here is never
+# destroyed: a graph captured on it may be freed after its owner, and a stream made later could
+# take a destroyed one's address and lose its workspace to that late free. A stream is a few
+# kilobytes of driver state, but the cuBLAS workspaces of an engine's eager calls on it (tens of
+# MiB on Hopper) stay in torch's map while the process lives; a server makes about a dozen
+# streams, once.
 _STREAMS_LOCK = threading.RLock()
 _CAPTURE_LOCK = threading.RLock()  # one capture at a time; taken before _STREAMS_LOCK
 _CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}  # the capture stream, by device index
