@@ -102,6 +102,9 @@
 #                 (CUBLAS_WORKSPACE_CONFIG=:0:0), after the Whisper tests alone, and after
 #                 every test but Whisper's, and alone with random bytes in the allocator's free
 #                 blocks (dirty_memory.py), each in a process of its own (fourteenth session)
+#   bisect2       the lanes' CUDA test alone, then after each Whisper CUDA test before it (the
+#                 static decoder, generate, the encoder's graphs), each pair in a process of its
+#                 own: which one leaves the state that makes a lane's passes differ
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -544,6 +547,17 @@ bisect)
     step cuda-others 150 $GPU_PYTEST -p benchmarks.stream_log -k "not whisper or lanes" \
         $CUDA_TESTS
     grep -h "lanes on cuda\|\[dirty\]\|cleared" "$RES"/cuda-*.log
+    ;;
+bisect2)
+    # the lanes' test alone in a process, then after each Whisper test before it in the file,
+    # each pair in a process of its own: which test leaves what makes a lane's passes differ
+    WHISPER=tests/serving/gpu/test_gpu_cuda.py
+    step lanes-alone 90 $GPU_PYTEST -k lanes $WHISPER
+    step lanes-after-static 120 $GPU_PYTEST -k "whisper_large_v3 and static or lanes" $WHISPER
+    step lanes-after-generate 120 $GPU_PYTEST -k "whisper_large_v3 and generate or lanes" \
+        $WHISPER
+    step lanes-after-encoder 90 $GPU_PYTEST -k "encoder_graphs or lanes" $WHISPER
+    grep -h "lanes on cuda\|passed\|failed" "$RES"/lanes-*.log
     ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \

@@ -340,6 +340,16 @@ def test_whisper_lanes_transcribe_at_once_on_their_streams_as_one_lane_does_on_c
         def differ(a, b):
             return [k for k, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
 
+        # lane 0 twice in a row (no lane 1 between), and each clip twice in a row on lane 0
+        solo = [[engine.run_batch([c], lane=0)[0] for c in clips] for _ in range(2)]
+        twice = [[engine.run_batch([c], lane=0)[0] for _ in range(2)] for c in clips]
+        k = (differ(again, alone[1]) or [0])[0]
+        print(
+            f"whisper lanes on cuda: lane 0 alone twice in a row differs on "
+            f"{differ(solo[0], solo[1])}; a clip twice in a row on lane 0 differs on "
+            f"{[j for j, (x, y) in enumerate(twice) if x != y]}; clip {k} on lane 1, first "
+            f"pass: {alone[1][k]!r}; second: {again[k]!r}; lane 0: {alone[0][k]!r}"
+        )
         print(
             f"whisper lanes on cuda: lane 1's second pass differs from its first on clips "
             f"{differ(again, alone[1])}; a third pass of lane 1 differs from the first on "
