@@ -105,6 +105,10 @@
 #   bisect2       the lanes' CUDA test alone, then after each Whisper CUDA test before it (the
 #                 static decoder, generate, the encoder's graphs), each pair in a process of its
 #                 own: which one leaves the state that makes a lane's passes differ
+#   thread        gpu_whisper_repeat with two lanes, the passes in each lane's thread and in the
+#                 calling thread (as the lanes' test runs them), the lanes' test alone, the same
+#                 two on the code before the streams were made here (.old/slots.py, if carried),
+#                 and one lane in the calling thread
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -559,6 +563,34 @@ bisect2)
     step lanes-after-encoder 90 $GPU_PYTEST -k "encoder_graphs or lanes" $WHISPER
     grep -h "lanes on cuda\|passed\|failed" "$RES"/lanes-*.log
     ;;
+thread)
+    # whether a lane repeats itself when its passes run in its own thread (as its batches do)
+    # and in the calling thread (as the lanes' CUDA test runs them), on the code as it is and on
+    # the code before the streams were made here (.old/slots.py, if carried), each in a process
+    # of its own
+    step repeat-two 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 \
+        --out "$RES/repeat-two.json"
+    step repeat-two-main 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread \
+        --out "$RES/repeat-two-main.json"
+    step lanes-new 90 $GPU_PYTEST -k lanes tests/serving/gpu/test_gpu_cuda.py
+    if [ -f .old/slots.py ]; then
+        rm -rf /tmp/old && mkdir -p /tmp/old
+        tar --exclude=./.whl --exclude=./.devdata -cf - . | tar -xf - -C /tmp/old
+        cp .old/slots.py /tmp/old/serving/gpu/slots.py
+        step repeat-two-main-old 90 bash -c "cd /tmp/old && PYTHONPATH=/tmp/site:/tmp/old \
+            python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread \
+            --out $RES/repeat-two-main-old.json"
+        step lanes-old 90 bash -c "cd /tmp/old && PYTHONPATH=/tmp/site:/tmp/old $GPU_PYTEST \
+            -k lanes tests/serving/gpu/test_gpu_cuda.py"
+    fi
+    step repeat-one-main 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --main-thread \
+        --out "$RES/repeat-one-main.json"
+    for f in "$RES"/repeat-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once'])" "$f")"
+    done
+    grep -h "lanes on cuda\|passed\|failed" "$RES"/lanes-*.log
+    ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
@@ -595,7 +627,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat or streams"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2 or thread"
     exit 2
     ;;
 esac

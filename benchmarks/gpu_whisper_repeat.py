@@ -10,11 +10,13 @@ second pass (an H200, the CUDA tests' process); this tells a kernel that is not 
 repeatable from memory that two users share, by switching the parts off one at a time::
 
     python benchmarks/gpu_whisper_repeat.py [--lanes 2] [--no-overlap] [--eager]
-        [--no-encoder-graphs] [--dtype bfloat16] [--passes 3] [--rounds 3] [--out FILE]
+        [--no-encoder-graphs] [--dtype bfloat16] [--passes 3] [--rounds 3] [--main-thread]
+        [--out FILE]
     python benchmarks/gpu_whisper_repeat.py --tiny --passes 2 --rounds 1  # checks it, on a CPU
 
 ``--eager``: no CUDA graphs (the encoder and every decoder step launched from Python);
-``--no-encoder-graphs``: the encoder eager, the decoder's steps in graphs. Each pass also keeps
+``--no-encoder-graphs``: the encoder eager, the decoder's steps in graphs; ``--main-thread``: the
+passes alone in the calling thread, as the lanes' CUDA test runs them. Each pass also keeps
 a digest of each clip's encoder output (its last cross-attention keys), so a difference is
 placed in the encoder or the decoder.
 ``--tiny``: a tiny configuration on the CPU (float32), which checks the script and measures
@@ -112,8 +114,11 @@ def run(args: argparse.Namespace) -> dict:
             for c in audio:
                 # in the lane's own thread, as its batches run (its cuBLAS handle, for the
                 # eager passes); one call at a time, with no batch of the batcher running
-                ran = engine.batcher._threads[lane].submit(engine.run_batch, [c], lane)
-                tokens.append(ran.result()[0])
+                if args.main_thread:
+                    tokens.append(engine.run_batch([c], lane)[0])
+                else:
+                    ran = engine.batcher._threads[lane].submit(engine.run_batch, [c], lane)
+                    tokens.append(ran.result()[0])
                 digests.append(encoder_digest(torch, engine, lane, c))
             passes[lane].append(tokens)
             encoded[lane].append(digests)
@@ -127,6 +132,7 @@ def run(args: argparse.Namespace) -> dict:
             "overlap": options.overlap,
             "graphs": not (args.eager or args.tiny),  # none on a CPU
             "encoder_graphs": options.encoder_graphs and not args.tiny,
+            "passes_in": "the calling thread" if args.main_thread else "each lane's thread",
         },
         "alone": {
             str(lane): [compare(run, first[lane]) for run in runs[1:]]
@@ -167,6 +173,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--main-thread",
+        action="store_true",
+        help="the passes alone in the calling thread (as the CUDA test runs them), not the lane's",
+    )
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
