@@ -109,6 +109,10 @@
 #                 calling thread (as the lanes' test runs them), the lanes' test alone, the same
 #                 two on the code before the streams were made here (.old/slots.py, if carried),
 #                 and one lane in the calling thread
+#   inlane        every CUDA test in one process (a lane's batches in its own thread whoever
+#                 calls), gpu_whisper_repeat with the lanes' work in the calling thread: as it
+#                 is, the device synchronized before each call, without the overlapped loop,
+#                 without graphs; then in each lane's thread; every CUDA test again
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -591,6 +595,25 @@ print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once
     done
     grep -h "lanes on cuda\|passed\|failed" "$RES"/lanes-*.log
     ;;
+inlane)
+    # every CUDA test in one process with each lane's batches in its own thread whoever calls
+    # (Batcher.in_lane), twice; between the two, what a lane does when its work runs in the
+    # calling thread (gpu_whisper_repeat --main-thread) as it is, with the device synchronized
+    # before each call, without the overlapped loop, without graphs; and in its own thread
+    step cuda-all-1 150 $GPU_PYTEST $CUDA_TESTS
+    tail -1 "$RES/cuda-all-1.log"
+    for v in main:--main-thread sync:"--main-thread --sync" plain:"--main-thread --no-overlap" \
+        eager:"--main-thread --eager" lane:""; do
+        step "repeat-${v%%:*}" 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 ${v#*:} \
+            --out "$RES/repeat-${v%%:*}.json"
+    done
+    step cuda-all-2 150 $GPU_PYTEST $CUDA_TESTS
+    for f in "$RES"/repeat-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once'])" "$f")"
+    done
+    grep -h "lanes on cuda\|passed\|failed" "$RES"/cuda-all-*.log
+    ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
@@ -627,7 +650,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2 or thread"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread or inlane"
     exit 2
     ;;
 esac

@@ -11,14 +11,15 @@ repeatable from memory that two users share, by switching the parts off one at a
 
     python benchmarks/gpu_whisper_repeat.py [--lanes 2] [--no-overlap] [--eager]
         [--no-encoder-graphs] [--dtype bfloat16] [--passes 3] [--rounds 3] [--main-thread]
-        [--out FILE]
+        [--sync] [--out FILE]
     python benchmarks/gpu_whisper_repeat.py --tiny --passes 2 --rounds 1  # checks it, on a CPU
 
 ``--eager``: no CUDA graphs (the encoder and every decoder step launched from Python);
 ``--no-encoder-graphs``: the encoder eager, the decoder's steps in graphs; ``--main-thread``: the
-passes alone in the calling thread, as the lanes' CUDA test runs them. Each pass also keeps
-a digest of each clip's encoder output (its last cross-attention keys), so a difference is
-placed in the encoder or the decoder.
+passes alone in the calling thread (the lane's work called there directly, as the lanes' CUDA
+test ran them before the fifteenth session); ``--sync``: the device synchronized before each.
+Each pass also keeps a digest of each clip's encoder output (its last cross-attention keys), so
+a difference is placed in the encoder or the decoder.
 ``--tiny``: a tiny configuration on the CPU (float32), which checks the script and measures
 nothing.
 """
@@ -114,8 +115,12 @@ def run(args: argparse.Namespace) -> dict:
             for c in audio:
                 # in the lane's own thread, as its batches run (its cuBLAS handle, for the
                 # eager passes); one call at a time, with no batch of the batcher running
+                if args.sync and torch.cuda.is_available():
+                    torch.cuda.synchronize()
                 if args.main_thread:
-                    tokens.append(engine.run_batch([c], lane)[0])
+                    # the lane's work itself, in this thread (run_batch would take it to the
+                    # lane's thread)
+                    tokens.append(engine._run_on_lane([c], lane)[0])
                 else:
                     ran = engine.batcher._threads[lane].submit(engine.run_batch, [c], lane)
                     tokens.append(ran.result()[0])
@@ -133,6 +138,7 @@ def run(args: argparse.Namespace) -> dict:
             "graphs": not (args.eager or args.tiny),  # none on a CPU
             "encoder_graphs": options.encoder_graphs and not args.tiny,
             "passes_in": "the calling thread" if args.main_thread else "each lane's thread",
+            "synchronized": args.sync,
         },
         "alone": {
             str(lane): [compare(run, first[lane]) for run in runs[1:]]
@@ -177,6 +183,9 @@ def main() -> None:
         "--main-thread",
         action="store_true",
         help="the passes alone in the calling thread (as the CUDA test runs them), not the lane's",
+    )
+    parser.add_argument(
+        "--sync", action="store_true", help="the whole device synchronized before each call"
     )
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path)

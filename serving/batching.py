@@ -65,8 +65,14 @@ class Batcher(Generic[Req, Res]):
             raise ValueError("a batcher needs at least one lane")
         self._runs, self.max_batch, self.name = runs, max_batch, name
         self.lanes = len(runs)
+        self._local = threading.local()  # in a lane's thread: .lane, that lane's index
         self._threads = [
-            ThreadPoolExecutor(1, thread_name_prefix=f"fdb-{name}-{lane}")
+            ThreadPoolExecutor(
+                1,
+                thread_name_prefix=f"fdb-{name}-{lane}",
+                initializer=self._enter_lane,
+                initargs=(lane,),
+            )
             for lane in range(self.lanes)
         ]
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -80,6 +86,23 @@ class Batcher(Generic[Req, Res]):
         self._marks = stage_marks and os.environ.get("FDB_STAGE_MARKS") == "1"
         self.batch_sizes: list[int] = []  # every batch run so far (for logs, benchmarks and tests)
         self.batch_lanes: list[int] = []  # the lane of each, in the same order
+
+    def _enter_lane(self, lane: int) -> None:
+        self._local.lane = lane
+
+    def in_lane(self, lane: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in ``lane``'s own thread, blocking: at once when called there, else
+        queued behind the lane's batches. What a lane holds per thread (its CUDA graphs were
+        captured there, with that thread's cuBLAS handle) is then only ever used from one
+        thread, however the caller came (a test or a benchmark calling a lane directly). Not
+        from another lane's thread during :meth:`run_alone`, whose other lanes are parked."""
+        if getattr(self._local, "lane", None) == lane:
+            return fn(*args)
+        try:
+            queued = self._threads[lane].submit(fn, *args)
+        except RuntimeError:  # the lane's executor is shut down
+            raise self._closed_error() from None
+        return queued.result()
 
     async def submit(self, request: Req) -> Res:
         """``request``'s result, computed in a batch with whatever else is waiting."""

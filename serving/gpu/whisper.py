@@ -184,7 +184,14 @@ class WhisperEngine:
         return await self.batcher.submit(samples)
 
     def run_batch(self, batch: Sequence[np.ndarray], lane: int = 0) -> list[str]:
-        """The text of each utterance (blocking; on ``lane``'s stream and static tensors)."""
+        """The text of each utterance (blocking; in ``lane``'s thread, on its stream and static
+        tensors). Called from another thread (a test, a benchmark), the batch still runs in the
+        lane's thread: on an H100 a lane whose batches ran in the calling thread gave a clip a
+        different token from one pass to the next, where in its own thread it repeated itself
+        (docs/gpu.md, fifteenth session)."""
+        return self.batcher.in_lane(lane, self._run_on_lane, batch, lane)
+
+    def _run_on_lane(self, batch: Sequence[np.ndarray], lane: int) -> list[str]:
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import on_stream
 

@@ -509,3 +509,34 @@ def test_after_run_alone_every_lane_takes_a_batch_at_once():
         return lags
 
     assert max(asyncio.run(main())) < 0.03  # both lanes, at once
+
+
+def test_in_lane_runs_fn_in_that_lanes_thread_from_anywhere_and_at_once_from_there():
+    """``in_lane``: from the calling thread the function runs in the lane's own thread (queued
+    behind its batches); from the lane's own thread (a batch, a run_alone ``each``) it runs at
+    once, in place, without queueing behind itself. After close it fails with one line."""
+
+    def where() -> str:
+        return threading.current_thread().name.rsplit("_", 1)[0]
+
+    batcher = Batcher([lambda b: list(b), lambda b: list(b)], max_batch=1, name="t")
+    assert [batcher.in_lane(lane, where) for lane in (0, 1, 0)] == [
+        "fdb-t-0",
+        "fdb-t-1",
+        "fdb-t-0",
+    ]
+    # inside lane 1's thread: in place (a queued call there would wait for itself forever)
+    inner = batcher.in_lane(1, lambda: (where(), batcher.in_lane(1, where)))
+    assert inner == ("fdb-t-1", "fdb-t-1")
+
+    async def each():
+        return await batcher.run_alone(lambda lane: batcher.in_lane(lane, where), each=True)
+
+    assert asyncio.run(each()) == ["fdb-t-0", "fdb-t-1"]
+    # another batcher's lane thread is not this one's
+    other = Batcher([lambda b: list(b)], max_batch=1, name="u")
+    assert other.in_lane(0, lambda: batcher.in_lane(0, where)) == "fdb-t-0"
+    batcher.close()
+    other.close()
+    with pytest.raises(FdbError, match="t: the engine is closed"):
+        batcher.in_lane(0, where)

@@ -330,6 +330,7 @@ def test_whisper_lanes_transcribe_at_once_on_their_streams_as_one_lane_does_on_c
     engine.warm_graphs()
     assert engine.cuda_streams[0] != engine.cuda_streams[1]
     clips = repeat_clips()  # 3 s tones of their own, so that each clip's tokens differ
+    # run_batch takes each lane's work to the lane's own thread (Batcher.in_lane)
     alone = [[engine.run_batch([c], lane=lane)[0] for c in clips] for lane in (0, 1)]
     # each lane alone twice gives the same tokens (the comparison below needs it)
     again = [engine.run_batch([c], lane=1)[0] for c in clips]

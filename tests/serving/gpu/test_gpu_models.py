@@ -301,8 +301,10 @@ def test_a_reply_after_the_decode_loop_stopped_fails_with_one_line(engine):
         assert not engine.manager.output_router.result_handlers
 
 
-def test_gpu_whisper_repeat_finds_a_tiny_whisper_on_cpu_repeating_itself():
-    """benchmarks/gpu_whisper_repeat.py on the CPU (a tiny configuration, float32, two lanes):
+@pytest.mark.parametrize("main_thread", [False, True])
+def test_gpu_whisper_repeat_finds_a_tiny_whisper_on_cpu_repeating_itself(main_thread):
+    """benchmarks/gpu_whisper_repeat.py on the CPU (a tiny configuration, float32, two lanes; the
+    passes in each lane's thread and in the calling thread):
     every pass, the encoder's output and every round at once give each clip its first pass's
     tokens (the script's bookkeeping; the GPU's answer is docs/gpu.md's), and a difference is
     placed at its first token."""
@@ -312,7 +314,7 @@ def test_gpu_whisper_repeat_finds_a_tiny_whisper_on_cpu_repeating_itself():
 
     args = argparse.Namespace(
         lanes=2, no_overlap=False, eager=False, no_encoder_graphs=False, dtype="bfloat16",
-        passes=2, rounds=1, tiny=True, out=None,
+        passes=2, rounds=1, tiny=True, out=None, main_thread=main_thread, sync=True,
     )  # fmt: skip
     result = run(args)
     assert result["options"]["dtype"] == "float32"
