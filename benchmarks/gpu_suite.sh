@@ -113,6 +113,9 @@
 #                 calls), gpu_whisper_repeat with the lanes' work in the calling thread: as it
 #                 is, the device synchronized before each call, without the overlapped loop,
 #                 without graphs; then in each lane's thread; every CUDA test again
+#   cache         whether torch has TORCH_CUBLAS_WORKSPACE_CACHE, gpu_whisper_repeat with the
+#                 lanes' work in the calling thread without and with it (interleaved, twice),
+#                 then every CUDA test in one process with it, twice
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -614,6 +617,31 @@ print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once
     done
     grep -h "lanes on cuda\|passed\|failed" "$RES"/cuda-all-*.log
     ;;
+cache)
+    # whether this torch has TORCH_CUBLAS_WORKSPACE_CACHE (workspaces from torch's allocator per
+    # cuBLAS handle and stream; else cuBLAS's own default workspace), then gpu_whisper_repeat
+    # with the lanes' work in the calling thread without and with it, interleaved, and every
+    # CUDA test in one process with it, twice
+    lib="$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib"
+    for f in "$lib"/libtorch_cuda*.so; do
+        echo "$(basename "$f"): $(grep -c TORCH_CUBLAS_WORKSPACE_CACHE "$f") match(es)"
+    done | tee "$RES/cache-env.txt"
+    step repeat-main-1 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread \
+        --out "$RES/repeat-main-1.json"
+    step repeat-cache-1 90 env TORCH_CUBLAS_WORKSPACE_CACHE=1 python3 \
+        benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread --out "$RES/repeat-cache-1.json"
+    step repeat-main-2 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread \
+        --out "$RES/repeat-main-2.json"
+    step repeat-cache-2 90 env TORCH_CUBLAS_WORKSPACE_CACHE=1 python3 \
+        benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread --out "$RES/repeat-cache-2.json"
+    step cuda-cache-1 150 env TORCH_CUBLAS_WORKSPACE_CACHE=1 $GPU_PYTEST $CUDA_TESTS
+    step cuda-cache-2 150 env TORCH_CUBLAS_WORKSPACE_CACHE=1 $GPU_PYTEST $CUDA_TESTS
+    for f in "$RES"/repeat-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once'])" "$f")"
+    done
+    grep -h "lanes on cuda\|passed\|failed" "$RES"/cuda-cache-*.log
+    ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
@@ -650,7 +678,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread or inlane"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread, inlane or cache"
     exit 2
     ;;
 esac
