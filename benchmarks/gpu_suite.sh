@@ -630,11 +630,11 @@ cache)
         --out "$RES/repeat-main-1.json"
     step repeat-cache-1 90 env TORCH_CUBLAS_WORKSPACE_CACHE=1 python3 \
         benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread --out "$RES/repeat-cache-1.json"
+    step cuda-cache-1 150 env TORCH_CUBLAS_WORKSPACE_CACHE=1 $GPU_PYTEST $CUDA_TESTS
     step repeat-main-2 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread \
         --out "$RES/repeat-main-2.json"
     step repeat-cache-2 90 env TORCH_CUBLAS_WORKSPACE_CACHE=1 python3 \
         benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread --out "$RES/repeat-cache-2.json"
-    step cuda-cache-1 150 env TORCH_CUBLAS_WORKSPACE_CACHE=1 $GPU_PYTEST $CUDA_TESTS
     step cuda-cache-2 150 env TORCH_CUBLAS_WORKSPACE_CACHE=1 $GPU_PYTEST $CUDA_TESTS
     for f in "$RES"/repeat-*.json; do
         echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
