@@ -116,6 +116,10 @@
 #   cache         whether torch has TORCH_CUBLAS_WORKSPACE_CACHE, gpu_whisper_repeat with the
 #                 lanes' work in the calling thread without and with it (interleaved, twice),
 #                 then every CUDA test in one process with it, twice
+#   step          one Whisper decoder step replayed 200 times from the same state
+#                 (gpu_step_repeat.py): captured as it is in the calling thread and the lane's,
+#                 eager, with the math attention, with the memory-efficient kernel only: the
+#                 first layer output that differs from one replay to the next
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -642,6 +646,21 @@ print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once
     done
     grep -h "lanes on cuda\|passed\|failed" "$RES"/cuda-cache-*.log
     ;;
+step)
+    # one decoder step of Whisper replayed 200 times from the same state (gpu_step_repeat.py):
+    # captured as it is, replayed in the calling thread and in the lane's; eager; captured with
+    # the math attention and with the memory-efficient kernel only; each in a process of its
+    # own: where a step's result first differs from one replay to the next
+    for v in graph:"" lane:--lane-thread eager:--eager math:"--sdpa math" \
+        efficient:"--sdpa efficient"; do
+        step "step-${v%%:*}" 90 python3 benchmarks/gpu_step_repeat.py ${v#*:} \
+            --out "$RES/step-${v%%:*}.json"
+    done
+    for f in "$RES"/step-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['options'], d['differ'], d['first_output_differing'], d['distinct_tokens'])" "$f")"
+    done
+    ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
@@ -678,7 +697,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread, inlane or cache"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread, inlane, cache or step"
     exit 2
     ;;
 esac

@@ -326,3 +326,36 @@ def test_gpu_whisper_repeat_finds_a_tiny_whisper_on_cpu_repeating_itself(main_th
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1 and first_difference([1, 2], [1, 2]) is None
     assert first_difference([1, 2], [1, 2, 3]) == 2
     assert compare([[1, 2], [3, 4]], [[1, 2], [3, 5]]) == {"differ": 1, "first_steps": [1]}
+
+
+def test_gpu_step_repeat_replays_a_tiny_whisper_step_on_cpu_and_places_a_difference():
+    """benchmarks/gpu_step_repeat.py on the CPU (a tiny configuration, float32, eager): every
+    replay of one step from the same state gives the first's keys, values and token (the
+    script's bookkeeping; the GPU's answer is docs/gpu.md's), the attention kernels it set are
+    put back, and a difference is placed at the first output, in layer order, that has one."""
+    import argparse
+
+    import torch
+
+    from benchmarks.gpu_step_repeat import first_differing, run
+
+    before = torch.backends.cuda.mem_efficient_sdp_enabled()
+    for thread in (False, True):
+        args = argparse.Namespace(
+            replays=3, position=12, eager=False, sdpa="math", lane_thread=thread, tiny=True,
+            out=None,
+        )  # fmt: skip
+        result = run(args)
+        assert (result["replays"], result["differ"], result["first_output_differing"]) == (
+            3,
+            0,
+            None,
+        )
+        assert result["distinct_tokens"] == 1
+    assert torch.backends.cuda.mem_efficient_sdp_enabled() == before
+    same = ["a", "b", "c", "d", "t"]  # k0, v0, k1, v1, token
+    assert first_differing([same, same, ["a", "b", "c", "x", "u"]]) == {
+        "replays": 3,
+        "differ": 1,
+        "first_output_differing": "v1",
+    }

@@ -1,0 +1,168 @@
+"""Which part of Whisper's decoder step gives a different result from one replay to the next (on
+a GPU).
+
+The fifteenth session (docs/gpu.md) found a Whisper lane's transcripts differing from one pass to
+the next in many processes while its encoder's output never did: the difference is made in the
+decoder's steps. This replays one captured step ``--replays`` times from the same state and
+places the first difference: the engine of ``whisper_gpu`` (the whisper-large-v3 configuration,
+dummy weights, one lane, batches of one) transcribes a clip, which leaves every input of a step
+written (cross-attention keys and values, the prompt's and earlier steps' self-attention keys and
+values); then, with ``tokens`` and ``position`` fixed, the step's graph (or the eager step with
+``--eager``) runs again and again, each time after the self-attention cache is put back as it
+was, and each replay's outputs are compared bitwise with the first's: every decoder layer's new
+key and value (written at the step's position, in layer order: the first layer that differs is
+where it starts) and the chosen token::
+
+    python benchmarks/gpu_step_repeat.py [--replays 200] [--position 12] [--eager]
+        [--sdpa default|math|efficient|flash] [--lane-thread] [--out FILE]
+    python benchmarks/gpu_step_repeat.py --tiny --replays 3  # checks it, on a CPU
+
+``--sdpa``: the attention kernels the step is captured with (``math``: no fused attention
+kernel); ``--lane-thread``: the replays in the lane's own thread (else the calling thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+CLIP_S = 3
+
+
+def digest(torch, tensor) -> str:
+    """The first 16 hex digits of the sha256 of ``tensor``'s bytes."""
+    raw = tensor.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def outputs(torch, static, position: int) -> list[str]:
+    """Each decoder layer's key and value at ``position`` (row 0), then the chosen token."""
+    out = []
+    for k, v in zip(static.k, static.v, strict=True):
+        out.append(digest(torch, k[:1, :, position]))
+        out.append(digest(torch, v[:1, :, position]))
+    out.append(digest(torch, static.chosen[:1]))
+    return out
+
+
+def first_differing(runs: list[list[str]]) -> dict:
+    """How many replays differ from the first, and the first output (in layer order: "k3",
+    "v3", "token") that any replay has different."""
+    first = runs[0]
+    differ = [r for r in runs[1:] if r != first]
+    names = [f"{kv}{i}" for i in range((len(first) - 1) // 2) for kv in ("k", "v")] + ["token"]
+    where = next(
+        (names[j] for j in range(len(first)) if any(r[j] != first[j] for r in differ)), None
+    )
+    return {"replays": len(runs), "differ": len(differ), "first_output_differing": where}
+
+
+def run(args: argparse.Namespace) -> dict:
+    # lazy: torch and the gpu extra are the device's
+    import numpy as np
+    import torch
+
+    backends = ("flash", "mem_efficient", "cudnn")
+    enabled = {name: getattr(torch.backends.cuda, f"{name}_sdp_enabled")() for name in backends}
+    if args.sdpa != "default":
+        wanted = {"flash": "flash", "efficient": "mem_efficient"}.get(args.sdpa)
+        for name in backends:
+            getattr(torch.backends.cuda, f"enable_{name}_sdp")(name == wanted)
+    try:
+        return _run(args, torch, np)
+    finally:  # the process's attention kernels as they were
+        for name, on in enabled.items():
+            getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
+
+
+def _run(args: argparse.Namespace, torch, np) -> dict:
+    # lazy: the gpu extra is the device's
+    from serving.gpu.whisper import HOP, WhisperEngine
+    from serving.graph.kinds import WhisperGpuOptions
+
+    weights = {"load_format": "dummy", "preset": "whisper-large-v3"}
+    if args.tiny:
+        # lazy: only --tiny needs the tiny configuration (run with the repository on PYTHONPATH)
+        from benchmarks.gpu_whisper import TINY
+
+        weights["overrides"] = TINY
+    options = WhisperGpuOptions(
+        weights=weights,
+        device="cpu" if args.tiny else "cuda",
+        dtype="float32" if args.tiny else "bfloat16",
+        max_batch=1,
+        max_new_tokens=24,
+        max_tokens_per_s=None,
+        lanes=1,
+    )
+    engine = WhisperEngine.from_options(options)
+    static = engine.statics[0]
+    if args.eager:
+        static.graphs = False
+    engine.warm_graphs()
+    t = np.arange(CLIP_S * 16000) / 16000
+    clip = (0.3 * np.sin(2 * np.pi * 247 * t) * np.sin(2 * np.pi * 0.8 * t)).astype(np.float32)
+    engine.run_batch([clip])  # every input of a step written
+    positions = engine.window([clip]) // HOP // 2
+    if not 0 < args.position < static.length:
+        raise SystemExit(f"--position {args.position}: 1 to {static.length - 1}")
+
+    def replays() -> list[list[str]]:
+        # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+        from serving.gpu.slots import on_stream
+
+        stream = engine.cuda_streams[0]
+        with on_stream(stream), torch.inference_mode():
+            cache = [t.clone() for t in static.k + static.v]
+            static.tokens[:1].fill_(int(static.chosen[0]))
+            static.position.fill_(args.position)
+            static.bias.copy_(static.plain_bias)
+            runs = []
+            for _ in range(args.replays):
+                for held, saved in zip(static.k + static.v, cache, strict=True):
+                    held.copy_(saved)
+                static._replay(1, positions)
+                if stream is not None:
+                    stream.synchronize()
+                runs.append(outputs(torch, static, args.position))
+        return runs
+
+    runs = engine.batcher.in_lane(0, replays) if args.lane_thread else replays()
+    engine.close()
+    return {
+        "torch": torch.__version__,
+        "device": "cpu (tiny: measures nothing)" if args.tiny else torch.cuda.get_device_name(),
+        "options": {
+            "graphs": static.graphs,
+            "sdpa": args.sdpa,
+            "position": args.position,
+            "replays_in": "the lane's thread" if args.lane_thread else "the calling thread",
+        },
+        **first_differing(runs),
+        "distinct_tokens": len({r[-1] for r in runs}),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--position", type=int, default=12)
+    parser.add_argument("--eager", action="store_true", help="no CUDA graph: the step eagerly")
+    parser.add_argument(
+        "--sdpa", choices=["default", "math", "efficient", "flash"], default="default"
+    )
+    parser.add_argument("--lane-thread", action="store_true")
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    result = run(args)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
