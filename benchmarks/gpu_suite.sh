@@ -234,6 +234,14 @@ all_cuda_tests() {  # all_cuda_tests LIMIT: every CUDA test in one process
     tail -1 "$RES/cuda-tests.log"
 }
 
+repeat_summary() {  # each gpu_whisper_repeat result of this call in one line: the passes
+    # alone against the first, the encoder outputs that differ, the lanes alone, at once
+    for f in "$RES"/repeat-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once'])" "$f")"
+    done
+}
+
 logged_cuda_tests() {  # logged_cuda_tests NAME: every CUDA test in one process, each stream's
     # holder logged (benchmarks/stream_log.py) and a crash's Python stack printed
     step "$1" 150 env PYTHONFAULTHANDLER=1 $GPU_PYTEST \
@@ -596,10 +604,7 @@ thread)
     fi
     step repeat-one-main 90 python3 benchmarks/gpu_whisper_repeat.py --lanes 1 --main-thread \
         --out "$RES/repeat-one-main.json"
-    for f in "$RES"/repeat-*.json; do
-        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once'])" "$f")"
-    done
+    repeat_summary
     grep -h "lanes on cuda\|passed\|failed" "$RES"/lanes-*.log
     ;;
 inlane)
@@ -615,10 +620,7 @@ inlane)
             --out "$RES/repeat-${v%%:*}.json"
     done
     step cuda-all-2 150 $GPU_PYTEST $CUDA_TESTS
-    for f in "$RES"/repeat-*.json; do
-        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once'])" "$f")"
-    done
+    repeat_summary
     grep -h "lanes on cuda\|passed\|failed" "$RES"/cuda-all-*.log
     ;;
 cache)
@@ -640,10 +642,7 @@ cache)
     step repeat-cache-2 90 env TORCH_CUBLAS_WORKSPACE_CACHE=1 python3 \
         benchmarks/gpu_whisper_repeat.py --lanes 2 --main-thread --out "$RES/repeat-cache-2.json"
     step cuda-cache-2 150 env TORCH_CUBLAS_WORKSPACE_CACHE=1 $GPU_PYTEST $CUDA_TESTS
-    for f in "$RES"/repeat-*.json; do
-        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['alone'], d['encoder_alone_differ'], d['lanes_alone_differ'], d['at_once'])" "$f")"
-    done
+    repeat_summary
     grep -h "lanes on cuda\|passed\|failed" "$RES"/cuda-cache-*.log
     ;;
 step)
