@@ -14,11 +14,15 @@ key and value (written at the step's position, in layer order: the first layer t
 where it starts) and the chosen token::
 
     python benchmarks/gpu_step_repeat.py [--replays 200] [--position 12] [--eager]
-        [--sdpa default|math|efficient|flash] [--lane-thread] [--out FILE]
+        [--sdpa default|math|efficient|flash] [--blas default|cublas|cublaslt]
+        [--deterministic] [--lane-thread] [--out FILE]
     python benchmarks/gpu_step_repeat.py --tiny --replays 3  # checks it, on a CPU
 
 ``--sdpa``: the attention kernels the step is captured with (``math``: no fused attention
-kernel); ``--lane-thread``: the replays in the lane's own thread (else the calling thread).
+kernel); ``--blas``: the library of its matrix products; ``--deterministic``: torch's
+deterministic algorithms (cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` in the environment);
+``--lane-thread``: the replays in the lane's own thread (else the calling thread). The process's
+choices are put back afterwards.
 """
 
 from __future__ import annotations
@@ -66,15 +70,23 @@ def run(args: argparse.Namespace) -> dict:
 
     backends = ("flash", "mem_efficient", "cudnn")
     enabled = {name: getattr(torch.backends.cuda, f"{name}_sdp_enabled")() for name in backends}
+    blas = torch.backends.cuda.preferred_blas_library()
+    deterministic = torch.are_deterministic_algorithms_enabled()
     if args.sdpa != "default":
         wanted = {"flash": "flash", "efficient": "mem_efficient"}.get(args.sdpa)
         for name in backends:
             getattr(torch.backends.cuda, f"enable_{name}_sdp")(name == wanted)
+    if args.blas != "default":
+        torch.backends.cuda.preferred_blas_library(args.blas)
+    if args.deterministic:
+        torch.use_deterministic_algorithms(True)
     try:
         return _run(args, torch, np)
-    finally:  # the process's attention kernels as they were
+    finally:  # the process's kernel choices as they were
         for name, on in enabled.items():
             getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
+        torch.backends.cuda.preferred_blas_library(blas)
+        torch.use_deterministic_algorithms(deterministic)
 
 
 def _run(args: argparse.Namespace, torch, np) -> dict:
@@ -137,6 +149,8 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
         "options": {
             "graphs": static.graphs,
             "sdpa": args.sdpa,
+            "blas": args.blas,
+            "deterministic": args.deterministic,
             "position": args.position,
             "replays_in": "the lane's thread" if args.lane_thread else "the calling thread",
         },
@@ -152,6 +166,17 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="no CUDA graph: the step eagerly")
     parser.add_argument(
         "--sdpa", choices=["default", "math", "efficient", "flash"], default="default"
+    )
+    parser.add_argument(
+        "--blas",
+        choices=["default", "cublas", "cublaslt"],
+        default="default",
+        help="the library torch's matrix products go to (torch.backends.cuda)",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="torch.use_deterministic_algorithms (with CUBLAS_WORKSPACE_CONFIG=:4096:8 set)",
     )
     parser.add_argument("--lane-thread", action="store_true")
     parser.add_argument("--tiny", action="store_true")

@@ -118,8 +118,9 @@
 #                 then every CUDA test in one process with it, twice
 #   step          one Whisper decoder step replayed 200 times from the same state
 #                 (gpu_step_repeat.py): captured as it is in the calling thread and the lane's,
-#                 eager, with the math attention, with the memory-efficient kernel only: the
-#                 first layer output that differs from one replay to the next
+#                 eager, with the math attention, with the memory-efficient kernel only, with
+#                 cuBLAS and with cuBLASLt for the matrix products, with torch's deterministic
+#                 algorithms: the first layer output that differs from one replay to the next
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -648,13 +649,16 @@ cache)
 step)
     # one decoder step of Whisper replayed 200 times from the same state (gpu_step_repeat.py):
     # captured as it is, replayed in the calling thread and in the lane's; eager; captured with
-    # the math attention and with the memory-efficient kernel only; each in a process of its
-    # own: where a step's result first differs from one replay to the next
+    # the math attention, the memory-efficient kernel only, cuBLAS, cuBLASLt, torch's
+    # deterministic algorithms; each in a process of its own: where a step's result first
+    # differs from one replay to the next
     for v in graph:"" lane:--lane-thread eager:--eager math:"--sdpa math" \
-        efficient:"--sdpa efficient"; do
+        efficient:"--sdpa efficient" cublas:"--blas cublas" cublaslt:"--blas cublaslt"; do
         step "step-${v%%:*}" 90 python3 benchmarks/gpu_step_repeat.py ${v#*:} \
             --out "$RES/step-${v%%:*}.json"
     done
+    step step-deterministic 90 env CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 \
+        benchmarks/gpu_step_repeat.py --deterministic --out "$RES/step-deterministic.json"
     for f in "$RES"/step-*.json; do
         echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
 print(d['options'], d['differ'], d['first_output_differing'], d['distinct_tokens'])" "$f")"
