@@ -13,16 +13,17 @@ was, and each replay's outputs are compared bitwise with the first's: every deco
 key and value (written at the step's position, in layer order: the first layer that differs is
 where it starts) and the chosen token::
 
-    python benchmarks/gpu_step_repeat.py [--replays 200] [--position 12] [--eager]
-        [--sdpa default|math|efficient|flash] [--blas default|cublas|cublaslt]
+    python benchmarks/gpu_step_repeat.py [--replays 200] [--position 12] [--part step|prompt]
+        [--eager] [--sdpa default|math|efficient|flash] [--blas default|cublas|cublaslt]
         [--deterministic] [--lane-thread] [--out FILE]
     python benchmarks/gpu_step_repeat.py --tiny --replays 3  # checks it, on a CPU
 
-``--sdpa``: the attention kernels the step is captured with (``math``: no fused attention
-kernel); ``--blas``: the library of its matrix products; ``--deterministic``: torch's
-deterministic algorithms (cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` in the environment);
-``--lane-thread``: the replays in the lane's own thread (else the calling thread). The process's
-choices are put back afterwards.
+``--part prompt``: the forced prompt's pass (its graph writes the prompt's columns and the first
+token) instead of a step. ``--sdpa``: the attention kernels the graph is captured with
+(``math``: no fused attention kernel); ``--blas``: the library of its matrix products;
+``--deterministic``: torch's deterministic algorithms (cuBLAS needs
+``CUBLAS_WORKSPACE_CONFIG=:4096:8`` in the environment); ``--lane-thread``: the replays in the
+lane's own thread (else the calling thread). The process's choices are put back afterwards.
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ def digest(torch, tensor) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def outputs(torch, static, position: int) -> list[str]:
-    """Each decoder layer's key and value at ``position`` (row 0), then the chosen token."""
+def outputs(torch, static, columns: slice) -> list[str]:
+    """Each decoder layer's keys and values at ``columns`` (row 0), then the chosen token."""
     out = []
     for k, v in zip(static.k, static.v, strict=True):
-        out.append(digest(torch, k[:1, :, position]))
-        out.append(digest(torch, v[:1, :, position]))
+        out.append(digest(torch, k[:1, :, columns]))
+        out.append(digest(torch, v[:1, :, columns]))
     out.append(digest(torch, static.chosen[:1]))
     return out
 
@@ -121,6 +122,15 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
     if not 0 < args.position < static.length:
         raise SystemExit(f"--position {args.position}: 1 to {static.length - 1}")
 
+    if args.part == "prompt" and not static.prompt_pass:
+        raise SystemExit("--part prompt: this configuration decodes its prompt a step a token")
+    # what the replayed graph writes: the step's column, or the prompt's
+    columns = (
+        slice(0, len(static.prompt))
+        if args.part == "prompt"
+        else slice(args.position, args.position + 1)
+    )
+
     def replays() -> list[list[str]]:
         # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
         from serving.gpu.slots import on_stream
@@ -135,10 +145,13 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
             for _ in range(args.replays):
                 for held, saved in zip(static.k + static.v, cache, strict=True):
                     held.copy_(saved)
-                static._replay(1, positions)
+                if args.part == "prompt":
+                    static._replay_prompt(1, positions)
+                else:
+                    static._replay(1, positions)
                 if stream is not None:
                     stream.synchronize()
-                runs.append(outputs(torch, static, args.position))
+                runs.append(outputs(torch, static, columns))
         return runs
 
     runs = engine.batcher.in_lane(0, replays) if args.lane_thread else replays()
@@ -151,7 +164,8 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
             "sdpa": args.sdpa,
             "blas": args.blas,
             "deterministic": args.deterministic,
-            "position": args.position,
+            "part": args.part,
+            "position": args.position if args.part == "step" else None,
             "replays_in": "the lane's thread" if args.lane_thread else "the calling thread",
         },
         **first_differing(runs),
@@ -163,6 +177,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replays", type=int, default=200)
     parser.add_argument("--position", type=int, default=12)
+    parser.add_argument(
+        "--part",
+        choices=["step", "prompt"],
+        default="step",
+        help="the graph replayed: a step at --position, or the forced prompt's pass",
+    )
     parser.add_argument("--eager", action="store_true", help="no CUDA graph: the step eagerly")
     parser.add_argument(
         "--sdpa", choices=["default", "math", "efficient", "flash"], default="default"

@@ -120,7 +120,8 @@
 #                 (gpu_step_repeat.py): captured as it is in the calling thread and the lane's,
 #                 eager, with the math attention, with the memory-efficient kernel only, with
 #                 cuBLAS and with cuBLASLt for the matrix products, with torch's deterministic
-#                 algorithms: the first layer output that differs from one replay to the next
+#                 algorithms, and the forced prompt's pass: the first layer output that differs
+#                 from one replay to the next
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -657,6 +658,8 @@ step)
         step "step-${v%%:*}" 90 python3 benchmarks/gpu_step_repeat.py ${v#*:} \
             --out "$RES/step-${v%%:*}.json"
     done
+    step step-prompt 90 python3 benchmarks/gpu_step_repeat.py --part prompt \
+        --out "$RES/step-prompt.json"
     step step-deterministic 90 env CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 \
         benchmarks/gpu_step_repeat.py --deterministic --out "$RES/step-deterministic.json"
     for f in "$RES"/step-*.json; do

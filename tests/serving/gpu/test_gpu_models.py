@@ -340,9 +340,9 @@ def test_gpu_step_repeat_replays_a_tiny_whisper_step_on_cpu_and_places_a_differe
     from benchmarks.gpu_step_repeat import first_differing, run
 
     before = torch.backends.cuda.mem_efficient_sdp_enabled()
-    for thread in (False, True):
+    for thread, part in ((False, "step"), (True, "prompt")):
         args = argparse.Namespace(
-            replays=3, position=12, eager=False, sdpa="math", blas="default",
+            replays=3, position=12, part=part, eager=False, sdpa="math", blas="default",
             deterministic=thread, lane_thread=thread, tiny=True, out=None,
         )  # fmt: skip
         result = run(args)
