@@ -29,17 +29,11 @@ lane's own thread (else the calling thread). The process's choices are put back 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 from pathlib import Path
 
+from benchmarks.gpu_whisper_repeat import digest, engine_options, report
+
 CLIP_S = 3
-
-
-def digest(torch, tensor) -> str:
-    """The first 16 hex digits of the sha256 of ``tensor``'s bytes."""
-    raw = tensor.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
-    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def outputs(torch, static, columns: slice) -> list[str]:
@@ -93,24 +87,8 @@ def run(args: argparse.Namespace) -> dict:
 def _run(args: argparse.Namespace, torch, np) -> dict:
     # lazy: the gpu extra is the device's
     from serving.gpu.whisper import HOP, WhisperEngine
-    from serving.graph.kinds import WhisperGpuOptions
 
-    weights = {"load_format": "dummy", "preset": "whisper-large-v3"}
-    if args.tiny:
-        # lazy: only --tiny needs the tiny configuration (run with the repository on PYTHONPATH)
-        from benchmarks.gpu_whisper import TINY
-
-        weights["overrides"] = TINY
-    options = WhisperGpuOptions(
-        weights=weights,
-        device="cpu" if args.tiny else "cuda",
-        dtype="float32" if args.tiny else "bfloat16",
-        max_batch=1,
-        max_new_tokens=24,
-        max_tokens_per_s=None,
-        lanes=1,
-    )
-    engine = WhisperEngine.from_options(options)
+    engine = WhisperEngine.from_options(engine_options(args.tiny, "bfloat16", lanes=1))
     static = engine.statics[0]
     if args.eager:
         static.graphs = False
@@ -203,10 +181,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result = run(args)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":

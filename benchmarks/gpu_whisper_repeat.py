@@ -62,6 +62,23 @@ def compare(got: list[list[int]], want: list[list[int]]) -> dict:
     return {"differ": len(differ), "first_steps": differ}
 
 
+def digest(torch, tensor) -> str:
+    """The first 16 hex digits of the sha256 of ``tensor``'s bytes."""
+    raw = tensor.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def report(result: dict, out: Path | None) -> None:
+    """``result`` as JSON on stdout and, with ``out``, in that file (written whole or not)."""
+    # lazy: fdb is the repository's, on PYTHONPATH where the script runs
+    from fdb.io import atomic_write_text
+
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        atomic_write_text(out, text + "\n")
+
+
 def encoder_digest(torch, engine, lane: int, clip: np.ndarray) -> str:
     """A digest of the bytes of lane ``lane``'s last cross-attention keys for ``clip`` (its
     encoder output, just transcribed on that lane; the transcription has synchronized)."""
@@ -72,8 +89,31 @@ def encoder_digest(torch, engine, lane: int, clip: np.ndarray) -> str:
     if engine.cuda_streams[lane] is not None:
         engine.cuda_streams[lane].synchronize()  # the lane's work done before the read
     positions = engine.window([clip]) // HOP // 2
-    keys = static._cross_view(static.cross_k[-1], positions)[:1].contiguous()
-    return hashlib.sha256(keys.view(torch.uint8).cpu().numpy().tobytes()).hexdigest()[:16]
+    return digest(torch, static._cross_view(static.cross_k[-1], positions)[:1])
+
+
+def engine_options(tiny: bool, dtype: str, **fields):
+    """The ``whisper_gpu`` options these scripts measure: the whisper-large-v3 configuration
+    with dummy weights in ``dtype`` on CUDA (``tiny``: a tiny one in float32 on the CPU), batches
+    of one, ``TOKENS`` tokens, no per-second bound; ``fields``: the rest."""
+    # lazy: the gpu extra is the device's
+    from serving.graph.kinds import WhisperGpuOptions
+
+    weights = {"load_format": "dummy", "preset": "whisper-large-v3"}
+    if tiny:
+        # lazy: only --tiny needs the tiny configuration (run with the repository on PYTHONPATH)
+        from benchmarks.gpu_whisper import TINY
+
+        weights["overrides"] = TINY
+    return WhisperGpuOptions(
+        weights=weights,
+        device="cpu" if tiny else "cuda",
+        dtype="float32" if tiny else dtype,
+        max_batch=1,
+        max_new_tokens=TOKENS,
+        max_tokens_per_s=None,
+        **fields,
+    )
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -81,21 +121,10 @@ def run(args: argparse.Namespace) -> dict:
     import torch
 
     from serving.gpu.whisper import WhisperEngine
-    from serving.graph.kinds import WhisperGpuOptions
 
-    weights = {"load_format": "dummy", "preset": "whisper-large-v3"}
-    if args.tiny:
-        # lazy: only --tiny needs the tiny configuration (run with the repository on PYTHONPATH)
-        from benchmarks.gpu_whisper import TINY
-
-        weights["overrides"] = TINY
-    options = WhisperGpuOptions(
-        weights=weights,
-        device="cpu" if args.tiny else "cuda",
-        dtype="float32" if args.tiny else args.dtype,
-        max_batch=1,
-        max_new_tokens=TOKENS,
-        max_tokens_per_s=None,
+    options = engine_options(
+        args.tiny,
+        args.dtype,
         lanes=args.lanes,
         overlap=not args.no_overlap,
         encoder_graphs=not (args.eager or args.no_encoder_graphs),
@@ -121,9 +150,8 @@ def run(args: argparse.Namespace) -> dict:
                     # the lane's work itself, in this thread (run_batch would take it to the
                     # lane's thread)
                     tokens.append(engine._run_on_lane([c], lane)[0])
-                else:
-                    ran = engine.batcher._threads[lane].submit(engine.run_batch, [c], lane)
-                    tokens.append(ran.result()[0])
+                else:  # run_batch takes it to the lane's thread
+                    tokens.append(engine.run_batch([c], lane)[0])
                 digests.append(encoder_digest(torch, engine, lane, c))
             passes[lane].append(tokens)
             encoded[lane].append(digests)
@@ -191,10 +219,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result = run(args)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    report(result, args.out)
 
 
 if __name__ == "__main__":
