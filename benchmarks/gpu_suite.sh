@@ -667,6 +667,22 @@ step)
 print(d['options'], d['differ'], d['first_output_differing'], d['distinct_tokens'])" "$f")"
     done
     ;;
+trace)
+    # every graph replay of three passes of 16 clips a lane traced (gpu_whisper_trace.py): where
+    # a pass first goes another way from the lane's first pass (the record, its inputs, the first
+    # layer output, how much), and whether any weight changed. Two lanes with the calls in the
+    # calling thread (most differences in the fifteenth session), three processes; then one
+    # lane; then two lanes with the calls in each lane's thread
+    for v in main-1:"" main-2:"" main-3:"" one:"--lanes 1" lane:--lane-thread; do
+        step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
+            --out "$RES/trace-${v%%:*}.json"
+    done
+    for f in "$RES"/trace-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['options']['lanes'], d['options']['calls_in'], d['transcripts_differ'], \
+d['weights_changed'], json.dumps(d['diverged']))" "$f")"
+    done
+    ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \

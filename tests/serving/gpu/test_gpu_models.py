@@ -360,3 +360,35 @@ def test_gpu_step_repeat_replays_a_tiny_whisper_step_on_cpu_and_places_a_differe
         "differ": 1,
         "first_output_differing": "v1",
     }
+
+
+def test_gpu_whisper_trace_traces_a_tiny_whisper_on_cpu_and_places_a_divergence():
+    """benchmarks/gpu_whisper_trace.py on the CPU (a tiny configuration, float32, two lanes):
+    every graph a pass replays leaves a record, the second pass's records are the first's, no
+    weight changes (the script's bookkeeping; the GPU's answer is docs/gpu.md's), and a
+    difference is placed at its first record and layer output, with its size."""
+    import argparse
+
+    import numpy as np
+
+    from benchmarks.gpu_whisper_trace import first_divergence, run
+
+    args = argparse.Namespace(
+        lanes=2, passes=2, dtype="bfloat16", lane_thread=False, eager=False, tiny=True, out=None
+    )
+    result = run(args)
+    assert result["records_per_clip"] > 1
+    assert result["transcripts_differ"] == {"0": [0], "1": [0]}
+    assert result["diverged"] == {"0": [{}], "1": [{}]}
+    assert result["weights_changed"] == [0, 0]
+    values = np.zeros((4, 1, 2, 1, 3), dtype=np.float32)  # k0, k1, v0, v1
+    other = values.copy()
+    other[3, 0, 1, 0, 2] = 0.5
+    step = ("step", np.array([7, 5]), values, np.array([9]))
+    moved = ("step", np.array([7, 5]), other, np.array([9]))
+    assert first_divergence([step, step], [step, step]) is None
+    assert first_divergence([step, moved], [step, step]) == {
+        "record": 1, "kind": "step", "position": 5, "inputs_same": True, "output": "v1",
+        "elements_differ": 1, "max_abs_diff": 0.5, "tokens": [9, 9],
+    }  # fmt: skip
+    assert first_divergence([step], [step, step]) == {"record": 1, "kind": "length"}

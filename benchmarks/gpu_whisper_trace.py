@@ -1,0 +1,234 @@
+"""Where a Whisper lane's transcription first goes another way from one pass to the next (on a
+GPU): every graph a pass replays, traced.
+
+The sixteenth session (docs/gpu.md) found one captured decoder step, replayed 200 times from the
+same state, bitwise the same every time, in every variant tried, while a whole pass of a clip
+still differed from the pass before in most processes (``gpu_whisper_repeat.py``). So the state a
+step starts from differs, or a step's result depends on what ran just before it. This traces a
+pass: the engine of ``whisper_gpu`` (the whisper-large-v3 configuration, dummy weights, batches
+of one, ``--lanes`` lanes) transcribes 16 clips on each lane, ``--passes`` times, one call at a
+time, and every replay of a graph (the encoder's, the forced prompt's, each step's) keeps, on the
+lane's stream and without waiting for it, its inputs (the step's token and position) and its
+outputs (the cross-attention keys and values of every layer as integer checksums; every layer's
+new self-attention key and value and the chosen token as they are). Each pass is then compared
+with the lane's first, clip by clip, record by record: the first record that differs, whether
+its inputs were the same, the first layer whose output differs (keys before values), how many
+elements differ and by how much. Checksums of every weight, taken after the warm-up and after
+each pass, tell whether anything wrote over the model::
+
+    python benchmarks/gpu_whisper_trace.py [--lanes 2] [--passes 3] [--lane-thread] [--eager]
+        [--out FILE]
+    python benchmarks/gpu_whisper_trace.py --tiny --passes 2  # checks it, on a CPU
+
+``--lane-thread``: each call in the lane's own thread (``run_batch``), else in the calling
+thread (the lane's work called directly, where the fifteenth session saw most differences).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from benchmarks.gpu_whisper_repeat import clips, engine_options, report
+
+
+def checksum(torch, tensor):
+    """Two int64 sums of ``tensor``'s 16-bit words (plain, and weighted by position) on its
+    device, without a copy to the host: equal bytes give equal sums."""
+    words = tensor.detach().contiguous().view(-1)
+    size = words.element_size()
+    words = words.view({1: torch.uint8, 2: torch.int16}.get(size, torch.int32))
+    wide = words.to(torch.int64)
+    weights = torch.arange(1, wide.numel() + 1, device=wide.device, dtype=torch.int64) % 65521
+    return torch.stack([wide.sum(), (wide * weights).sum()])
+
+
+class Tracer:
+    """Wraps one lane's ``StaticWhisper`` so that each graph replay appends a record: ``(kind,
+    inputs, outputs)`` of device tensors, queued on the current stream behind the replay."""
+
+    def __init__(self, torch, static):
+        self.torch, self.static, self.records = torch, static, []
+        self._encode, self._prompt, self._step = (
+            static._encode,
+            static._replay_prompt,
+            static._replay,
+        )
+        static._encode = self.encode
+        static._replay_prompt = self.prompt
+        static._replay = self.step
+
+    def encode(self, n: int, frames: int) -> None:
+        self._encode(n, frames)
+        s, torch = self.static, self.torch
+        sums = [
+            checksum(torch, s._cross_view(flat, frames // 2)[:1]) for flat in s.cross_k + s.cross_v
+        ]
+        self.records.append(("encoder", None, torch.stack(sums)))
+
+    def prompt(self, n: int, positions: int) -> None:
+        self._prompt(n, positions)
+        s, torch = self.static, self.torch
+        p = len(s.prompt)
+        out = torch.stack([t[:1, :, :p] for t in s.k + s.v])  # [2L, 1, heads, P, dim]
+        self.records.append(("prompt", None, (out.clone(), s.chosen[:1].clone())))
+
+    def step(self, n: int, positions: int) -> None:
+        s, torch = self.static, self.torch
+        inputs = torch.cat([s.tokens[:1], s.position]).clone()
+        self._step(n, positions)
+        out = torch.stack([t[:1].index_select(2, s.position) for t in s.k + s.v])
+        self.records.append(("step", inputs, (out.clone(), s.chosen[:1].clone())))
+
+    def take(self) -> list:
+        """The records so far on the host (NumPy), and a fresh list."""
+        host = []
+        for kind, inputs, outputs in self.records:
+            if kind == "encoder":
+                host.append((kind, None, outputs.cpu().numpy(), None))
+            else:
+                values, chosen = outputs
+                host.append(
+                    (
+                        kind,
+                        None if inputs is None else inputs.cpu().numpy(),
+                        values.float().cpu().numpy(),
+                        chosen.cpu().numpy(),
+                    )
+                )
+        self.records = []
+        return host
+
+
+def first_divergence(got: list, want: list) -> dict | None:
+    """Where the records of one clip's pass ``got`` first differ from ``want`` (None: never):
+    the record's index and kind, the step's position, whether its inputs were the same, the
+    first layer output (``k3``, ``v0``: every key before any value, then ``token``) that
+    differs, the number of elements that differ there and the largest difference."""
+    # lazy: NumPy comes with the repository's dependencies, imported where the records are
+    import numpy as np
+
+    for index, (a, b) in enumerate(zip(got, want, strict=False)):
+        kind, inputs_a, values_a, chosen_a = a
+        _, inputs_b, values_b, chosen_b = b
+        same_inputs = inputs_a is None or bool(np.array_equal(inputs_a, inputs_b))
+        values_same = np.array_equal(values_a, values_b)
+        chosen_same = chosen_a is None or bool(np.array_equal(chosen_a, chosen_b))
+        if same_inputs and values_same and chosen_same:
+            continue
+        where = {
+            "record": index,
+            "kind": kind,
+            "position": None if inputs_a is None else int(inputs_a[-1]),
+            "inputs_same": same_inputs,
+        }
+        if not values_same:
+            half = len(values_a) // 2
+            layer = next(
+                i for i in range(len(values_a)) if not np.array_equal(values_a[i], values_b[i])
+            )
+            name = f"k{layer}" if layer < half else f"v{layer - half}"
+            diff = np.abs(values_a[layer].astype(np.float64) - values_b[layer].astype(np.float64))
+            where |= {
+                "output": name,
+                "elements_differ": int(np.count_nonzero(diff)),
+                "max_abs_diff": float(diff.max()),
+            }
+        else:
+            where |= {"output": "token", "elements_differ": 1, "max_abs_diff": None}
+        if chosen_a is not None:
+            where["tokens"] = [int(chosen_a[0]), int(chosen_b[0])]
+        return where
+    return None if len(got) == len(want) else {"record": min(len(got), len(want)), "kind": "length"}
+
+
+def weight_sums(torch, engine):
+    """One checksum a parameter and buffer of the engine's model and a tensor each lane only
+    reads (its suppression biases, column numbers and prompt), stacked (on the device)."""
+    tensors = list(engine.model.parameters()) + list(engine.model.buffers())
+    for s in engine.statics:
+        tensors += [s.plain_bias, s.begin_bias, s.columns, s._prompt_ids]
+    return torch.stack([checksum(torch, t) for t in tensors])
+
+
+def run(args: argparse.Namespace) -> dict:
+    # lazy: torch and the gpu extra are the device's
+    import torch
+
+    from serving.gpu.whisper import WhisperEngine
+
+    options = engine_options(args.tiny, args.dtype, lanes=args.lanes, encoder_graphs=not args.eager)
+    engine = WhisperEngine.from_options(options)
+    if args.eager:
+        for static in engine.statics:
+            static.graphs = False
+    engine._text = lambda ids: list(ids)
+    engine.warm_graphs()
+    weights = [weight_sums(torch, engine).cpu()]
+    tracers = [Tracer(torch, static) for static in engine.statics]
+    audio = clips()
+    # traces[lane][pass][clip] = that call's records
+    traces = {lane: [] for lane in range(args.lanes)}
+    tokens = {lane: [] for lane in range(args.lanes)}
+    try:
+        for _ in range(args.passes):
+            for lane in range(args.lanes):
+                per_clip, texts = [], []
+                for c in audio:
+                    if args.lane_thread:
+                        texts.append(engine.run_batch([c], lane)[0])
+                    else:
+                        texts.append(engine._run_on_lane([c], lane)[0])
+                    per_clip.append(tracers[lane].take())
+                traces[lane].append(per_clip)
+                tokens[lane].append(texts)
+            weights.append(weight_sums(torch, engine).cpu())
+    finally:
+        engine.close()
+    diverged = {}
+    for lane, passes in traces.items():
+        diverged[str(lane)] = [
+            {
+                str(k): where
+                for k, (got, want) in enumerate(zip(run_, passes[0], strict=True))
+                if (where := first_divergence(got, want)) is not None
+            }
+            for run_ in passes[1:]
+        ]
+    changed = [
+        int((w != weights[0]).any(dim=1).sum()) for w in weights[1:]
+    ]  # parameters whose bytes changed since the warm-up, after each pass
+    return {
+        "torch": torch.__version__,
+        "device": "cpu (tiny: measures nothing)" if args.tiny else torch.cuda.get_device_name(),
+        "options": {
+            "lanes": args.lanes,
+            "dtype": options.dtype,
+            "graphs": not (args.eager or args.tiny),
+            "calls_in": "the lane's thread" if args.lane_thread else "the calling thread",
+        },
+        "records_per_clip": len(traces[0][0][0]),
+        "transcripts_differ": {
+            str(lane): [sum(a != b for a, b in zip(t, ts[0], strict=True)) for t in ts[1:]]
+            for lane, ts in tokens.items()
+        },
+        "diverged": diverged,
+        "weights_changed": changed,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lanes", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--lane-thread", action="store_true")
+    parser.add_argument("--eager", action="store_true")
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    report(run(args), args.out)
+
+
+if __name__ == "__main__":
+    main()
