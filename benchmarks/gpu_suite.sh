@@ -671,15 +671,17 @@ trace)
     # every graph replay of three passes of 16 clips a lane traced (gpu_whisper_trace.py): where
     # a pass first goes another way from the lane's first pass (the record, its inputs, the first
     # layer output, how much), and whether any weight changed. Two lanes with the calls in the
-    # calling thread (most differences in the fifteenth session), three processes; then one
-    # lane; then two lanes with the calls in each lane's thread
-    for v in main-1:"" main-2:"" main-3:"" one:"--lanes 1" lane:--lane-thread; do
+    # calling thread (most differences in the fifteenth session), interleaved with the same
+    # where each call starts from a zeroed self-attention cache; then the calls in each lane's
+    # thread; then one lane
+    for v in main-1:"" reset-1:--reset main-2:"" reset-2:--reset lane:--lane-thread \
+        one:"--lanes 1" main-3:""; do
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done
     for f in "$RES"/trace-*.json; do
         echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['options']['lanes'], d['options']['calls_in'], d['transcripts_differ'], \
+print(d['options'], d['transcripts_differ'], \
 d['weights_changed'], json.dumps(d['diverged']))" "$f")"
     done
     ;;

@@ -17,11 +17,13 @@ elements differ and by how much. Checksums of every weight, taken after the warm
 each pass, tell whether anything wrote over the model::
 
     python benchmarks/gpu_whisper_trace.py [--lanes 2] [--passes 3] [--lane-thread] [--eager]
-        [--out FILE]
+        [--reset] [--out FILE]
     python benchmarks/gpu_whisper_trace.py --tiny --passes 2  # checks it, on a CPU
 
 ``--lane-thread``: each call in the lane's own thread (``run_batch``), else in the calling
-thread (the lane's work called directly, where the fifteenth session saw most differences).
+thread (the lane's work called directly, where the fifteenth session saw most differences);
+``--reset``: each call starts with the lane's self-attention cache and tokens zeroed (whether what
+an earlier call left there, masked out of every attention, changes a result).
 """
 
 from __future__ import annotations
@@ -142,6 +144,20 @@ def first_divergence(got: list, want: list) -> dict | None:
     return None if len(got) == len(want) else {"record": min(len(got), len(want)), "kind": "length"}
 
 
+def reset(torch, engine, lane: int) -> None:
+    """Lane ``lane``'s self-attention keys and values, tokens and chosen tokens zeroed (on its
+    stream, then waited for): a call starts from the state the warm-up left, whatever ran."""
+    # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+    from serving.gpu.slots import on_stream
+
+    static = engine.statics[lane]
+    with on_stream(engine.cuda_streams[lane]):
+        for t in static.k + static.v + [static.tokens, static.chosen]:
+            t.zero_()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def weight_sums(torch, engine):
     """One checksum a parameter and buffer of the engine's model and a tensor each lane only
     reads (its suppression biases, column numbers and prompt), stacked (on the device)."""
@@ -175,6 +191,8 @@ def run(args: argparse.Namespace) -> dict:
             for lane in range(args.lanes):
                 per_clip, texts = [], []
                 for c in audio:
+                    if args.reset:
+                        reset(torch, engine, lane)
                     if args.lane_thread:
                         texts.append(engine.run_batch([c], lane)[0])
                     else:
@@ -206,6 +224,7 @@ def run(args: argparse.Namespace) -> dict:
             "dtype": options.dtype,
             "graphs": not (args.eager or args.tiny),
             "calls_in": "the lane's thread" if args.lane_thread else "the calling thread",
+            "reset": args.reset,
         },
         "records_per_clip": len(traces[0][0][0]),
         "transcripts_differ": {
@@ -224,6 +243,11 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--lane-thread", action="store_true")
     parser.add_argument("--eager", action="store_true")
+    parser.add_argument(
+        "--reset",
+        action="store_true",
+        help="each call starts with the lane's self-attention cache and tokens zeroed",
+    )
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -374,8 +374,9 @@ def test_gpu_whisper_trace_traces_a_tiny_whisper_on_cpu_and_places_a_divergence(
     from benchmarks.gpu_whisper_trace import first_divergence, run
 
     args = argparse.Namespace(
-        lanes=2, passes=2, dtype="bfloat16", lane_thread=False, eager=False, tiny=True, out=None
-    )
+        lanes=2, passes=2, dtype="bfloat16", lane_thread=False, eager=False, tiny=True, out=None,
+        reset=True,
+    )  # fmt: skip
     result = run(args)
     assert result["records_per_clip"] > 1
     assert result["transcripts_differ"] == {"0": [0], "1": [0]}
