@@ -670,19 +670,21 @@ print(d['options'], d['differ'], d['first_output_differing'], d['distinct_tokens
 trace)
     # every graph replay of three passes of 16 clips a lane traced (gpu_whisper_trace.py): where
     # a pass first goes another way from the lane's first pass (the record, its inputs, the first
-    # layer output, how much), and whether any weight changed. Two lanes with the calls in the
-    # calling thread (most differences in the fifteenth session), interleaved with the same
-    # where each call starts from a zeroed self-attention cache; then the calls in each lane's
-    # thread; then one lane
-    for v in main-1:"" reset-1:--reset main-2:"" reset-2:--reset lane:--lane-thread \
-        one:"--lanes 1" main-3:""; do
+    # value in computation order, how much), and whether any weight changed. Two lanes with the
+    # calls in the calling thread (most differences in the fifteenth session): as it is, with
+    # each decoder layer's intermediate results probed inside the graphs (the operation), and
+    # with each call from a zeroed self-attention cache; then the calls in each lane's thread;
+    # then one lane
+    for v in main-1:"" probes-1:--probes reset-1:--reset main-2:"" probes-2:--probes \
+        reset-2:--reset lane:--lane-thread one:"--lanes 1"; do
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done
     for f in "$RES"/trace-*.json; do
         echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['options'], d['transcripts_differ'], \
-d['weights_changed'], json.dumps(d['diverged']))" "$f")"
+print(d['options'], d['transcripts_differ'], d['weights_changed'], \
+[sorted({(w['kind'], w.get('output')) for p in lane for w in p.values()}) \
+for lane in d['diverged'].values()])" "$f")"
     done
     ;;
 repeat)

@@ -17,13 +17,16 @@ elements differ and by how much. Checksums of every weight, taken after the warm
 each pass, tell whether anything wrote over the model::
 
     python benchmarks/gpu_whisper_trace.py [--lanes 2] [--passes 3] [--lane-thread] [--eager]
-        [--reset] [--out FILE]
+        [--reset] [--probes] [--out FILE]
     python benchmarks/gpu_whisper_trace.py --tiny --passes 2  # checks it, on a CPU
 
 ``--lane-thread``: each call in the lane's own thread (``run_batch``), else in the calling
 thread (the lane's work called directly, where the fifteenth session saw most differences);
 ``--reset``: each call starts with the lane's self-attention cache and tokens zeroed (whether what
-an earlier call left there, masked out of every attention, changes a result).
+an earlier call left there, masked out of every attention, changes a result); ``--probes``:
+each decoder layer's intermediate results too (the self-attention's output, the sum after it,
+the cross-attention's, the sum after it, the MLP's: copies captured inside the graphs, which
+add kernels to them), so that the first value to differ names the operation.
 """
 
 from __future__ import annotations
@@ -45,11 +48,20 @@ def checksum(torch, tensor):
     return torch.stack([wide.sum(), (wide * weights).sum()])
 
 
+PROBES = ("self_attn", "self_out", "cross_attn", "cross_out", "mlp")
+
+
 class Tracer:
     """Wraps one lane's ``StaticWhisper`` so that each graph replay appends a record: ``(kind,
-    inputs, outputs)`` of device tensors, queued on the current stream behind the replay."""
+    inputs, outputs)`` of device tensors, queued on the current stream behind the replay.
 
-    def __init__(self, torch, static):
+    ``probes``: each decoder layer's intermediate results (``StaticWhisper.probe``: the
+    self-attention's output, the sum after it, the cross-attention's, the sum after it, the
+    MLP's) copied, inside the captured graphs, into buffers of their own, which each record
+    keeps too; set before the graphs are captured. A record's values are then in the order they
+    are computed: each layer's key, value and probes, layer by layer (``names``)."""
+
+    def __init__(self, torch, static, probes: bool = False):
         self.torch, self.static, self.records = torch, static, []
         self._encode, self._prompt, self._step = (
             static._encode,
@@ -59,6 +71,31 @@ class Tracer:
         static._encode = self.encode
         static._replay_prompt = self.prompt
         static._replay = self.step
+        layers = len(static.k)
+        self.probed: dict[int, object] = {}  # rows T -> [probes, layers, 1, T, d]
+        if probes:
+            static.probe = self.probe
+        per_layer = ("k", "v") + (PROBES if probes else ())
+        self.names = [f"{name}{i}" for i in range(layers) for name in per_layer]
+
+    def probe(self, name: str, layer: int, tensor) -> None:
+        rows = tensor.shape[1]
+        if rows not in self.probed:  # made in the eager warm-up calls before the capture
+            shape = (len(PROBES), len(self.static.k), 1, rows, tensor.shape[-1])
+            self.probed[rows] = self.torch.zeros(shape, dtype=tensor.dtype, device=tensor.device)
+        self.probed[rows][PROBES.index(name), layer].copy_(tensor[:1])
+
+    def values(self, columns):
+        """Every name's values of row 0 (keys and values at ``columns``), in ``names``' order,
+        stacked: [names, elements]."""
+        s = self.static
+        parts = []
+        for i, (k, v) in enumerate(zip(s.k, s.v, strict=True)):
+            parts += [k[:1].index_select(2, columns).reshape(-1)]
+            parts += [v[:1].index_select(2, columns).reshape(-1)]
+            if s.probe is not None:
+                parts += [p.reshape(-1) for p in self.probed[len(columns)][:, i]]
+        return self.torch.stack(parts)
 
     def encode(self, n: int, frames: int) -> None:
         self._encode(n, frames)
@@ -70,17 +107,15 @@ class Tracer:
 
     def prompt(self, n: int, positions: int) -> None:
         self._prompt(n, positions)
-        s, torch = self.static, self.torch
-        p = len(s.prompt)
-        out = torch.stack([t[:1, :, :p] for t in s.k + s.v])  # [2L, 1, heads, P, dim]
-        self.records.append(("prompt", None, (out.clone(), s.chosen[:1].clone())))
+        s = self.static
+        columns = s.columns[: len(s.prompt)]
+        self.records.append(("prompt", None, (self.values(columns), s.chosen[:1].clone())))
 
     def step(self, n: int, positions: int) -> None:
         s, torch = self.static, self.torch
         inputs = torch.cat([s.tokens[:1], s.position]).clone()
         self._step(n, positions)
-        out = torch.stack([t[:1].index_select(2, s.position) for t in s.k + s.v])
-        self.records.append(("step", inputs, (out.clone(), s.chosen[:1].clone())))
+        self.records.append(("step", inputs, (self.values(s.position), s.chosen[:1].clone())))
 
     def take(self) -> list:
         """The records so far on the host (NumPy), and a fresh list."""
@@ -102,11 +137,12 @@ class Tracer:
         return host
 
 
-def first_divergence(got: list, want: list) -> dict | None:
+def first_divergence(got: list, want: list, names: list[str]) -> dict | None:
     """Where the records of one clip's pass ``got`` first differ from ``want`` (None: never):
     the record's index and kind, the step's position, whether its inputs were the same, the
-    first layer output (``k3``, ``v0``: every key before any value, then ``token``) that
-    differs, the number of elements that differ there and the largest difference."""
+    first value in computation order (``names``: ``k3``, ``self_out3``…; an encoder record's:
+    its checksum's index; ``token`` after them all) that differs, the number of its elements
+    that differ and the largest difference."""
     # lazy: NumPy comes with the repository's dependencies, imported where the records are
     import numpy as np
 
@@ -179,9 +215,12 @@ def run(args: argparse.Namespace) -> dict:
         for static in engine.statics:
             static.graphs = False
     engine._text = lambda ids: list(ids)
+    # before the capture: the probes are copies inside the graphs
+    tracers = [Tracer(torch, static, probes=args.probes) for static in engine.statics]
     engine.warm_graphs()
+    for tracer in tracers:
+        tracer.take()  # the warm-up's replays are not a pass
     weights = [weight_sums(torch, engine).cpu()]
-    tracers = [Tracer(torch, static) for static in engine.statics]
     audio = clips()
     # traces[lane][pass][clip] = that call's records
     traces = {lane: [] for lane in range(args.lanes)}
@@ -209,7 +248,7 @@ def run(args: argparse.Namespace) -> dict:
             {
                 str(k): where
                 for k, (got, want) in enumerate(zip(run_, passes[0], strict=True))
-                if (where := first_divergence(got, want)) is not None
+                if (where := first_divergence(got, want, tracers[lane].names)) is not None
             }
             for run_ in passes[1:]
         ]
@@ -225,8 +264,12 @@ def run(args: argparse.Namespace) -> dict:
             "graphs": not (args.eager or args.tiny),
             "calls_in": "the lane's thread" if args.lane_thread else "the calling thread",
             "reset": args.reset,
+            "probes": args.probes,
         },
         "records_per_clip": len(traces[0][0][0]),
+        # a step's values, in computation order: each layer's key, value (and probes)
+        "values_per_step": [len(tracers[0].names), int(traces[0][0][0][-1][2].shape[0])],
+        "first_values": tracers[0].names[:7],
         "transcripts_differ": {
             str(lane): [sum(a != b for a, b in zip(t, ts[0], strict=True)) for t in ts[1:]]
             for lane, ts in tokens.items()
@@ -247,6 +290,11 @@ def main() -> None:
         "--reset",
         action="store_true",
         help="each call starts with the lane's self-attention cache and tokens zeroed",
+    )
+    parser.add_argument(
+        "--probes",
+        action="store_true",
+        help="each decoder layer's intermediate results traced too (copies inside the graphs)",
     )
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path)

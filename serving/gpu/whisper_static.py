@@ -195,6 +195,10 @@ class StaticWhisper:
         self._prompt_ids = torch.tensor(self.prompt, device=device).repeat(max_batch, 1)
         self._prompt_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._flags = HostCopies(1, torch.bool, device)
+        # probe(name, layer, tensor): called with each decoder layer's intermediate results
+        # as its step or prompt pass is built (captured with it under graphs), for a benchmark
+        # that traces where a result first changes (benchmarks/gpu_whisper_trace.py); None here
+        self.probe = None
 
     def nbytes(self) -> int:
         """The static tensors' size (the cross-attention keys and values are most of it)."""
@@ -389,7 +393,12 @@ class StaticWhisper:
             a = F.scaled_dot_product_attention(
                 q, self.k[i][:n], self.v[i][:n], attn_mask=visible, scale=1.0
             )
-            x = x + attn.out_proj(a.transpose(1, 2).reshape(n, t, heads * dim))
+            a = a.transpose(1, 2).reshape(n, t, heads * dim)
+            x = x + attn.out_proj(a)
+            probe = self.probe
+            if probe is not None:
+                probe("self_attn", i, a)
+                probe("self_out", i, x)
             cross = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
             q = (cross.q_proj(h) * cross.scaling).view(n, t, heads, dim).transpose(1, 2)
@@ -399,9 +408,15 @@ class StaticWhisper:
                 self._cross_view(self.cross_v[i], positions)[:n],
                 scale=1.0,
             )
-            x = x + cross.out_proj(a.transpose(1, 2).reshape(n, t, heads * dim))
+            a = a.transpose(1, 2).reshape(n, t, heads * dim)
+            x = x + cross.out_proj(a)
             h = layer.final_layer_norm(x)
-            x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+            m = layer.fc2(layer.activation_fn(layer.fc1(h)))
+            if probe is not None:
+                probe("cross_attn", i, a)
+                probe("cross_out", i, x)
+                probe("mlp", i, m)
+            x = x + m
         return x
 
 

@@ -375,10 +375,15 @@ def test_gpu_whisper_trace_traces_a_tiny_whisper_on_cpu_and_places_a_divergence(
 
     args = argparse.Namespace(
         lanes=2, passes=2, dtype="bfloat16", lane_thread=False, eager=False, tiny=True, out=None,
-        reset=True,
+        reset=True, probes=True,
     )  # fmt: skip
     result = run(args)
     assert result["records_per_clip"] > 1
+    layers = result["values_per_step"][0] // 7
+    assert result["values_per_step"] == [7 * layers, 7 * layers] and layers >= 1
+    assert result["first_values"] == [
+        "k0", "v0", "self_attn0", "self_out0", "cross_attn0", "cross_out0", "mlp0",
+    ]  # fmt: skip
     assert result["transcripts_differ"] == {"0": [0], "1": [0]}
     assert result["diverged"] == {"0": [{}], "1": [{}]}
     assert result["weights_changed"] == [0, 0]
@@ -387,9 +392,10 @@ def test_gpu_whisper_trace_traces_a_tiny_whisper_on_cpu_and_places_a_divergence(
     other[3, 0, 1, 0, 2] = 0.5
     step = ("step", np.array([7, 5]), values, np.array([9]))
     moved = ("step", np.array([7, 5]), other, np.array([9]))
-    assert first_divergence([step, step], [step, step]) is None
-    assert first_divergence([step, moved], [step, step]) == {
+    names = ["k0", "v0", "k1", "v1"]
+    assert first_divergence([step, step], [step, step], names) is None
+    assert first_divergence([step, moved], [step, step], names) == {
         "record": 1, "kind": "step", "position": 5, "inputs_same": True, "output": "v1",
         "elements_differ": 1, "max_abs_diff": 0.5, "tokens": [9, 9],
     }  # fmt: skip
-    assert first_divergence([step], [step, step]) == {"record": 1, "kind": "length"}
+    assert first_divergence([step], [step, step], names) == {"record": 1, "kind": "length"}
