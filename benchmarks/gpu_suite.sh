@@ -675,8 +675,8 @@ trace)
     # each decoder layer's intermediate results probed inside the graphs (the operation), and
     # with each call from a zeroed self-attention cache; then the calls in each lane's thread;
     # then one lane
-    for v in main-1:"" probes-1:--probes reset-1:--reset main-2:"" probes-2:--probes \
-        lane:--lane-thread one:"--lanes 1"; do
+    for v in main-1:"" probes-1:--probes main-2:"" probes-2:--probes lane:--lane-thread \
+        reset-1:--reset one:"--lanes 1"; do
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done
