@@ -29,6 +29,7 @@ lane's own thread (else the calling thread). The process's choices are put back 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from benchmarks.gpu_whisper_repeat import digest, engine_options, report
@@ -58,30 +59,39 @@ def first_differing(runs: list[list[str]]) -> dict:
     return {"replays": len(runs), "differ": len(differ), "first_output_differing": where}
 
 
+@contextlib.contextmanager
+def kernel_choices(torch, sdpa: str = "default", blas: str = "default", deterministic=False):
+    """Within: the attention kernels ``sdpa`` (``math``: no fused kernel; ``efficient``,
+    ``flash``: that one only), the matrix products' library ``blas`` and torch's deterministic
+    algorithms as asked; the process's own choices put back after."""
+    backends = ("flash", "mem_efficient", "cudnn")
+    enabled = {name: getattr(torch.backends.cuda, f"{name}_sdp_enabled")() for name in backends}
+    library = torch.backends.cuda.preferred_blas_library()
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    if sdpa != "default":
+        wanted = {"flash": "flash", "efficient": "mem_efficient"}.get(sdpa)
+        for name in backends:
+            getattr(torch.backends.cuda, f"enable_{name}_sdp")(name == wanted)
+    if blas != "default":
+        torch.backends.cuda.preferred_blas_library(blas)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        for name, on in enabled.items():
+            getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
+        torch.backends.cuda.preferred_blas_library(library)
+        torch.use_deterministic_algorithms(was_deterministic)
+
+
 def run(args: argparse.Namespace) -> dict:
     # lazy: torch and the gpu extra are the device's
     import numpy as np
     import torch
 
-    backends = ("flash", "mem_efficient", "cudnn")
-    enabled = {name: getattr(torch.backends.cuda, f"{name}_sdp_enabled")() for name in backends}
-    blas = torch.backends.cuda.preferred_blas_library()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    if args.sdpa != "default":
-        wanted = {"flash": "flash", "efficient": "mem_efficient"}.get(args.sdpa)
-        for name in backends:
-            getattr(torch.backends.cuda, f"enable_{name}_sdp")(name == wanted)
-    if args.blas != "default":
-        torch.backends.cuda.preferred_blas_library(args.blas)
-    if args.deterministic:
-        torch.use_deterministic_algorithms(True)
-    try:
+    with kernel_choices(torch, args.sdpa, args.blas, args.deterministic):
         return _run(args, torch, np)
-    finally:  # the process's kernel choices as they were
-        for name, on in enabled.items():
-            getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
-        torch.backends.cuda.preferred_blas_library(blas)
-        torch.use_deterministic_algorithms(deterministic)
 
 
 def _run(args: argparse.Namespace, torch, np) -> dict:

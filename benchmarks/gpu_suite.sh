@@ -671,12 +671,12 @@ trace)
     # every graph replay of three passes of 16 clips a lane traced (gpu_whisper_trace.py): where
     # a pass first goes another way from the lane's first pass (the record, its inputs, the first
     # value in computation order, how much), and whether any weight changed. Two lanes with the
-    # calls in the calling thread (most differences in the fifteenth session): as it is, with
-    # each decoder layer's intermediate results probed inside the graphs (the operation), and
-    # with each call from a zeroed self-attention cache; then the calls in each lane's thread;
-    # then one lane
-    for v in main-1:"" probes-1:--probes main-2:"" probes-2:--probes lane:--lane-thread \
-        reset-1:--reset one:"--lanes 1"; do
+    # calls in the calling thread (most differences in the fifteenth session): with each decoder
+    # layer's intermediate results probed inside the graphs (the operation), as it is, with no
+    # fused attention kernel (math), twice over; then the calls in each lane's thread, each
+    # call from a zeroed self-attention cache, one lane
+    for v in probes-1:--probes main-1:"" math-1:"--sdpa math" probes-2:--probes main-2:"" \
+        math-2:"--sdpa math" lane:--lane-thread reset-1:--reset one:"--lanes 1"; do
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done

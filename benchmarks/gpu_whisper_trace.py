@@ -17,7 +17,7 @@ elements differ and by how much. Checksums of every weight, taken after the warm
 each pass, tell whether anything wrote over the model::
 
     python benchmarks/gpu_whisper_trace.py [--lanes 2] [--passes 3] [--lane-thread] [--eager]
-        [--reset] [--probes] [--out FILE]
+        [--reset] [--probes] [--sdpa default|math|efficient|flash] [--out FILE]
     python benchmarks/gpu_whisper_trace.py --tiny --passes 2  # checks it, on a CPU
 
 ``--lane-thread``: each call in the lane's own thread (``run_batch``), else in the calling
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from benchmarks.gpu_step_repeat import kernel_choices
 from benchmarks.gpu_whisper_repeat import clips, engine_options, report
 
 
@@ -207,6 +208,12 @@ def run(args: argparse.Namespace) -> dict:
     # lazy: torch and the gpu extra are the device's
     import torch
 
+    with kernel_choices(torch, args.sdpa):
+        return _run(args, torch)
+
+
+def _run(args: argparse.Namespace, torch) -> dict:
+    # lazy: the gpu extra is the device's
     from serving.gpu.whisper import WhisperEngine
 
     options = engine_options(args.tiny, args.dtype, lanes=args.lanes, encoder_graphs=not args.eager)
@@ -265,6 +272,7 @@ def run(args: argparse.Namespace) -> dict:
             "calls_in": "the lane's thread" if args.lane_thread else "the calling thread",
             "reset": args.reset,
             "probes": args.probes,
+            "sdpa": args.sdpa,
         },
         "records_per_clip": len(traces[0][0][0]),
         # a step's values, in computation order: each layer's key, value (and probes)
@@ -295,6 +303,12 @@ def main() -> None:
         "--probes",
         action="store_true",
         help="each decoder layer's intermediate results traced too (copies inside the graphs)",
+    )
+    parser.add_argument(
+        "--sdpa",
+        choices=["default", "math", "efficient", "flash"],
+        default="default",
+        help="the attention kernels the graphs are captured with (math: no fused kernel)",
     )
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path)

@@ -375,7 +375,7 @@ def test_gpu_whisper_trace_traces_a_tiny_whisper_on_cpu_and_places_a_divergence(
 
     args = argparse.Namespace(
         lanes=2, passes=2, dtype="bfloat16", lane_thread=False, eager=False, tiny=True, out=None,
-        reset=True, probes=True,
+        reset=True, probes=True, sdpa="math",
     )  # fmt: skip
     result = run(args)
     assert result["records_per_clip"] > 1
