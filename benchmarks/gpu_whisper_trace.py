@@ -49,18 +49,20 @@ def checksum(torch, tensor):
     return torch.stack([wide.sum(), (wide * weights).sum()])
 
 
-PROBES = ("self_attn", "self_out", "cross_attn", "cross_out", "mlp")
+PROBES = ("k", "v", "self_attn", "self_out", "cross_attn", "cross_out", "mlp")
 
 
 class Tracer:
     """Wraps one lane's ``StaticWhisper`` so that each graph replay appends a record: ``(kind,
     inputs, outputs)`` of device tensors, queued on the current stream behind the replay.
 
-    ``probes``: each decoder layer's intermediate results (``StaticWhisper.probe``: the
-    self-attention's output, the sum after it, the cross-attention's, the sum after it, the
-    MLP's) copied, inside the captured graphs, into buffers of their own, which each record
-    keeps too; set before the graphs are captured. A record's values are then in the order they
-    are computed: each layer's key, value and probes, layer by layer (``names``)."""
+    A record's values are in the order they are computed, layer by layer (``names``): each
+    layer's new self-attention key and value, read from the cache after the replay (a launch a
+    layer from the host). ``probes``: instead, each layer's key and value and intermediate
+    results (the self-attention's output, the sum after it, the cross-attention's, the sum after
+    it, the MLP's) copied by the captured graphs themselves into a buffer of their own
+    (``StaticWhisper.probe``, set before the capture), which a record clones in one launch: the
+    host's work between steps stays as it is in service, the GPU's grows."""
 
     def __init__(self, torch, static, probes: bool = False):
         self.torch, self.static, self.records = torch, static, []
@@ -73,29 +75,32 @@ class Tracer:
         static._replay_prompt = self.prompt
         static._replay = self.step
         layers = len(static.k)
-        self.probed: dict[int, object] = {}  # rows T -> [probes, layers, 1, T, d]
+        self.probed: dict[int, object] = {}  # elements -> [layers, probes, elements]
         if probes:
             static.probe = self.probe
-        per_layer = ("k", "v") + (PROBES if probes else ())
+        per_layer = PROBES if probes else PROBES[:2]
         self.names = [f"{name}{i}" for i in range(layers) for name in per_layer]
 
     def probe(self, name: str, layer: int, tensor) -> None:
-        rows = tensor.shape[1]
-        if rows not in self.probed:  # made in the eager warm-up calls before the capture
-            shape = (len(PROBES), len(self.static.k), 1, rows, tensor.shape[-1])
-            self.probed[rows] = self.torch.zeros(shape, dtype=tensor.dtype, device=tensor.device)
-        self.probed[rows][PROBES.index(name), layer].copy_(tensor[:1])
+        row = tensor[:1].reshape(-1)
+        if row.numel() not in self.probed:  # made in the eager warm-up calls before the capture
+            shape = (len(self.static.k), len(PROBES), row.numel())
+            self.probed[row.numel()] = self.torch.zeros(
+                shape, dtype=tensor.dtype, device=tensor.device
+            )
+        self.probed[row.numel()][layer, PROBES.index(name)].copy_(row)
 
     def values(self, columns):
         """Every name's values of row 0 (keys and values at ``columns``), in ``names``' order,
         stacked: [names, elements]."""
         s = self.static
+        if s.probe is not None:
+            elements = len(columns) * s.heads * s.head_dim
+            return self.probed[elements].reshape(len(self.names), elements).clone()
         parts = []
-        for i, (k, v) in enumerate(zip(s.k, s.v, strict=True)):
+        for k, v in zip(s.k, s.v, strict=True):
             parts += [k[:1].index_select(2, columns).reshape(-1)]
             parts += [v[:1].index_select(2, columns).reshape(-1)]
-            if s.probe is not None:
-                parts += [p.reshape(-1) for p in self.probed[len(columns)][:, i]]
         return self.torch.stack(parts)
 
     def encode(self, n: int, frames: int) -> None:

@@ -195,9 +195,10 @@ class StaticWhisper:
         self._prompt_ids = torch.tensor(self.prompt, device=device).repeat(max_batch, 1)
         self._prompt_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._flags = HostCopies(1, torch.bool, device)
-        # probe(name, layer, tensor): called with each decoder layer's intermediate results
-        # as its step or prompt pass is built (captured with it under graphs), for a benchmark
-        # that traces where a result first changes (benchmarks/gpu_whisper_trace.py); None here
+        # probe(name, layer, tensor): called with each decoder layer's new keys and values and
+        # intermediate results as its step or prompt pass is built (captured with it under
+        # graphs), for a benchmark that traces where a result first changes
+        # (benchmarks/gpu_whisper_trace.py); None in service
         self.probe = None
 
     def nbytes(self) -> int:
@@ -390,12 +391,15 @@ class StaticWhisper:
             k = attn.k_proj(h).view(n, t, heads, dim).transpose(1, 2)
             v = attn.v_proj(h).view(n, t, heads, dim).transpose(1, 2)
             write(i, k, v)
+            probe = self.probe
+            if probe is not None:
+                probe("k", i, k)
+                probe("v", i, v)
             a = F.scaled_dot_product_attention(
                 q, self.k[i][:n], self.v[i][:n], attn_mask=visible, scale=1.0
             )
             a = a.transpose(1, 2).reshape(n, t, heads * dim)
             x = x + attn.out_proj(a)
-            probe = self.probe
             if probe is not None:
                 probe("self_attn", i, a)
                 probe("self_out", i, x)

@@ -379,7 +379,7 @@ def test_gpu_whisper_trace_traces_a_tiny_whisper_on_cpu_and_places_a_divergence(
     )  # fmt: skip
     result = run(args)
     assert result["records_per_clip"] > 1
-    layers = result["values_per_step"][0] // 7
+    layers = result["values_per_step"][0] // 7  # key, value and five probes a layer
     assert result["values_per_step"] == [7 * layers, 7 * layers] and layers >= 1
     assert result["first_values"] == [
         "k0", "v0", "self_attn0", "self_out0", "cross_attn0", "cross_out0", "mlp0",
