@@ -167,11 +167,10 @@ def first_divergence(got: list, want: list, names: list[str]) -> dict | None:
             "inputs_same": same_inputs,
         }
         if not values_same:
-            half = len(values_a) // 2
             layer = next(
                 i for i in range(len(values_a)) if not np.array_equal(values_a[i], values_b[i])
             )
-            name = f"k{layer}" if layer < half else f"v{layer - half}"
+            name = names[layer] if kind != "encoder" else f"checksum{layer}"
             diff = np.abs(values_a[layer].astype(np.float64) - values_b[layer].astype(np.float64))
             where |= {
                 "output": name,
