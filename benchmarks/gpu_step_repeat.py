@@ -15,7 +15,8 @@ where it starts) and the chosen token::
 
     python benchmarks/gpu_step_repeat.py [--replays 200] [--position 12] [--part step|prompt]
         [--eager] [--sdpa default|math|efficient|flash] [--blas default|cublas|cublaslt]
-        [--deterministic] [--lane-thread] [--out FILE]
+        [--deterministic] [--lane-thread] [--cross service|default|flash|efficient|math|cudnn]
+        [--max-batch 16 --time-rows 1,16] [--out FILE]
     python benchmarks/gpu_step_repeat.py --tiny --replays 3  # checks it, on a CPU
 
 ``--part prompt``: the forced prompt's pass (its graph writes the prompt's columns and the first
@@ -24,6 +25,10 @@ token) instead of a step. ``--sdpa``: the attention kernels the graph is capture
 ``--deterministic``: torch's deterministic algorithms (cuBLAS needs
 ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` in the environment); ``--lane-thread``: the replays in the
 lane's own thread (else the calling thread). The process's choices are put back afterwards.
+``--cross``: the decoder's cross-attention kernel alone (:func:`set_cross`; ``service``: the
+engine's own). Afterwards, with graphs, the step's graph of each bucket in ``--time-rows`` is
+replayed 50 times back to back and timed on the GPU (``step_ms``: the mean of a replay, for the
+cost of a kernel choice; buckets up to ``--max-batch``, the engine's, 1 by default).
 """
 
 from __future__ import annotations
@@ -85,6 +90,47 @@ def kernel_choices(torch, sdpa: str = "default", blas: str = "default", determin
         torch.use_deterministic_algorithms(was_deterministic)
 
 
+CROSS = ("service", "default", "flash", "efficient", "math", "cudnn")
+
+
+def set_cross(torch, statics, name: str) -> None:
+    """Each lane's decoder cross-attention captured with kernel ``name`` (one of
+    :data:`CROSS`): ``service`` leaves the engine's own (``StaticWhisper.cross_backends``),
+    ``default`` leaves the choice to torch, else that kernel alone."""
+    if name == "service":
+        return
+    backend = torch.nn.attention.SDPBackend
+    chosen = {
+        "default": None,
+        "flash": [backend.FLASH_ATTENTION],
+        "efficient": [backend.EFFICIENT_ATTENTION],
+        "math": [backend.MATH],
+        "cudnn": [backend.CUDNN_ATTENTION],
+    }[name]
+    for static in statics:
+        static.cross_backends = chosen
+
+
+def step_ms(torch, static, rows: list[int], positions: int, replays: int = 50) -> dict:
+    """The mean GPU time of one replay of the step's graph of each bucket in ``rows`` (ms),
+    ``replays`` back to back on the current stream."""
+    # lazy: serving.gpu.slots imports torch (optional: the gpu extra)
+    from serving.gpu.slots import bucket
+
+    times = {}
+    for n in rows:
+        b = bucket(n, static.max_batch)
+        static._replay(b, positions)  # captured if it was not
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        for _ in range(replays):
+            static._replay(b, positions)
+        end.record()
+        end.synchronize()
+        times[str(b)] = round(start.elapsed_time(end) / replays, 4)
+    return times
+
+
 def run(args: argparse.Namespace) -> dict:
     # lazy: torch and the gpu extra are the device's
     import numpy as np
@@ -98,10 +144,13 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
     # lazy: the gpu extra is the device's
     from serving.gpu.whisper import HOP, WhisperEngine
 
-    engine = WhisperEngine.from_options(engine_options(args.tiny, "bfloat16", lanes=1))
+    engine = WhisperEngine.from_options(
+        engine_options(args.tiny, "bfloat16", lanes=1, max_batch=args.max_batch)
+    )
     static = engine.statics[0]
     if args.eager:
         static.graphs = False
+    set_cross(torch, engine.statics, args.cross)
     engine.warm_graphs()
     t = np.arange(CLIP_S * 16000) / 16000
     clip = (0.3 * np.sin(2 * np.pi * 247 * t) * np.sin(2 * np.pi * 0.8 * t)).astype(np.float32)
@@ -140,9 +189,10 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
                 if stream is not None:
                     stream.synchronize()
                 runs.append(outputs(torch, static, columns))
-        return runs
+            timed = step_ms(torch, static, args.time_rows, positions) if static.graphs else None
+        return runs, timed
 
-    runs = engine.batcher.in_lane(0, replays) if args.lane_thread else replays()
+    runs, timed = engine.batcher.in_lane(0, replays) if args.lane_thread else replays()
     engine.close()
     return {
         "torch": torch.__version__,
@@ -155,9 +205,12 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
             "part": args.part,
             "position": args.position if args.part == "step" else None,
             "replays_in": "the lane's thread" if args.lane_thread else "the calling thread",
+            "cross": args.cross,
+            "cross_backends": [str(b) for b in static.cross_backends or []] or None,
         },
         **first_differing(runs),
         "distinct_tokens": len({r[-1] for r in runs}),
+        "step_ms": timed,
     }
 
 
@@ -187,6 +240,19 @@ def main() -> None:
         help="torch.use_deterministic_algorithms (with CUBLAS_WORKSPACE_CONFIG=:4096:8 set)",
     )
     parser.add_argument("--lane-thread", action="store_true")
+    parser.add_argument(
+        "--cross",
+        choices=CROSS,
+        default="service",
+        help="the cross-attention's kernel (service: the engine's own; default: torch's choice)",
+    )
+    parser.add_argument(
+        "--time-rows",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1],
+        help="the batch sizes whose bucket's step is timed, comma-separated",
+    )
+    parser.add_argument("--max-batch", type=int, default=1, help="the engine's largest batch")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

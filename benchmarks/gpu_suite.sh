@@ -122,6 +122,13 @@
 #                 cuBLAS and with cuBLASLt for the matrix products, with torch's deterministic
 #                 algorithms, and the forced prompt's pass: the first layer output that differs
 #                 from one replay to the next
+#   trace         every graph replay of a Whisper lane's passes traced (gpu_whisper_trace.py):
+#                 with each layer's intermediate results probed, as it is, with the math
+#                 attention, twice over; then in the lanes' threads, each call from a zeroed
+#                 cache, one lane: the first value a pass has different from the first pass
+#   cross         the cross-attention's kernel the engine chooses, traced as in trace, against
+#                 torch's own choice (flash, cudnn); every CUDA test in one process; the step's
+#                 time with each kernel (gpu_step_repeat.py --cross, interleaved, twice)
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -687,6 +694,38 @@ print(d['options'], d['transcripts_differ'], d['weights_changed'], \
 for lane in d['diverged'].values()])" "$f")"
     done
     ;;
+cross)
+    # the cross-attention's kernel chosen by the engine (memory-efficient, the seventeenth
+    # session's fix): passes traced as the trace part did, against torch's own choice named
+    # (flash, cudnn); every CUDA test in one process; each kernel's step time (buckets 1, 4, 16,
+    # interleaved, twice); then the lanes in their own threads and one lane
+    for v in svc-1:"" flash:"--cross flash" cudnn:"--cross cudnn" svc-probes:--probes; do
+        step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
+            --out "$RES/trace-${v%%:*}.json"
+    done
+    all_cuda_tests 150
+    for i in 1 2; do
+        for c in efficient default math; do
+            step "step-$c-$i" 90 python3 benchmarks/gpu_step_repeat.py --cross $c --replays 5 \
+                --max-batch 16 --time-rows 1,4,16 --out "$RES/step-$c-$i.json"
+        done
+    done
+    for v in svc-lane:--lane-thread svc-one:"--lanes 1"; do
+        step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
+            --out "$RES/trace-${v%%:*}.json"
+    done
+    for f in "$RES"/trace-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['options']['cross_backends'], d['transcripts_differ'], d['weights_changed'], \
+[sorted({(w['kind'], w.get('output')) for p in lane for w in p.values()}) \
+for lane in d['diverged'].values()])" "$f")"
+    done
+    for f in "$RES"/step-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['options']['cross_backends'], d['differ'], d['step_ms'])" "$f")"
+    done
+    grep -h "passed\|failed" "$RES/cuda-tests.log" | tail -3
+    ;;
 repeat)
     grep -n "WorkspaceMap\|thread_local" \
         "$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include/ATen/cuda/CUDAContextLight.h" \
@@ -723,7 +762,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread, inlane, cache or step"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread, inlane, cache, step, trace or cross"
     exit 2
     ;;
 esac

@@ -17,7 +17,8 @@ elements differ and by how much. Checksums of every weight, taken after the warm
 each pass, tell whether anything wrote over the model::
 
     python benchmarks/gpu_whisper_trace.py [--lanes 2] [--passes 3] [--lane-thread] [--eager]
-        [--reset] [--probes] [--sdpa default|math|efficient|flash] [--out FILE]
+        [--reset] [--probes] [--sdpa default|math|efficient|flash]
+        [--cross service|default|flash|efficient|math|cudnn] [--out FILE]
     python benchmarks/gpu_whisper_trace.py --tiny --passes 2  # checks it, on a CPU
 
 ``--lane-thread``: each call in the lane's own thread (``run_batch``), else in the calling
@@ -26,7 +27,8 @@ thread (the lane's work called directly, where the fifteenth session saw most di
 an earlier call left there, masked out of every attention, changes a result); ``--probes``:
 each decoder layer's intermediate results too (the self-attention's output, the sum after it,
 the cross-attention's, the sum after it, the MLP's: copies captured inside the graphs, which
-add kernels to them), so that the first value to differ names the operation.
+add kernels to them), so that the first value to differ names the operation; ``--cross``: the
+cross-attention's kernel alone (``gpu_step_repeat.set_cross``; ``service``: the engine's own).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks.gpu_step_repeat import kernel_choices
+from benchmarks.gpu_step_repeat import CROSS, kernel_choices, set_cross
 from benchmarks.gpu_whisper_repeat import clips, engine_options, report
 
 
@@ -225,6 +227,7 @@ def _run(args: argparse.Namespace, torch) -> dict:
     if args.eager:
         for static in engine.statics:
             static.graphs = False
+    set_cross(torch, engine.statics, args.cross)
     engine._text = lambda ids: list(ids)
     # before the capture: the probes are copies inside the graphs
     tracers = [Tracer(torch, static, probes=args.probes) for static in engine.statics]
@@ -277,6 +280,8 @@ def _run(args: argparse.Namespace, torch) -> dict:
             "reset": args.reset,
             "probes": args.probes,
             "sdpa": args.sdpa,
+            "cross": args.cross,
+            "cross_backends": [str(b) for b in engine.statics[0].cross_backends or []] or None,
         },
         "records_per_clip": len(traces[0][0][0]),
         # a step's values, in computation order: each layer's key, value (and probes)
@@ -313,6 +318,12 @@ def main() -> None:
         choices=["default", "math", "efficient", "flash"],
         default="default",
         help="the attention kernels the graphs are captured with (math: no fused kernel)",
+    )
+    parser.add_argument(
+        "--cross",
+        choices=CROSS,
+        default="service",
+        help="the cross-attention's kernel (service: the engine's own; default: torch's choice)",
     )
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--out", type=Path)

@@ -41,11 +41,13 @@ batch in fixed per-bucket tensors shared by every batch).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
 import torch
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from serving.gpu.slots import HostCopies, bucket, capture
 
@@ -144,6 +146,11 @@ class StaticWhisper:
         device, dtype = weight.device, weight.dtype
         self.device, self.dtype = device, dtype
         self.graphs = graphs and device.type == "cuda"
+        # the cross-attention's kernel on CUDA: memory-efficient attention, chosen here. With
+        # torch's own choice a step's cross-attention gave, now and then, one element one
+        # rounding step apart from one pass of a clip to the next, from the same inputs, and a
+        # transcript changed with it (docs/gpu.md, seventeenth session); a CPU keeps torch's
+        self.cross_backends = [SDPBackend.EFFICIENT_ATTENTION] if device.type == "cuda" else None
         layers = self.decoder.layers
         self.heads = config.decoder_attention_heads
         self.head_dim = config.d_model // self.heads
@@ -406,12 +413,14 @@ class StaticWhisper:
             cross = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
             q = (cross.q_proj(h) * cross.scaling).view(n, t, heads, dim).transpose(1, 2)
-            a = F.scaled_dot_product_attention(
-                q,
-                self._cross_view(self.cross_k[i], positions)[:n],
-                self._cross_view(self.cross_v[i], positions)[:n],
-                scale=1.0,
-            )
+            backends = self.cross_backends
+            with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+                a = F.scaled_dot_product_attention(
+                    q,
+                    self._cross_view(self.cross_k[i], positions)[:n],
+                    self._cross_view(self.cross_v[i], positions)[:n],
+                    scale=1.0,
+                )
             a = a.transpose(1, 2).reshape(n, t, heads * dim)
             x = x + cross.out_proj(a)
             h = layer.final_layer_norm(x)

@@ -344,8 +344,13 @@ def test_gpu_step_repeat_replays_a_tiny_whisper_step_on_cpu_and_places_a_differe
         args = argparse.Namespace(
             replays=3, position=12, part=part, eager=False, sdpa="math", blas="default",
             deterministic=thread, lane_thread=thread, tiny=True, out=None,
+            cross="math" if thread else "service", max_batch=2, time_rows=[1, 2],
         )  # fmt: skip
         result = run(args)
+        assert result["options"]["cross_backends"] == (
+            ["SDPBackend.MATH"] if thread else None
+        )  # a CPU's service: torch's own choice
+        assert result["step_ms"] is None  # no graphs on a CPU: nothing timed
         assert (result["replays"], result["differ"], result["first_output_differing"]) == (
             3,
             0,
@@ -375,7 +380,7 @@ def test_gpu_whisper_trace_traces_a_tiny_whisper_on_cpu_and_places_a_divergence(
 
     args = argparse.Namespace(
         lanes=2, passes=2, dtype="bfloat16", lane_thread=False, eager=False, tiny=True, out=None,
-        reset=True, probes=True, sdpa="math",
+        reset=True, probes=True, sdpa="math", cross="default",
     )  # fmt: skip
     result = run(args)
     assert result["records_per_clip"] > 1
