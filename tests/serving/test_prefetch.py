@@ -8,6 +8,7 @@ tiny.en, SmolLM2 and Piper throughout."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import numpy as np
@@ -179,7 +180,7 @@ def test_a_pad_longer_than_the_pause_is_cut_to_it_so_the_pause_is_transcribed_at
     asr.transcribe_utterance = recorded
     hub = ModelHub(asr=asr, llm=models.llm, tts=models.tts, turn=models.turn)
 
-    async def scenario(prefetch_ms: int | None) -> tuple[list[Chunk], int]:
+    async def scenario(prefetch_ms: int | None, wait_s: float) -> tuple[list[Chunk], int, float]:
         node = WhisperNode(hub, WhisperTranscriptionOptions(pad_ms=200), prefetch_ms=prefetch_ms)
         out: list[Chunk] = []
 
@@ -192,24 +193,25 @@ def test_a_pad_longer_than_the_pause_is_cut_to_it_so_the_pause_is_transcribed_at
         for at in range(0, upto, UNIT):
             await node.on_chunk(Chunk("pcm16", Pcm16(audio[at : min(at + UNIT, upto)])), emit)
         await node.on_chunk(control("speech.pausing", t_ms=end_ms), emit)
-        for _ in range(600):  # its transcription (tiny.en) runs meanwhile
-            if out:
-                break
+        started = time.monotonic()
+        while not out and time.monotonic() - started < wait_s:  # a transcription runs meanwhile
             await asyncio.sleep(0.05)
+        waited = time.monotonic() - started
         tentative = len(out)
         for at in range(upto, len(audio), UNIT):
             await node.on_chunk(Chunk("pcm16", Pcm16(audio[at : at + UNIT])), emit)
         await node.on_chunk(control("speech.stopped", t_ms=end_ms), emit)
         await node.on_end(emit)
         await node.close()
-        return out, tentative
+        return out, tentative, waited
 
-    cut, tentative = asyncio.run(scenario(100))
+    cut, tentative, took = asyncio.run(scenario(100, wait_s=30))
     assert tentative == 1 and [c.payload.is_final for c in cut] == [False, True]
     assert cut[0].payload.text == cut[1].payload.text and "france" in cut[1].payload.text.lower()
     assert asr.calls == 1 and lengths == [(end_ms + 100) * 16]  # one transcription, 100 ms pad
     # without prefetch the pad is pad_ms: nothing is transcribed at the pause's audio alone
-    plain, tentative = asyncio.run(scenario(None))
+    # (waiting three times as long as the pause's transcription took above, 1 s at least)
+    plain, tentative, _ = asyncio.run(scenario(None, wait_s=max(1.0, 3 * took)))
     assert tentative == 0 and [c.payload.is_final for c in plain] == [True]
     assert lengths[1:] == [(end_ms + 200) * 16]
 
