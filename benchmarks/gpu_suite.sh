@@ -128,7 +128,7 @@
 #                 cache, one lane: the first value a pass has different from the first pass
 #   cross         the cross-attention's kernel the engine chooses, traced as in trace, against
 #                 torch's own choice (flash, cudnn); every CUDA test in one process; the step's
-#                 time with each kernel (gpu_step_repeat.py --cross, interleaved, twice)
+#                 time with it and torch's choice (gpu_step_repeat.py --cross, interleaved, twice)
 #   repeat        which cuBLAS workspace map this torch has, every CUDA test, then whether
 #                 Whisper gives an utterance the same tokens every time (gpu_whisper_repeat.py:
 #                 one lane without graphs, one, two lanes, one with its encoder eager, one
@@ -697,20 +697,20 @@ for lane in d['diverged'].values()])" "$f")"
 cross)
     # the cross-attention's kernel chosen by the engine (memory-efficient, the seventeenth
     # session's fix): passes traced as the trace part did, against torch's own choice named
-    # (flash, cudnn); every CUDA test in one process; each kernel's step time (buckets 1, 4, 16,
-    # interleaved, twice); then the lanes in their own threads and one lane
+    # (flash, cudnn); every CUDA test in one process; the step's time with it and with torch's
+    # choice (buckets 1, 4, 16, interleaved, twice); then the lanes in their own threads
     for v in svc-1:"" flash:"--cross flash" cudnn:"--cross cudnn" svc-probes:--probes; do
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done
     all_cuda_tests 150
     for i in 1 2; do
-        for c in efficient default math; do
+        for c in efficient default; do
             step "step-$c-$i" 90 python3 benchmarks/gpu_step_repeat.py --cross $c --replays 5 \
                 --max-batch 16 --time-rows 1,4,16 --out "$RES/step-$c-$i.json"
         done
     done
-    for v in svc-lane:--lane-thread svc-one:"--lanes 1"; do
+    for v in svc-lane:--lane-thread; do
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done
