@@ -696,14 +696,16 @@ for lane in d['diverged'].values()])" "$f")"
     ;;
 cross)
     # the cross-attention's kernel chosen by the engine (memory-efficient, the seventeenth
-    # session's fix): passes traced as the trace part did, against torch's own choice named
-    # (flash, cudnn); every CUDA test in one process; the step's time with it and with torch's
-    # choice (buckets 1, 4, 16, interleaved, twice); then the lanes in their own threads
-    for v in svc-1:"" flash:"--cross flash" cudnn:"--cross cudnn" svc-probes:--probes; do
+    # session's fix): passes traced as the trace part did; every CUDA test in one process; the
+    # passes with torch's own choice named (flash, cudnn), and with the engine's probed; the
+    # step's time with it and with torch's choice (buckets 1, 4, 16, interleaved, twice); then
+    # the lanes in their own threads
+    step trace-svc-1 120 python3 benchmarks/gpu_whisper_trace.py --out "$RES/trace-svc-1.json"
+    all_cuda_tests 150
+    for v in flash:"--cross flash" cudnn:"--cross cudnn" svc-probes:--probes; do
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done
-    all_cuda_tests 150
     for i in 1 2; do
         for c in efficient default; do
             step "step-$c-$i" 90 python3 benchmarks/gpu_step_repeat.py --cross $c --replays 5 \
