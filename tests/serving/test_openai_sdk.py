@@ -42,6 +42,9 @@ GA = _adapter(GaServerEvent)
 BETA = _adapter(BetaServerEvent)
 PACKET_S = 0.08
 SHORT = 12  # max_output_tokens: short replies keep the test fast
+# max_output_tokens of the reply that plays on through a barge-in: some 9 s of audio, more than
+# twice the barge-in (60 tokens took 18 s)
+KEPT_TOKENS = 30
 
 
 def _pcm24(*parts: np.ndarray) -> bytes:
@@ -238,7 +241,8 @@ def test_ga_cancel_truncate_and_barge_in(server, speech):
         async with _client(server).realtime.connect(model="fdb/embedded-cascade") as conn:
             s = Session(conn, GA)
             td = vad if interrupt is None else {**vad, "interrupt_response": interrupt}
-            await conn.session.update(session={**_ga_session(td), "max_output_tokens": 60})
+            tokens = KEPT_TOKENS if interrupt is False else 60
+            await conn.session.update(session={**_ga_session(td), "max_output_tokens": tokens})
             await s.until("session.updated")
             await s.send_audio(long_question)
             while not s.of(
@@ -268,7 +272,7 @@ def test_ga_cancel_truncate_and_barge_in(server, speech):
             return s
 
     async def scenario() -> list[Session]:
-        # The reply that plays on takes some 20 s, nearly all of it real-time playback: the other
+        # The reply that plays on takes some 9 s, nearly all of it real-time playback: the other
         # two sessions, one after the other, run beside it (the server's max_sessions is 2).
         kept = asyncio.create_task(one(False))
         cancelled = await one(None)
@@ -285,6 +289,9 @@ def test_ga_cancel_truncate_and_barge_in(server, speech):
     first = barged.of("response.done")[0]["response"]
     assert (first["status"], first["status_details"]["reason"]) == ("cancelled", "turn_detected")
     assert kept.of("input_audio_buffer.speech_started")[1:], "the barge-in was not heard"
+    kinds = [e["type"] for e in kept.events]
+    heard = [k for k, kind in enumerate(kinds) if kind == "input_audio_buffer.speech_started"][1]
+    assert heard < kinds.index("response.done"), "the barge-in was heard after the reply ended"
     first = kept.of("response.done")[0]["response"]
     assert first["status"] == "completed", "interrupt_response false must let the reply play on"
     for s in (cancelled, barged, kept):
