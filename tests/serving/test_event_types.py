@@ -172,11 +172,13 @@ def test_every_server_event_validates(server, speech, question_pcm):
     barge_in = _pcm16(np.concatenate([speech["barge_in"], silence(1.0)]))
 
     async def scenario() -> list[Client]:
+        # the session that idles out only waits: it runs beside the first one (max_sessions 2)
+        idle = asyncio.create_task(_timeout(server.ws_url))
         return [
             await _errors_question_text_truncate(server.ws_url, question_pcm),
             await _commit_and_cancel(server.ws_url, question_pcm),
             await _barge_in(server.ws_url, long_question, barge_in),
-            await _timeout(server.ws_url),
+            await idle,
         ]
 
     clients = asyncio.run(scenario())
