@@ -79,6 +79,25 @@ def test_plain_prompt_equals_generate(model):
     assert static.transcribe(features, BUDGET) == _generated(model, features, generation)
 
 
+def test_the_cross_attention_kernel_is_named_on_cuda_only_and_a_named_one_gives_the_tokens(model):
+    """On a CPU the cross-attention keeps torch's kernel choice (on CUDA the engine names the
+    memory-efficient kernel: torch's own choice there differed from pass to pass, docs/gpu.md);
+    a named kernel list goes to that call alone and gives ``generate``'s tokens."""
+    from torch.nn.attention import SDPBackend
+
+    generation = copy.deepcopy(model.generation_config)
+    features = _features(3, seed=5)
+    static = _static(model, generation)
+    assert static.cross_backends is None
+    static.cross_backends = [SDPBackend.MATH]
+    before = torch.backends.cuda.flash_sdp_enabled()
+    assert static.transcribe(features, BUDGET) == _generated(model, features, generation)
+    assert torch.backends.cuda.flash_sdp_enabled() == before  # the process's choice put back
+    static.cross_backends = [SDPBackend.EFFICIENT_ATTENTION]  # none on a CPU: the list is used
+    with pytest.raises(RuntimeError, match="backend"):
+        static.transcribe(features, BUDGET)
+
+
 def test_multilingual_prompt_and_suppressed_tokens_equal_generate(model):
     generation = copy.deepcopy(model.generation_config)
     generation.lang_to_id = {"<|en|>": 50, "<|de|>": 51}
