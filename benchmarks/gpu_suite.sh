@@ -94,6 +94,9 @@
 #   final         each system once on the final code: a warming run, gpu_cascade at 32 twice (as
 #                 in sessions), gpu_tts at C1 and C16 (32 requests a level), gpu_native at 16
 #   last          check, then final: one 10-minute call
+#   decide        final, then the step timed with the cross-attention on the memory-efficient
+#                 kernel (the engine's) and on flash attention (gpu_step_repeat.py --cross,
+#                 interleaved, twice), and flash attention's passes traced in the lanes' threads
 #   streams       every CUDA test three times, each stream's holder logged (stream_log.py):
 #                 the code as it is, the code before from .old/slots.py if carried (streams
 #                 drawn from torch's pool: git show e8abbd7:serving/gpu/slots.py), the code
@@ -179,6 +182,19 @@ step() {  # step NAME SECONDS COMMAND...
     echo "$name rc=$rc $(($(date +%s) - started))s" | tee -a "$OUT/steps.txt"
     tail -4 "$RES/$name.log"
     pack
+}
+
+summarize_cross() {  # a line a trace and a step timing: kernel, divergences, times
+    for f in "$RES"/trace-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['options']['cross_backends'], d['transcripts_differ'], d['weights_changed'], \
+[sorted({(w['kind'], w.get('output')) for p in lane for w in p.values()}) \
+for lane in d['diverged'].values()])" "$f")"
+    done
+    for f in "$RES"/step-*.json; do
+        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
+print(d['options']['cross_backends'], d['differ'], d['step_ms'])" "$f")"
+    done
 }
 
 cascade32() {  # cascade32 NAME LIMIT ENV ARGS: gpu_cascade.py at 32 sessions (200 ms of silence)
@@ -540,7 +556,7 @@ check | last)
     all_cuda_tests 240
     graph_workspace
     ;;&
-final | last)
+final | last | decide)
     cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
     cascade32 s4-final-1 90 FDB_STAGE_MARKS=1 "$SPREAD"
     cascade32 s4-final-2 90 FDB_STAGE_MARKS=1 "$SPREAD"
@@ -548,7 +564,19 @@ final | last)
         --seed-tts "$DATA/synth-tts/seedtts" --concurrency 1,16 --num-prompts 32
     step native-16 110 python3 benchmarks/gpu_native.py --out "$RES/native-16" --levels 16 \
         --dataset "$DATA/cascade-ds" --skip-profile
+    ;;&
+decide)
+    # the cross-attention's two kernels that repeat themselves, timed beside each other
+    # (interleaved, twice), then flash attention's passes traced in the lanes' threads
+    for r in efficient-1 flash-1 flash-2 efficient-2; do
+        step "step-$r" 90 python3 benchmarks/gpu_step_repeat.py --cross "${r%-*}" --replays 5 \
+            --max-batch 16 --time-rows 1,4,16 --out "$RES/step-$r.json"
+    done
+    step trace-flash-lane 120 python3 benchmarks/gpu_whisper_trace.py --cross flash \
+        --lane-thread --out "$RES/trace-flash-lane.json"
+    summarize_cross
     ;;
+final | last) ;;
 check) ;;
 streams)
     # the code as it is, the code before (.old/slots.py, where the streams came from torch's
@@ -716,16 +744,7 @@ cross)
         step "trace-${v%%:*}" 120 python3 benchmarks/gpu_whisper_trace.py ${v#*:} \
             --out "$RES/trace-${v%%:*}.json"
     done
-    for f in "$RES"/trace-*.json; do
-        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['options']['cross_backends'], d['transcripts_differ'], d['weights_changed'], \
-[sorted({(w['kind'], w.get('output')) for p in lane for w in p.values()}) \
-for lane in d['diverged'].values()])" "$f")"
-    done
-    for f in "$RES"/step-*.json; do
-        echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['options']['cross_backends'], d['differ'], d['step_ms'])" "$f")"
-    done
+    summarize_cross
     grep -h "passed\|failed" "$RES/cuda-tests.log" | tail -3
     ;;
 repeat)
@@ -764,7 +783,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, repeat, streams, bisect, bisect2, thread, inlane, cache, step, trace or cross"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, decide, repeat, streams, bisect, bisect2, thread, inlane, cache, step, trace or cross"
     exit 2
     ;;
 esac
