@@ -95,8 +95,8 @@ CROSS = ("service", "default", "flash", "efficient", "math", "cudnn")
 
 def set_cross(torch, statics, name: str) -> None:
     """Each lane's decoder cross-attention captured with kernel ``name`` (one of
-    :data:`CROSS`): ``service`` leaves the engine's own (``StaticWhisper.cross_backends``),
-    ``default`` leaves the choice to torch, else that kernel alone."""
+    :data:`CROSS`): ``service`` leaves the engine's own (``StaticWhisper.cross_kernels``),
+    ``default`` leaves the choice to torch, else that kernel alone for every batch."""
     if name == "service":
         return
     backend = torch.nn.attention.SDPBackend
@@ -108,7 +108,7 @@ def set_cross(torch, statics, name: str) -> None:
         "cudnn": [backend.CUDNN_ATTENTION],
     }[name]
     for static in statics:
-        static.cross_backends = chosen
+        static.cross_kernels = ((None, chosen),)
 
 
 def step_ms(torch, static, rows: list[int], positions: int, replays: int = 50) -> dict:
@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> dict:
 def _run(args: argparse.Namespace, torch, np) -> dict:
     # lazy: the gpu extra is the device's
     from serving.gpu.whisper import HOP, WhisperEngine
+    from serving.gpu.whisper_static import describe_cross
 
     engine = WhisperEngine.from_options(
         engine_options(args.tiny, "bfloat16", lanes=1, max_batch=args.max_batch)
@@ -206,7 +207,7 @@ def _run(args: argparse.Namespace, torch, np) -> dict:
             "position": args.position if args.part == "step" else None,
             "replays_in": "the lane's thread" if args.lane_thread else "the calling thread",
             "cross": args.cross,
-            "cross_backends": [str(b) for b in static.cross_backends or []] or None,
+            "cross_kernels": describe_cross(static.cross_kernels),
         },
         **first_differing(runs),
         "distinct_tokens": len({r[-1] for r in runs}),

@@ -97,6 +97,10 @@
 #   decide        final, then the step timed with the cross-attention on the memory-efficient
 #                 kernel (the engine's) and on flash attention (gpu_step_repeat.py --cross,
 #                 interleaved, twice), and flash attention's passes traced in the lanes' threads
+#   flash         the engine's cross-attention kernels by rows (flash attention up to 4): the
+#                 cascade at 32 (a warming run, then two), every CUDA test in one process, the
+#                 passes traced (calling thread, lanes' threads), the step timed at buckets 1-16
+#                 against the memory-efficient kernel alone, then a third cascade run
 #   streams       every CUDA test three times, each stream's holder logged (stream_log.py):
 #                 the code as it is, the code before from .old/slots.py if carried (streams
 #                 drawn from torch's pool: git show e8abbd7:serving/gpu/slots.py), the code
@@ -187,13 +191,13 @@ step() {  # step NAME SECONDS COMMAND...
 summarize_cross() {  # a line a trace and a step timing: kernel, divergences, times
     for f in "$RES"/trace-*.json; do
         echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['options']['cross_backends'], d['transcripts_differ'], d['weights_changed'], \
+print(d['options']['cross_kernels'], d['transcripts_differ'], d['weights_changed'], \
 [sorted({(w['kind'], w.get('output')) for p in lane for w in p.values()}) \
 for lane in d['diverged'].values()])" "$f")"
     done
     for f in "$RES"/step-*.json; do
         echo "$f: $(python3 -c "import json, sys; d = json.load(open(sys.argv[1])); \
-print(d['options']['cross_backends'], d['differ'], d['step_ms'])" "$f")"
+print(d['options']['cross_kernels'], d['differ'], d['step_ms'])" "$f")"
     done
 }
 
@@ -577,6 +581,25 @@ decide)
     summarize_cross
     ;;
 final | last) ;;
+flash)
+    # the engine's cross-attention kernels (flash attention up to 4 rows, memory-efficient
+    # above; the eighteenth session): the cascade at 32 (a warming run, then two), every CUDA
+    # test in one process, the passes traced in the calling thread and the lanes' threads, the
+    # step timed at each bucket against the memory-efficient kernel alone, a third cascade run
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    cascade32 s4-flash-1 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    cascade32 s4-flash-2 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    all_cuda_tests 150
+    step trace-svc 120 python3 benchmarks/gpu_whisper_trace.py --out "$RES/trace-svc.json"
+    step trace-svc-lane 120 python3 benchmarks/gpu_whisper_trace.py --lane-thread \
+        --out "$RES/trace-svc-lane.json"
+    for r in service-1 efficient-1; do
+        step "step-$r" 90 python3 benchmarks/gpu_step_repeat.py --cross "${r%-*}" --replays 5 \
+            --max-batch 16 --time-rows 1,2,4,8,16 --out "$RES/step-$r.json"
+    done
+    summarize_cross
+    cascade32 s4-flash-3 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    ;;
 check) ;;
 streams)
     # the code as it is, the code before (.old/slots.py, where the streams came from torch's
@@ -783,7 +806,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, decide, repeat, streams, bisect, bisect2, thread, inlane, cache, step, trace or cross"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, decide, flash, repeat, streams, bisect, bisect2, thread, inlane, cache, step, trace or cross"
     exit 2
     ;;
 esac

@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> dict:
 def _run(args: argparse.Namespace, torch) -> dict:
     # lazy: the gpu extra is the device's
     from serving.gpu.whisper import WhisperEngine
+    from serving.gpu.whisper_static import describe_cross
 
     options = engine_options(args.tiny, args.dtype, lanes=args.lanes, encoder_graphs=not args.eager)
     engine = WhisperEngine.from_options(options)
@@ -281,7 +282,7 @@ def _run(args: argparse.Namespace, torch) -> dict:
             "probes": args.probes,
             "sdpa": args.sdpa,
             "cross": args.cross,
-            "cross_backends": [str(b) for b in engine.statics[0].cross_backends or []] or None,
+            "cross_kernels": describe_cross(engine.statics[0].cross_kernels),
         },
         "records_per_clip": len(traces[0][0][0]),
         # a step's values, in computation order: each layer's key, value (and probes)

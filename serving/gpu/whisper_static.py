@@ -51,6 +51,22 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from serving.gpu.slots import HostCopies, bucket, capture
 
+# The decoder's cross-attention kernels on CUDA, as (most rows, kernels) pairs, the first whose
+# bound holds: flash attention for a batch of up to 4 rows, memory-efficient attention above.
+# Both give the same result from the same inputs every time (torch's own choice did not: it
+# behaves as cuDNN's attention); on an H100 a step took 3.17-3.24 ms with flash attention at 1
+# and 4 rows against 3.55 with the memory-efficient kernel, and 4.20 against 3.97 at 16
+# (docs/gpu.md, eighteenth session). A bound of None takes any number of rows.
+CROSS_KERNELS: tuple[tuple[int | None, list[SDPBackend] | None], ...] = (
+    (4, [SDPBackend.FLASH_ATTENTION]),
+    (None, [SDPBackend.EFFICIENT_ATTENTION]),
+)
+
+
+def describe_cross(kernels) -> list[list]:
+    """``cross_kernels`` as JSON: ``[most rows or null, [kernel names] or null]`` pairs."""
+    return [[most, [str(b) for b in backends] if backends else None] for most, backends in kernels]
+
 
 def prompt_ids(generation, language: str | None) -> list[int]:
     """The forced prompt of ``generation`` (a Whisper ``GenerationConfig``) for ``language``:
@@ -146,13 +162,10 @@ class StaticWhisper:
         device, dtype = weight.device, weight.dtype
         self.device, self.dtype = device, dtype
         self.graphs = graphs and device.type == "cuda"
-        # the cross-attention's kernel on CUDA: memory-efficient attention, chosen here. With
-        # torch's own choice (torch 2.11 on an H100: it behaves as cuDNN's attention) a step's
-        # cross-attention gave, now and then, one element one rounding step apart from one pass
-        # of a clip to the next from the same inputs, and a transcript changed with it; with this
-        # kernel no pass differed, for about 0.5 ms a step (docs/gpu.md, seventeenth session).
-        # A CPU keeps torch's choice
-        self.cross_backends = [SDPBackend.EFFICIENT_ATTENTION] if device.type == "cuda" else None
+        # the cross-attention's kernels (CROSS_KERNELS): torch's own choice on CUDA gave, now and
+        # then, one element one rounding step apart from one pass of a clip to the next from the
+        # same inputs (docs/gpu.md, seventeenth session). A CPU keeps torch's choice
+        self.cross_kernels = CROSS_KERNELS if device.type == "cuda" else ((None, None),)
         layers = self.decoder.layers
         self.heads = config.decoder_attention_heads
         self.head_dim = config.d_model // self.heads
@@ -227,6 +240,14 @@ class StaticWhisper:
                         self._replay_prompt(n, frames // 2)
                     if self.encoder_graphs:
                         self._encode(n, frames)
+
+    def cross_backends(self, rows: int) -> list[SDPBackend] | None:
+        """The kernels the cross-attention of a batch of ``rows`` may use (``None``: torch's
+        choice): the first entry of ``cross_kernels`` whose bound holds."""
+        for most, backends in self.cross_kernels:
+            if most is None or rows <= most:
+                return backends
+        raise ValueError(f"no cross-attention kernel for {rows} rows in {self.cross_kernels}")
 
     def _cross_view(self, flat: torch.Tensor, positions: int) -> torch.Tensor:
         size = self.max_batch * self.heads * positions * self.head_dim
@@ -415,7 +436,7 @@ class StaticWhisper:
             cross = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
             q = (cross.q_proj(h) * cross.scaling).view(n, t, heads, dim).transpose(1, 2)
-            backends = self.cross_backends
+            backends = self.cross_backends(n)
             with sdpa_kernel(backends) if backends else contextlib.nullcontext():
                 a = F.scaled_dot_product_attention(
                     q,

@@ -347,8 +347,8 @@ def test_gpu_step_repeat_replays_a_tiny_whisper_step_on_cpu_and_places_a_differe
             cross="math" if thread else "service", max_batch=2, time_rows=[1, 2],
         )  # fmt: skip
         result = run(args)
-        assert result["options"]["cross_backends"] == (
-            ["SDPBackend.MATH"] if thread else None
+        assert result["options"]["cross_kernels"] == (
+            [[None, ["SDPBackend.MATH"]]] if thread else [[None, None]]
         )  # a CPU's service: torch's own choice
         assert result["step_ms"] is None  # no graphs on a CPU: nothing timed
         assert (result["replays"], result["differ"], result["first_output_differing"]) == (

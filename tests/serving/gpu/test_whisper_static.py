@@ -79,23 +79,45 @@ def test_plain_prompt_equals_generate(model):
     assert static.transcribe(features, BUDGET) == _generated(model, features, generation)
 
 
-def test_the_cross_attention_kernel_is_named_on_cuda_only_and_a_named_one_gives_the_tokens(model):
-    """On a CPU the cross-attention keeps torch's kernel choice (on CUDA the engine names the
-    memory-efficient kernel: torch's own choice there differed from pass to pass, docs/gpu.md);
-    a named kernel list goes to that call alone and gives ``generate``'s tokens."""
+def test_the_cross_attention_kernels_are_named_on_cuda_only_and_a_named_one_gives_the_tokens(model):
+    """On a CPU the cross-attention keeps torch's kernel choice (on CUDA the engine names flash
+    attention for small batches and the memory-efficient kernel above: torch's own choice there
+    differed from pass to pass, docs/gpu.md); a named kernel list goes to that call alone and
+    gives ``generate``'s tokens, and a batch takes the first entry whose bound its rows keep."""
     from torch.nn.attention import SDPBackend
+
+    from serving.gpu.whisper_static import CROSS_KERNELS, describe_cross
 
     generation = copy.deepcopy(model.generation_config)
     features = _features(3, seed=5)
     static = _static(model, generation)
-    assert static.cross_backends is None
-    static.cross_backends = [SDPBackend.MATH]
+    assert static.cross_kernels == ((None, None),)
+    assert describe_cross(static.cross_kernels) == [[None, None]]
+    assert [static.cross_backends(n) for n in (1, 4, 5, 16)] == [None] * 4
+    static.cross_kernels = ((None, [SDPBackend.MATH]),)
     before = torch.backends.cuda.flash_sdp_enabled()
     assert static.transcribe(features, BUDGET) == _generated(model, features, generation)
     assert torch.backends.cuda.flash_sdp_enabled() == before  # the process's choice put back
-    static.cross_backends = [SDPBackend.EFFICIENT_ATTENTION]  # none on a CPU: the list is used
+    static.cross_kernels = ((None, [SDPBackend.EFFICIENT_ATTENTION]),)  # none on a CPU: used
     with pytest.raises(RuntimeError, match="backend"):
         static.transcribe(features, BUDGET)
+    # the rows of a batch choose: up to 2 rows the math kernel (the 3 rows here go on past it)
+    static.cross_kernels = ((2, [SDPBackend.MATH]), (None, [SDPBackend.EFFICIENT_ATTENTION]))
+    with pytest.raises(RuntimeError, match="backend"):
+        static.transcribe(features, BUDGET)
+    assert static.transcribe(features[:2], BUDGET) == _generated(model, features[:2], generation)
+    static.cross_kernels = ((2, [SDPBackend.MATH]),)
+    with pytest.raises(ValueError, match="no cross-attention kernel for 3 rows"):
+        static.cross_backends(3)
+    # the engine's own on CUDA: flash attention up to 4 rows, memory-efficient above
+    static.cross_kernels = CROSS_KERNELS
+    assert [static.cross_backends(n) for n in (1, 2, 4, 8, 16)] == [
+        [SDPBackend.FLASH_ATTENTION]
+    ] * 3 + [[SDPBackend.EFFICIENT_ATTENTION]] * 2
+    assert describe_cross(CROSS_KERNELS) == [
+        [4, ["SDPBackend.FLASH_ATTENTION"]],
+        [None, ["SDPBackend.EFFICIENT_ATTENTION"]],
+    ]
 
 
 def test_multilingual_prompt_and_suppressed_tokens_equal_generate(model):
