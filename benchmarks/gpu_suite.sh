@@ -101,6 +101,10 @@
 #                 cascade at 32 (a warming run, then two), every CUDA test in one process, the
 #                 passes traced (calling thread, lanes' threads), the step timed at buckets 1-16
 #                 against the memory-efficient kernel alone, then a third cascade run
+#   crossab       every CUDA test in one process, then gpu_cascade at 32 (as in final) with the
+#                 engine's kernels against the memory-efficient kernel alone
+#                 (FDB_WHISPER_CROSS=efficient): a warming run, then efficient flash flash
+#                 efficient
 #   streams       every CUDA test three times, each stream's holder logged (stream_log.py):
 #                 the code as it is, the code before from .old/slots.py if carried (streams
 #                 drawn from torch's pool: git show e8abbd7:serving/gpu/slots.py), the code
@@ -600,6 +604,21 @@ flash)
     summarize_cross
     cascade32 s4-flash-3 90 FDB_STAGE_MARKS=1 "$SPREAD"
     ;;
+crossab)
+    # every CUDA test in one process (float32's decoders on the memory-efficient kernel), then
+    # the cascade at 32 with the engine's kernels (flash attention up to 4 rows) against the
+    # memory-efficient kernel alone (FDB_WHISPER_CROSS=efficient), a warming run first, then
+    # the order efficient flash flash efficient
+    all_cuda_tests 150
+    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
+    for r in efficient-1 flash-1 flash-2 efficient-2; do
+        if [ "${r%-*}" = efficient ]; then
+            cascade32 "s4-$r" 90 "FDB_STAGE_MARKS=1 FDB_WHISPER_CROSS=efficient" "$SPREAD"
+        else
+            cascade32 "s4-$r" 90 FDB_STAGE_MARKS=1 "$SPREAD"
+        fi
+    done
+    ;;
 check) ;;
 streams)
     # the code as it is, the code before (.old/slots.py, where the streams came from torch's
@@ -806,7 +825,7 @@ sessions)
             --per 48 --out $RES/server-stages-levels.json"
     ;;
 *)
-    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, decide, flash, repeat, streams, bisect, bisect2, thread, inlane, cache, step, trace or cross"
+    echo "unknown PART $PART: codec-native, tts-cascade, followup, tts, asr, engines, verify, stream, window, burst, gc, vad, stagger, diag, prefill, admit, priority, transcript, calibrated, firstchunk, overlap, prompt, levels, sink, csmoverlap, lanes, sessions, lanescheck, check, final, last, decide, flash, crossab, repeat, streams, bisect, bisect2, thread, inlane, cache, step, trace or cross"
     exit 2
     ;;
 esac

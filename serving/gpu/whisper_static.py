@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Sequence
 
 import torch
 from torch.nn import functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from fdb.errors import FdbError
 from serving.gpu.slots import HostCopies, bucket, capture
 
 # The decoder's cross-attention kernels on CUDA, as (most rows, kernels) pairs, the first whose
@@ -61,6 +63,35 @@ CROSS_KERNELS: tuple[tuple[int | None, list[SDPBackend] | None], ...] = (
     (4, [SDPBackend.FLASH_ATTENTION]),
     (None, [SDPBackend.EFFICIENT_ATTENTION]),
 )
+
+
+CROSS_CHOICES = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def cross_kernels(device_type: str, dtype: torch.dtype, choice: str | None = None) -> tuple:
+    """The cross-attention's kernels of a decoder on ``device_type`` in ``dtype``: torch's
+    choice on a CPU; on CUDA :data:`CROSS_KERNELS` in float16 or bfloat16 and the
+    memory-efficient kernel alone in float32 (flash attention takes half precision only), or
+    one kernel for every batch when ``choice`` (else ``FDB_WHISPER_CROSS``: flash or
+    efficient) names it, the A/B of docs/gpu.md."""
+    if device_type != "cuda":
+        return ((None, None),)
+    half = dtype in (torch.float16, torch.bfloat16)
+    choice = choice or os.environ.get("FDB_WHISPER_CROSS") or None
+    if choice is None:
+        return CROSS_KERNELS if half else ((None, [SDPBackend.EFFICIENT_ATTENTION]),)
+    if choice not in CROSS_CHOICES:
+        raise FdbError(
+            f"FDB_WHISPER_CROSS={choice!r} is not a cross-attention kernel",
+            "set it to flash or efficient, or unset it for flash attention up to 4 rows "
+            "and the memory-efficient kernel above",
+        )
+    if choice == "flash" and not half:
+        raise FdbError(
+            f"FDB_WHISPER_CROSS=flash: flash attention takes float16 or bfloat16, not {dtype}",
+            "unset it, or set it to efficient",
+        )
+    return ((None, [CROSS_CHOICES[choice]]),)
 
 
 def describe_cross(kernels) -> list[list]:
@@ -165,7 +196,7 @@ class StaticWhisper:
         # the cross-attention's kernels (CROSS_KERNELS): torch's own choice on CUDA gave, now and
         # then, one element one rounding step apart from one pass of a clip to the next from the
         # same inputs (docs/gpu.md, seventeenth session). A CPU keeps torch's choice
-        self.cross_kernels = CROSS_KERNELS if device.type == "cuda" else ((None, None),)
+        self.cross_kernels = cross_kernels(device.type, dtype)
         layers = self.decoder.layers
         self.heads = config.decoder_attention_heads
         self.head_dim = config.d_model // self.heads

@@ -120,6 +120,36 @@ def test_the_cross_attention_kernels_are_named_on_cuda_only_and_a_named_one_give
     ]
 
 
+def test_the_kernels_by_device_dtype_and_fdb_whisper_cross(monkeypatch):
+    """CUDA in half precision: flash attention up to 4 rows; in float32 the memory-efficient
+    kernel alone (flash attention takes half precision only); a CPU: torch's choice.
+    FDB_WHISPER_CROSS names one kernel for every batch; a bad name or flash in float32 is an
+    error that says what to set."""
+    from torch.nn.attention import SDPBackend
+
+    from fdb.errors import FdbError
+    from serving.gpu.whisper_static import CROSS_KERNELS, cross_kernels
+
+    monkeypatch.delenv("FDB_WHISPER_CROSS", raising=False)
+    efficient = ((None, [SDPBackend.EFFICIENT_ATTENTION]),)
+    assert cross_kernels("cpu", torch.bfloat16) == ((None, None),)
+    assert cross_kernels("cuda", torch.bfloat16) == CROSS_KERNELS
+    assert cross_kernels("cuda", torch.float16) == CROSS_KERNELS
+    assert cross_kernels("cuda", torch.float32) == efficient
+    monkeypatch.setenv("FDB_WHISPER_CROSS", "efficient")
+    assert cross_kernels("cuda", torch.bfloat16) == efficient
+    assert cross_kernels("cpu", torch.bfloat16) == ((None, None),)  # a CPU keeps torch's
+    monkeypatch.setenv("FDB_WHISPER_CROSS", "flash")
+    assert cross_kernels("cuda", torch.bfloat16) == ((None, [SDPBackend.FLASH_ATTENTION]),)
+    with pytest.raises(FdbError, match="flash attention takes float16 or bfloat16"):
+        cross_kernels("cuda", torch.float32)
+    monkeypatch.setenv("FDB_WHISPER_CROSS", "cudnn")
+    with pytest.raises(FdbError, match="'cudnn' is not a cross-attention kernel") as bad:
+        cross_kernels("cuda", torch.bfloat16)
+    assert "set it to flash or efficient" in bad.value.one_line()
+    assert cross_kernels("cuda", torch.bfloat16, choice="efficient") == efficient
+
+
 def test_multilingual_prompt_and_suppressed_tokens_equal_generate(model):
     generation = copy.deepcopy(model.generation_config)
     generation.lang_to_id = {"<|en|>": 50, "<|de|>": 51}
