@@ -88,9 +88,15 @@ class WhisperEngine:
         from serving.gpu.slots import engine_stream, priority_of
 
         self.statics: list = []  # one a lane (static decoder), else none
+        cross = None  # the static decoder's cross-attention kernels, as JSON
         if decoder == "static":
             # lazy: torch is optional (the gpu extra), and whisper_static imports it
-            from serving.gpu.whisper_static import StaticWhisper, prompt_ids, windows
+            from serving.gpu.whisper_static import (
+                StaticWhisper,
+                describe_cross,
+                prompt_ids,
+                windows,
+            )
 
             prompt = prompt_ids(self.generation, language)
             frames = windows(self.window_s, self.samples // HOP)
@@ -108,6 +114,7 @@ class WhisperEngine:
                 )
                 for _ in range(lanes)
             ]
+            cross = describe_cross(self.statics[0].cross_kernels)
         self.cuda_streams = [engine_stream(device, stream_priority) for _ in range(lanes)]
         self.batcher: Batcher[np.ndarray, str] = Batcher(
             [functools.partial(self.run_batch, lane=lane) for lane in range(lanes)],
@@ -131,6 +138,7 @@ class WhisperEngine:
                 "stream_priority": priority_of(self.cuda_streams[0]),
                 "overlap": overlap if decoder == "static" else None,
                 "lanes": lanes,
+                "cross_attention": cross,
                 "tokenizer": "checkpoint"
                 if self.tokenizer is not None
                 else "none (dummy placeholder text)",
@@ -143,7 +151,8 @@ class WhisperEngine:
             dtype,
             max_batch,
             lanes,
-            f", {self.statics[0].nbytes() / 2**30:.2f} GiB of static tensors a lane"
+            f", {self.statics[0].nbytes() / 2**30:.2f} GiB of static tensors a lane, "
+            f"cross-attention kernels {cross}"
             if self.statics
             else "",
         )

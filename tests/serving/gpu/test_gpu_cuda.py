@@ -38,6 +38,12 @@ def test_whisper_large_v3_configuration_batches_sessions_on_cuda(decoder):
         window_s=None,
     )
     engine = WhisperEngine.from_options(o)
+    # bfloat16: flash attention up to 4 rows, memory-efficient above
+    assert engine.identity.settings["cross_attention"] == (
+        [[4, ["SDPBackend.FLASH_ATTENTION"]], [None, ["SDPBackend.EFFICIENT_ATTENTION"]]]
+        if decoder == "static"
+        else None
+    )
     engine.warm_graphs()
     clips = [
         np.random.default_rng(i).normal(0, 0.1, 16000 * 3).astype(np.float32)

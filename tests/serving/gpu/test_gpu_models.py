@@ -37,6 +37,7 @@ def test_whisper_engine_transcribes_waiting_utterances_in_one_batch():
         identity.kind == "asr" and identity.name == "whisper_gpu/whisper-large-v3 (dummy weights)"
     )
     assert identity.checkpoint is None and identity.settings["weights"].startswith("dummy weights")
+    assert identity.settings["cross_attention"] == [[None, None]]  # a CPU: torch's choice
 
     async def main():
         clips = [
