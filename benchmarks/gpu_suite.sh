@@ -103,8 +103,8 @@
 #                 against the memory-efficient kernel alone, then a third cascade run
 #   crossab       every CUDA test in one process, then gpu_cascade at 32 (as in final) with the
 #                 engine's kernels against the memory-efficient kernel alone
-#                 (FDB_WHISPER_CROSS=efficient): a warming run, then efficient flash flash
-#                 efficient
+#                 (FDB_WHISPER_CROSS=efficient): flash efficient efficient flash, no warming
+#                 run (the machine's first cascade is flash's)
 #   streams       every CUDA test three times, each stream's holder logged (stream_log.py):
 #                 the code as it is, the code before from .old/slots.py if carried (streams
 #                 drawn from torch's pool: git show e8abbd7:serving/gpu/slots.py), the code
@@ -607,11 +607,11 @@ flash)
 crossab)
     # every CUDA test in one process (float32's decoders on the memory-efficient kernel), then
     # the cascade at 32 with the engine's kernels (flash attention up to 4 rows) against the
-    # memory-efficient kernel alone (FDB_WHISPER_CROSS=efficient), a warming run first, then
-    # the order efficient flash flash efficient
+    # memory-efficient kernel alone (FDB_WHISPER_CROSS=efficient) in the order flash efficient
+    # efficient flash, no warming run (the machine's first cascade is flash's: the penalty of a
+    # first run falls on the engine's kernels)
     all_cuda_tests 150
-    cascade32 s4-warm 90 FDB_STAGE_MARKS=1 "$SPREAD"
-    for r in efficient-1 flash-1 flash-2 efficient-2; do
+    for r in flash-1 efficient-1 efficient-2 flash-2; do
         if [ "${r%-*}" = efficient ]; then
             cascade32 "s4-$r" 90 "FDB_STAGE_MARKS=1 FDB_WHISPER_CROSS=efficient" "$SPREAD"
         else
