@@ -99,14 +99,12 @@ def set_cross(torch, statics, name: str) -> None:
     ``default`` leaves the choice to torch, else that kernel alone for every batch."""
     if name == "service":
         return
+    # lazy: whisper_static imports torch (the gpu extra is the device's)
+    from serving.gpu.whisper_static import CROSS_CHOICES
+
     backend = torch.nn.attention.SDPBackend
-    chosen = {
-        "default": None,
-        "flash": [backend.FLASH_ATTENTION],
-        "efficient": [backend.EFFICIENT_ATTENTION],
-        "math": [backend.MATH],
-        "cudnn": [backend.CUDNN_ATTENTION],
-    }[name]
+    kernels = {**CROSS_CHOICES, "math": backend.MATH, "cudnn": backend.CUDNN_ATTENTION}
+    chosen = None if name == "default" else [kernels[name]]
     for static in statics:
         static.cross_kernels = ((None, chosen),)
 

@@ -445,6 +445,7 @@ class StaticWhisper:
         [1, 1, T, length]), then its cross-attention over ``positions`` encoder positions."""
         heads, dim = self.heads, self.head_dim
         t = x.shape[1]
+        backends = self.cross_backends(n)  # the same for every layer
         for i, layer in enumerate(self.decoder.layers):
             attn = layer.self_attn
             h = layer.self_attn_layer_norm(x)
@@ -467,7 +468,6 @@ class StaticWhisper:
             cross = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
             q = (cross.q_proj(h) * cross.scaling).view(n, t, heads, dim).transpose(1, 2)
-            backends = self.cross_backends(n)
             with sdpa_kernel(backends) if backends else contextlib.nullcontext():
                 a = F.scaled_dot_product_attention(
                     q,
